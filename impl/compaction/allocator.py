@@ -1,0 +1,118 @@
+"""The two-ended allocator over one shared buffer, and its plain-value facade: every method takes
+and returns Python ints and lists, so a harness drives it exactly like the oracle. Tensors stay
+inside; host copies for the caller happen after the call, never inside the code under test.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from impl.compaction.eager import eager_free
+from impl.compaction.kv import SharedKV
+from impl.compaction.pool import I64, LazyPool, SimEvent
+from strategies.compaction_trace import Params, PoolSnapshot
+
+
+class TorchCompaction:
+    """`lazy` picks lazy holes + flush, or eager compaction at free time; `pool_class` the commit."""
+
+    def __init__(self, params: Params, lazy: bool = True, pool_class: type = LazyPool):
+        self.params, self.lazy = params, lazy
+        self.kv = SharedKV(params.total_bytes)
+        self.pools: dict[str, LazyPool] = {}
+        for name, up, epp in (("up", True, params.epp_up), ("down", False, params.epp_down)):
+            if name in params.pools():
+                num_pages = params.total_bytes // epp
+                self.pools[name] = pool_class(
+                    name, up, num_pages, -(-params.sink_bytes // epp), epp, lazy,
+                    self.kv.pool_view(num_pages, epp), params.move_cap)
+        self.events: dict[int, SimEvent] = {}
+
+    def _neighbour(self, name: str) -> LazyPool | None:
+        return self.pools.get("down" if name == "up" else "up")
+
+    def _gap_pages(self, name: str) -> int:
+        pool, other = self.pools[name], self._neighbour(name)
+        if pool.up:
+            limit = (other.wm + 1) * other.epp if other else self.params.total_bytes
+            return max(0, limit - pool.wm * pool.epp) // pool.epp
+        limit = other.wm * other.epp if other else 0
+        return max(0, (pool.wm + 1) * pool.epp - limit) // pool.epp
+
+    def _extension_room(self, name: str) -> int:
+        pool = self.pools[name]
+        return min(self._gap_pages(name), pool.num_pages - pool.reserved - pool.span)
+
+    def avail(self, name: str) -> int:
+        pool = self.pools[name]
+        return self._extension_room(name) + (pool.holes.numel() if self.lazy else 0)
+
+    def alloc_tensor(self, name: str, n: int) -> torch.Tensor | None:
+        """Fresh vids, or None; short of room, urgently flush the neighbour first (§3.9)."""
+        pool, other = self.pools[name], self._neighbour(name)
+        if n > self.avail(name) and other is not None:
+            other.flush(urgent=True)
+        if n > self.avail(name) or n > pool.free_vids.numel():
+            return None
+        vids, pool.free_vids = pool.free_vids[:n], pool.free_vids[n:]
+        pages = pool.take(n, self._extension_room(name))
+        if pages is None:
+            pool.free_vids = torch.cat((vids, pool.free_vids))  # back at the front
+            return None
+        pool.bind(vids, pages)
+        return vids
+
+    def free_tensor(self, name: str, vids: torch.Tensor) -> None:
+        pool = self.pools[name]
+        if self.lazy:
+            pool.free(vids)
+        else:
+            eager_free(pool, vids)
+
+    # --- the plain-value facade -----------------------------------------------------------
+
+    def alloc(self, name: str, n: int) -> list[int] | None:
+        vids = self.alloc_tensor(name, n)
+        return None if vids is None else vids.tolist()
+
+    def free(self, name: str, vids: list[int]) -> None:
+        self.free_tensor(name, torch.tensor(vids, dtype=I64))
+
+    def flush(self, name: str, urgent: bool) -> int:
+        return self.pools[name].flush(urgent)
+
+    def drain(self, name: str, urgent: bool) -> None:
+        if self.lazy:
+            self.pools[name].drain(urgent)
+
+    def forward(self, event: int, writes: dict[str, list[int]]) -> None:
+        self.events[event] = SimEvent(event)
+        for name, pool in self.pools.items():
+            pool.latest_event = self.events[event]
+            pool.inflight = (self.events[event], torch.tensor(writes.get(name, []), dtype=I64))
+
+    def fire(self, event: int) -> None:
+        self.events[event].fired = True
+
+    def write(self, name: str, vids: list[int], payloads: list[bytes]) -> None:
+        pool = self.pools[name]
+        pages = pool.v2p[torch.tensor(vids, dtype=I64)].clamp_min(0)  # translate
+        self.kv.write(pool.kv, pages, payloads)
+
+    def read_live(self, name: str) -> dict[int, bytes]:
+        v2p = self.pools[name].v2p.tolist()
+        live = [(vid, page) for vid, page in enumerate(v2p[:-1]) if page > 0]
+        rows = self.kv.read(self.pools[name].kv, [page for _, page in live]) if live else []
+        return {vid: row for (vid, _), row in zip(live, rows)}
+
+    def snapshot(self, name: str) -> PoolSnapshot:
+        pool = self.pools[name]
+        event, writes = pool.inflight or (None, None)
+        pending = sorted((e.ident, tuple(sorted(pages))) for e, (pages, _) in pool.pending.items())
+        return PoolSnapshot(
+            wm=pool.wm, live=pool.live, avail=self.avail(name), num_moves=pool.num_moves,
+            holes=tuple(sorted(pool.holes.tolist())), pending=tuple(pending),
+            pending_set=tuple(sorted(pool.pending_pages)),
+            inflight=() if event is None or event.query() else tuple(writes.tolist()),
+            free_vids=tuple(pool.free_vids.tolist()), v2p=tuple(pool.v2p.tolist()),
+            p2v=tuple(pool.p2v.tolist()))

@@ -1,0 +1,210 @@
+"""Reference model of the unified-memory lazy-compaction allocator (spec §8): an up and a down pool
+on one byte buffer, plain Python lists, one page at a time. It is the specification in code.
+
+Design note (kvfuzz issue 4)
+- Model, `impl.compaction` and the harness all speak `strategies.compaction_trace`: a `Trace` of ops
+  whose page choices (`Pick`) are resolved at run time against the oracle's live pages in depth
+  order, so a shrunk or hand-edited trace is always valid and never double-frees.
+- Pages are 1 token (spec §8.2 allows ps = 1): all compaction logic is page-level.
+- Each pool: `wm`, `live`, `v2p`/`p2v` (index 0 = padding anchor, last = -1 sentinel), a FIFO of
+  free vids, unsorted `holes`, `pending` = event -> accumulated source pages (spec §3.7, PR 39982).
+- The KV store is ONE bytearray for both pools (§8.3 option b): page p of a pool owns bytes
+  [p*epp, (p+1)*epp), so a frontier overlap corrupts the other pool's stamps (caught by I7).
+- Events are ids with a fired flag. An urgent flush with interior holes "settles": it drops the
+  pool's write set and files nothing as pending, without marking the event fired (§8.4).
+- Ordering details mirrored from upstream, so that tables match op for op: lazy take drains holes
+  from the front, extends the frontier first (a failure changes nothing), emits a down extension
+  descending when mixed with drained holes; eager free appends sorted vids, lazy free as given.
+- Deviations: eager mode counts `live` (upstream leaves it 0) so I5 can be checked uniformly;
+  the extension check is byte-exact for both pools (§8.8.6), and allocation gates on `avail()`.
+- The ladder: an alloc beyond `avail()` urgently flushes the other pool, re-checks, else None.
+- Invariants I1-I11 (`oracle.compaction_invariants`) read only plain `PoolSnapshot`s, so the same
+  checks run on the model and on any implementation. I12 (eager vs lazy) lives in the harness.
+- The flush walk and eager compaction live in `oracle.compaction_flush`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from oracle.compaction_flush import eager_free, lazy_drain, lazy_flush
+from strategies.compaction_trace import Params, PoolSnapshot
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Fixed shape of one pool: grows up from `reserved`, or down from `num_pages - 1`."""
+
+    name: str
+    up: bool
+    num_pages: int
+    reserved: int  # R: pages [0, R) lie in the padding sink
+    epp: int
+
+
+def geometries(params: Params) -> dict[str, Geometry]:
+    pools = {"up": (True, params.epp_up), "down": (False, params.epp_down)}
+    return {name: Geometry(name, up, params.total_bytes // epp, -(-params.sink_bytes // epp), epp)
+            for name, (up, epp) in pools.items() if name in params.pools()}
+
+
+class ModelPool:
+    def __init__(self, geo: Geometry, lazy: bool):
+        self.geo, self.up, self.lazy = geo, geo.up, lazy
+        self.wm = geo.reserved if geo.up else geo.num_pages - 1
+        self.live = 0
+        self.num_moves = 0
+        self.v2p = [0] + [-1] * geo.num_pages
+        self.p2v = [0] + [-1] * geo.num_pages
+        self.free_vids = deque(range(geo.reserved, geo.num_pages))
+        self.holes: list[int] = []
+        self.pending: dict[int, list[int]] = {}
+        self.inflight: tuple[int, list[int]] | None = None
+        self.latest_event: int | None = None
+
+    @property
+    def span(self) -> int:
+        return self.wm - self.geo.reserved if self.up else self.geo.num_pages - 1 - self.wm
+
+    @property
+    def low_byte(self) -> int:
+        return (self.geo.reserved if self.up else self.wm + 1) * self.geo.epp
+
+    @property
+    def high_byte(self) -> int:
+        return (self.wm if self.up else self.geo.num_pages) * self.geo.epp
+
+    def pending_set(self) -> set[int]:
+        return {page for pages in self.pending.values() for page in pages}
+
+
+class CompactionModel:
+    """The whole allocator: `alloc`, `free`, `flush`, `drain`, `forward`, `fire`, `write`, `read`."""
+
+    def __init__(self, params: Params, lazy: bool):
+        self.params, self.lazy = params, lazy
+        self.pools = {name: ModelPool(geo, lazy) for name, geo in geometries(params).items()}
+        self.kv = bytearray(params.total_bytes)
+        self.events: dict[int, bool] = {}  # event id -> fired
+
+    def fired(self, event: int | None) -> bool:
+        return event is None or self.events[event]
+
+    def neighbour(self, name: str) -> ModelPool | None:
+        return self.pools.get("down" if name == "up" else "up")
+
+    def gap_bytes(self, name: str) -> int:
+        pool, other = self.pools[name], self.neighbour(name)
+        if pool.up:
+            return max(0, (other.low_byte if other else self.params.total_bytes) - pool.high_byte)
+        return max(0, pool.low_byte - (other.high_byte if other else 0))
+
+    def avail(self, name: str) -> int:
+        pool = self.pools[name]
+        room = pool.geo.num_pages - pool.geo.reserved - pool.span
+        return min(self.gap_bytes(name) // pool.geo.epp, room) + (len(pool.holes) if self.lazy else 0)
+
+    def alloc(self, name: str, n: int) -> list[int] | None:
+        """`n` fresh vids bound to pages, or None with nothing changed but a neighbour flush."""
+        pool, other = self.pools[name], self.neighbour(name)
+        if n > self.avail(name) and other is not None:
+            self.flush(other.geo.name, urgent=True)  # the shortfall ladder (§3.9)
+        if n > self.avail(name) or n > len(pool.free_vids):
+            return None
+        vids = [pool.free_vids.popleft() for _ in range(n)]
+        pages = self._take(pool, n)
+        if pages is None:
+            pool.free_vids.extendleft(reversed(vids))
+            return None
+        for vid, page in zip(vids, pages):
+            pool.v2p[vid], pool.p2v[page] = page, vid
+        return vids
+
+    def _take(self, pool: ModelPool, n: int) -> list[int] | None:
+        drained = min(n, len(pool.holes)) if self.lazy else 0
+        extension = self._extend(pool, n - drained, descending=drained > 0)
+        if extension is None:
+            return None
+        taken, pool.holes = pool.holes[:drained], pool.holes[drained:]
+        pool.live += n
+        return taken + extension
+
+    def _extend(self, pool: ModelPool, m: int, descending: bool) -> list[int] | None:
+        """Move the frontier by `m` pages if index bounds and the neighbour's bytes allow it."""
+        if m == 0:
+            return []
+        name, geo = pool.geo.name, pool.geo
+        if m > self.gap_bytes(name) // geo.epp or m > geo.num_pages - geo.reserved - pool.span:
+            return None
+        old = pool.wm
+        if pool.up:
+            pool.wm += m
+            return list(range(old, old + m))
+        pool.wm -= m
+        run = list(range(pool.wm + 1, old + 1))
+        return run[::-1] if descending else run
+
+    def free(self, name: str, vids: list[int]) -> None:
+        pool = self.pools[name]
+        unbound = [vid for vid in vids if not 0 < vid < len(pool.v2p) - 1 or pool.v2p[vid] < 0]
+        if unbound or len(set(vids)) != len(vids):
+            raise ValueError(f"{name}: free of unbound or repeated vids {unbound or vids}")
+        if not self.lazy:
+            eager_free(pool, vids, self.kv)
+            return
+        for vid in vids:  # §3.5: tombstone both tables, record the page as a hole
+            page = pool.v2p[vid]
+            pool.v2p[vid], pool.p2v[page] = -1, -1
+            pool.holes.append(page)
+        pool.free_vids.extend(vids)
+        pool.live -= len(vids)
+
+    def flush(self, name: str, urgent: bool) -> int:
+        if not self.lazy:
+            return 0
+        return lazy_flush(self.pools[name], urgent, self.fired, self.kv, self.params.move_cap)
+
+    def drain(self, name: str, urgent: bool) -> None:
+        if self.lazy:
+            lazy_drain(self.pools[name], urgent, self.fired)
+
+    def forward(self, event: int, writes: dict[str, list[int]]) -> None:
+        self.events[event] = False
+        for name, pool in self.pools.items():
+            pool.latest_event, pool.inflight = event, (event, list(writes.get(name, [])))
+
+    def fire(self, event: int) -> None:
+        self.events[event] = True
+
+    def unfired(self) -> list[int]:
+        return sorted(event for event, fired in self.events.items() if not fired)
+
+    def write(self, name: str, vids: list[int], payloads: list[bytes]) -> None:
+        """Stamp each vid's page through `translate` (payloads are `epp` bytes each)."""
+        for vid, payload in zip(vids, payloads):
+            start = self._page_start(name, vid)
+            self.kv[start:start + len(payload)] = payload
+
+    def read(self, name: str, vid: int) -> bytes:
+        start = self._page_start(name, vid)
+        return bytes(self.kv[start:start + self.pools[name].geo.epp])
+
+    def read_live(self, name: str) -> dict[int, bytes]:
+        return {vid: self.read(name, vid) for vid, page in enumerate(self.pools[name].v2p[:-1])
+                if page > 0}
+
+    def _page_start(self, name: str, vid: int) -> int:
+        pool = self.pools[name]
+        return max(pool.v2p[vid], 0) * pool.geo.epp  # translate: a tombstone reads the sink
+
+    def snapshot(self, name: str) -> PoolSnapshot:
+        pool = self.pools[name]
+        event, writes = pool.inflight or (None, [])
+        return PoolSnapshot(
+            wm=pool.wm, live=pool.live, avail=self.avail(name), num_moves=pool.num_moves,
+            holes=tuple(sorted(pool.holes)),
+            pending=tuple((e, tuple(sorted(pages))) for e, pages in sorted(pool.pending.items())),
+            pending_set=tuple(sorted(pool.pending_set())),
+            inflight=() if self.fired(event) else tuple(writes),
+            free_vids=tuple(pool.free_vids), v2p=tuple(pool.v2p), p2v=tuple(pool.p2v))

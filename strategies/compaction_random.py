@@ -1,0 +1,63 @@
+"""The seeded plain-random compaction trace generator: `(seed, index)` names one trace forever.
+
+Aimed where allocator bugs live: pools near full (allocations sized from `avail()`), frees at the
+frontier, in the middle and of everything, move caps of 1 and 2, and forwards left unfired.
+"""
+
+from __future__ import annotations
+
+import random
+
+from strategies.case import Origin
+from strategies.compaction_trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op, Params,
+                                         Pick, Trace)
+
+GENERATOR = "compaction/1"
+_EPPS = ((8, 8), (8, 8), (4, 4), (4, 6), (8, 12), (6, 4))
+_OPS = (("alloc", 30), ("free", 24), ("flush", 16), ("forward", 10), ("fire", 10), ("drain", 10))
+
+
+def generate_trace(seed: int, index: int, num_ops: int = 300) -> Trace:
+    # A string seed is hashed the same way by every Python version: the trace never changes.
+    rng = random.Random(f"{GENERATOR}:{seed}:{index}")
+    params = _params(rng)
+    kinds, weights = zip(*_OPS)
+    ops = tuple(_op(rng, rng.choices(kinds, weights)[0], params) for _ in range(num_ops))
+    return Trace(params, ops, Origin(GENERATOR, seed, index))
+
+
+def _params(rng: random.Random) -> Params:
+    epp_up, epp_down = rng.choice(_EPPS)
+    widest = max(epp_up, epp_down)
+    # An odd remainder of bytes exercises the floor in num_pages and in the gap.
+    total_bytes = widest * rng.randint(10, 40) + rng.randrange(widest)
+    return Params(total_bytes=total_bytes, epp_up=epp_up, epp_down=epp_down,
+                  sink_bytes=widest * rng.choice((1, 1, 2)) + rng.choice((0, 0, 1)),
+                  two_ended=rng.random() < 0.75, move_cap=rng.choice((1, 2, 2, 3, 4096)))
+
+
+def _op(rng: random.Random, kind: str, params: Params) -> Op:
+    pool = rng.choice(params.pools())
+    if kind == "alloc":
+        if rng.random() < 0.3:  # fill to the brim, or overshoot by one to run the ladder
+            return Alloc(pool, rng.choice((0, 0, -1, -2, 1)), relative=True)
+        return Alloc(pool, rng.choice((1, 1, 1, 2, 2, 3, 4, 6)))
+    if kind == "free":
+        return Free(pool, _pick(rng, ("top", "top", "middle", "random", "random", "bottom", "all")))
+    if kind == "flush":
+        return Flush(pool, urgent=rng.random() < 0.3)
+    if kind == "drain":
+        return Drain(pool, urgent=rng.random() < 0.2)
+    if kind == "forward":
+        down = _maybe_pick(rng) if params.two_ended else None
+        return Forward(up=_maybe_pick(rng), down=down)
+    return Fire(rng.choice(("oldest", "oldest", "newest", "all")))
+
+
+def _maybe_pick(rng: random.Random) -> Pick | None:
+    return None if rng.random() < 0.3 else _pick(rng, ("top", "top", "random", "middle"), 3)
+
+
+def _pick(rng: random.Random, wheres: tuple[str, ...], most: int = 4) -> Pick:
+    where = rng.choice(wheres)
+    return Pick(where, rng.randint(1, most), rng.randrange(1000) if where == "random" else 0)
