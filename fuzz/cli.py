@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from fuzz import corpus
+from fuzz import corpus, targets as plugins
 from impl.registry import BUNDLED, ImplementationError, implementations, resolve, targets
 from strategies.case import CaseFormatError
 
@@ -38,7 +38,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("list", help="targets and registered implementations")
     diff = commands.add_parser("diff", help="seeded cases: implementations vs the oracle")
-    diff.add_argument("target", choices=targets(), help="what to test")
+    diff.add_argument("target", choices=targets() + sorted(plugins.PLUGINS), help="what to test")
     diff.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
                       help="implementation to test (repeatable; default: every bundled one)")
     diff.add_argument("--cases", type=positive, default=2000, help="cases per implementation")
@@ -60,11 +60,16 @@ def cmd_list() -> int:
         print(f"{target}:")
         for impl in implementations(target):
             print(f"  {impl.name:<32} {impl.kind:<8} {impl.summary}")
+    for target in sorted(plugins.PLUGINS):
+        print(f"{target}: (kvfuzz diff {target} --help)")
     print("outside implementations: --impl package.module:attr (same signature as upstream)")
     return 0
 
 
 def cmd_diff(args) -> int:
+    if args.target in plugins.PLUGINS:
+        from impl.registry import load_attribute
+        return load_attribute(plugins.PLUGINS[args.target].diff)(args)
     from fuzz.diff import DiffRun
     from fuzz.summary import summary
 

@@ -6,11 +6,12 @@ lands in the same file instead of a duplicate, and a reader never sees half a fi
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
 
-from strategies.case import Case, CaseFormatError, dumps, loads
+from strategies.case import Case, CaseFormatError, dumps, from_json, loads
 
 DEFAULT_DIR = "corpus"
 
@@ -42,11 +43,30 @@ def save(case: Case, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
 
 
 def load(path: str | os.PathLike) -> Case:
+    return loads(_read(path), source=str(path))
+
+
+def load_any(path: str | os.PathLike):
+    """A paged `Case`, or `(plugin Target, raw dict)` for a file of a plugin target's format."""
+    from fuzz.targets import by_format
+
+    text = _read(path)
     try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise CorpusError(f"{path}: cannot read: {error.strerror}") from None
-    return loads(text, source=str(path))
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CaseFormatError(f"{path}: not valid JSON: {error}") from None
+    target = by_format(data.get("format")) if isinstance(data, dict) else None
+    if target is not None:
+        return target, data
+    return from_json(data, source=str(path))
+
+
+def _read(path) -> str:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise CorpusError(f"{path}: cannot read: {reason}") from None
 
 
 def case_files(paths) -> list[Path]:

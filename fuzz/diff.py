@@ -61,7 +61,7 @@ def run_chunk(target: str, spec: str, seed: int, start: int, stop: int, device: 
     tally = Tally()
     began = time.perf_counter()
     for index in range(start, stop):
-        outcome = check(impl.name, fn, generate(target, seed, index), device)
+        outcome = check(impl, fn, generate(target, seed, index), device)
         tally.add(outcome)
         if outcome.divergence is not None:
             break

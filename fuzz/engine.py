@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from fuzz.report import Divergence
 from impl.calling import UNWRITTEN, call
+from impl.registry import Implementation
 from oracle.contract import Violation, violations
 from oracle.paged import Expected, expected_for, owner_of
 from strategies.case import Case
@@ -34,10 +35,13 @@ class Outcome:
     edges: set[str] = field(default_factory=set)
 
 
-def check(impl_name: str, fn, case: Case, device: str = "cpu") -> Outcome:
-    found = violations(case)
+def check(impl: Implementation, fn, case: Case, device: str = "cpu") -> Outcome:
+    """Judge one call of `fn` (the loaded `impl`) on `case`."""
+    impl_name = impl.name
+    found = violations(case, impl.preconditions)
     if found:
-        return Outcome(OUTSIDE, case, violations=found, behaviour=_behaviour(fn, case, device))
+        behaviour = _behaviour(fn, case, device) if impl.safe_outside_contract else "not run"
+        return Outcome(OUTSIDE, case, violations=found, behaviour=behaviour)
     expected = expected_for(case)
     edges = edge_classes(case)
     try:

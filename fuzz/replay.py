@@ -7,20 +7,26 @@ import sys
 
 from fuzz import corpus
 from fuzz.engine import DIVERGE, OUTSIDE, check
-from impl.registry import BUNDLED, implementations, resolve
+from impl.registry import BUNDLED, implementations, load_attribute, resolve
 
 
 def replay(paths, impl_specs, out=sys.stdout, device: str = "cpu") -> int:
     """Exit status: 0 every case agreed (or was outside the contract), 1 a divergence."""
     files = corpus.case_files(paths)
-    cases = [(path, corpus.load(path)) for path in files]  # validate every file before running
+    # Validate every file before running any; files of plugin targets go to their replayer.
+    loaded = [(path, corpus.load_any(path)) for path in files]
+    cases = [(path, item) for path, item in loaded if not isinstance(item, tuple)]
     resolved = {}
     status = 0
+    for path, item in loaded:
+        if isinstance(item, tuple):
+            target, data = item
+            status = max(status, load_attribute(target.replay)(path, data, impl_specs, out))
     for path, case in cases:
         if case.target not in resolved:
             resolved[case.target] = _impls(case.target, impl_specs)
         for impl, fn in resolved[case.target]:
-            outcome = check(impl.name, fn, case, device)
+            outcome = check(impl, fn, case, device)
             if outcome.status == DIVERGE:
                 status = 1
                 outcome.divergence.saved_path = str(path)
@@ -31,7 +37,7 @@ def replay(paths, impl_specs, out=sys.stdout, device: str = "cpu") -> int:
                       file=out)
             else:
                 print(f"ok                {path}  {impl.name}", file=out)
-    print(f"replayed {len(cases)} case file(s): "
+    print(f"replayed {len(loaded)} file(s): "
           f"{'divergence found' if status else 'no divergence'}", file=out)
     return status
 

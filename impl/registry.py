@@ -25,13 +25,19 @@ class Implementation:
     path: str      # "package.module:attr", attr may be dotted
     summary: str
     kind: str = BUNDLED
+    # Preconditions beyond the common contract, by name from oracle.contract.EXTRA_PRECONDITIONS
+    # (e.g. Triton's power-of-two page size): cases violating them are outside its contract.
+    preconditions: tuple[str, ...] = ()
+    # False when a call outside the contract may crash the process (an out-of-bounds device
+    # read): the engine then records "not run" instead of calling it.
+    safe_outside_contract: bool = True
 
     def load(self):
         return load_attribute(self.path)
 
 
-def _entry(target, name, path, summary, kind=BUNDLED):
-    return Implementation(name, target, path, summary, kind)
+def _entry(target, name, path, summary, kind=BUNDLED, **options):
+    return Implementation(name, target, path, summary, kind, **options)
 
 
 _ENTRIES = (

@@ -37,8 +37,20 @@ def pages_needed(case) -> int:
                for q, s in zip(prefixes, case.seq_lens))
 
 
-def violations(case) -> list[Violation]:
-    """Every way `case` falls outside the contract; an empty list means the oracle applies."""
+def _page_size_not_power_of_two(case) -> list[Violation]:
+    if case.page_size & (case.page_size - 1):
+        return [Violation(PAGE_SIZE_NOT_POW2, f"page_size {case.page_size}")]
+    return []
+
+
+PAGE_SIZE_NOT_POW2 = "page size not a power of two"
+# Preconditions some implementations add to the common contract, by name (see impl.registry).
+EXTRA_PRECONDITIONS = {"power-of-two page size": _page_size_not_power_of_two}
+
+
+def violations(case, extra: tuple[str, ...] = ()) -> list[Violation]:
+    """Every way `case` falls outside the contract (plus the named extra preconditions of one
+    implementation); an empty list means the oracle applies."""
     page_size = case.page_size
     found: list[Violation] = []
     if case.target == "extend":
@@ -56,6 +68,8 @@ def violations(case) -> list[Violation]:
         found.append(Violation(OUT_LEN, f"output length {case.output_length()}, "
                                         f"contract length {case.contract_out_len()}"))
     found.extend(_pool_violations(case, page_size))
+    for name in extra:
+        found.extend(EXTRA_PRECONDITIONS[name](case))
     return found
 
 

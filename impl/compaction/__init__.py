@@ -1,0 +1,43 @@
+"""Lazy-compaction allocator in torch (kvfuzz issue 4). `IMPLEMENTATIONS` maps a name to a factory
+`factory(params) -> TorchCompaction`; factories import lazily, so listing names never loads torch.
+"""
+
+from __future__ import annotations
+
+
+def _lazy():
+    from impl.compaction.allocator import TorchCompaction
+    return lambda params: TorchCompaction(params, lazy=True)
+
+
+def _eager():
+    from impl.compaction.allocator import TorchCompaction
+    return lambda params: TorchCompaction(params, lazy=False)
+
+
+def _before():
+    from impl.compaction.allocator import TorchCompaction
+    from impl.compaction.pool import PerPageCommitPool
+    return lambda params: TorchCompaction(params, lazy=True, pool_class=PerPageCommitPool)
+
+
+def _mutant(attr: str):
+    def load():
+        from impl.mutants import compaction
+        return getattr(compaction, attr)
+    return load
+
+
+def _factory(loader):
+    def factory(params):
+        return loader()(params)
+    return factory
+
+
+IMPLEMENTATIONS = {
+    "compaction.lazy": _factory(_lazy),
+    "compaction.eager": _factory(_eager),
+    "compaction.before": _factory(_before),
+    "mutant.compaction.pending_replaced": _factory(_mutant("pending_replaced")),
+    "mutant.compaction.p2v_not_cleared": _factory(_mutant("p2v_not_cleared")),
+}
