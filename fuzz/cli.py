@@ -38,7 +38,9 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("list", help="targets and registered implementations")
     diff = commands.add_parser("diff", help="seeded cases: implementations vs the oracle")
-    diff.add_argument("target", choices=targets() + sorted(plugins.PLUGINS), help="what to test")
+    diff.add_argument("target", nargs="?", default="all",
+                      choices=["all"] + targets() + sorted(plugins.PLUGINS),
+                      help="what to test (default: all, one after another)")
     diff.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
                       help="implementation to test (repeatable; default: every bundled one)")
     diff.add_argument("--cases", type=positive, default=2000, help="cases per implementation")
@@ -67,6 +69,10 @@ def cmd_list() -> int:
 
 
 def cmd_diff(args) -> int:
+    if args.target == "all":
+        statuses = [cmd_diff(argparse.Namespace(**{**vars(args), "target": target}))
+                    for target in targets() + sorted(plugins.PLUGINS)]
+        return max(statuses)
     if args.target in plugins.PLUGINS:
         from impl.registry import load_attribute
         return load_attribute(plugins.PLUGINS[args.target].diff)(args)

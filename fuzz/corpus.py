@@ -84,3 +84,22 @@ def case_files(paths) -> list[Path]:
 
 
 __all__ = ["CaseFormatError", "CorpusError", "save", "load", "case_files", "file_name"]
+
+
+def save_json(data: dict, name: str, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
+    """Write `data` as `directory/name` unless that file exists (names derive from content);
+    atomic, like `save`. For plugin targets whose files are not `Case`s."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    if path.exists():
+        return path
+    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(json.dumps(data, indent=1) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path

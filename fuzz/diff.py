@@ -23,6 +23,7 @@ from strategies.generators import generate
 class Tally:
     cases: int = 0
     agree: int = 0
+    outside_cases: int = 0
     outside: Counter = field(default_factory=Counter)  # (violation kind, behaviour) -> cases
     edges: Counter = field(default_factory=Counter)
     divergence: Divergence | None = None
@@ -34,6 +35,7 @@ class Tally:
         if outcome.status == AGREE:
             self.agree += 1
         elif outcome.status != DIVERGE:
+            self.outside_cases += 1
             for violation in {v.kind for v in outcome.violations}:
                 self.outside[(violation, outcome.behaviour)] += 1
         elif self.divergence is None:
@@ -42,6 +44,7 @@ class Tally:
     def merge(self, other: "Tally") -> None:
         self.cases += other.cases
         self.agree += other.agree
+        self.outside_cases += other.outside_cases
         self.outside.update(other.outside)
         self.edges.update(other.edges)
         self.seconds += other.seconds

@@ -13,7 +13,7 @@ def summary(target: str, tallies: dict, elapsed: float, interrupted: bool = Fals
     lines.append(f"  {'implementation':<34}{'cases':>8}{'agree':>8}{'outside':>9}"
                  f"{'diverged':>10}{'cases/s':>10}")
     for name, tally in tallies.items():
-        outside = sum(tally.outside.values())
+        outside = tally.outside_cases
         rate = tally.cases / tally.seconds if tally.seconds else 0.0
         verdict = "yes" if tally.divergence else "no"
         lines.append(f"  {name:<34}{tally.cases:>8,}{tally.agree:>8,}{outside:>9,}"

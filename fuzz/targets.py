@@ -29,3 +29,6 @@ def register(target: Target) -> None:
 
 def by_format(format_name: str) -> Target | None:
     return next((t for t in PLUGINS.values() if t.format == format_name), None)
+
+
+import fuzz.allocator_target  # noqa: E402,F401  registers "allocator" (imports nothing heavy)

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 BUNDLED = "bundled"
 MUTANT = "mutant"
 OUTSIDE = "outside"
+# Our Triton kernels: run only when named (--impl triton). Under the CPU interpreter a case costs
+# tens of milliseconds, too slow for the default set every `kvfuzz diff` and seeded test runs.
+KERNEL = "kernel"
 
 
 class ImplementationError(ValueError):
@@ -67,6 +70,32 @@ _ENTRIES = (
     _entry("decode", "mutant.opens_page_off_by_one",
            "impl.mutants.paged:decode_opens_page_off_by_one",
            "tests seq % P == 0 for a page-opening token", MUTANT),
+    # Triton (issue 6). Ours masks every access by its tensor's length, so it is safe to run
+    # outside the contract; upstream reads past a short pool (a segfault under the interpreter).
+    _entry("extend", "triton", "impl.paged_triton:alloc_extend",
+           "Triton kernel, one program per request (interpreted without CUDA)", KERNEL,
+           preconditions=("power-of-two page size",)),
+    _entry("decode", "triton", "impl.paged_triton:alloc_decode",
+           "Triton kernel, one program per request (interpreted without CUDA)", KERNEL,
+           preconditions=("power-of-two page size",)),
+    _entry("extend", "sglang.triton", "impl.upstream_sglang:triton_extend",
+           "upstream sglang alloc_extend_kernel (needs sglang installed)", OUTSIDE,
+           preconditions=("power-of-two page size",), safe_outside_contract=False),
+    _entry("decode", "sglang.triton", "impl.upstream_sglang:triton_decode",
+           "upstream sglang alloc_decode_kernel (needs sglang installed)", OUTSIDE,
+           preconditions=("power-of-two page size",), safe_outside_contract=False),
+) + tuple(
+    # Triton mutants: the kernel source with one edit each (impl/mutants/triton.py).
+    _entry(target, f"mutant.triton.{name}", f"impl.mutants.triton:{target}_{name}", summary,
+           MUTANT, preconditions=("power-of-two page size",))
+    for target, name, summary in (
+        ("extend", "inclusive_prefix", "prefix sums include the request itself"),
+        ("extend", "garbage_lanes", "masked prefix-sum lanes read 1, not 0"),
+        ("extend", "phase2_at_start", "whole-page phase writes over phase 1"),
+        ("extend", "last_page_plus_one", "last partial page one past the slice"),
+        ("decode", "inclusive_rank", "page rank counts the request itself"),
+        ("decode", "counts_masked", "masked lanes counted as page openers (P == 1)"),
+    )
 )
 
 
@@ -83,6 +112,9 @@ def resolve(target: str, spec: str) -> Implementation:
     """A registered name for `target`, or an outside implementation `package.module:attr`."""
     if ":" in spec:
         load_attribute(spec)  # fail now, with one line, rather than deep inside a run
+        for entry in _ENTRIES:  # a registered path keeps its preconditions and safety
+            if entry.target == target and entry.path == spec:
+                return entry
         return Implementation(spec, target, spec, "outside implementation", OUTSIDE)
     for entry in _ENTRIES:
         if entry.target == target and entry.name == spec:

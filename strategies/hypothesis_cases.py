@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 from hypothesis import strategies as st
 
 from strategies.build import FAULTS, break_contract, build_decode, build_extend
@@ -19,12 +21,25 @@ class DrawChooser:
     def choice(self, options):
         return self.draw(st.sampled_from(options))
 
+    # Long unique lists and permutations are slow to generate and shrink in Hypothesis; past a
+    # few elements, one drawn seed picks them instead (shrinking then still shortens the batch).
+    SMALL = 8
+
     def distinct(self, low: int, high: int, count: int) -> list[int]:
-        return self.draw(st.lists(st.integers(low, high), min_size=count, max_size=count,
-                                  unique=True))
+        if count <= self.SMALL:
+            return self.draw(st.lists(st.integers(low, high), min_size=count, max_size=count,
+                                      unique=True))
+        return self._rng().sample(range(low, high + 1), count)
 
     def shuffled(self, values: list[int]) -> list[int]:
-        return self.draw(st.permutations(values))
+        if len(values) <= self.SMALL:
+            return self.draw(st.permutations(values))
+        values = list(values)
+        self._rng().shuffle(values)
+        return values
+
+    def _rng(self) -> random.Random:
+        return random.Random(self.draw(st.integers(0, 2**32 - 1)))
 
 
 @st.composite

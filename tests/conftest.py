@@ -1,0 +1,20 @@
+"""Hypothesis profiles chosen by HYPOTHESIS_PROFILE (dev by default), and shared fixtures."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# dev: quick local runs. ci: deterministic (same examples every run, no database), enough
+# examples to reach every edge class. nightly: long runs on spare machines.
+settings.register_profile("dev", max_examples=150, deadline=None)
+settings.register_profile("ci", derandomize=True, database=None, max_examples=300,
+                          deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("nightly", max_examples=20_000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("KVFUZZ_CORPUS", ROOT / "corpus"))
