@@ -1,0 +1,80 @@
+"""Calls an allocator class with upstream `PagedTokenToKVPoolAllocator`'s interface in plain ints:
+lists go in as tensors, results come out with one `.tolist()` after each call. Tensors stay here."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
+
+
+class AllocatorDriver:
+    def __init__(self, cls, size: int, page_size: int, need_sort: bool, debug: bool,
+                 device: str = "cpu"):
+        self.device, self.page_size = device, page_size
+        before = os.environ.get(DEBUG_ENV)
+        os.environ[DEBUG_ENV] = "1" if debug else "0"  # upstream reads it in __init__
+        try:
+            self.allocator = cls(size, page_size, torch.float16, device, None, need_sort)
+        finally:
+            if before is None:
+                del os.environ[DEBUG_ENV]
+            else:
+                os.environ[DEBUG_ENV] = before
+
+    def _tensor(self, values, device=None) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
+
+    @staticmethod
+    def _ints(result):
+        return None if result is None else result.tolist()
+
+    def alloc(self, need_size: int):
+        return self._ints(self.allocator.alloc(need_size))
+
+    def alloc_extend(self, prefix_lens, seq_lens, last_loc, num_new_pages=None):
+        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
+        host = (prefix, seq) if self.device == "cpu" else \
+            (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
+        args = (prefix, host[0], seq, host[1], last,
+                sum(s - q for q, s in zip(prefix_lens, seq_lens)))
+        return self._ints(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages))
+
+    def alloc_decode(self, seq_lens, last_loc):
+        seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
+        host = seq if self.device == "cpu" else self._tensor(seq_lens, "cpu")
+        return self._ints(self.allocator.alloc_decode(seq, host, last))
+
+    def free_slots(self, slots) -> None:
+        self.allocator.free(self._tensor(slots))
+
+    def free_segment(self, slots, start_pos: int) -> None:
+        self.allocator.free_segment(self._tensor(slots), start_pos=start_pos)
+
+    def free_page_ids(self, pages) -> None:
+        self.allocator.free_page_ids(self._tensor(pages))
+
+    def group_begin(self) -> None:
+        self.allocator.free_group_begin()
+
+    def group_end(self) -> None:
+        self.allocator.free_group_end()
+
+    def clear(self) -> None:
+        self.allocator.clear()
+
+    def available_size(self) -> int:
+        return int(self.allocator.available_size())
+
+    def free_list(self) -> list[int]:
+        return self.allocator.free_pages.tolist()
+
+    def staged(self) -> list[int]:
+        """need_sort's staged pages; `release_pages` in older upstream shapes (spec §4.1)."""
+        chunks = getattr(self.allocator, "staged_pages", None)
+        if chunks is None:
+            older = getattr(self.allocator, "release_pages", None)
+            chunks = [] if older is None else [older]
+        return [page for chunk in chunks for page in chunk.tolist()]

@@ -1,0 +1,202 @@
+"""The allocator `Trace`: a scheduler's operations over requests against one paged allocator, and its
+version-stable JSON form ("kvfuzz-allocator-trace/1"). Standard library only.
+
+Ops name requests by id (`rid`); the harness resolves them at run time against the requests that
+are live then, so a trace stays valid when a shrinker drops ops or requests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, fields
+
+from strategies.case import CaseFormatError, Origin
+
+FORMAT = "kvfuzz-allocator-trace/1"
+FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
+MISUSES = ("double_free", "free_page0", "bad_last_loc", "free_unallocated", "free_out_of_range")
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A new request; with `share_from`, it starts with that live request's first `share_pages`
+    full pages as its prefix (a radix-cache hit), holding them jointly."""
+
+    rid: int
+    share_from: int | None = None
+    share_pages: int = 0
+
+
+@dataclass(frozen=True)
+class Extend:
+    """One batched `alloc_extend`: request `rids[i]` grows by `lens[i]` tokens. With `fill`, the
+    last request's length is chosen at run time so the batch needs exactly `available pages +
+    fill` new pages (minus `trim` tokens off its last page). `exact`: the caller passes
+    `num_new_pages`."""
+
+    rids: tuple[int, ...]
+    lens: tuple[int, ...]
+    fill: int | None = None
+    trim: int = 0
+    exact: bool = False
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One batched `alloc_decode`: one token for each of `rids` (empty: every live request)."""
+
+    rids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The request ends; the pages no other request holds are released by `how`."""
+
+    rid: int
+    how: str = "free"
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """Release the request's tail from the page boundary at or below `keep` tokens."""
+
+    rid: int
+    keep: int
+    how: str = "segment"
+
+
+@dataclass(frozen=True)
+class GroupBegin:
+    pass
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    pass
+
+
+@dataclass(frozen=True)
+class AllocPages:
+    """`alloc(pages * P)` for a new holder `rid`; `relative`: pages = available pages + `pages`."""
+
+    rid: int
+    pages: int
+    relative: bool = False
+
+
+@dataclass(frozen=True)
+class Clear:
+    pass
+
+
+@dataclass(frozen=True)
+class Misuse:
+    """A caller bug on purpose (see `oracle.allocator` for the verdict); `salt` picks the target."""
+
+    kind: str
+    salt: int = 0
+
+
+Op = Admit | Extend | Decode | Finish | Truncate | GroupBegin | GroupEnd | AllocPages | Clear | Misuse
+KINDS = {"admit": Admit, "extend": Extend, "decode": Decode, "finish": Finish,
+         "truncate": Truncate, "group_begin": GroupBegin, "group_end": GroupEnd,
+         "alloc": AllocPages, "clear": Clear, "misuse": Misuse}
+NAMES = {cls: name for name, cls in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Allocator `PagedAllocator(size, page_size, need_sort=...)`, debug checks on if `debug`."""
+
+    page_size: int
+    size: int
+    need_sort: bool
+    ops: tuple[Op, ...]
+    debug: bool = False
+    origin: Origin | None = field(default=None, compare=False)
+
+    @property
+    def num_pages(self) -> int:
+        return self.size // self.page_size
+
+    def trace_id(self) -> str:
+        """A short hash of the content (never the provenance): names corpus files."""
+        content = to_json(self)
+        content.pop("origin", None)
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def describe(self) -> str:
+        return (f"size {self.size} ({self.num_pages} pages of {self.page_size}), need_sort "
+                f"{'on' if self.need_sort else 'off'}, debug {'on' if self.debug else 'off'}, "
+                f"{len(self.ops)} ops")
+
+
+def describe_op(op: Op) -> str:
+    """One line, e.g. `extend r3+5 r4+0 (fill +1)` or `finish r2 (segment)`."""
+    if isinstance(op, Admit):
+        share = f" sharing {op.share_pages} pages of r{op.share_from}" \
+            if op.share_from is not None else ""
+        return f"admit r{op.rid}{share}"
+    if isinstance(op, Extend):
+        text = "extend " + " ".join(f"r{r}+{n}" for r, n in zip(op.rids, op.lens))
+        if op.fill is not None:
+            text += f" (last fills to available{op.fill:+d} pages, trim {op.trim})"
+        return text + (" exact" if op.exact else "")
+    if isinstance(op, Decode):
+        return "decode " + (" ".join(f"r{r}" for r in op.rids) or "all")
+    if isinstance(op, Finish):
+        return f"finish r{op.rid} ({op.how})"
+    if isinstance(op, Truncate):
+        return f"truncate r{op.rid} to {op.keep} ({op.how})"
+    if isinstance(op, AllocPages):
+        pages = f"available{op.pages:+d}" if op.relative else str(op.pages)
+        return f"alloc {pages} pages for r{op.rid}"
+    if isinstance(op, Misuse):
+        return f"misuse {op.kind} (salt {op.salt})"
+    return NAMES[type(op)].replace("_", " ")
+
+
+# --- JSON -------------------------------------------------------------------------------------
+
+def to_json(trace: Trace) -> dict:
+    data = {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
+            "need_sort": trace.need_sort, "debug": trace.debug,
+            "ops": [_op_to_json(op) for op in trace.ops]}
+    if trace.origin is not None:
+        data["origin"] = {"generator": trace.origin.generator, "seed": trace.origin.seed,
+                          "index": trace.origin.index}
+    return data
+
+
+def _op_to_json(op: Op) -> dict:
+    data = {"op": NAMES[type(op)]}
+    for f in fields(op):
+        value = getattr(op, f.name)
+        data[f.name] = list(value) if isinstance(value, tuple) else value
+    return data
+
+
+def dumps(trace: Trace) -> str:
+    return json.dumps(to_json(trace), indent=1) + "\n"
+
+
+def loads(text: str, source: str = "trace") -> Trace:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CaseFormatError(f"{source}: not valid JSON: {error}") from None
+    return from_json(data, source)
+
+
+def from_json(data: object, source: str = "trace") -> Trace:
+    """Decode and validate; every problem is a `CaseFormatError` naming the field and value."""
+    from strategies.allocator_codec import decode_trace
+    return decode_trace(data, source)
+
+
+def generate_trace(seed: int, index: int, num_ops: int = 200) -> Trace:
+    """Trace `index` of `seed` from the plain-random generator `allocator/1`, the same forever."""
+    from strategies.allocator_random import generate
+    return generate(seed, index, num_ops)
