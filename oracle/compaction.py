@@ -18,8 +18,9 @@ Design note (kvfuzz issue 4)
 - Deviations: eager mode counts `live` (upstream leaves it 0) so I5 can be checked uniformly;
   the extension check is byte-exact for both pools (§8.8.6), and allocation gates on `avail()`.
 - The ladder: an alloc beyond `avail()` urgently flushes the other pool, re-checks, else None.
-- Invariants I1-I11 (`oracle.compaction_invariants`) read only plain `PoolSnapshot`s, so the same
-  checks run on the model and on any implementation. I12 (eager vs lazy) lives in the harness.
+- Invariants read only plain `PoolSnapshot`s, so they check the model and any implementation:
+  I1-I8, I10 per state (`oracle.compaction_invariants`), I9-I11 per op
+  (`oracle.compaction_transitions`). I12 (eager vs lazy) lives in `fuzz.compaction_diff`.
 - The flush walk and eager compaction live in `oracle.compaction_flush`.
 """
 
@@ -80,7 +81,7 @@ class ModelPool:
 
 
 class CompactionModel:
-    """The whole allocator: `alloc`, `free`, `flush`, `drain`, `forward`, `fire`, `write`, `read`."""
+    """The whole allocator: alloc, free, flush, drain, forward, fire, write and read."""
 
     def __init__(self, params: Params, lazy: bool):
         self.params, self.lazy = params, lazy
@@ -103,7 +104,8 @@ class CompactionModel:
     def avail(self, name: str) -> int:
         pool = self.pools[name]
         room = pool.geo.num_pages - pool.geo.reserved - pool.span
-        return min(self.gap_bytes(name) // pool.geo.epp, room) + (len(pool.holes) if self.lazy else 0)
+        holes = len(pool.holes) if self.lazy else 0  # pending pages are never counted (§8.8.7)
+        return min(self.gap_bytes(name) // pool.geo.epp, room) + holes
 
     def alloc(self, name: str, n: int) -> list[int] | None:
         """`n` fresh vids bound to pages, or None with nothing changed but a neighbour flush."""

@@ -11,7 +11,10 @@ from strategies.compaction_trace import Params, PoolSnapshot
 
 
 def span_pages(geo: Geometry, snap: PoolSnapshot) -> range:
-    return range(geo.reserved, snap.wm) if geo.up else range(snap.wm + 1, geo.num_pages)
+    """Clamped to real pages, so a wild watermark is reported (I3) rather than crashing here."""
+    if geo.up:
+        return range(geo.reserved, max(geo.reserved, min(snap.wm, geo.num_pages)))
+    return range(max(snap.wm + 1, 1), geo.num_pages)
 
 
 def low_high_bytes(geo: Geometry, snap: PoolSnapshot) -> tuple[int, int]:
@@ -24,16 +27,24 @@ def state_violations(params: Params, lazy: bool, snaps: dict[str, PoolSnapshot],
                      stamps: dict[str, dict[int, bytes]],
                      data: dict[str, dict[int, bytes]]) -> list[str]:
     """I1-I8 and I10 after any operation. `stamps`: what was written per live vid; `data`: read."""
-    problems = []
     geos = geometries(params)
+    problems = []
     for name, snap in snaps.items():
-        geo = geos[name]
-        found = (_anchor(geo, snap) + _bijection(snap) + _containment(geo, snap)
-                 + _partition(geo, snap, lazy) + _vids(geo, snap)
-                 + _data(stamps[name], data[name]))
-        problems += [f"{name}: {problem}" for problem in found]
-    problems += _frontiers_and_avail(params, lazy, geos, snaps)
-    return problems
+        problems += pool_violations(geos[name], lazy, snap, stamps[name], data[name])
+    return problems + chain_violations(params, lazy, snaps)
+
+
+def pool_violations(geo: Geometry, lazy: bool, snap: PoolSnapshot, stamps: dict[int, bytes],
+                    data: dict[int, bytes]) -> list[str]:
+    """I1-I7 of one pool; a pure function of its arguments, so callers may skip a repeat."""
+    found = (_anchor(geo, snap) + _bijection(snap) + _containment(geo, snap)
+             + _partition(geo, snap, lazy) + _vids(geo, snap) + _data(stamps, data))
+    return [f"{geo.name}: {problem}" for problem in found]
+
+
+def chain_violations(params: Params, lazy: bool, snaps: dict[str, PoolSnapshot]) -> list[str]:
+    """I8 and I10, which look at both pools."""
+    return _frontiers_and_avail(params, lazy, geometries(params), snaps)
 
 
 def _anchor(geo: Geometry, snap: PoolSnapshot) -> list[str]:

@@ -38,17 +38,20 @@ def flush_violations(geo: Geometry, before: PoolSnapshot, after: PoolSnapshot, m
     outward = {vid: pair for vid, pair in moved.items()
                if pair[1] is not None and (pair[1] > pair[0] if geo.up else pair[1] < pair[0])}
     if outward:
-        problems.append(f"I9 moves away from the base (vid: (from, to)): {dict(list(outward.items())[:6])}")
+        shown = dict(list(outward.items())[:6])
+        problems.append(f"I9 moves away from the base (vid: (from, to)): {shown}")
     if not urgent:
         if moves > move_cap:
             problems.append(f"I9 non-urgent flush made {moves} moves over the cap {move_cap}")
         written = {before.v2p[vid] for vid in before.inflight}
         raced = sorted(src for src, _ in moved.values() if src in written)
         if raced:
-            problems.append(f"I9 non-urgent flush moved pages {raced} that an unfired forward writes")
+            problems.append(f"I9 non-urgent flush moved pages {raced}, written by an unfired "
+                            f"forward")
     elif after.holes or after.pending_set or _span(geo, after) != after.live:
         problems.append(f"I9 urgent flush left holes {list(after.holes)[:8]}, pending "
-                        f"{list(after.pending_set)[:8]}, span {_span(geo, after)} != live {after.live}")
+                        f"{list(after.pending_set)[:8]}, span {_span(geo, after)}, "
+                        f"live {after.live}")
     return problems
 
 

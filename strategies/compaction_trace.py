@@ -111,11 +111,13 @@ class Trace:
     params: Params
     ops: tuple[Op, ...]
     origin: Origin | None = field(default=None, compare=False)
+    note: str = field(default="", compare=False)  # provenance, e.g. "shrunk from 300 ops"
 
     def trace_id(self) -> str:
         """A short hash of params and ops: names corpus files, independent of provenance."""
         content = to_json(self)
         content.pop("origin", None)
+        content.pop("note", None)
         canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -178,6 +180,8 @@ def to_json(trace: Trace) -> dict:
             "ops": [_op_to_json(op) for op in trace.ops]}
     if trace.origin is not None:
         data["origin"] = dict(vars(trace.origin))
+    if trace.note:
+        data["note"] = trace.note
     return data
 
 
@@ -196,7 +200,7 @@ def from_json(data: object) -> Trace:
     """Decode and validate; every problem raises `TraceFormatError` naming the field and value."""
     _expect(isinstance(data, dict), "(top level)", "expected a JSON object", type(data).__name__)
     _expect(data.get("format") == FORMAT, "format", f"expected {FORMAT!r}", data.get("format"))
-    unknown = set(data) - {"format", "params", "ops", "origin"}
+    unknown = set(data) - {"format", "params", "ops", "origin", "note"}
     _expect(not unknown, "(top level)", "unknown field", sorted(unknown))
     params = _params(data.get("params"))
     ops = data.get("ops")
@@ -209,7 +213,7 @@ def from_json(data: object) -> Trace:
         _int(origin, "seed", "origin.seed")
         _int(origin, "index", "origin.index")
         origin = Origin(str(origin["generator"]), origin["seed"], origin["index"])
-    return Trace(params, decoded, origin)
+    return Trace(params, decoded, origin, str(data.get("note", "")))
 
 
 def loads(text: str) -> Trace:

@@ -1,5 +1,6 @@
-"""Lazy-compaction allocator in torch (kvfuzz issue 4). `IMPLEMENTATIONS` maps a name to a factory
-`factory(params) -> TorchCompaction`; factories import lazily, so listing names never loads torch.
+"""Lazy-compaction allocator in torch (kvfuzz issue 4). `IMPLEMENTATIONS` maps a name to a
+factory `factory(params, device="cpu") -> TorchCompaction`; factories import lazily, so listing
+the names never loads torch.
 """
 
 from __future__ import annotations
@@ -7,18 +8,19 @@ from __future__ import annotations
 
 def _lazy():
     from impl.compaction.allocator import TorchCompaction
-    return lambda params: TorchCompaction(params, lazy=True)
+    return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device)
 
 
 def _eager():
     from impl.compaction.allocator import TorchCompaction
-    return lambda params: TorchCompaction(params, lazy=False)
+    return lambda params, device="cpu": TorchCompaction(params, lazy=False, device=device)
 
 
 def _before():
     from impl.compaction.allocator import TorchCompaction
     from impl.compaction.pool import PerPageCommitPool
-    return lambda params: TorchCompaction(params, lazy=True, pool_class=PerPageCommitPool)
+    return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device,
+                                                        pool_class=PerPageCommitPool)
 
 
 def _mutant(attr: str):
@@ -29,8 +31,8 @@ def _mutant(attr: str):
 
 
 def _factory(loader):
-    def factory(params):
-        return loader()(params)
+    def factory(params, device: str = "cpu"):
+        return loader()(params, device)
     return factory
 
 
@@ -40,4 +42,5 @@ IMPLEMENTATIONS = {
     "compaction.before": _factory(_before),
     "mutant.compaction.pending_replaced": _factory(_mutant("pending_replaced")),
     "mutant.compaction.p2v_not_cleared": _factory(_mutant("p2v_not_cleared")),
+    "mutant.compaction.kv_not_moved": _factory(_mutant("kv_not_moved")),
 }

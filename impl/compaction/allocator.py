@@ -9,16 +9,17 @@ import torch
 
 from impl.compaction.eager import eager_free
 from impl.compaction.kv import SharedKV
-from impl.compaction.pool import I64, LazyPool, SimEvent
+from impl.compaction.pool import LazyPool, SimEvent
 from strategies.compaction_trace import Params, PoolSnapshot
 
 
 class TorchCompaction:
-    """`lazy` picks lazy holes + flush, or eager compaction at free time; `pool_class` the commit."""
+    """`lazy`: holes and flush, else compaction at free time. `pool_class` picks the commit."""
 
-    def __init__(self, params: Params, lazy: bool = True, pool_class: type = LazyPool):
+    def __init__(self, params: Params, lazy: bool = True, pool_class: type = LazyPool,
+                 device: str = "cpu"):
         self.params, self.lazy = params, lazy
-        self.kv = SharedKV(params.total_bytes)
+        self.kv = SharedKV(params.total_bytes, device)
         self.pools: dict[str, LazyPool] = {}
         for name, up, epp in (("up", True, params.epp_up), ("down", False, params.epp_down)):
             if name in params.pools():
@@ -76,7 +77,7 @@ class TorchCompaction:
         return None if vids is None else vids.tolist()
 
     def free(self, name: str, vids: list[int]) -> None:
-        self.free_tensor(name, torch.tensor(vids, dtype=I64))
+        self.free_tensor(name, self.pools[name].to_device(vids))
 
     def flush(self, name: str, urgent: bool) -> int:
         return self.pools[name].flush(urgent)
@@ -89,21 +90,20 @@ class TorchCompaction:
         self.events[event] = SimEvent(event)
         for name, pool in self.pools.items():
             pool.latest_event = self.events[event]
-            pool.inflight = (self.events[event], torch.tensor(writes.get(name, []), dtype=I64))
+            pool.inflight = (self.events[event], pool.to_device(writes.get(name, [])))
 
     def fire(self, event: int) -> None:
         self.events[event].fired = True
 
     def write(self, name: str, vids: list[int], payloads: list[bytes]) -> None:
         pool = self.pools[name]
-        pages = pool.v2p[torch.tensor(vids, dtype=I64)].clamp_min(0)  # translate
+        pages = pool.v2p[pool.to_device(vids)].clamp_min(0)  # translate
         self.kv.write(pool.kv, pages, payloads)
 
     def read_live(self, name: str) -> dict[int, bytes]:
-        v2p = self.pools[name].v2p.tolist()
-        live = [(vid, page) for vid, page in enumerate(v2p[:-1]) if page > 0]
-        rows = self.kv.read(self.pools[name].kv, [page for _, page in live]) if live else []
-        return {vid: row for (vid, _), row in zip(live, rows)}
+        pool = self.pools[name]
+        rows = self.kv.read_all(pool.kv)
+        return {vid: rows[page] for vid, page in enumerate(pool.v2p[:-1].tolist()) if page > 0}
 
     def snapshot(self, name: str) -> PoolSnapshot:
         pool = self.pools[name]

@@ -8,8 +8,8 @@ import torch
 
 
 class SharedKV:
-    def __init__(self, total_bytes: int):
-        self.buffer = torch.zeros(total_bytes, dtype=torch.uint8)
+    def __init__(self, total_bytes: int, device: str | torch.device = "cpu"):
+        self.buffer = torch.zeros(total_bytes, dtype=torch.uint8, device=device)
 
     def pool_view(self, num_pages: int, epp: int) -> torch.Tensor:
         """A [num_pages, epp] view: compaction copies rows of it, writes land in the buffer."""
@@ -17,9 +17,12 @@ class SharedKV:
 
     @staticmethod
     def write(view: torch.Tensor, pages: torch.Tensor, payloads: list[bytes]) -> None:
-        view[pages] = torch.tensor([list(payload) for payload in payloads], dtype=torch.uint8)
+        rows = torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8)
+        view.index_copy_(0, pages, rows.view(len(payloads), -1).to(view.device))
 
     @staticmethod
-    def read(view: torch.Tensor, pages: list[int]) -> list[bytes]:
-        rows = view[torch.tensor(pages, dtype=torch.int64)].tolist()
-        return [bytes(row) for row in rows]
+    def read_all(view: torch.Tensor) -> list[bytes]:
+        """Every page's bytes, for the harness (a host copy: never call it inside a flush)."""
+        flat = view.cpu().numpy().tobytes()
+        width = view.shape[1]
+        return [flat[start:start + width] for start in range(0, len(flat), width)]

@@ -21,26 +21,30 @@ class SimEvent:
 
 
 class LazyPool:
-    """Grows up from page `reserved` or down from `num_pages - 1`; `kv` is its view of the buffer."""
+    """Grows up from page `reserved` or down from `num_pages - 1`; `kv`: its view of the buffer."""
 
     def __init__(self, name: str, up: bool, num_pages: int, reserved: int, epp: int,
                  lazy: bool, kv: torch.Tensor, move_cap: int):
         self.name, self.up, self.lazy, self.move_cap = name, up, lazy, move_cap
         self.num_pages, self.reserved, self.epp, self.kv = num_pages, reserved, epp, kv
+        self.device = kv.device
         self.wm = reserved if up else num_pages - 1
         self.live = 0
         self.num_moves = 0
         # Row 0 is the padding anchor (vid 0 <-> page 0); the last row a -1 sentinel for gathers.
-        self.v2p = torch.full((num_pages + 1,), -1, dtype=I64)
-        self.p2v = torch.full((num_pages + 1,), -1, dtype=I64)
+        self.v2p = torch.full((num_pages + 1,), -1, dtype=I64, device=self.device)
+        self.p2v = torch.full((num_pages + 1,), -1, dtype=I64, device=self.device)
         self.v2p[0] = 0
         self.p2v[0] = 0
-        self.free_vids = torch.arange(reserved, num_pages, dtype=I64)
-        self.holes = torch.empty(0, dtype=I64)
+        self.free_vids = torch.arange(reserved, num_pages, dtype=I64, device=self.device)
+        self.holes = torch.empty(0, dtype=I64, device=self.device)
         self.pending: dict[SimEvent, tuple[list[int], torch.Tensor]] = {}
         self.pending_pages: set[int] = set()  # host mirror of the pending batches
         self.inflight: tuple[SimEvent, torch.Tensor] | None = None
         self.latest_event: SimEvent | None = None
+
+    def to_device(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=I64, device=self.device)
 
     @property
     def span(self) -> int:
@@ -57,10 +61,10 @@ class LazyPool:
         old = self.wm
         if self.up:
             self.wm += need
-            extension = torch.arange(old, old + need, dtype=I64)
+            extension = torch.arange(old, old + need, dtype=I64, device=self.device)
         else:
             self.wm -= need
-            extension = torch.arange(self.wm + 1, old + 1, dtype=I64)
+            extension = torch.arange(self.wm + 1, old + 1, dtype=I64, device=self.device)
             if drained:  # the mixed slow path emits a down extension descending (§3.1)
                 extension = extension.flip(0)
         pages = torch.cat((self.holes[:drained], extension))
@@ -113,7 +117,7 @@ class LazyPool:
         released = self.commit(srcs, dsts, latest)
         if full_pack:
             self.wm += -len(interior) if self.up else len(interior)
-            self.holes = torch.empty(0, dtype=I64)
+            self.holes = torch.empty(0, dtype=I64, device=self.device)
         else:
             keep = self.holes[len(srcs):] if self.up else self.holes[:len(interior) - len(srcs)]
             self.holes = keep if released is None else torch.cat((keep, released))
@@ -170,15 +174,18 @@ class LazyPool:
         """§3.7 in one batch: one gather of p2v, a device assert, one KV copy, one remap."""
         if not srcs:
             return None
-        src_t = torch.tensor(srcs, dtype=I64)
-        dst_t = torch.tensor(dsts, dtype=I64)
+        src_t = self.to_device(srcs)  # host -> device copies: no sync
+        dst_t = self.to_device(dsts)
         vids = self.p2v[src_t]
         torch._assert_async((vids >= 0).all(), "invalid p2v mapping in compaction flush")
         self.relocate(src_t, dst_t, vids)
         return self.dispose(srcs, src_t, latest)
 
     def relocate(self, src_t: torch.Tensor, dst_t: torch.Tensor, vids: torch.Tensor) -> None:
-        self.kv[dst_t] = self.kv[src_t]  # sources and holes are disjoint: order-free
+        # Sources and holes are disjoint, so one gather then one scatter is order-free.
+        # (index_select/index_copy_, not `kv[d] = kv[s]`: advanced indexing on uint8 rows is
+        # ~1000x slower on a busy multi-threaded CPU.)
+        self.kv.index_copy_(0, dst_t, self.kv.index_select(0, src_t))
         self.v2p[vids] = dst_t
         self.p2v[dst_t] = vids
         self.p2v.index_fill_(0, src_t, -1)
@@ -206,6 +213,6 @@ class PerPageCommitPool(LazyPool):
             if vid < 0:
                 raise AssertionError(f"invalid p2v mapping in compaction flush: page {src}")
             vids.append(vid)
-        src_t = torch.tensor(srcs, dtype=I64)
-        self.relocate(src_t, torch.tensor(dsts, dtype=I64), torch.tensor(vids, dtype=I64))
+        src_t = self.to_device(srcs)
+        self.relocate(src_t, self.to_device(dsts), self.to_device(vids))
         return self.dispose(srcs, src_t, latest)

@@ -1,4 +1,5 @@
-"""Broken lazy-compaction allocators the suite must catch (spec §3.7 and the commit remap).
+"""Broken lazy-compaction allocators the suite must catch (spec §3.7: pending batches, the remap
+and the KV move of the commit).
 
 Each is a factory `(params) -> TorchCompaction` over a pool class with one fault.
 """
@@ -25,15 +26,29 @@ class _P2vNotClearedPool(LazyPool):
     """The commit remaps v2p and p2v of the destinations but leaves p2v of its sources bound."""
 
     def relocate(self, src_t, dst_t, vids):
-        self.kv[dst_t] = self.kv[src_t]
+        self.kv.index_copy_(0, dst_t, self.kv.index_select(0, src_t))
         self.v2p[vids] = dst_t
         self.p2v[dst_t] = vids
         self.num_moves += src_t.numel()
 
 
-def pending_replaced(params) -> TorchCompaction:
-    return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool)
+class _KvNotMovedPool(LazyPool):
+    """The commit remaps both tables but never copies the KV rows: moved vids read stale bytes."""
+
+    def relocate(self, src_t, dst_t, vids):
+        self.v2p[vids] = dst_t
+        self.p2v[dst_t] = vids
+        self.p2v.index_fill_(0, src_t, -1)
+        self.num_moves += src_t.numel()
 
 
-def p2v_not_cleared(params) -> TorchCompaction:
-    return TorchCompaction(params, lazy=True, pool_class=_P2vNotClearedPool)
+def pending_replaced(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool, device=device)
+
+
+def p2v_not_cleared(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_P2vNotClearedPool, device=device)
+
+
+def kv_not_moved(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_KvNotMovedPool, device=device)

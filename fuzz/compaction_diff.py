@@ -1,0 +1,299 @@
+"""Differential runner for the lazy-compaction allocator: drives the oracle and an implementation
+with the same trace, compares every observable value after every op, checks invariants I1-I11 on
+the implementation, and I12 (eager vs lazy ending with an urgent flush).
+
+    divergence = run_trace(generate_trace(seed, index), "compaction.lazy")
+    if divergence: print(divergence.report())
+"""
+
+from __future__ import annotations
+
+import itertools
+import traceback
+from dataclasses import dataclass, field, fields
+
+from impl.compaction import IMPLEMENTATIONS
+from oracle.compaction import CompactionModel, geometries
+from oracle.compaction_invariants import chain_violations, pool_violations
+from oracle.compaction_transitions import alloc_violations, drain_violations, flush_violations
+from strategies.compaction_trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
+                                         PoolSnapshot, Trace, describe_op)
+
+_MODEL_FILES = ("oracle/compaction.py", "oracle/compaction_flush.py")
+# Every side is `factory(params, device)`; the oracle sides let the harness test itself.
+SIDES = {"oracle.lazy": lambda params, device="cpu": CompactionModel(params, lazy=True),
+         "oracle.eager": lambda params, device="cpu": CompactionModel(params, lazy=False),
+         **IMPLEMENTATIONS}
+
+
+@dataclass
+class Divergence:
+    """What went wrong, where, and how to replay it. `problems` holds one line per finding."""
+
+    impl: str
+    trace: Trace
+    op_index: int | None  # None: found after the last op (I12's final comparison)
+    pool: str | None
+    problems: list[str]
+    context: list[str] = field(default_factory=list)  # the last ops, resolved, this one last
+
+    def key(self) -> tuple:
+        """What diverged, for dedup: implementation, op kind, pool and the first finding's label."""
+        op = self.trace.ops[self.op_index] if self.op_index is not None else None
+        return (self.impl, type(op).__name__ if op else "end", self.pool,
+                _label(self.problems[0]) if self.problems else "")
+
+    def corpus_name(self) -> str:
+        return f"compaction-{self.trace.trace_id()}.json"
+
+    def report(self, limit: int = 12) -> str:
+        origin = self.trace.origin.describe() if self.trace.origin else "hand-written"
+        origin += f"; {self.trace.note}" if self.trace.note else ""
+        params = ", ".join(f"{f.name}={getattr(self.trace.params, f.name)}"
+                           for f in fields(self.trace.params))
+        where = ("the end of the trace (final comparison)" if self.op_index is None else
+                 f"op {self.op_index} of {len(self.trace.ops)}: "
+                 f"{describe_op(self.trace.ops[self.op_index])}")
+        lines = [f"compaction divergence: implementation {self.impl}",
+                 f"  trace {self.trace.trace_id()} ({origin}); {params}",
+                 f"  at {where}; pool {self.pool or '-'}"]
+        lines += [f"  {'this op' if i == len(self.context) - 1 else 'earlier'}: {line}"
+                  for i, line in enumerate(self.context)]
+        lines += [f"    {problem}" for problem in self.problems[:limit]]
+        if len(self.problems) > limit:
+            lines.append(f"    ... and {len(self.problems) - limit} more")
+        lines.append(f"  replay: kvfuzz replay corpus/{self.corpus_name()} --impl {self.impl}")
+        return "\n".join(lines)
+
+
+def _label(problem: str) -> str:
+    """`up: field p2v differs ...` -> `field p2v`; `down: I4 repeated holes` -> `I4`."""
+    words = problem.split(": ", 1)[-1].split()
+    if words and words[0][:1] == "I" and words[0][1:].isdigit():
+        return words[0]
+    return " ".join(words[:2])
+
+
+def stamp(serial: int, epp: int) -> bytes:
+    """A payload no other allocation shares: the serial, little-endian, tiled over the page."""
+    word = serial.to_bytes(4, "little")
+    return (word * (epp // 4 + 1))[:epp]
+
+
+def depth_order(snap: PoolSnapshot, up: bool) -> list[int]:
+    """Live vids ordered from the pool's base to its frontier."""
+    pairs = sorted((page, vid) for vid, page in enumerate(snap.v2p[:-1]) if page > 0)
+    return [vid for _, vid in (pairs if up else reversed(pairs))]
+
+
+class Lockstep:
+    """The oracle and one implementation side by side; `step(op)` returns the problems found."""
+
+    def __init__(self, trace: Trace, impl_name: str, device: str = "cpu"):
+        self.params, self.impl_name = trace.params, impl_name
+        self.impl = SIDES[impl_name](trace.params, device)
+        self.model = CompactionModel(trace.params, lazy=self.impl.lazy)
+        self.geos = geometries(trace.params)
+        self.stamps = {name: {} for name in self.geos}
+        self.serial = 0
+        self.next_event = 1
+        self.snaps = {name: self.impl.snapshot(name) for name in self.geos}
+        self.log: list[str] = []
+        self.checked: dict[str, object] = {}  # per pool, and "chain": what was last checked
+
+    def step(self, op: Op) -> tuple[str | None, list[str]]:
+        """Apply `op` to both sides; returns (pool, problems), problems empty when all agrees."""
+        before = self.snaps
+        pool = getattr(op, "pool", None)
+        self.log.append(describe_op(op))
+        problems = self._apply(op, before)
+        self.snaps = {name: self.impl.snapshot(name) for name in self.geos}
+        for name in self.geos:
+            diffs = compare_snapshots(self.model.snapshot(name), self.snaps[name])
+            problems += [f"{name}: {diff}" for diff in diffs]
+        for name, geo in self.geos.items():
+            snap, data = checked = (self.snaps[name], self.impl.read_live(name))
+            if checked != self.checked.get(name):  # invariants are pure: skip an unchanged pool
+                problems += pool_violations(geo, self.impl.lazy, snap, self.stamps[name], data)
+                self.checked[name] = checked
+        if self.snaps != self.checked.get("chain"):
+            problems += chain_violations(self.params, self.impl.lazy, self.snaps)
+            self.checked["chain"] = self.snaps
+        problems += [f"{pool}: {problem}" for problem in self._transition(op, before, pool)]
+        return pool, problems
+
+    def _apply(self, op: Op, before: dict[str, PoolSnapshot]) -> list[str]:
+        self._result = None
+        if isinstance(op, Alloc):
+            n = max(1, self.model.avail(op.pool) + op.n) if op.relative else op.n
+            expected, actual = self.model.alloc(op.pool, n), self.impl.alloc(op.pool, n)
+            self._result, self._n = actual, n
+            self.log[-1] = f"alloc {op.pool} {n} -> {_short(expected, 60)}"
+            if expected != actual:
+                return [f"{op.pool}: result of alloc {n}: expected vids {expected}, "
+                        f"actual {actual}"]
+            if actual:
+                self._stamp(op.pool, actual)
+        elif isinstance(op, Free):
+            vids = op.pick.resolve(depth_order(before[op.pool], self.geos[op.pool].up))
+            self.log[-1] = f"free {op.pool} vids {_short(vids, 60)}"
+            if vids:
+                self.model.free(op.pool, vids)
+                self.impl.free(op.pool, vids)
+                for vid in vids:
+                    del self.stamps[op.pool][vid]
+        elif isinstance(op, (Flush, Drain)):
+            kind = type(op).__name__.lower()
+            expected = getattr(self.model, kind)(op.pool, op.urgent)
+            actual = getattr(self.impl, kind)(op.pool, op.urgent)
+            self._result = actual
+            self.log[-1] = describe_op(op) + (f" -> {expected} moves" if kind == "flush" else "")
+            if expected != actual:
+                return [f"{op.pool}: result of {kind}: expected {expected}, actual {actual}"]
+        elif isinstance(op, Forward):
+            self._forward(op, before)
+        elif isinstance(op, Fire):
+            unfired = self.model.unfired()
+            chosen = {"oldest": unfired[:1], "newest": unfired[-1:]}.get(op.which, unfired)
+            self.log[-1] = f"fire events {chosen}"
+            for event in chosen:
+                self.model.fire(event)
+                self.impl.fire(event)
+        return []
+
+    def _forward(self, op: Forward, before: dict[str, PoolSnapshot]) -> None:
+        writes = {name: pick.resolve(depth_order(before[name], self.geos[name].up))
+                  for name, pick in (("up", op.up), ("down", op.down))
+                  if pick is not None and name in self.geos}
+        event, self.next_event = self.next_event, self.next_event + 1
+        self.log[-1] = f"forward event {event} writes {writes}"
+        self.model.forward(event, writes)
+        self.impl.forward(event, writes)
+
+    def _stamp(self, name: str, vids: list[int]) -> None:
+        payloads = []
+        for vid in vids:
+            self.serial += 1
+            payloads.append(stamp(self.serial, self.geos[name].epp))
+            self.stamps[name][vid] = payloads[-1]
+        self.model.write(name, vids, payloads)
+        self.impl.write(name, vids, payloads)
+
+    def _transition(self, op: Op, before: dict[str, PoolSnapshot], pool: str | None) -> list[str]:
+        if isinstance(op, Flush) and self.impl.lazy and isinstance(self._result, int):
+            return flush_violations(self.geos[pool], before[pool], self.snaps[pool],
+                                    self._result, op.urgent, self.params.move_cap)
+        if isinstance(op, Alloc):
+            return alloc_violations(before[pool], self.snaps[pool], self._n, self._result)
+        if isinstance(op, Drain):
+            return drain_violations(before[pool], self.snaps[pool])
+        return []
+
+
+def compare_snapshots(expected: PoolSnapshot, actual: PoolSnapshot) -> list[str]:
+    """One line per differing field, with the values (or the differing positions of a table)."""
+    if expected == actual:
+        return []
+    diffs = []
+    for name in (f.name for f in fields(PoolSnapshot)):
+        want, got = getattr(expected, name), getattr(actual, name)
+        if want == got:
+            continue
+        if name in ("v2p", "p2v", "free_vids") and len(want) == len(got):
+            at = [i for i, (w, g) in enumerate(zip(want, got)) if w != g][:6]
+            diffs.append(f"field {name} differs at {at}: expected {[want[i] for i in at]}, "
+                         f"actual {[got[i] for i in at]}")
+        else:
+            diffs.append(f"field {name}: expected {_short(want)}, actual {_short(got)}")
+    return diffs
+
+
+def _short(value: object, width: int = 120) -> str:
+    text = repr(list(value) if isinstance(value, tuple) else value)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def run_trace(trace: Trace, impl_name: str, device: str = "cpu") -> Divergence | None:
+    """Apply every op to the oracle and `impl_name`; the first op with any problem diverges."""
+    lock = Lockstep(trace, impl_name, device)
+    for index, op in enumerate(trace.ops):
+        try:
+            pool, problems = lock.step(op)
+        except Exception as error:  # a crash of the implementation is a finding, with its stack
+            frames = traceback.extract_tb(error.__traceback__)
+            if any(frame.filename.endswith(_MODEL_FILES) for frame in frames):
+                raise  # the model's own bug: a plain traceback, never a "divergence"
+            pool = getattr(op, "pool", None)
+            frames = traceback.format_exception(error)[-3:]
+            problems = [f"crash {type(error).__name__}: {error}"] + \
+                [line.rstrip() for chunk in frames for line in chunk.splitlines()]
+        if problems:
+            return Divergence(impl_name, trace, index, pool, problems, lock.log[-6:])
+    return None
+
+
+def check_i12(trace: Trace, lazy: str = "compaction.lazy", eager: str = "compaction.eager",
+              device: str = "cpu") -> Divergence | None:
+    """I12: the alloc/free projection of `trace` run eager and lazy, lazy ending with an urgent
+    flush, gives the same vids, live set, data per vid and span == live. Forwards and fires are
+    dropped (they make pending pages that lazy may not count); frees are sorted, so both modes
+    recycle vids in the same order; picks resolve against the lazy side's layout."""
+    sides = {"lazy": SIDES[lazy](trace.params, device),
+             "eager": SIDES[eager](trace.params, device)}
+    geos = geometries(trace.params)
+    stamps = {name: {} for name in geos}
+    serials = itertools.count(1)
+    for index, op in enumerate(trace.ops):
+        problems = _i12_step(sides, geos, stamps, op, serials)
+        if problems:
+            return Divergence(lazy, trace, index, getattr(op, "pool", None), problems)
+    for name in geos:
+        sides["lazy"].flush(name, urgent=True)
+    problems = []
+    for name, geo in geos.items():
+        for mode, side in sides.items():
+            snap, data = side.snapshot(name), side.read_live(name)
+            span = snap.wm - geo.reserved if geo.up else geo.num_pages - 1 - snap.wm
+            if span != snap.live or set(data) != set(stamps[name]):
+                problems.append(f"I12 {mode} {name}: span {span}, live {snap.live}, live vids "
+                                f"{sorted(data)[:8]}, expected {sorted(stamps[name])[:8]}")
+            wrong = sorted(vid for vid, row in data.items() if stamps[name].get(vid) != row)
+            if wrong:
+                problems.append(f"I12 {mode} {name}: data differs from the stamps for vids "
+                                f"{wrong[:8]}")
+    return Divergence(lazy, trace, None, None, problems) if problems else None
+
+
+def _i12_step(sides, geos, stamps, op: Op, serials) -> list[str]:
+    lazy, eager = sides["lazy"], sides["eager"]
+    if isinstance(op, Alloc):
+        n = max(1, lazy.avail(op.pool) + op.n) if op.relative else op.n
+        results = [lazy.alloc(op.pool, n), eager.alloc(op.pool, n)]
+        if results[0] != results[1]:
+            return [f"I12 alloc {op.pool} {n}: lazy gave {results[0]}, eager gave {results[1]}"]
+        for vid in results[0] or []:
+            stamps[op.pool][vid] = stamp(next(serials), geos[op.pool].epp)
+        if results[0]:
+            payloads = [stamps[op.pool][vid] for vid in results[0]]
+            lazy.write(op.pool, results[0], payloads)
+            eager.write(op.pool, results[0], payloads)
+    elif isinstance(op, Free):
+        vids = sorted(op.pick.resolve(depth_order(lazy.snapshot(op.pool), geos[op.pool].up)))
+        if vids:
+            lazy.free(op.pool, vids)
+            eager.free(op.pool, vids)
+            for vid in vids:
+                del stamps[op.pool][vid]
+    elif isinstance(op, Flush):
+        lazy.flush(op.pool, op.urgent)
+    elif isinstance(op, Drain):
+        lazy.drain(op.pool, op.urgent)
+    return []
+
+
+def replay(trace: Trace, impl_name: str, device: str = "cpu") -> Divergence | None:
+    """What `kvfuzz replay` runs: the op-for-op comparison, then I12 for a lazy implementation."""
+    found = run_trace(trace, impl_name, device)
+    if found is None and SIDES[impl_name](trace.params, device).lazy:
+        found = check_i12(trace, lazy=impl_name, device=device)
+    return found
