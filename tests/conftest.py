@@ -7,6 +7,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
+from impl.triton_env import use_interpreter_without_cuda
+
+# Before any test module imports triton (sglang's allocator does, at collection): without CUDA,
+# TRITON_INTERPRET=1 then holds for every Triton kernel, whichever file loads it first.
+use_interpreter_without_cuda()
+
 # dev: quick local runs. ci: deterministic (same examples every run, no database), enough
 # examples to reach every edge class. nightly: long runs on spare machines.
 settings.register_profile("dev", max_examples=150, deadline=None)
