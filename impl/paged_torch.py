@@ -5,7 +5,9 @@ current page, then one run per new page), and slot j of a run starting at output
 with first value v is `j + (v - o)`. So each run adds `c = v - o` at o and takes it away at its
 end; a prefix sum of those marks (over a buffer of ones, which supplies the `j`) gives every
 slot. Work per slot is one fill and one cumsum; everything else is per request or per page.
-Every branch tests a shape, a dtype or the Python int `page_size`, never tensor data.
+Shortcuts by shape: P == 1 copies the pool's head; a batch of one uses a 12-op per-slot formula.
+Every branch tests a shape, a dtype or a Python int (`page_size`, decode's `num_new_pages`),
+never tensor data: no host sync (checked by impl.host_sync in tests/test_sync.py).
 """
 
 from __future__ import annotations
@@ -66,7 +68,10 @@ def _extend_one_request(prefix_lens, last_loc, free_pages, out_indices, page_siz
         0, free_pages.shape[0] - 1)
     new_slot = torch.add(offset.remainder(page_size), free_pages.index_select(0, pool_index),
                          alpha=page_size)
-    torch.where(offset < 0, current_slot, new_slot, out=out_indices)
+    if out_indices.dtype == torch.int64 and last_loc.shape == prefix_lens.shape:
+        torch.where(offset < 0, current_slot, new_slot, out=out_indices)  # saves a copy
+    else:  # copy_ casts, and raises where out= would resize the caller's buffer
+        out_indices.copy_(torch.where(offset < 0, current_slot, new_slot))
 
 
 def _spread(rows, starts, stops, length):
@@ -81,7 +86,9 @@ def _prefix_sum_of_marks(out_indices, positions, values):
     """out[j] = j + (sum of values at positions <= j), written in place.
 
     Marks at position >= T only end a run past the output: they are dropped, and every position
-    is clamped so that no index can leave the buffer whatever the inputs were.
+    is clamped so that no index can leave the buffer whatever the inputs were. Where one run
+    ends and the next starts the two marks may sum past int64 (page ids near 2**63 / P); the
+    sums wrap and wrap back, and each prefix sum is an output slot, which fits.
     """
     num_tokens = out_indices.shape[0]
     values = torch.where(positions < num_tokens, values, 0)
@@ -104,24 +111,28 @@ def alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size, num_new
     batch = out_indices.shape[0]
     if batch == 0:
         return
+    if page_size == 1:
+        # Every token opens a page (spec §2), whatever the count says (upstream's helper says 0
+        # for P == 1): the pool's head. A short pool makes copy_ raise (or broadcast one page).
+        out_indices.copy_(free_pages[:batch])
+        return
     hint = num_new_pages if isinstance(num_new_pages, int) else -1
-    direct = out_indices.dtype == torch.int64 and seq_lens.shape == out_indices.shape
+    # out= only where the result has the buffer's shape: out= would resize it otherwise.
+    direct = (out_indices.dtype == torch.int64
+              and seq_lens.shape == last_loc.shape == out_indices.shape)
     if free_pages.shape[0] == 0 or hint == 0:
         if direct:
             torch.add(last_loc, 1, out=out_indices)
         else:
             out_indices.copy_(last_loc + 1)
         return
-    if page_size == 1 or hint == batch:
-        # Every token opens a page (always so for P == 1, spec §2): the pool's head, in order.
-        # A pool shorter than the batch makes copy_ raise (or broadcast one page).
-        head = free_pages[:batch]
-        out_indices.copy_(head if page_size == 1 else head * page_size)
+    if hint == batch:  # every request opens a page: the pool's head, in order
+        out_indices.copy_(free_pages[:batch] * page_size)
         return
     opens_page = torch.remainder(seq_lens, page_size) == 1  # (s - 1) % P == 0 for P >= 2
     rank = torch.cumsum(opens_page, 0).sub_(1).clamp_(0, free_pages.shape[0] - 1)
     new_slot = free_pages.index_select(0, rank) * page_size
     if direct:
         torch.where(opens_page, new_slot, last_loc + 1, out=out_indices)  # saves a copy
-    else:  # copy_ casts, and raises on a length mismatch where out= would resize the buffer
+    else:
         out_indices.copy_(torch.where(opens_page, new_slot, last_loc + 1))

@@ -1,0 +1,1 @@
+"""Benchmarks behind `kvfuzz bench`: markdown tables and PNG plots, printed, never asserted."""

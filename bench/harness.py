@@ -1,0 +1,52 @@
+"""`kvfuzz bench harness`: differential cases per second per target and implementation (generate
+a seeded case, run the implementation and the oracle, compare), so CI budgets can be planned."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from collections import Counter
+
+from fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
+from impl.registry import BUNDLED, implementations
+from strategies.generators import generate
+
+FULL_CASES, QUICK_CASES = 3000, 300
+SEED = 0
+
+
+def rate(target: str, impl, num_cases: int) -> tuple[float, float, Counter]:
+    """(cases per second, generation's share of the time, outcomes by status) on one core."""
+    fn = impl.load()
+    check(impl, fn, generate(target, SEED, 0))  # warm-up: imports, first-call allocations
+    generating = checking = 0.0
+    statuses = Counter()
+    for index in range(num_cases):
+        began = time.perf_counter()
+        case = generate(target, SEED, index)
+        middle = time.perf_counter()
+        statuses[check(impl, fn, case).status] += 1
+        generating += middle - began
+        checking += time.perf_counter() - middle
+    total = generating + checking
+    return num_cases / total, generating / total, statuses
+
+
+def main(quick: bool, out_dir=None) -> int:
+    torch.set_num_threads(1)  # one worker process = one core; `kvfuzz diff --jobs N` scales it
+    num_cases = QUICK_CASES if quick else FULL_CASES
+    print(f"\n### kvfuzz bench harness{' --quick' if quick else ''}\n\n"
+          f"{num_cases} seeded cases (seed {SEED}) per row, one process, one torch thread, "
+          "CPU; wall-clock rate of generate + implementation + oracle + compare.\n")
+    print("| target | implementation | cases/s | generation share | agree | outside contract "
+          "| diverge |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for target in ("extend", "decode"):
+        for impl in implementations(target, BUNDLED):
+            per_second, generation, statuses = rate(target, impl, num_cases)
+            print(f"| {target} | {impl.name} | {per_second:,.0f} | {generation:.0%} "
+                  f"| {statuses[AGREE]} | {statuses[OUTSIDE]} | {statuses[DIVERGE]} |",
+                  flush=True)
+    return 0
