@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 from fuzz import corpus, targets as plugins
-from impl.registry import BUNDLED, ImplementationError, implementations, resolve, targets
+from impl.registry import ImplementationError, implementations, load_attribute, targets
 from strategies.case import CaseFormatError
 
 EPILOG = """examples:
@@ -58,40 +57,31 @@ def parser() -> argparse.ArgumentParser:
 
 
 def cmd_list() -> int:
-    for target in targets():
-        print(f"{target}:")
-        for impl in implementations(target):
-            print(f"  {impl.name:<32} {impl.kind:<8} {impl.summary}")
-    for target in sorted(plugins.PLUGINS):
-        print(f"{target}: (kvfuzz diff {target} --help)")
+    rows = {target: [(impl.name, impl.kind, impl.summary) for impl in implementations(target)]
+            for target in targets()}
+    for name, plugin in sorted(plugins.PLUGINS.items()):
+        rows[name] = load_attribute(plugin.describe)() if plugin.describe else []
+    width = max([32] + [len(row[0]) + 1 for entries in rows.values() for row in entries])
+    for target, entries in rows.items():
+        print(f"{target}:" if entries else f"{target}: (kvfuzz diff {target} --help)")
+        for name, kind, summary in entries:
+            print(f"  {name:<{width}} {kind:<8} {summary}")
     print("outside implementations: --impl package.module:attr (same signature as upstream)")
     return 0
 
 
 def cmd_diff(args) -> int:
     if args.target == "all":
-        statuses = [cmd_diff(argparse.Namespace(**{**vars(args), "target": target}))
-                    for target in targets() + sorted(plugins.PLUGINS)]
-        return max(statuses)
+        status = 0
+        for target in targets() + sorted(plugins.PLUGINS):
+            status = max(status, cmd_diff(argparse.Namespace(**{**vars(args), "target": target})))
+            if status == 130:  # Ctrl-C stops the whole run, not only the current target
+                break
+        return status
     if args.target in plugins.PLUGINS:
-        from impl.registry import load_attribute
         return load_attribute(plugins.PLUGINS[args.target].diff)(args)
-    from fuzz.diff import DiffRun
-    from fuzz.summary import summary
-
-    impls = [resolve(args.target, spec) for spec in args.impl] or \
-        implementations(args.target, BUNDLED)
-    run = DiffRun(args.target, impls, args.cases, args.seed, args.start, args.jobs,
-                  args.device, args.corpus)
-    began = time.monotonic()
-    try:
-        status = run.run()
-    except KeyboardInterrupt:
-        print(summary(args.target, run.tallies, time.monotonic() - began, interrupted=True),
-              file=sys.stderr)
-        return 130
-    print(summary(args.target, run.tallies, time.monotonic() - began), file=sys.stderr)
-    return status
+    from fuzz.diff import diff_main
+    return diff_main(args)
 
 
 def main(argv=None) -> int:

@@ -9,6 +9,7 @@ the implementation, and I12 (eager vs lazy ending with an urgent flush).
 from __future__ import annotations
 
 import itertools
+import shlex
 import traceback
 from dataclasses import dataclass, field, fields
 
@@ -36,6 +37,7 @@ class Divergence:
     pool: str | None
     problems: list[str]
     context: list[str] = field(default_factory=list)  # the last ops, resolved, this one last
+    saved_path: str | None = None  # where the (shrunk) trace was saved, for the replay line
 
     def key(self) -> tuple:
         """What diverged, for dedup: implementation, op kind, pool and the first finding's label."""
@@ -62,7 +64,8 @@ class Divergence:
         lines += [f"    {problem}" for problem in self.problems[:limit]]
         if len(self.problems) > limit:
             lines.append(f"    ... and {len(self.problems) - limit} more")
-        lines.append(f"  replay: kvfuzz replay corpus/{self.corpus_name()} --impl {self.impl}")
+        path = self.saved_path or f"corpus/{self.corpus_name()}"
+        lines.append(f"  replay: kvfuzz replay {shlex.quote(path)} --impl {self.impl}")
         return "\n".join(lines)
 
 

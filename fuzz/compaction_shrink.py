@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from fuzz.compaction_diff import Divergence, replay
-from strategies.compaction_trace import Trace, dumps
+from fuzz.corpus import DEFAULT_DIR, save_json
+from strategies.compaction_trace import Trace, to_json
 
 Check = Callable[[Trace, str], Divergence | None]
 
@@ -48,18 +47,7 @@ def _cut(ops: list, found: Divergence) -> list:
     return ops if found.op_index is None else ops[:found.op_index + 1]
 
 
-def save_trace(trace: Trace, directory: str | Path = "corpus") -> Path:
-    """Write `compaction-<id>.json` atomically (temporary file, then rename): parallel workers
-    and repeated runs never clobber or duplicate a case."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"compaction-{trace.trace_id()}.json"
-    handle, temporary = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(dumps(trace))
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-    return path
+def save_trace(trace: Trace, directory: str | Path = DEFAULT_DIR) -> Path:
+    """Write `compaction-<id>.json` atomically, named by content: parallel workers and repeated
+    runs never clobber or duplicate a case."""
+    return save_json(to_json(trace), f"compaction-{trace.trace_id()}.json", directory)

@@ -53,7 +53,7 @@ def load_any(path: str | os.PathLike):
     text = _read(path)
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # also a 4300+ digit number, deep nesting
         raise CaseFormatError(f"{path}: not valid JSON: {error}") from None
     target = by_format(data.get("format")) if isinstance(data, dict) else None
     if target is not None:

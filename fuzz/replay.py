@@ -10,8 +10,9 @@ from fuzz.engine import DIVERGE, OUTSIDE, check
 from impl.registry import BUNDLED, implementations, load_attribute, resolve
 
 
-def replay(paths, impl_specs, out=sys.stdout, device: str = "cpu") -> int:
+def replay(paths, impl_specs, out=None, device: str = "cpu") -> int:
     """Exit status: 0 every case agreed (or was outside the contract), 1 a divergence."""
+    out = out or sys.stdout  # looked up now: a default bound at import outlives a redirect
     files = corpus.case_files(paths)
     # Validate every file before running any; files of plugin targets go to their replayer.
     loaded = [(path, corpus.load_any(path)) for path in files]

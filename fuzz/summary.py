@@ -1,27 +1,56 @@
-"""The end-of-run summary of `kvfuzz diff`: outcomes per implementation, what each did with
-cases outside the contract, and how often every edge class was hit."""
+"""The end-of-run summary of `kvfuzz diff`: a row of outcomes per implementation (`table`, shared
+by every target), and for extend/decode what each did outside the contract and the edge classes."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 
+from fuzz.diff_campaign import rate_text
 from strategies.edges import CLASSES
 
 
 def summary(target: str, tallies: dict, elapsed: float, interrupted: bool = False) -> str:
-    lines = [f"summary: {target}" + ("  (interrupted: counts so far)" if interrupted else "")]
-    lines.append(f"  {'implementation':<34}{'cases':>8}{'agree':>8}{'outside':>9}"
-                 f"{'diverged':>10}{'cases/s':>10}")
-    for name, tally in tallies.items():
-        outside = tally.outside_cases
-        rate = tally.cases / tally.seconds if tally.seconds else 0.0
-        verdict = "yes" if tally.divergence else "no"
-        lines.append(f"  {name:<34}{tally.cases:>8,}{tally.agree:>8,}{outside:>9,}"
-                     f"{verdict:>10}{rate:>10,.0f}")
+    lines = table(target, tallies, interrupted, extra=[("outside", lambda t: t.outside_cases)])
     lines += _outside_lines(tallies)
     lines += _edge_lines(target, tallies)
     lines.append(f"  wall time {elapsed:.1f} s")
     return "\n".join(lines)
+
+
+def table(title: str, tallies: dict, interrupted: bool, unit: str = "cases", extra=(),
+          notes=lambda tally: ()) -> list[str]:
+    """Title, then per implementation: runs, agree, the `extra` columns (heading, tally -> int),
+    diverged, runs per second; `notes(tally)` gives lines to print under its row."""
+    width = max([34] + [len(name) + 2 for name in tallies])
+    widths = [max(9, len(heading) + 2) for heading, _ in extra]
+    lines = [f"summary: {title}" + ("  (interrupted: counts so far)" if interrupted else ""),
+             f"  {'implementation':<{width}}{unit:>8}{'agree':>8}"
+             + "".join(f"{heading:>{w}}" for (heading, _), w in zip(extra, widths))
+             + f"{'diverged':>10}{unit + '/s':>10}"]
+    for name, tally in tallies.items():
+        lines.append(f"  {name:<{width}}{tally.cases:>8,}{tally.agree:>8,}"
+                     + "".join(f"{column(tally):>{w},}" for (_, column), w in zip(extra, widths))
+                     + f"{'yes' if tally.divergence else 'no':>10}"
+                     + f"{rate_text(tally.cases, tally.seconds):>10}")
+        lines += [f"    {note}" for note in notes(tally)]
+    return lines
+
+
+def grid(cells: list[str], per_row: int = 4) -> list[str]:
+    return ["    " + " | ".join(cells[i:i + per_row]) for i in range(0, len(cells), per_row)]
+
+
+def counts(heading: str, tallies: dict, name: str) -> list[str]:
+    """The counter `name` of the fullest tally as `key count` cells, in key order."""
+    if not tallies:
+        return []
+    counter = getattr(fullest(tallies), name)
+    return [f"  {heading}:"] + grid([f"{key} {count:,}" for key, count in sorted(counter.items())])
+
+
+def fullest(tallies: dict):
+    """Every implementation sees the same cases; the longest run has the fullest counts."""
+    return max(tallies.values(), key=lambda tally: tally.cases)
 
 
 def _outside_lines(tallies: dict) -> list[str]:
@@ -39,14 +68,11 @@ def _outside_lines(tallies: dict) -> list[str]:
 def _edge_lines(target: str, tallies: dict) -> list[str]:
     if not tallies:
         return []
-    # Every implementation sees the same cases; the longest run has the fullest counts.
-    edges = max(tallies.values(), key=lambda tally: tally.cases).edges
+    edges = fullest(tallies).edges
     classes = CLASSES.get(target, ())
     missing = [name for name in classes if not edges[name]]
-    cells = [f"{name} {edges[name]:,}" for name in classes]
     lines = [f"  edge classes hit ({len(classes) - len(missing)}/{len(classes)}):"]
-    for start in range(0, len(cells), 4):
-        lines.append("    " + " | ".join(cells[start:start + 4]))
+    lines += grid([f"{name} {edges[name]:,}" for name in classes])
     if missing:
         lines.append(f"  NEVER HIT: {', '.join(missing)}")
     return lines

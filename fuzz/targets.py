@@ -4,7 +4,9 @@ Each entry names, by import path (resolved only when used):
 - `diff`: `fn(args) -> int`, args carrying target, impl (list of specs), cases, seed, start,
   jobs, corpus, device; returns the exit status (0 agree, 1 divergence);
 - `replay`: `fn(path, data: dict, impl_specs: list[str], out) -> int` for a file whose "format"
-  field is `format`; raises `strategies.case.CaseFormatError` for a malformed file.
+  field is `format`; raises `strategies.case.CaseFormatError` for a malformed file;
+- `describe` (optional): `fn() -> [(name, kind, summary)]`, the implementations `kvfuzz list`
+  shows; it must not import torch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ class Target:
     format: str
     diff: str
     replay: str
+    describe: str = ""
 
 
 PLUGINS: dict[str, Target] = {}
@@ -32,3 +35,4 @@ def by_format(format_name: str) -> Target | None:
 
 
 import fuzz.allocator_target  # noqa: E402,F401  registers "allocator" (imports nothing heavy)
+import fuzz.compaction_target  # noqa: E402,F401  registers "compaction" (imports nothing heavy)

@@ -136,7 +136,7 @@ def from_json(data: object, source: str = "case") -> Case:
 def loads(text: str, source: str = "case") -> Case:
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # also a 4300+ digit number, deep nesting
         raise CaseFormatError(f"{source}: not valid JSON: {error}") from None
     return from_json(data, source)
 

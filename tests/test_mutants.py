@@ -12,7 +12,7 @@ from impl.calling import call
 from fuzz.engine import DIVERGE, check
 from fuzz.report import Mismatch
 from strategies.case import Case
-from tests.helpers import mutants
+from tests.helpers import mutants, run_property
 from tests.test_properties import STRATEGIES, agreement_property
 
 # What each mutant's report must say: the kind of divergence, and (for wrong slots) a phase.
