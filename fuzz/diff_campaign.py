@@ -101,6 +101,7 @@ class DiffRun:
 
     def run(self) -> None:
         if self.args.jobs <= 1:
+            _one_torch_thread()
             for spec, lo, hi in self.chunks():
                 if self.tallies[spec].divergence is None:
                     self._absorb(spec, self.target.chunk(spec, *self._call(lo, hi)))
@@ -138,7 +139,12 @@ class DiffRun:
 def _worker_init() -> None:
     # Ctrl-C reaches the workers too. An idle one would print a traceback: it ignores it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One thread per worker: the workers already fill the cores, and tiny tensors gain nothing.
+    _one_torch_thread()
+
+
+def _one_torch_thread() -> None:
+    # The cases' tensors are tiny: intra-op threads gain nothing, and on a busy machine two
+    # threads per process made a case 40x slower. With --jobs, the workers fill the cores.
     import torch
     torch.set_num_threads(1)
 

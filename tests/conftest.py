@@ -24,3 +24,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(os.environ.get("KVFUZZ_CORPUS", ROOT / "corpus"))
+
+# One torch thread per test process: xdist already puts a process on each core, the tensors here
+# are small, and with two threads per process on a busy 2-core runner a case took 40x longer.
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
