@@ -38,7 +38,8 @@ def measure(target: str, seconds: int, impl: str) -> dict:
     stats = dict(re.findall(r"stat::(\w+):\s+(\d+)", result.stderr))
     execs = int(stats.get("number_of_executed_units", 0))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"target": target, "impl": impl or "all bundled", "execs": execs,
+    label = (impl or "all bundled") if FUZZ_TARGETS[target].takes_impl else "-"
+    return {"target": target, "impl": label, "execs": execs,
             "per_s": int(stats.get("average_exec_per_sec", 0)), "cpu": cpu,
             "rc": result.returncode}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fuzz import corpus, targets as plugins
+from fuzz import bench_command, corpus, fuzz_command, targets as plugins
 from impl.registry import ImplementationError, implementations, load_attribute, targets
 from strategies.case import CaseFormatError
 
@@ -53,6 +53,8 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("paths", nargs="+", metavar="PATH")
     replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr")
     replay.add_argument("--device", default="cpu")
+    fuzz_command.add_parsers(commands)
+    bench_command.add_parser(commands)
     return top
 
 
@@ -87,6 +89,10 @@ def cmd_diff(args) -> int:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.command in fuzz_command.COMMANDS:
+            return fuzz_command.run(args)
+        if args.command == "bench":
+            return bench_command.run(args)
         if args.command == "list":
             return cmd_list()
         if args.command == "diff":

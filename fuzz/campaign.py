@@ -1,0 +1,195 @@
+"""`kvfuzz fuzz TARGET`: a coverage-guided campaign of parallel atheris workers.
+
+Work directory (default .kvfuzz/<target>, gitignored): bytes/ (libFuzzer's working corpus, seeded
+from the JSON corpus through the target's encoder), found/ (raw cases the workers saved before
+raising), stats/ (per-process counters), logs/, artifacts/ (libFuzzer crash files), known.txt
+(signatures already found: workers count them instead of stopping on them). A found case is
+shrunk and saved once per signature; Ctrl-C or SIGTERM stops the workers, keeps every found
+case (shrinking what time allows) and prints the summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from fuzz.fuzz_targets import REPO, Finding, FuzzTarget
+from fuzz.harness import write_atomic
+from impl.registry import load_attribute
+
+STATUS_EVERY = 5.0
+MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
+
+
+class Campaign:
+    def __init__(self, target: FuzzTarget, impl_specs, seconds: float, jobs: int, corpus_dir,
+                 work_dir, flags=(), out=sys.stderr):
+        self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
+        self.corpus_dir, self.work = Path(corpus_dir), Path(work_dir)
+        self.flags, self.out = list(flags), out
+        self.dirs = {name: self.work / name for name in ("bytes", "found", "stats", "logs",
+                                                         "artifacts", "failures")}
+        self.known_path = self.work / "known.txt"
+        self.findings: dict[str, tuple[Finding, Path]] = {}
+        self.preexisting: list[str] = []
+        self.triaged: set[str] = set()
+        self.blind_crashes = 0
+        self.stopping = self.interrupted = False
+        self.workers: dict[int, subprocess.Popen] = {}
+        self.started: dict[int, float] = {}
+
+    # -- setup -------------------------------------------------------------------------------
+    def prepare(self) -> int:
+        for directory in self.dirs.values():
+            directory.mkdir(parents=True, exist_ok=True)
+            for stale in directory.glob(".tmp-*"):
+                stale.unlink()
+        for old in self.dirs["stats"].glob("*.json"):
+            old.unlink()
+        seeded = 0
+        if self.target.seeds:
+            import hashlib
+            paths = [str(self.corpus_dir), str(REPO / "corpus")]
+            for data in load_attribute(self.target.seeds)(paths):
+                name = self.dirs["bytes"] / hashlib.sha1(data).hexdigest()
+                if not name.exists():
+                    write_atomic(name, data)
+                    seeded += 1
+        self._known_from_corpus()
+        return seeded
+
+    def _known_from_corpus(self) -> None:
+        """Bugs the corpus already holds a case for are known from the start, not re-reported."""
+        known = set()
+        if self.target.output == "corpus" and self.corpus_dir.is_dir():
+            triage = load_attribute(self.target.triage)
+            for path in sorted(self.corpus_dir.glob(f"{self.target.name}-*.json")):
+                for finding in triage(path, self.impl_specs, lambda: True):
+                    if finding.signature not in known:
+                        self.preexisting.append(f"{finding.signature}  {path}")
+                    known.add(finding.signature)
+        write_atomic(self.known_path, "".join(f"{s}\n" for s in sorted(known)))
+
+    # -- workers -----------------------------------------------------------------------------
+    def _start_worker(self, slot: int, remaining: float) -> None:
+        env = dict(os.environ, KVFUZZ_FOUND=str(self.dirs["found"]),
+                   KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
+                   KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1")
+        command = [sys.executable, str(REPO / self.target.script), str(self.dirs["bytes"]),
+                   f"-max_total_time={max(1, int(remaining))}",
+                   f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
+                   *self.target.flags, *self.flags]
+        self.started[slot] = time.time()
+        log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
+        # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly.
+        self.workers[slot] = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                              cwd=self.work, start_new_session=True)
+        log.close()
+
+    def _reap(self, deadline: float) -> None:
+        for slot, worker in list(self.workers.items()):
+            code = worker.poll()
+            if code is None:
+                continue
+            del self.workers[slot]
+            self._triage_new()
+            if code != 0 and not self._found_since(self.started[slot]):
+                self.blind_crashes += 1
+            remaining = deadline - time.monotonic()
+            if (not self.stopping and remaining > 2 and code != 0
+                    and self.blind_crashes < MAX_BLIND_CRASHES):
+                self._start_worker(slot, remaining)
+
+    def _stop_workers(self) -> None:
+        for worker in self.workers.values():
+            try:
+                os.killpg(worker.pid, signal.SIGINT)  # libFuzzer: print stats, exit
+            except ProcessLookupError:
+                pass
+        for worker in self.workers.values():
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+        self.workers.clear()
+
+    def _found_since(self, when: float) -> bool:
+        return any(p.stat().st_mtime >= when - 1 for p in self.dirs["found"].iterdir())
+
+    # -- findings ----------------------------------------------------------------------------
+    def _triage_new(self) -> None:
+        """Shrink and save every found file not seen yet, once per signature."""
+        fresh = [p for p in sorted(self.dirs["found"].iterdir())
+                 if not p.name.startswith(".tmp-") and p.name not in self.triaged]
+        triage = load_attribute(self.target.triage)
+        for path in fresh:
+            self.triaged.add(path.name)
+            for finding in triage(path, self.impl_specs, lambda: self.stopping):
+                if finding.signature in self.findings:
+                    continue
+                where = self.corpus_dir if self.target.output == "corpus" else self.dirs["failures"]
+                saved = finding.save(where)
+                self.findings[finding.signature] = (finding, saved)
+                with open(self.known_path, "a") as handle:  # workers pick it up by mtime
+                    handle.write(finding.signature + "\n")
+                print(f"found: {finding.headline}\n  saved {saved} ({finding.note})\n"
+                      f"  replay: {finding.replay(saved)}", file=self.out, flush=True)
+
+    # -- run ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        began = time.monotonic()
+        deadline = began + self.seconds
+        seeded = self.prepare()
+        print(f"fuzz {self.target.name}: {self.jobs} worker(s), {self.seconds:.0f} s, "
+              f"{seeded} new seed input(s), work dir {self.work}", file=self.out, flush=True)
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            for slot in range(self.jobs):
+                self._start_worker(slot, self.seconds)
+            last_status = began
+            while self.workers and not self.stopping and time.monotonic() < deadline + 5:
+                time.sleep(0.5)
+                self._reap(deadline)
+                if time.monotonic() - last_status >= STATUS_EVERY:
+                    last_status = time.monotonic()
+                    print(self.status_line(began), file=self.out, flush=True)
+            self._stop_workers()
+            self._triage_new()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        from fuzz.campaign_summary import summary
+        print(summary(self, time.monotonic() - began), file=self.out, flush=True)
+        return 1 if self.findings else (2 if self.blind_crashes else 0)
+
+    def _on_signal(self, number, frame) -> None:
+        self.stopping = self.interrupted = True
+
+    def stats(self) -> dict:
+        total = {"execs": 0, "features": Counter(), "failures": Counter()}
+        for path in self.dirs["stats"].glob("stats-*.json"):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            total["execs"] += data["execs"]
+            total["features"].update(data["features"])
+            total["failures"].update(data["failures"])
+        return total
+
+    def status_line(self, began: float) -> str:
+        from fuzz.campaign_summary import edge_coverage
+        stats, elapsed = self.stats(), time.monotonic() - began
+        corpus_size = sum(1 for p in self.dirs["bytes"].iterdir() if not p.name.startswith("."))
+        hit, total, _ = edge_coverage(self.target.name, stats["features"])
+        return (f"[{elapsed:5.0f}s] {self.target.name}: {stats['execs']:,} execs "
+                f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s), corpus {corpus_size} inputs, "
+                f"edge classes {hit}/{total}, failures {sum(stats['failures'].values()):,} "
+                f"({len(self.findings)} new signature(s)), workers {len(self.workers)}")

@@ -1,0 +1,111 @@
+"""`kvfuzz fuzz` (coverage-guided campaigns) and `kvfuzz corpus merge|minimize`, as subcommands
+added to the `kvfuzz` parser by `add_parsers`; `run(args)` dispatches them."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from fuzz import corpus
+from fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+
+COMMANDS = ("fuzz", "corpus")
+EPILOG = """examples:
+  kvfuzz fuzz extend --time 10m --jobs 2       every bundled implementation, seeded from corpus/
+  kvfuzz fuzz extend --impl mutant.owner_left_bisect --time 2m --corpus /tmp/found
+  kvfuzz fuzz decode --time 30s -- -max_len=2048 -seed=7     libFuzzer flags after --
+  kvfuzz fuzz case_loader --time 1m            the JSON loader on malformed case files
+exit status: 0 nothing found, 1 a failure found (minimised, saved once per signature),
+2 bad usage or a worker crash that saved nothing (see the work directory's logs/)"""
+
+
+def duration(text: str) -> float:
+    """'90', '90s', '10m', '1h', '1h30m' -> seconds."""
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?", text.strip())
+    if not text.strip() or parts is None:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}")
+    hours, minutes, seconds = (int(p) if p else 0 for p in parts.groups())
+    total = 3600 * hours + 60 * minutes + seconds
+    if total < 1:
+        raise argparse.ArgumentTypeError(f"duration must be at least 1 s, got {text!r}")
+    return float(total)
+
+
+def _with_flags_after_dashes(base):
+    """The parser class of `kvfuzz fuzz`: everything after `--` is libFuzzer's, kept verbatim
+    in `args.flags` (argparse alone would try to read `-max_len=...` as its own option)."""
+
+    class FuzzParser(base):
+        def parse_known_args(self, args=None, namespace=None):
+            args = list(args or [])
+            flags = args[args.index("--") + 1:] if "--" in args else []
+            args = args[:args.index("--")] if "--" in args else args
+            namespace, extras = super().parse_known_args(args, namespace)
+            namespace.flags = flags
+            return namespace, extras
+    return FuzzParser
+
+
+def add_parsers(commands) -> None:
+    from fuzz.cli import positive
+
+    fuzz = commands.add_parser(
+        "fuzz", help="coverage-guided campaign (atheris) against the oracle", epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="kvfuzz fuzz TARGET [options] [-- LIBFUZZER_FLAG ...]")
+    fuzz.add_argument("target", choices=sorted(FUZZ_TARGETS))
+    fuzz.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
+                      help="implementation to fuzz (repeatable; default: every bundled one)")
+    fuzz.add_argument("--time", type=duration, default=600.0, help="wall time (default 10m)")
+    fuzz.add_argument("--jobs", type=positive, default=1, help="parallel workers")
+    fuzz.add_argument("--corpus", default=corpus.DEFAULT_DIR,
+                      help="JSON corpus: seeds come from here, minimised failures go here")
+    fuzz.add_argument("--work", default=None,
+                      help="working directory (default .kvfuzz/TARGET, gitignored)")
+    fuzz.__class__ = _with_flags_after_dashes(type(fuzz))
+    tools = commands.add_parser("corpus", help="merge or minimize a case corpus")
+    actions = tools.add_subparsers(dest="action", required=True, parser_class=type(tools))
+    merge = actions.add_parser("merge", help="add cases from other directories (dedup by content)")
+    merge.add_argument("sources", nargs="+", metavar="DIR")
+    merge.add_argument("--into", default=corpus.DEFAULT_DIR)
+    minimize = actions.add_parser("minimize", help="keep a subset covering the same features")
+    minimize.add_argument("directory", nargs="?", default=corpus.DEFAULT_DIR)
+    minimize.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
+                          help="implementations whose signatures to keep (default: all "
+                               "registered, mutants included)")
+    minimize.add_argument("--dry-run", action="store_true", help="list, remove nothing")
+
+
+def run(args, out=sys.stdout) -> int:
+    if args.command == "corpus":
+        from fuzz.corpus_tools import merge, minimize
+        if args.action == "merge":
+            return merge(args.sources, args.into, out)
+        return minimize(args.directory, args.impl, args.dry_run, out)
+    return run_fuzz(args)
+
+
+def run_fuzz(args) -> int:
+    from fuzz.campaign import Campaign
+    from impl.registry import ImplementationError, load_attribute, resolve
+
+    target = FUZZ_TARGETS[args.target]
+    if args.impl and not target.takes_impl:
+        raise ImplementationError(f"target {args.target!r} takes no --impl")
+    known = load_attribute(target.impl_names)() if target.impl_names else None
+    for spec in args.impl:  # an unknown name fails here, in one line
+        if known is None:
+            resolve(args.target, spec)
+        elif spec not in known:
+            raise ImplementationError(f"unknown implementation {spec!r} for target "
+                                      f"{args.target!r} (known: {', '.join(known)})")
+    work = args.work or REPO / ".kvfuzz" / args.target
+    flags = args.flags
+    bad = [flag for flag in flags if not flag.startswith("-")]
+    if bad:
+        print(f"kvfuzz: error: libFuzzer flags go after -- and start with '-', got {bad[0]!r}",
+              file=sys.stderr)
+        return 2
+    campaign = Campaign(target, args.impl, args.time, args.jobs, args.corpus, work, flags)
+    return campaign.run()

@@ -1,0 +1,52 @@
+"""Builds `<fuzzer>_seed_corpus.zip` for each atheris target from the JSON corpus (OSS-Fuzz and
+ClusterFuzzLite pick these up next to the fuzzer binaries).
+
+    python -m fuzz.seed_corpus --out "$OUT" [corpus/ ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import zipfile
+from pathlib import Path
+
+from fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+from impl.registry import load_attribute
+
+
+def build(out: Path, corpus_dirs) -> dict[str, int]:
+    """One zip per target with a seed encoder; returns inputs written per zip."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for target in FUZZ_TARGETS.values():
+        if not target.seeds:
+            continue
+        fuzzer = Path(target.script).stem
+        path = out / f"{fuzzer}_seed_corpus.zip"
+        temporary = path.with_name(f".tmp-{path.name}")
+        names = set()
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
+            for data in load_attribute(target.seeds)([str(d) for d in corpus_dirs]):
+                name = hashlib.sha1(data).hexdigest()  # libFuzzer's own naming: no duplicates
+                if name not in names:
+                    names.add(name)
+                    archive.writestr(name, data)
+        os.replace(temporary, path)
+        written[path.name] = len(names)
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("corpus", nargs="*", default=[str(REPO / "corpus")])
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    for name, count in build(args.out, args.corpus).items():
+        print(f"{args.out / name}: {count} seed input(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
