@@ -88,6 +88,11 @@ def cmd_diff(args) -> int:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.command in ("diff", "replay", "fuzz"):
+        # Before any implementation is imported: a named upstream module may import Triton, and
+        # Triton fixes interpreted-or-compiled when its kernels are defined.
+        from impl.triton_env import use_interpreter_without_cuda
+        use_interpreter_without_cuda()
     try:
         if args.command in fuzz_command.COMMANDS:
             return fuzz_command.run(args)

@@ -6,11 +6,12 @@ outcomes, what happened outside the contract, and edge classes.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from fuzz import corpus, diff_campaign
 from fuzz.engine import AGREE, DIVERGE, Outcome, check
+from fuzz.shrink import same_divergence, shrink
 from fuzz.summary import summary
 from impl.registry import BUNDLED, implementations, resolve
 from strategies.generators import generate
@@ -63,6 +64,25 @@ def _finish(tallies: dict, args, out) -> int:
     for tally in tallies.values():
         if tally.divergence is not None:
             status = 1
-            tally.divergence.saved_path = str(corpus.save(tally.divergence.case, args.corpus))
-            print(tally.divergence.report(), file=out)
+            divergence = shrunk(tally.divergence, args.device)
+            divergence.saved_path = str(corpus.save(divergence.case, args.corpus))
+            print(divergence.report(), file=out)
     return status
+
+
+def shrunk(divergence, device: str = "cpu"):
+    """The same divergence on the smallest case that still shows it; the report keeps the
+    generated case's origin and the command that regenerates it."""
+    case, origin = divergence.case, divergence.case.origin
+    impl = resolve(case.target, divergence.impl)
+    fn = impl.load()
+    small = shrink(case, same_divergence(impl, fn, divergence, device))
+    if small == case:
+        return divergence
+    note = f"shrunk from {origin.describe()}" if origin else "shrunk"
+    result = check(impl, fn, replace(small, origin=None, note=note), device).divergence
+    if origin:
+        result.details.append(
+            f"original  kvfuzz diff {case.target} --seed {origin.seed} --start {origin.index} "
+            f"--cases 1 --impl {divergence.impl}")
+    return result

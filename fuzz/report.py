@@ -50,7 +50,7 @@ class Divergence:
         origin = f"  ({case.origin.describe()})" if case.origin else ""
         lines = [
             f"DIVERGENCE  {case.target}  implementation {self.impl}",
-            f"  case      {case.case_id()}{origin}",
+            f"  case      {case.case_id()}{origin}" + (f"  {case.note}" if case.note else ""),
             f"  batch     {case.batch_size} requests, page_size {case.page_size}, "
             f"{len(case.free_pages)} free pages, output length {case.output_length()}",
             f"  what      {self.kind}" + (f" at {self.where}" if self.where else ""),
