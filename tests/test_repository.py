@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,22 @@ def test_import_rules(folder, forbidden):
     offenders = {path: sorted(names & forbidden)
                  for path, names in imported_modules(folder).items() if names & forbidden}
     assert not offenders, f"{folder}/ must not import {sorted(forbidden)}: {offenders}"
+
+
+def test_strategies_use_the_standard_library_and_hypothesis_only():
+    allowed = set(sys.stdlib_module_names) | {"strategies", "hypothesis", "__future__"}
+    offenders = {path: sorted(names - allowed)
+                 for path, names in imported_modules("strategies").items() if names - allowed}
+    assert not offenders
+
+
+def test_registries_import_implementations_lazily():
+    # Listing names must not import torch: every registry module imports only at use.
+    for path in ("impl/registry.py", "impl/allocator_registry.py", "impl/compaction/__init__.py"):
+        top_level = [node for node in ast.parse((ROOT / path).read_text()).body
+                     if isinstance(node, (ast.Import, ast.ImportFrom))]
+        modules = {getattr(node, "module", None) or node.names[0].name for node in top_level}
+        assert not modules & {"torch", "triton", "impl.paged_torch"}, (path, modules)
 
 
 # Case k of seed s is the same forever: a change here means a generator changed behaviour and
