@@ -31,7 +31,8 @@ class Campaign:
     def __init__(self, target: FuzzTarget, impl_specs, seconds: float, jobs: int, corpus_dir,
                  work_dir, flags=(), out=sys.stderr):
         self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
-        self.corpus_dir, self.work = Path(corpus_dir), Path(work_dir)
+        # Absolute: the workers run inside the work directory, where a relative path breaks.
+        self.corpus_dir, self.work = Path(corpus_dir).resolve(), Path(work_dir).resolve()
         self.flags, self.out = list(flags), out
         self.dirs = {name: self.work / name for name in ("bytes", "found", "stats", "logs",
                                                          "artifacts", "failures")}

@@ -79,3 +79,15 @@ def test_trace_targets_pass_the_real_allocator_and_catch_a_mutant(target, mutant
         for data in inputs:
             broken.test_one_input(data)
     assert len(list((tmp_path / "found").iterdir())) == 1
+
+
+@needs_atheris
+def test_campaign_with_relative_directories_runs_its_worker(tmp_path):
+    # The workers run inside the work directory: a relative --work once made every worker fail
+    # to find its byte corpus, and the campaign executed nothing.
+    result = subprocess.run([sys.executable, "-m", "fuzz.cli", "fuzz", "decode", "--time", "4s",
+                             "--jobs", "1", "--work", "work", "--corpus", "found"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "WORKER CRASHES" not in result.stderr and "executions       0 " not in result.stderr
