@@ -36,7 +36,7 @@ def impl_names() -> list[str]:
 class CompactionHarness(Harness):
     def __init__(self, target: str = "compaction"):
         super().__init__(target)
-        from fuzz.compaction_diff import replay
+        from fuzz.compaction_i12 import replay
 
         self.replay = replay
         self.impls = [s for s in os.environ.get("KVFUZZ_IMPL", "").split(",") if s] or \
@@ -60,7 +60,7 @@ class CompactionHarness(Harness):
 def triage(path, impl_specs, stopping) -> list[Finding]:
     from pathlib import Path
 
-    from fuzz.compaction_diff import replay
+    from fuzz.compaction_i12 import replay
     from fuzz.compaction_shrink import save_trace, shrink
     from strategies.compaction_trace import loads
 

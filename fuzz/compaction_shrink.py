@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from fuzz.compaction_diff import Divergence, replay
+from fuzz.compaction_diff import Divergence
+from fuzz.compaction_i12 import replay
 from fuzz.corpus import DEFAULT_DIR, save_json
 from strategies.compaction_trace import Trace, to_json
 

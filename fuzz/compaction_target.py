@@ -47,7 +47,7 @@ def run_chunk(spec: str, seed: int, start: int, stop: int, device: str) -> Tally
     tally = Tally()
 
     def outcome(index: int):
-        from fuzz.compaction_diff import replay
+        from fuzz.compaction_i12 import replay
         from strategies.compaction_trace import generate_trace
 
         trace = generate_trace(seed, index)
@@ -77,7 +77,7 @@ def diff_main(args, out=None) -> int:
 
 def _finish(tallies: dict, args, out) -> int:
     """Shrink each implementation's divergence, save it, print the shrunk trace's report."""
-    from fuzz.compaction_diff import replay
+    from fuzz.compaction_i12 import replay
     from fuzz.compaction_shrink import save_trace, shrink
 
     check = partial(replay, device=args.device)
@@ -103,7 +103,7 @@ def summary(tallies: dict, elapsed: float, interrupted: bool = False) -> str:
 
 def replay_file(path, data: dict, impl_specs, out) -> int:
     """Replay one saved trace on each implementation (default: lazy and eager)."""
-    from fuzz.compaction_diff import replay
+    from fuzz.compaction_i12 import replay
     from strategies.case import CaseFormatError
     from strategies.compaction_trace import TraceFormatError, from_json
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, TypeVar
 
-from strategies.case import Case, Origin, max_page_id
+from strategies.case import Case, Origin, ceil_pages, max_page_id
 
 T = TypeVar("T")
 
@@ -26,10 +26,6 @@ class Chooser(Protocol):
     def choice(self, options: Sequence[T]) -> T: ...
     def distinct(self, low: int, high: int, count: int) -> list[int]: ...
     def shuffled(self, values: list[int]) -> list[int]: ...
-
-
-def ceil_pages(num_tokens: int, page_size: int) -> int:
-    return (num_tokens + page_size - 1) // page_size
 
 
 def batch_size(ch: Chooser) -> int:
@@ -170,8 +166,7 @@ def break_contract(ch: Chooser, case: Case, fault: str) -> Case:
     rid = ch.integer(0, case.batch_size - 1)
     out_len = None
     if fault == "pool short":
-        demand = sum(ceil_pages(s, case.page_size) - ceil_pages(q, case.page_size)
-                     for q, s in zip(prefixes or [s - 1 for s in seqs], seqs))
+        demand = case.pages_needed()
         free = free[:ch.integer(0, demand - 1)] if demand else free
     elif fault == "seq < prefix" and case.target == "extend" and prefixes[rid] > 0:
         seqs[rid] = prefixes[rid] - ch.integer(1, prefixes[rid])

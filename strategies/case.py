@@ -15,6 +15,10 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 
 
+def ceil_pages(num_tokens: int, page_size: int) -> int:
+    return (num_tokens + page_size - 1) // page_size
+
+
 def max_page_id(page_size: int) -> int:
     """Largest page whose last slot `page*P + P-1` still fits a signed 64-bit index."""
     return (INT64_MAX - (page_size - 1)) // page_size
@@ -64,6 +68,16 @@ class Case:
         if self.target == "decode":
             return self.batch_size
         return sum(s - q for q, s in zip(self.prefix_lens, self.seq_lens))
+
+    def prefixes(self) -> tuple[int, ...]:
+        """Tokens stored before the call, per request (decode: seq - 1)."""
+        return self.prefix_lens if self.target == "extend" else tuple(s - 1 for s in self.seq_lens)
+
+    def pages_needed(self) -> int:
+        """New pages the call consumes (spec §1.2): sum of ceil(s/P) - ceil(q/P), never < 0 each.
+        Generators and edge classes use it; the oracle keeps its own count (oracle.contract)."""
+        return sum(max(0, ceil_pages(s, self.page_size) - ceil_pages(q, self.page_size))
+                   for q, s in zip(self.prefixes(), self.seq_lens))
 
     def output_length(self) -> int:
         """Length of the output buffer handed to an implementation."""

@@ -4,11 +4,7 @@ has an answer, and a test fails when a generator stops reaching one.
 
 from __future__ import annotations
 
-from strategies.case import Case, max_page_id
-
-
-def _ceil_pages(num_tokens: int, page_size: int) -> int:
-    return (num_tokens + page_size - 1) // page_size
+from strategies.case import Case, ceil_pages, max_page_id
 
 
 def _page_size_class(page_size: int) -> str:
@@ -57,9 +53,7 @@ def _batch_classes(batch_size: int) -> set[str]:
 def _pool_classes(case: Case) -> set[str]:
     found = set()
     pages, page_size = case.free_pages, case.page_size
-    prefixes = case.prefix_lens if case.target == "extend" else [s - 1 for s in case.seq_lens]
-    demand = sum(max(0, _ceil_pages(s, page_size) - _ceil_pages(q, page_size))
-                 for q, s in zip(prefixes, case.seq_lens))
+    demand = case.pages_needed()
     if not pages:
         found.add("pool empty")
     elif len(pages) == demand:
@@ -87,7 +81,7 @@ def _extend_classes(case: Case) -> set[str]:
     found, page_size = set(), case.page_size
     last = case.batch_size - 1
     for rid, (q, s) in enumerate(zip(case.prefix_lens, case.seq_lens)):
-        ceil_q = _ceil_pages(q, page_size) * page_size
+        ceil_q = ceil_pages(q, page_size) * page_size
         if q == 0:
             found.add("zero prefix")
         elif q % page_size == 0:
@@ -101,7 +95,7 @@ def _extend_classes(case: Case) -> set[str]:
             found.add("extend inside current page")
         if q % page_size and s == ceil_q:
             found.add("extend fills current page exactly")
-        if _ceil_pages(s, page_size) - _ceil_pages(q, page_size) >= 3:
+        if ceil_pages(s, page_size) - ceil_pages(q, page_size) >= 3:
             found.add("extend spans many pages")
     return found
 

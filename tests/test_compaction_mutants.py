@@ -46,7 +46,7 @@ def test_seeded_traces_kill_the_mutant(impl):
 
 
 def test_a_divergence_shrinks_to_a_replayable_corpus_file(tmp_path):
-    from fuzz.compaction_diff import replay
+    from fuzz.compaction_i12 import replay
     from fuzz.compaction_shrink import save_trace, shrink
     from strategies.compaction_trace import loads
 
@@ -63,7 +63,7 @@ def test_a_divergence_shrinks_to_a_replayable_corpus_file(tmp_path):
 
 
 def test_i12_catches_a_commit_that_forgets_the_kv_move():
-    from fuzz.compaction_diff import check_i12
+    from fuzz.compaction_i12 import check_i12
 
     impl = "mutant.compaction.kv_not_moved"
     caught = [index for index in range(20) if check_i12(generate_trace(0, index), lazy=impl)]

@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from fuzz.compaction_diff import check_i12, run_trace
+from fuzz.compaction_diff import run_trace
+from fuzz.compaction_i12 import check_i12
 from strategies.compaction_trace import generate_trace
 
 _FULL = os.environ.get("HYPOTHESIS_PROFILE", "dev") in ("ci", "nightly")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import event, given, settings
 
 from fuzz.engine import OUTSIDE, check
-from oracle.contract import violations
+from oracle.contract import POOL_SHORT, violations
 from strategies.edges import CLASSES, edge_classes
 from strategies.hypothesis_cases import cases_outside_contract, decode_cases, extend_cases
 from fuzz.report import Mismatch
@@ -60,9 +60,8 @@ def test_strategy_reaches_every_edge_class(target):
     assert not missing, f"edge classes never hit in this run: {missing}"
 
 
-@pytest.mark.parametrize("target", STRATEGIES)
-def test_cases_outside_the_contract_are_recorded_never_compared(target):
-    impl = bundled(target)[0]
+def outside_contract_property(target: str, impl):
+    """Cases pushed outside the contract are classified and recorded, never compared."""
     fn = impl.load()
 
     @given(cases_outside_contract(target))
@@ -75,4 +74,23 @@ def test_cases_outside_the_contract_are_recorded_never_compared(target):
         else:
             assert outcome.behaviour and outcome.divergence is None
 
-    classified()
+    return classified
+
+
+@pytest.mark.parametrize("target", STRATEGIES)
+def test_cases_outside_the_contract_are_recorded_never_compared(target):
+    outside_contract_property(target, bundled(target)[0])()
+
+
+def test_outside_contract_property_catches_a_contract_check_blind_to_short_pools(monkeypatch):
+    # The property's mutant: a contract check that lets a short pool through. The engine then
+    # compares such a case: the oracle itself runs off the pool (IndexError), or the loop's
+    # exception becomes a reported divergence (AssertionError).
+    import fuzz.engine
+
+    real = fuzz.engine.violations
+    monkeypatch.setattr(fuzz.engine, "violations", lambda case, extra=(): [
+        v for v in real(case, extra) if v.kind != POOL_SHORT])
+    loop = next(impl for impl in bundled("extend") if impl.name == "torch.loop")
+    with pytest.raises((AssertionError, IndexError)):
+        outside_contract_property("extend", loop)()
