@@ -16,9 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from impl.compaction import IMPLEMENTATIONS  # noqa: E402
-from impl.host_sync import count_host_syncs  # noqa: E402
-from strategies.compaction_trace import Params  # noqa: E402
+from kvfuzz.impl.compaction import IMPLEMENTATIONS  # noqa: E402
+from kvfuzz.impl.host_sync import count_host_syncs  # noqa: E402
+from kvfuzz.strategies.compaction.trace import Params  # noqa: E402
 
 HOLES = (64, 128, 256, 512, 1024, 2048, 4096)
 

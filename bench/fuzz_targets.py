@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fuzz.fuzz_targets import FUZZ_TARGETS, REPO  # noqa: E402
+from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO  # noqa: E402
 
 
 def measure(target: str, seconds: int, impl: str) -> dict:

@@ -9,9 +9,9 @@ import torch
 
 from collections import Counter
 
-from fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
-from impl.registry import BUNDLED, implementations
-from strategies.generators import generate
+from kvfuzz.fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
+from kvfuzz.impl.registry import BUNDLED, implementations
+from kvfuzz.strategies.paged.generators import generate
 
 FULL_CASES, QUICK_CASES = 3000, 300
 SEED = 0

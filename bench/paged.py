@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bench import tables, workloads
-from bench.timing import copy_bandwidth, fill_bandwidth, median_seconds, prepared_call
-from impl.registry import resolve
+from kvfuzz.bench import tables, workloads
+from kvfuzz.bench.timing import copy_bandwidth, fill_bandwidth, median_seconds, prepared_call
+from kvfuzz.impl.registry import resolve
 
 IMPLS = ("torch.loop", "torch.three_phase", "torch.vectorized")  # baseline first
 FULL = dict(batch_sizes=workloads.BATCH_SIZES, page_sizes=workloads.PAGE_SIZES, min_run_time=0.2)
@@ -72,7 +72,7 @@ def main(target: str, quick: bool, out_dir) -> int:
         largest = max(rows, key=lambda row: row.num_tokens)
         print(tables.bandwidth_note(rows, fill_bandwidth(largest.num_tokens * 8),
                                     copy_bandwidth(1 << 28)))
-    from bench import plot
+    from kvfuzz.bench import plot
     png = plot.speedup_plot(target, rows, out_dir)
     print(f"\nplot: {png}" if png else "\nplot: skipped (matplotlib not installed)")
     print(f"({time.monotonic() - began:.0f} s)")

@@ -9,7 +9,7 @@ import platform
 
 import torch
 
-from bench.timing import CLOCK_NAME
+from kvfuzz.bench.timing import CLOCK_NAME
 
 LOOP, UPSTREAM, OURS = "torch.loop", "torch.three_phase", "torch.vectorized"
 # PR #37938, page_size 16, speedup of the vectorized function over the loop (spec §6.3).

@@ -13,7 +13,7 @@ import time
 import torch
 from torch.utils import benchmark
 
-from impl.calling import build_inputs
+from kvfuzz.impl.paged.calling import build_inputs
 
 
 CLOCK = time.thread_time

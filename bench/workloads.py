@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from strategies.case import Case
+from kvfuzz.strategies.paged.case import Case
 
 BATCH_SIZES = (1, 8, 64, 1024)
 PAGE_SIZES = (1, 16, 64, 128)

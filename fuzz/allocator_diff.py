@@ -14,10 +14,10 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fuzz.allocator_sched import Call, Scheduler
-from oracle.allocator import AllocatorModel, Rejected
-from oracle.allocator_invariants import state_violations
-from strategies.allocator_trace import Trace, describe_op
+from kvfuzz.fuzz.allocator_sched import Call, Scheduler
+from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
+from kvfuzz.oracle.allocator.invariants import state_violations
+from kvfuzz.strategies.allocator.trace import Trace, describe_op
 
 ALLOC_METHODS = ("alloc", "alloc_extend", "alloc_decode")
 
@@ -79,8 +79,8 @@ class Lockstep:
     """The oracle and one implementation side by side; `step(op)` returns the problems found."""
 
     def __init__(self, trace: Trace, impl_spec: str, device: str = "cpu"):
-        from impl.allocator_driver import AllocatorDriver
-        from impl.allocator_registry import resolve_allocator
+        from kvfuzz.impl.allocator.driver import AllocatorDriver
+        from kvfuzz.impl.allocator_registry import resolve_allocator
 
         self.trace = trace
         self.model = AllocatorModel(trace.size, trace.page_size, trace.need_sort, trace.debug)
@@ -194,7 +194,7 @@ def run_trace(trace: Trace, impl_spec: str, device: str = "cpu", outside: bool |
               events: Counter | None = None) -> AllocatorDivergence | None:
     """Apply every op to oracle and implementation; the first op with any problem diverges.
     For outside classes, a divergence matching a documented upstream difference is classified."""
-    from fuzz.allocator_known import classify
+    from kvfuzz.fuzz.allocator_known import classify
 
     lock = Lockstep(trace, impl_spec, device)
     for index, op in enumerate(trace.ops):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 
-from fuzz.bytes_random import BytesRandom
-from fuzz.fuzz_targets import Finding
-from fuzz.harness import Harness, signals_held
+from kvfuzz.strategies.bytes_random import BytesRandom
+from kvfuzz.fuzz.fuzz_targets import Finding
+from kvfuzz.fuzz.harness import Harness, signals_held
 
 DEFAULT_IMPL = "allocator.torch"
 MAX_OPS = 200
@@ -18,8 +18,8 @@ MAX_OPS = 200
 
 def decode_trace(data: bytes):
     """As `strategies.allocator_random.generate`, with the bytes as the randomness."""
-    from strategies import allocator_random as generator
-    from strategies.allocator_trace import Trace
+    from kvfuzz.strategies.allocator import generator as generator
+    from kvfuzz.strategies.allocator.trace import Trace
 
     rng = BytesRandom(data)
     num_ops = 1 + rng.randrange(MAX_OPS)
@@ -36,7 +36,7 @@ def decode_trace(data: bytes):
 
 
 def impl_names() -> list[str]:
-    from impl.allocator_registry import allocators
+    from kvfuzz.impl.allocator_registry import allocators
     return [impl.name for impl in allocators()]
 
 
@@ -47,15 +47,15 @@ def _signature(found) -> str:
 class AllocatorHarness(Harness):
     def __init__(self, target: str = "allocator"):
         super().__init__(target)
-        from fuzz.allocator_diff import run_trace
+        from kvfuzz.fuzz.allocator_diff import run_trace
 
         self.run_trace = run_trace
         self.impls = [s for s in os.environ.get("KVFUZZ_IMPL", "").split(",") if s] or \
             [DEFAULT_IMPL]
 
     def test_one_input(self, data: bytes) -> None:
-        from fuzz.corpus import save_json
-        from strategies.allocator_trace import to_json
+        from kvfuzz.fuzz.corpus import save_json
+        from kvfuzz.strategies.allocator.trace import to_json
 
         trace = decode_trace(data)
         for name in self.impls:
@@ -70,11 +70,11 @@ class AllocatorHarness(Harness):
 
 
 def triage(path, impl_specs, stopping) -> list[Finding]:
-    from fuzz.allocator_diff import run_trace
-    from fuzz.allocator_shrink import shrink
-    from fuzz.corpus import load_any, save_json
-    from strategies.allocator_codec import decode_trace as parse
-    from strategies.allocator_trace import to_json
+    from kvfuzz.fuzz.allocator_diff import run_trace
+    from kvfuzz.fuzz.allocator_shrink import shrink
+    from kvfuzz.fuzz.corpus import load_any, save_json
+    from kvfuzz.strategies.allocator.codec import decode_trace as parse
+    from kvfuzz.strategies.allocator.trace import to_json
 
     _, data = load_any(path)
     trace = parse(data, str(path))

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from fuzz.allocator_sched import Call, Scheduler
-from oracle.allocator import AllocatorModel
-from strategies.allocator_trace import Misuse
+from kvfuzz.fuzz.allocator_sched import Call, Scheduler
+from kvfuzz.oracle.allocator.model import AllocatorModel
+from kvfuzz.strategies.allocator.trace import Misuse
 
 
 def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel) -> Call | None:

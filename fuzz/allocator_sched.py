@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oracle.allocator import AllocatorModel
-from oracle.allocator_invariants import new_slot_violations
-from oracle.paged import ceil_pages
-from strategies.allocator_trace import (Admit, AllocPages, Clear, Decode, Extend, Finish,
+from kvfuzz.oracle.allocator.model import AllocatorModel
+from kvfuzz.oracle.allocator.invariants import new_slot_violations
+from kvfuzz.oracle.paged.model import ceil_pages
+from kvfuzz.strategies.allocator.trace import (Admit, AllocPages, Clear, Decode, Extend, Finish,
                                         GroupBegin, GroupEnd, Misuse, Op, Trace, Truncate)
 
 
@@ -79,7 +79,7 @@ class Scheduler:
         if isinstance(op, Clear):
             return Call("clear", (), "clear()", release=("clear",))
         if isinstance(op, Misuse) and self.debug and not self.group_open:
-            from fuzz.allocator_misuse import misuse_call
+            from kvfuzz.fuzz.allocator_misuse import misuse_call
             return misuse_call(self, op, model)
         return None
 

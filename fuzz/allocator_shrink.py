@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from dataclasses import fields, replace
 
-from fuzz.allocator_diff import AllocatorDivergence, run_trace
-from strategies.allocator_trace import Extend, Trace
+from kvfuzz.fuzz.allocator_diff import AllocatorDivergence, run_trace
+from kvfuzz.strategies.allocator.trace import Extend, Trace
 
 
 def shrink(divergence: AllocatorDivergence, device: str = "cpu", budget_s: float = 20.0,

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fuzz import diff_campaign
-from fuzz.summary import counts, table
-from fuzz.targets import Target, register
+from kvfuzz.fuzz import diff_campaign
+from kvfuzz.fuzz.summary import counts, table
+from kvfuzz.fuzz.targets import Target, register
 
 FORMAT = "kvfuzz-allocator-trace/1"
 
@@ -42,8 +42,8 @@ class Tally(diff_campaign.Tally):
 
 def run_chunk(spec: str, seed: int, start: int, stop: int, device: str) -> Tally:
     """Traces [start, stop) of `seed` on one implementation; stops at the first divergence."""
-    from fuzz.allocator_diff import run_trace
-    from strategies.allocator_trace import generate_trace
+    from kvfuzz.fuzz.allocator_diff import run_trace
+    from kvfuzz.strategies.allocator.trace import generate_trace
 
     tally = Tally()
     return diff_campaign.run_indices(tally, start, stop, lambda index: run_trace(
@@ -51,8 +51,8 @@ def run_chunk(spec: str, seed: int, start: int, stop: int, device: str) -> Tally
 
 
 def diff_main(args, out=None) -> int:
-    from impl.allocator_registry import allocators, resolve_allocator
-    from impl.registry import BUNDLED
+    from kvfuzz.impl.allocator_registry import allocators, resolve_allocator
+    from kvfuzz.impl.registry import BUNDLED
 
     impls = [resolve_allocator(spec) for spec in args.impl] or allocators(BUNDLED)
     target = diff_campaign.DiffTarget("allocator", run_chunk, summary, _finish, Tally,
@@ -63,9 +63,9 @@ def diff_main(args, out=None) -> int:
 def _finish(tallies: dict, args, out) -> int:
     """Shrink, save and print the divergence of each implementation and one example per known
     upstream difference; returns the exit status."""
-    from fuzz.allocator_shrink import shrink
-    from fuzz.corpus import save_json
-    from strategies.allocator_trace import to_json
+    from kvfuzz.fuzz.allocator_shrink import shrink
+    from kvfuzz.fuzz.corpus import save_json
+    from kvfuzz.strategies.allocator.trace import to_json
 
     status = 0
     for tally in tallies.values():
@@ -92,10 +92,10 @@ def summary(tallies: dict, elapsed: float, interrupted: bool = False) -> str:
 
 def replay_file(path, data: dict, impl_specs, out) -> int:
     """Replay one saved trace on each implementation (default: the bundled ones)."""
-    from fuzz.allocator_diff import run_trace
-    from impl.allocator_registry import allocators, resolve_allocator
-    from impl.registry import BUNDLED
-    from strategies.allocator_trace import from_json
+    from kvfuzz.fuzz.allocator_diff import run_trace
+    from kvfuzz.impl.allocator_registry import allocators, resolve_allocator
+    from kvfuzz.impl.registry import BUNDLED
+    from kvfuzz.strategies.allocator.trace import from_json
 
     trace = from_json(data, source=str(path))
     impls = [resolve_allocator(spec) for spec in impl_specs] or allocators(BUNDLED)
@@ -112,11 +112,11 @@ def replay_file(path, data: dict, impl_specs, out) -> int:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    from impl.allocator_registry import allocators
+    from kvfuzz.impl.allocator_registry import allocators
 
     return [(impl.name, impl.kind, impl.summary) for impl in allocators()]
 
 
-register(Target("allocator", FORMAT, diff="fuzz.allocator_target:diff_main",
-                replay="fuzz.allocator_target:replay_file",
-                describe="fuzz.allocator_target:describe"))
+register(Target("allocator", FORMAT, diff="kvfuzz.fuzz.allocator_target:diff_main",
+                replay="kvfuzz.fuzz.allocator_target:replay_file",
+                describe="kvfuzz.fuzz.allocator_target:describe"))

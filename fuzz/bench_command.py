@@ -35,16 +35,16 @@ def run(args) -> int:
 
 
 def _default_out() -> Path:
-    import bench
+    import kvfuzz.bench
     return Path(bench.__file__).resolve().parent / "out"
 
 
 def _run_one(kind: str, quick: bool, out_dir: Path) -> int:
     if kind in ("extend", "decode"):
-        from bench import paged
+        from kvfuzz.bench import paged
         return paged.main(kind, quick, out_dir)
     if kind == "harness":
-        from bench import harness
+        from kvfuzz.bench import harness
         return harness.main(quick, out_dir)
     try:
         module = importlib.import_module(COMPACTION_MODULE)

@@ -19,9 +19,9 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from fuzz.fuzz_targets import REPO, Finding, FuzzTarget
-from fuzz.harness import write_atomic
-from impl.registry import load_attribute
+from kvfuzz.fuzz.fuzz_targets import REPO, Finding, FuzzTarget
+from kvfuzz.fuzz.harness import write_atomic
+from kvfuzz.impl.registry import load_attribute
 
 STATUS_EVERY = 5.0
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
@@ -166,7 +166,7 @@ class Campaign:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
-        from fuzz.campaign_summary import summary
+        from kvfuzz.fuzz.campaign_summary import summary
         print(summary(self, time.monotonic() - began), file=self.out, flush=True)
         return 1 if self.findings else (2 if self.blind_crashes else 0)
 
@@ -186,7 +186,7 @@ class Campaign:
         return total
 
     def status_line(self, began: float) -> str:
-        from fuzz.campaign_summary import edge_coverage
+        from kvfuzz.fuzz.campaign_summary import edge_coverage
         stats, elapsed = self.stats(), time.monotonic() - began
         corpus_size = sum(1 for p in self.dirs["bytes"].iterdir() if not p.name.startswith("."))
         hit, total, _ = edge_coverage(self.target.name, stats["features"])

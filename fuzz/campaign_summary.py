@@ -3,7 +3,7 @@ per distinct failure signature with where its minimised case was saved and how t
 
 from __future__ import annotations
 
-from strategies.edges import CLASSES
+from kvfuzz.strategies.paged.edges import CLASSES
 
 
 def edge_coverage(target: str, features) -> tuple[int, int, list[str]]:

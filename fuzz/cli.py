@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fuzz import bench_command, corpus, fuzz_command, targets as plugins
-from impl.registry import ImplementationError, implementations, load_attribute, targets
-from strategies.case import CaseFormatError
+from kvfuzz.fuzz import bench_command, corpus, fuzz_command, targets as plugins
+from kvfuzz.impl.registry import ImplementationError, implementations, load_attribute, targets
+from kvfuzz.strategies.paged.case import CaseFormatError
 
 EPILOG = """examples:
   kvfuzz diff extend --cases 20000            every bundled implementation vs the oracle
@@ -91,7 +91,7 @@ def cmd_diff(args) -> int:
         return status
     if args.target in plugins.PLUGINS:
         return load_attribute(plugins.PLUGINS[args.target].diff)(args)
-    from fuzz.diff import diff_main
+    from kvfuzz.fuzz.diff import diff_main
     return diff_main(args)
 
 
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     if args.command in ("diff", "replay", "fuzz"):
         # Before any implementation is imported: a named upstream module may import Triton, and
         # Triton fixes interpreted-or-compiled when its kernels are defined.
-        from impl.triton_env import use_interpreter_without_cuda
+        from kvfuzz.impl.triton_env import use_interpreter_without_cuda
         use_interpreter_without_cuda()
     try:
         if args.command in fuzz_command.COMMANDS:
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
             return cmd_list()
         if args.command == "diff":
             return cmd_diff(args)
-        from fuzz.replay import replay
+        from kvfuzz.fuzz.replay import replay
         return replay(args.paths, args.impl, device=args.device)
     except (ImplementationError, CaseFormatError, corpus.CorpusError) as error:
         print(f"kvfuzz: error: {error}", file=sys.stderr)

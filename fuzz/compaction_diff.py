@@ -12,11 +12,11 @@ import shlex
 import traceback
 from dataclasses import dataclass, field, fields
 
-from impl.compaction import IMPLEMENTATIONS
-from oracle.compaction import CompactionModel, geometries
-from oracle.compaction_invariants import chain_violations, pool_violations
-from oracle.compaction_transitions import alloc_violations, drain_violations, flush_violations
-from strategies.compaction_trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
+from kvfuzz.impl.compaction import IMPLEMENTATIONS
+from kvfuzz.oracle.compaction.model import CompactionModel, geometries
+from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
+from kvfuzz.oracle.compaction.transitions import alloc_violations, drain_violations, flush_violations
+from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
                                          PoolSnapshot, Trace, describe_op)
 
 _MODEL_FILES = ("oracle/compaction.py", "oracle/compaction_flush.py")

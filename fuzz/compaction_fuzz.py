@@ -7,17 +7,17 @@ from __future__ import annotations
 import json
 import os
 
-from fuzz.bytes_random import BytesRandom
-from fuzz.fuzz_targets import Finding
-from fuzz.harness import Harness, signals_held
+from kvfuzz.strategies.bytes_random import BytesRandom
+from kvfuzz.fuzz.fuzz_targets import Finding
+from kvfuzz.fuzz.harness import Harness, signals_held
 
 DEFAULT_IMPL = "compaction.lazy"
 MAX_OPS = 300
 
 
 def decode_trace(data: bytes):
-    from strategies import compaction_random as generator
-    from strategies.compaction_trace import Trace
+    from kvfuzz.strategies.compaction import generator as generator
+    from kvfuzz.strategies.compaction.trace import Trace
 
     rng = BytesRandom(data)
     num_ops = 1 + rng.randrange(MAX_OPS)
@@ -29,21 +29,21 @@ def decode_trace(data: bytes):
 
 
 def impl_names() -> list[str]:
-    from impl.compaction import IMPLEMENTATIONS
+    from kvfuzz.impl.compaction import IMPLEMENTATIONS
     return sorted(IMPLEMENTATIONS)
 
 
 class CompactionHarness(Harness):
     def __init__(self, target: str = "compaction"):
         super().__init__(target)
-        from fuzz.compaction_i12 import replay
+        from kvfuzz.fuzz.compaction_i12 import replay
 
         self.replay = replay
         self.impls = [s for s in os.environ.get("KVFUZZ_IMPL", "").split(",") if s] or \
             [DEFAULT_IMPL]
 
     def test_one_input(self, data: bytes) -> None:
-        from fuzz.compaction_shrink import save_trace
+        from kvfuzz.fuzz.compaction_shrink import save_trace
 
         trace = decode_trace(data)
         for name in self.impls:
@@ -60,9 +60,9 @@ class CompactionHarness(Harness):
 def triage(path, impl_specs, stopping) -> list[Finding]:
     from pathlib import Path
 
-    from fuzz.compaction_i12 import replay
-    from fuzz.compaction_shrink import save_trace, shrink
-    from strategies.compaction_trace import loads
+    from kvfuzz.fuzz.compaction_i12 import replay
+    from kvfuzz.fuzz.compaction_shrink import save_trace, shrink
+    from kvfuzz.strategies.compaction.trace import loads
 
     trace = loads(Path(path).read_text())
     findings = []

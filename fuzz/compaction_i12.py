@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import itertools
 
-from fuzz.compaction_diff import SIDES, Divergence, depth_order, run_trace, stamp
-from oracle.compaction import geometries
-from strategies.compaction_trace import Alloc, Drain, Flush, Free, Op, Trace
+from kvfuzz.fuzz.compaction_diff import SIDES, Divergence, depth_order, run_trace, stamp
+from kvfuzz.oracle.compaction.model import geometries
+from kvfuzz.strategies.compaction.trace import Alloc, Drain, Flush, Free, Op, Trace
 
 
 def check_i12(trace: Trace, lazy: str = "compaction.lazy", eager: str = "compaction.eager",

@@ -9,10 +9,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from fuzz.compaction_diff import Divergence
-from fuzz.compaction_i12 import replay
-from fuzz.corpus import DEFAULT_DIR, save_json
-from strategies.compaction_trace import Trace, to_json
+from kvfuzz.fuzz.compaction_diff import Divergence
+from kvfuzz.fuzz.compaction_i12 import replay
+from kvfuzz.fuzz.corpus import DEFAULT_DIR, save_json
+from kvfuzz.strategies.compaction.trace import Trace, to_json
 
 Check = Callable[[Trace, str], Divergence | None]
 

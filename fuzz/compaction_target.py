@@ -14,10 +14,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
 
-from fuzz import diff_campaign
-from fuzz.summary import counts, table
-from fuzz.targets import Target, register
-from impl.registry import BUNDLED, MUTANT
+from kvfuzz.fuzz import diff_campaign
+from kvfuzz.fuzz.summary import counts, table
+from kvfuzz.fuzz.targets import Target, register
+from kvfuzz.impl.registry import BUNDLED, MUTANT
 
 FORMAT = "kvfuzz-compaction-trace/1"
 DEFAULT = ("compaction.lazy", "compaction.eager")
@@ -47,8 +47,8 @@ def run_chunk(spec: str, seed: int, start: int, stop: int, device: str) -> Tally
     tally = Tally()
 
     def outcome(index: int):
-        from fuzz.compaction_i12 import replay
-        from strategies.compaction_trace import generate_trace
+        from kvfuzz.fuzz.compaction_i12 import replay
+        from kvfuzz.strategies.compaction.trace import generate_trace
 
         trace = generate_trace(seed, index)
         tally.ops.update(type(op).__name__.lower() for op in trace.ops)
@@ -59,8 +59,8 @@ def run_chunk(spec: str, seed: int, start: int, stop: int, device: str) -> Tally
 
 def resolve(specs) -> list[str]:
     """The names to run (default: lazy and eager); an unknown one is the user's mistake."""
-    from impl.compaction import IMPLEMENTATIONS
-    from impl.registry import ImplementationError
+    from kvfuzz.impl.compaction import IMPLEMENTATIONS
+    from kvfuzz.impl.registry import ImplementationError
 
     for spec in specs:
         if spec not in IMPLEMENTATIONS:
@@ -77,8 +77,8 @@ def diff_main(args, out=None) -> int:
 
 def _finish(tallies: dict, args, out) -> int:
     """Shrink each implementation's divergence, save it, print the shrunk trace's report."""
-    from fuzz.compaction_i12 import replay
-    from fuzz.compaction_shrink import save_trace, shrink
+    from kvfuzz.fuzz.compaction_i12 import replay
+    from kvfuzz.fuzz.compaction_shrink import save_trace, shrink
 
     check = partial(replay, device=args.device)
     status = 0
@@ -103,9 +103,9 @@ def summary(tallies: dict, elapsed: float, interrupted: bool = False) -> str:
 
 def replay_file(path, data: dict, impl_specs, out) -> int:
     """Replay one saved trace on each implementation (default: lazy and eager)."""
-    from fuzz.compaction_i12 import replay
-    from strategies.case import CaseFormatError
-    from strategies.compaction_trace import TraceFormatError, from_json
+    from kvfuzz.fuzz.compaction_i12 import replay
+    from kvfuzz.strategies.paged.case import CaseFormatError
+    from kvfuzz.strategies.compaction.trace import TraceFormatError, from_json
 
     try:
         trace = from_json(data)
@@ -123,11 +123,11 @@ def replay_file(path, data: dict, impl_specs, out) -> int:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    from impl.compaction import IMPLEMENTATIONS
+    from kvfuzz.impl.compaction import IMPLEMENTATIONS
 
     return [(name, *ABOUT.get(name, ("", ""))) for name in IMPLEMENTATIONS]
 
 
-register(Target("compaction", FORMAT, diff="fuzz.compaction_target:diff_main",
-                replay="fuzz.compaction_target:replay_file",
-                describe="fuzz.compaction_target:describe"))
+register(Target("compaction", FORMAT, diff="kvfuzz.fuzz.compaction_target:diff_main",
+                replay="kvfuzz.fuzz.compaction_target:replay_file",
+                describe="kvfuzz.fuzz.compaction_target:describe"))

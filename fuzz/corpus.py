@@ -11,7 +11,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from strategies.case import Case, CaseFormatError, dumps, from_json, loads
+from kvfuzz.strategies.paged.case import Case, CaseFormatError, dumps, from_json, loads
 
 DEFAULT_DIR = "corpus"
 
@@ -48,7 +48,7 @@ def load(path: str | os.PathLike) -> Case:
 
 def load_any(path: str | os.PathLike):
     """A paged `Case`, or `(plugin Target, raw dict)` for a file of a plugin target's format."""
-    from fuzz.targets import by_format
+    from kvfuzz.fuzz.targets import by_format
 
     text = _read(path)
     try:

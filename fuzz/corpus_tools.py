@@ -12,8 +12,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from fuzz import corpus
-from strategies.case import Case
+from kvfuzz.fuzz import corpus
+from kvfuzz.strategies.paged.case import Case
 
 
 def merge(sources, into, out) -> int:
@@ -40,9 +40,9 @@ def merge(sources, into, out) -> int:
 
 
 def case_features(case: Case, impls) -> set[str]:
-    from fuzz.engine import DIVERGE, check
-    from oracle.contract import violations
-    from strategies.edges import edge_classes
+    from kvfuzz.fuzz.engine import DIVERGE, check
+    from kvfuzz.oracle.paged.contract import violations
+    from kvfuzz.strategies.paged.edges import edge_classes
 
     found = violations(case)
     if found:
@@ -56,7 +56,7 @@ def case_features(case: Case, impls) -> set[str]:
 
 
 def minimize(directory, impl_specs, dry_run: bool, out) -> int:
-    from impl.registry import OUTSIDE, implementations, resolve
+    from kvfuzz.impl.registry import OUTSIDE, implementations, resolve
 
     loaded = [(path, corpus.load_any(path)) for path in corpus.case_files([directory])]
     cases = [(path, item) for path, item in loaded if isinstance(item, Case)]

@@ -9,12 +9,12 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from fuzz import corpus, diff_campaign
-from fuzz.engine import AGREE, DIVERGE, Outcome, check
-from fuzz.shrink import same_divergence, shrink
-from fuzz.summary import summary
-from impl.registry import BUNDLED, implementations, resolve
-from strategies.generators import generate
+from kvfuzz.fuzz import corpus, diff_campaign
+from kvfuzz.fuzz.engine import AGREE, DIVERGE, Outcome, check
+from kvfuzz.fuzz.shrink import same_divergence, shrink
+from kvfuzz.fuzz.summary import summary
+from kvfuzz.impl.registry import BUNDLED, implementations, resolve
+from kvfuzz.strategies.paged.generators import generate
 
 
 @dataclass

@@ -14,13 +14,13 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass, field
 
-from fuzz.report import Divergence
-from impl.calling import UNWRITTEN, call
-from impl.registry import Implementation
-from oracle.contract import Violation, violations
-from oracle.paged import Expected, expected_for, owner_of
-from strategies.case import Case
-from strategies.edges import edge_classes
+from kvfuzz.fuzz.report import Divergence
+from kvfuzz.impl.paged.calling import UNWRITTEN, call
+from kvfuzz.impl.registry import Implementation
+from kvfuzz.oracle.paged.contract import Violation, violations
+from kvfuzz.oracle.paged.model import Expected, expected_for, owner_of
+from kvfuzz.strategies.paged.case import Case
+from kvfuzz.strategies.paged.edges import edge_classes
 
 AGREE, DIVERGE, OUTSIDE = "agree", "diverge", "outside contract"
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from oracle.contract import (BAD_PAGE_ID, DUPLICATE_PAGES, LAST_LOC, OUT_LEN, POOL_SHORT,
+from kvfuzz.oracle.paged.contract import (BAD_PAGE_ID, DUPLICATE_PAGES, LAST_LOC, OUT_LEN, POOL_SHORT,
                              SEQ_BELOW_PREFIX, pages_needed)
-from oracle.paged import CURRENT_PAGE, LAST_PARTIAL_PAGE, WHOLE_PAGES, ceil_pages
-from strategies.edges import CLASSES, edge_classes
+from kvfuzz.oracle.paged.model import CURRENT_PAGE, LAST_PARTIAL_PAGE, WHOLE_PAGES, ceil_pages
+from kvfuzz.strategies.paged.edges import CLASSES, edge_classes
 
 PHASES = (CURRENT_PAGE, WHOLE_PAGES, LAST_PARTIAL_PAGE)
 FILL = ("pool empty", "fill 0", "fill <25%", "fill <50%", "fill <75%", "fill <100%", "fill 100%")

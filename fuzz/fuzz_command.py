@@ -7,8 +7,8 @@ import argparse
 import re
 import sys
 
-from fuzz import corpus
-from fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:
@@ -48,7 +48,7 @@ def _with_flags_after_dashes(base):
 
 
 def add_parsers(commands) -> None:
-    from fuzz.cli import positive
+    from kvfuzz.fuzz.cli import positive
 
     fuzz = commands.add_parser(
         "fuzz", help="coverage-guided campaign (atheris) against the oracle", epilog=EPILOG,
@@ -79,7 +79,7 @@ def add_parsers(commands) -> None:
 
 def run(args, out=sys.stdout) -> int:
     if args.command == "corpus":
-        from fuzz.corpus_tools import merge, minimize
+        from kvfuzz.fuzz.corpus_tools import merge, minimize
         if args.action == "merge":
             return merge(args.sources, args.into, out)
         return minimize(args.directory, args.impl, args.dry_run, out)
@@ -87,8 +87,8 @@ def run(args, out=sys.stdout) -> int:
 
 
 def run_fuzz(args) -> int:
-    from fuzz.campaign import Campaign
-    from impl.registry import ImplementationError, load_attribute, resolve
+    from kvfuzz.fuzz.campaign import Campaign
+    from kvfuzz.impl.registry import ImplementationError, load_attribute, resolve
 
     target = FUZZ_TARGETS[args.target]
     if args.impl and not target.takes_impl:

@@ -46,25 +46,25 @@ class Finding:
 
 
 FUZZ_TARGETS = {t.name: t for t in (
-    FuzzTarget("extend", "fuzz/targets_atheris/fuzz_extend.py", "fuzz.fuzz_targets:triage_paged",
-               "fuzz.fuzz_targets:seeds_extend"),
-    FuzzTarget("decode", "fuzz/targets_atheris/fuzz_decode.py", "fuzz.fuzz_targets:triage_paged",
-               "fuzz.fuzz_targets:seeds_decode"),
+    FuzzTarget("extend", "fuzz/targets_atheris/fuzz_extend.py", "kvfuzz.fuzz.fuzz_targets:triage_paged",
+               "kvfuzz.fuzz.fuzz_targets:seeds_extend"),
+    FuzzTarget("decode", "fuzz/targets_atheris/fuzz_decode.py", "kvfuzz.fuzz.fuzz_targets:triage_paged",
+               "kvfuzz.fuzz.fuzz_targets:seeds_decode"),
     FuzzTarget("case_loader", "fuzz/targets_atheris/fuzz_case_loader.py",
-               "fuzz.fuzz_targets:triage_loader", takes_impl=False, output="work"),
+               "kvfuzz.fuzz.fuzz_targets:triage_loader", takes_impl=False, output="work"),
     FuzzTarget("compaction", "fuzz/targets_atheris/fuzz_compaction.py",
-               "fuzz.compaction_fuzz:triage", impl_names="fuzz.compaction_fuzz:impl_names",
+               "kvfuzz.fuzz.compaction_fuzz:triage", impl_names="kvfuzz.fuzz.compaction_fuzz:impl_names",
                flags=("-len_control=0", "-max_len=2048")),
     FuzzTarget("allocator", "fuzz/targets_atheris/fuzz_allocator.py",
-               "fuzz.allocator_fuzz:triage", impl_names="fuzz.allocator_fuzz:impl_names",
+               "kvfuzz.fuzz.allocator_fuzz:triage", impl_names="kvfuzz.fuzz.allocator_fuzz:impl_names",
                flags=("-len_control=0", "-max_len=2048")),
 )}
 
 
 def _seeds(target: str, paths):
-    from fuzz import corpus
-    from fuzz.bytes_chooser import encode
-    from strategies.case import Case, CaseFormatError
+    from kvfuzz.fuzz import corpus
+    from kvfuzz.strategies.paged.bytes_chooser import encode
+    from kvfuzz.strategies.paged.case import Case, CaseFormatError
 
     for path in corpus.case_files([p for p in paths if os.path.exists(p)]):
         try:
@@ -87,11 +87,11 @@ def seeds_decode(paths):
 
 def triage_paged(path, impl_specs, stopping) -> list[Finding]:
     """Re-run the saved case on each implementation; every divergence, shrunk, is a finding."""
-    from fuzz import corpus
-    from fuzz.engine import DIVERGE, check
-    from fuzz.harness import signature_text
-    from fuzz.shrink import same_divergence, shrink
-    from impl.registry import BUNDLED, implementations, resolve
+    from kvfuzz.fuzz import corpus
+    from kvfuzz.fuzz.engine import DIVERGE, check
+    from kvfuzz.fuzz.harness import signature_text
+    from kvfuzz.fuzz.shrink import same_divergence, shrink
+    from kvfuzz.impl.registry import BUNDLED, implementations, resolve
 
     case = corpus.load(path)
     chosen = [resolve(case.target, s) for s in impl_specs] or implementations(case.target,
@@ -118,7 +118,7 @@ def triage_loader(path, impl_specs, stopping) -> list[Finding]:
     """A loader failure: the saved text and the exception it raises (not CaseFormatError)."""
     import json
 
-    from strategies.case import CaseFormatError, loads
+    from kvfuzz.strategies.paged.case import CaseFormatError, loads
 
     raw = Path(path).read_bytes()
     text = raw.decode("utf-8", "surrogatepass")
@@ -132,7 +132,7 @@ def triage_loader(path, impl_specs, stopping) -> list[Finding]:
         headline = f"case loader raised {kind}, not CaseFormatError: {str(error)[:120]}"
 
         def save(directory: Path) -> Path:
-            from fuzz.harness import write_atomic
+            from kvfuzz.fuzz.harness import write_atomic
             directory = Path(directory)
             directory.mkdir(parents=True, exist_ok=True)
             target = directory / Path(path).name

@@ -18,10 +18,10 @@ from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 
-from fuzz import corpus, features
-from fuzz.bytes_chooser import decode
-from fuzz.engine import DIVERGE, check
-from fuzz.report import Mismatch
+from kvfuzz.fuzz import corpus, features
+from kvfuzz.strategies.paged.bytes_chooser import decode
+from kvfuzz.fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz.report import Mismatch
 
 STATS_EVERY = 2.0  # seconds
 _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
@@ -104,7 +104,7 @@ class PagedHarness(Harness):
 
     def __init__(self, target: str):
         super().__init__(target)
-        from impl.registry import BUNDLED, implementations, resolve
+        from kvfuzz.impl.registry import BUNDLED, implementations, resolve
 
         specs = [s for s in os.environ.get("KVFUZZ_IMPL", "").split(",") if s]
         chosen = [resolve(target, s) for s in specs] or implementations(target, BUNDLED)

@@ -24,8 +24,8 @@ def outside_packages() -> list[str]:
 
 
 def paged_harness(atheris, target: str):
-    from fuzz import features
-    from fuzz.harness import PagedHarness
+    from kvfuzz.fuzz import features
+    from kvfuzz.fuzz.harness import PagedHarness
 
     harness = PagedHarness(target)  # loads the implementations
     instrument_control_flow(atheris, {"impl", *outside_packages()})
@@ -39,7 +39,7 @@ def trace_harness(atheris, make, modules):
     import importlib
     import pkgutil
 
-    import oracle
+    import kvfuzz.oracle
 
     for module in modules:
         importlib.import_module(module)

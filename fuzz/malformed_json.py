@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 
-from fuzz.bytes_chooser import BytesChooser
-from fuzz.harness import Harness, signals_held, write_atomic
-from strategies.build import build_decode, build_extend
-from strategies.case import CaseFormatError, from_json, loads, to_json
+from kvfuzz.strategies.paged.bytes_chooser import BytesChooser
+from kvfuzz.fuzz.harness import Harness, signals_held, write_atomic
+from kvfuzz.strategies.paged.build import build_decode, build_extend
+from kvfuzz.strategies.paged.case import CaseFormatError, from_json, loads, to_json
 
 DEEP, HUGE = "\x00deep\x00", "\x00huge\x00"  # placeholders replaced in the text
 ODD_VALUES = (None, True, False, 1.5, -1, 0, "", "7", [], {}, [1, "x"], {"a": 1}, 2**63,

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from fuzz import corpus
-from fuzz.engine import DIVERGE, OUTSIDE, check
-from impl.registry import BUNDLED, implementations, load_attribute, resolve
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import DIVERGE, OUTSIDE, check
+from kvfuzz.impl.registry import BUNDLED, implementations, load_attribute, resolve
 
 
 def replay(paths, impl_specs, out=None, device: str = "cpu") -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from strategies.case import Case
+from kvfuzz.strategies.paged.case import Case
 
 
 class Mismatch(AssertionError):

@@ -12,8 +12,8 @@ import os
 import zipfile
 from pathlib import Path
 
-from fuzz.fuzz_targets import FUZZ_TARGETS, REPO
-from impl.registry import load_attribute
+from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+from kvfuzz.impl.registry import load_attribute
 
 
 def build(out: Path, corpus_dirs) -> dict[str, int]:

@@ -14,8 +14,8 @@ import time
 from dataclasses import replace
 from typing import Callable, Iterator
 
-from strategies.build import ceil_pages
-from strategies.case import Case
+from kvfuzz.strategies.paged.build import ceil_pages
+from kvfuzz.strategies.paged.case import Case
 
 MAX_CALLS, MAX_SECONDS = 3000, 30.0
 
@@ -41,7 +41,7 @@ def shrink(case: Case, still_fails: Callable[[Case], bool], max_calls: int = MAX
 
 def same_divergence(impl, fn, divergence, device: str = "cpu") -> Callable[[Case], bool]:
     """The usual predicate: `impl` still diverges on the case, with the same signature."""
-    from fuzz.engine import DIVERGE, check
+    from kvfuzz.fuzz.engine import DIVERGE, check
 
     signature = divergence.signature()
 

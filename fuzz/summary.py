@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from fuzz.diff_campaign import rate_text
-from strategies.edges import CLASSES
+from kvfuzz.fuzz.diff_campaign import rate_text
+from kvfuzz.strategies.paged.edges import CLASSES
 
 
 def summary(target: str, tallies: dict, elapsed: float, interrupted: bool = False) -> str:

@@ -34,5 +34,5 @@ def by_format(format_name: str) -> Target | None:
     return next((t for t in PLUGINS.values() if t.format == format_name), None)
 
 
-import fuzz.allocator_target  # noqa: E402,F401  registers "allocator" (imports nothing heavy)
-import fuzz.compaction_target  # noqa: E402,F401  registers "compaction" (imports nothing heavy)
+import kvfuzz.fuzz.allocator_target  # noqa: E402,F401  registers "allocator" (imports nothing heavy)
+import kvfuzz.fuzz.compaction_target  # noqa: E402,F401  registers "compaction" (imports nothing heavy)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from impl.registry import BUNDLED, MUTANT, OUTSIDE, ImplementationError, load_attribute
+from kvfuzz.impl.registry import BUNDLED, MUTANT, OUTSIDE, ImplementationError, load_attribute
 
 UPSTREAM = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
 
@@ -23,16 +23,16 @@ class AllocatorImpl:
 
 
 ALLOCATORS = (
-    AllocatorImpl("allocator.torch", "impl.paged_allocator:PagedAllocator",
+    AllocatorImpl("allocator.torch", "kvfuzz.impl.allocator.paged_allocator:PagedAllocator",
                   "PagedAllocator: vectorized torch, upstream interface"),
-    AllocatorImpl("mutant.allocator.free_no_dedup", "impl.mutants.allocator:FreeWithoutDedup",
+    AllocatorImpl("mutant.allocator.free_no_dedup", "kvfuzz.impl.allocator.mutants:FreeWithoutDedup",
                   "free without per-call dedup", MUTANT),
-    AllocatorImpl("mutant.allocator.lost_at_merge", "impl.mutants.allocator:LostAtMerge",
+    AllocatorImpl("mutant.allocator.lost_at_merge", "kvfuzz.impl.allocator.mutants:LostAtMerge",
                   "freed pages lost at merge", MUTANT),
     AllocatorImpl("mutant.allocator.failed_alloc_advances",
-                  "impl.mutants.allocator:FailedAllocAdvances",
+                  "kvfuzz.impl.allocator.mutants:FailedAllocAdvances",
                   "a failed allocation advances the free list", MUTANT),
-    AllocatorImpl("mutant.allocator.padding_page", "impl.mutants.allocator:PaddingPageHandedOut",
+    AllocatorImpl("mutant.allocator.padding_page", "kvfuzz.impl.allocator.mutants:PaddingPageHandedOut",
                   "the padding page handed out", MUTANT),
 )
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
-from impl.triton_env import use_interpreter_without_cuda
+from kvfuzz.impl.triton_env import use_interpreter_without_cuda
 
 # Before any test module imports triton (sglang's allocator does, at collection): without CUDA,
 # TRITON_INTERPRET=1 then holds for every Triton kernel, whichever file loads it first.

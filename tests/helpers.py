@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from fuzz import corpus
-from fuzz.report import Mismatch
-from impl.registry import BUNDLED, MUTANT, implementations
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.report import Mismatch
+from kvfuzz.impl.registry import BUNDLED, MUTANT, implementations
 from tests.conftest import CORPUS
 
 

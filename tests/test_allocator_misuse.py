@@ -6,9 +6,9 @@ from collections import Counter
 
 import pytest
 
-from fuzz.allocator_diff import Lockstep, run_trace
-from impl.paged_allocator import PagedAllocator
-from strategies.allocator_trace import (MISUSES, Admit, Extend, Finish, Misuse, Trace)
+from kvfuzz.fuzz.allocator_diff import Lockstep, run_trace
+from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
+from kvfuzz.strategies.allocator.trace import (MISUSES, Admit, Extend, Finish, Misuse, Trace)
 
 
 class Unchecked(PagedAllocator):

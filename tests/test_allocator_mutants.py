@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from fuzz.allocator_diff import run_trace
-from fuzz.allocator_shrink import shrink
-from impl.allocator_registry import MUTANT, allocators
-from strategies.allocator_trace import dumps, generate_trace, loads
+from kvfuzz.fuzz.allocator_diff import run_trace
+from kvfuzz.fuzz.allocator_shrink import shrink
+from kvfuzz.impl.allocator_registry import MUTANT, allocators
+from kvfuzz.strategies.allocator.trace import dumps, generate_trace, loads
 
 # What each report must say: the field or invariant that exposes the fault.
 EXPECTED = {

@@ -3,10 +3,10 @@ oracle and on `PagedAllocator` alike; and the invariant checks shown to catch br
 
 import pytest
 
-from impl.allocator_driver import AllocatorDriver
-from impl.paged_allocator import PagedAllocator
-from oracle.allocator import AllocatorModel, release_problems
-from oracle.allocator_invariants import new_slot_violations, state_violations
+from kvfuzz.impl.allocator.driver import AllocatorDriver
+from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
+from kvfuzz.oracle.allocator.model import AllocatorModel, release_problems
+from kvfuzz.oracle.allocator.invariants import new_slot_violations, state_violations
 
 
 class ModelSide:

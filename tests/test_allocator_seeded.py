@@ -3,8 +3,8 @@
 
 import pytest
 
-from fuzz.allocator_diff import run_trace
-from strategies.allocator_trace import generate_trace
+from kvfuzz.fuzz.allocator_diff import run_trace
+from kvfuzz.strategies.allocator.trace import generate_trace
 
 TRACES, SHARDS, OPS = 2000, 40, 200
 PER_SHARD = TRACES // SHARDS

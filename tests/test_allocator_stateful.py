@@ -9,9 +9,9 @@ from hypothesis import Phase, settings, target
 from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
-from fuzz.allocator_diff import AllocatorDivergence, Lockstep
-from oracle.allocator_invariants import state_violations
-from strategies.allocator_trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode, Extend,
+from kvfuzz.fuzz.allocator_diff import AllocatorDivergence, Lockstep
+from kvfuzz.oracle.allocator.invariants import state_violations
+from kvfuzz.strategies.allocator.trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode, Extend,
                                         Finish, GroupBegin, GroupEnd, Trace, Truncate, dumps)
 
 hows = st.sampled_from(FREE_HOWS)

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from fuzz.cli import main
-from strategies.allocator_trace import (FORMAT, Admit, Extend, Trace, dumps, from_json,
+from kvfuzz.fuzz.cli import main
+from kvfuzz.strategies.allocator.trace import (FORMAT, Admit, Extend, Trace, dumps, from_json,
                                         generate_trace, loads, to_json)
-from strategies.case import CaseFormatError
+from kvfuzz.strategies.paged.case import CaseFormatError
 
 
 def test_generated_traces_round_trip_and_have_at_least_200_ops():

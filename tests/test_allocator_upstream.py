@@ -3,10 +3,10 @@ and each documented difference is classified as such, never hidden."""
 
 import pytest
 
-from fuzz.allocator_diff import run_trace
-from fuzz.allocator_known import LATE_DOUBLE_FREE, NO_RANGE_CHECK, P1_DECODE
-from impl.allocator_registry import UPSTREAM
-from strategies.allocator_trace import Admit, Decode, Extend, Finish, Misuse, Trace, generate_trace
+from kvfuzz.fuzz.allocator_diff import run_trace
+from kvfuzz.fuzz.allocator_known import LATE_DOUBLE_FREE, NO_RANGE_CHECK, P1_DECODE
+from kvfuzz.impl.allocator_registry import UPSTREAM
+from kvfuzz.strategies.allocator.trace import Admit, Decode, Extend, Finish, Misuse, Trace, generate_trace
 
 pytest.importorskip("sglang.srt.mem_cache.allocator.paged",
                     reason="upstream sglang not installed (see docs/upstream-sglang.md)")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fuzz.cli import main
+from kvfuzz.fuzz.cli import main
 
 
 def kvfuzz(*args, cwd=None):
@@ -49,7 +49,7 @@ def test_divergence_is_saved_and_replays_with_the_same_report(tmp_path, capsys):
 
 
 def test_outside_implementation_by_import_path(tmp_path):
-    result = kvfuzz("diff", "extend", "--impl", "impl.paged_torch:alloc_extend", "--cases", "100",
+    result = kvfuzz("diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:alloc_extend", "--cases", "100",
                     "--corpus", str(tmp_path))
     assert result.returncode == 0, result.stderr
 
@@ -58,7 +58,7 @@ BAD_INPUTS = {
     "unknown implementation": (["diff", "extend", "--impl", "no.such"], "unknown implementation"),
     "unresolvable import path": (["diff", "extend", "--impl", "nosuchpkg.mod:fn"],
                                  "cannot import 'nosuchpkg.mod'"),
-    "missing attribute": (["diff", "extend", "--impl", "impl.paged_torch:nope"],
+    "missing attribute": (["diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:nope"],
                           "has no attribute 'nope'"),
     "unknown target": (["diff", "nosuch"], "invalid choice"),
     "missing file": (["replay", "/nonexistent/case.json"], "no such file"),

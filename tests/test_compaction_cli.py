@@ -8,8 +8,8 @@ import io
 
 import pytest
 
-from fuzz.cli import main
-from fuzz.compaction_target import Tally
+from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.compaction_target import Tally
 
 MUTANT = "mutant.compaction.p2v_not_cleared"
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from fuzz.compaction_diff import SIDES, stamp
-from strategies.compaction_trace import Params
+from kvfuzz.fuzz.compaction_diff import SIDES, stamp
+from kvfuzz.strategies.compaction.trace import Params
 
 # R = 1, ps = 1, one grow-up pool of 16 pages, identity ids at first.
 PARAMS = Params(total_bytes=4 * 17, epp_up=4, epp_down=4, sink_bytes=4, two_ended=False,

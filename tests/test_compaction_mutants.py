@@ -2,8 +2,8 @@
 
 import pytest
 
-from fuzz.compaction_diff import run_trace
-from strategies.compaction_trace import Alloc, Flush, Forward, Free, Params, Pick, Trace, \
+from kvfuzz.fuzz.compaction_diff import run_trace
+from kvfuzz.strategies.compaction.trace import Alloc, Flush, Forward, Free, Params, Pick, Trace, \
     generate_trace
 
 SINGLE = Params(total_bytes=8 * 17, epp_up=8, epp_down=8, sink_bytes=8, two_ended=False,
@@ -46,9 +46,9 @@ def test_seeded_traces_kill_the_mutant(impl):
 
 
 def test_a_divergence_shrinks_to_a_replayable_corpus_file(tmp_path):
-    from fuzz.compaction_i12 import replay
-    from fuzz.compaction_shrink import save_trace, shrink
-    from strategies.compaction_trace import loads
+    from kvfuzz.fuzz.compaction_i12 import replay
+    from kvfuzz.fuzz.compaction_shrink import save_trace, shrink
+    from kvfuzz.strategies.compaction.trace import loads
 
     impl = "mutant.compaction.p2v_not_cleared"
     trace = next(generate_trace(0, index) for index in range(40)
@@ -63,7 +63,7 @@ def test_a_divergence_shrinks_to_a_replayable_corpus_file(tmp_path):
 
 
 def test_i12_catches_a_commit_that_forgets_the_kv_move():
-    from fuzz.compaction_i12 import check_i12
+    from kvfuzz.fuzz.compaction_i12 import check_i12
 
     impl = "mutant.compaction.kv_not_moved"
     caught = [index for index in range(20) if check_i12(generate_trace(0, index), lazy=impl)]

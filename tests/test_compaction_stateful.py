@@ -7,8 +7,8 @@ import pytest
 from hypothesis import Phase, settings, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
-from fuzz.compaction_diff import Divergence, Lockstep
-from strategies.compaction_trace import (WHERE, Alloc, Drain, Fire, Flush, Forward, Free, Params,
+from kvfuzz.fuzz.compaction_diff import Divergence, Lockstep
+from kvfuzz.strategies.compaction.trace import (WHERE, Alloc, Drain, Fire, Flush, Forward, Free, Params,
                                          Pick, Trace, dumps)
 
 pools = st.sampled_from(["up", "down"])

@@ -4,9 +4,9 @@ host reads (the hole snapshot), while the commit from before PR 34066 makes one 
 import pytest
 import torch
 
-from impl.compaction import IMPLEMENTATIONS
-from impl.host_sync import count_host_syncs
-from strategies.compaction_trace import Params
+from kvfuzz.impl.compaction import IMPLEMENTATIONS
+from kvfuzz.impl.host_sync import count_host_syncs
+from kvfuzz.strategies.compaction.trace import Params
 
 
 def _holes_below_survivors(impl: str, num_holes: int, device: str = "cpu"):

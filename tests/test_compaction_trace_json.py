@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from strategies.compaction_trace import (FORMAT, Trace, TraceFormatError, dumps, from_json, loads,
+from kvfuzz.strategies.compaction.trace import (FORMAT, Trace, TraceFormatError, dumps, from_json, loads,
                                          generate_trace)
 
 

@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from fuzz.compaction_diff import run_trace
-from fuzz.compaction_i12 import check_i12
-from strategies.compaction_trace import generate_trace
+from kvfuzz.fuzz.compaction_diff import run_trace
+from kvfuzz.fuzz.compaction_i12 import check_i12
+from kvfuzz.strategies.compaction.trace import generate_trace
 
 _FULL = os.environ.get("HYPOTHESIS_PROFILE", "dev") in ("ci", "nightly")
 NUM_TRACES = int(os.environ.get("KVFUZZ_COMPACTION_TRACES", "1000" if _FULL else "200"))

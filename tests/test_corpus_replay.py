@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz import corpus
-from fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import DIVERGE, check
 from tests.conftest import CORPUS
 from tests.helpers import bundled, fail_with
 
@@ -31,13 +31,13 @@ def test_corpus_case_replays_clean_on_every_bundled_implementation(path):
 def test_corpus_kills_every_torch_mutant():
     # The committed corpus is a regression suite on its own: each deliberately broken variant
     # of the torch functions must fail on at least one committed case.
-    from impl.registry import MUTANT, implementations
+    from kvfuzz.impl.registry import MUTANT, implementations
 
     cases = [corpus.load(path) for path in PAGED_FILES]
     survivors = []
     for target in ("extend", "decode"):
         for mutant in implementations(target, MUTANT):
-            if not mutant.path.startswith("impl.mutants.paged:"):
+            if not mutant.path.startswith("kvfuzz.impl.paged.mutants:"):
                 continue
             fn = mutant.load()
             if not any(check(mutant, fn, case).status == DIVERGE

@@ -6,14 +6,14 @@ from __future__ import annotations
 import io
 import json
 
-from fuzz import corpus
-from fuzz.campaign import Campaign
-from fuzz.corpus_tools import case_features, merge, minimize
-from fuzz.engine import DIVERGE, check
-from fuzz.fuzz_command import duration
-from fuzz.fuzz_targets import FUZZ_TARGETS
-from impl.registry import resolve
-from strategies.generators import generate
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.campaign import Campaign
+from kvfuzz.fuzz.corpus_tools import case_features, merge, minimize
+from kvfuzz.fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz.fuzz_command import duration
+from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS
+from kvfuzz.impl.registry import resolve
+from kvfuzz.strategies.paged.generators import generate
 
 MUTANT = "mutant.owner_left_bisect"
 

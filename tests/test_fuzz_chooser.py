@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from fuzz.bytes_chooser import BytesChooser, decode, encode
-from oracle.contract import violations
-from strategies.edges import CLASSES, edge_classes
-from strategies.generators import generate
+from kvfuzz.strategies.paged.bytes_chooser import BytesChooser, decode, encode
+from kvfuzz.oracle.paged.contract import violations
+from kvfuzz.strategies.paged.edges import CLASSES, edge_classes
+from kvfuzz.strategies.paged.generators import generate
 
 TARGETS = ("extend", "decode")
 

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-import fuzz.malformed_json as malformed_json
-from fuzz.malformed_json import LoaderHarness, malformed
-from strategies.case import CaseFormatError, loads
+import kvfuzz.fuzz.malformed_json as malformed_json
+from kvfuzz.fuzz.malformed_json import LoaderHarness, malformed
+from kvfuzz.strategies.paged.case import CaseFormatError, loads
 
 
 def test_random_malformed_case_files_raise_only_case_format_errors(tmp_path, monkeypatch):

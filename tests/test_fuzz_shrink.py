@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.engine import DIVERGE, check
-from fuzz.shrink import same_divergence, shrink
-from impl.registry import resolve
-from strategies.generators import generate
+from kvfuzz.fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz.shrink import same_divergence, shrink
+from kvfuzz.impl.registry import resolve
+from kvfuzz.strategies.paged.generators import generate
 
 MUTANTS = (("extend", "mutant.owner_left_bisect"), ("extend", "mutant.inclusive_page_start"),
            ("decode", "mutant.inclusive_rank"), ("decode", "mutant.opens_page_off_by_one"))

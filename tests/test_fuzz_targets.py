@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from fuzz import corpus
-from fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO
 
 
 # The libFuzzer runs need atheris (the `fuzz` extra): `pip install -e '.[test,fuzz]'`.
@@ -46,8 +46,8 @@ def test_extend_target_saves_the_case_then_raises_on_a_mutant(tmp_path):
     seed = tmp_path / "seeds"
     seed.mkdir()
     # A zero-length request before others: the case the mutant gets wrong, as fuzzer bytes.
-    from fuzz.bytes_chooser import encode
-    from strategies.case import Case
+    from kvfuzz.strategies.paged.bytes_chooser import encode
+    from kvfuzz.strategies.paged.case import Case
     case = Case("extend", 2, (0, 0, 2), (-1, -1, 4), (1,), prefix_lens=(0, 0, 1))
     (seed / "one").write_bytes(encode(case))
     result = _run(FUZZ_TARGETS["extend"].script, tmp_path, str(seed), "-runs=50",

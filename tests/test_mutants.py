@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 
-from fuzz.diff import run_chunk
-from impl.registry import BUNDLED, Implementation
-from impl.calling import call
-from fuzz.engine import DIVERGE, check
-from fuzz.report import Mismatch
-from strategies.case import Case
+from kvfuzz.fuzz.diff import run_chunk
+from kvfuzz.impl.registry import BUNDLED, Implementation
+from kvfuzz.impl.paged.calling import call
+from kvfuzz.fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz.report import Mismatch
+from kvfuzz.strategies.paged.case import Case
 from tests.helpers import mutants, run_property
 from tests.test_properties import STRATEGIES, agreement_property
 
@@ -26,7 +26,7 @@ EXPECTED_KIND = {
 }
 # The torch mutants; the Triton kernel mutants have their own tests (tests/test_triton.py).
 ALL_MUTANTS = [(t, m) for t in ("extend", "decode") for m in mutants(t)
-               if m.path.startswith("impl.mutants.paged:")]
+               if m.path.startswith("kvfuzz.impl.paged.mutants:")]
 
 
 def test_every_mutant_has_an_expected_report():
@@ -59,14 +59,14 @@ def _impl(name: str, path: str) -> Implementation:
 
 
 def leaves_last_slot(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
-    from impl.paged_torch import alloc_extend
+    from kvfuzz.impl.paged.vectorized import alloc_extend
     alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices[:-1], page_size, device)
 
 
 def clobbers_prefix_lens(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size,
                          device):
     """Right output, but it reuses an input tensor as scratch space afterwards."""
-    from impl.paged_torch import alloc_extend
+    from kvfuzz.impl.paged.vectorized import alloc_extend
     alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
     prefix_lens.zero_()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.contract import POOL_SHORT, pages_needed, violations
-from oracle.paged import decode_slots, extend_slots
-from strategies.case import Case
+from kvfuzz.oracle.paged.contract import POOL_SHORT, pages_needed, violations
+from kvfuzz.oracle.paged.model import decode_slots, extend_slots
+from kvfuzz.strategies.paged.case import Case
 
 P = 4
 

@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from hypothesis import event, given, settings
 
-from fuzz.engine import OUTSIDE, check
-from oracle.contract import POOL_SHORT, violations
-from strategies.edges import CLASSES, edge_classes
-from strategies.hypothesis_cases import cases_outside_contract, decode_cases, extend_cases
-from fuzz.report import Mismatch
+from kvfuzz.fuzz.engine import OUTSIDE, check
+from kvfuzz.oracle.paged.contract import POOL_SHORT, violations
+from kvfuzz.strategies.paged.edges import CLASSES, edge_classes
+from kvfuzz.strategies.paged.hypothesis_cases import cases_outside_contract, decode_cases, extend_cases
+from kvfuzz.fuzz.report import Mismatch
 from tests.helpers import bundled, run_property
 
 STRATEGIES = {"extend": extend_cases, "decode": decode_cases}
@@ -86,10 +86,10 @@ def test_outside_contract_property_catches_a_contract_check_blind_to_short_pools
     # The property's mutant: a contract check that lets a short pool through. The engine then
     # compares such a case: the oracle itself runs off the pool (IndexError), or the loop's
     # exception becomes a reported divergence (AssertionError).
-    import fuzz.engine
+    import kvfuzz.fuzz.engine
 
-    real = fuzz.engine.violations
-    monkeypatch.setattr(fuzz.engine, "violations", lambda case, extra=(): [
+    real = kvfuzz.fuzz.engine.violations
+    monkeypatch.setattr(kvfuzz.fuzz.engine, "violations", lambda case, extra=(): [
         v for v in real(case, extra) if v.kind != POOL_SHORT])
     loop = next(impl for impl in bundled("extend") if impl.name == "torch.loop")
     with pytest.raises((AssertionError, IndexError)):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from strategies.case import CaseFormatError, dumps, loads
-from strategies.generators import generate
+from kvfuzz.strategies.paged.case import CaseFormatError, dumps, loads
+from kvfuzz.strategies.paged.generators import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,9 +20,9 @@ def imported_modules(folder: str) -> dict[str, set[str]]:
         names = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
-                names |= {alias.name.split(".")[0] for alias in node.names}
+                names |= {alias.name.removeprefix("kvfuzz.").split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module.split(".")[0])
+                names.add(node.module.removeprefix("kvfuzz.").split(".")[0])
         found[str(path.relative_to(ROOT))] = names
     return found
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fuzz.diff import run_chunk
+from kvfuzz.fuzz.diff import run_chunk
 from tests.helpers import bundled, fail_with
 
 NUM_CASES = 20_000

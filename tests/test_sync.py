@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from impl.calling import build_inputs, invoke
-from impl.host_sync import count_host_syncs
-from oracle.contract import violations
-from strategies.generators import generate
+from kvfuzz.impl.paged.calling import build_inputs, invoke
+from kvfuzz.impl.host_sync import count_host_syncs
+from kvfuzz.oracle.paged.contract import violations
+from kvfuzz.strategies.paged.generators import generate
 from tests.helpers import bundled
 
 SYNC_FREE = ("torch.vectorized", "torch.three_phase")

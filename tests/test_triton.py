@@ -19,18 +19,18 @@ from collections import Counter
 import pytest
 import torch
 
-import impl.paged_triton as paged_triton
-from fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
-from impl import upstream_sglang
-from impl.calling import build_inputs, call, invoke
-from impl.host_sync import count_host_syncs
-from impl.registry import MUTANT, ImplementationError, implementations, resolve
-from impl.triton_env import interpreting
-from oracle.contract import PAGE_SIZE_NOT_POW2, violations
-from oracle.paged import expected_for
-from strategies.case import Case
-from strategies.edges import CLASSES, edge_classes
-from strategies.generators import generate
+import kvfuzz.impl.paged.triton_kernels as paged_triton
+from kvfuzz.fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
+from kvfuzz.impl.paged import upstream_sglang
+from kvfuzz.impl.paged.calling import build_inputs, call, invoke
+from kvfuzz.impl.host_sync import count_host_syncs
+from kvfuzz.impl.registry import MUTANT, ImplementationError, implementations, resolve
+from kvfuzz.impl.triton_env import interpreting
+from kvfuzz.oracle.paged.contract import PAGE_SIZE_NOT_POW2, violations
+from kvfuzz.oracle.paged.model import expected_for
+from kvfuzz.strategies.paged.case import Case
+from kvfuzz.strategies.paged.edges import CLASSES, edge_classes
+from kvfuzz.strategies.paged.generators import generate
 from tests.conftest import ROOT
 from tests.helpers import fail_with
 
@@ -122,7 +122,7 @@ MUTANT_CASES = {
                                     "new page"),
 }
 TRITON_MUTANTS = [m for t in TARGETS for m in implementations(t, MUTANT)
-                  if m.path.startswith("impl.mutants.triton:")]
+                  if m.path.startswith("kvfuzz.impl.paged.triton_mutants:")]
 
 
 def test_every_triton_mutant_has_a_pinned_case():
@@ -206,7 +206,7 @@ def run_python(code: str, env: dict) -> str:
 
 def test_interpreter_is_chosen_only_without_cuda_and_only_when_unset():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = run_python("import os, impl.paged_triton as p; "
+    out = run_python("import os, kvfuzz.impl.paged.triton_kernels as p; "
                      "print(os.environ.get('TRITON_INTERPRET'), type(p.extend_kernel).__name__)",
                      env)
     expected = "None JITFunction" if torch.cuda.is_available() else "1 InterpretedFunction"
@@ -218,7 +218,7 @@ import os
 from triton import compile
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-import impl.paged_triton as p
+import kvfuzz.impl.paged.triton_kernels as p
 assert type(p.extend_kernel).__name__ == "JITFunction"
 pointers = ("prefix_ptr", "seq_ptr", "last_loc_ptr", "free_ptr", "out_ptr")
 for kernel, steps in ((p.extend_kernel, {"BATCH_STEP": 512, "BLOCK": 1024}),
@@ -244,7 +244,7 @@ def test_kernels_compile_for_cuda_without_a_gpu(tmp_path):
 def test_upstream_kernels_by_import_path_agree_on_the_first_cases(target):
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("sglang is not installed (docs/upstream-sglang.md)")
-    impl = resolve(target, f"impl.upstream_sglang:triton_{target}")
+    impl = resolve(target, f"kvfuzz.impl.paged.upstream_sglang:triton_{target}")
     assert impl.preconditions == PRECONDITIONS and not impl.safe_outside_contract
     fn = impl.load()
     for index in selection(target)[:20]:
@@ -258,7 +258,7 @@ def test_upstream_kernels_without_sglang_fail_in_one_line(monkeypatch):
     upstream_sglang.kernels.cache_clear()
     try:
         with pytest.raises(ImplementationError) as error:
-            resolve("extend", "impl.upstream_sglang:triton_extend")
+            resolve("extend", "kvfuzz.impl.paged.upstream_sglang:triton_extend")
     finally:
         upstream_sglang.kernels.cache_clear()
     assert "cannot import sglang.kernels" in str(error.value)

@@ -11,8 +11,8 @@ import sys
 
 import atheris
 
-from fuzz.allocator_fuzz import AllocatorHarness
-from fuzz.harness_env import trace_harness
+from kvfuzz.fuzz.allocator_fuzz import AllocatorHarness
+from kvfuzz.fuzz.harness_env import trace_harness
 
 MODULES = ["fuzz.allocator_diff", "fuzz.allocator_shrink", "impl.allocator_driver",
            "impl.allocator_registry", "impl.paged_allocator", "impl.mutants.allocator"]

@@ -15,7 +15,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["fuzz", "strategies"]):
-    from fuzz.malformed_json import LoaderHarness
+    from kvfuzz.fuzz.malformed_json import LoaderHarness
 
 HARNESS = LoaderHarness("case_loader")
 

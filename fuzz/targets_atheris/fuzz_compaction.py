@@ -11,8 +11,8 @@ import sys
 
 import atheris
 
-from fuzz.compaction_fuzz import CompactionHarness
-from fuzz.harness_env import trace_harness
+from kvfuzz.fuzz.compaction_fuzz import CompactionHarness
+from kvfuzz.fuzz.harness_env import trace_harness
 
 MODULES = ["fuzz.compaction_diff", "fuzz.compaction_shrink", "impl.compaction.allocator",
            "impl.compaction.pool", "impl.mutants.compaction"]

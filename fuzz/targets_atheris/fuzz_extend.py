@@ -13,7 +13,7 @@ import sys
 
 import atheris
 
-from fuzz.harness_env import paged_harness
+from kvfuzz.fuzz.harness_env import paged_harness
 
 HARNESS = paged_harness(atheris, "extend")
 

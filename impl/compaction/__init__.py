@@ -7,25 +7,25 @@ from __future__ import annotations
 
 
 def _lazy():
-    from impl.compaction.allocator import TorchCompaction
+    from kvfuzz.impl.compaction.allocator import TorchCompaction
     return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device)
 
 
 def _eager():
-    from impl.compaction.allocator import TorchCompaction
+    from kvfuzz.impl.compaction.allocator import TorchCompaction
     return lambda params, device="cpu": TorchCompaction(params, lazy=False, device=device)
 
 
 def _before():
-    from impl.compaction.allocator import TorchCompaction
-    from impl.compaction.pool import PerPageCommitPool
+    from kvfuzz.impl.compaction.allocator import TorchCompaction
+    from kvfuzz.impl.compaction.pool import PerPageCommitPool
     return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device,
                                                         pool_class=PerPageCommitPool)
 
 
 def _mutant(attr: str):
     def load():
-        from impl.mutants import compaction
+        from kvfuzz.impl.compaction import mutants as compaction
         return getattr(compaction, attr)
     return load
 

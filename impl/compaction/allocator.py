@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from impl.compaction.eager import eager_free
-from impl.compaction.kv import SharedKV
-from impl.compaction.pool import LazyPool, SimEvent
-from strategies.compaction_trace import Params, PoolSnapshot
+from kvfuzz.impl.compaction.eager import eager_free
+from kvfuzz.impl.compaction.kv import SharedKV
+from kvfuzz.impl.compaction.pool import LazyPool, SimEvent
+from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
 class TorchCompaction:

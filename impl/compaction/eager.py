@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.compaction.pool import LazyPool
+from kvfuzz.impl.compaction.pool import LazyPool
 
 
 def eager_free(pool: LazyPool, vids: torch.Tensor) -> None:

@@ -18,7 +18,7 @@ With debug checks off nothing is validated; misuse traces therefore always run w
 
 from __future__ import annotations
 
-from oracle.paged import ceil_pages, decode_slots, extend_slots
+from kvfuzz.oracle.paged.model import ceil_pages, decode_slots, extend_slots
 
 
 class Rejected(Exception):

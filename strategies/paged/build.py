@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, TypeVar
 
-from strategies.case import Case, Origin, ceil_pages, max_page_id
+from kvfuzz.strategies.paged.case import Case, Origin, ceil_pages, max_page_id
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field, fields
 
-from strategies.case import CaseFormatError, Origin
+from kvfuzz.strategies.paged.case import CaseFormatError, Origin
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
@@ -192,11 +192,11 @@ def loads(text: str, source: str = "trace") -> Trace:
 
 def from_json(data: object, source: str = "trace") -> Trace:
     """Decode and validate; every problem is a `CaseFormatError` naming the field and value."""
-    from strategies.allocator_codec import decode_trace
+    from kvfuzz.strategies.allocator.codec import decode_trace
     return decode_trace(data, source)
 
 
 def generate_trace(seed: int, index: int, num_ops: int = 200) -> Trace:
     """Trace `index` of `seed` from the plain-random generator `allocator/1`, the same forever."""
-    from strategies.allocator_random import generate
+    from kvfuzz.strategies.allocator.generator import generate
     return generate(seed, index, num_ops)

@@ -6,7 +6,7 @@ import random
 
 from hypothesis import strategies as st
 
-from strategies.build import FAULTS, break_contract, build_decode, build_extend
+from kvfuzz.strategies.paged.build import FAULTS, break_contract, build_decode, build_extend
 
 
 class DrawChooser:

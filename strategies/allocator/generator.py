@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import random
 
-from strategies.allocator_trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear, Decode,
+from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear, Decode,
                                         Extend, Finish, GroupBegin, GroupEnd, Misuse, Trace,
                                         Truncate)
-from strategies.case import Origin
+from kvfuzz.strategies.paged.case import Origin
 
 GENERATOR = "allocator/1"
 PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from strategies.build import FAULTS, break_contract, build_decode, build_extend
-from strategies.case import Case, Origin
+from kvfuzz.strategies.paged.build import FAULTS, break_contract, build_decode, build_extend
+from kvfuzz.strategies.paged.case import Case, Origin
 
 GENERATORS = {"extend": "extend/1", "decode": "decode/1"}
 FAULT_RATE = 0.04  # share of generated cases pushed outside the contract on purpose

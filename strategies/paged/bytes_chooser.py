@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from strategies.build import build_decode, build_extend, ceil_pages
-from strategies.case import Case, max_page_id
+from kvfuzz.strategies.paged.build import build_decode, build_extend, ceil_pages
+from kvfuzz.strategies.paged.case import Case, max_page_id
 
 MODES = ("build", "build", "build", "literal")
 LITERAL = 3                     # the byte that selects "literal"

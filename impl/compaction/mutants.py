@@ -6,8 +6,8 @@ Each is a factory `(params) -> TorchCompaction` over a pool class with one fault
 
 from __future__ import annotations
 
-from impl.compaction.allocator import TorchCompaction
-from impl.compaction.pool import LazyPool
+from kvfuzz.impl.compaction.allocator import TorchCompaction
+from kvfuzz.impl.compaction.pool import LazyPool
 
 
 class _PendingReplacedPool(LazyPool):

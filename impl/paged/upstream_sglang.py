@@ -15,8 +15,8 @@ from __future__ import annotations
 import functools
 import importlib
 
-from impl.registry import ImplementationError
-from impl.triton_env import use_interpreter_without_cuda
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.triton_env import use_interpreter_without_cuda
 
 KERNELS = "sglang.kernels.ops.memory.allocator"
 ADAPTERS = ("triton_extend", "triton_decode")
@@ -71,7 +71,7 @@ def _triton_decode(seq_lens, last_loc, free_pages, out_indices, page_size, num_n
 
 def __getattr__(name: str):
     # PEP 562: the adapters resolve only when sglang imports, so a registry lookup of
-    # `impl.upstream_sglang:triton_extend` fails in one line, at resolve time, without it.
+    # `kvfuzz.impl.paged.upstream_sglang:triton_extend` fails in one line, at resolve time, without it.
     if name in ADAPTERS:
         kernels()
         return globals()[f"_{name}"]

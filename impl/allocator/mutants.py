@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.paged_allocator import PagedAllocator
+from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
 
 
 class FreeWithoutDedup(PagedAllocator):

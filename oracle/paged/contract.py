@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oracle.paged import ceil_pages
-from strategies.case import max_page_id
+from kvfuzz.oracle.paged.model import ceil_pages
+from kvfuzz.strategies.paged.case import max_page_id
 
 # Violation kinds, also used as counters in summaries.
 SEQ_BELOW_PREFIX = "seq < prefix"

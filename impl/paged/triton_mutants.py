@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import impl.paged_triton as original
+import kvfuzz.impl.paged.triton_kernels as original
 
 
 @dataclass(frozen=True)

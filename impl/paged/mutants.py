@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from impl.paged_three_phase import owners_and_offsets, phase_lengths, phase_values
+from kvfuzz.impl.paged.three_phase import owners_and_offsets, phase_lengths, phase_values
 
 
 def extend_without_empty_pool_guard(prefix_lens, seq_lens, last_loc, free_pages, out_indices,

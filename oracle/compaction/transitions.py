@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from oracle.compaction import Geometry
-from strategies.compaction_trace import PoolSnapshot
+from kvfuzz.oracle.compaction.model import Geometry
+from kvfuzz.strategies.compaction.trace import PoolSnapshot
 
 
 def _live(snap: PoolSnapshot) -> dict[int, int]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import random
 
-from strategies.case import Origin
-from strategies.compaction_trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op, Params,
+from kvfuzz.strategies.paged.case import Origin
+from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op, Params,
                                          Pick, Trace)
 
 GENERATOR = "compaction/1"

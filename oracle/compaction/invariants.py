@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from oracle.compaction import Geometry, geometries
-from strategies.compaction_trace import Params, PoolSnapshot
+from kvfuzz.oracle.compaction.model import Geometry, geometries
+from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
 def span_pages(geo: Geometry, snap: PoolSnapshot) -> range:

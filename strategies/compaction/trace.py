@@ -12,7 +12,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from strategies.case import Origin
+from kvfuzz.strategies.paged.case import Origin
 
 FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
@@ -148,7 +148,7 @@ class PoolSnapshot:
 
 def generate_trace(seed: int, index: int, num_ops: int = 300) -> Trace:
     """Trace `index` of `seed` from the plain-random generator (`strategies.compaction_random`)."""
-    from strategies.compaction_random import generate_trace as generate
+    from kvfuzz.strategies.compaction.generator import generate_trace as generate
     return generate(seed, index, num_ops)
 
 

@@ -15,7 +15,7 @@ wrong slots (page 0 stands in for a missing page) but never an out-of-bounds acc
 
 from __future__ import annotations
 
-from impl.triton_env import use_interpreter_without_cuda
+from kvfuzz.impl.triton_env import use_interpreter_without_cuda
 
 use_interpreter_without_cuda()
 

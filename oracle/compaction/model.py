@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from oracle.compaction_flush import eager_free, lazy_drain, lazy_flush
-from strategies.compaction_trace import Params, PoolSnapshot
+from kvfuzz.oracle.compaction.flush import eager_free, lazy_drain, lazy_flush
+from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
 @dataclass(frozen=True)

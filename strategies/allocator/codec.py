@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from strategies.allocator_trace import (FORMAT, FREE_HOWS, KINDS, MISUSES, AllocPages, Extend,
+from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, KINDS, MISUSES, AllocPages, Extend,
                                         Finish, Misuse, Trace, Truncate)
-from strategies.case import INT64_MAX, CaseFormatError, Origin
+from kvfuzz.strategies.paged.case import INT64_MAX, CaseFormatError, Origin
 
 _TOP = {"format", "page_size", "size", "need_sort", "debug", "ops", "origin"}
 _CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS, (Misuse, "kind"): MISUSES}

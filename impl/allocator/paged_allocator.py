@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from impl import paged_torch
+from kvfuzz.impl.paged import vectorized as paged_torch
 
 
 class MisuseError(AssertionError):
