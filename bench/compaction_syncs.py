@@ -1,24 +1,21 @@
 """Host reads and time of one urgent flush over N interior holes: the batched commit (PR 34066)
 against the per-page `.item()` commit from before it. Prints a table; asserts nothing.
 
-    .venv/bin/python bench/compaction_syncs.py [--repeat 5] [--epp 256] [--device cuda]
+    .venv/bin/python -m kvfuzz.bench.compaction_syncs [--repeat 5] [--epp 256] [--device cuda]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch
 
-import torch  # noqa: E402
-
-from kvfuzz.impl.compaction import IMPLEMENTATIONS  # noqa: E402
-from kvfuzz.impl.host_sync import count_host_syncs  # noqa: E402
-from kvfuzz.strategies.compaction.trace import Params  # noqa: E402
+from kvfuzz.impl.compaction import IMPLEMENTATIONS
+from kvfuzz.impl.host_sync import count_host_syncs
+from kvfuzz.impl.registry import resolve
+from kvfuzz.strategies.compaction.trace import Params
 
 HOLES = (64, 128, 256, 512, 1024, 2048, 4096)
 
@@ -27,7 +24,7 @@ def _prepared(impl: str, num_holes: int, epp: int, device: str):
     """N holes at the bottom of the span, N live pages above them: the flush moves all N."""
     params = Params(total_bytes=epp * (2 * num_holes + 2), epp_up=epp, epp_down=epp,
                     sink_bytes=epp, two_ended=False, move_cap=4096)
-    allocator = IMPLEMENTATIONS[impl](params, device)
+    allocator = resolve("compaction", IMPLEMENTATIONS, impl).load()(params, device)
     vids = allocator.alloc("up", 2 * num_holes)
     allocator.free("up", vids[:num_holes])
     return allocator.pools["up"]

@@ -1,7 +1,7 @@
 """Executions per second of the atheris targets, one worker on one core (pinned with taskset
 where available). Prints a markdown table; asserts nothing.
 
-    .venv/bin/python bench/fuzz_targets.py [--time 60] [--impl torch.vectorized] [TARGET ...]
+    .venv/bin/python -m kvfuzz.bench.fuzz_targets [--time 60] [--impl torch.vectorized] [TARGET ...]
 
 `execs/s` is libFuzzer's own average (startup included); `execs/CPU-s` divides by the CPU time
 the worker used, which stays meaningful on a machine shared with other jobs.
@@ -19,9 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO  # noqa: E402
+from kvfuzz.fuzz.fuzz_specs import SPECS
 
 
 def measure(target: str, seconds: int, impl: str) -> dict:
@@ -29,7 +27,7 @@ def measure(target: str, seconds: int, impl: str) -> dict:
     env = dict(os.environ, KVFUZZ_FOUND=str(work / "found"), KVFUZZ_IMPL=impl,
                OMP_NUM_THREADS="1")
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    command = [*pin, sys.executable, str(REPO / FUZZ_TARGETS[target].script), str(work),
+    command = [*pin, sys.executable, str(SPECS[target].script), str(work),
                f"-max_total_time={seconds}", "-seed=1", "-print_final_stats=1"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)
@@ -38,7 +36,7 @@ def measure(target: str, seconds: int, impl: str) -> dict:
     stats = dict(re.findall(r"stat::(\w+):\s+(\d+)", result.stderr))
     execs = int(stats.get("number_of_executed_units", 0))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    label = (impl or "all bundled") if FUZZ_TARGETS[target].takes_impl else "-"
+    label = (impl or "all bundled") if SPECS[target].takes_impl else "-"
     return {"target": target, "impl": label, "execs": execs,
             "per_s": int(stats.get("average_exec_per_sec", 0)), "cpu": cpu,
             "rc": result.returncode}
@@ -53,7 +51,7 @@ def main() -> None:
     print("| target | implementations | execs | execs/s | CPU s | execs/CPU-s | exit |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for target in args.targets:
-        row = measure(target, args.time, args.impl if FUZZ_TARGETS[target].takes_impl else "")
+        row = measure(target, args.time, args.impl if SPECS[target].takes_impl else "")
         print(f"| {row['target']} | {row['impl']} | {row['execs']:,} | {row['per_s']:,} | "
               f"{row['cpu']:.1f} | {row['execs'] / max(row['cpu'], 1e-9):,.0f} | {row['rc']} |")
 

@@ -4,30 +4,27 @@ a seeded case, run the implementation and the oracle, compare), so CI budgets ca
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import torch
 
-from collections import Counter
-
-from kvfuzz.fuzz.engine import AGREE, DIVERGE, OUTSIDE, check
-from kvfuzz.impl.registry import BUNDLED, implementations
-from kvfuzz.strategies.paged.generators import generate
+from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE
+from kvfuzz.fuzz.targets import TARGETS
 
 FULL_CASES, QUICK_CASES = 3000, 300
 SEED = 0
 
 
-def rate(target: str, impl, num_cases: int) -> tuple[float, float, Counter]:
+def rate(target, impl, num_cases: int) -> tuple[float, float, Counter]:
     """(cases per second, generation's share of the time, outcomes by status) on one core."""
-    fn = impl.load()
-    check(impl, fn, generate(target, SEED, 0))  # warm-up: imports, first-call allocations
+    target.check(target.generate(SEED, 0), impl)  # warm-up: imports, first-call allocations
     generating = checking = 0.0
     statuses = Counter()
     for index in range(num_cases):
         began = time.perf_counter()
-        case = generate(target, SEED, index)
+        case = target.generate(SEED, index)
         middle = time.perf_counter()
-        statuses[check(impl, fn, case).status] += 1
+        statuses[target.check(case, impl).status] += 1
         generating += middle - began
         checking += time.perf_counter() - middle
     total = generating + checking
@@ -43,10 +40,10 @@ def main(quick: bool, out_dir=None) -> int:
     print("| target | implementation | cases/s | generation share | agree | outside contract "
           "| diverge |")
     print("|---|---|---:|---:|---:|---:|---:|")
-    for target in ("extend", "decode"):
-        for impl in implementations(target, BUNDLED):
-            per_second, generation, statuses = rate(target, impl, num_cases)
-            print(f"| {target} | {impl.name} | {per_second:,.0f} | {generation:.0%} "
+    for name in ("extend", "decode"):
+        for impl in TARGETS[name].bundled():
+            per_second, generation, statuses = rate(TARGETS[name], impl, num_cases)
+            print(f"| {name} | {impl.name} | {per_second:,.0f} | {generation:.0%} "
                   f"| {statuses[AGREE]} | {statuses[OUTSIDE]} | {statuses[DIVERGE]} |",
                   flush=True)
     return 0

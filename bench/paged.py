@@ -12,7 +12,7 @@ import torch
 
 from kvfuzz.bench import tables, workloads
 from kvfuzz.bench.timing import copy_bandwidth, fill_bandwidth, median_seconds, prepared_call
-from kvfuzz.impl.registry import resolve
+from kvfuzz.fuzz.targets import TARGETS
 
 IMPLS = ("torch.loop", "torch.three_phase", "torch.vectorized")  # baseline first
 FULL = dict(batch_sizes=workloads.BATCH_SIZES, page_sizes=workloads.PAGE_SIZES, min_run_time=0.2)
@@ -35,7 +35,7 @@ def measure(target: str, case, min_run_time: float, band: str) -> Row:
     """Times every implementation on `case`, after checking they all write the same slots."""
     seconds, outputs = {}, {}
     for name in IMPLS:
-        call, out = prepared_call(resolve(target, name).load(), case)
+        call, out = prepared_call(TARGETS[target].resolve(name).load(), case)
         seconds[name] = median_seconds(call, min_run_time)
         outputs[name] = out
     reference = outputs[IMPLS[0]]

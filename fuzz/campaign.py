@@ -10,6 +10,7 @@ case (shrinking what time allows) and prints the summary.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -19,16 +20,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kvfuzz.fuzz.fuzz_targets import REPO, Finding, FuzzTarget
-from kvfuzz.fuzz.harness import write_atomic
-from kvfuzz.impl.registry import load_attribute
+from kvfuzz.fuzz.campaign_summary import edge_coverage, summary
+from kvfuzz.fuzz.corpus import write_atomic
+from kvfuzz.fuzz.fuzz_specs import REPO, Finding
 
 STATUS_EVERY = 5.0
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
 
 
 class Campaign:
-    def __init__(self, target: FuzzTarget, impl_specs, seconds: float, jobs: int, corpus_dir,
+    def __init__(self, target, impl_specs, seconds: float, jobs: int, corpus_dir,
                  work_dir, flags=(), out=sys.stderr):
         self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
         # Absolute: the workers run inside the work directory, where a relative path breaks.
@@ -54,14 +55,11 @@ class Campaign:
         for old in self.dirs["stats"].glob("*.json"):
             old.unlink()
         seeded = 0
-        if self.target.seeds:
-            import hashlib
-            paths = [str(self.corpus_dir), str(REPO / "corpus")]
-            for data in load_attribute(self.target.seeds)(paths):
-                name = self.dirs["bytes"] / hashlib.sha1(data).hexdigest()
-                if not name.exists():
-                    write_atomic(name, data)
-                    seeded += 1
+        for data in self.target.seeds([str(self.corpus_dir), str(REPO / "corpus")]):
+            name = self.dirs["bytes"] / hashlib.sha1(data).hexdigest()
+            if not name.exists():
+                write_atomic(name, data)
+                seeded += 1
         self._known_from_corpus()
         return seeded
 
@@ -69,9 +67,8 @@ class Campaign:
         """Bugs the corpus already holds a case for are known from the start, not re-reported."""
         known = set()
         if self.target.output == "corpus" and self.corpus_dir.is_dir():
-            triage = load_attribute(self.target.triage)
             for path in sorted(self.corpus_dir.glob(f"{self.target.name}-*.json")):
-                for finding in triage(path, self.impl_specs, lambda: True):
+                for finding in self.target.triage(path, self.impl_specs, lambda: True):
                     if finding.signature not in known:
                         self.preexisting.append(f"{finding.signature}  {path}")
                     known.add(finding.signature)
@@ -82,7 +79,7 @@ class Campaign:
         env = dict(os.environ, KVFUZZ_FOUND=str(self.dirs["found"]),
                    KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
                    KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1")
-        command = [sys.executable, str(REPO / self.target.script), str(self.dirs["bytes"]),
+        command = [sys.executable, str(self.target.script), str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
                    *self.target.flags, *self.flags]
@@ -129,10 +126,9 @@ class Campaign:
         """Shrink and save every found file not seen yet, once per signature."""
         fresh = [p for p in sorted(self.dirs["found"].iterdir())
                  if not p.name.startswith(".tmp-") and p.name not in self.triaged]
-        triage = load_attribute(self.target.triage)
         for path in fresh:
             self.triaged.add(path.name)
-            for finding in triage(path, self.impl_specs, lambda: self.stopping):
+            for finding in self.target.triage(path, self.impl_specs, lambda: self.stopping):
                 if finding.signature in self.findings:
                     continue
                 where = self.corpus_dir if self.target.output == "corpus" else self.dirs["failures"]
@@ -166,7 +162,6 @@ class Campaign:
         finally:
             for number, handler in previous.items():
                 signal.signal(number, handler)
-        from kvfuzz.fuzz.campaign_summary import summary
         print(summary(self, time.monotonic() - began), file=self.out, flush=True)
         return 1 if self.findings else (2 if self.blind_crashes else 0)
 
@@ -186,10 +181,9 @@ class Campaign:
         return total
 
     def status_line(self, began: float) -> str:
-        from kvfuzz.fuzz.campaign_summary import edge_coverage
         stats, elapsed = self.stats(), time.monotonic() - began
         corpus_size = sum(1 for p in self.dirs["bytes"].iterdir() if not p.name.startswith("."))
-        hit, total, _ = edge_coverage(self.target.name, stats["features"])
+        hit, total, _ = edge_coverage(self.target, stats["features"])
         return (f"[{elapsed:5.0f}s] {self.target.name}: {stats['execs']:,} execs "
                 f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s), corpus {corpus_size} inputs, "
                 f"edge classes {hit}/{total}, failures {sum(stats['failures'].values()):,} "

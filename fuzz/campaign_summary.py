@@ -3,12 +3,13 @@ per distinct failure signature with where its minimised case was saved and how t
 
 from __future__ import annotations
 
-from kvfuzz.strategies.paged.edges import CLASSES
 
 
-def edge_coverage(target: str, features) -> tuple[int, int, list[str]]:
-    classes = CLASSES.get(target, ())
-    missing = [name for name in classes if not features.get(f"edge:{name}")]
+def edge_coverage(spec, features) -> tuple[int, int, list[str]]:
+    """Edge classes hit (the target's "edge:" features), of how many, and those never hit."""
+    target = getattr(spec, "target", None)
+    classes = [n for n in target.feature_names() if n.startswith("edge:")] if target else []
+    missing = [name.removeprefix("edge:") for name in classes if not features.get(name)]
     return len(classes) - len(missing), len(classes), missing
 
 
@@ -24,7 +25,7 @@ def summary(campaign, elapsed: float) -> str:
              f"  wall time        {elapsed:.0f} s, {campaign.jobs} worker(s)",
              f"  executions       {stats['execs']:,} ({stats['execs'] / max(elapsed, 1e-9):,.0f}/s)",
              f"  byte corpus      {corpus_size} inputs in {campaign.dirs['bytes']}"]
-    hit, total, missing = edge_coverage(name, stats["features"])
+    hit, total, missing = edge_coverage(campaign.target, stats["features"])
     if total:
         lines.append(f"  edge classes     {hit}/{total} hit"
                      + (f"; never hit: {', '.join(missing)}" if missing else ""))

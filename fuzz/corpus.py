@@ -1,64 +1,76 @@
-"""Corpus files: one JSON case per file, named by content, written atomically.
+"""Corpus files: one JSON input per file, named by content, written atomically, read back for any
+target (the file's "format" field says whose it is).
 
-The name is `<target>-<case id>.json`, so the same case found twice, by two workers or two runs,
-lands in the same file instead of a duplicate, and a reader never sees half a file.
+The name is `<target>-<input id>.json`, so the same input found twice, by two workers or two
+runs, lands in the same file instead of a duplicate, and a reader never sees half a file.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import signal
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
-from kvfuzz.strategies.paged.case import Case, CaseFormatError, dumps, from_json, loads
+from kvfuzz.fuzz.targets import for_document
+from kvfuzz.strategies.inputs import parse_json
 
 DEFAULT_DIR = "corpus"
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 
 
 class CorpusError(ValueError):
     """A path given by the user is missing or unreadable; one-line message."""
 
 
-def file_name(case: Case) -> str:
-    return f"{case.target}-{case.case_id()}.json"
-
-
-def save(case: Case, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
-    """Write `case` unless a file with its content already exists; return the path."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / file_name(case)
-    if path.exists():
-        return path
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
+@contextmanager
+def signals_held():
+    """Hold Ctrl-C / SIGTERM (and libFuzzer's own handlers) until a file write is complete."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
     try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(dumps(case))
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def write_atomic(path: Path, content: str | bytes) -> Path:
+    """Write through a temporary file in the same directory, then rename: readers see the whole
+    file or none, and no signal can cut it in half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode() if isinstance(content, str) else content
+    with signals_held():
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        try:
+            with os.fdopen(descriptor, "wb") as handle:
+                handle.write(data)
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
     return path
 
 
-def load(path: str | os.PathLike) -> Case:
-    return loads(_read(path), source=str(path))
+def save(target, item, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
+    """Write `item` unless a file with its content already exists; return the path."""
+    path = Path(directory) / target.file_name(item)
+    return path if path.exists() else write_atomic(path, target.dumps(item))
 
 
-def load_any(path: str | os.PathLike):
-    """A paged `Case`, or `(plugin Target, raw dict)` for a file of a plugin target's format."""
-    from kvfuzz.fuzz.targets import by_format
+def load(path: str | os.PathLike):
+    """(target, input) of a saved file; `FormatError` or `CorpusError` in one line otherwise."""
+    return loads(_read(path), str(path))
 
-    text = _read(path)
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as error:  # also a 4300+ digit number, deep nesting
-        raise CaseFormatError(f"{path}: not valid JSON: {error}") from None
-    target = by_format(data.get("format")) if isinstance(data, dict) else None
-    if target is not None:
-        return target, data
-    return from_json(data, source=str(path))
+
+def loads(text: str, source: str):
+    return from_document(parse_json(text, source), source)
+
+
+def from_document(data: object, source: str):
+    """(target, input) of a decoded JSON document, of whichever target's format it is."""
+    target = for_document(data, source)
+    return target, target.from_json(data, source)
 
 
 def _read(path) -> str:
@@ -69,7 +81,7 @@ def _read(path) -> str:
         raise CorpusError(f"{path}: cannot read: {reason}") from None
 
 
-def case_files(paths) -> list[Path]:
+def input_files(paths) -> list[Path]:
     """Files named directly, plus every *.json under named directories, in a stable order."""
     found: list[Path] = []
     for given in paths:
@@ -81,25 +93,3 @@ def case_files(paths) -> list[Path]:
         else:
             raise CorpusError(f"{path}: no such file or directory")
     return found
-
-
-__all__ = ["CaseFormatError", "CorpusError", "save", "load", "case_files", "file_name"]
-
-
-def save_json(data: dict, name: str, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
-    """Write `data` as `directory/name` unless that file exists (names derive from content);
-    atomic, like `save`. For plugin targets whose files are not `Case`s."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
-    if path.exists():
-        return path
-    descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(json.dumps(data, indent=1) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path

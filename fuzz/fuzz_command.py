@@ -4,11 +4,11 @@ added to the `kvfuzz` parser by `add_parsers`; `run(args)` dispatches them."""
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO
+from kvfuzz.fuzz.args import duration, positive
+from kvfuzz.fuzz.fuzz_specs import REPO, SPECS
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:
@@ -18,18 +18,6 @@ EPILOG = """examples:
   kvfuzz fuzz case_loader --time 1m            the JSON loader on malformed case files
 exit status: 0 nothing found, 1 a failure found (minimised, saved once per signature),
 2 bad usage or a worker crash that saved nothing (see the work directory's logs/)"""
-
-
-def duration(text: str) -> float:
-    """'90', '90s', '10m', '1h', '1h30m' -> seconds."""
-    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?", text.strip())
-    if not text.strip() or parts is None:
-        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}")
-    hours, minutes, seconds = (int(p) if p else 0 for p in parts.groups())
-    total = 3600 * hours + 60 * minutes + seconds
-    if total < 1:
-        raise argparse.ArgumentTypeError(f"duration must be at least 1 s, got {text!r}")
-    return float(total)
 
 
 def _with_flags_after_dashes(base):
@@ -48,13 +36,11 @@ def _with_flags_after_dashes(base):
 
 
 def add_parsers(commands) -> None:
-    from kvfuzz.fuzz.cli import positive
-
     fuzz = commands.add_parser(
         "fuzz", help="coverage-guided campaign (atheris) against the oracle", epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="kvfuzz fuzz TARGET [options] [-- LIBFUZZER_FLAG ...]")
-    fuzz.add_argument("target", choices=sorted(FUZZ_TARGETS))
+    fuzz.add_argument("target", choices=list(SPECS))
     fuzz.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
                       help="implementation to fuzz (repeatable; default: every bundled one)")
     fuzz.add_argument("--time", type=duration, default=600.0, help="wall time (default 10m)")
@@ -88,24 +74,16 @@ def run(args, out=sys.stdout) -> int:
 
 def run_fuzz(args) -> int:
     from kvfuzz.fuzz.campaign import Campaign
-    from kvfuzz.impl.registry import ImplementationError, load_attribute, resolve
+    from kvfuzz.impl.registry import ImplementationError
 
-    target = FUZZ_TARGETS[args.target]
-    if args.impl and not target.takes_impl:
+    spec = SPECS[args.target]
+    if args.impl and not spec.takes_impl:
         raise ImplementationError(f"target {args.target!r} takes no --impl")
-    known = load_attribute(target.impl_names)() if target.impl_names else None
-    for spec in args.impl:  # an unknown name fails here, in one line
-        if known is None:
-            resolve(args.target, spec)
-        elif spec not in known:
-            raise ImplementationError(f"unknown implementation {spec!r} for target "
-                                      f"{args.target!r} (known: {', '.join(known)})")
-    work = args.work or REPO / ".kvfuzz" / args.target
-    flags = args.flags
-    bad = [flag for flag in flags if not flag.startswith("-")]
+    spec.check_impls(args.impl)
+    bad = [flag for flag in args.flags if not flag.startswith("-")]
     if bad:
         print(f"kvfuzz: error: libFuzzer flags go after -- and start with '-', got {bad[0]!r}",
               file=sys.stderr)
         return 2
-    campaign = Campaign(target, args.impl, args.time, args.jobs, args.corpus, work, flags)
-    return campaign.run()
+    work = args.work or REPO / ".kvfuzz" / args.target
+    return Campaign(spec, args.impl, args.time, args.jobs, args.corpus, work, args.flags).run()

@@ -1,8 +1,9 @@
-"""What every atheris target runs per input: decode, check, count features, save and raise.
+"""What every atheris target runs per input: decode the bytes, check every implementation, count
+features, and on a new failure save the input and raise.
 
 Configured by environment (libFuzzer owns argv), all optional:
-  KVFUZZ_IMPL   comma-separated implementations (names or module:attr; default: every bundled)
-  KVFUZZ_FOUND  directory a failing case is saved to before raising (default: corpus)
+  KVFUZZ_IMPL   comma-separated implementations (names or module:attr; default: the target's)
+  KVFUZZ_FOUND  directory a failing input is saved to before raising (default: corpus)
   KVFUZZ_KNOWN  file of signatures already found (JSON lines): those are counted, not raised,
                 so a campaign keeps searching past a bug it already has
   KVFUZZ_STATS  directory for this process's counters (read by `kvfuzz fuzz` for status lines)
@@ -12,44 +13,31 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
 from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
 
-from kvfuzz.fuzz import corpus, features
-from kvfuzz.strategies.paged.bytes_chooser import decode
-from kvfuzz.fuzz.engine import DIVERGE, check
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.features import Features
 from kvfuzz.fuzz.report import Mismatch
+from kvfuzz.fuzz.target import DIVERGE
 
 STATS_EVERY = 2.0  # seconds
-_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 
 
-def write_atomic(path: Path, content: str | bytes) -> None:
-    temporary = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    if isinstance(content, str):
-        content = content.encode()
-    temporary.write_bytes(content)
-    os.replace(temporary, path)
+def impl_specs() -> list[str]:
+    return [spec for spec in os.environ.get("KVFUZZ_IMPL", "").split(",") if spec]
 
 
-@contextmanager
-def signals_held():
-    """Hold Ctrl-C / SIGTERM (and libFuzzer's own handlers) until a file write is complete."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+def signature_text(signature) -> str:
+    return json.dumps([str(part) for part in signature])
 
 
 class Harness:
-    """Counters and the known-signature list shared by every target."""
+    """Counters and the known-signature list shared by every atheris target."""
 
-    def __init__(self, target: str):
-        self.target = target
+    def __init__(self, name: str):
+        self.name = name
         self.found_dir = Path(os.environ.get("KVFUZZ_FOUND", corpus.DEFAULT_DIR))
         self.known_path = os.environ.get("KVFUZZ_KNOWN")
         stats_dir = os.environ.get("KVFUZZ_STATS")
@@ -81,8 +69,7 @@ class Harness:
     def write_stats(self) -> None:
         self._written = time.monotonic()
         data = {"execs": self.execs, "features": self.counts, "failures": self.failures}
-        with signals_held():
-            write_atomic(self.stats_path, json.dumps(data))
+        corpus.write_atomic(self.stats_path, json.dumps(data))
 
     def failed(self, signature: str) -> bool:
         """Count a failure; True when it is new, and then the counters are written at once
@@ -95,37 +82,29 @@ class Harness:
         return True
 
 
-def signature_text(signature) -> str:
-    return json.dumps(list(signature))
+class DifferentialHarness(Harness):
+    """Every chosen implementation of a target against the oracle on each decoded input."""
 
-
-class PagedHarness(Harness):
-    """extend / decode: every chosen implementation against the oracle on each decoded case."""
-
-    def __init__(self, target: str):
-        super().__init__(target)
-        from kvfuzz.impl.registry import BUNDLED, implementations, resolve
-
-        specs = [s for s in os.environ.get("KVFUZZ_IMPL", "").split(",") if s]
-        chosen = [resolve(target, s) for s in specs] or implementations(target, BUNDLED)
-        self.impls = [(impl, impl.load()) for impl in chosen]
+    def __init__(self, target):
+        super().__init__(target.name)
+        self.target = target
+        specs = impl_specs() or target.fuzz_implementations or \
+            [impl.name for impl in target.bundled()]
+        self.impls = [target.resolve(spec) for spec in specs]
+        for impl in self.impls:
+            impl.load()  # imported now, so that coverage instrumentation sees it
+        self.features = Features(target.feature_names())
 
     def test_one_input(self, data: bytes) -> None:
-        case = decode(data, self.target)
-        for name, times in features.case_features(case).items():
-            features.touch(name, times)
-            self.counts[name] += 1
-        for impl, fn in self.impls:
-            outcome = check(impl, fn, case)
-            for name in features.outcome_features(outcome):
-                features.touch(name)
-            if outcome.status == DIVERGE:
-                self._diverged(outcome.divergence)
+        item = self.target.from_bytes(data)
+        outcomes = [self.target.check(item, impl) for impl in self.impls]
+        found = self.target.fuzz_features(item, outcomes)
+        self.counts.update(found)
+        self.features.touch(found)
+        for outcome in outcomes:
+            if outcome.status == DIVERGE and self.failed(signature_text(
+                    outcome.divergence.signature)):
+                outcome.divergence.saved_path = str(corpus.save(self.target, item,
+                                                                self.found_dir))
+                raise Mismatch(outcome.divergence)
         self.done_one()
-
-    def _diverged(self, divergence) -> None:
-        if not self.failed(signature_text(divergence.signature())):
-            return
-        with signals_held():  # the case is on disk, whole, before anything can stop us
-            divergence.saved_path = str(corpus.save(divergence.case, self.found_dir))
-        raise Mismatch(divergence)

@@ -1,49 +1,37 @@
-"""`kvfuzz replay`: run saved cases against implementations; one line per agreement, a full
-report per divergence."""
+"""`kvfuzz replay`: run saved inputs of any target against implementations; one line per
+agreement, a full report per divergence."""
 
 from __future__ import annotations
 
 import sys
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.engine import DIVERGE, OUTSIDE, check
-from kvfuzz.impl.registry import BUNDLED, implementations, load_attribute, resolve
+from kvfuzz.fuzz.target import AGREE, OUTSIDE
 
 
 def replay(paths, impl_specs, out=None, device: str = "cpu") -> int:
-    """Exit status: 0 every case agreed (or was outside the contract), 1 a divergence."""
+    """Exit status: 0 every input agreed (or was outside the contract, or a known difference),
+    1 a divergence."""
     out = out or sys.stdout  # looked up now: a default bound at import outlives a redirect
-    files = corpus.case_files(paths)
-    # Validate every file before running any; files of plugin targets go to their replayer.
-    loaded = [(path, corpus.load_any(path)) for path in files]
-    cases = [(path, item) for path, item in loaded if not isinstance(item, tuple)]
-    resolved = {}
+    # Validate every file before running any.
+    loaded = [(path, *corpus.load(path)) for path in corpus.input_files(paths)]
+    chosen: dict[str, list] = {}
     status = 0
-    for path, item in loaded:
-        if isinstance(item, tuple):
-            target, data = item
-            status = max(status, load_attribute(target.replay)(path, data, impl_specs, out))
-    for path, case in cases:
-        if case.target not in resolved:
-            resolved[case.target] = _impls(case.target, impl_specs)
-        for impl, fn in resolved[case.target]:
-            outcome = check(impl, fn, case, device)
-            if outcome.status == DIVERGE:
-                status = 1
+    for path, target, item in loaded:
+        if target.name not in chosen:
+            chosen[target.name] = [target.resolve(spec) for spec in impl_specs] or \
+                target.bundled()
+        for impl in chosen[target.name]:
+            outcome = target.check(item, impl, device)
+            if outcome.status == AGREE:
+                print(f"ok                {path}  {impl.name}", file=out)
+            elif outcome.status == OUTSIDE:
+                print(f"outside contract  {path}  {impl.name}: {outcome.behaviour} "
+                      f"({', '.join(outcome.outside)})", file=out)
+            else:
+                status = max(status, 0 if outcome.divergence.known else 1)
                 outcome.divergence.saved_path = str(path)
                 print(outcome.divergence.report(), file=out)
-            elif outcome.status == OUTSIDE:
-                kinds = ", ".join(v.kind for v in outcome.violations)
-                print(f"outside contract  {path}  {impl.name}: {outcome.behaviour} ({kinds})",
-                      file=out)
-            else:
-                print(f"ok                {path}  {impl.name}", file=out)
     print(f"replayed {len(loaded)} file(s): "
           f"{'divergence found' if status else 'no divergence'}", file=out)
     return status
-
-
-def _impls(target: str, specs):
-    chosen = [resolve(target, spec) for spec in specs] if specs else \
-        implementations(target, BUNDLED)
-    return [(impl, impl.load()) for impl in chosen]

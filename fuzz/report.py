@@ -1,6 +1,15 @@
-"""Divergence reports: what a person needs at 2 a.m., and a signature to deduplicate by.
+"""Divergence reports, one layout for every target: what a person needs at 2 a.m., and a
+signature to deduplicate by.
 
-A signature is what diverged (target, kind, field, phase), never a stack trace: every
+    DIVERGENCE  <target>  implementation <impl>
+      <noun>    <input id>  (<origin>)  <note>
+      <the target's description of the input: one labelled line each>
+      what      <what differs, and where>
+      <labelled lines: expected, actual, and the context the target adds>
+      replay    kvfuzz replay <file> --impl <impl>
+      original  kvfuzz diff ...   (only for a shrunk input: regenerates the one first found)
+
+A signature is what diverged (target, implementation, kind, ...), never a stack trace: every
 differential failure is the same "expected != actual" assert, so stacks would merge them all.
 """
 
@@ -9,7 +18,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.paged.case import Case
+KNOWN_TITLE = "KNOWN UPSTREAM DIFFERENCE"
 
 
 class Mismatch(AssertionError):
@@ -22,42 +31,52 @@ class Mismatch(AssertionError):
 
 @dataclass
 class Divergence:
+    target: str
     impl: str
-    case: Case
-    kind: str             # "raised", "wrong slot", "not written", "mutated input"
-    expected: str
-    actual: str
-    where: str = ""       # e.g. "output slot 37: request 2, token position 18"
-    phase: str = ""       # the oracle's phase of the first differing slot
-    details: list[str] = field(default_factory=list)
+    input: object                        # the target's input (a Case, a Trace, ...)
+    input_id: str
+    what: str                            # e.g. "wrong slot at output slot 3: request 3, ..."
+    lines: list[tuple[str, str]]         # (label, text): expected, actual, context
+    signature: tuple                     # (target, impl, kind, ...): dedup, and shrinking's "same"
+    header: list[tuple[str, str]] = field(default_factory=list)  # the input, described
+    noun: str = "case"
+    step: int | None = None              # the failing op of a trace: shrinking cuts after it
+    known: str | None = None             # a documented upstream difference, not a failure
     saved_path: str | None = None
+    original: str | None = None          # the command that regenerates the unshrunk input
 
-    def signature(self) -> tuple[str, str, str, str]:
-        return (self.case.target, self.impl, self.kind, self.phase)
+    def file_name(self) -> str:
+        return f"{self.target}-{self.input_id}.json"
 
     def headline(self) -> str:
-        where = f" at {self.where}" if self.where else ""
-        phase = f" ({self.phase})" if self.phase else ""
-        return (f"{self.case.target} {self.impl}: {self.kind}{where}{phase}: "
-                f"expected {self.expected}, actual {self.actual}")
+        found = dict(self.lines)
+        values = (f": expected {found['expected']}, actual {found['actual']}"
+                  if "expected" in found and "actual" in found else "")
+        return f"{self.target} {self.impl}: {self.what}{values}"
 
     def replay_command(self) -> str:
-        path = self.saved_path or f"<case {self.case.case_id()}>"
+        path = self.saved_path or f"corpus/{self.file_name()}"
         return f"kvfuzz replay {shlex.quote(path)} --impl {shlex.quote(self.impl)}"
 
-    def report(self) -> str:
-        case = self.case
-        origin = f"  ({case.origin.describe()})" if case.origin else ""
-        lines = [
-            f"DIVERGENCE  {case.target}  implementation {self.impl}",
-            f"  case      {case.case_id()}{origin}" + (f"  {case.note}" if case.note else ""),
-            f"  batch     {case.batch_size} requests, page_size {case.page_size}, "
-            f"{len(case.free_pages)} free pages, output length {case.output_length()}",
-            f"  what      {self.kind}" + (f" at {self.where}" if self.where else ""),
-        ]
-        if self.phase:
-            lines.append(f"  phase     {self.phase}")
-        lines += [f"  expected  {self.expected}", f"  actual    {self.actual}"]
-        lines += [f"  {line}" for line in self.details]
-        lines.append(f"  replay    {self.replay_command()}")
+    def report(self, limit: int = 16) -> str:
+        origin = getattr(self.input, "origin", None)
+        note = getattr(self.input, "note", "")
+        title = KNOWN_TITLE if self.known else "DIVERGENCE"
+        lines = [f"{title}  {self.target}  implementation {self.impl}",
+                 _line(self.noun, self.input_id + (f"  ({origin.describe()})" if origin else "")
+                       + (f"  {note}" if note else ""))]
+        lines += [_line(label, text) for label, text in self.header]
+        lines.append(_line("what", self.what))
+        lines += [_line(label, text) for label, text in self.lines[:limit]]
+        if len(self.lines) > limit:
+            lines.append(_line("...", f"and {len(self.lines) - limit} more"))
+        if self.known:
+            lines.append(_line("known", self.known))
+        lines.append(_line("replay", self.replay_command()))
+        if self.original:
+            lines.append(_line("original", self.original))
         return "\n".join(lines)
+
+
+def _line(label: str, text: str) -> str:
+    return f"  {label:<9} {text}" if len(label) <= 9 else f"  {label}: {text}"

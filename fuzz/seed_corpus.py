@@ -1,7 +1,7 @@
 """Builds `<fuzzer>_seed_corpus.zip` for each atheris target from the JSON corpus (OSS-Fuzz and
 ClusterFuzzLite pick these up next to the fuzzer binaries).
 
-    python -m fuzz.seed_corpus --out "$OUT" [corpus/ ...]
+    python -m kvfuzz.fuzz.seed_corpus --out "$OUT" [corpus/ ...]
 """
 
 from __future__ import annotations
@@ -12,23 +12,22 @@ import os
 import zipfile
 from pathlib import Path
 
-from kvfuzz.fuzz.fuzz_targets import FUZZ_TARGETS, REPO
-from kvfuzz.impl.registry import load_attribute
+from kvfuzz.fuzz.fuzz_specs import REPO, SPECS
 
 
 def build(out: Path, corpus_dirs) -> dict[str, int]:
-    """One zip per target with a seed encoder; returns inputs written per zip."""
+    """One zip per target whose corpus inputs encode to bytes; returns inputs per zip."""
     out.mkdir(parents=True, exist_ok=True)
     written = {}
-    for target in FUZZ_TARGETS.values():
-        if not target.seeds:
+    for spec in SPECS.values():
+        seeds = list(spec.seeds([str(d) for d in corpus_dirs]))
+        if not seeds:
             continue
-        fuzzer = Path(target.script).stem
-        path = out / f"{fuzzer}_seed_corpus.zip"
+        path = out / f"{Path(spec.script).stem}_seed_corpus.zip"
         temporary = path.with_name(f".tmp-{path.name}")
         names = set()
         with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
-            for data in load_attribute(target.seeds)([str(d) for d in corpus_dirs]):
+            for data in seeds:
                 name = hashlib.sha1(data).hexdigest()  # libFuzzer's own naming: no duplicates
                 if name not in names:
                     names.add(name)

@@ -1,152 +1,71 @@
-"""Greedy case shrinker: the smallest case that still fails the same way.
+"""Shrinking, for every target: the smallest input found that still fails the same way (same
+divergence signature), within the target's budget of re-runs and seconds.
 
-    small = shrink(case, same_divergence(impl, fn, divergence))
-
-Passes, repeated until none helps: drop requests (halves, then one at a time), shrink each
-request's lengths, trim the pool to the demand, renumber page ids small, sort the pool, shrink
-the page size. A candidate is kept only when `still_fails` says so; candidates outside the
-contract simply fail to fail (the engine does not compare them), so no pass needs to be careful.
+Greedy over the target's candidates (`Target.shrink_candidates`), kept when smaller by
+`Target.size` and still failing. After a success the next pass tries the target's first
+candidate again (its most promising cut) and then resumes where the last success was, so a run
+of similar cuts costs one pass, not one pass each; it stops after a full pass finds nothing.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Callable, Iterator
+from typing import Iterator, Sequence
 
-from kvfuzz.strategies.paged.build import ceil_pages
-from kvfuzz.strategies.paged.case import Case
-
-MAX_CALLS, MAX_SECONDS = 3000, 30.0
+from kvfuzz.fuzz.report import Divergence
 
 
-def shrink(case: Case, still_fails: Callable[[Case], bool], max_calls: int = MAX_CALLS,
-           max_seconds: float = MAX_SECONDS) -> Case:
-    """A case no larger than `case` for which `still_fails` holds (`case` itself if none)."""
+def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda: False,
+           budget: tuple[int, float] | None = None) -> Divergence:
+    """The divergence on the smallest failing input found. A shrunk input loses its origin (it
+    was not generated); its note and the report's `original` line say where it came from."""
+    impl = target.resolve(divergence.impl)
+    max_calls, max_seconds = budget or target.shrink_budget
     deadline, calls = time.monotonic() + max_seconds, 0
-    best, progress = case, True
-    while progress:
-        progress = False
-        for candidate in _candidates(best):
-            if calls >= max_calls or time.monotonic() > deadline:
-                return best
-            if _size(candidate) >= _size(best):
+    best, resume = divergence, 0
+
+    def exhausted() -> bool:
+        return calls >= max_calls or time.monotonic() > deadline or stopping()
+
+    while not exhausted():
+        candidates = list(target.shrink_candidates(best.input, best))
+        order = [0] + list(range(max(1, resume), len(candidates))) + list(range(1, resume))
+        found = None
+        for position in order[:len(candidates)]:
+            candidate = candidates[position]
+            if exhausted():
+                break
+            if target.size(candidate) >= target.size(best.input):
                 continue
             calls += 1
-            if still_fails(candidate):
-                best, progress = candidate, True
+            again = target.check(candidate, impl, device).divergence
+            if again is not None and again.signature == divergence.signature:
+                found, resume = again, position
                 break
-    return best
+        if found is None:
+            break
+        best = found
+    if best is divergence:
+        return divergence
+    return _provenance(target, divergence, best.input, impl, device) or divergence
 
 
-def same_divergence(impl, fn, divergence, device: str = "cpu") -> Callable[[Case], bool]:
-    """The usual predicate: `impl` still diverges on the case, with the same signature."""
-    from kvfuzz.fuzz.engine import DIVERGE, check
-
-    signature = divergence.signature()
-
-    def still_fails(case: Case) -> bool:
-        outcome = check(impl, fn, case, device)
-        return outcome.status == DIVERGE and outcome.divergence.signature() == signature
-    return still_fails
-
-
-def _size(case: Case) -> tuple:
-    # Fewer requests, then fewer tokens and pages, then smaller numbers: the order shrinking
-    # helps a reader most.
-    tokens = sum(case.seq_lens) + sum(case.prefix_lens)
-    descents = sum(a > b for a, b in zip(case.free_pages, case.free_pages[1:]))
-    return (case.batch_size, tokens, len(case.free_pages), case.page_size,
-            sum(case.free_pages) + sum(abs(x) for x in case.last_loc), descents)
+def _provenance(target, original: Divergence, small, impl, device: str) -> Divergence | None:
+    source = original.input.origin.describe() if original.input.origin else \
+        f"{original.noun} {original.input_id}"
+    note = f"shrunk from {source}, {target.size_text(original.input)}"
+    small = target.with_provenance(small, None, note)
+    result = target.check(small, impl, device).divergence
+    if result is not None:
+        result.original = target.regenerate_command(original.input, original.impl)
+    return result
 
 
-def _requests(case: Case) -> list[tuple[int, int, int]]:
-    prefixes = case.prefix_lens if case.target == "extend" else [s - 1 for s in case.seq_lens]
-    return list(zip(prefixes, case.seq_lens, [loc // case.page_size for loc in case.last_loc]))
-
-
-def _rebuild(case: Case, requests, free=None, page_size=None) -> Case:
-    """A case from (prefix, seq, held page) per request; last_loc follows from them."""
-    page_size = page_size or case.page_size
-    last_loc = tuple(page * page_size + (q - 1) % page_size if q > 0 else -1
-                     for q, _, page in requests)
-    return replace(case, page_size=page_size, seq_lens=tuple(s for _, s, _ in requests),
-                   last_loc=last_loc, free_pages=tuple(case.free_pages if free is None else free),
-                   prefix_lens=tuple(q for q, _, _ in requests) if case.target == "extend" else ())
-
-
-def _smaller(n: int) -> list[int]:
-    """0, n/2, 3n/4, ..., n-1: big cuts first, then finer (a binary search, greedily)."""
-    values, cut = [], n
-    while cut:
-        values.append(n - cut)
-        cut //= 2
-    return values
-
-
-def _candidates(case: Case) -> Iterator[Case]:
-    requests = _requests(case)
-    count = len(requests)
-    demand = _demand(requests, case.page_size)
-    pool = case.free_pages
-    for chunk in sorted({count - kept for kept in _smaller(count) if kept}, reverse=True):
-        for start in range(0, count, chunk):
-            yield from _both(case, requests[:start] + requests[start + chunk:], demand)
-    for smaller in _shorter_requests(case, requests):
-        yield from _both(case, smaller, demand)
-    for kept in _smaller(len(pool)):
-        if kept >= demand:
-            yield _rebuild(case, requests, pool[:kept])
-    if len(pool) <= 64:
-        for at in range(len(pool)):
-            yield _rebuild(case, requests, pool[:at] + pool[at + 1:])
-    yield _renumbered(case, requests)
-    yield _rebuild(case, requests, sorted(pool))
-    for page_size in (1, 2, 4, case.page_size // 2):
-        if 1 <= page_size < case.page_size:
-            yield _with_page_size(case, requests, page_size)
-
-
-def _demand(requests, page_size: int) -> int:
-    return sum(ceil_pages(s, page_size) - ceil_pages(q, page_size) for q, s, _ in requests)
-
-
-def _both(case: Case, requests, demand: int) -> Iterator[Case]:
-    """Fewer or shorter requests, first with the pool cut by as many pages as the demand fell
-    (a tight pool stays tight), then with the pool as it was."""
-    slack = len(case.free_pages) - demand
-    yield _rebuild(case, requests, case.free_pages[:_demand(requests, case.page_size) + slack])
-    yield _rebuild(case, requests)
-
-
-def _shorter_requests(case: Case, requests) -> Iterator[list]:
-    step = case.page_size
-    for rid, (q, s, page) in enumerate(requests):
-        if case.target == "decode":
-            options = [(s2 - 1, s2) for s2 in [1 + n for n in _smaller(s - 1)] +
-                       [(s - 1) % step + 1 + m * step for m in _smaller((s - 1) // step)]]
-        else:
-            options = [(q, q + e) for e in _smaller(s - q)]
-            options += [(q2, q2 + s - q) for q2 in _smaller(q)]
-            options += [(q % step + m * step, q % step + m * step + s - q)
-                        for m in _smaller(q // step)]
-        for q2, s2 in options:
-            if 0 <= q2 <= s2 and (q2, s2) != (q, s):
-                yield requests[:rid] + [(q2, s2, max(1, page))] + requests[rid + 1:]
-
-
-def _renumbered(case: Case, requests) -> Case:
-    """Every page id replaced by its rank among all ids: order kept, numbers small."""
-    ids = sorted(set(case.free_pages) | {page for q, _, page in requests if q > 0})
-    rank = {page: i + 1 for i, page in enumerate(ids)}
-    moved = [(q, s, rank.get(page, 1)) for q, s, page in requests]
-    return _rebuild(case, moved, [rank[page] for page in case.free_pages])
-
-
-def _with_page_size(case: Case, requests, page_size: int) -> Case:
-    """Same lengths and pages on a smaller page size; the pool topped up if the demand grew."""
-    demand = _demand(requests, page_size)
-    free = list(case.free_pages)
-    fresh = max(free + [page for _, _, page in requests] + [0]) + 1
-    free += range(fresh, fresh + max(0, demand - len(free)))
-    return _rebuild(case, requests, free, page_size)
+def without_chunks(items: Sequence) -> Iterator[tuple]:
+    """`items` with a run removed: halves first, then quarters, ... down to single items."""
+    items = tuple(items)
+    chunk = len(items) // 2
+    while chunk >= 1:
+        for start in range(0, len(items), chunk):
+            yield items[:start] + items[start + chunk:]
+        chunk //= 2

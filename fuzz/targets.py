@@ -1,38 +1,27 @@
-"""Targets beyond paged extend/decode plug into `kvfuzz diff` and `kvfuzz replay` here.
-
-Each entry names, by import path (resolved only when used):
-- `diff`: `fn(args) -> int`, args carrying target, impl (list of specs), cases, seed, start,
-  jobs, corpus, device; returns the exit status (0 agree, 1 divergence);
-- `replay`: `fn(path, data: dict, impl_specs: list[str], out) -> int` for a file whose "format"
-  field is `format`; raises `strategies.case.CaseFormatError` for a malformed file;
-- `describe` (optional): `fn() -> [(name, kind, summary)]`, the implementations `kvfuzz list`
-  shows; it must not import torch.
-"""
+"""The one table of targets. A new target is a folder per layer (copy one target's) and one line
+here; the engine finds everything else through the `Target` protocol (`kvfuzz.fuzz.target`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from kvfuzz.fuzz.allocator.target import ALLOCATOR
+from kvfuzz.fuzz.compaction.target import COMPACTION
+from kvfuzz.fuzz.paged.target import DECODE, EXTEND
+from kvfuzz.fuzz.target import Target
+from kvfuzz.strategies.inputs import FieldReader
+
+TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION)}
 
 
-@dataclass(frozen=True)
-class Target:
-    name: str
-    format: str
-    diff: str
-    replay: str
-    describe: str = ""
-
-
-PLUGINS: dict[str, Target] = {}
-
-
-def register(target: Target) -> None:
-    PLUGINS[target.name] = target
-
-
-def by_format(format_name: str) -> Target | None:
-    return next((t for t in PLUGINS.values() if t.format == format_name), None)
-
-
-import kvfuzz.fuzz.allocator_target  # noqa: E402,F401  registers "allocator" (imports nothing heavy)
-import kvfuzz.fuzz.compaction_target  # noqa: E402,F401  registers "compaction" (imports nothing heavy)
+def for_document(data: object, source: str) -> Target:
+    """The target a decoded JSON file belongs to, by its "format" field (and, where targets share
+    a format, by what `Target.owns` reads); a `FormatError` naming the field otherwise."""
+    reader = FieldReader(source)
+    reader.expect(isinstance(data, dict), "(top level)", "expected a JSON object",
+                  type(data).__name__)
+    formats = list(dict.fromkeys(t.format for t in TARGETS.values()))
+    sharing = [t for t in TARGETS.values() if t.format == data.get("format")]
+    reader.choice(data.get("format"), "format", formats)
+    owners = [t for t in sharing if t.owns(data)]
+    if len(owners) != 1:  # only where a format is shared: its targets differ in "target"
+        reader.choice(data.get("target"), "target", [t.name for t in sharing])
+    return owners[0]

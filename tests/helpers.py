@@ -1,25 +1,44 @@
-"""Small helpers shared by tests: bundled implementations and failing loudly with a report."""
+"""Small helpers shared by tests: implementations by kind, and failing loudly with a report."""
 
 from __future__ import annotations
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.report import Mismatch
-from kvfuzz.impl.registry import BUNDLED, MUTANT, implementations
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation
 from tests.conftest import CORPUS
 
 
 def bundled(target: str):
-    return implementations(target, BUNDLED)
+    return TARGETS[target].bundled()
 
 
 def mutants(target: str):
-    return implementations(target, MUTANT)
+    return [impl for impl in TARGETS[target].implementations if impl.kind == MUTANT]
+
+
+def divergence(target: str, item, impl):
+    """The divergence (None: it agreed) of `impl` on `item`: a registered name, an import path,
+    or an `Implementation`."""
+    impl = TARGETS[target].resolve(impl) if isinstance(impl, str) else impl
+    return TARGETS[target].check(item, impl).divergence
+
+
+def double(target: str, path: str) -> Implementation:
+    """A test's own implementation by import path, judged like a bundled one (an outside one's
+    divergences may be classified as known upstream differences)."""
+    return Implementation(path, target, path, "test double", BUNDLED)
+
+
+def save_divergence(divergence) -> None:
+    divergence.saved_path = str(corpus.save(TARGETS[divergence.target], divergence.input, CORPUS))
 
 
 def fail_with(divergence, save: bool = True):
-    """Save the failing case to the corpus (a regression test from now on) and fail with its report."""
+    """Save the failing input to the corpus (a regression test from now on) and fail with its
+    report."""
     if save:
-        divergence.saved_path = str(corpus.save(divergence.case, CORPUS))
+        save_divergence(divergence)
     raise Mismatch(divergence)
 
 
@@ -30,5 +49,5 @@ def run_property(prop, save: bool = True):
         prop()
     except Mismatch as mismatch:
         if save:
-            mismatch.divergence.saved_path = str(corpus.save(mismatch.divergence.case, CORPUS))
+            save_divergence(mismatch.divergence)
         raise Mismatch(mismatch.divergence) from None

@@ -1,46 +1,25 @@
-"""Lazy-compaction allocator in torch (kvfuzz issue 4). `IMPLEMENTATIONS` maps a name to a
-factory `factory(params, device="cpu") -> TorchCompaction`; factories import lazily, so listing
-the names never loads torch.
-"""
+"""Lazy-compaction allocator in torch (target "compaction"): the catalogue of factories
+`factory(params, device="cpu") -> TorchCompaction`. Nothing heavy is imported here."""
 
-from __future__ import annotations
+from kvfuzz.impl.registry import BASELINE, BUNDLED, MUTANT, Implementation
 
-
-def _lazy():
-    from kvfuzz.impl.compaction.allocator import TorchCompaction
-    return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device)
+_PKG = "kvfuzz.impl.compaction"
 
 
-def _eager():
-    from kvfuzz.impl.compaction.allocator import TorchCompaction
-    return lambda params, device="cpu": TorchCompaction(params, lazy=False, device=device)
+def _entry(name, path, summary, kind=BUNDLED):
+    return Implementation(name, "compaction", f"{_PKG}.{path}", summary, kind)
 
 
-def _before():
-    from kvfuzz.impl.compaction.allocator import TorchCompaction
-    from kvfuzz.impl.compaction.pool import PerPageCommitPool
-    return lambda params, device="cpu": TorchCompaction(params, lazy=True, device=device,
-                                                        pool_class=PerPageCommitPool)
-
-
-def _mutant(attr: str):
-    def load():
-        from kvfuzz.impl.compaction import mutants as compaction
-        return getattr(compaction, attr)
-    return load
-
-
-def _factory(loader):
-    def factory(params, device: str = "cpu"):
-        return loader()(params, device)
-    return factory
-
-
-IMPLEMENTATIONS = {
-    "compaction.lazy": _factory(_lazy),
-    "compaction.eager": _factory(_eager),
-    "compaction.before": _factory(_before),
-    "mutant.compaction.pending_replaced": _factory(_mutant("pending_replaced")),
-    "mutant.compaction.p2v_not_cleared": _factory(_mutant("p2v_not_cleared")),
-    "mutant.compaction.kv_not_moved": _factory(_mutant("kv_not_moved")),
-}
+IMPLEMENTATIONS = (
+    _entry("compaction.lazy", "allocator:lazy",
+           "lazy free into holes, batched flush and commit (spec §3)"),
+    _entry("compaction.eager", "allocator:eager", "eager free: compacts inside free, never a hole"),
+    _entry("compaction.before", "allocator:before",
+           "lazy, commit with one host read per page (before PR 34066)", BASELINE),
+    _entry("mutant.compaction.pending_replaced", "mutants:pending_replaced",
+           "a second pending batch replaces the first", MUTANT),
+    _entry("mutant.compaction.p2v_not_cleared", "mutants:p2v_not_cleared",
+           "commit leaves p2v of its sources bound", MUTANT),
+    _entry("mutant.compaction.kv_not_moved", "mutants:kv_not_moved",
+           "commit remaps the tables, never copies KV rows", MUTANT),
+)

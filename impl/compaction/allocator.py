@@ -9,7 +9,7 @@ import torch
 
 from kvfuzz.impl.compaction.eager import eager_free
 from kvfuzz.impl.compaction.kv import SharedKV
-from kvfuzz.impl.compaction.pool import LazyPool, SimEvent
+from kvfuzz.impl.compaction.pool import LazyPool, PerPageCommitPool, SimEvent
 from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
@@ -116,3 +116,16 @@ class TorchCompaction:
             inflight=() if event is None or event.query() else tuple(writes.tolist()),
             free_vids=tuple(pool.free_vids.tolist()), v2p=tuple(pool.v2p.tolist()),
             p2v=tuple(pool.p2v.tolist()))
+
+
+# The catalogue's factories (kvfuzz.impl.compaction): `factory(params, device) -> TorchCompaction`.
+def lazy(params: Params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, device=device)
+
+
+def eager(params: Params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=False, device=device)
+
+
+def before(params: Params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, device=device, pool_class=PerPageCommitPool)

@@ -1,4 +1,4 @@
-"""Broken variants of the Triton kernels: each is the source of `impl/paged_triton.py` with ONE
+"""Broken variants of the Triton kernels: each is the source of `impl/paged/triton_kernels.py` with ONE
 edit inside one kernel, written to a temporary file (`@triton.jit` needs a real source file) and
 imported on first use. An edit that no longer matches exactly once fails loudly, so the
 catalogue cannot silently drift from the kernel it breaks.
@@ -35,7 +35,7 @@ class Mutation:
         found = body.count(self.old)
         if found != 1:
             raise RuntimeError(f"mutation {self.old!r} -> {self.new!r}: found {found} times in "
-                               f"{self.kernel} (expected 1); update impl/mutants/triton.py")
+                               f"{self.kernel} (expected 1); update impl/paged/triton_mutants.py")
         return source[:start] + body.replace(self.old, self.new) + source[end:]
 
 
@@ -87,7 +87,7 @@ def mutant_module(name: str):
     source = MUTATIONS[name].apply(Path(original.__file__).read_text())
     path = _directory() / f"paged_triton_{name}.py"
     path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"impl.mutants._paged_triton_{name}", path)
+    spec = importlib.util.spec_from_file_location(f"kvfuzz.impl.paged._triton_mutant_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

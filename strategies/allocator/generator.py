@@ -9,19 +9,32 @@ A change to what this produces must bump the generator version.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear, Decode,
-                                        Extend, Finish, GroupBegin, GroupEnd, Misuse, Trace,
-                                        Truncate)
-from kvfuzz.strategies.paged.case import Origin
+from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
+                                               Decode, Extend, Finish, GroupBegin, GroupEnd,
+                                               Misuse, Trace, Truncate)
+from kvfuzz.strategies.bytes_random import BytesRandom
+from kvfuzz.strategies.inputs import Origin
 
 GENERATOR = "allocator/1"
 PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)
 MISUSE_RATE = 0.15
+MAX_FUZZ_OPS = 200
 
 
 def generate(seed: int, index: int, num_ops: int = 200) -> Trace:
     rng = random.Random(f"{GENERATOR}:{seed}:{index}")
+    return replace(build(rng, num_ops), origin=Origin(GENERATOR, seed, index))
+
+
+def from_bytes(data: bytes) -> Trace:
+    """The same generator with fuzzer bytes as its randomness (atheris), 1 to 200 ops."""
+    rng = BytesRandom(data)
+    return build(rng, 1 + rng.randrange(MAX_FUZZ_OPS))
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
     P = rng.choice(PAGE_SIZES)
     num_pages = rng.choice((rng.randint(2, 8), rng.randint(8, 24), rng.randint(24, 64)))
     size = num_pages * P + (rng.randint(0, P - 1) if rng.random() < 0.25 else 0)
@@ -31,8 +44,7 @@ def generate(seed: int, index: int, num_ops: int = 200) -> Trace:
     gen = _Generator(rng, P, num_pages, misuse)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(P, size, need_sort, tuple(gen.ops[:num_ops]), debug,
-                 Origin(GENERATOR, seed, index))
+    return Trace(P, size, need_sort, tuple(gen.ops[:num_ops]), debug)
 
 
 class _Generator:

@@ -7,11 +7,10 @@ are live then, so a trace stays valid when a shrinker drops ops or requests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field, fields
 
-from kvfuzz.strategies.paged.case import CaseFormatError, Origin
+from kvfuzz.strategies.inputs import Origin, content_id
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
@@ -115,6 +114,7 @@ class Trace:
     ops: tuple[Op, ...]
     debug: bool = False
     origin: Origin | None = field(default=None, compare=False)
+    note: str = field(default="", compare=False)  # provenance, e.g. "shrunk from ..."
 
     @property
     def num_pages(self) -> int:
@@ -124,8 +124,8 @@ class Trace:
         """A short hash of the content (never the provenance): names corpus files."""
         content = to_json(self)
         content.pop("origin", None)
-        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        content.pop("note", None)
+        return content_id(content)
 
     def describe(self) -> str:
         return (f"size {self.size} ({self.num_pages} pages of {self.page_size}), need_sort "
@@ -158,15 +158,16 @@ def describe_op(op: Op) -> str:
     return NAMES[type(op)].replace("_", " ")
 
 
-# --- JSON -------------------------------------------------------------------------------------
+# --- JSON (decoding and validation: strategies.allocator.codec) -------------------------------
 
 def to_json(trace: Trace) -> dict:
     data = {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
             "need_sort": trace.need_sort, "debug": trace.debug,
             "ops": [_op_to_json(op) for op in trace.ops]}
     if trace.origin is not None:
-        data["origin"] = {"generator": trace.origin.generator, "seed": trace.origin.seed,
-                          "index": trace.origin.index}
+        data["origin"] = trace.origin.to_json()
+    if trace.note:
+        data["note"] = trace.note
     return data
 
 
@@ -180,23 +181,3 @@ def _op_to_json(op: Op) -> dict:
 
 def dumps(trace: Trace) -> str:
     return json.dumps(to_json(trace), indent=1) + "\n"
-
-
-def loads(text: str, source: str = "trace") -> Trace:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise CaseFormatError(f"{source}: not valid JSON: {error}") from None
-    return from_json(data, source)
-
-
-def from_json(data: object, source: str = "trace") -> Trace:
-    """Decode and validate; every problem is a `CaseFormatError` naming the field and value."""
-    from kvfuzz.strategies.allocator.codec import decode_trace
-    return decode_trace(data, source)
-
-
-def generate_trace(seed: int, index: int, num_ops: int = 200) -> Trace:
-    """Trace `index` of `seed` from the plain-random generator `allocator/1`, the same forever."""
-    from kvfuzz.strategies.allocator.generator import generate
-    return generate(seed, index, num_ops)

@@ -7,23 +7,36 @@ frontier, in the middle and of everything, move caps of 1 and 2, and forwards le
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from kvfuzz.strategies.paged.case import Origin
-from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op, Params,
-                                         Pick, Trace)
+from kvfuzz.strategies.bytes_random import BytesRandom
+from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
+                                                Params, Pick, Trace)
+from kvfuzz.strategies.inputs import Origin
 
 GENERATOR = "compaction/1"
+MAX_FUZZ_OPS = 300
 _EPPS = ((8, 8), (8, 8), (4, 4), (4, 6), (8, 12), (6, 4))
 _OPS = (("alloc", 30), ("free", 24), ("flush", 16), ("forward", 10), ("fire", 10), ("drain", 10))
 
 
-def generate_trace(seed: int, index: int, num_ops: int = 300) -> Trace:
+def generate(seed: int, index: int, num_ops: int = 300) -> Trace:
     # A string seed is hashed the same way by every Python version: the trace never changes.
     rng = random.Random(f"{GENERATOR}:{seed}:{index}")
+    return replace(build(rng, num_ops), origin=Origin(GENERATOR, seed, index))
+
+
+def from_bytes(data: bytes) -> Trace:
+    """The same generator with fuzzer bytes as its randomness (atheris), 1 to 300 ops."""
+    rng = BytesRandom(data)
+    return build(rng, 1 + rng.randrange(MAX_FUZZ_OPS))
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
     params = _params(rng)
     kinds, weights = zip(*_OPS)
-    ops = tuple(_op(rng, rng.choices(kinds, weights)[0], params) for _ in range(num_ops))
-    return Trace(params, ops, Origin(GENERATOR, seed, index))
+    return Trace(params, tuple(_op(rng, rng.choices(kinds, weights)[0], params)
+                               for _ in range(num_ops)))
 
 
 def _params(rng: random.Random) -> Params:

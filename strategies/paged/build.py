@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence, TypeVar
 
-from kvfuzz.strategies.paged.case import Case, Origin, ceil_pages, max_page_id
+from kvfuzz.strategies.inputs import Origin, ceil_pages
+from kvfuzz.strategies.paged.case import Case, max_page_id
 
 T = TypeVar("T")
 

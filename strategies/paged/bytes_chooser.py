@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from kvfuzz.strategies.paged.build import build_decode, build_extend, ceil_pages
+from kvfuzz.strategies.inputs import ceil_pages
+from kvfuzz.strategies.paged.build import build_decode, build_extend
 from kvfuzz.strategies.paged.case import Case, max_page_id
 
 MODES = ("build", "build", "build", "literal")
@@ -39,6 +40,12 @@ class BytesChooser:
         chunk = self.data[self.pos:self.pos + width]
         self.pos += width
         return low + int.from_bytes(chunk, "big") % span if chunk else low
+
+    def take(self, count: int) -> bytes:
+        """The next `count` raw bytes (fewer where they run out)."""
+        chunk = self.data[self.pos:self.pos + count]
+        self.pos += count
+        return chunk
 
     def choice(self, options: Sequence):
         return options[self.integer(0, len(options) - 1)]

@@ -5,39 +5,19 @@ Standard library only: the oracle, the implementations, the fuzz targets and pyt
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 
+from kvfuzz.strategies.inputs import (INT64_MAX, FieldReader, Origin, ceil_pages, content_id,
+                                      parse_json)
+
 FORMAT = "kvfuzz-case/1"
 TARGETS = ("extend", "decode")
-INT64_MAX = 2**63 - 1
-INT64_MIN = -(2**63)
-
-
-def ceil_pages(num_tokens: int, page_size: int) -> int:
-    return (num_tokens + page_size - 1) // page_size
 
 
 def max_page_id(page_size: int) -> int:
     """Largest page whose last slot `page*P + P-1` still fits a signed 64-bit index."""
     return (INT64_MAX - (page_size - 1)) // page_size
-
-
-class CaseFormatError(ValueError):
-    """A case file or dict is malformed; the message names the source, the field and the value."""
-
-
-@dataclass(frozen=True)
-class Origin:
-    """Where a generated case came from: case `index` of `seed` of a versioned `generator`."""
-
-    generator: str
-    seed: int
-    index: int
-
-    def describe(self) -> str:
-        return f"generator {self.generator}, seed {self.seed}, index {self.index}"
 
 
 @dataclass(frozen=True)
@@ -75,7 +55,7 @@ class Case:
 
     def pages_needed(self) -> int:
         """New pages the call consumes (spec §1.2): sum of ceil(s/P) - ceil(q/P), never < 0 each.
-        Generators and edge classes use it; the oracle keeps its own count (oracle.contract)."""
+        Generators and edge classes use it; the oracle keeps its own count (oracle.paged.contract)."""
         return sum(max(0, ceil_pages(s, self.page_size) - ceil_pages(q, self.page_size))
                    for q, s in zip(self.prefixes(), self.seq_lens))
 
@@ -95,16 +75,13 @@ class Case:
         return data
 
     def case_id(self) -> str:
-        """A short hash of the content: stable across runs, machines and provenance."""
-        canonical = json.dumps(self.content(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return content_id(self.content())
 
 
 def to_json(case: Case) -> dict:
     data = {"format": FORMAT, **case.content()}
     if case.origin is not None:
-        data["origin"] = {"generator": case.origin.generator, "seed": case.origin.seed,
-                          "index": case.origin.index}
+        data["origin"] = case.origin.to_json()
     if case.note:
         data["note"] = case.note
     return data
@@ -120,70 +97,25 @@ _OPTIONAL = {"format", "target", "page_size", "out_len", "origin", "note"}
 
 
 def from_json(data: object, source: str = "case") -> Case:
-    """Decode and validate a JSON case; every problem is a `CaseFormatError` naming field and value."""
-    reader = _Reader(source)
-    if not isinstance(data, dict):
-        reader.fail("(top level)", "expected a JSON object", type(data).__name__)
-    if data.get("format") != FORMAT:
-        reader.fail("format", f"expected {FORMAT!r}", data.get("format"))
-    target = data.get("target")
-    if target not in TARGETS:
-        reader.fail("target", f"expected one of {', '.join(TARGETS)}", target)
-    unknown = set(data) - _OPTIONAL - set(_REQUIRED[target])
-    if unknown:
-        name = sorted(unknown)[0]
-        reader.fail(name, "unknown field", data[name])
-    page_size = reader.integer(data, "page_size", low=1)
-    lists = {name: reader.int_list(data, name) for name in _REQUIRED[target]}
+    """Decode and validate a JSON case; every problem is a `FormatError` naming field and value."""
+    reader = FieldReader(source)
+    reader.document(data, FORMAT, _OPTIONAL | set(_REQUIRED["extend"]))
+    target = reader.choice(data.get("target"), "target", TARGETS)
+    reader.known_fields(data, _OPTIONAL | set(_REQUIRED[target]), "")
+    page_size = reader.integer(data.get("page_size"), "page_size", low=1)
+    lists = {name: reader.int_list(data.get(name), name) for name in _REQUIRED[target]}
     sizes = {name: len(values) for name, values in lists.items() if name != "free_pages"}
-    if len(set(sizes.values())) > 1:
-        reader.fail("seq_lens", "per-request lists differ in length", sizes)
-    out_len = None if data.get("out_len") is None else reader.integer(data, "out_len", low=0)
+    reader.expect(len(set(sizes.values())) <= 1, "seq_lens", "per-request lists differ in length",
+                  sizes)
+    out_len = data.get("out_len")
     return Case(
         target=target, page_size=page_size, seq_lens=lists["seq_lens"],
         last_loc=lists["last_loc"], free_pages=lists["free_pages"],
-        prefix_lens=lists.get("prefix_lens", ()), out_len=out_len,
-        origin=reader.origin(data.get("origin")), note=str(data.get("note", "")),
+        prefix_lens=lists.get("prefix_lens", ()),
+        out_len=None if out_len is None else reader.integer(out_len, "out_len", low=0),
+        origin=reader.origin(data.get("origin")), note=reader.note(data.get("note")),
     )
 
 
 def loads(text: str, source: str = "case") -> Case:
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as error:  # also a 4300+ digit number, deep nesting
-        raise CaseFormatError(f"{source}: not valid JSON: {error}") from None
-    return from_json(data, source)
-
-
-class _Reader:
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, name: str, problem: str, value: object) -> None:
-        shown = repr(value)
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        raise CaseFormatError(f"{self.source}: field '{name}': {problem}, got {shown}")
-
-    def integer(self, data: dict, name: str, low: int = INT64_MIN) -> int:
-        value = data.get(name)
-        if type(value) is not int or not low <= value <= INT64_MAX:
-            self.fail(name, f"expected an integer in [{low}, 2**63-1]", value)
-        return value
-
-    def int_list(self, data: dict, name: str) -> tuple[int, ...]:
-        values = data.get(name)
-        if not isinstance(values, list):
-            self.fail(name, "expected a list of integers", values)
-        for position, value in enumerate(values):
-            if type(value) is not int or not INT64_MIN <= value <= INT64_MAX:
-                self.fail(f"{name}[{position}]", "expected a 64-bit integer", value)
-        return tuple(values)
-
-    def origin(self, value: object) -> Origin | None:
-        if value is None:
-            return None
-        if not isinstance(value, dict) or set(value) != {"generator", "seed", "index"}:
-            self.fail("origin", "expected {generator, seed, index}", value)
-        return Origin(str(value["generator"]), self.integer(value, "seed"),
-                      self.integer(value, "index"))
+    return from_json(parse_json(text, source), source)

@@ -4,7 +4,8 @@ has an answer, and a test fails when a generator stops reaching one.
 
 from __future__ import annotations
 
-from kvfuzz.strategies.paged.case import Case, ceil_pages, max_page_id
+from kvfuzz.strategies.inputs import ceil_pages
+from kvfuzz.strategies.paged.case import Case, max_page_id
 
 
 def _page_size_class(page_size: int) -> str:

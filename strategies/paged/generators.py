@@ -10,7 +10,8 @@ import random
 from typing import Sequence
 
 from kvfuzz.strategies.paged.build import FAULTS, break_contract, build_decode, build_extend
-from kvfuzz.strategies.paged.case import Case, Origin
+from kvfuzz.strategies.inputs import Origin
+from kvfuzz.strategies.paged.case import Case
 
 GENERATORS = {"extend": "extend/1", "decode": "decode/1"}
 FAULT_RATE = 0.04  # share of generated cases pushed outside the contract on purpose

@@ -1,0 +1,149 @@
+"""Stateful differential for the paged allocator object: drives the oracle (`oracle.allocator`) and
+an implementation with the same trace, like a scheduler, and compares after every op the returned
+slots, None vs success, rejections, `available_size`, the free list (exact order: the spec fixes
+it), the staged pages (as a multiset), and the invariants. Every call into the implementation is
+guarded: whatever it raises is a problem to report, never a crash of the harness.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+
+from kvfuzz.fuzz.allocator.misuse import misuse_call
+from kvfuzz.fuzz.allocator.scheduler import Call, Scheduler
+from kvfuzz.impl.allocator.driver import AllocatorDriver
+from kvfuzz.oracle.allocator.invariants import state_violations
+from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
+from kvfuzz.strategies.allocator.trace import Misuse, Trace
+
+ALLOC_METHODS = ("alloc", "alloc_extend", "alloc_decode")
+
+
+class Lockstep:
+    """The oracle and one implementation side by side; `step(op)` returns the problems found."""
+
+    def __init__(self, trace: Trace, cls, device: str = "cpu"):
+        """`cls`: the allocator class under test (upstream's constructor)."""
+        self.trace = trace
+        self.model = AllocatorModel(trace.size, trace.page_size, trace.need_sort, trace.debug)
+        self.sched = Scheduler(trace)
+        self.log: list[str] = []
+        self.events: Counter = Counter()  # edge classes hit, for the run summary
+        self.impl, raised = guarded(AllocatorDriver, cls, trace.size, trace.page_size,
+                                    trace.need_sort, trace.debug, device)
+        self.broken = crash_problems(raised, "constructor") if raised else []
+
+    def step(self, op) -> tuple[Call | None, list[tuple[str, str]]]:
+        if self.broken:
+            return None, self.broken
+        call = misuse_call(self.sched, op, self.model) if isinstance(op, Misuse) else \
+            self.sched.resolve(op, self.model)
+        if call is None:
+            return None, []
+        staged_before = bool(self.model.staged)
+        expected, rejected = _run(self.model, call)
+        self._count(call, expected, rejected, staged_before)
+        actual, raised = guarded(_call, self.impl, call)
+        problems = _outcome(call, expected, rejected, actual, raised)
+        if raised is None and rejected is None:
+            problems += [("new slots", text) for text in self.sched.commit(call, actual)]
+        state, raised = guarded(_state_of, self.impl)
+        problems += crash_problems(raised, "state read") if raised else self._state(*state)
+        self.log.append(f"{call.text} -> "
+                        + (_short(expected) if rejected is None else f"rejected ({rejected})"))
+        return call, problems
+
+    def _count(self, call: Call, expected, rejected, staged_before: bool) -> None:
+        if rejected is not None:
+            self.events[f"misuse rejected: {call.misuse or call.method}"] += 1
+        elif call.method in ALLOC_METHODS:
+            self.events[f"{call.method} " + ("None" if expected is None else
+                                             "exact fit" if not self.model.free else "ok")] += 1
+        elif call.method:
+            self.events[call.method] += 1
+        if staged_before and not self.model.staged and call.method != "clear":
+            self.events["merge"] += 1
+
+    def _state(self, available: int, free: list[int], staged: list[int]) -> list[tuple[str, str]]:
+        problems = []
+        if available != self.model.available_size():
+            problems.append(("available_size", f"expected {self.model.available_size()}, "
+                                               f"actual {available}"))
+        if free != self.model.free:
+            problems.append(("free list", _list_diff(self.model.free, free)))
+        if staged != self.model.staged and Counter(staged) != Counter(self.model.staged):
+            problems.append(("staged pages", f"expected {_short(sorted(self.model.staged))}, "
+                                             f"actual {_short(sorted(staged))} (as multisets)"))
+        found = state_violations(self.model.num_pages, free, staged, self.model.pending_pages(),
+                                 self.sched.holders)
+        return problems + [("invariant", text) for text in found]
+
+
+def guarded(fn, *args):
+    """(result, None), or (None, the exception) when the implementation under test raised."""
+    try:
+        return fn(*args), None
+    except Exception as error:  # noqa: BLE001 - a raise is an outcome to compare
+        return None, error
+
+
+def crash_problems(error: Exception, where: str = "") -> list[tuple[str, str]]:
+    frames = traceback.format_exception(error)[-3:]
+    head = f"{type(error).__name__}: {error}" + (f" (in the {where})" if where else "")
+    return [("crash", head)] + [("crash", line.rstrip()) for chunk in frames
+                                for line in chunk.splitlines()[-2:]]
+
+
+def _state_of(impl) -> tuple[int, list[int], list[int]]:
+    return impl.available_size(), impl.free_list(), impl.staged()
+
+
+def _run(model: AllocatorModel, call: Call):
+    try:
+        return _call(model, call), None
+    except Rejected as error:
+        return None, error
+
+
+def _call(side, call: Call):
+    return getattr(side, call.method)(*call.args) if call.method else None
+
+
+def _outcome(call: Call, expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if rejected is not None:
+        if raised is None:
+            return [("rejection", f"expected the call to be rejected ({rejected}), but it was "
+                                  f"accepted and returned {_short(actual)}")]
+        return []
+    if raised is not None:
+        return crash_problems(raised)
+    if call.method not in ALLOC_METHODS or expected == actual:
+        return []
+    if expected is None or actual is None:
+        return [("None vs success", f"expected {_short(expected)}, actual {_short(actual)}")]
+    return [("result", _list_diff(expected, actual, _owner(call)))]
+
+
+def _owner(call: Call):
+    def where(index: int) -> str:
+        for rid, start, n in zip(call.rids, call.starts, call.lens):
+            if index < n:
+                return f"request r{rid} position {start + index}"
+            index -= n
+        return "past the end"
+    return where
+
+
+def _list_diff(expected: list[int], actual: list[int], where=None) -> str:
+    at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
+              min(len(expected), len(actual)))
+    lo = max(0, at - 2)
+    place = f" ({where(at)})" if where else ""
+    return (f"first difference at index {at}{place}: expected [{lo}:] {expected[lo:lo + 8]}, "
+            f"actual [{lo}:] {actual[lo:lo + 8]}; lengths {len(expected)} vs {len(actual)}")
+
+
+def _short(value, width: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."

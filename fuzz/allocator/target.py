@@ -1,0 +1,121 @@
+"""The "allocator" target: the paged allocator object (upstream `PagedTokenToKVPoolAllocator`'s
+interface) driven over request-lifecycle traces, in lock step with the oracle (`lockstep.py`).
+
+    kvfuzz diff allocator --cases 2000 --jobs 2
+    kvfuzz diff allocator --impl sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator
+A divergence of an outside class that matches a documented upstream difference (`known.py`) is
+counted and reported, never a failure. Imports torch only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import fields, replace
+
+from kvfuzz.fuzz.allocator.known import classify
+from kvfuzz.fuzz.shrink import without_chunks
+from kvfuzz.fuzz.summary import counts_grid
+from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome, Target
+from kvfuzz.impl.allocator import IMPLEMENTATIONS
+from kvfuzz.impl.registry import OUTSIDE
+from kvfuzz.strategies.allocator import codec, generator
+from kvfuzz.strategies.allocator.trace import FORMAT, Extend, Trace, describe_op, to_json
+
+
+class AllocatorTarget(Target):
+    name = "allocator"
+    format = FORMAT
+    noun = "trace"
+    default_cases = 200
+    chunk_sizes = (10, 200)
+    shrink_budget = (3000, 20.0)
+    implementations = IMPLEMENTATIONS
+    fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
+    coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
+    coverage_modules = ("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",
+                        "kvfuzz.oracle.allocator.invariants")
+
+    def generate(self, seed, index):
+        return generator.generate(seed, index)
+
+    def from_bytes(self, data):
+        return generator.from_bytes(data)
+
+    def from_json(self, data, source):
+        return codec.from_json(data, source)
+
+    def to_json(self, item):
+        return to_json(item)
+
+    def input_id(self, item):
+        return item.trace_id()
+
+    def describe(self, item):
+        return [("pool", item.describe())]
+
+    def check(self, item: Trace, impl, device="cpu") -> Outcome:
+        from kvfuzz.fuzz.allocator.lockstep import Lockstep  # imports torch
+
+        lock = Lockstep(item, impl.load(), device)
+        for index, op in enumerate(item.ops):
+            call, problems = lock.step(op)
+            if problems:
+                known = classify(item, call, problems) \
+                    if impl.kind == OUTSIDE and call is not None else None
+                label = problems[0][0]
+                lines = [("call", lock.log[-1] if call else "(none)")]
+                lines += [("before", line) for line in lock.log[-4:-1]]
+                lines += problems
+                divergence = self.divergence(
+                    item, impl, f"{label} at op {index} of {len(item.ops)}: {describe_op(op)}",
+                    lines, (type(op).__name__, label, known), step=index, known=known)
+                return Outcome(KNOWN if known else DIVERGE, divergence, features=lock.events)
+        return Outcome(AGREE, features=lock.events)
+
+    def shrink_candidates(self, item: Trace, divergence):
+        """Cut after the failing op, drop whole requests, then drop runs of ops."""
+        if divergence.step is not None:
+            yield replace(item, ops=item.ops[:divergence.step + 1])
+        for rid in sorted(_rids(item), reverse=True):
+            yield replace(item, ops=tuple(op for op in (_without(op, rid) for op in item.ops)
+                                          if op is not None))
+        for ops in without_chunks(item.ops):
+            yield replace(item, ops=ops)
+
+    def size(self, item):
+        return len(item.ops), sum(len(getattr(op, "rids", ())) for op in item.ops)
+
+    def size_text(self, item):
+        return f"{len(item.ops)} ops"
+
+    def summary_lines(self, found: Counter) -> list[str]:
+        return counts_grid("calls and edge classes", found)
+
+
+def _rids(trace: Trace) -> set[int]:
+    found = set()
+    for op in trace.ops:
+        found.update(getattr(op, "rids", ()))
+        if hasattr(op, "rid"):
+            found.add(op.rid)
+    return found
+
+
+def _without(op, rid: int):
+    """`op` with request `rid` taken out: None when the op is about `rid` alone."""
+    if getattr(op, "rid", None) == rid:
+        return None
+    if isinstance(op, Extend) and rid in op.rids:
+        keep = [(r, n) for r, n in zip(op.rids, op.lens) if r != rid]
+        if not keep:
+            return None
+        return replace(op, rids=tuple(r for r, _ in keep), lens=tuple(n for _, n in keep))
+    if "rids" in {f.name for f in fields(op)} and rid in op.rids:
+        rids = tuple(r for r in op.rids if r != rid)
+        return replace(op, rids=rids) if rids else None
+    if getattr(op, "share_from", None) == rid:
+        return replace(op, share_from=None, share_pages=0)
+    return op
+
+
+ALLOCATOR = AllocatorTarget()

@@ -1,0 +1,106 @@
+"""The "compaction" target: the unified-memory lazy-compaction allocator driven over traces, op by
+op against the oracle with invariants I1-I11 (`lockstep.py`), then I12 (eager vs lazy, `i12.py`)
+for a lazy implementation.
+
+    kvfuzz diff compaction --cases 200 --jobs 2
+    kvfuzz diff compaction --impl mutant.compaction.p2v_not_cleared --corpus /tmp/found
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import fields, replace
+
+from kvfuzz.fuzz.compaction.i12 import check_i12
+from kvfuzz.fuzz.compaction.lockstep import Crashed, Found, Guarded, run_trace
+from kvfuzz.fuzz.shrink import without_chunks
+from kvfuzz.fuzz.summary import counts_grid
+from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome, Target
+from kvfuzz.impl.compaction import IMPLEMENTATIONS
+from kvfuzz.strategies.compaction import codec, generator
+from kvfuzz.strategies.compaction.trace import FORMAT, Trace, describe_op, to_json
+
+EAGER = "compaction.eager"  # I12's reference side
+
+
+class CompactionTarget(Target):
+    name = "compaction"
+    format = FORMAT
+    noun = "trace"
+    default_cases = 100
+    chunk_sizes = (2, 8)
+    shrink_budget = (300, 30.0)
+    implementations = IMPLEMENTATIONS
+    fuzz_implementations = ("compaction.lazy",)
+    fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
+    coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
+    coverage_modules = ("kvfuzz.fuzz.compaction.lockstep", "kvfuzz.oracle.compaction.model",
+                        "kvfuzz.oracle.compaction.flush", "kvfuzz.oracle.compaction.invariants",
+                        "kvfuzz.oracle.compaction.transitions")
+
+    def generate(self, seed, index):
+        return generator.generate(seed, index)
+
+    def from_bytes(self, data):
+        return generator.from_bytes(data)
+
+    def from_json(self, data, source):
+        return codec.from_json(data, source)
+
+    def to_json(self, item):
+        return to_json(item)
+
+    def input_id(self, item):
+        return item.trace_id()
+
+    def describe(self, item):
+        return [("params", ", ".join(f"{f.name}={getattr(item.params, f.name)}"
+                                     for f in fields(item.params)))]
+
+    def check(self, item: Trace, impl, device="cpu") -> Outcome:
+        """Op for op (I1-I11), then I12 if the implementation is lazy."""
+        factory = impl.load()
+        found = run_trace(item, factory, device)
+        if found is None:
+            try:
+                if Guarded(factory, item.params, device).lazy:
+                    found = check_i12(item, factory, self.resolve(EAGER).load(), device)
+            except Crashed as crash:
+                found = Found(None, None, [f"crash {type(crash.__cause__).__name__}: "
+                                           f"{crash.__cause__}"])
+        ops = Counter(type(op).__name__.lower() for op in item.ops)
+        if found is None:
+            return Outcome(AGREE, features=ops)
+        return Outcome(DIVERGE, self._divergence(item, impl, found), features=ops)
+
+    def _divergence(self, item: Trace, impl, found: Found):
+        label = found.label()
+        op = item.ops[found.op_index] if found.op_index is not None else None
+        where = (f"op {found.op_index} of {len(item.ops)}: {describe_op(op)}" if op else
+                 "the end of the trace (final comparison)")
+        lines = [("this op" if i == len(found.context) - 1 else "earlier", line)
+                 for i, line in enumerate(found.context)]
+        lines += [("problem", problem) for problem in found.problems]
+        return self.divergence(
+            item, impl, f"{label} at {where}; pool {found.pool or '-'}", lines,
+            (type(op).__name__ if op else "end", found.pool, label), step=found.op_index)
+
+    def shrink_candidates(self, item: Trace, divergence):
+        """Cut after the failing op, then drop runs of ops."""
+        if divergence.step is not None:
+            yield replace(item, ops=item.ops[:divergence.step + 1])
+        for ops in without_chunks(item.ops):
+            yield replace(item, ops=ops)
+
+    def size(self, item):
+        return (len(item.ops),)
+
+    def size_text(self, item):
+        return f"{len(item.ops)} ops"
+
+    def summary_lines(self, found: Counter) -> list[str]:
+        return ["  checked: every observable after every op, invariants I1-I11; "
+                "I12 per trace of a lazy implementation"] + counts_grid("ops run", found)
+
+
+COMPACTION = CompactionTarget()

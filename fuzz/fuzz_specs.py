@@ -1,0 +1,124 @@
+"""What `kvfuzz fuzz` can run: one atheris campaign per target (from the target table), plus
+"case_loader", the JSON loaders of every format on malformed files.
+
+A campaign needs, per target: its atheris script, libFuzzer flags, which implementations it
+accepts, byte seeds from the JSON corpus, and `triage(path, impl_specs, stopping)`: the findings
+a file saved by a failing worker shows, each minimised (while `stopping()` is false) and keyed
+by signature.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import kvfuzz.fuzz
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.harness import signature_text
+from kvfuzz.fuzz.shrink import shrink
+from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.strategies.inputs import FormatError
+
+FUZZ_DIR = Path(kvfuzz.fuzz.__file__).resolve().parent  # the atheris scripts live under it
+REPO = FUZZ_DIR.parent
+
+
+@dataclass
+class Finding:
+    signature: str           # what diverged, as text; the dedup key
+    headline: str
+    report: str
+    save: Callable[[Path], Path]   # writes the minimised input into a directory, atomically
+    replay: Callable[[Path], str]  # the command that replays the saved file
+    note: str = ""           # e.g. "shrunk from ..."
+
+
+class DifferentialSpec:
+    """A target's campaign: implementations vs the oracle on inputs decoded from bytes."""
+
+    takes_impl = True
+    output = "corpus"  # findings are corpus files, replayed by pytest from then on
+
+    def __init__(self, target):
+        self.target, self.name = target, target.name
+        self.flags = target.fuzz_flags
+        self.script = next(FUZZ_DIR.glob(f"*/fuzz_{target.name}.py"))
+
+    def check_impls(self, specs) -> None:
+        for spec in specs:  # an unknown name fails here, in one line
+            self.target.resolve(spec)
+
+    def seeds(self, paths):
+        """Bytes for every input of this target under `paths` that `encode` can spell."""
+        for path in corpus.input_files([p for p in paths if os.path.exists(p)]):
+            try:
+                target, item = corpus.load(path)
+            except (FormatError, corpus.CorpusError):
+                continue  # `kvfuzz replay` reports malformed files; seeding just skips them
+            data = self.target.encode(item) if target is self.target else None
+            if data is not None:
+                yield data
+
+    def triage(self, path, impl_specs, stopping) -> list[Finding]:
+        """Re-run a saved input on each implementation; every divergence, shrunk, is a finding."""
+        target, item = corpus.load(path)
+        specs = impl_specs or target.fuzz_implementations or \
+            [impl.name for impl in target.bundled()]
+        findings = []
+        for spec in specs:
+            impl = target.resolve(spec)
+            outcome = target.check(item, impl)
+            if outcome.status != DIVERGE:
+                continue
+            small = shrink(target, outcome.divergence, stopping=stopping)
+            findings.append(Finding(
+                signature_text(small.signature), small.headline(), small.report(),
+                save=lambda directory, small=small: corpus.save(target, small.input, directory),
+                replay=lambda saved, name=impl.name: f"kvfuzz replay {saved} --impl {name}",
+                note=small.input.note or "not shrunk"))
+        return findings
+
+
+class LoaderSpec:
+    """case_loader: malformed files of every format; findings are texts, kept in the work dir."""
+
+    name = "case_loader"
+    takes_impl = False
+    output = "work"
+    flags = ()
+    script = FUZZ_DIR / "fuzz_case_loader.py"
+
+    def check_impls(self, specs) -> None:
+        pass
+
+    def seeds(self, paths):
+        return iter(())
+
+    def triage(self, path, impl_specs, stopping) -> list[Finding]:
+        """A loader failure: the saved text and the exception it raises (not FormatError)."""
+        from kvfuzz.fuzz.loader_fuzz import signature
+
+        raw = Path(path).read_bytes()
+        try:
+            corpus.loads(raw.decode("utf-8", "surrogatepass"), str(path))
+            return []
+        except FormatError:
+            return []
+        except Exception as error:
+            headline = (f"a loader raised {type(error).__name__}, not FormatError: "
+                        f"{str(error)[:120]}")
+            replay = (lambda saved: f"{sys.executable} -c \"import sys; from kvfuzz.fuzz.corpus "
+                      f"import loads; loads(open(sys.argv[1], 'rb').read().decode('utf-8', "
+                      f"'surrogatepass'), 'x')\" {saved}")
+            return [Finding(signature(error), headline, headline,
+                            lambda directory: corpus.write_atomic(
+                                Path(directory) / Path(path).name, raw),
+                            replay, note=f"{len(raw)} bytes")]
+
+
+SPECS = {**{name: DifferentialSpec(target) for name, target in TARGETS.items()},
+         LoaderSpec.name: LoaderSpec()}

@@ -1,0 +1,141 @@
+"""The Target protocol: everything the engine (seeded diff, replay, fuzz campaigns, corpus tools,
+shrinking, summaries, reports) knows about a target. A target subclasses `Target` and fills in
+the methods marked "each target"; the engine never names a target.
+
+Inputs are frozen dataclasses with `origin` (an `Origin` or None) and `note` (free text)
+fields; both are provenance, left out of the content id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator
+
+from kvfuzz.fuzz.report import Divergence
+from kvfuzz.impl.registry import BUNDLED, Implementation, resolve
+
+AGREE, DIVERGE, OUTSIDE, KNOWN = "agree", "diverge", "outside contract", "known difference"
+
+
+@dataclass
+class Outcome:
+    """What one implementation did with one input."""
+
+    status: str                            # AGREE, DIVERGE, OUTSIDE or KNOWN
+    divergence: Divergence | None = None   # DIVERGE and KNOWN
+    outside: tuple[str, ...] = ()          # OUTSIDE: the contract's violations, by kind
+    behaviour: str = ""                    # OUTSIDE: what the implementation did ("raised ...")
+    features: Iterable[str] | Counter = field(default_factory=tuple)  # what the input exercised
+
+
+class Target:
+    """Base class of every target. Class attributes configure the engine; methods marked
+    "each target" must be overridden."""
+
+    name: str                    # "extend": the command-line name and the corpus file prefix
+    format: str                  # the "format" field of its JSON files
+    noun = "case"                # what one input is called in reports ("case", "trace")
+    default_cases = 200          # `kvfuzz diff` without --cases
+    chunk_sizes = (25, 500)      # seeded runs: inputs per chunk handed to a worker (min, max)
+    shrink_budget = (3000, 30.0)  # re-runs, seconds
+    implementations: tuple[Implementation, ...] = ()
+    fuzz_implementations: tuple[str, ...] | None = None  # `kvfuzz fuzz` default: bundled ones
+    fuzz_flags: tuple[str, ...] = ()  # libFuzzer flags before the user's
+    # Packages whose functions get branch coverage under atheris, and modules imported first.
+    coverage_packages: tuple[str, ...] = ("kvfuzz.impl",)
+    coverage_modules: tuple[str, ...] = ()
+
+    # -- inputs (each target) ------------------------------------------------------------------
+    def generate(self, seed: int, index: int):
+        """Input `index` of `seed`, the same forever (the generator is versioned)."""
+        raise NotImplementedError
+
+    def from_bytes(self, data: bytes):
+        """The input fuzzer bytes stand for: the seeded generator fed by the bytes. Never raises."""
+        raise NotImplementedError
+
+    def encode(self, item) -> bytes | None:
+        """Bytes that `from_bytes` turns back into `item` (seeds a campaign), or None."""
+        return None
+
+    def from_json(self, data: dict, source: str):
+        """Decode and validate; every problem raises `FormatError` naming source, field, value."""
+        raise NotImplementedError
+
+    def to_json(self, item) -> dict:
+        raise NotImplementedError
+
+    def input_id(self, item) -> str:
+        """A short hash of the content (never of the provenance)."""
+        raise NotImplementedError
+
+    def describe(self, item) -> list[tuple[str, str]]:
+        """Labelled lines that say what the input is, for reports."""
+        raise NotImplementedError
+
+    def owns(self, data: dict) -> bool:
+        """Whether a JSON document of this target's format is this target's (formats may be
+        shared, e.g. extend and decode cases, told apart by a field)."""
+        return True
+
+    # -- judging (each target) -----------------------------------------------------------------
+    def check(self, item, impl: Implementation, device: str = "cpu") -> Outcome:
+        """Run `impl` and the oracle on `item` and judge; never raises for the implementation's
+        faults (they are divergences), always raises for the harness's own bugs."""
+        raise NotImplementedError
+
+    def shrink_candidates(self, item, divergence: Divergence) -> Iterator:
+        """Smaller inputs to try, most promising first (the shrinker keeps those that fail the
+        same way and are smaller by `size`)."""
+        raise NotImplementedError
+
+    def size(self, item) -> tuple:
+        raise NotImplementedError
+
+    def size_text(self, item) -> str:
+        """The size in words, e.g. "12 ops", for notes on shrunk inputs."""
+        raise NotImplementedError
+
+    def summary_lines(self, features: Counter) -> list[str]:
+        """Lines for the end-of-run summary from the features of every input checked."""
+        return []
+
+    def feature_names(self) -> list[str]:
+        """Every name `fuzz_features` may return (atheris needs them before fuzzing starts)."""
+        return []
+
+    def fuzz_features(self, item, outcomes: list[Outcome]) -> Counter:
+        """Features of one fuzzed input, with counts, for atheris to be guided by."""
+        return Counter()
+
+    # -- provided --------------------------------------------------------------------------------
+    def file_name(self, item) -> str:
+        return f"{self.name}-{self.input_id(item)}.json"
+
+    def dumps(self, item) -> str:
+        return json.dumps(self.to_json(item), indent=1) + "\n"
+
+    def resolve(self, spec: str) -> Implementation:
+        return resolve(self.name, self.implementations, spec)
+
+    def bundled(self) -> list[Implementation]:
+        return [impl for impl in self.implementations if impl.kind == BUNDLED]
+
+    def with_provenance(self, item, origin=None, note: str = ""):
+        return replace(item, origin=origin, note=note)
+
+    def divergence(self, item, impl: Implementation, what: str, lines: list[tuple[str, str]],
+                   signature: tuple, step: int | None = None,
+                   known: str | None = None) -> Divergence:
+        return Divergence(self.name, impl.name, item, self.input_id(item), what, lines,
+                          (self.name, impl.name, *signature), self.describe(item), self.noun,
+                          step, known)
+
+    def regenerate_command(self, item, impl_name: str) -> str | None:
+        origin = item.origin
+        if origin is None:
+            return None
+        return (f"kvfuzz diff {self.name} --seed {origin.seed} --start {origin.index} --cases 1 "
+                f"--impl {impl_name}")

@@ -1,0 +1,80 @@
+"""Decoding and validation of "kvfuzz-compaction-trace/1" JSON; every problem raises `FormatError`
+naming the source, the field and the value."""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, Alloc, Fire, Forward,
+                                                Op, Params, Pick, Trace)
+from kvfuzz.strategies.inputs import FieldReader, parse_json
+
+_INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
+
+
+def from_json(data: object, source: str = "trace") -> Trace:
+    reader = FieldReader(source)
+    reader.document(data, FORMAT, {"format", "params", "ops", "origin", "note"})
+    params = _params(reader, data.get("params"))
+    ops = data.get("ops")
+    reader.expect(isinstance(ops, list), "ops", "expected a list", ops)
+    decoded = tuple(_op(reader, raw, f"ops[{i}]", params) for i, raw in enumerate(ops))
+    return Trace(params, decoded, reader.origin(data.get("origin")),
+                 reader.note(data.get("note")))
+
+
+def loads(text: str, source: str = "trace") -> Trace:
+    return from_json(parse_json(text, source), source)
+
+
+def _params(reader: FieldReader, raw: object) -> Params:
+    reader.expect(isinstance(raw, dict), "params", "expected an object", raw)
+    reader.known_fields(raw, set(vars(Params())), "params.")
+    values = {name: raw.get(name, default) for name, default in vars(Params()).items()}
+    for name in _INT_PARAMS:
+        reader.integer(values[name], f"params.{name}", low=1)
+    reader.boolean(values["two_ended"], "params.two_ended")
+    params = Params(**values)
+    reader.expect(params.sink_bytes >= max(params.epp_up, params.epp_down), "params.sink_bytes",
+                  "must be at least max(epp_up, epp_down)", params.sink_bytes)
+    for pool, epp in (("up", params.epp_up), ("down", params.epp_down)):
+        reserved = -(-params.sink_bytes // epp)
+        reader.expect(params.total_bytes // epp > reserved, f"params.epp_{pool}",
+                      "leaves no page above the sink", epp)
+    return params
+
+
+def _op(reader: FieldReader, raw: object, where: str, params: Params) -> Op:
+    reader.expect(isinstance(raw, dict), where, "expected an object", raw)
+    kind = KINDS.get(raw.get("op")) if isinstance(raw.get("op"), str) else None
+    reader.expect(kind is not None, f"{where}.op", f"expected one of {', '.join(KINDS)}",
+                  raw.get("op"))
+    names = set(kind.__dataclass_fields__)
+    reader.known_fields(raw, names | {"op"}, f"{where}.")
+    fields = {name: raw[name] for name in raw if name != "op"}
+    if "pool" in names:
+        reader.choice(fields.get("pool"), f"{where}.pool", params.pools())
+    for name in ("urgent", "relative"):
+        if name in names:
+            fields[name] = reader.boolean(fields.get(name, False), f"{where}.{name}")
+    if kind is Alloc:
+        low = -(2**31) if fields["relative"] else 1
+        reader.integer(fields.get("n"), f"{where}.n", low=low)
+    if kind is Fire:
+        reader.choice(fields.get("which", "oldest"), f"{where}.which", WHICH)
+    for name in ("pick", "up", "down"):
+        if name in fields and (name == "pick" or fields[name] is not None):
+            fields[name] = _pick(reader, fields[name], f"{where}.{name}")
+    if kind is Forward and not params.two_ended:
+        reader.expect(fields.get("down") is None, f"{where}.down", "single-ended trace",
+                      fields.get("down"))
+    if "pick" in names and "pick" not in fields:
+        reader.fail(f"{where}.pick", "missing", None)
+    return kind(**fields)
+
+
+def _pick(reader: FieldReader, raw: object, where: str) -> Pick:
+    reader.expect(isinstance(raw, dict) and set(raw) <= {"where", "n", "salt"}, where,
+                  "expected {where, n, salt}", raw)
+    reader.choice(raw.get("where", "top"), f"{where}.where", WHERE)
+    reader.integer(raw.get("n", 1), f"{where}.n", low=1)
+    reader.integer(raw.get("salt", 0), f"{where}.salt")
+    return Pick(**raw)

@@ -1,0 +1,27 @@
+"""The compaction sides tests drive: the oracle itself (lazy or eager), registered factories, and
+the lock-step and I12 runs on them by name."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.compaction.i12 import check_i12
+from kvfuzz.fuzz.compaction.lockstep import oracle_eager, oracle_lazy, run_trace
+from kvfuzz.fuzz.compaction.target import COMPACTION
+
+ORACLE = {"oracle.lazy": oracle_lazy, "oracle.eager": oracle_eager}
+
+
+def factory(name: str):
+    return ORACLE.get(name) or COMPACTION.resolve(name).load()
+
+
+def side(name: str, params):
+    return factory(name)(params)
+
+
+def op_by_op(trace, name: str):
+    """The lock-step run alone (no I12): a `Found`, or None."""
+    return run_trace(trace, factory(name))
+
+
+def i12(trace, lazy: str = "compaction.lazy", eager: str = "compaction.eager"):
+    return check_i12(trace, factory(lazy), factory(eager))

@@ -1,0 +1,167 @@
+"""The `kvfuzz` command as a user meets it, on every target: exit statuses, one-line errors, a
+divergence shrunk, saved and replayed with the same report."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.tally import Tally
+from kvfuzz.fuzz.targets import TARGETS
+
+# Per target: a mutant the seeded run finds within `cases` inputs, and the bundled run's size.
+MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
+           "decode": ("mutant.inclusive_rank", 500, 200),
+           "allocator": ("mutant.allocator.padding_page", 3, 3),
+           "compaction": ("mutant.compaction.p2v_not_cleared", 5, 3)}
+
+
+def kvfuzz(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", *args], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+def run(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(args))
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_every_target_has_a_mutant_here():
+    assert sorted(MUTANTS) == sorted(TARGETS)
+
+
+def test_list_names_every_target_and_implementation_without_importing_torch():
+    code = ("import sys; from kvfuzz.fuzz.cli import main; main(['list']); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    for name, target in TARGETS.items():
+        assert f"{name}:" in result.stdout
+        assert all(impl.name in result.stdout for impl in target.implementations)
+
+
+@pytest.mark.parametrize("target", MUTANTS)
+def test_diff_passes_on_bundled_implementations(target, tmp_path):
+    status, _, err = run("diff", target, "--cases", str(MUTANTS[target][2]),
+                         "--corpus", str(tmp_path))
+    assert status == 0, err
+    assert f"summary: {target}" in err
+    assert all(impl.name in err for impl in TARGETS[target].bundled())
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.fixture(scope="module", params=list(MUTANTS))
+def found(request, tmp_path_factory):
+    """A mutant's divergence, found once per target: (target, mutant, stderr, saved files)."""
+    target = request.param
+    mutant, cases, _ = MUTANTS[target]
+    corpus = tmp_path_factory.mktemp(f"found-{target}")
+    status, _, err = run("diff", target, "--impl", mutant, "--cases", str(cases),
+                         "--corpus", str(corpus))
+    assert status == 1, err
+    return target, mutant, err, sorted(corpus.iterdir())
+
+
+def test_divergence_is_shrunk_saved_and_reported(found):
+    target, mutant, err, saved = found
+    assert len(saved) == 1 and saved[0].name.startswith(f"{target}-"), saved
+    assert f"DIVERGENCE  {target}  implementation {mutant}" in err
+    assert "shrunk from generator" in err and f"original  kvfuzz diff {target} --seed 0" in err
+    assert f"replay    kvfuzz replay {saved[0]} --impl {mutant}" in err
+
+
+def test_replay_reproduces_the_saved_divergence(found):
+    target, mutant, err, saved = found
+    status, out, _ = run("replay", str(saved[0]), "--impl", mutant)
+    assert status == 1
+    report = err[err.index("DIVERGENCE"):err.index("  replay    ")]
+    assert report in out, (report, out)
+    status, out, _ = run("replay", str(saved[0]))  # the bundled implementations agree on it
+    assert status == 0 and out.count("ok ") == len(TARGETS[target].bundled()), out
+
+
+def test_diff_with_jobs_passes(tmp_path):
+    result = kvfuzz("diff", "decode", "--cases", "300", "--jobs", "2", "--corpus", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+
+
+def test_outside_implementation_by_import_path(tmp_path):
+    result = kvfuzz("diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:alloc_extend",
+                    "--cases", "100", "--corpus", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+
+
+def test_racing_chunks_keep_the_lowest_divergence():
+    # Chunks finish in any order; the report must be the first failing index, whoever found it.
+    total, later, earlier = Tally(), Tally(cases=3, divergence="late", at=30), \
+        Tally(cases=2, divergence="early", at=12)
+    total.merge(later)
+    total.merge(earlier)
+    total.merge(Tally(cases=1, divergence="latest", at=40))
+    assert (total.divergence, total.at, total.cases) == ("early", 12, 6)
+
+
+BAD_INPUTS = {
+    "unknown implementation": (["diff", "extend", "--impl", "no.such"], "unknown implementation"),
+    "unknown trace implementation": (["diff", "compaction", "--impl", "compaction.nope"],
+                                     "known: compaction.lazy"),
+    "unresolvable import path": (["diff", "allocator", "--impl", "nosuchpkg.mod:Thing"],
+                                 "cannot import 'nosuchpkg.mod'"),
+    "missing attribute": (["diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:nope"],
+                          "has no attribute 'nope'"),
+    "unknown target": (["diff", "nosuch"], "invalid choice"),
+    "missing file": (["replay", "/nonexistent/case.json"], "no such file"),
+    "bad case count": (["diff", "extend", "--cases", "0"], "positive integer"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUTS)
+def test_bad_usage_exits_2_with_one_line(name):
+    args, expected = BAD_INPUTS[name]
+    result = kvfuzz(*args)
+    assert result.returncode == 2
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+MALFORMED = {
+    "not json": ("{oops", "not valid JSON"),
+    "wrong format": ({"format": "other"}, "field 'format'"),
+    "case target": ({"format": "kvfuzz-case/1", "target": "x"}, "field 'target'"),
+    "page size zero": ({"format": "kvfuzz-case/1", "target": "decode", "page_size": 0,
+                        "seq_lens": [], "last_loc": [], "free_pages": []}, "field 'page_size'"),
+    "non-integer slot": ({"format": "kvfuzz-case/1", "target": "decode", "page_size": 4,
+                          "seq_lens": [2], "last_loc": ["x"], "free_pages": []},
+                         "field 'last_loc[0]'"),
+    "lists differ": ({"format": "kvfuzz-case/1", "target": "decode", "page_size": 4,
+                      "seq_lens": [2, 3], "last_loc": [4], "free_pages": []}, "differ in length"),
+    "unknown field": ({"format": "kvfuzz-case/1", "target": "decode", "page_size": 4,
+                       "seq_lens": [], "last_loc": [], "free_pages": [], "extra": 1},
+                      "field 'extra'"),
+    "allocator page size": ({"format": "kvfuzz-allocator-trace/1", "page_size": "4", "size": 64,
+                             "need_sort": False, "ops": []}, "field 'page_size'"),
+    "allocator op as a list": ({"format": "kvfuzz-allocator-trace/1", "page_size": 4,
+                                "size": 64, "need_sort": False, "ops": [{"op": ["admit"]}]},
+                               "field 'ops[0].op'"),
+    "compaction params": ({"format": "kvfuzz-compaction-trace/1", "params": {"epp_up": 0},
+                           "ops": []}, "field 'params.epp_up'"),
+}
+
+
+@pytest.mark.parametrize("name", MALFORMED)
+def test_malformed_file_names_file_field_and_value(name, tmp_path):
+    content, expected = MALFORMED[name]
+    path = tmp_path / "input.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    result = kvfuzz("replay", str(path))
+    assert result.returncode == 2, result.stderr
+    assert str(path) in result.stderr and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

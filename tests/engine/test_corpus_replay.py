@@ -1,0 +1,43 @@
+"""Every file in corpus/ replayed against every bundled implementation of its target: a bug found
+once, by any path, stays a regression test. And the corpus alone kills every mutant."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.targets import TARGETS
+from tests.conftest import CORPUS
+from tests.helpers import fail_with, mutants
+
+FILES = corpus.input_files([CORPUS])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_corpus_holds_inputs_of_every_target(target):
+    assert any(path.name.startswith(f"{target}-") for path in FILES), \
+        f"no {target} inputs under {CORPUS}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_corpus_file_replays_clean_on_every_bundled_implementation(path):
+    target, item = corpus.load(path)
+    assert target.file_name(item) == path.name, "file name must derive from the content"
+    for impl in target.bundled():
+        outcome = target.check(item, impl)
+        if outcome.status == DIVERGE:
+            outcome.divergence.saved_path = str(path)
+            fail_with(outcome.divergence, save=False)
+
+
+# Triton's mutants run under the interpreter (slow): they have pinned cases in test_triton.py.
+MUTANTS = [m for name in TARGETS for m in mutants(name) if ".triton." not in m.name]
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_corpus_kills_every_mutant(mutant):
+    target = TARGETS[mutant.target]
+    items = [item for owner, item in map(corpus.load, FILES) if owner is target]
+    assert any(target.check(item, mutant).status == DIVERGE for item in items), \
+        f"no corpus input catches {mutant.name}"
