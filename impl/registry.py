@@ -50,6 +50,12 @@ class Implementation:
 _LOADED: dict[str, object] = {}
 
 
+def entry(target: str, package: str, name: str, path: str, summary: str, kind: str = BUNDLED,
+          **options) -> Implementation:
+    """A catalogue row: `path` is "module:attr" inside `package`."""
+    return Implementation(name, target, f"{package}.{path}", summary, kind, **options)
+
+
 def resolve(target: str, entries, spec: str) -> Implementation:
     """A registered name of `target`, or an outside implementation `package.module:attr` (imported
     now, afresh, so a typo or a missing package fails in one line before a run starts)."""

@@ -31,6 +31,12 @@ class Origin:
         return {"generator": self.generator, "seed": self.seed, "index": self.index}
 
 
+def provenance(item) -> dict:
+    """The provenance fields of an input's JSON document: `origin` and `note`, where set."""
+    data = {"origin": item.origin.to_json()} if item.origin is not None else {}
+    return {**data, "note": item.note} if item.note else data
+
+
 def content_id(content: dict) -> str:
     """A short hash of canonical JSON: stable across runs, machines and provenance (callers leave
     `origin` and `note` out). Names corpus files, so the same input found twice is one file."""

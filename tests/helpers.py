@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.report import Mismatch
 from kvfuzz.fuzz.targets import TARGETS
@@ -51,3 +55,13 @@ def run_property(prop, save: bool = True):
         if save:
             save_divergence(mismatch.divergence)
         raise Mismatch(mismatch.divergence) from None
+
+
+def assert_machine_catches(machine, impl_name: str, match: str, steps: int) -> None:
+    """A hypothesis state machine run on a mutant fails with `match` (generation only: finding
+    it is the claim, shrinking would take seconds more)."""
+    broken = type("Broken", (machine,), {"impl_name": impl_name})
+    with pytest.raises(AssertionError, match=match):
+        run_state_machine_as_test(broken, settings=settings(
+            max_examples=200, stateful_step_count=steps, deadline=None, database=None,
+            phases=[Phase.generate]))

@@ -13,42 +13,23 @@ from collections import Counter
 from dataclasses import fields, replace
 
 from kvfuzz.fuzz.allocator.known import classify
-from kvfuzz.fuzz.shrink import without_chunks
 from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome, Target
+from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome
+from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
 from kvfuzz.impl.registry import OUTSIDE
 from kvfuzz.strategies.allocator import codec, generator
 from kvfuzz.strategies.allocator.trace import FORMAT, Extend, Trace, describe_op, to_json
 
 
-class AllocatorTarget(Target):
+class AllocatorTarget(TraceTarget):
     name = "allocator"
     format = FORMAT
-    noun = "trace"
     default_cases = 200
-    chunk_sizes = (10, 200)
     shrink_budget = (3000, 20.0)
     implementations = IMPLEMENTATIONS
-    fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
-    coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
     coverage_modules = ("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",
                         "kvfuzz.oracle.allocator.invariants")
-
-    def generate(self, seed, index):
-        return generator.generate(seed, index)
-
-    def from_bytes(self, data):
-        return generator.from_bytes(data)
-
-    def from_json(self, data, source):
-        return codec.from_json(data, source)
-
-    def to_json(self, item):
-        return to_json(item)
-
-    def input_id(self, item):
-        return item.trace_id()
 
     def describe(self, item):
         return [("pool", item.describe())]
@@ -72,21 +53,14 @@ class AllocatorTarget(Target):
                 return Outcome(KNOWN if known else DIVERGE, divergence, features=lock.events)
         return Outcome(AGREE, features=lock.events)
 
-    def shrink_candidates(self, item: Trace, divergence):
-        """Cut after the failing op, drop whole requests, then drop runs of ops."""
-        if divergence.step is not None:
-            yield replace(item, ops=item.ops[:divergence.step + 1])
+    def fewer_parts(self, item: Trace):
+        """The trace with one request taken out, the latest first."""
         for rid in sorted(_rids(item), reverse=True):
             yield replace(item, ops=tuple(op for op in (_without(op, rid) for op in item.ops)
                                           if op is not None))
-        for ops in without_chunks(item.ops):
-            yield replace(item, ops=ops)
 
     def size(self, item):
         return len(item.ops), sum(len(getattr(op, "rids", ())) for op in item.ops)
-
-    def size_text(self, item):
-        return f"{len(item.ops)} ops"
 
     def summary_lines(self, found: Counter) -> list[str]:
         return counts_grid("calls and edge classes", found)
@@ -118,4 +92,4 @@ def _without(op, rid: int):
     return op
 
 
-ALLOCATOR = AllocatorTarget()
+ALLOCATOR = AllocatorTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -9,13 +9,13 @@ for a lazy implementation.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import fields, replace
+from dataclasses import fields
 
 from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.lockstep import Crashed, Found, Guarded, run_trace
-from kvfuzz.fuzz.shrink import without_chunks
 from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome, Target
+from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome
+from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
 from kvfuzz.strategies.compaction import codec, generator
 from kvfuzz.strategies.compaction.trace import FORMAT, Trace, describe_op, to_json
@@ -23,35 +23,17 @@ from kvfuzz.strategies.compaction.trace import FORMAT, Trace, describe_op, to_js
 EAGER = "compaction.eager"  # I12's reference side
 
 
-class CompactionTarget(Target):
+class CompactionTarget(TraceTarget):
     name = "compaction"
     format = FORMAT
-    noun = "trace"
     default_cases = 100
     chunk_sizes = (2, 8)
     shrink_budget = (300, 30.0)
     implementations = IMPLEMENTATIONS
     fuzz_implementations = ("compaction.lazy",)
-    fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
-    coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
     coverage_modules = ("kvfuzz.fuzz.compaction.lockstep", "kvfuzz.oracle.compaction.model",
                         "kvfuzz.oracle.compaction.flush", "kvfuzz.oracle.compaction.invariants",
                         "kvfuzz.oracle.compaction.transitions")
-
-    def generate(self, seed, index):
-        return generator.generate(seed, index)
-
-    def from_bytes(self, data):
-        return generator.from_bytes(data)
-
-    def from_json(self, data, source):
-        return codec.from_json(data, source)
-
-    def to_json(self, item):
-        return to_json(item)
-
-    def input_id(self, item):
-        return item.trace_id()
 
     def describe(self, item):
         return [("params", ", ".join(f"{f.name}={getattr(item.params, f.name)}"
@@ -85,22 +67,9 @@ class CompactionTarget(Target):
             item, impl, f"{label} at {where}; pool {found.pool or '-'}", lines,
             (type(op).__name__ if op else "end", found.pool, label), step=found.op_index)
 
-    def shrink_candidates(self, item: Trace, divergence):
-        """Cut after the failing op, then drop runs of ops."""
-        if divergence.step is not None:
-            yield replace(item, ops=item.ops[:divergence.step + 1])
-        for ops in without_chunks(item.ops):
-            yield replace(item, ops=ops)
-
-    def size(self, item):
-        return (len(item.ops),)
-
-    def size_text(self, item):
-        return f"{len(item.ops)} ops"
-
     def summary_lines(self, found: Counter) -> list[str]:
         return ["  checked: every observable after every op, invariants I1-I11; "
                 "I12 per trace of a lazy implementation"] + counts_grid("ops run", found)
 
 
-COMPACTION = CompactionTarget()
+COMPACTION = CompactionTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -1,14 +1,12 @@
 """The paged allocator object (target "allocator"): the catalogue of allocator classes with
 upstream `PagedTokenToKVPoolAllocator`'s constructor. Nothing heavy is imported here."""
 
-from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation
+from functools import partial
+
+from kvfuzz.impl.registry import MUTANT, entry
 
 UPSTREAM = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
-_PKG = "kvfuzz.impl.allocator"
-
-
-def _entry(name, path, summary, kind=BUNDLED):
-    return Implementation(name, "allocator", f"{_PKG}.{path}", summary, kind)
+_entry = partial(entry, "allocator", __name__)
 
 
 IMPLEMENTATIONS = (

@@ -1,13 +1,11 @@
 """Lazy-compaction allocator in torch (target "compaction"): the catalogue of factories
 `factory(params, device="cpu") -> TorchCompaction`. Nothing heavy is imported here."""
 
-from kvfuzz.impl.registry import BASELINE, BUNDLED, MUTANT, Implementation
+from functools import partial
 
-_PKG = "kvfuzz.impl.compaction"
+from kvfuzz.impl.registry import BASELINE, MUTANT, entry
 
-
-def _entry(name, path, summary, kind=BUNDLED):
-    return Implementation(name, "compaction", f"{_PKG}.{path}", summary, kind)
+_entry = partial(entry, "compaction", __name__)
 
 
 IMPLEMENTATIONS = (

@@ -1,14 +1,13 @@
 """Paged `alloc_extend` / `alloc_decode` (targets "extend" and "decode"): the catalogue of bundled
 implementations, Triton kernels, upstream adapters and mutants. Nothing heavy is imported here."""
 
-from kvfuzz.impl.registry import BUNDLED, KERNEL, MUTANT, OUTSIDE, Implementation
+from kvfuzz.impl.registry import KERNEL, MUTANT, OUTSIDE, entry
 
-_PKG = "kvfuzz.impl.paged"
 POW2 = ("power-of-two page size",)
 
 
-def _entry(target, name, path, summary, kind=BUNDLED, **options):
-    return Implementation(name, target, f"{_PKG}.{path}", summary, kind, **options)
+def _entry(target, *row, **options):
+    return entry(target, __name__, *row, **options)
 
 
 IMPLEMENTATIONS = (

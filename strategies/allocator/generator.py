@@ -9,29 +9,14 @@ A change to what this produces must bump the generator version.
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
 from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
                                                Decode, Extend, Finish, GroupBegin, GroupEnd,
                                                Misuse, Trace, Truncate)
-from kvfuzz.strategies.bytes_random import BytesRandom
-from kvfuzz.strategies.inputs import Origin
+from kvfuzz.strategies.sources import TraceGenerator
 
-GENERATOR = "allocator/1"
 PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)
 MISUSE_RATE = 0.15
-MAX_FUZZ_OPS = 200
-
-
-def generate(seed: int, index: int, num_ops: int = 200) -> Trace:
-    rng = random.Random(f"{GENERATOR}:{seed}:{index}")
-    return replace(build(rng, num_ops), origin=Origin(GENERATOR, seed, index))
-
-
-def from_bytes(data: bytes) -> Trace:
-    """The same generator with fuzzer bytes as its randomness (atheris), 1 to 200 ops."""
-    rng = BytesRandom(data)
-    return build(rng, 1 + rng.randrange(MAX_FUZZ_OPS))
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
@@ -166,3 +151,7 @@ class _Generator:
 
     def abuse(self) -> None:
         self.ops.append(Misuse(self.rng.choice(MISUSES), self.rng.randint(0, 99)))
+
+
+GENERATOR = TraceGenerator("allocator/1", build, num_ops=200, max_fuzz_ops=200)
+generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

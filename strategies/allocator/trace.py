@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, fields
 
-from kvfuzz.strategies.inputs import Origin, content_id
+from kvfuzz.strategies.inputs import Origin, content_id, provenance
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
@@ -67,12 +67,25 @@ class Truncate:
 
 @dataclass(frozen=True)
 class GroupBegin:
-    pass
+    """`free_group_begin()`: releases are held until the group ends."""
 
 
 @dataclass(frozen=True)
 class GroupEnd:
-    pass
+    """`free_group_end()`: everything released in the group goes back at once."""
+
+
+@dataclass(frozen=True)
+class Clear:
+    """`clear()`: every page free again, every request gone."""
+
+
+@dataclass(frozen=True)
+class Misuse:
+    """A caller bug on purpose (see `oracle.allocator` for the verdict); `salt` picks the target."""
+
+    kind: str
+    salt: int = 0
 
 
 @dataclass(frozen=True)
@@ -82,19 +95,6 @@ class AllocPages:
     rid: int
     pages: int
     relative: bool = False
-
-
-@dataclass(frozen=True)
-class Clear:
-    pass
-
-
-@dataclass(frozen=True)
-class Misuse:
-    """A caller bug on purpose (see `oracle.allocator` for the verdict); `salt` picks the target."""
-
-    kind: str
-    salt: int = 0
 
 
 Op = Admit | Extend | Decode | Finish | Truncate | GroupBegin | GroupEnd | AllocPages | Clear | Misuse
@@ -161,14 +161,9 @@ def describe_op(op: Op) -> str:
 # --- JSON (decoding and validation: strategies.allocator.codec) -------------------------------
 
 def to_json(trace: Trace) -> dict:
-    data = {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
+    return {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
             "need_sort": trace.need_sort, "debug": trace.debug,
-            "ops": [_op_to_json(op) for op in trace.ops]}
-    if trace.origin is not None:
-        data["origin"] = trace.origin.to_json()
-    if trace.note:
-        data["note"] = trace.note
-    return data
+            "ops": [_op_to_json(op) for op in trace.ops], **provenance(trace)}
 
 
 def _op_to_json(op: Op) -> dict:

@@ -7,29 +7,13 @@ frontier, in the middle and of everything, move caps of 1 and 2, and forwards le
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 
-from kvfuzz.strategies.bytes_random import BytesRandom
 from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
                                                 Params, Pick, Trace)
-from kvfuzz.strategies.inputs import Origin
+from kvfuzz.strategies.sources import TraceGenerator
 
-GENERATOR = "compaction/1"
-MAX_FUZZ_OPS = 300
 _EPPS = ((8, 8), (8, 8), (4, 4), (4, 6), (8, 12), (6, 4))
 _OPS = (("alloc", 30), ("free", 24), ("flush", 16), ("forward", 10), ("fire", 10), ("drain", 10))
-
-
-def generate(seed: int, index: int, num_ops: int = 300) -> Trace:
-    # A string seed is hashed the same way by every Python version: the trace never changes.
-    rng = random.Random(f"{GENERATOR}:{seed}:{index}")
-    return replace(build(rng, num_ops), origin=Origin(GENERATOR, seed, index))
-
-
-def from_bytes(data: bytes) -> Trace:
-    """The same generator with fuzzer bytes as its randomness (atheris), 1 to 300 ops."""
-    rng = BytesRandom(data)
-    return build(rng, 1 + rng.randrange(MAX_FUZZ_OPS))
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
@@ -74,3 +58,7 @@ def _maybe_pick(rng: random.Random) -> Pick | None:
 def _pick(rng: random.Random, wheres: tuple[str, ...], most: int = 4) -> Pick:
     where = rng.choice(wheres)
     return Pick(where, rng.randint(1, most), rng.randrange(1000) if where == "random" else 0)
+
+
+GENERATOR = TraceGenerator("compaction/1", build, num_ops=300, max_fuzz_ops=300)
+generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -12,7 +12,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id
+from kvfuzz.strategies.inputs import Origin, content_id, provenance
 
 FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
@@ -67,20 +67,26 @@ class Alloc:
 
 @dataclass(frozen=True)
 class Free:
+    """Free the picked live pages of the pool."""
+
     pool: str
     pick: Pick
 
 
 @dataclass(frozen=True)
-class Flush:
+class _Urgency:
     pool: str
     urgent: bool
 
 
 @dataclass(frozen=True)
-class Drain:
-    pool: str
-    urgent: bool
+class Flush(_Urgency):
+    """Compact the pool (spec §3.6); non-urgent flushes move at most `move_cap` pages."""
+
+
+@dataclass(frozen=True)
+class Drain(_Urgency):
+    """Pending batches whose event fired (all, if urgent) become holes again (§3.8)."""
 
 
 @dataclass(frozen=True)
@@ -158,13 +164,8 @@ def _describe_pick(pick: Pick | None) -> str:
 # --- JSON -----------------------------------------------------------------------------------
 
 def to_json(trace: Trace) -> dict:
-    data = {"format": FORMAT, "params": dict(vars(trace.params)),
-            "ops": [_op_to_json(op) for op in trace.ops]}
-    if trace.origin is not None:
-        data["origin"] = trace.origin.to_json()
-    if trace.note:
-        data["note"] = trace.note
-    return data
+    return {"format": FORMAT, "params": dict(vars(trace.params)),
+            "ops": [_op_to_json(op) for op in trace.ops], **provenance(trace)}
 
 
 def _op_to_json(op: Op) -> dict:

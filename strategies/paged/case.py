@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 
 from kvfuzz.strategies.inputs import (INT64_MAX, FieldReader, Origin, ceil_pages, content_id,
-                                      parse_json)
+                                      parse_json, provenance)
 
 FORMAT = "kvfuzz-case/1"
 TARGETS = ("extend", "decode")
@@ -79,12 +79,7 @@ class Case:
 
 
 def to_json(case: Case) -> dict:
-    data = {"format": FORMAT, **case.content()}
-    if case.origin is not None:
-        data["origin"] = case.origin.to_json()
-    if case.note:
-        data["note"] = case.note
-    return data
+    return {"format": FORMAT, **case.content(), **provenance(case)}
 
 
 def dumps(case: Case) -> str:

@@ -12,6 +12,7 @@ from typing import Sequence
 from kvfuzz.strategies.paged.build import FAULTS, break_contract, build_decode, build_extend
 from kvfuzz.strategies.inputs import Origin
 from kvfuzz.strategies.paged.case import Case
+from kvfuzz.strategies.sources import seeded_random
 
 GENERATORS = {"extend": "extend/1", "decode": "decode/1"}
 FAULT_RATE = 0.04  # share of generated cases pushed outside the contract on purpose
@@ -41,8 +42,7 @@ class RandomChooser:
 def generate(target: str, seed: int, index: int) -> Case:
     """Case `index` of `seed` for `target` ("extend" or "decode")."""
     generator = GENERATORS[target]
-    # A string seed is hashed with SHA-512 by `random`: stable across Python versions and runs.
-    rng = random.Random(f"{generator}:{seed}:{index}")
+    rng = seeded_random(generator, seed, index)
     chooser = RandomChooser(rng)
     origin = Origin(generator, seed, index)
     build = build_extend if target == "extend" else build_decode

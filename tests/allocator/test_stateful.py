@@ -4,10 +4,8 @@ whole-page alloc and clear; oracle and `PagedAllocator` in lock step. A failure 
 JSON: save it under corpus/ and replay it with `kvfuzz replay`."""
 
 import hypothesis.strategies as st
-import pytest
-from hypothesis import Phase, settings, target
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition, rule,
-                                 run_state_machine_as_test)
+from hypothesis import settings, target
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from kvfuzz.fuzz.allocator.lockstep import Lockstep
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
@@ -15,6 +13,7 @@ from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.strategies.allocator.trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode,
                                                Extend, Finish, GroupBegin, GroupEnd, Trace,
                                                Truncate, dumps)
+from tests.helpers import assert_machine_catches
 
 hows = st.sampled_from(FREE_HOWS)
 
@@ -120,10 +119,5 @@ TestAllocatorMachine = AllocatorMachine.TestCase
 
 
 def test_state_machine_catches_free_without_dedup():
-    class Broken(AllocatorMachine):
-        impl_name = "mutant.allocator.free_no_dedup"
-
-    with pytest.raises(AssertionError, match="pages twice on the (free list|staged)"):
-        run_state_machine_as_test(Broken, settings=settings(
-            max_examples=200, stateful_step_count=40, deadline=None, database=None,
-            phases=[Phase.generate]))
+    assert_machine_catches(AllocatorMachine, "mutant.allocator.free_no_dedup",
+                           "pages twice on the (free list|staged)", steps=40)

@@ -1,0 +1,53 @@
+"""What targets whose input is a trace (a tuple of `ops` run in order against a stateful
+allocator) share: generation from a `TraceGenerator`, JSON through the trace's codec, ids, sizes,
+and shrinking by cutting after the failing op and dropping runs of ops."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvfuzz.fuzz.shrink import without_chunks
+from kvfuzz.fuzz.target import Target
+
+
+class TraceTarget(Target):
+    noun = "trace"
+    chunk_sizes = (10, 200)
+    fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
+    coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
+
+    def __init__(self, generator, from_json, to_json):
+        self.generator, self._from_json, self._to_json = generator, from_json, to_json
+
+    def generate(self, seed, index):
+        return self.generator.generate(seed, index)
+
+    def from_bytes(self, data):
+        return self.generator.from_bytes(data)
+
+    def from_json(self, data, source):
+        return self._from_json(data, source)
+
+    def to_json(self, item):
+        return self._to_json(item)
+
+    def input_id(self, item):
+        return item.trace_id()
+
+    def shrink_candidates(self, item, divergence):
+        """Cut after the failing op, the target's own cuts, then drop runs of ops."""
+        if divergence.step is not None:
+            yield replace(item, ops=item.ops[:divergence.step + 1])
+        yield from self.fewer_parts(item)
+        for ops in without_chunks(item.ops):
+            yield replace(item, ops=ops)
+
+    def fewer_parts(self, item):
+        """Smaller traces by the target's own structure (e.g. a request taken out)."""
+        return iter(())
+
+    def size(self, item):
+        return (len(item.ops),)
+
+    def size_text(self, item):
+        return f"{len(item.ops)} ops"
