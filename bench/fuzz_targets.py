@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvfuzz.fuzz.fuzz_specs import SPECS
+from kvfuzz.fuzz.campaign_specs import SPECS
 
 
 def measure(target: str, seconds: int, impl: str) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz.campaign_summary import edge_coverage, summary
 from kvfuzz.fuzz.corpus import write_atomic
-from kvfuzz.fuzz.fuzz_specs import REPO, Finding
+from kvfuzz.fuzz.campaign_specs import REPO, Finding
 
 STATUS_EVERY = 5.0
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
@@ -184,7 +184,8 @@ class Campaign:
         stats, elapsed = self.stats(), time.monotonic() - began
         corpus_size = sum(1 for p in self.dirs["bytes"].iterdir() if not p.name.startswith("."))
         hit, total, _ = edge_coverage(self.target, stats["features"])
+        edges = f"edge classes {hit}/{total}, " if total else ""
         return (f"[{elapsed:5.0f}s] {self.target.name}: {stats['execs']:,} execs "
                 f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s), corpus {corpus_size} inputs, "
-                f"edge classes {hit}/{total}, failures {sum(stats['failures'].values()):,} "
+                f"{edges}failures {sum(stats['failures'].values()):,} "
                 f"({len(self.findings)} new signature(s)), workers {len(self.workers)}")

@@ -16,7 +16,7 @@ def edge_coverage(spec, features) -> tuple[int, int, list[str]]:
 def summary(campaign, elapsed: float) -> str:
     stats = campaign.stats()
     name = campaign.target.name
-    impls = ", ".join(campaign.impl_specs) or "the target's default (paged: every bundled one)"
+    impls = ", ".join(campaign.impl_specs or campaign.target.default_impls())
     corpus_size = sum(1 for p in campaign.dirs["bytes"].iterdir() if not p.name.startswith("."))
     lines = [f"summary: kvfuzz fuzz {name}"
              + ("  (interrupted: everything found so far is saved)" if campaign.interrupted

@@ -8,7 +8,7 @@ import argparse
 import importlib
 import sys
 
-from kvfuzz.fuzz import corpus, fuzz_command
+from kvfuzz.fuzz import campaign_command, corpus
 from kvfuzz.fuzz.args import Parser, positive
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import ImplementationError
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("paths", nargs="+", metavar="PATH")
     replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr")
     replay.add_argument("--device", default="cpu")
-    fuzz_command.add_parsers(commands)
+    campaign_command.add_parsers(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
@@ -75,8 +75,8 @@ def main(argv=None) -> int:
         from kvfuzz.impl.triton_env import use_interpreter_without_cuda
         use_interpreter_without_cuda()
     try:
-        if args.command in fuzz_command.COMMANDS:
-            return fuzz_command.run(args)
+        if args.command in campaign_command.COMMANDS:
+            return campaign_command.run(args)
         if args.command == "list":
             return cmd_list()
         if args.command == "diff":

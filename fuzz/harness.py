@@ -88,9 +88,7 @@ class DifferentialHarness(Harness):
     def __init__(self, target):
         super().__init__(target.name)
         self.target = target
-        specs = impl_specs() or target.fuzz_implementations or \
-            [impl.name for impl in target.bundled()]
-        self.impls = [target.resolve(spec) for spec in specs]
+        self.impls = [target.resolve(spec) for spec in impl_specs() or target.fuzz_defaults()]
         for impl in self.impls:
             impl.load()  # imported now, so that coverage instrumentation sees it
         self.features = Features(target.feature_names())

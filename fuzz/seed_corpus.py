@@ -12,7 +12,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from kvfuzz.fuzz.fuzz_specs import REPO, SPECS
+from kvfuzz.fuzz.campaign_specs import REPO, SPECS
 
 
 def build(out: Path, corpus_dirs) -> dict[str, int]:

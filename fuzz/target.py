@@ -123,6 +123,10 @@ class Target:
     def bundled(self) -> list[Implementation]:
         return [impl for impl in self.implementations if impl.kind == BUNDLED]
 
+    def fuzz_defaults(self) -> list[str]:
+        """What `kvfuzz fuzz` runs without --impl."""
+        return list(self.fuzz_implementations or [impl.name for impl in self.bundled()])
+
     def with_provenance(self, item, origin=None, note: str = ""):
         return replace(item, origin=origin, note=note)
 

@@ -1,6 +1,7 @@
 #!/bin/bash -eu
 # OSS-Fuzz build script for kvfuzz (Python, atheris). Runs inside base-builder-python with the
 # repository at $SRC/kvfuzz; writes one fuzzer binary and one seed corpus zip per target to $OUT.
+# ClusterFuzzLite runs this same script (.clusterfuzzlite/build.sh).
 cd "$SRC/kvfuzz"
 
 # CPU torch only: the pin matches pyproject.toml, and any other torch request pulls CUDA builds.
@@ -8,13 +9,11 @@ pip3 install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
 pip3 install --no-deps "numpy>=1.26" "hypothesis==6.170.17"
 pip3 install --no-deps .
 
-# Implementations are imported by name at run time (impl/registry.py), which PyInstaller cannot
-# see: collect our packages whole.
-for fuzzer in fuzz/targets_atheris/fuzz_*.py; do
-  compile_python_fuzzer "$fuzzer" \
-    --collect-submodules impl --collect-submodules oracle \
-    --collect-submodules strategies --collect-submodules fuzz
+# Implementations are imported by name at run time (kvfuzz/impl/registry.py), which PyInstaller
+# cannot see: collect the whole installed package.
+for fuzzer in fuzz/*/fuzz_*.py fuzz/fuzz_*.py; do
+  compile_python_fuzzer "$fuzzer" --collect-submodules kvfuzz
 done
 
 # <fuzzer>_seed_corpus.zip from the committed JSON corpus (decoded cases, encoded to bytes).
-python3 -m fuzz.seed_corpus --out "$OUT" corpus/
+python3 -m kvfuzz.fuzz.seed_corpus --out "$OUT" corpus/

@@ -59,7 +59,7 @@ def case_features(case: Case) -> Counter:
 
 
 def _phase_mask(q: int, s: int, page_size: int) -> int:
-    """Bit i set when the request writes a token in phase PHASES[i] (oracle.paged.model.phase_of)."""
+    """Bit i set when the request writes a token in phase PHASES[i] (oracle model's phase_of)."""
     ceil_q = ceil_pages(q, page_size) * page_size
     floor_s = s // page_size * page_size
     mask = 1 if q < min(s, ceil_q) else 0

@@ -25,7 +25,8 @@ def size(case: Case) -> tuple:
 
 
 def _requests(case: Case) -> list[tuple[int, int, int]]:
-    return list(zip(case.prefixes(), case.seq_lens, [loc // case.page_size for loc in case.last_loc]))
+    held = [loc // case.page_size for loc in case.last_loc]
+    return list(zip(case.prefixes(), case.seq_lens, held))
 
 
 def _rebuild(case: Case, requests, free=None, page_size=None) -> Case:

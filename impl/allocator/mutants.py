@@ -1,4 +1,4 @@
-"""Broken variants of `impl.paged_allocator.PagedAllocator`, one fault each; the allocator tests
+"""Broken variants of `paged_allocator.PagedAllocator`, one fault each; the allocator tests
 prove the stateful differential catches every one with a readable report."""
 
 from __future__ import annotations

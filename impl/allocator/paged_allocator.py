@@ -1,5 +1,5 @@
 """`PagedAllocator`: the paged KV-cache allocator object with upstream `PagedTokenToKVPoolAllocator`'s
-interface (spec §4, §10), slots from the vectorized `impl.paged_torch` functions. Page 0 is reserved.
+interface (spec §4, §10), slots from the vectorized `impl/paged/vectorized.py`. Page 0 is reserved.
 
 Debug checks (env `SGLANG_DEBUG_MEMORY_POOL`, as upstream, or `debug=`) validate every call BEFORE
 changing state, so a rejected call (`MisuseError`) leaves the allocator exactly as it was.

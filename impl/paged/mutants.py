@@ -1,6 +1,6 @@
 """Broken variants of the vectorized extend/decode, one per fault the upstream discussion names.
 
-Each reuses the steps of `impl.paged_three_phase` and breaks exactly one; `tests/test_mutants.py`
+Each reuses the steps of `three_phase.py` and breaks exactly one; `tests/paged/test_mutants.py`
 proves the differential suite catches every one with a readable report.
 """
 

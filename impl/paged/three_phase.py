@@ -2,7 +2,7 @@
 rewritten here: searchsorted owner lookup, three phases per request, torch.where per slot.
 
 Kept as a registered implementation so benchmarks compare it with `paged_torch` in one run, and
-split into steps so the mutants in `impl/mutants/` can each break exactly one of them.
+split into steps so the mutants in `mutants.py` can each break exactly one of them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Broken variants of the Triton kernels: each is the source of `impl/paged/triton_kernels.py` with ONE
+"""Broken variants of the Triton kernels: each is the source of `triton_kernels.py` with ONE
 edit inside one kernel, written to a temporary file (`@triton.jit` needs a real source file) and
 imported on first use. An edit that no longer matches exactly once fails loudly, so the
 catalogue cannot silently drift from the kernel it breaks.

@@ -71,7 +71,7 @@ def _triton_decode(seq_lens, last_loc, free_pages, out_indices, page_size, num_n
 
 def __getattr__(name: str):
     # PEP 562: the adapters resolve only when sglang imports, so a registry lookup of
-    # `kvfuzz.impl.paged.upstream_sglang:triton_extend` fails in one line, at resolve time, without it.
+    # `...upstream_sglang:triton_extend` fails in one line, at resolve time, without it.
     if name in ADAPTERS:
         kernels()
         return globals()[f"_{name}"]

@@ -1,7 +1,7 @@
 """Reference model of the paged allocator object (spec §4, released behaviour §10) in plain lists:
 the free list, need_sort staging, free groups, and what every call returns or rejects.
 
-Read beside ../shared/spec/paged-allocator.md §4.2-§4.10. Slots come from `oracle.paged`.
+Read beside ../shared/spec/paged-allocator.md §4.2-§4.10. Slots come from `oracle/paged/model.py`.
 
 Misuse (what "as the spec says" means here). With debug checks on (upstream:
 `SGLANG_DEBUG_MEMORY_POOL`), these calls are REJECTED: the call raises and nothing observable

@@ -1,7 +1,7 @@
 """Compaction in the reference model: the lazy `_flush` walk and commit (spec §3.6-§3.8), and
 eager compaction at free time (§3.4). Plain Python, one page at a time.
 
-Pools are `oracle.compaction.ModelPool`s (duck-typed here to avoid an import cycle).
+Pools are `model.ModelPool`s (duck-typed here to avoid an import cycle).
 """
 
 from __future__ import annotations

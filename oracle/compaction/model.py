@@ -2,7 +2,7 @@
 on one byte buffer, plain Python lists, one page at a time. It is the specification in code.
 
 Design note (kvfuzz issue 4)
-- Model, `impl.compaction` and the harness all speak `strategies.compaction_trace`: a `Trace` of ops
+- Model, `impl/compaction` and the harness all speak `strategies/compaction`: a `Trace` of ops
   whose page choices (`Pick`) are resolved at run time against the oracle's live pages in depth
   order, so a shrunk or hand-edited trace is always valid and never double-frees.
 - Pages are 1 token (spec §8.2 allows ps = 1): all compaction logic is page-level.
@@ -19,9 +19,9 @@ Design note (kvfuzz issue 4)
   the extension check is byte-exact for both pools (§8.8.6), and allocation gates on `avail()`.
 - The ladder: an alloc beyond `avail()` urgently flushes the other pool, re-checks, else None.
 - Invariants read only plain `PoolSnapshot`s, so they check the model and any implementation:
-  I1-I8, I10 per state (`oracle.compaction_invariants`), I9-I11 per op
-  (`oracle.compaction_transitions`). I12 (eager vs lazy) lives in `fuzz.compaction_diff`.
-- The flush walk and eager compaction live in `oracle.compaction_flush`.
+  I1-I8, I10 per state (`invariants.py`), I9-I11 per op
+  (`transitions.py`). I12 (eager vs lazy) lives in `fuzz/compaction/i12.py`.
+- The flush walk and eager compaction live in `flush.py`.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def owner_of(case, index: int) -> SlotOwner:
 
 
 def expected_for(case) -> Expected:
-    """The oracle's answer for a `strategies.case.Case` inside the contract."""
+    """The oracle's answer for a `Case` (strategies/paged/case.py) inside the contract."""
     if case.target == "extend":
         return extend_slots(case.prefix_lens, case.seq_lens, case.last_loc, case.free_pages,
                             case.page_size)

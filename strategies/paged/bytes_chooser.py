@@ -5,7 +5,7 @@ Byte format (ours, not FuzzedDataProvider's, because seeding from the JSON corpu
 inverse): `integer(lo, hi)` reads the fewest big-endian bytes that cover the span and takes the
 value modulo the span; exhausted bytes read as `lo`, the simplest option, so a short input is a
 simple case and no input raises. The first choice picks a mode: "build" runs
-`strategies.build` (reaches every edge class on purpose); "literal" spells a case field by field
+`build.py` (reaches every edge class on purpose); "literal" spells a case field by field
 (any valid case can be written this way, which is what `encode` does), and is still valid by
 construction: last_loc is derived from a held page, the pool is made distinct and long enough.
 """
@@ -26,7 +26,7 @@ NOTE = "found by kvfuzz fuzz (atheris)"
 
 
 class BytesChooser:
-    """The `strategies.build.Chooser` protocol over a byte string (or an atheris
+    """The `build.Chooser` protocol over a byte string (or an atheris
     `FuzzedDataProvider`, whose remaining bytes are taken whole)."""
 
     def __init__(self, data):

@@ -10,7 +10,7 @@ from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.args import duration
 from kvfuzz.fuzz.campaign import Campaign
 from kvfuzz.fuzz.corpus_tools import input_features, merge, minimize
-from kvfuzz.fuzz.fuzz_specs import SPECS
+from kvfuzz.fuzz.campaign_specs import SPECS
 from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.fuzz.targets import EXTEND
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.fuzz_specs import SPECS
+from kvfuzz.fuzz.campaign_specs import SPECS
 from kvfuzz.fuzz.harness import DifferentialHarness
 from kvfuzz.fuzz.targets import EXTEND, TARGETS
 

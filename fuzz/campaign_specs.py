@@ -52,6 +52,9 @@ class DifferentialSpec:
         for spec in specs:  # an unknown name fails here, in one line
             self.target.resolve(spec)
 
+    def default_impls(self) -> list[str]:
+        return self.target.fuzz_defaults()
+
     def seeds(self, paths):
         """Bytes for every input of this target under `paths` that `encode` can spell."""
         for path in corpus.input_files([p for p in paths if os.path.exists(p)]):
@@ -66,10 +69,8 @@ class DifferentialSpec:
     def triage(self, path, impl_specs, stopping) -> list[Finding]:
         """Re-run a saved input on each implementation; every divergence, shrunk, is a finding."""
         target, item = corpus.load(path)
-        specs = impl_specs or target.fuzz_implementations or \
-            [impl.name for impl in target.bundled()]
         findings = []
-        for spec in specs:
+        for spec in impl_specs or self.default_impls():
             impl = target.resolve(spec)
             outcome = target.check(item, impl)
             if outcome.status != DIVERGE:
@@ -94,6 +95,9 @@ class LoaderSpec:
 
     def check_impls(self, specs) -> None:
         pass
+
+    def default_impls(self) -> list[str]:
+        return ["-"]
 
     def seeds(self, paths):
         return iter(())

@@ -8,7 +8,7 @@ import sys
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.args import duration, positive
-from kvfuzz.fuzz.fuzz_specs import REPO, SPECS
+from kvfuzz.fuzz.campaign_specs import REPO, SPECS
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:
