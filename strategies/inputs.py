@@ -104,6 +104,16 @@ class FieldReader:
         self.expect(isinstance(value, list), field, "expected a list of integers", value)
         return tuple(self.integer(item, f"{field}[{i}]", low, high) for i, item in enumerate(value))
 
+    def op_kind(self, raw: object, where: str, kinds: dict) -> type:
+        """The dataclass of one trace op `{"op": name, field: value, ...}`, its fields checked
+        against the dataclass's (their values are the caller's to check)."""
+        self.expect(isinstance(raw, dict), where, "expected an object", raw)
+        kind = kinds.get(raw.get("op")) if isinstance(raw.get("op"), str) else None
+        self.expect(kind is not None, f"{where}.op", f"expected one of {', '.join(kinds)}",
+                    raw.get("op"))
+        self.known_fields(raw, set(kind.__dataclass_fields__) | {"op"}, f"{where}.")
+        return kind
+
     def origin(self, value: object) -> Origin | None:
         if value is None:
             return None

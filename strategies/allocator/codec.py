@@ -31,12 +31,8 @@ def loads(text: str, source: str = "trace") -> Trace:
 
 
 def _op(reader: FieldReader, raw: object, where: str):
-    reader.expect(isinstance(raw, dict), where, "expected an object", raw)
-    kind = KINDS.get(raw.get("op")) if isinstance(raw.get("op"), str) else None
-    reader.expect(kind is not None, f"{where}.op", f"expected one of {', '.join(KINDS)}",
-                  raw.get("op"))
+    kind = reader.op_kind(raw, where, KINDS)
     names = set(kind.__dataclass_fields__)
-    reader.known_fields(raw, names | {"op"}, f"{where}.")
     values = {name: _value(reader, kind, name, raw[name], f"{where}.{name}")
               for name in names & set(raw)}
     missing = [n for n, f in kind.__dataclass_fields__.items()

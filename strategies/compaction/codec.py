@@ -43,12 +43,8 @@ def _params(reader: FieldReader, raw: object) -> Params:
 
 
 def _op(reader: FieldReader, raw: object, where: str, params: Params) -> Op:
-    reader.expect(isinstance(raw, dict), where, "expected an object", raw)
-    kind = KINDS.get(raw.get("op")) if isinstance(raw.get("op"), str) else None
-    reader.expect(kind is not None, f"{where}.op", f"expected one of {', '.join(KINDS)}",
-                  raw.get("op"))
+    kind = reader.op_kind(raw, where, KINDS)
     names = set(kind.__dataclass_fields__)
-    reader.known_fields(raw, names | {"op"}, f"{where}.")
     fields = {name: raw[name] for name in raw if name != "op"}
     if "pool" in names:
         reader.choice(fields.get("pool"), f"{where}.pool", params.pools())
