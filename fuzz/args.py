@@ -13,14 +13,50 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+MAX_COUNT = 10**9  # --cases, --jobs: far past any run anyone waits for
+
+
 def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text}")
+    if not 1 <= value <= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT:,}, "
+                                         f"got {text}")
     return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"expected seconds in (0, 86400], got {text}")
+    return value
+
+
+class UsageError(ValueError):
+    """A command line that cannot run (a missing device, an unwritable directory); one line."""
+
+
+def check_device(name: str) -> None:
+    """The torch device must exist here: otherwise every case would 'diverge' on it."""
+    if name == "cpu":
+        return
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as error:
+        raise UsageError(f"--device {name}: {error}") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0 or (device.index or 0) >= count:
+            raise UsageError(f"--device {name}: this machine has {count} CUDA device(s)")
+    elif device.type != "cpu":
+        raise UsageError(f"--device {name}: only cpu and cuda devices are supported")
 
 
 def duration(text: str) -> float:

@@ -6,6 +6,10 @@ raising), stats/ (per-process counters), logs/, artifacts/ (libFuzzer crash file
 (signatures already found: workers count them instead of stopping on them). A found case is
 shrunk and saved once per signature; Ctrl-C or SIGTERM stops the workers, keeps every found
 case (shrinking what time allows) and prints the summary.
+
+A worker killed by its input (a segfault, an abort, a hang past --timeout) leaves libFuzzer's
+artifact: its bytes are decoded to an input, re-run in a supervised process and saved like any
+finding. Workers die with the supervisor, whatever kills it.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from kvfuzz.fuzz.campaign_specs import REPO, Finding
 from kvfuzz.fuzz.campaign_summary import edge_coverage, summary
 from kvfuzz.fuzz.corpus import write_atomic
-from kvfuzz.fuzz.campaign_specs import REPO, Finding
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker, die_with_parent
 
 STATUS_EVERY = 5.0
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
@@ -30,8 +35,9 @@ MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop 
 
 class Campaign:
     def __init__(self, target, impl_specs, seconds: float, jobs: int, corpus_dir,
-                 work_dir, flags=(), out=sys.stderr):
+                 work_dir, flags=(), out=sys.stderr, timeout: float = DEFAULT_TIMEOUT):
         self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
+        self.timeout, self.checker = timeout, Checker(timeout)
         # Absolute: the workers run inside the work directory, where a relative path breaks.
         self.corpus_dir, self.work = Path(corpus_dir).resolve(), Path(work_dir).resolve()
         self.flags, self.out = list(flags), out
@@ -68,7 +74,8 @@ class Campaign:
         known = set()
         if self.target.output == "corpus" and self.corpus_dir.is_dir():
             for path in sorted(self.corpus_dir.glob(f"{self.target.name}-*.json")):
-                for finding in self.target.triage(path, self.impl_specs, lambda: True):
+                for finding in self.target.triage(path, self.impl_specs, lambda: True,
+                                                  self.checker):
                     if finding.signature not in known:
                         self.preexisting.append(f"{finding.signature}  {path}")
                     known.add(finding.signature)
@@ -82,12 +89,15 @@ class Campaign:
         command = [sys.executable, str(self.target.script), str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
-                   *self.target.flags, *self.flags]
+                   f"-timeout={max(1, round(self.timeout))}", *self.target.flags, *self.flags]
         self.started[slot] = time.time()
         log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
-        # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly.
-        self.workers[slot] = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                              cwd=self.work, start_new_session=True)
+        # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly;
+        # and if the supervisor is killed outright, the kernel kills the worker.
+        parent = os.getpid()
+        self.workers[slot] = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+            start_new_session=True, preexec_fn=lambda: die_with_parent(parent))
         log.close()
 
     def _reap(self, deadline: float) -> None:
@@ -96,8 +106,9 @@ class Campaign:
             if code is None:
                 continue
             del self.workers[slot]
+            artifacts = self._collect_artifacts()
             self._triage_new()
-            if code != 0 and not self._found_since(self.started[slot]):
+            if code != 0 and not artifacts and not self._found_since(self.started[slot]):
                 self.blind_crashes += 1
             remaining = deadline - time.monotonic()
             if (not self.stopping and remaining > 2 and code != 0
@@ -122,13 +133,27 @@ class Campaign:
         return any(p.stat().st_mtime >= when - 1 for p in self.dirs["found"].iterdir())
 
     # -- findings ----------------------------------------------------------------------------
+    def _collect_artifacts(self) -> int:
+        """libFuzzer's crash and timeout files, as inputs in found/ for triage to re-run. The
+        byte-corpus entry behind one (same SHA-1) is set aside, or every restarted worker would
+        die on it again while loading the corpus. Returns how many were new."""
+        fresh = [p for p in sorted(self.dirs["artifacts"].iterdir())
+                 if p.name not in self.triaged and not p.name.startswith(".")]
+        for path in fresh:
+            self.triaged.add(path.name)
+            name, content = self.target.from_artifact(path.read_bytes())
+            write_atomic(self.dirs["found"] / name, content)
+            (self.dirs["bytes"] / path.name.split("-", 1)[-1]).unlink(missing_ok=True)
+        return len(fresh)
+
     def _triage_new(self) -> None:
         """Shrink and save every found file not seen yet, once per signature."""
         fresh = [p for p in sorted(self.dirs["found"].iterdir())
                  if not p.name.startswith(".tmp-") and p.name not in self.triaged]
         for path in fresh:
             self.triaged.add(path.name)
-            for finding in self.target.triage(path, self.impl_specs, lambda: self.stopping):
+            for finding in self.target.triage(path, self.impl_specs, lambda: self.stopping,
+                                              self.checker):
                 if finding.signature in self.findings:
                     continue
                 where = self.corpus_dir if self.target.output == "corpus" else self.dirs["failures"]
@@ -158,8 +183,11 @@ class Campaign:
                     last_status = time.monotonic()
                     print(self.status_line(began), file=self.out, flush=True)
             self._stop_workers()
+            self._collect_artifacts()
             self._triage_new()
         finally:
+            self._stop_workers()
+            self.checker.close()
             for number, handler in previous.items():
                 signal.signal(number, handler)
         print(summary(self, time.monotonic() - began), file=self.out, flush=True)

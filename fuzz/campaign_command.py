@@ -7,8 +7,9 @@ import argparse
 import sys
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.args import duration, positive
+from kvfuzz.fuzz.args import duration, positive, seconds
 from kvfuzz.fuzz.campaign_specs import REPO, SPECS
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:
@@ -49,6 +50,9 @@ def add_parsers(commands) -> None:
                       help="JSON corpus: seeds come from here, minimised failures go here")
     fuzz.add_argument("--work", default=None,
                       help="working directory (default .kvfuzz/TARGET, gitignored)")
+    fuzz.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                      help="an input that runs longer stops its worker and is saved as a "
+                           f"finding ('timed out'; default {DEFAULT_TIMEOUT:g})")
     fuzz.__class__ = _with_flags_after_dashes(type(fuzz))
     tools = commands.add_parser("corpus", help="merge or minimize a case corpus")
     actions = tools.add_subparsers(dest="action", required=True, parser_class=type(tools))
@@ -86,4 +90,6 @@ def run_fuzz(args) -> int:
               file=sys.stderr)
         return 2
     work = args.work or REPO / ".kvfuzz" / args.target
-    return Campaign(spec, args.impl, args.time, args.jobs, args.corpus, work, args.flags).run()
+    corpus.check_writable(work, "--work")
+    return Campaign(spec, args.impl, args.time, args.jobs, args.corpus, work, args.flags,
+                    timeout=args.timeout).run()

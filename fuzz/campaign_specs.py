@@ -9,6 +9,7 @@ by signature.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from dataclasses import dataclass
@@ -66,16 +67,22 @@ class DifferentialSpec:
             if data is not None:
                 yield data
 
-    def triage(self, path, impl_specs, stopping) -> list[Finding]:
-        """Re-run a saved input on each implementation; every divergence, shrunk, is a finding."""
+    def from_artifact(self, data: bytes) -> tuple[str, str]:
+        """A libFuzzer crash or timeout file as the input it stands for (name, JSON)."""
+        item = self.target.from_bytes(data)
+        return self.target.file_name(item), self.target.dumps(item)
+
+    def triage(self, path, impl_specs, stopping, checker) -> list[Finding]:
+        """Re-run a saved input on each implementation (in `checker`'s supervised worker: it may
+        crash); every divergence, shrunk, is a finding."""
         target, item = corpus.load(path)
         findings = []
         for spec in impl_specs or self.default_impls():
             impl = target.resolve(spec)
-            outcome = target.check(item, impl)
+            outcome = checker.check(target, item, impl)
             if outcome.status != DIVERGE:
                 continue
-            small = shrink(target, outcome.divergence, stopping=stopping)
+            small = shrink(target, outcome.divergence, stopping=stopping, check=checker.check)
             findings.append(Finding(
                 signature_text(small.signature), small.headline(), small.report(),
                 save=lambda directory, small=small: corpus.save(target, small.input, directory),
@@ -102,7 +109,13 @@ class LoaderSpec:
     def seeds(self, paths):
         return iter(())
 
-    def triage(self, path, impl_specs, stopping) -> list[Finding]:
+    def from_artifact(self, data: bytes) -> tuple[str, bytes]:
+        from kvfuzz.fuzz.loader_fuzz import malformed
+
+        raw = malformed(data)[1].encode("utf-8", "surrogatepass")
+        return f"{self.name}-{hashlib.sha256(raw).hexdigest()[:16]}.txt", raw
+
+    def triage(self, path, impl_specs, stopping, checker=None) -> list[Finding]:
         """A loader failure: the saved text and the exception it raises (not FormatError)."""
         from kvfuzz.fuzz.loader_fuzz import signature
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from kvfuzz.fuzz import campaign_command, corpus
-from kvfuzz.fuzz.args import Parser, positive
+from kvfuzz.fuzz.args import Parser, UsageError, check_device, positive, seconds
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError
@@ -21,6 +23,9 @@ EPILOG = """examples:
   kvfuzz replay corpus/                       every saved input, every bundled implementation
 exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input"""
 BENCH = "kvfuzz.bench.command"  # imported only when run: nothing in fuzz/ imports bench/
+TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence ('timed out'); "
+                f"implementations run in supervised worker processes, so a crash is one too "
+                f"(default {DEFAULT_TIMEOUT:g})")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,15 +47,31 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--jobs", type=positive, default=1, help="worker processes")
     diff.add_argument("--corpus", default=corpus.DEFAULT_DIR, help="where divergences are saved")
     diff.add_argument("--device", default="cpu", help="torch device for implementations")
+    diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                      help=TIMEOUT_HELP)
     replay = commands.add_parser("replay", help="run saved case files (or directories)")
     replay.add_argument("paths", nargs="+", metavar="PATH")
-    replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr")
+    replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
+                        help="implementation to run (repeatable; each applies to the files of "
+                             "its target; default: every bundled one)")
     replay.add_argument("--device", default="cpu")
+    replay.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=TIMEOUT_HELP)
     campaign_command.add_parsers(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
     return top
+
+
+def check_usage(args) -> None:
+    """What can be checked before anything runs, so nothing runs (or is written) in vain."""
+    if getattr(args, "device", "cpu") != "cpu":
+        check_device(args.device)
+    if args.command in ("diff", "fuzz"):
+        corpus.check_writable(args.corpus)
+    if args.command == "corpus" and args.action == "merge":
+        corpus.check_writable(args.into, "--into")
 
 
 def cmd_list() -> int:
@@ -66,7 +87,14 @@ def cmd_list() -> int:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        return run(parser().parse_args(argv))
+    except BrokenPipeError:  # `kvfuzz ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def run(args) -> int:
     if args.command == "bench":
         return importlib.import_module(BENCH).main(args.rest)
     if args.command in ("diff", "replay", "fuzz"):
@@ -75,6 +103,7 @@ def main(argv=None) -> int:
         from kvfuzz.impl.triton_env import use_interpreter_without_cuda
         use_interpreter_without_cuda()
     try:
+        check_usage(args)
         if args.command in campaign_command.COMMANDS:
             return campaign_command.run(args)
         if args.command == "list":
@@ -83,8 +112,8 @@ def main(argv=None) -> int:
             from kvfuzz.fuzz.diff import diff_command
             return diff_command(args)
         from kvfuzz.fuzz.replay import replay
-        return replay(args.paths, args.impl, device=args.device)
-    except (ImplementationError, FormatError, corpus.CorpusError) as error:
+        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout)
+    except (ImplementationError, FormatError, corpus.CorpusError, UsageError) as error:
         print(f"kvfuzz: error: {error}", file=sys.stderr)
         return 2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,7 @@ from kvfuzz.fuzz.targets import for_document
 from kvfuzz.strategies.inputs import parse_json
 
 DEFAULT_DIR = "corpus"
+MAX_FILE_BYTES = 2**24  # no legitimate input comes near; the formats' own limits are tighter
 _SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGUSR1}
 
 
@@ -43,6 +45,7 @@ def write_atomic(path: Path, content: str | bytes) -> Path:
     with signals_held():
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
+            os.fchmod(descriptor, 0o666 & ~_umask())  # mkstemp's 0600, made what open() gives
             with os.fdopen(descriptor, "wb") as handle:
                 handle.write(data)
             os.replace(temporary, path)
@@ -50,6 +53,38 @@ def write_atomic(path: Path, content: str | bytes) -> Path:
             Path(temporary).unlink(missing_ok=True)
             raise
     return path
+
+
+def check_writable(directory, option: str = "--corpus") -> Path:
+    """Create `directory` if need be and prove a file can be written there, before a run, so a
+    finding is never lost at the end of one; `CorpusError` in one line otherwise."""
+    path = Path(directory)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        descriptor, probe = tempfile.mkstemp(dir=path, prefix=".tmp-probe-")
+        os.close(descriptor)
+        os.unlink(probe)
+    except OSError as error:
+        reason = "not a directory" if path.exists() and not path.is_dir() else \
+            (error.strerror or str(error))
+        raise CorpusError(f"{option} {directory}: cannot write there: {reason}") from None
+    return path
+
+
+def save_or_print(target, item, directory, err) -> str:
+    """`save`, or, when the disk refuses, the input's JSON on `err`: a finding is never lost."""
+    try:
+        return str(save(target, item, directory))
+    except OSError as error:
+        print(f"kvfuzz: error: cannot save to {directory} ({error.strerror or error}); the "
+              f"{target.noun} follows:\n{target.dumps(item)}", file=err, end="")
+        return "(not saved: see the JSON above)"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def save(target, item, directory: str | os.PathLike = DEFAULT_DIR) -> Path:
@@ -74,8 +109,17 @@ def from_document(data: object, source: str):
 
 
 def _read(path) -> str:
+    """A regular file's text, at most MAX_FILE_BYTES: never a FIFO (it would block), a device
+    (`/dev/zero` never ends) or a directory, whatever the name says."""
     try:
-        return Path(path).read_text()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO must not block
+        with os.fdopen(descriptor, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise CorpusError(f"{path}: not a regular file")
+            data = handle.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise CorpusError(f"{path}: larger than the limit of {MAX_FILE_BYTES:,} bytes")
+        return data.decode()
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or str(error)
         raise CorpusError(f"{path}: cannot read: {reason}") from None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.isolation import Checker
 from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.impl.registry import OUTSIDE
 
@@ -28,12 +29,13 @@ def merge(sources, into, out) -> int:
     return 0
 
 
-def input_features(target, item, impls) -> set[str]:
+def input_features(target, item, impls, check=None) -> set[str]:
     """What `item` contributes: its target's features and contract violations, and the
-    divergence signature of each of `impls` that diverges on it."""
+    divergence signature of each of `impls` that diverges on it (`check` runs it; the command
+    passes a supervised worker's)."""
     found = set()
     for impl in impls:
-        outcome = target.check(item, impl)
+        outcome = check(target, item, impl) if check else target.check(item, impl)
         found |= {f"{target.name} feature: {name}" for name in outcome.features}
         found |= {f"{target.name} outside: {kind}" for kind in outcome.outside}
         if outcome.status == DIVERGE:
@@ -49,8 +51,12 @@ def minimize(directory, impl_specs, dry_run: bool, out) -> int:
         if target.name not in impls:
             impls[target.name] = [target.resolve(s) for s in impl_specs] or \
                 [i for i in target.implementations if i.kind != OUTSIDE]
-    features = {path: input_features(target, item, impls[target.name])
-                for path, (target, item) in loaded.items()}
+    checker = Checker()
+    try:
+        features = {path: input_features(target, item, impls[target.name], checker.check)
+                    for path, (target, item) in loaded.items()}
+    finally:
+        checker.close()
     size = {path: path.stat().st_size for path in paths}
     wanted = set().union(*features.values()) if features else set()
     kept, covered = [], set()

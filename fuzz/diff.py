@@ -1,20 +1,41 @@
-"""`kvfuzz diff [TARGET]`: seeded inputs through implementations and the oracle (`run.py`); each
-implementation's first divergence, and one example of each known upstream difference, is shrunk,
-saved to the corpus and reported; the summary counts every outcome."""
+"""`kvfuzz diff [TARGET]`: seeded inputs through implementations and the oracle (`run.py`).
+
+Each implementation's first divergence, and one example of each known upstream difference, is
+saved to the corpus the moment it arrives; when the run ends it is shrunk (in a supervised
+worker too: a crash may crash again) and the shrunk input replaces the one first saved. Ctrl-C
+and SIGTERM stop the run alike: what was found stays saved, and the summary prints.
+"""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.isolation import Checker
 from kvfuzz.fuzz.run import SeededRun
 from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.summary import summary
 from kvfuzz.fuzz.targets import TARGETS
 
 INTERRUPTED = 130
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM stops a run the way Ctrl-C does: findings kept, summary printed."""
+    def interrupt(number, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def diff_command(args, out=None) -> int:
@@ -25,37 +46,56 @@ def diff_command(args, out=None) -> int:
     runs = [(TARGETS[name], [TARGETS[name].resolve(spec).name for spec in args.impl]
              or [impl.name for impl in TARGETS[name].bundled()]) for name in names]
     status = 0
-    for target, specs in runs:
-        cases = args.cases or target.default_cases
-        status = max(status, diff_target(target, specs, argparse.Namespace(
-            **{**vars(args), "cases": cases}), out))
-        if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only the current target
-            break
+    with sigterm_as_interrupt():
+        for target, specs in runs:
+            cases = args.cases or target.default_cases
+            status = max(status, diff_target(target, specs, argparse.Namespace(
+                **{**vars(args), "cases": cases}), out))
+            if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
+                break
     return status
 
 
 def diff_target(target, specs: list[str], args, out) -> int:
-    seeded = SeededRun(target, specs, args, out)
-    began = time.monotonic()
+    saved: dict[int, tuple[str, bool]] = {}  # id(divergence) -> (path, created by this run)
+
+    def save_now(spec, divergence):
+        path = Path(args.corpus) / divergence.file_name()
+        existed = path.exists()
+        saved[id(divergence)] = (corpus.save_or_print(target, divergence.input, args.corpus,
+                                                      out), not existed)
+        print(f"found: {divergence.headline()}\n  saved {saved[id(divergence)][0]}", file=out)
+
+    seeded = SeededRun(target, specs, args, out, on_found=save_now)
+    began, status = time.monotonic(), INTERRUPTED
     try:
         seeded.run()
-        status = finish(target, seeded.tallies, args, out)
+        status = finish(target, seeded.tallies, args, out, saved, save_now)
     except KeyboardInterrupt:
-        print(summary(target, seeded.tallies, time.monotonic() - began, True), file=out)
-        return INTERRUPTED
-    print(summary(target, seeded.tallies, time.monotonic() - began), file=out)
+        pass
+    print(summary(target, seeded.tallies, time.monotonic() - began,
+                  status == INTERRUPTED), file=out)
     return status
 
 
-def finish(target, tallies: dict, args, out) -> int:
-    """Shrink, save and print each implementation's divergence and one example per known
-    upstream difference; returns the exit status (known differences are not failures)."""
-    status = 0
-    for tally in tallies.values():
-        found = ([tally.divergence] if tally.divergence else []) + list(tally.examples.values())
-        for divergence in found:
-            status = max(status, 0 if divergence.known else 1)
-            small = shrink(target, divergence, args.device)
-            small.saved_path = str(corpus.save(target, small.input, args.corpus))
-            print(small.report(), file=out)
+def finish(target, tallies: dict, args, out, saved: dict, save_now) -> int:
+    """Shrink each implementation's divergence and one example per known upstream difference,
+    save the shrunk input in place of the first one, print the reports; the exit status (known
+    differences are not failures)."""
+    status, checker = 0, Checker(args.timeout)
+    try:
+        for spec, tally in tallies.items():
+            found = ([tally.divergence] if tally.divergence else []) + list(tally.examples.values())
+            for divergence in found:
+                if id(divergence) not in saved:  # known differences are saved here
+                    save_now(spec, divergence)
+                status = max(status, 0 if divergence.known else 1)
+                small = shrink(target, divergence, args.device, check=checker.check)
+                path, created = saved[id(divergence)]
+                small.saved_path = corpus.save_or_print(target, small.input, args.corpus, out)
+                if created and small.saved_path != path:
+                    Path(path).unlink(missing_ok=True)  # the shrunk input replaces it
+                print(small.report(), file=out)
+    finally:
+        checker.close()
     return status

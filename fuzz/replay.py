@@ -1,37 +1,82 @@
 """`kvfuzz replay`: run saved inputs of any target against implementations; one line per
-agreement, a full report per divergence."""
+agreement, a full report per divergence. Every file is read and checked first: each bad one is
+reported in one line, the good ones still run, and the exit status says some were bad."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 
 from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.diff import sigterm_as_interrupt
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.target import AGREE, OUTSIDE
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.inputs import FormatError
+
+BAD_INPUT = 2
 
 
-def replay(paths, impl_specs, out=None, device: str = "cpu") -> int:
+def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
+           timeout: float = DEFAULT_TIMEOUT) -> int:
     """Exit status: 0 every input agreed (or was outside the contract, or a known difference),
-    1 a divergence."""
-    out = out or sys.stdout  # looked up now: a default bound at import outlives a redirect
-    # Validate every file before running any.
-    loaded = [(path, *corpus.load(path)) for path in corpus.input_files(paths)]
-    chosen: dict[str, list] = {}
-    status = 0
-    for path, target, item in loaded:
-        if target.name not in chosen:
-            chosen[target.name] = [target.resolve(spec) for spec in impl_specs] or \
-                target.bundled()
-        for impl in chosen[target.name]:
-            outcome = target.check(item, impl, device)
-            if outcome.status == AGREE:
-                print(f"ok                {path}  {impl.name}", file=out)
-            elif outcome.status == OUTSIDE:
-                print(f"outside contract  {path}  {impl.name}: {outcome.behaviour} "
-                      f"({', '.join(outcome.outside)})", file=out)
-            else:
-                status = max(status, 0 if outcome.divergence.known else 1)
-                outcome.divergence.saved_path = str(path)
-                print(outcome.divergence.report(), file=out)
-    print(f"replayed {len(loaded)} file(s): "
-          f"{'divergence found' if status else 'no divergence'}", file=out)
-    return status
+    1 a divergence, 2 a file was bad (after the good ones ran)."""
+    out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests replace them
+    loaded, bad = [], 0
+    for path in corpus.input_files(paths):
+        try:
+            loaded.append((path, *corpus.load(path)))
+        except (FormatError, corpus.CorpusError) as error:
+            print(f"kvfuzz: error: {error}", file=err)
+            bad += 1
+    chosen = choose_implementations({target for _, target, _ in loaded}, impl_specs)
+    skipped = Counter(target.name for _, target, _ in loaded if not chosen[target.name])
+    status, checker = 0, Checker(timeout)
+    try:
+        with sigterm_as_interrupt():
+            for path, target, item in loaded:
+                for impl in chosen[target.name]:
+                    outcome = checker.check(target, item, impl, device)
+                    status = max(status, _print(path, impl, outcome, out))
+    finally:
+        checker.close()
+    if skipped:
+        print(f"skipped {sum(skipped.values())} file(s) of targets no --impl applies to: "
+              + ", ".join(f"{name} {count}" for name, count in sorted(skipped.items())),
+              file=out)
+    print(f"replayed {len(loaded) - sum(skipped.values())} file(s): "
+          f"{'divergence found' if status else 'no divergence'}"
+          + (f"; {bad} bad file(s) not replayed" if bad else ""), file=out)
+    return BAD_INPUT if bad else status
+
+
+def choose_implementations(targets, specs) -> dict[str, list]:
+    """Per target: its bundled implementations, or each --impl that names one of its own (a
+    spec no target of the files knows is a usage error)."""
+    chosen = {target.name: [] if specs else target.bundled() for target in targets}
+    for spec in specs:
+        errors = []
+        for target in sorted(targets, key=lambda t: t.name):
+            try:
+                chosen[target.name].append(target.resolve(spec))
+            except ImplementationError as error:
+                errors.append(error)
+        if targets and len(errors) == len(targets):  # one target: its own error, with its names
+            names = ", ".join(sorted(target.name for target in targets))
+            raise errors[0] if len(errors) == 1 else ImplementationError(
+                f"--impl {spec}: not an implementation of any target of the files given "
+                f"({names})")
+    return chosen
+
+
+def _print(path, impl, outcome, out) -> int:
+    if outcome.status == AGREE:
+        print(f"ok                {path}  {impl.name}", file=out)
+        return 0
+    if outcome.status == OUTSIDE:
+        print(f"outside contract  {path}  {impl.name}: {outcome.behaviour} "
+              f"({', '.join(outcome.outside)})", file=out)
+        return 0
+    outcome.divergence.saved_path = str(path)
+    print(outcome.divergence.report(), file=out)
+    return 0 if outcome.divergence.known else 1

@@ -44,6 +44,7 @@ class Divergence:
     known: str | None = None             # a documented upstream difference, not a failure
     saved_path: str | None = None
     original: str | None = None          # the command that regenerates the unshrunk input
+    implementation: object = None        # the `Implementation` itself, to run it again
 
     def file_name(self) -> str:
         return f"{self.target}-{self.input_id}.json"

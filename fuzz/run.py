@@ -1,111 +1,149 @@
 """The seeded run behind `kvfuzz diff`, for every target: chunks of input indices per
-implementation over `--jobs` worker processes, with a progress line, a stop at each
-implementation's first divergence, and the tallies (kept when Ctrl-C stops the run).
+implementation, checked in `--jobs` supervised worker processes (`isolation.py`), with a
+progress line, a stop at each implementation's first divergence, and each divergence handed to
+`on_found` the moment it arrives (so it is saved before anything else can go wrong).
+
+A worker that dies or times out on an input is that implementation's divergence at that index;
+a fresh worker takes the next chunk. The inputs a dead worker checked since its last report are
+not counted (reports come every half second).
 """
 
 from __future__ import annotations
 
-import signal
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+from kvfuzz.fuzz.isolation import (DEFAULT_TIMEOUT, HarnessError, Worker, crash_outcome, death,
+                                   guarded_check, mark, wait_any)
 from kvfuzz.fuzz.summary import rate_text
 from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
 
+REPORT_EVERY = 0.5  # seconds between a worker's progress reports
+
 
 def run_chunk(target_name: str, spec: str, seed: int, start: int, stop: int,
-              device: str = "cpu") -> Tally:
+              device: str = "cpu", state=None, report=None) -> Tally:
     """Inputs [start, stop) of `seed` against one implementation; stops at the first divergence.
-    Module-level, named by strings: it runs in worker processes."""
+    In a worker, `state` says which input runs since when (`isolation.mark`) and `report` sends
+    ("progress", spec, tally) deltas; the last one has the divergence, if any."""
     target = TARGETS[target_name]
     impl = target.resolve(spec)
-    tally = Tally()
-    began = time.perf_counter()
+    impl.load()
+    tally, total, began = Tally(), Tally(), time.perf_counter()
     for index in range(start, stop):
-        tally.add(target.check(target.generate(seed, index), impl, device), index)
-        if tally.divergence is not None:
+        item = target.generate(seed, index)
+        if state is not None:
+            mark(state, index)
+        tally.add(guarded_check(target, item, impl, device), index)
+        if report and (tally.divergence or time.perf_counter() - began > REPORT_EVERY):
+            tally.seconds, began = time.perf_counter() - began, time.perf_counter()
+            report(("progress", spec, tally))
+            total.merge(tally)
+            tally = Tally()
+        if total.divergence or tally.divergence:
             break
     tally.seconds = time.perf_counter() - began
-    return tally
+    if report:
+        report(("done", spec, tally))
+    total.merge(tally)
+    return total
 
 
 class SeededRun:
-    """One run: a tally per implementation, filled chunk by chunk, here or in workers. `args`
-    carries cases, seed, start, jobs and device, as `kvfuzz diff` parses them."""
+    """One run: a tally per implementation, filled by workers. `args` carries cases, seed,
+    start, jobs, device and timeout, as `kvfuzz diff` parses them."""
 
-    def __init__(self, target, specs: list[str], args, out):
-        self.target, self.args = target, args
+    def __init__(self, target, specs: list[str], args, out, on_found=lambda spec, d: None):
+        self.target, self.args, self.on_found = target, args, on_found
+        self.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
         self.tallies = {spec: Tally() for spec in specs}
         self.progress = Progress(target, self.tallies, args.cases * len(specs), out)
+        self.tasks: dict[Worker, tuple] = {}  # the chunk each busy worker runs
 
-    def chunks(self) -> list[tuple[str, int, int]]:
-        """(spec, start, stop), index-major: a lower chunk is always submitted before a higher."""
+    def chunks(self):
+        """(spec, start, stop), index-major: a lower chunk is always handed out before a higher."""
         low, high = self.target.chunk_sizes
         first, stop = self.args.start, self.args.start + self.args.cases
         size = max(low, min(high, self.args.cases // max(1, 8 * self.args.jobs)))
-        return [(spec, lo, min(lo + size, stop)) for lo in range(first, stop, size)
-                for spec in self.tallies]
+        for lo in range(first, stop, size):
+            for spec in self.tallies:
+                yield spec, lo, min(lo + size, stop)
 
     def run(self) -> None:
-        """Fill the tallies; a KeyboardInterrupt leaves them as far as they got."""
+        """Fill the tallies; on KeyboardInterrupt they stay as far as they got."""
+        pending, workers = self.chunks(), [Worker() for _ in range(self.args.jobs)]
         try:
-            if self.args.jobs <= 1:
-                one_torch_thread()
-                for spec, lo, hi in self.chunks():
-                    if self.tallies[spec].divergence is None:
-                        self._absorb(spec, run_chunk(*self._call(spec, lo, hi)))
-            else:
-                self._run_parallel()
+            idle = list(workers)
+            while True:
+                for worker in idle:
+                    self._hand_out(worker, pending)
+                if not self.tasks:
+                    break
+                idle = [w for w in wait_any(list(self.tasks), 0.2) if self._settle(w)]
+                idle += self._timed_out()
+                idle = [self._replace(w, workers) if w.dead() else w for w in idle]
+                self.progress.tick()
         finally:
+            for worker in workers:
+                worker.stop()
             self.progress.finish()
 
-    def _call(self, spec: str, lo: int, hi: int) -> tuple:
-        return self.target.name, spec, self.args.seed, lo, hi, self.args.device
+    def _hand_out(self, worker: Worker, pending) -> None:
+        for spec, lo, hi in pending:
+            if self.tallies[spec].divergence is None:
+                self.tasks[worker] = (spec, lo, hi)
+                worker.conn.send(("call", run_chunk, (self.target.name, spec, self.args.seed,
+                                                      lo, hi, self.args.device)))
+                return
 
-    def _run_parallel(self) -> None:
-        pending = self.chunks()[::-1]
-        pool = ProcessPoolExecutor(max_workers=self.args.jobs, initializer=_worker_init)
-        running = {}
-        try:
-            while pending or running:
-                while pending and len(running) < 2 * self.args.jobs:
-                    spec, lo, hi = pending.pop()
-                    if self.tallies[spec].divergence is None:
-                        running[pool.submit(_in_worker, *self._call(spec, lo, hi))] = spec
-                done, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-                for future in done:
-                    self._absorb(running.pop(future), future.result())
-                self.progress.tick()
-        finally:  # on Ctrl-C: drop what has not started; the running chunks were interrupted
-            pool.shutdown(wait=False, cancel_futures=True)
+    def _settle(self, worker: Worker) -> bool:
+        """Take the worker's messages; True when its chunk is over (done, or it died)."""
+        while worker.conn.poll():
+            try:
+                kind, *body = worker.conn.recv()
+            except EOFError:
+                break
+            if kind == "error":
+                raise HarnessError(body[0])
+            self._absorb(*body)
+            if kind == "done":
+                del self.tasks[worker]
+                return True
+        if worker.dead():
+            worker.process.join()
+            self._lost(worker, *death(worker.process.exitcode))
+            return True
+        return False
+
+    def _timed_out(self) -> list[Worker]:
+        late = [w for w in self.tasks if (w.busy_since() or time.monotonic()) +
+                self.timeout < time.monotonic()]
+        for worker in late:
+            worker.stop()
+            self._lost(worker, f"timed out after {self.timeout:g} s", "timeout")
+        return late
+
+    def _lost(self, worker: Worker, what: str, kind: str) -> None:
+        """The worker died (or was killed) checking an input: that is the divergence."""
+        spec, _, _ = self.tasks.pop(worker)
+        index = worker.current()
+        item = self.target.generate(self.args.seed, index)
+        tally = Tally()
+        tally.add(crash_outcome(self.target, item, self.target.resolve(spec), what, kind), index)
+        self._absorb(spec, tally)
 
     def _absorb(self, spec: str, tally: Tally) -> None:
+        first = self.tallies[spec].divergence
         self.tallies[spec].merge(tally)
+        found = self.tallies[spec].divergence
+        if found is not None and found is not first:
+            self.on_found(spec, found)
         self.progress.tick()
 
-
-def _worker_init() -> None:
-    # Ctrl-C reaches the workers too. An idle one would print a traceback: it ignores it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    one_torch_thread()
-
-
-def one_torch_thread() -> None:
-    # The inputs' tensors are tiny: intra-op threads gain nothing, and on a busy machine two
-    # threads per process made a case 40x slower. With --jobs, the workers fill the cores.
-    import torch
-    torch.set_num_threads(1)
-
-
-def _in_worker(*args) -> Tally:
-    # A running chunk stops at Ctrl-C (its future gets the KeyboardInterrupt, which the parent,
-    # interrupted too, never reads): the run ends at once, not when the chunk would have.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return run_chunk(*args)
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    @staticmethod
+    def _replace(worker: Worker, workers: list) -> Worker:
+        workers[workers.index(worker)] = fresh = Worker()
+        return fresh
 
 
 class Progress:

@@ -16,10 +16,15 @@ from kvfuzz.fuzz.report import Divergence
 
 
 def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda: False,
-           budget: tuple[int, float] | None = None) -> Divergence:
+           budget: tuple[int, float] | None = None, check=None) -> Divergence:
     """The divergence on the smallest failing input found. A shrunk input loses its origin (it
-    was not generated); its note and the report's `original` line say where it came from."""
-    impl = target.resolve(divergence.impl)
+    was not generated); its note and the report's `original` line say where it came from.
+    `check(target, item, impl, device)`: how to run a candidate (default: in this process; the
+    commands pass a supervised worker's, as a candidate may crash or hang)."""
+    check = check or (lambda target, item, impl, device: target.check(item, impl, device))
+    if divergence.signature[2:] == ("crashed", "timeout"):
+        return divergence  # every try that still hangs would cost the whole timeout
+    impl = divergence.implementation or target.resolve(divergence.impl)
     max_calls, max_seconds = budget or target.shrink_budget
     deadline, calls = time.monotonic() + max_seconds, 0
     best, resume = divergence, 0
@@ -38,7 +43,7 @@ def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda:
             if target.size(candidate) >= target.size(best.input):
                 continue
             calls += 1
-            again = target.check(candidate, impl, device).divergence
+            again = check(target, candidate, impl, device).divergence
             if again is not None and again.signature == divergence.signature:
                 found, resume = again, position
                 break
@@ -47,15 +52,16 @@ def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda:
         best = found
     if best is divergence:
         return divergence
-    return _provenance(target, divergence, best.input, impl, device) or divergence
+    return _provenance(target, divergence, best.input, impl, device, check) or divergence
 
 
-def _provenance(target, original: Divergence, small, impl, device: str) -> Divergence | None:
+def _provenance(target, original: Divergence, small, impl, device: str,
+                check) -> Divergence | None:
     source = original.input.origin.describe() if original.input.origin else \
         f"{original.noun} {original.input_id}"
     note = f"shrunk from {source}, {target.size_text(original.input)}"
     small = target.with_provenance(small, None, note)
-    result = target.check(small, impl, device).divergence
+    result = check(target, small, impl, device).divergence
     if result is not None:
         result.original = target.regenerate_command(original.input, original.impl)
     return result

@@ -118,7 +118,16 @@ class Target:
         return json.dumps(self.to_json(item), indent=1) + "\n"
 
     def resolve(self, spec: str) -> Implementation:
-        return resolve(self.name, self.implementations, spec)
+        """A registered implementation, or an outside one whose shape `validate` accepts."""
+        impl = resolve(self.name, self.implementations, spec)
+        if impl not in self.implementations:
+            self.validate(impl.path, impl.load())
+        return impl
+
+    def validate(self, path: str, obj) -> None:
+        """Raise `ImplementationError` (one line) unless `obj` has the shape this target calls
+        (each target)."""
+        raise NotImplementedError
 
     def bundled(self) -> list[Implementation]:
         return [impl for impl in self.implementations if impl.kind == BUNDLED]
@@ -135,7 +144,7 @@ class Target:
                    known: str | None = None) -> Divergence:
         return Divergence(self.name, impl.name, item, self.input_id(item), what, lines,
                           (self.name, impl.name, *signature), self.describe(item), self.noun,
-                          step, known)
+                          step, known, implementation=impl)
 
     def regenerate_command(self, item, impl_name: str) -> str | None:
         origin = item.origin

@@ -9,6 +9,7 @@ or choosing one never imports torch, Triton or a user's package.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 
 BUNDLED = "bundled"    # run by default
@@ -71,6 +72,29 @@ def resolve(target: str, entries, spec: str) -> Implementation:
     known = ", ".join(entry.name for entry in entries) or "none"
     raise ImplementationError(f"unknown implementation {spec!r} for target {target!r} "
                               f"(known: {known}; or give package.module:attr)")
+
+
+def check_shape(path: str, obj, positional: int, what: str, cls: bool = False,
+                methods: tuple[str, ...] = ()) -> None:
+    """An outside implementation must have the shape its target calls: a function (or, with
+    `cls`, a class) taking `positional` arguments, with `methods`. One-line error otherwise."""
+    def fail(problem: str):
+        raise ImplementationError(f"import path {path!r}: {problem}; expected {what}")
+
+    if type(obj).__name__ in ("JITFunction", "InterpretedFunction", "Autotuner"):
+        fail("is a raw Triton kernel, which takes a launch grid; wrap its launch in a function "
+             "with the torch signature, as kvfuzz.impl.paged.upstream_sglang does")
+    if cls != isinstance(obj, type):
+        fail("is a class" if isinstance(obj, type) else f"is a {type(obj).__name__}, not a class")
+    try:
+        inspect.signature(obj).bind(*range(positional))
+    except TypeError as error:
+        fail(f"cannot be called with {positional} positional arguments ({error})")
+    except ValueError:
+        pass  # no signature to read (a builtin): it is tried as it is
+    missing = [name for name in methods if not callable(getattr(obj, name, None))]
+    if missing:
+        fail(f"has no method {', '.join(missing)}")
 
 
 def load_attribute(path: str):

@@ -100,9 +100,20 @@ class FieldReader:
         return value
 
     def int_list(self, value: object, field: str, low: int = INT64_MIN,
-                 high: int = INT64_MAX) -> tuple[int, ...]:
+                 high: int = INT64_MAX, most: int = 2**21) -> tuple[int, ...]:
         self.expect(isinstance(value, list), field, "expected a list of integers", value)
+        self.at_most(len(value), field, most, "entries")
         return tuple(self.integer(item, f"{field}[{i}]", low, high) for i, item in enumerate(value))
+
+    def at_most(self, count: int, field: str, limit: int, what: str) -> None:
+        """A size limit no legitimate input reaches: it bounds the memory and time one input can
+        take (a 300-byte file must not ask for a 20 GB buffer)."""
+        self.expect(count <= limit, field, f"{what} over the limit {limit:,}", count)
+
+    def ops(self, value: object, most: int) -> list:
+        self.expect(isinstance(value, list), "ops", "expected a list of operations", value)
+        self.at_most(len(value), "ops", most, "operations")
+        return value
 
     def op_kind(self, raw: object, where: str, kinds: dict) -> type:
         """The dataclass of one trace op `{"op": name, field: value, ...}`, its fields checked

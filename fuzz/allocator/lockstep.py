@@ -84,7 +84,7 @@ def guarded(fn, *args):
     """(result, None), or (None, the exception) when the implementation under test raised."""
     try:
         return fn(*args), None
-    except Exception as error:  # noqa: BLE001 - a raise is an outcome to compare
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - a raise is an outcome to compare
         return None, error
 
 

@@ -17,9 +17,14 @@ from kvfuzz.fuzz.summary import counts_grid
 from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
-from kvfuzz.impl.registry import OUTSIDE
+from kvfuzz.impl.registry import OUTSIDE, check_shape
 from kvfuzz.strategies.allocator import codec, generator
 from kvfuzz.strategies.allocator.trace import FORMAT, Extend, Trace, describe_op, to_json
+
+
+# What the driver calls (kvfuzz/impl/allocator/driver.py).
+METHODS = ("alloc", "alloc_extend", "alloc_decode", "free", "free_segment", "free_page_ids",
+           "free_group_begin", "free_group_end", "clear", "available_size")
 
 
 class AllocatorTarget(TraceTarget):
@@ -30,6 +35,11 @@ class AllocatorTarget(TraceTarget):
     implementations = IMPLEMENTATIONS
     coverage_modules = ("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",
                         "kvfuzz.oracle.allocator.invariants")
+
+    def validate(self, path, obj):
+        check_shape(path, obj, 6, "a class with upstream PagedTokenToKVPoolAllocator's interface: "
+                    "(size, page_size, dtype, device, kvcache, need_sort)", cls=True,
+                    methods=METHODS)
 
     def describe(self, item):
         return [("pool", item.describe())]

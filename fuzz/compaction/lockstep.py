@@ -55,7 +55,7 @@ def guarded(fn, *args, **kwargs):
     model's own exceptions (harness bugs) are never mistaken for findings."""
     try:
         return fn(*args, **kwargs)
-    except Exception as error:  # noqa: BLE001
+    except (Exception, SystemExit) as error:  # noqa: BLE001
         raise Crashed(error) from error
 
 

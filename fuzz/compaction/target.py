@@ -17,6 +17,7 @@ from kvfuzz.fuzz.summary import counts_grid
 from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
+from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.compaction import codec, generator
 from kvfuzz.strategies.compaction.trace import FORMAT, Trace, describe_op, to_json
 
@@ -34,6 +35,10 @@ class CompactionTarget(TraceTarget):
     coverage_modules = ("kvfuzz.fuzz.compaction.lockstep", "kvfuzz.oracle.compaction.model",
                         "kvfuzz.oracle.compaction.flush", "kvfuzz.oracle.compaction.invariants",
                         "kvfuzz.oracle.compaction.transitions")
+
+    def validate(self, path, obj):
+        check_shape(path, obj, 2, "a factory(params, device) returning a lazy-compaction "
+                    "allocator (kvfuzz/impl/compaction/allocator.py)")
 
     def describe(self, item):
         return [("params", ", ".join(f"{f.name}={getattr(item.params, f.name)}"

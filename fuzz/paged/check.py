@@ -33,7 +33,7 @@ def check(target, case: Case, impl: Implementation, device: str = "cpu") -> Outc
     edges = edge_classes(case)
     try:
         result = call(fn, case, device)
-    except Exception as error:  # any exception on a valid case is a divergence
+    except (Exception, SystemExit) as error:  # any raise on a valid case is a divergence
         return Outcome(DIVERGE, _raised(target, impl, case, expected, error), features=edges)
     divergence = compare(target, impl, case, expected, result.slots)
     if divergence is None and result.mutated_inputs:
@@ -49,6 +49,11 @@ def compare(target, impl: Implementation, case: Case, expected: Expected, actual
     values = expected.slots
     if values == actual:
         return None
+    if len(actual) != len(values):  # the implementation resized or reshaped the output buffer
+        return target.divergence(case, impl, "output buffer resized",
+                                 [("expected", f"{len(values)} slots written in place"),
+                                  ("actual", f"the buffer now holds {len(actual)}")],
+                                 ("output buffer resized", ""))
     first = next(i for i, (e, a) in enumerate(zip(values, actual)) if e != a)
     slot = owner_of(case, first)
     unwritten = actual[first] == UNWRITTEN
@@ -89,7 +94,7 @@ def behaviour_outside(fn, case: Case, device: str) -> str:
     """What an implementation does with a case outside the contract, in a countable phrase."""
     try:
         result = call(fn, case, device)
-    except Exception as error:
+    except (Exception, SystemExit) as error:
         return f"raised {type(error).__name__}"
     slots = result.slots
     unwritten = sum(s == UNWRITTEN for s in slots)

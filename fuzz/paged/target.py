@@ -11,6 +11,7 @@ from kvfuzz.fuzz.paged import features, shrink
 from kvfuzz.fuzz.summary import grid
 from kvfuzz.fuzz.target import Target
 from kvfuzz.impl.paged import IMPLEMENTATIONS
+from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.paged import bytes_chooser, case as codec, generators
 from kvfuzz.strategies.paged.edges import CLASSES
 
@@ -48,6 +49,15 @@ class PagedTarget(Target):
         return [("batch", f"{item.batch_size} requests, page_size {item.page_size}, "
                           f"{len(item.free_pages)} free pages, output length "
                           f"{item.output_length()}")]
+
+    def validate(self, path, obj):
+        if self.name == "extend":
+            what = ("alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, "
+                    "page_size, device)")
+        else:
+            what = ("alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size, "
+                    "num_new_pages)")
+        check_shape(path, obj, 7 if self.name == "extend" else 6, f"a function {what}")
 
     def check(self, item, impl, device="cpu"):
         return _checker()(self, item, impl, device)

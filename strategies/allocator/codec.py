@@ -10,17 +10,20 @@ from kvfuzz.strategies.inputs import FieldReader, parse_json
 _TOP = {"format", "page_size", "size", "need_sort", "debug", "ops", "origin", "note"}
 _CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS, (Misuse, "kind"): MISUSES}
 _NATURAL = {"rid", "share_pages", "keep", "trim", "salt"}  # integers >= 0
+# Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
+# compares state of the size of the pool).
+MAX_SIZE, MAX_PAGES, MAX_OPS, MAX_BATCH = 2**20, 2**14, 2**12, 2**10
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, _TOP)
-    page_size = reader.integer(data.get("page_size"), "page_size", low=1, high=2**20)
-    size = reader.integer(data.get("size"), "size", low=page_size, high=2**24)
+    page_size = reader.integer(data.get("page_size"), "page_size", low=1, high=MAX_SIZE)
+    size = reader.integer(data.get("size"), "size", low=page_size, high=MAX_SIZE)
+    reader.at_most(size // page_size, "size", MAX_PAGES, "pages (size // page_size)")
     need_sort = reader.boolean(data.get("need_sort"), "need_sort")
-    debug = reader.boolean(data.get("debug", False), "debug")
-    ops = data.get("ops")
-    reader.expect(isinstance(ops, list), "ops", "expected a list of operations", ops)
+    debug = reader.boolean(data.get("debug"), "debug")
+    ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(page_size, size, need_sort, decoded, debug, reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
@@ -52,9 +55,10 @@ def _value(reader: FieldReader, kind, name: str, value: object, label: str):
     if name in ("need_sort", "exact", "relative"):
         return reader.boolean(value, label)
     if name in ("rids", "lens"):
-        return reader.int_list(value, label, low=0, high=2**31)
+        high = MAX_SIZE if name == "lens" else 2**31  # no request holds more than the pool
+        return reader.int_list(value, label, low=0, high=high, most=MAX_BATCH)
     if name in ("share_from", "fill") and value is None:
         return None
     if name in _NATURAL or name == "share_from":
         return reader.integer(value, label, low=0, high=2**31)
-    return reader.integer(value, label, low=-2**31, high=2**31)  # fill, pages (relative: < 0)
+    return reader.integer(value, label, -MAX_SIZE, MAX_SIZE)  # fill, pages (relative: < 0)

@@ -8,14 +8,16 @@ from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, All
 from kvfuzz.strategies.inputs import FieldReader, parse_json
 
 _INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
+# Limits no legitimate trace reaches: they bound memory (the byte buffer, two tables per pool) and
+# the time one trace takes (each op compares and checks every page of both pools).
+MAX_BYTES, MAX_PAGES, MAX_OPS, MAX_N = 2**22, 2**12, 2**12, 2**12
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, {"format", "params", "ops", "origin", "note"})
     params = _params(reader, data.get("params"))
-    ops = data.get("ops")
-    reader.expect(isinstance(ops, list), "ops", "expected a list", ops)
+    ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]", params) for i, raw in enumerate(ops))
     return Trace(params, decoded, reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
@@ -28,17 +30,18 @@ def loads(text: str, source: str = "trace") -> Trace:
 def _params(reader: FieldReader, raw: object) -> Params:
     reader.expect(isinstance(raw, dict), "params", "expected an object", raw)
     reader.known_fields(raw, set(vars(Params())), "params.")
-    values = {name: raw.get(name, default) for name, default in vars(Params()).items()}
-    for name in _INT_PARAMS:
-        reader.integer(values[name], f"params.{name}", low=1)
-    reader.boolean(values["two_ended"], "params.two_ended")
-    params = Params(**values)
+    for name in _INT_PARAMS:  # every parameter is required: none defaults silently
+        reader.integer(raw.get(name), f"params.{name}", low=1, high=MAX_BYTES)
+    reader.boolean(raw.get("two_ended"), "params.two_ended")
+    params = Params(**raw)
     reader.expect(params.sink_bytes >= max(params.epp_up, params.epp_down), "params.sink_bytes",
                   "must be at least max(epp_up, epp_down)", params.sink_bytes)
     for pool, epp in (("up", params.epp_up), ("down", params.epp_down)):
         reserved = -(-params.sink_bytes // epp)
         reader.expect(params.total_bytes // epp > reserved, f"params.epp_{pool}",
                       "leaves no page above the sink", epp)
+        reader.at_most(params.total_bytes // epp, f"params.epp_{pool}", MAX_PAGES,
+                       "pages (total_bytes // epp)")
     return params
 
 
@@ -52,8 +55,8 @@ def _op(reader: FieldReader, raw: object, where: str, params: Params) -> Op:
         if name in names:
             fields[name] = reader.boolean(fields.get(name, False), f"{where}.{name}")
     if kind is Alloc:
-        low = -(2**31) if fields["relative"] else 1
-        reader.integer(fields.get("n"), f"{where}.n", low=low)
+        low = -MAX_N if fields["relative"] else 1
+        reader.integer(fields.get("n"), f"{where}.n", low, MAX_N)
     if kind is Fire:
         reader.choice(fields.get("which", "oldest"), f"{where}.which", WHICH)
     for name in ("pick", "up", "down"):
@@ -71,6 +74,6 @@ def _pick(reader: FieldReader, raw: object, where: str) -> Pick:
     reader.expect(isinstance(raw, dict) and set(raw) <= {"where", "n", "salt"}, where,
                   "expected {where, n, salt}", raw)
     reader.choice(raw.get("where", "top"), f"{where}.where", WHERE)
-    reader.integer(raw.get("n", 1), f"{where}.n", low=1)
+    reader.integer(raw.get("n", 1), f"{where}.n", 1, MAX_N)
     reader.integer(raw.get("salt", 0), f"{where}.salt")
     return Pick(**raw)

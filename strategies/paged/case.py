@@ -13,6 +13,9 @@ from kvfuzz.strategies.inputs import (INT64_MAX, FieldReader, Origin, ceil_pages
 
 FORMAT = "kvfuzz-case/1"
 TARGETS = ("extend", "decode")
+# Limits no legitimate case reaches; they bound what one file can make the oracle and an
+# implementation allocate (tokens are output slots, per request list entries are requests).
+MAX_PAGE_SIZE, MAX_REQUESTS, MAX_TOKENS, MAX_POOL = 2**20, 2**14, 2**21, 2**21
 
 
 def max_page_id(page_size: int) -> int:
@@ -97,17 +100,22 @@ def from_json(data: object, source: str = "case") -> Case:
     reader.document(data, FORMAT, _OPTIONAL | set(_REQUIRED["extend"]))
     target = reader.choice(data.get("target"), "target", TARGETS)
     reader.known_fields(data, _OPTIONAL | set(_REQUIRED[target]), "")
-    page_size = reader.integer(data.get("page_size"), "page_size", low=1)
-    lists = {name: reader.int_list(data.get(name), name) for name in _REQUIRED[target]}
+    page_size = reader.integer(data.get("page_size"), "page_size", low=1, high=MAX_PAGE_SIZE)
+    lists = {name: reader.int_list(data.get(name), name,
+                                   most=MAX_POOL if name == "free_pages" else MAX_REQUESTS)
+             for name in _REQUIRED[target]}
     sizes = {name: len(values) for name, values in lists.items() if name != "free_pages"}
     reader.expect(len(set(sizes.values())) <= 1, "seq_lens", "per-request lists differ in length",
                   sizes)
+    if target == "extend":
+        tokens = sum(max(0, s - q) for q, s in zip(lists["prefix_lens"], lists["seq_lens"]))
+        reader.at_most(tokens, "seq_lens", MAX_TOKENS, "tokens to extend (seq - prefix)")
     out_len = data.get("out_len")
     return Case(
         target=target, page_size=page_size, seq_lens=lists["seq_lens"],
         last_loc=lists["last_loc"], free_pages=lists["free_pages"],
         prefix_lens=lists.get("prefix_lens", ()),
-        out_len=None if out_len is None else reader.integer(out_len, "out_len", low=0),
+        out_len=None if out_len is None else reader.integer(out_len, "out_len", 0, MAX_TOKENS),
         origin=reader.origin(data.get("origin")), note=reader.note(data.get("note")),
     )
 

@@ -33,7 +33,7 @@ def test_generated_traces_reach_the_edges_they_aim_at():
     assert {-1, 0, 1} <= fills
 
 
-GOOD = {"format": FORMAT, "page_size": 4, "size": 64, "need_sort": False,
+GOOD = {"format": FORMAT, "page_size": 4, "size": 64, "need_sort": False, "debug": False,
         "ops": [{"op": "admit", "rid": 1}, {"op": "extend", "rids": [1], "lens": [5]}]}
 
 

@@ -149,10 +149,26 @@ MALFORMED = {
     "allocator page size": ({"format": "kvfuzz-allocator-trace/1", "page_size": "4", "size": 64,
                              "need_sort": False, "ops": []}, "field 'page_size'"),
     "allocator op as a list": ({"format": "kvfuzz-allocator-trace/1", "page_size": 4,
-                                "size": 64, "need_sort": False, "ops": [{"op": ["admit"]}]},
+                                "size": 64, "need_sort": False, "debug": False,
+                                "ops": [{"op": ["admit"]}]},
                                "field 'ops[0].op'"),
-    "compaction params": ({"format": "kvfuzz-compaction-trace/1", "params": {"epp_up": 0},
-                           "ops": []}, "field 'params.epp_up'"),
+    "compaction params missing": ({"format": "kvfuzz-compaction-trace/1",
+                                   "params": {"epp_up": 8}, "ops": []},
+                                  "field 'params.total_bytes'"),
+    # Limits: a few hundred bytes must not ask for gigabytes.
+    "compaction buffer": ({"format": "kvfuzz-compaction-trace/1", "params": {
+        "total_bytes": 2**40, "epp_up": 8, "epp_down": 8, "sink_bytes": 8, "two_ended": True,
+        "move_cap": 2}, "ops": []}, "field 'params.total_bytes'"),
+    "extend tokens": ({"format": "kvfuzz-case/1", "target": "extend", "page_size": 4,
+                       "prefix_lens": [0], "seq_lens": [2**40], "last_loc": [-1],
+                       "free_pages": [1]}, "field 'seq_lens': tokens to extend"),
+    "allocator ops": ({"format": "kvfuzz-allocator-trace/1", "page_size": 4, "size": 64,
+                       "need_sort": False, "debug": False, "ops": [{"op": "clear"}] * 5000},
+                      "field 'ops': operations over the limit"),
+    "allocator extend length": ({"format": "kvfuzz-allocator-trace/1", "page_size": 4,
+                                 "size": 64, "need_sort": False, "debug": False,
+                                 "ops": [{"op": "extend", "rids": [1], "lens": [2**31]}]},
+                                "field 'ops[0].lens[0]'"),
 }
 
 

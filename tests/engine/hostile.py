@@ -1,0 +1,49 @@
+"""Hostile implementations for the isolation tests: each behaves on small batches and misbehaves
+on batches of three requests or more, so a run has cases both ways. Importable by path
+(`tests.engine.hostile:segfault`) from the repository root."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+
+from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
+from kvfuzz.impl.paged.vectorized import alloc_extend as correct
+
+
+def _hostile(misbehave):
+    def alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
+        correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
+        if prefix_lens.shape[0] >= 3:
+            misbehave(out_indices)
+    return alloc_extend
+
+
+def _raise(error):
+    raise error
+
+
+segfault = _hostile(lambda out: ctypes.string_at(0))
+aborts = _hostile(lambda out: os.abort())
+exits = _hostile(lambda out: sys.exit(0))
+exits_hard = _hostile(lambda out: os._exit(0))
+interrupts = _hostile(lambda out: _raise(KeyboardInterrupt()))
+hangs = _hostile(lambda out: time.sleep(3600))
+resizes = _hostile(lambda out: out.resize_(out.shape[0] + 1))
+
+
+def slow(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
+    """Correct, 20 ms a case: a run that is still going when a test interrupts it."""
+    time.sleep(0.02)
+    correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
+
+
+class ExitsOnMerge(PagedAllocator):
+    """An allocator that ends the process when its need_sort pages are merged."""
+
+    def merge_and_sort_free(self):
+        if self.staged_pages:
+            os._exit(3)
+        super().merge_and_sort_free()

@@ -1,0 +1,150 @@
+"""Bad files and bad places, as a user hands them over: every bad file of a directory is named in
+one line while the good ones still replay, nothing that is not a regular file is read, a finding
+the disk refuses is printed instead of lost, and no input file under 1 MB takes 1 GB."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.targets import EXTEND
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = sorted((ROOT / "corpus").glob("decode-*.json"))[:2]
+
+
+def kvfuzz(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_replaying_a_directory_names_every_bad_file_and_replays_the_good_ones(tmp_path):
+    for path in GOOD:
+        shutil.copy(path, tmp_path)
+    (tmp_path / "broken.json").write_text("{oops")
+    os.mkfifo(tmp_path / "pipe.json")               # would block a plain open forever
+    (tmp_path / "zero.json").symlink_to("/dev/zero")  # would never end
+    (tmp_path / "dir.json").mkdir()
+    with open(tmp_path / "huge.json", "wb") as handle:
+        handle.truncate(corpus.MAX_FILE_BYTES + 1)
+    result = kvfuzz("replay", tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    bad = result.stderr.strip().splitlines()
+    assert len(bad) == 5 and all(line.startswith("kvfuzz: error: ") for line in bad), bad
+    for name in ("broken", "pipe", "zero", "dir", "huge"):
+        assert sum(f"{name}.json" in line for line in bad) == 1, bad
+    assert result.stdout.count("ok ") == 3 * len(GOOD)  # three bundled decode implementations
+    assert "5 bad file(s) not replayed" in result.stdout
+
+
+def test_an_implementation_of_one_target_replays_a_mixed_corpus(tmp_path):
+    result = kvfuzz("replay", ROOT / "corpus", "--impl", "mutant.no_clamp")
+    assert result.returncode == 1, result.stderr  # it diverges on an extend case
+    assert "skipped 12 file(s) of targets no --impl applies to: allocator 7, compaction 2, " \
+           "decode 3" in result.stdout
+
+
+@pytest.mark.parametrize("place", ["file", "under a file"])
+def test_an_unwritable_corpus_is_refused_before_anything_runs(place, tmp_path):
+    blocker = tmp_path / "plain"
+    blocker.write_text("")
+    where = blocker if place == "file" else blocker / "sub"
+    result = kvfuzz("diff", "extend", "--impl", "mutant.owner_left_bisect", "--corpus", where)
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+    assert "cannot write there" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
+def test_a_finding_the_disk_refuses_is_printed_not_lost(tmp_path, monkeypatch):
+    def full_disk(path, content):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(corpus, "write_atomic", full_disk)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = main(["diff", "extend", "--impl", "mutant.owner_left_bisect", "--cases", "50",
+                       "--corpus", str(tmp_path)])
+    assert status == 1
+    text = err.getvalue()
+    assert "cannot save to" in text and "No space left on device" in text
+    start = text.index('{\n "format": "kvfuzz-case/1"')
+    printed = corpus.loads(text[start:text.index("\n}\n", start) + 2], "stderr")
+    assert printed[0] is EXTEND
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def refuse(source, destination):
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError):
+        corpus.save(EXTEND, EXTEND.generate(0, 0), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_saved_files_honour_the_umask(umask, mode, tmp_path):
+    previous = os.umask(umask)
+    try:
+        path = corpus.save(EXTEND, EXTEND.generate(0, 0), tmp_path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def _worst_cases(tmp_path: Path) -> list[Path]:
+    """Inputs under 1 MB at the formats' limits: the most each can ask for."""
+    page = 1024
+    tokens = 2**21
+    cases = {
+        "extend": {"format": "kvfuzz-case/1", "target": "extend", "page_size": page,
+                   "prefix_lens": [0], "seq_lens": [tokens], "last_loc": [-1],
+                   "free_pages": list(range(1, tokens // page + 1))},
+        "decode": {"format": "kvfuzz-case/1", "target": "decode", "page_size": 1,
+                   "seq_lens": [1] * 2**14, "last_loc": [-1] * 2**14,
+                   "free_pages": list(range(1, 2**14 + 1))},
+        "allocator": {"format": "kvfuzz-allocator-trace/1", "page_size": 64, "size": 2**20,
+                      "need_sort": True, "debug": True, "ops": [
+                          {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1],
+                                                      "lens": [2**20 - 64]},
+                          *[{"op": "decode", "rids": [1]}] * 64, {"op": "finish", "rid": 1}]},
+        "compaction": {"format": "kvfuzz-compaction-trace/1", "params": {
+            "total_bytes": 2**22, "epp_up": 1024, "epp_down": 1024, "sink_bytes": 1024,
+            "two_ended": True, "move_cap": 4096}, "ops": [
+                {"op": "alloc", "pool": "up", "n": 2040}, {"op": "alloc", "pool": "down", "n": 2040},
+                {"op": "free", "pool": "up", "pick": {"where": "bottom", "n": 2000}},
+                {"op": "flush", "pool": "up", "urgent": True}]},
+    }
+    paths = []
+    for name, data in cases.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(data))
+        assert path.stat().st_size < 2**20
+        paths.append(path)
+    return paths
+
+
+PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def test_no_input_file_under_1_mb_takes_1_gb(tmp_path):
+    for path in _worst_cases(tmp_path):
+        done = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m",
+                               "kvfuzz.fuzz.cli", "replay", str(path), "--timeout", "60"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        peak_kb = int(done.stdout.strip().splitlines()[-1])
+        assert peak_kb < 2**20, f"{path.name}: peak RSS {peak_kb / 1024:.0f} MB"
