@@ -13,18 +13,22 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-MAX_COUNT = 10**9  # --cases, --jobs: far past any run anyone waits for
+def bounded(low: int, high: int, what: str):
+    """An argument type: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {what} in [{low:,}, {high:,}], got {text}")
+        return value
+    return parse
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if not 1 <= value <= MAX_COUNT:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_COUNT:,}, "
-                                         f"got {text}")
-    return value
+positive = bounded(1, 10**9, "a positive integer")  # --cases: past any run anyone waits for
+jobs = bounded(1, 64, "a number of worker processes")  # each holds torch: ~250 MB
+index = bounded(0, 2**62, "an input index")
 
 
 def seconds(text: str) -> float:

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.args import duration, positive, seconds
+from kvfuzz.fuzz.args import duration, jobs, seconds
 from kvfuzz.fuzz.campaign_specs import REPO, SPECS
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
 
@@ -45,7 +45,7 @@ def add_parsers(commands) -> None:
     fuzz.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
                       help="implementation to fuzz (repeatable; default: every bundled one)")
     fuzz.add_argument("--time", type=duration, default=600.0, help="wall time (default 10m)")
-    fuzz.add_argument("--jobs", type=positive, default=1, help="parallel workers")
+    fuzz.add_argument("--jobs", type=jobs, default=1, help="parallel workers (1 to 64)")
     fuzz.add_argument("--corpus", default=corpus.DEFAULT_DIR,
                       help="JSON corpus: seeds come from here, minimised failures go here")
     fuzz.add_argument("--work", default=None,

@@ -10,7 +10,8 @@ import os
 import sys
 
 from kvfuzz.fuzz import campaign_command, corpus
-from kvfuzz.fuzz.args import Parser, UsageError, check_device, positive, seconds
+from kvfuzz.fuzz.args import (Parser, UsageError, check_device, index, jobs, positive,
+                              seconds)
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import ImplementationError
@@ -42,9 +43,9 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--cases", type=positive, default=None,
                       help=f"cases (traces) per implementation; default: {defaults}")
     diff.add_argument("--seed", type=int, default=0, help="seed of the case generator")
-    diff.add_argument("--start", type=int, default=0,
+    diff.add_argument("--start", type=index, default=0,
                       help="first case index (with --cases 1: regenerate one reported case)")
-    diff.add_argument("--jobs", type=positive, default=1, help="worker processes")
+    diff.add_argument("--jobs", type=jobs, default=1, help="worker processes (1 to 64)")
     diff.add_argument("--corpus", default=corpus.DEFAULT_DIR, help="where divergences are saved")
     diff.add_argument("--device", default="cpu", help="torch device for implementations")
     diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",

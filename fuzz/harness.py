@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.features import Features
+from kvfuzz.fuzz.isolation import guarded_check
 from kvfuzz.fuzz.report import Mismatch
 from kvfuzz.fuzz.target import DIVERGE
 
@@ -95,7 +96,8 @@ class DifferentialHarness(Harness):
 
     def test_one_input(self, data: bytes) -> None:
         item = self.target.from_bytes(data)
-        outcomes = [self.target.check(item, impl) for impl in self.impls]
+        # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.
+        outcomes = [guarded_check(self.target, item, impl, "cpu") for impl in self.impls]
         found = self.target.fuzz_features(item, outcomes)
         self.counts.update(found)
         self.features.touch(found)

@@ -18,6 +18,7 @@ UNWRITTEN = -(2**63)
 class CallResult:
     slots: list[int]
     mutated_inputs: tuple[str, ...]  # input tensors the call changed (it must change none)
+    out_changed: str = ""  # the output buffer's shape or dtype changed ("shape (4,) -> (5,)")
 
 
 def build_inputs(case, device: str = "cpu") -> dict:
@@ -51,7 +52,16 @@ def call(fn, case, device: str = "cpu") -> CallResult:
     """Run `fn` on `case`; exceptions propagate to the caller, which reports them."""
     inputs = build_inputs(case, device)
     originals = {name: value.clone() for name, value in inputs.items() if name != "out_indices"}
+    out = inputs["out_indices"]
+    shape, dtype = tuple(out.shape), out.dtype
     invoke(fn, case, inputs, device)
     mutated = tuple(name for name, value in originals.items()
-                    if not torch.equal(value, inputs[name]))
-    return CallResult(inputs["out_indices"].tolist(), mutated)
+                    if not _same(value, inputs[name]))
+    changed = [f"{what} {before} -> {after}" for what, before, after in
+               (("shape", shape, tuple(out.shape)), ("dtype", dtype, out.dtype)) if before != after]
+    return CallResult(out.reshape(-1).tolist(), mutated, ", ".join(changed))
+
+
+def _same(before: torch.Tensor, after: torch.Tensor) -> bool:
+    return (before.dtype == after.dtype and before.shape == after.shape
+            and torch.equal(before, after))

@@ -47,3 +47,9 @@ class ExitsOnMerge(PagedAllocator):
         if self.staged_pages:
             os._exit(3)
         super().merge_and_sort_free()
+
+
+def retypes(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
+    """Right values, written into a float buffer it swapped in: 5 == 5.0 must not pass."""
+    correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
+    out_indices.data = out_indices.data.to(float)

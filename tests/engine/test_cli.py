@@ -14,6 +14,7 @@ import pytest
 from kvfuzz.fuzz.cli import main
 from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
+from tests.conftest import ROOT
 
 # Per target: a mutant the seeded run finds within `cases` inputs, and the bundled run's size.
 MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
@@ -120,16 +121,34 @@ BAD_INPUTS = {
     "unknown target": (["diff", "nosuch"], "invalid choice"),
     "missing file": (["replay", "/nonexistent/case.json"], "no such file"),
     "bad case count": (["diff", "extend", "--cases", "0"], "positive integer"),
+    "case count past any run": (["diff", "extend", "--cases", "99999999999999"],
+                                "positive integer"),
+    "too many workers": (["diff", "extend", "--jobs", "1000"], "worker processes"),
+    "no such device": (["diff", "extend", "--device", "cuda:99"], "--device cuda:99"),
+    "zero timeout": (["replay", "corpus", "--timeout", "0"], "expected seconds"),
+    "class for a function target": (["diff", "extend", "--impl",
+                                     "kvfuzz.impl.allocator.paged_allocator:PagedAllocator"],
+                                    "is a class"),
+    "function for a class target": (["diff", "allocator", "--impl",
+                                      "kvfuzz.impl.paged.vectorized:alloc_extend"],
+                                     "not a class"),
+    "wrong signature": (["diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:alloc_decode"],
+                        "cannot be called with 7 positional arguments"),
+    "raw triton kernel": (["diff", "extend", "--impl",
+                           "kvfuzz.impl.paged.triton_kernels:extend_kernel"],
+                          "raw Triton kernel"),
 }
 
 
 @pytest.mark.parametrize("name", BAD_INPUTS)
-def test_bad_usage_exits_2_with_one_line(name):
+def test_bad_usage_exits_2_with_one_line_and_writes_nothing(name, tmp_path):
     args, expected = BAD_INPUTS[name]
-    result = kvfuzz(*args)
+    result = kvfuzz(*args, *(["--corpus", str(tmp_path)] if args[0] == "diff" else []),
+                    cwd=ROOT)
     assert result.returncode == 2
-    assert expected in result.stderr
+    assert expected in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 MALFORMED = {

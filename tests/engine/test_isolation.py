@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAULTS = {"segfault": "crashed: SIGSEGV", "aborts": "crashed: SIGABRT",
           "exits": "raised", "exits_hard": "crashed: the process exited with status 0",
           "interrupts": "raised KeyboardInterrupt", "hangs": "timed out after 2 s",
-          "resizes": "output buffer resized"}
+          "resizes": "output buffer changed", "retypes": "output buffer changed"}
 
 
 def kvfuzz(*args):
