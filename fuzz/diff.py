@@ -9,33 +9,18 @@ and SIGTERM stop the run alike: what was found stays saved, and the summary prin
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.isolation import Checker
+from kvfuzz.fuzz.isolation import Checker, sigterm_as_interrupt
 from kvfuzz.fuzz.run import SeededRun
 from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.summary import summary
 from kvfuzz.fuzz.targets import TARGETS
 
 INTERRUPTED = 130
-
-
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM stops a run the way Ctrl-C does: findings kept, summary printed."""
-    def interrupt(number, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def diff_command(args, out=None) -> int:

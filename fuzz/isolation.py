@@ -16,6 +16,7 @@ import os
 import signal
 import time
 import traceback
+from contextlib import contextmanager
 from multiprocessing.connection import wait
 
 from kvfuzz.fuzz.target import DIVERGE, Outcome
@@ -42,7 +43,10 @@ def die_with_parent(parent: int) -> None:
 def death(exitcode: int | None) -> tuple[str, str]:
     """(what, kind) for a worker that ended while checking an input."""
     if exitcode is not None and exitcode < 0:
-        name = signal.Signals(-exitcode).name
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:  # a real-time signal has no name
+            name = f"signal {-exitcode}"
         return f"crashed: {name}", name
     return f"crashed: the process exited with status {exitcode} (os._exit?)", "exit"
 
@@ -53,6 +57,19 @@ def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
     lines = [("process", "each input runs in a supervised worker process; this one ended "
                          "without a result")]
     return Outcome(DIVERGE, target.divergence(item, impl, what, lines, ("crashed", kind)))
+
+
+@contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM stops a run the way Ctrl-C does: findings kept, summary printed."""
+    def interrupt(number, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def guarded_check(target, item, impl, device: str) -> Outcome:

@@ -8,8 +8,7 @@ import sys
 from collections import Counter
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.diff import sigterm_as_interrupt
-from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker, sigterm_as_interrupt
 from kvfuzz.fuzz.target import AGREE, OUTSIDE
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError

@@ -26,6 +26,8 @@ def run_chunk(target_name: str, spec: str, seed: int, start: int, stop: int,
     """Inputs [start, stop) of `seed` against one implementation; stops at the first divergence.
     In a worker, `state` says which input runs since when (`isolation.mark`) and `report` sends
     ("progress", spec, tally) deltas; the last one has the divergence, if any."""
+    if state is not None:
+        mark(state, start)  # a crash while loading the implementation is put on the first input
     target = TARGETS[target_name]
     impl = target.resolve(spec)
     impl.load()

@@ -40,6 +40,8 @@ class Found:
 
     def label(self) -> str:
         """`up: field p2v differs ...` -> `field p2v`; `down: I4 repeated holes` -> `I4`."""
+        if self.problems and self.problems[0].startswith("crash "):
+            return "crash"
         words = self.problems[0].split(": ", 1)[-1].split() if self.problems else []
         if words and words[0][:1] == "I" and words[0][1:].isdigit():
             return words[0]
@@ -59,8 +61,21 @@ def guarded(fn, *args, **kwargs):
         raise Crashed(error) from error
 
 
+# What each method of the implementation must return (else it is its fault, never the harness's).
+RETURNS = {"snapshot": PoolSnapshot, "read_live": dict, "flush": int, "alloc": (list, type(None))}
+
+
+def _checked(name: str, value):
+    expected = RETURNS.get(name)
+    if expected is not None and not isinstance(value, expected):
+        error = TypeError(f"{name} returned {type(value).__name__}, expected "
+                          f"{getattr(expected, '__name__', 'a list or None')}")
+        raise Crashed(error) from error
+    return value
+
+
 class Guarded:
-    """The implementation under test, every method call through `guarded`."""
+    """The implementation under test, every method call through `guarded`, results checked."""
 
     def __init__(self, factory, params, device: str):
         self._side = guarded(factory, params, device)
@@ -68,7 +83,8 @@ class Guarded:
 
     def __getattr__(self, name: str):  # called once per name: the wrapper is kept
         method = guarded(getattr, self._side, name)
-        wrapper = self.__dict__[name] = lambda *args, **kwargs: guarded(method, *args, **kwargs)
+        wrapper = self.__dict__[name] = \
+            lambda *args, **kwargs: _checked(name, guarded(method, *args, **kwargs))
         return wrapper
 
 

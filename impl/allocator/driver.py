@@ -29,7 +29,13 @@ class AllocatorDriver:
 
     @staticmethod
     def _ints(result):
-        return None if result is None else result.tolist()
+        """A result as a flat list of ints; any other shape is the implementation's fault."""
+        if result is None:
+            return None
+        if not isinstance(result, torch.Tensor) or result.dim() != 1 or result.is_floating_point():
+            raise TypeError(f"returned {type(result).__name__} "
+                            f"{getattr(result, 'shape', '')}, expected a 1-D integer tensor")
+        return result.tolist()
 
     def alloc(self, need_size: int):
         return self._ints(self.allocator.alloc(need_size))
@@ -69,7 +75,7 @@ class AllocatorDriver:
         return int(self.allocator.available_size())
 
     def free_list(self) -> list[int]:
-        return self.allocator.free_pages.tolist()
+        return self._ints(self.allocator.free_pages)
 
     def staged(self) -> list[int]:
         """need_sort's staged pages; `release_pages` in older upstream shapes (spec §4.1)."""
@@ -77,4 +83,4 @@ class AllocatorDriver:
         if chunks is None:
             older = getattr(self.allocator, "release_pages", None)
             chunks = [] if older is None else [older]
-        return [page for chunk in chunks for page in chunk.tolist()]
+        return [page for chunk in chunks for page in self._ints(chunk)]

@@ -53,3 +53,20 @@ def retypes(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size,
     """Right values, written into a float buffer it swapped in: 5 == 5.0 must not pass."""
     correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
     out_indices.data = out_indices.data.to(float)
+
+
+def garbage_snapshots(params, device="cpu"):
+    """A compaction factory whose allocator reports its state as a plain dict."""
+    from kvfuzz.impl.compaction.allocator import lazy
+
+    side = lazy(params, device)
+    side.snapshot = lambda name: {"wm": 0}
+    return side
+
+
+class NestedResults(PagedAllocator):
+    """An allocator whose alloc returns a 2-D tensor of the right slots."""
+
+    def alloc(self, need_size):
+        out = super().alloc(need_size)
+        return None if out is None else out.reshape(1, -1)

@@ -51,3 +51,15 @@ def test_a_trace_target_survives_an_allocator_that_ends_the_process(tmp_path):
     assert [p.name[:10] for p in tmp_path.iterdir()] == ["allocator-"]
     row = next(line for line in result.stderr.splitlines() if "  allocator.torch " in line)
     assert row.split()[1:3] == ["20", "20"], row
+
+
+@pytest.mark.parametrize("target, hostile, expected", [
+    ("compaction", "garbage_snapshots", "crash TypeError: snapshot returned dict"),
+    ("allocator", "NestedResults", "expected a 1-D integer tensor")])
+def test_results_of_the_wrong_shape_are_the_implementations_fault(target, hostile, expected,
+                                                                  tmp_path):
+    result = kvfuzz("diff", target, "--impl", f"tests.engine.hostile:{hostile}", "--cases", 20,
+                    "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "what      crash at op" in result.stderr and expected in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
