@@ -23,7 +23,11 @@ def merge(sources, into, out) -> int:
     added = 0
     for target, item in loaded:
         added += not (Path(into) / target.file_name(item)).exists()
-        corpus.save(target, item, into)
+        try:
+            corpus.save(target, item, into)
+        except OSError as error:  # a full disk midway: the files merged so far are whole
+            raise corpus.CorpusError(f"--into {into}: cannot write there: "
+                                     f"{error.strerror or error}") from None
     print(f"merged {len(loaded)} file(s) into {into}: {added} new, "
           f"{len(loaded) - added} already there", file=out)
     return 0

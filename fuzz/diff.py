@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvfuzz.fuzz import corpus
@@ -28,59 +29,85 @@ def diff_command(args, out=None) -> int:
     out = out or sys.stderr  # looked up now: a test may have replaced it
     names = list(TARGETS) if args.target == "all" else [args.target]
     # Resolve every --impl of every target first: a typo fails in one line before any run.
-    runs = [(TARGETS[name], [TARGETS[name].resolve(spec).name for spec in args.impl]
-             or [impl.name for impl in TARGETS[name].bundled()]) for name in names]
+    runs = [(TARGETS[name], [TARGETS[name].resolve(spec) for spec in args.impl]
+             or TARGETS[name].bundled()) for name in names]
     status = 0
     with sigterm_as_interrupt():
-        for target, specs in runs:
+        for target, impls in runs:
             cases = args.cases or target.default_cases
-            status = max(status, diff_target(target, specs, argparse.Namespace(
+            status = max(status, diff_target(target, impls, argparse.Namespace(
                 **{**vars(args), "cases": cases}), out))
             if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
                 break
     return status
 
 
-def diff_target(target, specs: list[str], args, out) -> int:
-    saved: dict[int, tuple[str, bool]] = {}  # id(divergence) -> (path, created by this run)
+def diff_target(target, impls: list, args, out) -> int:
+    """One target's run, printed: what is found as it is found, reports, the summary."""
+    began = time.monotonic()
+    result = run_diff(target, impls, args, out)
+    for divergence in result.divergences:
+        print(divergence.report(), file=out)
+    print(summary(target, result.tallies, time.monotonic() - began, result.interrupted),
+          file=out)
+    return result.status
 
-    def save_now(spec, divergence):
-        path = Path(args.corpus) / divergence.file_name()
-        existed = path.exists()
-        saved[id(divergence)] = (corpus.save_or_print(target, divergence.input, args.corpus,
-                                                      out), not existed)
-        print(f"found: {divergence.headline()}\n  saved {saved[id(divergence)][0]}", file=out)
 
-    seeded = SeededRun(target, specs, args, out, on_found=save_now)
-    began, status = time.monotonic(), INTERRUPTED
+@dataclass
+class DiffResult:
+    """What a seeded run found: the tallies per implementation and each divergence, shrunk,
+    with `saved_path` where a corpus was given."""
+
+    tallies: dict
+    divergences: list = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def status(self) -> int:
+        if self.interrupted:
+            return INTERRUPTED
+        return 1 if any(not d.known for d in self.divergences) else 0
+
+
+def run_diff(target, impls: list, args, out) -> DiffResult:
+    """Seeded inputs through `impls` in supervised workers; each divergence saved as found
+    (when `args.corpus` is set), then shrunk, the shrunk input replacing the first one."""
+    saved: dict[int, tuple[str | None, bool]] = {}  # id(divergence) -> (path, created here)
+
+    def save_now(name, divergence):
+        saved[id(divergence)] = (None, False)
+        if args.corpus is not None:
+            existed = (Path(args.corpus) / divergence.file_name()).exists()
+            saved[id(divergence)] = (corpus.save_or_print(target, divergence.input,
+                                                          args.corpus, out), not existed)
+        print(f"found: {divergence.headline()}"
+              + (f"\n  saved {saved[id(divergence)][0]}" if args.corpus else ""), file=out)
+
+    seeded = SeededRun(target, impls, args, out, on_found=save_now)
+    result = DiffResult(seeded.tallies)
     try:
         seeded.run()
-        status = finish(target, seeded.tallies, args, out, saved, save_now)
+        _shrink_all(target, result, args, out, saved, save_now)
     except KeyboardInterrupt:
-        pass
-    print(summary(target, seeded.tallies, time.monotonic() - began,
-                  status == INTERRUPTED), file=out)
-    return status
+        result.interrupted = True
+    return result
 
 
-def finish(target, tallies: dict, args, out, saved: dict, save_now) -> int:
-    """Shrink each implementation's divergence and one example per known upstream difference,
-    save the shrunk input in place of the first one, print the reports; the exit status (known
-    differences are not failures)."""
-    status, checker = 0, Checker(args.timeout)
+def _shrink_all(target, result: DiffResult, args, out, saved: dict, save_now) -> None:
+    """Each implementation's divergence and one example per known upstream difference."""
+    checker = Checker(args.timeout)
     try:
-        for spec, tally in tallies.items():
+        for name, tally in result.tallies.items():
             found = ([tally.divergence] if tally.divergence else []) + list(tally.examples.values())
             for divergence in found:
                 if id(divergence) not in saved:  # known differences are saved here
-                    save_now(spec, divergence)
-                status = max(status, 0 if divergence.known else 1)
+                    save_now(name, divergence)
                 small = shrink(target, divergence, args.device, check=checker.check)
                 path, created = saved[id(divergence)]
-                small.saved_path = corpus.save_or_print(target, small.input, args.corpus, out)
-                if created and small.saved_path != path:
-                    Path(path).unlink(missing_ok=True)  # the shrunk input replaces it
-                print(small.report(), file=out)
+                if args.corpus is not None:
+                    small.saved_path = corpus.save_or_print(target, small.input, args.corpus, out)
+                    if created and small.saved_path != path:
+                        Path(path).unlink(missing_ok=True)  # the shrunk input replaces it
+                result.divergences.append(small)
     finally:
         checker.close()
-    return status

@@ -21,15 +21,17 @@ from kvfuzz.fuzz.targets import TARGETS
 REPORT_EVERY = 0.5  # seconds between a worker's progress reports
 
 
-def run_chunk(target_name: str, spec: str, seed: int, start: int, stop: int,
+def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
               device: str = "cpu", state=None, report=None) -> Tally:
-    """Inputs [start, stop) of `seed` against one implementation; stops at the first divergence.
-    In a worker, `state` says which input runs since when (`isolation.mark`) and `report` sends
-    ("progress", spec, tally) deltas; the last one has the divergence, if any."""
+    """Inputs [start, stop) of `seed` against one implementation (an `Implementation`, or a name
+    or import path); stops at the first divergence. In a worker, `state` says which input runs
+    since when (`isolation.mark`) and `report` sends ("progress", name, tally) deltas; the last
+    one has the divergence, if any."""
     if state is not None:
         mark(state, start)  # a crash while loading the implementation is put on the first input
     target = TARGETS[target_name]
-    impl = target.resolve(spec)
+    impl = target.resolve(impl) if isinstance(impl, str) else impl
+    spec = impl.name
     impl.load()
     tally, total, began = Tally(), Tally(), time.perf_counter()
     for index in range(start, stop):
@@ -55,11 +57,12 @@ class SeededRun:
     """One run: a tally per implementation, filled by workers. `args` carries cases, seed,
     start, jobs, device and timeout, as `kvfuzz diff` parses them."""
 
-    def __init__(self, target, specs: list[str], args, out, on_found=lambda spec, d: None):
+    def __init__(self, target, impls: list, args, out, on_found=lambda name, d: None):
         self.target, self.args, self.on_found = target, args, on_found
         self.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
-        self.tallies = {spec: Tally() for spec in specs}
-        self.progress = Progress(target, self.tallies, args.cases * len(specs), out)
+        self.impls = {impl.name: impl for impl in impls}
+        self.tallies = {name: Tally() for name in self.impls}
+        self.progress = Progress(target, self.tallies, args.cases * len(impls), out)
         self.tasks: dict[Worker, tuple] = {}  # the chunk each busy worker runs
 
     def chunks(self):
@@ -94,8 +97,8 @@ class SeededRun:
         for spec, lo, hi in pending:
             if self.tallies[spec].divergence is None:
                 self.tasks[worker] = (spec, lo, hi)
-                worker.conn.send(("call", run_chunk, (self.target.name, spec, self.args.seed,
-                                                      lo, hi, self.args.device)))
+                worker.conn.send(("call", run_chunk, (self.target.name, self.impls[spec],
+                                                      self.args.seed, lo, hi, self.args.device)))
                 return
 
     def _settle(self, worker: Worker) -> bool:
@@ -131,7 +134,7 @@ class SeededRun:
         index = worker.current()
         item = self.target.generate(self.args.seed, index)
         tally = Tally()
-        tally.add(crash_outcome(self.target, item, self.target.resolve(spec), what, kind), index)
+        tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
         self._absorb(spec, tally)
 
     def _absorb(self, spec: str, tally: Tally) -> None:

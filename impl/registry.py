@@ -51,6 +51,14 @@ class Implementation:
 _LOADED: dict[str, object] = {}
 
 
+def register_object(obj) -> str:
+    """A path for an implementation handed over as an object (kvfuzz's Python API): `load()`
+    finds it in this process, and in the worker processes forked from it."""
+    path = f"<object>:{id(obj)}"
+    _LOADED[path] = obj
+    return path
+
+
 def entry(target: str, package: str, name: str, path: str, summary: str, kind: str = BUNDLED,
           **options) -> Implementation:
     """A catalogue row: `path` is "module:attr" inside `package`."""

@@ -1,0 +1,150 @@
+"""kvfuzz as a library: the seeded differential, replay and single checks from Python, with an
+implementation given as a registered name, an import path, or the callable or class itself.
+
+    import kvfuzz
+
+    result = kvfuzz.diff("extend", my_alloc_extend, cases=2000)
+    assert result.ok, result.report()
+    kvfuzz.assert_agrees("allocator", MyAllocator, cases=200)   # fails with the full report
+    kvfuzz.replay("corpus/", my_alloc_extend)                    # every file of its target
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from kvfuzz.fuzz import corpus as corpus_files
+from kvfuzz.fuzz.diff import DiffResult, run_diff
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.report import Divergence, Mismatch
+from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import OUTSIDE as OUTSIDE_KIND
+from kvfuzz.impl.registry import Implementation, register_object
+
+Impl = str | Callable[..., Any] | type | Implementation
+__all__ = ["diff", "replay", "check", "assert_agrees", "implementation", "applicable",
+           "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome"]
+
+
+def implementation(target: str, impl: Impl) -> Implementation:
+    """The `Implementation` record of `impl` for `target`: a registered name ("torch.loop"), an
+    import path ("mypkg.alloc:alloc_extend"), or the function or class itself (checked to have
+    the shape the target calls)."""
+    owner = _target(target)
+    if isinstance(impl, Implementation):
+        return impl
+    if isinstance(impl, str):
+        return owner.resolve(impl)
+    name = f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', repr(impl))}"
+    owner.validate(name, impl)
+    return Implementation(name, target, register_object(impl), "given as an object",
+                          OUTSIDE_KIND)
+
+
+def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int | None = None,
+         seed: int = 0, start: int = 0, jobs: int = 1, corpus: str | Path | None = None,
+         timeout: float = DEFAULT_TIMEOUT, device: str = "cpu", out=None) -> DiffResult:
+    """Seeded inputs `start`..`start + cases` of `seed` through `impl` (default: the bundled
+    implementations) and the oracle, in supervised worker processes: what `kvfuzz diff` does,
+    returned rather than printed. Divergences are shrunk; with `corpus`, saved there too."""
+    owner = _target(target)
+    impls = [implementation(target, one) for one in _many(impl)] or owner.bundled()
+    if corpus is not None:
+        corpus_files.check_writable(corpus)
+    args = argparse.Namespace(cases=cases or owner.default_cases, seed=seed, start=start,
+                              jobs=jobs, device=device, timeout=timeout,
+                              corpus=None if corpus is None else str(corpus))
+    result = run_diff(owner, impls, args, out or io.StringIO())
+    if result.interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+@dataclass
+class ReplayResult:
+    """Each (file, implementation) replayed, and the divergences among them."""
+
+    outcomes: list[tuple[Path, str, Outcome]] = field(default_factory=list)
+
+    @property
+    def divergences(self) -> list[Divergence]:
+        return [outcome.divergence for _, _, outcome in self.outcomes
+                if outcome.status == DIVERGE]
+
+    @property
+    def ok(self) -> bool:
+        return not any(not d.known for d in self.divergences)
+
+    def report(self) -> str:
+        return "\n\n".join(d.report() for d in self.divergences)
+
+
+def replay(paths: str | Path | Iterable[str | Path], impl: Impl | Iterable[Impl] | None = None,
+           *, timeout: float = DEFAULT_TIMEOUT, device: str = "cpu") -> ReplayResult:
+    """Saved inputs (files, or every *.json under directories) against `impl` where it applies
+    (an implementation of another target skips those files); default: the bundled ones. A bad
+    file raises `FormatError` or `CorpusError` naming it."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    loaded = [(path, *corpus_files.load(path)) for path in corpus_files.input_files(paths)]
+    result, checker = ReplayResult(), Checker(timeout)
+    try:
+        for path, target, item in loaded:
+            for one in applicable(target.name, impl) if impl is not None else target.bundled():
+                outcome = checker.check(target, item, one, device)
+                if outcome.divergence is not None:
+                    outcome.divergence.saved_path = str(path)
+                result.outcomes.append((Path(path), one.name, outcome))
+    finally:
+        checker.close()
+    return result
+
+
+def check(target: str, item, impl: Impl, *, device: str = "cpu") -> Outcome:
+    """One input of `target` (e.g. drawn from `kvfuzz.extend_cases()`) through `impl` and the
+    oracle, in this process: fast enough for a Hypothesis property, no isolation."""
+    return _target(target).check(item, implementation(target, impl), device)
+
+
+def assert_agrees(target: str, impl: Impl | Iterable[Impl], item=None, **diff_options) -> None:
+    """Fail with the full divergence report(s), replay lines included, unless `impl` agrees with
+    the oracle: on `item` if one is given (in this process), else on a seeded run (`diff`)."""
+    if item is not None:
+        for one in _many(impl):
+            outcome = check(target, item, one)
+            if outcome.status not in (AGREE, OUTSIDE) and not outcome.divergence.known:
+                raise Mismatch(outcome.divergence)
+        return
+    result = diff(target, impl, **diff_options)
+    failures = [d for d in result.divergences if not d.known]
+    if failures:
+        raise AssertionError("\n\n".join(d.report() for d in failures))
+
+
+def _target(name: str):
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r} (known: {', '.join(TARGETS)})")
+    return TARGETS[name]
+
+
+def _many(impl) -> list:
+    if impl is None:
+        return []
+    if isinstance(impl, (str, Implementation, type)) or callable(impl):
+        return [impl]
+    return list(impl)
+
+
+def applicable(target: str, impls) -> list[Implementation]:
+    """Those of `impls` that are implementations of `target` (others are skipped)."""
+    chosen = []
+    for one in _many(impls):
+        try:
+            chosen.append(implementation(target, one))
+        except ValueError:  # ImplementationError: another target's, not for these files
+            continue
+    return chosen
