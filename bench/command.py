@@ -8,11 +8,14 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("extend", "decode", "compaction", "harness")
+KINDS = ("extend", "decode", "compaction", "harness", "detection")
+
+
+TARGET_NAMES = ("extend", "decode", "allocator", "compaction")
 
 
 def parser() -> argparse.ArgumentParser:
-    from kvfuzz.fuzz.args import Parser
+    from kvfuzz.fuzz.args import Parser, jobs, seconds
 
     bench = Parser(prog="kvfuzz bench", description=__doc__)
     bench.add_argument("kind", choices=KINDS + ("all",), help="what to benchmark")
@@ -20,6 +23,17 @@ def parser() -> argparse.ArgumentParser:
                        help="small grid, short runs: every bench together in under a minute")
     bench.add_argument("--out", default=None, metavar="DIR",
                        help="where PNG plots go (default: bench/out/, git-ignored)")
+    detection = bench.add_argument_group("detection (time to find each mutant)")
+    detection.add_argument("--target", action="append", default=[], choices=TARGET_NAMES,
+                           help="target(s) to measure (default: all)")
+    detection.add_argument("--strategy", action="append", default=[],
+                           choices=("seeded", "uniform", "hypothesis", "atheris",
+                                    "atheris-plain"), help="strategies (default: all)")
+    detection.add_argument("--trials", type=jobs, default=None,
+                           help="independent trials per mutant and strategy (default 5)")
+    detection.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",
+                           help="per trial (default 20; --quick: 5)")
+    detection.add_argument("--jobs", type=jobs, default=2, help="trials run in parallel")
     return bench
 
 
@@ -29,6 +43,10 @@ def main(argv=None) -> int:
     began = time.monotonic()
     status = 0
     for kind in KINDS if args.kind == "all" else (args.kind,):
+        if kind == "detection":
+            from kvfuzz.bench import detection_command
+            status = max(status, detection_command.main(args, out_dir))
+            continue
         status = max(status, _run_one(kind, args.quick, out_dir))
     if args.kind == "all":
         print(f"\nall benchmarks: {time.monotonic() - began:.0f} s", file=sys.stderr)

@@ -7,6 +7,8 @@ Configured by environment (libFuzzer owns argv), all optional:
   KVFUZZ_KNOWN  file of signatures already found (JSON lines): those are counted, not raised,
                 so a campaign keeps searching past a bug it already has
   KVFUZZ_STATS  directory for this process's counters (read by `kvfuzz fuzz` for status lines)
+  KVFUZZ_FEATURES=0  no allocator-state features: coverage alone guides libFuzzer (the
+                detection benchmark's "atheris-plain" strategy)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Harness:
         self._known: set[str] = set()
         self._known_stamp = None
         self._written = time.monotonic()
+        self.began: float | None = None  # wall time of the first input
 
     def is_known(self, signature: str) -> bool:
         if self.known_path:
@@ -63,13 +66,15 @@ class Harness:
         return signature in self._known
 
     def done_one(self) -> None:
+        self.began = self.began or time.time()
         self.execs += 1
         if self.stats_path is not None and time.monotonic() - self._written >= STATS_EVERY:
             self.write_stats()
 
     def write_stats(self) -> None:
         self._written = time.monotonic()
-        data = {"execs": self.execs, "features": self.counts, "failures": self.failures}
+        data = {"execs": self.execs, "features": self.counts, "failures": self.failures,
+                "began": self.began, "time": time.time()}
         corpus.write_atomic(self.stats_path, json.dumps(data))
 
     def failed(self, signature: str) -> bool:
@@ -92,9 +97,11 @@ class DifferentialHarness(Harness):
         self.impls = [target.resolve(spec) for spec in impl_specs() or target.fuzz_defaults()]
         for impl in self.impls:
             impl.load()  # imported now, so that coverage instrumentation sees it
-        self.features = Features(target.feature_names())
+        use_features = os.environ.get("KVFUZZ_FEATURES", "1") != "0"
+        self.features = Features(target.feature_names() if use_features else [])
 
     def test_one_input(self, data: bytes) -> None:
+        self.began = self.began or time.time()
         item = self.target.from_bytes(data)
         # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.
         outcomes = [guarded_check(self.target, item, impl, "cpu") for impl in self.impls]

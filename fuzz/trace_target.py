@@ -4,10 +4,24 @@ and shrinking by cutting after the failing op and dropping runs of ops."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from kvfuzz.fuzz.shrink import without_chunks
 from kvfuzz.fuzz.target import Target
+
+
+STATUS_FEATURES = ["status:agree", "status:diverge", "status:known difference"]
+
+
+def trace_features(outcomes) -> Counter:
+    """Atheris features of a trace: the events its target counted (each outcome's features),
+    one function per event (`feature_names`), hit as often as the event happened."""
+    found = Counter()
+    for outcome in outcomes:
+        found.update({f"event:{name}": count for name, count in Counter(outcome.features).items()})
+        found[f"status:{outcome.status}"] += 1
+    return found
 
 
 class TraceTarget(Target):

@@ -9,11 +9,17 @@ from kvfuzz.strategies.allocator import generator as allocator_generator
 from kvfuzz.strategies.compaction import generator as compaction_generator
 
 
-def allocator_traces(max_bytes: int = 1024) -> st.SearchStrategy:
+def allocator_traces(max_bytes: int = 4096) -> st.SearchStrategy:
     """Allocator traces (`kvfuzz-allocator-trace/1`): request lifecycles, 1 to 200 ops."""
-    return st.builds(allocator_generator.from_bytes, st.binary(max_size=max_bytes))
+    return _traces(allocator_generator.from_bytes, max_bytes)
 
 
-def compaction_traces(max_bytes: int = 1024) -> st.SearchStrategy:
+def compaction_traces(max_bytes: int = 4096) -> st.SearchStrategy:
     """Lazy-compaction traces (`kvfuzz-compaction-trace/1`), 1 to 300 ops."""
-    return st.builds(compaction_generator.from_bytes, st.binary(max_size=max_bytes))
+    return _traces(compaction_generator.from_bytes, max_bytes)
+
+
+def _traces(from_bytes, max_bytes: int) -> st.SearchStrategy:
+    # At least 256 bytes (some 30 ops' worth of choices): Hypothesis draws short byte strings
+    # by default, and a trace whose bytes run out repeats its simplest op.
+    return st.builds(from_bytes, st.binary(min_size=min(256, max_bytes), max_size=max_bytes))

@@ -4,7 +4,10 @@ serves the seeded runs and atheris alike, never a copy of it.
 
 `BytesRandom`: every method of `random.Random` draws from `getrandbits` or `random`; both read the
 next bytes and read 0 once the bytes run out, which makes every later draw its simplest value and
-ends any rejection loop.
+ends any rejection loop. `random()` reads 2 bytes, not the 7 a full-precision float would: the
+generators use it for weighted choices and coin flips, and at 7 bytes a fuzzer's input of 2 KB
+ran out after some 50 trace ops (the detection benchmark showed byte-fed traces missing mutants
+that seeded traces of 200 ops found at once).
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ class BytesRandom(random.Random):
         return int.from_bytes(chunk, "big") & ((1 << k) - 1) if chunk else 0
 
     def random(self) -> float:
-        return self.getrandbits(53) / (1 << 53)
+        return self.getrandbits(16) / (1 << 16)
 
 
 class TraceGenerator:

@@ -15,13 +15,19 @@ from dataclasses import fields, replace
 from kvfuzz.fuzz.allocator.known import classify
 from kvfuzz.fuzz.summary import counts_grid
 from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome
-from kvfuzz.fuzz.trace_target import TraceTarget
+from kvfuzz.fuzz.trace_target import STATUS_FEATURES, TraceTarget, trace_features
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
 from kvfuzz.impl.registry import OUTSIDE, check_shape
 from kvfuzz.strategies.allocator import codec, generator
-from kvfuzz.strategies.allocator.trace import FORMAT, Extend, Trace, describe_op, to_json
+from kvfuzz.strategies.allocator.trace import (FORMAT, MISUSES, Extend, Trace, describe_op,
+                                               to_json)
 
 
+# What the lock step counts (lockstep.Lockstep._count): calls, their edge classes, merges.
+_ALLOCS, _RELEASES = ("alloc", "alloc_extend", "alloc_decode"), \
+    ("free_slots", "free_segment", "free_page_ids", "group_begin", "group_end")
+EVENTS = (*(f"{m} {how}" for m in _ALLOCS for how in ("None", "exact fit", "ok")), *_RELEASES,
+          "clear", "merge", *(f"misuse rejected: {kind}" for kind in MISUSES + _ALLOCS + _RELEASES))
 # What the driver calls (kvfuzz/impl/allocator/driver.py).
 METHODS = ("alloc", "alloc_extend", "alloc_decode", "free", "free_segment", "free_page_ids",
            "free_group_begin", "free_group_end", "clear", "available_size")
@@ -74,6 +80,12 @@ class AllocatorTarget(TraceTarget):
 
     def summary_lines(self, found: Counter) -> list[str]:
         return counts_grid("calls and edge classes", found)
+
+    def feature_names(self):
+        return [f"event:{name}" for name in EVENTS] + STATUS_FEATURES
+
+    def fuzz_features(self, item, outcomes):
+        return trace_features(outcomes)
 
 
 def _rids(trace: Trace) -> set[int]:

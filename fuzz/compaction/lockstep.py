@@ -8,6 +8,7 @@ on the implementation (I12, eager vs lazy, is in `i12.py`).
 from __future__ import annotations
 
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field, fields
 
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
@@ -115,6 +116,7 @@ class Lockstep:
         self.snaps = {name: self.impl.snapshot(name) for name in self.geos}
         self.log: list[str] = []
         self.checked: dict[str, object] = {}  # per pool, and "chain": what was last checked
+        self.events: Counter = Counter()  # what the trace exercised (EVENTS), per the model
 
     def step(self, op: Op) -> tuple[str | None, list[str]]:
         """Apply `op` to both sides; returns (pool, problems), problems empty when all agrees."""
@@ -123,9 +125,11 @@ class Lockstep:
         self.log.append(describe_op(op))
         problems = self._apply(op, before)
         self.snaps = {name: self.impl.snapshot(name) for name in self.geos}
+        expected = {name: self.model.snapshot(name) for name in self.geos}
         for name in self.geos:
-            diffs = compare_snapshots(self.model.snapshot(name), self.snaps[name])
+            diffs = compare_snapshots(expected[name], self.snaps[name])
             problems += [f"{name}: {diff}" for diff in diffs]
+        self._count(op, before, expected)
         for name, geo in self.geos.items():
             snap, data = checked = (self.snaps[name], self.impl.read_live(name))
             if checked != self.checked.get(name):  # invariants are pure: skip an unchanged pool
@@ -137,11 +141,27 @@ class Lockstep:
         problems += [f"{pool}: {problem}" for problem in self._transition(op, before, pool)]
         return pool, problems
 
+    def _count(self, op: Op, before: dict, after: dict) -> None:
+        kind = type(op).__name__.lower()
+        self.events[kind] += 1
+        if isinstance(op, Alloc):
+            self.events["alloc refused" if self._expected is None else
+                        "alloc took holes" if before[op.pool].holes else "alloc"] += 1
+        if isinstance(op, Flush):
+            moved = self._expected or 0
+            self.events[f"{'urgent ' if op.urgent else ''}flush moved "
+                        f"{moved if moved < 2 else '2+'}"] += 1
+        self.events.update(state for state, on in (
+            ("pages pending", any(s.pending_set for s in after.values())),
+            ("holes", any(s.holes for s in after.values())),
+            ("forward unfired", any(s.inflight for s in after.values()))) if on)
+
     def _apply(self, op: Op, before: dict[str, PoolSnapshot]) -> list[str]:
-        self._result = None
+        self._result = self._expected = None
         if isinstance(op, Alloc):
             n = max(1, self.model.avail(op.pool) + op.n) if op.relative else op.n
             expected, actual = self.model.alloc(op.pool, n), self.impl.alloc(op.pool, n)
+            self._expected = expected
             self._result, self._n = actual, n
             self.log[-1] = f"alloc {op.pool} {n} -> {_short(expected, 60)}"
             if expected != actual:
@@ -159,7 +179,7 @@ class Lockstep:
                     del self.stamps[op.pool][vid]
         elif isinstance(op, (Flush, Drain)):
             kind = type(op).__name__.lower()
-            expected = getattr(self.model, kind)(op.pool, op.urgent)
+            expected = self._expected = getattr(self.model, kind)(op.pool, op.urgent)
             actual = getattr(self.impl, kind)(op.pool, op.urgent)
             self._result = actual
             self.log[-1] = describe_op(op) + (f" -> {expected} moves" if kind == "flush" else "")
@@ -228,9 +248,10 @@ def _short(value: object, width: int = 120) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def run_trace(trace: Trace, factory, device: str = "cpu") -> Found | None:
+def run_trace(trace: Trace, factory, device: str = "cpu") -> tuple[Found | None, Counter]:
     """Apply every op to the oracle and the implementation; the first op with any problem (a
-    crash of the implementation included, with its stack) is the finding."""
+    crash of the implementation included, with its stack) is the finding. Also: the events
+    the trace exercised up to there."""
     lock = None
     for index, op in enumerate(trace.ops):
         try:
@@ -243,5 +264,11 @@ def run_trace(trace: Trace, factory, device: str = "cpu") -> Found | None:
             problems = [f"crash {type(error).__name__}: {error}"] + \
                 [line.rstrip() for chunk in frames for line in chunk.splitlines()]
         if problems:
-            return Found(index, pool, problems, lock.log[-6:] if lock else [])
-    return None
+            return Found(index, pool, problems, lock.log[-6:] if lock else []), \
+                lock.events if lock else Counter()
+    return None, lock.events if lock else Counter()
+
+
+EVENTS = ("alloc", "free", "flush", "drain", "forward", "fire", "alloc refused",
+          "alloc took holes", *(f"{u}flush moved {n}" for u in ("", "urgent ") for n in
+                                ("0", "1", "2+")), "pages pending", "holes", "forward unfired")

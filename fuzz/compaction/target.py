@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import fields
 
 from kvfuzz.fuzz.compaction.i12 import check_i12
-from kvfuzz.fuzz.compaction.lockstep import Crashed, Found, Guarded, run_trace
+from kvfuzz.fuzz.compaction.lockstep import EVENTS, Crashed, Found, Guarded, run_trace
 from kvfuzz.fuzz.summary import counts_grid
 from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome
-from kvfuzz.fuzz.trace_target import TraceTarget
+from kvfuzz.fuzz.trace_target import STATUS_FEATURES, TraceTarget, trace_features
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.compaction import codec, generator
@@ -47,7 +47,7 @@ class CompactionTarget(TraceTarget):
     def check(self, item: Trace, impl, device="cpu") -> Outcome:
         """Op for op (I1-I11), then I12 if the implementation is lazy."""
         factory = impl.load()
-        found = run_trace(item, factory, device)
+        found, events = run_trace(item, factory, device)
         if found is None:
             try:
                 if Guarded(factory, item.params, device).lazy:
@@ -55,10 +55,9 @@ class CompactionTarget(TraceTarget):
             except Crashed as crash:
                 found = Found(None, None, [f"crash {type(crash.__cause__).__name__}: "
                                            f"{crash.__cause__}"])
-        ops = Counter(type(op).__name__.lower() for op in item.ops)
         if found is None:
-            return Outcome(AGREE, features=ops)
-        return Outcome(DIVERGE, self._divergence(item, impl, found), features=ops)
+            return Outcome(AGREE, features=events)
+        return Outcome(DIVERGE, self._divergence(item, impl, found), features=events)
 
     def _divergence(self, item: Trace, impl, found: Found):
         label = found.label()
@@ -74,7 +73,13 @@ class CompactionTarget(TraceTarget):
 
     def summary_lines(self, found: Counter) -> list[str]:
         return ["  checked: every observable after every op, invariants I1-I11; "
-                "I12 per trace of a lazy implementation"] + counts_grid("ops run", found)
+                "I12 per trace of a lazy implementation"] + counts_grid("ops and events", found)
+
+    def feature_names(self):
+        return [f"event:{name}" for name in EVENTS] + STATUS_FEATURES
+
+    def fuzz_features(self, item, outcomes):
+        return trace_features(outcomes)
 
 
 COMPACTION = CompactionTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -20,7 +20,7 @@ def side(name: str, params):
 
 def op_by_op(trace, name: str):
     """The lock-step run alone (no I12): a `Found`, or None."""
-    return run_trace(trace, factory(name))
+    return run_trace(trace, factory(name))[0]
 
 
 def i12(trace, lazy: str = "compaction.lazy", eager: str = "compaction.eager"):

@@ -1,0 +1,99 @@
+"""The detection benchmark's baseline: plain uniform-random inputs of the same sizes as the seeded
+generators', with none of their aim (no edge classes, no pool filled to the brim, no "one page
+short"): what the edge classes and the trace generators' steering are measured against.
+Valid by construction, so that every input is compared."""
+
+from __future__ import annotations
+
+import random
+
+from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
+                                               Decode, Extend, Finish, GroupBegin, GroupEnd,
+                                               Misuse, Trace, Truncate)
+from kvfuzz.strategies.compaction import generator as compaction_generator
+from kvfuzz.strategies.compaction.trace import (WHERE, WHICH, Alloc, Drain, Fire, Flush, Forward,
+                                                Free, Pick)
+from kvfuzz.strategies.compaction.trace import Trace as CompactionTrace
+from kvfuzz.strategies.inputs import ceil_pages
+from kvfuzz.strategies.paged.case import Case
+
+TOKEN_BUDGET = 6144  # as the seeded builders
+
+
+def uniform_input(target: str, rng: random.Random):
+    return {"extend": _paged, "decode": _paged, "allocator": _allocator,
+            "compaction": _compaction}[target](target, rng)
+
+
+def _paged(target: str, rng: random.Random) -> Case:
+    page_size, batch = rng.randint(1, 1024), rng.randint(1, 128)
+    prefixes, seqs, budget = [], [], TOKEN_BUDGET
+    for _ in range(batch):
+        if target == "extend":
+            prefix = rng.randint(0, 4 * page_size)
+            seq = prefix + min(budget, rng.randint(0, 24 * page_size))
+            budget -= seq - prefix
+        else:
+            seq = rng.randint(1, 7 * page_size)
+            prefix = seq - 1
+        prefixes.append(prefix)
+        seqs.append(seq)
+    demand = sum(ceil_pages(s, page_size) - ceil_pages(q, page_size) for q, s in zip(prefixes, seqs))
+    ids = rng.sample(range(1, 2**20), batch + demand + rng.randint(0, 8))
+    last_loc = tuple(ids[i] * page_size + (q - 1) % page_size if q else -1
+                     for i, q in enumerate(prefixes))
+    return Case(target, page_size, tuple(seqs), last_loc, tuple(ids[batch:]),
+                prefix_lens=tuple(prefixes) if target == "extend" else ())
+
+
+def _allocator(target: str, rng: random.Random, num_ops: int = 200) -> Trace:
+    page_size = rng.randint(1, 16)
+    ops, rid = [], 0
+    for _ in range(num_ops):
+        kind = rng.choice(ALLOCATOR_OPS)
+        rid += kind in ("admit", "alloc")
+        ops.append(_allocator_op(kind, rng, rid, page_size))
+    return Trace(page_size, page_size * rng.randint(2, 64), rng.random() < 0.5, tuple(ops),
+                 rng.random() < 0.5)
+
+
+ALLOCATOR_OPS = ("admit", "extend", "decode", "finish", "truncate", "alloc", "group", "clear",
+                 "misuse")
+
+
+def _allocator_op(kind: str, rng: random.Random, rid: int, page_size: int):
+    live = rng.randint(1, max(1, rid))  # any request so far, finished or not
+    if kind == "admit":
+        return Admit(rid)
+    if kind in ("extend", "decode"):
+        rids = tuple({rng.randint(1, max(1, rid)) for _ in range(rng.randint(1, 4))})
+        return Extend(rids, tuple(rng.randint(0, 2 * page_size) for _ in rids)) \
+            if kind == "extend" else Decode(rids)
+    if kind == "finish":
+        return Finish(live, rng.choice(FREE_HOWS))
+    if kind == "truncate":
+        return Truncate(live, rng.randint(0, 4 * page_size), rng.choice(FREE_HOWS))
+    if kind == "alloc":
+        return AllocPages(rid, rng.randint(0, 4))
+    if kind == "group":
+        return rng.choice((GroupBegin(), GroupEnd()))
+    if kind == "clear":
+        return Clear()
+    return Misuse(rng.choice(MISUSES), rng.randint(0, 99))
+
+
+def _compaction(target: str, rng: random.Random, num_ops: int = 300) -> CompactionTrace:
+    params = compaction_generator._params(rng)  # the same geometry as the seeded traces
+
+    def pick() -> Pick:
+        return Pick(rng.choice(WHERE), rng.randint(1, 4), rng.randrange(1000))
+    ops = []
+    for _ in range(num_ops):
+        pool = rng.choice(params.pools())
+        kind = rng.choice((Alloc, Free, Flush, Drain, Forward, Fire))
+        ops.append(Alloc(pool, rng.randint(1, 6)) if kind is Alloc else
+                   Free(pool, pick()) if kind is Free else
+                   kind(pool, rng.random() < 0.5) if kind in (Flush, Drain) else
+                   Forward(pick(), pick() if params.two_ended else None) if kind is Forward else
+                   Fire(rng.choice(WHICH)))
+    return CompactionTrace(params, tuple(ops))
