@@ -1,5 +1,6 @@
-"""`kvfuzz bench extend|decode|compaction|harness|all [--quick] [--out DIR]`: benchmark figures as
-markdown tables (and PNG plots under --out). Figures are printed, never asserted."""
+"""`kvfuzz bench extend|decode|compaction|harness|detection|all [--quick] [--out DIR]`: benchmark
+figures as markdown tables (and PNG plots under --out). Figures are printed, never asserted.
+`detection` measures the fuzzers, not the allocators: how fast each strategy finds each mutant."""
 
 from __future__ import annotations
 

@@ -6,7 +6,9 @@ Strategies: `seeded` (the default `kvfuzz diff` generators, with their edge clas
 steering), `uniform` (plain uniform-random inputs of the same sizes, `uniform.py`: the baseline),
 `hypothesis` (the public strategies), `atheris` (libFuzzer with structure-aware decoding and the
 allocator-state features) and `atheris-plain` (the same without the features). Trial k uses seed
-k everywhere; atheris starts from an empty corpus, and its time counts from its first input.
+k everywhere; atheris starts from its target's pseudo-random seed inputs, as `kvfuzz fuzz` does
+(not from the corpus encodings: those would give the mutants away), and its time counts from its
+first input.
 """
 
 from __future__ import annotations
@@ -97,11 +99,12 @@ class _Stop(Exception):
 def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> bool:
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    import kvfuzz
+    from kvfuzz.strategies import hypothesis_traces
+    from kvfuzz.strategies.paged import hypothesis_cases
 
-    strategy = getattr(kvfuzz, {"extend": "extend_cases", "decode": "decode_cases",
-                                "allocator": "allocator_traces",
-                                "compaction": "compaction_traces"}[target])()
+    strategy = {"extend": hypothesis_cases.extend_cases, "decode": hypothesis_cases.decode_cases,
+                "allocator": hypothesis_traces.allocator_traces,
+                "compaction": hypothesis_traces.compaction_traces}[target]()
     found = []
 
     @seed(trial)
@@ -127,6 +130,8 @@ def _atheris(target: str, mutant: str, trial: int, budget: float, features: bool
         work = Path(work)
         for name in ("bytes", "found", "stats"):
             (work / name).mkdir()
+        for number, data in enumerate(TARGETS[target].seed_inputs()):  # as `kvfuzz fuzz` does
+            (work / "bytes" / f"seed-{number}").write_bytes(data)
         env = dict(os.environ, KVFUZZ_IMPL=mutant, KVFUZZ_FOUND=str(work / "found"),
                    KVFUZZ_STATS=str(work / "stats"), KVFUZZ_FEATURES="1" if features else "0",
                    OMP_NUM_THREADS="1")

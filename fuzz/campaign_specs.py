@@ -57,7 +57,9 @@ class DifferentialSpec:
         return self.target.fuzz_defaults()
 
     def seeds(self, paths):
-        """Bytes for every input of this target under `paths` that `encode` can spell."""
+        """Bytes for every input of this target under `paths` that `encode` can spell, and the
+        target's own seed inputs."""
+        yield from self.target.seed_inputs()
         for path in corpus.input_files([p for p in paths if os.path.exists(p)]):
             try:
                 target, item = corpus.load(path)

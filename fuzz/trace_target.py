@@ -29,6 +29,7 @@ class TraceTarget(Target):
     chunk_sizes = (10, 200)
     fuzz_flags = ("-len_control=0", "-max_len=2048")  # long traces from the first input
     coverage_packages = ("kvfuzz.impl", "kvfuzz.oracle")
+    seed_bytes = 1024  # some 100 ops' worth of choices: a trace cannot be encoded to seed from
 
     def __init__(self, generator, from_json, to_json):
         self.generator, self._from_json, self._to_json = generator, from_json, to_json

@@ -1,0 +1,45 @@
+"""The detection benchmark's machinery (figures are printed by `kvfuzz bench detection`, never
+asserted): the uniform baseline makes valid inputs of every target, a trial stops at the first
+divergence and counts what it ran, and the tables say found/trials per cell."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kvfuzz.bench.detection import Trial, run_trial
+from kvfuzz.bench.detection_report import tables
+from kvfuzz.bench.uniform import uniform_input
+from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.targets import TARGETS
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_uniform_inputs_are_valid_and_agree_on_a_bundled_implementation(name):
+    target = TARGETS[name]
+    for index in range(15):
+        item = uniform_input(name, random.Random(index))
+        assert target.from_json(target.to_json(item), "uniform") == item
+        assert target.check(item, target.bundled()[0]).status == AGREE
+
+
+@pytest.mark.parametrize("strategy", ["seeded", "uniform", "hypothesis"])
+def test_a_trial_stops_at_the_first_divergence(strategy):
+    trial = run_trial("decode", "mutant.inclusive_rank", strategy, 1, 30.0, 5000)
+    assert trial.found and 1 <= trial.cases < 5000 and trial.seconds < 30
+
+
+def test_a_trial_that_finds_nothing_ends_at_its_budget():
+    trial = run_trial("decode", "torch.vectorized", "seeded", 1, 30.0, 50)  # a correct one
+    assert not trial.found and trial.cases == 50
+
+
+def test_tables_give_medians_over_the_trials_that_found_it():
+    results = [Trial("extend", "m", "seeded", 1, True, 10, 1.0),
+               Trial("extend", "m", "seeded", 2, True, 30, 3.0),
+               Trial("extend", "m", "uniform", 1, False, 100, 5.0),
+               Trial("extend", "m", "uniform", 2, True, 50, 4.0)]
+    text = tables(results, ["seeded", "uniform"], trials=2)
+    assert "| m | 20 / 2.00 s (2/2) | 50 / 4.00 s (1/2) |" in text
+    assert "**1/1**; 2.00 s | **0/1**; 4.00 s |" in text
