@@ -47,7 +47,10 @@ class Trial:
 
 
 def mutants(target: str, quick: bool) -> list[str]:
-    names = [impl.name for impl in TARGETS[target].implementations if impl.kind == MUTANT]
+    """The catalogue's mutants of kvfuzz's own implementations. Mutants of upstream code (which
+    need it installed, and get traces of their own class's profile) are left to their tests."""
+    names = [impl.name for impl in TARGETS[target].implementations
+             if impl.kind == MUTANT and impl.requires is None]
     return names[:1] if quick else names
 
 

@@ -141,7 +141,7 @@ class Campaign:
                  if p.name not in self.triaged and not p.name.startswith(".")]
         for path in fresh:
             self.triaged.add(path.name)
-            name, content = self.target.from_artifact(path.read_bytes())
+            name, content = self.target.from_artifact(path.read_bytes(), self.impl_specs)
             write_atomic(self.dirs["found"] / name, content)
             (self.dirs["bytes"] / path.name.split("-", 1)[-1]).unlink(missing_ok=True)
         return len(fresh)

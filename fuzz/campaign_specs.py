@@ -69,9 +69,11 @@ class DifferentialSpec:
             if data is not None:
                 yield data
 
-    def from_artifact(self, data: bytes) -> tuple[str, str]:
-        """A libFuzzer crash or timeout file as the input it stands for (name, JSON)."""
-        item = self.target.from_bytes(data)
+    def from_artifact(self, data: bytes, impl_specs=()) -> tuple[str, str]:
+        """A libFuzzer crash or timeout file as the input it stands for (name, JSON), decoded
+        as the workers decoded it for `impl_specs`."""
+        impls = [self.target.resolve(spec) for spec in impl_specs or self.default_impls()]
+        item = self.target.from_bytes_for(impls, data)
         return self.target.file_name(item), self.target.dumps(item)
 
     def triage(self, path, impl_specs, stopping, checker) -> list[Finding]:
@@ -111,7 +113,7 @@ class LoaderSpec:
     def seeds(self, paths):
         return iter(())
 
-    def from_artifact(self, data: bytes) -> tuple[str, bytes]:
+    def from_artifact(self, data: bytes, impl_specs=()) -> tuple[str, bytes]:
         from kvfuzz.fuzz.loader_fuzz import malformed
 
         raw = malformed(data)[1].encode("utf-8", "surrogatepass")

@@ -102,7 +102,7 @@ class DifferentialHarness(Harness):
 
     def test_one_input(self, data: bytes) -> None:
         self.began = self.began or time.time()
-        item = self.target.from_bytes(data)
+        item = self.target.from_bytes_for(self.impls, data)
         # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.
         outcomes = [guarded_check(self.target, item, impl, "cpu") for impl in self.impls]
         found = self.target.fuzz_features(item, outcomes)

@@ -35,7 +35,7 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
     impl.load()
     tally, total, began = Tally(), Tally(), time.perf_counter()
     for index in range(start, stop):
-        item = target.generate(seed, index)
+        item = target.generate_for([impl], seed, index)
         if state is not None:
             mark(state, index)
         tally.add(guarded_check(target, item, impl, device), index)
@@ -132,7 +132,7 @@ class SeededRun:
         """The worker died (or was killed) checking an input: that is the divergence."""
         spec, _, _ = self.tasks.pop(worker)
         index = worker.current()
-        item = self.target.generate(self.args.seed, index)
+        item = self.target.generate_for([self.impls[spec]], self.args.seed, index)
         tally = Tally()
         tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
         self._absorb(spec, tally)

@@ -19,12 +19,22 @@ def summary(target, tallies: dict, elapsed: float, interrupted: bool = False) ->
                      f"{rate_text(tally.cases, tally.seconds):>10}")
         lines += [f"    known upstream difference x{count}: {known.split(':')[0]}"
                   for known, count in tally.known.items()]
+        if target.noun == "trace" and tally.cases:
+            lines.append(_completion(tally))
     lines += _outside_lines(tallies)
     if tallies:
-        # Every implementation sees the same inputs; the longest run has the fullest counts.
+        # The longest run has the fullest counts.
         lines += target.summary_lines(max(tallies.values(), key=lambda t: t.cases).features)
     lines.append(f"  wall time {elapsed:.1f} s")
     return "\n".join(lines)
+
+
+def _completion(tally) -> str:
+    """A trace stops at its first problem: how many ran to their last op, how many did not."""
+    known, diverged = sum(tally.known.values()), int(tally.divergence is not None)
+    return (f"    ran to the last op: {tally.agree:,}/{tally.cases:,} "
+            f"({tally.agree / tally.cases:.1%}); stopped early: {known:,} at a known "
+            f"difference, {diverged} at a divergence; not run (outside): {tally.outside:,}")
 
 
 def _outside_lines(tallies: dict) -> list[str]:

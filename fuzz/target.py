@@ -54,6 +54,15 @@ class Target:
         """Input `index` of `seed`, the same forever (the generator is versioned)."""
         raise NotImplementedError
 
+    def generate_for(self, impls, seed: int, index: int):
+        """Input `index` of `seed` for `impls`: a target whose generator respects what its
+        implementations declare (`Implementation.preconditions`) overrides this and
+        `from_bytes_for`; by default every implementation gets the same inputs."""
+        return self.generate(seed, index)
+
+    def from_bytes_for(self, impls, data: bytes):
+        return self.from_bytes(data)
+
     def from_bytes(self, data: bytes):
         """The input fuzzer bytes stand for: the seeded generator fed by the bytes. Never raises."""
         raise NotImplementedError
@@ -132,12 +141,18 @@ class Target:
         impl = resolve(self.name, self.implementations, spec)
         if impl not in self.implementations:
             self.validate(impl.path, impl.load())
+            impl = self.declared(impl, impl.load())
         return impl
 
     def validate(self, path: str, obj) -> None:
         """Raise `ImplementationError` (one line) unless `obj` has the shape this target calls
         (each target)."""
         raise NotImplementedError
+
+    def declared(self, impl: Implementation, obj) -> Implementation:
+        """An outside implementation with the preconditions its shape declares (a target whose
+        implementations come in more than one shape overrides this)."""
+        return impl
 
     def bundled(self) -> list[Implementation]:
         return [impl for impl in self.implementations if impl.kind == BUNDLED]

@@ -11,7 +11,8 @@ from kvfuzz.fuzz.shrink import without_chunks
 from kvfuzz.fuzz.target import Target
 
 
-STATUS_FEATURES = ["status:agree", "status:diverge", "status:known difference"]
+STATUS_FEATURES = ["status:agree", "status:diverge", "status:known difference",
+                   "status:outside contract"]
 
 
 def trace_features(outcomes) -> Counter:
@@ -39,6 +40,16 @@ class TraceTarget(Target):
 
     def from_bytes(self, data):
         return self.generator.from_bytes(data)
+
+    def generator_for(self, impls):
+        """The generator whose traces `impls` all support (by default the one generator)."""
+        return self.generator
+
+    def generate_for(self, impls, seed, index):
+        return self.generator_for(impls).generate(seed, index)
+
+    def from_bytes_for(self, impls, data):
+        return self.generator_for(impls).from_bytes(data)
 
     def from_json(self, data, source):
         return self._from_json(data, source)

@@ -9,6 +9,7 @@ or choosing one never imports torch, Triton or a user's package.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 from dataclasses import dataclass
 
@@ -35,9 +36,15 @@ class Implementation:
     # Preconditions beyond the target's common contract, by name (paged: e.g. Triton's
     # power-of-two page size): inputs violating them are outside this implementation's contract.
     preconditions: tuple[str, ...] = ()
+    # A package it needs that kvfuzz does not install (e.g. "sglang"): without it, tests that
+    # run it skip, and benchmarks leave it out.
+    requires: str | None = None
     # False when a call outside the contract may crash the process (an out-of-bounds device
     # read): the engine then records "not run" instead of calling it.
     safe_outside_contract: bool = True
+
+    def available(self) -> bool:
+        return self.requires is None or importlib.util.find_spec(self.requires) is not None
 
     def load(self):
         """The implementation itself, imported on first use and kept (a check calls this once
@@ -116,7 +123,11 @@ def load_attribute(path: str):
         raise ImplementationError(f"import path {path!r}: cannot import {module_name!r}: "
                                   f"{error}") from None
     for part in attr_path.split("."):
-        if not hasattr(obj, part):
+        try:
+            found = hasattr(obj, part)
+        except ImportError as error:  # an attribute built on use (a mutant of upstream code)
+            raise ImplementationError(f"import path {path!r}: {error}") from None
+        if not found:
             raise ImplementationError(f"import path {path!r}: {module_name!r} has no attribute "
                                       f"{attr_path!r}")
         obj = getattr(obj, part)

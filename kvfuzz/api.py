@@ -42,8 +42,8 @@ def implementation(target: str, impl: Impl) -> Implementation:
         return owner.resolve(impl)
     name = f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', repr(impl))}"
     owner.validate(name, impl)
-    return Implementation(name, target, register_object(impl), "given as an object",
-                          OUTSIDE_KIND)
+    return owner.declared(Implementation(name, target, register_object(impl),
+                                         "given as an object", OUTSIDE_KIND), impl)
 
 
 def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int | None = None,

@@ -1,5 +1,7 @@
 """Caller bugs on purpose: turns a `Misuse` op into the wrong call it stands for. The oracle
-(`oracle.allocator`) says each must be rejected with nothing observable changed (debug mode)."""
+(`oracle.allocator`) says each must be rejected with nothing observable changed (debug mode),
+except the free-group kinds, judged in every mode: a nested begin is rejected, an end with no
+group open does nothing."""
 
 from __future__ import annotations
 
@@ -11,6 +13,13 @@ from kvfuzz.strategies.allocator.trace import Misuse
 def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel) -> Call | None:
     """The wrong call `op` stands for now; None where it cannot be made or seen (debug checks
     off, or inside a free group, where releases are only staged)."""
+    if op.kind == "group_begin_nested":
+        return Call("group_begin", (), "group_begin_nested: free_group_begin() inside an open "
+                    "group", misuse=op.kind) if sched.group_open else None
+    if op.kind == "group_end_unopened":
+        return None if sched.group_open else Call(
+            "group_end", (), "group_end_unopened: free_group_end() with no group open",
+            release=("group", False), misuse=op.kind)
     if not sched.debug or sched.group_open:
         return None
     P, salt, kind = sched.P, op.salt, op.kind

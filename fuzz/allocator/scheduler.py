@@ -3,7 +3,9 @@ holders of every page, turns a trace op into one concrete allocator `Call` (last
 scheduler does: the slot of the last stored token, -1 for none), and records what came back.
 
 Ops resolve against the oracle's state (both sides agree until the first divergence), so the same
-trace gives the same calls on every implementation.
+trace gives the same calls on every implementation. A token-interface trace (upstream
+`TokenToKVPoolAllocator`) gets `alloc(n)` for an extend or a decode batch, as SGLang's
+scheduler calls it at page size 1, and the slots are split over the batch in order.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ class Call:
     lens: tuple = ()
     release: tuple | None = None
     misuse: str | None = None
+    holder: bool = False        # `alloc` for a new holder (AllocPages), not for a batch
 
 
 class Scheduler:
     def __init__(self, trace: Trace):
         self.P, self.debug = trace.page_size, trace.debug
+        self.token = trace.interface == "token"
         self.rows: dict[int, list[int]] = {}         # live requests
         self.seen: set[int] = set()                  # rids ever used: never admitted twice
         self.holders: dict[int, set[int]] = {}       # page -> live rids holding it
@@ -63,6 +67,10 @@ class Scheduler:
                 return None
             seq = [len(self.rows[r]) + 1 for r in rids]
             last = [self.rows[r][-1] for r in rids]
+            if self.token:
+                return Call("alloc", (len(rids),), f"alloc({len(rids)}) to decode "
+                            + " ".join(f"r{r}" for r in rids), tuple(rids),
+                            tuple(s - 1 for s in seq), (1,) * len(rids))
             return Call("alloc_decode", (seq, last), f"alloc_decode(seq_lens={seq}, last_loc={last})",
                         tuple(rids), tuple(s - 1 for s in seq), (1,) * len(rids))
         if isinstance(op, (Finish, Truncate)):
@@ -71,7 +79,8 @@ class Scheduler:
             if op.rid in self.seen:
                 return None
             pages = max(0, op.pages + (len(model.free) + len(model.staged) if op.relative else 0))
-            return Call("alloc", (pages * P,), f"alloc({pages * P}) for r{op.rid}", (op.rid,), (0,))
+            return Call("alloc", (pages * P,), f"alloc({pages * P}) for r{op.rid}", (op.rid,), (0,),
+                        holder=True)
         if isinstance(op, GroupBegin) and not self.group_open:
             return Call("group_begin", (), "free_group_begin()", release=("group", True))
         if isinstance(op, GroupEnd) and self.group_open:
@@ -93,13 +102,18 @@ class Scheduler:
         seq = [q + batch[r] for q, r in zip(prefix, rids)]
         if op.fill is not None:
             seq[-1] = prefix[-1] + self._fill_length(prefix, seq, op, model)
+        lens = tuple(s - q for q, s in zip(prefix, seq))
+        if self.token:
+            return Call("alloc", (sum(lens),), f"alloc({sum(lens)}) to extend "
+                        + " ".join(f"r{r}+{n}" for r, n in zip(rids, lens)), tuple(rids),
+                        tuple(prefix), lens)
         last = [self.rows[r][q - 1] if q else -1 for r, q in zip(rids, prefix)]
         exact = sum(ceil_pages(s, P) - ceil_pages(q, P) for q, s in zip(prefix, seq)) \
             if op.exact else None
         text = (f"alloc_extend(prefix_lens={prefix}, seq_lens={seq}, last_loc={last}"
                 + (f", num_new_pages={exact})" if op.exact else ")"))
         return Call("alloc_extend", (prefix, seq, last, exact), text, tuple(rids), tuple(prefix),
-                    tuple(s - q for q, s in zip(prefix, seq)))
+                    lens)
 
     def _fill_length(self, prefix, seq, op: Extend, model: AllocatorModel) -> int:
         """Tokens for the last request so the batch needs `available pages + fill` new pages."""
@@ -155,7 +169,7 @@ class Scheduler:
 
     def _commit_slots(self, call: Call, result: list[int]) -> list[str]:
         problems, at = [], 0
-        if call.method == "alloc":
+        if call.holder:
             self.seen.add(call.rids[0])
             self.rows[call.rids[0]] = []
             call.lens = (len(result),)

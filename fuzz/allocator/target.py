@@ -1,36 +1,43 @@
-"""The "allocator" target: the paged allocator object (upstream `PagedTokenToKVPoolAllocator`'s
-interface) driven over request-lifecycle traces, in lock step with the oracle (`lockstep.py`).
+"""The "allocator" target: the allocator object (upstream `PagedTokenToKVPoolAllocator`'s
+interface, or `TokenToKVPoolAllocator`'s) driven over request-lifecycle traces, in lock step with
+the oracle (`lockstep.py`).
 
     kvfuzz diff allocator --cases 2000 --jobs 2
     kvfuzz diff allocator --impl sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator
-A divergence of an outside class that matches a documented upstream difference (`known.py`) is
-counted and reported, never a failure. Imports torch only when a trace runs.
+Each implementation gets the traces it supports (its declared preconditions,
+strategies/allocator/profile.py); a trace from elsewhere that breaks one is outside its
+contract. An outside class without `page_size` in its constructor is taken to have the token
+interface. Imports torch only when a trace runs.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections import Counter
 from dataclasses import fields, replace
 
-from kvfuzz.fuzz.allocator.known import classify
 from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, KNOWN, Outcome
+from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
 from kvfuzz.fuzz.trace_target import STATUS_FEATURES, TraceTarget, trace_features
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
-from kvfuzz.impl.registry import OUTSIDE, check_shape
+from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator
-from kvfuzz.strategies.allocator.trace import (FORMAT, MISUSES, Extend, Trace, describe_op,
-                                               to_json)
+from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS, TOKEN_INTERFACE, broken
+from kvfuzz.strategies.allocator.trace import (FORMAT, GROUP_MISUSES, MISUSES, Extend, Trace,
+                                               describe_op, to_json)
 
 
 # What the lock step counts (lockstep.Lockstep._count): calls, their edge classes, merges.
 _ALLOCS, _RELEASES = ("alloc", "alloc_extend", "alloc_decode"), \
     ("free_slots", "free_segment", "free_page_ids", "group_begin", "group_end")
 EVENTS = (*(f"{m} {how}" for m in _ALLOCS for how in ("None", "exact fit", "ok")), *_RELEASES,
-          "clear", "merge", *(f"misuse rejected: {kind}" for kind in MISUSES + _ALLOCS + _RELEASES))
-# What the driver calls (kvfuzz/impl/allocator/driver.py).
-METHODS = ("alloc", "alloc_extend", "alloc_decode", "free", "free_segment", "free_page_ids",
-           "free_group_begin", "free_group_end", "clear", "available_size")
+          "clear", "clear in a group", "merge", "misuse accepted: group_end_unopened",
+          *(f"misuse rejected: {kind}"
+            for kind in MISUSES + GROUP_MISUSES + _ALLOCS + _RELEASES))
+# What the driver calls (kvfuzz/impl/allocator/driver.py), by interface.
+TOKEN_METHODS = ("alloc", "free", "free_segment", "free_page_ids", "free_group_begin",
+                 "free_group_end", "clear", "available_size")
+METHODS = TOKEN_METHODS + ("alloc_extend", "alloc_decode")
 
 
 class AllocatorTarget(TraceTarget):
@@ -43,30 +50,43 @@ class AllocatorTarget(TraceTarget):
                         "kvfuzz.oracle.allocator.invariants")
 
     def validate(self, path, obj):
-        check_shape(path, obj, 6, "a class with upstream PagedTokenToKVPoolAllocator's interface: "
-                    "(size, page_size, dtype, device, kvcache, need_sort)", cls=True,
-                    methods=METHODS)
+        if _token_shaped(obj):
+            check_shape(path, obj, 5, "a class with upstream TokenToKVPoolAllocator's interface: "
+                        "(size, dtype, device, kvcache, need_sort)", cls=True,
+                        methods=TOKEN_METHODS)
+        else:
+            check_shape(path, obj, 6, "a class with upstream PagedTokenToKVPoolAllocator's "
+                        "interface: (size, page_size, dtype, device, kvcache, need_sort)",
+                        cls=True, methods=METHODS)
+
+    def declared(self, impl, obj):
+        return replace(impl, preconditions=(TOKEN_INTERFACE,)) if _token_shaped(obj) else impl
+
+    def generator_for(self, impls):
+        preconditions = {p for impl in impls for p in impl.preconditions}
+        return generator.generator_for(tuple(sorted(preconditions)))
 
     def describe(self, item):
         return [("pool", item.describe())]
 
     def check(self, item: Trace, impl, device="cpu") -> Outcome:
+        outside = broken(item, impl.preconditions)
+        if outside:  # never run: the class says it does not support this trace
+            return Outcome(OUTSIDE, outside=tuple(outside), behaviour="not run")
         from kvfuzz.fuzz.allocator.lockstep import Lockstep  # imports torch
 
-        lock = Lockstep(item, impl.load(), device)
+        lock = Lockstep(item, impl.load(), device, KEEPS_PAGE_IDS not in impl.preconditions)
         for index, op in enumerate(item.ops):
             call, problems = lock.step(op)
             if problems:
-                known = classify(item, call, problems) \
-                    if impl.kind == OUTSIDE and call is not None else None
                 label = problems[0][0]
                 lines = [("call", lock.log[-1] if call else "(none)")]
                 lines += [("before", line) for line in lock.log[-4:-1]]
                 lines += problems
                 divergence = self.divergence(
                     item, impl, f"{label} at op {index} of {len(item.ops)}: {describe_op(op)}",
-                    lines, (type(op).__name__, label, known), step=index, known=known)
-                return Outcome(KNOWN if known else DIVERGE, divergence, features=lock.events)
+                    lines, (type(op).__name__, label), step=index)
+                return Outcome(DIVERGE, divergence, features=lock.events)
         return Outcome(AGREE, features=lock.events)
 
     def fewer_parts(self, item: Trace):
@@ -86,6 +106,14 @@ class AllocatorTarget(TraceTarget):
 
     def fuzz_features(self, item, outcomes):
         return trace_features(outcomes)
+
+
+def _token_shaped(obj) -> bool:
+    """A class whose constructor takes no `page_size`: upstream TokenToKVPoolAllocator's shape."""
+    try:
+        return isinstance(obj, type) and "page_size" not in inspect.signature(obj).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _rids(trace: Trace) -> set[int]:

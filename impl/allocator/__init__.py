@@ -1,12 +1,19 @@
-"""The paged allocator object (target "allocator"): the catalogue of allocator classes with
-upstream `PagedTokenToKVPoolAllocator`'s constructor. Nothing heavy is imported here."""
+"""The allocator object (target "allocator"): the catalogue of allocator classes with upstream
+`PagedTokenToKVPoolAllocator`'s constructor, and the released upstream classes with what each
+declares (strategies/allocator/profile.py). Nothing heavy is imported here."""
 
 from functools import partial
 
-from kvfuzz.impl.registry import MUTANT, entry
+from kvfuzz.impl.allocator.upstream_mutants import MUTATIONS
+from kvfuzz.impl.registry import MUTANT, OUTSIDE, Implementation, entry
+from kvfuzz.strategies.allocator.profile import (KEEPS_PAGE_IDS, NO_RELEASE_CHECKS,
+                                                 PAGE_SIZE_2_UP, TOKEN_INTERFACE)
 
 UPSTREAM = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
+UPSTREAM_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
 _entry = partial(entry, "allocator", __name__)
+PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, KEEPS_PAGE_IDS)
+TOKEN = (TOKEN_INTERFACE,)
 
 
 IMPLEMENTATIONS = (
@@ -20,4 +27,22 @@ IMPLEMENTATIONS = (
            "a failed allocation advances the free list", MUTANT),
     _entry("mutant.allocator.padding_page", "mutants:PaddingPageHandedOut",
            "the padding page handed out", MUTANT),
+    _entry("mutant.allocator.group_keeps_view", "mutants:GroupKeepsCallerTensor",
+           "a free group keeps the caller's tensor", MUTANT),
+    _entry("mutant.allocator.nested_group_restarts", "mutants:NestedGroupRestarts",
+           "a nested free_group_begin restarts the group", MUTANT),
+    # The released classes (sglang 0.5.23, needs sglang installed): `--impl` by name or by
+    # their import path gets these preconditions.
+    Implementation("sglang.paged", "allocator", UPSTREAM,
+                   "upstream PagedTokenToKVPoolAllocator (needs sglang installed)", OUTSIDE,
+                   preconditions=PAGED, requires="sglang"),
+    Implementation("sglang.token", "allocator", UPSTREAM_TOKEN,
+                   "upstream TokenToKVPoolAllocator, page size 1 (needs sglang installed)",
+                   OUTSIDE, preconditions=TOKEN, requires="sglang"),
+) + tuple(
+    # Upstream's source with one edit each (upstream_mutants.py).
+    _entry(f"mutant.sglang.{name.replace('_', '.', 1)}", f"upstream_mutants:{name}",
+           MUTATIONS[name][2].why, MUTANT, requires="sglang",
+           preconditions=TOKEN if name.startswith("token") else PAGED)
+    for name in MUTATIONS
 )

@@ -1,5 +1,12 @@
-"""Calls an allocator class with upstream `PagedTokenToKVPoolAllocator`'s interface in plain ints:
-lists go in as tensors, results come out with one `.tolist()` after each call. Tensors stay here."""
+"""Calls an allocator class with upstream `PagedTokenToKVPoolAllocator`'s interface (or, with
+`token`, `TokenToKVPoolAllocator`'s) in plain ints: lists go in as tensors, results come out
+with one `.tolist()` after each call. Tensors stay here.
+
+The caller owns what it passes in: after every call the driver writes `POISON` over each tensor
+it passed, as a scheduler reuses its request-to-token rows. An allocator that kept one (a free
+group holding the caller's view, staged pages aliasing the argument) shows it later as page
+-99 on its free list. `reuse_page_ids=False` spares `free_page_ids`' argument, for a class that
+declares it keeps it (strategies/allocator/profile.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +15,18 @@ import os
 import torch
 
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
+POISON = -99
 
 
 class AllocatorDriver:
     def __init__(self, cls, size: int, page_size: int, need_sort: bool, debug: bool,
-                 device: str = "cpu"):
-        self.device, self.page_size = device, page_size
+                 device: str = "cpu", token: bool = False, reuse_page_ids: bool = True):
+        self.device, self.page_size, self.reuse_page_ids = device, page_size, reuse_page_ids
         before = os.environ.get(DEBUG_ENV)
         os.environ[DEBUG_ENV] = "1" if debug else "0"  # upstream reads it in __init__
         try:
-            self.allocator = cls(size, page_size, torch.float16, device, None, need_sort)
+            self.allocator = cls(size, torch.float16, device, None, need_sort) if token else \
+                cls(size, page_size, torch.float16, device, None, need_sort)
         finally:
             if before is None:
                 del os.environ[DEBUG_ENV]
@@ -26,6 +35,13 @@ class AllocatorDriver:
 
     def _tensor(self, values, device=None) -> torch.Tensor:
         return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
+
+    @staticmethod
+    def _then_poison(result, *passed: torch.Tensor):
+        """`result` read out first, then every tensor the caller passed overwritten."""
+        for tensor in passed:
+            tensor.fill_(POISON)
+        return result
 
     @staticmethod
     def _ints(result):
@@ -46,21 +62,27 @@ class AllocatorDriver:
             (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
         args = (prefix, host[0], seq, host[1], last,
                 sum(s - q for q, s in zip(prefix_lens, seq_lens)))
-        return self._ints(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages))
+        return self._then_poison(
+            self._ints(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages)),
+            prefix, seq, last, *host)
 
     def alloc_decode(self, seq_lens, last_loc):
         seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
         host = seq if self.device == "cpu" else self._tensor(seq_lens, "cpu")
-        return self._ints(self.allocator.alloc_decode(seq, host, last))
+        return self._then_poison(self._ints(self.allocator.alloc_decode(seq, host, last)),
+                                 seq, last, host)
 
     def free_slots(self, slots) -> None:
-        self.allocator.free(self._tensor(slots))
+        index = self._tensor(slots)
+        self._then_poison(self.allocator.free(index), index)
 
     def free_segment(self, slots, start_pos: int) -> None:
-        self.allocator.free_segment(self._tensor(slots), start_pos=start_pos)
+        index = self._tensor(slots)
+        self._then_poison(self.allocator.free_segment(index, start_pos=start_pos), index)
 
     def free_page_ids(self, pages) -> None:
-        self.allocator.free_page_ids(self._tensor(pages))
+        ids = self._tensor(pages)
+        self._then_poison(self.allocator.free_page_ids(ids), *([ids] if self.reuse_page_ids else []))
 
     def group_begin(self) -> None:
         self.allocator.free_group_begin()

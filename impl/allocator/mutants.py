@@ -53,3 +53,22 @@ class PaddingPageHandedOut(PagedAllocator):
     def clear(self):
         super().clear()
         self.free_pages = torch.arange(0, self.num_pages, dtype=torch.int64, device=self.device)
+
+
+class GroupKeepsCallerTensor(PagedAllocator):
+    """Inside a free group, `free` keeps the caller's tensor instead of a copy: a scheduler that
+    reuses its request-to-token row before the group ends releases whatever it wrote there."""
+
+    def free(self, free_index):
+        if self.free_group is not None and free_index.numel():
+            self.free_group.append(free_index)
+            return
+        super().free(free_index)
+
+
+class NestedGroupRestarts(PagedAllocator):
+    """A nested `free_group_begin` starts the group afresh instead of being rejected: what the
+    open group held is never released."""
+
+    def free_group_begin(self):
+        self.free_group, self.free_page_ids_group = [], []

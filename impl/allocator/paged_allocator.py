@@ -125,7 +125,7 @@ class PagedAllocator:
         if self.free_group is not None:
             self.free_page_ids_group.append(page_ids.clone())
             return
-        self._release(page_ids)
+        self._release(page_ids.clone() if self.need_sort else page_ids)  # staged: kept, so owned
 
     def free_group_begin(self) -> None:
         if self.free_group is not None:

@@ -1,7 +1,5 @@
 """Broken variants of the Triton kernels: each is the source of `triton_kernels.py` with ONE
-edit inside one kernel, written to a temporary file (`@triton.jit` needs a real source file) and
-imported on first use. An edit that no longer matches exactly once fails loudly, so the
-catalogue cannot silently drift from the kernel it breaks.
+edit inside one kernel (`impl/source_mutation.py`), imported on first use.
 
 Not here: a masked load without `other=`. The interpreter fills masked lanes with 0 whatever
 `other` is (triton 3.7.1 `interpreter.py`, `create_masked_load`), so that fault is invisible on
@@ -10,35 +8,9 @@ CPU; `garbage_lanes` injects what a GPU may read there instead.
 
 from __future__ import annotations
 
-import ast
-import atexit
-import functools
-import importlib.util
-import shutil
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
+from kvfuzz.impl.source_mutation import Mutation, mutant_module
 
-import kvfuzz.impl.paged.triton_kernels as original
-
-
-@dataclass(frozen=True)
-class Mutation:
-    kernel: str
-    old: str
-    new: str
-    why: str
-
-    def apply(self, source: str) -> str:
-        start, end = _function_span(source, self.kernel)
-        body = source[start:end]
-        found = body.count(self.old)
-        if found != 1:
-            raise RuntimeError(f"mutation {self.old!r} -> {self.new!r}: found {found} times in "
-                               f"{self.kernel} (expected 1); update impl/paged/triton_mutants.py")
-        return source[:start] + body.replace(self.old, self.new) + source[end:]
-
-
+KERNELS = "kvfuzz.impl.paged.triton_kernels"
 MUTATIONS = {
     "inclusive_prefix": Mutation(
         "extend_kernel", "earlier = lane < pid", "earlier = lane <= pid",
@@ -64,38 +36,13 @@ MUTATIONS = {
 }
 
 
-def _function_span(source: str, name: str) -> tuple[int, int]:
-    """Character offsets [start, end) of top-level function `name` in `source`."""
-    lines = source.splitlines(keepends=True)
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            start = sum(len(line) for line in lines[:node.lineno - 1])
-            return start, sum(len(line) for line in lines[:node.end_lineno])
-    raise RuntimeError(f"no function {name} in {original.__file__}")
-
-
-@functools.cache
-def _directory() -> Path:
-    path = Path(tempfile.mkdtemp(prefix="kvfuzz-triton-mutants-"))
-    atexit.register(shutil.rmtree, path, ignore_errors=True)
-    return path
-
-
-@functools.cache
-def mutant_module(name: str):
-    """The kernel module with mutation `name` applied, imported from a temporary file."""
-    source = MUTATIONS[name].apply(Path(original.__file__).read_text())
-    path = _directory() / f"paged_triton_{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(f"kvfuzz.impl.paged._triton_mutant_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _module(name: str):
+    return mutant_module(KERNELS, MUTATIONS[name], f"paged_triton_{name}")
 
 
 def _extend(name: str):
     def alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
-        mutant_module(name).alloc_extend(prefix_lens, seq_lens, last_loc, free_pages,
+        _module(name).alloc_extend(prefix_lens, seq_lens, last_loc, free_pages,
                                          out_indices, page_size, device)
     alloc_extend.__doc__ = MUTATIONS[name].why
     return alloc_extend
@@ -103,7 +50,7 @@ def _extend(name: str):
 
 def _decode(name: str):
     def alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size, num_new_pages):
-        mutant_module(name).alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size,
+        _module(name).alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size,
                                          num_new_pages)
     alloc_decode.__doc__ = MUTATIONS[name].why
     return alloc_decode

@@ -11,9 +11,16 @@ changes (free list, staged pages, available size):
   - spec §4.8/§4.10: a double free, i.e. releasing a page that is already free or staged, or the
     same page twice in one `free_page_ids`/`free_segment` release (the spec's duplicate check);
   - kvfuzz hardening, beyond the spec (which only says page 0 is reserved): releasing page 0 or a
-    page outside 1..num_pages. Upstream has no such check (see fuzz/allocator_known.py).
-A `free_segment` whose start is not page-aligned is rejected in every mode (upstream asserts).
-With debug checks off nothing is validated; misuse traces therefore always run with debug on.
+    page outside 1..num_pages. Upstream has no such check: its adapter declares so
+    (strategies/allocator/profile.py), and gets no such misuse.
+A `free_segment` whose start is not page-aligned is rejected in every mode (upstream asserts),
+and so is a nested `free_group_begin`; a `free_group_end` without a begin does nothing.
+With debug checks off nothing else is validated; misuse traces therefore run with debug on.
+
+`token=True` models upstream `TokenToKVPoolAllocator` (page size 1, its released source is the
+contract): `free` appends what it is given to the free list (or stages it), in the order given,
+with no dedup; `free_page_ids` and `free_segment` are `free`; a free group releases its chunks
+once, in order; there are no debug checks.
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ class Rejected(Exception):
 
 
 class AllocatorModel:
-    def __init__(self, size: int, page_size: int, need_sort: bool, debug: bool = False):
-        self.page_size, self.need_sort, self.debug = page_size, need_sort, debug
+    def __init__(self, size: int, page_size: int, need_sort: bool, debug: bool = False,
+                 token: bool = False):
+        self.page_size, self.need_sort, self.debug = page_size, need_sort, debug and not token
+        self.token = token
         self.num_pages = size // page_size
         self.clear()
 
@@ -108,7 +117,7 @@ class AllocatorModel:
         if self.group is not None:
             self.group.append(list(slots))
             return
-        self._release(sorted({s // self.page_size for s in slots}))
+        self._release(list(slots) if self.token else sorted({s // self.page_size for s in slots}))
 
     def free_segment(self, slots: list[int], start_pos: int) -> None:
         """§4.9: one slot per page (`slots[::P]`), no dedup."""
@@ -119,6 +128,8 @@ class AllocatorModel:
         self.free_page_ids([s // self.page_size for s in slots[::self.page_size]])
 
     def free_page_ids(self, pages: list[int]) -> None:
+        if self.token:
+            return self.free_slots(pages)  # page ids are slots
         if not pages:
             return
         if self.group is not None:
@@ -135,6 +146,9 @@ class AllocatorModel:
         """§4.10: the free() part once, deduplicated, then the page-id part, as upstream orders it."""
         pending, self.group = self.group or [], None
         ids, self.group_page_ids = self.group_page_ids, []
+        if self.token:  # one free() of every chunk, in order
+            self._release([slot for chunk in pending for slot in chunk], check=False)
+            return
         first = sorted({s // self.page_size for chunk in pending for s in chunk})
         second = [page for chunk in ids for page in chunk]
         self._check(first + second)
@@ -145,8 +159,12 @@ class AllocatorModel:
     def _release(self, pages: list[int], check: bool = True) -> None:
         if check:
             self._check(pages)
+        if not pages:
+            return
         if self.need_sort:
             self.staged += pages
+        elif self.token:
+            self.free = self.free + pages  # appended: reused last
         else:
             self.free = pages + self.free  # prepended: freed pages are reused first
 

@@ -3,12 +3,14 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, KINDS, MISUSES, AllocPages,
-                                               Extend, Finish, Misuse, Trace, Truncate)
+from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, GROUP_MISUSES, INTERFACES,
+                                               KINDS, MISUSES, AllocPages, Extend, Finish,
+                                               Misuse, Trace, Truncate)
 from kvfuzz.strategies.inputs import FieldReader, parse_json
 
-_TOP = {"format", "page_size", "size", "need_sort", "debug", "ops", "origin", "note"}
-_CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS, (Misuse, "kind"): MISUSES}
+_TOP = {"format", "page_size", "size", "need_sort", "debug", "interface", "ops", "origin", "note"}
+_CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS,
+            (Misuse, "kind"): MISUSES + GROUP_MISUSES}
 _NATURAL = {"rid", "share_pages", "keep", "trim", "salt"}  # integers >= 0
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
 # compares state of the size of the pool).
@@ -23,10 +25,13 @@ def from_json(data: object, source: str = "trace") -> Trace:
     reader.at_most(size // page_size, "size", MAX_PAGES, "pages (size // page_size)")
     need_sort = reader.boolean(data.get("need_sort"), "need_sort")
     debug = reader.boolean(data.get("debug"), "debug")
+    interface = reader.choice(data.get("interface", "paged"), "interface", INTERFACES)
+    if interface == "token" and page_size != 1:
+        reader.fail("page_size", "expected 1 for the token interface", page_size)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
-    return Trace(page_size, size, need_sort, decoded, debug, reader.origin(data.get("origin")),
-                 reader.note(data.get("note")))
+    return Trace(page_size, size, need_sort, decoded, debug, interface,
+                 reader.origin(data.get("origin")), reader.note(data.get("note")))
 
 
 def loads(text: str, source: str = "trace") -> Trace:

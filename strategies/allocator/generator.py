@@ -1,43 +1,50 @@
-"""Seeded plain-random allocator traces (`allocator/1`): trace `index` of `seed` is the same forever.
+"""Seeded plain-random allocator traces (`allocator/2`): trace `index` of `seed` is the same forever.
 
 Aimed where allocator bugs live: small pools filled to exactly fit or miss by one page, churn near
-capacity, need_sort on and off, page sizes 1 and up, long decode runs, free groups, shared
-prefixes; about one trace in seven also carries misuse on purpose (debug checks on).
+capacity, need_sort on and off, page sizes 1 and up, long decode runs, free groups (a nested
+begin, an end without a begin, a clear inside one now and then), shared prefixes; about one
+trace in seven also carries misuse on purpose (debug checks on). An implementation's declared
+preconditions give a `Profile` (profile.py), and a generator of its own (`generator_for`).
 A change to what this produces must bump the generator version.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 
+from kvfuzz.strategies.allocator.profile import DEFAULT, Profile, profile_for
 from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
                                                Decode, Extend, Finish, GroupBegin, GroupEnd,
                                                Misuse, Trace, Truncate)
 from kvfuzz.strategies.sources import TraceGenerator
 
-PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)
 MISUSE_RATE = 0.15
+GROUP_MISUSE_RATE = 0.05  # per free group, each kind
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
-    P = rng.choice(PAGE_SIZES)
+def build(rng: random.Random, num_ops: int, profile: Profile = DEFAULT) -> Trace:
+    P = rng.choice(profile.page_sizes)
     num_pages = rng.choice((rng.randint(2, 8), rng.randint(8, 24), rng.randint(24, 64)))
     size = num_pages * P + (rng.randint(0, P - 1) if rng.random() < 0.25 else 0)
     need_sort = rng.random() < 0.5
-    misuse = rng.random() < MISUSE_RATE
+    caller_bugs = tuple(kind for kind in MISUSES if kind in profile.misuses)
+    misuse = rng.random() < MISUSE_RATE and bool(caller_bugs)
     debug = misuse or rng.random() < 0.1
-    gen = _Generator(rng, P, num_pages, misuse)
+    gen = _Generator(rng, P, num_pages, misuse, profile)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(P, size, need_sort, tuple(gen.ops[:num_ops]), debug)
+    return Trace(P, size, need_sort, tuple(gen.ops[:num_ops]), debug, profile.interface)
 
 
 class _Generator:
     """Keeps a rough picture of the live requests (lengths, pages used) to steer the op mix;
     exact capacity is the harness's business (`Extend.fill`, `AllocPages.relative`)."""
 
-    def __init__(self, rng: random.Random, page_size: int, num_pages: int, misuse: bool):
+    def __init__(self, rng: random.Random, page_size: int, num_pages: int, misuse: bool,
+                 profile: Profile):
         self.rng, self.P, self.num_pages, self.misuse = rng, page_size, num_pages, misuse
+        self.allowed = set(profile.misuses)
         self.lens: dict[int, int] = {}
         self.next_rid = 0
         self.ops: list = []
@@ -119,7 +126,7 @@ class _Generator:
         rid = self.rng.choice(sorted(self.lens))
         self.ops.append(Finish(rid, self.rng.choice(FREE_HOWS)))
         del self.lens[rid]
-        if self.misuse and self.rng.random() < 0.3:
+        if self.misuse and self.rng.random() < 0.3 and "double_free" in self.allowed:
             self.ops.append(Misuse("double_free", self.rng.randint(0, 99)))
 
     def truncate(self) -> None:
@@ -129,11 +136,21 @@ class _Generator:
         self.lens[rid] = keep
 
     def group(self) -> None:
+        rng = self.rng
         self.ops.append(GroupBegin())
-        for _ in range(self.rng.randint(1, 4)):
+        self._group_misuse("group_begin_nested")
+        for _ in range(rng.randint(1, 4)):
             if self.lens:
-                (self.finish if self.rng.random() < 0.7 else self.truncate)()
+                (self.finish if rng.random() < 0.7 else self.truncate)()
+        if rng.random() < GROUP_MISUSE_RATE:
+            self.clear()  # inside the group: clears and closes it
+            return
         self.ops.append(GroupEnd())
+        self._group_misuse("group_end_unopened")
+
+    def _group_misuse(self, kind: str) -> None:
+        if self.rng.random() < GROUP_MISUSE_RATE and kind in self.allowed:
+            self.ops.append(Misuse(kind, self.rng.randint(0, 99)))
 
     def alloc(self) -> None:
         rid, rng = self._rid(), self.rng
@@ -150,8 +167,23 @@ class _Generator:
         self.lens.clear()
 
     def abuse(self) -> None:
-        self.ops.append(Misuse(self.rng.choice(MISUSES), self.rng.randint(0, 99)))
+        kinds = [kind for kind in MISUSES if kind in self.allowed]
+        self.ops.append(Misuse(self.rng.choice(kinds), self.rng.randint(0, 99)))
 
 
-GENERATOR = TraceGenerator("allocator/1", build, num_ops=200, max_fuzz_ops=200)
+NAME = "allocator/2"
+GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
+
+
+@functools.cache
+def generator_for(preconditions: tuple[str, ...]) -> TraceGenerator:
+    """The generator of an implementation that declares `preconditions`: its own stream of
+    traces, named e.g. "allocator/2[P>=2,no-release-checks]", so a (generator, seed, index)
+    still names one trace forever."""
+    profile = profile_for(preconditions)
+    if not profile.tags:
+        return GENERATOR
+    return TraceGenerator(f"{NAME}[{','.join(profile.tags)}]",
+                          functools.partial(build, profile=profile), num_ops=200,
+                          max_fuzz_ops=200)

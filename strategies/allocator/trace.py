@@ -14,7 +14,12 @@ from kvfuzz.strategies.inputs import Origin, content_id, provenance
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
+# Caller bugs the debug checks reject (oracle.allocator says how), and misuse of the free-group
+# protocol, whose verdict holds in every mode: a nested begin is rejected, an end without a
+# begin does nothing. (A `Clear` inside a group needs no kind: it clears and closes the group.)
 MISUSES = ("double_free", "free_page0", "bad_last_loc", "free_unallocated", "free_out_of_range")
+GROUP_MISUSES = ("group_begin_nested", "group_end_unopened")
+INTERFACES = ("paged", "token")  # alloc_extend/alloc_decode, or alloc(n) alone (page size 1)
 
 
 @dataclass(frozen=True)
@@ -106,13 +111,16 @@ NAMES = {cls: name for name, cls in KINDS.items()}
 
 @dataclass(frozen=True)
 class Trace:
-    """Allocator `PagedAllocator(size, page_size, need_sort=...)`, debug checks on if `debug`."""
+    """Allocator `PagedAllocator(size, page_size, need_sort=...)`, debug checks on if `debug`.
+    `interface` "token": the class of upstream `TokenToKVPoolAllocator` (page size 1), which a
+    scheduler drives with `alloc(n)` alone and which appends what is freed to its free list."""
 
     page_size: int
     size: int
     need_sort: bool
     ops: tuple[Op, ...]
     debug: bool = False
+    interface: str = "paged"
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)  # provenance, e.g. "shrunk from ..."
 
@@ -128,7 +136,8 @@ class Trace:
         return content_id(content)
 
     def describe(self) -> str:
-        return (f"size {self.size} ({self.num_pages} pages of {self.page_size}), need_sort "
+        kind = "token allocator, " if self.interface == "token" else ""
+        return (f"{kind}size {self.size} ({self.num_pages} pages of {self.page_size}), need_sort "
                 f"{'on' if self.need_sort else 'off'}, debug {'on' if self.debug else 'off'}, "
                 f"{len(self.ops)} ops")
 
@@ -161,8 +170,10 @@ def describe_op(op: Op) -> str:
 # --- JSON (decoding and validation: strategies.allocator.codec) -------------------------------
 
 def to_json(trace: Trace) -> dict:
+    # "interface" is written only when not "paged", so older files keep their content ids.
+    interface = {"interface": trace.interface} if trace.interface != "paged" else {}
     return {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
-            "need_sort": trace.need_sort, "debug": trace.debug,
+            "need_sort": trace.need_sort, "debug": trace.debug, **interface,
             "ops": [_op_to_json(op) for op in trace.ops], **provenance(trace)}
 
 

@@ -4,7 +4,9 @@ seeded generator that never changes silently."""
 import pytest
 
 from kvfuzz.strategies.allocator.codec import from_json, loads
+from kvfuzz.impl.allocator import PAGED, TOKEN
 from kvfuzz.strategies.allocator.generator import generate as generate_trace
+from kvfuzz.strategies.allocator.generator import generator_for
 from kvfuzz.strategies.allocator.trace import FORMAT, Admit, Extend, Trace, dumps, to_json
 from kvfuzz.strategies.inputs import FormatError
 
@@ -16,12 +18,25 @@ def test_generated_traces_round_trip_and_have_at_least_200_ops():
         assert loads(dumps(trace)) == trace and loads(dumps(trace)).origin == trace.origin
 
 
-def test_generator_allocator_1_is_pinned():
-    # A change here means the generator changed: bump GENERATOR ("allocator/2"), then re-pin.
-    pinned = [("8a910945929e57f7", 4, 193), ("9f86c5148761abc1", 8, 296),
-              ("5dda80ae5f44f73a", 4, 112)]
+def test_generator_allocator_2_is_pinned():
+    # A change here means the generator changed: bump NAME ("allocator/3"), then re-pin.
+    pinned = [("24f53be5a6e38b7e", 1, 21), ("a15a0e1bfacce9c5", 2, 37),
+              ("8194cee55349f58a", 1, 11)]
     assert [(t.trace_id(), t.page_size, t.size)
             for t in map(lambda i: generate_trace(0, i), range(3))] == pinned
+
+
+@pytest.mark.parametrize("preconditions, name, pinned", [
+    (PAGED, "allocator/2[P>=2,no-release-checks]", [("4c213ebc34d92f49", 4, 43),
+                                                     ("ac4a8ce1ef182421", 16, 32)]),
+    (TOKEN, "allocator/2[token,no-release-checks]", [("d8192f7a9ba6ac6b", 1, 3),
+                                                     ("e8d71c99a0390075", 1, 8)]),
+])
+def test_the_generators_of_declared_preconditions_are_pinned(preconditions, name, pinned):
+    generator = generator_for(tuple(sorted(preconditions)))
+    assert generator.name == name
+    assert [(t.trace_id(), t.page_size, t.size)
+            for t in map(lambda i: generator.generate(0, i), range(2))] == pinned
 
 
 def test_generated_traces_reach_the_edges_they_aim_at():
@@ -29,6 +44,8 @@ def test_generated_traces_reach_the_edges_they_aim_at():
     assert {t.page_size for t in traces} >= {1, 2, 4, 8, 16}
     assert {t.need_sort for t in traces} == {True, False}
     assert any(t.debug and any(type(op).__name__ == "Misuse" for op in t.ops) for t in traces)
+    kinds = {op.kind for t in traces for op in t.ops if type(op).__name__ == "Misuse"}
+    assert {"group_begin_nested", "group_end_unopened", "double_free"} <= kinds
     fills = {op.fill for t in traces for op in t.ops if isinstance(op, Extend)}
     assert {-1, 0, 1} <= fills
 
@@ -51,6 +68,9 @@ GOOD = {"format": FORMAT, "page_size": 4, "size": 64, "need_sort": False, "debug
     ({"ops": [{"op": "finish", "rid": 1, "how": "evict"}]}, "ops[0].how", "'evict'"),
     ({"ops": [{"op": "alloc", "rid": 1, "pages": -1}]}, "ops[0].pages", "-1"),
     ({"ops": [{"op": "clear", "when": 3}]}, "ops[0].when", "3"),
+    ({"interface": "tokens"}, "interface", "'tokens'"),
+    ({"interface": "token"}, "page_size", "4"),
+    ({"ops": [{"op": "misuse", "kind": "group_end_twice"}]}, "ops[0].kind", "'group_end_twice'"),
 ])
 def test_malformed_traces_name_the_field_and_the_value(change, field, value):
     with pytest.raises(FormatError) as error:
@@ -61,5 +81,8 @@ def test_malformed_traces_name_the_field_and_the_value(change, field, value):
 def test_a_hand_written_trace_decodes():
     trace = from_json(GOOD)
     assert trace == Trace(4, 64, False, (Admit(1), Extend((1,), (5,))))
+    assert "interface" not in to_json(trace)  # "paged", the default: older ids stay the same
+    token = from_json({**GOOD, "page_size": 1, "size": 8, "interface": "token"})
+    assert token.interface == "token" and to_json(token)["interface"] == "token"
     assert to_json(trace)["ops"][1] == {"op": "extend", "rids": [1], "lens": [5], "fill": None,
                                         "trim": 0, "exact": False}

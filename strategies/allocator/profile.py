@@ -1,0 +1,64 @@
+"""What an allocator implementation declares it supports (`Implementation.preconditions`), and
+what that means for its traces: the generator makes only traces it supports (`profile_for`),
+and a trace from elsewhere that breaks one (a corpus file, a fuzzer input) is outside its
+contract (`broken`), never a stopped trace or an excuse after the fact. Standard library only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvfuzz.strategies.allocator.trace import GROUP_MISUSES, MISUSES, Misuse, Trace
+
+# The preconditions, by name. Each is a fact about a released class (docs/upstream-sglang.md).
+PAGE_SIZE_2_UP = "page size >= 2 (SGLang serves page size 1 with its token allocator)"
+TOKEN_INTERFACE = ("token interface: page size 1, alloc(n) only, constructor (size, dtype, "
+                   "device, kvcache, need_sort)")
+NO_RELEASE_CHECKS = ("no checks on released pages: a double free, page 0 or a page past the "
+                     "pool is not rejected")
+KEEPS_PAGE_IDS = ("keeps the tensor given to free_page_ids (need_sort): the caller must not "
+                  "reuse it")
+RELEASE_MISUSES = ("double_free", "free_page0", "free_unallocated", "free_out_of_range")
+PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)  # the default mix (weights by repetition)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the generator may use: page sizes, the interface, the kinds of misuse."""
+
+    page_sizes: tuple[int, ...] = PAGE_SIZES
+    interface: str = "paged"
+    misuses: tuple[str, ...] = MISUSES + GROUP_MISUSES
+    tags: tuple[str, ...] = ()  # appended to the generator's name: another stream of traces
+
+
+DEFAULT = Profile()
+
+
+def profile_for(preconditions) -> Profile:
+    page_sizes, interface, misuses, tags = PAGE_SIZES, "paged", MISUSES + GROUP_MISUSES, []
+    if PAGE_SIZE_2_UP in preconditions:
+        page_sizes, tags = tuple(p for p in page_sizes if p >= 2), tags + ["P>=2"]
+    if TOKEN_INTERFACE in preconditions:
+        page_sizes, interface, tags = (1,), "token", tags + ["token"]
+    if NO_RELEASE_CHECKS in preconditions or interface == "token":
+        misuses = tuple(kind for kind in misuses if kind not in RELEASE_MISUSES)
+        tags += ["no-release-checks"]
+    if interface == "token":  # no alloc_extend/alloc_decode: no last_loc to get wrong
+        misuses = tuple(kind for kind in misuses if kind != "bad_last_loc")
+    return Profile(page_sizes, interface, misuses, tuple(dict.fromkeys(tags)))
+
+
+def broken(trace: Trace, preconditions) -> list[str]:
+    """The preconditions `trace` breaks (empty: the implementation supports it)."""
+    profile = profile_for(preconditions)
+    found = []
+    if trace.interface != profile.interface:
+        found.append(f"a {trace.interface}-interface trace for a {profile.interface}-interface "
+                     f"class")
+    if PAGE_SIZE_2_UP in preconditions and trace.page_size < 2:
+        found.append(f"page size {trace.page_size}, supported: 2 and up")
+    kinds = sorted({op.kind for op in trace.ops if isinstance(op, Misuse)} - set(profile.misuses))
+    if kinds:
+        found.append(f"misuse the class does not check: {', '.join(kinds)}")
+    return found
