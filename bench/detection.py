@@ -107,7 +107,8 @@ def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> b
 
     strategy = {"extend": hypothesis_cases.extend_cases, "decode": hypothesis_cases.decode_cases,
                 "allocator": hypothesis_traces.allocator_traces,
-                "compaction": hypothesis_traces.compaction_traces}[target]()
+                "compaction": hypothesis_traces.compaction_traces,
+                "mamba": hypothesis_traces.mamba_traces}[target]()
     found = []
 
     @seed(trial)

@@ -15,6 +15,7 @@ from kvfuzz.strategies.compaction.trace import (WHERE, WHICH, Alloc, Drain, Fire
                                                 Free, Pick)
 from kvfuzz.strategies.compaction.trace import Trace as CompactionTrace
 from kvfuzz.strategies.inputs import ceil_pages
+from kvfuzz.strategies.mamba import trace as mamba
 from kvfuzz.strategies.paged.case import Case
 
 TOKEN_BUDGET = 6144  # as the seeded builders
@@ -22,7 +23,7 @@ TOKEN_BUDGET = 6144  # as the seeded builders
 
 def uniform_input(target: str, rng: random.Random):
     return {"extend": _paged, "decode": _paged, "allocator": _allocator,
-            "compaction": _compaction}[target](target, rng)
+            "compaction": _compaction, "mamba": _mamba}[target](target, rng)
 
 
 def _paged(target: str, rng: random.Random) -> Case:
@@ -97,3 +98,22 @@ def _compaction(target: str, rng: random.Random, num_ops: int = 300) -> Compacti
                    Forward(pick(), pick() if params.two_ended else None) if kind is Forward else
                    Fire(rng.choice(WHICH)))
     return CompactionTrace(params, tuple(ops))
+
+
+def _mamba(target: str, rng: random.Random, num_ops: int = 200) -> mamba.Trace:
+    """Any op, any request so far, any count: no batches aimed at the pool's size."""
+    ops, rid = [], 0
+    for _ in range(num_ops):
+        kind = rng.choice(("admit", "alloc", "finish", "group_begin", "group_end", "clear"))
+        rid += kind in ("admit", "alloc")
+        if kind == "admit":
+            ops.append(mamba.Admit(rid))
+        elif kind == "alloc":
+            ops.append(mamba.AllocMany(rid, rng.randint(0, 8)))
+        elif kind == "finish":
+            ops.append(mamba.Finish(tuple({rng.randint(1, max(1, rid)) for _ in range(3)})))
+        elif kind == "group_begin":
+            ops.append(mamba.GroupBegin(rng.randint(0, 8)))
+        else:
+            ops.append(mamba.GroupEnd() if kind == "group_end" else mamba.Clear())
+    return mamba.Trace(rng.randint(2, 128), tuple(ops))

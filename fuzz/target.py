@@ -150,8 +150,14 @@ class Target:
         raise NotImplementedError
 
     def declared(self, impl: Implementation, obj) -> Implementation:
-        """An outside implementation with the preconditions its shape declares (a target whose
-        implementations come in more than one shape overrides this)."""
+        """An outside implementation with what it declares: a class or function of the catalogue
+        (an upstream one) handed over as an object keeps its entry's preconditions, so that it
+        gets the inputs, and the replay line, that its import path gets. A target whose
+        implementations come in more than one shape reads the rest from the shape."""
+        for entry in self.implementations:
+            if entry.path == impl.name:
+                return replace(impl, preconditions=entry.preconditions,
+                               safe_outside_contract=entry.safe_outside_contract)
         return impl
 
     def bundled(self) -> list[Implementation]:

@@ -8,7 +8,8 @@ from collections import Counter
 from dataclasses import replace
 
 from kvfuzz.fuzz.shrink import without_chunks
-from kvfuzz.fuzz.target import Target
+from kvfuzz.fuzz.summary import counts_grid
+from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome, Target
 
 
 STATUS_FEATURES = ["status:agree", "status:diverge", "status:known difference",
@@ -67,6 +68,33 @@ class TraceTarget(Target):
         yield from self.fewer_parts(item)
         for ops in without_chunks(item.ops):
             yield replace(item, ops=ops)
+
+    def lockstep_outcome(self, item, impl, lock, describe_op) -> Outcome:
+        """Step `lock` (the oracle and `impl` in lock step over `item`) through every op; the first
+        op with problems is the divergence, reported with its call and the three calls before."""
+        for index, op in enumerate(item.ops):
+            call, problems = lock.step(op)
+            if problems:
+                label = problems[0][0]
+                lines = [("call", lock.log[-1] if call else "(none)")]
+                lines += [("before", line) for line in lock.log[-4:-1]]
+                lines += problems
+                divergence = self.divergence(
+                    item, impl, f"{label} at op {index} of {len(item.ops)}: {describe_op(op)}",
+                    lines, (type(op).__name__, label), step=index)
+                return Outcome(DIVERGE, divergence, features=lock.events)
+        return Outcome(AGREE, features=lock.events)
+
+    events: tuple = ()  # the names a lockstep counts: atheris features and the summary grid
+
+    def summary_lines(self, found: Counter) -> list[str]:
+        return counts_grid("calls and edge classes", found)
+
+    def feature_names(self):
+        return [f"event:{name}" for name in self.events] + STATUS_FEATURES
+
+    def fuzz_features(self, item, outcomes):
+        return trace_features(outcomes)
 
     def fewer_parts(self, item):
         """Smaller traces by the target's own structure (e.g. a request taken out)."""

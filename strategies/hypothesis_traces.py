@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from kvfuzz.strategies.allocator import generator as allocator_generator
 from kvfuzz.strategies.compaction import generator as compaction_generator
+from kvfuzz.strategies.mamba import generator as mamba_generator
 
 
 def allocator_traces(max_bytes: int = 4096) -> st.SearchStrategy:
@@ -17,6 +18,11 @@ def allocator_traces(max_bytes: int = 4096) -> st.SearchStrategy:
 def compaction_traces(max_bytes: int = 4096) -> st.SearchStrategy:
     """Lazy-compaction traces (`kvfuzz-compaction-trace/1`), 1 to 300 ops."""
     return _traces(compaction_generator.from_bytes, max_bytes)
+
+
+def mamba_traces(max_bytes: int = 4096) -> st.SearchStrategy:
+    """Mamba slot-allocator traces (`kvfuzz-mamba-trace/1`), 1 to 200 ops."""
+    return _traces(mamba_generator.from_bytes, max_bytes)
 
 
 def _traces(from_bytes, max_bytes: int) -> st.SearchStrategy:

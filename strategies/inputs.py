@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -42,6 +42,20 @@ def content_id(content: dict) -> str:
     `origin` and `note` out). Names corpus files, so the same input found twice is one file."""
     canonical = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def dataclass_op_to_json(op, name: str) -> dict:
+    """A trace op (a dataclass of ints, bools and tuples) as `{"op": name, field: value...}`."""
+    data = {"op": name}
+    for f in fields(op):
+        value = getattr(op, f.name)
+        data[f.name] = list(value) if isinstance(value, tuple) else value
+    return data
+
+
+def document_text(document: dict) -> str:
+    """A corpus document as written to a file: one field per line, readable in a diff."""
+    return json.dumps(document, indent=1) + "\n"
 
 
 def ceil_pages(num_tokens: int, page_size: int) -> int:

@@ -41,6 +41,20 @@ class BytesRandom(random.Random):
     def random(self) -> float:
         return self.getrandbits(16) / (1 << 16)
 
+    def sample(self, population, k: int, *, counts=None) -> list:
+        # `random.Random.sample` picks from a large population by redrawing until an index is
+        # new: with the bytes run out every draw is 0 and that loop never ends. Pick from a
+        # shrinking pool instead, which takes exactly k draws whatever they are.
+        if counts is not None:
+            return super().sample(population, k, counts=counts)
+        pool = list(population)
+        if not 0 <= k <= len(pool):
+            raise ValueError("sample larger than population or is negative")
+        picked = []
+        for _ in range(k):
+            picked.append(pool.pop(self._randbelow(len(pool))))
+        return picked
+
 
 class TraceGenerator:
     """A versioned trace generator `build(rng, num_ops) -> trace`: trace `index` of `seed` is the

@@ -7,12 +7,13 @@ guarded: whatever it raises is a problem to report, never a crash of the harness
 
 from __future__ import annotations
 
-import traceback
 from collections import Counter
 
 from kvfuzz.fuzz.allocator.misuse import misuse_call
 from kvfuzz.fuzz.allocator.scheduler import Call, Scheduler
-from kvfuzz.impl.allocator.driver import POISON, AllocatorDriver
+from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, list_diff, short
+from kvfuzz.impl.allocator.driver import AllocatorDriver
+from kvfuzz.impl.driver_calls import POISON
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
 from kvfuzz.strategies.allocator.trace import Misuse, Trace
@@ -55,7 +56,7 @@ class Lockstep:
         problems += crash_problems(raised, "state read") if raised else self._state(*state)
         problems += self._ownership(problems, state)
         self.log.append(f"{call.text} -> "
-                        + (_short(expected) if rejected is None else f"rejected ({rejected})"))
+                        + (short(expected) if rejected is None else f"rejected ({rejected})"))
         return call, problems
 
     def _count(self, call: Call, expected, rejected, staged_before: bool, in_group: bool) -> None:
@@ -83,10 +84,10 @@ class Lockstep:
             problems.append(("available_size", f"expected {self.model.available_size()}, "
                                                f"actual {available}"))
         if free != self.model.free:
-            problems.append(("free list", _list_diff(self.model.free, free)))
+            problems.append(("free list", list_diff(self.model.free, free)))
         if staged != self.model.staged and Counter(staged) != Counter(self.model.staged):
-            problems.append(("staged pages", f"expected {_short(sorted(self.model.staged))}, "
-                                             f"actual {_short(sorted(staged))} (as multisets)"))
+            problems.append(("staged pages", f"expected {short(sorted(self.model.staged))}, "
+                                             f"actual {short(sorted(staged))} (as multisets)"))
         found = state_violations(self.model.num_pages, free, staged, self.model.pending_pages(),
                                  self.sched.holders)
         return problems + [("invariant", text) for text in found]
@@ -100,21 +101,6 @@ class Lockstep:
                                   f"wrote over every tensor it passed in, after the call: the "
                                   f"allocator kept a caller's tensor, not a copy")]
         return []
-
-
-def guarded(fn, *args):
-    """(result, None), or (None, the exception) when the implementation under test raised."""
-    try:
-        return fn(*args), None
-    except (Exception, SystemExit) as error:  # noqa: BLE001 - a raise is an outcome to compare
-        return None, error
-
-
-def crash_problems(error: Exception, where: str = "") -> list[tuple[str, str]]:
-    frames = traceback.format_exception(error)[-3:]
-    head = f"{type(error).__name__}: {error}" + (f" (in the {where})" if where else "")
-    return [("crash", head)] + [("crash", line.rstrip()) for chunk in frames
-                                for line in chunk.splitlines()[-2:]]
 
 
 def _state_of(impl) -> tuple[int, list[int], list[int]]:
@@ -136,15 +122,15 @@ def _outcome(call: Call, expected, rejected, actual, raised) -> list[tuple[str, 
     if rejected is not None:
         if raised is None:
             return [("rejection", f"expected the call to be rejected ({rejected}), but it was "
-                                  f"accepted and returned {_short(actual)}")]
+                                  f"accepted and returned {short(actual)}")]
         return []
     if raised is not None:
         return crash_problems(raised)
     if call.method not in ALLOC_METHODS or expected == actual:
         return []
     if expected is None or actual is None:
-        return [("None vs success", f"expected {_short(expected)}, actual {_short(actual)}")]
-    return [("result", _list_diff(expected, actual, _owner(call)))]
+        return [("None vs success", f"expected {short(expected)}, actual {short(actual)}")]
+    return [("result", list_diff(expected, actual, _owner(call)))]
 
 
 def _owner(call: Call):
@@ -155,17 +141,3 @@ def _owner(call: Call):
             index -= n
         return "past the end"
     return where
-
-
-def _list_diff(expected: list[int], actual: list[int], where=None) -> str:
-    at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
-              min(len(expected), len(actual)))
-    lo = max(0, at - 2)
-    place = f" ({where(at)})" if where else ""
-    return (f"first difference at index {at}{place}: expected [{lo}:] {expected[lo:lo + 8]}, "
-            f"actual [{lo}:] {actual[lo:lo + 8]}; lengths {len(expected)} vs {len(actual)}")
-
-
-def _short(value, width: int = 100) -> str:
-    text = repr(value)
-    return text if len(text) <= width else text[:width - 3] + "..."

@@ -13,12 +13,10 @@ interface. Imports torch only when a trace runs.
 from __future__ import annotations
 
 import inspect
-from collections import Counter
 from dataclasses import fields, replace
 
-from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
-from kvfuzz.fuzz.trace_target import STATUS_FEATURES, TraceTarget, trace_features
+from kvfuzz.fuzz.target import OUTSIDE, Outcome
+from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator
@@ -43,6 +41,7 @@ METHODS = TOKEN_METHODS + ("alloc_extend", "alloc_decode")
 class AllocatorTarget(TraceTarget):
     name = "allocator"
     format = FORMAT
+    events = EVENTS
     default_cases = 200
     shrink_budget = (3000, 20.0)
     implementations = IMPLEMENTATIONS
@@ -60,7 +59,10 @@ class AllocatorTarget(TraceTarget):
                         cls=True, methods=METHODS)
 
     def declared(self, impl, obj):
-        return replace(impl, preconditions=(TOKEN_INTERFACE,)) if _token_shaped(obj) else impl
+        impl = super().declared(impl, obj)
+        if impl.preconditions or not _token_shaped(obj):
+            return impl
+        return replace(impl, preconditions=(TOKEN_INTERFACE,))
 
     def generator_for(self, impls):
         preconditions = {p for impl in impls for p in impl.preconditions}
@@ -76,18 +78,7 @@ class AllocatorTarget(TraceTarget):
         from kvfuzz.fuzz.allocator.lockstep import Lockstep  # imports torch
 
         lock = Lockstep(item, impl.load(), device, KEEPS_PAGE_IDS not in impl.preconditions)
-        for index, op in enumerate(item.ops):
-            call, problems = lock.step(op)
-            if problems:
-                label = problems[0][0]
-                lines = [("call", lock.log[-1] if call else "(none)")]
-                lines += [("before", line) for line in lock.log[-4:-1]]
-                lines += problems
-                divergence = self.divergence(
-                    item, impl, f"{label} at op {index} of {len(item.ops)}: {describe_op(op)}",
-                    lines, (type(op).__name__, label), step=index)
-                return Outcome(DIVERGE, divergence, features=lock.events)
-        return Outcome(AGREE, features=lock.events)
+        return self.lockstep_outcome(item, impl, lock, describe_op)
 
     def fewer_parts(self, item: Trace):
         """The trace with one request taken out, the latest first."""
@@ -97,15 +88,6 @@ class AllocatorTarget(TraceTarget):
 
     def size(self, item):
         return len(item.ops), sum(len(getattr(op, "rids", ())) for op in item.ops)
-
-    def summary_lines(self, found: Counter) -> list[str]:
-        return counts_grid("calls and edge classes", found)
-
-    def feature_names(self):
-        return [f"event:{name}" for name in EVENTS] + STATUS_FEATURES
-
-    def fuzz_features(self, item, outcomes):
-        return trace_features(outcomes)
 
 
 def _token_shaped(obj) -> bool:

@@ -15,7 +15,7 @@ from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.lockstep import EVENTS, Crashed, Found, Guarded, run_trace
 from kvfuzz.fuzz.summary import counts_grid
 from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome
-from kvfuzz.fuzz.trace_target import STATUS_FEATURES, TraceTarget, trace_features
+from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.compaction import codec, generator
@@ -27,6 +27,7 @@ EAGER = "compaction.eager"  # I12's reference side
 class CompactionTarget(TraceTarget):
     name = "compaction"
     format = FORMAT
+    events = EVENTS
     default_cases = 100
     chunk_sizes = (2, 8)
     shrink_budget = (300, 30.0)
@@ -75,11 +76,6 @@ class CompactionTarget(TraceTarget):
         return ["  checked: every observable after every op, invariants I1-I11; "
                 "I12 per trace of a lazy implementation"] + counts_grid("ops and events", found)
 
-    def feature_names(self):
-        return [f"event:{name}" for name in EVENTS] + STATUS_FEATURES
-
-    def fuzz_features(self, item, outcomes):
-        return trace_features(outcomes)
 
 
 COMPACTION = CompactionTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -14,8 +14,9 @@ import os
 
 import torch
 
+from kvfuzz.impl.driver_calls import int_list, then_poison
+
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
-POISON = -99
 
 
 class AllocatorDriver:
@@ -36,25 +37,8 @@ class AllocatorDriver:
     def _tensor(self, values, device=None) -> torch.Tensor:
         return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
 
-    @staticmethod
-    def _then_poison(result, *passed: torch.Tensor):
-        """`result` read out first, then every tensor the caller passed overwritten."""
-        for tensor in passed:
-            tensor.fill_(POISON)
-        return result
-
-    @staticmethod
-    def _ints(result):
-        """A result as a flat list of ints; any other shape is the implementation's fault."""
-        if result is None:
-            return None
-        if not isinstance(result, torch.Tensor) or result.dim() != 1 or result.is_floating_point():
-            raise TypeError(f"returned {type(result).__name__} "
-                            f"{getattr(result, 'shape', '')}, expected a 1-D integer tensor")
-        return result.tolist()
-
     def alloc(self, need_size: int):
-        return self._ints(self.allocator.alloc(need_size))
+        return int_list(self.allocator.alloc(need_size))
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, num_new_pages=None):
         prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
@@ -62,27 +46,27 @@ class AllocatorDriver:
             (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
         args = (prefix, host[0], seq, host[1], last,
                 sum(s - q for q, s in zip(prefix_lens, seq_lens)))
-        return self._then_poison(
-            self._ints(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages)),
+        return then_poison(
+            int_list(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages)),
             prefix, seq, last, *host)
 
     def alloc_decode(self, seq_lens, last_loc):
         seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
         host = seq if self.device == "cpu" else self._tensor(seq_lens, "cpu")
-        return self._then_poison(self._ints(self.allocator.alloc_decode(seq, host, last)),
+        return then_poison(int_list(self.allocator.alloc_decode(seq, host, last)),
                                  seq, last, host)
 
     def free_slots(self, slots) -> None:
         index = self._tensor(slots)
-        self._then_poison(self.allocator.free(index), index)
+        then_poison(self.allocator.free(index), index)
 
     def free_segment(self, slots, start_pos: int) -> None:
         index = self._tensor(slots)
-        self._then_poison(self.allocator.free_segment(index, start_pos=start_pos), index)
+        then_poison(self.allocator.free_segment(index, start_pos=start_pos), index)
 
     def free_page_ids(self, pages) -> None:
         ids = self._tensor(pages)
-        self._then_poison(self.allocator.free_page_ids(ids), *([ids] if self.reuse_page_ids else []))
+        then_poison(self.allocator.free_page_ids(ids), *([ids] if self.reuse_page_ids else []))
 
     def group_begin(self) -> None:
         self.allocator.free_group_begin()
@@ -97,7 +81,7 @@ class AllocatorDriver:
         return int(self.allocator.available_size())
 
     def free_list(self) -> list[int]:
-        return self._ints(self.allocator.free_pages)
+        return int_list(self.allocator.free_pages)
 
     def staged(self) -> list[int]:
         """need_sort's staged pages; `release_pages` in older upstream shapes (spec §4.1)."""
@@ -105,4 +89,4 @@ class AllocatorDriver:
         if chunks is None:
             older = getattr(self.allocator, "release_pages", None)
             chunks = [] if older is None else [older]
-        return [page for chunk in chunks for page in self._ints(chunk)]
+        return [page for chunk in chunks for page in int_list(chunk)]

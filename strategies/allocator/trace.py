@@ -7,10 +7,9 @@ are live then, so a trace stays valid when a shrinker drops ops or requests.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id, provenance
+from kvfuzz.strategies.inputs import Origin, content_id, dataclass_op_to_json, document_text, provenance
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
@@ -178,12 +177,8 @@ def to_json(trace: Trace) -> dict:
 
 
 def _op_to_json(op: Op) -> dict:
-    data = {"op": NAMES[type(op)]}
-    for f in fields(op):
-        value = getattr(op, f.name)
-        data[f.name] = list(value) if isinstance(value, tuple) else value
-    return data
+    return dataclass_op_to_json(op, NAMES[type(op)])
 
 
 def dumps(trace: Trace) -> str:
-    return json.dumps(to_json(trace), indent=1) + "\n"
+    return document_text(to_json(trace))

@@ -8,11 +8,10 @@ run time, so every op stays valid when a trace is shrunk or edited by hand.
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id, provenance
+from kvfuzz.strategies.inputs import Origin, content_id, document_text, provenance
 
 FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
@@ -176,4 +175,4 @@ def _op_to_json(op: Op) -> dict:
 
 
 def dumps(trace: Trace) -> str:
-    return json.dumps(to_json(trace), indent=1) + "\n"
+    return document_text(to_json(trace))

@@ -20,7 +20,8 @@ from tests.conftest import ROOT
 MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
            "decode": ("mutant.inclusive_rank", 500, 200),
            "allocator": ("mutant.allocator.padding_page", 3, 3),
-           "compaction": ("mutant.compaction.p2v_not_cleared", 5, 3)}
+           "compaction": ("mutant.compaction.p2v_not_cleared", 5, 3),
+           "mamba": ("mutant.mamba.group_end_leaks", 20, 20)}
 
 
 def kvfuzz(*args, cwd=None):

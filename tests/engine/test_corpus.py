@@ -41,3 +41,12 @@ def test_a_file_of_no_known_format_names_the_field_and_the_formats():
         corpus.loads('{"format": "kvfuzz-other/1"}', "x.json")
     message = str(error.value)
     assert message.startswith("x.json: field 'format'") and "kvfuzz-allocator-trace/1" in message
+
+
+def test_fuzzer_bytes_that_ran_out_still_sample_from_a_large_population():
+    # `random.Random.sample` redraws until an index is new; with every draw 0 it never returned
+    # (a mamba trace with more than 21 live requests hung here).
+    from kvfuzz.strategies.sources import BytesRandom
+    assert BytesRandom(b"").sample(range(100), 5) == [0, 1, 2, 3, 4]
+    assert sorted(BytesRandom(b"\x07" * 8).sample(list("abcdefghijklmnopqrstuvwxyz"), 26)) == \
+        list("abcdefghijklmnopqrstuvwxyz")

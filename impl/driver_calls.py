@@ -1,0 +1,28 @@
+"""What the drivers of stateful allocator classes share: results read out as plain ints with
+their shape checked, and the caller's tensors overwritten after each call."""
+
+from __future__ import annotations
+
+import torch
+
+# Written over every tensor the driver passed in, once the call returns: the caller owns it (a
+# scheduler reuses its request-to-token rows), so an allocator that kept one shows -99 later.
+POISON = -99
+
+
+def int_list(result):
+    """A result as a flat list of ints (None stays None); any other shape is the implementation's
+    fault."""
+    if result is None:
+        return None
+    if not isinstance(result, torch.Tensor) or result.dim() != 1 or result.is_floating_point():
+        raise TypeError(f"returned {type(result).__name__} "
+                        f"{getattr(result, 'shape', '')}, expected a 1-D integer tensor")
+    return result.tolist()
+
+
+def then_poison(result, *passed: torch.Tensor):
+    """`result` read out first, then every tensor the caller passed overwritten with POISON."""
+    for tensor in passed:
+        tensor.fill_(POISON)
+    return result
