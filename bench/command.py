@@ -12,10 +12,8 @@ from pathlib import Path
 KINDS = ("extend", "decode", "compaction", "harness", "detection")
 
 
-TARGET_NAMES = ("extend", "decode", "allocator", "compaction")
-
-
 def parser() -> argparse.ArgumentParser:
+    from kvfuzz.bench.detection import MEASURED_TARGETS, STRATEGIES
     from kvfuzz.fuzz.args import Parser, jobs, seconds
 
     bench = Parser(prog="kvfuzz bench", description=__doc__)
@@ -25,11 +23,10 @@ def parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default=None, metavar="DIR",
                        help="where PNG plots go (default: bench/out/, git-ignored)")
     detection = bench.add_argument_group("detection (time to find each mutant)")
-    detection.add_argument("--target", action="append", default=[], choices=TARGET_NAMES,
+    detection.add_argument("--target", action="append", default=[], choices=MEASURED_TARGETS,
                            help="target(s) to measure (default: all)")
     detection.add_argument("--strategy", action="append", default=[],
-                           choices=("seeded", "uniform", "hypothesis", "atheris",
-                                    "atheris-plain"), help="strategies (default: all)")
+                           choices=STRATEGIES, help="strategies (default: all)")
     detection.add_argument("--trials", type=jobs, default=None,
                            help="independent trials per mutant and strategy (default 5)")
     detection.add_argument("--budget", type=seconds, default=None, metavar="SECONDS",

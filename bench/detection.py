@@ -30,6 +30,8 @@ from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import MUTANT
 
+# The targets with a mutant catalogue of their own (case_loader has none): the default set.
+MEASURED_TARGETS = ("extend", "decode", "allocator", "compaction", "mamba", "swa")
 STRATEGIES = ("seeded", "uniform", "hypothesis", "atheris", "atheris-plain")
 FULL = dict(trials=5, budget=20.0, cases=10_000)
 QUICK = dict(trials=1, budget=5.0, cases=1_000)
@@ -108,7 +110,8 @@ def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> b
     strategy = {"extend": hypothesis_cases.extend_cases, "decode": hypothesis_cases.decode_cases,
                 "allocator": hypothesis_traces.allocator_traces,
                 "compaction": hypothesis_traces.compaction_traces,
-                "mamba": hypothesis_traces.mamba_traces}[target]()
+                "mamba": hypothesis_traces.mamba_traces,
+                "swa": hypothesis_traces.swa_traces}[target]()
     found = []
 
     @seed(trial)

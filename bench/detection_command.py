@@ -14,7 +14,7 @@ from kvfuzz.bench import detection, detection_report
 
 def main(args, out_dir) -> int:
     config = detection.QUICK if args.quick else detection.FULL
-    targets = args.target or ["extend", "decode", "allocator", "compaction"]
+    targets = args.target or list(detection.MEASURED_TARGETS)
     strategies = args.strategy or list(detection.STRATEGIES)
     trials = args.trials or config["trials"]
     budget = args.budget or config["budget"]

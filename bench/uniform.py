@@ -16,6 +16,7 @@ from kvfuzz.strategies.compaction.trace import (WHERE, WHICH, Alloc, Drain, Fire
 from kvfuzz.strategies.compaction.trace import Trace as CompactionTrace
 from kvfuzz.strategies.inputs import ceil_pages
 from kvfuzz.strategies.mamba import trace as mamba
+from kvfuzz.strategies.swa import trace as swa
 from kvfuzz.strategies.paged.case import Case
 
 TOKEN_BUDGET = 6144  # as the seeded builders
@@ -23,7 +24,7 @@ TOKEN_BUDGET = 6144  # as the seeded builders
 
 def uniform_input(target: str, rng: random.Random):
     return {"extend": _paged, "decode": _paged, "allocator": _allocator,
-            "compaction": _compaction, "mamba": _mamba}[target](target, rng)
+            "compaction": _compaction, "mamba": _mamba, "swa": _swa}[target](target, rng)
 
 
 def _paged(target: str, rng: random.Random) -> Case:
@@ -117,3 +118,21 @@ def _mamba(target: str, rng: random.Random, num_ops: int = 200) -> mamba.Trace:
         else:
             ops.append(mamba.GroupEnd() if kind == "group_end" else mamba.Clear())
     return mamba.Trace(rng.randint(2, 128), tuple(ops))
+
+
+def _swa(target: str, rng: random.Random, num_ops: int = 200) -> swa.Trace:
+    """Any op, any request so far, any length: no windows or chunks aimed at the pages."""
+    ops, rid = [], 0
+    for _ in range(num_ops):
+        kind = rng.choice(tuple(swa.KINDS))
+        rid += kind == "admit"
+        some = rng.randint(1, max(1, rid))
+        ops.append(swa.Admit(rid) if kind == "admit" else
+                   swa.Extend((some,), (rng.randint(1, 32),)) if kind == "extend" else
+                   swa.Decode((), rng.random() < 0.5) if kind == "decode" else
+                   swa.Evict(some, rng.randint(0, 16), rng.choice(swa.HOWS)) if kind == "evict"
+                   else swa.Finish(some, rng.choice(swa.HOWS)) if kind == "finish" else
+                   swa.KINDS[kind]())
+    page_size = rng.randint(1, 8)
+    return swa.Trace(page_size, rng.randint(1, 64) * page_size, rng.randint(1, 64) * page_size,
+                     rng.random() < 0.5, tuple(ops))

@@ -34,3 +34,22 @@ def list_diff(expected: list[int], actual: list[int], where=None) -> str:
 def short(value, width: int = 100) -> str:
     text = repr(value)
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def call_problems(allocates: bool, expected, rejected, actual, raised,
+                  where=None) -> list[tuple[str, str]]:
+    """What differs between the oracle's side of one call (`expected`, or `rejected`: the
+    oracle's reason to refuse it) and the implementation's (`actual`, or `raised`). Results are
+    compared only for allocating calls; `where(index)` names an output position."""
+    if rejected is not None:
+        if raised is None:
+            return [("rejection", f"expected the call to be rejected ({rejected}), but it was "
+                                  f"accepted and returned {short(actual)}")]
+        return []
+    if raised is not None:
+        return crash_problems(raised)
+    if not allocates or expected == actual:
+        return []
+    if expected is None or actual is None:
+        return [("None vs success", f"expected {short(expected)}, actual {short(actual)}")]
+    return [("result", list_diff(expected, actual, where))]

@@ -7,11 +7,12 @@ from kvfuzz.fuzz.allocator.target import ALLOCATOR
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.fuzz.mamba.target import MAMBA
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
+from kvfuzz.fuzz.swa.target import SWA
 from kvfuzz.fuzz.target import Target
 from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
-                                                      MAMBA)}
+                                                      MAMBA, SWA)}
 
 
 def for_document(data: object, source: str) -> Target:

@@ -4,12 +4,13 @@ and shrinking by cutting after the failing op and dropping runs of ops."""
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from dataclasses import replace
 
 from kvfuzz.fuzz.shrink import without_chunks
 from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome, Target
+from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome, Target
 
 
 STATUS_FEATURES = ["status:agree", "status:diverge", "status:known difference",
@@ -68,6 +69,26 @@ class TraceTarget(Target):
         yield from self.fewer_parts(item)
         for ops in without_chunks(item.ops):
             yield replace(item, ops=ops)
+
+    # A lock-step target: `lockstep_path` names its class ("module:Class", taking the trace,
+    # the implementation's class and the device; imported when a trace runs, as it imports
+    # torch), `describe_op(op)` names an op in reports, and `broken_preconditions(trace,
+    # preconditions)` lists the declared preconditions a trace breaks.
+    lockstep_path = ""
+    broken_preconditions = staticmethod(lambda item, preconditions: [])
+    describe_op = staticmethod(repr)
+
+    def lockstep(self, item, impl, device: str):
+        """The oracle and `impl` side by side over `item`: `step(op)`, `log`, `events`."""
+        module, _, name = self.lockstep_path.partition(":")
+        return getattr(importlib.import_module(module), name)(item, impl.load(), device)
+
+    def check(self, item, impl, device="cpu") -> Outcome:
+        outside = self.broken_preconditions(item, impl.preconditions)
+        if outside:  # never run: the class says its callers never do this
+            return Outcome(OUTSIDE, outside=tuple(outside), behaviour="not run")
+        return self.lockstep_outcome(item, impl, self.lockstep(item, impl, device),
+                                     self.describe_op)
 
     def lockstep_outcome(self, item, impl, lock, describe_op) -> Outcome:
         """Step `lock` (the oracle and `impl` in lock step over `item`) through every op; the first

@@ -26,3 +26,18 @@ def then_poison(result, *passed: torch.Tensor):
     for tensor in passed:
         tensor.fill_(POISON)
     return result
+
+
+def free_list_of(allocator) -> list[int]:
+    """A token or paged allocator's free list (`free_pages`), head first."""
+    return int_list(allocator.free_pages)
+
+
+def staged_of(allocator) -> list[int]:
+    """need_sort's staged pages (`staged_pages`; `release_pages` in older upstream shapes and in
+    the token allocator)."""
+    chunks = getattr(allocator, "staged_pages", None)
+    if chunks is None:
+        older = getattr(allocator, "release_pages", None)
+        chunks = [] if older is None else [older]
+    return [page for chunk in chunks for page in int_list(chunk)]

@@ -13,6 +13,8 @@ import importlib.util
 import inspect
 from dataclasses import dataclass
 
+from kvfuzz.impl.upstream_env import prepare_import
+
 BUNDLED = "bundled"    # run by default
 MUTANT = "mutant"      # deliberately broken: the tests must kill it
 OUTSIDE = "outside"    # someone else's code, by import path (upstream adapters included)
@@ -118,15 +120,17 @@ def load_attribute(path: str):
     if not module_name or not attr_path:
         raise ImplementationError(f"import path {path!r}: expected package.module:attr")
     try:
-        obj = importlib.import_module(module_name)
+        with prepare_import(module_name):
+            obj = importlib.import_module(module_name)
     except Exception as error:  # a broken outside module is the user's to fix: one line
         raise ImplementationError(f"import path {path!r}: cannot import {module_name!r}: "
                                   f"{error}") from None
     for part in attr_path.split("."):
         try:
             found = hasattr(obj, part)
-        except ImportError as error:  # an attribute built on use (a mutant of upstream code)
-            raise ImplementationError(f"import path {path!r}: {error}") from None
+        except Exception as error:  # an attribute built on use (a mutant of upstream code)
+            raise ImplementationError(f"import path {path!r}: {type(error).__name__}: "
+                                      f"{error}") from None
         if not found:
             raise ImplementationError(f"import path {path!r}: {module_name!r} has no attribute "
                                       f"{attr_path!r}")

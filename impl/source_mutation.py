@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvfuzz.impl.upstream_env import prepare_import
+
 
 @dataclass(frozen=True)
 class Mutation:
@@ -60,7 +62,8 @@ def _directory() -> Path:
 @functools.cache
 def mutant_module(module: str, mutation: Mutation, tag: str):
     """Module `module` with `mutation` applied, imported as `kvfuzz._mutants.<tag>`."""
-    original = importlib.import_module(module)
+    with prepare_import(module):
+        original = importlib.import_module(module)
     source = mutation.apply(Path(original.__file__).read_text(), original.__file__)
     path = _directory() / f"{tag}.py"
     path.write_text(source)

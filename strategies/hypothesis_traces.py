@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from kvfuzz.strategies.allocator import generator as allocator_generator
 from kvfuzz.strategies.compaction import generator as compaction_generator
 from kvfuzz.strategies.mamba import generator as mamba_generator
+from kvfuzz.strategies.swa import generator as swa_generator
 
 
 def allocator_traces(max_bytes: int = 4096) -> st.SearchStrategy:
@@ -23,6 +24,11 @@ def compaction_traces(max_bytes: int = 4096) -> st.SearchStrategy:
 def mamba_traces(max_bytes: int = 4096) -> st.SearchStrategy:
     """Mamba slot-allocator traces (`kvfuzz-mamba-trace/1`), 1 to 200 ops."""
     return _traces(mamba_generator.from_bytes, max_bytes)
+
+
+def swa_traces(max_bytes: int = 4096) -> st.SearchStrategy:
+    """Hybrid full + sliding-window allocator traces (`kvfuzz-swa-trace/1`), 1 to 200 ops."""
+    return _traces(swa_generator.from_bytes, max_bytes)
 
 
 def _traces(from_bytes, max_bytes: int) -> st.SearchStrategy:

@@ -11,7 +11,7 @@ from collections import Counter
 
 from kvfuzz.fuzz.allocator.misuse import misuse_call
 from kvfuzz.fuzz.allocator.scheduler import Call, Scheduler
-from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, list_diff, short
+from kvfuzz.fuzz.lockstep_calls import call_problems, crash_problems, guarded, list_diff, short
 from kvfuzz.impl.allocator.driver import AllocatorDriver
 from kvfuzz.impl.driver_calls import POISON
 from kvfuzz.oracle.allocator.invariants import state_violations
@@ -49,7 +49,8 @@ class Lockstep:
         expected, rejected = _run(self.model, call)
         self._count(call, expected, rejected, staged_before, in_group)
         actual, raised = guarded(_call, self.impl, call)
-        problems = _outcome(call, expected, rejected, actual, raised)
+        problems = call_problems(call.method in ALLOC_METHODS, expected, rejected, actual, raised,
+                                 _owner(call))
         if raised is None and rejected is None:
             problems += [("new slots", text) for text in self.sched.commit(call, actual)]
         state, raised = guarded(_state_of, self.impl)
@@ -118,19 +119,6 @@ def _call(side, call: Call):
     return getattr(side, call.method)(*call.args) if call.method else None
 
 
-def _outcome(call: Call, expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if rejected is not None:
-        if raised is None:
-            return [("rejection", f"expected the call to be rejected ({rejected}), but it was "
-                                  f"accepted and returned {short(actual)}")]
-        return []
-    if raised is not None:
-        return crash_problems(raised)
-    if call.method not in ALLOC_METHODS or expected == actual:
-        return []
-    if expected is None or actual is None:
-        return [("None vs success", f"expected {short(expected)}, actual {short(actual)}")]
-    return [("result", list_diff(expected, actual, _owner(call)))]
 
 
 def _owner(call: Call):

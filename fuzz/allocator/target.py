@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields, replace
 
-from kvfuzz.fuzz.target import OUTSIDE, Outcome
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -42,6 +41,8 @@ class AllocatorTarget(TraceTarget):
     name = "allocator"
     format = FORMAT
     events = EVENTS
+    broken_preconditions = staticmethod(broken)
+    describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 20.0)
     implementations = IMPLEMENTATIONS
@@ -71,14 +72,10 @@ class AllocatorTarget(TraceTarget):
     def describe(self, item):
         return [("pool", item.describe())]
 
-    def check(self, item: Trace, impl, device="cpu") -> Outcome:
-        outside = broken(item, impl.preconditions)
-        if outside:  # never run: the class says it does not support this trace
-            return Outcome(OUTSIDE, outside=tuple(outside), behaviour="not run")
+    def lockstep(self, item: Trace, impl, device: str):
         from kvfuzz.fuzz.allocator.lockstep import Lockstep  # imports torch
 
-        lock = Lockstep(item, impl.load(), device, KEEPS_PAGE_IDS not in impl.preconditions)
-        return self.lockstep_outcome(item, impl, lock, describe_op)
+        return Lockstep(item, impl.load(), device, KEEPS_PAGE_IDS not in impl.preconditions)
 
     def fewer_parts(self, item: Trace):
         """The trace with one request taken out, the latest first."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from kvfuzz.fuzz.target import OUTSIDE, Outcome
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.mamba import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -32,6 +31,9 @@ class MambaTarget(TraceTarget):
     name = "mamba"
     format = FORMAT
     events = EVENTS
+    lockstep_path = "kvfuzz.fuzz.mamba.lockstep:Lockstep"
+    broken_preconditions = staticmethod(broken)
+    describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 20.0)
     implementations = IMPLEMENTATIONS
@@ -47,15 +49,6 @@ class MambaTarget(TraceTarget):
 
     def describe(self, item):
         return [("pool", item.describe())]
-
-    def check(self, item: Trace, impl, device="cpu") -> Outcome:
-        outside = broken(item, impl.preconditions)
-        if outside:  # never run: the class says its callers never do this
-            return Outcome(OUTSIDE, outside=tuple(outside), behaviour="not run")
-        from kvfuzz.fuzz.mamba.lockstep import Lockstep  # imports torch
-
-        lock = Lockstep(item, impl.load(), device)
-        return self.lockstep_outcome(item, impl, lock, describe_op)
 
     def fewer_parts(self, item: Trace):
         """The trace with one request taken out, the latest first."""

@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from kvfuzz.impl.driver_calls import int_list, then_poison
+from kvfuzz.impl.driver_calls import free_list_of, int_list, staged_of, then_poison
 
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
 
@@ -81,12 +81,8 @@ class AllocatorDriver:
         return int(self.allocator.available_size())
 
     def free_list(self) -> list[int]:
-        return int_list(self.allocator.free_pages)
+        return free_list_of(self.allocator)
 
     def staged(self) -> list[int]:
-        """need_sort's staged pages; `release_pages` in older upstream shapes (spec §4.1)."""
-        chunks = getattr(self.allocator, "staged_pages", None)
-        if chunks is None:
-            older = getattr(self.allocator, "release_pages", None)
-            chunks = [] if older is None else [older]
-        return [page for chunk in chunks for page in int_list(chunk)]
+        """need_sort's staged pages (spec §4.1)."""
+        return staged_of(self.allocator)

@@ -17,6 +17,7 @@ import importlib
 
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.triton_env import use_interpreter_without_cuda
+from kvfuzz.impl.upstream_env import prepare_import
 
 KERNELS = "sglang.kernels.ops.memory.allocator"
 ADAPTERS = ("triton_extend", "triton_decode")
@@ -28,7 +29,8 @@ def kernels():
     mid-session works on the next try."""
     interpret = use_interpreter_without_cuda()
     try:
-        module = importlib.import_module(KERNELS)
+        with prepare_import(KERNELS):
+            module = importlib.import_module(KERNELS)
     except ImportError as error:
         raise ImplementationError(f"upstream Triton kernels: cannot import {KERNELS} ({error}); "
                                   f"install it as docs/upstream-sglang.md says") from None

@@ -131,6 +131,13 @@ def _worst_cases(tmp_path: Path) -> list[Path]:
                 {"op": "alloc", "pool": "up", "n": 2040}, {"op": "alloc", "pool": "down", "n": 2040},
                 {"op": "free", "pool": "up", "pick": {"where": "bottom", "n": 2000}},
                 {"op": "flush", "pool": "up", "urgent": True}]},
+        "mamba": {"format": "kvfuzz-mamba-trace/1", "size": 2**16, "ops": [
+            {"op": "alloc", "rid": 1, "count": 2**16}, {"op": "finish", "rids": [1]},
+            {"op": "group_begin", "count": 2**16}, {"op": "group_end"}]},
+        "swa": {"format": "kvfuzz-swa-trace/1", "page_size": 64, "size": 2**16,
+                "size_swa": 2**16, "need_sort": True, "ops": [
+                    {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1], "lens": [2**16 - 64]},
+                    {"op": "evict", "rid": 1, "keep": 0}, {"op": "finish", "rid": 1}]},
     }
     paths = []
     for name, data in cases.items():

@@ -21,7 +21,8 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
            "decode": ("mutant.inclusive_rank", 500, 200),
            "allocator": ("mutant.allocator.padding_page", 3, 3),
            "compaction": ("mutant.compaction.p2v_not_cleared", 5, 3),
-           "mamba": ("mutant.mamba.group_end_leaks", 20, 20)}
+           "mamba": ("mutant.mamba.group_end_leaks", 20, 20),
+           "swa": ("mutant.swa.evict_keeps_mapping", 20, 20)}
 
 
 def kvfuzz(*args, cwd=None):

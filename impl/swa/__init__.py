@@ -1,0 +1,39 @@
+"""Hybrid full + sliding-window allocators (target "swa"): the catalogue of classes with upstream
+`SWATokenToKVPoolAllocator`'s constructor `(size, size_swa, page_size, dtype, device, kvcache,
+need_sort)`, the released upstream class with what it declares (strategies/swa/profile.py), and
+mutants. Nothing heavy is imported here."""
+
+from functools import partial
+
+from kvfuzz.impl.registry import MUTANT, OUTSIDE, Implementation, entry
+from kvfuzz.impl.swa.upstream_mutants import MUTATIONS
+from kvfuzz.strategies.swa.profile import CHECKED_DECODE
+
+UPSTREAM = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
+UPSTREAM_DECLARES = (CHECKED_DECODE,)
+_entry = partial(entry, "swa", __name__)
+
+IMPLEMENTATIONS = (
+    _entry("swa.torch", "swa_allocator:SWAAllocator",
+           "SWAAllocator: two torch pools and the mapping, upstream interface"),
+    _entry("mutant.swa.decode_unchecked", "mutants:DecodeUnchecked",
+           "a decode one pool cannot serve leaks the other pool's page", MUTANT),
+    _entry("mutant.swa.evict_keeps_mapping", "mutants:EvictKeepsMapping",
+           "window eviction releases SWA slots but keeps them mapped", MUTANT),
+    _entry("mutant.swa.continues_from_full_slot", "mutants:SWAContinuesFromFullSlot",
+           "the SWA side of an extend continues from the full last_loc", MUTANT),
+    _entry("mutant.swa.segment_unmaps_first_slot", "mutants:SegmentUnmapsFirstSlotOnly",
+           "free_swa_segment unmaps each page's first slot only", MUTANT),
+    _entry("mutant.swa.group_releases_at_once", "mutants:GroupReleasesSWAAtOnce",
+           "window evictions inside a free group release at once", MUTANT),
+    _entry("mutant.swa.clear_keeps_mapping", "mutants:ClearKeepsMapping",
+           "clear() keeps the mapping", MUTANT),
+    Implementation("sglang.swa", "swa", UPSTREAM,
+                   "upstream SWATokenToKVPoolAllocator (needs sglang and "
+                   "requirements-upstream.txt)", OUTSIDE,
+                   preconditions=UPSTREAM_DECLARES, requires="sglang"),
+) + tuple(
+    _entry(f"mutant.sglang.swa.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
+           requires="sglang", preconditions=UPSTREAM_DECLARES)
+    for name, mutation in MUTATIONS.items()
+)

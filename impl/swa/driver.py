@@ -1,0 +1,79 @@
+"""Calls an SWA allocator class with upstream `SWATokenToKVPoolAllocator`'s interface in plain
+ints: lists go in as tensors, results and state come out with `.tolist()`. Tensors stay here.
+After every call the driver writes `POISON` over each tensor it passed in (the caller owns it)."""
+
+from __future__ import annotations
+
+import torch
+
+from kvfuzz.impl.driver_calls import free_list_of, int_list, staged_of, then_poison
+from kvfuzz.impl.swa.kvcache import stand_in_kvcache
+
+
+class SWADriver:
+    def __init__(self, cls, size: int, size_swa: int, page_size: int, need_sort: bool,
+                 device: str = "cpu"):
+        self.device, self.size = device, size
+        self.allocator = cls(size, size_swa, page_size, torch.float16, device, stand_in_kvcache(),
+                             need_sort)
+
+    def _tensor(self, values, device=None) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
+
+    def alloc(self, need_size: int):
+        return int_list(self.allocator.alloc(need_size))
+
+    def alloc_extend(self, prefix_lens, seq_lens, last_loc):
+        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
+        host = (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
+        tokens = sum(s - q for q, s in zip(prefix_lens, seq_lens))
+        result = self.allocator.alloc_extend(prefix, host[0], seq, host[1], last, tokens)
+        return then_poison(int_list(result), prefix, seq, last, *host)
+
+    def alloc_decode(self, seq_lens, last_loc):
+        seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
+        host = self._tensor(seq_lens, "cpu")
+        return then_poison(int_list(self.allocator.alloc_decode(seq, host, last)), seq, last, host)
+
+    def _release(self, method: str, slots, **kwargs) -> None:
+        index = self._tensor(slots)
+        then_poison(getattr(self.allocator, method)(index, **kwargs), index)
+
+    def free(self, slots) -> None:
+        self._release("free", slots)
+
+    def free_swa(self, slots) -> None:
+        self._release("free_swa", slots)
+
+    def free_full(self, slots) -> None:
+        self._release("free_full", slots)
+
+    def free_segment(self, slots, start_pos: int) -> None:
+        self._release("free_segment", slots, start_pos=start_pos)
+
+    def free_swa_segment(self, slots, start_pos: int) -> None:
+        self._release("free_swa_segment", slots, start_pos=start_pos)
+
+    def free_full_segment(self, slots, start_pos: int) -> None:
+        self._release("free_full_segment", slots, start_pos=start_pos)
+
+    def group_begin(self) -> None:
+        self.allocator.free_group_begin()
+
+    def group_end(self) -> None:
+        self.allocator.free_group_end()
+
+    def clear(self) -> None:
+        self.allocator.clear()
+
+    def state(self) -> dict:
+        """Everything compared after an op: sizes, both pools' free lists and staged pages, and
+        the mapping of every full slot that has an SWA peer."""
+        full, swa = self.allocator.full_attn_allocator, self.allocator.swa_attn_allocator
+        mapping = int_list(self.allocator.full_to_swa_index_mapping)
+        return {"available_size": int(self.allocator.available_size()),
+                "full_available_size": int(self.allocator.full_available_size()),
+                "swa_available_size": int(self.allocator.swa_available_size()),
+                "full free": free_list_of(full), "full staged": staged_of(full),
+                "swa free": free_list_of(swa), "swa staged": staged_of(swa),
+                "mapping": {f: s for f, s in enumerate(mapping[:-1]) if s}}

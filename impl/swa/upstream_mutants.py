@@ -1,0 +1,59 @@
+"""Broken variants of the released upstream `SWATokenToKVPoolAllocator` (sglang 0.5.23): the
+installed module's source with ONE edit inside one method each (`impl/source_mutation.py`), built
+on first use. They need sglang (and the packages of requirements-upstream.txt) installed."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+from kvfuzz.impl.source_mutation import Mutation, mutant_module
+from kvfuzz.impl.upstream_env import prepare_import
+
+MODULE, CLASS = "sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"
+
+MUTATIONS = {
+    "extend_untranslated": Mutation(
+        f"{CLASS}.alloc_extend", "            swa_last_loc,\n", "            last_loc,\n",
+        "alloc_extend continues the SWA side from the full last_loc, not its SWA peer"),
+    "release_keeps_padding": Mutation(
+        f"{CLASS}._release_swa", "swa_indices = swa_indices[swa_indices > 0]",
+        "swa_indices = swa_indices",
+        "set-shaped SWA frees keep the unmapped (0) entries: padding page 0 goes on the free list"),
+    "clear_keeps_mapping": Mutation(
+        f"{CLASS}.clear", "self.full_to_swa_index_mapping[:-1].fill_(0)", "pass",
+        "clear() keeps the full-to-SWA mapping"),
+    "group_skips_full_side": Mutation(
+        f"{CLASS}.free_group_begin", "self.full_attn_allocator.free_group_begin()", "pass",
+        "a free group defers only the SWA side: full slots are released at once"),
+    "segment_unmaps_representatives": Mutation(
+        f"{CLASS}._free_swa_pages_none_cuda",
+        "mapping_indices = self._expand_to_full_pages(full_page_representatives)",
+        "mapping_indices = full_page_representatives",
+        "free_swa_segment clears the mapping of each page's first slot only"),
+}
+
+
+def __getattr__(name: str):
+    """The mutant class `name` (a key of MUTATIONS), built from the installed source."""
+    if name not in MUTATIONS:
+        raise AttributeError(name)
+    with prepare_import(MODULE):
+        importlib.import_module(MODULE)  # the original first: its invariants are the registry's
+    with _registry_set_aside():
+        return getattr(mutant_module(MODULE, MUTATIONS[name], f"sglang_swa_{name}"), CLASS)
+
+
+@contextlib.contextmanager
+def _registry_set_aside():
+    """The module declares named invariants at import (`sglang.srt.utils.invariants`), and a name
+    may be declared once per process: the mutant's copy declares its own with the registry set
+    aside, then the original registry comes back."""
+    registry = importlib.import_module("sglang.srt.utils.invariants")._REGISTRY
+    saved = dict(registry)
+    registry.clear()
+    try:
+        yield
+    finally:
+        registry.clear()
+        registry.update(saved)

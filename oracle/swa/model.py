@@ -1,0 +1,159 @@
+"""Reference model of the hybrid full + sliding-window allocator (upstream
+`SWATokenToKVPoolAllocator`, sglang 0.5.23; its released source is the contract, summarised in
+docs/upstream-sglang.md) in plain lists and dicts.
+
+Two pools, each the paged allocator's model (the token allocator's at page size 1), and the
+full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What every call does:
+  - alloc(n) (page size 1), alloc_extend: None, changing nothing, unless BOTH pools have room;
+    then the same request shape is allocated in each pool (the SWA side continues from the SWA
+    peer of `last_loc`) and every new full slot is mapped to its SWA slot;
+  - alloc_decode: the same, one token per request; a failed call changes nothing (the contract a
+    scheduler relies on; upstream checks neither pool first, see its profile);
+  - free_swa(full slots): the SWA peers released and unmapped; above page size 1 whole pages
+    (every slot of each touched full page), unmapped slots skipped, one deduplicating free;
+  - free_swa_segment(full slots, start_pos): one SWA page per full page (`slots[::P]`);
+  - free_full: the full side only; free = free_swa then free_full; *_segment likewise;
+  - free groups: SWA releases are resolved (unmapped) at the call and released at the end, page
+    ids first, then the set-shaped ones, then the full pool's own group; a nested begin is
+    rejected with nothing changed, an end with none open does nothing;
+  - clear(): both pools fresh, mapping empty, group closed.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
+from kvfuzz.strategies.inputs import ceil_pages
+
+__all__ = ["Rejected", "SWAModel"]
+
+
+class SWAModel:
+    def __init__(self, size: int, size_swa: int, page_size: int, need_sort: bool):
+        token = page_size == 1
+        self.P = page_size
+        self.full = AllocatorModel(size, page_size, need_sort, token=token)
+        self.swa = AllocatorModel(size_swa, page_size, need_sort, token=token)
+        self.clear()
+
+    def clear(self) -> None:
+        self.full.clear()
+        self.swa.clear()
+        self.mapping: dict[int, int] = {}
+        self.group_open = False
+        self.swa_page_ids_group: list[int] = []
+        self.swa_free_group: list[int] = []
+
+    # --- sizes --------------------------------------------------------------------------------
+    def available_size(self) -> int:
+        return min(self.full.available_size(), self.swa.available_size())
+
+    def pages_available(self, num_pages: int) -> bool:
+        return all(num_pages <= pool.available_size() // self.P for pool in (self.full, self.swa))
+
+    def translate(self, last_loc: list[int]) -> list[int]:
+        # Upstream's mapping ends in a -1 sentinel, so "no prefix" (-1) translates to -1.
+        return [-1 if loc == -1 else self.mapping.get(loc, 0) for loc in last_loc]
+
+    # --- allocation ---------------------------------------------------------------------------
+    def alloc(self, need_size: int) -> list[int] | None:
+        if need_size > self.full.available_size() or need_size > self.swa.available_size():
+            return None
+        full, swa = self.full.alloc(need_size), self.swa.alloc(need_size)
+        return self._map(full, swa)
+
+    def alloc_extend(self, prefix_lens, seq_lens, last_loc) -> list[int] | None:
+        pages = sum(ceil_pages(s, self.P) - ceil_pages(q, self.P)
+                    for q, s in zip(prefix_lens, seq_lens))
+        if not self.pages_available(pages):
+            return None
+        swa_last = self.translate(last_loc)
+        full = self.full.alloc_extend(prefix_lens, seq_lens, last_loc, pages)
+        swa = self.swa.alloc_extend(prefix_lens, seq_lens, swa_last, pages)
+        return self._map(full, swa)
+
+    def would_decode(self, seq_lens) -> bool:
+        """Whether both pools have the pages a decode of `seq_lens` needs (the scheduler's check)."""
+        return self.pages_available(sum((s - 1) % self.P == 0 for s in seq_lens))
+
+    def alloc_decode(self, seq_lens, last_loc) -> list[int] | None:
+        if not self.would_decode(seq_lens):
+            return None
+        swa_last = self.translate(last_loc)
+        full = self.full.alloc_decode(seq_lens, last_loc)
+        swa = self.swa.alloc_decode(seq_lens, swa_last)
+        return self._map(full, swa)
+
+    def _map(self, full: list[int], swa: list[int]) -> list[int]:
+        self.mapping.update((f, s) for f, s in zip(full, swa) if s)
+        return full
+
+    # --- release ------------------------------------------------------------------------------
+    def _whole_pages(self, slots: list[int]) -> list[int]:
+        """Every slot of each page `slots` touch, once (the releases this feeds are sets)."""
+        pages = sorted({s // self.P for s in slots})
+        return [page * self.P + k for page in pages for k in range(self.P)]
+
+    def _unmap(self, slots: list[int]) -> list[int]:
+        """The SWA peers of `slots` (0 where none), their mapping cleared."""
+        return [self.mapping.pop(slot, 0) for slot in slots]
+
+    def free_swa(self, slots: list[int]) -> None:
+        if not slots:
+            return
+        if self.P == 1:
+            return self.free_swa_segment(slots, 0)
+        peers = self._unmap(self._whole_pages(slots))
+        if self.group_open:
+            self.swa_free_group += peers
+            return
+        self._release_swa(peers)
+
+    def _release_swa(self, peers: list[int]) -> None:
+        self.swa.free_slots([s for s in peers if s > 0])
+
+    def free_swa_segment(self, slots: list[int], start_pos: int) -> None:
+        if not slots:
+            return
+        if start_pos % self.P:
+            raise Rejected(f"segment start {start_pos} is not a multiple of {self.P}")
+        reps = slots[::self.P]
+        pages = [peer // self.P for peer in (self.mapping.get(rep, 0) for rep in reps)]
+        self._unmap(self._whole_pages(reps))
+        if self.group_open:
+            self.swa_page_ids_group += pages
+            return
+        self.swa.free_page_ids(pages)
+
+    def free_full(self, slots: list[int]) -> None:
+        self.full.free_slots(slots)
+
+    def free(self, slots: list[int]) -> None:
+        if slots:
+            self.free_swa(slots)
+            self.free_full(slots)
+
+    def free_segment(self, slots: list[int], start_pos: int) -> None:
+        if slots:
+            self.free_swa_segment(slots, start_pos)
+            self.full.free_segment(slots, start_pos)
+
+    def free_full_segment(self, slots: list[int], start_pos: int) -> None:
+        if slots:
+            self.full.free_segment(slots, start_pos)
+
+    def group_begin(self) -> None:
+        if self.group_open:
+            raise Rejected("free_group_begin inside an open free group (groups cannot nest)")
+        self.group_open = True
+        self.swa_page_ids_group, self.swa_free_group = [], []
+        self.full.group_begin()
+
+    def group_end(self) -> None:
+        self.group_open = False
+        ids, self.swa_page_ids_group = self.swa_page_ids_group, []
+        peers, self.swa_free_group = self.swa_free_group, []
+        if ids:
+            self.swa.free_page_ids(ids)
+        if peers:
+            self._release_swa(peers)
+        self.full.group_end()

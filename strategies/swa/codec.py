@@ -1,0 +1,60 @@
+"""Decoding and validation of "kvfuzz-swa-trace/1" JSON; every problem raises `FormatError`
+naming the source, the field and the value."""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.swa.trace import FORMAT, HOWS, KINDS, Extend, Trace
+
+_TOP = {"format", "page_size", "size", "size_swa", "need_sort", "ops", "origin", "note"}
+# Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
+# compares state of the size of both pools and the mapping). Tokens x page size: upstream's
+# set-shaped `free_swa` expands every slot it is given to its whole page, duplicates kept.
+MAX_SIZE, MAX_PAGES, MAX_OPS, MAX_BATCH = 2**20, 2**14, 2**12, 2**10
+MAX_EXPANSION = 2**22
+
+
+def from_json(data: object, source: str = "trace") -> Trace:
+    reader = FieldReader(source)
+    reader.document(data, FORMAT, _TOP)
+    page_size = reader.integer(data.get("page_size"), "page_size", low=1, high=2**10)
+    sizes = {}
+    for name in ("size", "size_swa"):
+        sizes[name] = reader.integer(data.get(name), name, low=page_size, high=MAX_SIZE)
+        reader.at_most(sizes[name] // page_size, name, MAX_PAGES, f"pages ({name} // page_size)")
+        reader.at_most(sizes[name] * page_size, name, MAX_EXPANSION, f"{name} x page_size")
+    need_sort = reader.boolean(data.get("need_sort"), "need_sort")
+    ops = reader.ops(data.get("ops"), MAX_OPS)
+    decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
+    return Trace(page_size, sizes["size"], sizes["size_swa"], need_sort, decoded,
+                 reader.origin(data.get("origin")), reader.note(data.get("note")))
+
+
+def loads(text: str, source: str = "trace") -> Trace:
+    return from_json(parse_json(text, source), source)
+
+
+def _op(reader: FieldReader, raw: object, where: str):
+    kind = reader.op_kind(raw, where, KINDS)
+    fields = kind.__dataclass_fields__
+    values = {}
+    for name, spec in fields.items():
+        label = f"{where}.{name}"
+        if name not in raw:
+            if spec.default is spec.default_factory:  # no default: required
+                reader.fail(label, "missing", None)
+            continue
+        value = raw[name]
+        if name == "how":
+            values[name] = reader.choice(value, label, HOWS)
+        elif name == "checked":
+            values[name] = reader.boolean(value, label)
+        elif name in ("rids", "lens"):
+            low, high = (1, MAX_SIZE) if name == "lens" else (0, 2**31)
+            values[name] = tuple(reader.int_list(value, label, low=low, high=high,
+                                                 most=MAX_BATCH))
+        else:  # rid, keep
+            values[name] = reader.integer(value, label, low=0, high=2**31)
+    if kind is Extend and len(values["rids"]) != len(values["lens"]):
+        reader.fail(f"{where}.lens", "must have one length per rid", list(values["lens"]))
+    return kind(**values)

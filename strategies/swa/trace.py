@@ -1,0 +1,143 @@
+"""The SWA trace: a scheduler's operations on a hybrid full + sliding-window KV allocator
+(upstream `SWATokenToKVPoolAllocator`: two pools, every full slot of a live token mapped to its
+SWA slot until the window passes it), and its version-stable JSON form ("kvfuzz-swa-trace/1").
+Standard library only.
+
+Ops name requests by id (`rid`) and resolve at run time against the live requests, so a trace
+stays valid when a shrinker drops ops or requests. Group ops always run: a begin inside an open
+group is a nested begin (which must be rejected, changing nothing), an end with none open a stray
+end (which must do nothing).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvfuzz.strategies.inputs import (Origin, content_id, dataclass_op_to_json, document_text,
+                                      provenance)
+
+FORMAT = "kvfuzz-swa-trace/1"
+HOWS = ("set", "segment")  # free(slots) / free_swa(slots) vs the *_segment(slots, start_pos) forms
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A new request, no tokens yet."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
+class Extend:
+    """A prefill chunk: each live request of `rids` grows by its `lens` tokens, in one call
+    (`alloc(sum)` at page size 1, `alloc_extend` above)."""
+
+    rids: tuple[int, ...]
+    lens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Decode:
+    """One token for each live request of `rids` (all live requests when empty). `checked`: the
+    scheduler first checks that both pools have room and skips the step when not (SGLang's
+    `check_decode_mem` retracts instead); unchecked, the call may run short."""
+
+    rids: tuple[int, ...] = ()
+    checked: bool = True
+
+
+@dataclass(frozen=True)
+class Evict:
+    """Window eviction: the SWA slots of the request's tokens older than its last `keep`, whole
+    pages only, are released (`free_swa`, or `free_swa_segment` with `how="segment"`); the full
+    slots stay."""
+
+    rid: int
+    keep: int
+    how: str = "set"
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The request's slots released: `free_full` for the tokens the window already passed,
+    `free` for the rest (with `how="segment"`: `free_full_segment` and `free_segment`)."""
+
+    rid: int
+    how: str = "set"
+
+
+@dataclass(frozen=True)
+class GroupBegin:
+    """`free_group_begin()`."""
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    """`free_group_end()`."""
+
+
+@dataclass(frozen=True)
+class Clear:
+    """`clear()`: both pools free, the mapping empty, every request gone."""
+
+
+Op = Admit | Extend | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
+KINDS = {"admit": Admit, "extend": Extend, "decode": Decode, "evict": Evict, "finish": Finish,
+         "group_begin": GroupBegin, "group_end": GroupEnd, "clear": Clear}
+NAMES = {cls: name for name, cls in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """`cls(size, size_swa, page_size, dtype, device, kvcache, need_sort)` driven by `ops`."""
+
+    page_size: int
+    size: int
+    size_swa: int
+    need_sort: bool
+    ops: tuple[Op, ...]
+    origin: Origin | None = field(default=None, compare=False)
+    note: str = field(default="", compare=False)
+
+    def trace_id(self) -> str:
+        content = to_json(self)
+        content.pop("origin", None)
+        content.pop("note", None)
+        return content_id(content)
+
+    def describe(self) -> str:
+        sort = ", need_sort" if self.need_sort else ""
+        return (f"page_size {self.page_size}, {self.size} full + {self.size_swa} SWA tokens"
+                f"{sort}, {len(self.ops)} ops")
+
+
+def unchecked_decodes(trace: Trace) -> bool:
+    """Whether a decode may run with a pool short (only calls at page size >= 2 can differ)."""
+    return trace.page_size > 1 and any(isinstance(op, Decode) and not op.checked
+                                       for op in trace.ops)
+
+
+def describe_op(op: Op) -> str:
+    if isinstance(op, Admit):
+        return f"admit r{op.rid}"
+    if isinstance(op, Extend):
+        return "extend " + " ".join(f"r{r}+{n}" for r, n in zip(op.rids, op.lens))
+    if isinstance(op, Decode):
+        who = " ".join(f"r{r}" for r in op.rids) or "all"
+        return f"decode {who}" + ("" if op.checked else " (unchecked)")
+    if isinstance(op, Evict):
+        return f"evict r{op.rid} window keeping {op.keep} ({op.how})"
+    if isinstance(op, Finish):
+        return f"finish r{op.rid} ({op.how})"
+    return NAMES[type(op)].replace("_", " ")
+
+
+def to_json(trace: Trace) -> dict:
+    return {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
+            "size_swa": trace.size_swa, "need_sort": trace.need_sort,
+            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **provenance(trace)}
+
+
+def dumps(trace: Trace) -> str:
+    return document_text(to_json(trace))
