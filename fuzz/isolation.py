@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 from kvfuzz.fuzz.target import DIVERGE, Outcome
 
 DEFAULT_TIMEOUT = 10.0  # seconds per input: ms-scale cases and traces stay far below it
+LOAD_GRACE = 120.0      # seconds on top for the import of the implementation, first input
 IDLE = -1
 _PR_SET_PDEATHSIG = 1
 
@@ -82,10 +83,12 @@ def guarded_check(target, item, impl, device: str) -> Outcome:
         return crash_outcome(target, item, impl, what, type(error).__name__)
 
 
-def mark(state, index: int = -1) -> None:
-    """In a worker: input `index` starts now (the supervisor reads `state` to time it out)."""
+def mark(state, index: int = -1, grace: float = 0.0) -> None:
+    """In a worker: input `index` starts now (the supervisor reads `state` to time it out), its
+    clock `grace` seconds later (loading an implementation: importing an upstream engine takes
+    seconds, more on a busy machine, and is not the input's time)."""
     state[1] = index
-    state[0] = time.monotonic_ns()
+    state[0] = time.monotonic_ns() + int(grace * 1e9)
 
 
 class Worker:

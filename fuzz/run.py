@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import time
 
-from kvfuzz.fuzz.isolation import (DEFAULT_TIMEOUT, HarnessError, Worker, crash_outcome, death,
-                                   guarded_check, mark, wait_any)
+from kvfuzz.fuzz.isolation import (DEFAULT_TIMEOUT, LOAD_GRACE, HarnessError, Worker,
+                                   crash_outcome, death, guarded_check, mark, wait_any)
 from kvfuzz.fuzz.summary import rate_text
 from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
@@ -28,7 +28,9 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
     since when (`isolation.mark`) and `report` sends ("progress", name, tally) deltas; the last
     one has the divergence, if any."""
     if state is not None:
-        mark(state, start)  # a crash while loading the implementation is put on the first input
+        # A crash (or a hang past the grace) while loading the implementation is put on the
+        # first input; each input's own clock starts after the load.
+        mark(state, start, grace=LOAD_GRACE)
     target = TARGETS[target_name]
     impl = target.resolve(impl) if isinstance(impl, str) else impl
     spec = impl.name

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
-from kvfuzz.oracle.compaction.model import CompactionModel, geometries
+from kvfuzz.oracle.compaction.model import TAKES, CompactionModel, geometries
 from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violations,
                                                   flush_violations)
 from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free, Op,
@@ -81,6 +81,11 @@ class Guarded:
     def __init__(self, factory, params, device: str):
         self._side = guarded(factory, params, device)
         self.lazy = bool(guarded(getattr, self._side, "lazy"))
+        # Which freed pages a lazy allocation reuses, if not the spec's (oracle TAKES).
+        self.take = guarded(getattr, self._side, "hole_take", "front")
+        if self.take not in TAKES:
+            error = ValueError(f"hole_take is {self.take!r}, expected one of {', '.join(TAKES)}")
+            raise Crashed(error) from error
 
     def __getattr__(self, name: str):  # called once per name: the wrapper is kept
         method = guarded(getattr, self._side, name)
@@ -108,7 +113,7 @@ class Lockstep:
         """`factory(params, device)` builds the implementation under test."""
         self.params = trace.params
         self.impl = Guarded(factory, trace.params, device)
-        self.model = CompactionModel(trace.params, lazy=self.impl.lazy)
+        self.model = CompactionModel(trace.params, lazy=self.impl.lazy, take=self.impl.take)
         self.geos = geometries(trace.params)
         self.stamps = {name: {} for name in self.geos}
         self.serial = 0

@@ -3,7 +3,7 @@
 
 from functools import partial
 
-from kvfuzz.impl.registry import BASELINE, MUTANT, entry
+from kvfuzz.impl.registry import BASELINE, MUTANT, OUTSIDE, entry
 
 _entry = partial(entry, "compaction", __name__)
 
@@ -20,4 +20,11 @@ IMPLEMENTATIONS = (
            "commit leaves p2v of its sources bound", MUTANT),
     _entry("mutant.compaction.kv_not_moved", "mutants:kv_not_moved",
            "commit remaps the tables, never copies KV rows", MUTANT),
+    # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
+    _entry("sglang.compaction.lazy", "upstream:lazy",
+           "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", OUTSIDE,
+           requires="sglang"),
+    _entry("sglang.compaction.eager", "upstream:eager",
+           "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", OUTSIDE,
+           requires="sglang"),
 )

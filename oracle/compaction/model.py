@@ -33,6 +33,23 @@ from kvfuzz.oracle.compaction.flush import eager_free, lazy_drain, lazy_flush
 from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
+# Which freed pages (holes) a lazy allocation of n < len(holes) reuses. "front": the first n in
+# the order they were freed (spec §3.1 step 3, §8.5). "base_end": the n nearest the pool's base,
+# the rest kept sorted (upstream sglang 0.5.23, `_take_free_pages_from_end`). All of them when n
+# covers the holes, in either.
+TAKES = ("front", "base_end")
+
+
+def _take_holes(pool, n: int, take: str) -> tuple[list[int], list[int]]:
+    """(the pages taken, the holes left)."""
+    if n == len(pool.holes) or take == "front":
+        return pool.holes[:n], pool.holes[n:]
+    ordered = sorted(pool.holes)
+    if pool.up:
+        return ordered[:n], ordered[n:]
+    return ordered[len(ordered) - n:], ordered[:len(ordered) - n]
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Fixed shape of one pool: grows up from `reserved`, or down from `num_pages - 1`."""
@@ -83,8 +100,11 @@ class ModelPool:
 class CompactionModel:
     """The whole allocator: alloc, free, flush, drain, forward, fire, write and read."""
 
-    def __init__(self, params: Params, lazy: bool):
-        self.params, self.lazy = params, lazy
+    def __init__(self, params: Params, lazy: bool, take: str = "front"):
+        """`take`: which freed pages a lazy allocation reuses (`TAKES`)."""
+        if take not in TAKES:
+            raise ValueError(f"take {take!r}: expected one of {', '.join(TAKES)}")
+        self.params, self.lazy, self.take = params, lazy, take
         self.pools = {name: ModelPool(geo, lazy) for name, geo in geometries(params).items()}
         self.kv = bytearray(params.total_bytes)
         self.events: dict[int, bool] = {}  # event id -> fired
@@ -128,7 +148,7 @@ class CompactionModel:
         extension = self._extend(pool, n - drained, descending=drained > 0)
         if extension is None:
             return None
-        taken, pool.holes = pool.holes[:drained], pool.holes[drained:]
+        taken, pool.holes = _take_holes(pool, drained, self.take)
         pool.live += n
         return taken + extension
 

@@ -1,0 +1,185 @@
+"""Upstream SGLang 0.5.23's `MultiEndedAllocator` (allocator/unified_sub_pool.py) as a compaction
+implementation: a grow-up and (two-ended) a grow-down pool on one `UnifiedKVPool` byte buffer,
+`lazy_compaction=True` or `False`, behind the factory interface the lock step calls
+(`impl/compaction/allocator.py`). What maps to what, and where upstream's contract differs from
+../shared/spec/lazy-compaction.md: docs/upstream-sglang.md.
+
+Geometry: kvfuzz's pages are `epp` bytes; upstream entries are multiples of 32 bytes, so every
+byte is scaled by K = 32 (page formulas are unchanged by a common scale) and a page is an MHA
+entry of `layer_num = epp`, one head of 8 bf16 (2 x 16 bytes per layer). The reserved floor
+(`sink_bytes`) overrides the buffer's minimum slot index before the allocators read it. KV rows
+are upstream's bytes: `write` tiles each kvfuzz byte K times, `read_live` reads them back.
+
+Events and streams: a forward's event is a host object whose `query()` says whether `fire`
+happened; upstream's `torch.cuda.current_stream().wait_event` calls are no-ops during each call
+(CPU torch has no CUDA streams). Private names used (pinned to 0.5.23) are checked at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+import torch
+
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.upstream_env import prepare_import
+from kvfuzz.strategies.compaction.trace import PoolSnapshot
+
+with prepare_import("sglang"):
+    _usp = importlib.import_module("sglang.srt.mem_cache.allocator.unified_sub_pool")
+    _ump = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
+
+K = 32  # upstream bytes per kvfuzz byte
+_PRIVATE = ("_drain_pending_reuse", "flush_for_allocation", "flush_opportunistic",
+            "set_inflight_forward", "set_latest_forward_done_event", "translate_kv_loc",
+            "_allocated_pages")
+_missing = [name for name in _PRIVATE if not hasattr(_usp.MultiEndedAllocator, name)]
+if _missing:
+    raise ImplementationError(f"sglang MultiEndedAllocator has no {', '.join(_missing)}: the "
+                              f"adapter is written for sglang 0.5.23")
+
+
+class _Event:
+    """A forward's done-event: fired when the trace says so."""
+
+    def __init__(self, ident: int):
+        self.ident, self.fired = ident, False
+
+    def query(self) -> bool:
+        return self.fired
+
+
+class _NoStream:
+    def wait_event(self, event) -> None:
+        pass
+
+    def wait_stream(self, stream) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _no_streams():
+    saved = torch.cuda.current_stream
+    torch.cuda.current_stream = lambda *args, **kwargs: _NoStream()
+    try:
+        yield
+    finally:
+        torch.cuda.current_stream = saved
+
+
+def _spec(name: str, epp: int):
+    return _ump.MHASubPoolSpec(name=name, layer_num=epp, grow_direction=name, head_num=1,
+                               head_dim=8, store_dtype=torch.bfloat16)
+
+
+class UpstreamCompaction:
+    # Upstream takes freed pages back sorted, from the pool's base end (the oracle's option).
+    hole_take = "base_end"
+
+    def __init__(self, params, lazy: bool, device: str = "cpu"):
+        self.params, self.lazy, self.device = params, lazy, device
+        epp = {"up": params.epp_up, "down": params.epp_down}
+        self.buf = _ump.UnifiedKVPool(total_bytes=K * params.total_bytes, device=device,
+                                      page_size=1, enable_memory_saver=False,
+                                      sub_pool_specs=[_spec(name, epp[name]) for name in epp])
+        for name in epp:  # the reserved floor: ceil(sink_bytes / epp) pages
+            self.buf._min_slot_index[name] = -(-params.sink_bytes // epp[name])
+        self.pools, self.events, self._eager_inflight = {}, {}, {}
+        for name in params.pools():  # single-ended: no down allocator, no peer
+            kvcache = _ump.UnifiedMHATokenToKVPool(unified_buffer=self.buf, sub_pool_name=name,
+                                                   page_size=1)
+            pool = _usp.MultiEndedAllocator(kvcache=kvcache, unified_buffer=self.buf,
+                                            sub_pool_name=name, device=device, is_id_owner=True,
+                                            lazy_compaction=lazy)
+            pool._lazy_max_moves_per_call = params.move_cap
+            self.pools[name] = pool
+        if params.two_ended:
+            self.pools["up"].bind_peer(self.pools["down"])
+            self.pools["down"].bind_peer(self.pools["up"])
+
+    def _ids(self, values) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.int64, device=self.device)
+
+    def avail(self, name: str) -> int:
+        return int(self.pools[name].available_size())
+
+    def alloc(self, name: str, n: int):
+        with _no_streams():
+            out = self.pools[name].alloc(n)
+        return None if out is None else out.tolist()
+
+    def free(self, name: str, vids) -> None:
+        with _no_streams():
+            self.pools[name].free(self._ids(vids))
+
+    def flush(self, name: str, urgent: bool) -> int:
+        pool = self.pools[name]
+        with _no_streams():
+            return int(pool.flush_for_allocation() if urgent else pool.flush_opportunistic())
+
+    def drain(self, name: str, urgent: bool) -> None:
+        if self.lazy:
+            with _no_streams():
+                self.pools[name]._drain_pending_reuse(urgent=urgent)
+
+    def forward(self, event: int, writes: dict) -> None:
+        done = self.events[event] = _Event(event)
+        for name, pool in self.pools.items():
+            written = list(writes.get(name, []))
+            pool.set_latest_forward_done_event(done)
+            pool.set_inflight_forward(done, self._ids(written) if written else None)
+            self._eager_inflight[name] = (done, written)  # eager upstream keeps none
+
+    def fire(self, event: int) -> None:
+        self.events[event].fired = True
+
+    def _pages(self, name: str) -> torch.Tensor:
+        pool = self.pools[name]
+        per_page = pool.entry_bytes_per_page
+        return self.buf._raw[: pool.num_pages * per_page].view(pool.num_pages, per_page)
+
+    def write(self, name: str, vids, payloads) -> None:
+        pages = self.pools[name].translate_kv_loc(self._ids(vids))
+        rows = torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8)
+        self._pages(name)[pages] = rows.view(len(vids), -1).repeat_interleave(K, 1).to(
+            self.buf._raw.device)
+
+    def read_live(self, name: str) -> dict:
+        v2p = self.pools[name].virtual_to_physical[:-1].tolist()
+        live = [(vid, page) for vid, page in enumerate(v2p) if page > 0]
+        if not live:
+            return {}
+        rows = self._pages(name)[[page for _, page in live]].cpu().view(len(live), -1, K)
+        out = {}
+        for (vid, _), row in zip(live, rows):
+            # Each kvfuzz byte is K equal bytes; a torn group reads back raw (I7 then fails).
+            whole = bool((row == row[:, :1]).all())
+            out[vid] = bytes(row[:, 0].tolist()) if whole else bytes(row.flatten().tolist())
+        return out
+
+    def snapshot(self, name: str) -> PoolSnapshot:
+        pool = self.pools[name]
+        inflight = pool._inflight_forward if self.lazy else self._eager_inflight.get(name)
+        written = () if inflight is None or inflight[0].query() else inflight[1]
+        return PoolSnapshot(
+            wm=int(pool.watermark_physical),
+            live=int(pool.live_page_count) if self.lazy else pool._allocated_pages(),
+            avail=int(pool.available_size()),
+            num_moves=sum(int(sources.numel()) for sources, _, _ in pool._inverse_history),
+            holes=tuple(sorted(pool._free_phys_pages.tolist())),
+            pending=tuple(sorted((event.ident, tuple(sorted(pages)))
+                                 for event, (pages, _) in pool._pending_reuse.items())),
+            pending_set=tuple(sorted(pool._pending_reuse_pages_cpu)),
+            inflight=tuple(written.tolist() if torch.is_tensor(written) else written),
+            free_vids=tuple(pool.free_virtual_ids.tolist()),
+            v2p=tuple(pool.virtual_to_physical.tolist()),
+            p2v=tuple(pool.physical_to_virtual.tolist()))
+
+
+def lazy(params, device: str = "cpu") -> UpstreamCompaction:
+    return UpstreamCompaction(params, True, device)
+
+
+def eager(params, device: str = "cpu") -> UpstreamCompaction:
+    return UpstreamCompaction(params, False, device)
