@@ -3,6 +3,7 @@
 
 from functools import partial
 
+from kvfuzz.impl.compaction.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import BASELINE, MUTANT, OUTSIDE, entry
 
 _entry = partial(entry, "compaction", __name__)
@@ -27,4 +28,8 @@ IMPLEMENTATIONS = (
     _entry("sglang.compaction.eager", "upstream:eager",
            "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", OUTSIDE,
            requires="sglang"),
+) + tuple(
+    _entry(f"mutant.sglang.compaction.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
+           requires="sglang")
+    for name, mutation in MUTATIONS.items()
 )

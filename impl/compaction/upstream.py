@@ -77,8 +77,10 @@ class UpstreamCompaction:
     # Upstream takes freed pages back sorted, from the pool's base end (the oracle's option).
     hole_take = "base_end"
 
-    def __init__(self, params, lazy: bool, device: str = "cpu"):
+    def __init__(self, params, lazy: bool, device: str = "cpu", allocator_class=None):
+        """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it)."""
         self.params, self.lazy, self.device = params, lazy, device
+        allocator_class = allocator_class or _usp.MultiEndedAllocator
         epp = {"up": params.epp_up, "down": params.epp_down}
         self.buf = _ump.UnifiedKVPool(total_bytes=K * params.total_bytes, device=device,
                                       page_size=1, enable_memory_saver=False,
@@ -89,9 +91,9 @@ class UpstreamCompaction:
         for name in params.pools():  # single-ended: no down allocator, no peer
             kvcache = _ump.UnifiedMHATokenToKVPool(unified_buffer=self.buf, sub_pool_name=name,
                                                    page_size=1)
-            pool = _usp.MultiEndedAllocator(kvcache=kvcache, unified_buffer=self.buf,
-                                            sub_pool_name=name, device=device, is_id_owner=True,
-                                            lazy_compaction=lazy)
+            pool = allocator_class(kvcache=kvcache, unified_buffer=self.buf,
+                                   sub_pool_name=name, device=device, is_id_owner=True,
+                                   lazy_compaction=lazy)
             pool._lazy_max_moves_per_call = params.move_cap
             self.pools[name] = pool
         if params.two_ended:

@@ -7,12 +7,13 @@ the adapter says so, and the property sees the difference when it does not."""
 import pytest
 
 from kvfuzz.fuzz.compaction.target import COMPACTION
+from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.oracle.compaction.model import CompactionModel
 from kvfuzz.strategies.compaction.trace import Params
 from kvfuzz.fuzz.compaction.lockstep import run_trace
 from tests.compaction.sides import i12
-from tests.helpers import fail_with
+from tests.helpers import divergence, fail_with
 
 pytest.importorskip("sglang.srt.mem_cache.allocator.unified_sub_pool",
                     reason="upstream sglang and requirements-upstream.txt not installed")
@@ -57,3 +58,22 @@ def test_upstream_told_to_follow_the_spec_order_is_caught_on_the_holes():
                               for i in range(20)) if f is not None), None)
     assert found is not None, "the take order never mattered in 20 traces"
     assert any("holes" in problem for problem in found.problems), found.problems
+
+
+@pytest.mark.parametrize("name, label", [
+    ("mutant.sglang.compaction.kv_not_moved", "I7"),
+    ("mutant.sglang.compaction.pending_overwritten", "field pending"),
+    ("mutant.sglang.compaction.takes_from_the_far_end", "field holes"),
+])
+def test_upstream_mutant_is_caught_with_a_shrunk_report(name, label):
+    impl = COMPACTION.resolve(name)
+    found = next((d for d in (divergence("compaction", COMPACTION.generate(0, i), impl)
+                              for i in range(60)) if d is not None), None)
+    assert found is not None, f"{name}: no divergence in 60 seeded traces"
+    small = shrink(COMPACTION, found, budget=(2000, 20.0))
+    report = small.report()
+    assert label in report and len(small.input.ops) <= 12, report
+    assert f"kvfuzz replay corpus/compaction-{small.input.trace_id()}.json --impl {name}" \
+        in report
+    original = COMPACTION.resolve("sglang.compaction.lazy")
+    assert COMPACTION.check(small.input, original).status == AGREE
