@@ -22,6 +22,7 @@ import importlib
 
 import torch
 
+from kvfuzz.impl.driver_calls import POISON
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.upstream_env import prepare_import
 from kvfuzz.strategies.compaction.trace import PoolSnapshot
@@ -112,8 +113,10 @@ class UpstreamCompaction:
         return None if out is None else out.tolist()
 
     def free(self, name: str, vids) -> None:
+        index = self._ids(vids)
         with _no_streams():
-            self.pools[name].free(self._ids(vids))
+            self.pools[name].free(index)
+        index.fill_(POISON)  # the caller's tensor: an allocator that kept it shows -99 later
 
     def flush(self, name: str, urgent: bool) -> int:
         pool = self.pools[name]

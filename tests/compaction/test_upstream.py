@@ -5,6 +5,7 @@ differs from the spec (which freed pages an allocation reuses), the oracle follo
 the adapter says so, and the property sees the difference when it does not."""
 
 import pytest
+import torch
 
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.fuzz.shrink import shrink
@@ -77,3 +78,25 @@ def test_upstream_mutant_is_caught_with_a_shrunk_report(name, label):
         in report
     original = COMPACTION.resolve("sglang.compaction.lazy")
     assert COMPACTION.check(small.input, original).status == AGREE
+
+
+def test_an_allocator_that_keeps_the_callers_freed_ids_is_caught():
+    # The adapter writes -99 over the tensor it passed to free() once the call returns, as a
+    # scheduler reuses its buffers; this allocator adopts that tensor as its free-id list when
+    # the list was empty (a "no concatenation needed" shortcut).
+    from kvfuzz.impl.compaction.upstream import UpstreamCompaction, _usp
+
+    class AdoptsFreedIds(_usp.MultiEndedAllocator):
+        def free(self, free_index):
+            empty = self.free_virtual_ids.numel() == 0
+            super().free(free_index)
+            if empty and torch.equal(self.free_virtual_ids, free_index):
+                self.free_virtual_ids = free_index
+
+    def factory(params, device="cpu"):
+        return UpstreamCompaction(params, True, device, AdoptsFreedIds)
+
+    found = next((f for f in (run_trace(COMPACTION.generate(0, i), factory)[0]
+                              for i in range(60)) if f is not None), None)
+    assert found is not None, "no trace freed into an empty free-id list"
+    assert any("-99" in problem for problem in found.problems), found.problems
