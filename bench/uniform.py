@@ -129,6 +129,8 @@ def _swa(target: str, rng: random.Random, num_ops: int = 200) -> swa.Trace:
         some = rng.randint(1, max(1, rid))
         ops.append(swa.Admit(rid) if kind == "admit" else
                    swa.Extend((some,), (rng.randint(1, 32),)) if kind == "extend" else
+                   swa.ExtendTail(some, rng.randint(1, 32), rng.randint(0, 32))
+                   if kind == "extend_tail" else
                    swa.Decode((), rng.random() < 0.5) if kind == "decode" else
                    swa.Evict(some, rng.randint(0, 16), rng.choice(swa.HOWS)) if kind == "evict"
                    else swa.Finish(some, rng.choice(swa.HOWS)) if kind == "finish" else

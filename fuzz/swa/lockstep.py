@@ -18,10 +18,10 @@ from kvfuzz.impl.swa.driver import SWADriver
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
-from kvfuzz.strategies.swa.trace import (Admit, Clear, Decode, Evict, Extend, Finish, GroupBegin,
-                                         GroupEnd, Trace)
+from kvfuzz.strategies.swa.trace import (Admit, Clear, Decode, Evict, Extend, ExtendTail, Finish,
+                                         GroupBegin, GroupEnd, Trace)
 
-ALLOCS = ("alloc", "alloc_extend", "alloc_decode")
+ALLOCS = ("alloc", "alloc_extend", "alloc_decode", "alloc_extend_swa_tail")
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Call:
     args: tuple
     text: str
     grows: tuple = ()           # (rid, tokens) receiving an allocation's slots, in order
+    window_from: int = 0        # alloc_extend_swa_tail: the position the window starts at
 
 
 class Lockstep:
@@ -83,6 +84,8 @@ class Lockstep:
         if isinstance(op, Extend):
             grows = tuple((r, n) for r, n in dict(zip(op.rids, op.lens)).items() if r in self.rows)
             return self._grow(grows, "extend") if grows else None
+        if isinstance(op, ExtendTail):
+            return self._extend_tail(op)
         if isinstance(op, Decode):
             rids = [r for r in dict.fromkeys(op.rids or sorted(self.rows)) if self.rows.get(r)]
             if not rids:
@@ -117,6 +120,16 @@ class Lockstep:
                         f"alloc_decode(seq_lens={seq}, last_loc={last})", grows)
         return Call("alloc_extend", (prefix, seq, last),
                     f"alloc_extend(prefix_lens={prefix}, seq_lens={seq}, last_loc={last})", grows)
+
+    def _extend_tail(self, op: ExtendTail) -> Call | None:
+        """Only for a request with no tokens yet, at page size 2 and up (upstream's use)."""
+        if self.P == 1 or self.rows.get(op.rid) != []:
+            return None
+        start = max(0, op.len - max(op.tail, 1)) // self.P * self.P  # a page boundary
+        tail = op.len - start
+        return Call("alloc_extend_swa_tail", ([0], [op.len], [-1], tail),
+                    f"alloc_extend_swa_tail(seq_lens=[{op.len}], swa_tail_len={tail}) for "
+                    f"r{op.rid}", ((op.rid, op.len),), start)
 
     def _evict(self, op: Evict) -> Call | None:
         row = self.rows.get(op.rid)
@@ -155,6 +168,8 @@ class Lockstep:
             for rid, n in call.grows:
                 self.rows[rid] += actual[at:at + n]
                 at += n
+            if call.method == "alloc_extend_swa_tail":
+                self.evicted[call.grows[0][0]] = call.window_from
         elif call.method in ("free_swa", "free_swa_segment"):
             row = self.rows[op.rid]
             self.evicted[op.rid] = max(0, len(row) - op.keep) // self.P * self.P
@@ -169,8 +184,10 @@ class Lockstep:
             need = call.args[0] if call.method == "alloc" else self.P * (
                 sum((s - 1) % self.P == 0 for s in call.args[0]) if call.method == "alloc_decode"
                 else _extend_pages(call.args[0], call.args[1], self.P))
+            swa_need = need if call.method != "alloc_extend_swa_tail" else \
+                -(-call.args[3] // self.P) * self.P
             full_ok = need <= model.full.available_size()
-            swa_ok = need <= model.swa.available_size()
+            swa_ok = swa_need <= model.swa.available_size()
             events[f"{call.method} " + ("ok" if full_ok and swa_ok else "None")] += 1
             if full_ok != swa_ok:
                 events[f"short on the {'SWA' if full_ok else 'full'} pool only"] += 1

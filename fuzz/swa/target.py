@@ -20,12 +20,13 @@ from kvfuzz.strategies.swa import codec, generator
 from kvfuzz.strategies.swa.profile import broken, checked_only
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, Extend, Trace, describe_op, to_json
 
-METHODS = ("alloc", "alloc_extend", "alloc_decode", "free", "free_swa", "free_full",
+METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "free", "free_swa", "free_full",
            "free_segment", "free_swa_segment", "free_full_segment", "free_group_begin",
            "free_group_end", "clear", "available_size", "full_available_size",
            "swa_available_size")
 # What the lock step counts (lockstep.Lockstep._count).
-EVENTS = (*(f"{m} {how}" for m in ("alloc", "alloc_extend", "alloc_decode")
+EVENTS = (*(f"{m} {how}" for m in ("alloc", "alloc_extend", "alloc_decode",
+                                   "alloc_extend_swa_tail")
             for how in ("ok", "None")),
           "short on the full pool only", "short on the SWA pool only", "decode skipped",
           "free_swa", "free_swa in a group", "free_swa_segment", "free_swa_segment in a group",

@@ -28,6 +28,8 @@ IMPLEMENTATIONS = (
            "window evictions inside a free group release at once", MUTANT),
     _entry("mutant.swa.clear_keeps_mapping", "mutants:ClearKeepsMapping",
            "clear() keeps the mapping", MUTANT),
+    _entry("mutant.swa.tail_mapped_from_the_start", "mutants:TailMappedFromTheStart",
+           "a tail allocation maps the extend's first tokens to the SWA slots", MUTANT),
     Implementation("sglang.swa", "swa", UPSTREAM,
                    "upstream SWATokenToKVPoolAllocator (needs sglang and "
                    "requirements-upstream.txt)", OUTSIDE,

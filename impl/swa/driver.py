@@ -30,6 +30,14 @@ class SWADriver:
         result = self.allocator.alloc_extend(prefix, host[0], seq, host[1], last, tokens)
         return then_poison(int_list(result), prefix, seq, last, *host)
 
+    def alloc_extend_swa_tail(self, prefix_lens, seq_lens, last_loc, tail: int):
+        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
+        host = (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
+        tokens = sum(s - q for q, s in zip(prefix_lens, seq_lens))
+        result = self.allocator.alloc_extend_swa_tail(prefix, host[0], seq, host[1], last, tokens,
+                                                      tail)
+        return then_poison(int_list(result), prefix, seq, last, *host)
+
     def alloc_decode(self, seq_lens, last_loc):
         seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
         host = self._tensor(seq_lens, "cpu")

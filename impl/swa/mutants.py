@@ -58,3 +58,19 @@ class ClearKeepsMapping(SWAAllocator):
         super().clear()
         if kept is not None:
             self.full_to_swa_index_mapping.copy_(kept)
+
+
+class TailMappedFromTheStart(SWAAllocator):
+    """`alloc_extend_swa_tail` maps the extend's first tokens to the tail's SWA slots."""
+
+    def alloc_extend_swa_tail(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu,
+                              last_loc, extend_num_tokens, swa_tail_len):
+        full = super().alloc_extend_swa_tail(prefix_lens, prefix_lens_cpu, seq_lens,
+                                             seq_lens_cpu, last_loc, extend_num_tokens,
+                                             swa_tail_len)
+        if full is not None and 0 < swa_tail_len < len(full):
+            mapping = self.full_to_swa_index_mapping
+            peers = mapping[full[-swa_tail_len:]].clone()
+            mapping[full] = 0
+            mapping[full[:swa_tail_len]] = peers
+        return full

@@ -81,6 +81,30 @@ class SWAAllocator:
                                                    num_new_pages=pages)
         return self._map(full, swa)
 
+    def alloc_extend_swa_tail(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu,
+                              last_loc, extend_num_tokens: int, swa_tail_len: int):
+        """One request: full KV for the whole extend, SWA KV for its last `swa_tail_len` tokens."""
+        P = self.page_size
+        full_pages = int(((seq_lens_cpu + P - 1) // P - (prefix_lens_cpu + P - 1) // P).sum())
+        swa_pages = (swa_tail_len + P - 1) // P
+        if full_pages * P > self.full_available_size() or \
+                swa_pages * P > self.swa_available_size():
+            return None
+        full = self.full_attn_allocator.alloc_extend(prefix_lens, prefix_lens_cpu, seq_lens,
+                                                     seq_lens_cpu, last_loc, extend_num_tokens,
+                                                     num_new_pages=full_pages)
+        if swa_tail_len == 0:
+            return full
+        zero = torch.zeros(1, dtype=torch.int64)
+        tail = torch.tensor([swa_tail_len], dtype=torch.int64)
+        swa = self.swa_attn_allocator.alloc_extend(
+            zero.to(self.device), zero, tail.to(self.device), tail,
+            torch.full((1,), -1, dtype=torch.int64, device=self.device), swa_tail_len,
+            num_new_pages=swa_pages)
+        self.full_to_swa_index_mapping[full[:-swa_tail_len]] = 0
+        self._map(full[-swa_tail_len:], swa)
+        return full
+
     def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
         pages = int(((seq_lens_cpu - 1) % self.page_size == 0).sum())
         if not self._pages_available(pages):

@@ -26,6 +26,10 @@ MUTATIONS = {
     "group_skips_full_side": Mutation(
         f"{CLASS}.free_group_begin", "self.full_attn_allocator.free_group_begin()", "pass",
         "a free group defers only the SWA side: full slots are released at once"),
+    "tail_mapped_from_the_start": Mutation(
+        f"{CLASS}.alloc_extend_swa_tail", "alloc_full_indices[-swa_tail_len:], alloc_swa_indices",
+        "alloc_full_indices[:swa_tail_len], alloc_swa_indices",
+        "alloc_extend_swa_tail maps the extend's first tokens, not its tail, to the SWA slots"),
     "segment_unmaps_representatives": Mutation(
         f"{CLASS}._free_swa_pages_none_cuda",
         "mapping_indices = self._expand_to_full_pages(full_page_representatives)",

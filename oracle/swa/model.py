@@ -7,6 +7,8 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
   - alloc(n) (page size 1), alloc_extend: None, changing nothing, unless BOTH pools have room;
     then the same request shape is allocated in each pool (the SWA side continues from the SWA
     peer of `last_loc`) and every new full slot is mapped to its SWA slot;
+  - alloc_extend_swa_tail (one request): full slots for the extend, SWA slots (fresh pages, from
+    offset 0) and mappings only for its last `tail` tokens;
   - alloc_decode: the same, one token per request; a failed call changes nothing (the contract a
     scheduler relies on; upstream checks neither pool first, see its profile);
   - free_swa(full slots): the SWA peers released and unmapped; above page size 1 whole pages
@@ -70,6 +72,23 @@ class SWAModel:
         full = self.full.alloc_extend(prefix_lens, seq_lens, last_loc, pages)
         swa = self.swa.alloc_extend(prefix_lens, seq_lens, swa_last, pages)
         return self._map(full, swa)
+
+    def alloc_extend_swa_tail(self, prefix_lens, seq_lens, last_loc, tail: int):
+        """One request: full slots for the whole extend, fresh SWA pages for the last `tail`
+        tokens only (from SWA offset 0), mapped; None, changing nothing, unless both fit."""
+        full_pages = sum(ceil_pages(s, self.P) - ceil_pages(q, self.P)
+                         for q, s in zip(prefix_lens, seq_lens))
+        swa_pages = ceil_pages(tail, self.P)
+        if full_pages > self.full.available_size() // self.P or \
+                swa_pages > self.swa.available_size() // self.P:
+            return None
+        full = self.full.alloc_extend(prefix_lens, seq_lens, last_loc, full_pages)
+        if tail:
+            swa = self.swa.alloc_extend([0], [tail], [-1], swa_pages)
+            for slot in full[:len(full) - tail]:
+                self.mapping.pop(slot, None)
+            self._map(full[len(full) - tail:], swa)
+        return full
 
     def would_decode(self, seq_lens) -> bool:
         """Whether both pools have the pages a decode of `seq_lens` needs (the scheduler's check)."""

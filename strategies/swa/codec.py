@@ -53,7 +53,9 @@ def _op(reader: FieldReader, raw: object, where: str):
             low, high = (1, MAX_SIZE) if name == "lens" else (0, 2**31)
             values[name] = tuple(reader.int_list(value, label, low=low, high=high,
                                                  most=MAX_BATCH))
-        else:  # rid, keep
+        elif name == "len":
+            values[name] = reader.integer(value, label, low=1, high=MAX_SIZE)
+        else:  # rid, keep, tail
             values[name] = reader.integer(value, label, low=0, high=2**31)
     if kind is Extend and len(values["rids"]) != len(values["lens"]):
         reader.fail(f"{where}.lens", "must have one length per rid", list(values["lens"]))

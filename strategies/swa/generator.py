@@ -1,8 +1,9 @@
-"""Seeded plain-random SWA traces (`swa/1`): trace `index` of `seed` is the same forever.
+"""Seeded plain-random SWA traces (`swa/2`): trace `index` of `seed` is the same forever.
 
 Aimed where a hybrid allocator's bugs live: page sizes 1 (token pools) to 8, an SWA pool smaller,
 equal or larger than the full one and both tight, so that allocations fail on one pool only;
-prefill in chunks that continue a partial page; decode steps that open pages; window eviction
+prefill in chunks that continue a partial page, or a whole prefill with SWA slots for its tail
+only (a disaggregated decode server's admission); decode steps that open pages; window eviction
 (by slot set and by segment) that leaves the last page, and releases of requests whose window
 has moved, both inside free groups as a scheduler batches them; clear; and the group protocol
 misused (a nested begin, a stray end). Unless an implementation declares that it is only called
@@ -16,8 +17,8 @@ import functools
 import random
 
 from kvfuzz.strategies.sources import TraceGenerator
-from kvfuzz.strategies.swa.trace import (HOWS, Admit, Clear, Decode, Evict, Extend, Finish,
-                                         GroupBegin, GroupEnd, Trace)
+from kvfuzz.strategies.swa.trace import (HOWS, Admit, Clear, Decode, Evict, Extend, ExtendTail,
+                                         Finish, GroupBegin, GroupEnd, Trace)
 
 UNCHECKED_RATE = 0.3  # of decodes, where allowed
 MISUSE_RATE = 0.03    # per group, each kind
@@ -61,7 +62,12 @@ class _Generator:
         self.next_rid += 1
         self.live[self.next_rid] = 0
         self.ops.append(Admit(self.next_rid))
-        if self.rng.random() < 0.7:  # admitted to prefill at once, mostly
+        if self.P > 1 and self.rng.random() < 0.2:  # a transferred prefill, SWA for its tail
+            n = self.rng.randint(1, 12 * self.P)
+            tail = self.rng.choice((0, 1, self.P, self.rng.randint(1, n)))
+            self.ops.append(ExtendTail(self.next_rid, n, tail))
+            self.live[self.next_rid] = n
+        elif self.rng.random() < 0.7:  # admitted to prefill at once, mostly
             self.extend([self.next_rid])
 
     def extend(self, rids=None) -> None:
@@ -112,7 +118,7 @@ class _Generator:
         self.ops.append(GroupEnd())
 
 
-NAME = "swa/1"
+NAME = "swa/2"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
@@ -120,7 +126,7 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 @functools.cache
 def generator_for(checked_only: bool) -> TraceGenerator:
     """The generator for implementations only called after the scheduler's memory check: every
-    decode checked (its own stream, "swa/1[checked decode]")."""
+    decode checked (its own stream, "swa/2[checked decode]")."""
     if not checked_only:
         return GENERATOR
     return TraceGenerator(f"{NAME}[checked decode]", functools.partial(build, unchecked=False),

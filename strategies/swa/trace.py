@@ -37,6 +37,18 @@ class Extend:
 
 
 @dataclass(frozen=True)
+class ExtendTail:
+    """A request with no tokens yet receives `len` tokens (`alloc_extend_swa_tail`, page size 2
+    and up, as a disaggregated decode server admits a transferred prefill): full slots for all of
+    them, SWA slots only for the tail, which starts at the last page boundary at or before
+    `len - tail` and keeps at least one token; the tokens before it are outside the window."""
+
+    rid: int
+    len: int
+    tail: int
+
+
+@dataclass(frozen=True)
 class Decode:
     """One token for each live request of `rids` (all live requests when empty). `checked`: the
     scheduler first checks that both pools have room and skips the step when not (SGLang's
@@ -81,9 +93,10 @@ class Clear:
     """`clear()`: both pools free, the mapping empty, every request gone."""
 
 
-Op = Admit | Extend | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
-KINDS = {"admit": Admit, "extend": Extend, "decode": Decode, "evict": Evict, "finish": Finish,
-         "group_begin": GroupBegin, "group_end": GroupEnd, "clear": Clear}
+Op = Admit | Extend | ExtendTail | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
+KINDS = {"admit": Admit, "extend": Extend, "extend_tail": ExtendTail, "decode": Decode,
+         "evict": Evict, "finish": Finish, "group_begin": GroupBegin, "group_end": GroupEnd,
+         "clear": Clear}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -122,6 +135,8 @@ def describe_op(op: Op) -> str:
         return f"admit r{op.rid}"
     if isinstance(op, Extend):
         return "extend " + " ".join(f"r{r}+{n}" for r, n in zip(op.rids, op.lens))
+    if isinstance(op, ExtendTail):
+        return f"extend r{op.rid}+{op.len} with an SWA tail of {op.tail}"
     if isinstance(op, Decode):
         who = " ".join(f"r{r}" for r in op.rids) or "all"
         return f"decode {who}" + ("" if op.checked else " (unchecked)")

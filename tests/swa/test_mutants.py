@@ -25,6 +25,8 @@ EXPECTED = {
     "mutant.sglang.swa.clear_keeps_mapping": r"what +mapping at op \d+ of \d+: clear",
     "mutant.sglang.swa.group_skips_full_side": r"full_available_size",
     "mutant.sglang.swa.segment_unmaps_representatives": r"mapping +\d+ full slots map",
+    "mutant.swa.tail_mapped_from_the_start": r"mapping +\d+ full slots map differently",
+    "mutant.sglang.swa.tail_mapped_from_the_start": r"mapping +\d+ full slots map differently",
 }
 
 
@@ -45,7 +47,7 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     assert report.startswith(f"DIVERGENCE  swa  implementation {name}")
     assert " at op " in report and "\n  call      " in report
     assert f"kvfuzz replay corpus/swa-{small.input.trace_id()}.json --impl {name}" in report
-    assert re.search(r"shrunk from generator swa/1(\[[^]]+\])?, seed 0", report), report
+    assert re.search(r"shrunk from generator swa/2(\[[^]]+\])?, seed 0", report), report
     assert re.search(EXPECTED[name], report), report
     assert len(small.input.ops) <= 12, report
     again = divergence("swa", loads(dumps(small.input)), name)
