@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvfuzz.impl.upstream_env import prepare_import
+from kvfuzz.impl.upstream_env import prepare_import, second_copy
 
 
 @dataclass(frozen=True)
@@ -69,5 +69,6 @@ def mutant_module(module: str, mutation: Mutation, tag: str):
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"kvfuzz._mutants.{tag}", path)
     loaded = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(loaded)
+    with second_copy(module):
+        spec.loader.exec_module(loaded)
     return loaded

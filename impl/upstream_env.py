@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import sys
 import warnings
 
 _SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
@@ -51,3 +52,22 @@ def prepare() -> None:
     for schema in _SCHEMAS:
         _library.define(schema)
     importlib.import_module("torchvision")
+
+
+@contextlib.contextmanager
+def second_copy(module_name: str):
+    """Around executing a second copy of an upstream module (a mutant of its source): SGLang
+    modules declare named invariants at import (`sglang.srt.utils.invariants`), and a name may be
+    declared once per process, so the copy declares its own with the registry set aside, and
+    the original registry comes back after."""
+    invariants = sys.modules.get("sglang.srt.utils.invariants")
+    if module_name.split(".")[0] != "sglang" or invariants is None:
+        yield
+        return
+    saved = dict(invariants._REGISTRY)
+    invariants._REGISTRY.clear()
+    try:
+        yield
+    finally:
+        invariants._REGISTRY.clear()
+        invariants._REGISTRY.update(saved)

@@ -44,6 +44,11 @@ def content_id(content: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def document_id(document: dict) -> str:
+    """`content_id` of an input's JSON document without its provenance (`origin`, `note`)."""
+    return content_id({k: v for k, v in document.items() if k not in ("origin", "note")})
+
+
 def dataclass_op_to_json(op, name: str) -> dict:
     """A trace op (a dataclass of ints, bools and tuples) as `{"op": name, field: value...}`."""
     data = {"op": name}

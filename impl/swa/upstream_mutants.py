@@ -4,11 +4,7 @@ on first use. They need sglang (and the packages of requirements-upstream.txt) i
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-
 from kvfuzz.impl.source_mutation import Mutation, mutant_module
-from kvfuzz.impl.upstream_env import prepare_import
 
 MODULE, CLASS = "sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"
 
@@ -42,22 +38,4 @@ def __getattr__(name: str):
     """The mutant class `name` (a key of MUTATIONS), built from the installed source."""
     if name not in MUTATIONS:
         raise AttributeError(name)
-    with prepare_import(MODULE):
-        importlib.import_module(MODULE)  # the original first: its invariants are the registry's
-    with _registry_set_aside():
-        return getattr(mutant_module(MODULE, MUTATIONS[name], f"sglang_swa_{name}"), CLASS)
-
-
-@contextlib.contextmanager
-def _registry_set_aside():
-    """The module declares named invariants at import (`sglang.srt.utils.invariants`), and a name
-    may be declared once per process: the mutant's copy declares its own with the registry set
-    aside, then the original registry comes back."""
-    registry = importlib.import_module("sglang.srt.utils.invariants")._REGISTRY
-    saved = dict(registry)
-    registry.clear()
-    try:
-        yield
-    finally:
-        registry.clear()
-        registry.update(saved)
+    return getattr(mutant_module(MODULE, MUTATIONS[name], f"sglang_swa_{name}"), CLASS)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id, dataclass_op_to_json, document_text, provenance
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+                                      provenance)
 
 FORMAT = "kvfuzz-allocator-trace/1"
 FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the pages
@@ -129,10 +130,7 @@ class Trace:
 
     def trace_id(self) -> str:
         """A short hash of the content (never the provenance): names corpus files."""
-        content = to_json(self)
-        content.pop("origin", None)
-        content.pop("note", None)
-        return content_id(content)
+        return document_id(to_json(self))
 
     def describe(self) -> str:
         kind = "token allocator, " if self.interface == "token" else ""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id, document_text, provenance
+from kvfuzz.strategies.inputs import Origin, document_id, document_text, provenance
 
 FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
@@ -116,10 +116,7 @@ class Trace:
 
     def trace_id(self) -> str:
         """A short hash of params and ops: names corpus files, independent of provenance."""
-        content = to_json(self)
-        content.pop("origin", None)
-        content.pop("note", None)
-        return content_id(content)
+        return document_id(to_json(self))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, content_id, dataclass_op_to_json, document_text, provenance
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+                                      provenance)
 
 FORMAT = "kvfuzz-mamba-trace/1"
 NESTED, CLEAR_IN_GROUP, STRAY_END = "nested group begin", "clear in a group", "stray group end"
@@ -75,10 +76,7 @@ class Trace:
     note: str = field(default="", compare=False)
 
     def trace_id(self) -> str:
-        content = to_json(self)
-        content.pop("origin", None)
-        content.pop("note", None)
-        return content_id(content)
+        return document_id(to_json(self))
 
     def describe(self) -> str:
         return f"{self.size} slots, {len(self.ops)} ops"

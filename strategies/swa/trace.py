@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, content_id, dataclass_op_to_json, document_text,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
                                       provenance)
 
 FORMAT = "kvfuzz-swa-trace/1"
@@ -113,10 +113,7 @@ class Trace:
     note: str = field(default="", compare=False)
 
     def trace_id(self) -> str:
-        content = to_json(self)
-        content.pop("origin", None)
-        content.pop("note", None)
-        return content_id(content)
+        return document_id(to_json(self))
 
     def describe(self) -> str:
         sort = ", need_sort" if self.need_sort else ""

@@ -86,8 +86,12 @@ def test_the_format_round_trips_and_pins_its_fields():
     trace = generate(0, 3)
     text = dumps(trace)
     assert loads(text) == trace and f'"format": "{FORMAT}"' in text
-    assert Trace(2, 8, 8, False, (Admit(1), Extend((1,), (3,)), Decode())).trace_id() == \
-        Trace(2, 8, 8, False, (Admit(1), Extend((1,), (3,)), Decode((), True))).trace_id()
+    # The id is the content's: a different decode mode is another trace, provenance is not.
+    ops = (Admit(1), Extend((1,), (3,)), Decode())
+    unchecked = Trace(2, 8, 8, False, ops[:2] + (Decode((), checked=False),))
+    assert loads(dumps(unchecked)) == unchecked
+    assert Trace(2, 8, 8, False, ops).trace_id() != unchecked.trace_id()
+    assert Trace(2, 8, 8, False, ops, note="x").trace_id() == Trace(2, 8, 8, False, ops).trace_id()
 
 
 @pytest.mark.parametrize("change, field", [
