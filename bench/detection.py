@@ -28,10 +28,11 @@ from pathlib import Path
 from kvfuzz.fuzz.campaign_specs import SPECS
 from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import MUTANT
+from kvfuzz.impl.registry import BUNDLED, MUTANT
 
 # The targets with a mutant catalogue of their own (case_loader has none): the default set.
-MEASURED_TARGETS = ("extend", "decode", "allocator", "compaction", "mamba", "swa")
+MEASURED_TARGETS = ("extend", "decode", "allocator", "compaction", "mamba", "swa", "blockpool",
+                    "kvmanager")
 STRATEGIES = ("seeded", "uniform", "hypothesis", "atheris", "atheris-plain")
 FULL = dict(trials=5, budget=20.0, cases=10_000)
 QUICK = dict(trials=1, budget=5.0, cases=1_000)
@@ -50,9 +51,13 @@ class Trial:
 
 def mutants(target: str, quick: bool) -> list[str]:
     """The catalogue's mutants of kvfuzz's own implementations. Mutants of upstream code (which
-    need it installed, and get traces of their own class's profile) are left to their tests."""
-    names = [impl.name for impl in TARGETS[target].implementations
-             if impl.kind == MUTANT and impl.requires is None]
+    need it installed, and get traces of their own class's profile) are left to their tests,
+    except for a target with no implementation of its own (blockpool: vLLM's), whose upstream
+    mutants are measured where their package is installed."""
+    catalogue = TARGETS[target].implementations
+    own = any(impl.kind == BUNDLED and impl.requires is None for impl in catalogue)
+    names = [impl.name for impl in catalogue if impl.kind == MUTANT
+             and (impl.requires is None if own else impl.available())]
     return names[:1] if quick else names
 
 
@@ -111,7 +116,9 @@ def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> b
                 "allocator": hypothesis_traces.allocator_traces,
                 "compaction": hypothesis_traces.compaction_traces,
                 "mamba": hypothesis_traces.mamba_traces,
-                "swa": hypothesis_traces.swa_traces}[target]()
+                "swa": hypothesis_traces.swa_traces,
+                "blockpool": hypothesis_traces.blockpool_traces,
+                "kvmanager": hypothesis_traces.kvmanager_traces}[target]()
     found = []
 
     @seed(trial)

@@ -10,6 +10,8 @@ import random
 from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
                                                Decode, Extend, Finish, GroupBegin, GroupEnd,
                                                Misuse, Trace, Truncate)
+from kvfuzz.strategies.blockpool import trace as blockpool
+from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.compaction import generator as compaction_generator
 from kvfuzz.strategies.compaction.trace import (WHERE, WHICH, Alloc, Drain, Fire, Flush, Forward,
                                                 Free, Pick)
@@ -24,7 +26,8 @@ TOKEN_BUDGET = 6144  # as the seeded builders
 
 def uniform_input(target: str, rng: random.Random):
     return {"extend": _paged, "decode": _paged, "allocator": _allocator,
-            "compaction": _compaction, "mamba": _mamba, "swa": _swa}[target](target, rng)
+            "compaction": _compaction, "mamba": _mamba, "swa": _swa,
+            "blockpool": _blockpool, "kvmanager": _kvmanager}[target](target, rng)
 
 
 def _paged(target: str, rng: random.Random) -> Case:
@@ -138,3 +141,69 @@ def _swa(target: str, rng: random.Random, num_ops: int = 200) -> swa.Trace:
     page_size = rng.randint(1, 8)
     return swa.Trace(page_size, rng.randint(1, 64) * page_size, rng.randint(1, 64) * page_size,
                      rng.random() < 0.5, tuple(ops))
+
+
+def _blockpool(target: str, rng: random.Random, num_ops: int = 200) -> blockpool.Trace:
+    """Any op, any request so far, any count, hashes from a small range: no prompt families,
+    no pool filled to the brim."""
+    blocks, ops, rid = rng.randint(2, 64), [], 0
+
+    def hashes() -> tuple[int, ...]:
+        return tuple(rng.randint(1, 32) for _ in range(rng.randint(0, 8)))
+
+    def rids() -> tuple[int, ...]:
+        return tuple({rng.randint(1, max(1, rid)) for _ in range(rng.randint(1, 3))})
+
+    for _ in range(num_ops):
+        kind = rng.choice(("alloc", "lookup", "share", "pad", "cache", "free", "unpin", "evict",
+                           "probe", "reset"))
+        rid += kind in ("alloc", "lookup", "share", "pad")
+        if kind == "alloc":
+            ops.append(blockpool.Alloc(rid, rng.randint(0, 8)))
+        elif kind == "lookup":
+            ops.append(blockpool.Lookup(rid, hashes(), rng.randint(0, 1)))
+        elif kind == "share":
+            ops.append(blockpool.Share(rid, rng.randint(1, rid), rng.randint(1, 8)))
+        elif kind == "pad":
+            ops.append(blockpool.Pad(rid, rng.randint(1, 3)))
+        elif kind == "cache":
+            ops.append(blockpool.Cache(rng.randint(1, max(1, rid)), hashes(), rng.randint(0, 1)))
+        elif kind in ("free", "unpin"):
+            ops.append(blockpool.Free(rids(), rng.random() < 0.5) if kind == "free"
+                       else blockpool.Unpin(rids()))
+        elif kind == "evict":
+            ops.append(blockpool.Evict(tuple(rng.randint(0, blocks) for _ in range(3))))
+        elif kind == "probe":
+            ops.append(blockpool.Probe(hashes(), (rng.randint(0, 1),)))
+        else:
+            ops.append(blockpool.Reset())
+    return blockpool.Trace(blocks, rng.random() < 0.5, tuple(ops))
+
+
+def _kvmanager(target: str, rng: random.Random, num_ops: int = 200) -> kvmanager.Trace:
+    """Any op on any request so far, prompts of random tokens from a wide vocabulary (so
+    prefixes are rarely shared), any chunk: no prompt families, no boundary-aimed cuts."""
+    block_size = rng.randint(1, 8)
+    window = rng.choice((0, rng.randint(2, 32)))
+    ops, rid = [], 0
+    for _ in range(num_ops):
+        kind = rng.choice(("arrive", "schedule", "decode", "preempt", "finish", "evict", "reset"))
+        someone = rng.randint(1, max(1, rid))
+        if kind == "arrive":
+            rid += 1
+            ops.append(kvmanager.Arrive(rid, tuple(rng.randint(0, 1000)
+                                                   for _ in range(rng.randint(1, 32)))))
+        elif kind == "schedule":
+            ops.append(kvmanager.Schedule(someone, rng.randint(1, 64)))
+        elif kind == "decode":
+            ops.append(kvmanager.Decode(someone, rng.randint(0, 1000)))
+        elif kind == "preempt":
+            ops.append(kvmanager.Preempt(someone))
+        elif kind == "finish":
+            ops.append(kvmanager.Finish(someone))
+        elif kind == "evict":
+            ops.append(kvmanager.Evict(tuple(rng.randint(0, 64) for _ in range(3))))
+        else:
+            ops.append(kvmanager.Reset())
+    return kvmanager.Trace(rng.randint(2, 64), block_size, window, rng.choice((1024, 64)),
+                           tuple(ops))

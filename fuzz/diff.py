@@ -20,6 +20,7 @@ from kvfuzz.fuzz.run import SeededRun
 from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.summary import summary
 from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import ImplementationError
 
 INTERRUPTED = 130
 
@@ -31,9 +32,16 @@ def diff_command(args, out=None) -> int:
     # Resolve every --impl of every target first: a typo fails in one line before any run.
     runs = [(TARGETS[name], [TARGETS[name].resolve(spec) for spec in args.impl]
              or TARGETS[name].bundled()) for name in names]
+    for target, impls in runs:  # a target named on its own with nothing to run: a usage error
+        if not impls and args.target != "all":
+            raise ImplementationError(f"target {target.name}: not run: "
+                                      f"{target.not_run_reason() or 'no implementation'}")
     status = 0
     with sigterm_as_interrupt():
         for target, impls in runs:
+            if not impls:  # every target: one whose packages are missing is said, not failed
+                print(f"{target.name}: not run: {target.not_run_reason()}", file=out)
+                continue
             cases = args.cases or target.default_cases
             status = max(status, diff_target(target, impls, argparse.Namespace(
                 **{**vars(args), "cases": cases}), out))

@@ -29,7 +29,11 @@ def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
             print(f"kvfuzz: error: {error}", file=err)
             bad += 1
     chosen = choose_implementations({target for _, target, _ in loaded}, impl_specs)
-    skipped = Counter(target.name for _, target, _ in loaded if not chosen[target.name])
+    missing = {target: target.not_run_reason() for _, target, _ in loaded
+               if not impl_specs and not chosen[target.name]}
+    not_run = Counter(target.name for _, target, _ in loaded if target in missing)
+    skipped = Counter(target.name for _, target, _ in loaded
+                      if not chosen[target.name] and target not in missing)
     status, checker = 0, Checker(timeout)
     try:
         with sigterm_as_interrupt():
@@ -39,11 +43,13 @@ def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
                     status = max(status, _print(path, impl, outcome, out))
     finally:
         checker.close()
+    for target, reason in sorted(missing.items(), key=lambda item: item[0].name):
+        print(f"not run: {not_run[target.name]} {target.name} file(s): {reason}", file=out)
     if skipped:
         print(f"skipped {sum(skipped.values())} file(s) of targets no --impl applies to: "
               + ", ".join(f"{name} {count}" for name, count in sorted(skipped.items())),
               file=out)
-    print(f"replayed {len(loaded) - sum(skipped.values())} file(s): "
+    print(f"replayed {len(loaded) - sum(skipped.values()) - sum(not_run.values())} file(s): "
           f"{'divergence found' if status else 'no divergence'}"
           + (f"; {bad} bad file(s) not replayed" if bad else ""), file=out)
     return BAD_INPUT if bad else status

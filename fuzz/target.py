@@ -161,7 +161,20 @@ class Target:
         return impl
 
     def bundled(self) -> list[Implementation]:
-        return [impl for impl in self.implementations if impl.kind == BUNDLED]
+        """The implementations run by default: the bundled ones whose packages are installed."""
+        return [impl for impl in self.implementations
+                if impl.kind == BUNDLED and impl.available()]
+
+    def not_run_reason(self) -> str | None:
+        """Why nothing runs by default (every bundled implementation needs a package that is not
+        installed), or None."""
+        bundled = [impl for impl in self.implementations if impl.kind == BUNDLED]
+        if not bundled or any(impl.available() for impl in bundled):
+            return None
+        needs = sorted({impl.requires for impl in bundled})
+        docs = ", ".join(f"docs/upstream-{name}.md" for name in needs)
+        return (f"its implementations need {' and '.join(needs)}, which "
+                f"{'is' if len(needs) == 1 else 'are'} not installed ({docs})")
 
     def fuzz_defaults(self) -> list[str]:
         """What `kvfuzz fuzz` runs without --impl."""

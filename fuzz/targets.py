@@ -4,7 +4,9 @@ here; the engine finds everything else through the `Target` protocol (`kvfuzz.fu
 from __future__ import annotations
 
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
+from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.compaction.target import COMPACTION
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.fuzz.mamba.target import MAMBA
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
 from kvfuzz.fuzz.swa.target import SWA
@@ -12,7 +14,7 @@ from kvfuzz.fuzz.target import Target
 from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
-                                                      MAMBA, SWA)}
+                                                      MAMBA, SWA, BLOCKPOOL, KVMANAGER)}
 
 
 def for_document(data: object, source: str) -> Target:

@@ -1,5 +1,6 @@
-"""Makes upstream SGLang importable on a CPU-only torch once transformers and torchvision are
-installed (requirements-upstream.txt: the SWA allocator's module needs them).
+"""Makes upstream SGLang and vLLM importable on a CPU-only torch once transformers and torchvision
+are installed (requirements-upstream.txt: the SWA allocator's module needs them; vLLM's core
+modules import transformers too).
 
 Then `import sglang` itself patches transformers' image processors, which import torchvision,
 and `sglang.srt.mem_cache.allocator.swa` imports SGLang's model configs, which do too.
@@ -14,22 +15,27 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import sys
 import warnings
 
 _SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
             "qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+UPSTREAM_PACKAGES = ("sglang", "vllm")  # both import transformers, which imports torchvision
 _library = None  # kept alive: the schemas live as long as this Library object
 
 
 @contextlib.contextmanager
 def prepare_import(module_name: str):
-    """Around kvfuzz's imports of an implementation's module: SGLang's get torchvision prepared,
-    and their import-time warnings about CUDA-only quantization methods (two per process, about
-    code no allocator runs) are not shown."""
-    if module_name.split(".")[0] != "sglang":
+    """Around kvfuzz's imports of an implementation's module: SGLang's and vLLM's get torchvision
+    prepared, and their import-time warnings about CUDA-only quantization methods (two per
+    process, about code no allocator runs) are not shown."""
+    package = module_name.split(".")[0]
+    if package not in UPSTREAM_PACKAGES:
         yield
         return
+    if package == "vllm":  # it warns on every refused reset_prefix_cache, an outcome here
+        logging.getLogger("vllm").setLevel(logging.ERROR)
     prepare()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Only CUDA", category=UserWarning)

@@ -5,7 +5,8 @@ engines. The repository's top-level folders install as its subpackages: `kvfuzz.
 The library (docs/use-in-your-ci.md), loaded on first use so `import kvfuzz.x` stays light:
 - `diff`, `replay`, `check`, `assert_agrees`, `implementation` (kvfuzz/api.py);
 - Hypothesis strategies for every target's inputs: `extend_cases`, `decode_cases`,
-  `allocator_traces`, `compaction_traces`, `mamba_traces`, `swa_traces`;
+  `allocator_traces`, `compaction_traces`, `mamba_traces`, `swa_traces`,
+  `blockpool_traces`, `kvmanager_traces`;
 - `Mismatch`, the AssertionError a failure raises, carrying its `Divergence`.
 """
 
@@ -19,7 +20,8 @@ _PUBLIC = {
                    "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome"),
     "kvfuzz.strategies.paged.hypothesis_cases": ("extend_cases", "decode_cases"),
     "kvfuzz.strategies.hypothesis_traces": ("allocator_traces", "compaction_traces",
-                                            "mamba_traces", "swa_traces"),
+                                            "mamba_traces", "swa_traces", "blockpool_traces",
+                                            "kvmanager_traces"),
 }
 _WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
 __all__ = ["__version__", *_WHERE]

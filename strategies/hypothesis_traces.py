@@ -6,6 +6,8 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from kvfuzz.strategies.allocator import generator as allocator_generator
+from kvfuzz.strategies.blockpool import generator as blockpool_generator
+from kvfuzz.strategies.kvmanager import generator as kvmanager_generator
 from kvfuzz.strategies.compaction import generator as compaction_generator
 from kvfuzz.strategies.mamba import generator as mamba_generator
 from kvfuzz.strategies.swa import generator as swa_generator
@@ -29,6 +31,18 @@ def mamba_traces(max_bytes: int = 4096) -> st.SearchStrategy:
 def swa_traces(max_bytes: int = 4096) -> st.SearchStrategy:
     """Hybrid full + sliding-window allocator traces (`kvfuzz-swa-trace/1`), 1 to 200 ops."""
     return _traces(swa_generator.from_bytes, max_bytes)
+
+
+def blockpool_traces(max_bytes: int = 4096) -> st.SearchStrategy:
+    """vLLM block-pool traces (`kvfuzz-blockpool-trace/1`): manager-like request lifecycles
+    over a `BlockPool`, 1 to 200 ops."""
+    return _traces(blockpool_generator.from_bytes, max_bytes)
+
+
+def kvmanager_traces(max_bytes: int = 4096) -> st.SearchStrategy:
+    """vLLM KV-cache-manager traces (`kvfuzz-kvmanager-trace/1`): request lifecycles with shared
+    prefixes, chunked prefill, decode, preemption, 1 to 200 ops."""
+    return _traces(kvmanager_generator.from_bytes, max_bytes)
 
 
 def _traces(from_bytes, max_bytes: int) -> st.SearchStrategy:

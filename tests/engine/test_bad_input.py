@@ -138,6 +138,19 @@ def _worst_cases(tmp_path: Path) -> list[Path]:
                 "size_swa": 2**16, "need_sort": True, "ops": [
                     {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1], "lens": [2**16 - 64]},
                     {"op": "evict", "rid": 1, "keep": 0}, {"op": "finish", "rid": 1}]},
+        # Every op reads the whole pool's state: blocks x ops is the cost (MAX_BLOCKS, MAX_OPS).
+        "blockpool": {"format": "kvfuzz-blockpool-trace/1", "blocks": 2**11, "caching": True,
+                      "ops": [{"op": "alloc", "rid": 1, "count": 2**11 - 1},
+                              {"op": "cache", "rid": 1, "hashes": list(range(1, 2**10 + 1))},
+                              {"op": "free", "rids": [1]},
+                              *[{"op": "probe", "hashes": list(range(1, 41)),
+                                 "groups": [0] * 8}] * (2**11 - 3)]},
+        # One request decoding to the op limit: each op reads every block and hashes a block.
+        "kvmanager": {"format": "kvfuzz-kvmanager-trace/1", "blocks": 2**11, "block_size": 1,
+                      "window": 2, "max_model_len": 2**14, "ops": [
+                          {"op": "arrive", "rid": 1, "tokens": list(range(2**13))},
+                          {"op": "schedule", "rid": 1, "chunk": 2**14},
+                          *[{"op": "decode", "rid": 1, "token": 7}] * (2**11 - 2)]},
     }
     paths = []
     for name, data in cases.items():

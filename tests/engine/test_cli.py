@@ -22,7 +22,14 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
            "allocator": ("mutant.allocator.padding_page", 3, 3),
            "compaction": ("mutant.compaction.p2v_not_cleared", 5, 3),
            "mamba": ("mutant.mamba.group_end_leaks", 20, 20),
-           "swa": ("mutant.swa.evict_keeps_mapping", 20, 20)}
+           "swa": ("mutant.swa.evict_keeps_mapping", 20, 20),
+           "blockpool": ("mutant.vllm.blockpool.freed_uncached_reused_last", 5, 20),
+           "kvmanager": ("mutant.vllm.kvmanager.free_head_first", 5, 20)}
+
+
+def skip_unless_installed(target: str) -> None:
+    if not TARGETS[target].bundled():  # blockpool, kvmanager without vllm: tests/engine/test_missing_package
+        pytest.skip(f"{target}: {TARGETS[target].not_run_reason()}")
 
 
 def kvfuzz(*args, cwd=None):
@@ -53,6 +60,7 @@ def test_list_names_every_target_and_implementation_without_importing_torch():
 
 @pytest.mark.parametrize("target", MUTANTS)
 def test_diff_passes_on_bundled_implementations(target, tmp_path):
+    skip_unless_installed(target)
     status, _, err = run("diff", target, "--cases", str(MUTANTS[target][2]),
                          "--corpus", str(tmp_path))
     assert status == 0, err
@@ -65,6 +73,7 @@ def test_diff_passes_on_bundled_implementations(target, tmp_path):
 def found(request, tmp_path_factory):
     """A mutant's divergence, found once per target: (target, mutant, stderr, saved files)."""
     target = request.param
+    skip_unless_installed(target)
     mutant, cases, _ = MUTANTS[target]
     corpus = tmp_path_factory.mktemp(f"found-{target}")
     status, _, err = run("diff", target, "--impl", mutant, "--cases", str(cases),

@@ -1,0 +1,285 @@
+"""Stateful differential for block pools: drives the oracle (`oracle.blockpool`) and an
+implementation with the same trace, as vLLM's KV-cache manager does (requests holding blocks,
+prefix hits touched, full blocks cached, tables freed tail first), and compares after every op:
+results (blocks handed out or ValueError, hits, reset's verdict, what the reuse watcher heard),
+the number of free blocks, the free queue in eviction order and its links, every block's
+reference count and hash, the hash map, and the invariants (`state_violations`). Every call
+into the implementation is guarded: whatever it raises is a problem to report.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, list_diff, short
+from kvfuzz.impl.blockpool.driver import BlockPoolDriver
+from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, state_violations
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
+                                               Reset, Share, Trace, Unpin)
+
+
+class _Holder:
+    """A request as the pool sees it: its table (null blocks included) and how many of its
+    leading blocks are cached (the manager's num_cached_block)."""
+
+    def __init__(self, blocks=(), cached: int = 0):
+        self.blocks, self.cached = list(blocks), cached
+
+
+class Lockstep:
+    """The oracle and one implementation side by side; `step(op)` returns the problems found."""
+
+    def __init__(self, trace: Trace, cls, device: str = "cpu"):
+        self.model = BlockPoolModel(trace.blocks, trace.caching)
+        self.holders: dict[int, _Holder] = {}
+        self.seen: set[int] = set()  # rids ever used: a finished request never comes back
+        self.log: list[str] = []
+        self.events: Counter = Counter()
+        self.impl, raised = guarded(BlockPoolDriver, cls, trace.blocks, trace.caching)
+        self.broken = crash_problems(raised, "constructor") if raised else []
+        if not self.broken:
+            self.broken = self._state("constructor")
+
+    def step(self, op) -> tuple[str | None, list[tuple[str, str]]]:
+        """(the call `op` stood for, or None when it resolved to nothing; the problems)."""
+        if self.broken:
+            return None, self.broken
+        call = self._resolve(op)
+        if call is None:
+            return None, []
+        calls, text, commit = call
+        problems = []
+        for method, args in calls:
+            expected = getattr(self.model, method)(*args)
+            actual, raised = guarded(getattr(self.impl, method), *args)
+            problems += _compare(method, expected, actual, raised)
+            if not problems:
+                problems += _heard(self.model.heard, self.impl.heard)
+            if problems:
+                break
+            commit(method, expected)
+        self.log.append(text)
+        return text, problems or self._state("state read")
+
+    def _resolve(self, op):
+        """([(method, args)...], text, commit(method, result)), or None."""
+        model, holders = self.model, self.holders
+        holder = holders.get(getattr(op, "rid", None))
+        fresh = getattr(op, "rid", None) not in self.seen
+        if isinstance(op, Alloc):
+            if holder is None and not fresh:
+                return None
+            n = max(0, model.num_free() + op.count) if op.relative else op.count
+            self._count_alloc(n)
+            return [("get_new_blocks", (n,))], f"get_new_blocks({n}) for r{op.rid}", \
+                lambda _, got: got != REFUSED and self._holder(op.rid).blocks.extend(got)
+        if isinstance(op, Lookup):
+            if not fresh or not model.caching:
+                return None
+            found = self._hits(op.hashes, op.group)
+            calls = [("get_cached_block", (h, (op.group,))) for h in op.hashes]
+            calls = calls[:len(found) + (len(found) < len(op.hashes))]  # up to the first miss
+            calls.append(("touch", (found,)))
+
+            def commit(method, _):
+                if method == "touch":
+                    self._holder(op.rid).blocks, self.holders[op.rid].cached = list(found), \
+                        len(found)
+            self.events["lookup hit" if found else "lookup miss"] += 1
+            self._count_touch(found)
+            return calls, (f"lookup r{op.rid}: get_cached_block x{len(calls) - 1}, "
+                           f"touch({short(found, 60)})"), commit
+        if isinstance(op, Share):
+            src = holders.get(op.src)
+            if not fresh or src is None:
+                return None
+            shared = src.blocks[:min(op.count, src.cached)]
+            self._count_touch(shared)
+            self.events["share"] += 1
+
+            def commit(_, __):
+                self._holder(op.rid).blocks, holders[op.rid].cached = list(shared), len(shared)
+            return [("touch", (shared,))], f"r{op.rid} shares r{op.src}: touch({short(shared, 60)})", \
+                commit
+        if isinstance(op, Pad):
+            if holder is None and not fresh:
+                return None
+            self._holder(op.rid).blocks.extend([0] * op.count)
+            self.events["null blocks in a table"] += 1
+            return [], f"r{op.rid} table += {op.count} null blocks", None
+        if isinstance(op, Cache):
+            if holder is None or not model.caching:
+                return None
+            num_full = min(len(holder.blocks), len(op.hashes))
+            if any(model.key[b] is not None for b in holder.blocks[holder.cached:num_full] if b):
+                return None  # caching a cached block again is partial-block promotion: not here
+            self._count_cache(op, holder, num_full)
+            args = (list(op.hashes), list(holder.blocks), holder.cached, num_full, op.group)
+
+            def commit(_, __):
+                holder.cached = max(holder.cached, num_full)
+            return [("cache_full_blocks", args)], \
+                f"cache_full_blocks(r{op.rid}, num_cached={holder.cached}, num_full={num_full}, " \
+                f"group={op.group})", commit
+        if isinstance(op, (Free, Unpin)):
+            live = [r for r in dict.fromkeys(op.rids) if r in holders]
+            if not live:
+                return None
+            blocks = []
+            for rid in live:
+                table = holders[rid].blocks
+                blocks += table[::-1] if isinstance(op, Free) and op.reverse else list(table)
+            if isinstance(op, Unpin):
+                blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
+            self._count_free(op, blocks)
+
+            def commit(_, __):
+                for rid in live:
+                    del holders[rid]
+            method = "free_blocks" if isinstance(op, Free) else "unpin_blocks"
+            return [(method, (blocks,))], f"{method}({short(blocks, 60)})", commit
+        if isinstance(op, Evict):
+            ids = sorted({b for b in op.block_ids if b < model.size})
+            self.events["evict cached" if any(model.key[b] for b in ids) else "evict uncached"] += 1
+            return [("evict_blocks", (ids,))], f"evict_blocks({set(ids) or '{}'})", _nothing
+        if isinstance(op, Probe):
+            calls = [("get_cached_block", (h, tuple(op.groups))) for h in op.hashes]
+            self.events["probe"] += 1
+            return calls, f"get_cached_block x{len(calls)}, groups {list(op.groups)}", _nothing
+        if isinstance(op, Reset):
+            self.events["reset refused" if model.num_free() != model.size - 1 else "reset"] += 1
+            return [("reset_prefix_cache", ())], "reset_prefix_cache()", _nothing
+        return None
+
+    def _holder(self, rid: int) -> _Holder:
+        self.seen.add(rid)
+        return self.holders.setdefault(rid, _Holder())
+
+    def _hits(self, hashes, group) -> list[int]:
+        found = []
+        for h in hashes:
+            holders = self.model.map.get((h, group))
+            if not holders:
+                break
+            found.append(holders[0])
+        return found
+
+    # What the lock step counts (target.EVENTS): atheris features and the summary grid.
+
+    def _count_alloc(self, n: int) -> None:
+        model = self.model
+        free = model.num_free()
+        self.events["alloc refused" if n > free else "alloc exact fit" if n == free and n
+                    else "alloc ok"] += 1
+        if n <= free and any(model.key[b] for b in model.free[:n]):
+            self.events["alloc evicts cached"] += 1
+
+    def _count_touch(self, blocks) -> None:
+        if any(b and self.model.ref[b] == 0 for b in blocks):
+            self.events["touch a free cached block"] += 1
+        if any(b == 0 for b in blocks):
+            self.events["null blocks in a call"] += 1
+
+    def _count_cache(self, op, holder, num_full: int) -> None:
+        model = self.model
+        new = [(h, op.group) for h in op.hashes[holder.cached:num_full]]
+        self.events["cache" if new else "cache nothing new"] += 1
+        if any(key in model.map for key in new):
+            self.events["cache a hash cached elsewhere"] += 1
+        if 0 in holder.blocks[holder.cached:num_full]:
+            self.events["null blocks in a call"] += 1
+
+    def _count_free(self, op, blocks) -> None:
+        model = self.model
+        counts = Counter(blocks)
+        released = [b for b in counts if b and model.ref[b] == counts[b]]
+        name = "unpin" if isinstance(op, Unpin) else "free in order" if not op.reverse else "free"
+        self.events[name] += 1
+        if any(model.key[b] for b in released):
+            self.events[f"{name}: cached to the tail"] += 1
+        if len(released) < len([b for b in counts if b]):
+            self.events["free a shared block"] += 1
+        if 0 in counts:
+            self.events["null blocks in a call"] += 1
+
+    def _state(self, where: str) -> list[tuple[str, str]]:
+        return pool_problems(self.impl, self.model, where)
+
+
+def pool_problems(impl, model: BlockPoolModel, where: str) -> list[tuple[str, str]]:
+    """What differs between a pool's state (read through `impl`, a `BlockPoolDriver` or
+    anything with its state readers) and the model's, and which invariants it breaks. The
+    kvmanager target checks the manager's pool with it too."""
+    state, raised = guarded(lambda: (impl.num_free(), impl.free_queue(), impl.ref_counts(),
+                                     impl.keys(), impl.cache_map(), impl.null_block()))
+    if raised:
+        return crash_problems(raised, where)
+    num_free, (queue, links), ref, keys, cache, null = state
+    problems = []
+    if null != 0:
+        problems.append(("null block", f"expected block 0, actual block {null}"))
+    if links:
+        problems.append(("free queue links", links))
+    if num_free != model.num_free():
+        problems.append(("num free", f"expected {model.num_free()}, actual {num_free}"))
+    if queue != model.free:
+        problems.append(("free queue", list_diff(model.free, queue)))
+    if len(ref) != model.size or len(keys) != model.size:
+        return problems + [("blocks", f"expected {model.size} blocks, actual {len(ref)}")]
+    wrong = [b for b in range(1, model.size) if ref[b] != model.ref[b]]
+    if wrong:
+        b = wrong[0]
+        problems.append(("ref_cnt", f"block {b}: expected {model.ref[b]}, actual {ref[b]} "
+                                    f"({len(wrong)} blocks differ)"))
+    wrong = [b for b in range(model.size) if keys[b] != model.key[b]]
+    if wrong:
+        b = wrong[0]
+        problems.append(("block hash", f"block {b}: expected {_key(model.key[b])}, actual "
+                                       f"{_key(keys[b])} ({len(wrong)} blocks differ)"))
+    if cache != model.map:
+        key = next(k for k in sorted(set(cache) | set(model.map))
+                   if cache.get(k) != model.map.get(k))
+        problems.append(("hash map", f"{_key(key)}: expected blocks {model.map.get(key)}, "
+                                     f"actual {cache.get(key)}"))
+    plain = [k if not isinstance(k, list) else k[0] for k in keys]
+    found = state_violations(model.size, ref, queue, plain, cache)
+    return problems + [("invariant", text) for text in found]
+
+
+def _key(key) -> str:
+    if key is None:
+        return "no hash"
+    if isinstance(key, list):
+        return " and ".join(_key(k) for k in key)
+    return f"hash {key[0]} group {key[1]}"
+
+
+def _nothing(method, got) -> None:
+    return None
+
+
+def _compare(method: str, expected, actual, raised) -> list[tuple[str, str]]:
+    if expected == REFUSED:
+        if raised is None:
+            return [("None vs success", f"expected ValueError (more blocks asked for than are "
+                                        f"free), actual {short(actual)}")]
+        if not isinstance(raised, ValueError):
+            return crash_problems(raised)
+        return []
+    if method == "get_new_blocks" and isinstance(raised, ValueError):  # refused: not a crash
+        return [("None vs success", f"expected blocks {short(expected)}, actual ValueError: "
+                                    f"{short(str(raised))}")]
+    if raised is not None:
+        return crash_problems(raised)
+    if expected == actual:
+        return []
+    if isinstance(expected, list) and isinstance(actual, list):
+        return [("result", f"{method}: {list_diff(expected, actual)}")]
+    return [("result", f"{method}: expected {short(expected)}, actual {short(actual)}")]
+
+
+def _heard(expected: list[int], actual: list[int]) -> list[tuple[str, str]]:
+    if sorted(expected) == sorted(actual):
+        return []
+    return [("reuse watcher", f"expected to hear of blocks {sorted(expected)}, heard of "
+                              f"{sorted(actual)}")]

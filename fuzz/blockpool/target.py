@@ -1,0 +1,77 @@
+"""The "blockpool" target: a block pool with vLLM `BlockPool`'s interface driven over
+manager-like traces, in lock step with the oracle (`lockstep.py`).
+
+    kvfuzz diff blockpool --cases 2000 --jobs 2
+    kvfuzz diff blockpool --impl vllm.v1.core.block_pool:BlockPool
+Imports vLLM only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvfuzz.fuzz.trace_target import TraceTarget
+from kvfuzz.impl.blockpool import IMPLEMENTATIONS
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.blockpool import codec, generator
+from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, Free, Share, Trace, Unpin, \
+    describe_op, to_json
+
+METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
+           "evict_blocks", "reset_prefix_cache", "get_num_free_blocks", "unpin_blocks")
+# What the lock step counts (lockstep.Lockstep).
+EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached", "lookup hit",
+          "lookup miss", "share", "touch a free cached block", "cache", "cache nothing new",
+          "cache a hash cached elsewhere", "free", "free: cached to the tail", "free in order",
+          "free in order: cached to the tail", "free a shared block", "unpin",
+          "unpin: cached to the tail", "null blocks in a table", "null blocks in a call",
+          "evict cached", "evict uncached", "probe", "reset", "reset refused")
+
+
+class BlockPoolTarget(TraceTarget):
+    name = "blockpool"
+    format = FORMAT
+    events = EVENTS
+    lockstep_path = "kvfuzz.fuzz.blockpool.lockstep:Lockstep"
+    describe_op = staticmethod(describe_op)
+    default_cases = 200
+    shrink_budget = (3000, 20.0)
+    implementations = IMPLEMENTATIONS
+    coverage_modules = ("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model")
+
+    def validate(self, path, obj):
+        if not isinstance(obj, type):
+            raise ImplementationError(f"import path {path!r}: is a {type(obj).__name__}, not a "
+                                      f"class; expected a class with vLLM BlockPool's interface")
+        missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
+        if missing:
+            raise ImplementationError(f"import path {path!r}: has no method "
+                                      f"{', '.join(missing)}; expected a class with vLLM "
+                                      f"BlockPool's interface")
+
+    def describe(self, item):
+        return [("pool", item.describe())]
+
+    def fewer_parts(self, item: Trace):
+        """The trace with one holder taken out, the latest first."""
+        rids = {op.rid for op in item.ops if isinstance(op, CREATES)}
+        for rid in sorted(rids, reverse=True):
+            yield replace(item, ops=tuple(op for op in (_without(op, rid) for op in item.ops)
+                                          if op is not None))
+        if item.blocks > 2:
+            yield replace(item, blocks=item.blocks - 1)
+
+    def size(self, item):
+        return len(item.ops), item.blocks
+
+
+def _without(op, rid: int):
+    if getattr(op, "rid", None) == rid or (isinstance(op, Share) and op.src == rid):
+        return None
+    if isinstance(op, (Free, Unpin)) and rid in op.rids:
+        rids = tuple(r for r in op.rids if r != rid)
+        return replace(op, rids=rids) if rids else None
+    return op
+
+
+BLOCKPOOL = BlockPoolTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -1,0 +1,68 @@
+"""The "kvmanager" target: a KV-cache manager with vLLM `KVCacheManager`'s interface driven over
+scheduler-like request lifecycles, in lock step with the oracle (`lockstep.py`).
+
+    kvfuzz diff kvmanager --cases 2000 --jobs 2
+    kvfuzz diff kvmanager --impl vllm.v1.core.kv_cache_manager:KVCacheManager
+Imports vLLM only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvfuzz.fuzz.trace_target import TraceTarget
+from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.kvmanager import codec, generator
+from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, Trace, describe_op, to_json
+
+METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
+           "reset_prefix_cache", "evict_blocks")
+# What the lock step counts (lockstep.Lockstep).
+EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
+          "decode into a new block", "allocate_slots ok", "allocate_slots refused",
+          "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
+
+
+class KVManagerTarget(TraceTarget):
+    name = "kvmanager"
+    format = FORMAT
+    events = EVENTS
+    lockstep_path = "kvfuzz.fuzz.kvmanager.lockstep:Lockstep"
+    describe_op = staticmethod(describe_op)
+    default_cases = 200
+    shrink_budget = (3000, 30.0)
+    implementations = IMPLEMENTATIONS
+    coverage_modules = ("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model")
+
+    def validate(self, path, obj):
+        problem = None if isinstance(obj, type) else f"is a {type(obj).__name__}, not a class"
+        missing = [] if problem else [m for m in METHODS if not callable(getattr(obj, m, None))]
+        if missing:
+            problem = f"has no method {', '.join(missing)}"
+        if problem:
+            raise ImplementationError(f"import path {path!r}: {problem}; expected a class with "
+                                      f"vLLM KVCacheManager's interface")
+
+    def describe(self, item):
+        return [("manager", item.describe())]
+
+    def fewer_parts(self, item: Trace):
+        """The trace with one request taken out, the latest first; then a smaller pool."""
+        rids = {op.rid for op in item.ops if isinstance(op, Arrive)}
+        for rid in sorted(rids, reverse=True):
+            yield replace(item, ops=tuple(op for op in item.ops
+                                          if getattr(op, "rid", None) != rid))
+        if item.blocks > 2:
+            yield replace(item, blocks=item.blocks - 1)
+        for op in item.ops:  # shorter prompts
+            if isinstance(op, Arrive) and len(op.tokens) > 1:
+                shorter = replace(op, tokens=op.tokens[:-1])
+                yield replace(item, ops=tuple(shorter if o is op else o for o in item.ops))
+
+    def size(self, item):
+        return len(item.ops), item.blocks, sum(len(op.tokens) for op in item.ops
+                                               if isinstance(op, Arrive))
+
+
+KVMANAGER = KVManagerTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -1,0 +1,22 @@
+"""Block pools (target "blockpool"): the released vLLM `BlockPool` (vllm 0.33.0), run by default
+where vLLM is installed (docs/upstream-vllm.md), and its mutants. kvfuzz has no block pool of its
+own: the target exists to check vLLM's and classes with its interface, by import path.
+Nothing heavy is imported here."""
+
+from functools import partial
+
+from kvfuzz.impl.blockpool.upstream_mutants import MUTATIONS
+from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation, entry
+
+UPSTREAM = "vllm.v1.core.block_pool:BlockPool"
+_entry = partial(entry, "blockpool", __name__)
+
+IMPLEMENTATIONS = (
+    Implementation("vllm.blockpool", "blockpool", UPSTREAM,
+                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", BUNDLED,
+                   requires="vllm"),
+) + tuple(
+    _entry(f"mutant.vllm.blockpool.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
+           requires="vllm")
+    for name, mutation in MUTATIONS.items()
+)

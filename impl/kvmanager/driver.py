@@ -1,0 +1,91 @@
+"""Calls a KV-cache manager with vLLM `KVCacheManager`'s interface (vllm 0.33.0) in plain ints:
+requests are vLLM `Request` objects kept here (their block hashes computed by vLLM's own request
+block hasher over `strategies.kvmanager.hashing.block_hash`), results come out as block ids per
+group, and the pool is read through `PoolReader` (the blockpool target's).
+
+The configuration objects (`KVCacheConfig`, the attention specs, `Request`, `SamplingParams`) come
+from the installed vLLM: the implementation under test is the manager class."""
+
+from __future__ import annotations
+
+from kvfuzz.impl.blockpool.driver import PoolReader
+from kvfuzz.strategies.kvmanager.hashing import block_hash
+
+
+def _ids(blocks) -> list[list[int]] | None:
+    """A `KVCacheBlocks` (or None) as block ids per group."""
+    return None if blocks is None else [[int(b) for b in ids] for ids in blocks.get_block_ids()]
+
+
+class KVManagerDriver(PoolReader):
+    def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int):
+        import torch
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+        from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
+                                                KVCacheGroupSpec, SlidingWindowSpec)
+        from vllm.v1.request import Request
+
+        shape = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
+        specs = [FullAttentionSpec(**shape)]
+        if window:
+            specs.append(SlidingWindowSpec(**shape, sliding_window=window))
+        # Retention None: every full block of every group is cached (the sparse sliding-window
+        # retention of the engine's default, 0, is not modelled; docs/upstream-vllm.md).
+        config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
+                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
+                                                for i, spec in enumerate(specs)],
+                               prefix_cache_retention_interval=None)
+        init_none_hash(block_hash)
+        self._hasher = get_request_block_hasher(block_size, block_hash)
+        self._request_cls, self._params = Request, SamplingParams
+        self.manager = cls(config, max_model_len=max_model_len, scheduler_block_size=block_size,
+                           hash_block_size=block_size, enable_caching=True)
+        super().__init__(self.manager.block_pool, blocks)
+        self.requests: dict[int, object] = {}
+        self._hit: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup
+
+    def arrive(self, rid: int, tokens) -> None:
+        self.requests[rid] = self._request_cls(
+            str(rid), prompt_token_ids=list(tokens),
+            sampling_params=self._params(max_tokens=1 << 20), pooling_params=None,
+            block_hasher=self._hasher)
+
+    def get_computed_blocks(self, rid: int):
+        blocks, hit, boundary = self.manager.get_computed_blocks(self.requests[rid])
+        self._hit[rid] = blocks
+        self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does
+        return _ids(blocks), int(hit), int(boundary)
+
+    def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool):
+        request = self.requests[rid]
+        if admission:
+            got = self.manager.allocate_slots(request, new, num_new_computed_tokens=hit_tokens,
+                                              new_computed_blocks=self._hit.pop(rid))
+        else:
+            got = self.manager.allocate_slots(request, new)
+        return _ids(got)
+
+    def set_computed(self, rid: int, count: int) -> None:
+        self.requests[rid].num_computed_tokens = count
+
+    def append_token(self, rid: int, token: int) -> None:
+        self.requests[rid].append_output_token_ids(token)
+
+    def block_hashes(self, rid: int) -> list[int]:
+        return [int.from_bytes(bytes(h), "big") for h in self.requests[rid].block_hashes]
+
+    def free(self, rid: int) -> None:
+        self.manager.free(self.requests[rid])
+
+    def forget(self, rid: int) -> None:
+        self.requests.pop(rid, None)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.manager.reset_prefix_cache()
+
+    def evict_blocks(self, ids) -> None:
+        self.manager.evict_blocks(set(ids))
+
+    def block_ids(self, rid: int) -> list[list[int]]:
+        return [[int(b) for b in ids] for ids in self.manager.get_block_ids(str(rid))]

@@ -1,0 +1,118 @@
+"""Broken variants of the released vLLM `KVCacheManager` (vllm 0.33.0) and the objects it is made
+of (its coordinator, its single-type managers, its block pool): ONE edit inside one method each
+(`impl/source_mutation.py`), built on first use. They need vllm installed.
+
+The manager builds its parts through registries and module-level names, so a mutant cannot swap
+in an edited module. Instead the edited method is compiled from the edited source and bound to
+the manager's own part objects after construction, with the ORIGINAL module's globals (so every
+other name it uses is the released one): exactly one edit, everything else as released. A
+classmethod called through its class (`find_longest_cache_hit`) cannot be reached this way;
+its callers on the coordinator can."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import types
+
+from kvfuzz.impl.source_mutation import Mutation, mutant_module
+from kvfuzz.impl.upstream_env import prepare_import
+
+MANAGER = "vllm.v1.core.kv_cache_manager"
+COORDINATOR = "vllm.v1.core.kv_cache_coordinator"
+SINGLE = "vllm.v1.core.single_type_kv_cache_manager"
+POOL = "vllm.v1.core.block_pool"
+
+# name -> (module, mutation)
+MUTATIONS = {
+    "last_token_hit": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks", "max_cache_hit_length = request.num_tokens - 1",
+        "max_cache_hit_length = request.num_tokens",
+        "a prompt whose every block is cached hits its last token too (nothing left to compute)")),
+    "exact_fit_refused": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots", "if required_blocks > available_blocks:",
+        "if required_blocks >= available_blocks:",
+        "an allocation needing exactly the free blocks is refused")),
+    "caches_unwritten_block": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "total_computed_tokens + num_new_tokens,\n            request.num_tokens,",
+        "total_computed_tokens + num_new_tokens + self.coordinator.block_size,\n"
+        "            request.num_tokens,",
+        "allocate_slots caches the block after the scheduled tokens, not yet written")),
+    "window_moves_early": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "max(0, total_computed_tokens - request.num_in_flight_tokens)",
+        "max(0, total_computed_tokens + num_new_tokens - request.num_in_flight_tokens)",
+        "sliding-window blocks are freed for tokens scheduled, not yet computed")),
+    "free_first_group_only": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.free", "for manager in self.single_type_managers:",
+        "for manager in self.single_type_managers[:1]:",
+        "free() returns the full-attention group's blocks and leaks the sliding-window group's")),
+    "evictable_hits_not_counted": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.get_num_blocks_to_allocate",
+        "return num_new_blocks + num_evictable_blocks", "return num_new_blocks",
+        "the admission count leaves out hit blocks that are free (touching them uses them up)")),
+    "free_head_first": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.free",
+        "self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))",
+        "self.block_pool.free_blocks(self.pop_blocks_for_free(request_id))",
+        "a request's blocks are freed head first: its prefix is evicted before its tail")),
+    "hit_not_touched": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.add_local_computed_blocks",
+        "self.block_pool.touch(new_computed_blocks)", "pass",
+        "an admitted request's hit blocks get no reference (a later free underflows)")),
+    "window_keeps_first_block": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager._remove_blocks_in_range",
+        "for i in range(last_block - 1, first_block - 1, -1):",
+        "for i in range(last_block - 1, first_block, -1):",
+        "the first block to leave a sliding window is never freed")),
+    "hybrid_hit_not_trimmed": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "del blks[num_blocks:]", "pass",
+        "with both groups, the full-attention hit is not cut to the sliding-window hit")),
+    "pool_reuse_keeps_hash": (POOL, Mutation(
+        "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
+        "the manager's pool hands out a cached block and keeps its cache entry")),
+}
+
+
+def _rebind(function, original_module, original_class):
+    """`function` (from the edited copy) with the original module's globals, and `super()`
+    resolving against the original class."""
+    cells = []
+    for name, cell in zip(function.__code__.co_freevars, function.__closure__ or ()):
+        cells.append(types.CellType(original_class) if name == "__class__" else cell)
+    return types.FunctionType(function.__code__, vars(original_module), function.__name__,
+                              function.__defaults__, tuple(cells) or None)
+
+
+@functools.cache
+def _mutant_class(name: str):
+    module_name, mutation = MUTATIONS[name]
+    class_name, method = mutation.scope.split(".")
+    with prepare_import(module_name):
+        original = importlib.import_module(module_name)
+        manager_module = importlib.import_module(MANAGER)
+    edited = mutant_module(module_name, mutation, f"vllm_kvmanager_{name}")
+    owner = getattr(original, class_name)
+    function = _rebind(vars(getattr(edited, class_name))[method], original, owner)
+    base = manager_module.KVCacheManager
+
+    class Mutant(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            coordinator = self.coordinator
+            for part in (self, coordinator, self.block_pool,
+                         *coordinator.single_type_managers):
+                if isinstance(part, owner):
+                    setattr(part, method, types.MethodType(function, part))
+
+    Mutant.__name__ = Mutant.__qualname__ = f"KVCacheManager_{name}"
+    return Mutant
+
+
+def __getattr__(name: str):
+    """The mutant class `name` (a key of MUTATIONS)."""
+    if name not in MUTATIONS:
+        raise AttributeError(name)
+    return _mutant_class(name)

@@ -1,0 +1,167 @@
+"""Reference model of vLLM's `KVCacheManager` (vllm 0.33.0) with prefix caching, over one
+full-attention group (group 0) and optionally one sliding-window group (group 1) of the same
+block size, on the block-pool model (`oracle.blockpool`). The contract, read from the released
+source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_manager.py`):
+
+- `get_computed_blocks(request)`: the hit is capped at num_tokens - 1 tokens (the last token is
+  always computed) and block-aligned. Full attention: the longest run of cached blocks from
+  the first. Sliding window: within the full-attention hit, the rightmost run of
+  cdiv(window - 1, block_size) cached blocks, the blocks before it null; without such a run,
+  the run from block 0. Both groups: the full-attention blocks are cut to the sliding-window
+  length, and the third value is the full-attention length when that is longer (else 0).
+  Of several blocks cached under one hash, the earliest cached one.
+- `allocate_slots(request, n, hit_tokens, hit_blocks)`: first the sliding-window blocks that
+  left the window are freed (replaced by the null block, latest first), then the count: per
+  group, the blocks the request needs for its computed + n tokens beyond what it holds (an
+  admission: beyond max(its skipped blocks, hit + held)), plus the hit blocks that are free
+  now (touching them takes them off the free queue). More than the free blocks: None, and
+  nothing else changes. Else the hit is taken (touched; skipped blocks as null), new blocks
+  come off the free queue, group 0 first, and the full blocks up to min(computed + n,
+  num_tokens) are cached. The result: each group's new blocks.
+- `free(request)`: per group in order, the table without its leading null blocks, last block
+  first, so that the tail is evicted first.
+- A running request is one with a cached-block count (set by an admission); only its count
+  formula differs.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.oracle.blockpool.model import BlockPoolModel
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class KVManagerModel:
+    def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int):
+        self.pool = BlockPoolModel(blocks, caching=True)
+        self.bs, self.window, self.max_len = block_size, window, max_model_len
+        self.groups = (0, 1) if window else (0,)
+        self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
+        self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
+        self.freed_by_window = 0  # blocks the last allocate_slots's window move put back free
+
+    def skipped_tokens(self, group: int, computed: int) -> int:
+        return 0 if group == 0 else max(0, computed - self.window + 1)
+
+    def running(self, rid: int) -> bool:
+        return any(rid in counts for counts in self.num_cached)
+
+    # get_computed_blocks
+
+    def get_computed_blocks(self, hashes: list[int], num_tokens: int):
+        bs, longest = self.bs, num_tokens - 1
+        full = []
+        for block_hash in hashes[:longest // bs]:
+            found = self.pool.map.get((block_hash, 0))
+            if not found:
+                break
+            full.append(found[0])
+        if not self.window:
+            return [full], len(full) * bs, 0
+        windowed = self._window_hit(hashes, len(full))
+        length = len(windowed) * bs
+        full_length = len(full) * bs
+        return [full[:len(windowed)], windowed], length, \
+            full_length if full_length > length else 0
+
+    def _window_hit(self, hashes: list[int], limit: int) -> list[int]:
+        need = cdiv(self.window - 1, self.bs)
+        out, run = [0] * limit, 0
+        for index in range(limit - 1, -1, -1):
+            found = self.pool.map.get((hashes[index], 1))
+            if found:
+                out[index] = found[0]
+                run += 1
+                if run >= need:
+                    return out[:index + run]
+            else:
+                run = 0
+        return out[:run]
+
+    # allocate_slots
+
+    def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
+                           computed: int) -> int:
+        total = 0
+        for group in self.groups:
+            required = cdiv(need, self.bs)
+            held = len(self.tables[group].get(rid, ()))
+            if rid in self.num_cached[group]:
+                total += max(required - held, 0)
+                continue
+            skipped = self.skipped_tokens(group, computed) // self.bs
+            total += max(required - max(skipped, len(hit[group]) + held), 0)
+            pending = hit[group][max(0, skipped - held):]
+            total += sum(1 for b in pending if b and self.pool.ref[b] == 0)
+        return total
+
+    def allocate_slots(self, rid: int, hashes: list[int], num_tokens: int,
+                       num_computed: int, new: int, hit_tokens: int,
+                       hit: list[list[int]] | None):
+        """None, or each group's new blocks; `hit` is None for a running request's call."""
+        hits = hit if hit is not None else [[] for _ in self.groups]
+        computed = num_computed + hit_tokens
+        total = min(computed, self.max_len)
+        need = min(total + new, self.max_len)
+        self.freed_by_window = self._free_out_of_window(rid, total)
+        self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
+        if self.predicted > self.pool.num_free():
+            return None
+        if hit is not None and not self.running(rid):
+            for group in self.groups:
+                skipped = self.skipped_tokens(group, computed) // self.bs
+                rest = hits[group][skipped:]
+                self.pool.touch(rest)
+                self.tables[group][rid] = [0] * skipped + list(rest)
+                self.num_cached[group][rid] = skipped + len(rest)
+        fresh = []
+        for group in self.groups:
+            table = self.tables[group].setdefault(rid, [])
+            count = cdiv(need, self.bs) - len(table)
+            got = self.pool.get_new_blocks(count) if count > 0 else []
+            table += got
+            fresh.append(got)
+        to_cache = min(total + new, num_tokens)
+        for group in self.groups:
+            num_full = min(to_cache, len(hashes) * self.bs) // self.bs
+            cached = self.num_cached[group].get(rid, 0)
+            if cached >= num_full:
+                continue
+            self.pool.cache_full_blocks(hashes, self.tables[group][rid], cached, num_full, group)
+            self.num_cached[group][rid] = num_full
+        return fresh
+
+    def _free_out_of_window(self, rid: int, computed: int) -> int:
+        if not self.window:
+            return 0
+        table = self.tables[1].get(rid)
+        count = min(self.skipped_tokens(1, computed) // self.bs, len(table or ()))
+        freed = []
+        for index in range(count - 1, -1, -1):
+            if table[index] == 0:
+                break
+            freed.append(table[index])
+            table[index] = 0
+        before = self.pool.num_free()
+        self.pool.free_blocks(freed)
+        return self.pool.num_free() - before  # a block another request shares stays held
+
+    # free, reset, evict
+
+    def free(self, rid: int) -> None:
+        for group in self.groups:
+            table = self.tables[group].pop(rid, [])
+            self.num_cached[group].pop(rid, None)
+            lead = next((i for i, b in enumerate(table) if b), len(table))
+            self.pool.free_blocks(table[lead:][::-1])
+
+    def reset_prefix_cache(self) -> bool:
+        return self.pool.reset_prefix_cache()
+
+    def evict_blocks(self, block_ids) -> None:
+        self.pool.evict_blocks(set(block_ids))
+
+    def block_ids(self, rid: int) -> list[list[int]]:
+        return [list(self.tables[group].get(rid, [])) for group in self.groups]

@@ -1,0 +1,168 @@
+"""The block-pool trace: what vLLM's KV-cache manager asks of its `BlockPool` (vllm 0.33.0,
+`vllm/v1/core/block_pool.py`), as a sequence of ops, and its version-stable JSON form
+("kvfuzz-blockpool-trace/1"). Standard library only.
+
+Ops name holders by id (`rid`): a holder is what a request is to the pool, an ordered list of
+the blocks it references (null blocks included, as a sliding-window table has them) and how many
+of its leading blocks are cached (`cached`). Holders resolve at run time, so a trace stays valid
+when a shrinker drops ops: an op whose holder is not live (or already is, for one that creates
+it) resolves to nothing. Block hashes are small ints standing for vLLM's chained block hashes:
+`hashes[i]` is the hash of a request's block i; the harness turns them into bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+                                      provenance)
+
+FORMAT = "kvfuzz-blockpool-trace/1"
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """`get_new_blocks(n)` for holder `rid` (created if new), n = `count`, or with `relative`
+    the free blocks + `count` (so that n == free and n == free + 1 are reachable)."""
+
+    rid: int
+    count: int
+    relative: bool = False
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """A prefix hit for a new holder: `get_cached_block(h, [group])` for each hash in order up to
+    the first miss, then `touch` of the hits; the holder starts with them, all counted cached."""
+
+    rid: int
+    hashes: tuple[int, ...]
+    group: int = 0
+
+
+@dataclass(frozen=True)
+class Share:
+    """A new holder `rid` takes the first `count` cached blocks of holder `src` (`touch`)."""
+
+    rid: int
+    src: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Pad:
+    """`count` null blocks appended to holder `rid`'s table (a sliding-window table's skipped
+    blocks); no call: they go into the pool's later calls with the rest."""
+
+    rid: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Cache:
+    """`cache_full_blocks` of holder `rid`'s blocks from its cached count up to
+    min(blocks, len(hashes)), with `hashes` as the request's block hashes, under `group`."""
+
+    rid: int
+    hashes: tuple[int, ...]
+    group: int = 0
+
+
+@dataclass(frozen=True)
+class Free:
+    """One `free_blocks` of every live holder of `rids`, each holder's blocks in reverse order
+    (`reverse`, as the manager frees: tail blocks evicted first) or in table order."""
+
+    rids: tuple[int, ...]
+    reverse: bool = True
+
+
+@dataclass(frozen=True)
+class Unpin:
+    """One `unpin_blocks` of the non-null blocks of every live holder of `rids`, with a reuse
+    watcher: the blocks count as free but are last to go, and the watcher hears of each reuse."""
+
+    rids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Evict:
+    """`evict_blocks(set(block_ids))`: ids outside the pool are dropped at run time."""
+
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """`get_cached_block(h, groups)` for each hash: a read, nothing changes."""
+
+    hashes: tuple[int, ...]
+    groups: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class Reset:
+    """`reset_prefix_cache()`: refused (False) while any block is held."""
+
+
+Op = Alloc | Lookup | Share | Pad | Cache | Free | Unpin | Evict | Probe | Reset
+KINDS = {"alloc": Alloc, "lookup": Lookup, "share": Share, "pad": Pad, "cache": Cache,
+         "free": Free, "unpin": Unpin, "evict": Evict, "probe": Probe, "reset": Reset}
+NAMES = {cls: name for name, cls in KINDS.items()}
+CREATES = (Alloc, Lookup, Share, Pad)  # ops that may start a holder
+
+
+@dataclass(frozen=True)
+class Trace:
+    """`BlockPool(num_gpu_blocks=blocks, enable_caching=caching, hash_block_size=16)` driven by
+    `ops`. Block 0 is the pool's null block."""
+
+    blocks: int
+    caching: bool
+    ops: tuple[Op, ...]
+    origin: Origin | None = field(default=None, compare=False)
+    note: str = field(default="", compare=False)
+
+    def trace_id(self) -> str:
+        return document_id(to_json(self))
+
+    def describe(self) -> str:
+        return (f"{self.blocks} blocks (null block 0), caching "
+                f"{'on' if self.caching else 'off'}, {len(self.ops)} ops")
+
+
+def _ids(values) -> str:
+    return " ".join(str(v) for v in values) or "-"
+
+
+def describe_op(op: Op) -> str:
+    if isinstance(op, Alloc):
+        n = f"free{op.count:+d}" if op.relative else str(op.count)
+        return f"alloc {n} blocks for r{op.rid}"
+    if isinstance(op, Lookup):
+        return f"lookup r{op.rid} hashes [{_ids(op.hashes)}] group {op.group}"
+    if isinstance(op, Share):
+        return f"r{op.rid} shares {op.count} cached blocks of r{op.src}"
+    if isinstance(op, Pad):
+        return f"pad r{op.rid} with {op.count} null blocks"
+    if isinstance(op, Cache):
+        return f"cache r{op.rid} hashes [{_ids(op.hashes)}] group {op.group}"
+    if isinstance(op, Free):
+        return f"free {' '.join(f'r{r}' for r in op.rids)}" + ("" if op.reverse else " in order")
+    if isinstance(op, Unpin):
+        return f"unpin {' '.join(f'r{r}' for r in op.rids)}"
+    if isinstance(op, Evict):
+        return f"evict blocks {_ids(op.block_ids)}"
+    if isinstance(op, Probe):
+        return f"probe hashes [{_ids(op.hashes)}] groups {list(op.groups)}"
+    return "reset prefix cache"
+
+
+def to_json(trace: Trace) -> dict:
+    return {"format": FORMAT, "blocks": trace.blocks, "caching": trace.caching,
+            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **provenance(trace)}
+
+
+def dumps(trace: Trace) -> str:
+    return document_text(to_json(trace))

@@ -1,0 +1,58 @@
+"""Decoding and validation of "kvfuzz-kvmanager-trace/1" JSON; every problem raises
+`FormatError` naming the source, the field and the value."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.kvmanager.trace import FORMAT, KINDS, Arrive, Evict, Op, Trace
+
+# Limits no legitimate trace reaches: they bound memory and time (each op compares the state of
+# every block and every live request's table; a request's tokens are hashed block by block).
+MAX_BLOCKS, MAX_OPS, MAX_BLOCK_SIZE, MAX_LEN, MAX_LIST = 2**11, 2**11, 64, 2**14, 2**10
+TOKEN_MAX = 2**31 - 1
+
+
+def from_json(data: object, source: str = "trace") -> Trace:
+    reader = FieldReader(source)
+    reader.document(data, FORMAT, {"format", "blocks", "block_size", "window", "max_model_len",
+                                   "ops", "origin", "note"})
+    blocks = reader.integer(data.get("blocks"), "blocks", low=1, high=MAX_BLOCKS)
+    block_size = reader.integer(data.get("block_size"), "block_size", low=1, high=MAX_BLOCK_SIZE)
+    # vLLM's sliding-window group needs a window of 2 or more tokens (a window of 1 keeps no
+    # block, which its hit search does not support); 0 means no sliding-window group.
+    window = reader.integer(data.get("window"), "window", low=0, high=MAX_LEN)
+    reader.expect(window != 1, "window", "expected 0 (no sliding-window group) or 2 or more",
+                  window)
+    max_model_len = reader.integer(data.get("max_model_len"), "max_model_len", low=1,
+                                   high=MAX_LEN)
+    ops = reader.ops(data.get("ops"), MAX_OPS)
+    decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
+    return Trace(blocks, block_size, window, max_model_len, decoded,
+                 reader.origin(data.get("origin")), reader.note(data.get("note")))
+
+
+def loads(text: str, source: str = "trace") -> Trace:
+    return from_json(parse_json(text, source), source)
+
+
+def _op(reader: FieldReader, raw: object, where: str) -> Op:
+    kind = reader.op_kind(raw, where, KINDS)
+    values = {}
+    for f in fields(kind):
+        at = f"{where}.{f.name}"
+        if kind is Arrive and f.name == "tokens":
+            values["tokens"] = reader.int_list(raw.get("tokens"), at, low=0, high=TOKEN_MAX,
+                                               most=MAX_LEN)
+            reader.expect(len(values["tokens"]) > 0, at, "expected at least one token", [])
+        elif kind is Evict:
+            values["block_ids"] = reader.int_list(raw.get("block_ids"), at, low=0, high=2**31,
+                                                  most=MAX_LIST)
+        elif f.name == "chunk":
+            values["chunk"] = reader.integer(raw.get("chunk"), at, low=1, high=MAX_LEN)
+        elif f.name == "token":
+            values["token"] = reader.integer(raw.get("token"), at, low=0, high=TOKEN_MAX)
+        else:  # rid
+            values[f.name] = reader.integer(raw.get(f.name), at, low=0, high=2**31)
+    return kind(**values)

@@ -1,0 +1,100 @@
+"""Seeded scheduler-like KV-cache-manager traces (`kvmanager/1`): trace `index` of `seed` is the
+same forever; a change to what this produces must bump the version.
+
+Aimed where a prefix-caching manager's bugs live: many requests over a few prompt families, so
+that prefix hits, shared blocks and the same content cached twice are common; prompts cut at,
+one before and one after block boundaries (the last token is never a hit); chunked prefill;
+decode steps across block boundaries and out of the sliding window; preemption and re-admission
+through the cache; tight pools where admission fails; eviction, resets, and requests that reach
+`max_model_len`.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
+                                               Schedule, Trace)
+from kvfuzz.strategies.sources import TraceGenerator
+
+VOCAB = 40  # a small vocabulary: different requests often write the same block
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
+    block_size = rng.choice((1, 2, 4, 4, 8))
+    window = 0 if rng.random() < 0.5 else rng.randint(2, 4 * block_size)
+    blocks = rng.choice((rng.randint(2, 10), rng.randint(10, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * block_size + rng.randint(0, 3)))
+    gen = _Generator(rng, block_size, max_model_len)
+    while len(gen.ops) < num_ops:
+        gen.step()
+    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]))
+
+
+class _Generator:
+    def __init__(self, rng: random.Random, block_size: int, max_model_len: int):
+        self.rng, self.block_size, self.max_len = rng, block_size, max_model_len
+        self.families = [[rng.randrange(VOCAB) for _ in range(rng.randint(1, 8) * block_size)]
+                         for _ in range(rng.randint(1, 3))]
+        self.live: list[int] = []
+        self.next_rid = 0
+        self.ops: list = []
+
+    def step(self) -> None:
+        live = len(self.live)
+        actions = [(self.arrive, 2.0 if live < 6 else 0.3), (self.schedule, 3.0 if live else 0),
+                   (self.decode, 3.0 if live else 0), (self.preempt, 0.4 if live else 0),
+                   (self.finish, 0.4 + 0.3 * live if live else 0), (self.evict, 0.2),
+                   (self.reset, 0.1)]
+        funcs, weights = zip(*actions)
+        self.rng.choices(funcs, weights)[0]()
+
+    def arrive(self) -> None:
+        rng, bs = self.rng, self.block_size
+        base = rng.choice(self.families)
+        cut = min(len(base), max(0, rng.randint(0, len(base) // bs) * bs
+                                 + rng.choice((-1, 0, 0, 0, 1))))
+        tokens = base[:cut] + [rng.randrange(VOCAB) for _ in range(rng.randint(0, 2 * bs))]
+        tokens = (tokens or [rng.randrange(VOCAB)])[:max(1, self.max_len - 1)]
+        self.next_rid += 1
+        self.live.append(self.next_rid)
+        self.ops.append(Arrive(self.next_rid, tuple(tokens)))
+        if rng.random() < 0.7:
+            self.ops.append(Schedule(self.next_rid, self.chunk()))
+
+    def chunk(self) -> int:
+        rng = self.rng
+        return rng.choice((10**4, 10**4, rng.randint(1, 3 * self.block_size)))
+
+    def schedule(self) -> None:
+        self.ops.append(Schedule(self.rng.choice(self.live), self.chunk()))
+
+    def decode(self) -> None:
+        rng = self.rng
+        rid = rng.choice(self.live)
+        for _ in range(rng.choice((1, 1, 2, 4, 8))):
+            self.ops.append(Decode(rid, rng.randrange(VOCAB)))
+
+    def preempt(self) -> None:
+        self.ops.append(Preempt(self.rng.choice(self.live)))
+
+    def finish(self) -> None:
+        rid = self.rng.choice(self.live)
+        self.live.remove(rid)
+        self.ops.append(Finish(rid))
+
+    def evict(self) -> None:
+        rng = self.rng
+        self.ops.append(Evict(tuple(rng.randrange(48) for _ in range(rng.randint(1, 3)))))
+
+    def reset(self) -> None:
+        if self.live and self.rng.random() < 0.6:  # mostly once every request is done
+            for rid in self.live:
+                self.ops.append(Finish(rid))
+            self.live = []
+        self.ops.append(Reset())
+
+
+NAME = "kvmanager/1"
+GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
+generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -1,0 +1,38 @@
+"""The block hash function kvfuzz hands vLLM's request block hasher, and the same chain computed
+without vLLM (the oracle's side). Standard library only.
+
+vLLM calls its hash function on `(parent_hash, block_tokens, extra_keys)` for each full block,
+and once on a seed string for the hash before the first block (`init_none_hash`). Any injective
+function serves prefix caching, which only compares hashes; this one is SHA-256 over a canonical
+encoding, cut to 8 bytes (a collision in a trace of a few hundred blocks: about 2^-48), and it
+ignores the seed, so a run does not depend on PYTHONHASHSEED.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+NONE_HASH = hashlib.sha256(b"kvfuzz:none").digest()[:8]
+
+
+def block_hash(value) -> bytes:
+    if not isinstance(value, tuple):  # init_none_hash's seed
+        return NONE_HASH
+    parent, tokens, extra = value
+    data = b"%s|%s|%r" % (bytes(parent), ",".join(map(str, tokens)).encode(), extra)
+    return hashlib.sha256(data).digest()[:8]
+
+
+def chain(tokens, block_size: int) -> list[int]:
+    """The hashes of every full block of `tokens`, as ints (the pool's keys decode to these)."""
+    return chain_from(None, tokens, block_size)
+
+
+def chain_from(parent: int | None, tokens, block_size: int) -> list[int]:
+    """The hashes of the full blocks of `tokens`, which follow a block whose hash is `parent`
+    (None: they start the request)."""
+    hashes, previous = [], NONE_HASH if parent is None else parent.to_bytes(8, "big")
+    for end in range(block_size, len(tokens) + 1, block_size):
+        previous = block_hash((previous, tuple(tokens[end - block_size:end]), None))
+        hashes.append(int.from_bytes(previous, "big"))
+    return hashes

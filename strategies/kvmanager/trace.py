@@ -1,0 +1,131 @@
+"""The KV-cache-manager trace: a scheduler's calls on vLLM's `KVCacheManager` (vllm 0.33.0) over
+request lifecycles, and its version-stable JSON form ("kvfuzz-kvmanager-trace/1"). Standard
+library only.
+
+The manager has one full-attention KV-cache group, or (with `window` > 0) a full-attention group
+and a sliding-window group of that window, all of `block_size` tokens per block, over one pool of
+`blocks` blocks (block 0 is the null block). Ops name requests by id (`rid`) and resolve at run
+time against the requests' states, as a scheduler's choices would: an op that does not apply to
+the request's state (or to no live request) resolves to nothing, so a trace stays valid when a
+shrinker drops ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+                                      provenance)
+
+FORMAT = "kvfuzz-kvmanager-trace/1"
+
+
+@dataclass(frozen=True)
+class Arrive:
+    """A new request with prompt `tokens` (waiting; nothing is called)."""
+
+    rid: int
+    tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The scheduler gives request `rid` up to `chunk` tokens this step. Waiting: admission,
+    `get_computed_blocks` then `allocate_slots` with the hit, the chunk capped at the tokens the
+    hit leaves; running with prompt (or a refused decode) left: `allocate_slots` of the next
+    chunk. Success moves `num_computed_tokens` on; None leaves the request where it was."""
+
+    rid: int
+    chunk: int
+
+
+@dataclass(frozen=True)
+class Decode:
+    """A running request whose tokens are all computed samples `token`
+    (`append_output_token_ids`) and gets a slot for it (`allocate_slots(request, 1)`). Resolves
+    to nothing at `max_model_len` tokens: a request ends there."""
+
+    rid: int
+    token: int
+
+
+@dataclass(frozen=True)
+class Preempt:
+    """`free(request)` of a running request, which goes back to waiting with
+    `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache)."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
+class Finish:
+    """`free(request)`: the request is done (waiting or running)."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
+class Evict:
+    """`evict_blocks(set(block_ids))`: ids outside the pool are dropped at run time."""
+
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reset:
+    """`reset_prefix_cache()`: refused (False) while any block is held."""
+
+
+Op = Arrive | Schedule | Decode | Preempt | Finish | Evict | Reset
+KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "preempt": Preempt,
+         "finish": Finish, "evict": Evict, "reset": Reset}
+NAMES = {cls: name for name, cls in KINDS.items()}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """`KVCacheManager` over `blocks` blocks, `block_size` tokens each, one full-attention group
+    and, when `window` > 0, a sliding-window group; requests end at `max_model_len` tokens."""
+
+    blocks: int
+    block_size: int
+    window: int
+    max_model_len: int
+    ops: tuple[Op, ...]
+    origin: Origin | None = field(default=None, compare=False)
+    note: str = field(default="", compare=False)
+
+    def trace_id(self) -> str:
+        return document_id(to_json(self))
+
+    def describe(self) -> str:
+        groups = f"full + sliding window {self.window}" if self.window else "full attention"
+        return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
+                f"max_model_len {self.max_model_len}, {len(self.ops)} ops")
+
+
+def describe_op(op: Op) -> str:
+    if isinstance(op, Arrive):
+        return f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
+    if isinstance(op, Schedule):
+        return f"schedule r{op.rid}, up to {op.chunk} tokens"
+    if isinstance(op, Decode):
+        return f"decode r{op.rid} (token {op.token})"
+    if isinstance(op, Preempt):
+        return f"preempt r{op.rid}"
+    if isinstance(op, Finish):
+        return f"finish r{op.rid}"
+    if isinstance(op, Evict):
+        return f"evict blocks {' '.join(map(str, op.block_ids)) or '-'}"
+    return "reset prefix cache"
+
+
+def to_json(trace: Trace) -> dict:
+    return {"format": FORMAT, "blocks": trace.blocks, "block_size": trace.block_size,
+            "window": trace.window, "max_model_len": trace.max_model_len,
+            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **provenance(trace)}
+
+
+def dumps(trace: Trace) -> str:
+    return document_text(to_json(trace))

@@ -1,0 +1,65 @@
+"""The released vLLM `BlockPool` (vllm 0.33.0) through the lock step: every seeded trace runs to
+its last op, the corpus replays clean on it, and an outside class of the wrong shape is refused
+in one line before anything runs. Skips without vLLM."""
+
+import pytest
+
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
+from kvfuzz.fuzz.target import AGREE
+from kvfuzz.impl.blockpool import UPSTREAM
+from kvfuzz.impl.registry import ImplementationError
+from tests.conftest import CORPUS
+from tests.helpers import fail_with
+
+pytest.importorskip("vllm.v1.core.block_pool",
+                    reason="vllm not installed (see docs/upstream-vllm.md)")
+VLLM = BLOCKPOOL.resolve("vllm.blockpool")
+
+
+def not_a_class(num_gpu_blocks, enable_caching, hash_block_size):
+    """A function where the target calls a class."""
+
+
+class MissingMethods:
+    """A pool that cannot be touched or unpinned."""
+
+    def __init__(self, num_gpu_blocks, enable_caching, hash_block_size):
+        pass
+
+    def get_new_blocks(self, num_blocks):
+        return []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", range(2))
+def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
+    assert BLOCKPOOL.resolve(UPSTREAM) is VLLM
+    for index in range(shard * 250, (shard + 1) * 250):
+        outcome = BLOCKPOOL.check(BLOCKPOOL.generate_for([VLLM], 0, index), VLLM)
+        if outcome.status != AGREE:
+            assert outcome.divergence is not None, outcome.outside
+            fail_with(outcome.divergence)
+
+
+def test_the_corpus_replays_clean_on_vllm():
+    files = [path for path in corpus.input_files([CORPUS]) if path.name.startswith("blockpool-")]
+    for path in files:
+        _, trace = corpus.load(path)
+        outcome = BLOCKPOOL.check(trace, VLLM)
+        if outcome.status != AGREE:
+            outcome.divergence.saved_path = str(path)
+            fail_with(outcome.divergence, save=False)
+    assert len(files) >= 3
+
+
+@pytest.mark.parametrize("attr, shows", [
+    ("not_a_class", "is a function, not a class"),
+    ("MissingMethods", "has no method touch, free_blocks"),
+])
+def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
+    with pytest.raises(ImplementationError) as error:
+        BLOCKPOOL.resolve(f"{__name__}:{attr}")
+    message = str(error.value)
+    assert shows in message and "vLLM BlockPool's interface" in message
+    assert "\n" not in message

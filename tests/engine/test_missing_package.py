@@ -1,0 +1,72 @@
+"""A target whose implementations all need a package that is not installed (blockpool: vLLM) is
+said, not failed: `kvfuzz diff` of every target skips it in one line and exits 0, naming it alone
+is a one-line usage error, and `kvfuzz replay` reports its files as not run. The package's
+absence is simulated, so this runs with vLLM installed too."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+
+import pytest
+
+from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import BUNDLED, Implementation
+from tests.conftest import CORPUS
+
+# Targets whose bundled implementations all need vllm (blockpool, and any added since).
+VLLM_ONLY = sorted(name for name, target in TARGETS.items()
+                   if all(impl.requires == "vllm" for impl in target.implementations
+                          if impl.kind == BUNDLED))
+
+NOT_RUN = ("its implementations need vllm, which is not installed (docs/upstream-vllm.md)")
+
+
+@pytest.fixture
+def without_vllm(monkeypatch):
+    real = Implementation.available
+    monkeypatch.setattr(Implementation, "available",
+                        lambda self: self.requires != "vllm" and real(self))
+
+
+def run(*args) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(list(args))
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_bundled_leaves_out_what_is_not_installed(without_vllm):
+    assert "blockpool" in VLLM_ONLY
+    assert all(TARGETS[name].bundled() == [] and TARGETS[name].not_run_reason() == NOT_RUN
+               for name in VLLM_ONLY)
+    assert all(TARGETS[name].bundled() and TARGETS[name].not_run_reason() is None
+               for name in TARGETS if name not in VLLM_ONLY)
+
+
+def test_diff_of_every_target_says_blockpool_is_not_run_and_passes(without_vllm, tmp_path):
+    status, _, err = run("diff", "--cases", "2", "--corpus", str(tmp_path))
+    assert status == 0, err
+    assert all(f"{name}: not run: {NOT_RUN}" in err.splitlines() for name in VLLM_ONLY)
+    assert all(f"summary: {name}" in err for name in TARGETS if name not in VLLM_ONLY)
+    assert "summary: blockpool" not in err and "Traceback" not in err
+
+
+def test_diff_of_blockpool_alone_is_a_one_line_error(without_vllm, tmp_path):
+    status, out, err = run("diff", "blockpool", "--cases", "2", "--corpus", str(tmp_path))
+    assert status == 2 and out == ""
+    assert err.strip() == f"kvfuzz: error: target blockpool: not run: {NOT_RUN}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_replay_reports_blockpool_files_as_not_run_and_replays_the_rest(without_vllm, tmp_path):
+    for pattern in ("blockpool-*.json", "mamba-*.json"):
+        for path in sorted(CORPUS.glob(pattern))[:2]:
+            shutil.copy(path, tmp_path)
+    status, out, err = run("replay", str(tmp_path))
+    assert status == 0, out + err
+    assert f"not run: 2 blockpool file(s): {NOT_RUN}" in out.splitlines()
+    assert out.count("ok ") == 2 and "blockpool-" not in out.replace("blockpool file", "")
+    assert "replayed 2 file(s): no divergence" in out

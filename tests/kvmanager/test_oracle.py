@@ -1,0 +1,81 @@
+"""The KV-cache-manager oracle on hand-made cases whose answers come from the contract (vLLM
+0.33.0's released source, docs/upstream-vllm.md), not from running vLLM: the last token is never
+a hit, hits are the longest cached chain, free blocks touched by a hit count against admission,
+a refused allocation changes nothing, tables are freed tail first, sliding-window blocks are
+freed as the window moves. Pure Python: runs without vLLM."""
+
+from kvfuzz.oracle.kvmanager.model import KVManagerModel
+from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash, chain
+
+
+def admit(model, rid, tokens, chunk=10**4, computed=0):
+    hashes = chain(tokens, model.bs)
+    blocks, hit, _ = model.get_computed_blocks(hashes, len(tokens))
+    new = min(chunk, len(tokens) - hit)
+    return model.allocate_slots(rid, hashes, len(tokens), computed, new, hit, blocks), hit
+
+
+def test_hash_chain_is_vllms_shape():
+    """Block i's hash covers tokens [0, (i+1) * block_size): the same block after different
+    prefixes hashes differently, and a partial block has no hash."""
+    assert len(chain([1, 2, 3, 4, 5], 2)) == 2
+    assert chain([1, 2, 3, 4], 2)[1] != chain([9, 9, 3, 4], 2)[1]
+    assert chain([1, 2], 2)[0] == int.from_bytes(block_hash((NONE_HASH, (1, 2), None)), "big")
+
+
+def test_last_token_is_never_a_hit():
+    model = KVManagerModel(blocks=10, block_size=2, window=0, max_model_len=100)
+    admit(model, 1, [1, 2, 3, 4])
+    blocks, hit, boundary = model.get_computed_blocks(chain([1, 2, 3, 4], 2), 4)
+    assert (blocks, hit, boundary) == ([[1]], 2, 0)  # 4 tokens, both blocks cached: 1 hits
+    blocks, hit, _ = model.get_computed_blocks(chain([1, 2, 3, 4, 5], 2), 5)
+    assert (blocks, hit) == ([[1, 2]], 4)
+
+
+def test_hit_is_the_longest_cached_chain():
+    model = KVManagerModel(blocks=10, block_size=2, window=0, max_model_len=100)
+    admit(model, 1, [1, 2, 3, 4, 5, 6, 7])
+    model.evict_blocks({2})
+    blocks, hit, _ = model.get_computed_blocks(chain([1, 2, 3, 4, 5, 6, 7], 2), 7)
+    assert (blocks, hit) == ([[1]], 2)  # block 3 is still cached but its parent is not
+
+
+def test_free_cached_hits_count_against_admission_and_refusal_changes_nothing():
+    model = KVManagerModel(blocks=4, block_size=2, window=0, max_model_len=100)
+    admit(model, 1, [1, 2, 3, 4, 5])   # blocks 1, 2 full and cached, 3 partial
+    model.free(1)
+    # Tail first: the uncached partial block to the head, the cached ones to the tail, last first.
+    assert model.pool.free == [3, 2, 1]
+    before = (list(model.pool.free), list(model.pool.ref), dict(model.pool.map))
+    # 7 tokens: hit 2 blocks (both free: touching them uses 2), 2 more needed; 3 free.
+    got, hit = admit(model, 2, [1, 2, 3, 4, 5, 6, 7])
+    assert (got, hit, model.predicted) == (None, 4, 4)
+    assert (list(model.pool.free), list(model.pool.ref), dict(model.pool.map)) == before
+    got, hit = admit(model, 3, [1, 2, 3, 4, 5])  # hit 2 + 1 new = 3 of 3 free: exact fit
+    assert (got, hit, model.predicted) == ([[3]], 4, 3)
+    assert model.block_ids(3) == [[1, 2, 3]] and model.pool.free == []
+
+
+def test_sliding_window_frees_blocks_that_left_the_window():
+    model = KVManagerModel(blocks=20, block_size=2, window=3, max_model_len=100)
+    tokens = [1, 2, 3, 4, 5, 6, 7]
+    got, _ = admit(model, 1, tokens)
+    assert got == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    # The next step: 7 computed, the window keeps tokens 5..6 (and the new 7): blocks 0..1 of
+    # the sliding-window table leave it (latest first), each to the free queue's head.
+    got = model.allocate_slots(1, chain(tokens + [8], 2), 8, 7, 1, 0, None)
+    assert got == [[], []]
+    assert model.block_ids(1) == [[1, 2, 3, 4], [0, 0, 7, 8]]
+    assert model.freed_by_window == 2 and model.pool.free[-2:] == [6, 5]
+
+
+def test_sliding_window_hit_is_the_rightmost_run_within_the_full_hit():
+    model = KVManagerModel(blocks=30, block_size=2, window=3, max_model_len=100)
+    tokens = list(range(1, 12))
+    admit(model, 1, tokens)
+    blocks, hit, boundary = model.get_computed_blocks(chain(tokens, 2), len(tokens))
+    # 11 tokens: up to 5 blocks; window 3 needs cdiv(2, 2) = 1 block: the fifth; null before it.
+    assert hit == 10 and blocks[1] == [0, 0, 0, 0, model.tables[1][1][4]] and boundary == 0
+    model.evict_blocks({model.tables[1][1][4]})
+    blocks, hit, boundary = model.get_computed_blocks(chain(tokens, 2), len(tokens))
+    assert hit == 8 and len(blocks[0]) == 4 and boundary == 10

@@ -1,0 +1,84 @@
+"""The released vLLM `KVCacheManager` (vllm 0.33.0) through the lock step: every seeded trace runs
+to its last op, the corpus replays clean on it, the oracle's hand-made cases hold on it too, and
+an outside class of the wrong shape is refused in one line before anything runs. Skips without
+vLLM."""
+
+import pytest
+
+from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+from kvfuzz.fuzz.target import AGREE
+from kvfuzz.impl.kvmanager import UPSTREAM
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
+from tests.conftest import CORPUS
+from tests.helpers import fail_with
+
+pytest.importorskip("vllm.v1.core.kv_cache_manager",
+                    reason="vllm not installed (see docs/upstream-vllm.md)")
+VLLM = KVMANAGER.resolve("vllm.kvmanager")
+
+
+def not_a_class(kv_cache_config, max_model_len):
+    """A function where the target calls a class."""
+
+
+class MissingMethods:
+    """A manager that cannot allocate."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def get_computed_blocks(self, request):
+        return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shard", range(2))
+def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
+    assert KVMANAGER.resolve(UPSTREAM) is VLLM
+    for index in range(shard * 250, (shard + 1) * 250):
+        outcome = KVMANAGER.check(KVMANAGER.generate_for([VLLM], 0, index), VLLM)
+        if outcome.status != AGREE:
+            assert outcome.divergence is not None, outcome.outside
+            fail_with(outcome.divergence)
+
+
+@pytest.mark.parametrize("trace", [
+    # Shared prefixes, a tight pool, preemption and re-admission through the cache.
+    Trace(6, 2, 0, 100, (Arrive(1, (1, 2, 3, 4, 5)), Schedule(1, 99), Finish(1),
+                         Arrive(2, (1, 2, 3, 4, 5, 6, 7)), Schedule(2, 99),
+                         Arrive(3, (1, 2, 3, 4, 5)), Schedule(3, 99), Preempt(3),
+                         Schedule(3, 2), Schedule(3, 99), Decode(3, 9), Decode(3, 9))),
+    # Both groups: decode steps move the window; the last token reaches max_model_len.
+    Trace(20, 2, 3, 12, (Arrive(1, tuple(range(1, 8))), Schedule(1, 3), Schedule(1, 99),
+                         *(Decode(1, 5) for _ in range(6)), Arrive(2, tuple(range(1, 8))),
+                         Schedule(2, 99))),
+], ids=["full-attention", "sliding-window"])
+def test_hand_made_lifecycles_agree(trace):
+    outcome = KVMANAGER.check(trace, VLLM)
+    assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+    assert outcome.features["allocate_slots ok"] >= 4
+
+
+def test_the_corpus_replays_clean_on_vllm():
+    files = [path for path in corpus.input_files([CORPUS]) if path.name.startswith("kvmanager-")]
+    for path in files:
+        _, trace = corpus.load(path)
+        outcome = KVMANAGER.check(trace, VLLM)
+        if outcome.status != AGREE:
+            outcome.divergence.saved_path = str(path)
+            fail_with(outcome.divergence, save=False)
+    assert len(files) >= 3
+
+
+@pytest.mark.parametrize("attr, shows", [
+    ("not_a_class", "is a function, not a class"),
+    ("MissingMethods", "has no method allocate_slots, free"),
+])
+def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
+    with pytest.raises(ImplementationError) as error:
+        KVMANAGER.resolve(f"{__name__}:{attr}")
+    message = str(error.value)
+    assert shows in message and "vLLM KVCacheManager's interface" in message
+    assert "\n" not in message
