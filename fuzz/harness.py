@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -52,6 +55,25 @@ class Harness:
         self._known_stamp = None
         self._written = time.monotonic()
         self.began: float | None = None  # wall time of the first input
+        self.stopped = False  # SIGINT came: the campaign is stopping this worker
+        self._watch_stop_signal()
+
+    def _watch_stop_signal(self) -> None:
+        """`kvfuzz fuzz` stops its workers with SIGINT, which Python raises as KeyboardInterrupt
+        wherever the worker is: inside an implementation's call too, where `guarded_check` would
+        report it as that implementation's own KeyboardInterrupt (a bogus finding, seen on the
+        slower vLLM targets). The handler raises it as before and notes that it came from
+        outside. Only in an atheris worker, and left alone when something else owns SIGINT."""
+        if ("atheris" not in sys.modules
+                or threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            return
+
+        def on_sigint(signum, frame):
+            self.stopped = True
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, on_sigint)
 
     def is_known(self, signature: str) -> bool:
         if self.known_path:
@@ -105,6 +127,8 @@ class DifferentialHarness(Harness):
         item = self.target.from_bytes_for(self.impls, data)
         # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.
         outcomes = [guarded_check(self.target, item, impl, "cpu") for impl in self.impls]
+        if self.stopped:  # the interrupt was the campaign's, whatever the outcomes say
+            raise KeyboardInterrupt
         found = self.target.fuzz_features(item, outcomes)
         self.counts.update(found)
         self.features.touch(found)

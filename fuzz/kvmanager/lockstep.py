@@ -26,6 +26,8 @@ WAITING, RUNNING = "waiting", "running"
 class _Request:
     def __init__(self, tokens):
         self.tokens, self.computed, self.status = list(tokens), 0, WAITING
+        self.prompt = len(self.tokens)
+        self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int) -> list[int]:
@@ -46,13 +48,15 @@ class Lockstep:
     def __init__(self, trace: Trace, cls, device: str = "cpu"):
         self.trace = trace
         self.model = KVManagerModel(trace.blocks, trace.block_size, trace.window,
-                                    trace.max_model_len)
+                                    trace.max_model_len, trace.retention,
+                                    trace.max_in_flight_tokens)
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
         self.log: list[str] = []
         self.events: Counter = Counter()
         self.impl, raised = guarded(KVManagerDriver, cls, trace.blocks, trace.block_size,
-                                    trace.window, trace.max_model_len)
+                                    trace.window, trace.max_model_len, trace.retention,
+                                    trace.max_in_flight_tokens)
         self.broken = crash_problems(raised, "constructor") if raised else []
         if not self.broken:
             self.broken = pool_problems(self.impl, self.model.pool, "constructor")
@@ -122,7 +126,7 @@ class Lockstep:
             return text, crash_problems(raised)
         if list(actual) != list(expected):
             return text, _hit_problems(expected, actual)
-        hit_blocks, hit, _ = expected
+        hit_blocks, hit, request.boundary = expected
         self.events["admission with a hit" if hit else "admission, no hit"] += 1
         new = min(chunk, len(request.tokens) - hit)
         text += f"; allocate_slots(r{rid}, {new}, hit {hit})"
@@ -149,15 +153,19 @@ class Lockstep:
         before, raised = self._call("num_free")
         if raised:
             return crash_problems(raised, "state read")
+        admission = hit_blocks is not None
+        whole = admission and self.trace.full_sequence_must_fit
         expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
-                                        request.computed, new, hit, hit_blocks)
-        actual, raised = self._call("allocate_slots", rid, new, hit, hit_blocks is not None)
+                                        request.computed, new, hit, hit_blocks, whole,
+                                        request.prompt, request.boundary)
+        actual, raised = self._call("allocate_slots", rid, new, hit, admission, whole)
         if raised:
             return crash_problems(raised)
         if model.freed_by_window:
             self.events["window frees blocks"] += 1
         if expected is None:
-            self.events["allocate_slots refused"] += 1
+            self.events["allocate_slots refused: the whole request does not fit"
+                        if model.refused_whole else "allocate_slots refused"] += 1
             if actual is not None:
                 return [("None vs success", f"expected None ({model.predicted} blocks needed, "
                                             f"{model.pool.num_free()} free), actual "

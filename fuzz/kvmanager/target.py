@@ -21,6 +21,7 @@ METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
 # What the lock step counts (lockstep.Lockstep).
 EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
           "decode into a new block", "allocate_slots ok", "allocate_slots refused",
+          "allocate_slots refused: the whole request does not fit",
           "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
 
 

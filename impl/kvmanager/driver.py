@@ -18,7 +18,8 @@ def _ids(blocks) -> list[list[int]] | None:
 
 
 class KVManagerDriver(PoolReader):
-    def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int):
+    def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int,
+                 retention: int | None = None, max_in_flight_tokens: int | None = None):
         import torch
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -30,17 +31,16 @@ class KVManagerDriver(PoolReader):
         specs = [FullAttentionSpec(**shape)]
         if window:
             specs.append(SlidingWindowSpec(**shape, sliding_window=window))
-        # Retention None: every full block of every group is cached (the sparse sliding-window
-        # retention of the engine's default, 0, is not modelled; docs/upstream-vllm.md).
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
                                                 for i, spec in enumerate(specs)],
-                               prefix_cache_retention_interval=None)
+                               prefix_cache_retention_interval=retention)
         init_none_hash(block_hash)
         self._hasher = get_request_block_hasher(block_size, block_hash)
         self._request_cls, self._params = Request, SamplingParams
         self.manager = cls(config, max_model_len=max_model_len, scheduler_block_size=block_size,
-                           hash_block_size=block_size, enable_caching=True)
+                           hash_block_size=block_size, enable_caching=True,
+                           max_in_flight_tokens=max_in_flight_tokens)
         super().__init__(self.manager.block_pool, blocks)
         self.requests: dict[int, object] = {}
         self._hit: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup
@@ -57,11 +57,13 @@ class KVManagerDriver(PoolReader):
         self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does
         return _ids(blocks), int(hit), int(boundary)
 
-    def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool):
+    def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
+                       whole: bool = False):
         request = self.requests[rid]
-        if admission:
+        if admission:  # as the scheduler admits a waiting request
             got = self.manager.allocate_slots(request, new, num_new_computed_tokens=hit_tokens,
-                                              new_computed_blocks=self._hit.pop(rid))
+                                              new_computed_blocks=self._hit.pop(rid),
+                                              full_sequence_must_fit=whole)
         else:
             got = self.manager.allocate_slots(request, new)
         return _ids(got)

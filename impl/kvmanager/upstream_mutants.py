@@ -36,7 +36,7 @@ MUTATIONS = {
     "caches_unwritten_block": (MANAGER, Mutation(
         "KVCacheManager.allocate_slots",
         "total_computed_tokens + num_new_tokens,\n            request.num_tokens,",
-        "total_computed_tokens + num_new_tokens + self.coordinator.block_size,\n"
+        "total_computed_tokens + num_new_tokens + self.coordinator.scheduler_block_size,\n"
         "            request.num_tokens,",
         "allocate_slots caches the block after the scheduled tokens, not yet written")),
     "window_moves_early": (MANAGER, Mutation(
@@ -70,6 +70,14 @@ MUTATIONS = {
         "HybridKVCacheCoordinator.find_longest_cache_hit",
         "del blks[num_blocks:]", "pass",
         "with both groups, the full-attention hit is not cut to the sliding-window hit")),
+    "whole_request_unchecked": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "if required_blocks > self.block_pool.get_num_free_blocks():", "if False:",
+        "full_sequence_must_fit admits a request whose whole sequence does not fit")),
+    "sparse_tail_one_block_early": (SINGLE, Mutation(
+        "SlidingWindowManager.reachable_block_mask", "end = aligned // block_size + shift",
+        "end = aligned // block_size + shift - 1",
+        "sparse retention keeps the window before the prompt's last full block, not up to it")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),
@@ -95,7 +103,13 @@ def _mutant_class(name: str):
         manager_module = importlib.import_module(MANAGER)
     edited = mutant_module(module_name, mutation, f"vllm_kvmanager_{name}")
     owner = getattr(original, class_name)
-    function = _rebind(vars(getattr(edited, class_name))[method], original, owner)
+    edited_method = vars(getattr(edited, class_name))[method]
+    if isinstance(edited_method, classmethod):  # called on the instance, bound to its class
+        function = _rebind(edited_method.__func__, original, owner)
+        bind = lambda part: types.MethodType(function, type(part))  # noqa: E731
+    else:
+        function = _rebind(edited_method, original, owner)
+        bind = lambda part: types.MethodType(function, part)  # noqa: E731
     base = manager_module.KVCacheManager
 
     class Mutant(base):
@@ -105,7 +119,7 @@ def _mutant_class(name: str):
             for part in (self, coordinator, self.block_pool,
                          *coordinator.single_type_managers):
                 if isinstance(part, owner):
-                    setattr(part, method, types.MethodType(function, part))
+                    setattr(part, method, bind(part))
 
     Mutant.__name__ = Mutant.__qualname__ = f"KVCacheManager_{name}"
     return Mutant

@@ -34,9 +34,15 @@ def cdiv(a: int, b: int) -> int:
 
 
 class KVManagerModel:
-    def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int):
+    def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
+                 retention: int | None = None, max_in_flight_tokens: int | None = None):
         self.pool = BlockPoolModel(blocks, caching=True)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
+        self.retention = retention
+        in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
+        # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
+        # counts at most for the sliding-window group.
+        self.admission_cap = cdiv(min(window - 1 + in_flight, max_model_len), block_size) + 1
         self.groups = (0, 1) if window else (0,)
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
@@ -83,10 +89,12 @@ class KVManagerModel:
     # allocate_slots
 
     def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
-                           computed: int) -> int:
+                           computed: int, capped: bool = False) -> int:
         total = 0
         for group in self.groups:
             required = cdiv(need, self.bs)
+            if capped and group == 1:
+                required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
                 total += max(required - held, 0)
@@ -99,12 +107,23 @@ class KVManagerModel:
 
     def allocate_slots(self, rid: int, hashes: list[int], num_tokens: int,
                        num_computed: int, new: int, hit_tokens: int,
-                       hit: list[list[int]] | None):
-        """None, or each group's new blocks; `hit` is None for a running request's call."""
+                       hit: list[list[int]] | None, whole: bool = False,
+                       prompt_tokens: int = 0, shared_boundary: int = 0):
+        """None, or each group's new blocks; `hit` is None for a running request's call.
+        `whole`: first check that the whole request fits (full_sequence_must_fit);
+        `prompt_tokens` and `shared_boundary` say which sliding-window blocks sparse retention
+        keeps."""
         hits = hit if hit is not None else [[] for _ in self.groups]
         computed = num_computed + hit_tokens
         total = min(computed, self.max_len)
         need = min(total + new, self.max_len)
+        self.freed_by_window, self.refused_whole = 0, False
+        if whole:
+            self.predicted = self.blocks_to_allocate(rid, min(num_tokens, self.max_len), hits,
+                                                     computed, capped=True)
+            if self.predicted > self.pool.num_free():
+                self.refused_whole = True
+                return None
         self.freed_by_window = self._free_out_of_window(rid, total)
         self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
         if self.predicted > self.pool.num_free():
@@ -129,9 +148,32 @@ class KVManagerModel:
             cached = self.num_cached[group].get(rid, 0)
             if cached >= num_full:
                 continue
-            self.pool.cache_full_blocks(hashes, self.tables[group][rid], cached, num_full, group)
+            table = self.tables[group][rid]
+            if group == 1 and self.retention is not None:  # sparse: only reachable blocks
+                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary)
+                table = [b if index in keep else 0 for index, b in enumerate(table)]
+            self.pool.cache_full_blocks(hashes, table, cached, num_full, group)
             self.num_cached[group][rid] = num_full
         return fresh
+
+    def _reachable(self, start: int, end: int, prompt_tokens: int,
+                   shared_boundary: int) -> set[int]:
+        """The sliding-window blocks of [start, end) that sparse retention caches: a window's
+        worth (cdiv(window - 1, block_size) blocks) before each boundary a later hit can stop
+        at (the prompt's last token, the shared-prefix junction), and with a positive interval
+        the same before each segment's end; every block when a window spans a segment."""
+        need = cdiv(self.window - 1, self.bs)
+        if self.retention:
+            per_segment = self.retention // self.bs
+            if need >= per_segment:
+                return set(range(start, end))
+            keep = {i for i in range(start, end) if i % per_segment >= per_segment - need}
+        else:
+            keep = set()
+        for boundary in [prompt_tokens - 1] + ([shared_boundary] if shared_boundary else []):
+            stop = boundary // self.bs
+            keep |= set(range(max(start, stop - need), min(end, stop)))
+        return keep
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
         if not self.window:

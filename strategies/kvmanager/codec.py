@@ -17,7 +17,8 @@ TOKEN_MAX = 2**31 - 1
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, {"format", "blocks", "block_size", "window", "max_model_len",
-                                   "ops", "origin", "note"})
+                                   "retention", "full_sequence_must_fit",
+                                   "max_in_flight_tokens", "ops", "origin", "note"})
     blocks = reader.integer(data.get("blocks"), "blocks", low=1, high=MAX_BLOCKS)
     block_size = reader.integer(data.get("block_size"), "block_size", low=1, high=MAX_BLOCK_SIZE)
     # vLLM's sliding-window group needs a window of 2 or more tokens (a window of 1 keeps no
@@ -27,9 +28,21 @@ def from_json(data: object, source: str = "trace") -> Trace:
                   window)
     max_model_len = reader.integer(data.get("max_model_len"), "max_model_len", low=1,
                                    high=MAX_LEN)
+    retention = data.get("retention")
+    if retention is not None:
+        # vLLM refuses a positive interval without a sliding-window group, and one that is not a
+        # multiple of the block size.
+        reader.integer(retention, "retention", low=0, high=MAX_LEN)
+        reader.expect(retention == 0 or (window and retention % block_size == 0), "retention",
+                      "expected null, 0, or (with a sliding window) a multiple of block_size",
+                      retention)
+    fit = reader.boolean(data.get("full_sequence_must_fit", False), "full_sequence_must_fit")
+    in_flight = data.get("max_in_flight_tokens")
+    if in_flight is not None:
+        reader.integer(in_flight, "max_in_flight_tokens", low=1, high=MAX_LEN)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
-    return Trace(blocks, block_size, window, max_model_len, decoded,
+    return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
                  reader.origin(data.get("origin")), reader.note(data.get("note")))
 
 

@@ -6,7 +6,9 @@ that prefix hits, shared blocks and the same content cached twice are common; pr
 one before and one after block boundaries (the last token is never a hit); chunked prefill;
 decode steps across block boundaries and out of the sliding window; preemption and re-admission
 through the cache; tight pools where admission fails; eviction, resets, and requests that reach
-`max_model_len`.
+`max_model_len`; the engine's settings: sliding-window retention dense, sparse (0, the engine's
+default) and per segment, the whole-request admission check on and off, a small in-flight
+budget. (`kvmanager/1` had the first three settings at None, off, None.)
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     window = 0 if rng.random() < 0.5 else rng.randint(2, 4 * block_size)
     blocks = rng.choice((rng.randint(2, 10), rng.randint(10, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * block_size + rng.randint(0, 3)))
+    retention = rng.choice((None, 0, 0) + ((rng.randint(1, 4) * block_size,) if window else ()))
+    fit = rng.random() < 0.5
+    in_flight = None if rng.random() < 0.7 else rng.randint(1, 4 * block_size)
     gen = _Generator(rng, block_size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]))
+    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]), retention,
+                 fit, in_flight)
 
 
 class _Generator:
@@ -95,6 +101,6 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "kvmanager/1"
+NAME = "kvmanager/2"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -85,13 +85,24 @@ NAMES = {cls: name for name, cls in KINDS.items()}
 @dataclass(frozen=True)
 class Trace:
     """`KVCacheManager` over `blocks` blocks, `block_size` tokens each, one full-attention group
-    and, when `window` > 0, a sliding-window group; requests end at `max_model_len` tokens."""
+    and, when `window` > 0, a sliding-window group; requests end at `max_model_len` tokens.
+
+    The engine's settings that change what the manager does: `retention` (the KV-cache config's
+    `prefix_cache_retention_interval`: None caches every full sliding-window block, 0 only the
+    blocks a replay of the prompt can hit, the engine's default; a multiple of the block size
+    one window's worth per segment of that many tokens), `full_sequence_must_fit` (the
+    scheduler's `scheduler_reserve_full_isl`, on by default in the engine: an admission first
+    checks that the whole request fits) and `max_in_flight_tokens` (None: the manager's default,
+    max_model_len; it caps what that check counts for the sliding-window group)."""
 
     blocks: int
     block_size: int
     window: int
     max_model_len: int
     ops: tuple[Op, ...]
+    retention: int | None = None
+    full_sequence_must_fit: bool = False
+    max_in_flight_tokens: int | None = None
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -100,8 +111,13 @@ class Trace:
 
     def describe(self) -> str:
         groups = f"full + sliding window {self.window}" if self.window else "full attention"
+        settings = [f"retention {self.retention}"] if self.retention is not None else []
+        settings += ["full sequence must fit"] if self.full_sequence_must_fit else []
+        settings += [f"max_in_flight_tokens {self.max_in_flight_tokens}"] \
+            if self.max_in_flight_tokens is not None else []
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
-                f"max_model_len {self.max_model_len}, {len(self.ops)} ops")
+                f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
+                f"{len(self.ops)} ops")
 
 
 def describe_op(op: Op) -> str:
@@ -123,8 +139,18 @@ def describe_op(op: Op) -> str:
 def to_json(trace: Trace) -> dict:
     return {"format": FORMAT, "blocks": trace.blocks, "block_size": trace.block_size,
             "window": trace.window, "max_model_len": trace.max_model_len,
-            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **_settings(trace), "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}
+
+
+def _settings(trace: Trace) -> dict:
+    """The optional settings, written only when they differ from their defaults (so a file
+    without them reads as before)."""
+    data = {"retention": trace.retention} if trace.retention is not None else {}
+    data |= {"full_sequence_must_fit": True} if trace.full_sequence_must_fit else {}
+    if trace.max_in_flight_tokens is not None:
+        data["max_in_flight_tokens"] = trace.max_in_flight_tokens
+    return data
 
 
 def dumps(trace: Trace) -> str:

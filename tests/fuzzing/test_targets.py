@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import signal
 import subprocess
 import sys
 
@@ -88,3 +89,37 @@ def test_campaign_with_relative_directories_runs_its_worker(tmp_path):
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "WORKER CRASHES" not in result.stderr and "executions       0 " not in result.stderr
+
+
+def _interrupted_mid_call():
+    from kvfuzz.impl.mamba.slot_allocator import MambaSlots
+
+    class InterruptedMidCall(MambaSlots):
+        """A Mamba slot allocator during whose call the campaign's SIGINT arrives."""
+
+        def alloc(self, need_size):
+            os.kill(os.getpid(), signal.SIGINT)
+            return super().alloc(need_size)
+    return InterruptedMidCall
+
+
+def __getattr__(name):  # the class is built on use: importing this module imports no torch
+    if name == "InterruptedMidCall":
+        return _interrupted_mid_call()
+    raise AttributeError(name)
+
+
+def test_a_campaigns_stop_signal_mid_call_is_no_finding(tmp_path, monkeypatch):
+    """`kvfuzz fuzz` stops a worker with SIGINT; arriving inside an implementation's call, it
+    once became that implementation's "raised KeyboardInterrupt" divergence, saved as found."""
+    monkeypatch.setenv("KVFUZZ_FOUND", str(tmp_path / "found"))
+    monkeypatch.setenv("KVFUZZ_IMPL", f"{__name__}:InterruptedMidCall")
+    monkeypatch.setitem(sys.modules, "atheris", sys)  # as in an atheris worker
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        harness = DifferentialHarness(TARGETS["mamba"])
+        with pytest.raises(KeyboardInterrupt):
+            harness.test_one_input(bytes(range(256)) * 4)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert harness.stopped and not (tmp_path / "found").exists()

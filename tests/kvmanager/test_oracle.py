@@ -79,3 +79,26 @@ def test_sliding_window_hit_is_the_rightmost_run_within_the_full_hit():
     model.evict_blocks({model.tables[1][1][4]})
     blocks, hit, boundary = model.get_computed_blocks(chain(tokens, 2), len(tokens))
     assert hit == 8 and len(blocks[0]) == 4 and boundary == 10
+
+
+def test_sparse_retention_caches_only_the_window_before_the_prompts_end():
+    """Retention 0 (the engine's default): of a sliding-window table only the blocks a replay
+    of the prompt can hit are cached: cdiv(window - 1, block_size) blocks before block
+    (prompt - 1) // block_size. Full attention caches every full block."""
+    model = KVManagerModel(blocks=20, block_size=2, window=3, max_model_len=100, retention=0)
+    tokens = list(range(1, 10))
+    hashes = chain(tokens, 2)
+    got = model.allocate_slots(1, hashes, 9, 0, 9, 0, [[], []], prompt_tokens=9)
+    full, window = got
+    assert [model.pool.key[b] is not None for b in full] == [True] * 4 + [False]
+    assert [model.pool.key[b] is not None for b in window] == [False, False, False, True, False]
+
+
+def test_whole_request_check_refuses_a_chunk_that_alone_would_fit():
+    """full_sequence_must_fit: an admission first counts the blocks of the whole request."""
+    tokens = list(range(1, 13))
+    for whole, expected in ((False, [[1]]), (True, None)):
+        model = KVManagerModel(blocks=6, block_size=2, window=0, max_model_len=100)
+        got = model.allocate_slots(1, chain(tokens, 2), 12, 0, 2, 0, [[]], whole=whole)
+        assert got == expected
+        assert model.pool.num_free() == (4 if got else 5)
