@@ -84,6 +84,8 @@ def run_fuzz(args) -> int:
     if args.impl and not spec.takes_impl:
         raise ImplementationError(f"target {args.target!r} takes no --impl")
     spec.check_impls(args.impl)
+    if spec.takes_impl and not args.impl:  # nothing to fuzz without the target's packages
+        spec.target.bundled_or_error()
     bad = [flag for flag in args.flags if not flag.startswith("-")]
     if bad:
         print(f"kvfuzz: error: libFuzzer flags go after -- and start with '-', got {bad[0]!r}",

@@ -20,7 +20,6 @@ from kvfuzz.fuzz.run import SeededRun
 from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.summary import summary
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import ImplementationError
 
 INTERRUPTED = 130
 
@@ -34,8 +33,7 @@ def diff_command(args, out=None) -> int:
              or TARGETS[name].bundled()) for name in names]
     for target, impls in runs:  # a target named on its own with nothing to run: a usage error
         if not impls and args.target != "all":
-            raise ImplementationError(f"target {target.name}: not run: "
-                                      f"{target.not_run_reason() or 'no implementation'}")
+            target.bundled_or_error()
     status = 0
     with sigterm_as_interrupt():
         for target, impls in runs:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator
 
 from kvfuzz.fuzz.report import Divergence
-from kvfuzz.impl.registry import BUNDLED, Implementation, resolve
+from kvfuzz.impl.registry import BUNDLED, Implementation, ImplementationError, resolve
 
 AGREE, DIVERGE, OUTSIDE, KNOWN = "agree", "diverge", "outside contract", "known difference"
 
@@ -175,6 +175,15 @@ class Target:
         docs = ", ".join(f"docs/upstream-{name}.md" for name in needs)
         return (f"its implementations need {' and '.join(needs)}, which "
                 f"{'is' if len(needs) == 1 else 'are'} not installed ({docs})")
+
+    def bundled_or_error(self) -> list[Implementation]:
+        """`bundled()`, or, when nothing would run (its packages are missing), the one-line
+        usage error that says why: for a command or call that names this target alone."""
+        impls = self.bundled()
+        if not impls:
+            raise ImplementationError(f"target {self.name}: not run: "
+                                      f"{self.not_run_reason() or 'no implementation'}")
+        return impls
 
     def fuzz_defaults(self) -> list[str]:
         """What `kvfuzz fuzz` runs without --impl."""

@@ -53,7 +53,7 @@ def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int |
     implementations) and the oracle, in supervised worker processes: what `kvfuzz diff` does,
     returned rather than printed. Divergences are shrunk; with `corpus`, saved there too."""
     owner = _target(target)
-    impls = [implementation(target, one) for one in _many(impl)] or owner.bundled()
+    impls = [implementation(target, one) for one in _many(impl)] or owner.bundled_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
     args = argparse.Namespace(cases=cases or owner.default_cases, seed=seed, start=start,

@@ -1,7 +1,8 @@
-"""A target whose implementations all need a package that is not installed (blockpool: vLLM) is
-said, not failed: `kvfuzz diff` of every target skips it in one line and exits 0, naming it alone
-is a one-line usage error, and `kvfuzz replay` reports its files as not run. The package's
-absence is simulated, so this runs with vLLM installed too."""
+"""A target whose implementations all need a package that is not installed (blockpool and
+kvmanager: vLLM) is said, not failed: `kvfuzz diff` of every target skips it in one line and
+exits 0, naming it alone (`kvfuzz diff`, `kvfuzz fuzz`, `kvfuzz.diff`) is a one-line usage error,
+and `kvfuzz replay` reports its files as not run. The package's absence is simulated, so this
+runs with vLLM installed too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import BUNDLED, Implementation
 from tests.conftest import CORPUS
 
-# Targets whose bundled implementations all need vllm (blockpool, and any added since).
+# Targets whose bundled implementations all need vllm (blockpool, kvmanager).
 VLLM_ONLY = sorted(name for name, target in TARGETS.items()
                    if all(impl.requires == "vllm" for impl in target.implementations
                           if impl.kind == BUNDLED))
@@ -39,7 +40,7 @@ def run(*args) -> tuple[int, str, str]:
 
 
 def test_bundled_leaves_out_what_is_not_installed(without_vllm):
-    assert "blockpool" in VLLM_ONLY
+    assert {"blockpool", "kvmanager"} <= set(VLLM_ONLY)
     assert all(TARGETS[name].bundled() == [] and TARGETS[name].not_run_reason() == NOT_RUN
                for name in VLLM_ONLY)
     assert all(TARGETS[name].bundled() and TARGETS[name].not_run_reason() is None
@@ -70,3 +71,20 @@ def test_replay_reports_blockpool_files_as_not_run_and_replays_the_rest(without_
     assert f"not run: 2 blockpool file(s): {NOT_RUN}" in out.splitlines()
     assert out.count("ok ") == 2 and "blockpool-" not in out.replace("blockpool file", "")
     assert "replayed 2 file(s): no divergence" in out
+
+
+@pytest.mark.parametrize("command", ["diff", "fuzz"])
+def test_naming_kvmanager_alone_is_a_one_line_error(without_vllm, tmp_path, command):
+    status, out, err = run(command, "kvmanager", "--corpus", str(tmp_path / "found"),
+                           *(["--work", str(tmp_path / "work"), "--time", "2s"]
+                             if command == "fuzz" else ["--cases", "2"]))
+    assert status == 2 and out == ""
+    assert err.strip() == f"kvfuzz: error: target kvmanager: not run: {NOT_RUN}"
+
+
+def test_the_python_api_says_why_nothing_runs(without_vllm):
+    import kvfuzz
+
+    with pytest.raises(ValueError, match="target blockpool: not run: its implementations need "
+                                         "vllm"):
+        kvfuzz.diff("blockpool", cases=1)
