@@ -92,9 +92,10 @@ def resolve(target: str, entries, spec: str) -> Implementation:
 
 
 def check_shape(path: str, obj, positional: int, what: str, cls: bool = False,
-                methods: tuple[str, ...] = ()) -> None:
+                methods: tuple[str, ...] = (), keywords: tuple[str, ...] = ()) -> None:
     """An outside implementation must have the shape its target calls: a function (or, with
-    `cls`, a class) taking `positional` arguments, with `methods`. One-line error otherwise."""
+    `cls`, a class) taking `positional` arguments and the `keywords`, with `methods`. One-line
+    error otherwise."""
     def fail(problem: str):
         raise ImplementationError(f"import path {path!r}: {problem}; expected {what}")
 
@@ -104,9 +105,10 @@ def check_shape(path: str, obj, positional: int, what: str, cls: bool = False,
     if cls != isinstance(obj, type):
         fail("is a class" if isinstance(obj, type) else f"is a {type(obj).__name__}, not a class")
     try:
-        inspect.signature(obj).bind(*range(positional))
+        inspect.signature(obj).bind(*range(positional), **dict.fromkeys(keywords, 0))
     except TypeError as error:
-        fail(f"cannot be called with {positional} positional arguments ({error})")
+        fail(f"cannot be called with {positional} positional arguments"
+             + (f" and {', '.join(keywords)}" if keywords else "") + f" ({error})")
     except ValueError:
         pass  # no signature to read (a builtin): it is tried as it is
     missing = [name for name in methods if not callable(getattr(obj, name, None))]

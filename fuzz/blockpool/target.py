@@ -12,13 +12,14 @@ from dataclasses import replace
 
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
-from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, Free, Share, Trace, Unpin, \
     describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
            "evict_blocks", "reset_prefix_cache", "get_num_free_blocks", "unpin_blocks")
+KEYWORDS = ("num_gpu_blocks", "enable_caching", "hash_block_size")  # the driver's constructor call
 # What the lock step counts (lockstep.Lockstep).
 EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached", "lookup hit",
           "lookup miss", "share", "touch a free cached block", "cache", "cache nothing new",
@@ -40,14 +41,8 @@ class BlockPoolTarget(TraceTarget):
     coverage_modules = ("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model")
 
     def validate(self, path, obj):
-        if not isinstance(obj, type):
-            raise ImplementationError(f"import path {path!r}: is a {type(obj).__name__}, not a "
-                                      f"class; expected a class with vLLM BlockPool's interface")
-        missing = [m for m in METHODS if not callable(getattr(obj, m, None))]
-        if missing:
-            raise ImplementationError(f"import path {path!r}: has no method "
-                                      f"{', '.join(missing)}; expected a class with vLLM "
-                                      f"BlockPool's interface")
+        check_shape(path, obj, 0, "a class with vLLM BlockPool's interface", cls=True,
+                    methods=METHODS, keywords=KEYWORDS)
 
     def describe(self, item):
         return [("pool", item.describe())]

@@ -12,12 +12,15 @@ from dataclasses import replace
 
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
-from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.kvmanager import codec, generator
 from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, Trace, describe_op, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
            "reset_prefix_cache", "evict_blocks")
+# The driver's constructor call: the KV-cache config, then these.
+KEYWORDS = ("max_model_len", "scheduler_block_size", "hash_block_size", "enable_caching",
+            "max_in_flight_tokens")
 # What the lock step counts (lockstep.Lockstep).
 EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
           "decode into a new block", "allocate_slots ok", "allocate_slots refused",
@@ -37,13 +40,8 @@ class KVManagerTarget(TraceTarget):
     coverage_modules = ("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model")
 
     def validate(self, path, obj):
-        problem = None if isinstance(obj, type) else f"is a {type(obj).__name__}, not a class"
-        missing = [] if problem else [m for m in METHODS if not callable(getattr(obj, m, None))]
-        if missing:
-            problem = f"has no method {', '.join(missing)}"
-        if problem:
-            raise ImplementationError(f"import path {path!r}: {problem}; expected a class with "
-                                      f"vLLM KVCacheManager's interface")
+        check_shape(path, obj, 1, "a class with vLLM KVCacheManager's interface", cls=True,
+                    methods=METHODS, keywords=KEYWORDS)
 
     def describe(self, item):
         return [("manager", item.describe())]

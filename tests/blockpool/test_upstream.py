@@ -31,6 +31,18 @@ class MissingMethods:
         return []
 
 
+class WrongConstructor:
+    """SGLang's allocator shape: (size, device), not BlockPool's keywords."""
+
+    def __init__(self, size, device):
+        pass
+
+
+for _name in ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
+              "evict_blocks", "reset_prefix_cache", "get_num_free_blocks", "unpin_blocks"):
+    setattr(WrongConstructor, _name, lambda self, *args: None)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
@@ -56,6 +68,8 @@ def test_the_corpus_replays_clean_on_vllm():
 @pytest.mark.parametrize("attr, shows", [
     ("not_a_class", "is a function, not a class"),
     ("MissingMethods", "has no method touch, free_blocks"),
+    ("WrongConstructor", "cannot be called with 0 positional arguments and num_gpu_blocks, "
+                         "enable_caching, hash_block_size"),
 ])
 def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     with pytest.raises(ImplementationError) as error:
