@@ -62,94 +62,113 @@ class Lockstep:
         return text, problems or self._state("state read")
 
     def _resolve(self, op):
-        """([(method, args)...], text, commit(method, result)), or None."""
-        model, holders = self.model, self.holders
-        holder = holders.get(getattr(op, "rid", None))
-        fresh = getattr(op, "rid", None) not in self.seen
-        if isinstance(op, Alloc):
-            if holder is None and not fresh:
-                return None
-            n = max(0, model.num_free() + op.count) if op.relative else op.count
-            self._count_alloc(n)
-            return [("get_new_blocks", (n,))], f"get_new_blocks({n}) for r{op.rid}", \
-                lambda _, got: got != REFUSED and self._holder(op.rid).blocks.extend(got)
-        if isinstance(op, Lookup):
-            if not fresh or not model.caching:
-                return None
-            found = self._hits(op.hashes, op.group)
-            calls = [("get_cached_block", (h, (op.group,))) for h in op.hashes]
-            calls = calls[:len(found) + (len(found) < len(op.hashes))]  # up to the first miss
-            calls.append(("touch", (found,)))
+        """([(method, args)...], text, commit(method, result)), or None when `op` resolves to
+        nothing (its holder is gone, or already exists for an op that starts one)."""
+        return getattr(self, f"_{type(op).__name__.lower()}")(op)
 
-            def commit(method, _):
-                if method == "touch":
-                    self._holder(op.rid).blocks, self.holders[op.rid].cached = list(found), \
-                        len(found)
-            self.events["lookup hit" if found else "lookup miss"] += 1
-            self._count_touch(found)
-            return calls, (f"lookup r{op.rid}: get_cached_block x{len(calls) - 1}, "
-                           f"touch({short(found, 60)})"), commit
-        if isinstance(op, Share):
-            src = holders.get(op.src)
-            if not fresh or src is None:
-                return None
-            shared = src.blocks[:min(op.count, src.cached)]
-            self._count_touch(shared)
-            self.events["share"] += 1
+    def _startable(self, rid: int) -> bool:
+        return rid in self.holders or rid not in self.seen
 
-            def commit(_, __):
-                self._holder(op.rid).blocks, holders[op.rid].cached = list(shared), len(shared)
-            return [("touch", (shared,))], f"r{op.rid} shares r{op.src}: touch({short(shared, 60)})", \
-                commit
-        if isinstance(op, Pad):
-            if holder is None and not fresh:
-                return None
-            self._holder(op.rid).blocks.extend([0] * op.count)
-            self.events["null blocks in a table"] += 1
-            return [], f"r{op.rid} table += {op.count} null blocks", None
-        if isinstance(op, Cache):
-            if holder is None or not model.caching:
-                return None
-            num_full = min(len(holder.blocks), len(op.hashes))
-            if any(model.key[b] is not None for b in holder.blocks[holder.cached:num_full] if b):
-                return None  # caching a cached block again is partial-block promotion: not here
-            self._count_cache(op, holder, num_full)
-            args = (list(op.hashes), list(holder.blocks), holder.cached, num_full, op.group)
+    def _alloc(self, op: Alloc):
+        if not self._startable(op.rid):
+            return None
+        n = max(0, self.model.num_free() + op.count) if op.relative else op.count
+        self._count_alloc(n)
 
-            def commit(_, __):
-                holder.cached = max(holder.cached, num_full)
-            return [("cache_full_blocks", args)], \
-                f"cache_full_blocks(r{op.rid}, num_cached={holder.cached}, num_full={num_full}, " \
-                f"group={op.group})", commit
-        if isinstance(op, (Free, Unpin)):
-            live = [r for r in dict.fromkeys(op.rids) if r in holders]
-            if not live:
-                return None
-            blocks = []
+        def commit(_, got):
+            if got != REFUSED:
+                self._holder(op.rid).blocks.extend(got)
+        return [("get_new_blocks", (n,))], f"get_new_blocks({n}) for r{op.rid}", commit
+
+    def _lookup(self, op: Lookup):
+        if op.rid in self.seen or not self.model.caching:
+            return None
+        found = self._hits(op.hashes, op.group)
+        calls = [("get_cached_block", (h, (op.group,))) for h in op.hashes]
+        calls = calls[:len(found) + (len(found) < len(op.hashes))]  # up to the first miss
+        calls.append(("touch", (found,)))
+        self.events["lookup hit" if found else "lookup miss"] += 1
+        self._count_touch(found)
+        return calls, (f"lookup r{op.rid}: get_cached_block x{len(calls) - 1}, "
+                       f"touch({short(found, 60)})"), self._starts(op.rid, found)
+
+    def _share(self, op: Share):
+        src = self.holders.get(op.src)
+        if op.rid in self.seen or src is None:
+            return None
+        shared = src.blocks[:min(op.count, src.cached)]
+        self._count_touch(shared)
+        self.events["share"] += 1
+        return [("touch", (shared,))], f"r{op.rid} shares r{op.src}: touch({short(shared, 60)})", \
+            self._starts(op.rid, shared)
+
+    def _starts(self, rid: int, blocks: list[int]):
+        """The commit of a touch that starts holder `rid` with `blocks`, all counted cached."""
+        def commit(method, _):
+            if method == "touch":
+                holder = self._holder(rid)
+                holder.blocks, holder.cached = list(blocks), len(blocks)
+        return commit
+
+    def _pad(self, op: Pad):
+        if not self._startable(op.rid):
+            return None
+        self._holder(op.rid).blocks.extend([0] * op.count)  # no call: the table alone changes
+        self.events["null blocks in a table"] += 1
+        return [], f"r{op.rid} table += {op.count} null blocks", _nothing
+
+    def _cache(self, op: Cache):
+        holder, model = self.holders.get(op.rid), self.model
+        if holder is None or not model.caching:
+            return None
+        num_full = min(len(holder.blocks), len(op.hashes))
+        if any(model.key[b] is not None for b in holder.blocks[holder.cached:num_full] if b):
+            return None  # caching a cached block again is partial-block promotion: not here
+        self._count_cache(op, holder, num_full)
+        args = (list(op.hashes), list(holder.blocks), holder.cached, num_full, op.group)
+
+        def commit(_, __):
+            holder.cached = max(holder.cached, num_full)
+        return [("cache_full_blocks", args)], \
+            f"cache_full_blocks(r{op.rid}, num_cached={holder.cached}, num_full={num_full}, " \
+            f"group={op.group})", commit
+
+    def _free(self, op):
+        """Free and Unpin: one call over every live holder's blocks; the holders are gone."""
+        live = [r for r in dict.fromkeys(op.rids) if r in self.holders]
+        if not live:
+            return None
+        blocks = []
+        for rid in live:
+            table = self.holders[rid].blocks
+            blocks += table[::-1] if isinstance(op, Free) and op.reverse else list(table)
+        if isinstance(op, Unpin):
+            blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
+        self._count_free(op, blocks)
+
+        def commit(_, __):
             for rid in live:
-                table = holders[rid].blocks
-                blocks += table[::-1] if isinstance(op, Free) and op.reverse else list(table)
-            if isinstance(op, Unpin):
-                blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
-            self._count_free(op, blocks)
+                del self.holders[rid]
+        method = "free_blocks" if isinstance(op, Free) else "unpin_blocks"
+        return [(method, (blocks,))], f"{method}({short(blocks, 60)})", commit
 
-            def commit(_, __):
-                for rid in live:
-                    del holders[rid]
-            method = "free_blocks" if isinstance(op, Free) else "unpin_blocks"
-            return [(method, (blocks,))], f"{method}({short(blocks, 60)})", commit
-        if isinstance(op, Evict):
-            ids = sorted({b for b in op.block_ids if b < model.size})
-            self.events["evict cached" if any(model.key[b] for b in ids) else "evict uncached"] += 1
-            return [("evict_blocks", (ids,))], f"evict_blocks({set(ids) or '{}'})", _nothing
-        if isinstance(op, Probe):
-            calls = [("get_cached_block", (h, tuple(op.groups))) for h in op.hashes]
-            self.events["probe"] += 1
-            return calls, f"get_cached_block x{len(calls)}, groups {list(op.groups)}", _nothing
-        if isinstance(op, Reset):
-            self.events["reset refused" if model.num_free() != model.size - 1 else "reset"] += 1
-            return [("reset_prefix_cache", ())], "reset_prefix_cache()", _nothing
-        return None
+    _unpin = _free
+
+    def _evict(self, op: Evict):
+        model = self.model
+        ids = sorted({b for b in op.block_ids if b < model.size})
+        self.events["evict cached" if any(model.key[b] for b in ids) else "evict uncached"] += 1
+        return [("evict_blocks", (ids,))], f"evict_blocks({set(ids) or '{}'})", _nothing
+
+    def _probe(self, op: Probe):
+        calls = [("get_cached_block", (h, tuple(op.groups))) for h in op.hashes]
+        self.events["probe"] += 1
+        return calls, f"get_cached_block x{len(calls)}, groups {list(op.groups)}", _nothing
+
+    def _reset(self, op: Reset):
+        model = self.model
+        self.events["reset refused" if model.num_free() != model.size - 1 else "reset"] += 1
+        return [("reset_prefix_cache", ())], "reset_prefix_cache()", _nothing
 
     def _holder(self, rid: int) -> _Holder:
         self.seen.add(rid)
