@@ -182,7 +182,9 @@ def _blockpool(target: str, rng: random.Random, num_ops: int = 200) -> blockpool
 
 def _kvmanager(target: str, rng: random.Random, num_ops: int = 200) -> kvmanager.Trace:
     """Any op on any request so far, prompts of random tokens from a wide vocabulary (so
-    prefixes are rarely shared), any chunk: no prompt families, no boundary-aimed cuts."""
+    prefixes are rarely shared), any chunk: no prompt families, no boundary-aimed cuts. The
+    engine settings are drawn uniformly from what the format allows (they are configuration,
+    not edge classes)."""
     block_size = rng.randint(1, 8)
     window = rng.choice((0, rng.randint(2, 32)))
     ops, rid = [], 0
@@ -205,5 +207,7 @@ def _kvmanager(target: str, rng: random.Random, num_ops: int = 200) -> kvmanager
             ops.append(kvmanager.Evict(tuple(rng.randint(0, 64) for _ in range(3))))
         else:
             ops.append(kvmanager.Reset())
+    retention = rng.choice((None, 0) + ((rng.randint(1, 8) * block_size,) if window else ()))
     return kvmanager.Trace(rng.randint(2, 64), block_size, window, rng.choice((1024, 64)),
-                           tuple(ops))
+                           tuple(ops), retention, rng.random() < 0.5,
+                           rng.choice((None, rng.randint(1, 64))))

@@ -12,6 +12,7 @@ import atexit
 import functools
 import importlib
 import importlib.util
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -71,4 +72,8 @@ def mutant_module(module: str, mutation: Mutation, tag: str):
     loaded = importlib.util.module_from_spec(spec)
     with second_copy(module):
         spec.loader.exec_module(loaded)
+    if isinstance(getattr(original, "logger", None), logging.Logger):
+        # The copy logs as the original does: under its name, at its level (vLLM's modules
+        # make a logger named after the module, which the copy's name would leave unconfigured).
+        loaded.logger = original.logger
     return loaded
