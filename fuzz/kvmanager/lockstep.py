@@ -49,14 +49,14 @@ class Lockstep:
         self.trace = trace
         self.model = KVManagerModel(trace.blocks, trace.block_size, trace.window,
                                     trace.max_model_len, trace.retention,
-                                    trace.max_in_flight_tokens)
+                                    trace.max_in_flight_tokens, trace.watermark)
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
         self.log: list[str] = []
         self.events: Counter = Counter()
         self.impl, raised = guarded(KVManagerDriver, cls, trace.blocks, trace.block_size,
                                     trace.window, trace.max_model_len, trace.retention,
-                                    trace.max_in_flight_tokens)
+                                    trace.max_in_flight_tokens, trace.watermark)
         self.broken = crash_problems(raised, "constructor") if raised else []
         if not self.broken:
             self.broken = pool_problems(self.impl, self.model.pool, "constructor")
@@ -155,10 +155,11 @@ class Lockstep:
             return crash_problems(raised, "state read")
         admission = hit_blocks is not None
         whole = admission and self.trace.full_sequence_must_fit
+        others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
         expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
                                         request.computed, new, hit, hit_blocks, whole,
-                                        request.prompt, request.boundary)
-        actual, raised = self._call("allocate_slots", rid, new, hit, admission, whole)
+                                        request.prompt, request.boundary, others)
+        actual, raised = self._call("allocate_slots", rid, new, hit, admission, whole, others)
         if raised:
             return crash_problems(raised)
         if model.freed_by_window:
@@ -188,7 +189,7 @@ class Lockstep:
                                   f"counted {model.predicted}")]
         request.computed += hit + new
         request.status = RUNNING
-        _, raised = self._call("set_computed", rid, request.computed)
+        _, raised = self._call("set_computed", rid, request.computed, RUNNING)
         return crash_problems(raised) if raised else []
 
     def _free(self, rid: int, request: _Request, finish: bool):
@@ -200,7 +201,7 @@ class Lockstep:
             self._call("forget", rid)
         else:
             request.computed, request.status = 0, WAITING
-            raised = raised or self._call("set_computed", rid, 0)[1]
+            raised = raised or self._call("set_computed", rid, 0, "preempted")[1]
         return f"free(r{rid}){'' if finish else ': preempted'}", \
             crash_problems(raised) if raised else []
 

@@ -19,13 +19,14 @@ def _ids(blocks) -> list[list[int]] | None:
 
 class KVManagerDriver(PoolReader):
     def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int,
-                 retention: int | None = None, max_in_flight_tokens: int | None = None):
+                 retention: int | None = None, max_in_flight_tokens: int | None = None,
+                 watermark: float = 0.0):
         import torch
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
         from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
                                                 KVCacheGroupSpec, SlidingWindowSpec)
-        from vllm.v1.request import Request
+        from vllm.v1.request import Request, RequestStatus
 
         shape = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
         specs = [FullAttentionSpec(**shape)]
@@ -37,10 +38,10 @@ class KVManagerDriver(PoolReader):
                                prefix_cache_retention_interval=retention)
         init_none_hash(block_hash)
         self._hasher = get_request_block_hasher(block_size, block_hash)
-        self._request_cls, self._params = Request, SamplingParams
+        self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         self.manager = cls(config, max_model_len=max_model_len, scheduler_block_size=block_size,
                            hash_block_size=block_size, enable_caching=True,
-                           max_in_flight_tokens=max_in_flight_tokens)
+                           max_in_flight_tokens=max_in_flight_tokens, watermark=watermark)
         super().__init__(self.manager.block_pool, blocks)
         self.requests: dict[int, object] = {}
         self._hit: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup
@@ -58,18 +59,24 @@ class KVManagerDriver(PoolReader):
         return _ids(blocks), int(hit), int(boundary)
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
-                       whole: bool = False):
+                       whole: bool = False, others_running: bool = False):
         request = self.requests[rid]
-        if admission:  # as the scheduler admits a waiting request
+        if admission:  # as the scheduler admits a waiting or preempted request
             got = self.manager.allocate_slots(request, new, num_new_computed_tokens=hit_tokens,
                                               new_computed_blocks=self._hit.pop(rid),
-                                              full_sequence_must_fit=whole)
+                                              full_sequence_must_fit=whole,
+                                              has_scheduled_reqs=others_running)
         else:
             got = self.manager.allocate_slots(request, new)
         return _ids(got)
 
-    def set_computed(self, rid: int, count: int) -> None:
-        self.requests[rid].num_computed_tokens = count
+    def set_computed(self, rid: int, count: int, status: str) -> None:
+        """What the scheduler sets after a step: the computed tokens and the status (the
+        watermark holds for waiting and preempted requests only)."""
+        request = self.requests[rid]
+        request.num_computed_tokens = count
+        request.status = (self._status.RUNNING if status == "running"
+                          else self._status.PREEMPTED)
 
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)

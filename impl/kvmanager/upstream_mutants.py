@@ -78,6 +78,10 @@ MUTATIONS = {
         "SlidingWindowManager.reachable_block_mask", "end = aligned // block_size + shift",
         "end = aligned // block_size + shift - 1",
         "sparse retention keeps the window before the prompt's last full block, not up to it")),
+    "watermark_for_running": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "if has_scheduled_reqs and request.status in (", "if request.status not in (",
+        "the watermark is kept on running requests' steps instead of admissions")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -18,6 +18,8 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
   nothing else changes. Else the hit is taken (touched; skipped blocks as null), new blocks
   come off the free queue, group 0 first, and the full blocks up to min(computed + n,
   num_tokens) are cached. The result: each group's new blocks.
+- The scheduler's watermark: an admission (of a waiting or preempted request) while other
+  requests run also needs int(watermark * blocks) blocks left free beyond its count.
 - `free(request)`: per group in order, the table without its leading null blocks, last block
   first, so that the tail is evicted first.
 - A running request is one with a cached-block count (set by an admission); only its count
@@ -35,10 +37,12 @@ def cdiv(a: int, b: int) -> int:
 
 class KVManagerModel:
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
-                 retention: int | None = None, max_in_flight_tokens: int | None = None):
+                 retention: int | None = None, max_in_flight_tokens: int | None = None,
+                 watermark: float = 0.0):
         self.pool = BlockPoolModel(blocks, caching=True)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention = retention
+        self.watermark_blocks = int(watermark * blocks)  # as KVCacheManager computes it
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
         # counts at most for the sliding-window group.
@@ -108,9 +112,11 @@ class KVManagerModel:
     def allocate_slots(self, rid: int, hashes: list[int], num_tokens: int,
                        num_computed: int, new: int, hit_tokens: int,
                        hit: list[list[int]] | None, whole: bool = False,
-                       prompt_tokens: int = 0, shared_boundary: int = 0):
+                       prompt_tokens: int = 0, shared_boundary: int = 0,
+                       others_running: bool = False):
         """None, or each group's new blocks; `hit` is None for a running request's call.
         `whole`: first check that the whole request fits (full_sequence_must_fit);
+        `others_running`: an admission then leaves the watermark's blocks free;
         `prompt_tokens` and `shared_boundary` say which sliding-window blocks sparse retention
         keeps."""
         hits = hit if hit is not None else [[] for _ in self.groups]
@@ -118,15 +124,17 @@ class KVManagerModel:
         total = min(computed, self.max_len)
         need = min(total + new, self.max_len)
         self.freed_by_window, self.refused_whole = 0, False
+        # The watermark holds for waiting and preempted requests (an admission) while others run.
+        headroom = self.watermark_blocks if hit is not None and others_running else 0
         if whole:
             self.predicted = self.blocks_to_allocate(rid, min(num_tokens, self.max_len), hits,
                                                      computed, capped=True)
-            if self.predicted > self.pool.num_free():
+            if self.predicted + headroom > self.pool.num_free():
                 self.refused_whole = True
                 return None
         self.freed_by_window = self._free_out_of_window(rid, total)
         self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
-        if self.predicted > self.pool.num_free():
+        if self.predicted + headroom > self.pool.num_free():
             return None
         if hit is not None and not self.running(rid):
             for group in self.groups:

@@ -18,7 +18,8 @@ def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, {"format", "blocks", "block_size", "window", "max_model_len",
                                    "retention", "full_sequence_must_fit",
-                                   "max_in_flight_tokens", "ops", "origin", "note"})
+                                   "max_in_flight_tokens", "watermark", "ops", "origin",
+                                   "note"})
     blocks = reader.integer(data.get("blocks"), "blocks", low=1, high=MAX_BLOCKS)
     block_size = reader.integer(data.get("block_size"), "block_size", low=1, high=MAX_BLOCK_SIZE)
     # vLLM's sliding-window group needs a window of 2 or more tokens (a window of 1 keeps no
@@ -40,10 +41,14 @@ def from_json(data: object, source: str = "trace") -> Trace:
     in_flight = data.get("max_in_flight_tokens")
     if in_flight is not None:
         reader.integer(in_flight, "max_in_flight_tokens", low=1, high=MAX_LEN)
+    watermark = data.get("watermark", 0.0)
+    reader.expect(type(watermark) in (int, float) and 0 <= watermark < 1, "watermark",
+                  "expected a number in [0, 1) (vLLM's SchedulerConfig.watermark)", watermark)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
-                 reader.origin(data.get("origin")), reader.note(data.get("note")))
+                 float(watermark), reader.origin(data.get("origin")),
+                 reader.note(data.get("note")))
 
 
 def loads(text: str, source: str = "trace") -> Trace:

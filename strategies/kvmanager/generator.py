@@ -8,7 +8,7 @@ decode steps across block boundaries and out of the sliding window; preemption a
 through the cache; tight pools where admission fails; eviction, resets, and requests that reach
 `max_model_len`; the engine's settings: sliding-window retention dense, sparse (0, the engine's
 default) and per segment, the whole-request admission check on and off, a small in-flight
-budget. (`kvmanager/1` had the first three settings at None, off, None.)
+budget, a watermark. (`kvmanager/1` had none of these settings; `kvmanager/2` no watermark.)
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     retention = rng.choice((None, 0, 0) + ((rng.randint(1, 4) * block_size,) if window else ()))
     fit = rng.random() < 0.5
     in_flight = None if rng.random() < 0.7 else rng.randint(1, 4 * block_size)
+    watermark = 0.0 if rng.random() < 0.7 else rng.choice((0.01, 0.1, 0.2, 0.3))
     gen = _Generator(rng, block_size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]), retention,
-                 fit, in_flight)
+                 fit, in_flight, watermark)
 
 
 class _Generator:
@@ -101,6 +102,6 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "kvmanager/2"
+NAME = "kvmanager/3"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -92,8 +92,10 @@ class Trace:
     blocks a replay of the prompt can hit, the engine's default; a multiple of the block size
     one window's worth per segment of that many tokens), `full_sequence_must_fit` (the
     scheduler's `scheduler_reserve_full_isl`, on by default in the engine: an admission first
-    checks that the whole request fits) and `max_in_flight_tokens` (None: the manager's default,
-    max_model_len; it caps what that check counts for the sliding-window group)."""
+    checks that the whole request fits), `max_in_flight_tokens` (None: the manager's default,
+    max_model_len; it caps what that check counts for the sliding-window group) and `watermark`
+    (the scheduler's: the fraction of the blocks an admission leaves free while other requests
+    run; 0, the default, none)."""
 
     blocks: int
     block_size: int
@@ -103,6 +105,7 @@ class Trace:
     retention: int | None = None
     full_sequence_must_fit: bool = False
     max_in_flight_tokens: int | None = None
+    watermark: float = 0.0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -115,6 +118,7 @@ class Trace:
         settings += ["full sequence must fit"] if self.full_sequence_must_fit else []
         settings += [f"max_in_flight_tokens {self.max_in_flight_tokens}"] \
             if self.max_in_flight_tokens is not None else []
+        settings += [f"watermark {self.watermark}"] if self.watermark else []
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -150,7 +154,7 @@ def _settings(trace: Trace) -> dict:
     data |= {"full_sequence_must_fit": True} if trace.full_sequence_must_fit else {}
     if trace.max_in_flight_tokens is not None:
         data["max_in_flight_tokens"] = trace.max_in_flight_tokens
-    return data
+    return data | ({"watermark": trace.watermark} if trace.watermark else {})
 
 
 def dumps(trace: Trace) -> str:

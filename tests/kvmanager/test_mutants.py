@@ -20,7 +20,7 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # Caching one block more than the table holds: a hash on a block not yet written, or
     # (under sparse retention) vLLM's own mask-length assertion.
     "caches_unwritten_block": r"block hash|hash map|assert block_mask is None",
-    "window_moves_early": r"result:? +allocate_slots|block table|free queue|num free",
+    "window_moves_early": r"result:? +allocate_slots|block table|free queue|num free|consumed",
     "free_first_group_only": r"num free|ref_cnt|lost",
     "evictable_hits_not_counted": r"Cannot get \d+ free blocks from the pool",
     "free_head_first": r"free queue:? +first difference",
@@ -29,7 +29,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "hybrid_hit_not_trimmed": r"prefix hit:? +expected \d+ tokens",
     "whole_request_unchecked": r"None vs success:? +expected None",
     "sparse_tail_one_block_early": r"block hash|hash map|prefix hit",
-    "pool_reuse_keeps_hash": r"block hash:? +block \d+: expected no hash",
+    "watermark_for_running": r"None vs success",
+    # A reused block keeps its hash: kvfuzz sees the stale hash, or vLLM's own assertion fires
+    # when the block is cached again.
+    "pool_reuse_keeps_hash": r"block hash:? +block \d+: expected no hash|block_hash_num_tokens",
 }.items()}
 
 
@@ -50,7 +53,7 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     assert report.startswith(f"DIVERGENCE  kvmanager  implementation {name}")
     assert " at op " in report and "\n  call      " in report
     assert f"kvfuzz replay corpus/kvmanager-{small.input.trace_id()}.json --impl {name}" in report
-    assert re.search(r"shrunk from generator kvmanager/2(\[[^]]+\])?, seed 0", report), report
+    assert re.search(r"shrunk from generator kvmanager/3(\[[^]]+\])?, seed 0", report), report
     assert re.search(EXPECTED[name], report), report
     again = divergence("kvmanager", loads(dumps(small.input)), name)
     assert again is not None and again.signature == small.signature
