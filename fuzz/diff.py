@@ -29,11 +29,11 @@ def diff_command(args, out=None) -> int:
     out = out or sys.stderr  # looked up now: a test may have replaced it
     names = list(TARGETS) if args.target == "all" else [args.target]
     # Resolve every --impl of every target first: a typo fails in one line before any run.
+    # A target named on its own with nothing to run (its packages missing) is a usage error;
+    # among every target it is said and skipped below.
+    default = "bundled" if args.target == "all" else "bundled_or_error"
     runs = [(TARGETS[name], [TARGETS[name].resolve(spec) for spec in args.impl]
-             or TARGETS[name].bundled()) for name in names]
-    for target, impls in runs:  # a target named on its own with nothing to run: a usage error
-        if not impls and args.target != "all":
-            target.bundled_or_error()
+             or getattr(TARGETS[name], default)()) for name in names]
     status = 0
     with sigterm_as_interrupt():
         for target, impls in runs:

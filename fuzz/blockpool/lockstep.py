@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, list_diff, short
 from kvfuzz.impl.blockpool.driver import BlockPoolDriver
-from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, state_violations
+from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
                                                Reset, Share, Trace, Unpin)
 
@@ -223,54 +224,6 @@ class Lockstep:
 
     def _state(self, where: str) -> list[tuple[str, str]]:
         return pool_problems(self.impl, self.model, where)
-
-
-def pool_problems(impl, model: BlockPoolModel, where: str) -> list[tuple[str, str]]:
-    """What differs between a pool's state (read through `impl`, a `BlockPoolDriver` or
-    anything with its state readers) and the model's, and which invariants it breaks. The
-    kvmanager target checks the manager's pool with it too."""
-    state, raised = guarded(lambda: (impl.num_free(), impl.free_queue(), impl.ref_counts(),
-                                     impl.keys(), impl.cache_map(), impl.null_block()))
-    if raised:
-        return crash_problems(raised, where)
-    num_free, (queue, links), ref, keys, cache, null = state
-    problems = []
-    if null != 0:
-        problems.append(("null block", f"expected block 0, actual block {null}"))
-    if links:
-        problems.append(("free queue links", links))
-    if num_free != model.num_free():
-        problems.append(("num free", f"expected {model.num_free()}, actual {num_free}"))
-    if queue != model.free:
-        problems.append(("free queue", list_diff(model.free, queue)))
-    if len(ref) != model.size or len(keys) != model.size:
-        return problems + [("blocks", f"expected {model.size} blocks, actual {len(ref)}")]
-    wrong = [b for b in range(1, model.size) if ref[b] != model.ref[b]]
-    if wrong:
-        b = wrong[0]
-        problems.append(("ref_cnt", f"block {b}: expected {model.ref[b]}, actual {ref[b]} "
-                                    f"({len(wrong)} blocks differ)"))
-    wrong = [b for b in range(model.size) if keys[b] != model.key[b]]
-    if wrong:
-        b = wrong[0]
-        problems.append(("block hash", f"block {b}: expected {_key(model.key[b])}, actual "
-                                       f"{_key(keys[b])} ({len(wrong)} blocks differ)"))
-    if cache != model.map:
-        key = next(k for k in sorted(set(cache) | set(model.map))
-                   if cache.get(k) != model.map.get(k))
-        problems.append(("hash map", f"{_key(key)}: expected blocks {model.map.get(key)}, "
-                                     f"actual {cache.get(key)}"))
-    plain = [k if not isinstance(k, list) else k[0] for k in keys]
-    found = state_violations(model.size, ref, queue, plain, cache)
-    return problems + [("invariant", text) for text in found]
-
-
-def _key(key) -> str:
-    if key is None:
-        return "no hash"
-    if isinstance(key, list):
-        return " and ".join(_key(k) for k in key)
-    return f"hash {key[0]} group {key[1]}"
 
 
 def _nothing(method, got) -> None:

@@ -3,7 +3,7 @@ implementation with the same trace, as vLLM's scheduler does (admission through 
 cache, chunked prefill, decode, preemption, finish), and compares after every op: the hit
 (blocks per group, hit tokens, shared-prefix boundary), allocate_slots' result (None, or the new
 blocks per group), that a successful allocation consumed exactly the blocks its check counted,
-every live request's block table per group, and the whole pool (`fuzz.blockpool.lockstep.
+every live request's block table per group, and the whole pool (`fuzz.blockpool.pool_state.
 pool_problems`: free queue order and links, reference counts, hashes, the hash map, invariants).
 Every call into the implementation is guarded: whatever it raises is a problem to report.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvfuzz.fuzz.blockpool.lockstep import pool_problems
+from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, short
 from kvfuzz.impl.kvmanager.driver import KVManagerDriver
 from kvfuzz.oracle.kvmanager.model import KVManagerModel

@@ -81,9 +81,6 @@ class KVManagerDriver(PoolReader):
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
 
-    def block_hashes(self, rid: int) -> list[int]:
-        return [int.from_bytes(bytes(h), "big") for h in self.requests[rid].block_hashes]
-
     def free(self, rid: int) -> None:
         self.manager.free(self.requests[rid])
 

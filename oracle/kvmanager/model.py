@@ -50,7 +50,10 @@ class KVManagerModel:
         self.groups = (0, 1) if window else (0,)
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
-        self.freed_by_window = 0  # blocks the last allocate_slots's window move put back free
+        # What the last allocate_slots did, for the lock step's checks and counts: the blocks its
+        # window move put back free, what its check counted, whether the whole-request check
+        # refused it.
+        self.freed_by_window, self.predicted, self.refused_whole = 0, 0, False
 
     def skipped_tokens(self, group: int, computed: int) -> int:
         return 0 if group == 0 else max(0, computed - self.window + 1)

@@ -9,11 +9,12 @@ from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.impl.blockpool import UPSTREAM
 from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
 from tests.conftest import CORPUS
-from tests.helpers import fail_with
+from tests.helpers import divergence, fail_with
 
-pytest.importorskip("vllm.v1.core.block_pool",
-                    reason="vllm not installed (see docs/upstream-vllm.md)")
+upstream = pytest.importorskip("vllm.v1.core.block_pool",
+                               reason="vllm not installed (see docs/upstream-vllm.md)")
 VLLM = BLOCKPOOL.resolve("vllm.blockpool")
 
 
@@ -77,3 +78,41 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     message = str(error.value)
     assert shows in message and "vLLM BlockPool's interface" in message
     assert "\n" not in message
+
+
+# Faults no source mutant makes, for the checks only they can fail: a broken link in the free
+# queue, a watcher never told of a reuse, a null block that is not block 0.
+class BrokenLinks(upstream.BlockPool):
+    """Frees correctly, then loses a back link in the free queue."""
+
+    def free_blocks(self, ordered_blocks):
+        super().free_blocks(ordered_blocks)
+        first = self.free_block_queue.fake_free_list_head.next_free_block
+        if first is not self.free_block_queue.fake_free_list_tail:
+            first.prev_free_block = None
+
+
+class DeafWatcher(upstream.BlockPool):
+    """Hands unpinned blocks out again without telling their watcher."""
+
+    def _notify_reuse(self, blocks):
+        pass
+
+
+class NullNotZero(upstream.BlockPool):
+    """Reserves the last block as its null block instead of block 0."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.null_block = self.blocks[-1]
+
+
+@pytest.mark.parametrize("attr, ops, label", [
+    ("BrokenLinks", (Alloc(1, 2), Free((1,))), "free queue links"),
+    ("DeafWatcher", (Alloc(1, 2), Unpin((1,)), Alloc(2, 2)), "reuse watcher"),
+    ("NullNotZero", (Alloc(1, 1),), "null block"),
+])
+def test_checks_no_mutant_reaches_catch_their_fault(attr, ops, label):
+    found = divergence("blockpool", Trace(4, True, ops), f"{__name__}:{attr}")
+    assert found is not None and found.what.startswith(label), found and found.report()
+    assert BLOCKPOOL.check(Trace(4, True, ops), VLLM).status == AGREE

@@ -12,10 +12,10 @@ from kvfuzz.impl.kvmanager import UPSTREAM
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
 from tests.conftest import CORPUS
-from tests.helpers import fail_with
+from tests.helpers import divergence, fail_with
 
-pytest.importorskip("vllm.v1.core.kv_cache_manager",
-                    reason="vllm not installed (see docs/upstream-vllm.md)")
+upstream = pytest.importorskip("vllm.v1.core.kv_cache_manager",
+                               reason="vllm not installed (see docs/upstream-vllm.md)")
 VLLM = KVMANAGER.resolve("vllm.kvmanager")
 
 
@@ -82,3 +82,18 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     message = str(error.value)
     assert shows in message and "vLLM KVCacheManager's interface" in message
     assert "\n" not in message
+
+
+class TablesReversed(upstream.KVCacheManager):
+    """Allocates correctly but reports a request's block table back to front: the one fault
+    only the table check sees (no source mutant reaches it)."""
+
+    def get_block_ids(self, request_id):
+        return tuple(ids[::-1] for ids in super().get_block_ids(request_id))
+
+
+def test_a_wrong_block_table_is_caught():
+    trace = Trace(10, 2, 0, 100, (Arrive(1, (1, 2, 3, 4, 5)), Schedule(1, 99)))
+    found = divergence("kvmanager", trace, f"{__name__}:TablesReversed")
+    assert found is not None and found.what.startswith("block table"), found and found.report()
+    assert KVMANAGER.check(trace, VLLM).status == AGREE
