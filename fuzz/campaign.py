@@ -28,6 +28,7 @@ from kvfuzz.fuzz.campaign_specs import REPO, Finding
 from kvfuzz.fuzz.campaign_summary import edge_coverage, summary
 from kvfuzz.fuzz.corpus import write_atomic
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker, die_with_parent
+from kvfuzz.fuzz.stop_signals import INTERRUPTED, handling
 
 STATUS_EVERY = 5.0
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
@@ -74,6 +75,8 @@ class Campaign:
         known = set()
         if self.target.output == "corpus" and self.corpus_dir.is_dir():
             for path in sorted(self.corpus_dir.glob(f"{self.target.name}-*.json")):
+                if self.stopping:  # interrupted while reading the corpus: no campaign follows
+                    break
                 for finding in self.target.triage(path, self.impl_specs, lambda: True,
                                                   self.checker):
                     if finding.signature not in known:
@@ -166,31 +169,35 @@ class Campaign:
 
     # -- run ---------------------------------------------------------------------------------
     def run(self) -> int:
+        """Exit status: 130 interrupted, else 1 a finding, 2 blind worker crashes, 0 none."""
         began = time.monotonic()
         deadline = began + self.seconds
-        seeded = self.prepare()
-        print(f"fuzz {self.target.name}: {self.jobs} worker(s), {self.seconds:.0f} s, "
-              f"{seeded} new seed input(s), work dir {self.work}", file=self.out, flush=True)
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            for slot in range(self.jobs):
-                self._start_worker(slot, self.seconds)
-            last_status = began
-            while self.workers and not self.stopping and time.monotonic() < deadline + 5:
-                time.sleep(0.5)
-                self._reap(deadline)
-                if time.monotonic() - last_status >= STATUS_EVERY:
-                    last_status = time.monotonic()
-                    print(self.status_line(began), file=self.out, flush=True)
-            self._stop_workers()
-            self._collect_artifacts()
-            self._triage_new()
-        finally:
-            self._stop_workers()
-            self.checker.close()
-            for number, handler in previous.items():
-                signal.signal(number, handler)
+        # A stop signal only sets `stopping` (installed before the corpus is read: that takes a
+        # while too): the loops below look at it, and the found cases are still triaged.
+        with handling(self._on_signal):
+            try:
+                seeded = self.prepare()
+                print(f"fuzz {self.target.name}: {self.jobs} worker(s), {self.seconds:.0f} s, "
+                      f"{seeded} new seed input(s), work dir {self.work}", file=self.out,
+                      flush=True)
+                for slot in range(self.jobs if not self.stopping else 0):
+                    self._start_worker(slot, self.seconds)
+                last_status = began
+                while self.workers and not self.stopping and time.monotonic() < deadline + 5:
+                    time.sleep(0.5)
+                    self._reap(deadline)
+                    if time.monotonic() - last_status >= STATUS_EVERY:
+                        last_status = time.monotonic()
+                        print(self.status_line(began), file=self.out, flush=True)
+                self._stop_workers()
+                self._collect_artifacts()
+                self._triage_new()
+            finally:
+                self._stop_workers()
+                self.checker.close()
         print(summary(self, time.monotonic() - began), file=self.out, flush=True)
+        if self.interrupted:
+            return INTERRUPTED
         return 1 if self.findings else (2 if self.blind_crashes else 0)
 
     def _on_signal(self, number, frame) -> None:

@@ -10,6 +10,7 @@ from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.args import duration, jobs, seconds
 from kvfuzz.fuzz.campaign_specs import REPO, SPECS
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
+from kvfuzz.fuzz.stop_signals import INTERRUPTED, interrupting
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:
@@ -18,7 +19,8 @@ EPILOG = """examples:
   kvfuzz fuzz decode --time 30s -- -max_len=2048 -seed=7     libFuzzer flags after --
   kvfuzz fuzz case_loader --time 1m            the JSON loader on malformed case files
 exit status: 0 nothing found, 1 a failure found (minimised, saved once per signature),
-2 bad usage or a worker crash that saved nothing (see the work directory's logs/)"""
+2 bad usage or a worker crash that saved nothing (see the work directory's logs/),
+130 interrupted (Ctrl-C, SIGINT or SIGTERM: the findings so far are saved, the summary prints)"""
 
 
 def _with_flags_after_dashes(base):
@@ -70,9 +72,16 @@ def add_parsers(commands) -> None:
 def run(args, out=sys.stdout) -> int:
     if args.command == "corpus":
         from kvfuzz.fuzz.corpus_tools import merge, minimize
-        if args.action == "merge":
-            return merge(args.sources, args.into, out)
-        return minimize(args.directory, args.impl, args.dry_run, out)
+        try:
+            with interrupting():
+                if args.action == "merge":
+                    return merge(args.sources, args.into, out)
+                return minimize(args.directory, args.impl, args.dry_run, out)
+        except KeyboardInterrupt:
+            what = ("the files merged so far are whole" if args.action == "merge" else
+                    "no file was removed but those listed above")
+            print(f"kvfuzz corpus {args.action}: interrupted; {what}", file=sys.stderr)
+            return INTERRUPTED
     return run_fuzz(args)
 
 

@@ -13,6 +13,7 @@ from kvfuzz.fuzz import campaign_command, corpus
 from kvfuzz.fuzz.args import (Parser, UsageError, check_device, index, jobs, positive,
                               seconds)
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT
+from kvfuzz.fuzz.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError
@@ -22,7 +23,8 @@ EPILOG = """examples:
   kvfuzz diff decode --impl torch.vectorized --jobs 2
   kvfuzz diff extend --impl mypkg.alloc:alloc_extend   your own function, same signature
   kvfuzz replay corpus/                       every saved input, every bundled implementation
-exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input"""
+exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input,
+130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints)"""
 BENCH = "kvfuzz.bench.command"  # imported only when run: nothing in fuzz/ imports bench/
 TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence ('timed out'); "
                 f"implementations run in supervised worker processes, so a crash is one too "
@@ -89,10 +91,16 @@ def cmd_list() -> int:
 
 def main(argv=None) -> int:
     try:
-        return run(parser().parse_args(argv))
+        # SIGINT and SIGTERM stop every command, whatever the process inherited (an ignored
+        # SIGINT included); a command that runs implementations reports what it had done.
+        with interrupting():
+            return run(parser().parse_args(argv))
     except BrokenPipeError:  # `kvfuzz ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:  # before a command's own run began (loading, resolving)
+        print("kvfuzz: interrupted", file=sys.stderr)
+        return INTERRUPTED
 
 
 def run(args) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.isolation import Checker
+from kvfuzz.fuzz.stop_signals import held
 from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.impl.registry import OUTSIDE
 
@@ -69,10 +70,11 @@ def minimize(directory, impl_specs, dry_run: bool, out) -> int:
         kept.append(best)
         covered |= features.pop(best)
     removed = [path for path in paths if path not in kept]
-    for path in removed:
-        if not dry_run:
-            path.unlink()
-        print(f"{'would remove' if dry_run else 'removed'}  {path}", file=out)
+    with held():  # the cover is decided: a stop signal now waits until it is applied
+        for path in removed:
+            if not dry_run:
+                path.unlink()
+            print(f"{'would remove' if dry_run else 'removed'}  {path}", file=out)
     print(f"corpus {directory}: kept {len(kept)} of {len(paths)} file(s) covering "
           f"{len(wanted)} feature(s)", file=out)
     return 0

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.isolation import Checker, sigterm_as_interrupt
+from kvfuzz.fuzz.isolation import Checker
 from kvfuzz.fuzz.run import SeededRun
 from kvfuzz.fuzz.shrink import shrink
+from kvfuzz.fuzz.stop_signals import INTERRUPTED, held, interrupting
 from kvfuzz.fuzz.summary import summary
 from kvfuzz.fuzz.targets import TARGETS
 
-INTERRUPTED = 130
 
 
 def diff_command(args, out=None) -> int:
@@ -35,7 +35,7 @@ def diff_command(args, out=None) -> int:
     runs = [(TARGETS[name], [TARGETS[name].resolve(spec) for spec in args.impl]
              or getattr(TARGETS[name], default)()) for name in names]
     status = 0
-    with sigterm_as_interrupt():
+    with interrupting():
         for target, impls in runs:
             if not impls:  # every target: one whose packages are missing is said, not failed
                 print(f"{target.name}: not run: {target.not_run_reason()}", file=out)
@@ -81,13 +81,14 @@ def run_diff(target, impls: list, args, out) -> DiffResult:
     saved: dict[int, tuple[str | None, bool]] = {}  # id(divergence) -> (path, created here)
 
     def save_now(name, divergence):
-        saved[id(divergence)] = (None, False)
-        if args.corpus is not None:
-            existed = (Path(args.corpus) / divergence.file_name()).exists()
-            saved[id(divergence)] = (corpus.save_or_print(target, divergence.input,
-                                                          args.corpus, out), not existed)
-        print(f"found: {divergence.headline()}"
-              + (f"\n  saved {saved[id(divergence)][0]}" if args.corpus else ""), file=out)
+        with held():  # a stop signal waits until the finding is on disk
+            saved[id(divergence)] = (None, False)
+            if args.corpus is not None:
+                existed = (Path(args.corpus) / divergence.file_name()).exists()
+                saved[id(divergence)] = (corpus.save_or_print(target, divergence.input,
+                                                              args.corpus, out), not existed)
+            print(f"found: {divergence.headline()}"
+                  + (f"\n  saved {saved[id(divergence)][0]}" if args.corpus else ""), file=out)
 
     seeded = SeededRun(target, impls, args, out, on_found=save_now)
     result = DiffResult(seeded.tallies)
@@ -96,7 +97,19 @@ def run_diff(target, impls: list, args, out) -> DiffResult:
         _shrink_all(target, result, args, out, saved, save_now)
     except KeyboardInterrupt:
         result.interrupted = True
+        _report_unshrunk(result, saved)
     return result
+
+
+def _report_unshrunk(result: DiffResult, saved: dict) -> None:
+    """After a stop: the divergences not shrunk yet are reported as first found (and saved)."""
+    done = {small.signature for small in result.divergences}
+    for tally in result.tallies.values():
+        for divergence in ([tally.divergence] if tally.divergence else []) + \
+                list(tally.examples.values()):
+            if divergence.signature not in done and id(divergence) in saved:
+                divergence.saved_path = saved[id(divergence)][0]
+                result.divergences.append(divergence)
 
 
 def _shrink_all(target, result: DiffResult, args, out, saved: dict, save_now) -> None:
@@ -108,12 +121,15 @@ def _shrink_all(target, result: DiffResult, args, out, saved: dict, save_now) ->
             for divergence in found:
                 if id(divergence) not in saved:  # known differences are saved here
                     save_now(name, divergence)
+                print(f"shrinking: {divergence.headline()}", file=out, flush=True)
                 small = shrink(target, divergence, args.device, check=checker.check)
                 path, created = saved[id(divergence)]
-                if args.corpus is not None:
-                    small.saved_path = corpus.save_or_print(target, small.input, args.corpus, out)
-                    if created and small.saved_path != path:
-                        Path(path).unlink(missing_ok=True)  # the shrunk input replaces it
-                result.divergences.append(small)
+                with held():  # the shrunk input replaces the first one, whole
+                    if args.corpus is not None:
+                        small.saved_path = corpus.save_or_print(target, small.input,
+                                                                args.corpus, out)
+                        if created and small.saved_path != path:
+                            Path(path).unlink(missing_ok=True)
+                    result.divergences.append(small)
     finally:
         checker.close()

@@ -4,8 +4,9 @@ forever), the supervisor sees a divergence of that implementation, "crashed: SIG
 out after 10 s", and goes on. Only the user's own Ctrl-C or SIGTERM stops a run.
 
 A worker dies with its supervisor whatever kills the supervisor (PR_SET_PDEATHSIG), ignores
-Ctrl-C (the supervisor owns it), and publishes which input it is checking and since when in
-shared memory, so the supervisor can time a case out without a message per case.
+Ctrl-C and SIGTERM (the supervisor owns them: `stop_signals.py`), and publishes which input it
+is checking and since when in shared memory, so the supervisor can time a case out without a
+message per case.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ import os
 import signal
 import time
 import traceback
-from contextlib import contextmanager
 from multiprocessing.connection import wait
 
+from kvfuzz.fuzz.stop_signals import STOP_SIGNALS, blocked, unblock
 from kvfuzz.fuzz.target import DIVERGE, Outcome
 
 DEFAULT_TIMEOUT = 10.0  # seconds per input: ms-scale cases and traces stay far below it
@@ -60,19 +61,6 @@ def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
     return Outcome(DIVERGE, target.divergence(item, impl, what, lines, ("crashed", kind)))
 
 
-@contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM stops a run the way Ctrl-C does: findings kept, summary printed."""
-    def interrupt(number, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def guarded_check(target, item, impl, device: str) -> Outcome:
     """`target.check`, with what an implementation may raise past it (KeyboardInterrupt,
     SystemExit) turned into its divergence. In a worker no KeyboardInterrupt is the user's."""
@@ -104,7 +92,8 @@ class Worker:
         self.state[0] = IDLE
         self.process = context.Process(target=_serve, args=(child, self.state, os.getpid()),
                                        daemon=True)
-        self.process.start()
+        with blocked():  # the child sets its own handlers first (`_serve`), then takes signals
+            self.process.start()
         child.close()
 
     def busy_since(self) -> float | None:
@@ -127,8 +116,12 @@ class Worker:
 
 def _serve(conn, state, parent: int) -> None:
     die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the supervisor's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Stop signals are the supervisor's: a Ctrl-C or a `kill -TERM` to the whole group must
+    # not kill a worker first and read as the implementation's crash. The supervisor stops
+    # workers with SIGKILL, and the kernel kills them if it dies (PR_SET_PDEATHSIG).
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    unblock()
     import torch
     torch.set_num_threads(1)  # tiny tensors; with --jobs, the workers fill the cores
     from kvfuzz.fuzz.targets import TARGETS

@@ -8,7 +8,8 @@ import sys
 from collections import Counter
 
 from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker, sigterm_as_interrupt
+from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.target import AGREE, OUTSIDE
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError
@@ -34,15 +35,22 @@ def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
     not_run = Counter(target.name for _, target, _ in loaded if target in missing)
     skipped = Counter(target.name for _, target, _ in loaded
                       if not chosen[target.name] and target not in missing)
-    status, checker = 0, Checker(timeout)
+    status, checker, done, interrupted = 0, Checker(timeout), 0, False
     try:
-        with sigterm_as_interrupt():
+        with interrupting():
             for path, target, item in loaded:
                 for impl in chosen[target.name]:
                     outcome = checker.check(target, item, impl, device)
                     status = max(status, _print(path, impl, outcome, out))
+                done += bool(chosen[target.name])
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         checker.close()
+    if interrupted:
+        print(f"replay interrupted after {done} of {len(loaded)} file(s): "
+              f"{'divergence found' if status else 'no divergence so far'}", file=out)
+        return INTERRUPTED
     for target, reason in sorted(missing.items(), key=lambda item: item[0].name):
         print(f"not run: {not_run[target.name]} {target.name} file(s): {reason}", file=out)
     if skipped:

@@ -14,6 +14,7 @@ import time
 
 from kvfuzz.fuzz.isolation import (DEFAULT_TIMEOUT, LOAD_GRACE, HarnessError, Worker,
                                    crash_outcome, death, guarded_check, mark, wait_any)
+from kvfuzz.fuzz.stop_signals import held
 from kvfuzz.fuzz.summary import rate_text
 from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
@@ -77,19 +78,28 @@ class SeededRun:
                 yield spec, lo, min(lo + size, stop)
 
     def run(self) -> None:
-        """Fill the tallies; on KeyboardInterrupt they stay as far as they got."""
-        pending, workers = self.chunks(), [Worker() for _ in range(self.args.jobs)]
+        """Fill the tallies; on KeyboardInterrupt they stay as far as they got, with every
+        result a worker had already sent taken in (a divergence among them is saved)."""
+        pending, workers = self.chunks(), []
         try:
+            workers += [Worker() for _ in range(self.args.jobs)]
             idle = list(workers)
             while True:
                 for worker in idle:
                     self._hand_out(worker, pending)
                 if not self.tasks:
                     break
-                idle = [w for w in wait_any(list(self.tasks), 0.2) if self._settle(w)]
-                idle += self._timed_out()
-                idle = [self._replace(w, workers) if w.dead() else w for w in idle]
+                ready = wait_any(list(self.tasks), 0.2)  # where a stop signal lands, mostly
+                with held():  # a result taken from a pipe is recorded, a finding saved
+                    idle = [w for w in ready if self._settle(w)]
+                    idle += self._timed_out()
+                    idle = [self._replace(w, workers) if w.dead() else w for w in idle]
                 self.progress.tick()
+        except KeyboardInterrupt:
+            with held():
+                for worker in list(self.tasks):
+                    self._settle(worker, lose_dead=False)
+            raise
         finally:
             for worker in workers:
                 worker.stop()
@@ -103,12 +113,13 @@ class SeededRun:
                                                       self.args.seed, lo, hi, self.args.device)))
                 return
 
-    def _settle(self, worker: Worker) -> bool:
-        """Take the worker's messages; True when its chunk is over (done, or it died)."""
+    def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:
+        """Take the worker's messages; True when its chunk is over (done, or it died: then the
+        input it was on is its divergence, unless `lose_dead` is false)."""
         while worker.conn.poll():
             try:
                 kind, *body = worker.conn.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 break
             if kind == "error":
                 raise HarnessError(body[0])
@@ -116,7 +127,7 @@ class SeededRun:
             if kind == "done":
                 del self.tasks[worker]
                 return True
-        if worker.dead():
+        if lose_dead and worker.dead():
             worker.process.join()
             self._lost(worker, *death(worker.process.exitcode))
             return True

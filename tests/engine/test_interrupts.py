@@ -1,6 +1,11 @@
 """Interrupting a run at a random moment loses no finding and leaves no process behind: Ctrl-C
 and SIGTERM stop `kvfuzz diff` with its summary, SIGKILL takes its workers with it, and the same
-holds for `kvfuzz fuzz` campaigns."""
+holds for `kvfuzz fuzz` campaigns, `kvfuzz replay` and `kvfuzz corpus minimize`.
+
+Every run here starts with SIGINT ignored, as a non-interactive shell starts a background job
+(`kvfuzz diff ... &` in a script, some CI runners): Python then installs no KeyboardInterrupt
+handler of its own, and a `kill -INT` used to do nothing (issue 29). The signal goes to the
+supervisor's pid alone, not to its process group as a terminal's Ctrl-C would."""
 
 from __future__ import annotations
 
@@ -16,14 +21,36 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # every test here runs a kvfuzz command in a process of its own
 needs_atheris = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
                                    reason="atheris not installed (pip install -e '.[fuzz]')")
 
 
-def start(*args) -> subprocess.Popen:
+STOPS_WITHIN = 20.0  # seconds from the signal to the exit: "a few", with a busy machine's slack
+
+
+def ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited across exec, as from `cmd &`
+
+
+def start(*args, stdout=subprocess.DEVNULL) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "kvfuzz.fuzz.cli", *map(str, args)],
-                            cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            cwd=ROOT, stderr=subprocess.PIPE, stdout=stdout, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=ignoring_sigint)
+
+
+def stop(proc: subprocess.Popen, number=signal.SIGINT) -> tuple[str, float, str]:
+    """Send one signal to the pid; (the rest of stderr, seconds until it exited, stdout)."""
+    sent = time.monotonic()
+    proc.send_signal(number)
+    try:
+        out, rest = proc.communicate(timeout=STOPS_WITHIN)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running {STOPS_WITHIN:g} s after signal {number}: "
+                    f"{proc.communicate()[1][-2000:]}")
+    return rest, time.monotonic() - sent, out or ""
 
 
 def wait_for(proc: subprocess.Popen, text: str, seconds: float = 120) -> list[str]:
@@ -70,8 +97,7 @@ def test_interrupting_diff_keeps_its_findings_and_prints_the_summary(number, see
     proc = diff_run(tmp_path)
     wait_for(proc, "found: extend mutant.no_clamp")
     time.sleep(random.Random(seed).uniform(0, 1.5))
-    proc.send_signal(number)
-    rest = proc.communicate(timeout=60)[1]
+    rest, _, _ = stop(proc, number)
     assert proc.returncode == 130, rest
     assert "summary: extend  (interrupted" in rest and "Traceback" not in rest, rest
     assert [p.name[:7] for p in tmp_path.iterdir()] == ["extend-"]
@@ -94,10 +120,9 @@ def test_interrupting_a_campaign_keeps_its_findings_and_leaves_no_worker(number,
                  "--jobs", 2, "--work", tmp_path / "work", "--corpus", tmp_path / "found")
     wait_for(proc, "found: extend mutant.owner_left_bisect")
     time.sleep(random.Random(number).uniform(0, 1.0))
-    proc.send_signal(number)
-    rest = proc.communicate(timeout=60)[1]
+    rest, _, _ = stop(proc, number)
     if number == signal.SIGINT:
-        assert proc.returncode == 1 and "(interrupted" in rest, rest
+        assert proc.returncode == 130 and "(interrupted" in rest, rest
     assert survivors(str(tmp_path / "work")) == []
     assert any(p.name.startswith("extend-") for p in (tmp_path / "found").iterdir())
 
@@ -113,3 +138,60 @@ def test_a_campaign_saves_an_input_that_crashes_its_worker(tmp_path):
     assert "WORKER CRASHES THAT SAVED NOTHING" not in rest
     saved = list((tmp_path / "found").iterdir())
     assert len(saved) == 1 and saved[0].name.startswith("extend-")
+
+
+@pytest.mark.parametrize("phase", ["found:", "shrinking:"])
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_one_sigint_to_the_pid_stops_diff_at_any_moment_mid_shrink_included(phase, seed,
+                                                                            tmp_path):
+    """One SIGINT, to the supervisor's pid only, at a random moment of the seeded run (workers
+    busy) or of the shrinking that follows (a worker re-running candidates): exit 130 within
+    seconds, the summary, the finding saved (first found, or shrunk), no process left."""
+    proc = start("diff", "extend", "--impl", "tests.engine.hostile:slow_wrong", "--impl",
+                 "tests.engine.hostile:slow", "--cases", 400, "--jobs", 2, "--corpus", tmp_path)
+    seen = wait_for(proc, phase)
+    time.sleep(random.Random(seed).uniform(0, 2.0))
+    rest, took, _ = stop(proc)
+    assert proc.returncode == 130, "".join(seen) + rest
+    assert "summary: extend  (interrupted" in rest and "Traceback" not in rest, rest
+    assert "DIVERGENCE  extend  implementation tests.engine.hostile:slow_wrong" in rest, rest
+    assert [p.name[:7] for p in tmp_path.iterdir()] == ["extend-"], rest
+    assert survivors(str(tmp_path)) == []
+    print(f"{phase} +{took:.1f} s to exit")
+
+
+def extend_files(into: Path, count: int = 6) -> list[Path]:
+    """Seeded extend cases of three requests or more (where the hostile implementations
+    misbehave), saved as corpus files."""
+    from kvfuzz.fuzz import corpus
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target, picked = TARGETS["extend"], []
+    for index in range(200):
+        item = target.generate(0, index)
+        if len(item.prefix_lens) >= 3:
+            picked.append(corpus.save(target, item, into))
+        if len(picked) == count:
+            return picked
+    pytest.fail("the seeded extend cases changed: too few of three requests")
+
+
+def test_one_sigint_stops_replay_inside_a_hanging_input(tmp_path):
+    extend_files(tmp_path)
+    proc = start("replay", tmp_path, "--impl", "tests.engine.hostile:hangs", "--timeout", 120,
+                 stdout=subprocess.PIPE)
+    time.sleep(random.Random(6).uniform(4.0, 6.0))  # loaded and inside the first hanging input
+    rest, _, out = stop(proc)
+    assert proc.returncode == 130, rest + out
+    assert "replay interrupted after 0 of 6 file(s)" in out and "Traceback" not in rest, out
+    assert survivors(str(tmp_path)) == []
+
+
+def test_one_sigint_stops_corpus_minimize_and_removes_nothing(tmp_path):
+    files = extend_files(tmp_path)
+    proc = start("corpus", "minimize", tmp_path, "--impl", "tests.engine.hostile:hangs")
+    time.sleep(random.Random(7).uniform(4.0, 6.0))
+    rest, _, _ = stop(proc)
+    assert proc.returncode == 130 and "interrupted" in rest and "Traceback" not in rest, rest
+    assert sorted(tmp_path.iterdir()) == sorted(files)
+    assert survivors(str(tmp_path)) == []

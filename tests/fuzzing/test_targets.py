@@ -111,11 +111,16 @@ def __getattr__(name):  # the class is built on use: importing this module impor
 
 def test_a_campaigns_stop_signal_mid_call_is_no_finding(tmp_path, monkeypatch):
     """`kvfuzz fuzz` stops a worker with SIGINT; arriving inside an implementation's call, it
-    once became that implementation's "raised KeyboardInterrupt" divergence, saved as found."""
+    once became that implementation's "raised KeyboardInterrupt" divergence, saved as found.
+
+    The worker's SIGINT disposition is set as a campaign worker has it (the campaign catches
+    SIGINT, so the exec'd worker starts with the default, and Python installs its handler), not
+    inherited from whatever ran pytest: started from a shell's background job, the test
+    process has SIGINT ignored, and the signal sent below used to vanish (issue 29)."""
     monkeypatch.setenv("KVFUZZ_FOUND", str(tmp_path / "found"))
     monkeypatch.setenv("KVFUZZ_IMPL", f"{__name__}:InterruptedMidCall")
     monkeypatch.setitem(sys.modules, "atheris", sys)  # as in an atheris worker
-    previous = signal.getsignal(signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         harness = DifferentialHarness(TARGETS["mamba"])
         with pytest.raises(KeyboardInterrupt):
