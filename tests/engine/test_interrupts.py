@@ -176,11 +176,25 @@ def extend_files(into: Path, count: int = 6) -> list[Path]:
     pytest.fail("the seeded extend cases changed: too few of three requests")
 
 
+def wait_for_worker(proc: subprocess.Popen, seconds: float = 120) -> None:
+    """Until the supervisor has forked a worker (its run is under way: a busy machine takes
+    seconds to get there), then a moment for the worker to reach the input."""
+    deadline = time.monotonic() + seconds
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if children.read_text().split():
+            time.sleep(random.Random(proc.pid).uniform(0.5, 1.5))
+            return
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"no worker started: {proc.communicate()[1][-2000:]}")
+
+
 def test_one_sigint_stops_replay_inside_a_hanging_input(tmp_path):
     extend_files(tmp_path)
     proc = start("replay", tmp_path, "--impl", "tests.engine.hostile:hangs", "--timeout", 120,
                  stdout=subprocess.PIPE)
-    time.sleep(random.Random(6).uniform(4.0, 6.0))  # loaded and inside the first hanging input
+    wait_for_worker(proc)  # inside the first input, which hangs until the 120 s timeout
     rest, _, out = stop(proc)
     assert proc.returncode == 130, rest + out
     assert "replay interrupted after 0 of 6 file(s)" in out and "Traceback" not in rest, out
@@ -190,7 +204,7 @@ def test_one_sigint_stops_replay_inside_a_hanging_input(tmp_path):
 def test_one_sigint_stops_corpus_minimize_and_removes_nothing(tmp_path):
     files = extend_files(tmp_path)
     proc = start("corpus", "minimize", tmp_path, "--impl", "tests.engine.hostile:hangs")
-    time.sleep(random.Random(7).uniform(4.0, 6.0))
+    wait_for_worker(proc)
     rest, _, _ = stop(proc)
     assert proc.returncode == 130 and "interrupted" in rest and "Traceback" not in rest, rest
     assert sorted(tmp_path.iterdir()) == sorted(files)
