@@ -91,10 +91,14 @@ def replay(paths: str | Path | Iterable[str | Path], impl: Impl | Iterable[Impl]
     file raises `FormatError` or `CorpusError` naming it."""
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     loaded = [(path, *corpus_files.load(path)) for path in corpus_files.input_files(paths)]
+    # Every implementation resolved before the first check: an object is registered by id, and
+    # a worker forked before its registration would not know it.
+    chosen = {target.name: applicable(target.name, impl) if impl is not None else
+              target.bundled() for _, target, _ in loaded}
     result, checker = ReplayResult(), Checker(timeout)
     try:
         for path, target, item in loaded:
-            for one in applicable(target.name, impl) if impl is not None else target.bundled():
+            for one in chosen[target.name]:
                 outcome = checker.check(target, item, one, device)
                 if outcome.divergence is not None:
                     outcome.divergence.saved_path = str(path)

@@ -8,14 +8,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 
 from kvfuzz.impl.triton_env import use_interpreter_without_cuda
-from kvfuzz.impl.upstream_env import prepare as prepare_upstream_import
 
 # Before any test module imports triton (sglang's allocator does, at collection): without CUDA,
 # TRITON_INTERPRET=1 then holds for every Triton kernel, whichever file loads it first.
 use_interpreter_without_cuda()
-# And before any imports upstream SGLang: with transformers and torchvision installed (the SWA
-# allocator needs them), `import sglang` loads torchvision, which needs this on a CPU torch.
-prepare_upstream_import()
+# Upstream SGLang and vLLM are imported only through kvfuzz's loader (which prepares torchvision
+# on a CPU torch, `kvfuzz.impl.upstream_env`) and only when a test runs: at collection, their
+# imports cost every pytest worker 20 to 30 s (`tests.helpers.needs_engine`).
 
 # dev: quick local runs. ci: deterministic (same examples every run, no database), enough
 # examples to reach every edge class. nightly: long runs on spare machines.

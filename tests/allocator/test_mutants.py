@@ -10,7 +10,7 @@ from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.strategies.allocator.codec import loads
 from kvfuzz.strategies.allocator.trace import dumps
-from tests.helpers import divergence, mutants
+from tests.helpers import by_tier, divergence, mutants
 
 # What each report must say: the field or invariant that exposes the fault.
 EXPECTED = {
@@ -46,7 +46,7 @@ def test_every_mutant_has_an_expectation():
     assert sorted(EXPECTED) == sorted(m.name for m in mutants("allocator"))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     if not ALLOCATOR.resolve(name).available():
         pytest.skip("needs upstream sglang installed (see docs/upstream-sglang.md)")

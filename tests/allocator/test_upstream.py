@@ -16,10 +16,9 @@ from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS
 from kvfuzz.strategies.allocator.trace import (Admit, Clear, Decode, Extend, Finish, GroupBegin,
                                                GroupEnd, Misuse, Trace, Truncate)
 from tests.conftest import CORPUS
-from tests.helpers import divergence, fail_with
+from tests.helpers import divergence, fail_with, needs_engine
 
-pytest.importorskip("sglang.srt.mem_cache.allocator.paged",
-                    reason="upstream sglang not installed (see docs/upstream-sglang.md)")
+pytestmark = needs_engine("sglang")
 
 PAGED, TOKEN = ALLOCATOR.resolve("sglang.paged"), ALLOCATOR.resolve("sglang.token")
 # 500 seeded traces of each class's own generator, in shards (`-n auto`); CI also runs

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each test runs pytest in a throwaway project, as a process
+
 from tests.conftest import CORPUS
 
 ALLOCATOR = '''

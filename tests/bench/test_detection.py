@@ -13,9 +13,10 @@ from kvfuzz.bench.detection_report import tables
 from kvfuzz.bench.uniform import uniform_input
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.fuzz.targets import TARGETS
+from tests.helpers import by_tier
 
 
-@pytest.mark.parametrize("name", TARGETS)
+@pytest.mark.parametrize("name", by_tier(TARGETS))
 def test_uniform_inputs_are_valid_and_agree_on_a_bundled_implementation(name):
     target = TARGETS[name]
     if not target.bundled():

@@ -2,6 +2,8 @@
 its last op, the corpus replays clean on it, and an outside class of the wrong shape is refused
 in one line before anything runs. Skips without vLLM."""
 
+import functools
+
 import pytest
 
 from kvfuzz.fuzz import corpus
@@ -11,10 +13,10 @@ from kvfuzz.impl.blockpool import UPSTREAM
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
 from tests.conftest import CORPUS
-from tests.helpers import divergence, fail_with
+from kvfuzz.impl.registry import load_attribute
+from tests.helpers import divergence, fail_with, needs_engine
 
-upstream = pytest.importorskip("vllm.v1.core.block_pool",
-                               reason="vllm not installed (see docs/upstream-vllm.md)")
+pytestmark = needs_engine("vllm")
 VLLM = BLOCKPOOL.resolve("vllm.blockpool")
 
 
@@ -81,30 +83,40 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
 
 
 # Faults no source mutant makes, for the checks only they can fail: a broken link in the free
-# queue, a watcher never told of a reuse, a null block that is not block 0.
-class BrokenLinks(upstream.BlockPool):
-    """Frees correctly, then loses a back link in the free queue."""
+# queue, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
+# released class, so built on first use (never at collection).
+@functools.cache
+def doubles() -> dict:
+    BlockPool = load_attribute("vllm.v1.core.block_pool:BlockPool")
 
-    def free_blocks(self, ordered_blocks):
-        super().free_blocks(ordered_blocks)
-        first = self.free_block_queue.fake_free_list_head.next_free_block
-        if first is not self.free_block_queue.fake_free_list_tail:
-            first.prev_free_block = None
+    class BrokenLinks(BlockPool):
+        """Frees correctly, then loses a back link in the free queue."""
+
+        def free_blocks(self, ordered_blocks):
+            super().free_blocks(ordered_blocks)
+            first = self.free_block_queue.fake_free_list_head.next_free_block
+            if first is not self.free_block_queue.fake_free_list_tail:
+                first.prev_free_block = None
+
+    class DeafWatcher(BlockPool):
+        """Hands unpinned blocks out again without telling their watcher."""
+
+        def _notify_reuse(self, blocks):
+            pass
+
+    class NullNotZero(BlockPool):
+        """Reserves the last block as its null block instead of block 0."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.null_block = self.blocks[-1]
+    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero)}
 
 
-class DeafWatcher(upstream.BlockPool):
-    """Hands unpinned blocks out again without telling their watcher."""
-
-    def _notify_reuse(self, blocks):
-        pass
-
-
-class NullNotZero(upstream.BlockPool):
-    """Reserves the last block as its null block instead of block 0."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.null_block = self.blocks[-1]
+def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
+    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero"):
+        return doubles()[name]
+    raise AttributeError(name)
 
 
 @pytest.mark.parametrize("attr, ops, label", [

@@ -3,6 +3,7 @@ drain on both pools, oracle and implementation in lock step. A failure prints th
 JSON: save it under corpus/ and replay it with `kvfuzz replay`."""
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -85,7 +86,7 @@ class EagerCompactionMachine(CompactionMachine):
 
 
 TestLazyCompactionMachine = CompactionMachine.TestCase
-TestEagerCompactionMachine = EagerCompactionMachine.TestCase
+TestEagerCompactionMachine = pytest.mark.slow(EagerCompactionMachine.TestCase)  # lazy: quick
 
 
 def test_the_machine_catches_a_mutant():

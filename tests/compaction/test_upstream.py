@@ -14,10 +14,9 @@ from kvfuzz.oracle.compaction.model import CompactionModel
 from kvfuzz.strategies.compaction.trace import Params
 from kvfuzz.fuzz.compaction.lockstep import run_trace
 from tests.compaction.sides import i12
-from tests.helpers import divergence, fail_with
+from tests.helpers import divergence, fail_with, needs_engine
 
-pytest.importorskip("sglang.srt.mem_cache.allocator.unified_sub_pool",
-                    reason="upstream sglang and requirements-upstream.txt not installed")
+pytestmark = needs_engine("sglang")
 
 
 @pytest.mark.slow

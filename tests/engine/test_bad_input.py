@@ -21,14 +21,10 @@ import pytest
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.cli import main
 from kvfuzz.fuzz.targets import EXTEND
+from tests.helpers import kvfuzz_here
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = sorted((ROOT / "corpus").glob("decode-*.json"))[:2]
-
-
-def kvfuzz(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_replaying_a_directory_names_every_bad_file_and_replays_the_good_ones(tmp_path):
@@ -40,7 +36,7 @@ def test_replaying_a_directory_names_every_bad_file_and_replays_the_good_ones(tm
     (tmp_path / "dir.json").mkdir()
     with open(tmp_path / "huge.json", "wb") as handle:
         handle.truncate(corpus.MAX_FILE_BYTES + 1)
-    result = kvfuzz("replay", tmp_path, timeout=60)
+    result = kvfuzz_here("replay", tmp_path)
     assert result.returncode == 2, result.stderr
     bad = result.stderr.strip().splitlines()
     assert len(bad) == 5 and all(line.startswith("kvfuzz: error: ") for line in bad), bad
@@ -51,7 +47,7 @@ def test_replaying_a_directory_names_every_bad_file_and_replays_the_good_ones(tm
 
 
 def test_an_implementation_of_one_target_replays_a_mixed_corpus(tmp_path):
-    result = kvfuzz("replay", ROOT / "corpus", "--impl", "mutant.no_clamp")
+    result = kvfuzz_here("replay", ROOT / "corpus", "--impl", "mutant.no_clamp")
     assert result.returncode == 1, result.stderr  # it diverges on an extend case
     others = Counter(path.name.split("-")[0] for path in (ROOT / "corpus").glob("*.json")
                      if not path.name.startswith("extend-"))
@@ -65,7 +61,7 @@ def test_an_unwritable_corpus_is_refused_before_anything_runs(place, tmp_path):
     blocker = tmp_path / "plain"
     blocker.write_text("")
     where = blocker if place == "file" else blocker / "sub"
-    result = kvfuzz("diff", "extend", "--impl", "mutant.owner_left_bisect", "--corpus", where)
+    result = kvfuzz_here("diff", "extend", "--impl", "mutant.owner_left_bisect", "--corpus", where)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "cannot write there" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
@@ -165,6 +161,7 @@ PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
         "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
 
 
+@pytest.mark.slow  # one kvfuzz process per target's worst input
 def test_no_input_file_under_1_mb_takes_1_gb(tmp_path):
     for path in _worst_cases(tmp_path):
         done = subprocess.run([sys.executable, "-c", PEAK, sys.executable, "-m",

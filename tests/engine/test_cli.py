@@ -3,18 +3,16 @@ divergence shrunk, saved and replayed with the same report."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
 
 import pytest
 
-from kvfuzz.fuzz.cli import main
 from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
 from tests.conftest import ROOT
+from tests.helpers import by_tier, kvfuzz_here, summary_rows
 
 # Per target: a mutant the seeded run finds within `cases` inputs, and the bundled run's size.
 MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
@@ -38,10 +36,8 @@ def kvfuzz(*args, cwd=None):
 
 
 def run(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(list(args))
-    return status, out.getvalue(), err.getvalue()
+    ran = kvfuzz_here(*args)
+    return ran.returncode, ran.stdout, ran.stderr
 
 
 def test_every_target_has_a_mutant_here():
@@ -58,7 +54,7 @@ def test_list_names_every_target_and_implementation_without_importing_torch():
         assert all(impl.name in result.stdout for impl in target.implementations)
 
 
-@pytest.mark.parametrize("target", MUTANTS)
+@pytest.mark.parametrize("target", by_tier(MUTANTS))
 def test_diff_passes_on_bundled_implementations(target, tmp_path):
     skip_unless_installed(target)
     status, _, err = run("diff", target, "--cases", str(MUTANTS[target][2]),
@@ -69,7 +65,7 @@ def test_diff_passes_on_bundled_implementations(target, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-@pytest.fixture(scope="module", params=list(MUTANTS))
+@pytest.fixture(scope="module", params=by_tier(MUTANTS))
 def found(request, tmp_path_factory):
     """A mutant's divergence, found once per target: (target, mutant, stderr, saved files)."""
     target = request.param
@@ -100,15 +96,43 @@ def test_replay_reproduces_the_saved_divergence(found):
     assert status == 0 and out.count("ok ") == len(TARGETS[target].bundled()), out
 
 
-def test_diff_with_jobs_passes(tmp_path):
-    result = kvfuzz("diff", "decode", "--cases", "300", "--jobs", "2", "--corpus", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+def test_diff_with_jobs_runs_every_case_of_every_implementation(tmp_path):
+    status, _, err = run("diff", "decode", "--cases", "300", "--jobs", "2", "--corpus",
+                         str(tmp_path))
+    rows = summary_rows(err)
+    assert status == 0 and sorted(rows) == sorted(i.name for i in TARGETS["decode"].bundled()), err
+    for name, (cases, agree, outside, known, diverged, _) in rows.items():
+        assert cases == "300" and int(agree) + int(outside) == 300 and diverged == "no", (name, err)
+    assert not list(tmp_path.iterdir())
 
 
-def test_outside_implementation_by_import_path(tmp_path):
-    result = kvfuzz("diff", "extend", "--impl", "kvfuzz.impl.paged.vectorized:alloc_extend",
-                    "--cases", "100", "--corpus", str(tmp_path))
-    assert result.returncode == 0, result.stderr
+def test_outside_implementation_by_import_path_runs_every_case(tmp_path):
+    path = "kvfuzz.impl.paged.vectorized:alloc_extend"
+    status, _, err = run("diff", "extend", "--impl", path, "--cases", "100", "--corpus",
+                         str(tmp_path))
+    rows = summary_rows(err)
+    name = TARGETS["extend"].resolve(path).name  # a registered one keeps its catalogue name
+    assert status == 0 and list(rows) == [name], err
+    cases, agree, outside, _, diverged, _ = rows[name]
+    assert cases == "100" and int(agree) + int(outside) == 100 and int(agree) > 0, err
+    assert diverged == "no"
+
+
+@pytest.mark.slow
+def test_the_command_as_a_process_exits_with_its_status_and_one_line_errors(tmp_path):
+    """What the in-process tests cannot see: the installed entry point's exit status, and that
+    an error prints one line and no traceback from a fresh interpreter."""
+    good = kvfuzz("diff", "decode", "--cases", "50", "--jobs", "2", "--corpus", str(tmp_path))
+    assert good.returncode == 0 and "summary: decode" in good.stderr, good.stderr
+    for args, expected in (BAD_INPUTS["wrong signature"], BAD_INPUTS["unknown target"]):
+        bad = kvfuzz(*args, "--corpus", str(tmp_path), cwd=ROOT)
+        assert bad.returncode == 2 and expected in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    path = tmp_path / "input.json"
+    path.write_text("{oops")
+    malformed = kvfuzz("replay", str(path))
+    assert malformed.returncode == 2 and "not valid JSON" in malformed.stderr
+    assert "Traceback" not in malformed.stderr and list(tmp_path.iterdir()) == [path]
 
 
 def test_racing_chunks_keep_the_lowest_divergence():
@@ -154,11 +178,10 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("name", BAD_INPUTS)
 def test_bad_usage_exits_2_with_one_line_and_writes_nothing(name, tmp_path):
     args, expected = BAD_INPUTS[name]
-    result = kvfuzz(*args, *(["--corpus", str(tmp_path)] if args[0] == "diff" else []),
-                    cwd=ROOT)
-    assert result.returncode == 2
-    assert expected in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    status, out, err = run(*args, *(["--corpus", str(tmp_path)] if args[0] == "diff" else []))
+    assert status == 2, err
+    assert expected in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -207,7 +230,7 @@ def test_malformed_file_names_file_field_and_value(name, tmp_path):
     content, expected = MALFORMED[name]
     path = tmp_path / "input.json"
     path.write_text(content if isinstance(content, str) else json.dumps(content))
-    result = kvfuzz("replay", str(path))
-    assert result.returncode == 2, result.stderr
-    assert str(path) in result.stderr and expected in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr
+    status, _, err = run("replay", str(path))
+    assert status == 2, err
+    assert str(path) in err and expected in err, err
+    assert "Traceback" not in err

@@ -9,7 +9,7 @@ from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
 from tests.conftest import CORPUS
-from tests.helpers import fail_with, mutants
+from tests.helpers import by_tier, fail_with, mutants
 
 FILES = corpus.input_files([CORPUS])
 
@@ -20,7 +20,7 @@ def test_corpus_holds_inputs_of_every_target(target):
         f"no {target} inputs under {CORPUS}"
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", by_tier(FILES, ids=lambda p: p.name))
 def test_corpus_file_replays_clean_on_every_bundled_implementation(path):
     target, item = corpus.load(path)
     assert target.file_name(item) == path.name, "file name must derive from the content"
@@ -35,7 +35,7 @@ def test_corpus_file_replays_clean_on_every_bundled_implementation(path):
 MUTANTS = [m for name in TARGETS for m in mutants(name) if ".triton." not in m.name]
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", by_tier(MUTANTS, ids=lambda m: m.name))
 def test_corpus_kills_every_mutant(mutant):
     if not mutant.available():
         pytest.skip(f"{mutant.name} needs {mutant.requires} installed")

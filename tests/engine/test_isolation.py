@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # each test runs kvfuzz as a process of its own
 FAULTS = {"segfault": "crashed: SIGSEGV", "aborts": "crashed: SIGABRT",
           "exits": "raised", "exits_hard": "crashed: the process exited with status 0",
           "interrupts": "raised KeyboardInterrupt", "hangs": "timed out after 2 s",

@@ -15,6 +15,7 @@ from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.strategies.inputs import FormatError
 
 
+@pytest.mark.slow  # 1,500 malformed files
 def test_random_malformed_files_of_every_format_raise_only_format_errors(tmp_path, monkeypatch):
     monkeypatch.setenv("KVFUZZ_FOUND", str(tmp_path))
     harness = LoaderHarness()

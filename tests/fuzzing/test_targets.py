@@ -34,6 +34,7 @@ def _run(script, tmp_path, *flags, impl: str = ""):
 
 # Trace targets (allocator, compaction) are checked in process below; their libFuzzer smoke
 # runs live in .ci/run with the others, to keep this file's share of the suite small.
+@pytest.mark.slow  # libFuzzer runs, each in a process of its own
 @needs_atheris
 @pytest.mark.parametrize("name", ["extend", "decode", "case_loader"])
 def test_target_runs_clean_on_bundled_implementations(name, tmp_path):
@@ -43,6 +44,7 @@ def test_target_runs_clean_on_bundled_implementations(name, tmp_path):
     assert not (tmp_path / "found").exists()
 
 
+@pytest.mark.slow
 @needs_atheris
 def test_extend_target_saves_the_case_then_raises_on_a_mutant(tmp_path):
     seed = tmp_path / "seeds"
@@ -80,6 +82,7 @@ def test_trace_targets_pass_the_real_allocator_and_catch_a_mutant(target, mutant
     assert len(list((tmp_path / "found").iterdir())) == 1
 
 
+@pytest.mark.slow
 @needs_atheris
 def test_campaign_with_relative_directories_runs_its_worker(tmp_path):
     # The workers run inside the work directory: a relative --work once made every worker fail

@@ -11,7 +11,7 @@ from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.strategies.kvmanager.codec import loads
 from kvfuzz.strategies.kvmanager.trace import dumps
-from tests.helpers import divergence, mutants
+from tests.helpers import by_tier, divergence, mutants
 
 PREFIX = "mutant.vllm.kvmanager."
 EXPECTED = {PREFIX + name: pattern for name, pattern in {
@@ -40,7 +40,7 @@ def test_every_mutant_has_an_expectation():
     assert sorted(EXPECTED) == sorted(m.name for m in mutants("kvmanager"))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     impl = KVMANAGER.resolve(name)
     if not impl.available():

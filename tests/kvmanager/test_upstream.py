@@ -3,6 +3,8 @@ to its last op, the corpus replays clean on it, the oracle's hand-made cases hol
 an outside class of the wrong shape is refused in one line before anything runs. Skips without
 vLLM."""
 
+import functools
+
 import pytest
 
 from kvfuzz.fuzz import corpus
@@ -12,10 +14,10 @@ from kvfuzz.impl.kvmanager import UPSTREAM
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
 from tests.conftest import CORPUS
-from tests.helpers import divergence, fail_with
+from kvfuzz.impl.registry import load_attribute
+from tests.helpers import divergence, fail_with, needs_engine
 
-upstream = pytest.importorskip("vllm.v1.core.kv_cache_manager",
-                               reason="vllm not installed (see docs/upstream-vllm.md)")
+pytestmark = needs_engine("vllm")
 VLLM = KVMANAGER.resolve("vllm.kvmanager")
 
 
@@ -84,12 +86,24 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     assert "\n" not in message
 
 
-class TablesReversed(upstream.KVCacheManager):
-    """Allocates correctly but reports a request's block table back to front: the one fault
-    only the table check sees (no source mutant reaches it)."""
+@functools.cache
+def doubles() -> dict:
+    """Subclasses of the released class, built on first use (never at collection)."""
+    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
 
-    def get_block_ids(self, request_id):
-        return tuple(ids[::-1] for ids in super().get_block_ids(request_id))
+    class TablesReversed(KVCacheManager):
+        """Allocates correctly but reports a request's block table back to front: the one
+        fault only the table check sees (no source mutant reaches it)."""
+
+        def get_block_ids(self, request_id):
+            return tuple(ids[::-1] for ids in super().get_block_ids(request_id))
+    return {"TablesReversed": TablesReversed}
+
+
+def __getattr__(name):  # the double by import path: tests.kvmanager.test_upstream:TablesReversed
+    if name == "TablesReversed":
+        return doubles()[name]
+    raise AttributeError(name)
 
 
 def test_a_wrong_block_table_is_caught():

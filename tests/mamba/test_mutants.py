@@ -11,7 +11,7 @@ from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.strategies.mamba.codec import loads
 from kvfuzz.strategies.mamba.trace import dumps
-from tests.helpers import divergence, mutants
+from tests.helpers import by_tier, divergence, mutants
 
 EXPECTED = {
     "mutant.mamba.group_end_leaks": r"neither free, pre-allocated nor held \(lost\)",
@@ -29,7 +29,7 @@ def test_every_mutant_has_an_expectation():
     assert sorted(EXPECTED) == sorted(m.name for m in mutants("mamba"))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     impl = MAMBA.resolve(name)
     if not impl.available():

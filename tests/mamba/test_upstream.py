@@ -3,6 +3,8 @@ trace of its own profile runs to its last op; what it declares its callers never
 alloc group, a clear inside one) is outside its contract, and undeclared, kvfuzz reports what it
 then does: a nested begin leaks the first group's slots, a clear hands out a free slot."""
 
+import functools
+
 import pytest
 
 from kvfuzz.fuzz import corpus
@@ -11,15 +13,28 @@ from kvfuzz.fuzz.target import AGREE, OUTSIDE
 from kvfuzz.impl.mamba import UPSTREAM
 from kvfuzz.strategies.mamba.trace import Admit, Clear, GroupBegin, GroupEnd, Trace
 from tests.conftest import CORPUS
-from tests.helpers import divergence, fail_with
+from kvfuzz.impl.registry import load_attribute
+from tests.helpers import divergence, fail_with, needs_engine
 
-upstream = pytest.importorskip("sglang.srt.mem_cache.allocator.mamba",
-                               reason="upstream sglang not installed (see docs/upstream-sglang.md)")
+pytestmark = needs_engine("sglang")
 SGLANG = MAMBA.resolve("sglang.mamba")
 
 
-class Undeclared(upstream.MambaSlotAllocator):
-    """The released class under another name: no catalogue entry, so no declared preconditions."""
+@functools.cache
+def doubles() -> dict:
+    """Test doubles of the released class, built on first use (never at collection)."""
+    MambaSlotAllocator = load_attribute("sglang.srt.mem_cache.allocator.mamba:MambaSlotAllocator")
+
+    class Undeclared(MambaSlotAllocator):
+        """The released class under another name: no catalogue entry, so no declared
+        preconditions."""
+    return {"Undeclared": Undeclared}
+
+
+def __getattr__(name):  # the doubles by import path: tests.mamba.test_upstream:Undeclared
+    if name in ("Undeclared",):
+        return doubles()[name]
+    raise AttributeError(name)
 
 
 @pytest.mark.slow
@@ -40,7 +55,8 @@ def test_every_seeded_trace_runs_to_its_last_op_on_upstream(shard):
 def test_undeclared_group_misuse_is_reported(ops, label, shows):
     trace = Trace(4, ops)
     assert MAMBA.check(trace, SGLANG).status == OUTSIDE
-    undeclared = MAMBA.declared(MAMBA.resolve(f"{__name__}:Undeclared"), Undeclared)
+    undeclared = MAMBA.declared(MAMBA.resolve(f"{__name__}:Undeclared"),
+                                doubles()["Undeclared"])
     found = divergence("mamba", trace, undeclared)
     assert found is not None and found.what.startswith(label), found and found.report()
     assert shows in found.report(), found.report()

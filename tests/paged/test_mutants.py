@@ -48,8 +48,10 @@ def test_seeded_diff_catches_mutant_with_readable_report(target, mutant, tmp_pat
 @pytest.mark.parametrize("target, mutant", ALL_MUTANTS, ids=lambda x: getattr(x, "name", x))
 def test_property_catches_mutant(target, mutant):
     prop, _ = agreement_property(mutant, STRATEGIES[target])
-    # Detection is the claim here; shrinking an IndexError through torch takes minutes.
-    quick = settings(phases=(Phase.explicit, Phase.reuse, Phase.generate), database=None)
+    # Detection is the claim here; shrinking an IndexError through torch takes minutes. The
+    # same examples in every profile: a random draw of 150 missed `no_clamp` now and then.
+    quick = settings(phases=(Phase.explicit, Phase.reuse, Phase.generate), database=None,
+                     derandomize=True)
     with pytest.raises(Mismatch) as caught:
         run_property(quick(prop), save=False)
     assert "DIVERGENCE" in str(caught.value)

@@ -44,6 +44,7 @@ def test_implementation_agrees_with_oracle(target, impl):
     assert sum(reached.values()), "no case inside the contract was generated"
 
 
+@pytest.mark.slow  # 1,000 examples per target
 @pytest.mark.parametrize("target", STRATEGIES)
 def test_strategy_reaches_every_edge_class(target):
     # Generation only (no implementation call), so it can afford the examples Hypothesis needs:

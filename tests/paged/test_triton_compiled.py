@@ -34,6 +34,7 @@ def run_python(code: str, env: dict) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_interpreter_is_chosen_only_without_cuda_and_only_when_unset():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = run_python("import os, kvfuzz.impl.paged.triton_kernels as p; "
@@ -62,6 +63,7 @@ for kernel, steps in ((p.extend_kernel, {"BATCH_STEP": 512, "BLOCK": 1024}),
 """
 
 
+@pytest.mark.slow  # a Triton compilation, in a process of its own
 def test_kernels_compile_for_cuda_without_a_gpu(tmp_path):
     # The interpreter accepts code the compiler rejects (a loop-carried variable that changes
     # shape, for one): compile both kernels to a cubin for sm_90, no device needed.
@@ -70,6 +72,7 @@ def test_kernels_compile_for_cuda_without_a_gpu(tmp_path):
     assert len(lines) == 4 and all("cubin" in line for line in lines), lines
 
 
+@pytest.mark.slow  # imports upstream SGLang
 @pytest.mark.parametrize("target", TARGETS)
 def test_upstream_kernels_by_import_path_agree_on_the_first_cases(target):
     if importlib.util.find_spec("sglang") is None:

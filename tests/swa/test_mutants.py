@@ -11,7 +11,7 @@ from kvfuzz.fuzz.swa.target import SWA
 from kvfuzz.fuzz.target import AGREE
 from kvfuzz.strategies.swa.codec import loads
 from kvfuzz.strategies.swa.trace import dumps
-from tests.helpers import divergence, mutants
+from tests.helpers import by_tier, divergence, mutants
 
 EXPECTED = {
     "mutant.swa.decode_unchecked": r"(full|swa)_available_size|lost",
@@ -34,7 +34,7 @@ def test_every_mutant_has_an_expectation():
     assert sorted(EXPECTED) == sorted(m.name for m in mutants("swa"))
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     impl = SWA.resolve(name)
     if not impl.available():

@@ -3,6 +3,8 @@ trace of its own profile runs to its last op; what it declares its callers never
 that one pool cannot serve, which SGLang's scheduler checks for first) is outside its contract,
 and undeclared, kvfuzz reports what it then does: the other pool's new page is lost."""
 
+import functools
+
 import pytest
 
 from kvfuzz.fuzz import corpus
@@ -11,16 +13,29 @@ from kvfuzz.fuzz.target import AGREE, OUTSIDE
 from kvfuzz.impl.swa import UPSTREAM
 from kvfuzz.strategies.swa.trace import Admit, Decode, Extend, Trace
 from tests.conftest import CORPUS
-from tests.helpers import divergence, fail_with
+from kvfuzz.impl.registry import load_attribute
+from tests.helpers import divergence, fail_with, needs_engine
 
-pytest.importorskip("sglang", reason="upstream sglang not installed (see docs/upstream-sglang.md)")
-upstream = pytest.importorskip("sglang.srt.mem_cache.allocator.swa",
-                               reason="requirements-upstream.txt not installed")
+pytestmark = needs_engine("sglang")
 SGLANG = SWA.resolve("sglang.swa")
 
 
-class Undeclared(upstream.SWATokenToKVPoolAllocator):
-    """The released class under another name: no catalogue entry, so no declared preconditions."""
+@functools.cache
+def doubles() -> dict:
+    """Test doubles of the released class, built on first use (never at collection)."""
+    SWATokenToKVPoolAllocator = load_attribute(
+        "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator")
+
+    class Undeclared(SWATokenToKVPoolAllocator):
+        """The released class under another name: no catalogue entry, so no declared
+        preconditions."""
+    return {"Undeclared": Undeclared}
+
+
+def __getattr__(name):  # the doubles by import path: tests.swa.test_upstream:Undeclared
+    if name in ("Undeclared",):
+        return doubles()[name]
+    raise AttributeError(name)
 
 
 @pytest.mark.slow
@@ -38,7 +53,7 @@ def test_an_unchecked_decode_short_on_one_pool_loses_a_page_when_undeclared():
     # Two full pages, one SWA page: the decode opens a page, which only the full pool has.
     trace = Trace(4, 8, 4, False, (Admit(1), Extend((1,), (4,)), Decode((), checked=False)))
     assert SWA.check(trace, SGLANG).status == OUTSIDE
-    undeclared = SWA.declared(SWA.resolve(f"{__name__}:Undeclared"), Undeclared)
+    undeclared = SWA.declared(SWA.resolve(f"{__name__}:Undeclared"), doubles()["Undeclared"])
     found = divergence("swa", trace, undeclared)
     assert found is not None and found.what.startswith("full_available_size"), \
         found and found.report()
