@@ -8,7 +8,6 @@ and SIGTERM stop the run alike: what was found stays saved, and the summary prin
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.isolation import Checker
-from kvfuzz.fuzz.run import SeededRun
+from kvfuzz.fuzz.run import RunOptions, SeededRun
 from kvfuzz.fuzz.shrink import shrink
 from kvfuzz.fuzz.stop_signals import INTERRUPTED, held, interrupting
 from kvfuzz.fuzz.summary import summary
@@ -40,18 +39,18 @@ def diff_command(args, out=None) -> int:
             if not impls:  # every target: one whose packages are missing is said, not failed
                 print(f"{target.name}: not run: {target.not_run_reason()}", file=out)
                 continue
-            cases = args.cases or target.default_cases
-            status = max(status, diff_target(target, impls, argparse.Namespace(
-                **{**vars(args), "cases": cases}), out))
+            options = RunOptions(args.cases or target.default_cases, args.seed, args.start,
+                                 args.jobs, args.device, args.timeout, args.corpus)
+            status = max(status, diff_target(target, impls, options, out))
             if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
                 break
     return status
 
 
-def diff_target(target, impls: list, args, out) -> int:
+def diff_target(target, impls: list, options: RunOptions, out) -> int:
     """One target's run, printed: what is found as it is found, reports, the summary."""
     began = time.monotonic()
-    result = run_diff(target, impls, args, out)
+    result = run_diff(target, impls, options, out)
     for divergence in result.divergences:
         print(divergence.report(), file=out)
     print(summary(target, result.tallies, time.monotonic() - began, result.interrupted),
@@ -75,26 +74,26 @@ class DiffResult:
         return 1 if any(not d.known for d in self.divergences) else 0
 
 
-def run_diff(target, impls: list, args, out) -> DiffResult:
+def run_diff(target, impls: list, options: RunOptions, out) -> DiffResult:
     """Seeded inputs through `impls` in supervised workers; each divergence saved as found
-    (when `args.corpus` is set), then shrunk, the shrunk input replacing the first one."""
+    (when `options.corpus` is set), then shrunk, the shrunk input replacing the first one."""
     saved: dict[int, tuple[str | None, bool]] = {}  # id(divergence) -> (path, created here)
 
     def save_now(name, divergence):
         with held():  # a stop signal waits until the finding is on disk
             saved[id(divergence)] = (None, False)
-            if args.corpus is not None:
-                existed = (Path(args.corpus) / divergence.file_name()).exists()
+            if options.corpus is not None:
+                existed = (Path(options.corpus) / divergence.file_name()).exists()
                 saved[id(divergence)] = (corpus.save_or_print(target, divergence.input,
-                                                              args.corpus, out), not existed)
+                                                              options.corpus, out), not existed)
             print(f"found: {divergence.headline()}"
-                  + (f"\n  saved {saved[id(divergence)][0]}" if args.corpus else ""), file=out)
+                  + (f"\n  saved {saved[id(divergence)][0]}" if options.corpus else ""), file=out)
 
-    seeded = SeededRun(target, impls, args, out, on_found=save_now)
+    seeded = SeededRun(target, impls, options, out, on_found=save_now)
     result = DiffResult(seeded.tallies)
     try:
         seeded.run()
-        _shrink_all(target, result, args, out, saved, save_now)
+        _shrink_all(target, result, options, out, saved, save_now)
     except KeyboardInterrupt:
         result.interrupted = True
         _report_unshrunk(result, saved)
@@ -112,9 +111,9 @@ def _report_unshrunk(result: DiffResult, saved: dict) -> None:
                 result.divergences.append(divergence)
 
 
-def _shrink_all(target, result: DiffResult, args, out, saved: dict, save_now) -> None:
+def _shrink_all(target, result: DiffResult, options, out, saved: dict, save_now) -> None:
     """Each implementation's divergence and one example per known upstream difference."""
-    checker = Checker(args.timeout)
+    checker = Checker(options.timeout)
     try:
         for name, tally in result.tallies.items():
             found = ([tally.divergence] if tally.divergence else []) + list(tally.examples.values())
@@ -122,12 +121,12 @@ def _shrink_all(target, result: DiffResult, args, out, saved: dict, save_now) ->
                 if id(divergence) not in saved:  # known differences are saved here
                     save_now(name, divergence)
                 print(f"shrinking: {divergence.headline()}", file=out, flush=True)
-                small = shrink(target, divergence, args.device, check=checker.check)
+                small = shrink(target, divergence, options.device, check=checker.check)
                 path, created = saved[id(divergence)]
                 with held():  # the shrunk input replaces the first one, whole
-                    if args.corpus is not None:
+                    if options.corpus is not None:
                         small.saved_path = corpus.save_or_print(target, small.input,
-                                                                args.corpus, out)
+                                                                options.corpus, out)
                         if created and small.saved_path != path:
                             Path(path).unlink(missing_ok=True)
                     result.divergences.append(small)

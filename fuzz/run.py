@@ -11,6 +11,7 @@ not counted (reports come every half second).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from kvfuzz.fuzz.isolation import (DEFAULT_TIMEOUT, LOAD_GRACE, HarnessError, Worker,
                                    crash_outcome, death, guarded_check, mark, wait_any)
@@ -20,6 +21,21 @@ from kvfuzz.fuzz.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
 
 REPORT_EVERY = 0.5  # seconds between a worker's progress reports
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a seeded run takes, built by `kvfuzz diff` and by `kvfuzz.diff` alike: inputs
+    [start, start + cases) of `seed`, in `jobs` workers, each input timed out after `timeout`
+    seconds; divergences saved under `corpus` (None: not saved)."""
+
+    cases: int
+    seed: int = 0
+    start: int = 0
+    jobs: int = 1
+    device: str = "cpu"
+    timeout: float = DEFAULT_TIMEOUT
+    corpus: str | None = None
 
 
 def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
@@ -57,22 +73,22 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
 
 
 class SeededRun:
-    """One run: a tally per implementation, filled by workers. `args` carries cases, seed,
-    start, jobs, device and timeout, as `kvfuzz diff` parses them."""
+    """One run: a tally per implementation, filled by workers, as `options` say."""
 
-    def __init__(self, target, impls: list, args, out, on_found=lambda name, d: None):
-        self.target, self.args, self.on_found = target, args, on_found
-        self.timeout = getattr(args, "timeout", DEFAULT_TIMEOUT)
+    def __init__(self, target, impls: list, options: RunOptions, out,
+                 on_found=lambda name, d: None):
+        self.target, self.options, self.on_found = target, options, on_found
+        self.timeout = options.timeout
         self.impls = {impl.name: impl for impl in impls}
         self.tallies = {name: Tally() for name in self.impls}
-        self.progress = Progress(target, self.tallies, args.cases * len(impls), out)
+        self.progress = Progress(target, self.tallies, options.cases * len(impls), out)
         self.tasks: dict[Worker, tuple] = {}  # the chunk each busy worker runs
 
     def chunks(self):
         """(spec, start, stop), index-major: a lower chunk is always handed out before a higher."""
         low, high = self.target.chunk_sizes
-        first, stop = self.args.start, self.args.start + self.args.cases
-        size = max(low, min(high, self.args.cases // max(1, 8 * self.args.jobs)))
+        first, stop = self.options.start, self.options.start + self.options.cases
+        size = max(low, min(high, self.options.cases // max(1, 8 * self.options.jobs)))
         for lo in range(first, stop, size):
             for spec in self.tallies:
                 yield spec, lo, min(lo + size, stop)
@@ -82,7 +98,7 @@ class SeededRun:
         result a worker had already sent taken in (a divergence among them is saved)."""
         pending, workers = self.chunks(), []
         try:
-            workers += [Worker() for _ in range(self.args.jobs)]
+            workers += [Worker() for _ in range(self.options.jobs)]
             idle = list(workers)
             while True:
                 for worker in idle:
@@ -110,7 +126,8 @@ class SeededRun:
             if self.tallies[spec].divergence is None:
                 self.tasks[worker] = (spec, lo, hi)
                 worker.conn.send(("call", run_chunk, (self.target.name, self.impls[spec],
-                                                      self.args.seed, lo, hi, self.args.device)))
+                                                      self.options.seed, lo, hi,
+                                                      self.options.device)))
                 return
 
     def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:
@@ -145,7 +162,7 @@ class SeededRun:
         """The worker died (or was killed) checking an input: that is the divergence."""
         spec, _, _ = self.tasks.pop(worker)
         index = worker.current()
-        item = self.target.generate_for([self.impls[spec]], self.args.seed, index)
+        item = self.target.generate_for([self.impls[spec]], self.options.seed, index)
         tally = Tally()
         tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
         self._absorb(spec, tally)

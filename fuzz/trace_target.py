@@ -4,7 +4,6 @@ and shrinking by cutting after the failing op and dropping runs of ops."""
 
 from __future__ import annotations
 
-import importlib
 from collections import Counter
 from dataclasses import replace
 
@@ -70,18 +69,23 @@ class TraceTarget(Target):
         for ops in without_chunks(item.ops):
             yield replace(item, ops=ops)
 
-    # A lock-step target: `lockstep_path` names its class ("module:Class", taking the trace,
-    # the implementation's class and the device; imported when a trace runs, as it imports
-    # torch), `describe_op(op)` names an op in reports, and `broken_preconditions(trace,
+    # A lock-step target: `judge` is its `kvfuzz.fuzz.lockstep.Lockstep` class (declared ops,
+    # events, state views; its implementation side imports torch only when a trace runs),
+    # `describe_op(op)` names an op in reports, and `broken_preconditions(trace,
     # preconditions)` lists the declared preconditions a trace breaks.
-    lockstep_path = ""
+    judge: type | None = None
     broken_preconditions = staticmethod(lambda item, preconditions: [])
     describe_op = staticmethod(repr)
 
+    @property
+    def events(self) -> tuple:
+        """The names its lock step counts: atheris features and the summary grid."""
+        return self.judge.EVENTS
+
     def lockstep(self, item, impl, device: str):
-        """The oracle and `impl` side by side over `item`: `step(op)`, `log`, `events`."""
-        module, _, name = self.lockstep_path.partition(":")
-        return getattr(importlib.import_module(module), name)(item, impl.load(), device)
+        """The oracle and `impl` side by side over `item` (a target whose judge takes what the
+        implementation declares overrides this)."""
+        return self.judge(item, impl.load(), device)
 
     def check(self, item, impl, device="cpu") -> Outcome:
         outside = self.broken_preconditions(item, impl.preconditions)
@@ -104,9 +108,14 @@ class TraceTarget(Target):
                     item, impl, f"{label} at op {index} of {len(item.ops)}: {describe_op(op)}",
                     lines, (type(op).__name__, label), step=index)
                 return Outcome(DIVERGE, divergence, features=lock.events)
+        problems = lock.finish()
+        if problems:
+            label = problems[0][0]
+            lines = [("before", line) for line in lock.log[-4:]] + problems
+            divergence = self.divergence(item, impl, f"{label} at the end of the trace", lines,
+                                         ("end", label))
+            return Outcome(DIVERGE, divergence, features=lock.events)
         return Outcome(AGREE, features=lock.events)
-
-    events: tuple = ()  # the names a lockstep counts: atheris features and the summary grid
 
     def summary_lines(self, found: Counter) -> list[str]:
         return counts_grid("calls and edge classes", found)

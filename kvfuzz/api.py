@@ -11,7 +11,6 @@ implementation given as a registered name, an import path, or the callable or cl
 
 from __future__ import annotations
 
-import argparse
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from kvfuzz.fuzz import corpus as corpus_files
 from kvfuzz.fuzz.diff import DiffResult, run_diff
 from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.report import Divergence, Mismatch
+from kvfuzz.fuzz.run import RunOptions
 from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import OUTSIDE as OUTSIDE_KIND
@@ -56,10 +56,9 @@ def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int |
     impls = [implementation(target, one) for one in _many(impl)] or owner.bundled_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
-    args = argparse.Namespace(cases=cases or owner.default_cases, seed=seed, start=start,
-                              jobs=jobs, device=device, timeout=timeout,
-                              corpus=None if corpus is None else str(corpus))
-    result = run_diff(owner, impls, args, out or io.StringIO())
+    options = RunOptions(cases or owner.default_cases, seed, start, jobs, device, timeout,
+                         None if corpus is None else str(corpus))
+    result = run_diff(owner, impls, options, out or io.StringIO())
     if result.interrupted:
         raise KeyboardInterrupt
     return result

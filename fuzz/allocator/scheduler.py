@@ -1,6 +1,7 @@
 """The scheduler side of the allocator differential: keeps every request's token -> slot row and the
-holders of every page, turns a trace op into one concrete allocator `Call` (last_loc computed as a
-scheduler does: the slot of the last stored token, -1 for none), and records what came back.
+holders of every page, plans the one concrete allocator call a trace op stands for (`Planned`;
+last_loc computed as a scheduler does: the slot of the last stored token, -1 for none), and
+records what came back.
 
 Ops resolve against the oracle's state (both sides agree until the first divergence), so the same
 trace gives the same calls on every implementation. A token-interface trace (upstream
@@ -20,7 +21,7 @@ from kvfuzz.strategies.allocator.trace import (Admit, AllocPages, Clear, Decode,
 
 
 @dataclass
-class Call:
+class Planned:
     """One allocator call in plain ints. `rids`/`starts`: who receives the output, from which
     position; `release`: (rid, first page index released) committed after a free."""
 
@@ -49,7 +50,7 @@ class Scheduler:
         row = self.rows[rid]
         return [row[j] // self.P for j in range(0, len(row), self.P)]
 
-    def resolve(self, op: Op, model: AllocatorModel) -> Call | None:
+    def resolve(self, op: Op, model: AllocatorModel) -> Planned | None:
         """The call `op` stands for now, or None when it resolves to nothing (e.g. a dead rid)."""
         P = self.P
         if isinstance(op, Admit):
@@ -57,8 +58,8 @@ class Scheduler:
                 return None
             donor = self.rows.get(op.share_from) if op.share_from is not None else None
             shared = min(op.share_pages, len(donor) // P) if donor else 0
-            return Call(None, (), f"admit r{op.rid} with {shared} shared pages", (op.rid,),
-                        release=("admit", op.share_from, shared))
+            return Planned(None, (), f"admit r{op.rid} with {shared} shared pages", (op.rid,),
+                           release=("admit", op.share_from, shared))
         if isinstance(op, Extend):
             return self._extend(op, model)
         if isinstance(op, Decode):
@@ -68,28 +69,29 @@ class Scheduler:
             seq = [len(self.rows[r]) + 1 for r in rids]
             last = [self.rows[r][-1] for r in rids]
             if self.token:
-                return Call("alloc", (len(rids),), f"alloc({len(rids)}) to decode "
-                            + " ".join(f"r{r}" for r in rids), tuple(rids),
-                            tuple(s - 1 for s in seq), (1,) * len(rids))
-            return Call("alloc_decode", (seq, last), f"alloc_decode(seq_lens={seq}, last_loc={last})",
-                        tuple(rids), tuple(s - 1 for s in seq), (1,) * len(rids))
+                return Planned("alloc", (len(rids),), f"alloc({len(rids)}) to decode "
+                               + " ".join(f"r{r}" for r in rids), tuple(rids),
+                               tuple(s - 1 for s in seq), (1,) * len(rids))
+            return Planned("alloc_decode", (seq, last),
+                           f"alloc_decode(seq_lens={seq}, last_loc={last})",
+                           tuple(rids), tuple(s - 1 for s in seq), (1,) * len(rids))
         if isinstance(op, (Finish, Truncate)):
             return self._release(op)
         if isinstance(op, AllocPages):
             if op.rid in self.seen:
                 return None
             pages = max(0, op.pages + (len(model.free) + len(model.staged) if op.relative else 0))
-            return Call("alloc", (pages * P,), f"alloc({pages * P}) for r{op.rid}", (op.rid,), (0,),
-                        holder=True)
+            return Planned("alloc", (pages * P,), f"alloc({pages * P}) for r{op.rid}", (op.rid,),
+                           (0,), holder=True)
         if isinstance(op, GroupBegin) and not self.group_open:
-            return Call("group_begin", (), "free_group_begin()", release=("group", True))
+            return Planned("group_begin", (), "free_group_begin()", release=("group", True))
         if isinstance(op, GroupEnd) and self.group_open:
-            return Call("group_end", (), "free_group_end()", release=("group", False))
+            return Planned("group_end", (), "free_group_end()", release=("group", False))
         if isinstance(op, Clear):
-            return Call("clear", (), "clear()", release=("clear",))
+            return Planned("clear", (), "clear()", release=("clear",))
         return None  # a Misuse op, among others: see `kvfuzz.fuzz.allocator.misuse`
 
-    def _extend(self, op: Extend, model: AllocatorModel) -> Call | None:
+    def _extend(self, op: Extend, model: AllocatorModel) -> Planned | None:
         P = self.P
         batch = {}
         for rid, n in zip(op.rids, op.lens):
@@ -104,16 +106,16 @@ class Scheduler:
             seq[-1] = prefix[-1] + self._fill_length(prefix, seq, op, model)
         lens = tuple(s - q for q, s in zip(prefix, seq))
         if self.token:
-            return Call("alloc", (sum(lens),), f"alloc({sum(lens)}) to extend "
-                        + " ".join(f"r{r}+{n}" for r, n in zip(rids, lens)), tuple(rids),
-                        tuple(prefix), lens)
+            return Planned("alloc", (sum(lens),), f"alloc({sum(lens)}) to extend "
+                           + " ".join(f"r{r}+{n}" for r, n in zip(rids, lens)), tuple(rids),
+                           tuple(prefix), lens)
         last = [self.rows[r][q - 1] if q else -1 for r, q in zip(rids, prefix)]
         exact = sum(ceil_pages(s, P) - ceil_pages(q, P) for q, s in zip(prefix, seq)) \
             if op.exact else None
         text = (f"alloc_extend(prefix_lens={prefix}, seq_lens={seq}, last_loc={last}"
                 + (f", num_new_pages={exact})" if op.exact else ")"))
-        return Call("alloc_extend", (prefix, seq, last, exact), text, tuple(rids), tuple(prefix),
-                    lens)
+        return Planned("alloc_extend", (prefix, seq, last, exact), text, tuple(rids), tuple(prefix),
+                       lens)
 
     def _fill_length(self, prefix, seq, op: Extend, model: AllocatorModel) -> int:
         """Tokens for the last request so the batch needs `available pages + fill` new pages."""
@@ -123,7 +125,7 @@ class Scheduler:
         to_boundary = ceil_pages(prefix[-1], P) * P - prefix[-1]
         return to_boundary + (pages * P - min(op.trim, P - 1) if pages else 0)
 
-    def _release(self, op) -> Call | None:
+    def _release(self, op) -> Planned | None:
         """Finish or Truncate: free the request's pages that no other live request holds."""
         if op.rid not in self.rows:
             return None
@@ -137,17 +139,18 @@ class Scheduler:
         label = f"{'finish' if finish else 'truncate'} r{op.rid}"
         release = ("free", op.rid, first, finish)
         if first >= len(pages):
-            return Call(None, (), f"{label}: nothing of its own to free", release=release)
+            return Planned(None, (), f"{label}: nothing of its own to free", release=release)
         slots, start = row[first * P:], first * P
         if op.how == "free":
-            return Call("free_slots", (slots,), f"{label}: free({_few(slots)})", release=release)
+            return Planned("free_slots", (slots,), f"{label}: free({_few(slots)})", release=release)
         if op.how == "segment":
-            return Call("free_segment", (slots, start),
-                        f"{label}: free_segment({_few(slots)}, start_pos={start})", release=release)
-        return Call("free_page_ids", (pages[first:],),
-                    f"{label}: free_page_ids({pages[first:]})", release=release)
+            return Planned("free_segment", (slots, start),
+                           f"{label}: free_segment({_few(slots)}, start_pos={start})",
+                           release=release)
+        return Planned("free_page_ids", (pages[first:],),
+                       f"{label}: free_page_ids({pages[first:]})", release=release)
 
-    def commit(self, call: Call, result: list[int] | None) -> list[str]:
+    def commit(self, call: Planned, result: list[int] | None) -> list[str]:
         """Record a call's effect (`result`: the slots the implementation returned); returns the
         violations found in the new slots."""
         if call.method in ("alloc", "alloc_extend", "alloc_decode"):
@@ -167,7 +170,7 @@ class Scheduler:
             self.rows, self.holders, self.released, self.group_open = {}, {}, [], False
         return []
 
-    def _commit_slots(self, call: Call, result: list[int]) -> list[str]:
+    def _commit_slots(self, call: Planned, result: list[int]) -> list[str]:
         problems, at = [], 0
         if call.holder:
             self.seen.add(call.rids[0])

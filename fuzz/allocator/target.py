@@ -15,22 +15,15 @@ from __future__ import annotations
 import inspect
 from dataclasses import fields, replace
 
+from kvfuzz.fuzz.allocator.lockstep import AllocatorLockstep
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.allocator import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator
 from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS, TOKEN_INTERFACE, broken
-from kvfuzz.strategies.allocator.trace import (FORMAT, GROUP_MISUSES, MISUSES, Extend, Trace,
-                                               describe_op, to_json)
+from kvfuzz.strategies.allocator.trace import FORMAT, Extend, Trace, describe_op, to_json
 
 
-# What the lock step counts (lockstep.Lockstep._count): calls, their edge classes, merges.
-_ALLOCS, _RELEASES = ("alloc", "alloc_extend", "alloc_decode"), \
-    ("free_slots", "free_segment", "free_page_ids", "group_begin", "group_end")
-EVENTS = (*(f"{m} {how}" for m in _ALLOCS for how in ("None", "exact fit", "ok")), *_RELEASES,
-          "clear", "clear in a group", "merge", "misuse accepted: group_end_unopened",
-          *(f"misuse rejected: {kind}"
-            for kind in MISUSES + GROUP_MISUSES + _ALLOCS + _RELEASES))
 # What the driver calls (kvfuzz/impl/allocator/driver.py), by interface.
 TOKEN_METHODS = ("alloc", "free", "free_segment", "free_page_ids", "free_group_begin",
                  "free_group_end", "clear", "available_size")
@@ -40,7 +33,7 @@ METHODS = TOKEN_METHODS + ("alloc_extend", "alloc_decode")
 class AllocatorTarget(TraceTarget):
     name = "allocator"
     format = FORMAT
-    events = EVENTS
+    judge = AllocatorLockstep
     broken_preconditions = staticmethod(broken)
     describe_op = staticmethod(describe_op)
     default_cases = 200
@@ -73,9 +66,8 @@ class AllocatorTarget(TraceTarget):
         return [("pool", item.describe())]
 
     def lockstep(self, item: Trace, impl, device: str):
-        from kvfuzz.fuzz.allocator.lockstep import Lockstep  # imports torch
-
-        return Lockstep(item, impl.load(), device, KEEPS_PAGE_IDS not in impl.preconditions)
+        return self.judge(item, impl.load(), device,
+                          reuse_page_ids=KEEPS_PAGE_IDS not in impl.preconditions)
 
     def fewer_parts(self, item: Trace):
         """The trace with one request taken out, the latest first."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.blockpool.lockstep import BlockPoolLockstep
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -20,20 +21,12 @@ from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, Free, Share, Trac
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
            "evict_blocks", "reset_prefix_cache", "get_num_free_blocks", "unpin_blocks")
 KEYWORDS = ("num_gpu_blocks", "enable_caching", "hash_block_size")  # the driver's constructor call
-# What the lock step counts (lockstep.Lockstep).
-EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached", "lookup hit",
-          "lookup miss", "share", "touch a free cached block", "cache", "cache nothing new",
-          "cache a hash cached elsewhere", "free", "free: cached to the tail", "free in order",
-          "free in order: cached to the tail", "free a shared block", "unpin",
-          "unpin: cached to the tail", "null blocks in a table", "null blocks in a call",
-          "evict cached", "evict uncached", "probe", "reset", "reset refused")
 
 
 class BlockPoolTarget(TraceTarget):
     name = "blockpool"
     format = FORMAT
-    events = EVENTS
-    lockstep_path = "kvfuzz.fuzz.blockpool.lockstep:Lockstep"
+    judge = BlockPoolLockstep
     describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 20.0)

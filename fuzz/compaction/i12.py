@@ -1,31 +1,33 @@
 """Invariant I12 of the lazy-compaction allocator: the same alloc/free trace run eager and lazy
 (lazy ending with an urgent flush) ends with the same live set and the same data per virtual
-page. Both sides are implementations under test (factories), called through `Guarded`.
+page. Both sides are implementations under test (factories), called through `CheckedSide`: what
+either raises comes out as `ImplementationRaised`.
 """
 
 from __future__ import annotations
 
 import itertools
 
-from kvfuzz.fuzz.compaction.lockstep import Found, Guarded, depth_order, stamp
+from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.oracle.compaction.model import geometries
 from kvfuzz.strategies.compaction.trace import Alloc, Drain, Flush, Free, Op, Trace
 
 
-def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> Found | None:
+def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> list[tuple[str, str]]:
     """I12: the alloc/free projection of `trace` run eager and lazy, lazy ending with an urgent
-    flush, gives the same vids, live set, data per vid and span == live. Forwards and fires are
-    dropped (they make pending pages that lazy may not count); frees are sorted, so both modes
-    recycle vids in the same order; picks resolve against the lazy side's layout."""
-    sides = {"lazy": Guarded(lazy, trace.params, device),
-             "eager": Guarded(eager, trace.params, device)}
+    flush, gives the same vids, live set, data per vid and span == live; the problems, labelled
+    "I12" (none: it holds). Forwards and fires are dropped (they make pending pages that lazy
+    may not count); frees are sorted, so both modes recycle vids in the same order; picks
+    resolve against the lazy side's layout."""
+    sides = {"lazy": CheckedSide(lazy, trace.params, device),
+             "eager": CheckedSide(eager, trace.params, device)}
     geos = geometries(trace.params)
     stamps = {name: {} for name in geos}
     serials = itertools.count(1)
     for index, op in enumerate(trace.ops):
         problems = _i12_step(sides, geos, stamps, op, serials)
         if problems:
-            return Found(index, getattr(op, "pool", None), problems)
+            return [("I12", f"at op {index}: {problem}") for problem in problems]
     for name in geos:
         sides["lazy"].flush(name, urgent=True)
     problems = []
@@ -40,7 +42,7 @@ def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> Found | None:
             if wrong:
                 problems.append(f"I12 {mode} {name}: data differs from the stamps for vids "
                                 f"{wrong[:8]}")
-    return Found(None, None, problems) if problems else None
+    return [("I12", problem) for problem in problems]
 
 
 def _i12_step(sides, geos, stamps, op: Op, serials) -> list[str]:

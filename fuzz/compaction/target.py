@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import fields
 
-from kvfuzz.fuzz.compaction.i12 import check_i12
-from kvfuzz.fuzz.compaction.lockstep import EVENTS, Crashed, Found, Guarded, run_trace
+from kvfuzz.fuzz.compaction.lockstep import CompactionLockstep
 from kvfuzz.fuzz.summary import counts_grid
-from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -27,7 +25,8 @@ EAGER = "compaction.eager"  # I12's reference side
 class CompactionTarget(TraceTarget):
     name = "compaction"
     format = FORMAT
-    events = EVENTS
+    judge = CompactionLockstep
+    describe_op = staticmethod(describe_op)
     default_cases = 100
     chunk_sizes = (2, 8)
     shrink_budget = (300, 30.0)
@@ -45,37 +44,13 @@ class CompactionTarget(TraceTarget):
         return [("params", ", ".join(f"{f.name}={getattr(item.params, f.name)}"
                                      for f in fields(item.params)))]
 
-    def check(self, item: Trace, impl, device="cpu") -> Outcome:
-        """Op for op (I1-I11), then I12 if the implementation is lazy."""
-        factory = impl.load()
-        found, events = run_trace(item, factory, device)
-        if found is None:
-            try:
-                if Guarded(factory, item.params, device).lazy:
-                    found = check_i12(item, factory, self.resolve(EAGER).load(), device)
-            except Crashed as crash:
-                found = Found(None, None, [f"crash {type(crash.__cause__).__name__}: "
-                                           f"{crash.__cause__}"])
-        if found is None:
-            return Outcome(AGREE, features=events)
-        return Outcome(DIVERGE, self._divergence(item, impl, found), features=events)
-
-    def _divergence(self, item: Trace, impl, found: Found):
-        label = found.label()
-        op = item.ops[found.op_index] if found.op_index is not None else None
-        where = (f"op {found.op_index} of {len(item.ops)}: {describe_op(op)}" if op else
-                 "the end of the trace (final comparison)")
-        lines = [("this op" if i == len(found.context) - 1 else "earlier", line)
-                 for i, line in enumerate(found.context)]
-        lines += [("problem", problem) for problem in found.problems]
-        return self.divergence(
-            item, impl, f"{label} at {where}; pool {found.pool or '-'}", lines,
-            (type(op).__name__ if op else "end", found.pool, label), step=found.op_index)
+    def lockstep(self, item: Trace, impl, device: str):
+        """Op for op (I1-I11), then I12 against the bundled eager side if `impl` is lazy."""
+        return self.judge(item, impl.load(), device, eager=self.resolve(EAGER).load())
 
     def summary_lines(self, found: Counter) -> list[str]:
         return ["  checked: every observable after every op, invariants I1-I11; "
                 "I12 per trace of a lazy implementation"] + counts_grid("ops and events", found)
-
 
 
 COMPACTION = CompactionTarget(generator.GENERATOR, codec.from_json, to_json)

@@ -1,24 +1,22 @@
-"""Stateful differential for KV-cache managers: drives the oracle (`oracle.kvmanager`) and an
-implementation with the same trace, as vLLM's scheduler does (admission through the prefix
-cache, chunked prefill, decode, preemption, finish), and compares after every op: the hit
-(blocks per group, hit tokens, shared-prefix boundary), allocate_slots' result (None, or the new
-blocks per group), that a successful allocation consumed exactly the blocks its check counted,
-every live request's block table per group, and the whole pool (`fuzz.blockpool.pool_state.
-pool_problems`: free queue order and links, reference counts, hashes, the hash map, invariants).
-Every call into the implementation is guarded: whatever it raises is a problem to report.
+"""The KV-cache-manager judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the oracle
+(`oracle.kvmanager`) and an implementation driven as vLLM's scheduler drives them (admission
+through the prefix cache, chunked prefill, decode, preemption, finish), compared after every
+op: the hit (blocks per group, hit tokens, shared-prefix boundary), allocate_slots' result
+(None, or the new blocks per group), that a successful allocation consumed exactly the blocks
+its check counted, every live request's block table per group, and the whole pool
+(`fuzz.blockpool.pool_state.pool_problems`: free queue order and links, reference counts,
+hashes, the hash map, invariants).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
-from kvfuzz.fuzz.lockstep_calls import crash_problems, guarded, short
-from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+from kvfuzz.fuzz.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.oracle.kvmanager.model import KVManagerModel
+from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Schedule, Trace)
+                                               Schedule)
 
 WAITING, RUNNING = "waiting", "running"
 
@@ -42,137 +40,161 @@ class _Request:
         return self._hashes
 
 
-class Lockstep:
-    """The oracle and one implementation side by side; `step(op)` returns the problems found."""
+class KVManagerLockstep(Lockstep):
+    KINDS = kvmanager.KINDS
+    EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
+              "decode into a new block", "allocate_slots ok", "allocate_slots refused",
+              "allocate_slots refused: the whole request does not fit",
+              "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
 
-    def __init__(self, trace: Trace, cls, device: str = "cpu"):
-        self.trace = trace
-        self.model = KVManagerModel(trace.blocks, trace.block_size, trace.window,
-                                    trace.max_model_len, trace.retention,
-                                    trace.max_in_flight_tokens, trace.watermark)
+    def build_model(self, trace):
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
-        self.log: list[str] = []
-        self.events: Counter = Counter()
-        self.impl, raised = guarded(KVManagerDriver, cls, trace.blocks, trace.block_size,
-                                    trace.window, trace.max_model_len, trace.retention,
-                                    trace.max_in_flight_tokens, trace.watermark)
-        self.broken = crash_problems(raised, "constructor") if raised else []
-        if not self.broken:
-            self.broken = pool_problems(self.impl, self.model.pool, "constructor")
+        return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
+                              trace.retention, trace.max_in_flight_tokens, trace.watermark)
 
-    def step(self, op) -> tuple[str | None, list[tuple[str, str]]]:
-        if self.broken:
-            return None, self.broken
-        run = self._resolve(op)
-        if run is None:
-            return None, []
-        text, problems = run()
-        self.log.append(text)
-        return text, problems or self._state()
+    def build_impl(self, trace, cls, device):
+        from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
 
-    def _resolve(self, op):
-        """A function running `op` on both sides, returning (text, problems); or None."""
-        request = self.requests.get(getattr(op, "rid", None))
-        if isinstance(op, Arrive):
-            if op.rid in self.seen or len(op.tokens) > self.trace.max_model_len:
-                return None
-            return lambda: self._arrive(op)
-        if isinstance(op, Schedule) and request is not None:
-            if request.status == WAITING:
-                return lambda: self._admit(op.rid, request, op.chunk)
-            pending = len(request.tokens) - request.computed
-            if pending > 0:
-                return lambda: self._allocate(op.rid, request, min(op.chunk, pending))
-            return None
-        if isinstance(op, Decode) and request is not None:
-            if request.status != RUNNING or request.computed < len(request.tokens) \
-                    or len(request.tokens) >= self.trace.max_model_len:
-                return None
-            return lambda: self._decode(op.rid, request, op.token)
-        if isinstance(op, (Preempt, Finish)) and request is not None:
-            if isinstance(op, Preempt) and request.status != RUNNING:
-                return None
-            return lambda: self._free(op.rid, request, finish=isinstance(op, Finish))
-        if isinstance(op, Evict):
-            ids = sorted({b for b in op.block_ids if b < self.trace.blocks})
-            return lambda: self._simple(f"evict_blocks({set(ids) or '{}'})", "evict_blocks",
-                                        (ids,), "evict")
-        if isinstance(op, Reset):
-            return lambda: self._simple("reset_prefix_cache()", "reset_prefix_cache", (),
-                                        "reset")
-        return None
+        return KVManagerDriver(cls, trace.blocks, trace.block_size, trace.window,
+                               trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
+                               trace.watermark)
 
-    def _call(self, method: str, *args):
-        return guarded(getattr(self.impl, method), *args)
+    def initial_problems(self):
+        return pool_problems(self.impl, self.model.pool, "constructor")
 
-    def _arrive(self, op):
+    # -- ops ----------------------------------------------------------------------------------
+    @handles(Arrive)
+    def arrive(self, op: Arrive):
+        if op.rid in self.seen or len(op.tokens) > self.trace.max_model_len:
+            return
         self.seen.add(op.rid)
         self.requests[op.rid] = _Request(op.tokens)
-        _, raised = self._call("arrive", op.rid, op.tokens)
-        self.events["arrive"] += 1
-        return f"r{op.rid} arrives ({len(op.tokens)} tokens)", \
-            crash_problems(raised) if raised else []
+        self.count("arrive")
+        yield Call(f"r{op.rid} arrives ({len(op.tokens)} tokens)", "arrive",
+                   (op.rid, op.tokens), oracle=None)
 
+    @handles(Schedule)
+    def schedule(self, op: Schedule):
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        if request.status == WAITING:
+            yield from self._admit(op.rid, request, op.chunk)
+            return
+        pending = len(request.tokens) - request.computed
+        if pending > 0:
+            new = min(op.chunk, pending)
+            self.count("prefill chunk")
+            yield Call(f"allocate_slots(r{op.rid}, {new})")
+            return (yield from self._allocation(op.rid, request, new, 0, None))
+
+    @handles(Decode)
+    def decode(self, op: Decode):
+        request = self.requests.get(op.rid)
+        if request is None or request.status != RUNNING or \
+                request.computed < len(request.tokens) or \
+                len(request.tokens) >= self.trace.max_model_len:
+            return
+        request.tokens.append(op.token)
+        yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
+                   oracle=None)
+        self.count("decode")
+        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
+            self.count("decode into a new block")
+        yield Call(f"allocate_slots(r{op.rid}, 1)")
+        return (yield from self._allocation(op.rid, request, 1, 0, None))
+
+    @handles(Preempt, Finish)
+    def free(self, op):
+        request = self.requests.get(op.rid)
+        finish = isinstance(op, Finish)
+        if request is None or (not finish and request.status != RUNNING):
+            return
+        self.count("finish" if finish else "preempt")
+        yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid,),
+                   oracle=lambda: self.model.free(op.rid))
+        if finish:
+            del self.requests[op.rid]
+            yield Call("", "forget", (op.rid,), oracle=None, compare=_ignored)
+        else:
+            request.computed, request.status = 0, WAITING
+            yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
+
+    @handles(Evict)
+    def evict(self, op: Evict):
+        ids = sorted({b for b in op.block_ids if b < self.trace.blocks})
+        yield self._counted(f"evict_blocks({set(ids) or '{}'})", "evict_blocks", (ids,), "evict")
+
+    @handles(Reset)
+    def reset(self, op: Reset):
+        def compare(expected, rejected, actual, raised):
+            if raised is not None:
+                return crash_problems(raised)
+            return [] if actual == expected else [("result", f"reset_prefix_cache: expected "
+                                                             f"{expected}, actual {short(actual)}")]
+        yield self._counted("reset_prefix_cache()", "reset_prefix_cache", (), "reset", compare)
+
+    def _counted(self, text: str, method: str, args: tuple, event: str, compare=None) -> Call:
+        """A call the model answers by the same name, its event counted as it answers."""
+        def answer():
+            expected = getattr(self.model, method)(*args)
+            self.count(event if expected is not False else f"{event} refused")
+            return expected
+        return Call(text, method, args, oracle=answer, compare=compare)
+
+    # -- admission and allocation -------------------------------------------------------------
     def _hashes(self, request: _Request) -> list[int]:
         return request.hashes(self.trace.block_size)
 
     def _admit(self, rid: int, request: _Request, chunk: int):
-        model = self.model
-        expected = model.get_computed_blocks(self._hashes(request), len(request.tokens))
-        actual, raised = self._call("get_computed_blocks", rid)
-        text = f"get_computed_blocks(r{rid}) -> {short(expected, 60)}"
-        if raised:
-            return text, crash_problems(raised)
-        if list(actual) != list(expected):
-            return text, _hit_problems(expected, actual)
+        expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens))
+        yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
+                   "get_computed_blocks", (rid,), oracle=lambda: expected, compare=_hit_compare)
         hit_blocks, hit, request.boundary = expected
-        self.events["admission with a hit" if hit else "admission, no hit"] += 1
+        self.count("admission with a hit" if hit else "admission, no hit")
         new = min(chunk, len(request.tokens) - hit)
-        text += f"; allocate_slots(r{rid}, {new}, hit {hit})"
-        problems = self._allocation(rid, request, new, hit, hit_blocks)
-        return text, problems
+        yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
+        return (yield from self._allocation(rid, request, new, hit, hit_blocks))
 
-    def _allocate(self, rid: int, request: _Request, new: int):
-        self.events["prefill chunk"] += 1
-        return f"allocate_slots(r{rid}, {new})", self._allocation(rid, request, new, 0, None)
-
-    def _decode(self, rid: int, request: _Request, token: int):
-        request.tokens.append(token)
-        _, raised = self._call("append_token", rid, token)
-        if raised:
-            return f"r{rid} samples {token}", crash_problems(raised)
-        self.events["decode"] += 1
-        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
-            self.events["decode into a new block"] += 1
-        return f"r{rid} samples {token}; allocate_slots(r{rid}, 1)", \
-            self._allocation(rid, request, 1, 0, None)
-
-    def _allocation(self, rid, request, new, hit, hit_blocks) -> list[tuple[str, str]]:
+    def _allocation(self, rid, request, new, hit, hit_blocks):
+        """allocate_slots on both sides; on success, that it consumed what its check counted,
+        and the request's progress recorded on both sides."""
         model = self.model
-        before, raised = self._call("num_free")
-        if raised:
-            return crash_problems(raised, "state read")
+        before = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
         admission = hit_blocks is not None
         whole = admission and self.trace.full_sequence_must_fit
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
         expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
                                         request.computed, new, hit, hit_blocks, whole,
                                         request.prompt, request.boundary, others)
-        actual, raised = self._call("allocate_slots", rid, new, hit, admission, whole, others)
-        if raised:
-            return crash_problems(raised)
         if model.freed_by_window:
-            self.events["window frees blocks"] += 1
+            self.count("window frees blocks")
+        self.count("allocate_slots ok" if expected is not None else
+                   "allocate_slots refused: the whole request does not fit"
+                   if model.refused_whole else "allocate_slots refused")
+        yield Call("", "allocate_slots", (rid, new, hit, admission, whole, others),
+                   oracle=lambda: expected, compare=self._allocation_compare)
         if expected is None:
-            self.events["allocate_slots refused: the whole request does not fit"
-                        if model.refused_whole else "allocate_slots refused"] += 1
-            if actual is not None:
-                return [("None vs success", f"expected None ({model.predicted} blocks needed, "
-                                            f"{model.pool.num_free()} free), actual "
-                                            f"{short(actual)}")]
             return []
-        self.events["allocate_slots ok"] += 1
+        after = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
+        consumed = before + model.freed_by_window - after
+        if consumed != model.predicted:
+            return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
+                                  f"counted {model.predicted}")]
+        request.computed += hit + new
+        request.status = RUNNING
+        yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        return []
+
+    def _allocation_compare(self, expected, rejected, actual, raised):
+        model = self.model
+        if raised is not None:
+            return crash_problems(raised)
+        if expected is None:
+            return [] if actual is None else [
+                ("None vs success", f"expected None ({model.predicted} blocks needed, "
+                                    f"{model.pool.num_free()} free), actual {short(actual)}")]
         if actual is None:
             return [("None vs success", f"expected {short(expected)} ({model.predicted} blocks "
                                         f"needed, {model.pool.num_free() + model.predicted} "
@@ -180,54 +202,33 @@ class Lockstep:
         if actual != expected:
             return [("result", f"allocate_slots: new blocks per group: expected "
                                f"{short(expected)}, actual {short(actual)}")]
-        after, raised = self._call("num_free")
-        if raised:
-            return crash_problems(raised, "state read")
-        consumed = before + model.freed_by_window - after
-        if consumed != model.predicted:
-            return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
-                                  f"counted {model.predicted}")]
-        request.computed += hit + new
-        request.status = RUNNING
-        _, raised = self._call("set_computed", rid, request.computed, RUNNING)
-        return crash_problems(raised) if raised else []
+        return []
 
-    def _free(self, rid: int, request: _Request, finish: bool):
-        self.model.free(rid)
-        _, raised = self._call("free", rid)
-        self.events["finish" if finish else "preempt"] += 1
-        if finish:
-            del self.requests[rid]
-            self._call("forget", rid)
-        else:
-            request.computed, request.status = 0, WAITING
-            raised = raised or self._call("set_computed", rid, 0, "preempted")[1]
-        return f"free(r{rid}){'' if finish else ': preempted'}", \
-            crash_problems(raised) if raised else []
-
-    def _simple(self, text: str, method: str, args, event: str):
-        expected = getattr(self.model, method)(*args)
-        actual, raised = self._call(method, *args)
-        self.events[event if expected is not False else f"{event} refused"] += 1
-        if raised:
-            return text, crash_problems(raised)
-        if method == "reset_prefix_cache" and actual != expected:
-            return text, [("result", f"reset_prefix_cache: expected {expected}, actual "
-                                     f"{short(actual)}")]
-        return text, []
-
-    def _state(self) -> list[tuple[str, str]]:
+    # -- after the op -------------------------------------------------------------------------
+    def state(self, op) -> list[tuple[str, str]]:
         problems = []
         for rid in self.requests:
-            tables, raised = self._call("block_ids", rid)
-            if raised:
-                return crash_problems(raised, "state read")
+            tables = self.read("block_ids", rid)
             expected = self.model.block_ids(rid)
             if tables != expected:
                 problems.append(("block table", f"r{rid}: expected {short(expected)}, actual "
                                                 f"{short(tables)}"))
                 break
         return problems + pool_problems(self.impl, self.model.pool, "state read")
+
+
+def _ignored(expected, rejected, actual, raised) -> list:
+    return []  # forgetting a finished request's bookkeeping: nothing to compare
+
+
+def _state_read(expected, rejected, actual, raised) -> list:
+    return crash_problems(raised, "state read") if raised is not None else []
+
+
+def _hit_compare(expected, rejected, actual, raised) -> list:
+    if raised is not None:
+        return crash_problems(raised)
+    return [] if list(actual) == list(expected) else _hit_problems(expected, actual)
 
 
 def _hit_problems(expected, actual) -> list[tuple[str, str]]:

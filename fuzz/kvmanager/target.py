@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -21,18 +22,12 @@ METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
 # The driver's constructor call: the KV-cache config, then these.
 KEYWORDS = ("max_model_len", "scheduler_block_size", "hash_block_size", "enable_caching",
             "max_in_flight_tokens")
-# What the lock step counts (lockstep.Lockstep).
-EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
-          "decode into a new block", "allocate_slots ok", "allocate_slots refused",
-          "allocate_slots refused: the whole request does not fit",
-          "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
 
 
 class KVManagerTarget(TraceTarget):
     name = "kvmanager"
     format = FORMAT
-    events = EVENTS
-    lockstep_path = "kvfuzz.fuzz.kvmanager.lockstep:Lockstep"
+    judge = KVManagerLockstep
     describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 30.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.mamba.lockstep import MambaLockstep
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.mamba import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
@@ -21,17 +22,12 @@ from kvfuzz.strategies.mamba.trace import (FORMAT, Admit, AllocMany, Finish, Tra
                                            to_json)
 
 METHODS = ("alloc", "free", "alloc_group_begin", "alloc_group_end", "clear", "available_size")
-# What the lock step counts (lockstep.Lockstep._count).
-EVENTS = ("alloc None", "alloc exact fit", "alloc ok", "alloc from the group", "free",
-          "group begin", "group begin short", "group end", "group end with unused",
-          "nested group begin", "clear", "clear in a group", "stray group end")
 
 
 class MambaTarget(TraceTarget):
     name = "mamba"
     format = FORMAT
-    events = EVENTS
-    lockstep_path = "kvfuzz.fuzz.mamba.lockstep:Lockstep"
+    judge = MambaLockstep
     broken_preconditions = staticmethod(broken)
     describe_op = staticmethod(describe_op)
     default_cases = 200

@@ -1,206 +1,196 @@
-"""Stateful differential for hybrid full + sliding-window allocators: drives the oracle
-(`oracle.swa`) and an implementation with the same trace, as a scheduler does (each request's
-row of full slots, the window cursor below which its SWA slots are released), and compares after
-every op: the slots returned, None vs success, the three available sizes, both pools' free lists
-(exact order) and staged pages, the full-to-SWA mapping, and the invariants (each pool's pages
-partitioned into free, staged, pending and held; the mapping pairing exactly the in-window
-tokens). Every call into the implementation is guarded: a raise is a problem to report.
+"""The hybrid full + sliding-window allocator judge on the shared lock step
+(`kvfuzz.fuzz.lockstep`): the oracle (`oracle.swa`) and an implementation driven as a scheduler
+drives them (each request's row of full slots, the window cursor below which its SWA slots are
+released), compared after every op: the slots returned, None vs success, the three available
+sizes, both pools' free lists (exact order) and staged pages, the full-to-SWA mapping, and the
+invariants (each pool's pages partitioned into free, staged, pending and held; the mapping
+pairing exactly the in-window tokens).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
-from kvfuzz.fuzz.lockstep_calls import call_problems, crash_problems, guarded, list_diff, short
-from kvfuzz.impl.driver_calls import POISON
-from kvfuzz.impl.swa.driver import SWADriver
+from kvfuzz.fuzz.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
+from kvfuzz.strategies.swa import trace as swa
 from kvfuzz.strategies.swa.trace import (Admit, Clear, Decode, Evict, Extend, ExtendTail, Finish,
-                                         GroupBegin, GroupEnd, Trace)
+                                         GroupBegin, GroupEnd)
 
 ALLOCS = ("alloc", "alloc_extend", "alloc_decode", "alloc_extend_swa_tail")
 
 
-@dataclass
-class Call:
-    method: str | None          # None: the op changes only the scheduler's tables
-    args: tuple
-    text: str
-    grows: tuple = ()           # (rid, tokens) receiving an allocation's slots, in order
-    window_from: int = 0        # alloc_extend_swa_tail: the position the window starts at
+class SWALockstep(Lockstep):
+    KINDS = swa.KINDS
+    EVENTS = (*(f"{m} {how}" for m in ALLOCS for how in ("ok", "None")),
+              "short on the full pool only", "short on the SWA pool only", "decode skipped",
+              "free_swa", "free_swa in a group", "free_swa_segment", "free_swa_segment in a group",
+              "finish", "finish in a group", "finish segment", "finish segment in a group",
+              "group begin", "nested group begin", "group end", "stray group end", "clear",
+              "clear in a group")
+    REJECTIONS = (Rejected,)
+    OWNERSHIP = (f"slot {POISON} is what the caller wrote over every tensor it passed in, after "
+                 f"the call: the allocator kept a caller's tensor, not a copy")
 
-
-class Lockstep:
-    """The oracle and one implementation side by side; `step(op)` returns the problems found."""
-
-    def __init__(self, trace: Trace, cls, device: str = "cpu"):
+    def build_model(self, trace):
         self.P = trace.page_size
-        self.model = SWAModel(trace.size, trace.size_swa, trace.page_size, trace.need_sort)
         self.rows: dict[int, list[int]] = {}    # live requests' full slots, by position
         self.evicted: dict[int, int] = {}       # positions below this have no SWA slot
         self.seen: set[int] = set()             # rids ever used: never admitted twice
-        self.log: list[str] = []
-        self.events: Counter = Counter()        # target.EVENTS: calls and their edge classes
-        self.impl, raised = guarded(SWADriver, cls, trace.size, trace.size_swa, trace.page_size,
-                                    trace.need_sort, device)
-        self.broken = crash_problems(raised, "constructor") if raised else []
+        return SWAModel(trace.size, trace.size_swa, trace.page_size, trace.need_sort)
 
-    def step(self, op) -> tuple[str | None, list[tuple[str, str]]]:
-        if self.broken:
-            return None, self.broken
-        call = self._resolve(op)
-        if call is None:
-            return None, []
-        self._count(op, call)
-        if call.method is None:
-            self.log.append(call.text)
-            return call.text, []
-        expected, rejected = _run(self.model, call)
-        actual, raised = guarded(_call, self.impl, call)
-        problems = call_problems(call.method in ALLOCS, expected, rejected, actual, raised)
-        if raised is None and rejected is None:
-            self._commit(op, call, actual)
-        state, raised = guarded(self.impl.state)
-        problems += crash_problems(raised, "state read") if raised else self._state(state)
-        if problems and any(str(POISON) in text for _, text in problems):
-            problems.append(("ownership", f"slot {POISON} is what the caller wrote over every "
-                                          f"tensor it passed in, after the call: the allocator "
-                                          f"kept a caller's tensor, not a copy"))
-        self.log.append(f"{call.text} -> "
-                        + (short(expected) if rejected is None else f"rejected ({rejected})"))
-        return call.text, problems
+    def build_impl(self, trace, cls, device):
+        from kvfuzz.impl.swa.driver import SWADriver  # imports torch
+
+        return SWADriver(cls, trace.size, trace.size_swa, trace.page_size, trace.need_sort,
+                         device)
 
     # --- what an op stands for ---------------------------------------------------------------
-    def _resolve(self, op) -> Call | None:
-        if isinstance(op, Admit):
-            if op.rid in self.seen:
-                return None
-            self.seen.add(op.rid)
-            self.rows[op.rid], self.evicted[op.rid] = [], 0
-            return Call(None, (), f"admit r{op.rid}")
-        if isinstance(op, Extend):
-            grows = tuple((r, n) for r, n in dict(zip(op.rids, op.lens)).items() if r in self.rows)
-            return self._grow(grows, "extend") if grows else None
-        if isinstance(op, ExtendTail):
-            return self._extend_tail(op)
-        if isinstance(op, Decode):
-            rids = [r for r in dict.fromkeys(op.rids or sorted(self.rows)) if self.rows.get(r)]
-            if not rids:
-                return None
-            grows = tuple((r, 1) for r in rids)
-            seq = [len(self.rows[r]) + 1 for r in rids]
-            if op.checked and self.P > 1 and not self.model.would_decode(seq):
-                return Call(None, (), "decode skipped: a pool has no room (the scheduler checks)")
-            return self._grow(grows, "decode")
-        if isinstance(op, Evict):
-            return self._evict(op)
-        if isinstance(op, Finish):
-            return self._finish(op)
-        if isinstance(op, GroupBegin):
-            return Call("group_begin", (), "free_group_begin()")
-        if isinstance(op, GroupEnd):
-            return Call("group_end", (), "free_group_end()")
-        if isinstance(op, Clear):
-            return Call("clear", (), "clear()")
-        return None
+    @handles(Admit)
+    def admit(self, op: Admit):
+        if op.rid in self.seen:
+            return
+        self.seen.add(op.rid)
+        self.rows[op.rid], self.evicted[op.rid] = [], 0
+        yield Call(f"admit r{op.rid}")
 
-    def _grow(self, grows, kind: str) -> Call:
+    @handles(Extend)
+    def extend(self, op: Extend):
+        grows = tuple((r, n) for r, n in dict(zip(op.rids, op.lens)).items() if r in self.rows)
+        if grows:
+            yield from self._grow(grows, "extend")
+
+    @handles(Decode)
+    def decode(self, op: Decode):
+        rids = [r for r in dict.fromkeys(op.rids or sorted(self.rows)) if self.rows.get(r)]
+        if not rids:
+            return
+        seq = [len(self.rows[r]) + 1 for r in rids]
+        if op.checked and self.P > 1 and not self.model.would_decode(seq):
+            self.count("decode skipped")
+            yield Call("decode skipped: a pool has no room (the scheduler checks)")
+            return
+        yield from self._grow(tuple((r, 1) for r in rids), "decode")
+
+    def _grow(self, grows, kind: str):
         who = " ".join(f"r{r}+{n}" for r, n in grows)
         if self.P == 1:
             n = sum(tokens for _, tokens in grows)
-            return Call("alloc", (n,), f"alloc({n}) to {kind} {who}", grows)
-        prefix = [len(self.rows[r]) for r, _ in grows]
-        seq = [q + n for q, (_, n) in zip(prefix, grows)]
-        last = [self.rows[r][-1] if self.rows[r] else -1 for r, _ in grows]
-        if kind == "decode":
-            return Call("alloc_decode", (seq, last),
-                        f"alloc_decode(seq_lens={seq}, last_loc={last})", grows)
-        return Call("alloc_extend", (prefix, seq, last),
-                    f"alloc_extend(prefix_lens={prefix}, seq_lens={seq}, last_loc={last})", grows)
+            call = Call(f"alloc({n}) to {kind} {who}", "alloc", (n,), compared=True)
+        else:
+            prefix = [len(self.rows[r]) for r, _ in grows]
+            seq = [q + n for q, (_, n) in zip(prefix, grows)]
+            last = [self.rows[r][-1] if self.rows[r] else -1 for r, _ in grows]
+            call = Call(f"alloc_decode(seq_lens={seq}, last_loc={last})", "alloc_decode",
+                        (seq, last), compared=True) if kind == "decode" else \
+                Call(f"alloc_extend(prefix_lens={prefix}, seq_lens={seq}, last_loc={last})",
+                     "alloc_extend", (prefix, seq, last), compared=True)
+        self._count_alloc(call)
+        got = (yield call).actual
+        self._append(grows, got)
 
-    def _extend_tail(self, op: ExtendTail) -> Call | None:
+    def _append(self, grows, got) -> None:
+        if got is not None:
+            at = 0
+            for rid, n in grows:
+                self.rows[rid] += got[at:at + n]
+                at += n
+
+    @handles(ExtendTail)
+    def extend_tail(self, op: ExtendTail):
         """Only for a request with no tokens yet, at page size 2 and up (upstream's use)."""
         if self.P == 1 or self.rows.get(op.rid) != []:
-            return None
+            return
         start = max(0, op.len - max(op.tail, 1)) // self.P * self.P  # a page boundary
         tail = op.len - start
-        return Call("alloc_extend_swa_tail", ([0], [op.len], [-1], tail),
-                    f"alloc_extend_swa_tail(seq_lens=[{op.len}], swa_tail_len={tail}) for "
-                    f"r{op.rid}", ((op.rid, op.len),), start)
+        call = Call(f"alloc_extend_swa_tail(seq_lens=[{op.len}], swa_tail_len={tail}) for "
+                    f"r{op.rid}", "alloc_extend_swa_tail", ([0], [op.len], [-1], tail),
+                    compared=True)
+        self._count_alloc(call)
+        got = (yield call).actual
+        self._append(((op.rid, op.len),), got)
+        if got is not None:
+            self.evicted[op.rid] = start
 
-    def _evict(self, op: Evict) -> Call | None:
+    @handles(Evict)
+    def evict(self, op: Evict):
         row = self.rows.get(op.rid)
         if row is None:
-            return None
+            return
         start, end = self.evicted[op.rid], max(0, len(row) - op.keep) // self.P * self.P
         if end <= start:
-            return None
+            return
         slots = row[start:end]
+        group = " in a group" if self.model.group_open else ""
         if op.how == "segment":
-            return Call("free_swa_segment", (slots, start),
-                        f"window of r{op.rid} to {end}: free_swa_segment({short(slots, 60)}, "
-                        f"start_pos={start})")
-        return Call("free_swa", (slots,), f"window of r{op.rid} to {end}: "
-                                          f"free_swa({short(slots, 60)})")
+            self.count("free_swa_segment" + group)
+            yield Call(f"window of r{op.rid} to {end}: free_swa_segment({short(slots, 60)}, "
+                       f"start_pos={start})", "free_swa_segment", (slots, start))
+        else:
+            self.count("free_swa" + group)
+            yield Call(f"window of r{op.rid} to {end}: free_swa({short(slots, 60)})",
+                       "free_swa", (slots,))
+        self.evicted[op.rid] = end
 
-    def _finish(self, op: Finish) -> Call | None:
+    @handles(Finish)
+    def finish_request(self, op: Finish):
         row = self.rows.get(op.rid)
         if row is None:
-            return None
+            return
         start = self.evicted[op.rid]
         dead, live = row[:start], row[start:]
         if not row:  # nothing to release: the scheduler only forgets it
             del self.rows[op.rid], self.evicted[op.rid]
-            return Call(None, (), f"finish r{op.rid} (no tokens)")
-        names = ("free_full_segment", "free_segment") if op.how == "segment" else \
-            ("free_full", "free")
-        return Call("finish", (dead, live, start, op.how == "segment"),
-                    f"finish r{op.rid}: {names[0]}({short(dead, 40)}), "
-                    f"{names[1]}({short(live, 40)})")
-
-    # --- after the call -----------------------------------------------------------------------
-    def _commit(self, op, call: Call, actual) -> None:
-        if call.method in ALLOCS and actual is not None:
-            at = 0
-            for rid, n in call.grows:
-                self.rows[rid] += actual[at:at + n]
-                at += n
-            if call.method == "alloc_extend_swa_tail":
-                self.evicted[call.grows[0][0]] = call.window_from
-        elif call.method in ("free_swa", "free_swa_segment"):
-            row = self.rows[op.rid]
-            self.evicted[op.rid] = max(0, len(row) - op.keep) // self.P * self.P
-        elif call.method == "finish":
-            del self.rows[op.rid], self.evicted[op.rid]
-        elif call.method == "clear":
-            self.rows, self.evicted = {}, {}
-
-    def _count(self, op, call: Call) -> None:
-        model, events = self.model, self.events
-        if call.method in ALLOCS:
-            need = call.args[0] if call.method == "alloc" else self.P * (
-                sum((s - 1) % self.P == 0 for s in call.args[0]) if call.method == "alloc_decode"
-                else _extend_pages(call.args[0], call.args[1], self.P))
-            swa_need = need if call.method != "alloc_extend_swa_tail" else \
-                -(-call.args[3] // self.P) * self.P
-            full_ok = need <= model.full.available_size()
-            swa_ok = swa_need <= model.swa.available_size()
-            events[f"{call.method} " + ("ok" if full_ok and swa_ok else "None")] += 1
-            if full_ok != swa_ok:
-                events[f"short on the {'SWA' if full_ok else 'full'} pool only"] += 1
-        elif call.method is None:
-            events["decode skipped"] += isinstance(op, Decode)
-        elif call.method == "group_begin":
-            events["nested group begin" if model.group_open else "group begin"] += 1
-        elif call.method == "group_end":
-            events["group end" if model.group_open else "stray group end"] += 1
+            yield Call(f"finish r{op.rid} (no tokens)")
+            return
+        segment = op.how == "segment"
+        names = ("free_full_segment", "free_segment") if segment else ("free_full", "free")
+        self.count(("finish segment" if segment else "finish")
+                   + (" in a group" if self.model.group_open else ""))
+        text = (f"finish r{op.rid}: {names[0]}({short(dead, 40)}), "
+                f"{names[1]}({short(live, 40)})")
+        if segment:  # the tokens out of the window, then those in it (upstream's release)
+            yield Call(text, "free_full_segment", (dead, 0))
+            yield Call("", "free_segment", (live, start))
         else:
-            label = call.method if call.method != "finish" else \
-                "finish segment" if call.args[3] else "finish"
-            events[label + (" in a group" if model.group_open else "")] += 1
+            yield Call(text, "free_full", (dead,))
+            yield Call("", "free", (live,))
+        del self.rows[op.rid], self.evicted[op.rid]
+
+    @handles(GroupBegin)
+    def group_begin(self, op: GroupBegin):
+        self.count("nested group begin" if self.model.group_open else "group begin")
+        yield Call("free_group_begin()", "group_begin")
+
+    @handles(GroupEnd)
+    def group_end(self, op: GroupEnd):
+        self.count("group end" if self.model.group_open else "stray group end")
+        yield Call("free_group_end()", "group_end")
+
+    @handles(Clear)
+    def clear(self, op: Clear):
+        self.count("clear in a group" if self.model.group_open else "clear")
+        yield Call("clear()", "clear")
+        self.rows, self.evicted = {}, {}
+
+    def _count_alloc(self, call: Call) -> None:
+        model, P = self.model, self.P
+        need = call.args[0] if call.method == "alloc" else P * (
+            sum((s - 1) % P == 0 for s in call.args[0]) if call.method == "alloc_decode"
+            else _extend_pages(call.args[0], call.args[1], P))
+        swa_need = need if call.method != "alloc_extend_swa_tail" else \
+            -(-call.args[3] // P) * P
+        full_ok = need <= model.full.available_size()
+        swa_ok = swa_need <= model.swa.available_size()
+        self.count(f"{call.method} " + ("ok" if full_ok and swa_ok else "None"))
+        if full_ok != swa_ok:
+            self.count(f"short on the {'SWA' if full_ok else 'full'} pool only")
+
+    # --- after the op ------------------------------------------------------------------------
+    def state(self, op) -> list[tuple[str, str]]:
+        return self._state(self.read("state"))
 
     def _state(self, state: dict) -> list[tuple[str, str]]:
         model, problems = self.model, []
@@ -254,23 +244,3 @@ def _mapping_diff(expected: dict, actual: dict) -> str:
     shown = ", ".join(f"{k}: {expected.get(k, 0)} vs {actual.get(k, 0)}" for k in wrong[:5])
     return f"{len(wrong)} full slots map differently (full slot: expected vs actual SWA slot, " \
            f"0 = none): {shown}"
-
-
-def _run(model: SWAModel, call: Call):
-    try:
-        return _call(model, call), None
-    except Rejected as error:
-        return None, error
-
-
-def _call(side, call: Call):
-    if call.method == "finish":
-        dead, live, start, segment = call.args
-        if segment:
-            side.free_full_segment(dead, 0)
-            side.free_segment(live, start)
-        else:
-            side.free_full(dead)
-            side.free(live)
-        return None
-    return getattr(side, call.method)(*call.args)

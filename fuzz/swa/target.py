@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.swa.lockstep import SWALockstep
 from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.impl.swa import IMPLEMENTATIONS
@@ -24,22 +25,12 @@ METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "fr
            "free_segment", "free_swa_segment", "free_full_segment", "free_group_begin",
            "free_group_end", "clear", "available_size", "full_available_size",
            "swa_available_size")
-# What the lock step counts (lockstep.Lockstep._count).
-EVENTS = (*(f"{m} {how}" for m in ("alloc", "alloc_extend", "alloc_decode",
-                                   "alloc_extend_swa_tail")
-            for how in ("ok", "None")),
-          "short on the full pool only", "short on the SWA pool only", "decode skipped",
-          "free_swa", "free_swa in a group", "free_swa_segment", "free_swa_segment in a group",
-          "finish", "finish in a group", "finish segment", "finish segment in a group",
-          "group begin", "nested group begin", "group end", "stray group end", "clear",
-          "clear in a group")
 
 
 class SWATarget(TraceTarget):
     name = "swa"
     format = FORMAT
-    events = EVENTS
-    lockstep_path = "kvfuzz.fuzz.swa.lockstep:Lockstep"
+    judge = SWALockstep
     broken_preconditions = staticmethod(broken)
     describe_op = staticmethod(describe_op)
     default_cases = 200

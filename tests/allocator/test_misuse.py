@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.allocator.lockstep import Lockstep
+from kvfuzz.fuzz.allocator.lockstep import AllocatorLockstep
 from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
 from kvfuzz.strategies.allocator.trace import MISUSES, Admit, Extend, Finish, Misuse, Trace
 from tests.helpers import divergence, double
@@ -40,7 +40,7 @@ def labels(found) -> set[str]:
 
 
 def events(trace: Trace) -> Counter:
-    lock = Lockstep(trace, PagedAllocator)
+    lock = AllocatorLockstep(trace, PagedAllocator)
     for op in trace.ops:
         _, problems = lock.step(op)
         assert problems == [], problems

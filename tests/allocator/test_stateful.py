@@ -7,7 +7,7 @@ import hypothesis.strategies as st
 from hypothesis import settings, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kvfuzz.fuzz.allocator.lockstep import Lockstep
+from kvfuzz.fuzz.allocator.lockstep import AllocatorLockstep
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.strategies.allocator.trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode,
@@ -26,7 +26,7 @@ class AllocatorMachine(RuleBasedStateMachine):
                 need_sort=st.booleans())
     def setup(self, page_size, pages, need_sort):
         self.trace = Trace(page_size, pages * page_size, need_sort, ())
-        self.lock = Lockstep(self.trace, ALLOCATOR.resolve(self.impl_name).load())
+        self.lock = AllocatorLockstep(self.trace, ALLOCATOR.resolve(self.impl_name).load())
         self.ops, self.next_rid, self.fullest = [], 0, 0.0
 
     def _step(self, op) -> None:

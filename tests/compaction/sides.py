@@ -4,7 +4,8 @@ the lock-step and I12 runs on them by name."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.compaction.i12 import check_i12
-from kvfuzz.fuzz.compaction.lockstep import oracle_eager, oracle_lazy, run_trace
+from kvfuzz.fuzz.compaction.lockstep import run_trace
+from kvfuzz.fuzz.compaction.sides import oracle_eager, oracle_lazy
 from kvfuzz.fuzz.compaction.target import COMPACTION
 
 ORACLE = {"oracle.lazy": oracle_lazy, "oracle.eager": oracle_eager}
@@ -19,9 +20,10 @@ def side(name: str, params):
 
 
 def op_by_op(trace, name: str):
-    """The lock-step run alone (no I12): a `Found`, or None."""
+    """The lock-step run alone (no I12): the first failing op's problems (texts), or None."""
     return run_trace(trace, factory(name))[0]
 
 
 def i12(trace, lazy: str = "compaction.lazy", eager: str = "compaction.eager"):
-    return check_i12(trace, factory(lazy), factory(eager))
+    """I12's problems (texts), or None when it holds."""
+    return [text for _, text in check_i12(trace, factory(lazy), factory(eager))] or None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvfuzz.fuzz.compaction.lockstep import stamp
+from kvfuzz.fuzz.compaction.sides import stamp
 from kvfuzz.strategies.compaction.trace import Params
 from tests.compaction.sides import side as make_side
 

@@ -67,6 +67,6 @@ def test_i12_catches_a_commit_that_forgets_the_kv_move():
     impl = "mutant.compaction.kv_not_moved"
     caught = [index for index in range(20) if i12(generate(0, index), lazy=impl)]
     assert caught, f"{impl} survived I12 on 20 traces"
-    problems = "\n".join(i12(generate(0, caught[0]), lazy=impl).problems)
+    problems = "\n".join(i12(generate(0, caught[0]), lazy=impl))
     assert "I12" in problems and "data differs" in problems, problems
     assert op_by_op(ONE_FLUSH, impl) is not None  # and I7 sees it op by op

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings, target
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
-from kvfuzz.fuzz.compaction.lockstep import Lockstep
+from kvfuzz.fuzz.compaction.lockstep import CompactionLockstep
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.strategies.compaction.trace import (WHERE, Alloc, Drain, Fire, Flush, Forward, Free,
                                                 Params, Pick, Trace, dumps)
@@ -32,7 +32,7 @@ class CompactionMachine(RuleBasedStateMachine):
                              sink_bytes=widest, two_ended=two_ended, move_cap=move_cap)
         self.ops = []
         self.fullest = 0.0
-        self.lock = Lockstep(Trace(self.params, ()), factory(self.impl_name))
+        self.lock = CompactionLockstep(Trace(self.params, ()), factory(self.impl_name))
 
     def _pool(self, pool: str) -> str:
         return pool if self.params.two_ended else "up"

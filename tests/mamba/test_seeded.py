@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.mamba.target import EVENTS, MAMBA
+from kvfuzz.fuzz.mamba.target import MAMBA
 from kvfuzz.fuzz.target import AGREE
 from tests.helpers import fail_with
 
@@ -25,4 +25,4 @@ def test_seeded_traces_reach_every_edge_class():
     events = Counter()
     for index in range(40):
         events.update(MAMBA.check(MAMBA.generate(0, index), BUNDLED).features)
-    assert set(EVENTS) <= set(events), sorted(set(EVENTS) - set(events))
+    assert set(MAMBA.events) <= set(events), sorted(set(MAMBA.events) - set(events))

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.swa.target import EVENTS, SWA
+from kvfuzz.fuzz.swa.target import SWA
 from kvfuzz.fuzz.target import AGREE
 from tests.helpers import fail_with
 
@@ -26,4 +26,4 @@ def test_seeded_traces_reach_every_edge_class():
     events = Counter()
     for index in range(60):
         events.update(SWA.check(SWA.generate(0, index), BUNDLED).features)
-    assert set(EVENTS) <= set(events), sorted(set(EVENTS) - set(events))
+    assert set(SWA.events) <= set(events), sorted(set(SWA.events) - set(events))
