@@ -30,9 +30,8 @@ from kvfuzz.fuzz.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import BUNDLED, MUTANT
 
-# The targets with a mutant catalogue of their own (case_loader has none): the default set.
-MEASURED_TARGETS = ("extend", "decode", "allocator", "compaction", "mamba", "swa", "blockpool",
-                    "kvmanager")
+# Every target of the table (each has a mutant catalogue; case_loader, not a target, has none).
+MEASURED_TARGETS = tuple(TARGETS)
 STRATEGIES = ("seeded", "uniform", "hypothesis", "atheris", "atheris-plain")
 FULL = dict(trials=5, budget=20.0, cases=10_000)
 QUICK = dict(trials=1, budget=5.0, cases=1_000)
@@ -109,16 +108,7 @@ class _Stop(Exception):
 def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> bool:
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    from kvfuzz.strategies import hypothesis_traces
-    from kvfuzz.strategies.paged import hypothesis_cases
-
-    strategy = {"extend": hypothesis_cases.extend_cases, "decode": hypothesis_cases.decode_cases,
-                "allocator": hypothesis_traces.allocator_traces,
-                "compaction": hypothesis_traces.compaction_traces,
-                "mamba": hypothesis_traces.mamba_traces,
-                "swa": hypothesis_traces.swa_traces,
-                "blockpool": hypothesis_traces.blockpool_traces,
-                "kvmanager": hypothesis_traces.kvmanager_traces}[target]()
+    strategy = TARGETS[target].strategy()
     found = []
 
     @seed(trial)

@@ -94,6 +94,11 @@ class Target:
         """Labelled lines that say what the input is, for reports."""
         raise NotImplementedError
 
+    def worst_input(self) -> dict:
+        """The JSON document of the most a file under 1 MB of this format can ask of the harness
+        (the memory test replays each target's under a 1 GB bound; each target)."""
+        raise NotImplementedError
+
     def owns(self, data: dict) -> bool:
         """Whether a JSON document of this target's format is this target's (formats may be
         shared, e.g. extend and decode cases, told apart by a field)."""
@@ -128,6 +133,15 @@ class Target:
     def fuzz_features(self, item, outcomes: list[Outcome]) -> Counter:
         """Features of one fuzzed input, with counts, for atheris to be guided by."""
         return Counter()
+
+    def strategy(self):
+        """A Hypothesis strategy of this target's inputs: the public
+        `kvfuzz.<name>_<noun>s()` (each target)."""
+        raise NotImplementedError
+
+    @property
+    def strategy_name(self) -> str:
+        return f"{self.name}_{self.noun}s"
 
     # -- provided --------------------------------------------------------------------------------
     def file_name(self, item) -> str:

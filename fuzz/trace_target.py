@@ -52,6 +52,13 @@ class TraceTarget(Target):
     def from_bytes_for(self, impls, data):
         return self.generator_for(impls).from_bytes(data)
 
+    def strategy(self, max_bytes: int = 4096):
+        """Traces of this target's format, 1 to the generator's op limit: its seeded
+        generator fed by up to `max_bytes` drawn bytes."""
+        from kvfuzz.strategies.hypothesis_traces import traces  # imports hypothesis
+
+        return traces(self.generator.from_bytes, max_bytes)
+
     def from_json(self, data, source):
         return self._from_json(data, source)
 

@@ -4,9 +4,9 @@ engines. The repository's top-level folders install as its subpackages: `kvfuzz.
 
 The library (docs/use-in-your-ci.md), loaded on first use so `import kvfuzz.x` stays light:
 - `diff`, `replay`, `check`, `assert_agrees`, `implementation` (kvfuzz/api.py);
-- Hypothesis strategies for every target's inputs: `extend_cases`, `decode_cases`,
-  `allocator_traces`, `compaction_traces`, `mamba_traces`, `swa_traces`,
-  `blockpool_traces`, `kvmanager_traces`;
+- a Hypothesis strategy for every target's inputs, named after it from the target table
+  (`kvfuzz.fuzz.targets`): `extend_cases`, `decode_cases`, and `<target>_traces` for each trace
+  target (`allocator_traces`, `compaction_traces`, `mamba_traces`, ...);
 - `Mismatch`, the AssertionError a failure raises, carrying its `Divergence`.
 """
 
@@ -15,23 +15,36 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-_PUBLIC = {
-    "kvfuzz.api": ("diff", "replay", "check", "assert_agrees", "implementation", "applicable",
-                   "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome"),
-    "kvfuzz.strategies.paged.hypothesis_cases": ("extend_cases", "decode_cases"),
-    "kvfuzz.strategies.hypothesis_traces": ("allocator_traces", "compaction_traces",
-                                            "mamba_traces", "swa_traces", "blockpool_traces",
-                                            "kvmanager_traces"),
-}
-_WHERE = {name: module for module, names in _PUBLIC.items() for name in names}
-__all__ = ["__version__", *_WHERE]
+_API = ("diff", "replay", "check", "assert_agrees", "implementation", "applicable",
+        "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome")
+
+
+def _strategies() -> dict:
+    """{public name: the target whose strategy it is}, from the table (imported on first use)."""
+    from kvfuzz.fuzz.targets import TARGETS
+
+    return {target.strategy_name: target for target in TARGETS.values()}
+
+
+def _strategy(target):
+    def strategy(*args, **kwargs):
+        return target.strategy(*args, **kwargs)
+    strategy.__name__ = strategy.__qualname__ = target.strategy_name
+    strategy.__doc__ = (f"Hypothesis strategy of {target.name} {target.noun}s "
+                        f"(`{target.format}`): {target.strategy.__doc__}")
+    return strategy
 
 
 def __getattr__(name: str):
-    if name not in _WHERE:
-        raise AttributeError(f"module 'kvfuzz' has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+    if name in _API:
+        return getattr(importlib.import_module("kvfuzz.api"), name)
+    if name == "__all__":
+        return ["__version__", *_API, *_strategies()]
+    strategies = _strategies() if not name.startswith("__") else {}
+    if name in strategies:
+        return _strategy(strategies[name])
+    raise AttributeError(f"module 'kvfuzz' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(__all__)
+    return sorted(["__version__", *_API, *_strategies()])

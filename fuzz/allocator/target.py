@@ -38,6 +38,7 @@ class AllocatorTarget(TraceTarget):
     describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 20.0)
+    worst_input = staticmethod(codec.worst_input)
     implementations = IMPLEMENTATIONS
     coverage_modules = ("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",
                         "kvfuzz.oracle.allocator.invariants")

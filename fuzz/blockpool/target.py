@@ -30,6 +30,7 @@ class BlockPoolTarget(TraceTarget):
     describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 20.0)
+    worst_input = staticmethod(codec.worst_input)
     implementations = IMPLEMENTATIONS
     coverage_modules = ("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model")
 

@@ -30,6 +30,7 @@ class CompactionTarget(TraceTarget):
     default_cases = 100
     chunk_sizes = (2, 8)
     shrink_budget = (300, 30.0)
+    worst_input = staticmethod(codec.worst_input)
     implementations = IMPLEMENTATIONS
     fuzz_implementations = ("compaction.lazy",)
     coverage_modules = ("kvfuzz.fuzz.compaction.lockstep", "kvfuzz.oracle.compaction.model",

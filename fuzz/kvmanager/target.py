@@ -31,6 +31,7 @@ class KVManagerTarget(TraceTarget):
     describe_op = staticmethod(describe_op)
     default_cases = 200
     shrink_budget = (3000, 30.0)
+    worst_input = staticmethod(codec.worst_input)
     implementations = IMPLEMENTATIONS
     coverage_modules = ("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model")
 

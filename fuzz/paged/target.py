@@ -33,6 +33,13 @@ class PagedTarget(Target):
     def encode(self, item):
         return bytes_chooser.encode(item)
 
+    def strategy(self):
+        """Cases inside the contract, steered to the edge classes (page-aligned lengths, empty
+        and tight pools, zero extends, ...)."""
+        from kvfuzz.strategies.paged import hypothesis_cases  # imports hypothesis
+
+        return getattr(hypothesis_cases, f"{self.name}_cases")()
+
     def from_json(self, data, source):
         return codec.from_json(data, source)
 
@@ -41,6 +48,9 @@ class PagedTarget(Target):
 
     def input_id(self, item):
         return item.case_id()
+
+    def worst_input(self):
+        return codec.worst_input(self.name)
 
     def owns(self, data):
         return data.get("target") == self.name

@@ -67,3 +67,14 @@ def _value(reader: FieldReader, kind, name: str, value: object, label: str):
     if name in _NATURAL or name == "share_from":
         return reader.integer(value, label, low=0, high=2**31)
     return reader.integer(value, label, -MAX_SIZE, MAX_SIZE)  # fill, pages (relative: < 0)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): a
+    request filling a MAX_SIZE pool, decoding, then freed."""
+    page = 64
+    return {"format": FORMAT, "page_size": page, "size": MAX_SIZE, "need_sort": True,
+            "debug": True, "ops": [{"op": "admit", "rid": 1},
+                                   {"op": "extend", "rids": [1], "lens": [MAX_SIZE - page]},
+                                   *[{"op": "decode", "rids": [1]}] * page,
+                                   {"op": "finish", "rid": 1}]}

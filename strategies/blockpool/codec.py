@@ -51,3 +51,13 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
         else:  # rid, src
             values[name] = reader.integer(value, at, low=0, high=MAX_ID)
     return kind(**values)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test):
+    every op reads the whole pool, so MAX_BLOCKS blocks and MAX_OPS ops, probing for hashes."""
+    return {"format": FORMAT, "blocks": MAX_BLOCKS, "caching": True, "ops": [
+        {"op": "alloc", "rid": 1, "count": MAX_BLOCKS - 1},
+        {"op": "cache", "rid": 1, "hashes": list(range(1, MAX_LIST + 1))},
+        {"op": "free", "rids": [1]},
+        *[{"op": "probe", "hashes": list(range(1, 41)), "groups": [0] * 8}] * (MAX_OPS - 3)]}

@@ -77,3 +77,16 @@ def _pick(reader: FieldReader, raw: object, where: str) -> Pick:
     reader.integer(raw.get("n", 1), f"{where}.n", 1, MAX_N)
     reader.integer(raw.get("salt", 0), f"{where}.salt")
     return Pick(**raw)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): a
+    MAX_BYTES buffer of MAX_PAGES pages per pool, nearly filled from both ends, then one urgent
+    flush moving 2,000 pages."""
+    epp = MAX_BYTES // MAX_PAGES
+    return {"format": FORMAT, "params": {
+        "total_bytes": MAX_BYTES, "epp_up": epp, "epp_down": epp, "sink_bytes": epp,
+        "two_ended": True, "move_cap": 4096}, "ops": [
+            {"op": "alloc", "pool": "up", "n": 2040}, {"op": "alloc", "pool": "down", "n": 2040},
+            {"op": "free", "pool": "up", "pick": {"where": "bottom", "n": 2000}},
+            {"op": "flush", "pool": "up", "urgent": True}]}

@@ -74,3 +74,13 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
         else:  # rid
             values[f.name] = reader.integer(raw.get(f.name), at, low=0, high=2**31)
     return kind(**values)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): one
+    request decoding to the op limit, each op reading every block and hashing one."""
+    return {"format": FORMAT, "blocks": MAX_BLOCKS, "block_size": 1, "window": 2,
+            "max_model_len": MAX_LEN, "ops": [
+                {"op": "arrive", "rid": 1, "tokens": list(range(MAX_LEN // 2))},
+                {"op": "schedule", "rid": 1, "chunk": MAX_LEN},
+                *[{"op": "decode", "rid": 1, "token": 7}] * (MAX_OPS - 2)]}

@@ -39,3 +39,11 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
         values["count"] = reader.integer(raw.get("count"), f"{where}.count",
                                          low=-MAX_SIZE if relative else 0, high=MAX_SIZE)
     return kind(**values)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test):
+    every slot of a MAX_SIZE pool handed out, freed, then pre-allocated by a group."""
+    return {"format": FORMAT, "size": MAX_SIZE, "ops": [
+        {"op": "alloc", "rid": 1, "count": MAX_SIZE}, {"op": "finish", "rids": [1]},
+        {"op": "group_begin", "count": MAX_SIZE}, {"op": "group_end"}]}

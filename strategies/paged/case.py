@@ -122,3 +122,17 @@ def from_json(data: object, source: str = "case") -> Case:
 
 def loads(text: str, source: str = "case") -> Case:
     return from_json(parse_json(text, source), source)
+
+
+def worst_input(target: str) -> dict:
+    """The most a file under 1 MB can ask of the harness (the memory test replays it under a
+    1 GB bound): extend, one request of MAX_TOKENS tokens over the pages it needs; decode,
+    MAX_REQUESTS requests each opening a page."""
+    if target == "extend":
+        page = 1024
+        return {"format": FORMAT, "target": "extend", "page_size": page, "prefix_lens": [0],
+                "seq_lens": [MAX_TOKENS], "last_loc": [-1],
+                "free_pages": list(range(1, MAX_TOKENS // page + 1))}
+    return {"format": FORMAT, "target": "decode", "page_size": 1,
+            "seq_lens": [1] * MAX_REQUESTS, "last_loc": [-1] * MAX_REQUESTS,
+            "free_pages": list(range(1, MAX_REQUESTS + 1))}

@@ -60,3 +60,13 @@ def _op(reader: FieldReader, raw: object, where: str):
     if kind is Extend and len(values["rids"]) != len(values["lens"]):
         reader.fail(f"{where}.lens", "must have one length per rid", list(values["lens"]))
     return kind(**values)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): a
+    request filling both pools, its window evicted, then freed."""
+    page, size = 64, 2**16
+    return {"format": FORMAT, "page_size": page, "size": size, "size_swa": size,
+            "need_sort": True, "ops": [
+                {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1], "lens": [size - page]},
+                {"op": "evict", "rid": 1, "keep": 0}, {"op": "finish", "rid": 1}]}

@@ -20,7 +20,7 @@ import pytest
 
 from kvfuzz.fuzz import corpus
 from kvfuzz.fuzz.cli import main
-from kvfuzz.fuzz.targets import EXTEND
+from kvfuzz.fuzz.targets import EXTEND, TARGETS
 from tests.helpers import kvfuzz_here
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,48 +106,9 @@ def test_saved_files_honour_the_umask(umask, mode, tmp_path):
 
 
 def _worst_cases(tmp_path: Path) -> list[Path]:
-    """Inputs under 1 MB at the formats' limits: the most each can ask for."""
-    page = 1024
-    tokens = 2**21
-    cases = {
-        "extend": {"format": "kvfuzz-case/1", "target": "extend", "page_size": page,
-                   "prefix_lens": [0], "seq_lens": [tokens], "last_loc": [-1],
-                   "free_pages": list(range(1, tokens // page + 1))},
-        "decode": {"format": "kvfuzz-case/1", "target": "decode", "page_size": 1,
-                   "seq_lens": [1] * 2**14, "last_loc": [-1] * 2**14,
-                   "free_pages": list(range(1, 2**14 + 1))},
-        "allocator": {"format": "kvfuzz-allocator-trace/1", "page_size": 64, "size": 2**20,
-                      "need_sort": True, "debug": True, "ops": [
-                          {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1],
-                                                      "lens": [2**20 - 64]},
-                          *[{"op": "decode", "rids": [1]}] * 64, {"op": "finish", "rid": 1}]},
-        "compaction": {"format": "kvfuzz-compaction-trace/1", "params": {
-            "total_bytes": 2**22, "epp_up": 1024, "epp_down": 1024, "sink_bytes": 1024,
-            "two_ended": True, "move_cap": 4096}, "ops": [
-                {"op": "alloc", "pool": "up", "n": 2040}, {"op": "alloc", "pool": "down", "n": 2040},
-                {"op": "free", "pool": "up", "pick": {"where": "bottom", "n": 2000}},
-                {"op": "flush", "pool": "up", "urgent": True}]},
-        "mamba": {"format": "kvfuzz-mamba-trace/1", "size": 2**16, "ops": [
-            {"op": "alloc", "rid": 1, "count": 2**16}, {"op": "finish", "rids": [1]},
-            {"op": "group_begin", "count": 2**16}, {"op": "group_end"}]},
-        "swa": {"format": "kvfuzz-swa-trace/1", "page_size": 64, "size": 2**16,
-                "size_swa": 2**16, "need_sort": True, "ops": [
-                    {"op": "admit", "rid": 1}, {"op": "extend", "rids": [1], "lens": [2**16 - 64]},
-                    {"op": "evict", "rid": 1, "keep": 0}, {"op": "finish", "rid": 1}]},
-        # Every op reads the whole pool's state: blocks x ops is the cost (MAX_BLOCKS, MAX_OPS).
-        "blockpool": {"format": "kvfuzz-blockpool-trace/1", "blocks": 2**11, "caching": True,
-                      "ops": [{"op": "alloc", "rid": 1, "count": 2**11 - 1},
-                              {"op": "cache", "rid": 1, "hashes": list(range(1, 2**10 + 1))},
-                              {"op": "free", "rids": [1]},
-                              *[{"op": "probe", "hashes": list(range(1, 41)),
-                                 "groups": [0] * 8}] * (2**11 - 3)]},
-        # One request decoding to the op limit: each op reads every block and hashes a block.
-        "kvmanager": {"format": "kvfuzz-kvmanager-trace/1", "blocks": 2**11, "block_size": 1,
-                      "window": 2, "max_model_len": 2**14, "ops": [
-                          {"op": "arrive", "rid": 1, "tokens": list(range(2**13))},
-                          {"op": "schedule", "rid": 1, "chunk": 2**14},
-                          *[{"op": "decode", "rid": 1, "token": 7}] * (2**11 - 2)]},
-    }
+    """Every target's input under 1 MB at its format's limits (`Target.worst_input`): a target
+    cannot join the table without one."""
+    cases = {name: target.worst_input() for name, target in TARGETS.items()}
     paths = []
     for name, data in cases.items():
         path = tmp_path / f"{name}.json"
@@ -155,6 +116,13 @@ def _worst_cases(tmp_path: Path) -> list[Path]:
         assert path.stat().st_size < 2**20
         paths.append(path)
     return paths
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_every_targets_worst_input_loads_and_is_under_1_mb(name):
+    text = json.dumps(TARGETS[name].worst_input())
+    assert len(text.encode()) < 2**20
+    assert corpus.loads(text, f"{name}.json")[0] is TARGETS[name]
 
 
 PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:]); "
