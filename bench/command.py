@@ -14,7 +14,7 @@ KINDS = ("extend", "decode", "compaction", "harness", "detection")
 
 def parser() -> argparse.ArgumentParser:
     from kvfuzz.bench.detection import MEASURED_TARGETS, STRATEGIES
-    from kvfuzz.fuzz.args import Parser, jobs, seconds
+    from kvfuzz.fuzz.cli.args import Parser, jobs, seconds
 
     bench = Parser(prog="kvfuzz bench", description=__doc__)
     bench.add_argument("kind", choices=KINDS + ("all",), help="what to benchmark")

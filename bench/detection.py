@@ -3,7 +3,8 @@ measured as FuzzBench and Magma do: several independent trials per (mutant, stra
 the first divergence or the budget, with the inputs and seconds it took.
 
 Strategies: `seeded` (the default `kvfuzz diff` generators, with their edge classes and
-steering), `uniform` (plain uniform-random inputs of the same sizes, `uniform.py`: the baseline),
+steering), `uniform` (plain uniform-random inputs of the same sizes: the baseline each generator
+part declares, `strategies/<target>/uniform.py`),
 `hypothesis` (the public strategies), `atheris` (libFuzzer with structure-aware decoding and the
 allocator-state features) and `atheris-plain` (the same without the features). Trial k uses seed
 k everywhere; atheris starts from its target's pseudo-random seed inputs, as `kvfuzz fuzz` does
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 
-from kvfuzz.fuzz.campaign_specs import SPECS
-from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.campaign.specs import SPECS, seed_inputs
+from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import BUNDLED, MUTANT
+from kvfuzz.impl.registry import MUTANT, OURS
 
 # Every target of the table (each has a mutant catalogue; case_loader, not a target, has none).
 MEASURED_TARGETS = tuple(TARGETS)
@@ -53,8 +54,8 @@ def mutants(target: str, quick: bool) -> list[str]:
     need it installed, and get traces of their own class's profile) are left to their tests,
     except for a target with no implementation of its own (blockpool: vLLM's), whose upstream
     mutants are measured where their package is installed."""
-    catalogue = TARGETS[target].implementations
-    own = any(impl.kind == BUNDLED and impl.requires is None for impl in catalogue)
+    catalogue = TARGETS[target].catalogue.implementations
+    own = any(impl.kind == OURS for impl in catalogue)
     names = [impl.name for impl in catalogue if impl.kind == MUTANT
              and (impl.requires is None if own else impl.available())]
     return names[:1] if quick else names
@@ -72,16 +73,15 @@ def run_trial(target: str, mutant: str, strategy: str, trial: int, budget: float
 
 
 def _inputs(target, strategy: str, trial: int):
-    from kvfuzz.bench.uniform import uniform_input
-
+    """The seeded generator's inputs, or its aimless baseline (the generator part's `uniform`)."""
     if strategy == "seeded":
-        return (target.generate(trial, index) for index in count())
-    return (uniform_input(target.name, random.Random(f"uniform/{target.name}:{trial}:{index}"))
+        return (target.generator.generate(trial, index) for index in count())
+    return (target.generator.uniform(random.Random(f"uniform/{target.name}:{trial}:{index}"))
             for index in count())
 
 
 def _in_process(target, mutant: str, strategy: str, trial: int, budget: float, cases: int):
-    impl = target.resolve(mutant)
+    impl = target.catalogue.resolve(mutant)
     began, used = time.perf_counter(), 0
 
     def diverges(item) -> bool:
@@ -108,7 +108,7 @@ class _Stop(Exception):
 def _hypothesis(target: str, diverges, trial: int, cases: int, out_of_time) -> bool:
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    strategy = TARGETS[target].strategy()
+    strategy = TARGETS[target].generator.strategy()
     found = []
 
     @seed(trial)
@@ -134,14 +134,14 @@ def _atheris(target: str, mutant: str, trial: int, budget: float, features: bool
         work = Path(work)
         for name in ("bytes", "found", "stats"):
             (work / name).mkdir()
-        for number, data in enumerate(TARGETS[target].seed_inputs()):  # as `kvfuzz fuzz` does
+        for number, data in enumerate(seed_inputs(TARGETS[target])):  # as `kvfuzz fuzz` does
             (work / "bytes" / f"seed-{number}").write_bytes(data)
         env = dict(os.environ, KVFUZZ_IMPL=mutant, KVFUZZ_FOUND=str(work / "found"),
                    KVFUZZ_STATS=str(work / "stats"), KVFUZZ_FEATURES="1" if features else "0",
                    OMP_NUM_THREADS="1")
-        command = [sys.executable, str(SPECS[target].script), str(work / "bytes"),
+        command = [sys.executable, *SPECS[target].command, str(work / "bytes"),
                    f"-seed={trial}", f"-max_total_time={max(1, round(budget))}",
-                   f"-artifact_prefix={work}/", *TARGETS[target].fuzz_flags]
+                   f"-artifact_prefix={work}/", *TARGETS[target].settings.fuzz_flags]
         subprocess.run(command, cwd=work, env=env, capture_output=True, timeout=budget + 300)
         found = any((work / "found").iterdir())
         stats = [json.loads(p.read_text()) for p in (work / "stats").glob("*.json")]
@@ -153,8 +153,10 @@ def _atheris(target: str, mutant: str, trial: int, budget: float, features: bool
 
 def run_all(targets, strategies, trials: int, budget: float, cases: int, quick: bool,
             jobs: int, progress=print) -> list[Trial]:
+    # A target whose generator declares no uniform baseline has no "uniform" column.
     tasks = [(t, m, s, k, budget, cases) for k in range(1, trials + 1) for t in targets
-             for m in mutants(t, quick) for s in strategies]
+             for m in mutants(t, quick) for s in strategies
+             if s != "uniform" or TARGETS[t].generator.uniform is not None]
     results = []
     with ProcessPoolExecutor(max_workers=jobs) as pool:
         futures = [pool.submit(run_trial, *task) for task in tasks]

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvfuzz.fuzz.campaign_specs import SPECS
+from kvfuzz.fuzz.campaign.specs import SPECS
 
 
 def measure(target: str, seconds: int, impl: str) -> dict:
@@ -27,7 +27,7 @@ def measure(target: str, seconds: int, impl: str) -> dict:
     env = dict(os.environ, KVFUZZ_FOUND=str(work / "found"), KVFUZZ_IMPL=impl,
                OMP_NUM_THREADS="1")
     pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
-    command = [*pin, sys.executable, str(SPECS[target].script), str(work),
+    command = [*pin, sys.executable, *SPECS[target].command, str(work),
                f"-max_total_time={seconds}", "-seed=1", "-print_final_stats=1"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run(command, env=env, cwd=work, capture_output=True, text=True)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import torch
 
-from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT
 from kvfuzz.fuzz.targets import TARGETS
 
 FULL_CASES, QUICK_CASES = 3000, 300
@@ -17,12 +17,12 @@ SEED = 0
 
 def rate(target, impl, num_cases: int) -> tuple[float, float, Counter]:
     """(cases per second, generation's share of the time, outcomes by status) on one core."""
-    target.check(target.generate(SEED, 0), impl)  # warm-up: imports, first-call allocations
+    target.check(target.generator.generate(SEED, 0), impl)  # warm-up: imports, first-call allocations
     generating = checking = 0.0
     statuses = Counter()
     for index in range(num_cases):
         began = time.perf_counter()
-        case = target.generate(SEED, index)
+        case = target.generator.generate(SEED, index)
         middle = time.perf_counter()
         statuses[target.check(case, impl).status] += 1
         generating += middle - began
@@ -41,9 +41,9 @@ def main(quick: bool, out_dir=None) -> int:
           "| diverge |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name in ("extend", "decode"):
-        for impl in TARGETS[name].bundled():
+        for impl in TARGETS[name].catalogue.defaults():
             per_second, generation, statuses = rate(TARGETS[name], impl, num_cases)
             print(f"| {name} | {impl.name} | {per_second:,.0f} | {generation:.0%} "
-                  f"| {statuses[AGREE]} | {statuses[OUTSIDE]} | {statuses[DIVERGE]} |",
+                  f"| {statuses[AGREE]} | {statuses[OUTSIDE_CONTRACT]} | {statuses[DIVERGE]} |",
                   flush=True)
     return 0

@@ -35,7 +35,7 @@ def measure(target: str, case, min_run_time: float, band: str) -> Row:
     """Times every implementation on `case`, after checking they all write the same slots."""
     seconds, outputs = {}, {}
     for name in IMPLS:
-        call, out = prepared_call(TARGETS[target].resolve(name).load(), case)
+        call, out = prepared_call(TARGETS[target].catalogue.resolve(name).load(), case)
         seconds[name] = median_seconds(call, min_run_time)
         outputs[name] = out
     reference = outputs[IMPLS[0]]

@@ -1,5 +1,5 @@
 """The one table of targets. A new target is a folder per layer (copy one target's) and one line
-here; the engine finds everything else through the `Target` protocol (`kvfuzz.fuzz.target`)."""
+here; the engine finds everything else through the `Target` protocol (`kvfuzz.fuzz.engine.target`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.fuzz.mamba.target import MAMBA
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
 from kvfuzz.fuzz.swa.target import SWA
-from kvfuzz.fuzz.target import Target
+from kvfuzz.fuzz.engine.target import Target
 from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
@@ -23,10 +23,10 @@ def for_document(data: object, source: str) -> Target:
     reader = FieldReader(source)
     reader.expect(isinstance(data, dict), "(top level)", "expected a JSON object",
                   type(data).__name__)
-    formats = list(dict.fromkeys(t.format for t in TARGETS.values()))
-    sharing = [t for t in TARGETS.values() if t.format == data.get("format")]
+    formats = list(dict.fromkeys(t.codec.format for t in TARGETS.values()))
+    sharing = [t for t in TARGETS.values() if t.codec.format == data.get("format")]
     reader.choice(data.get("format"), "format", formats)
-    owners = [t for t in sharing if t.owns(data)]
+    owners = [t for t in sharing if t.codec.owns(data)]
     if len(owners) != 1:  # only where a format is shared: its targets differ in "target"
         reader.choice(data.get("target"), "target", [t.name for t in sharing])
     return owners[0]

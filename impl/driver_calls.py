@@ -39,3 +39,48 @@ def staged_of(allocator) -> list[int]:
         older = getattr(allocator, "release_pages", None)
         chunks = [] if older is None else [older]
     return [page for chunk in chunks for page in int_list(chunk)]
+
+
+class TensorDriver:
+    """The calls every driver makes alike: plain ints in as int64 tensors on its device, results
+    out as plain ints, the caller's tensors poisoned after each call. `allocator` is the object
+    driven; `host_copies`: the host-side length tensors are separate tensors even on the CPU
+    (else they are the device ones there, as a CPU scheduler passes them)."""
+
+    allocator: object
+    device: str = "cpu"
+    host_copies = False
+
+    def _tensor(self, values, device=None) -> torch.Tensor:
+        return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
+
+    def _host(self, device_tensor, values) -> torch.Tensor:
+        shared = self.device == "cpu" and not self.host_copies
+        return device_tensor if shared else self._tensor(values, "cpu")
+
+    def _extend(self, method: str, prefix_lens, seq_lens, last_loc, *extra, **options):
+        """`allocator.<method>(prefix, prefix_cpu, seq, seq_cpu, last_loc, tokens, *extra)`."""
+        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
+        host = (self._host(prefix, prefix_lens), self._host(seq, seq_lens))
+        tokens = sum(s - q for q, s in zip(prefix_lens, seq_lens))
+        result = getattr(self.allocator, method)(prefix, host[0], seq, host[1], last, tokens,
+                                                 *extra, **options)
+        return then_poison(int_list(result), prefix, seq, last, *host)
+
+    def alloc_decode(self, seq_lens, last_loc):
+        seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
+        host = self._host(seq, seq_lens)
+        return then_poison(int_list(self.allocator.alloc_decode(seq, host, last)), seq, last, host)
+
+    def _release(self, method: str, slots, **options) -> None:
+        index = self._tensor(slots)
+        then_poison(getattr(self.allocator, method)(index, **options), index)
+
+    def alloc(self, need_size: int):
+        return int_list(self.allocator.alloc(need_size))
+
+    def clear(self) -> None:
+        self.allocator.clear()
+
+    def available_size(self) -> int:
+        return int(self.allocator.available_size())

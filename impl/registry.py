@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from kvfuzz.impl.upstream_env import prepare_import
 
-BUNDLED = "bundled"    # run by default
+OURS = "ours"          # kvfuzz's own implementation: run by default
+UPSTREAM = "upstream"  # a released engine's class or function (through an adapter where needed)
 MUTANT = "mutant"      # deliberately broken: the tests must kill it
-OUTSIDE = "outside"    # someone else's code, by import path (upstream adapters included)
+YOURS = "yours"        # code given by import path or as an object, not in any catalogue
 BASELINE = "baseline"  # a reference for benchmarks, not run by default
 # Our Triton kernels: run only when named (--impl triton). Under the CPU interpreter a case costs
 # tens of milliseconds, too slow for the default set every `kvfuzz diff` and seeded test runs.
@@ -34,7 +35,7 @@ class Implementation:
     target: str
     path: str      # "package.module:attr", attr may be dotted
     summary: str
-    kind: str = BUNDLED
+    kind: str = OURS
     # Preconditions beyond the target's common contract, by name (paged: e.g. Triton's
     # power-of-two page size): inputs violating them are outside this implementation's contract.
     preconditions: tuple[str, ...] = ()
@@ -44,6 +45,13 @@ class Implementation:
     # False when a call outside the contract may crash the process (an out-of-bounds device
     # read): the engine then records "not run" instead of calling it.
     safe_outside_contract: bool = True
+    # Run by `kvfuzz diff` without --impl, besides kvfuzz's own: an upstream class where the
+    # target has no implementation of kvfuzz's (vLLM's block pool and manager).
+    default: bool = False
+
+    @property
+    def runs_by_default(self) -> bool:
+        return self.kind == OURS or self.default
 
     def available(self) -> bool:
         return self.requires is None or importlib.util.find_spec(self.requires) is not None
@@ -68,7 +76,7 @@ def register_object(obj) -> str:
     return path
 
 
-def entry(target: str, package: str, name: str, path: str, summary: str, kind: str = BUNDLED,
+def entry(target: str, package: str, name: str, path: str, summary: str, kind: str = OURS,
           **options) -> Implementation:
     """A catalogue row: `path` is "module:attr" inside `package`."""
     return Implementation(name, target, f"{package}.{path}", summary, kind, **options)
@@ -82,7 +90,7 @@ def resolve(target: str, entries, spec: str) -> Implementation:
         for entry in entries:  # a registered path keeps its preconditions and safety
             if entry.path == spec:
                 return entry
-        return Implementation(spec, target, spec, "outside implementation", OUTSIDE)
+        return Implementation(spec, target, spec, "outside implementation", YOURS)
     for entry in entries:
         if entry.name == spec:
             return entry

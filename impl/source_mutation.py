@@ -77,3 +77,13 @@ def mutant_module(module: str, mutation: Mutation, tag: str):
         # make a logger named after the module, which the copy's name would leave unconfigured).
         loaded.logger = original.logger
     return loaded
+
+
+def mutant_classes(module: str, cls: str, mutations: dict, tag: str):
+    """A module `__getattr__` that builds the mutant class `name` (a key of `mutations`) from
+    `module`'s installed source on first use: `__getattr__ = mutant_classes(...)`."""
+    def attribute(name: str):
+        if name not in mutations:
+            raise AttributeError(name)
+        return getattr(mutant_module(module, mutations[name], f"{tag}_{name}"), cls)
+    return attribute

@@ -28,10 +28,10 @@ def _strategies() -> dict:
 
 def _strategy(target):
     def strategy(*args, **kwargs):
-        return target.strategy(*args, **kwargs)
+        return target.generator.strategy(*args, **kwargs)
     strategy.__name__ = strategy.__qualname__ = target.strategy_name
-    strategy.__doc__ = (f"Hypothesis strategy of {target.name} {target.noun}s "
-                        f"(`{target.format}`): {target.strategy.__doc__}")
+    strategy.__doc__ = (f"Hypothesis strategy of {target.name} {target.codec.noun}s "
+                        f"(`{target.codec.format}`): {target.generator.strategy.__doc__}")
     return strategy
 
 

@@ -16,15 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kvfuzz.fuzz import corpus as corpus_files
-from kvfuzz.fuzz.diff import DiffResult, run_diff
-from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
-from kvfuzz.fuzz.report import Divergence, Mismatch
-from kvfuzz.fuzz.run import RunOptions
-from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
+from kvfuzz.fuzz.engine import corpus as corpus_files
+from kvfuzz.fuzz.engine.diff import DiffResult, run_diff
+from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.engine.report import Divergence, Mismatch
+from kvfuzz.fuzz.engine.run import RunOptions
+from kvfuzz.fuzz.engine.target import DIVERGE, Outcome
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import OUTSIDE as OUTSIDE_KIND
-from kvfuzz.impl.registry import Implementation, register_object
+from kvfuzz.impl.registry import YOURS, Implementation, register_object
 
 Impl = str | Callable[..., Any] | type | Implementation
 __all__ = ["diff", "replay", "check", "assert_agrees", "implementation", "applicable",
@@ -39,11 +38,11 @@ def implementation(target: str, impl: Impl) -> Implementation:
     if isinstance(impl, Implementation):
         return impl
     if isinstance(impl, str):
-        return owner.resolve(impl)
+        return owner.catalogue.resolve(impl)
     name = f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', repr(impl))}"
-    owner.validate(name, impl)
-    return owner.declared(Implementation(name, target, register_object(impl),
-                                         "given as an object", OUTSIDE_KIND), impl)
+    owner.catalogue.shape(name, impl)
+    return owner.catalogue.declared(Implementation(name, target, register_object(impl),
+                                         "given as an object", YOURS), impl)
 
 
 def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int | None = None,
@@ -53,10 +52,10 @@ def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int |
     implementations) and the oracle, in supervised worker processes: what `kvfuzz diff` does,
     returned rather than printed. Divergences are shrunk; with `corpus`, saved there too."""
     owner = _target(target)
-    impls = [implementation(target, one) for one in _many(impl)] or owner.bundled_or_error()
+    impls = [implementation(target, one) for one in _many(impl)] or owner.catalogue.defaults_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
-    options = RunOptions(cases or owner.default_cases, seed, start, jobs, device, timeout,
+    options = RunOptions(cases or owner.settings.default_cases, seed, start, jobs, device, timeout,
                          None if corpus is None else str(corpus))
     result = run_diff(owner, impls, options, out or io.StringIO())
     if result.interrupted:
@@ -77,7 +76,7 @@ class ReplayResult:
 
     @property
     def ok(self) -> bool:
-        return not any(not d.known for d in self.divergences)
+        return not self.divergences
 
     def report(self) -> str:
         return "\n\n".join(d.report() for d in self.divergences)
@@ -93,7 +92,7 @@ def replay(paths: str | Path | Iterable[str | Path], impl: Impl | Iterable[Impl]
     # Every implementation resolved before the first check: an object is registered by id, and
     # a worker forked before its registration would not know it.
     chosen = {target.name: applicable(target.name, impl) if impl is not None else
-              target.bundled() for _, target, _ in loaded}
+              target.catalogue.defaults() for _, target, _ in loaded}
     result, checker = ReplayResult(), Checker(timeout)
     try:
         for path, target, item in loaded:
@@ -119,13 +118,12 @@ def assert_agrees(target: str, impl: Impl | Iterable[Impl], item=None, **diff_op
     if item is not None:
         for one in _many(impl):
             outcome = check(target, item, one)
-            if outcome.status not in (AGREE, OUTSIDE) and not outcome.divergence.known:
+            if outcome.status == DIVERGE:
                 raise Mismatch(outcome.divergence)
         return
     result = diff(target, impl, **diff_options)
-    failures = [d for d in result.divergences if not d.known]
-    if failures:
-        raise AssertionError("\n\n".join(d.report() for d in failures))
+    if result.divergences:
+        raise AssertionError("\n\n".join(d.report() for d in result.divergences))
 
 
 def _target(name: str):

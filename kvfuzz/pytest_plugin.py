@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from kvfuzz import api
-from kvfuzz.fuzz import corpus as corpus_files
-from kvfuzz.fuzz.isolation import DEFAULT_TIMEOUT, Checker
-from kvfuzz.fuzz.report import Mismatch
-from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.engine import corpus as corpus_files
+from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.engine.report import Mismatch
+from kvfuzz.fuzz.engine.target import DIVERGE
 
 SETTINGS = pytest.StashKey[dict]()
 CHECKER = pytest.StashKey[Checker]()
@@ -94,7 +94,7 @@ class CorpusItem(pytest.Item):
         stash = self.config.stash
         checker = stash.setdefault(CHECKER, Checker(stash[SETTINGS]["timeout"]))
         outcome = checker.check(self.target, self.input, self.impl)
-        if outcome.status == DIVERGE and not outcome.divergence.known:
+        if outcome.status == DIVERGE:
             outcome.divergence.saved_path = str(self.path)
             raise Mismatch(outcome.divergence)
 

@@ -11,9 +11,15 @@ pip3 install --no-deps .
 
 # Implementations are imported by name at run time (kvfuzz/impl/registry.py), which PyInstaller
 # cannot see: collect the whole installed package.
-for fuzzer in fuzz/*/fuzz_*.py fuzz/fuzz_*.py; do
-  compile_python_fuzzer "$fuzzer" --collect-submodules kvfuzz
+# One fuzzer per target of the table (fuzz/targets.py), each a three-line script around the
+# generic entry (fuzz/campaign/fuzz_target.py), plus the loader target.
+mkdir -p "$SRC/fuzzers"
+for target in $(python3 -c "from kvfuzz.fuzz.targets import TARGETS; print(*TARGETS)"); do
+  printf 'import sys\nfrom kvfuzz.fuzz.campaign.atheris_env import fuzz\nfuzz("%s", sys.argv)\n' \
+      "$target" > "$SRC/fuzzers/fuzz_$target.py"
+  compile_python_fuzzer "$SRC/fuzzers/fuzz_$target.py" --collect-submodules kvfuzz
 done
+compile_python_fuzzer fuzz/campaign/fuzz_case_loader.py --collect-submodules kvfuzz
 
 # <fuzzer>_seed_corpus.zip from the committed JSON corpus (decoded cases, encoded to bytes).
-python3 -m kvfuzz.fuzz.seed_corpus --out "$OUT" corpus/
+python3 -m kvfuzz.fuzz.campaign.seed_corpus --out "$OUT" corpus/

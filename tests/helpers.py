@@ -12,15 +12,15 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.report import Mismatch
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation
+from kvfuzz.impl.registry import MUTANT, OURS, Implementation
 from tests.conftest import CORPUS
 
 
 def bundled(target: str):
-    return TARGETS[target].bundled()
+    return TARGETS[target].catalogue.defaults()
 
 
 def engine_of(value) -> str | None:
@@ -31,10 +31,10 @@ def engine_of(value) -> str | None:
         return value.requires
     name = value.name.split("-")[0] if hasattr(value, "suffix") else value
     if name in TARGETS:
-        return next((impl.requires for impl in TARGETS[name].implementations
-                     if impl.kind == BUNDLED and impl.requires), None)
+        return next((impl.requires for impl in TARGETS[name].catalogue.implementations
+                     if impl.runs_by_default and impl.requires), None)
     for target in TARGETS.values():
-        for impl in target.implementations:
+        for impl in target.catalogue.implementations:
             if impl.name == name:
                 return impl.requires
     return None
@@ -48,20 +48,20 @@ def by_tier(values, ids=None) -> list:
 
 
 def mutants(target: str):
-    return [impl for impl in TARGETS[target].implementations if impl.kind == MUTANT]
+    return [impl for impl in TARGETS[target].catalogue.implementations if impl.kind == MUTANT]
 
 
 def divergence(target: str, item, impl):
     """The divergence (None: it agreed) of `impl` on `item`: a registered name, an import path,
     or an `Implementation`."""
-    impl = TARGETS[target].resolve(impl) if isinstance(impl, str) else impl
+    impl = TARGETS[target].catalogue.resolve(impl) if isinstance(impl, str) else impl
     return TARGETS[target].check(item, impl).divergence
 
 
 def double(target: str, path: str) -> Implementation:
     """A test's own implementation by import path, judged like a bundled one (an outside one's
     divergences may be classified as known upstream differences)."""
-    return Implementation(path, target, path, "test double", BUNDLED)
+    return Implementation(path, target, path, "test double", OURS)
 
 
 def save_divergence(divergence) -> None:
@@ -109,7 +109,7 @@ class Ran:
 def kvfuzz_here(*args) -> Ran:
     """The command in this process (its workers are forked from it): what a user sees, without
     the seconds a fresh interpreter and torch cost. The slow tier runs it as a process too."""
-    from kvfuzz.fuzz.cli import main
+    from kvfuzz.fuzz.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -121,12 +121,12 @@ def kvfuzz_here(*args) -> Ran:
 
 
 def summary_rows(err: str) -> dict[str, list[str]]:
-    """A diff summary's row per implementation: [cases, agree, outside, known, diverged, rate]."""
+    """A diff summary's row per implementation: [cases, agree, outside, diverged, rate]."""
     rows, inside = {}, False
     for line in err.splitlines():
         inside = inside or line.startswith("summary: ")
         words = line.split()
-        if inside and len(words) == 7 and words[1].replace(",", "").isdigit():
+        if inside and len(words) == 6 and words[1].replace(",", "").isdigit():
             rows[words[0]] = words[1:]
     return rows
 

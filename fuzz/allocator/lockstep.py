@@ -1,4 +1,4 @@
-"""The paged allocator object's judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the
+"""The paged allocator object's judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the
 oracle (`oracle.allocator`) and an implementation driven with the same trace, like a scheduler
 (`scheduler.py` plans each op's call; `misuse.py` the wrong calls a buggy caller makes),
 compared after every op: the returned slots, None vs success, rejections, `available_size`, the
@@ -12,7 +12,7 @@ from collections import Counter
 
 from kvfuzz.fuzz.allocator.misuse import misuse_call
 from kvfuzz.fuzz.allocator.scheduler import Planned, Scheduler
-from kvfuzz.fuzz.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
 from kvfuzz.strategies.allocator import trace as allocator
@@ -37,7 +37,6 @@ class AllocatorLockstep(Lockstep):
 
     def build_model(self, trace):
         self.sched = Scheduler(trace)
-        self._seen_pages: set[int] = set()  # the free and staged pages last read
         return AllocatorModel(trace.size, trace.page_size, trace.need_sort, trace.debug,
                               trace.interface == "token")
 
@@ -88,10 +87,8 @@ class AllocatorLockstep(Lockstep):
             self.count("merge")
 
     def state(self, op) -> list[tuple[str, str]]:
-        self._seen_pages = set()
         available = self.read("available_size")
         free, staged = self.read("free_list"), self.read("staged")
-        self._seen_pages = set(free + staged)
         model, problems = self.model, []
         capacity = model.num_pages * model.page_size
         if available > capacity:
@@ -109,10 +106,9 @@ class AllocatorLockstep(Lockstep):
                                  self.sched.holders)
         return problems + [("invariant", text) for text in found]
 
-    def kept_a_tensor(self, problems) -> bool:
-        """The poisoned slot, or its page id, among the pages read, or in a problem."""
-        return bool({POISON, POISON // self.model.page_size} & self._seen_pages) or \
-            super().kept_a_tensor(problems)
+    def poisoned(self) -> set[int]:
+        """The poisoned slot, or its page id (free and staged lists hold pages)."""
+        return {POISON, POISON // self.model.page_size}
 
 
 def _owner(call: Planned):

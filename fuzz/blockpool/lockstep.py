@@ -1,4 +1,4 @@
-"""The block-pool judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the oracle
+"""The block-pool judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.blockpool`) and an implementation driven as vLLM's KV-cache manager drives its pool
 (requests holding blocks, prefix hits touched, full blocks cached, tables freed tail first),
 compared after every op: results (blocks handed out or ValueError, hits, reset's verdict, what
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
-from kvfuzz.fuzz.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
+from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
 from kvfuzz.strategies.blockpool import trace as blockpool
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,

@@ -5,7 +5,7 @@ vLLM targets judge their pool with it: `blockpool` the pool it drives, `kvmanage
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.lockstep import crash_problems, guarded, list_diff
+from kvfuzz.fuzz.engine.lockstep import crash_problems, guarded, list_diff
 from kvfuzz.oracle.blockpool.model import BlockPoolModel, state_violations
 
 

@@ -1,4 +1,4 @@
-"""The lazy-compaction judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the oracle and an
+"""The lazy-compaction judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle and an
 implementation driven with the same trace, every observable value compared after every op (each
 pool's watermark, counters, holes, pending sets, free vids, `v2p` and `p2v`), the KV content
 checked against what was written, invariants I1-I11 run on the implementation, and, at the end
@@ -16,7 +16,7 @@ from dataclasses import fields
 
 from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
-from kvfuzz.fuzz.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems, handles,
+from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems, handles,
                                   short)
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
 from kvfuzz.oracle.compaction.model import CompactionModel, geometries
@@ -24,7 +24,7 @@ from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violat
                                                   flush_violations)
 from kvfuzz.strategies.compaction import trace as compaction
 from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free,
-                                                PoolSnapshot, Trace)
+                                                PoolSnapshot)
 
 
 class CompactionLockstep(Lockstep):
@@ -222,16 +222,3 @@ def compare_snapshots(expected: PoolSnapshot, actual: PoolSnapshot) -> list[tupl
 
 def _short(value: object, width: int = 120) -> str:
     return short(list(value) if isinstance(value, tuple) else value, width)
-
-
-def run_trace(trace: Trace, factory, device: str = "cpu"):
-    """The lock step alone, no I12: (the problems of the first op that has any, as texts, or
-    None; the events counted up to there)."""
-    lock = CompactionLockstep(trace, factory, device)
-    if lock.broken:
-        return [text for _, text in lock.broken], lock.events
-    for op in trace.ops:
-        _, problems = lock.step(op)
-        if problems:
-            return [text for _, text in problems], lock.events
-    return None, lock.events

@@ -1,21 +1,12 @@
 """What the compaction judge and I12 share: the implementation's side with its results checked,
-the oracle itself as a side, the payload written into each allocated page, and live vids in
-depth order (what a trace's picks resolve against)."""
+the payload written into each allocated page, and live vids in depth order (what a trace's
+picks resolve against)."""
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.lockstep import ImplementationRaised
-from kvfuzz.oracle.compaction.model import TAKES, CompactionModel
+from kvfuzz.fuzz.engine.lockstep import ImplementationRaised
+from kvfuzz.oracle.compaction.model import TAKES
 from kvfuzz.strategies.compaction.trace import PoolSnapshot
-
-
-def oracle_lazy(params, device: str = "cpu") -> CompactionModel:
-    """The model itself as a side (lazy, or eager below): the harness tested on itself."""
-    return CompactionModel(params, lazy=True)
-
-
-def oracle_eager(params, device: str = "cpu") -> CompactionModel:
-    return CompactionModel(params, lazy=False)
 
 
 # What each method of the implementation must return (else it is its fault, never the harness's).

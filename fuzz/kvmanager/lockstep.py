@@ -1,4 +1,4 @@
-"""The KV-cache-manager judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the oracle
+"""The KV-cache-manager judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.kvmanager`) and an implementation driven as vLLM's scheduler drives them (admission
 through the prefix cache, chunked prefill, decode, preemption, finish), compared after every
 op: the hit (blocks per group, hit tokens, shared-prefix boundary), allocate_slots' result
@@ -11,7 +11,7 @@ hashes, the hash map, invariants).
 from __future__ import annotations
 
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
-from kvfuzz.fuzz.lockstep import Call, Lockstep, crash_problems, handles, short
+from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.oracle.kvmanager.model import KVManagerModel
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.blockpool.target import smaller_pool
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
+                                             TraceShrinker, trace_target)
 from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
-from kvfuzz.fuzz.trace_target import TraceTarget
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
-from kvfuzz.strategies.kvmanager import codec, generator
-from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, Trace, describe_op, to_json
+from kvfuzz.strategies.kvmanager import codec, generator, uniform
+from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
            "reset_prefix_cache", "evict_blocks")
@@ -24,40 +27,30 @@ KEYWORDS = ("max_model_len", "scheduler_block_size", "hash_block_size", "enable_
             "max_in_flight_tokens")
 
 
-class KVManagerTarget(TraceTarget):
-    name = "kvmanager"
-    format = FORMAT
-    judge = KVManagerLockstep
-    describe_op = staticmethod(describe_op)
-    default_cases = 200
-    shrink_budget = (3000, 30.0)
-    worst_input = staticmethod(codec.worst_input)
-    implementations = IMPLEMENTATIONS
-    coverage_modules = ("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model")
-
-    def validate(self, path, obj):
-        check_shape(path, obj, 1, "a class with vLLM KVCacheManager's interface", cls=True,
-                    methods=METHODS, keywords=KEYWORDS)
-
-    def describe(self, item):
-        return [("manager", item.describe())]
-
-    def fewer_parts(self, item: Trace):
-        """The trace with one request taken out, the latest first; then a smaller pool."""
-        rids = {op.rid for op in item.ops if isinstance(op, Arrive)}
-        for rid in sorted(rids, reverse=True):
-            yield replace(item, ops=tuple(op for op in item.ops
-                                          if getattr(op, "rid", None) != rid))
-        if item.blocks > 2:
-            yield replace(item, blocks=item.blocks - 1)
-        for op in item.ops:  # shorter prompts
-            if isinstance(op, Arrive) and len(op.tokens) > 1:
-                shorter = replace(op, tokens=op.tokens[:-1])
-                yield replace(item, ops=tuple(shorter if o is op else o for o in item.ops))
-
-    def size(self, item):
-        return len(item.ops), item.blocks, sum(len(op.tokens) for op in item.ops
-                                               if isinstance(op, Arrive))
+def _shape(path, obj):
+    check_shape(path, obj, 1, "a class with vLLM KVCacheManager's interface", cls=True,
+                methods=METHODS, keywords=KEYWORDS)
 
 
-KVMANAGER = KVManagerTarget(generator.GENERATOR, codec.from_json, to_json)
+def _smaller(item):
+    """A smaller pool, then shorter prompts."""
+    yield from smaller_pool(item)
+    for op in item.ops:
+        if isinstance(op, Arrive) and len(op.tokens) > 1:
+            shorter = replace(op, tokens=op.tokens[:-1])
+            yield replace(item, ops=tuple(shorter if o is op else o for o in item.ops))
+
+
+def _size(item):
+    return len(item.ops), item.blocks, sum(len(op.tokens) for op in item.ops
+                                           if isinstance(op, Arrive))
+
+
+KVMANAGER = trace_target(
+    "kvmanager",
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager"),
+    inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
+    judge=LockstepJudge(KVManagerLockstep, describe_op),
+    catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape),
+    shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),
+    coverage_modules=("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model"))

@@ -1,4 +1,4 @@
-"""The Mamba slot-allocator judge on the shared lock step (`kvfuzz.fuzz.lockstep`): the oracle
+"""The Mamba slot-allocator judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.mamba`) and an implementation driven as a scheduler drives them (one slot per request,
 batches admitted through alloc groups), compared after every op: the slots returned, None vs
 success, `available_size`, the free list (exact order), and the invariants (every slot free,
@@ -7,7 +7,7 @@ pre-allocated or held, exactly once; slot 0 never).
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.oracle.mamba.model import MambaModel, new_slot_violations, state_violations
 from kvfuzz.strategies.mamba import trace as mamba
 from kvfuzz.strategies.mamba.trace import Admit, AllocMany, Clear, Finish, GroupBegin, GroupEnd
@@ -88,7 +88,7 @@ class MambaLockstep(Lockstep):
         return {slot: rid for rid, slots in self.rows.items() for slot in slots}
 
     def state(self, op) -> list[tuple[str, str]]:
-        model, problems, self._free_now = self.model, [], ()
+        model, problems = self.model, []
         available, free = self.read("available_size"), self.read("free_list")
         if available > model.size:
             problems.append(("invariant", f"available_size {available} exceeds the capacity "
@@ -99,8 +99,4 @@ class MambaLockstep(Lockstep):
         if free != model.free:
             problems.append(("free list", list_diff(model.free, free)))
         found = state_violations(model.size, free, model.pending, self.holders())
-        self._free_now = free
         return problems + [("invariant", text) for text in found]
-
-    def kept_a_tensor(self, problems) -> bool:
-        return POISON in getattr(self, "_free_now", ()) or super().kept_a_tensor(problems)

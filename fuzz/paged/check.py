@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import traceback
 
-from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE, Outcome
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT, Outcome
 from kvfuzz.impl.paged.calling import UNWRITTEN, call
 from kvfuzz.impl.registry import Implementation
 from kvfuzz.oracle.paged.contract import violations
@@ -28,7 +28,7 @@ def check(target, case: Case, impl: Implementation, device: str = "cpu") -> Outc
     if found:
         behaviour = behaviour_outside(fn, case, device) if impl.safe_outside_contract \
             else "not run"
-        return Outcome(OUTSIDE, outside=tuple(v.kind for v in found), behaviour=behaviour)
+        return Outcome(OUTSIDE_CONTRACT, outside=tuple(v.kind for v in found), behaviour=behaviour)
     expected = expected_for(case)
     edges = edge_classes(case)
     try:

@@ -1,11 +1,11 @@
-"""The features of paged cases that guide atheris (see `kvfuzz.fuzz.features`): edge classes,
+"""The features of paged cases that guide atheris (see `kvfuzz.fuzz.campaign.features`): edge classes,
 the phases each request takes, pool fill, sizes in powers of two, and outcomes."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from kvfuzz.fuzz.target import Outcome
+from kvfuzz.fuzz.engine.target import Outcome
 from kvfuzz.oracle.paged.contract import (BAD_PAGE_ID, DUPLICATE_PAGES, LAST_LOC, OUT_LEN,
                                           POOL_SHORT, SEQ_BELOW_PREFIX, pages_needed)
 from kvfuzz.oracle.paged.model import CURRENT_PAGE, LAST_PARTIAL_PAGE, WHOLE_PAGES, ceil_pages

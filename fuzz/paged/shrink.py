@@ -1,4 +1,4 @@
-"""Smaller paged cases to try when shrinking a divergence (the engine's `kvfuzz.fuzz.shrink`
+"""Smaller paged cases to try when shrinking a divergence (the engine's `kvfuzz.fuzz.engine.shrink`
 keeps those that still fail the same way).
 
 In order: drop requests (halves, then one at a time), shrink each request's lengths, trim the pool

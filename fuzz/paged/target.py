@@ -6,39 +6,30 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
+from dataclasses import dataclass
 
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.summary import grid
+from kvfuzz.fuzz.engine.target import Settings, Target
 from kvfuzz.fuzz.paged import features, shrink
-from kvfuzz.fuzz.summary import grid
-from kvfuzz.fuzz.target import Target
 from kvfuzz.impl.paged import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.paged import bytes_chooser, case as codec, generators
 from kvfuzz.strategies.paged.edges import CLASSES
 
+SIGNATURES = {
+    "extend": (7, "alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, "
+                  "page_size, device)"),
+    "decode": (6, "alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size, "
+                  "num_new_pages)"),
+}
 
-class PagedTarget(Target):
+
+@dataclass(frozen=True)
+class PagedCodec:
+    name: str
     format = codec.FORMAT
-    default_cases = 2000
-
-    def __init__(self, name: str):
-        self.name = name
-        self.implementations = tuple(i for i in IMPLEMENTATIONS if i.target == name)
-
-    def generate(self, seed, index):
-        return generators.generate(self.name, seed, index)
-
-    def from_bytes(self, data):
-        return bytes_chooser.decode(data, self.name)
-
-    def encode(self, item):
-        return bytes_chooser.encode(item)
-
-    def strategy(self):
-        """Cases inside the contract, steered to the edge classes (page-aligned lengths, empty
-        and tight pools, zero extends, ...)."""
-        from kvfuzz.strategies.paged import hypothesis_cases  # imports hypothesis
-
-        return getattr(hypothesis_cases, f"{self.name}_cases")()
+    noun = "case"
 
     def from_json(self, data, source):
         return codec.from_json(data, source)
@@ -60,26 +51,39 @@ class PagedTarget(Target):
                           f"{len(item.free_pages)} free pages, output length "
                           f"{item.output_length()}")]
 
-    def validate(self, path, obj):
-        if self.name == "extend":
-            what = ("alloc_extend(prefix_lens, seq_lens, last_loc, free_pages, out_indices, "
-                    "page_size, device)")
-        else:
-            what = ("alloc_decode(seq_lens, last_loc, free_pages, out_indices, page_size, "
-                    "num_new_pages)")
-        check_shape(path, obj, 7 if self.name == "extend" else 6, f"a function {what}")
 
-    def check(self, item, impl, device="cpu"):
-        return _checker()(self, item, impl, device)
+@dataclass(frozen=True)
+class PagedGenerator:
+    name: str
 
-    def shrink_candidates(self, item, divergence):
-        return shrink.candidates(item)
+    def generate(self, seed, index, impls=()):
+        return generators.generate(self.name, seed, index)
 
-    def size(self, item):
-        return shrink.size(item)
+    def from_bytes(self, data, impls=()):
+        return bytes_chooser.decode(data, self.name)
 
-    def size_text(self, item):
-        return f"{item.batch_size} requests, {len(item.free_pages)} free pages"
+    def encode(self, item):
+        return bytes_chooser.encode(item)
+
+    def strategy(self):
+        """Cases inside the contract, steered to the edge classes (page-aligned lengths, empty
+        and tight pools, zero extends, ...)."""
+        from kvfuzz.strategies.paged import hypothesis_cases  # imports hypothesis
+
+        return getattr(hypothesis_cases, f"{self.name}_cases")()
+
+    def uniform(self, rng):
+        from kvfuzz.strategies.paged.uniform import uniform_case
+
+        return uniform_case(self.name, rng)
+
+
+@dataclass(frozen=True)
+class PagedJudge:
+    name: str
+
+    def check(self, target, item, impl, device="cpu"):
+        return _checker()(target, item, impl, device)
 
     def summary_lines(self, found: Counter) -> list[str]:
         classes = CLASSES[self.name]
@@ -90,11 +94,24 @@ class PagedTarget(Target):
             lines.append(f"  NEVER HIT: {', '.join(missing)}")
         return lines
 
+    def row_lines(self, tally):
+        return []
+
     def feature_names(self):
         return features.feature_names(self.name)
 
     def fuzz_features(self, item, outcomes):
         return features.fuzz_features(item, outcomes)
+
+
+class PagedShrinker:
+    budget = (3000, 30.0)
+    candidates = staticmethod(lambda item, divergence: shrink.candidates(item))
+    size = staticmethod(shrink.size)
+
+    @staticmethod
+    def size_text(item):
+        return f"{item.batch_size} requests, {len(item.free_pages)} free pages"
 
 
 @functools.cache
@@ -103,5 +120,13 @@ def _checker():
     return check
 
 
-EXTEND = PagedTarget("extend")
-DECODE = PagedTarget("decode")
+def paged_target(name: str) -> Target:
+    positional, what = SIGNATURES[name]
+    catalogue = Catalogue(name, tuple(i for i in IMPLEMENTATIONS if i.target == name),
+                          lambda path, obj: check_shape(path, obj, positional, f"a function {what}"))
+    return Target(name, PagedCodec(name), PagedGenerator(name), catalogue, PagedJudge(name),
+                  PagedShrinker(), Settings(default_cases=2000))
+
+
+EXTEND = paged_target("extend")
+DECODE = paged_target("decode")

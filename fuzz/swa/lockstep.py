@@ -1,5 +1,5 @@
 """The hybrid full + sliding-window allocator judge on the shared lock step
-(`kvfuzz.fuzz.lockstep`): the oracle (`oracle.swa`) and an implementation driven as a scheduler
+(`kvfuzz.fuzz.engine.lockstep`): the oracle (`oracle.swa`) and an implementation driven as a scheduler
 drives them (each request's row of full slots, the window cursor below which its SWA slots are
 released), compared after every op: the slots returned, None vs success, the three available
 sizes, both pools' free lists (exact order) and staged pages, the full-to-SWA mapping, and the
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from kvfuzz.fuzz.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
 from kvfuzz.oracle.swa.model import Rejected, SWAModel

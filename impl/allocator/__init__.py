@@ -5,12 +5,12 @@ declares (strategies/allocator/profile.py). Nothing heavy is imported here."""
 from functools import partial
 
 from kvfuzz.impl.allocator.upstream_mutants import MUTATIONS
-from kvfuzz.impl.registry import MUTANT, OUTSIDE, Implementation, entry
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.strategies.allocator.profile import (KEEPS_PAGE_IDS, NO_RELEASE_CHECKS,
                                                  PAGE_SIZE_2_UP, TOKEN_INTERFACE)
 
-UPSTREAM = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
-UPSTREAM_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
+RELEASED = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
+RELEASED_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
 _entry = partial(entry, "allocator", __name__)
 PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, KEEPS_PAGE_IDS)
 TOKEN = (TOKEN_INTERFACE,)
@@ -33,12 +33,12 @@ IMPLEMENTATIONS = (
            "a nested free_group_begin restarts the group", MUTANT),
     # The released classes (sglang 0.5.23, needs sglang installed): `--impl` by name or by
     # their import path gets these preconditions.
-    Implementation("sglang.paged", "allocator", UPSTREAM,
-                   "upstream PagedTokenToKVPoolAllocator (needs sglang installed)", OUTSIDE,
+    Implementation("sglang.paged", "allocator", RELEASED,
+                   "upstream PagedTokenToKVPoolAllocator (needs sglang installed)", UPSTREAM,
                    preconditions=PAGED, requires="sglang"),
-    Implementation("sglang.token", "allocator", UPSTREAM_TOKEN,
+    Implementation("sglang.token", "allocator", RELEASED_TOKEN,
                    "upstream TokenToKVPoolAllocator, page size 1 (needs sglang installed)",
-                   OUTSIDE, preconditions=TOKEN, requires="sglang"),
+                   UPSTREAM, preconditions=TOKEN, requires="sglang"),
 ) + tuple(
     # Upstream's source with one edit each (upstream_mutants.py).
     _entry(f"mutant.sglang.{name.replace('_', '.', 1)}", f"upstream_mutants:{name}",

@@ -14,12 +14,12 @@ import os
 
 import torch
 
-from kvfuzz.impl.driver_calls import free_list_of, int_list, staged_of, then_poison
+from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, staged_of, then_poison
 
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
 
 
-class AllocatorDriver:
+class AllocatorDriver(TensorDriver):
     def __init__(self, cls, size: int, page_size: int, need_sort: bool, debug: bool,
                  device: str = "cpu", token: bool = False, reuse_page_ids: bool = True):
         self.device, self.page_size, self.reuse_page_ids = device, page_size, reuse_page_ids
@@ -34,35 +34,15 @@ class AllocatorDriver:
             else:
                 os.environ[DEBUG_ENV] = before
 
-    def _tensor(self, values, device=None) -> torch.Tensor:
-        return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
-
-    def alloc(self, need_size: int):
-        return int_list(self.allocator.alloc(need_size))
-
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, num_new_pages=None):
-        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
-        host = (prefix, seq) if self.device == "cpu" else \
-            (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
-        args = (prefix, host[0], seq, host[1], last,
-                sum(s - q for q, s in zip(prefix_lens, seq_lens)))
-        return then_poison(
-            int_list(self.allocator.alloc_extend(*args, num_new_pages=num_new_pages)),
-            prefix, seq, last, *host)
-
-    def alloc_decode(self, seq_lens, last_loc):
-        seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
-        host = seq if self.device == "cpu" else self._tensor(seq_lens, "cpu")
-        return then_poison(int_list(self.allocator.alloc_decode(seq, host, last)),
-                                 seq, last, host)
+        return self._extend("alloc_extend", prefix_lens, seq_lens, last_loc,
+                            num_new_pages=num_new_pages)
 
     def free_slots(self, slots) -> None:
-        index = self._tensor(slots)
-        then_poison(self.allocator.free(index), index)
+        self._release("free", slots)
 
     def free_segment(self, slots, start_pos: int) -> None:
-        index = self._tensor(slots)
-        then_poison(self.allocator.free_segment(index, start_pos=start_pos), index)
+        self._release("free_segment", slots, start_pos=start_pos)
 
     def free_page_ids(self, pages) -> None:
         ids = self._tensor(pages)
@@ -73,12 +53,6 @@ class AllocatorDriver:
 
     def group_end(self) -> None:
         self.allocator.free_group_end()
-
-    def clear(self) -> None:
-        self.allocator.clear()
-
-    def available_size(self) -> int:
-        return int(self.allocator.available_size())
 
     def free_list(self) -> list[int]:
         return free_list_of(self.allocator)

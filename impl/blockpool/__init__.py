@@ -6,14 +6,14 @@ Nothing heavy is imported here."""
 from functools import partial
 
 from kvfuzz.impl.blockpool.upstream_mutants import MUTATIONS
-from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation, entry
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 
-UPSTREAM = "vllm.v1.core.block_pool:BlockPool"
+RELEASED = "vllm.v1.core.block_pool:BlockPool"
 _entry = partial(entry, "blockpool", __name__)
 
 IMPLEMENTATIONS = (
-    Implementation("vllm.blockpool", "blockpool", UPSTREAM,
-                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", BUNDLED,
+    Implementation("vllm.blockpool", "blockpool", RELEASED,
+                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", UPSTREAM, default=True,
                    requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.blockpool.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

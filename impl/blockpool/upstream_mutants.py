@@ -5,7 +5,7 @@ the tests that run them skip without it."""
 
 from __future__ import annotations
 
-from kvfuzz.impl.source_mutation import Mutation, mutant_module
+from kvfuzz.impl.source_mutation import Mutation, mutant_classes
 
 MODULE, CLASS, MAP = "vllm.v1.core.block_pool", "BlockPool", "BlockHashToBlockMap"
 
@@ -56,8 +56,4 @@ MUTATIONS = {
 }
 
 
-def __getattr__(name: str):
-    """The mutant class `name` (a key of MUTATIONS), built from the installed source."""
-    if name not in MUTATIONS:
-        raise AttributeError(name)
-    return getattr(mutant_module(MODULE, MUTATIONS[name], f"vllm_block_pool_{name}"), CLASS)
+__getattr__ = mutant_classes(MODULE, CLASS, MUTATIONS, "vllm_block_pool")

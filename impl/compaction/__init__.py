@@ -4,7 +4,7 @@
 from functools import partial
 
 from kvfuzz.impl.compaction.upstream_mutants import MUTATIONS
-from kvfuzz.impl.registry import BASELINE, MUTANT, OUTSIDE, entry
+from kvfuzz.impl.registry import BASELINE, MUTANT, UPSTREAM, entry
 
 _entry = partial(entry, "compaction", __name__)
 
@@ -23,10 +23,10 @@ IMPLEMENTATIONS = (
            "commit remaps the tables, never copies KV rows", MUTANT),
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
-           "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", OUTSIDE,
+           "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,
            requires="sglang"),
     _entry("sglang.compaction.eager", "upstream:eager",
-           "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", OUTSIDE,
+           "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", UPSTREAM,
            requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.compaction.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

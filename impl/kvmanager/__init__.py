@@ -6,14 +6,14 @@ path. Nothing heavy is imported here."""
 from functools import partial
 
 from kvfuzz.impl.kvmanager.upstream_mutants import MUTATIONS
-from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation, entry
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 
-UPSTREAM = "vllm.v1.core.kv_cache_manager:KVCacheManager"
+RELEASED = "vllm.v1.core.kv_cache_manager:KVCacheManager"
 _entry = partial(entry, "kvmanager", __name__)
 
 IMPLEMENTATIONS = (
-    Implementation("vllm.kvmanager", "kvmanager", UPSTREAM,
-                   "vLLM's KVCacheManager (needs vllm and requirements-vllm.txt)", BUNDLED,
+    Implementation("vllm.kvmanager", "kvmanager", RELEASED,
+                   "vLLM's KVCacheManager (needs vllm and requirements-vllm.txt)", UPSTREAM, default=True,
                    requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.kvmanager.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

@@ -5,10 +5,10 @@ declares (strategies/mamba/profile.py), and mutants. Nothing heavy is imported h
 from functools import partial
 
 from kvfuzz.impl.mamba.upstream_mutants import MUTATIONS
-from kvfuzz.impl.registry import MUTANT, OUTSIDE, Implementation, entry
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.strategies.mamba.profile import NO_CLEAR_IN_GROUP, NO_NESTED
 
-UPSTREAM = "sglang.srt.mem_cache.allocator.mamba:MambaSlotAllocator"
+RELEASED = "sglang.srt.mem_cache.allocator.mamba:MambaSlotAllocator"
 UPSTREAM_DECLARES = (NO_NESTED, NO_CLEAR_IN_GROUP)
 _entry = partial(entry, "mamba", __name__)
 
@@ -21,8 +21,8 @@ IMPLEMENTATIONS = (
            "an allocation of exactly the free slots is refused", MUTANT),
     _entry("mutant.mamba.free_keeps_view", "mutants:FreeKeepsCallerTensor",
            "free into an empty free list keeps the caller's tensor", MUTANT),
-    Implementation("sglang.mamba", "mamba", UPSTREAM,
-                   "upstream MambaSlotAllocator (needs sglang installed)", OUTSIDE,
+    Implementation("sglang.mamba", "mamba", RELEASED,
+                   "upstream MambaSlotAllocator (needs sglang installed)", UPSTREAM,
                    preconditions=UPSTREAM_DECLARES, requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.mamba.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

@@ -4,7 +4,7 @@ use. They need sglang installed; the tests that run them skip without it."""
 
 from __future__ import annotations
 
-from kvfuzz.impl.source_mutation import Mutation, mutant_module
+from kvfuzz.impl.source_mutation import Mutation, mutant_classes
 
 MODULE, CLASS = "sglang.srt.mem_cache.allocator.mamba", "MambaSlotAllocator"
 
@@ -29,8 +29,4 @@ MUTATIONS = {
 }
 
 
-def __getattr__(name: str):
-    """The mutant class `name` (a key of MUTATIONS), built from the installed source."""
-    if name not in MUTATIONS:
-        raise AttributeError(name)
-    return getattr(mutant_module(MODULE, MUTATIONS[name], f"sglang_mamba_{name}"), CLASS)
+__getattr__ = mutant_classes(MODULE, CLASS, MUTATIONS, "sglang_mamba")

@@ -1,7 +1,7 @@
 """Paged `alloc_extend` / `alloc_decode` (targets "extend" and "decode"): the catalogue of bundled
 implementations, Triton kernels, upstream adapters and mutants. Nothing heavy is imported here."""
 
-from kvfuzz.impl.registry import KERNEL, MUTANT, OUTSIDE, entry
+from kvfuzz.impl.registry import KERNEL, MUTANT, UPSTREAM, entry
 
 POW2 = ("power-of-two page size",)
 
@@ -43,10 +43,10 @@ IMPLEMENTATIONS = (
            "Triton kernel, one program per request (interpreted without CUDA)", KERNEL,
            preconditions=POW2),
     _entry("extend", "sglang.triton", "upstream_sglang:triton_extend",
-           "upstream sglang alloc_extend_kernel (needs sglang installed)", OUTSIDE,
+           "upstream sglang alloc_extend_kernel (needs sglang installed)", UPSTREAM,
            preconditions=POW2, safe_outside_contract=False),
     _entry("decode", "sglang.triton", "upstream_sglang:triton_decode",
-           "upstream sglang alloc_decode_kernel (needs sglang installed)", OUTSIDE,
+           "upstream sglang alloc_decode_kernel (needs sglang installed)", UPSTREAM,
            preconditions=POW2, safe_outside_contract=False),
 ) + tuple(
     # Triton mutants: the kernel source with one edit each (triton_mutants.py).

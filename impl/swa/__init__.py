@@ -5,11 +5,11 @@ mutants. Nothing heavy is imported here."""
 
 from functools import partial
 
-from kvfuzz.impl.registry import MUTANT, OUTSIDE, Implementation, entry
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.swa.upstream_mutants import MUTATIONS
 from kvfuzz.strategies.swa.profile import CHECKED_DECODE
 
-UPSTREAM = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
+RELEASED = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
 UPSTREAM_DECLARES = (CHECKED_DECODE,)
 _entry = partial(entry, "swa", __name__)
 
@@ -30,9 +30,9 @@ IMPLEMENTATIONS = (
            "clear() keeps the mapping", MUTANT),
     _entry("mutant.swa.tail_mapped_from_the_start", "mutants:TailMappedFromTheStart",
            "a tail allocation maps the extend's first tokens to the SWA slots", MUTANT),
-    Implementation("sglang.swa", "swa", UPSTREAM,
+    Implementation("sglang.swa", "swa", RELEASED,
                    "upstream SWATokenToKVPoolAllocator (needs sglang and "
-                   "requirements-upstream.txt)", OUTSIDE,
+                   "requirements-upstream.txt)", UPSTREAM,
                    preconditions=UPSTREAM_DECLARES, requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.swa.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

@@ -6,46 +6,24 @@ from __future__ import annotations
 
 import torch
 
-from kvfuzz.impl.driver_calls import free_list_of, int_list, staged_of, then_poison
+from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, int_list, staged_of
 from kvfuzz.impl.swa.kvcache import stand_in_kvcache
 
 
-class SWADriver:
+class SWADriver(TensorDriver):
+    host_copies = True
+
     def __init__(self, cls, size: int, size_swa: int, page_size: int, need_sort: bool,
                  device: str = "cpu"):
         self.device, self.size = device, size
         self.allocator = cls(size, size_swa, page_size, torch.float16, device, stand_in_kvcache(),
                              need_sort)
 
-    def _tensor(self, values, device=None) -> torch.Tensor:
-        return torch.tensor(list(values), dtype=torch.int64, device=device or self.device)
-
-    def alloc(self, need_size: int):
-        return int_list(self.allocator.alloc(need_size))
-
     def alloc_extend(self, prefix_lens, seq_lens, last_loc):
-        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
-        host = (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
-        tokens = sum(s - q for q, s in zip(prefix_lens, seq_lens))
-        result = self.allocator.alloc_extend(prefix, host[0], seq, host[1], last, tokens)
-        return then_poison(int_list(result), prefix, seq, last, *host)
+        return self._extend("alloc_extend", prefix_lens, seq_lens, last_loc)
 
     def alloc_extend_swa_tail(self, prefix_lens, seq_lens, last_loc, tail: int):
-        prefix, seq, last = self._tensor((*prefix_lens, *seq_lens, *last_loc)).view(3, -1)
-        host = (self._tensor(prefix_lens, "cpu"), self._tensor(seq_lens, "cpu"))
-        tokens = sum(s - q for q, s in zip(prefix_lens, seq_lens))
-        result = self.allocator.alloc_extend_swa_tail(prefix, host[0], seq, host[1], last, tokens,
-                                                      tail)
-        return then_poison(int_list(result), prefix, seq, last, *host)
-
-    def alloc_decode(self, seq_lens, last_loc):
-        seq, last = self._tensor((*seq_lens, *last_loc)).view(2, -1)
-        host = self._tensor(seq_lens, "cpu")
-        return then_poison(int_list(self.allocator.alloc_decode(seq, host, last)), seq, last, host)
-
-    def _release(self, method: str, slots, **kwargs) -> None:
-        index = self._tensor(slots)
-        then_poison(getattr(self.allocator, method)(index, **kwargs), index)
+        return self._extend("alloc_extend_swa_tail", prefix_lens, seq_lens, last_loc, tail)
 
     def free(self, slots) -> None:
         self._release("free", slots)
@@ -70,10 +48,6 @@ class SWADriver:
 
     def group_end(self) -> None:
         self.allocator.free_group_end()
-
-    def clear(self) -> None:
-        self.allocator.clear()
-
     def state(self) -> dict:
         """Everything compared after an op: sizes, both pools' free lists and staged pages, and
         the mapping of every full slot that has an SWA peer."""

@@ -4,7 +4,7 @@ on first use. They need sglang (and the packages of requirements-upstream.txt) i
 
 from __future__ import annotations
 
-from kvfuzz.impl.source_mutation import Mutation, mutant_module
+from kvfuzz.impl.source_mutation import Mutation, mutant_classes
 
 MODULE, CLASS = "sglang.srt.mem_cache.allocator.swa", "SWATokenToKVPoolAllocator"
 
@@ -34,8 +34,4 @@ MUTATIONS = {
 }
 
 
-def __getattr__(name: str):
-    """The mutant class `name` (a key of MUTATIONS), built from the installed source."""
-    if name not in MUTATIONS:
-        raise AttributeError(name)
-    return getattr(mutant_module(MODULE, MUTATIONS[name], f"sglang_swa_{name}"), CLASS)
+__getattr__ = mutant_classes(MODULE, CLASS, MUTATIONS, "sglang_swa")

@@ -6,8 +6,8 @@ import re
 import pytest
 
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
-from kvfuzz.fuzz.shrink import shrink
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.shrink import shrink
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.strategies.allocator.codec import loads
 from kvfuzz.strategies.allocator.trace import dumps
 from tests.helpers import by_tier, divergence, mutants
@@ -34,9 +34,9 @@ ORIGINAL = {"mutant.sglang.token": "sglang.token", "mutant.sglang.paged": "sglan
 
 
 def first_divergence(name: str, limit: int = 60):
-    impl = ALLOCATOR.resolve(name)
+    impl = ALLOCATOR.catalogue.resolve(name)
     for index in range(limit):
-        found = divergence("allocator", ALLOCATOR.generate_for([impl], 0, index), impl)
+        found = divergence("allocator", ALLOCATOR.generator.generate(0, index, [impl]), impl)
         if found is not None:
             return found
     pytest.fail(f"{name}: no divergence in {limit} seeded traces")
@@ -48,7 +48,7 @@ def test_every_mutant_has_an_expectation():
 
 @pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    if not ALLOCATOR.resolve(name).available():
+    if not ALLOCATOR.catalogue.resolve(name).available():
         pytest.skip("needs upstream sglang installed (see docs/upstream-sglang.md)")
     found = first_divergence(name)
     small = shrink(ALLOCATOR, found, budget=(3000, 10.0))
@@ -64,4 +64,4 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     again = divergence("allocator", loads(dumps(small.input)), name)
     assert again is not None and again.signature == small.signature
     original = ORIGINAL.get(name.rsplit(".", 1)[0], "allocator.torch")
-    assert ALLOCATOR.check(small.input, ALLOCATOR.resolve(original)).status == AGREE
+    assert ALLOCATOR.check(small.input, ALLOCATOR.catalogue.resolve(original)).status == AGREE

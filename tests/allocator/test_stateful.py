@@ -26,7 +26,7 @@ class AllocatorMachine(RuleBasedStateMachine):
                 need_sort=st.booleans())
     def setup(self, page_size, pages, need_sort):
         self.trace = Trace(page_size, pages * page_size, need_sort, ())
-        self.lock = AllocatorLockstep(self.trace, ALLOCATOR.resolve(self.impl_name).load())
+        self.lock = AllocatorLockstep(self.trace, ALLOCATOR.catalogue.resolve(self.impl_name).load())
         self.ops, self.next_rid, self.fullest = [], 0, 0.0
 
     def _step(self, op) -> None:
@@ -35,7 +35,7 @@ class AllocatorMachine(RuleBasedStateMachine):
         if problems:
             trace = Trace(self.trace.page_size, self.trace.size, self.trace.need_sort,
                           tuple(self.ops))
-            found = ALLOCATOR.check(trace, ALLOCATOR.resolve(self.impl_name)).divergence
+            found = ALLOCATOR.check(trace, ALLOCATOR.catalogue.resolve(self.impl_name)).divergence
             report = found.report() if found else f"(not reproduced by a replay) {problems}"
             raise AssertionError(f"{report}\ntrace JSON:\n{dumps(trace)}")
         model = self.lock.model

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
-from kvfuzz.fuzz.target import AGREE, OUTSIDE
-from kvfuzz.impl.allocator import UPSTREAM, UPSTREAM_TOKEN
+from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
+from kvfuzz.impl.allocator import RELEASED, RELEASED_TOKEN
 from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS
 from kvfuzz.strategies.allocator.trace import (Admit, Clear, Decode, Extend, Finish, GroupBegin,
                                                GroupEnd, Misuse, Trace, Truncate)
@@ -20,7 +20,7 @@ from tests.helpers import divergence, fail_with, needs_engine
 
 pytestmark = needs_engine("sglang")
 
-PAGED, TOKEN = ALLOCATOR.resolve("sglang.paged"), ALLOCATOR.resolve("sglang.token")
+PAGED, TOKEN = ALLOCATOR.catalogue.resolve("sglang.paged"), ALLOCATOR.catalogue.resolve("sglang.token")
 # 500 seeded traces of each class's own generator, in shards (`-n auto`); CI also runs
 # `kvfuzz diff allocator --impl sglang.paged --cases 2000 --jobs 2` (and sglang.token).
 SHARDS = [(PAGED, shard, 125) for shard in range(4)] + [(TOKEN, shard, 250) for shard in range(2)]
@@ -31,32 +31,32 @@ SHARDS = [(PAGED, shard, 125) for shard in range(4)] + [(TOKEN, shard, 250) for 
                          ids=[f"{impl.name}-{shard}" for impl, shard, _ in SHARDS])
 def test_every_seeded_trace_runs_to_its_last_op_on_upstream(impl, shard, size):
     for index in range(shard * size, (shard + 1) * size):
-        outcome = ALLOCATOR.check(ALLOCATOR.generate_for([impl], 0, index), impl)
+        outcome = ALLOCATOR.check(ALLOCATOR.generator.generate(0, index, [impl]), impl)
         if outcome.status != AGREE:  # a divergence, or a trace of its own it does not support
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
 
 
 def test_upstream_by_import_path_gets_the_declared_preconditions():
-    assert ALLOCATOR.resolve(UPSTREAM) is PAGED and ALLOCATOR.resolve(UPSTREAM_TOKEN) is TOKEN
-    assert ALLOCATOR.generator_for([PAGED]).name == "allocator/2[P>=2,no-release-checks]"
-    assert ALLOCATOR.generator_for([TOKEN]).name == "allocator/2[token,no-release-checks]"
+    assert ALLOCATOR.catalogue.resolve(RELEASED) is PAGED and ALLOCATOR.catalogue.resolve(RELEASED_TOKEN) is TOKEN
+    assert ALLOCATOR.generator.generator_for([PAGED]).name == "allocator/2[P>=2,no-release-checks]"
+    assert ALLOCATOR.generator.generator_for([TOKEN]).name == "allocator/2[token,no-release-checks]"
     for index in range(20):
-        assert ALLOCATOR.generate_for([PAGED], 0, index).page_size >= 2
-        assert ALLOCATOR.generate_for([TOKEN], 0, index).interface == "token"
+        assert ALLOCATOR.generator.generate(0, index, [PAGED]).page_size >= 2
+        assert ALLOCATOR.generator.generate(0, index, [TOKEN]).interface == "token"
 
 
 @pytest.mark.parametrize("trace, impl, why", [
     (Trace(1, 8, False, (Admit(1), Extend((1,), (3,)), Decode())), PAGED, "page size 1"),
     (Trace(4, 64, False, (Admit(1), Misuse("double_free")), debug=True), PAGED,
      "misuse the class does not check: double_free"),
-    (Trace(1, 8, False, (Admit(1),), interface="token"), ALLOCATOR.resolve("allocator.torch"),
+    (Trace(1, 8, False, (Admit(1),), interface="token"), ALLOCATOR.catalogue.resolve("allocator.torch"),
      "a token-interface trace for a paged-interface class"),
     (Trace(4, 64, False, (Admit(1),)), TOKEN, "a paged-interface trace for a token-interface"),
 ])
 def test_a_trace_a_class_does_not_support_is_outside_its_contract(trace, impl, why):
     outcome = ALLOCATOR.check(trace, impl)
-    assert outcome.status == OUTSIDE and outcome.behaviour == "not run"
+    assert outcome.status == OUTSIDE_CONTRACT and outcome.behaviour == "not run"
     assert any(text.startswith(why) for text in outcome.outside), outcome.outside
 
 
@@ -104,7 +104,7 @@ def test_the_corpus_replays_clean_on_upstream(impl):
     for path in files:
         _, trace = corpus.load(path)
         outcome = ALLOCATOR.check(trace, impl)
-        if outcome.status not in (AGREE, OUTSIDE):
+        if outcome.status not in (AGREE, OUTSIDE_CONTRACT):
             outcome.divergence.saved_path = str(path)
             fail_with(outcome.divergence, save=False)
         statuses[outcome.status] += 1

@@ -60,7 +60,7 @@ def test_an_object_of_the_wrong_shape_is_refused_in_one_line():
     (kvfuzz.extend_cases, "extend"), (kvfuzz.decode_cases, "decode"),
     (kvfuzz.allocator_traces, "allocator"), (kvfuzz.compaction_traces, "compaction")])
 def test_public_strategies_feed_single_checks(strategy, target):
-    impl = TARGETS[target].bundled()[0]
+    impl = TARGETS[target].catalogue.defaults()[0]
 
     @settings(max_examples=15, deadline=None, database=None)
     @given(strategy())

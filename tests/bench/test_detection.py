@@ -10,8 +10,7 @@ import pytest
 
 from kvfuzz.bench.detection import Trial, run_trial
 from kvfuzz.bench.detection_report import tables
-from kvfuzz.bench.uniform import uniform_input
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.targets import TARGETS
 from tests.helpers import by_tier
 
@@ -19,12 +18,12 @@ from tests.helpers import by_tier
 @pytest.mark.parametrize("name", by_tier(TARGETS))
 def test_uniform_inputs_are_valid_and_agree_on_a_bundled_implementation(name):
     target = TARGETS[name]
-    if not target.bundled():
-        pytest.skip(f"{name}: {target.not_run_reason()}")
+    if not target.catalogue.defaults():
+        pytest.skip(f"{name}: {target.catalogue.not_run_reason()}")
     for index in range(15):
-        item = uniform_input(name, random.Random(index))
-        assert target.from_json(target.to_json(item), "uniform") == item
-        assert target.check(item, target.bundled()[0]).status == AGREE
+        item = target.generator.uniform(random.Random(index))
+        assert target.codec.from_json(target.codec.to_json(item), "uniform") == item
+        assert target.check(item, target.catalogue.defaults()[0]).status == AGREE
 
 
 @pytest.mark.parametrize("strategy", ["seeded", "uniform", "hypothesis"])

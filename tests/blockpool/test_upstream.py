@@ -6,10 +6,10 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
-from kvfuzz.fuzz.target import AGREE
-from kvfuzz.impl.blockpool import UPSTREAM
+from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.impl.blockpool import RELEASED
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
 from tests.conftest import CORPUS
@@ -17,7 +17,7 @@ from kvfuzz.impl.registry import load_attribute
 from tests.helpers import divergence, fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")
-VLLM = BLOCKPOOL.resolve("vllm.blockpool")
+VLLM = BLOCKPOOL.catalogue.resolve("vllm.blockpool")
 
 
 def not_a_class(num_gpu_blocks, enable_caching, hash_block_size):
@@ -49,9 +49,9 @@ for _name in ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "ge
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
-    assert BLOCKPOOL.resolve(UPSTREAM) is VLLM
+    assert BLOCKPOOL.catalogue.resolve(RELEASED) is VLLM
     for index in range(shard * 250, (shard + 1) * 250):
-        outcome = BLOCKPOOL.check(BLOCKPOOL.generate_for([VLLM], 0, index), VLLM)
+        outcome = BLOCKPOOL.check(BLOCKPOOL.generator.generate(0, index, [VLLM]), VLLM)
         if outcome.status != AGREE:
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
@@ -76,7 +76,7 @@ def test_the_corpus_replays_clean_on_vllm():
 ])
 def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     with pytest.raises(ImplementationError) as error:
-        BLOCKPOOL.resolve(f"{__name__}:{attr}")
+        BLOCKPOOL.catalogue.resolve(f"{__name__}:{attr}")
     message = str(error.value)
     assert shows in message and "vLLM BlockPool's interface" in message
     assert "\n" not in message

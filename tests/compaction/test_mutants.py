@@ -2,9 +2,9 @@
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.compaction.target import COMPACTION
-from kvfuzz.fuzz.shrink import shrink
+from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.strategies.compaction.generator import generate
 from kvfuzz.strategies.compaction.trace import Alloc, Flush, Forward, Free, Params, Pick, Trace
 from tests.compaction.sides import i12, op_by_op

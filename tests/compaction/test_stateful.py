@@ -42,7 +42,7 @@ class CompactionMachine(RuleBasedStateMachine):
         _, problems = self.lock.step(op)
         if problems:
             trace = Trace(self.params, tuple(self.ops))
-            found = COMPACTION.check(trace, COMPACTION.resolve(self.impl_name)).divergence
+            found = COMPACTION.check(trace, COMPACTION.catalogue.resolve(self.impl_name)).divergence
             report = found.report() if found else f"(not reproduced by a replay) {problems}"
             raise AssertionError(f"{report}\ntrace JSON:\n{dumps(trace)}")
         up = self.lock.snaps["up"]

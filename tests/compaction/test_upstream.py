@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from kvfuzz.fuzz.compaction.target import COMPACTION
-from kvfuzz.fuzz.shrink import shrink
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.shrink import shrink
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.oracle.compaction.model import CompactionModel
 from kvfuzz.strategies.compaction.trace import Params
-from kvfuzz.fuzz.compaction.lockstep import run_trace
+from tests.compaction.sides import run_trace
 from tests.compaction.sides import i12
 from tests.helpers import divergence, fail_with, needs_engine
 
@@ -22,16 +22,16 @@ pytestmark = needs_engine("sglang")
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
 def test_every_seeded_trace_agrees_on_upstream(mode):
-    impl = COMPACTION.resolve(f"sglang.compaction.{mode}")
+    impl = COMPACTION.catalogue.resolve(f"sglang.compaction.{mode}")
     for index in range(60):
-        outcome = COMPACTION.check(COMPACTION.generate(0, index), impl)
+        outcome = COMPACTION.check(COMPACTION.generator.generate(0, index), impl)
         if outcome.status != AGREE:
             fail_with(outcome.divergence)
 
 
 def test_upstream_lazy_and_bundled_eager_keep_the_same_data_i12():
     for index in range(10):
-        trace = COMPACTION.generate(3, index)
+        trace = COMPACTION.generator.generate(3, index)
         assert i12(trace, "sglang.compaction.lazy", "compaction.eager") is None, index
 
 
@@ -47,14 +47,14 @@ def test_the_oracle_takes_freed_pages_in_either_order():
 
 
 def test_upstream_told_to_follow_the_spec_order_is_caught_on_the_holes():
-    upstream = COMPACTION.resolve("sglang.compaction.lazy").load()
+    upstream = COMPACTION.catalogue.resolve("sglang.compaction.lazy").load()
 
     def spec_order(params, device="cpu"):
         side = upstream(params, device)
         side.hole_take = "front"
         return side
 
-    found = next((f for f in (run_trace(COMPACTION.generate(0, i), spec_order)[0]
+    found = next((f for f in (run_trace(COMPACTION.generator.generate(0, i), spec_order)
                               for i in range(20)) if f is not None), None)
     assert found is not None, "the take order never mattered in 20 traces"
     assert any("holes" in problem for problem in found), found
@@ -66,8 +66,8 @@ def test_upstream_told_to_follow_the_spec_order_is_caught_on_the_holes():
     ("mutant.sglang.compaction.takes_from_the_far_end", "field holes"),
 ])
 def test_upstream_mutant_is_caught_with_a_shrunk_report(name, label):
-    impl = COMPACTION.resolve(name)
-    found = next((d for d in (divergence("compaction", COMPACTION.generate(0, i), impl)
+    impl = COMPACTION.catalogue.resolve(name)
+    found = next((d for d in (divergence("compaction", COMPACTION.generator.generate(0, i), impl)
                               for i in range(60)) if d is not None), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(COMPACTION, found, budget=(2000, 20.0))
@@ -75,7 +75,7 @@ def test_upstream_mutant_is_caught_with_a_shrunk_report(name, label):
     assert label in report and len(small.input.ops) <= 12, report
     assert f"kvfuzz replay corpus/compaction-{small.input.trace_id()}.json --impl {name}" \
         in report
-    original = COMPACTION.resolve("sglang.compaction.lazy")
+    original = COMPACTION.catalogue.resolve("sglang.compaction.lazy")
     assert COMPACTION.check(small.input, original).status == AGREE
 
 
@@ -95,7 +95,7 @@ def test_an_allocator_that_keeps_the_callers_freed_ids_is_caught():
     def factory(params, device="cpu"):
         return UpstreamCompaction(params, True, device, AdoptsFreedIds)
 
-    found = next((f for f in (run_trace(COMPACTION.generate(0, i), factory)[0]
+    found = next((f for f in (run_trace(COMPACTION.generator.generate(0, i), factory)
                               for i in range(60)) if f is not None), None)
     assert found is not None, "no trace freed into an empty free-id list"
     assert any("-99" in problem for problem in found), found

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.cli.main import main
 from kvfuzz.fuzz.targets import EXTEND, TARGETS
 from tests.helpers import kvfuzz_here
 
@@ -91,7 +91,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", refuse)
     with pytest.raises(OSError):
-        corpus.save(EXTEND, EXTEND.generate(0, 0), tmp_path)
+        corpus.save(EXTEND, EXTEND.generator.generate(0, 0), tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -99,7 +99,7 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
 def test_saved_files_honour_the_umask(umask, mode, tmp_path):
     previous = os.umask(umask)
     try:
-        path = corpus.save(EXTEND, EXTEND.generate(0, 0), tmp_path)
+        path = corpus.save(EXTEND, EXTEND.generator.generate(0, 0), tmp_path)
     finally:
         os.umask(previous)
     assert stat.S_IMODE(path.stat().st_mode) == mode
@@ -108,7 +108,7 @@ def test_saved_files_honour_the_umask(umask, mode, tmp_path):
 def _worst_cases(tmp_path: Path) -> list[Path]:
     """Every target's input under 1 MB at its format's limits (`Target.worst_input`): a target
     cannot join the table without one."""
-    cases = {name: target.worst_input() for name, target in TARGETS.items()}
+    cases = {name: target.codec.worst_input() for name, target in TARGETS.items()}
     paths = []
     for name, data in cases.items():
         path = tmp_path / f"{name}.json"
@@ -120,7 +120,7 @@ def _worst_cases(tmp_path: Path) -> list[Path]:
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_every_targets_worst_input_loads_and_is_under_1_mb(name):
-    text = json.dumps(TARGETS[name].worst_input())
+    text = json.dumps(TARGETS[name].codec.worst_input())
     assert len(text.encode()) < 2**20
     assert corpus.loads(text, f"{name}.json")[0] is TARGETS[name]
 

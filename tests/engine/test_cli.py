@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvfuzz.fuzz.tally import Tally
+from kvfuzz.fuzz.engine.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
 from tests.conftest import ROOT
 from tests.helpers import by_tier, kvfuzz_here, summary_rows
@@ -26,8 +26,8 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
 
 
 def skip_unless_installed(target: str) -> None:
-    if not TARGETS[target].bundled():  # blockpool, kvmanager without vllm: tests/engine/test_missing_package
-        pytest.skip(f"{target}: {TARGETS[target].not_run_reason()}")
+    if not TARGETS[target].catalogue.defaults():  # blockpool, kvmanager without vllm: tests/engine/test_missing_package
+        pytest.skip(f"{target}: {TARGETS[target].catalogue.not_run_reason()}")
 
 
 def kvfuzz(*args, cwd=None):
@@ -45,13 +45,13 @@ def test_every_target_has_a_mutant_here():
 
 
 def test_list_names_every_target_and_implementation_without_importing_torch():
-    code = ("import sys; from kvfuzz.fuzz.cli import main; main(['list']); "
+    code = ("import sys; from kvfuzz.fuzz.cli.main import main; main(['list']); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     for name, target in TARGETS.items():
         assert f"{name}:" in result.stdout
-        assert all(impl.name in result.stdout for impl in target.implementations)
+        assert all(impl.name in result.stdout for impl in target.catalogue.implementations)
 
 
 @pytest.mark.parametrize("target", by_tier(MUTANTS))
@@ -61,7 +61,7 @@ def test_diff_passes_on_bundled_implementations(target, tmp_path):
                          "--corpus", str(tmp_path))
     assert status == 0, err
     assert f"summary: {target}" in err
-    assert all(impl.name in err for impl in TARGETS[target].bundled())
+    assert all(impl.name in err for impl in TARGETS[target].catalogue.defaults())
     assert not list(tmp_path.iterdir())
 
 
@@ -93,15 +93,16 @@ def test_replay_reproduces_the_saved_divergence(found):
     report = err[err.index("DIVERGENCE"):err.index("  replay    ")]
     assert report in out, (report, out)
     status, out, _ = run("replay", str(saved[0]))  # the bundled implementations agree on it
-    assert status == 0 and out.count("ok ") == len(TARGETS[target].bundled()), out
+    assert status == 0 and out.count("ok ") == len(TARGETS[target].catalogue.defaults()), out
 
 
 def test_diff_with_jobs_runs_every_case_of_every_implementation(tmp_path):
     status, _, err = run("diff", "decode", "--cases", "300", "--jobs", "2", "--corpus",
                          str(tmp_path))
     rows = summary_rows(err)
-    assert status == 0 and sorted(rows) == sorted(i.name for i in TARGETS["decode"].bundled()), err
-    for name, (cases, agree, outside, known, diverged, _) in rows.items():
+    defaults = TARGETS["decode"].catalogue.defaults()
+    assert status == 0 and sorted(rows) == sorted(i.name for i in defaults), err
+    for name, (cases, agree, outside, diverged, _) in rows.items():
         assert cases == "300" and int(agree) + int(outside) == 300 and diverged == "no", (name, err)
     assert not list(tmp_path.iterdir())
 
@@ -111,9 +112,9 @@ def test_outside_implementation_by_import_path_runs_every_case(tmp_path):
     status, _, err = run("diff", "extend", "--impl", path, "--cases", "100", "--corpus",
                          str(tmp_path))
     rows = summary_rows(err)
-    name = TARGETS["extend"].resolve(path).name  # a registered one keeps its catalogue name
+    name = TARGETS["extend"].catalogue.resolve(path).name  # a registered one keeps its name
     assert status == 0 and list(rows) == [name], err
-    cases, agree, outside, _, diverged, _ = rows[name]
+    cases, agree, outside, diverged, _ = rows[name]
     assert cases == "100" and int(agree) + int(outside) == 100 and int(agree) > 0, err
     assert diverged == "no"
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.strategies.inputs import FormatError
 
@@ -16,14 +16,14 @@ from kvfuzz.strategies.inputs import FormatError
 def test_generated_inputs_round_trip_through_a_corpus_file(name, tmp_path):
     target = TARGETS[name]
     for index in range(20):
-        item = target.generate(7, index)
+        item = target.generator.generate(7, index)
         path = corpus.save(target, item, tmp_path)
-        assert path.name == f"{name}-{target.input_id(item)}.json"
+        assert path.name == f"{name}-{target.codec.input_id(item)}.json"
         owner, again = corpus.load(path)
         assert owner is target and again == item and again.origin == item.origin
-        assert target.input_id(again) == target.input_id(item)
+        assert target.codec.input_id(again) == target.codec.input_id(item)
         assert corpus.save(target, item, tmp_path) == path  # the same content: the same file
-    assert len(list(tmp_path.iterdir())) == len({target.input_id(target.generate(7, i))
+    assert len(list(tmp_path.iterdir())) == len({target.codec.input_id(target.generator.generate(7, i))
                                                  for i in range(20)})
 
 
@@ -32,7 +32,7 @@ def test_fuzzer_bytes_always_decode_to_a_valid_input(name):
     target = TARGETS[name]
     rng = random.Random(name)
     for data in [b"", b"\xff" * 64] + [rng.randbytes(rng.choice((3, 40, 400))) for _ in range(60)]:
-        item = target.from_bytes(data)
+        item = target.generator.from_bytes(data)
         assert corpus.loads(target.dumps(item), "bytes")[1] == item
 
 

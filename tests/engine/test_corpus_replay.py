@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.targets import TARGETS
 from tests.conftest import CORPUS
 from tests.helpers import by_tier, fail_with, mutants
@@ -24,7 +24,7 @@ def test_corpus_holds_inputs_of_every_target(target):
 def test_corpus_file_replays_clean_on_every_bundled_implementation(path):
     target, item = corpus.load(path)
     assert target.file_name(item) == path.name, "file name must derive from the content"
-    for impl in target.bundled():
+    for impl in target.catalogue.defaults():
         outcome = target.check(item, impl)
         if outcome.status == DIVERGE:
             outcome.divergence.saved_path = str(path)

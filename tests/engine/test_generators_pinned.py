@@ -30,7 +30,7 @@ def test_every_target_is_pinned():
 def test_the_seeded_generator_is_pinned(name):
     target = TARGETS[name]
     generator, ids = PINNED[name]
-    inputs = [target.generate(0, index) for index in range(len(ids))]
-    assert [target.input_id(item) for item in inputs] == ids
+    inputs = [target.generator.generate(0, index) for index in range(len(ids))]
+    assert [target.codec.input_id(item) for item in inputs] == ids
     assert {(item.origin.generator, item.origin.seed) for item in inputs} == {(generator, 0)}
     assert [item.origin.index for item in inputs] == list(range(len(ids)))

@@ -163,12 +163,12 @@ def test_one_sigint_to_the_pid_stops_diff_at_any_moment_mid_shrink_included(phas
 def extend_files(into: Path, count: int = 6) -> list[Path]:
     """Seeded extend cases of three requests or more (where the hostile implementations
     misbehave), saved as corpus files."""
-    from kvfuzz.fuzz import corpus
+    from kvfuzz.fuzz.engine import corpus
     from kvfuzz.fuzz.targets import TARGETS
 
     target, picked = TARGETS["extend"], []
     for index in range(200):
-        item = target.generate(0, index)
+        item = target.generator.generate(0, index)
         if len(item.prefix_lens) >= 3:
             picked.append(corpus.save(target, item, into))
         if len(picked) == count:

@@ -1,4 +1,4 @@
-"""The shared lock-step base (`kvfuzz.fuzz.lockstep`): declarations are checked when a judge's
+"""The shared lock-step base (`kvfuzz.fuzz.engine.lockstep`): declarations are checked when a judge's
 class is defined, and the base runs a declared judge as the trace targets rely on (a raise is
 the implementation's problem, a refusal must be matched, a call that returned is recorded even
 when it differs, no state read after an op that called nothing, a kept caller tensor named).
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kvfuzz.fuzz.lockstep import POISON, Call, Lockstep, LockstepError, handles
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, LockstepError, handles
 from kvfuzz.fuzz.targets import TARGETS
 
 
@@ -239,9 +239,13 @@ def test_declarations_are_checked_when_the_class_is_defined(body, message):
 
 
 def test_every_trace_target_runs_on_the_shared_base():
-    """No judge writes its own op loop: each trace target's judge is a declared `Lockstep`."""
-    traces = [t for t in TARGETS.values() if t.noun == "trace"]
-    assert traces and all(isinstance(t.judge, type) and issubclass(t.judge, Lockstep)
-                          for t in traces)
+    """No judge writes its own op loop: each trace target's judge is the shared
+    `LockstepJudge` over a declared `Lockstep` that leaves the op pipeline to the base."""
+    from kvfuzz.fuzz.engine.trace_target import LockstepJudge
+
+    traces = [t for t in TARGETS.values() if t.codec.noun == "trace"]
+    assert len(traces) == len(TARGETS) - 2  # all but the paged pair
     for target in traces:
-        assert "step" not in vars(target.judge), f"{target.name} overrides the op pipeline"
+        assert type(target.judge) is LockstepJudge, target.name
+        assert issubclass(target.judge.lockstep, Lockstep), target.name
+        assert "step" not in vars(target.judge.lockstep), f"{target.name} overrides the op loop"

@@ -12,15 +12,15 @@ import shutil
 
 import pytest
 
-from kvfuzz.fuzz.cli import main
+from kvfuzz.fuzz.cli.main import main
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import BUNDLED, Implementation
+from kvfuzz.impl.registry import Implementation
 from tests.conftest import CORPUS
 
 # Targets whose bundled implementations all need vllm (blockpool, kvmanager).
 VLLM_ONLY = sorted(name for name, target in TARGETS.items()
-                   if all(impl.requires == "vllm" for impl in target.implementations
-                          if impl.kind == BUNDLED))
+                   if all(impl.requires == "vllm" for impl in target.catalogue.implementations
+                          if impl.runs_by_default))
 
 NOT_RUN = ("its implementations need vllm, which is not installed (docs/upstream-vllm.md)")
 
@@ -41,9 +41,9 @@ def run(*args) -> tuple[int, str, str]:
 
 def test_bundled_leaves_out_what_is_not_installed(without_vllm):
     assert {"blockpool", "kvmanager"} <= set(VLLM_ONLY)
-    assert all(TARGETS[name].bundled() == [] and TARGETS[name].not_run_reason() == NOT_RUN
+    assert all(TARGETS[name].catalogue.defaults() == [] and TARGETS[name].catalogue.not_run_reason() == NOT_RUN
                for name in VLLM_ONLY)
-    assert all(TARGETS[name].bundled() and TARGETS[name].not_run_reason() is None
+    assert all(TARGETS[name].catalogue.defaults() and TARGETS[name].catalogue.not_run_reason() is None
                for name in TARGETS if name not in VLLM_ONLY)
 
 

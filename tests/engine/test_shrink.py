@@ -7,8 +7,9 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from kvfuzz.fuzz.shrink import shrink, without_chunks
-from kvfuzz.fuzz.target import AGREE, DIVERGE, Outcome, Target
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.shrink import shrink, without_chunks
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, Outcome, Target
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import Implementation
 
@@ -18,7 +19,7 @@ MUTANTS = (("extend", "mutant.owner_left_bisect"), ("extend", "mutant.inclusive_
 
 def _first_divergence(target, impl):
     for index in range(2000):
-        outcome = target.check(target.generate(11, index), impl)
+        outcome = target.check(target.generator.generate(11, index), impl)
         if outcome.status == DIVERGE and outcome.divergence.input.batch_size >= 4:
             return outcome.divergence
     raise AssertionError(f"{impl.name}: no divergence in 2000 seeded cases")
@@ -27,7 +28,7 @@ def _first_divergence(target, impl):
 @pytest.mark.parametrize("target_name, name", MUTANTS)
 def test_shrunk_case_fails_the_same_way_and_is_small(target_name, name):
     target = TARGETS[target_name]
-    impl = target.resolve(name)
+    impl = target.catalogue.resolve(name)
     found = _first_divergence(target, impl)
     small = shrink(target, found)
     again = target.check(small.input, impl)
@@ -49,8 +50,11 @@ class Numbers:
     note: str = field(default="", compare=False)
 
 
-class ToyTarget(Target):
-    name, noun = "toy", "list"
+class Toy:
+    """The codec, judge and shrinker parts of a toy target in one object (each part is a small
+    protocol; nothing else of a target is needed to shrink)."""
+
+    format, noun, budget = "toy", "list", (3000, 30.0)
 
     def __init__(self, needed):
         self.needed, self.calls = set(needed), 0
@@ -61,16 +65,13 @@ class ToyTarget(Target):
     def describe(self, item):
         return [("values", str(item.values))]
 
-    def check(self, item, impl, device="cpu"):
+    def check(self, target, item, impl, device="cpu"):
         self.calls += 1
         if self.needed <= set(item.values):
-            return Outcome(DIVERGE, self.divergence(item, impl, "holds them", [], ("kind",)))
+            return Outcome(DIVERGE, target.divergence(item, impl, "holds them", [], ("kind",)))
         return Outcome(AGREE)
 
-    def resolve(self, spec):
-        return Implementation(spec, "toy", "x:y", "toy")
-
-    def shrink_candidates(self, item, divergence):
+    def candidates(self, item, divergence):
         for values in without_chunks(item.values):
             yield replace(item, values=values)
 
@@ -81,8 +82,15 @@ class ToyTarget(Target):
         return f"{len(item.values)} values"
 
 
+def ToyTarget(needed) -> Target:
+    toy = Toy(needed)
+    catalogue = Catalogue("toy", (Implementation("toy.impl", "toy", "x:y", "toy"),),
+                          shape=lambda path, obj: None)
+    return Target("toy", toy, None, catalogue, toy, toy)
+
+
 def _divergence(target, values):
-    return target.check(Numbers(tuple(values)), target.resolve("toy.impl")).divergence
+    return target.check(Numbers(tuple(values)), target.catalogue.resolve("toy.impl")).divergence
 
 
 def test_the_shrinker_finds_the_smallest_failing_input_of_any_target():
@@ -91,7 +99,7 @@ def test_the_shrinker_finds_the_smallest_failing_input_of_any_target():
     assert small.input.values == (3, 17, 40)
     assert small.input.note.startswith("shrunk from list 0,1,2,")
     assert small.input.note.endswith(", 64 values")
-    assert target.calls < 200  # one pass per run of cuts, not one per cut
+    assert target.judge.calls < 200  # one pass per run of cuts, not one per cut
 
 
 def test_nothing_smaller_fails_gives_the_divergence_back():
@@ -103,15 +111,15 @@ def test_nothing_smaller_fails_gives_the_divergence_back():
 def test_the_budget_bounds_the_reruns():
     target = ToyTarget({5})
     found = _divergence(target, range(1000))
-    target.calls = 0
+    target.judge.calls = 0
     shrink(target, found, budget=(7, 60.0))
-    assert target.calls <= 7 + 1  # the re-check of the final input
+    assert target.judge.calls <= 7 + 1  # the re-check of the final input
 
 
 def test_a_bundled_implementation_never_shrinks_into_a_false_failure():
     # A divergence claimed for a correct implementation: no candidate reproduces it.
     target = TARGETS["extend"]
-    impl = target.resolve("torch.vectorized")
-    case = target.generate(0, 1)
+    impl = target.catalogue.resolve("torch.vectorized")
+    case = target.generator.generate(0, 1)
     claimed = target.divergence(case, impl, "wrong slot", [], ("wrong slot", "whole pages"))
     assert shrink(target, claimed) is claimed

@@ -1,11 +1,9 @@
 """A new trace target is its parts and one row of the table: the toy counter of `toy_target.py`,
 added to `TARGETS` and nowhere else, is found by `kvfuzz list`, diffed, its divergence shrunk,
 saved and replayed, checked by the Python API and its public Hypothesis strategy, fuzzed by the
-atheris harness, measured by the detection benchmark's seeded and Hypothesis strategies, and
-its worst input goes to the memory test.
-
-Not derived yet (issue 20's remaining steps): `kvfuzz fuzz` campaigns need the target's atheris
-entry script, and the detection benchmark's uniform baseline a generator of its own."""
+atheris harness through the one entry script every campaign runs, measured by the detection
+benchmark (its uniform baseline column left out: the toy's generator declares none), and its
+worst input goes to the memory test."""
 
 from __future__ import annotations
 
@@ -17,10 +15,11 @@ from hypothesis import given, settings
 
 import kvfuzz
 from kvfuzz.bench.detection import run_trial
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.harness import DifferentialHarness
-from kvfuzz.fuzz.report import Mismatch
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.campaign.harness import DifferentialHarness
+from kvfuzz.fuzz.campaign.specs import ENTRY, SPECS
+from kvfuzz.fuzz.engine.report import Mismatch
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.targets import TARGETS
 from tests.engine import toy_target
 from tests.engine.test_bad_input import _worst_cases
@@ -79,10 +78,47 @@ def test_the_atheris_harness_fuzzes_it(toy, tmp_path, monkeypatch):
     assert [p.name[:4] for p in tmp_path.iterdir()] == ["toy-"]
 
 
+def test_a_campaign_runs_it_through_the_one_entry_script(toy):
+    spec = SPECS["toy"]
+    assert "toy" in SPECS and spec.command == [str(ENTRY), "toy"]
+    assert spec.default_impls() == ["toy.counter"]
+    seeds = list(spec.seeds([]))
+    assert len(seeds) == 16 and {len(s) for s in seeds} == {1024}  # a trace target's settings
+
+
 @pytest.mark.parametrize("strategy", ["seeded", "hypothesis"])
 def test_the_detection_benchmark_measures_it(toy, strategy):
     trial = run_trial("toy", MUTANT, strategy, 1, 30.0, 500)
     assert trial.found and trial.cases < 500
+
+
+def test_the_benchmark_leaves_out_the_uniform_baseline_it_does_not_declare(toy, monkeypatch):
+    import kvfuzz.bench.detection as detection
+
+    monkeypatch.setattr(detection, "ProcessPoolExecutor", _InProcess)
+    trials = detection.run_all(["toy"], ["seeded", "uniform"], 1, 10.0, 200, True, 1,
+                               progress=lambda line: None)
+    assert [t.strategy for t in trials] == ["seeded"] and trials[0].found
+
+
+class _InProcess:
+    """ProcessPoolExecutor's shape, running each task here (the toy row is in this process)."""
+
+    def __init__(self, max_workers):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        future.set_result(fn(*args))
+        return future
 
 
 def test_its_worst_input_joins_the_memory_test(toy, tmp_path):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvfuzz.fuzz.lockstep import Call, Lockstep, handles
-from kvfuzz.fuzz.trace_target import TraceTarget
-from kvfuzz.impl.registry import BUNDLED, MUTANT, Implementation, check_shape
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, handles
+from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
+                                             TraceShrinker, trace_target)
+from kvfuzz.impl.registry import MUTANT, OURS, Implementation, check_shape
 from kvfuzz.strategies.inputs import FieldReader, Origin, dataclass_op_to_json, document_id
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -40,6 +42,9 @@ class Trace:
 
     def trace_id(self) -> str:
         return document_id(to_json(self))
+
+    def describe(self) -> str:
+        return f"{len(self.ops)} ops"
 
 
 def to_json(trace: Trace) -> dict:
@@ -81,25 +86,25 @@ class Model:
 
 class Counter:
     def __init__(self):
-        self.total = 0
+        self.value = 0
 
     def add(self, n):
-        self.total += n
-        return self.total
+        self.value += n
+        return self.value
 
     def reset(self):
-        self.total = 0
+        self.value = 0
 
 
 class ResetKeepsOne(Counter):
     """A mutant: reset leaves 1 behind."""
 
     def reset(self):
-        self.total = 1
+        self.value = 1
 
 
 IMPLEMENTATIONS = (
-    Implementation("toy.counter", "toy", f"{__name__}:Counter", "the toy counter", BUNDLED),
+    Implementation("toy.counter", "toy", f"{__name__}:Counter", "the toy counter", OURS),
     Implementation("mutant.toy.reset_keeps_one", "toy", f"{__name__}:ResetKeepsOne",
                    "reset leaves 1 behind", MUTANT),
 )
@@ -133,27 +138,26 @@ class ToyLockstep(Lockstep):
             ("total", f"expected {self.model.total}, actual {total}")]
 
 
-class ToyTarget(TraceTarget):
-    name = "toy"
-    format = FORMAT
-    judge = ToyLockstep
-    implementations = IMPLEMENTATIONS
-    default_cases = 50
-
-    def validate(self, path, obj):
-        check_shape(path, obj, 0, "a class with add(n) and reset()", cls=True,
-                    methods=("add", "reset"))
-
-    def describe(self, item):
-        return [("counter", f"{len(item.ops)} ops")]
-
-    def worst_input(self):
-        return {"format": FORMAT, "ops": [{"op": "add", "n": MAX_N}] * MAX_OPS}
-
-    def fewer_parts(self, item):
-        for index, op in enumerate(item.ops):
-            if isinstance(op, Add) and op.n > 1:
-                yield replace(item, ops=item.ops[:index] + (Add(1),) + item.ops[index + 1:])
+def _shape(path, obj):
+    check_shape(path, obj, 0, "a class with add(n) and reset()", cls=True,
+                methods=("add", "reset"))
 
 
-TOY = ToyTarget(GENERATOR, from_json, to_json)
+def _worst_input():
+    return {"format": FORMAT, "ops": [{"op": "add", "n": MAX_N}] * MAX_OPS}
+
+
+def _smaller_adds(item):
+    for index, op in enumerate(item.ops):
+        if isinstance(op, Add) and op.n > 1:
+            yield replace(item, ops=item.ops[:index] + (Add(1),) + item.ops[index + 1:])
+
+
+TOY = trace_target(
+    "toy",
+    codec=TraceCodec(FORMAT, from_json, to_json, _worst_input, "counter"),
+    inputs=TraceInputs(GENERATOR),
+    judge=LockstepJudge(ToyLockstep),
+    catalogue=Catalogue("toy", IMPLEMENTATIONS, _shape),
+    shrinker=TraceShrinker(extra=_smaller_adds),
+    default_cases=50)

@@ -6,22 +6,22 @@ from __future__ import annotations
 import io
 import json
 
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.args import duration
-from kvfuzz.fuzz.campaign import Campaign
-from kvfuzz.fuzz.corpus_tools import input_features, merge, minimize
-from kvfuzz.fuzz.campaign_specs import SPECS
-from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.cli.args import duration
+from kvfuzz.fuzz.campaign.supervisor import Campaign
+from kvfuzz.fuzz.cli.corpus_tools import input_features, merge, minimize
+from kvfuzz.fuzz.campaign.specs import SPECS
+from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.targets import EXTEND
 
 MUTANT = "mutant.owner_left_bisect"
 
 
 def _diverging(count: int, signature=None):
-    impl = EXTEND.resolve(MUTANT)
+    impl = EXTEND.catalogue.resolve(MUTANT)
     found = []
     for index in range(3000):
-        outcome = EXTEND.check(EXTEND.generate(2, index), impl)
+        outcome = EXTEND.check(EXTEND.generator.generate(2, index), impl)
         if outcome.status == DIVERGE and signature in (None, outcome.divergence.signature):
             signature = outcome.divergence.signature
             found.append(outcome.divergence.input)
@@ -59,7 +59,7 @@ def test_a_bug_already_in_the_corpus_is_known_before_fuzzing(tmp_path):
 
 
 def test_merge_deduplicates_by_content(tmp_path):
-    cases = [EXTEND.generate(0, i) for i in range(6)]
+    cases = [EXTEND.generator.generate(0, i) for i in range(6)]
     for name, chosen in (("a", cases[:4]), ("b", cases[2:])):
         for case in chosen:
             corpus.save(EXTEND, case, tmp_path / name)
@@ -69,9 +69,9 @@ def test_merge_deduplicates_by_content(tmp_path):
 
 def test_minimize_keeps_every_feature_with_fewer_files(tmp_path):
     for index in range(40):
-        corpus.save(EXTEND, EXTEND.generate(1, index), tmp_path)
+        corpus.save(EXTEND, EXTEND.generator.generate(1, index), tmp_path)
     corpus.save(EXTEND, _diverging(1)[0], tmp_path)
-    impls = [EXTEND.resolve(name) for name in ("torch.vectorized", MUTANT)]
+    impls = [EXTEND.catalogue.resolve(name) for name in ("torch.vectorized", MUTANT)]
 
     def features():
         return set().union(*(input_features(*corpus.load(p), impls) for p in tmp_path.iterdir()))

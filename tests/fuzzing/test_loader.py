@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-import kvfuzz.fuzz.loader_fuzz as loader_fuzz
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.loader_fuzz import LoaderHarness, malformed
+import kvfuzz.fuzz.campaign.loader_fuzz as loader_fuzz
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.campaign.loader_fuzz import LoaderHarness, malformed
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.strategies.inputs import FormatError
 
@@ -28,7 +28,7 @@ def test_random_malformed_files_of_every_format_raise_only_format_errors(tmp_pat
         formats[str(value.get("format")) if isinstance(value, dict) else None] += 1
     assert harness.counts["loads rejected"] > 300  # it did break files...
     assert harness.counts["loads accepted"] > 100  # ...and left some whole
-    assert {t.format for t in TARGETS.values()} <= set(formats)  # of every format
+    assert {t.codec.format for t in TARGETS.values()} <= set(formats)  # of every format
     assert list(tmp_path.iterdir()) == []
 
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from kvfuzz.fuzz import corpus
-from kvfuzz.fuzz.campaign_specs import SPECS
-from kvfuzz.fuzz.harness import DifferentialHarness
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.campaign.specs import SPECS
+from kvfuzz.fuzz.campaign.harness import DifferentialHarness
 from kvfuzz.fuzz.targets import EXTEND, TARGETS
 
 
@@ -24,10 +26,10 @@ needs_atheris = pytest.mark.skipif(importlib.util.find_spec("atheris") is None,
                                    reason="atheris not installed (pip install -e '.[fuzz]')")
 
 
-def _run(script, tmp_path, *flags, impl: str = ""):
+def _run(command, tmp_path, *flags, impl: str = ""):
     env = dict(os.environ, KVFUZZ_FOUND=str(tmp_path / "found"), KVFUZZ_IMPL=impl,
                OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(script), *flags,
+    return subprocess.run([sys.executable, *command, *flags,
                            f"-artifact_prefix={tmp_path}/"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=300)
 
@@ -38,7 +40,7 @@ def _run(script, tmp_path, *flags, impl: str = ""):
 @needs_atheris
 @pytest.mark.parametrize("name", ["extend", "decode", "case_loader"])
 def test_target_runs_clean_on_bundled_implementations(name, tmp_path):
-    result = _run(SPECS[name].script, tmp_path, "-runs=150", "-seed=1")
+    result = _run(SPECS[name].command, tmp_path, "-runs=150", "-seed=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Done 150 runs" in result.stderr
     assert not (tmp_path / "found").exists()
@@ -54,13 +56,33 @@ def test_extend_target_saves_the_case_then_raises_on_a_mutant(tmp_path):
     from kvfuzz.strategies.paged.case import Case
     case = Case("extend", 2, (0, 0, 2), (-1, -1, 4), (1,), prefix_lens=(0, 0, 1))
     (seed / "one").write_bytes(encode(case))
-    result = _run(SPECS["extend"].script, tmp_path, str(seed), "-runs=50",
+    result = _run(SPECS["extend"].command, tmp_path, str(seed), "-runs=50",
                   impl="mutant.owner_left_bisect")
     assert result.returncode != 0
     output = result.stdout + result.stderr  # atheris prints the exception on stdout
     assert "DIVERGENCE  extend  implementation mutant.owner_left_bisect" in output
     saved = corpus.input_files([tmp_path / "found"])
     assert [corpus.load(path) for path in saved] == [(EXTEND, case)]
+
+
+@pytest.mark.slow
+@needs_atheris
+def test_the_oss_fuzz_build_writes_a_fuzzer_per_target_that_runs(tmp_path):
+    """oss-fuzz/build.sh writes each target's fuzzer from its printf template: the script it
+    writes for a trace target fuzzes that target."""
+    build = (Path(__file__).parents[2] / "oss-fuzz" / "build.sh").read_text()
+    template = re.search(r"printf '([^']+)'", build).group(1)
+    script = tmp_path / "fuzz_mamba.py"
+    script.write_text(template.replace("\\n", "\n") % "mamba")
+    result = _run([script], tmp_path, "-runs=20", "-seed=1")
+    assert result.returncode == 0 and "Done 20 runs" in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.slow  # a process of its own
+def test_the_entry_script_names_an_unknown_target_in_one_line(tmp_path):
+    result = _run(SPECS["extend"].command[:1] + ["nosuch"], tmp_path)
+    assert result.returncode == 2 and "unknown target 'nosuch'" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("target, mutant", [("allocator", "mutant.allocator.padding_page"),

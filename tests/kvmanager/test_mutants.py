@@ -7,8 +7,8 @@ import re
 import pytest
 
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.fuzz.shrink import shrink
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.shrink import shrink
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.strategies.kvmanager.codec import loads
 from kvfuzz.strategies.kvmanager.trace import dumps
 from tests.helpers import by_tier, divergence, mutants
@@ -42,10 +42,10 @@ def test_every_mutant_has_an_expectation():
 
 @pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    impl = KVMANAGER.resolve(name)
+    impl = KVMANAGER.catalogue.resolve(name)
     if not impl.available():
         pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
-    found = next((d for d in (divergence("kvmanager", KVMANAGER.generate_for([impl], 0, i), impl)
+    found = next((d for d in (divergence("kvmanager", KVMANAGER.generator.generate(0, i, [impl]), impl)
                               for i in range(60)) if d is not None), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(KVMANAGER, found, budget=(3000, 10.0))
@@ -57,4 +57,4 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     assert re.search(EXPECTED[name], report), report
     again = divergence("kvmanager", loads(dumps(small.input)), name)
     assert again is not None and again.signature == small.signature
-    assert KVMANAGER.check(small.input, KVMANAGER.resolve("vllm.kvmanager")).status == AGREE
+    assert KVMANAGER.check(small.input, KVMANAGER.catalogue.resolve("vllm.kvmanager")).status == AGREE

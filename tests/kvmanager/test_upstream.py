@@ -7,10 +7,10 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.fuzz.target import AGREE
-from kvfuzz.impl.kvmanager import UPSTREAM
+from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.impl.kvmanager import RELEASED
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
 from tests.conftest import CORPUS
@@ -18,7 +18,7 @@ from kvfuzz.impl.registry import load_attribute
 from tests.helpers import divergence, fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")
-VLLM = KVMANAGER.resolve("vllm.kvmanager")
+VLLM = KVMANAGER.catalogue.resolve("vllm.kvmanager")
 
 
 def not_a_class(kv_cache_config, max_model_len):
@@ -38,9 +38,9 @@ class MissingMethods:
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
-    assert KVMANAGER.resolve(UPSTREAM) is VLLM
+    assert KVMANAGER.catalogue.resolve(RELEASED) is VLLM
     for index in range(shard * 250, (shard + 1) * 250):
-        outcome = KVMANAGER.check(KVMANAGER.generate_for([VLLM], 0, index), VLLM)
+        outcome = KVMANAGER.check(KVMANAGER.generator.generate(0, index, [VLLM]), VLLM)
         if outcome.status != AGREE:
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
@@ -80,7 +80,7 @@ def test_the_corpus_replays_clean_on_vllm():
 ])
 def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     with pytest.raises(ImplementationError) as error:
-        KVMANAGER.resolve(f"{__name__}:{attr}")
+        KVMANAGER.catalogue.resolve(f"{__name__}:{attr}")
     message = str(error.value)
     assert shows in message and "vLLM KVCacheManager's interface" in message
     assert "\n" not in message

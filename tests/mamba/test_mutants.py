@@ -7,8 +7,8 @@ import re
 import pytest
 
 from kvfuzz.fuzz.mamba.target import MAMBA
-from kvfuzz.fuzz.shrink import shrink
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.shrink import shrink
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.strategies.mamba.codec import loads
 from kvfuzz.strategies.mamba.trace import dumps
 from tests.helpers import by_tier, divergence, mutants
@@ -31,10 +31,10 @@ def test_every_mutant_has_an_expectation():
 
 @pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    impl = MAMBA.resolve(name)
+    impl = MAMBA.catalogue.resolve(name)
     if not impl.available():
         pytest.skip("needs upstream sglang installed (see docs/upstream-sglang.md)")
-    found = next((d for d in (divergence("mamba", MAMBA.generate_for([impl], 0, i), impl)
+    found = next((d for d in (divergence("mamba", MAMBA.generator.generate(0, i, [impl]), impl)
                               for i in range(60)) if d is not None), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(MAMBA, found, budget=(3000, 10.0))
@@ -47,4 +47,4 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     again = divergence("mamba", loads(dumps(small.input)), name)
     assert again is not None and again.signature == small.signature
     original = "sglang.mamba" if ".sglang." in name else "mamba.torch"
-    assert MAMBA.check(small.input, MAMBA.resolve(original)).status == AGREE
+    assert MAMBA.check(small.input, MAMBA.catalogue.resolve(original)).status == AGREE

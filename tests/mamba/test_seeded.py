@@ -6,17 +6,17 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.mamba.target import MAMBA
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE
 from tests.helpers import fail_with
 
-BUNDLED = MAMBA.resolve("mamba.torch")
+BUNDLED = MAMBA.catalogue.resolve("mamba.torch")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(4))
 def test_bundled_slot_allocator_agrees_on_2000_seeded_traces(shard):
     for index in range(shard * 500, (shard + 1) * 500):
-        outcome = MAMBA.check(MAMBA.generate(0, index), BUNDLED)
+        outcome = MAMBA.check(MAMBA.generator.generate(0, index), BUNDLED)
         if outcome.status != AGREE:
             fail_with(outcome.divergence)
 
@@ -24,5 +24,5 @@ def test_bundled_slot_allocator_agrees_on_2000_seeded_traces(shard):
 def test_seeded_traces_reach_every_edge_class():
     events = Counter()
     for index in range(40):
-        events.update(MAMBA.check(MAMBA.generate(0, index), BUNDLED).features)
-    assert set(MAMBA.events) <= set(events), sorted(set(MAMBA.events) - set(events))
+        events.update(MAMBA.check(MAMBA.generator.generate(0, index), BUNDLED).features)
+    assert set(MAMBA.judge.lockstep.EVENTS) <= set(events), sorted(set(MAMBA.judge.lockstep.EVENTS) - set(events))

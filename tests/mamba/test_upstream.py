@@ -7,17 +7,17 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.mamba.target import MAMBA
-from kvfuzz.fuzz.target import AGREE, OUTSIDE
-from kvfuzz.impl.mamba import UPSTREAM
+from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
+from kvfuzz.impl.mamba import RELEASED
 from kvfuzz.strategies.mamba.trace import Admit, Clear, GroupBegin, GroupEnd, Trace
 from tests.conftest import CORPUS
 from kvfuzz.impl.registry import load_attribute
 from tests.helpers import divergence, fail_with, needs_engine
 
 pytestmark = needs_engine("sglang")
-SGLANG = MAMBA.resolve("sglang.mamba")
+SGLANG = MAMBA.catalogue.resolve("sglang.mamba")
 
 
 @functools.cache
@@ -40,9 +40,9 @@ def __getattr__(name):  # the doubles by import path: tests.mamba.test_upstream:
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_upstream(shard):
-    assert MAMBA.resolve(UPSTREAM) is SGLANG
+    assert MAMBA.catalogue.resolve(RELEASED) is SGLANG
     for index in range(shard * 250, (shard + 1) * 250):
-        outcome = MAMBA.check(MAMBA.generate_for([SGLANG], 0, index), SGLANG)
+        outcome = MAMBA.check(MAMBA.generator.generate(0, index, [SGLANG]), SGLANG)
         if outcome.status != AGREE:
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
@@ -54,8 +54,8 @@ def test_every_seeded_trace_runs_to_its_last_op_on_upstream(shard):
 ])
 def test_undeclared_group_misuse_is_reported(ops, label, shows):
     trace = Trace(4, ops)
-    assert MAMBA.check(trace, SGLANG).status == OUTSIDE
-    undeclared = MAMBA.declared(MAMBA.resolve(f"{__name__}:Undeclared"),
+    assert MAMBA.check(trace, SGLANG).status == OUTSIDE_CONTRACT
+    undeclared = MAMBA.catalogue.declared(MAMBA.catalogue.resolve(f"{__name__}:Undeclared"),
                                 doubles()["Undeclared"])
     found = divergence("mamba", trace, undeclared)
     assert found is not None and found.what.startswith(label), found and found.report()
@@ -68,7 +68,7 @@ def test_the_corpus_replays_clean_on_upstream():
     for path in files:
         _, trace = corpus.load(path)
         outcome = MAMBA.check(trace, SGLANG)
-        if outcome.status not in (AGREE, OUTSIDE):
+        if outcome.status not in (AGREE, OUTSIDE_CONTRACT):
             outcome.divergence.saved_path = str(path)
             fail_with(outcome.divergence, save=False)
         agreed += outcome.status == AGREE

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import Phase, settings
 
-from kvfuzz.fuzz.report import Mismatch
-from kvfuzz.fuzz.run import run_chunk
-from kvfuzz.fuzz.target import DIVERGE
+from kvfuzz.fuzz.engine.report import Mismatch
+from kvfuzz.fuzz.engine.run import run_chunk
+from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.targets import EXTEND
 from kvfuzz.impl.paged.calling import call
-from kvfuzz.impl.registry import BUNDLED, Implementation
+from kvfuzz.impl.registry import OURS, Implementation
 from kvfuzz.strategies.paged.case import Case
 from tests.helpers import mutants, run_property
 from tests.paged.test_properties import STRATEGIES, agreement_property
@@ -58,7 +58,7 @@ def test_property_catches_mutant(target, mutant):
 
 
 def _impl(name: str) -> Implementation:
-    return Implementation(name, "extend", f"{__name__}:{name}", "test double", BUNDLED)
+    return Implementation(name, "extend", f"{__name__}:{name}", "test double", OURS)
 
 
 def leaves_last_slot(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):

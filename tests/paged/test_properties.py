@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from hypothesis import event, given, settings
 
-from kvfuzz.fuzz.target import OUTSIDE
+from kvfuzz.fuzz.engine.target import OUTSIDE_CONTRACT
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.oracle.paged.contract import POOL_SHORT, violations
 from kvfuzz.strategies.paged.edges import CLASSES, edge_classes
-from kvfuzz.fuzz.report import Mismatch
+from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.strategies.paged.hypothesis_cases import (cases_outside_contract, decode_cases,
                                                     extend_cases)
 from tests.helpers import bundled, run_property
@@ -68,7 +68,7 @@ def outside_contract_property(target: str, impl):
     @settings(max_examples=100)
     def classified(case):
         outcome = TARGETS[target].check(case, impl)
-        if outcome.status != OUTSIDE:
+        if outcome.status != OUTSIDE_CONTRACT:
             # break_contract leaves a case unchanged when it has no room for the fault.
             assert case.note and outcome.divergence is None
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvfuzz.fuzz.run import run_chunk
+from kvfuzz.fuzz.engine.run import run_chunk
 from tests.helpers import bundled, fail_with
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import kvfuzz.impl.paged.triton_kernels as paged_triton
-from kvfuzz.fuzz.target import AGREE, DIVERGE, OUTSIDE
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT
 from kvfuzz.fuzz.targets import TARGETS as BY_NAME
 from kvfuzz.impl.paged.calling import build_inputs, call, invoke
 from kvfuzz.impl.host_sync import count_host_syncs
@@ -56,7 +56,7 @@ def selection(target: str) -> tuple[int, ...]:
 
 
 def triton(target: str):
-    impl = BY_NAME[target].resolve("triton")
+    impl = BY_NAME[target].catalogue.resolve("triton")
     return impl, impl.load()
 
 
@@ -118,7 +118,7 @@ MUTANT_CASES = {
     "mutant.triton.counts_masked": (Case("decode", 1, (3, 5), (10, 20), (7, 8)), "wrong slot",
                                     "new page"),
 }
-TRITON_MUTANTS = [m for t in TARGETS for m in BY_NAME[t].implementations if m.kind == MUTANT
+TRITON_MUTANTS = [m for t in TARGETS for m in BY_NAME[t].catalogue.implementations if m.kind == MUTANT
                   if m.path.startswith("kvfuzz.impl.paged.triton_mutants:")]
 
 
@@ -159,7 +159,7 @@ def test_page_size_not_a_power_of_two_is_outside_the_contract(target):
         if violations(case) or not case.page_size & (case.page_size - 1):
             continue  # inside the common contract, page size not a power of two
         outcome = BY_NAME[impl.target].check(case, impl, DEVICE)
-        assert outcome.status == OUTSIDE and outcome.divergence is None
+        assert outcome.status == OUTSIDE_CONTRACT and outcome.divergence is None
         assert list(outcome.outside) == [PAGE_SIZE_NOT_POW2]
         assert outcome.behaviour == "raised ValueError"  # the wrapper's check, before a launch
         seen += 1

@@ -77,7 +77,7 @@ def test_kernels_compile_for_cuda_without_a_gpu(tmp_path):
 def test_upstream_kernels_by_import_path_agree_on_the_first_cases(target):
     if importlib.util.find_spec("sglang") is None:
         pytest.skip("sglang is not installed (docs/upstream-sglang.md)")
-    impl = BY_NAME[target].resolve(f"kvfuzz.impl.paged.upstream_sglang:triton_{target}")
+    impl = BY_NAME[target].catalogue.resolve(f"kvfuzz.impl.paged.upstream_sglang:triton_{target}")
     assert impl.preconditions == PRECONDITIONS and not impl.safe_outside_contract
     for index in selection(target)[:20]:
         outcome = BY_NAME[impl.target].check(generate(target, SEED, index), impl, DEVICE)
@@ -90,7 +90,7 @@ def test_upstream_kernels_without_sglang_fail_in_one_line(monkeypatch):
     upstream_sglang.kernels.cache_clear()
     try:
         with pytest.raises(ImplementationError) as error:
-            BY_NAME["extend"].resolve("kvfuzz.impl.paged.upstream_sglang:triton_extend")
+            BY_NAME["extend"].catalogue.resolve("kvfuzz.impl.paged.upstream_sglang:triton_extend")
     finally:
         upstream_sglang.kernels.cache_clear()
     assert "cannot import sglang.kernels" in str(error.value)

@@ -19,8 +19,8 @@ GRAPH = read_graph(ROOT)
 def test_the_graph_covers_every_layer():
     layers = {name.split(".")[1] for name in GRAPH if name.count(".")}
     assert {"strategies", "oracle", "impl", "fuzz", "bench"} <= layers
-    assert "kvfuzz.api" in GRAPH and "kvfuzz.fuzz.diff" in GRAPH["kvfuzz.api"]  # the top
-    assert "kvfuzz.fuzz.targets" in GRAPH["kvfuzz.fuzz.corpus"]
+    assert "kvfuzz.api" in GRAPH and "kvfuzz.fuzz.engine.diff" in GRAPH["kvfuzz.api"]  # the top
+    assert "kvfuzz.fuzz.targets" in GRAPH["kvfuzz.fuzz.engine.corpus"]
 
 
 def test_no_import_cycle():
@@ -50,11 +50,11 @@ def test_a_planted_cycle_is_found(tmp_path):
 
 def test_planted_upward_and_crossing_imports_are_found(tmp_path):
     graph = _plant(tmp_path, {
-        "fuzz/cli.py": "def bench():\n    import kvfuzz.bench.harness\n",
-        "bench/harness.py": "from kvfuzz.fuzz import cli\n",
+        "fuzz/cli/main.py": "def bench():\n    import kvfuzz.bench.harness\n",
+        "bench/harness.py": "from kvfuzz.fuzz.cli import main as cli\n",
         "oracle/model.py": "from kvfuzz.impl.registry import resolve\n",
         "impl/registry.py": "import torch\n"})
-    assert upward_imports(graph) == ["kvfuzz.fuzz.cli -> kvfuzz.bench.harness",
+    assert upward_imports(graph) == ["kvfuzz.fuzz.cli.main -> kvfuzz.bench.harness",
                                      "kvfuzz.oracle.model -> kvfuzz.impl.registry"]
 
 

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from kvfuzz.fuzz.shrink import shrink
+from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.fuzz.swa.target import SWA
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.strategies.swa.codec import loads
 from kvfuzz.strategies.swa.trace import dumps
 from tests.helpers import by_tier, divergence, mutants
@@ -36,10 +36,10 @@ def test_every_mutant_has_an_expectation():
 
 @pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
 def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    impl = SWA.resolve(name)
+    impl = SWA.catalogue.resolve(name)
     if not impl.available():
         pytest.skip("needs upstream sglang installed (see docs/upstream-sglang.md)")
-    found = next((d for d in (divergence("swa", SWA.generate_for([impl], 0, i), impl)
+    found = next((d for d in (divergence("swa", SWA.generator.generate(0, i, [impl]), impl)
                               for i in range(60)) if d is not None), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(SWA, found, budget=(3000, 10.0))
@@ -53,4 +53,4 @@ def test_mutant_is_caught_with_a_readable_shrunk_report(name):
     again = divergence("swa", loads(dumps(small.input)), name)
     assert again is not None and again.signature == small.signature
     original = "sglang.swa" if ".sglang." in name else "swa.torch"
-    assert SWA.check(small.input, SWA.resolve(original)).status == AGREE
+    assert SWA.check(small.input, SWA.catalogue.resolve(original)).status == AGREE

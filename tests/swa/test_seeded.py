@@ -7,17 +7,17 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.swa.target import SWA
-from kvfuzz.fuzz.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE
 from tests.helpers import fail_with
 
-BUNDLED = SWA.resolve("swa.torch")
+BUNDLED = SWA.catalogue.resolve("swa.torch")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(4))
 def test_bundled_swa_allocator_agrees_on_2000_seeded_traces(shard):
     for index in range(shard * 500, (shard + 1) * 500):
-        outcome = SWA.check(SWA.generate(0, index), BUNDLED)
+        outcome = SWA.check(SWA.generator.generate(0, index), BUNDLED)
         if outcome.status != AGREE:
             fail_with(outcome.divergence)
 
@@ -25,5 +25,5 @@ def test_bundled_swa_allocator_agrees_on_2000_seeded_traces(shard):
 def test_seeded_traces_reach_every_edge_class():
     events = Counter()
     for index in range(60):
-        events.update(SWA.check(SWA.generate(0, index), BUNDLED).features)
-    assert set(SWA.events) <= set(events), sorted(set(SWA.events) - set(events))
+        events.update(SWA.check(SWA.generator.generate(0, index), BUNDLED).features)
+    assert set(SWA.judge.lockstep.EVENTS) <= set(events), sorted(set(SWA.judge.lockstep.EVENTS) - set(events))

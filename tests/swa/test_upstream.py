@@ -7,17 +7,17 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz import corpus
+from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.swa.target import SWA
-from kvfuzz.fuzz.target import AGREE, OUTSIDE
-from kvfuzz.impl.swa import UPSTREAM
+from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
+from kvfuzz.impl.swa import RELEASED
 from kvfuzz.strategies.swa.trace import Admit, Decode, Extend, Trace
 from tests.conftest import CORPUS
 from kvfuzz.impl.registry import load_attribute
 from tests.helpers import divergence, fail_with, needs_engine
 
 pytestmark = needs_engine("sglang")
-SGLANG = SWA.resolve("sglang.swa")
+SGLANG = SWA.catalogue.resolve("sglang.swa")
 
 
 @functools.cache
@@ -41,9 +41,9 @@ def __getattr__(name):  # the doubles by import path: tests.swa.test_upstream:Un
 @pytest.mark.slow
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_upstream(shard):
-    assert SWA.resolve(UPSTREAM) is SGLANG
+    assert SWA.catalogue.resolve(RELEASED) is SGLANG
     for index in range(shard * 250, (shard + 1) * 250):
-        outcome = SWA.check(SWA.generate_for([SGLANG], 0, index), SGLANG)
+        outcome = SWA.check(SWA.generator.generate(0, index, [SGLANG]), SGLANG)
         if outcome.status != AGREE:
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
@@ -52,8 +52,8 @@ def test_every_seeded_trace_runs_to_its_last_op_on_upstream(shard):
 def test_an_unchecked_decode_short_on_one_pool_loses_a_page_when_undeclared():
     # Two full pages, one SWA page: the decode opens a page, which only the full pool has.
     trace = Trace(4, 8, 4, False, (Admit(1), Extend((1,), (4,)), Decode((), checked=False)))
-    assert SWA.check(trace, SGLANG).status == OUTSIDE
-    undeclared = SWA.declared(SWA.resolve(f"{__name__}:Undeclared"), doubles()["Undeclared"])
+    assert SWA.check(trace, SGLANG).status == OUTSIDE_CONTRACT
+    undeclared = SWA.catalogue.declared(SWA.catalogue.resolve(f"{__name__}:Undeclared"), doubles()["Undeclared"])
     found = divergence("swa", trace, undeclared)
     assert found is not None and found.what.startswith("full_available_size"), \
         found and found.report()
@@ -69,7 +69,7 @@ def test_the_corpus_replays_clean_on_upstream():
     for path in files:
         _, trace = corpus.load(path)
         outcome = SWA.check(trace, SGLANG)
-        if outcome.status not in (AGREE, OUTSIDE):
+        if outcome.status not in (AGREE, OUTSIDE_CONTRACT):
             outcome.divergence.saved_path = str(path)
             fail_with(outcome.divergence, save=False)
         agreed += outcome.status == AGREE

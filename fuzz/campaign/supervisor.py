@@ -1,0 +1,226 @@
+"""`kvfuzz fuzz TARGET`: a coverage-guided campaign of parallel atheris workers.
+
+Work directory (default .kvfuzz/<target>, gitignored): bytes/ (libFuzzer's working corpus, seeded
+from the JSON corpus through the target's encoder), found/ (raw cases the workers saved before
+raising), stats/ (per-process counters), logs/, artifacts/ (libFuzzer crash files), known.txt
+(signatures already found: workers count them instead of stopping on them). A found case is
+shrunk and saved once per signature; Ctrl-C or SIGTERM stops the workers, keeps every found
+case (shrinking what time allows) and prints the summary.
+
+A worker killed by its input (a segfault, an abort, a hang past --timeout) leaves libFuzzer's
+artifact: its bytes are decoded to an input, re-run in a supervised process and saved like any
+finding. Workers die with the supervisor, whatever kills it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from kvfuzz.fuzz.campaign.specs import REPO, Finding
+from kvfuzz.fuzz.campaign.summary import edge_coverage, summary
+from kvfuzz.fuzz.engine.corpus import write_atomic
+from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker, die_with_parent
+from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
+
+STATUS_EVERY = 5.0
+MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
+
+
+class Campaign:
+    def __init__(self, target, impl_specs, seconds: float, jobs: int, corpus_dir,
+                 work_dir, flags=(), out=sys.stderr, timeout: float = DEFAULT_TIMEOUT):
+        self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
+        self.timeout, self.checker = timeout, Checker(timeout)
+        # Absolute: the workers run inside the work directory, where a relative path breaks.
+        self.corpus_dir, self.work = Path(corpus_dir).resolve(), Path(work_dir).resolve()
+        self.flags, self.out = list(flags), out
+        self.dirs = {name: self.work / name for name in ("bytes", "found", "stats", "logs",
+                                                         "artifacts", "failures")}
+        self.known_path = self.work / "known.txt"
+        self.findings: dict[str, tuple[Finding, Path]] = {}
+        self.preexisting: list[str] = []
+        self.triaged: set[str] = set()
+        self.blind_crashes = 0
+        self.stopping = self.interrupted = False
+        self.workers: dict[int, subprocess.Popen] = {}
+        self.started: dict[int, float] = {}
+
+    # -- setup -------------------------------------------------------------------------------
+    def prepare(self) -> int:
+        for directory in self.dirs.values():
+            directory.mkdir(parents=True, exist_ok=True)
+            for stale in directory.glob(".tmp-*"):
+                stale.unlink()
+        for old in self.dirs["stats"].glob("*.json"):
+            old.unlink()
+        seeded = 0
+        for data in self.target.seeds([str(self.corpus_dir), str(REPO / "corpus")]):
+            name = self.dirs["bytes"] / hashlib.sha1(data).hexdigest()
+            if not name.exists():
+                write_atomic(name, data)
+                seeded += 1
+        self._known_from_corpus()
+        return seeded
+
+    def _known_from_corpus(self) -> None:
+        """Bugs the corpus already holds a case for are known from the start, not re-reported."""
+        known = set()
+        if self.target.output == "corpus" and self.corpus_dir.is_dir():
+            for path in sorted(self.corpus_dir.glob(f"{self.target.name}-*.json")):
+                if self.stopping:  # interrupted while reading the corpus: no campaign follows
+                    break
+                for finding in self.target.triage(path, self.impl_specs, lambda: True,
+                                                  self.checker):
+                    if finding.signature not in known:
+                        self.preexisting.append(f"{finding.signature}  {path}")
+                    known.add(finding.signature)
+        write_atomic(self.known_path, "".join(f"{s}\n" for s in sorted(known)))
+
+    # -- workers -----------------------------------------------------------------------------
+    def _start_worker(self, slot: int, remaining: float) -> None:
+        env = dict(os.environ, KVFUZZ_FOUND=str(self.dirs["found"]),
+                   KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
+                   KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1")
+        command = [sys.executable, *self.target.command, str(self.dirs["bytes"]),
+                   f"-max_total_time={max(1, int(remaining))}",
+                   f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
+                   f"-timeout={max(1, round(self.timeout))}", *self.target.flags, *self.flags]
+        self.started[slot] = time.time()
+        log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
+        # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly;
+        # and if the supervisor is killed outright, the kernel kills the worker.
+        parent = os.getpid()
+        self.workers[slot] = subprocess.Popen(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.work,
+            start_new_session=True, preexec_fn=lambda: die_with_parent(parent))
+        log.close()
+
+    def _reap(self, deadline: float) -> None:
+        for slot, worker in list(self.workers.items()):
+            code = worker.poll()
+            if code is None:
+                continue
+            del self.workers[slot]
+            artifacts = self._collect_artifacts()
+            self._triage_new()
+            if code != 0 and not artifacts and not self._found_since(self.started[slot]):
+                self.blind_crashes += 1
+            remaining = deadline - time.monotonic()
+            if (not self.stopping and remaining > 2 and code != 0
+                    and self.blind_crashes < MAX_BLIND_CRASHES):
+                self._start_worker(slot, remaining)
+
+    def _stop_workers(self) -> None:
+        for worker in self.workers.values():
+            try:
+                os.killpg(worker.pid, signal.SIGINT)  # libFuzzer: print stats, exit
+            except ProcessLookupError:
+                pass
+        for worker in self.workers.values():
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait()
+        self.workers.clear()
+
+    def _found_since(self, when: float) -> bool:
+        return any(p.stat().st_mtime >= when - 1 for p in self.dirs["found"].iterdir())
+
+    # -- findings ----------------------------------------------------------------------------
+    def _collect_artifacts(self) -> int:
+        """libFuzzer's crash and timeout files, as inputs in found/ for triage to re-run. The
+        byte-corpus entry behind one (same SHA-1) is set aside, or every restarted worker would
+        die on it again while loading the corpus. Returns how many were new."""
+        fresh = [p for p in sorted(self.dirs["artifacts"].iterdir())
+                 if p.name not in self.triaged and not p.name.startswith(".")]
+        for path in fresh:
+            self.triaged.add(path.name)
+            name, content = self.target.from_artifact(path.read_bytes(), self.impl_specs)
+            write_atomic(self.dirs["found"] / name, content)
+            (self.dirs["bytes"] / path.name.split("-", 1)[-1]).unlink(missing_ok=True)
+        return len(fresh)
+
+    def _triage_new(self) -> None:
+        """Shrink and save every found file not seen yet, once per signature."""
+        fresh = [p for p in sorted(self.dirs["found"].iterdir())
+                 if not p.name.startswith(".tmp-") and p.name not in self.triaged]
+        for path in fresh:
+            self.triaged.add(path.name)
+            for finding in self.target.triage(path, self.impl_specs, lambda: self.stopping,
+                                              self.checker):
+                if finding.signature in self.findings:
+                    continue
+                where = self.corpus_dir if self.target.output == "corpus" else self.dirs["failures"]
+                saved = finding.save(where)
+                self.findings[finding.signature] = (finding, saved)
+                with open(self.known_path, "a") as handle:  # workers pick it up by mtime
+                    handle.write(finding.signature + "\n")
+                print(f"found: {finding.headline}\n  saved {saved} ({finding.note})\n"
+                      f"  replay: {finding.replay(saved)}", file=self.out, flush=True)
+
+    # -- run ---------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Exit status: 130 interrupted, else 1 a finding, 2 blind worker crashes, 0 none."""
+        began = time.monotonic()
+        deadline = began + self.seconds
+        # A stop signal only sets `stopping` (installed before the corpus is read: that takes a
+        # while too): the loops below look at it, and the found cases are still triaged.
+        with handling(self._on_signal):
+            try:
+                seeded = self.prepare()
+                print(f"fuzz {self.target.name}: {self.jobs} worker(s), {self.seconds:.0f} s, "
+                      f"{seeded} new seed input(s), work dir {self.work}", file=self.out,
+                      flush=True)
+                for slot in range(self.jobs if not self.stopping else 0):
+                    self._start_worker(slot, self.seconds)
+                last_status = began
+                while self.workers and not self.stopping and time.monotonic() < deadline + 5:
+                    time.sleep(0.5)
+                    self._reap(deadline)
+                    if time.monotonic() - last_status >= STATUS_EVERY:
+                        last_status = time.monotonic()
+                        print(self.status_line(began), file=self.out, flush=True)
+                self._stop_workers()
+                self._collect_artifacts()
+                self._triage_new()
+            finally:
+                self._stop_workers()
+                self.checker.close()
+        print(summary(self, time.monotonic() - began), file=self.out, flush=True)
+        if self.interrupted:
+            return INTERRUPTED
+        return 1 if self.findings else (2 if self.blind_crashes else 0)
+
+    def _on_signal(self, number, frame) -> None:
+        self.stopping = self.interrupted = True
+
+    def stats(self) -> dict:
+        total = {"execs": 0, "features": Counter(), "failures": Counter()}
+        for path in self.dirs["stats"].glob("stats-*.json"):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            total["execs"] += data["execs"]
+            total["features"].update(data["features"])
+            total["failures"].update(data["failures"])
+        return total
+
+    def status_line(self, began: float) -> str:
+        stats, elapsed = self.stats(), time.monotonic() - began
+        corpus_size = sum(1 for p in self.dirs["bytes"].iterdir() if not p.name.startswith("."))
+        hit, total, _ = edge_coverage(self.target, stats["features"])
+        edges = f"edge classes {hit}/{total}, " if total else ""
+        return (f"[{elapsed:5.0f}s] {self.target.name}: {stats['execs']:,} execs "
+                f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s), corpus {corpus_size} inputs, "
+                f"{edges}failures {sum(stats['failures'].values()):,} "
+                f"({len(self.findings)} new signature(s)), workers {len(self.workers)}")

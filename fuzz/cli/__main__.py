@@ -1,0 +1,5 @@
+import sys
+
+from kvfuzz.fuzz.cli.main import main
+
+sys.exit(main())

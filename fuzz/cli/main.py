@@ -1,0 +1,162 @@
+"""The `kvfuzz` command: list targets and implementations, diff them against the oracle on
+seeded inputs, replay saved inputs, fuzz (atheris campaigns), tend the corpus, benchmark.
+Exit status: 0 agree, 1 divergence, 2 bad usage or input."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from kvfuzz.fuzz.cli import campaign as campaign_command
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.cli.args import (Parser, UsageError, check_device, index, jobs, positive,
+                              seconds)
+from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
+from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.strategies.inputs import FormatError
+
+EPILOG = """examples:
+  kvfuzz diff extend --cases 20000            every bundled implementation vs the oracle
+  kvfuzz diff decode --impl torch.vectorized --jobs 2
+  kvfuzz diff extend --impl mypkg.alloc:alloc_extend   your own function, same signature
+  kvfuzz replay corpus/                       every saved input, every bundled implementation
+exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input,
+130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints)"""
+BENCH = "kvfuzz.bench.command"  # imported only when run: nothing in fuzz/ imports bench/
+TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence ('timed out'); "
+                f"implementations run in supervised worker processes, so a crash is one too "
+                f"(default {DEFAULT_TIMEOUT:g})")
+
+
+def parser() -> argparse.ArgumentParser:
+    top = Parser(prog="kvfuzz", description=__doc__, epilog=EPILOG,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = top.add_subparsers(dest="command", required=True, parser_class=Parser)
+    commands.add_parser("list", help="targets and registered implementations")
+    diff = commands.add_parser("diff", help="seeded inputs: implementations vs the oracle")
+    diff.add_argument("target", nargs="?", default="all", choices=["all", *TARGETS],
+                      help="what to test (default: all, one after another)")
+    diff.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
+                      help="implementation to test (repeatable; default: every bundled one)")
+    defaults = ", ".join(f"{name} {t.settings.default_cases:,}" for name, t in TARGETS.items())
+    diff.add_argument("--cases", type=positive, default=None,
+                      help=f"cases (traces) per implementation; default: {defaults}")
+    diff.add_argument("--seed", type=int, default=0, help="seed of the case generator")
+    diff.add_argument("--start", type=index, default=0,
+                      help="first case index (with --cases 1: regenerate one reported case)")
+    diff.add_argument("--jobs", type=jobs, default=1, help="worker processes (1 to 64)")
+    diff.add_argument("--corpus", default=corpus.DEFAULT_DIR, help="where divergences are saved")
+    diff.add_argument("--device", default="cpu", help="torch device for implementations")
+    diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                      help=TIMEOUT_HELP)
+    replay = commands.add_parser("replay", help="run saved case files (or directories)")
+    replay.add_argument("paths", nargs="+", metavar="PATH")
+    replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
+                        help="implementation to run (repeatable; each applies to the files of "
+                             "its target; default: every bundled one)")
+    replay.add_argument("--device", default="cpu")
+    replay.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
+                        help=TIMEOUT_HELP)
+    campaign_command.add_parsers(commands)
+    commands.add_parser("bench", add_help=False, prefix_chars="\0",
+                        help="performance tables (CPU figures; kvfuzz bench --help)"
+                        ).add_argument("rest", nargs=argparse.REMAINDER)
+    return top
+
+
+def check_usage(args) -> None:
+    """What can be checked before anything runs, so nothing runs (or is written) in vain."""
+    if getattr(args, "device", "cpu") != "cpu":
+        check_device(args.device)
+    if args.command in ("diff", "fuzz"):
+        corpus.check_writable(args.corpus)
+    if args.command == "corpus" and args.action == "merge":
+        corpus.check_writable(args.into, "--into")
+
+
+def cmd_list() -> int:
+    """Each target's catalogue: name, kind (ours, upstream, mutant, ...), `*` where it runs by
+    default, what it is."""
+    rows = {name: target.catalogue.implementations for name, target in TARGETS.items()}
+    width = max([32] + [len(impl.name) + 1 for impls in rows.values() for impl in impls])
+    for name, impls in rows.items():
+        print(f"{name}:")
+        for impl in impls:
+            kind = impl.kind + ("*" if impl.runs_by_default else "")
+            print(f"  {impl.name:<{width}} {kind:<9} {impl.summary}")
+    print("* runs by default (kvfuzz diff without --impl)")
+    print("yours: --impl package.module:attr (the signature the target calls, as upstream's)")
+    return 0
+
+
+def cmd_diff(args, out=None) -> int:
+    """Exit status: 0 all agree, 1 a divergence (saved and reported), 130 interrupted."""
+    from kvfuzz.fuzz.engine.diff import diff_target
+    from kvfuzz.fuzz.engine.run import RunOptions
+
+    out = out or sys.stderr  # looked up now: a test may have replaced it
+    names = list(TARGETS) if args.target == "all" else [args.target]
+    # Resolve every --impl of every target first: a typo fails in one line before any run.
+    # A target named on its own with nothing to run (its packages missing) is a usage error;
+    # among every target it is said and skipped below.
+    runs = []
+    for target in (TARGETS[name] for name in names):
+        catalogue = target.catalogue
+        runs.append((target, [catalogue.resolve(spec) for spec in args.impl] or (
+            catalogue.defaults() if args.target == "all" else catalogue.defaults_or_error())))
+    status = 0
+    for target, impls in runs:
+        if not impls:  # every target: one whose packages are missing is said, not failed
+            print(f"{target.name}: not run: {target.catalogue.not_run_reason()}", file=out)
+            continue
+        options = RunOptions(args.cases or target.settings.default_cases, args.seed,
+                             args.start, args.jobs, args.device, args.timeout, args.corpus)
+        status = max(status, diff_target(target, impls, options, out))
+        if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
+            break
+    return status
+
+
+def main(argv=None) -> int:
+    try:
+        # SIGINT and SIGTERM stop every command, whatever the process inherited (an ignored
+        # SIGINT included); a command that runs implementations reports what it had done.
+        with interrupting():
+            return run(parser().parse_args(argv))
+    except BrokenPipeError:  # `kvfuzz ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:  # before a command's own run began (loading, resolving)
+        print("kvfuzz: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+def run(args) -> int:
+    if args.command == "bench":
+        return importlib.import_module(BENCH).main(args.rest)
+    if args.command in ("diff", "replay", "fuzz"):
+        # Before any implementation is imported: a named upstream module may import Triton, and
+        # Triton fixes interpreted-or-compiled when its kernels are defined.
+        from kvfuzz.impl.triton_env import use_interpreter_without_cuda
+        use_interpreter_without_cuda()
+    try:
+        check_usage(args)
+        if args.command in campaign_command.COMMANDS:
+            return campaign_command.run(args)
+        if args.command == "list":
+            return cmd_list()
+        if args.command == "diff":
+            return cmd_diff(args)
+        from kvfuzz.fuzz.engine.replay import replay
+        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout)
+    except (ImplementationError, FormatError, corpus.CorpusError, UsageError) as error:
+        print(f"kvfuzz: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""A target's catalogue part: its implementations (`kvfuzz.impl.<target>.IMPLEMENTATIONS`), the
+shape an outside one must have, and what runs by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from kvfuzz.impl.registry import Implementation, ImplementationError, resolve
+
+# Where the install of each package an implementation `requires` is explained.
+INSTALL_DOCS = {"sglang": "docs/upstream-sglang.md", "vllm": "docs/upstream-vllm.md"}
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    target: str
+    implementations: tuple[Implementation, ...]
+    # shape(path, obj) raises `ImplementationError` (one line) unless `obj` has the shape the
+    # target calls (`kvfuzz.impl.registry.check_shape`).
+    shape: Callable[[str, object], None]
+    # declare(impl, obj): what an outside implementation declares by its shape (e.g. the token
+    # interface of an allocator class), read after its catalogue entry's.
+    declare: Callable[[Implementation, object], Implementation] | None = None
+    fuzz_defaults: tuple[str, ...] | None = None  # `kvfuzz fuzz` without --impl
+
+    def resolve(self, spec: str) -> Implementation:
+        """A registered implementation, or an outside one whose shape the target accepts."""
+        impl = resolve(self.target, self.implementations, spec)
+        if impl not in self.implementations:
+            self.shape(impl.path, impl.load())
+            impl = self.declared(impl, impl.load())
+        return impl
+
+    def declared(self, impl: Implementation, obj) -> Implementation:
+        """An outside implementation with what it declares: a class or function of the catalogue
+        (an upstream one) handed over as an object keeps its entry's preconditions, so that it
+        gets the inputs, and the replay line, that its import path gets."""
+        for entry in self.implementations:
+            if entry.path == impl.name:
+                impl = replace(impl, preconditions=entry.preconditions,
+                               safe_outside_contract=entry.safe_outside_contract)
+        return self.declare(impl, obj) if self.declare else impl
+
+    def defaults(self) -> list[Implementation]:
+        """What runs without --impl: kvfuzz's own, and upstream classes marked default, whose
+        packages are installed."""
+        return [impl for impl in self.implementations
+                if impl.runs_by_default and impl.available()]
+
+    def not_run_reason(self) -> str | None:
+        """Why nothing runs by default (every default implementation needs a package that is not
+        installed), or None."""
+        wanted = [impl for impl in self.implementations if impl.runs_by_default]
+        if not wanted or any(impl.available() for impl in wanted):
+            return None
+        needs = sorted({impl.requires for impl in wanted})
+        docs = ", ".join(INSTALL_DOCS.get(name, name) for name in needs)
+        return (f"its implementations need {' and '.join(needs)}, which "
+                f"{'is' if len(needs) == 1 else 'are'} not installed ({docs})")
+
+    def defaults_or_error(self) -> list[Implementation]:
+        """`defaults()`, or, when nothing would run (its packages are missing), the one-line
+        usage error that says why: for a command or call that names this target alone."""
+        impls = self.defaults()
+        if not impls:
+            raise ImplementationError(f"target {self.target}: not run: "
+                                      f"{self.not_run_reason() or 'no implementation'}")
+        return impls
+
+    def fuzzed_by_default(self) -> list[str]:
+        return list(self.fuzz_defaults or [impl.name for impl in self.defaults()])

@@ -1,0 +1,193 @@
+"""Implementations run in worker processes that the harness supervises: whatever an
+implementation does (segfault, abort, `sys.exit`, `os._exit`, raise KeyboardInterrupt, loop
+forever), the supervisor sees a divergence of that implementation, "crashed: SIGSEGV" or "timed
+out after 10 s", and goes on. Only the user's own Ctrl-C or SIGTERM stops a run.
+
+A worker dies with its supervisor whatever kills the supervisor (PR_SET_PDEATHSIG), ignores
+Ctrl-C and SIGTERM (the supervisor owns them: `stop_signals.py`), and publishes which input it
+is checking and since when in shared memory, so the supervisor can time a case out without a
+message per case.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from multiprocessing.connection import wait
+
+from kvfuzz.fuzz.engine.stop_signals import STOP_SIGNALS, blocked, unblock
+from kvfuzz.fuzz.engine.target import DIVERGE, Outcome
+
+DEFAULT_TIMEOUT = 10.0  # seconds per input: ms-scale cases and traces stay far below it
+LOAD_GRACE = 120.0      # seconds on top for the import of the implementation, first input
+IDLE = -1
+_PR_SET_PDEATHSIG = 1
+
+
+class HarnessError(RuntimeError):
+    """Our own bug, raised in a worker: the supervisor stops with its traceback."""
+
+
+def die_with_parent(parent: int) -> None:
+    """Ask Linux to kill this process when its parent dies; stop now if it already has."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own cleanup still runs
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def death(exitcode: int | None) -> tuple[str, str]:
+    """(what, kind) for a worker that ended while checking an input."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:  # a real-time signal has no name
+            name = f"signal {-exitcode}"
+        return f"crashed: {name}", name
+    return f"crashed: the process exited with status {exitcode} (os._exit?)", "exit"
+
+
+def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
+    """A crash or a timeout of `impl` on `item` as a divergence: reported, saved, shrunk and
+    replayed like any other."""
+    lines = [("process", "each input runs in a supervised worker process; this one ended "
+                         "without a result")]
+    return Outcome(DIVERGE, target.divergence(item, impl, what, lines, ("crashed", kind),
+                                              crash=kind))
+
+
+def guarded_check(target, item, impl, device: str) -> Outcome:
+    """`target.check`, with what an implementation may raise past it (KeyboardInterrupt,
+    SystemExit) turned into its divergence. In a worker no KeyboardInterrupt is the user's."""
+    try:
+        return target.check(item, impl, device)
+    except (KeyboardInterrupt, SystemExit) as error:
+        what = f"raised {type(error).__name__}" + (f": {error}" if str(error) else "")
+        return crash_outcome(target, item, impl, what, type(error).__name__)
+
+
+def mark(state, index: int = -1, grace: float = 0.0) -> None:
+    """In a worker: input `index` starts now (the supervisor reads `state` to time it out), its
+    clock `grace` seconds later (loading an implementation: importing an upstream engine takes
+    seconds, more on a busy machine, and is not the input's time)."""
+    state[1] = index
+    state[0] = time.monotonic_ns() + int(grace * 1e9)
+
+
+class Worker:
+    """One child process serving `_serve` tasks; `busy_since()` says since when its current
+    input runs (None when idle), `current()` which index that is."""
+
+    def __init__(self):
+        import torch  # noqa: F401  (imported before the fork: a restarted worker starts fast)
+
+        context = multiprocessing.get_context("fork")
+        self.conn, child = context.Pipe()
+        self.state = context.RawArray("q", 2)  # [start of the current input in ns, its index]
+        self.state[0] = IDLE
+        self.process = context.Process(target=_serve, args=(child, self.state, os.getpid()),
+                                       daemon=True)
+        with blocked():  # the child sets its own handlers first (`_serve`), then takes signals
+            self.process.start()
+        child.close()
+
+    def busy_since(self) -> float | None:
+        started = self.state[0]
+        return None if started == IDLE else started / 1e9
+
+    def current(self) -> int:
+        return self.state[1]
+
+    def dead(self) -> bool:
+        return not self.process.is_alive()
+
+    def stop(self) -> None:
+        """End the worker at once (it holds nothing that could be lost)."""
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5)
+        self.conn.close()
+
+
+def _serve(conn, state, parent: int) -> None:
+    die_with_parent(parent)
+    # Stop signals are the supervisor's: a Ctrl-C or a `kill -TERM` to the whole group must
+    # not kill a worker first and read as the implementation's crash. The supervisor stops
+    # workers with SIGKILL, and the kernel kills them if it dies (PR_SET_PDEATHSIG).
+    for number in STOP_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    unblock()
+    import torch
+    torch.set_num_threads(1)  # tiny tensors; with --jobs, the workers fill the cores
+    from kvfuzz.fuzz.targets import TARGETS
+
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:  # the supervisor is gone
+            os._exit(0)
+        try:
+            if task[0] == "check":
+                _, name, item, impl, device = task
+                target = TARGETS[name]
+                impl.load()  # imported before the clock starts
+                mark(state)
+                conn.send(("outcome", guarded_check(target, item, impl, device)))
+            else:  # ("call", fn, args): fn(*args, state=, report=), e.g. run.run_chunk
+                _, fn, args = task
+                fn(*args, state=state, report=conn.send)
+        except Exception:  # our bug: the supervisor prints it and stops
+            conn.send(("error", traceback.format_exc()))
+        finally:
+            state[0] = IDLE
+
+
+class Checker:
+    """Single checks in a worker, with a timeout: `check` has the signature of `Target.check`
+    plus the target, so shrinking, replay and triage use it in place of `target.check`."""
+
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
+        self.timeout, self.worker = timeout, None
+
+    def check(self, target, item, impl, device: str = "cpu") -> Outcome:
+        self.worker = self.worker if self.worker and not self.worker.dead() else Worker()
+        self.worker.conn.send(("check", target.name, item, impl, device))
+        deadline = None
+        while True:
+            if self.worker.conn.poll(0.05):
+                try:
+                    message = self.worker.conn.recv()
+                except EOFError:  # died while sending: the exit code is the story
+                    message = None
+                if message is not None and message[0] == "outcome":
+                    return message[1]
+                if message is not None:
+                    raise HarnessError(message[1])
+            if self.worker.dead():
+                self.worker.process.join()
+                outcome = crash_outcome(target, item, impl, *death(self.worker.process.exitcode))
+                self.close()
+                return outcome
+            started = self.worker.busy_since()
+            deadline = started + self.timeout if started is not None else deadline
+            if deadline is not None and time.monotonic() > deadline:
+                self.close()
+                return crash_outcome(target, item, impl, f"timed out after {self.timeout:g} s",
+                                     "timeout")
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+
+def wait_any(workers, timeout: float) -> list:
+    """The workers with a message or an exit to handle, within `timeout` seconds."""
+    ready = wait([w.conn for w in workers] + [w.process.sentinel for w in workers], timeout)
+    return [w for w in workers if w.conn in ready or w.process.sentinel in ready]

@@ -1,0 +1,209 @@
+"""The seeded run behind `kvfuzz diff`, for every target: chunks of input indices per
+implementation, checked in `--jobs` supervised worker processes (`isolation.py`), with a
+progress line, a stop at each implementation's first divergence, and each divergence handed to
+`on_found` the moment it arrives (so it is saved before anything else can go wrong).
+
+A worker that dies or times out on an input is that implementation's divergence at that index;
+a fresh worker takes the next chunk. The inputs a dead worker checked since its last report are
+not counted (reports come every half second).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kvfuzz.fuzz.engine.isolation import (DEFAULT_TIMEOUT, LOAD_GRACE, HarnessError, Worker,
+                                   crash_outcome, death, guarded_check, mark, wait_any)
+from kvfuzz.fuzz.engine.stop_signals import held
+from kvfuzz.fuzz.engine.summary import rate_text
+from kvfuzz.fuzz.engine.tally import Tally
+from kvfuzz.fuzz.targets import TARGETS
+
+REPORT_EVERY = 0.5  # seconds between a worker's progress reports
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What a seeded run takes, built by `kvfuzz diff` and by `kvfuzz.diff` alike: inputs
+    [start, start + cases) of `seed`, in `jobs` workers, each input timed out after `timeout`
+    seconds; divergences saved under `corpus` (None: not saved)."""
+
+    cases: int
+    seed: int = 0
+    start: int = 0
+    jobs: int = 1
+    device: str = "cpu"
+    timeout: float = DEFAULT_TIMEOUT
+    corpus: str | None = None
+
+
+def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
+              device: str = "cpu", state=None, report=None) -> Tally:
+    """Inputs [start, stop) of `seed` against one implementation (an `Implementation`, or a name
+    or import path); stops at the first divergence. In a worker, `state` says which input runs
+    since when (`isolation.mark`) and `report` sends ("progress", name, tally) deltas; the last
+    one has the divergence, if any."""
+    if state is not None:
+        # A crash (or a hang past the grace) while loading the implementation is put on the
+        # first input; each input's own clock starts after the load.
+        mark(state, start, grace=LOAD_GRACE)
+    target = TARGETS[target_name]
+    impl = target.catalogue.resolve(impl) if isinstance(impl, str) else impl
+    spec = impl.name
+    impl.load()
+    tally, total, began = Tally(), Tally(), time.perf_counter()
+    for index in range(start, stop):
+        item = target.generator.generate(seed, index, [impl])
+        if state is not None:
+            mark(state, index)
+        tally.add(guarded_check(target, item, impl, device), index)
+        if report and (tally.divergence or time.perf_counter() - began > REPORT_EVERY):
+            tally.seconds, began = time.perf_counter() - began, time.perf_counter()
+            report(("progress", spec, tally))
+            total.merge(tally)
+            tally = Tally()
+        if total.divergence or tally.divergence:
+            break
+    tally.seconds = time.perf_counter() - began
+    if report:
+        report(("done", spec, tally))
+    total.merge(tally)
+    return total
+
+
+class SeededRun:
+    """One run: a tally per implementation, filled by workers, as `options` say."""
+
+    def __init__(self, target, impls: list, options: RunOptions, out,
+                 on_found=lambda name, d: None):
+        self.target, self.options, self.on_found = target, options, on_found
+        self.timeout = options.timeout
+        self.impls = {impl.name: impl for impl in impls}
+        self.tallies = {name: Tally() for name in self.impls}
+        self.progress = Progress(target, self.tallies, options.cases * len(impls), out)
+        self.tasks: dict[Worker, tuple] = {}  # the chunk each busy worker runs
+
+    def chunks(self):
+        """(spec, start, stop), index-major: a lower chunk is always handed out before a higher."""
+        low, high = self.target.settings.chunk_sizes
+        first, stop = self.options.start, self.options.start + self.options.cases
+        size = max(low, min(high, self.options.cases // max(1, 8 * self.options.jobs)))
+        for lo in range(first, stop, size):
+            for spec in self.tallies:
+                yield spec, lo, min(lo + size, stop)
+
+    def run(self) -> None:
+        """Fill the tallies; on KeyboardInterrupt they stay as far as they got, with every
+        result a worker had already sent taken in (a divergence among them is saved)."""
+        pending, workers = self.chunks(), []
+        try:
+            workers += [Worker() for _ in range(self.options.jobs)]
+            idle = list(workers)
+            while True:
+                for worker in idle:
+                    self._hand_out(worker, pending)
+                if not self.tasks:
+                    break
+                ready = wait_any(list(self.tasks), 0.2)  # where a stop signal lands, mostly
+                with held():  # a result taken from a pipe is recorded, a finding saved
+                    idle = [w for w in ready if self._settle(w)]
+                    idle += self._timed_out()
+                    idle = [self._replace(w, workers) if w.dead() else w for w in idle]
+                self.progress.tick()
+        except KeyboardInterrupt:
+            with held():
+                for worker in list(self.tasks):
+                    self._settle(worker, lose_dead=False)
+            raise
+        finally:
+            for worker in workers:
+                worker.stop()
+            self.progress.finish()
+
+    def _hand_out(self, worker: Worker, pending) -> None:
+        for spec, lo, hi in pending:
+            if self.tallies[spec].divergence is None:
+                self.tasks[worker] = (spec, lo, hi)
+                worker.conn.send(("call", run_chunk, (self.target.name, self.impls[spec],
+                                                      self.options.seed, lo, hi,
+                                                      self.options.device)))
+                return
+
+    def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:
+        """Take the worker's messages; True when its chunk is over (done, or it died: then the
+        input it was on is its divergence, unless `lose_dead` is false)."""
+        while worker.conn.poll():
+            try:
+                kind, *body = worker.conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "error":
+                raise HarnessError(body[0])
+            self._absorb(*body)
+            if kind == "done":
+                del self.tasks[worker]
+                return True
+        if lose_dead and worker.dead():
+            worker.process.join()
+            self._lost(worker, *death(worker.process.exitcode))
+            return True
+        return False
+
+    def _timed_out(self) -> list[Worker]:
+        late = [w for w in self.tasks if (w.busy_since() or time.monotonic()) +
+                self.timeout < time.monotonic()]
+        for worker in late:
+            worker.stop()
+            self._lost(worker, f"timed out after {self.timeout:g} s", "timeout")
+        return late
+
+    def _lost(self, worker: Worker, what: str, kind: str) -> None:
+        """The worker died (or was killed) checking an input: that is the divergence."""
+        spec, _, _ = self.tasks.pop(worker)
+        index = worker.current()
+        item = self.target.generator.generate(self.options.seed, index, [self.impls[spec]])
+        tally = Tally()
+        tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
+        self._absorb(spec, tally)
+
+    def _absorb(self, spec: str, tally: Tally) -> None:
+        first = self.tallies[spec].divergence
+        self.tallies[spec].merge(tally)
+        found = self.tallies[spec].divergence
+        if found is not None and found is not first:
+            self.on_found(spec, found)
+        self.progress.tick()
+
+    @staticmethod
+    def _replace(worker: Worker, workers: list) -> Worker:
+        workers[workers.index(worker)] = fresh = Worker()
+        return fresh
+
+
+class Progress:
+    """A status line every second on a terminal, every ten seconds in a log."""
+
+    def __init__(self, target, tallies: dict, total: int, out):
+        self.name, self.unit, self.tallies, self.total, self.out = \
+            target.name, target.codec.noun + "s", tallies, total, out
+        self.began = self.last = time.monotonic()
+        self.tty = hasattr(out, "isatty") and out.isatty()
+        self.every = 1.0 if self.tty else 10.0
+
+    def line(self) -> str:
+        done = sum(t.cases for t in self.tallies.values())
+        diverged = sum(t.divergence is not None for t in self.tallies.values())
+        rate = rate_text(done, time.monotonic() - self.began)
+        return (f"{self.name}: {done:,}/{self.total:,} {self.unit}, {rate}/s, "
+                f"{diverged} implementation(s) diverged")
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            print(self.line(), end="\r" if self.tty else "\n", file=self.out, flush=True)
+
+    def finish(self) -> None:
+        if self.tty:
+            print(" " * 80, end="\r", file=self.out)
