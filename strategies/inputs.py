@@ -58,10 +58,6 @@ def dataclass_op_to_json(op, name: str) -> dict:
     return data
 
 
-def document_text(document: dict) -> str:
-    """A corpus document as written to a file: one field per line, readable in a diff."""
-    return json.dumps(document, indent=1) + "\n"
-
 
 def ceil_pages(num_tokens: int, page_size: int) -> int:
     return (num_tokens + page_size - 1) // page_size

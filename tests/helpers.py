@@ -148,3 +148,20 @@ def needs_engine(engine: str):
     return [pytest.mark.skipif(bool(missing), reason=f"{', '.join(missing)} not installed "
                                                      f"({ENGINE_DOCS[engine]})"),
             pytest.mark.slow]  # the quick tier never imports an engine (`by_tier`)
+
+
+def dumps(item, target: str | None = None) -> str:
+    """`item` as its target writes a corpus file (any target of its format: they share it)."""
+    owner = TARGETS[target] if target else next(
+        t for t in TARGETS.values() if t.codec.format == _format_of(item))
+    return owner.dumps(item)
+
+
+def loads(text: str, source: str = "test"):
+    """A corpus file's text read back, as `kvfuzz replay` reads it (the input alone)."""
+    return corpus.loads(text, source)[1]
+
+
+def _format_of(item) -> str:
+    module = __import__(type(item).__module__, fromlist=["FORMAT"])
+    return module.FORMAT

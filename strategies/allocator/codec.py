@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, GROUP_MISUSES, INTERFACES,
                                                KINDS, MISUSES, AllocPages, Extend, Finish,
                                                Misuse, Trace, Truncate)
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 
 _TOP = {"format", "page_size", "size", "need_sort", "debug", "interface", "ops", "origin", "note"}
 _CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS,
@@ -33,9 +33,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     return Trace(page_size, size, need_sort, decoded, debug, interface,
                  reader.origin(data.get("origin")), reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _op(reader: FieldReader, raw: object, where: str):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, fields
 
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.blockpool.trace import FORMAT, KINDS, Op, Trace
 
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
@@ -24,9 +24,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     return Trace(blocks, caching, decoded, reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
                                       provenance)
 
 FORMAT = "kvfuzz-blockpool-trace/1"
@@ -162,7 +162,3 @@ def to_json(trace: Trace) -> dict:
     return {"format": FORMAT, "blocks": trace.blocks, "caching": trace.caching,
             "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}
-
-
-def dumps(trace: Trace) -> str:
-    return document_text(to_json(trace))

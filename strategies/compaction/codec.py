@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, Alloc, Fire, Forward,
                                                 Op, Params, Pick, Trace)
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 
 _INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
 # Limits no legitimate trace reaches: they bound memory (the byte buffer, two tables per pool) and
@@ -22,9 +22,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     return Trace(params, decoded, reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _params(reader: FieldReader, raw: object) -> Params:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import Origin, document_id, document_text, provenance
+from kvfuzz.strategies.inputs import Origin, document_id, provenance
 
 FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
@@ -169,7 +169,3 @@ def _op_to_json(op: Op) -> dict:
     for name, value in vars(op).items():
         data[name] = dict(vars(value)) if isinstance(value, Pick) else value
     return data
-
-
-def dumps(trace: Trace) -> str:
-    return document_text(to_json(trace))

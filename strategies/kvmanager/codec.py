@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.kvmanager.trace import FORMAT, KINDS, Arrive, Evict, Op, Trace
 
 # Limits no legitimate trace reaches: they bound memory and time (each op compares the state of
@@ -50,9 +50,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
                  float(watermark), reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:

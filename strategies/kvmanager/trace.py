@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
                                       provenance)
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
@@ -155,7 +155,3 @@ def _settings(trace: Trace) -> dict:
     if trace.max_in_flight_tokens is not None:
         data["max_in_flight_tokens"] = trace.max_in_flight_tokens
     return data | ({"watermark": trace.watermark} if trace.watermark else {})
-
-
-def dumps(trace: Trace) -> str:
-    return document_text(to_json(trace))

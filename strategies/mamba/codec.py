@@ -3,7 +3,7 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.mamba.trace import FORMAT, KINDS, AllocMany, Finish, GroupBegin, Op, Trace
 
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
@@ -19,9 +19,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(size, decoded, reader.origin(data.get("origin")), reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:

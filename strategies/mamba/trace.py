@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
                                       provenance)
 
 FORMAT = "kvfuzz-mamba-trace/1"
@@ -120,7 +120,3 @@ def to_json(trace: Trace) -> dict:
 
 def _op_to_json(op: Op) -> dict:
     return dataclass_op_to_json(op, NAMES[type(op)])
-
-
-def dumps(trace: Trace) -> str:
-    return document_text(to_json(trace))

@@ -5,11 +5,10 @@ Standard library only: the oracle, the implementations, the fuzz targets and pyt
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from kvfuzz.strategies.inputs import (INT64_MAX, FieldReader, Origin, ceil_pages, content_id,
-                                      parse_json, provenance)
+                                      provenance)
 
 FORMAT = "kvfuzz-case/1"
 TARGETS = ("extend", "decode")
@@ -85,10 +84,6 @@ def to_json(case: Case) -> dict:
     return {"format": FORMAT, **case.content(), **provenance(case)}
 
 
-def dumps(case: Case) -> str:
-    return json.dumps(to_json(case), indent=1) + "\n"
-
-
 _REQUIRED = {"extend": ("prefix_lens", "seq_lens", "last_loc", "free_pages"),
              "decode": ("seq_lens", "last_loc", "free_pages")}
 _OPTIONAL = {"format", "target", "page_size", "out_len", "origin", "note"}
@@ -118,10 +113,6 @@ def from_json(data: object, source: str = "case") -> Case:
         out_len=None if out_len is None else reader.integer(out_len, "out_len", 0, MAX_TOKENS),
         origin=reader.origin(data.get("origin")), note=reader.note(data.get("note")),
     )
-
-
-def loads(text: str, source: str = "case") -> Case:
-    return from_json(parse_json(text, source), source)
 
 
 def worst_input(target: str) -> dict:

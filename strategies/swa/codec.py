@@ -3,7 +3,7 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.inputs import FieldReader, parse_json
+from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.swa.trace import FORMAT, HOWS, KINDS, Extend, Trace
 
 _TOP = {"format", "page_size", "size", "size_swa", "need_sort", "ops", "origin", "note"}
@@ -29,9 +29,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     return Trace(page_size, sizes["size"], sizes["size_swa"], need_sort, decoded,
                  reader.origin(data.get("origin")), reader.note(data.get("note")))
 
-
-def loads(text: str, source: str = "trace") -> Trace:
-    return from_json(parse_json(text, source), source)
 
 
 def _op(reader: FieldReader, raw: object, where: str):

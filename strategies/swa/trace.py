@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, document_text,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
                                       provenance)
 
 FORMAT = "kvfuzz-swa-trace/1"
@@ -149,7 +149,3 @@ def to_json(trace: Trace) -> dict:
             "size_swa": trace.size_swa, "need_sort": trace.need_sort,
             "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}
-
-
-def dumps(trace: Trace) -> str:
-    return document_text(to_json(trace))

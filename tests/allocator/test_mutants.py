@@ -8,8 +8,8 @@ import pytest
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
 from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.strategies.allocator.codec import loads
-from kvfuzz.strategies.allocator.trace import dumps
+from tests.helpers import loads
+from tests.helpers import dumps
 from tests.helpers import by_tier, divergence, mutants
 
 # What each report must say: the field or invariant that exposes the fault.

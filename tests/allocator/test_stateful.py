@@ -10,9 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from kvfuzz.fuzz.allocator.lockstep import AllocatorLockstep
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
 from kvfuzz.oracle.allocator.invariants import state_violations
-from kvfuzz.strategies.allocator.trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode,
-                                               Extend, Finish, GroupBegin, GroupEnd, Trace,
-                                               Truncate, dumps)
+from kvfuzz.strategies.allocator.trace import (FREE_HOWS, Admit, AllocPages, Clear, Decode, Extend,
+                                               Finish, GroupBegin, GroupEnd, Trace, Truncate)
+from tests.helpers import dumps
 from tests.helpers import assert_machine_catches
 
 hows = st.sampled_from(FREE_HOWS)

@@ -3,11 +3,13 @@ seeded generator that never changes silently."""
 
 import pytest
 
-from kvfuzz.strategies.allocator.codec import from_json, loads
+from kvfuzz.strategies.allocator.codec import from_json
+from tests.helpers import loads
 from kvfuzz.impl.allocator import PAGED, TOKEN
 from kvfuzz.strategies.allocator.generator import generate as generate_trace
 from kvfuzz.strategies.allocator.generator import generator_for
-from kvfuzz.strategies.allocator.trace import FORMAT, Admit, Extend, Trace, dumps, to_json
+from kvfuzz.strategies.allocator.trace import FORMAT, Admit, Extend, Trace, to_json
+from tests.helpers import dumps
 from kvfuzz.strategies.inputs import FormatError
 
 

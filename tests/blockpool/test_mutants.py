@@ -9,8 +9,8 @@ import pytest
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.strategies.blockpool.codec import loads
-from kvfuzz.strategies.blockpool.trace import dumps
+from tests.helpers import loads
+from tests.helpers import dumps
 from tests.helpers import by_tier, divergence, mutants
 
 PREFIX = "mutant.vllm.blockpool."

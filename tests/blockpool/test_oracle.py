@@ -5,9 +5,11 @@ one-line errors. Plain Python: nothing here needs vLLM."""
 import pytest
 
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, state_violations
-from kvfuzz.strategies.blockpool.codec import MAX_BLOCKS, from_json, loads
+from kvfuzz.strategies.blockpool.codec import MAX_BLOCKS, from_json
+from tests.helpers import loads
 from kvfuzz.strategies.blockpool.generator import generate
-from kvfuzz.strategies.blockpool.trace import FORMAT, dumps
+from kvfuzz.strategies.blockpool.trace import FORMAT
+from tests.helpers import dumps
 from kvfuzz.strategies.inputs import FormatError
 
 

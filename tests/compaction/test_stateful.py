@@ -10,7 +10,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from kvfuzz.fuzz.compaction.lockstep import CompactionLockstep
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.strategies.compaction.trace import (WHERE, Alloc, Drain, Fire, Flush, Forward, Free,
-                                                Params, Pick, Trace, dumps)
+                                                Params, Pick, Trace)
+from tests.helpers import dumps
 from tests.compaction.sides import factory
 from tests.helpers import assert_machine_catches
 

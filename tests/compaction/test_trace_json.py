@@ -5,9 +5,11 @@ import json
 
 import pytest
 
-from kvfuzz.strategies.compaction.codec import from_json, loads
+from kvfuzz.strategies.compaction.codec import from_json
+from tests.helpers import loads
 from kvfuzz.strategies.compaction.generator import generate as generate_trace
-from kvfuzz.strategies.compaction.trace import FORMAT, Trace, dumps, to_json
+from kvfuzz.strategies.compaction.trace import FORMAT, Trace, to_json
+from tests.helpers import dumps
 from kvfuzz.strategies.inputs import FormatError as TraceFormatError
 
 

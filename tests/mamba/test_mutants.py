@@ -9,8 +9,8 @@ import pytest
 from kvfuzz.fuzz.mamba.target import MAMBA
 from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.strategies.mamba.codec import loads
-from kvfuzz.strategies.mamba.trace import dumps
+from tests.helpers import loads
+from tests.helpers import dumps
 from tests.helpers import by_tier, divergence, mutants
 
 EXPECTED = {

@@ -7,12 +7,13 @@ import pytest
 from kvfuzz.impl.mamba import UPSTREAM_DECLARES
 from kvfuzz.oracle.mamba.model import MambaModel, new_slot_violations, state_violations
 from kvfuzz.strategies.inputs import FormatError
-from kvfuzz.strategies.mamba.codec import from_json, loads
+from kvfuzz.strategies.mamba.codec import from_json
+from tests.helpers import loads
 from kvfuzz.strategies.mamba.generator import generate, generator_for
 from kvfuzz.strategies.mamba.profile import broken, unsupported
-from kvfuzz.strategies.mamba.trace import (CLEAR_IN_GROUP, FORMAT, NESTED, STRAY_END, Admit,
-                                           Clear, GroupBegin, GroupEnd, Trace, dumps,
-                                           protocol_misuse)
+from kvfuzz.strategies.mamba.trace import (CLEAR_IN_GROUP, FORMAT, NESTED, STRAY_END, Admit, Clear,
+                                           GroupBegin, GroupEnd, Trace, protocol_misuse)
+from tests.helpers import dumps
 
 
 def test_slots_come_from_the_head_and_go_back_to_the_tail_slot_0_never():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvfuzz.strategies.inputs import FormatError
-from kvfuzz.strategies.paged.case import dumps, loads
+from tests.helpers import dumps, loads
 from kvfuzz.strategies.paged.generators import generate
 
 # Case k of seed s is the same forever: a change here means a generator changed behaviour and

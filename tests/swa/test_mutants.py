@@ -9,8 +9,8 @@ import pytest
 from kvfuzz.fuzz.engine.shrink import shrink
 from kvfuzz.fuzz.swa.target import SWA
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.strategies.swa.codec import loads
-from kvfuzz.strategies.swa.trace import dumps
+from tests.helpers import loads
+from tests.helpers import dumps
 from tests.helpers import by_tier, divergence, mutants
 
 EXPECTED = {

@@ -11,10 +11,12 @@ from kvfuzz.impl.swa import UPSTREAM_DECLARES
 from kvfuzz.oracle.swa.invariants import mapping_violations
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
 from kvfuzz.strategies.inputs import FormatError
-from kvfuzz.strategies.swa.codec import from_json, loads
+from kvfuzz.strategies.swa.codec import from_json
+from tests.helpers import loads
 from kvfuzz.strategies.swa.generator import generate, generator_for
 from kvfuzz.strategies.swa.profile import CHECKED_DECODE, broken
-from kvfuzz.strategies.swa.trace import FORMAT, Admit, Decode, Extend, Trace, dumps
+from kvfuzz.strategies.swa.trace import FORMAT, Admit, Decode, Extend, Trace
+from tests.helpers import dumps
 
 
 def test_page_size_1_allocates_in_both_pools_or_neither_and_maps_each_token():
