@@ -17,7 +17,8 @@ SEED = 0
 
 def rate(target, impl, num_cases: int) -> tuple[float, float, Counter]:
     """(cases per second, generation's share of the time, outcomes by status) on one core."""
-    target.check(target.generator.generate(SEED, 0), impl)  # warm-up: imports, first-call allocations
+    # Warm-up: imports, first-call allocations.
+    target.check(target.generator.generate(SEED, 0), impl)
     generating = checking = 0.0
     statuses = Counter()
     for index in range(num_cases):

@@ -1,5 +1,5 @@
 """The one table of targets. A new target is a folder per layer (copy one target's) and one line
-here; the engine finds everything else through the `Target` protocol (`kvfuzz.fuzz.engine.target`)."""
+here; the engine finds everything else through the target's parts (`kvfuzz.fuzz.engine.target`)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,8 @@ def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int |
     implementations) and the oracle, in supervised worker processes: what `kvfuzz diff` does,
     returned rather than printed. Divergences are shrunk; with `corpus`, saved there too."""
     owner = _target(target)
-    impls = [implementation(target, one) for one in _many(impl)] or owner.catalogue.defaults_or_error()
+    impls = [implementation(target, one) for one in _many(impl)] or \
+        owner.catalogue.defaults_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
     options = RunOptions(cases or owner.settings.default_cases, seed, start, jobs, device, timeout,

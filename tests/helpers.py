@@ -4,8 +4,10 @@ the `kvfuzz` command run in this process."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import io
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -165,3 +167,108 @@ def loads(text: str, source: str = "test"):
 def _format_of(item) -> str:
     module = __import__(type(item).__module__, fromlist=["FORMAT"])
     return module.FORMAT
+
+
+def assert_seeded_traces_agree(target: str, impl, indices) -> None:
+    """Seeded inputs `indices` of seed 0 (those `impl` supports) all run to the end, agreeing;
+    a divergence fails with its report, its input saved to the corpus."""
+    owner = TARGETS[target]
+    for index in indices:
+        outcome = owner.check(owner.generator.generate(0, index, [impl]), impl)
+        if outcome.status != "agree":
+            assert outcome.divergence is not None, outcome.outside
+            fail_with(outcome.divergence)
+
+
+def assert_corpus_replays_clean(target: str, impl, outside_allowed: bool = False) -> int:
+    """Every committed corpus file of `target` agrees on `impl` (or is outside its contract,
+    where allowed); the number that agreed."""
+    owner, agreed = TARGETS[target], 0
+    for path in corpus.input_files([CORPUS]):
+        if not path.name.startswith(f"{target}-"):
+            continue
+        outcome = owner.check(corpus.load(path)[1], impl)
+        if outcome.status == "diverge" or (outcome.status != "agree" and not outside_allowed):
+            outcome.divergence.saved_path = str(path)
+            fail_with(outcome.divergence, save=False)
+        agreed += outcome.status == "agree"
+    return agreed
+
+
+def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, original: str,
+                                       found=None, max_ops: int | None = None):
+    """Mutant `name` diverges on one of the first 60 seeded traces (or `found`); shrunk, the
+    report names the implementation, the op and its call, where the trace was shrunk from, the
+    replay line, and matches `pattern`; the shrunk trace read back from its file fails the same
+    way, and `original` (what the mutant was made from) agrees on it."""
+    import re
+
+    from kvfuzz.fuzz.engine.shrink import shrink
+
+    owner = TARGETS[target]
+    impl = owner.catalogue.resolve(name)
+    if not impl.available():
+        pytest.skip(f"needs {impl.requires} installed (see docs/upstream-{impl.requires}.md)")
+    found = found or next((d for d in (divergence(target, owner.generator.generate(0, i, [impl]),
+                                                  impl) for i in range(60)) if d), None)
+    assert found is not None, f"{name}: no divergence in 60 seeded traces"
+    small = shrink(owner, found, budget=(3000, 10.0))
+    report = small.report()
+    assert report.startswith(f"DIVERGENCE  {target}  implementation {name}")
+    assert " at op " in report and "\n  call      " in report
+    assert f"kvfuzz replay corpus/{owner.file_name(small.input)} --impl {name}" in report
+    generator = owner.generator.generator.name
+    assert re.search(rf"shrunk from generator {generator}(\[[^]]+\])?, seed 0", report), report
+    assert re.search(pattern, report), report
+    assert max_ops is None or len(small.input.ops) <= max_ops, report
+    again = divergence(target, loads(dumps(small.input, target)), name)
+    assert again is not None and again.signature == small.signature
+    assert owner.check(small.input, owner.catalogue.resolve(original)).status == "agree"
+    return small
+
+
+def mutant_tests(target: str, expected: dict, original, **options):
+    """The two tests of a target's mutant catalogue: every mutant has an expected report
+    pattern, and each is caught with a readable shrunk report
+    (`assert_caught_with_a_shrunk_report`; `original(name)`: what it was made from)."""
+    def test_every_mutant_has_an_expectation():
+        assert sorted(expected) == sorted(m.name for m in mutants(target))
+
+    @pytest.mark.parametrize("name", by_tier(sorted(expected)))
+    def test_mutant_is_caught_with_a_readable_shrunk_report(name):
+        assert_caught_with_a_shrunk_report(target, name, expected[name], original(name),
+                                           **options)
+    return test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report
+
+
+def undeclared(path: str):
+    """The released class at `path` under another name: no catalogue entry, so none of its
+    entry's declared preconditions (built on first use, never at collection)."""
+    from kvfuzz.impl.registry import load_attribute
+
+    return _undeclared(path, load_attribute(path))
+
+
+@functools.cache
+def _undeclared(path: str, base: type) -> type:
+    return type("Undeclared", (base,), {"__doc__": f"{path} with nothing declared"})
+
+
+def seeded_tests(target: str, impl_name: str, reach: int):
+    """The two seeded tests of a trace target's own implementation: it agrees on 2,000 seeded
+    traces (`slow`, in 4 shards), and the first `reach` traces reach every event its judge
+    counts (the edge classes)."""
+    @pytest.mark.slow
+    @pytest.mark.parametrize("shard", range(4))
+    def test_it_agrees_on_2000_seeded_traces(shard):
+        impl = TARGETS[target].catalogue.resolve(impl_name)
+        assert_seeded_traces_agree(target, impl, range(shard * 500, (shard + 1) * 500))
+
+    def test_seeded_traces_reach_every_edge_class():
+        owner, events = TARGETS[target], Counter()
+        impl = owner.catalogue.resolve(impl_name)
+        for index in range(reach):
+            events.update(owner.check(owner.generator.generate(0, index), impl).features)
+        declared = set(owner.judge.lockstep.EVENTS)
+        assert declared <= set(events), sorted(declared - set(events))
+    return test_it_agrees_on_2000_seeded_traces, test_seeded_traces_reach_every_edge_class

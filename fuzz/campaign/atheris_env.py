@@ -1,11 +1,11 @@
 """Loads a target's harness under atheris, instrumenting only what coverage can tell apart.
 
-Instrumented: the implementations' branches (ours or an outside package's; control flow only,
-see `instrument_control_flow`), the oracle for trace targets, and the target's feature functions
-(`kvfuzz.fuzz.campaign.features`). Left plain on purpose: the paged oracle and edge-class code (their
-branches are what the features report, at a fraction of the cost of tracing a per-token loop),
-the byte decoders and the harness: ~1.4x more execs per second than instrumenting all of ours.
-"""
+Instrumented: the implementations' branches (ours or an outside package's; control flow only, see
+`instrument_control_flow`), the oracle for trace targets, and the target's feature functions
+(`kvfuzz.fuzz.campaign.features`). Left plain on purpose: the paged oracle and edge-class code
+(their branches are what the features report, at a fraction of the cost of tracing a per-token
+loop), the byte decoders and the harness: ~1.4x more execs per second than instrumenting all of
+ours."""
 
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ class DifferentialHarness(Harness):
     def __init__(self, target):
         super().__init__(target.name)
         self.target = target
-        self.impls = [target.catalogue.resolve(spec) for spec in impl_specs() or target.catalogue.fuzzed_by_default()]
+        specs = impl_specs() or target.catalogue.fuzzed_by_default()
+        self.impls = [target.catalogue.resolve(spec) for spec in specs]
         for impl in self.impls:
             impl.load()  # imported now, so that coverage instrumentation sees it
         use_features = os.environ.get("KVFUZZ_FEATURES", "1") != "0"

@@ -34,7 +34,8 @@ def malformed(data: bytes) -> tuple[object, str]:
     number, which only text can carry."""
     ch = BytesChooser(data)
     target = TARGETS[ch.choice(list(TARGETS))]
-    value = target.codec.to_json(target.generator.from_bytes(ch.take(ch.integer(0, MAX_INPUT_BYTES))))
+    item = target.generator.from_bytes(ch.take(ch.integer(0, MAX_INPUT_BYTES)))
+    value = target.codec.to_json(item)
     for _ in range(ch.integer(0, 3)):
         value = _mutate_value(ch, value)
     text = json.dumps(value)

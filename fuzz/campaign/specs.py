@@ -144,9 +144,9 @@ class LoaderSpec:
         except Exception as error:
             headline = (f"a loader raised {type(error).__name__}, not FormatError: "
                         f"{str(error)[:120]}")
-            replay = (lambda saved: f"{sys.executable} -c \"import sys; from kvfuzz.fuzz.engine.corpus "
-                      f"import loads; loads(open(sys.argv[1], 'rb').read().decode('utf-8', "
-                      f"'surrogatepass'), 'x')\" {saved}")
+            replay = (lambda saved: f"{sys.executable} -c \"import sys; from "
+                      f"kvfuzz.fuzz.engine.corpus import loads; loads(open(sys.argv[1], "
+                      f"'rb').read().decode('utf-8', 'surrogatepass'), 'x')\" {saved}")
             return [Finding(signature(error), headline, headline,
                             lambda directory: corpus.write_atomic(
                                 Path(directory) / Path(path).name, raw),

@@ -23,7 +23,8 @@ def summary(campaign, elapsed: float) -> str:
                 else ""),
              f"  implementations  {impls if campaign.target.takes_impl else '-'}",
              f"  wall time        {elapsed:.0f} s, {campaign.jobs} worker(s)",
-             f"  executions       {stats['execs']:,} ({stats['execs'] / max(elapsed, 1e-9):,.0f}/s)",
+             f"  executions       {stats['execs']:,} "
+             f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s)",
              f"  byte corpus      {corpus_size} inputs in {campaign.dirs['bytes']}"]
     hit, total, missing = edge_coverage(campaign.target, stats["features"])
     if total:

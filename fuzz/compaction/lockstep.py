@@ -1,13 +1,11 @@
-"""The lazy-compaction judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle and an
-implementation driven with the same trace, every observable value compared after every op (each
-pool's watermark, counters, holes, pending sets, free vids, `v2p` and `p2v`), the KV content
-checked against what was written, invariants I1-I11 run on the implementation, and, at the end
-of a lazy implementation's trace, I12 (eager vs lazy, `i12.py`).
+"""The lazy-compaction judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle and
+an implementation driven with the same trace, every observable value compared after every op (each
+pool's watermark, counters, holes, pending sets, free vids, `v2p` and `p2v`), the KV content checked
+against what was written, invariants I1-I11 run on the implementation, and, at the end of a lazy
+implementation's trace, I12 (eager vs lazy, `i12.py`).
 
-The implementation is a factory `factory(params, device)` (kvfuzz/impl/compaction/allocator.py
-gives the interface), called through `sides.CheckedSide`: a result of the wrong type is its
-fault.
-"""
+The implementation is a factory `factory(params, device)` (kvfuzz/impl/compaction/allocator.py gives
+the interface), called through `sides.CheckedSide`: a result of the wrong type is its fault."""
 
 from __future__ import annotations
 
@@ -16,8 +14,8 @@ from dataclasses import fields
 
 from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
-from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems, handles,
-                                  short)
+from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems,
+                                         handles, short)
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
 from kvfuzz.oracle.compaction.model import CompactionModel, geometries
 from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violations,

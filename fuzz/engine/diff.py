@@ -1,10 +1,10 @@
 """The seeded differential behind `kvfuzz diff` and `kvfuzz.diff`: seeded inputs through
 implementations and the oracle (`run.py`).
 
-Each implementation's first divergence is saved to the corpus the moment it arrives; when the run ends it is shrunk (in a supervised
-worker too: a crash may crash again) and the shrunk input replaces the one first saved. Ctrl-C
-and SIGTERM stop the run alike: what was found stays saved, and the summary prints.
-"""
+Each implementation's first divergence is saved to the corpus the moment it arrives; when the run
+ends it is shrunk (in a supervised worker too: a crash may crash again) and the shrunk input
+replaces the one first saved. Ctrl-C and SIGTERM stop the run alike: what was found stays saved, and
+the summary prints."""
 
 from __future__ import annotations
 

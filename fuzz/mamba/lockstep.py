@@ -1,9 +1,8 @@
-"""The Mamba slot-allocator judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
-(`oracle.mamba`) and an implementation driven as a scheduler drives them (one slot per request,
-batches admitted through alloc groups), compared after every op: the slots returned, None vs
-success, `available_size`, the free list (exact order), and the invariants (every slot free,
-pre-allocated or held, exactly once; slot 0 never).
-"""
+"""The Mamba slot-allocator judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the
+oracle (`oracle.mamba`) and an implementation driven as a scheduler drives them (one slot per
+request, batches admitted through alloc groups), compared after every op: the slots returned, None
+vs success, `available_size`, the free list (exact order), and the invariants (every slot free, pre-
+allocated or held, exactly once; slot 0 never)."""
 
 from __future__ import annotations
 

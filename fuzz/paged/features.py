@@ -1,5 +1,5 @@
-"""The features of paged cases that guide atheris (see `kvfuzz.fuzz.campaign.features`): edge classes,
-the phases each request takes, pool fill, sizes in powers of two, and outcomes."""
+"""The features of paged cases that guide atheris (see `kvfuzz.fuzz.campaign.features`): edge
+classes, the phases each request takes, pool fill, sizes in powers of two, and outcomes."""
 
 from __future__ import annotations
 

@@ -122,8 +122,9 @@ def _checker():
 
 def paged_target(name: str) -> Target:
     positional, what = SIGNATURES[name]
-    catalogue = Catalogue(name, tuple(i for i in IMPLEMENTATIONS if i.target == name),
-                          lambda path, obj: check_shape(path, obj, positional, f"a function {what}"))
+    def shape(path, obj):
+        check_shape(path, obj, positional, f"a function {what}")
+    catalogue = Catalogue(name, tuple(i for i in IMPLEMENTATIONS if i.target == name), shape)
     return Target(name, PagedCodec(name), PagedGenerator(name), catalogue, PagedJudge(name),
                   PagedShrinker(), Settings(default_cases=2000))
 

@@ -1,11 +1,10 @@
 """The hybrid full + sliding-window allocator judge on the shared lock step
-(`kvfuzz.fuzz.engine.lockstep`): the oracle (`oracle.swa`) and an implementation driven as a scheduler
-drives them (each request's row of full slots, the window cursor below which its SWA slots are
-released), compared after every op: the slots returned, None vs success, the three available
+(`kvfuzz.fuzz.engine.lockstep`): the oracle (`oracle.swa`) and an implementation driven as a
+scheduler drives them (each request's row of full slots, the window cursor below which its SWA slots
+are released), compared after every op: the slots returned, None vs success, the three available
 sizes, both pools' free lists (exact order) and staged pages, the full-to-SWA mapping, and the
-invariants (each pool's pages partitioned into free, staged, pending and held; the mapping
-pairing exactly the in-window tokens).
-"""
+invariants (each pool's pages partitioned into free, staged, pending and held; the mapping pairing
+exactly the in-window tokens)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ _entry = partial(entry, "blockpool", __name__)
 
 IMPLEMENTATIONS = (
     Implementation("vllm.blockpool", "blockpool", RELEASED,
-                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", UPSTREAM, default=True,
-                   requires="vllm"),
+                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", UPSTREAM,
+                   default=True, requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.blockpool.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="vllm")

@@ -13,8 +13,8 @@ _entry = partial(entry, "kvmanager", __name__)
 
 IMPLEMENTATIONS = (
     Implementation("vllm.kvmanager", "kvmanager", RELEASED,
-                   "vLLM's KVCacheManager (needs vllm and requirements-vllm.txt)", UPSTREAM, default=True,
-                   requires="vllm"),
+                   "vLLM's KVCacheManager (needs vllm and requirements-vllm.txt)", UPSTREAM,
+                   default=True, requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.kvmanager.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="vllm")

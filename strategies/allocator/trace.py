@@ -1,9 +1,8 @@
-"""The allocator `Trace`: a scheduler's operations over requests against one paged allocator, and its
-version-stable JSON form ("kvfuzz-allocator-trace/1"). Standard library only.
+"""The allocator `Trace`: a scheduler's operations over requests against one paged allocator, and
+its version-stable JSON form ("kvfuzz-allocator-trace/1"). Standard library only.
 
-Ops name requests by id (`rid`); the harness resolves them at run time against the requests that
-are live then, so a trace stays valid when a shrinker drops ops or requests.
-"""
+Ops name requests by id (`rid`); the harness resolves them at run time against the requests that are
+live then, so a trace stays valid when a shrinker drops ops or requests."""
 
 from __future__ import annotations
 
@@ -102,7 +101,8 @@ class AllocPages:
     relative: bool = False
 
 
-Op = Admit | Extend | Decode | Finish | Truncate | GroupBegin | GroupEnd | AllocPages | Clear | Misuse
+Op = (Admit | Extend | Decode | Finish | Truncate | GroupBegin | GroupEnd | AllocPages | Clear
+      | Misuse)
 KINDS = {"admit": Admit, "extend": Extend, "decode": Decode, "finish": Finish,
          "truncate": Truncate, "group_begin": GroupBegin, "group_end": GroupEnd,
          "alloc": AllocPages, "clear": Clear, "misuse": Misuse}

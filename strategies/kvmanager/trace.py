@@ -143,7 +143,8 @@ def describe_op(op: Op) -> str:
 def to_json(trace: Trace) -> dict:
     return {"format": FORMAT, "blocks": trace.blocks, "block_size": trace.block_size,
             "window": trace.window, "max_model_len": trace.max_model_len,
-            **_settings(trace), "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **_settings(trace),
+            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}
 
 

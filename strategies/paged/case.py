@@ -57,7 +57,8 @@ class Case:
 
     def pages_needed(self) -> int:
         """New pages the call consumes (spec §1.2): sum of ceil(s/P) - ceil(q/P), never < 0 each.
-        Generators and edge classes use it; the oracle keeps its own count (oracle.paged.contract)."""
+        Generators and edge classes use it; the oracle keeps its own count
+        (oracle.paged.contract)."""
         return sum(max(0, ceil_pages(s, self.page_size) - ceil_pages(q, self.page_size))
                    for q, s in zip(self.prefixes(), self.seq_lens))
 

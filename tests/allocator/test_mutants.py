@@ -1,16 +1,7 @@
 """Each broken allocator is caught by the seeded stateful differential with a readable, shrunk
 report that names the op, the field or invariant, and the replay command."""
 
-import re
-
-import pytest
-
-from kvfuzz.fuzz.allocator.target import ALLOCATOR
-from kvfuzz.fuzz.engine.shrink import shrink
-from kvfuzz.fuzz.engine.target import AGREE
-from tests.helpers import loads
-from tests.helpers import dumps
-from tests.helpers import by_tier, divergence, mutants
+from tests.helpers import mutant_tests
 
 # What each report must say: the field or invariant that exposes the fault.
 EXPECTED = {
@@ -33,35 +24,6 @@ EXPECTED = {
 ORIGINAL = {"mutant.sglang.token": "sglang.token", "mutant.sglang.paged": "sglang.paged"}
 
 
-def first_divergence(name: str, limit: int = 60):
-    impl = ALLOCATOR.catalogue.resolve(name)
-    for index in range(limit):
-        found = divergence("allocator", ALLOCATOR.generator.generate(0, index, [impl]), impl)
-        if found is not None:
-            return found
-    pytest.fail(f"{name}: no divergence in {limit} seeded traces")
-
-
-def test_every_mutant_has_an_expectation():
-    assert sorted(EXPECTED) == sorted(m.name for m in mutants("allocator"))
-
-
-@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
-def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    if not ALLOCATOR.catalogue.resolve(name).available():
-        pytest.skip("needs upstream sglang installed (see docs/upstream-sglang.md)")
-    found = first_divergence(name)
-    small = shrink(ALLOCATOR, found, budget=(3000, 10.0))
-    report = small.report()
-    assert report.startswith(f"DIVERGENCE  allocator  implementation {name}")
-    assert " at op " in report and "\n  call      " in report
-    assert f"kvfuzz replay corpus/allocator-{small.input.trace_id()}.json --impl {name}" in report
-    assert re.search(r"shrunk from generator allocator/2(\[[^]]+\])?, seed 0", report), report
-    assert re.search(EXPECTED[name], report), report
-    assert len(small.input.ops) <= len(found.input.ops)
-    # The shrunk trace round-trips through JSON and still fails the same way, and what the
-    # mutant was made from agrees with the oracle on it (it is run, not left outside).
-    again = divergence("allocator", loads(dumps(small.input)), name)
-    assert again is not None and again.signature == small.signature
-    original = ORIGINAL.get(name.rsplit(".", 1)[0], "allocator.torch")
-    assert ALLOCATOR.check(small.input, ALLOCATOR.catalogue.resolve(original)).status == AGREE
+test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
+    mutant_tests("allocator", EXPECTED,
+                 lambda name: ORIGINAL.get(name.rsplit(".", 1)[0], "allocator.torch"))

@@ -26,7 +26,8 @@ class AllocatorMachine(RuleBasedStateMachine):
                 need_sort=st.booleans())
     def setup(self, page_size, pages, need_sort):
         self.trace = Trace(page_size, pages * page_size, need_sort, ())
-        self.lock = AllocatorLockstep(self.trace, ALLOCATOR.catalogue.resolve(self.impl_name).load())
+        impl = ALLOCATOR.catalogue.resolve(self.impl_name)
+        self.lock = AllocatorLockstep(self.trace, impl.load())
         self.ops, self.next_rid, self.fullest = [], 0, 0.0
 
     def _step(self, op) -> None:
@@ -39,7 +40,8 @@ class AllocatorMachine(RuleBasedStateMachine):
             report = found.report() if found else f"(not reproduced by a replay) {problems}"
             raise AssertionError(f"{report}\ntrace JSON:\n{dumps(trace)}")
         model = self.lock.model
-        self.fullest = max(self.fullest, 1 - (len(model.free) + len(model.staged)) / model.num_pages)
+        taken = 1 - (len(model.free) + len(model.staged)) / model.num_pages
+        self.fullest = max(self.fullest, taken)
 
     def _live(self, index: int):
         live = sorted(self.lock.sched.rows)

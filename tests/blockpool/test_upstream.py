@@ -6,15 +6,14 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.impl.blockpool import RELEASED
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
-from tests.conftest import CORPUS
 from kvfuzz.impl.registry import load_attribute
-from tests.helpers import divergence, fail_with, needs_engine
+from tests.helpers import (assert_corpus_replays_clean, assert_seeded_traces_agree, divergence,
+                           needs_engine)
 
 pytestmark = needs_engine("vllm")
 VLLM = BLOCKPOOL.catalogue.resolve("vllm.blockpool")
@@ -50,22 +49,11 @@ for _name in ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "ge
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
     assert BLOCKPOOL.catalogue.resolve(RELEASED) is VLLM
-    for index in range(shard * 250, (shard + 1) * 250):
-        outcome = BLOCKPOOL.check(BLOCKPOOL.generator.generate(0, index, [VLLM]), VLLM)
-        if outcome.status != AGREE:
-            assert outcome.divergence is not None, outcome.outside
-            fail_with(outcome.divergence)
+    assert_seeded_traces_agree("blockpool", VLLM, range(shard * 250, (shard + 1) * 250))
 
 
 def test_the_corpus_replays_clean_on_vllm():
-    files = [path for path in corpus.input_files([CORPUS]) if path.name.startswith("blockpool-")]
-    for path in files:
-        _, trace = corpus.load(path)
-        outcome = BLOCKPOOL.check(trace, VLLM)
-        if outcome.status != AGREE:
-            outcome.divergence.saved_path = str(path)
-            fail_with(outcome.divergence, save=False)
-    assert len(files) >= 3
+    assert assert_corpus_replays_clean("blockpool", VLLM) >= 3
 
 
 @pytest.mark.parametrize("attr, shows", [

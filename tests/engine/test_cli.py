@@ -26,7 +26,8 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
 
 
 def skip_unless_installed(target: str) -> None:
-    if not TARGETS[target].catalogue.defaults():  # blockpool, kvmanager without vllm: tests/engine/test_missing_package
+    # blockpool, kvmanager without vllm: tests/engine/test_missing_package
+    if not TARGETS[target].catalogue.defaults():
         pytest.skip(f"{target}: {TARGETS[target].catalogue.not_run_reason()}")
 
 

@@ -23,8 +23,8 @@ def test_generated_inputs_round_trip_through_a_corpus_file(name, tmp_path):
         assert owner is target and again == item and again.origin == item.origin
         assert target.codec.input_id(again) == target.codec.input_id(item)
         assert corpus.save(target, item, tmp_path) == path  # the same content: the same file
-    assert len(list(tmp_path.iterdir())) == len({target.codec.input_id(target.generator.generate(7, i))
-                                                 for i in range(20)})
+    ids = {target.codec.input_id(target.generator.generate(7, i)) for i in range(20)}
+    assert len(list(tmp_path.iterdir())) == len(ids)
 
 
 @pytest.mark.parametrize("name", TARGETS)

@@ -1,8 +1,8 @@
-"""The shared lock-step base (`kvfuzz.fuzz.engine.lockstep`): declarations are checked when a judge's
-class is defined, and the base runs a declared judge as the trace targets rely on (a raise is
-the implementation's problem, a refusal must be matched, a call that returned is recorded even
-when it differs, no state read after an op that called nothing, a kept caller tensor named).
-A toy counter target: the oracle is a dict, the implementation a small class."""
+"""The shared lock-step base (`kvfuzz.fuzz.engine.lockstep`): declarations are checked when a
+judge's class is defined, and the base runs a declared judge as the trace targets rely on (a raise
+is the implementation's problem, a refusal must be matched, a call that returned is recorded even
+when it differs, no state read after an op that called nothing, a kept caller tensor named). A toy
+counter target: the oracle is a dict, the implementation a small class."""
 
 from __future__ import annotations
 

@@ -41,9 +41,11 @@ def run(*args) -> tuple[int, str, str]:
 
 def test_bundled_leaves_out_what_is_not_installed(without_vllm):
     assert {"blockpool", "kvmanager"} <= set(VLLM_ONLY)
-    assert all(TARGETS[name].catalogue.defaults() == [] and TARGETS[name].catalogue.not_run_reason() == NOT_RUN
+    assert all(TARGETS[name].catalogue.defaults() == []
+               and TARGETS[name].catalogue.not_run_reason() == NOT_RUN
                for name in VLLM_ONLY)
-    assert all(TARGETS[name].catalogue.defaults() and TARGETS[name].catalogue.not_run_reason() is None
+    assert all(TARGETS[name].catalogue.defaults()
+               and TARGETS[name].catalogue.not_run_reason() is None
                for name in TARGETS if name not in VLLM_ONLY)
 
 

@@ -1,17 +1,8 @@
-"""Each broken vLLM `KVCacheManager` (and its parts) (the released source with one edit) is caught by the seeded lock
-step with a readable, shrunk report that names the op, the field or invariant, and the replay
-command; the released class agrees on the shrunk trace. Skips without vLLM."""
+"""Each broken vLLM `KVCacheManager` (and its parts) (the released source with one edit) is caught
+by the seeded lock step with a readable, shrunk report that names the op, the field or invariant,
+and the replay command; the released class agrees on the shrunk trace. Skips without vLLM."""
 
-import re
-
-import pytest
-
-from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.fuzz.engine.shrink import shrink
-from kvfuzz.fuzz.engine.target import AGREE
-from tests.helpers import loads
-from tests.helpers import dumps
-from tests.helpers import by_tier, divergence, mutants
+from tests.helpers import mutant_tests
 
 PREFIX = "mutant.vllm.kvmanager."
 EXPECTED = {PREFIX + name: pattern for name, pattern in {
@@ -36,25 +27,5 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 }.items()}
 
 
-def test_every_mutant_has_an_expectation():
-    assert sorted(EXPECTED) == sorted(m.name for m in mutants("kvmanager"))
-
-
-@pytest.mark.parametrize("name", by_tier(sorted(EXPECTED)))
-def test_mutant_is_caught_with_a_readable_shrunk_report(name):
-    impl = KVMANAGER.catalogue.resolve(name)
-    if not impl.available():
-        pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
-    found = next((d for d in (divergence("kvmanager", KVMANAGER.generator.generate(0, i, [impl]), impl)
-                              for i in range(60)) if d is not None), None)
-    assert found is not None, f"{name}: no divergence in 60 seeded traces"
-    small = shrink(KVMANAGER, found, budget=(3000, 10.0))
-    report = small.report()
-    assert report.startswith(f"DIVERGENCE  kvmanager  implementation {name}")
-    assert " at op " in report and "\n  call      " in report
-    assert f"kvfuzz replay corpus/kvmanager-{small.input.trace_id()}.json --impl {name}" in report
-    assert re.search(r"shrunk from generator kvmanager/3(\[[^]]+\])?, seed 0", report), report
-    assert re.search(EXPECTED[name], report), report
-    again = divergence("kvmanager", loads(dumps(small.input)), name)
-    assert again is not None and again.signature == small.signature
-    assert KVMANAGER.check(small.input, KVMANAGER.catalogue.resolve("vllm.kvmanager")).status == AGREE
+test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
+    mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager")

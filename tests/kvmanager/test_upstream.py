@@ -7,15 +7,14 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.impl.kvmanager import RELEASED
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
-from tests.conftest import CORPUS
 from kvfuzz.impl.registry import load_attribute
-from tests.helpers import divergence, fail_with, needs_engine
+from tests.helpers import (assert_corpus_replays_clean, assert_seeded_traces_agree, divergence,
+                           needs_engine)
 
 pytestmark = needs_engine("vllm")
 VLLM = KVMANAGER.catalogue.resolve("vllm.kvmanager")
@@ -39,11 +38,7 @@ class MissingMethods:
 @pytest.mark.parametrize("shard", range(2))
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
     assert KVMANAGER.catalogue.resolve(RELEASED) is VLLM
-    for index in range(shard * 250, (shard + 1) * 250):
-        outcome = KVMANAGER.check(KVMANAGER.generator.generate(0, index, [VLLM]), VLLM)
-        if outcome.status != AGREE:
-            assert outcome.divergence is not None, outcome.outside
-            fail_with(outcome.divergence)
+    assert_seeded_traces_agree("kvmanager", VLLM, range(shard * 250, (shard + 1) * 250))
 
 
 @pytest.mark.parametrize("trace", [
@@ -64,14 +59,7 @@ def test_hand_made_lifecycles_agree(trace):
 
 
 def test_the_corpus_replays_clean_on_vllm():
-    files = [path for path in corpus.input_files([CORPUS]) if path.name.startswith("kvmanager-")]
-    for path in files:
-        _, trace = corpus.load(path)
-        outcome = KVMANAGER.check(trace, VLLM)
-        if outcome.status != AGREE:
-            outcome.divergence.saved_path = str(path)
-            fail_with(outcome.divergence, save=False)
-    assert len(files) >= 3
+    assert assert_corpus_replays_clean("kvmanager", VLLM) >= 3
 
 
 @pytest.mark.parametrize("attr, shows", [

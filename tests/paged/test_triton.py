@@ -118,7 +118,8 @@ MUTANT_CASES = {
     "mutant.triton.counts_masked": (Case("decode", 1, (3, 5), (10, 20), (7, 8)), "wrong slot",
                                     "new page"),
 }
-TRITON_MUTANTS = [m for t in TARGETS for m in BY_NAME[t].catalogue.implementations if m.kind == MUTANT
+TRITON_MUTANTS = [m for t in TARGETS for m in BY_NAME[t].catalogue.implementations
+                  if m.kind == MUTANT
                   if m.path.startswith("kvfuzz.impl.paged.triton_mutants:")]
 
 
