@@ -1,5 +1,5 @@
 """Makes upstream SGLang and vLLM importable on a CPU-only torch once transformers and torchvision
-are installed (requirements-upstream.txt: the SWA allocator's module needs them; vLLM's core
+are installed (impl/upstream.lock: the SWA allocator's module needs them; vLLM's core
 modules import transformers too).
 
 Then `import sglang` itself patches transformers' image processors, which import torchvision,

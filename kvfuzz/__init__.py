@@ -8,13 +8,19 @@ The library (docs/use-in-your-ci.md), loaded on first use so `import kvfuzz.x` s
   (`kvfuzz.fuzz.targets`): `extend_cases`, `decode_cases`, and `<target>_traces` for each trace
   target (`allocator_traces`, `compaction_traces`, `mamba_traces`, ...);
 - `Mismatch`, the AssertionError a failure raises, carrying its `Divergence`.
+
+The released SGLang and vLLM that `kvfuzz upstream fetch` put in kvfuzz's cache are importable
+once kvfuzz is (`kvfuzz.impl.upstream_cache`: appended to `sys.path`, never ahead of yours).
 """
 
 from __future__ import annotations
 
 import importlib
 
+from kvfuzz.impl import upstream_cache
+
 __version__ = "0.1.0"
+upstream_cache.activate()  # the released engines of `kvfuzz upstream fetch`, if fetched
 _API = ("diff", "replay", "check", "assert_agrees", "implementation", "applicable",
         "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome")
 

@@ -133,11 +133,11 @@ def summary_rows(err: str) -> dict[str, list[str]]:
     return rows
 
 
-# What each engine's tests need installed: the engine and a light dependency that only its
-# requirements file brings (looked up, never imported).
+# What each engine's tests need: the engine and a light dependency that only its part of the lock
+# brings (looked up, never imported; `kvfuzz upstream fetch` brings both).
 ENGINE_PACKAGES = {"sglang": ("sglang", "transformers"), "vllm": ("vllm", "xgrammar")}
-ENGINE_DOCS = {"sglang": "requirements-upstream.txt, docs/upstream-sglang.md",
-               "vllm": "requirements-vllm.txt, docs/upstream-vllm.md"}
+ENGINE_DOCS = {"sglang": "kvfuzz upstream fetch, docs/upstream-sglang.md",
+               "vllm": "kvfuzz upstream fetch, docs/upstream-vllm.md"}
 
 
 def needs_engine(engine: str):

@@ -10,6 +10,7 @@ import os
 import sys
 
 from kvfuzz.fuzz.cli import campaign as campaign_command
+from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.cli.args import (Parser, UsageError, check_device, index, jobs, positive,
                               seconds)
@@ -53,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--device", default="cpu", help="torch device for implementations")
     diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                       help=TIMEOUT_HELP)
+    diff.add_argument("--upstream", action="store_true", help=upstream.HELP)
     replay = commands.add_parser("replay", help="run saved case files (or directories)")
     replay.add_argument("paths", nargs="+", metavar="PATH")
     replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
@@ -62,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=TIMEOUT_HELP)
     campaign_command.add_parsers(commands)
+    upstream.add_parser(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
@@ -100,6 +103,7 @@ def cmd_diff(args, out=None) -> int:
 
     out = out or sys.stderr  # looked up now: a test may have replaced it
     names = list(TARGETS) if args.target == "all" else [args.target]
+    with_upstream = args.upstream and not args.impl and upstream.ensure(out)
     # Resolve every --impl of every target first: a typo fails in one line before any run.
     # A target named on its own with nothing to run (its packages missing) is a usage error;
     # among every target it is said and skipped below.
@@ -107,7 +111,8 @@ def cmd_diff(args, out=None) -> int:
     for target in (TARGETS[name] for name in names):
         catalogue = target.catalogue
         runs.append((target, [catalogue.resolve(spec) for spec in args.impl] or (
-            catalogue.defaults() if args.target == "all" else catalogue.defaults_or_error())))
+            catalogue.defaults(with_upstream) if args.target == "all" or with_upstream
+            else catalogue.defaults_or_error())))
     status = 0
     for target, impls in runs:
         if not impls:  # every target: one whose packages are missing is said, not failed
@@ -149,6 +154,8 @@ def run(args) -> int:
             return campaign_command.run(args)
         if args.command == "list":
             return cmd_list()
+        if args.command == "upstream":
+            return upstream.run(args)
         if args.command == "diff":
             return cmd_diff(args)
         from kvfuzz.fuzz.engine.replay import replay

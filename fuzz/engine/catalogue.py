@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from kvfuzz.impl.registry import Implementation, ImplementationError, resolve
+from kvfuzz.impl.registry import UPSTREAM, Implementation, ImplementationError, resolve
 
 # Where the install of each package an implementation `requires` is explained.
 INSTALL_DOCS = {"sglang": "docs/upstream-sglang.md", "vllm": "docs/upstream-vllm.md"}
@@ -42,11 +42,11 @@ class Catalogue:
                                safe_outside_contract=entry.safe_outside_contract)
         return self.declare(impl, obj) if self.declare else impl
 
-    def defaults(self) -> list[Implementation]:
-        """What runs without --impl: kvfuzz's own, and upstream classes marked default, whose
-        packages are installed."""
-        return [impl for impl in self.implementations
-                if impl.runs_by_default and impl.available()]
+    def defaults(self, upstream: bool = False) -> list[Implementation]:
+        """What runs without --impl: kvfuzz's own, and upstream classes marked default (with
+        `upstream`: every upstream one), whose packages are installed."""
+        return [impl for impl in self.implementations if impl.available() and (
+            impl.runs_by_default or upstream and impl.kind == UPSTREAM)]
 
     def not_run_reason(self) -> str | None:
         """Why nothing runs by default (every default implementation needs a package that is not
@@ -57,7 +57,8 @@ class Catalogue:
         needs = sorted({impl.requires for impl in wanted})
         docs = ", ".join(INSTALL_DOCS.get(name, name) for name in needs)
         return (f"its implementations need {' and '.join(needs)}, which "
-                f"{'is' if len(needs) == 1 else 'are'} not installed ({docs})")
+                f"{'is' if len(needs) == 1 else 'are'} not installed (kvfuzz upstream fetch "
+                f"puts the pinned release in kvfuzz's cache; {docs})")
 
     def defaults_or_error(self) -> list[Implementation]:
         """`defaults()`, or, when nothing would run (its packages are missing), the one-line

@@ -13,7 +13,7 @@ _entry = partial(entry, "blockpool", __name__)
 
 IMPLEMENTATIONS = (
     Implementation("vllm.blockpool", "blockpool", RELEASED,
-                   "vLLM's BlockPool (needs vllm and requirements-vllm.txt)", UPSTREAM,
+                   "vLLM's BlockPool (kvfuzz upstream fetch)", UPSTREAM,
                    default=True, requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.blockpool.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

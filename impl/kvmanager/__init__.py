@@ -13,7 +13,7 @@ _entry = partial(entry, "kvmanager", __name__)
 
 IMPLEMENTATIONS = (
     Implementation("vllm.kvmanager", "kvmanager", RELEASED,
-                   "vLLM's KVCacheManager (needs vllm and requirements-vllm.txt)", UPSTREAM,
+                   "vLLM's KVCacheManager (kvfuzz upstream fetch)", UPSTREAM,
                    default=True, requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.kvmanager.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

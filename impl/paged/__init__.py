@@ -1,9 +1,10 @@
 """Paged `alloc_extend` / `alloc_decode` (targets "extend" and "decode"): the catalogue of bundled
 implementations, Triton kernels, upstream adapters and mutants. Nothing heavy is imported here."""
 
-from kvfuzz.impl.registry import KERNEL, MUTANT, UPSTREAM, entry
+from kvfuzz.impl.registry import KERNEL, MUTANT, UPSTREAM, Implementation, entry
 
 POW2 = ("power-of-two page size",)
+NAIVE = "sglang.srt.mem_cache.allocator.paged"
 
 
 def _entry(target, *row, **options):
@@ -42,12 +43,20 @@ IMPLEMENTATIONS = (
     _entry("decode", "triton", "triton_kernels:alloc_decode",
            "Triton kernel, one program per request (interpreted without CUDA)", KERNEL,
            preconditions=POW2),
+    # Upstream's kernels are kernels too: run when named (--upstream runs its torch path).
     _entry("extend", "sglang.triton", "upstream_sglang:triton_extend",
-           "upstream sglang alloc_extend_kernel (needs sglang installed)", UPSTREAM,
+           "upstream sglang alloc_extend_kernel (needs sglang)", KERNEL, requires="sglang",
            preconditions=POW2, safe_outside_contract=False),
     _entry("decode", "sglang.triton", "upstream_sglang:triton_decode",
-           "upstream sglang alloc_decode_kernel (needs sglang installed)", UPSTREAM,
+           "upstream sglang alloc_decode_kernel (needs sglang)", KERNEL, requires="sglang",
            preconditions=POW2, safe_outside_contract=False),
+    # The released torch path SGLang's allocator takes on CPU (docs/upstream-sglang.md).
+    Implementation("sglang.naive", "extend", f"{NAIVE}:alloc_extend_naive",
+                   "upstream sglang alloc_extend_naive (needs sglang)", UPSTREAM,
+                   requires="sglang"),
+    Implementation("sglang.naive", "decode", f"{NAIVE}:alloc_decode_naive",
+                   "upstream sglang alloc_decode_naive (needs sglang)", UPSTREAM,
+                   requires="sglang"),
 ) + tuple(
     # Triton mutants: the kernel source with one edit each (triton_mutants.py).
     _entry(target, f"mutant.triton.{name}", f"triton_mutants:{target}_{name}", summary, MUTANT,

@@ -31,8 +31,7 @@ IMPLEMENTATIONS = (
     _entry("mutant.swa.tail_mapped_from_the_start", "mutants:TailMappedFromTheStart",
            "a tail allocation maps the extend's first tokens to the SWA slots", MUTANT),
     Implementation("sglang.swa", "swa", RELEASED,
-                   "upstream SWATokenToKVPoolAllocator (needs sglang and "
-                   "requirements-upstream.txt)", UPSTREAM,
+                   "upstream SWATokenToKVPoolAllocator (needs sglang)", UPSTREAM,
                    preconditions=UPSTREAM_DECLARES, requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.swa.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

@@ -1,6 +1,6 @@
 """Broken variants of the released upstream `SWATokenToKVPoolAllocator` (sglang 0.5.23): the
 installed module's source with ONE edit inside one method each (`impl/source_mutation.py`), built
-on first use. They need sglang (and the packages of requirements-upstream.txt) installed."""
+on first use. They need sglang (and the packages of impl/upstream.lock) installed."""
 
 from __future__ import annotations
 

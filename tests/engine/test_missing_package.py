@@ -22,7 +22,8 @@ VLLM_ONLY = sorted(name for name, target in TARGETS.items()
                    if all(impl.requires == "vllm" for impl in target.catalogue.implementations
                           if impl.runs_by_default))
 
-NOT_RUN = ("its implementations need vllm, which is not installed (docs/upstream-vllm.md)")
+NOT_RUN = ("its implementations need vllm, which is not installed (kvfuzz upstream fetch puts "
+           "the pinned release in kvfuzz's cache; docs/upstream-vllm.md)")
 
 
 @pytest.fixture
