@@ -43,7 +43,7 @@ def cache_root() -> Path:
 
 def folder() -> Path:
     """Where the lock's pins live once fetched: named after the engines and the lock's hash."""
-    engines = "+".join(p for p in pins() if p.split("==")[0] in ENGINES)
+    engines = "+".join(p.replace("==", "-") for p in pins() if p.split("==")[0] in ENGINES)
     digest = hashlib.sha256(LOCK.read_bytes()).hexdigest()[:12]
     return cache_root() / "upstream" / f"{engines}-{digest}"
 

@@ -45,7 +45,7 @@ def test_a_fetch_installs_the_pins_into_a_folder_named_after_the_lock(cache, mon
     monkeypatch.setattr(upstream_cache.subprocess, "run", fake_pip(0))
     lines = []
     folder = upstream_cache.fetch(lines.append)
-    assert folder.name.startswith("sglang==0.5.23+vllm==0.33.0-") and folder.is_dir()
+    assert folder.name.startswith("sglang-0.5.23+vllm-0.33.0-") and folder.is_dir()
     assert upstream_cache.fetched() and sys.path[-1] == str(folder)
     assert len(lines) == 1 and "fetching sglang==0.5.23 and vllm==0.33.0" in lines[0]
     import tiny  # noqa: F401  (importable from the cache once fetched)
