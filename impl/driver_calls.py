@@ -9,14 +9,20 @@ from kvfuzz.impl.poison import POISON  # noqa: F401  (the drivers' callers read 
 
 
 def int_list(result):
-    """A result as a flat list of ints (None stays None); any other shape is the implementation's
-    fault."""
+    """A result as a flat list of plain ints (None stays None); any other shape is the
+    implementation's fault. Read through torch's own methods with subclass overrides switched
+    off: a tensor subclass whose `tolist()` (or `__torch_function__`) lies reads as what it
+    holds."""
     if result is None:
         return None
-    if not isinstance(result, torch.Tensor) or result.dim() != 1 or result.is_floating_point():
-        raise TypeError(f"returned {type(result).__name__} "
-                        f"{getattr(result, 'shape', '')}, expected a 1-D integer tensor")
-    return result.tolist()
+    if not isinstance(result, torch.Tensor):
+        raise TypeError(f"returned {type(result).__name__}, expected a 1-D integer tensor")
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = torch.Tensor.as_subclass(result, torch.Tensor)
+        if plain.dim() != 1 or plain.is_floating_point() or plain.is_complex():
+            raise TypeError(f"returned a {plain.dtype} tensor of shape {tuple(plain.shape)}, "
+                            f"expected a 1-D integer tensor")
+        return torch.Tensor.tolist(plain)
 
 
 def then_poison(result, *passed: torch.Tensor):

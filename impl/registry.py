@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import sys
 from dataclasses import dataclass
 
 from kvfuzz.impl.upstream_env import prepare_import
@@ -27,6 +28,16 @@ KERNEL = "kernel"
 
 class ImplementationError(ValueError):
     """A user named an implementation that does not exist or does not load; one-line message."""
+
+
+def safe_text(error: BaseException, limit: int = 300) -> str:
+    """`Type: message` of someone else's exception, whose `__str__` may itself raise."""
+    try:
+        text = str(error)
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        text = "(its message could not be read)"
+    head = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return (head.splitlines() or [type(error).__name__])[0][:limit]
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,12 @@ class Implementation:
 _LOADED: dict[str, object] = {}
 
 
+def loaded_here(path: str) -> bool:
+    """Whether `path` is loaded in this process already (an object handed over, a module a
+    test imported): then checking it here runs nothing new."""
+    return path in _LOADED or path.partition(":")[0] in sys.modules
+
+
 def register_object(obj) -> str:
     """A path for an implementation handed over as an object (kvfuzz's Python API): `load()`
     finds it in this process, and in the worker processes forked from it."""
@@ -83,13 +100,16 @@ def entry(target: str, package: str, name: str, path: str, summary: str, kind: s
 
 
 def resolve(target: str, entries, spec: str) -> Implementation:
-    """A registered name of `target`, or an outside implementation `package.module:attr` (imported
-    now, afresh, so a typo or a missing package fails in one line before a run starts)."""
+    """A registered name of `target`, or an outside implementation `package.module:attr` (not
+    imported here: the target's catalogue has it imported and checked apart, so a typo or a
+    missing package fails in one line before a run starts)."""
     if ":" in spec:
-        load_attribute(spec)
         for entry in entries:  # a registered path keeps its preconditions and safety
             if entry.path == spec:
                 return entry
+        module, _, attr = spec.partition(":")
+        if not module or not attr:
+            raise ImplementationError(f"import path {spec!r}: expected package.module:attr")
         return Implementation(spec, target, spec, "outside implementation", YOURS)
     for entry in entries:
         if entry.name == spec:
@@ -134,13 +154,12 @@ def load_attribute(path: str):
             obj = importlib.import_module(module_name)
     except Exception as error:  # a broken outside module is the user's to fix: one line
         raise ImplementationError(f"import path {path!r}: cannot import {module_name!r}: "
-                                  f"{error}") from None
+                                  f"{safe_text(error)}") from None
     for part in attr_path.split("."):
         try:
             found = hasattr(obj, part)
         except Exception as error:  # an attribute built on use (a mutant of upstream code)
-            raise ImplementationError(f"import path {path!r}: {type(error).__name__}: "
-                                      f"{error}") from None
+            raise ImplementationError(f"import path {path!r}: {safe_text(error)}") from None
         if not found:
             raise ImplementationError(f"import path {path!r}: {module_name!r} has no attribute "
                                       f"{attr_path!r}")

@@ -14,6 +14,7 @@ import sys
 import types
 
 from kvfuzz.fuzz.campaign.harness import DifferentialHarness, impl_specs
+from kvfuzz.fuzz.engine.apart import enter_sandbox
 from kvfuzz.fuzz.targets import TARGETS
 
 
@@ -55,6 +56,7 @@ def fuzz(name: str, argv: list[str]) -> None:
         raise SystemExit(2)
     import atheris
 
+    enter_sandbox()  # an atheris worker imports its implementations itself
     harness = harness_for(atheris, name)
     atheris.Setup(argv, harness.test_one_input)
     atheris.Fuzz()

@@ -27,7 +27,8 @@ from pathlib import Path
 from kvfuzz.fuzz.campaign.specs import REPO, Finding
 from kvfuzz.fuzz.campaign.summary import edge_coverage, summary
 from kvfuzz.fuzz.engine.corpus import write_atomic
-from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker, die_with_parent
+from kvfuzz.fuzz.engine.apart import die_with_parent
+from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
 
 STATUS_EVERY = 5.0

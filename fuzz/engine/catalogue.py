@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from kvfuzz.impl.registry import UPSTREAM, Implementation, ImplementationError, resolve
+from kvfuzz.fuzz.engine.apart import LOAD_GRACE, Failed, run_apart, sandbox
+from kvfuzz.impl.registry import (UPSTREAM, Implementation, ImplementationError, loaded_here,
+                                  resolve)
 
 # Where the install of each package an implementation `requires` is explained.
 INSTALL_DOCS = {"sglang": "docs/upstream-sglang.md", "vllm": "docs/upstream-vllm.md"}
@@ -25,12 +27,26 @@ class Catalogue:
     fuzz_defaults: tuple[str, ...] | None = None  # `kvfuzz fuzz` without --impl
 
     def resolve(self, spec: str) -> Implementation:
-        """A registered implementation, or an outside one whose shape the target accepts."""
+        """A registered implementation, or an outside one whose shape the target accepts, with
+        what it declares. An outside one is imported and checked in a process of its own
+        (`apart.py`): its module's import-time code never runs in the supervisor."""
         impl = resolve(self.target, self.implementations, spec)
-        if impl not in self.implementations:
-            self.shape(impl.path, impl.load())
-            impl = self.declared(impl, impl.load())
-        return impl
+        if impl in self.implementations:
+            return impl
+        if sandbox() or loaded_here(impl.path):
+            return self.examined(impl)
+        try:
+            return run_apart(self.examined, impl, LOAD_GRACE)
+        except Failed as failed:
+            verb = "raised" if failed.raised else "ended the process that imports it:"
+            raise ImplementationError(f"import path {impl.path!r}: {verb} {failed.what}, "
+                                      f"before any input (its module, or its attribute)") from None
+
+    def examined(self, impl: Implementation) -> Implementation:
+        """`impl` loaded, its shape checked, with what it declares."""
+        obj = impl.load()
+        self.shape(impl.path, obj)
+        return self.declared(impl, obj)
 
     def declared(self, impl: Implementation, obj) -> Implementation:
         """An outside implementation with what it declares: a class or function of the catalogue

@@ -11,7 +11,6 @@ message per case.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -19,38 +18,17 @@ import time
 import traceback
 from multiprocessing.connection import wait
 
+from kvfuzz.fuzz.engine.apart import death, die_with_parent, enter_sandbox
 from kvfuzz.fuzz.engine.stop_signals import STOP_SIGNALS, blocked, unblock
 from kvfuzz.fuzz.engine.target import DIVERGE, Outcome
+from kvfuzz.impl.registry import ImplementationError, safe_text
 
 DEFAULT_TIMEOUT = 10.0  # seconds per input: ms-scale cases and traces stay far below it
-LOAD_GRACE = 120.0      # seconds on top for the import of the implementation, first input
 IDLE = -1
-_PR_SET_PDEATHSIG = 1
 
 
 class HarnessError(RuntimeError):
     """Our own bug, raised in a worker: the supervisor stops with its traceback."""
-
-
-def die_with_parent(parent: int) -> None:
-    """Ask Linux to kill this process when its parent dies; stop now if it already has."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the supervisor's own cleanup still runs
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def death(exitcode: int | None) -> tuple[str, str]:
-    """(what, kind) for a worker that ended while checking an input."""
-    if exitcode is not None and exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:  # a real-time signal has no name
-            name = f"signal {-exitcode}"
-        return f"crashed: {name}", name
-    return f"crashed: the process exited with status {exitcode} (os._exit?)", "exit"
 
 
 def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
@@ -68,7 +46,7 @@ def guarded_check(target, item, impl, device: str) -> Outcome:
     try:
         return target.check(item, impl, device)
     except (KeyboardInterrupt, SystemExit) as error:
-        what = f"raised {type(error).__name__}" + (f": {error}" if str(error) else "")
+        what = f"raised {safe_text(error)}"
         return crash_outcome(target, item, impl, what, type(error).__name__)
 
 
@@ -123,6 +101,7 @@ def _serve(conn, state, parent: int) -> None:
     for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     unblock()
+    enter_sandbox()  # implementations are imported here, in the worker
     import torch
     torch.set_num_threads(1)  # tiny tensors; with --jobs, the workers fill the cores
     from kvfuzz.fuzz.targets import TARGETS
@@ -142,10 +121,20 @@ def _serve(conn, state, parent: int) -> None:
             else:  # ("call", fn, args): fn(*args, state=, report=), e.g. run.run_chunk
                 _, fn, args = task
                 fn(*args, state=state, report=conn.send)
+        except ImplementationError as error:  # it cannot be loaded: the user's one line
+            conn.send(("usage", str(error)))
         except Exception:  # our bug: the supervisor prints it and stops
             conn.send(("error", traceback.format_exc()))
         finally:
             state[0] = IDLE
+
+
+def raise_from_worker(kind: str, text: str) -> None:
+    """A worker's report that is not a result: an implementation that cannot be loaded (the
+    user's one-line error) or our own bug (its traceback)."""
+    if kind == "usage":
+        raise ImplementationError(text)
+    raise HarnessError(text)
 
 
 class Checker:
@@ -168,7 +157,7 @@ class Checker:
                 if message is not None and message[0] == "outcome":
                     return message[1]
                 if message is not None:
-                    raise HarnessError(message[1])
+                    raise_from_worker(*message)
             if self.worker.dead():
                 self.worker.process.join()
                 outcome = crash_outcome(target, item, impl, *death(self.worker.process.exitcode))

@@ -43,6 +43,7 @@ from dataclasses import dataclass, is_dataclass
 from typing import Callable, NamedTuple
 
 from kvfuzz.impl.poison import POISON
+from kvfuzz.impl.registry import safe_text
 
 SAME = "same"  # `Call.oracle`: the oracle's method of the implementation's name, same arguments
 
@@ -57,7 +58,7 @@ class ImplementationRaised(Exception):
     step's own code."""
 
     def __init__(self, error: BaseException):
-        super().__init__(str(error))
+        super().__init__(safe_text(error))
         self.error = error
 
 
@@ -291,13 +292,13 @@ def integers(value, depth: int = 4):
 def numbers_in(error: BaseException) -> list[int]:
     """The whole numbers an implementation's exception message states (a poisoned page id
     shows there when the implementation checked what it had kept)."""
-    return [int(n) for n in re.findall(r"(?<![\w.])-?\d+(?![\w.])", str(error))[:64]]
+    return [int(n) for n in re.findall(r"(?<![\w.])-?\d+(?![\w.])", safe_text(error))[:64]]
 
 
 def crash_problems(error: BaseException, where: str = "") -> list[tuple[str, str]]:
     error = error.error if isinstance(error, ImplementationRaised) else error
     frames = traceback.format_exception(error)[-3:]
-    head = f"{type(error).__name__}: {error}" + (f" (in the {where})" if where else "")
+    head = safe_text(error) + (f" (in the {where})" if where else "")
     return [("crash", head)] + [("crash", line.rstrip()) for chunk in frames
                                 for line in chunk.splitlines()[-2:]]
 

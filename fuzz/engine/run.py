@@ -13,8 +13,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from kvfuzz.fuzz.engine.isolation import (DEFAULT_TIMEOUT, LOAD_GRACE, HarnessError, Worker,
-                                   crash_outcome, death, guarded_check, mark, wait_any)
+from kvfuzz.fuzz.engine.apart import LOAD_GRACE
+from kvfuzz.fuzz.engine.isolation import (DEFAULT_TIMEOUT, Worker, crash_outcome, death,
+                                          guarded_check, mark, raise_from_worker, wait_any)
 from kvfuzz.fuzz.engine.stop_signals import held
 from kvfuzz.fuzz.engine.summary import rate_text
 from kvfuzz.fuzz.engine.tally import Tally
@@ -138,8 +139,8 @@ class SeededRun:
                 kind, *body = worker.conn.recv()
             except (EOFError, OSError):
                 break
-            if kind == "error":
-                raise HarnessError(body[0])
+            if kind in ("error", "usage"):
+                raise_from_worker(kind, body[0])
             self._absorb(*body)
             if kind == "done":
                 del self.tasks[worker]

@@ -14,7 +14,7 @@ import traceback
 
 from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT, Outcome
 from kvfuzz.impl.paged.calling import UNWRITTEN, call
-from kvfuzz.impl.registry import Implementation
+from kvfuzz.impl.registry import Implementation, safe_text
 from kvfuzz.oracle.paged.contract import violations
 from kvfuzz.oracle.paged.model import Expected, expected_for, owner_of
 from kvfuzz.strategies.paged.case import Case
@@ -82,7 +82,7 @@ def _pages_text(case: Case, expected: Expected, actual: list[int]) -> str:
 def _raised(target, impl, case: Case, expected: Expected, error: Exception):
     frames = traceback.extract_tb(error.__traceback__)
     at = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
-    message = str(error).splitlines()[0] if str(error) else ""
+    message = safe_text(error).partition(": ")[2]
     return target.divergence(
         case, impl, "raised",
         [("expected", f"{len(expected.slots)} slots"),

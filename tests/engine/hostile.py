@@ -9,7 +9,10 @@ import os
 import sys
 import time
 
+import torch
+
 from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
+from kvfuzz.impl.mamba.slot_allocator import MambaSlots
 from kvfuzz.impl.paged.vectorized import alloc_extend as correct
 
 
@@ -79,3 +82,45 @@ def slow_wrong(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_si
     correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
     if prefix_lens.shape[0] >= 3 and out_indices.numel():
         out_indices[-1] += 1
+
+
+class Unprintable(RuntimeError):
+    """An exception whose message cannot be read: `str()` of it raises."""
+
+    def __str__(self):
+        raise ValueError("no message for you")
+
+
+raises_unprintable = _hostile(lambda out: _raise(Unprintable()))
+
+
+class MambaUnprintable(MambaSlots):
+    """Raises an unprintable exception on the third allocation."""
+
+    calls = 0
+
+    def alloc(self, need_size):
+        self.calls += 1
+        if self.calls == 3:
+            raise Unprintable()
+        return super().alloc(need_size)
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor whose `tolist()` says what the caller hoped to read."""
+
+    def tolist(self):
+        return self.hoped
+
+
+class MambaLies(MambaSlots):
+    """Hands out slots 1000 past the right ones, in a tensor whose `tolist()` says the right
+    ones."""
+
+    def alloc(self, need_size):
+        right = super().alloc(need_size)
+        if right is None:
+            return None
+        lie = (right + 1000).as_subclass(LyingTensor)
+        lie.hoped = right.tolist()
+        return lie

@@ -177,13 +177,19 @@ def extend_files(into: Path, count: int = 6) -> list[Path]:
 
 
 def wait_for_worker(proc: subprocess.Popen, seconds: float = 120) -> None:
-    """Until the supervisor has forked a worker (its run is under way: a busy machine takes
-    seconds to get there), then a moment for the worker to reach the input."""
+    """Until the supervisor has a worker (its run is under way: a busy machine takes seconds
+    to get there), then a moment for the worker to reach the input. The worker is the child
+    that stays: the one that imports and checks an outside implementation first
+    (`fuzz/engine/apart.py`) ends within a second."""
     deadline = time.monotonic() + seconds
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    seen, since = None, time.monotonic()
     while time.monotonic() < deadline and proc.poll() is None:
-        if children.read_text().split():
-            time.sleep(random.Random(proc.pid).uniform(0.5, 1.5))
+        now = children.read_text().split()
+        if now != seen:
+            seen, since = now, time.monotonic()
+        elif now and time.monotonic() - since > 2.0:
+            time.sleep(random.Random(proc.pid).uniform(0, 1.0))
             return
         time.sleep(0.05)
     proc.kill()

@@ -15,6 +15,7 @@ import torch
 
 import kvfuzz.impl.paged.triton_kernels as paged_triton
 from kvfuzz.fuzz.targets import TARGETS as BY_NAME
+from kvfuzz.impl import registry
 from kvfuzz.impl.paged import upstream_sglang
 from kvfuzz.impl.paged.calling import build_inputs, invoke
 from kvfuzz.impl.registry import ImplementationError
@@ -22,7 +23,7 @@ from kvfuzz.oracle.paged.model import expected_for
 from kvfuzz.strategies.paged.case import Case
 from kvfuzz.strategies.paged.generators import generate
 from tests.conftest import ROOT
-from tests.helpers import fail_with
+from tests.helpers import fail_with, kvfuzz_here
 from tests.paged.test_triton import (DEVICE, PRECONDITIONS, SEED, TARGETS, needs_cuda, selection,
                                      triton)
 
@@ -85,16 +86,24 @@ def test_upstream_kernels_by_import_path_agree_on_the_first_cases(target):
             fail_with(outcome.divergence, save=False)
 
 
-def test_upstream_kernels_without_sglang_fail_in_one_line(monkeypatch):
+def test_upstream_kernels_without_sglang_fail_in_one_line(monkeypatch, tmp_path):
+    """Loaded in the worker (a registered entry, by name or by path, is not imported before the
+    run): the worker's failure to load it is the user's one-line error, exit 2."""
     monkeypatch.setitem(sys.modules, upstream_sglang.KERNELS, None)
+    monkeypatch.setattr(registry, "_LOADED", {})  # as in a process that never loaded them
     upstream_sglang.kernels.cache_clear()
     try:
         with pytest.raises(ImplementationError) as error:
-            BY_NAME["extend"].catalogue.resolve("kvfuzz.impl.paged.upstream_sglang:triton_extend")
+            BY_NAME["extend"].catalogue.resolve("sglang.triton").load()
+        ran = kvfuzz_here("diff", "extend", "--impl",
+                          "kvfuzz.impl.paged.upstream_sglang:triton_extend", "--cases", 3,
+                          "--corpus", tmp_path)
     finally:
         upstream_sglang.kernels.cache_clear()
     assert "cannot import sglang.kernels" in str(error.value)
     assert "\n" not in str(error.value)
+    assert ran.returncode == 2 and "cannot import sglang.kernels" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr
 
 
 @pytest.mark.gpu
