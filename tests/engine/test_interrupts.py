@@ -178,22 +178,25 @@ def extend_files(into: Path, count: int = 6) -> list[Path]:
 
 def wait_for_worker(proc: subprocess.Popen, seconds: float = 120) -> None:
     """Until the supervisor has a worker (its run is under way: a busy machine takes seconds
-    to get there), then a moment for the worker to reach the input. The worker is the child
-    that stays: the one that imports and checks an outside implementation first
-    (`fuzz/engine/apart.py`) ends within a second."""
+    to get there), then a moment for the worker to reach the input. A worker shares the
+    supervisor's process group; the child that first imports an outside implementation
+    (`fuzz/engine/apart.py`) has a group of its own and is not one."""
     deadline = time.monotonic() + seconds
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-    seen, since = None, time.monotonic()
     while time.monotonic() < deadline and proc.poll() is None:
-        now = children.read_text().split()
-        if now != seen:
-            seen, since = now, time.monotonic()
-        elif now and time.monotonic() - since > 2.0:
-            time.sleep(random.Random(proc.pid).uniform(0, 1.0))
+        if any(_group(child) == _group(proc.pid) for child in children.read_text().split()):
+            time.sleep(random.Random(proc.pid).uniform(0.5, 1.5))
             return
         time.sleep(0.05)
     proc.kill()
     pytest.fail(f"no worker started: {proc.communicate()[1][-2000:]}")
+
+
+def _group(pid) -> str | None:
+    try:  # /proc/<pid>/stat: pid (comm) state ppid pgrp ...; comm may hold spaces
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2]
+    except (OSError, IndexError):
+        return None
 
 
 def test_one_sigint_stops_replay_inside_a_hanging_input(tmp_path):
