@@ -9,19 +9,20 @@ from kvfuzz.impl.poison import POISON  # noqa: F401  (the drivers' callers read 
 
 
 def int_list(result):
-    """A result as a flat list of plain ints (None stays None); any other shape is the
-    implementation's fault. Read through torch's own methods with subclass overrides switched
-    off: a tensor subclass whose `tolist()` (or `__torch_function__`) lies reads as what it
-    holds."""
+    """A result as a flat list of plain ints (None stays None); any other shape or dtype is the
+    implementation's fault: slots and pages are int64 in every contract (an int32 tensor holds
+    the same small values, and wraps at 2**31 in a long-running engine). Read through torch's
+    own methods with subclass overrides switched off: a tensor subclass whose `tolist()` (or
+    `__torch_function__`) lies reads as what it holds."""
     if result is None:
         return None
     if not isinstance(result, torch.Tensor):
-        raise TypeError(f"returned {type(result).__name__}, expected a 1-D integer tensor")
+        raise TypeError(f"returned {type(result).__name__}, expected a 1-D int64 tensor")
     with torch._C.DisableTorchFunctionSubclass():
         plain = torch.Tensor.as_subclass(result, torch.Tensor)
-        if plain.dim() != 1 or plain.is_floating_point() or plain.is_complex():
+        if plain.dim() != 1 or plain.dtype != torch.int64:
             raise TypeError(f"returned a {plain.dtype} tensor of shape {tuple(plain.shape)}, "
-                            f"expected a 1-D integer tensor")
+                            f"expected a 1-D int64 tensor")
         return torch.Tensor.tolist(plain)
 
 

@@ -9,6 +9,7 @@ Configured by environment (libFuzzer owns argv), all optional:
   KVFUZZ_STATS  directory for this process's counters (read by `kvfuzz fuzz` for status lines)
   KVFUZZ_FEATURES=0  no allocator-state features: coverage alone guides libFuzzer (the
                 detection benchmark's "atheris-plain" strategy)
+  KVFUZZ_INFLIGHT  file the input being checked is written to (`inflight.py`)
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.campaign.features import Features
+from kvfuzz.fuzz.campaign.inflight import InFlightWriter
 from kvfuzz.fuzz.engine.isolation import guarded_check
 from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.engine.target import DIVERGE
@@ -122,8 +124,18 @@ class DifferentialHarness(Harness):
             impl.load()  # imported now, so that coverage instrumentation sees it
         use_features = os.environ.get("KVFUZZ_FEATURES", "1") != "0"
         self.features = Features(target.judge.feature_names() if use_features else [])
+        self.in_flight = InFlightWriter()
 
     def test_one_input(self, data: bytes) -> None:
+        # Cleared when the input is done, whether it passed or raised: what is left there when
+        # the worker is gone is the input that ended it (an `os._exit`, a hang).
+        self.in_flight.begin(data)
+        try:
+            self._check(data)
+        finally:
+            self.in_flight.end()
+
+    def _check(self, data: bytes) -> None:
         self.began = self.began or time.time()
         item = self.target.generator.from_bytes(data, self.impls)
         # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.

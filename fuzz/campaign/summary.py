@@ -40,6 +40,9 @@ def summary(campaign, elapsed: float) -> str:
                   f"      replay  {finding.replay(saved)}"]
     for entry in campaign.preexisting:
         lines.append(f"    already in the corpus: {entry}")
+    if campaign.ended_by_input:
+        lines.append(f"  workers ended    {campaign.ended_by_input} by the input they were "
+                     f"checking (exit, crash or --timeout); each input re-run and triaged above")
     if campaign.blind_crashes:
         lines.append(f"  WORKER CRASHES THAT SAVED NOTHING: {campaign.blind_crashes} "
                      f"(a harness bug: see {campaign.dirs['logs']})")

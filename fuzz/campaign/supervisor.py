@@ -7,9 +7,12 @@ raising), stats/ (per-process counters), logs/, artifacts/ (libFuzzer crash file
 shrunk and saved once per signature; Ctrl-C or SIGTERM stops the workers, keeps every found
 case (shrinking what time allows) and prints the summary.
 
-A worker killed by its input (a segfault, an abort, a hang past --timeout) leaves libFuzzer's
-artifact: its bytes are decoded to an input, re-run in a supervised process and saved like any
-finding. Workers die with the supervisor, whatever kills it.
+A worker that ends while checking an input, whatever its exit status (a segfault, an abort,
+`os._exit(0)`), or whose input runs past --timeout (timed here: libFuzzer's own `-timeout` needs
+SIGALRM, which an implementation can take over), has that input read from its in-flight file
+(`inflight.py`); libFuzzer's crash files are read too. Either way the bytes are decoded to an
+input, re-run in a supervised process and saved like any finding, and the worker is restarted.
+Workers die with the supervisor, whatever kills it.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from kvfuzz.fuzz.campaign.inflight import ENV as IN_FLIGHT_ENV, read_in_flight
 from kvfuzz.fuzz.campaign.specs import REPO, Finding
 from kvfuzz.fuzz.campaign.summary import edge_coverage, summary
 from kvfuzz.fuzz.engine.corpus import write_atomic
 from kvfuzz.fuzz.engine.apart import die_with_parent
+from kvfuzz.fuzz.engine.containment import sweep
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
 
@@ -44,12 +49,13 @@ class Campaign:
         self.corpus_dir, self.work = Path(corpus_dir).resolve(), Path(work_dir).resolve()
         self.flags, self.out = list(flags), out
         self.dirs = {name: self.work / name for name in ("bytes", "found", "stats", "logs",
-                                                         "artifacts", "failures")}
+                                                         "artifacts", "failures", "inflight")}
         self.known_path = self.work / "known.txt"
         self.findings: dict[str, tuple[Finding, Path]] = {}
         self.preexisting: list[str] = []
         self.triaged: set[str] = set()
         self.blind_crashes = 0
+        self.ended_by_input = 0  # workers that ended (or hung) inside an input
         self.stopping = self.interrupted = False
         self.workers: dict[int, subprocess.Popen] = {}
         self.started: dict[int, float] = {}
@@ -86,14 +92,20 @@ class Campaign:
         write_atomic(self.known_path, "".join(f"{s}\n" for s in sorted(known)))
 
     # -- workers -----------------------------------------------------------------------------
+    def _in_flight_path(self, slot: int) -> Path:
+        return self.dirs["inflight"] / f"worker-{slot}"
+
     def _start_worker(self, slot: int, remaining: float) -> None:
-        env = dict(os.environ, KVFUZZ_FOUND=str(self.dirs["found"]),
+        self._in_flight_path(slot).write_bytes(b"")
+        env = dict(os.environ, PYTHONPATH=_import_path(), KVFUZZ_FOUND=str(self.dirs["found"]),
                    KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
-                   KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1")
+                   KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1",
+                   **{IN_FLIGHT_ENV: str(self._in_flight_path(slot))})
+        # -timeout=0: inputs are timed here (`_timed_out`), not by libFuzzer's SIGALRM.
         command = [sys.executable, *self.target.command, str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
-                   f"-timeout={max(1, round(self.timeout))}", *self.target.flags, *self.flags]
+                   "-timeout=0", *self.target.flags, *self.flags]
         self.started[slot] = time.time()
         log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
         # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly;
@@ -106,18 +118,45 @@ class Campaign:
 
     def _reap(self, deadline: float) -> None:
         for slot, worker in list(self.workers.items()):
-            code = worker.poll()
+            code = worker.poll() if not self._timed_out(slot) else worker.wait()
             if code is None:
                 continue
             del self.workers[slot]
+            checking = self.checker.worker.process.pid if self.checker.worker else None
+            sweep(keep=[w.pid for w in self.workers.values()] + [checking])  # what it left
+            ended_by_input = self._collect_in_flight(slot)
             artifacts = self._collect_artifacts()
             self._triage_new()
-            if code != 0 and not artifacts and not self._found_since(self.started[slot]):
+            unexpected = code != 0 or ended_by_input
+            if (unexpected and not ended_by_input and not artifacts
+                    and not self._found_since(self.started[slot])):
                 self.blind_crashes += 1
             remaining = deadline - time.monotonic()
-            if (not self.stopping and remaining > 2 and code != 0
+            if (not self.stopping and remaining > 2 and unexpected
                     and self.blind_crashes < MAX_BLIND_CRASHES):
                 self._start_worker(slot, remaining)
+
+    def _timed_out(self, slot: int) -> bool:
+        """Kill the worker when its input has run past --timeout (its in-flight file says)."""
+        in_flight = read_in_flight(self._in_flight_path(slot))
+        if in_flight is None or in_flight[0] <= self.timeout:
+            return False
+        _kill_group(self.workers[slot])
+        return True
+
+    def _collect_in_flight(self, slot: int) -> bool:
+        """The input a worker that ended was checking, into found/ (triage re-runs it in a
+        supervised process, where it ends or hangs again, and reports how). True if any."""
+        in_flight = read_in_flight(self._in_flight_path(slot))
+        if in_flight is None:
+            return False
+        self._in_flight_path(slot).write_bytes(b"")
+        name, content = self.target.from_artifact(in_flight[1], self.impl_specs)
+        write_atomic(self.dirs["found"] / name, content)
+        # Out of the byte corpus, or the restarted worker meets it again while loading it.
+        (self.dirs["bytes"] / hashlib.sha1(in_flight[1]).hexdigest()).unlink(missing_ok=True)
+        self.ended_by_input += 1
+        return True
 
     def _stop_workers(self) -> None:
         for worker in self.workers.values():
@@ -129,8 +168,7 @@ class Campaign:
             try:
                 worker.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait()
+                _kill_group(worker)
         self.workers.clear()
 
     def _found_since(self, when: float) -> bool:
@@ -225,3 +263,21 @@ class Campaign:
                 f"({stats['execs'] / max(elapsed, 1e-9):,.0f}/s), corpus {corpus_size} inputs, "
                 f"{edges}failures {sum(stats['failures'].values()):,} "
                 f"({len(self.findings)} new signature(s)), workers {len(self.workers)}")
+
+
+def _kill_group(worker: subprocess.Popen) -> None:
+    try:
+        os.killpg(worker.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    worker.wait()
+
+
+def _import_path() -> str:
+    """PYTHONPATH for a worker: this process's, plus the directory it was started in when that
+    is on its import path (`python -m kvfuzz`: an `--impl` module found there must be found by
+    the worker too, which runs inside the work directory)."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if ("" in sys.path or os.getcwd() in sys.path) and os.getcwd() not in paths:
+        paths.insert(0, os.getcwd())
+    return os.pathsep.join(paths)

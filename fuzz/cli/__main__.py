@@ -1,5 +1,5 @@
 import sys
 
-from kvfuzz.fuzz.cli.main import main
+from kvfuzz.fuzz.cli.main import command
 
-sys.exit(main())
+sys.exit(command())

@@ -49,8 +49,16 @@ def input_features(target, item, impls, check=None) -> set[str]:
 
 
 def minimize(directory, impl_specs, dry_run: bool, out) -> int:
-    paths = corpus.input_files([directory])
-    loaded = {path: corpus.load(path) for path in paths}
+    # Another run may be writing to the folder (a `diff` saving and replacing its findings):
+    # a file gone by the time it is read is left out, one that appears is left alone.
+    paths, loaded = corpus.input_files([directory]), {}
+    for path in paths:
+        try:
+            loaded[path] = corpus.load(path)
+        except corpus.CorpusError:
+            if path.exists():
+                raise
+    paths = list(loaded)
     impls = {}
     for target, _ in loaded.values():
         if target.name not in impls:
@@ -63,7 +71,7 @@ def minimize(directory, impl_specs, dry_run: bool, out) -> int:
                     for path, (target, item) in loaded.items()}
     finally:
         checker.close()
-    size = {path: path.stat().st_size for path in paths}
+    size = {path: _size(path) for path in paths}
     wanted = set().union(*features.values()) if features else set()
     kept, covered = [], set()
     while covered != wanted:
@@ -74,8 +82,15 @@ def minimize(directory, impl_specs, dry_run: bool, out) -> int:
     with held():  # the cover is decided: a stop signal now waits until it is applied
         for path in removed:
             if not dry_run:
-                path.unlink()
+                path.unlink(missing_ok=True)
             print(f"{'would remove' if dry_run else 'removed'}  {path}", file=out)
     print(f"corpus {directory}: kept {len(kept)} of {len(paths)} file(s) covering "
           f"{len(wanted)} feature(s)", file=out)
     return 0
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:  # removed meanwhile: nothing to keep it for
+        return 1 << 62

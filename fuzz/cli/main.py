@@ -10,6 +10,7 @@ import os
 import sys
 
 from kvfuzz.fuzz.cli import campaign as campaign_command
+from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.cli.args import (Parser, UsageError, check_device, index, jobs, positive,
@@ -124,6 +125,17 @@ def cmd_diff(args, out=None) -> int:
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
     return status
+
+
+def command() -> int:
+    """The `kvfuzz` program: `main`, in a process of its own. Processes an implementation
+    starts stay kvfuzz's descendants, whatever they do, and none outlives the command
+    (`containment.py`); a library caller of `main` keeps its own children."""
+    become_subreaper()
+    try:
+        return main()
+    finally:
+        sweep()
 
 
 def main(argv=None) -> int:

@@ -15,9 +15,12 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import time
 import traceback
 from multiprocessing.connection import wait
 
+from kvfuzz.fuzz.engine.containment import kill_tree
+from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
 from kvfuzz.fuzz.engine.stop_signals import STOP_SIGNALS, blocked, unblock
 from kvfuzz.impl.registry import ImplementationError, safe_text
 
@@ -53,7 +56,9 @@ def death(exitcode: int | None) -> tuple[str, str]:
         except ValueError:  # a real-time signal has no name
             name = f"signal {-exitcode}"
         return f"crashed: {name}", name
-    return f"crashed: the process exited with status {exitcode} (os._exit?)", "exit"
+    # No guess at the cause: `os._exit`, an exit from a thread or a C library's `exit()` all
+    # read the same from outside.
+    return f"crashed: the process exited with status {exitcode}", "exit"
 
 
 class Failed(Exception):
@@ -74,18 +79,28 @@ def run_apart(fn, arg, timeout: float):
     with blocked():
         process.start()
     writer.close()
+    frames, deadline = FrameReader(reader), time.monotonic() + timeout
     try:
-        if not wait([reader, process.sentinel], timeout):
-            raise Failed(f"still running after {timeout:g} s")
-        try:
-            kind, value = reader.recv()
-        except (EOFError, OSError):
-            process.join()
-            raise Failed(death(process.exitcode)[0]) from None
-        if kind == "raised":
+        while True:  # one message, or the child's end; never more than `timeout` seconds
+            if not wait([reader, process.sentinel], max(0.0, deadline - time.monotonic())):
+                raise Failed(f"still running after {timeout:g} s")
+            ended = not process.is_alive()  # before reading: all it wrote is read
+            try:
+                messages = frames.messages()
+            except ProtocolError as error:
+                raise Failed(f"corrupted the worker protocol: {error}") from None
+            if messages or ended or frames.eof:
+                break
+        if not messages:
+            process.join(5)
+            raise Failed(death(process.exitcode)[0])
+        kind, value = (messages[0] + (None, None))[:2]
+        if kind == "raised" and isinstance(value, str):
             raise Failed(value, raised=True)
-        if kind == "passed":
+        if kind == "passed" and isinstance(value, ImplementationError):
             raise value
+        if kind != "ok":
+            raise Failed(f"corrupted the worker protocol: a message of kind {kind!r:.40}")
         return value
     finally:
         reader.close()
@@ -106,9 +121,9 @@ def _child(fn, arg, writer, parent: int) -> None:
     except BaseException as error:  # SystemExit, KeyboardInterrupt: the module's own
         message = ("raised", safe_text(error))
     try:
-        writer.send(message)
+        send(writer, message)
     except Exception:  # noqa: BLE001 - an answer that cannot cross: say so
-        writer.send(("raised", traceback.format_exc().splitlines()[-1][:300]))
+        send(writer, ("raised", traceback.format_exc().splitlines()[-1][:300]))
     finally:
         os._exit(0)  # threads the module started do not keep this process alive
 
@@ -119,10 +134,5 @@ def _passes(error: Exception) -> bool:
 
 def _end(process) -> None:
     if process.pid is not None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    if process.is_alive():
-        process.kill()
+        kill_tree(process.pid)
     process.join(5)

@@ -47,43 +47,71 @@ class DiffResult:
         return 1 if self.divergences else 0
 
 
+class Saved:
+    """The corpus files this run's reports name. Files are only ever added, except one this run
+    created that no report names any more (the first find of a divergence that a lower input or
+    a shrink has since replaced): two implementations failing on the same input share its file,
+    and neither's shrink removes what the other's report names."""
+
+    def __init__(self, target, directory, out):
+        self.target, self.directory, self.out = target, directory, out
+        self.created: set[str] = set()
+        self.naming: dict[str, set[str]] = {}  # path -> the implementations whose report names it
+        self.current: dict[str, str] = {}      # implementation -> the path its report names
+
+    def save(self, name: str, item) -> str:
+        """`item` saved for implementation `name`'s report, in place of what it named before."""
+        existed = (Path(self.directory) / self.target.file_name(item)).exists()
+        path = corpus.save_or_print(self.target, item, self.directory, self.out)
+        if not existed and Path(path).exists():
+            self.created.add(path)
+        self.naming.setdefault(path, set()).add(name)
+        previous, self.current[name] = self.current.get(name), path
+        if previous is not None and previous != path:
+            self._release(name, previous)
+        return path
+
+    def _release(self, name: str, path: str) -> None:
+        self.naming[path].discard(name)
+        if not self.naming[path] and path in self.created:
+            Path(path).unlink(missing_ok=True)
+
+
 def run_diff(target, impls: list, options: RunOptions, out) -> DiffResult:
     """Seeded inputs through `impls` in supervised workers; each divergence saved as found
     (when `options.corpus` is set), then shrunk, the shrunk input replacing the first one."""
-    saved: dict[int, tuple[str | None, bool]] = {}  # id(divergence) -> (path, created here)
+    saved = Saved(target, options.corpus, out) if options.corpus is not None else None
+    found: dict[str, object] = {}  # implementation -> its divergence on record
 
     def save_now(name, divergence):
         with held():  # a stop signal waits until the finding is on disk
-            saved[id(divergence)] = (None, False)
-            if options.corpus is not None:
-                existed = (Path(options.corpus) / divergence.file_name()).exists()
-                saved[id(divergence)] = (corpus.save_or_print(target, divergence.input,
-                                                              options.corpus, out), not existed)
+            found[name] = divergence
+            if saved is not None:
+                divergence.saved_path = saved.save(name, divergence.input)
             print(f"found: {divergence.headline()}"
-                  + (f"\n  saved {saved[id(divergence)][0]}" if options.corpus else ""), file=out)
+                  + (f"\n  saved {divergence.saved_path}" if saved else ""), file=out)
 
     seeded = SeededRun(target, impls, options, out, on_found=save_now)
     result = DiffResult(seeded.tallies)
     try:
         seeded.run()
-        _shrink_all(target, result, options, out, saved, save_now)
+        _shrink_all(target, result, options, out, found, saved, save_now)
     except KeyboardInterrupt:
         result.interrupted = True
-        _report_unshrunk(result, saved)
+        _report_unshrunk(result, found)
     return result
 
 
-def _report_unshrunk(result: DiffResult, saved: dict) -> None:
+def _report_unshrunk(result: DiffResult, found: dict) -> None:
     """After a stop: the divergences not shrunk yet are reported as first found (and saved)."""
-    done = {small.signature for small in result.divergences}
-    for tally in result.tallies.values():
+    done = {small.impl for small in result.divergences}
+    for name, tally in result.tallies.items():
         divergence = tally.divergence
-        if divergence and divergence.signature not in done and id(divergence) in saved:
-            divergence.saved_path = saved[id(divergence)][0]
+        if divergence and name not in done and found.get(name) is divergence:
             result.divergences.append(divergence)
 
 
-def _shrink_all(target, result: DiffResult, options, out, saved: dict, save_now) -> None:
+def _shrink_all(target, result: DiffResult, options, out, found: dict, saved, save_now) -> None:
     """Each implementation's divergence, shrunk."""
     checker = Checker(options.timeout)
     try:
@@ -91,17 +119,13 @@ def _shrink_all(target, result: DiffResult, options, out, saved: dict, save_now)
             divergence = tally.divergence
             if divergence is None:
                 continue
-            if id(divergence) not in saved:
+            if found.get(name) is not divergence:
                 save_now(name, divergence)
             print(f"shrinking: {divergence.headline()}", file=out, flush=True)
             small = shrink(target, divergence, options.device, check=checker.check)
-            path, created = saved[id(divergence)]
             with held():  # the shrunk input replaces the first one, whole
-                if options.corpus is not None:
-                    small.saved_path = corpus.save_or_print(target, small.input,
-                                                            options.corpus, out)
-                    if created and small.saved_path != path:
-                        Path(path).unlink(missing_ok=True)
+                if saved is not None:
+                    small.saved_path = saved.save(name, small.input)
                 result.divergences.append(small)
     finally:
         checker.close()

@@ -14,11 +14,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import stat
 import time
 import traceback
 from multiprocessing.connection import wait
 
-from kvfuzz.fuzz.engine.apart import death, die_with_parent, enter_sandbox
+from kvfuzz.fuzz.engine.apart import LOAD_GRACE, death, die_with_parent, enter_sandbox
+from kvfuzz.fuzz.engine.containment import kill_tree, name_process
+from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
 from kvfuzz.fuzz.engine.stop_signals import STOP_SIGNALS, blocked, unblock
 from kvfuzz.fuzz.engine.target import DIVERGE, Outcome
 from kvfuzz.impl.registry import ImplementationError, safe_text
@@ -51,11 +54,26 @@ def guarded_check(target, item, impl, device: str) -> Outcome:
 
 
 def mark(state, index: int = -1, grace: float = 0.0) -> None:
-    """In a worker: input `index` starts now (the supervisor reads `state` to time it out), its
-    clock `grace` seconds later (loading an implementation: importing an upstream engine takes
-    seconds, more on a busy machine, and is not the input's time)."""
+    """Input `index` starts now (the supervisor reads `state` to time it out), its clock `grace`
+    seconds later (loading an implementation: importing an upstream engine takes seconds, more
+    on a busy machine, and is not the input's time). Set by the worker as it goes, and by the
+    supervisor as it hands a task out: a task the worker never takes up (an implementation that
+    read it off the pipe) still times out."""
     state[1] = index
     state[0] = time.monotonic_ns() + int(grace * 1e9)
+
+
+def late_what(worker, timeout: float) -> tuple[str, str]:
+    """(what, kind) for a worker past its input's deadline: a timeout, unless what held it up
+    was a message that never finished (the messages after it went into its announced length)."""
+    if worker.reader.partial_since is not None:
+        return "corrupted the worker protocol: a message begun and never finished", "protocol"
+    return f"timed out after {timeout:g} s", "timeout"
+
+
+def protocol_outcome(target, item, impl, error: ProtocolError) -> Outcome:
+    return crash_outcome(target, item, impl, f"corrupted the worker protocol: {error}",
+                         "protocol")
 
 
 class Worker:
@@ -74,6 +92,12 @@ class Worker:
         with blocked():  # the child sets its own handlers first (`_serve`), then takes signals
             self.process.start()
         child.close()
+        self.reader = FrameReader(self.conn)
+
+    def give(self, task: tuple, index: int) -> None:
+        """Send `task`, its first input `index` (on the clock from now, after the load grace)."""
+        mark(self.state, index, grace=LOAD_GRACE)
+        self.conn.send(task)
 
     def busy_since(self) -> float | None:
         started = self.state[0]
@@ -86,21 +110,32 @@ class Worker:
         return not self.process.is_alive()
 
     def stop(self) -> None:
-        """End the worker at once (it holds nothing that could be lost)."""
-        if self.process.is_alive():
-            self.process.kill()
+        """End the worker and every process it started, at once (it holds nothing that could be
+        lost)."""
+        if self.process.pid is not None:
+            kill_tree(self.process.pid)
         self.process.join(5)
         self.conn.close()
 
 
 def _serve(conn, state, parent: int) -> None:
     die_with_parent(parent)
-    # Stop signals are the supervisor's: a Ctrl-C or a `kill -TERM` to the whole group must
-    # not kill a worker first and read as the implementation's crash. The supervisor stops
-    # workers with SIGKILL, and the kernel kills them if it dies (PR_SET_PDEATHSIG).
+    close_other_sockets(keep=conn.fileno())
+    # Stop signals are the supervisor's: a Ctrl-C or a `kill -TERM` to its group must not kill
+    # a worker first and read as the implementation's crash. Ignoring them discards any that
+    # came while the fork had them blocked; then the worker leads a group of its own, which
+    # group signals do not reach (and what it starts is killed with it: `kill_tree`). SIGTERM
+    # goes back to its default there: a `Pool` of the implementation stops its processes with
+    # it. The supervisor stops workers with SIGKILL; the kernel kills them if it dies.
     for number in STOP_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     unblock()
+    name_process(b"kvfuzz-worker")
+    # multiprocessing refuses children to a daemonic process; an implementation may use a Pool
+    # (its processes are killed with the worker's tree all the same).
+    multiprocessing.current_process()._config["daemon"] = False
     enter_sandbox()  # implementations are imported here, in the worker
     import torch
     torch.set_num_threads(1)  # tiny tensors; with --jobs, the workers fill the cores
@@ -117,16 +152,27 @@ def _serve(conn, state, parent: int) -> None:
                 target = TARGETS[name]
                 impl.load()  # imported before the clock starts
                 mark(state)
-                conn.send(("outcome", guarded_check(target, item, impl, device)))
+                send(conn, ("outcome", guarded_check(target, item, impl, device)))
             else:  # ("call", fn, args): fn(*args, state=, report=), e.g. run.run_chunk
                 _, fn, args = task
-                fn(*args, state=state, report=conn.send)
+                fn(*args, state=state, report=lambda message: send(conn, message))
         except ImplementationError as error:  # it cannot be loaded: the user's one line
-            conn.send(("usage", str(error)))
+            send(conn, ("usage", str(error)))
         except Exception:  # our bug: the supervisor prints it and stops
-            conn.send(("error", traceback.format_exc()))
-        finally:
-            state[0] = IDLE
+            send(conn, ("error", traceback.format_exc()))
+
+
+def close_other_sockets(keep: int) -> None:
+    """A forked worker holds copies of the supervisor's sockets: its own pipe's other end and
+    every earlier worker's. Closed, so that nothing an implementation writes reaches another
+    worker's pipe (and the supervisor's end closing reads as EOF here)."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        descriptor = int(name)
+        try:
+            if descriptor != keep and stat.S_ISSOCK(os.fstat(descriptor).st_mode):
+                os.close(descriptor)
+        except OSError:  # the listing's own descriptor, already gone
+            pass
 
 
 def raise_from_worker(kind: str, text: str) -> None:
@@ -146,19 +192,27 @@ class Checker:
 
     def check(self, target, item, impl, device: str = "cpu") -> Outcome:
         self.worker = self.worker if self.worker and not self.worker.dead() else Worker()
-        self.worker.conn.send(("check", target.name, item, impl, device))
+        self.worker.give(("check", target.name, item, impl, device), -1)
         deadline = None
         while True:
-            if self.worker.conn.poll(0.05):
-                try:
-                    message = self.worker.conn.recv()
-                except EOFError:  # died while sending: the exit code is the story
-                    message = None
-                if message is not None and message[0] == "outcome":
+            self.worker.conn.poll(0.05)
+            dead = self.worker.dead()  # before reading: all it wrote before dying is read
+            try:
+                messages = self.worker.reader.messages()
+                if not dead and self.worker.reader.stalled(self.timeout):
+                    raise ProtocolError("a message begun and never finished")
+            except ProtocolError as error:
+                self.close()
+                return protocol_outcome(target, item, impl, error)
+            for message in messages:
+                if message[0] == "outcome" and isinstance(message[-1], Outcome):
                     return message[1]
-                if message is not None:
+                if message[0] in ("usage", "error") and isinstance(message[-1], str):
                     raise_from_worker(*message)
-            if self.worker.dead():
+                self.close()
+                return protocol_outcome(target, item, impl, ProtocolError(
+                    f"a message of kind {message[0][:40]!r}"))
+            if dead:
                 self.worker.process.join()
                 outcome = crash_outcome(target, item, impl, *death(self.worker.process.exitcode))
                 self.close()
@@ -166,9 +220,9 @@ class Checker:
             started = self.worker.busy_since()
             deadline = started + self.timeout if started is not None else deadline
             if deadline is not None and time.monotonic() > deadline:
+                what = late_what(self.worker, self.timeout)
                 self.close()
-                return crash_outcome(target, item, impl, f"timed out after {self.timeout:g} s",
-                                     "timeout")
+                return crash_outcome(target, item, impl, *what)
 
     def close(self) -> None:
         if self.worker is not None:

@@ -4,8 +4,8 @@ progress line, a stop at each implementation's first divergence, and each diverg
 `on_found` the moment it arrives (so it is saved before anything else can go wrong).
 
 A worker that dies or times out on an input is that implementation's divergence at that index;
-a fresh worker takes the next chunk. The inputs a dead worker checked since its last report are
-not counted (reports come every half second).
+a fresh worker takes the next chunk, and the inputs the dead one had checked since its last
+report (reports come every half second) are checked again.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ import time
 from dataclasses import dataclass
 
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE
+from kvfuzz.fuzz.engine.containment import sweep
+from kvfuzz.fuzz.engine.frames import ProtocolError
 from kvfuzz.fuzz.engine.isolation import (DEFAULT_TIMEOUT, Worker, crash_outcome, death,
-                                          guarded_check, mark, raise_from_worker, wait_any)
+                                          guarded_check, late_what, mark, raise_from_worker,
+                                          wait_any)
 from kvfuzz.fuzz.engine.stop_signals import held
 from kvfuzz.fuzz.engine.summary import rate_text
 from kvfuzz.fuzz.engine.tally import Tally
@@ -40,7 +43,8 @@ class RunOptions:
 
 
 def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
-              device: str = "cpu", state=None, report=None) -> Tally:
+              device: str = "cpu", report_every: float = REPORT_EVERY, state=None,
+              report=None) -> Tally:
     """Inputs [start, stop) of `seed` against one implementation (an `Implementation`, or a name
     or import path); stops at the first divergence. In a worker, `state` says which input runs
     since when (`isolation.mark`) and `report` sends ("progress", name, tally) deltas; the last
@@ -59,7 +63,7 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
         if state is not None:
             mark(state, index)
         tally.add(guarded_check(target, item, impl, device), index)
-        if report and (tally.divergence or time.perf_counter() - began > REPORT_EVERY):
+        if report and (tally.divergence or time.perf_counter() - began >= report_every):
             tally.seconds, began = time.perf_counter() - began, time.perf_counter()
             report(("progress", spec, tally))
             total.merge(tally)
@@ -74,7 +78,14 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
 
 
 class SeededRun:
-    """One run: a tally per implementation, filled by workers, as `options` say."""
+    """One run: a tally per implementation, filled by workers, as `options` say.
+
+    Its results do not depend on `--jobs`: an implementation's counts are those of the inputs up
+    to its first divergence (the lowest index found), as one worker checking them in order would
+    count them. Chunks are handed out index-major, so every chunk below that index has been
+    handed out by the time it is found and runs to its end; a chunk above it that was already
+    running is not counted. The inputs a dead worker had checked but not yet reported are
+    checked again by another worker (`redo`), not left out."""
 
     def __init__(self, target, impls: list, options: RunOptions, out,
                  on_found=lambda name, d: None):
@@ -82,6 +93,8 @@ class SeededRun:
         self.timeout = options.timeout
         self.impls = {impl.name: impl for impl in impls}
         self.tallies = {name: Tally() for name in self.impls}
+        self.chunk_tallies: dict[tuple, Tally] = {}  # (spec, lo, hi) -> what it reported
+        self.redo: list[tuple] = []  # (spec, lo, hi) a dead worker had not reported
         self.progress = Progress(target, self.tallies, options.cases * len(impls), out)
         self.tasks: dict[Worker, tuple] = {}  # the chunk each busy worker runs
 
@@ -92,7 +105,7 @@ class SeededRun:
         size = max(low, min(high, self.options.cases // max(1, 8 * self.options.jobs)))
         for lo in range(first, stop, size):
             for spec in self.tallies:
-                yield spec, lo, min(lo + size, stop)
+                yield spec, lo, min(lo + size, stop), REPORT_EVERY
 
     def run(self) -> None:
         """Fill the tallies; on KeyboardInterrupt they stay as far as they got, with every
@@ -111,6 +124,7 @@ class SeededRun:
                     idle = [w for w in ready if self._settle(w)]
                     idle += self._timed_out()
                     idle = [self._replace(w, workers) if w.dead() else w for w in idle]
+                    idle += [w for w in workers if w not in self.tasks and w not in idle]
                 self.progress.tick()
         except KeyboardInterrupt:
             with held():
@@ -122,30 +136,47 @@ class SeededRun:
                 worker.stop()
             self.progress.finish()
 
+    def _wanted(self, spec: str, lo: int) -> bool:
+        """Whether inputs from `lo` on still count for `spec` (none past its first divergence)."""
+        tally = self.tallies[spec]
+        return tally.divergence is None or lo < tally.at
+
     def _hand_out(self, worker: Worker, pending) -> None:
-        for spec, lo, hi in pending:
-            if self.tallies[spec].divergence is None:
-                self.tasks[worker] = (spec, lo, hi)
-                worker.conn.send(("call", run_chunk, (self.target.name, self.impls[spec],
-                                                      self.options.seed, lo, hi,
-                                                      self.options.device)))
+        redo = [task for task in self.redo if self._wanted(task[0], task[1])]
+        for task in redo[:1] or pending:
+            spec, lo, hi, every = task
+            if self._wanted(spec, lo):
+                if self.redo:
+                    self.redo.remove(task)
+                self.tasks[worker] = task
+                worker.give(("call", run_chunk, (self.target.name, self.impls[spec],
+                                                 self.options.seed, lo, hi,
+                                                 self.options.device, every)), lo)
                 return
 
     def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:
         """Take the worker's messages; True when its chunk is over (done, or it died: then the
-        input it was on is its divergence, unless `lose_dead` is false)."""
-        while worker.conn.poll():
-            try:
-                kind, *body = worker.conn.recv()
-            except (EOFError, OSError):
-                break
+        input it was on is its divergence, unless `lose_dead` is false). A message that is
+        not one (`frames.py`) ends the worker: the divergence of the implementation it ran."""
+        dead = worker.dead()  # before reading: all it wrote before dying is read
+        try:
+            messages = worker.reader.messages()
+            if not dead and worker.reader.stalled(self.timeout):
+                raise ProtocolError("a message begun and never finished")
+            for message in messages:
+                _check_message(message)
+        except ProtocolError as error:
+            worker.stop()
+            self._lost(worker, f"corrupted the worker protocol: {error}", "protocol")
+            return True
+        for kind, *body in messages:
             if kind in ("error", "usage"):
                 raise_from_worker(kind, body[0])
-            self._absorb(*body)
+            self._absorb(self.tasks[worker], body[1])
             if kind == "done":
                 del self.tasks[worker]
                 return True
-        if lose_dead and worker.dead():
+        if lose_dead and dead:
             worker.process.join()
             self._lost(worker, *death(worker.process.exitcode))
             return True
@@ -156,30 +187,73 @@ class SeededRun:
                 self.timeout < time.monotonic()]
         for worker in late:
             worker.stop()
-            self._lost(worker, f"timed out after {self.timeout:g} s", "timeout")
+            self._lost(worker, *late_what(worker, self.timeout))
         return late
 
     def _lost(self, worker: Worker, what: str, kind: str) -> None:
-        """The worker died (or was killed) checking an input: that is the divergence."""
-        spec, _, _ = self.tasks.pop(worker)
+        """The worker died (or was killed) checking an input: that is the divergence. The
+        inputs of its chunk before that one that it had not reported yet are checked again.
+
+        A corrupted pipe (`frames.py`) is seen at the next message, maybe inputs after the one
+        that wrote to it: the unreported inputs are checked again, one message per input,
+        and the first one after the last good message is then the divergence."""
+        task = self.tasks.pop(worker)
+        spec, lo, hi, every = task
+        reported_up_to = lo + (self.chunk_tallies[task].cases if task in self.chunk_tallies
+                               else 0)
         index = worker.current()
+        if kind == "protocol":
+            if every > 0:
+                self.redo.append((spec, reported_up_to, min(index + 1, hi), 0.0))
+                return
+            index = reported_up_to
+        elif reported_up_to < index:
+            self.redo.append((spec, reported_up_to, index, REPORT_EVERY))
         item = self.target.generator.generate(self.options.seed, index, [self.impls[spec]])
         tally = Tally()
         tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
-        self._absorb(spec, tally)
+        self._absorb(task, tally)
 
-    def _absorb(self, spec: str, tally: Tally) -> None:
+    def _absorb(self, task: tuple, tally: Tally) -> None:
+        spec = task[0]
+        self.chunk_tallies.setdefault(task, Tally()).merge(tally)
         first = self.tallies[spec].divergence
-        self.tallies[spec].merge(tally)
+        self._recount(spec)
         found = self.tallies[spec].divergence
         if found is not None and found is not first:
             self.on_found(spec, found)
         self.progress.tick()
 
+    def _recount(self, spec: str) -> None:
+        """`spec`'s tally: its chunks up to its first divergence."""
+        chunks = [(task[1], tally) for task, tally in self.chunk_tallies.items()
+                  if task[0] == spec]
+        diverged = [tally.at for _, tally in chunks if tally.divergence is not None]
+        cut = min(diverged, default=None)
+        total = Tally()
+        for lo, tally in sorted(chunks, key=lambda chunk: chunk[0]):
+            if cut is None or lo <= cut:
+                total.merge(tally)
+        self.tallies[spec] = total
+
     @staticmethod
     def _replace(worker: Worker, workers: list) -> Worker:
+        worker.stop()
         workers[workers.index(worker)] = fresh = Worker()
+        sweep(keep=[w.process.pid for w in workers])  # what the dead one left running
         return fresh
+
+
+def _check_message(message: tuple) -> None:
+    """A worker's message is one `run_chunk` or `_serve` sends: ("progress" | "done", name,
+    Tally) or ("error" | "usage", text)."""
+    kind = message[0]
+    if kind in ("progress", "done"):
+        if len(message) == 3 and isinstance(message[2], Tally):
+            return
+    elif kind in ("error", "usage") and len(message) == 2 and isinstance(message[1], str):
+        return
+    raise ProtocolError(f"a message of kind {kind[:40]!r} and {len(message)} part(s)")
 
 
 class Progress:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
+import stat
+import subprocess
 import sys
 import time
 
@@ -34,7 +37,62 @@ exits = _hostile(lambda out: sys.exit(0))
 exits_hard = _hostile(lambda out: os._exit(0))
 interrupts = _hostile(lambda out: _raise(KeyboardInterrupt()))
 hangs = _hostile(lambda out: time.sleep(3600))
+# SIGALRM taken over (libFuzzer's -timeout rides on it), then an endless wait
+hangs_alarm_taken = _hostile(lambda out: (signal.signal(signal.SIGALRM, signal.SIG_IGN),
+                                          time.sleep(3600)))
 resizes = _hostile(lambda out: out.resize_(out.shape[0] + 1))
+
+
+def _to_every_socket(data: bytes):
+    """Write `data` to every socket this process holds: the worker's pipe among them."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                os.write(int(name), data)
+        except OSError:
+            pass
+
+
+junk_on_pipe = _hostile(lambda out: _to_every_socket(b"\x00\x00\x00\x10not a frame at all"))
+huge_header_on_pipe = _hostile(lambda out: _to_every_socket((1 << 30).to_bytes(4, "big")))
+# a length the limit allows, then silence: the frame is never finished
+unfinished_frame_on_pipe = _hostile(lambda out: _to_every_socket((1 << 20).to_bytes(4, "big")))
+
+
+def _marked_sleep() -> list[str]:
+    """A command line the tests can find among the running processes (they set the mark)."""
+    return ["sleep", os.environ.get("KVFUZZ_TEST_MARK", "600")]
+
+
+def _fork_and_stay(out):
+    if os.fork() == 0:
+        os.execvp("sleep", _marked_sleep())
+
+
+def _double_fork_away(out):
+    if os.fork() == 0:  # a daemon the classic way: fork, setsid, fork, the middle one exits
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", _marked_sleep())
+        os._exit(0)
+    os.wait()
+
+
+# Correct results, and a process left running on every call of three requests or more
+leaves_child = _hostile(lambda out: subprocess.Popen(_marked_sleep()))
+leaves_session = _hostile(lambda out: subprocess.Popen(_marked_sleep(), start_new_session=True))
+leaves_fork = _hostile(_fork_and_stay)
+leaves_daemon = _hostile(_double_fork_away)
+
+
+def _pool_sum(out):
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        assert sum(pool.map(abs, range(4))) == 6
+
+
+uses_pool = _hostile(_pool_sum)  # correct: a Pool inside an implementation works
 
 
 def slow(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
@@ -124,3 +182,11 @@ class MambaLies(MambaSlots):
         lie = (right + 1000).as_subclass(LyingTensor)
         lie.hoped = right.tolist()
         return lie
+
+
+class MambaInt32(MambaSlots):
+    """Right slots, as an int32 tensor: the contract's slots are int64."""
+
+    def alloc(self, need_size):
+        slots = super().alloc(need_size)
+        return None if slots is None else slots.to(torch.int32)

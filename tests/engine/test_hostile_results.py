@@ -35,6 +35,11 @@ def test_a_tensor_whose_tolist_lies_is_read_for_what_it_holds():
     assert "actual [0:] [1001, 1002" in found.report(), found.report()  # not what tolist said
 
 
+def test_int32_slots_are_not_int64_ones():
+    found = _first_divergence("mamba", f"{HOSTILE}:MambaInt32")
+    assert "torch.int32 tensor" in found.report() and "expected a 1-D int64" in found.report()
+
+
 def test_the_command_reports_it_with_no_traceback(tmp_path):
     ran = kvfuzz_here("diff", "mamba", "--impl", f"{HOSTILE}:MambaUnprintable", "--cases", 5,
                       "--corpus", tmp_path)

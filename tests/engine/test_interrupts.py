@@ -178,13 +178,13 @@ def extend_files(into: Path, count: int = 6) -> list[Path]:
 
 def wait_for_worker(proc: subprocess.Popen, seconds: float = 120) -> None:
     """Until the supervisor has a worker (its run is under way: a busy machine takes seconds
-    to get there), then a moment for the worker to reach the input. A worker shares the
-    supervisor's process group; the child that first imports an outside implementation
-    (`fuzz/engine/apart.py`) has a group of its own and is not one."""
+    to get there), then a moment for the worker to reach the input. A worker names itself
+    "kvfuzz-worker"; the child that first imports an outside implementation
+    (`fuzz/engine/apart.py`) does not."""
     deadline = time.monotonic() + seconds
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
     while time.monotonic() < deadline and proc.poll() is None:
-        if any(_group(child) == _group(proc.pid) for child in children.read_text().split()):
+        if any(_name(child) == "kvfuzz-worker" for child in children.read_text().split()):
             time.sleep(random.Random(proc.pid).uniform(0.5, 1.5))
             return
         time.sleep(0.05)
@@ -192,10 +192,10 @@ def wait_for_worker(proc: subprocess.Popen, seconds: float = 120) -> None:
     pytest.fail(f"no worker started: {proc.communicate()[1][-2000:]}")
 
 
-def _group(pid) -> str | None:
-    try:  # /proc/<pid>/stat: pid (comm) state ppid pgrp ...; comm may hold spaces
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[2]
-    except (OSError, IndexError):
+def _name(pid) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
         return None
 
 

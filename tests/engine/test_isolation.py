@@ -4,18 +4,26 @@ the run goes on for the others."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import summary_rows
+
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # each test runs kvfuzz as a process of its own
 FAULTS = {"segfault": "crashed: SIGSEGV", "aborts": "crashed: SIGABRT",
           "exits": "raised", "exits_hard": "crashed: the process exited with status 0",
           "interrupts": "raised KeyboardInterrupt", "hangs": "timed out after 2 s",
-          "resizes": "output buffer changed", "retypes": "output buffer changed"}
+          "resizes": "output buffer changed", "retypes": "output buffer changed",
+          "junk_on_pipe": "corrupted the worker protocol: junk on the worker's pipe",
+          "huge_header_on_pipe": "corrupted the worker protocol: a message of 1073741824 bytes",
+          "unfinished_frame_on_pipe": "corrupted the worker protocol: a message begun and never"}
 
 
 def kvfuzz(*args):
@@ -56,7 +64,7 @@ def test_a_trace_target_survives_an_allocator_that_ends_the_process(tmp_path):
 
 @pytest.mark.parametrize("target, hostile, expected", [
     ("compaction", "garbage_snapshots", "TypeError: snapshot returned dict"),
-    ("allocator", "NestedResults", "expected a 1-D integer tensor")])
+    ("allocator", "NestedResults", "expected a 1-D int64 tensor")])
 def test_results_of_the_wrong_shape_are_the_implementations_fault(target, hostile, expected,
                                                                   tmp_path):
     result = kvfuzz("diff", target, "--impl", f"tests.engine.hostile:{hostile}", "--cases", 20,
@@ -64,3 +72,87 @@ def test_results_of_the_wrong_shape_are_the_implementations_fault(target, hostil
     assert result.returncode == 1, result.stderr
     assert "what      crash at op" in result.stderr and expected in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="needs atheris")
+@pytest.mark.parametrize("fault, expected", [
+    ("exits_hard", "crashed: the process exited with status 0"),
+    ("hangs_alarm_taken", "timed out after 2 s")])  # libFuzzer's SIGALRM taken over
+def test_a_campaign_worker_ended_or_stalled_by_its_input_is_a_finding(fault, expected, tmp_path):
+    """A worker that ends inside an input (whatever its status) or hangs there was once no
+    finding: `os._exit(0)` read as a clean end, a hang with SIGALRM taken ran out the clock;
+    the campaign exited 0 with nothing saved."""
+    hostile = f"tests.engine.hostile:{fault}"
+    result = kvfuzz("fuzz", "extend", "--impl", hostile, "--time", "8s", "--timeout", 2,
+                    "--jobs", 1, "--corpus", tmp_path / "corpus", "--work", tmp_path / "work")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"found: extend {hostile}: {expected}" in result.stderr, result.stderr[-3000:]
+    assert "by the input they were checking" in result.stderr
+    saved = list((tmp_path / "corpus").iterdir())
+    assert len(saved) == 1
+    again = kvfuzz("replay", saved[0], "--impl", hostile, "--timeout", 2)
+    assert again.returncode == 1 and expected in again.stdout, again.stdout
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_two_reports_name_stays_and_nothing_else_is_left(jobs, tmp_path):
+    """Both fail first on the same input: the segfault's report is shrunk, the hang's is not (a
+    try that hangs costs the whole timeout). The shrink of one once deleted the file the
+    other's report names."""
+    hostiles = ["tests.engine.hostile:hangs", "tests.engine.hostile:segfault"]
+    result = kvfuzz("diff", "extend", *[arg for h in hostiles for arg in ("--impl", h)],
+                    "--cases", 30, "--timeout", 2, "--jobs", jobs, "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr
+    named = re.findall(r"replay    kvfuzz replay (\S+) --impl (\S+)", result.stderr)
+    assert sorted(impl for _, impl in named) == sorted(hostiles), result.stderr
+    assert {Path(path).resolve() for path, _ in named} == set(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("target, impls", [
+    ("allocator", ["mutant.allocator.free_no_dedup"]),
+    ("extend", ["tests.engine.hostile:segfault", "torch.vectorized", "mutant.no_clamp"]),
+    ("allocator", ["tests.engine.hostile:ExitsOnMerge", "allocator.torch"])])
+def test_results_do_not_depend_on_jobs(target, impls, tmp_path):
+    """Counts are those of the inputs up to each implementation's first divergence, and only
+    the files the reports name are left: `--jobs 2` once counted the inputs a second worker ran
+    past it, saved its later divergence too, and dropped what a crashed worker had not
+    reported yet."""
+    seen = []
+    for jobs in (1, 2):
+        where = tmp_path / f"jobs-{jobs}"
+        result = kvfuzz("diff", target, *[arg for i in impls for arg in ("--impl", i)],
+                        "--cases", 300, "--jobs", jobs, "--corpus", where)
+        rows = {name: row[:4] for name, row in summary_rows(result.stderr).items()}
+        seen.append((result.returncode, rows, sorted(p.name for p in where.iterdir())))
+    assert seen[0] == seen[1]
+    assert len(seen[0][2]) == sum(row[3] == "yes" for row in seen[0][1].values()) > 0
+
+
+def _marked_processes(mark: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and mark.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("hostile", ["leaves_child", "leaves_session", "leaves_fork",
+                                     "leaves_daemon", "uses_pool"])
+def test_nothing_an_implementation_starts_outlives_the_run(hostile, tmp_path):
+    """Correct results, with processes started on the side: the run agrees, ends when its work
+    does (a stray holding its output pipes once kept a caller waiting), and leaves nothing
+    running; a Pool works (workers were daemonic: "not allowed to have children")."""
+    mark = f"{600 + os.getpid() % 1000}.{len(hostile)}{os.getpid()}"
+    env = dict(os.environ, KVFUZZ_TEST_MARK=mark)
+    result = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "diff", "extend", "--impl",
+                             f"tests.engine.hostile:{hostile}", "--cases", "30", "--corpus",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    left = _marked_processes(mark)
+    for pid in left:
+        os.kill(pid, 9)
+    assert hostile == "uses_pool" or not left, f"{len(left)} process(es) left running"

@@ -86,3 +86,25 @@ def test_minimize_keeps_every_feature_with_fewer_files(tmp_path):
 def test_durations_read_like_people_write_them():
     assert [duration(t) for t in ("90", "90s", "10m", "1h", "1h30m")] == \
         [90, 90, 600, 3600, 5400]
+
+
+def test_minimize_tolerates_files_that_vanish_while_it_runs(tmp_path, monkeypatch):
+    """A `diff` writing to the same folder replaces its first finds by their shrunk inputs:
+    minimize once died with a FileNotFoundError traceback on a file listed, then gone."""
+    for index in range(12):
+        corpus.save(EXTEND, EXTEND.generator.generate(1, index), tmp_path)
+    listed = corpus.input_files([tmp_path])
+    gone_before_read, gone_before_removal = listed[0], listed[1:6]
+    gone_before_read.unlink()
+    real_features = input_features
+
+    def features_then_delete(*args, **kwargs):  # files vanish after being read, too
+        for path in gone_before_removal:
+            path.unlink(missing_ok=True)
+        return real_features(*args, **kwargs)
+
+    monkeypatch.setattr(corpus, "input_files", lambda paths: listed)
+    monkeypatch.setattr("kvfuzz.fuzz.cli.corpus_tools.input_features", features_then_delete)
+    out = io.StringIO()
+    assert minimize(tmp_path, ["torch.vectorized"], dry_run=False, out=out) == 0
+    assert "of 11 file(s)" in out.getvalue()
