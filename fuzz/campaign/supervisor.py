@@ -32,7 +32,7 @@ from kvfuzz.fuzz.campaign.specs import REPO, Finding
 from kvfuzz.fuzz.campaign.summary import edge_coverage, summary
 from kvfuzz.fuzz.engine.corpus import write_atomic
 from kvfuzz.fuzz.engine.apart import die_with_parent
-from kvfuzz.fuzz.engine.containment import sweep
+from kvfuzz.fuzz.engine.containment import kill_tree, sweep
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
 
@@ -266,10 +266,7 @@ class Campaign:
 
 
 def _kill_group(worker: subprocess.Popen) -> None:
-    try:
-        os.killpg(worker.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    kill_tree(worker.pid)  # its session's group and every descendant
     worker.wait()
 
 

@@ -146,7 +146,7 @@ class SeededRun:
         for task in redo[:1] or pending:
             spec, lo, hi, every = task
             if self._wanted(spec, lo):
-                if self.redo:
+                if task in self.redo:  # (redo may hold unwanted tasks while pending serves)
                     self.redo.remove(task)
                 self.tasks[worker] = task
                 worker.give(("call", run_chunk, (self.target.name, self.impls[spec],
