@@ -69,7 +69,10 @@ class Implementation:
 
     def load(self):
         """The implementation itself, imported on first use and kept (a check calls this once
-        per input)."""
+        per input). Where a loader is set (`set_loader`: a judge that runs implementations in
+        processes of their own), what that loader gives for it."""
+        if _LOADER:
+            return _LOADER[0](self)
         loaded = _LOADED.get(self.path)
         if loaded is None:
             loaded = _LOADED[self.path] = load_attribute(self.path)
@@ -77,6 +80,13 @@ class Implementation:
 
 
 _LOADED: dict[str, object] = {}
+_LOADER: list = []  # [loader] while one is set
+
+
+def set_loader(loader) -> None:
+    """`Implementation.load()` answers `loader(implementation)` from now on (None: imports in
+    this process again)."""
+    _LOADER[:] = [loader] if loader is not None else []
 
 
 def loaded_here(path: str) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 
 from kvfuzz.fuzz.engine import corpus as corpus_files
 from kvfuzz.fuzz.engine.diff import DiffResult, run_diff
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.report import Divergence, Mismatch
 from kvfuzz.fuzz.engine.run import RunOptions
@@ -47,17 +48,19 @@ def implementation(target: str, impl: Impl) -> Implementation:
 
 def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int | None = None,
          seed: int = 0, start: int = 0, jobs: int = 1, corpus: str | Path | None = None,
-         timeout: float = DEFAULT_TIMEOUT, device: str = "cpu", out=None) -> DiffResult:
+         timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY, device: str = "cpu",
+         out=None) -> DiffResult:
     """Seeded inputs `start`..`start + cases` of `seed` through `impl` (default: the bundled
-    implementations) and the oracle, in supervised worker processes: what `kvfuzz diff` does,
-    returned rather than printed. Divergences are shrunk; with `corpus`, saved there too."""
+    implementations) and the oracle, in supervised worker processes (each implementation in a
+    process of its own, `memory` bytes at most): what `kvfuzz diff` does, returned rather than
+    printed. Divergences are shrunk; with `corpus`, saved there too."""
     owner = _target(target)
     impls = [implementation(target, one) for one in _many(impl)] or \
         owner.catalogue.defaults_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
     options = RunOptions(cases or owner.settings.default_cases, seed, start, jobs, device, timeout,
-                         None if corpus is None else str(corpus))
+                         None if corpus is None else str(corpus), memory)
     result = run_diff(owner, impls, options, out or io.StringIO())
     if result.interrupted:
         raise KeyboardInterrupt
@@ -84,7 +87,8 @@ class ReplayResult:
 
 
 def replay(paths: str | Path | Iterable[str | Path], impl: Impl | Iterable[Impl] | None = None,
-           *, timeout: float = DEFAULT_TIMEOUT, device: str = "cpu") -> ReplayResult:
+           *, timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY,
+           device: str = "cpu") -> ReplayResult:
     """Saved inputs (files, or every *.json under directories) against `impl` where it applies
     (an implementation of another target skips those files); default: the bundled ones. A bad
     file raises `FormatError` or `CorpusError` naming it."""
@@ -94,7 +98,7 @@ def replay(paths: str | Path | Iterable[str | Path], impl: Impl | Iterable[Impl]
     # a worker forked before its registration would not know it.
     chosen = {target.name: applicable(target.name, impl) if impl is not None else
               target.catalogue.defaults() for _, target, _ in loaded}
-    result, checker = ReplayResult(), Checker(timeout)
+    result, checker = ReplayResult(), Checker(timeout, memory)
     try:
         for path, target, item in loaded:
             for one in chosen[target.name]:

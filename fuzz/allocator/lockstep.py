@@ -13,6 +13,7 @@ from collections import Counter
 from kvfuzz.fuzz.allocator.misuse import misuse_call
 from kvfuzz.fuzz.allocator.scheduler import Planned, Scheduler
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
 from kvfuzz.strategies.allocator import trace as allocator
@@ -44,7 +45,7 @@ class AllocatorLockstep(Lockstep):
         """`reuse_page_ids`: see `AllocatorDriver`."""
         from kvfuzz.impl.allocator.driver import AllocatorDriver  # imports torch
 
-        return AllocatorDriver(cls, trace.size, trace.page_size, trace.need_sort, trace.debug,
+        return make(AllocatorDriver, cls, trace.size, trace.page_size, trace.need_sort, trace.debug,
                                device, trace.interface == "token", reuse_page_ids)
 
     @handles(*allocator.KINDS.values())

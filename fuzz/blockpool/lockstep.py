@@ -13,6 +13,7 @@ from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
+from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
 from kvfuzz.strategies.blockpool import trace as blockpool
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
@@ -45,7 +46,7 @@ class BlockPoolLockstep(Lockstep):
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.blockpool.driver import BlockPoolDriver  # imports vLLM
 
-        return BlockPoolDriver(cls, trace.blocks, trace.caching)
+        return make(BlockPoolDriver, cls, trace.blocks, trace.caching)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model, "constructor")

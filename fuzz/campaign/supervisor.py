@@ -33,6 +33,7 @@ from kvfuzz.fuzz.campaign.summary import edge_coverage, summary
 from kvfuzz.fuzz.engine.corpus import write_atomic
 from kvfuzz.fuzz.engine.apart import die_with_parent
 from kvfuzz.fuzz.engine.containment import kill_tree, sweep
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
 
@@ -42,9 +43,10 @@ MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop 
 
 class Campaign:
     def __init__(self, target, impl_specs, seconds: float, jobs: int, corpus_dir,
-                 work_dir, flags=(), out=sys.stderr, timeout: float = DEFAULT_TIMEOUT):
+                 work_dir, flags=(), out=sys.stderr, timeout: float = DEFAULT_TIMEOUT,
+                 memory: int = DEFAULT_MEMORY):
         self.target, self.impl_specs, self.seconds, self.jobs = target, impl_specs, seconds, jobs
-        self.timeout, self.checker = timeout, Checker(timeout)
+        self.timeout, self.memory, self.checker = timeout, memory, Checker(timeout, memory)
         # Absolute: the workers run inside the work directory, where a relative path breaks.
         self.corpus_dir, self.work = Path(corpus_dir).resolve(), Path(work_dir).resolve()
         self.flags, self.out = list(flags), out
@@ -101,11 +103,14 @@ class Campaign:
                    KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
                    KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1",
                    **{IN_FLIGHT_ENV: str(self._in_flight_path(slot))})
-        # -timeout=0: inputs are timed here (`_timed_out`), not by libFuzzer's SIGALRM.
+        # -timeout=0: inputs are timed here (`_timed_out`), not by libFuzzer's SIGALRM. A worker
+        # past --memory is ended by libFuzzer's -rss_limit_mb (its input then triaged here,
+        # apart, under the same limit).
         command = [sys.executable, *self.target.command, str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
-                   "-timeout=0", *self.target.flags, *self.flags]
+                   "-timeout=0", f"-rss_limit_mb={self.memory >> 20}", *self.target.flags,
+                   *self.flags]
         self.started[slot] = time.time()
         log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
         # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly;

@@ -41,6 +41,20 @@ def seconds(text: str) -> float:
     return value
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def size(text: str) -> int:
+    """Bytes from `4G`, `512M`, `1.5GiB`, `800MB` or a plain number of bytes (powers of 1024)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not found:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4G or 512M, got {text!r}")
+    value = int(float(found[1]) * _UNITS[found[2].upper()])
+    if not 64 << 20 <= value <= 1 << 50:
+        raise argparse.ArgumentTypeError(f"expected a size from 64M up, got {text}")
+    return value
+
+
 class UsageError(ValueError):
     """A command line that cannot run (a missing device, an unwritable directory); one line."""
 

@@ -7,8 +7,9 @@ import argparse
 import sys
 
 from kvfuzz.fuzz.engine import corpus
-from kvfuzz.fuzz.cli.args import duration, jobs, seconds
+from kvfuzz.fuzz.cli.args import duration, jobs, seconds, size
 from kvfuzz.fuzz.campaign.specs import REPO, SPECS
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, size_text
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
 
@@ -55,6 +56,10 @@ def add_parsers(commands) -> None:
     fuzz.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                       help="an input that runs longer stops its worker and is saved as a "
                            f"finding ('timed out'; default {DEFAULT_TIMEOUT:g})")
+    fuzz.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
+                      help="resident memory a worker may use (libFuzzer's -rss_limit_mb); past "
+                           "it, its input is saved as a finding and re-run apart under the same "
+                           f"limit (default {size_text(DEFAULT_MEMORY)})")
     fuzz.__class__ = _with_flags_after_dashes(type(fuzz))
     tools = commands.add_parser("corpus", help="merge or minimize a case corpus")
     actions = tools.add_subparsers(dest="action", required=True, parser_class=type(tools))
@@ -103,4 +108,4 @@ def run_fuzz(args) -> int:
     work = args.work or REPO / ".kvfuzz" / args.target
     corpus.check_writable(work, "--work")
     return Campaign(spec, args.impl, args.time, args.jobs, args.corpus, work, args.flags,
-                    timeout=args.timeout).run()
+                    timeout=args.timeout, memory=args.memory).run()

@@ -14,7 +14,8 @@ from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.cli.args import (Parser, UsageError, check_device, index, jobs, positive,
-                              seconds)
+                              seconds, size)
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, size_text
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.targets import TARGETS
@@ -29,6 +30,9 @@ EPILOG = """examples:
 exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input,
 130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints)"""
 BENCH = "kvfuzz.bench.command"  # imported only when run: nothing in fuzz/ imports bench/
+MEMORY_HELP = (f"resident memory each implementation's process may use (e.g. 2G, 512M); past "
+               f"it, the input is the implementation's divergence ('exceeded the memory limit'; "
+               f"default {size_text(DEFAULT_MEMORY)})")
 TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence ('timed out'); "
                 f"implementations run in supervised worker processes, so a crash is one too "
                 f"(default {DEFAULT_TIMEOUT:g})")
@@ -55,6 +59,8 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--device", default="cpu", help="torch device for implementations")
     diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                       help=TIMEOUT_HELP)
+    diff.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
+                      help=MEMORY_HELP)
     diff.add_argument("--upstream", action="store_true", help=upstream.HELP)
     replay = commands.add_parser("replay", help="run saved case files (or directories)")
     replay.add_argument("paths", nargs="+", metavar="PATH")
@@ -64,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     replay.add_argument("--device", default="cpu")
     replay.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=TIMEOUT_HELP)
+    replay.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
+                        help=MEMORY_HELP)
     campaign_command.add_parsers(commands)
     upstream.add_parser(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
@@ -120,7 +128,8 @@ def cmd_diff(args, out=None) -> int:
             print(f"{target.name}: not run: {target.catalogue.not_run_reason()}", file=out)
             continue
         options = RunOptions(args.cases or target.settings.default_cases, args.seed,
-                             args.start, args.jobs, args.device, args.timeout, args.corpus)
+                             args.start, args.jobs, args.device, args.timeout, args.corpus,
+                             args.memory)
         status = max(status, diff_target(target, impls, options, out))
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
@@ -171,7 +180,8 @@ def run(args) -> int:
         if args.command == "diff":
             return cmd_diff(args)
         from kvfuzz.fuzz.engine.replay import replay
-        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout)
+        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout,
+                      memory=args.memory)
     except (ImplementationError, FormatError, corpus.CorpusError, UsageError) as error:
         print(f"kvfuzz: error: {error}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import stat
 
 _PR_SET_CHILD_SUBREAPER = 36
 _SUBREAPER = []  # non-empty once this process is one (a kvfuzz command, not a library caller)
@@ -101,3 +102,16 @@ def sweep(keep=()) -> int:
             except ChildProcessError:  # reaped elsewhere
                 pass
     return len(strays)
+
+
+def close_other_sockets(keep: int) -> None:
+    """A forked worker holds copies of the supervisor's sockets: its own pipe's other end and
+    every earlier worker's. Closed, so that nothing an implementation writes reaches another
+    worker's pipe (and the supervisor's end closing reads as EOF here)."""
+    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
+        descriptor = int(name)
+        try:
+            if descriptor != keep and stat.S_ISSOCK(os.fstat(descriptor).st_mode):
+                os.close(descriptor)
+        except OSError:  # the listing's own descriptor, already gone
+            pass

@@ -113,7 +113,7 @@ def _report_unshrunk(result: DiffResult, found: dict) -> None:
 
 def _shrink_all(target, result: DiffResult, options, out, found: dict, saved, save_now) -> None:
     """Each implementation's divergence, shrunk."""
-    checker = Checker(options.timeout)
+    checker = Checker(options.timeout, options.memory)
     try:
         for name, tally in result.tallies.items():
             divergence = tally.divergence

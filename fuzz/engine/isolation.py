@@ -1,7 +1,9 @@
 """Implementations run in worker processes that the harness supervises: whatever an
 implementation does (segfault, abort, `sys.exit`, `os._exit`, raise KeyboardInterrupt, loop
-forever), the supervisor sees a divergence of that implementation, "crashed: SIGSEGV" or "timed
-out after 10 s", and goes on. Only the user's own Ctrl-C or SIGTERM stops a run.
+forever, eat memory), the supervisor sees a divergence of that implementation, "crashed:
+SIGSEGV" or "timed out after 10 s", and goes on. Only the user's own Ctrl-C or SIGTERM stops a
+run. Inside a worker, each implementation runs in a process of its own, apart from the judge
+(`impl_process.py`): the worker judges what that process did, and reports its crashes itself.
 
 A worker dies with its supervisor whatever kills the supervisor (PR_SET_PDEATHSIG), ignores
 Ctrl-C and SIGTERM (the supervisor owns them: `stop_signals.py`), and publishes which input it
@@ -14,19 +16,24 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import stat
 import time
 import traceback
 from multiprocessing.connection import wait
 
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE, death, die_with_parent, enter_sandbox
-from kvfuzz.fuzz.engine.containment import kill_tree, name_process
+from kvfuzz.fuzz.engine.containment import close_other_sockets, kill_tree, name_process
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, install, judging
+from kvfuzz.fuzz.engine.remote import Ended
 from kvfuzz.fuzz.engine.stop_signals import STOP_SIGNALS, blocked, unblock
 from kvfuzz.fuzz.engine.target import DIVERGE, Outcome
 from kvfuzz.impl.registry import ImplementationError, safe_text
 
 DEFAULT_TIMEOUT = 10.0  # seconds per input: ms-scale cases and traces stay far below it
+# The worker's judge times the implementation's process out itself (`impl_process.py`) and
+# reports it; the supervisor kills a worker this much later (the judge is stuck: its process
+# was stopped, or killed by the implementation).
+JUDGE_MARGIN = 2.0
 IDLE = -1
 
 
@@ -43,14 +50,31 @@ def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
                                               crash=kind))
 
 
-def guarded_check(target, item, impl, device: str) -> Outcome:
+def guarded_check(target, item, impl, device: str, upcoming=None) -> Outcome:
     """`target.check`, with what an implementation may raise past it (KeyboardInterrupt,
-    SystemExit) turned into its divergence. In a worker no KeyboardInterrupt is the user's."""
+    SystemExit) turned into its divergence. In a worker no KeyboardInterrupt is the user's;
+    there the implementation runs in a process of its own, whose end (`Ended`: a crash, a
+    timeout, the memory limit) is this input's outcome; `upcoming`, the input checked next,
+    is started there while this one is judged."""
+    apart = judging()
     try:
+        if apart is not None:
+            return apart.check(target, item, impl, device, upcoming)
         return target.check(item, impl, device)
+    except Ended as ended:
+        return crash_outcome(target, item, impl, ended.what, ended.kind)
     except (KeyboardInterrupt, SystemExit) as error:
         what = f"raised {safe_text(error)}"
         return crash_outcome(target, item, impl, what, type(error).__name__)
+
+
+def preload(impl) -> None:
+    """Load `impl` before the clock of its first input starts. Should its process end while
+    loading, that input's check (which loads it again) says how."""
+    try:
+        impl.load()
+    except Ended:
+        pass
 
 
 def mark(state, index: int = -1, grace: float = 0.0) -> None:
@@ -80,15 +104,15 @@ class Worker:
     """One child process serving `_serve` tasks; `busy_since()` says since when its current
     input runs (None when idle), `current()` which index that is."""
 
-    def __init__(self):
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY):
         import torch  # noqa: F401  (imported before the fork: a restarted worker starts fast)
 
         context = multiprocessing.get_context("fork")
         self.conn, child = context.Pipe()
         self.state = context.RawArray("q", 2)  # [start of the current input in ns, its index]
         self.state[0] = IDLE
-        self.process = context.Process(target=_serve, args=(child, self.state, os.getpid()),
-                                       daemon=True)
+        self.process = context.Process(target=_serve, args=(child, self.state, os.getpid(),
+                                                            timeout, memory), daemon=True)
         with blocked():  # the child sets its own handlers first (`_serve`), then takes signals
             self.process.start()
         child.close()
@@ -118,7 +142,7 @@ class Worker:
         self.conn.close()
 
 
-def _serve(conn, state, parent: int) -> None:
+def _serve(conn, state, parent: int, timeout: float, memory: int) -> None:
     die_with_parent(parent)
     close_other_sockets(keep=conn.fileno())
     # Stop signals are the supervisor's: a Ctrl-C or a `kill -TERM` to its group must not kill
@@ -136,9 +160,10 @@ def _serve(conn, state, parent: int) -> None:
     # multiprocessing refuses children to a daemonic process; an implementation may use a Pool
     # (its processes are killed with the worker's tree all the same).
     multiprocessing.current_process()._config["daemon"] = False
-    enter_sandbox()  # implementations are imported here, in the worker
+    enter_sandbox()  # implementations run beside the worker, each in a process of its own
     import torch
     torch.set_num_threads(1)  # tiny tensors; with --jobs, the workers fill the cores
+    install(state, timeout, memory)
     from kvfuzz.fuzz.targets import TARGETS
 
     while True:
@@ -150,7 +175,7 @@ def _serve(conn, state, parent: int) -> None:
             if task[0] == "check":
                 _, name, item, impl, device = task
                 target = TARGETS[name]
-                impl.load()  # imported before the clock starts
+                preload(impl)  # imported before the clock starts
                 mark(state)
                 send(conn, ("outcome", guarded_check(target, item, impl, device)))
             else:  # ("call", fn, args): fn(*args, state=, report=), e.g. run.run_chunk
@@ -160,19 +185,6 @@ def _serve(conn, state, parent: int) -> None:
             send(conn, ("usage", str(error)))
         except Exception:  # our bug: the supervisor prints it and stops
             send(conn, ("error", traceback.format_exc()))
-
-
-def close_other_sockets(keep: int) -> None:
-    """A forked worker holds copies of the supervisor's sockets: its own pipe's other end and
-    every earlier worker's. Closed, so that nothing an implementation writes reaches another
-    worker's pipe (and the supervisor's end closing reads as EOF here)."""
-    for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
-        descriptor = int(name)
-        try:
-            if descriptor != keep and stat.S_ISSOCK(os.fstat(descriptor).st_mode):
-                os.close(descriptor)
-        except OSError:  # the listing's own descriptor, already gone
-            pass
 
 
 def raise_from_worker(kind: str, text: str) -> None:
@@ -187,11 +199,12 @@ class Checker:
     """Single checks in a worker, with a timeout: `check` has the signature of `Target.check`
     plus the target, so shrinking, replay and triage use it in place of `target.check`."""
 
-    def __init__(self, timeout: float = DEFAULT_TIMEOUT):
-        self.timeout, self.worker = timeout, None
+    def __init__(self, timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY):
+        self.timeout, self.memory, self.worker = timeout, memory, None
 
     def check(self, target, item, impl, device: str = "cpu") -> Outcome:
-        self.worker = self.worker if self.worker and not self.worker.dead() else Worker()
+        self.worker = self.worker if self.worker and not self.worker.dead() else \
+            Worker(self.timeout, self.memory)
         self.worker.give(("check", target.name, item, impl, device), -1)
         deadline = None
         while True:
@@ -218,7 +231,7 @@ class Checker:
                 self.close()
                 return outcome
             started = self.worker.busy_since()
-            deadline = started + self.timeout if started is not None else deadline
+            deadline = started + self.timeout + JUDGE_MARGIN if started is not None else deadline
             if deadline is not None and time.monotonic() > deadline:
                 what = late_what(self.worker, self.timeout)
                 self.close()

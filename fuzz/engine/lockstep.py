@@ -297,7 +297,8 @@ def numbers_in(error: BaseException) -> list[int]:
 
 def crash_problems(error: BaseException, where: str = "") -> list[tuple[str, str]]:
     error = error.error if isinstance(error, ImplementationRaised) else error
-    frames = traceback.format_exception(error)[-3:]
+    # An exception from the implementation's own process carries its traceback's tail.
+    frames = getattr(error, "remote_frames", None) or traceback.format_exception(error)[-3:]
     head = safe_text(error) + (f" (in the {where})" if where else "")
     return [("crash", head)] + [("crash", line.rstrip()) for chunk in frames
                                 for line in chunk.splitlines()[-2:]]

@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 
 from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
@@ -18,7 +19,7 @@ BAD_INPUT = 2
 
 
 def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
-           timeout: float = DEFAULT_TIMEOUT) -> int:
+           timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY) -> int:
     """Exit status: 0 every input agreed (or was outside the contract),
     1 a divergence, 2 a file was bad (after the good ones ran)."""
     out, err = out or sys.stdout, err or sys.stderr  # looked up now: tests replace them
@@ -35,7 +36,7 @@ def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
     not_run = Counter(target.name for _, target, _ in loaded if target in missing)
     skipped = Counter(target.name for _, target, _ in loaded
                       if not chosen[target.name] and target not in missing)
-    status, checker, done, interrupted = 0, Checker(timeout), 0, False
+    status, checker, done, interrupted = 0, Checker(timeout, memory), 0, False
     try:
         with interrupting():
             for path, target, item in loaded:

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE
 from kvfuzz.fuzz.engine.containment import sweep
 from kvfuzz.fuzz.engine.frames import ProtocolError
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import (DEFAULT_TIMEOUT, Worker, crash_outcome, death,
-                                          guarded_check, late_what, mark, raise_from_worker,
-                                          wait_any)
+                                          JUDGE_MARGIN, guarded_check, late_what, mark,
+                                          preload, raise_from_worker, wait_any)
 from kvfuzz.fuzz.engine.stop_signals import held
 from kvfuzz.fuzz.engine.summary import rate_text
 from kvfuzz.fuzz.engine.tally import Tally
@@ -40,6 +41,7 @@ class RunOptions:
     device: str = "cpu"
     timeout: float = DEFAULT_TIMEOUT
     corpus: str | None = None
+    memory: int = DEFAULT_MEMORY
 
 
 def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
@@ -56,13 +58,16 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
     target = TARGETS[target_name]
     impl = target.catalogue.resolve(impl) if isinstance(impl, str) else impl
     spec = impl.name
-    impl.load()
+    preload(impl)
     tally, total, began = Tally(), Tally(), time.perf_counter()
+    upcoming = target.generator.generate(seed, start, [impl]) if start < stop else None
     for index in range(start, stop):
-        item = target.generator.generate(seed, index, [impl])
+        item = upcoming
+        upcoming = target.generator.generate(seed, index + 1, [impl]) if index + 1 < stop \
+            else None
         if state is not None:
             mark(state, index)
-        tally.add(guarded_check(target, item, impl, device), index)
+        tally.add(guarded_check(target, item, impl, device, upcoming), index)
         if report and (tally.divergence or time.perf_counter() - began >= report_every):
             tally.seconds, began = time.perf_counter() - began, time.perf_counter()
             report(("progress", spec, tally))
@@ -112,7 +117,7 @@ class SeededRun:
         result a worker had already sent taken in (a divergence among them is saved)."""
         pending, workers = self.chunks(), []
         try:
-            workers += [Worker() for _ in range(self.options.jobs)]
+            workers += [self._worker() for _ in range(self.options.jobs)]
             idle = list(workers)
             while True:
                 for worker in idle:
@@ -184,7 +189,7 @@ class SeededRun:
 
     def _timed_out(self) -> list[Worker]:
         late = [w for w in self.tasks if (w.busy_since() or time.monotonic()) +
-                self.timeout < time.monotonic()]
+                self.timeout + JUDGE_MARGIN < time.monotonic()]
         for worker in late:
             worker.stop()
             self._lost(worker, *late_what(worker, self.timeout))
@@ -236,10 +241,12 @@ class SeededRun:
                 total.merge(tally)
         self.tallies[spec] = total
 
-    @staticmethod
-    def _replace(worker: Worker, workers: list) -> Worker:
+    def _worker(self) -> Worker:
+        return Worker(self.options.timeout, self.options.memory)
+
+    def _replace(self, worker: Worker, workers: list) -> Worker:
         worker.stop()
-        workers[workers.index(worker)] = fresh = Worker()
+        workers[workers.index(worker)] = fresh = self._worker()
         sweep(keep=[w.process.pid for w in workers])  # what the dead one left running
         return fresh
 

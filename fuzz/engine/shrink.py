@@ -23,8 +23,10 @@ def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda:
     `check(target, item, impl, device)`: how to run a candidate (default: in this process; the
     commands pass a supervised worker's, as a candidate may crash or hang)."""
     check = check or (lambda target, item, impl, device: target.check(item, impl, device))
-    if divergence.crash == "timeout":
-        return divergence  # every try that still hangs would cost the whole timeout
+    if divergence.crash in ("timeout", "memory"):
+        # Every try that still hangs would cost the whole timeout; memory held past the limit
+        # may have grown over earlier inputs, which a candidate checked alone does not repeat.
+        return divergence
     impl = divergence.implementation or target.catalogue.resolve(divergence.impl)
     shrinker = target.shrinker
     max_calls, max_seconds = budget or shrinker.budget

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
+from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.kvmanager.model import KVManagerModel
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
@@ -56,7 +57,7 @@ class KVManagerLockstep(Lockstep):
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
 
-        return KVManagerDriver(cls, trace.blocks, trace.block_size, trace.window,
+        return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
                                trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                                trace.watermark)
 

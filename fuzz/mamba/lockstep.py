@@ -7,6 +7,7 @@ allocated or held, exactly once; slot 0 never)."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.mamba.model import MambaModel, new_slot_violations, state_violations
 from kvfuzz.strategies.mamba import trace as mamba
 from kvfuzz.strategies.mamba.trace import Admit, AllocMany, Clear, Finish, GroupBegin, GroupEnd
@@ -28,7 +29,7 @@ class MambaLockstep(Lockstep):
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.mamba.driver import MambaDriver  # imports torch
 
-        return MambaDriver(cls, trace.size, device)
+        return make(MambaDriver, cls, trace.size, device)
 
     @handles(Admit, AllocMany)
     def alloc(self, op):

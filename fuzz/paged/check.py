@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import traceback
 
+from kvfuzz.fuzz.engine.remote import apply
 from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT, Outcome
 from kvfuzz.impl.paged.calling import UNWRITTEN, call
 from kvfuzz.impl.registry import Implementation, safe_text
@@ -32,7 +33,7 @@ def check(target, case: Case, impl: Implementation, device: str = "cpu") -> Outc
     expected = expected_for(case)
     edges = edge_classes(case)
     try:
-        result = call(fn, case, device)
+        result = apply(call, fn, case, device)
     except (Exception, SystemExit) as error:  # any raise on a valid case is a divergence
         return Outcome(DIVERGE, _raised(target, impl, case, expected, error), features=edges)
     if result.out_changed:  # the caller's buffer is not what it handed over any more
@@ -82,6 +83,7 @@ def _pages_text(case: Case, expected: Expected, actual: list[int]) -> str:
 def _raised(target, impl, case: Case, expected: Expected, error: Exception):
     frames = traceback.extract_tb(error.__traceback__)
     at = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+    at = getattr(error, "remote_at", at)  # raised in the implementation's own process
     message = safe_text(error).partition(": ")[2]
     return target.divergence(
         case, impl, "raised",
@@ -93,7 +95,7 @@ def _raised(target, impl, case: Case, expected: Expected, error: Exception):
 def behaviour_outside(fn, case: Case, device: str) -> str:
     """What an implementation does with a case outside the contract, in a countable phrase."""
     try:
-        result = call(fn, case, device)
+        result = apply(call, fn, case, device)
     except (Exception, SystemExit) as error:
         return f"raised {type(error).__name__}"
     slots = result.slots

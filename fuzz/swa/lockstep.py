@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
@@ -43,7 +44,7 @@ class SWALockstep(Lockstep):
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.swa.driver import SWADriver  # imports torch
 
-        return SWADriver(cls, trace.size, trace.size_swa, trace.page_size, trace.need_sort,
+        return make(SWADriver, cls, trace.size, trace.size_swa, trace.page_size, trace.need_sort,
                          device)
 
     # --- what an op stands for ---------------------------------------------------------------

@@ -190,3 +190,27 @@ class MambaInt32(MambaSlots):
     def alloc(self, need_size):
         slots = super().alloc(need_size)
         return None if slots is None else slots.to(torch.int32)
+
+
+# -- what reaches past the implementation in one process: torch, the memory ------------------
+_CUMSUM = torch.cumsum
+
+
+def _off_by_one_cumsum(*args, **kwargs):
+    return _CUMSUM(*args, **kwargs) + 1
+
+
+def patches_torch(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device):
+    """Correct itself, it leaves torch.cumsum off by one for whatever runs after it."""
+    torch.cumsum = _CUMSUM
+    try:
+        correct(prefix_lens, seq_lens, last_loc, free_pages, out_indices, page_size, device)
+    finally:
+        torch.cumsum = _off_by_one_cumsum
+
+
+_KEPT = []  # what leaks_memory never lets go of
+# 256 MiB more resident memory on every batch of three requests or more
+leaks_memory = _hostile(lambda out: _KEPT.append(torch.ones(1 << 26, dtype=torch.float32)))
+# one allocation far past any limit
+allocates_too_much = _hostile(lambda out: torch.ones(1 << 40, dtype=torch.uint8))

@@ -163,6 +163,8 @@ BAD_INPUTS = {
     "too many workers": (["diff", "extend", "--jobs", "1000"], "worker processes"),
     "no such device": (["diff", "extend", "--device", "cuda:99"], "--device cuda:99"),
     "zero timeout": (["replay", "corpus", "--timeout", "0"], "expected seconds"),
+    "memory not a size": (["diff", "extend", "--memory", "lots"], "expected a size such as 4G"),
+    "memory too small": (["replay", "corpus", "--memory", "1M"], "expected a size from 64M up"),
     "class for a function target": (["diff", "extend", "--impl",
                                      "kvfuzz.impl.allocator.paged_allocator:PagedAllocator"],
                                     "is a class"),

@@ -156,3 +156,47 @@ def test_nothing_an_implementation_starts_outlives_the_run(hostile, tmp_path):
     for pid in left:
         os.kill(pid, 9)
     assert hostile == "uses_pool" or not left, f"{len(left)} process(es) left running"
+
+
+@pytest.mark.parametrize("target, hostile, expected", [
+    ("extend", "patches_the_judge", "what      wrong slot at output slot"),
+    ("allocator", "ClaimsAgreement",
+     "what      corrupted the worker protocol: its transcript ended before the check did")])
+def test_an_implementation_that_patches_the_judge_is_judged_apart(target, hostile, expected,
+                                                                   tmp_path):
+    """Its module patches kvfuzz's comparison (wrong slots read as right) or the trace judge
+    (every trace 'agrees', unrun) in the process that imports it: once that was the worker,
+    and the run passed."""
+    result = kvfuzz("diff", target, "--impl", f"tests.engine.hostile_judge:{hostile}",
+                    "--cases", 40, "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert expected in result.stderr, result.stderr[-3000:]
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_global_patch_of_one_implementation_reaches_no_other(tmp_path):
+    """patches_torch is correct and leaves torch.cumsum off by one: torch.vectorized, checked
+    in the same worker after it, once diverged with it."""
+    result = kvfuzz("diff", "extend", "--impl", "tests.engine.hostile:patches_torch", "--impl",
+                    "torch.vectorized", "--cases", 60, "--corpus", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = summary_rows(result.stderr)
+    assert [rows[name][:4] for name in ("tests.engine.hostile:patches_torch",
+                                        "torch.vectorized")] == [["60", "60", "0", "no"]] * 2
+
+
+@pytest.mark.parametrize("hostile", ["leaks_memory", "allocates_too_much"])
+def test_memory_past_the_limit_is_the_implementations_divergence(hostile, tmp_path):
+    """256 MiB kept per call (it once grew a worker to 4.4 GB), or one allocation of a TiB:
+    either is the input's divergence under --memory, and the run goes on for the others."""
+    path = f"tests.engine.hostile:{hostile}"
+    result = kvfuzz("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
+                    "--cases", 60, "--memory", "1G", "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "what      exceeded the memory limit of 1 GiB (--memory; " in result.stderr
+    assert summary_rows(result.stderr)["torch.vectorized"][:4] == ["60", "60", "0", "no"]
+    saved = list(tmp_path.iterdir())
+    assert len(saved) == 1
+    if hostile == "allocates_too_much":  # one input is enough to breach it again
+        again = kvfuzz("replay", saved[0], "--impl", path, "--memory", "1G")
+        assert again.returncode == 1 and "exceeded the memory limit" in again.stdout
