@@ -22,7 +22,7 @@ def harness_for(atheris, name: str) -> DifferentialHarness:
     target = TARGETS[name]
     for module in target.settings.coverage_modules:  # implementations and drivers load lazily
         importlib.import_module(module)
-    harness = DifferentialHarness(target)   # loads the implementations
+    harness = DifferentialHarness(target, apart=True)  # forks its judge, loads the implementations
     outside = {spec.split(":")[0].split(".")[0] for spec in impl_specs() if ":" in spec}
     instrument_control_flow(atheris, {*target.settings.coverage_packages, *outside})
     harness.features.instrument()

@@ -10,6 +10,7 @@ Configured by environment (libFuzzer owns argv), all optional:
   KVFUZZ_FEATURES=0  no allocator-state features: coverage alone guides libFuzzer (the
                 detection benchmark's "atheris-plain" strategy)
   KVFUZZ_INFLIGHT  file the input being checked is written to (`inflight.py`)
+  KVFUZZ_MEMORY  bytes (--memory): what an implementation's raise of MemoryError reports
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from pathlib import Path
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.campaign.features import Features
 from kvfuzz.fuzz.campaign.inflight import InFlightWriter
+from kvfuzz.fuzz.campaign.judge import ApartJudge
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import guarded_check
 from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.engine.target import DIVERGE
@@ -113,11 +116,16 @@ class Harness:
 
 
 class DifferentialHarness(Harness):
-    """Every chosen implementation of a target against the oracle on each decoded input."""
+    """Every chosen implementation of a target against the oracle on each decoded input. With
+    `apart` (an atheris worker), judged by a process forked before any implementation is
+    imported (`judge.py`); else here (a test's harness)."""
 
-    def __init__(self, target):
+    def __init__(self, target, apart: bool = False):
         super().__init__(target.name)
         self.target = target
+        memory = int(os.environ.get("KVFUZZ_MEMORY", DEFAULT_MEMORY))
+        # Forked first: resolving an outside implementation imports its module here.
+        self.judge = ApartJudge(target, memory) if apart else None
         specs = impl_specs() or target.catalogue.fuzzed_by_default()
         self.impls = [target.catalogue.resolve(spec) for spec in specs]
         for impl in self.impls:
@@ -139,7 +147,8 @@ class DifferentialHarness(Harness):
         self.began = self.began or time.time()
         item = self.target.generator.from_bytes(data, self.impls)
         # libFuzzer owns SIGINT in a worker: a KeyboardInterrupt here is the implementation's.
-        outcomes = [guarded_check(self.target, item, impl, "cpu") for impl in self.impls]
+        outcomes = [self.judge.check(self.target, item, impl) if self.judge else
+                    guarded_check(self.target, item, impl, "cpu") for impl in self.impls]
         if self.stopped:  # the interrupt was the campaign's, whatever the outcomes say
             raise KeyboardInterrupt
         found = self.target.judge.fuzz_features(item, outcomes)

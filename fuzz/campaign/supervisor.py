@@ -38,6 +38,7 @@ from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, handling
 
 STATUS_EVERY = 5.0
+LIBFUZZER_TIMEOUT = 86400  # seconds: never reached (see `_start_worker`)
 MAX_BLIND_CRASHES = 3  # worker crashes that saved nothing: a harness bug, stop restarting
 
 
@@ -102,14 +103,18 @@ class Campaign:
         env = dict(os.environ, PYTHONPATH=_import_path(), KVFUZZ_FOUND=str(self.dirs["found"]),
                    KVFUZZ_KNOWN=str(self.known_path), KVFUZZ_STATS=str(self.dirs["stats"]),
                    KVFUZZ_IMPL=",".join(self.impl_specs), OMP_NUM_THREADS="1",
+                   KVFUZZ_MEMORY=str(self.memory),
                    **{IN_FLIGHT_ENV: str(self._in_flight_path(slot))})
-        # -timeout=0: inputs are timed here (`_timed_out`), not by libFuzzer's SIGALRM. A worker
+        # Inputs are timed here (`_timed_out`), not by libFuzzer's SIGALRM (an implementation
+        # can take it over), so libFuzzer's -timeout is a day. Not 0: libFuzzer then arms a
+        # 1-second alarm all the same, and atheris ends any input that has run past 1 s as a
+        # "timeout" (an input of a slow engine, or the first after its judge starts). A worker
         # past --memory is ended by libFuzzer's -rss_limit_mb (its input then triaged here,
         # apart, under the same limit).
         command = [sys.executable, *self.target.command, str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
-                   "-timeout=0", f"-rss_limit_mb={self.memory >> 20}", *self.target.flags,
+                   f"-timeout={LIBFUZZER_TIMEOUT}", f"-rss_limit_mb={self.memory >> 20}", *self.target.flags,
                    *self.flags]
         self.started[slot] = time.time()
         log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")

@@ -174,6 +174,17 @@ def test_an_implementation_that_patches_the_judge_is_judged_apart(target, hostil
     assert len(list(tmp_path.iterdir())) == 1
 
 
+@pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="needs atheris")
+def test_a_campaign_judges_apart_too(tmp_path):
+    """The atheris worker runs the implementation (its coverage guides libFuzzer) but does not
+    judge: patches_the_judge once passed a whole campaign, 0 failures."""
+    hostile = "tests.engine.hostile_judge:patches_the_judge"
+    result = kvfuzz("fuzz", "extend", "--impl", hostile, "--time", "10s", "--jobs", 1,
+                    "--corpus", tmp_path / "corpus", "--work", tmp_path / "work")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert f"found: extend {hostile}: wrong slot at output slot" in result.stderr
+
+
 def test_a_global_patch_of_one_implementation_reaches_no_other(tmp_path):
     """patches_torch is correct and leaves torch.cumsum off by one: torch.vectorized, checked
     in the same worker after it, once diverged with it."""
