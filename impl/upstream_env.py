@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import importlib.util
 import logging
+import re
 import sys
 import warnings
 
@@ -31,15 +32,40 @@ def prepare_import(module_name: str):
     prepared, and their import-time warnings about CUDA-only quantization methods (two per
     process, about code no allocator runs) are not shown."""
     package = module_name.split(".")[0]
-    if package not in UPSTREAM_PACKAGES:
+    engines = {package} & set(UPSTREAM_PACKAGES) or engines_named_by(module_name)
+    if not engines:
         yield
         return
-    if package == "vllm":  # it warns on every refused reset_prefix_cache, an outcome here
+    if "vllm" in engines:  # it warns on every refused reset_prefix_cache, an outcome here
         logging.getLogger("vllm").setLevel(logging.ERROR)
     prepare()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Only CUDA", category=UserWarning)
         yield
+
+
+def engines_named_by(module_name: str) -> set[str]:
+    """The engines an outside module's source names (a user's wrapper of SGLang's allocator
+    needs the same preparation as SGLang's own module), read without importing the module;
+    its package's `__init__` files are read too. Empty for kvfuzz's own modules."""
+    if module_name.split(".")[0] == "kvfuzz":
+        return set()
+    found, parts = set(), module_name.split(".")
+    for depth in range(1, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:depth]))
+        except (ImportError, ValueError):  # a parent that does not import: the import says so
+            return found
+        origin = getattr(spec, "origin", None)
+        if origin and origin.endswith(".py"):
+            try:
+                with open(origin, encoding="utf-8", errors="replace") as handle:
+                    found |= set(re.findall(r"\b(sglang|vllm)\b", handle.read(1 << 20)))
+            except OSError:
+                pass
+        if found:  # prepared before the next level's find_spec imports this package
+            return found
+    return found
 
 
 def prepare() -> None:

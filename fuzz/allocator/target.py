@@ -19,7 +19,7 @@ from kvfuzz.fuzz.allocator.lockstep import AllocatorLockstep
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.impl.allocator import IMPLEMENTATIONS
+from kvfuzz.impl.allocator import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator, uniform
 from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS, TOKEN_INTERFACE, broken
@@ -67,7 +67,8 @@ ALLOCATOR = trace_target(
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(AllocatorLockstep, describe_op, broken, lambda impl: {
         "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions}),
-    catalogue=Catalogue("allocator", IMPLEMENTATIONS, _shape, _declare),
+    catalogue=Catalogue("allocator", IMPLEMENTATIONS, _shape, _declare,
+                        declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), sum(len(getattr(op, "rids", ()))
                                                             for op in item.ops))),
     coverage_modules=("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",

@@ -38,9 +38,21 @@ TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence (
                 f"(default {DEFAULT_TIMEOUT:g})")
 
 
+class _Version(argparse.Action):
+    """--version, read when asked (the engines' metadata), not each time the parser is built."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from kvfuzz.fuzz.cli.version import version_text
+
+        print(version_text())
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     top = Parser(prog="kvfuzz", description=__doc__, epilog=EPILOG,
                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action=_Version, nargs=0,
+                     help="kvfuzz's version, and Python's, torch's and the engines' it runs")
     commands = top.add_subparsers(dest="command", required=True, parser_class=Parser)
     commands.add_parser("list", help="targets and registered implementations")
     diff = commands.add_parser("diff", help="seeded inputs: implementations vs the oracle")

@@ -3,7 +3,7 @@ shape an outside one must have, and what runs by default."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE, Failed, run_apart, sandbox
@@ -25,22 +25,44 @@ class Catalogue:
     # interface of an allocator class), read after its catalogue entry's.
     declare: Callable[[Implementation, object], Implementation] | None = None
     fuzz_defaults: tuple[str, ...] | None = None  # `kvfuzz fuzz` without --impl
+    # What an outside implementation may declare it supports, by name: {name: precondition}.
+    declarable: dict | None = field(default=None, hash=False, compare=False)
 
     def resolve(self, spec: str) -> Implementation:
         """A registered implementation, or an outside one whose shape the target accepts, with
         what it declares. An outside one is imported and checked in a process of its own
-        (`apart.py`): its module's import-time code never runs in the supervisor."""
-        impl = resolve(self.target, self.implementations, spec)
-        if impl in self.implementations:
+        (`apart.py`): its module's import-time code never runs in the supervisor.
+        `package.module:attr@name+name` adds declarations by name (`declarable`)."""
+        path, _, names = spec.partition("@")
+        declared = self.preconditions_named(spec, names.split("+")) if names else ()
+        impl = resolve(self.target, self.implementations, path)
+        if impl in self.implementations and not declared:
             return impl
+        if impl in self.implementations:
+            raise ImplementationError(f"--impl {spec}: declarations (@...) go with an import "
+                                      f"path, not a registered name")
         if sandbox() or loaded_here(impl.path):
-            return self.examined(impl)
-        try:
-            return run_apart(self.examined, impl, LOAD_GRACE)
-        except Failed as failed:
-            verb = "raised" if failed.raised else "ended the process that imports it:"
-            raise ImplementationError(f"import path {impl.path!r}: {verb} {failed.what}, "
-                                      f"before any input (its module, or its attribute)") from None
+            impl = self.examined(impl)
+        else:
+            try:
+                impl = run_apart(self.examined, impl, LOAD_GRACE)
+            except Failed as failed:
+                verb = "raised" if failed.raised else "ended the process that imports it:"
+                raise ImplementationError(
+                    f"import path {impl.path!r}: {verb} {failed.what}, before any input (its "
+                    f"module, or its attribute)") from None
+        return replace(impl, name=spec, preconditions=_union(impl.preconditions, declared))
+
+    def preconditions_named(self, where: str, names) -> tuple[str, ...]:
+        """The preconditions `names` stand for; a one-line error for a name this target does
+        not know."""
+        known = self.declarable or {}
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            choices = ", ".join(known) or "none: every input is in its contract"
+            raise ImplementationError(f"{where}: {self.target} has no precondition "
+                                      f"{unknown[0]!r} (known: {choices})")
+        return tuple(known[name] for name in names)
 
     def examined(self, impl: Implementation) -> Implementation:
         """`impl` loaded, its shape checked, with what it declares."""
@@ -50,13 +72,27 @@ class Catalogue:
 
     def declared(self, impl: Implementation, obj) -> Implementation:
         """An outside implementation with what it declares: a class or function of the catalogue
-        (an upstream one) handed over as an object keeps its entry's preconditions, so that it
-        gets the inputs, and the replay line, that its import path gets."""
+        (an upstream one) handed over as an object, or re-exported under another import path,
+        keeps its entry's preconditions (matched by where it is defined), so that it gets the
+        inputs its own import path gets; then what its shape says (`declare`), and what it
+        declares itself: `__kvfuzz__ = {"preconditions": [name, ...]}` (`declarable`)."""
+        defined = f"{_attribute(obj, '__module__')}:{_attribute(obj, '__qualname__')}"
         for entry in self.implementations:
-            if entry.path == impl.name:
+            if entry.path in (impl.name, impl.path, defined):
                 impl = replace(impl, preconditions=entry.preconditions,
                                safe_outside_contract=entry.safe_outside_contract)
-        return self.declare(impl, obj) if self.declare else impl
+                break
+        impl = self.declare(impl, obj) if self.declare else impl
+        own = _attribute(obj, "__kvfuzz__", None)
+        if own is None:
+            return impl
+        names = own.get("preconditions") if type(own) is dict and set(own) <= {
+            "preconditions"} else None
+        if not (isinstance(names, (list, tuple)) and all(type(n) is str for n in names)):
+            raise ImplementationError(f"import path {impl.path!r}: __kvfuzz__ is {own!r:.80}; "
+                                      f"expected {{'preconditions': [name, ...]}}")
+        declared = self.preconditions_named(f"import path {impl.path!r}: __kvfuzz__", names)
+        return replace(impl, preconditions=_union(impl.preconditions, declared))
 
     def defaults(self, upstream: bool = False) -> list[Implementation]:
         """What runs without --impl: kvfuzz's own, and upstream classes marked default (with
@@ -87,3 +123,15 @@ class Catalogue:
 
     def fuzzed_by_default(self) -> list[str]:
         return list(self.fuzz_defaults or [impl.name for impl in self.defaults()])
+
+
+def _union(first: tuple, more: tuple) -> tuple:
+    return tuple(dict.fromkeys((*first, *more)))
+
+
+def _attribute(obj, name: str, default=""):
+    """An attribute of someone else's object, whose `__getattr__` may raise anything."""
+    try:
+        return getattr(obj, name, default)
+    except Exception:  # noqa: BLE001 - a hostile attribute reads as absent
+        return default

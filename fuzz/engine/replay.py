@@ -77,7 +77,9 @@ def choose_implementations(targets, specs) -> dict[str, list]:
                 errors.append(error)
         if targets and len(errors) == len(targets):  # one target: its own error, with its names
             names = ", ".join(sorted(target.name for target in targets))
-            raise errors[0] if len(errors) == 1 else ImplementationError(
+            # The same error from every target (its module does not import): that one.
+            same = len({str(error) for error in errors}) == 1
+            raise errors[0] if same else ImplementationError(
                 f"--impl {spec}: not an implementation of any target of the files given "
                 f"({names})")
     return chosen

@@ -14,7 +14,7 @@ from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.mamba.lockstep import MambaLockstep
-from kvfuzz.impl.mamba import IMPLEMENTATIONS
+from kvfuzz.impl.mamba import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.mamba import codec, generator, uniform
 from kvfuzz.strategies.mamba.profile import broken, unsupported
@@ -38,6 +38,6 @@ MAMBA = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool"),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(MambaLockstep, describe_op, broken),
-    catalogue=Catalogue("mamba", IMPLEMENTATIONS, _shape),
+    catalogue=Catalogue("mamba", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size), (Admit, AllocMany)),
     coverage_modules=("kvfuzz.fuzz.mamba.lockstep", "kvfuzz.oracle.mamba.model"))

@@ -12,7 +12,7 @@ from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.summary import grid
 from kvfuzz.fuzz.engine.target import Settings, Target
 from kvfuzz.fuzz.paged import features, shrink
-from kvfuzz.impl.paged import IMPLEMENTATIONS
+from kvfuzz.impl.paged import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.paged import bytes_chooser, case as codec, generators
 from kvfuzz.strategies.paged.edges import CLASSES
@@ -124,7 +124,8 @@ def paged_target(name: str) -> Target:
     positional, what = SIGNATURES[name]
     def shape(path, obj):
         check_shape(path, obj, positional, f"a function {what}")
-    catalogue = Catalogue(name, tuple(i for i in IMPLEMENTATIONS if i.target == name), shape)
+    catalogue = Catalogue(name, tuple(i for i in IMPLEMENTATIONS if i.target == name), shape,
+                          declarable=DECLARABLE)
     return Target(name, PagedCodec(name), PagedGenerator(name), catalogue, PagedJudge(name),
                   PagedShrinker(), Settings(default_cases=2000))
 

@@ -18,7 +18,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.swa.lockstep import SWALockstep
 from kvfuzz.impl.registry import check_shape
-from kvfuzz.impl.swa import IMPLEMENTATIONS
+from kvfuzz.impl.swa import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.swa import codec, generator, uniform
 from kvfuzz.strategies.swa.profile import broken, checked_only
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, describe_op, to_json
@@ -48,7 +48,7 @@ SWA = trace_target(
     inputs=TraceInputs(generator.GENERATOR, lambda impls: generator.generator_for(
         any(checked_only(impl.preconditions) for impl in impls)), uniform.uniform_trace),
     judge=LockstepJudge(SWALockstep, describe_op, broken),
-    catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape),
+    catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size + item.size_swa),
                            extra=_every_decode_checked),
     coverage_modules=("kvfuzz.fuzz.swa.lockstep", "kvfuzz.oracle.swa.model"))

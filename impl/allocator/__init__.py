@@ -13,6 +13,9 @@ RELEASED = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
 RELEASED_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
 _entry = partial(entry, "allocator", __name__)
 PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, KEEPS_PAGE_IDS)
+# What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"page_size_2_up": PAGE_SIZE_2_UP, "token_interface": TOKEN_INTERFACE,
+              "no_release_checks": NO_RELEASE_CHECKS, "keeps_page_ids": KEEPS_PAGE_IDS}
 TOKEN = (TOKEN_INTERFACE,)
 
 

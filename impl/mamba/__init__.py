@@ -6,10 +6,13 @@ from functools import partial
 
 from kvfuzz.impl.mamba.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.mamba.profile import NO_CLEAR_IN_GROUP, NO_NESTED
+from kvfuzz.strategies.mamba.profile import NO_CLEAR_IN_GROUP, NO_NESTED, NO_STRAY_END
 
 RELEASED = "sglang.srt.mem_cache.allocator.mamba:MambaSlotAllocator"
 UPSTREAM_DECLARES = (NO_NESTED, NO_CLEAR_IN_GROUP)
+# What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"no_nested_groups": NO_NESTED, "no_clear_in_group": NO_CLEAR_IN_GROUP,
+              "no_stray_group_end": NO_STRAY_END}
 _entry = partial(entry, "mamba", __name__)
 
 IMPLEMENTATIONS = (

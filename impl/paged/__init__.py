@@ -4,6 +4,8 @@ implementations, Triton kernels, upstream adapters and mutants. Nothing heavy is
 from kvfuzz.impl.registry import KERNEL, MUTANT, UPSTREAM, Implementation, entry
 
 POW2 = ("power-of-two page size",)
+# What an outside function may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"power_of_two_page_size": POW2[0]}
 NAIVE = "sglang.srt.mem_cache.allocator.paged"
 
 

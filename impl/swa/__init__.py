@@ -11,6 +11,8 @@ from kvfuzz.strategies.swa.profile import CHECKED_DECODE
 
 RELEASED = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
 UPSTREAM_DECLARES = (CHECKED_DECODE,)
+# What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"checked_decode": CHECKED_DECODE}
 _entry = partial(entry, "swa", __name__)
 
 IMPLEMENTATIONS = (
