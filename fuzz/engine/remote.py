@@ -1,24 +1,27 @@
 """The judge apart from the judged: in a worker, every implementation runs in a process of its
 own (`impl_process.py`), one per implementation, and the judge (the oracle, the lock step, the
-comparison) holds only proxies of its objects. What crosses back is plain data, checked on
-arrival (`plain`): an implementation cannot patch the comparison, lie through a tensor
-subclass, or leave a global patched (`torch.cumsum`) for the next implementation, because none
-of those live in its process.
+comparison) sees it only through proxies. What crosses is plain data, checked on arrival
+(`plain`): an implementation cannot patch the comparison, lie through a tensor subclass, or
+leave a global patched (`torch.cumsum`) for the next implementation, because none of those live
+in its process.
 
 A target's judge reaches its implementation through three doors, the same in a worker and in a
 test that calls `Target.check` in its own process (there they are plain calls):
-- `impl.load()`: the implementation (here: a `RemoteObject`, whose attributes, methods and
-  construction are requests to its process);
+- `impl.load()`: the implementation (in a worker: a `RemoteObject`, whose attributes, methods
+  and construction are requests on a channel);
 - `make(ctor, impl, *args)`: `ctor(impl, *args)` built beside the implementation (a driver that
   turns plain ints into the implementation's tensors), kept there, used by proxy;
 - `apply(fn, impl, *args)`: `fn(impl, *args)` run beside it, its plain result sent back.
+A channel has one method, `request(kind, oid, *body) -> (kind, value)`: in the implementation's
+process a `Recorder` answers it by calling the implementation and records the answer; in the
+worker a `Replay` answers the same requests from that record (`impl_process.py`).
 
 What the implementation raises comes back as `RemoteRaised` under the same type name (a
 subclass of the builtin of that name where there is one: `getattr(obj, name, default)` and a
 judge's `isinstance(raised, ValueError)` work as in one process), with its message and the tail
-of its traceback. An end of its process (a crash, a timeout, the memory limit, a corrupt
-answer) is `Ended`, a BaseException no guard of a judge catches: the input's outcome is then
-that crash (`isolation.guarded_check`).
+of its traceback. An end of its check (a crash, a timeout, the memory limit, a corrupt answer)
+is `Ended`, a BaseException no guard of a judge catches: the input's outcome is then that
+crash (`isolation.guarded_check`).
 """
 
 from __future__ import annotations
@@ -157,23 +160,24 @@ def _fits(value, hint) -> bool:
 
 # -- what a judge calls -------------------------------------------------------------------------
 class RemoteObject:
-    """An object that lives in an implementation's process (`process`, its id there)."""
+    """An object that lives in an implementation's process, reached through `channel` (a
+    `Recorder` or a `Replay`), `oid` its id there."""
 
-    def __init__(self, process, oid: int):
-        self.__dict__.update(_process=process, _oid=oid)
+    def __init__(self, channel, oid: int):
+        self.__dict__.update(_channel=channel, _oid=oid)
 
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        kind, value = self._process.request("getattr", self._oid, name)
+        kind, value = self._channel.request("getattr", self._oid, name)
         if kind == "callable":  # a method: kept, as a bound method would be looked up again
-            method = self.__dict__[name] = RemoteMethod(self._process, self._oid, name)
+            method = self.__dict__[name] = RemoteMethod(self._channel, self._oid, name)
             return method
         return value
 
     def __call__(self, *args, **kwargs):
         """Construction (a class, a factory): the object it builds stays there."""
-        return RemoteObject(self._process, self._process.request("new", self._oid, args,
+        return RemoteObject(self._channel, self._channel.request("new", self._oid, args,
                                                                  kwargs)[1])
 
     def __repr__(self) -> str:
@@ -181,17 +185,17 @@ class RemoteObject:
 
 
 class RemoteMethod:
-    def __init__(self, process, oid: int, name: str):
-        self.process, self.oid, self.name = process, oid, name
+    def __init__(self, channel, oid: int, name: str):
+        self.channel, self.oid, self.name = channel, oid, name
 
     def __call__(self, *args, **kwargs):
-        return self.process.request("call", self.oid, self.name, args, kwargs)[1]
+        return self.channel.request("call", self.oid, self.name, args, kwargs)[1]
 
 
 def make(ctor, impl, *args):
     """`ctor(impl, *args)`, built where `impl` lives (`ctor`: a module-level kvfuzz callable)."""
     if isinstance(impl, RemoteObject):
-        return RemoteObject(impl._process, impl._process.request("build", impl._oid, ctor,
+        return RemoteObject(impl._channel, impl._channel.request("build", impl._oid, ctor,
                                                                  args)[1])
     return ctor(impl, *args)
 
@@ -199,5 +203,5 @@ def make(ctor, impl, *args):
 def apply(fn, impl, *args):
     """`fn(impl, *args)`, run where `impl` lives; its result must be plain data."""
     if isinstance(impl, RemoteObject):
-        return impl._process.request("apply", impl._oid, fn, args)[1]
+        return impl._channel.request("apply", impl._oid, fn, args)[1]
     return fn(impl, *args)
