@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kvfuzz import api as kvfuzz_api
 from kvfuzz.fuzz.cli.main import main
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.paged import POW2
@@ -35,6 +36,12 @@ def test_a_class_declares_its_preconditions_by_name():
     assert impl.preconditions == (PAGE_SIZE_2_UP,)
     assert catalogue.declared(_outside("allocator", path), declares.Undeclared).preconditions \
         == ()
+
+
+def test_a_class_handed_over_as_an_object_declares_the_same():
+    impl = kvfuzz_api.implementation("allocator", declares.NoPageSizeOne)
+    assert impl.preconditions == (PAGE_SIZE_2_UP,)
+    assert kvfuzz_api.implementation("allocator", declares.Undeclared).preconditions == ()
 
 
 @pytest.mark.parametrize("cls, says", [
