@@ -3,13 +3,13 @@
 In an atheris worker the implementations run in the worker's own process: libFuzzer's coverage
 counters are there, and coverage of the implementation's code is what guides it. So the worker
 does not judge: before it imports any implementation it forks a judge (`ApartJudge`), then runs
-each check with the implementation behind the recording proxies (`impl_process.Recorder`, as an
-implementation's process of `kvfuzz diff` does) and streams the transcript to the judge, which
-checks it again with its own oracle and comparison (`Replay`) and answers with the outcome. An
-implementation that patches kvfuzz's comparison, the lock step or torch in the worker changes
-nothing the judge computes; a judge that is gone (killed, or its pipe corrupted by the worker's
-side) ends the worker, whose in-flight input the campaign then triages (a judge forked later
-would hold whatever the implementations patched).
+each check with the implementation behind the recording proxies (`transcript.record_check`, as
+an implementation's process of `kvfuzz diff` does) and streams the transcript to the judge,
+which checks it again with its own oracle and comparison (`Replay`) and answers with the
+outcome. An implementation that patches kvfuzz's comparison, the lock step or torch in the
+worker changes nothing the judge computes; a judge that is gone (killed, or its pipe corrupted
+by the worker's side) ends the worker, whose in-flight input the campaign then triages (a judge
+forked later would hold whatever the implementations patched).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import traceback
 from kvfuzz.fuzz.engine.apart import die_with_parent
 from kvfuzz.fuzz.engine.containment import close_other_sockets, name_process
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
-from kvfuzz.fuzz.engine.impl_process import Recorder, Replay, protocol
 from kvfuzz.fuzz.engine.isolation import HarnessError, crash_outcome
-from kvfuzz.fuzz.engine.remote import Ended, NotPlain, plain
+from kvfuzz.fuzz.engine.remote import Ended
+from kvfuzz.fuzz.engine.transcript import Replay, protocol, read_batch, record_check
 from kvfuzz.fuzz.engine.target import Outcome
 from kvfuzz.impl.registry import set_loader
 
@@ -48,16 +48,8 @@ class ApartJudge:
         own = (impl.path, impl.load())
         try:
             send(self.conn, ("check", item, impl))
-            recorder = Recorder(own, self.memory, flush=lambda records: send(
-                self.conn, ("records", records)))
-            set_loader(recorder.load)
-            try:
-                target.check(item, impl, "cpu")
-            except (Exception, Ended):  # noqa: BLE001 - the judge meets the same and says so
-                pass
-            finally:
-                set_loader(None)
-            send(self.conn, ("end", recorder.records))
+            record_check(target, item, impl, "cpu", own, self.memory,
+                         lambda message: send(self.conn, message))
             answer = self.conn.recv()
         except (OSError, EOFError):
             os._exit(JUDGE_LOST)
@@ -119,12 +111,4 @@ class _Frames:
         return self.inbox.popleft()
 
     def batch(self) -> tuple[list, bool]:
-        message = self.next()
-        if not (message[0] in ("records", "end") and len(message) == 2
-                and type(message[1]) is list):
-            raise protocol(f"a message of kind {str(message[0])!r:.40}")
-        try:
-            plain(message[1])
-        except NotPlain as error:
-            raise protocol(f"not plain data ({error})") from None
-        return message[1], message[0] == "end"
+        return read_batch(self.next())

@@ -114,8 +114,8 @@ class Campaign:
         command = [sys.executable, *self.target.command, str(self.dirs["bytes"]),
                    f"-max_total_time={max(1, int(remaining))}",
                    f"-artifact_prefix={self.dirs['artifacts']}/", "-print_final_stats=1",
-                   f"-timeout={LIBFUZZER_TIMEOUT}", f"-rss_limit_mb={self.memory >> 20}", *self.target.flags,
-                   *self.flags]
+                   f"-timeout={LIBFUZZER_TIMEOUT}", f"-rss_limit_mb={self.memory >> 20}",
+                   *self.target.flags, *self.flags]
         self.started[slot] = time.time()
         log = open(self.dirs["logs"] / f"worker-{slot}.log", "ab")
         # A session of its own: Ctrl-C reaches the supervisor only, which stops workers cleanly;

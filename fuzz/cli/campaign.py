@@ -9,9 +9,10 @@ import sys
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.cli.args import duration, jobs, seconds, size
 from kvfuzz.fuzz.campaign.specs import REPO, SPECS
-from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, size_text
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
+from kvfuzz.fuzz.engine.transcript import size_text
 
 COMMANDS = ("fuzz", "corpus")
 EPILOG = """examples:

@@ -15,7 +15,8 @@ from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.cli.args import (Parser, UsageError, check_device, index, jobs, positive,
                               seconds, size)
-from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, size_text
+from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
+from kvfuzz.fuzz.engine.transcript import size_text
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.targets import TARGETS

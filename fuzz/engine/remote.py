@@ -64,13 +64,12 @@ def raised_class(name: str) -> type:
     if not name.isidentifier() or len(name) > 80:
         name = "Exception"
     builtin = getattr(builtins, name, None)
-    bases = (RemoteRaised,)
     if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin is not Exception:
         try:
             return type(name, (RemoteRaised, builtin), {"__module__": "builtins"})
         except TypeError:  # an instance layout that cannot be mixed (OSError's kin)
             pass
-    return type(name, bases, {"__module__": "builtins"})
+    return type(name, (RemoteRaised,), {"__module__": "builtins"})
 
 
 def remote_error(name: str, message: str, frames: list[str], at: str) -> RemoteRaised:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvfuzz.fuzz.engine.impl_process import Recorder, Replay, size_text
+from kvfuzz.fuzz.engine.transcript import Recorder, Replay, read_batch, size_text
 from kvfuzz.fuzz.engine.remote import (Ended, NotPlain, RemoteObject, RemoteRaised, apply, make,
                                        plain, raised_class)
 from kvfuzz.impl.paged.calling import CallResult
@@ -75,6 +75,19 @@ def test_a_transcript_that_strays_from_the_judges_requests_is_a_corrupted_protoc
     with pytest.raises(Ended, match="its transcript ended before the check did") as ended:
         short.add(2)
     assert ended.value.kind == "protocol"
+
+
+def test_a_batch_that_is_not_plain_data_is_a_corrupted_protocol():
+    """What arrives from the implementation's side is checked before any of it is replayed: a
+    forged record (an object, an int past 64 bits) or a message of another shape."""
+    assert read_batch(("end", [("call", 1, "add", ("value", 7))])) == \
+        ([("call", 1, "add", ("value", 7))], True)
+    for message in (("records", [("call", 1, "add", ("value", object()))]),
+                    ("end", [("call", 1, "add", ("value", 1 << 70))]),
+                    ("records", "not a list"), ("outcome", []), ("end",)):
+        with pytest.raises(Ended, match="corrupted the worker protocol") as ended:
+            read_batch(message)
+        assert ended.value.kind == "protocol"
 
 
 def test_what_counts_as_plain_data():
