@@ -1,4 +1,4 @@
-"""`kvfuzz bench extend|decode|compaction|harness|detection|all [--quick] [--out DIR]`: benchmark
+"""`kvfuzz bench extend|decode|compaction|harness|guard|detection|all [--quick] [--out DIR]`: benchmark
 figures as markdown tables (and PNG plots under --out). Figures are printed, never asserted.
 `detection` measures the fuzzers, not the allocators: how fast each strategy finds each mutant."""
 
@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-KINDS = ("extend", "decode", "compaction", "harness", "detection")
+KINDS = ("extend", "decode", "compaction", "harness", "guard", "detection")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -58,6 +58,9 @@ def _run_one(kind: str, quick: bool, out_dir: Path) -> int:
     if kind == "harness":
         from kvfuzz.bench import harness
         return harness.main(quick, out_dir)
+    if kind == "guard":
+        from kvfuzz.bench import guard
+        return guard.main(quick, out_dir)
     from kvfuzz.bench import compaction_syncs
     compaction_syncs.main(["--repeat", "1" if quick else "5"])
     return 0

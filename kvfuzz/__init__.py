@@ -4,6 +4,7 @@ engines. The repository's top-level folders install as its subpackages: `kvfuzz.
 
 The library (docs/use-in-your-ci.md), loaded on first use so `import kvfuzz.x` stays light:
 - `diff`, `replay`, `check`, `assert_agrees`, `implementation` (kvfuzz/api.py);
+- `guard` and `record`: a live object an engine is using, checked or recorded call by call;
 - a Hypothesis strategy for every target's inputs, named after it from the target table
   (`kvfuzz.fuzz.targets`): `extend_cases`, `decode_cases`, and `<target>_traces` for each trace
   target (`allocator_traces`, `compaction_traces`, `mamba_traces`, ...);
@@ -21,8 +22,9 @@ from kvfuzz.impl import upstream_cache
 
 __version__ = "0.1.0"
 upstream_cache.activate()  # the released engines of `kvfuzz upstream fetch`, if fetched
-_API = ("diff", "replay", "check", "assert_agrees", "implementation", "applicable",
-        "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome")
+_API = ("diff", "replay", "check", "assert_agrees", "implementation", "applicable", "guard",
+        "record", "GuardUnsupported", "DiffResult", "ReplayResult", "Divergence", "Mismatch",
+        "Outcome")
 
 
 def _strategies() -> dict:

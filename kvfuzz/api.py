@@ -11,6 +11,7 @@ implementation given as a registered name, an import path, or the callable or cl
 
 from __future__ import annotations
 
+import importlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterable
 
 from kvfuzz.fuzz.engine import corpus as corpus_files
 from kvfuzz.fuzz.engine.diff import DiffResult, run_diff
+from kvfuzz.fuzz.engine.guard import GuardUnsupported
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.report import Divergence, Mismatch
@@ -27,8 +29,9 @@ from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.registry import YOURS, Implementation, register_object
 
 Impl = str | Callable[..., Any] | type | Implementation
-__all__ = ["diff", "replay", "check", "assert_agrees", "implementation", "applicable",
-           "DiffResult", "ReplayResult", "Divergence", "Mismatch", "Outcome"]
+__all__ = ["diff", "replay", "check", "assert_agrees", "implementation", "applicable", "guard",
+           "record", "GuardUnsupported", "DiffResult", "ReplayResult", "Divergence", "Mismatch",
+           "Outcome"]
 
 
 def implementation(target: str, impl: Impl) -> Implementation:
@@ -129,6 +132,34 @@ def assert_agrees(target: str, impl: Impl | Iterable[Impl], item=None, **diff_op
     result = diff(target, impl, **diff_options)
     if result.divergences:
         raise AssertionError("\n\n".join(d.report() for d in result.divergences))
+
+
+def guard(obj, target: str, *, impl: Impl | None = None, corpus: str | Path = "corpus",
+          **settings):
+    """`obj`, a live object an engine is using (vLLM's `KVCacheManager` for "kvmanager"),
+    wrapped: each call goes to it and, in lock step, to the oracle; the target's checks run
+    after every call. The first divergence is saved under `corpus` as the trace of the calls so
+    far (replayable with `kvfuzz replay`) and raised as `Mismatch` with the usual report; a
+    call the target's trace does not model raises `GuardUnsupported` before it is made.
+    `impl` names the object in reports (default: its class's catalogue entry, or its import
+    path); `settings` are what the object does not keep (e.g. `max_in_flight_tokens`). The
+    wrapper's `kvfuzz_session` holds the trace so far (`.trace()`, `.save(directory)`)."""
+    return _live(target)(obj, check=True, impl=impl, corpus=corpus, **settings)
+
+
+def record(obj, target: str, **settings):
+    """`obj` wrapped as `guard` wraps it, recording its calls as the target's trace without
+    checking them: `wrapped.kvfuzz_session.save(directory)` writes the corpus file."""
+    return _live(target)(obj, check=False, **settings)
+
+
+def _live(name: str):
+    owner = _target(name)
+    if owner.live is None:
+        known = ", ".join(t.name for t in TARGETS.values() if t.live) or "none"
+        raise ValueError(f"target {name!r} has no live guard (targets with one: {known})")
+    module, _, function = owner.live.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _target(name: str):

@@ -106,6 +106,9 @@ class Target:
     judge: Judge
     shrinker: Shrinker
     settings: Settings = Settings()
+    # "module:function" of the target's live guard (`kvfuzz.guard`: fuzz/engine/guard.py), or
+    # None: guard(obj, check=..., impl=..., corpus=..., **settings) -> the wrapped object.
+    live: str | None = None
 
     # -- what takes more than one part ---------------------------------------------------------
     def check(self, item, impl: Implementation, device: str = "cpu") -> Outcome:

@@ -89,13 +89,9 @@ class LockstepJudge:
         for index, op in enumerate(item.ops):
             call, problems = lock.step(op)
             if problems:
-                label = problems[0][0]
-                lines = [("call", lock.log[-1] if call else "(none)")]
-                lines += [("before", line) for line in lock.log[-4:-1]] + problems
-                what = f"{label} at op {index} of {len(item.ops)}: {self.describe_op(op)}"
-                return Outcome(DIVERGE, target.divergence(
-                    item, impl, what, lines, (type(op).__name__, label), step=index),
-                    features=lock.events)
+                return Outcome(DIVERGE, self.op_divergence(target, item, impl, lock, index,
+                                                           call, problems),
+                               features=lock.events)
         problems = lock.finish()
         if problems:
             label = problems[0][0]
@@ -104,6 +100,16 @@ class LockstepJudge:
                 item, impl, f"{label} at the end of the trace", lines, ("end", label)),
                 features=lock.events)
         return Outcome(AGREE, features=lock.events)
+
+    def op_divergence(self, target, item, impl, lock, index: int, call, problems):
+        """The report of op `index` of `item`, whose step logged `call` and found `problems`
+        (a seeded run's, and a live guard's: `fuzz/engine/guard.py`)."""
+        label, op = problems[0][0], item.ops[index]
+        lines = [("call", lock.log[-1] if call else "(none)")]
+        lines += [("before", line) for line in lock.log[-4:-1]] + problems
+        what = f"{label} at op {index} of {len(item.ops)}: {self.describe_op(op)}"
+        return target.divergence(item, impl, what, lines, (type(op).__name__, label),
+                                 step=index)
 
     def summary_lines(self, found: Counter) -> list[str]:
         return list(self.checked) + counts_grid(self.counted, found)
@@ -189,11 +195,11 @@ PARALLEL = ("lens",)  # tuple fields that go with `rids`, position by position
 
 def trace_target(name: str, *, codec: TraceCodec, inputs: TraceInputs, judge: LockstepJudge,
                  catalogue: Catalogue, shrinker: TraceShrinker = TraceShrinker(),
-                 **settings) -> Target:
+                 live: str | None = None, **settings) -> Target:
     """A trace target's record: its parts, and settings that differ from a trace target's
     (long traces from the first fuzzed input; some 100 ops' worth of choices per seed input;
     the oracle gets branch coverage too)."""
     base = dict(chunk_sizes=(10, 200), fuzz_flags=("-len_control=0", "-max_len=2048"),
                 seed_bytes=1024, coverage_packages=("kvfuzz.impl", "kvfuzz.oracle"))
     return Target(name, codec, inputs, catalogue, judge, shrinker,
-                  Settings(**{**base, **settings}))
+                  Settings(**{**base, **settings}), live)

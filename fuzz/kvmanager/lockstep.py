@@ -17,7 +17,7 @@ from kvfuzz.oracle.kvmanager.model import KVManagerModel
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Schedule)
+                                               Sample, Schedule)
 
 WAITING, RUNNING = "waiting", "running"
 
@@ -44,8 +44,8 @@ class _Request:
 class KVManagerLockstep(Lockstep):
     KINDS = kvmanager.KINDS
     EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
-              "decode into a new block", "allocate_slots ok", "allocate_slots refused",
-              "allocate_slots refused: the whole request does not fit",
+              "decode into a new block", "sample, no slot", "allocate_slots ok",
+              "allocate_slots refused", "allocate_slots refused: the whole request does not fit",
               "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
 
     def build_model(self, trace):
@@ -90,8 +90,8 @@ class KVManagerLockstep(Lockstep):
             yield Call(f"allocate_slots(r{op.rid}, {new})")
             return (yield from self._allocation(op.rid, request, new, 0, None))
 
-    @handles(Decode)
-    def decode(self, op: Decode):
+    @handles(Decode, Sample)
+    def decode(self, op):
         request = self.requests.get(op.rid)
         if request is None or request.status != RUNNING or \
                 request.computed < len(request.tokens) or \
@@ -100,6 +100,9 @@ class KVManagerLockstep(Lockstep):
         request.tokens.append(op.token)
         yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
                    oracle=None)
+        if isinstance(op, Sample):  # no slot asked: the next allocation schedules the token
+            self.count("sample, no slot")
+            return
         self.count("decode")
         if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
             self.count("decode into a new block")
@@ -113,7 +116,7 @@ class KVManagerLockstep(Lockstep):
         if request is None or (not finish and request.status != RUNNING):
             return
         self.count("finish" if finish else "preempt")
-        yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid,),
+        yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid, finish),
                    oracle=lambda: self.model.free(op.rid))
         if finish:
             del self.requests[op.rid]
@@ -204,6 +207,16 @@ class KVManagerLockstep(Lockstep):
             return [("result", f"allocate_slots: new blocks per group: expected "
                                f"{short(expected)}, actual {short(actual)}")]
         return []
+
+    def lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
+        """A live scheduler's lookup, checked when it is made (it may allocate nothing after
+        it: `fuzz/kvmanager/guard.py`); a problem is logged as a schedule's lookup would be."""
+        request = self.requests[rid]
+        expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens))
+        problems = _hit_compare(expected, None, actual, None)
+        if problems:
+            self.log.append(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}")
+        return problems
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

@@ -53,4 +53,5 @@ KVMANAGER = trace_target(
     judge=LockstepJudge(KVManagerLockstep, describe_op),
     catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape),
     shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),
+    live="kvfuzz.fuzz.kvmanager.guard:guard",
     coverage_modules=("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model"))

@@ -33,6 +33,11 @@ class PoolReader:
     def num_free(self) -> int:
         return int(self.pool.get_num_free_blocks())
 
+    def decode_key(self, key) -> tuple[int, int]:
+        """(hash, group) of a pool key as the oracle names it (a live pool's hashes are the
+        engine's own: `impl/kvmanager/live.py` translates them)."""
+        return decode_key(key)
+
     def null_block(self) -> int:
         return int(self.pool.null_block.block_id)
 
@@ -45,8 +50,8 @@ class PoolReader:
         extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
         keys = []
         for block in self.pool.blocks:
-            key = None if block.block_hash is None else decode_key(block.block_hash)
-            more = sorted(decode_key(k) for k in extra.get(block.block_id, ()))
+            key = None if block.block_hash is None else self.decode_key(block.block_hash)
+            more = sorted(self.decode_key(k) for k in extra.get(block.block_id, ()))
             keys.append([key, *more] if more else key)
         return keys
 
@@ -54,7 +59,7 @@ class PoolReader:
         entries = {}
         for key, value in self.pool.cached_block_hash_to_block._cache.items():
             blocks = value.values() if isinstance(value, dict) else [value]
-            entries[decode_key(key)] = [int(block.block_id) for block in blocks]
+            entries[self.decode_key(key)] = [int(block.block_id) for block in blocks]
         return entries
 
     def free_queue(self) -> tuple[list[int], str | None]:

@@ -81,8 +81,13 @@ class KVManagerDriver(PoolReader):
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
 
-    def free(self, rid: int) -> None:
-        self.manager.free(self.requests[rid])
+    def free(self, rid: int, finished: bool = True) -> None:
+        """As the scheduler frees: a finished request's status says so first (a preempted one
+        is still running when its blocks go)."""
+        request = self.requests[rid]
+        if finished:
+            request.status = self._status.FINISHED_STOPPED
+        self.manager.free(request)
 
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)

@@ -50,6 +50,16 @@ class Decode:
 
 
 @dataclass(frozen=True)
+class Sample:
+    """A running request whose tokens are all computed samples `token` and asks for no slot
+    before it leaves (a real scheduler preempts it first, or it is done): no call. Its next
+    allocation, if any, is a `schedule` of the token; resolves to nothing where `decode` does."""
+
+    rid: int
+    token: int
+
+
+@dataclass(frozen=True)
 class Preempt:
     """`free(request)` of a running request, which goes back to waiting with
     `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache)."""
@@ -76,9 +86,9 @@ class Reset:
     """`reset_prefix_cache()`: refused (False) while any block is held."""
 
 
-Op = Arrive | Schedule | Decode | Preempt | Finish | Evict | Reset
-KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "preempt": Preempt,
-         "finish": Finish, "evict": Evict, "reset": Reset}
+Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Evict | Reset
+KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
+         "preempt": Preempt, "finish": Finish, "evict": Evict, "reset": Reset}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -131,6 +141,8 @@ def describe_op(op: Op) -> str:
         return f"schedule r{op.rid}, up to {op.chunk} tokens"
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
+    if isinstance(op, Sample):
+        return f"r{op.rid} samples token {op.token}, no slot asked"
     if isinstance(op, Preempt):
         return f"preempt r{op.rid}"
     if isinstance(op, Finish):

@@ -1,0 +1,129 @@
+"""Guarding and recording a live object: the calls an engine makes on its allocator, pool or
+manager, turned into the ops of its target's trace as they happen (`kvfuzz.guard`,
+`kvfuzz.record`; the adapters are `fuzz/<target>/guard.py`).
+
+A `Session` keeps the trace so far. Guarding, it also keeps the target's lock step over a live
+driver (the implementation side answers from the engine's own calls, the oracle side is the
+target's model) and steps it once per op: the first op with problems is a divergence, reported
+as a seeded run reports it, saved as a corpus file of the trace up to that op (which `kvfuzz
+replay` runs against a fresh object of the same class) and raised as `Mismatch`. After that
+the session is spent: calls go through unchecked and unrecorded, the report was made once.
+
+Guarding runs in the engine's own process, with no isolation: it is the engine's code that is
+watched, where it runs. What the trace cannot express (a setting or an argument the target does
+not model) is `GuardUnsupported`, raised before the call is made: a guard that cannot check a
+call never lets it pass as checked.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from kvfuzz.fuzz.engine import corpus as corpus_files
+from kvfuzz.fuzz.engine.report import Mismatch
+from kvfuzz.impl.registry import YOURS, Implementation, register_object
+
+
+class GuardUnsupported(Exception):
+    """A call or setting of the live object that the target's trace does not model (the one
+    line says which, and why); raised before the call reaches the object."""
+
+
+def live_lockstep(lockstep: type) -> type:
+    """`lockstep` whose implementation side is the driver it is handed, not one it builds."""
+    def build_impl(self, trace, driver, device, **options):
+        return driver
+
+    return type(f"Live{lockstep.__name__}", (lockstep,), {"build_impl": build_impl})
+
+
+def live_implementation(target, obj, impl=None) -> Implementation:
+    """The record reports name the live object by: `impl` (a name or import path of the
+    target's catalogue) when given; else the catalogue entry of the class's own import path
+    (the released class: the replay line names it); else the class, by its import path."""
+    if impl is not None:
+        return target.catalogue.resolve(impl) if isinstance(impl, str) else impl
+    cls = type(obj)
+    defined = f"{cls.__module__}:{cls.__qualname__}"
+    for entry in target.catalogue.implementations:
+        if entry.path == defined:
+            return entry
+    return Implementation(defined, target.name, register_object(cls), "a guarded live object",
+                          YOURS)
+
+
+class Session:
+    """The trace of one live object's calls, checked op by op when `driver` is given."""
+
+    def __init__(self, target, header, impl: Implementation, driver=None,
+                 corpus: str | Path = corpus_files.DEFAULT_DIR):
+        self.target, self.header, self.impl = target, header, impl
+        self.ops: list = []
+        self.corpus = corpus
+        self.spent = False           # a divergence was reported: nothing more is checked
+        self.divergence = None
+        self.lock = None
+        if driver is not None:
+            self.lock = live_lockstep(target.judge.lockstep)(header, driver)
+            if self.lock.broken:  # the object's state before its first call
+                self._report(self.lock.broken, None, "constructor")
+
+    @property
+    def checking(self) -> bool:
+        return self.lock is not None and not self.spent
+
+    @property
+    def recording(self) -> bool:
+        return not self.spent
+
+    def set_header(self, **fields) -> None:
+        """A setting first seen in a call (e.g. the scheduler's whole-request check)."""
+        self.header = replace(self.header, **fields)
+        if self.lock is not None:
+            self.lock.trace = self.header
+
+    def trace(self):
+        """The calls so far, as the target's trace."""
+        return replace(self.header, ops=tuple(self.ops))
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """The trace so far as a corpus file (named by its content) under `directory`."""
+        return corpus_files.save(self.target, self.trace(), directory or self.corpus)
+
+    def step(self, op) -> None:
+        """Records `op` and, when checking, runs it in lock step: a divergence is saved and
+        raised (`Mismatch`)."""
+        if not self.recording:
+            return
+        self.ops.append(op)
+        if not self.checking:
+            return
+        call, problems = self.lock.step(op)
+        if problems:
+            self._report(problems, call, None)
+
+    def report(self, op, problems) -> None:
+        """`op` recorded as the one that diverged with `problems`, found by the guard outside
+        the lock step's own steps (the lock step logged its call)."""
+        if self.checking:
+            self.ops.append(op)
+            self._report(problems, True, None)
+
+    def _report(self, problems, call, where) -> None:
+        self.spent = True
+        item = self.trace()
+        judge = self.target.judge
+        if where is None:
+            divergence = judge.op_divergence(self.target, item, self.impl, self.lock,
+                                             len(item.ops) - 1, call, problems)
+        else:
+            label = problems[0][0]
+            divergence = self.target.divergence(item, self.impl, f"{label} in the {where}",
+                                                problems, (where, label))
+        divergence.saved_path = corpus_files.save_or_print(self.target, item, self.corpus,
+                                                           sys.stderr)
+        self.divergence = divergence
+        raise Mismatch(divergence)
+

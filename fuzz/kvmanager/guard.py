@@ -1,0 +1,375 @@
+"""`kvfuzz.guard` and `kvfuzz.record` of a live vLLM `KVCacheManager`: the object an engine's
+scheduler calls, wrapped so that each of its calls becomes an op of a `kvmanager` trace
+(`strategies/kvmanager/trace.py`) as it happens, and, guarding, is checked in lock step with
+the oracle (`fuzz/engine/guard.py`).
+
+The scheduler's calls map onto the trace's ops as the trace's own docs describe them:
+- `get_computed_blocks(request)` of a request not seen before: `arrive` (its prompt), then the
+  lookup itself, a read, done at once and kept for the allocation that follows it;
+- `allocate_slots(request, n, hit, hit blocks, ...)` of a waiting request: `schedule(rid, n)`
+  (its lookup and the admission); of a running one whose tokens are all computed and which has
+  one token more than the guard last saw: `decode(rid, token)`; of a running one with tokens
+  left: `schedule(rid, n)`;
+- `free(request)`: `finish` when the request has finished, `preempt` when it was running
+  (after a `sample` of the token it sampled and never asked a slot for, if any);
+- `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`.
+Every other method that changes the manager is refused (`GuardUnsupported`), reads go
+through. What the trace does not model is refused before the call is made, with the reason:
+speculative lookahead, connector (external) tokens, encoder tokens, delayed caching, reserved
+blocks, LoRA, cache salts, multimodal inputs, requests that skip the prefix cache, a second
+group other than one sliding window, a hash block size other than the block size, a manager
+already used before it was guarded, and a scheduler whose request state is not the one the
+trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from kvfuzz.fuzz.engine.guard import GuardUnsupported, Session, live_implementation
+from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
+                                               Sample, Schedule, Trace, to_json)
+
+# What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
+READS = frozenset({
+    "usage", "get_block_ids", "get_blocks", "get_num_common_prefix_blocks", "take_events",
+    "make_prefix_cache_stats", "record_prefix_cache_stats", "prefix_cache_lookup_enabled",
+    "create_kv_cache_blocks", "take_new_block_ids", "new_step_starts",
+    "get_block_ids_for_computed_tokens", "take_kv_cache_block_copies",
+    "take_boundary_state_offloads", "estimate_cached_tokens"})
+# allocate_slots' arguments the trace has no field for, and the value each must have.
+UNMODELLED = {"num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
+              "num_encoder_tokens": 0, "reserved_blocks": 0, "delay_cache_blocks": False,
+              "skip_zeroing_group_ids": ()}
+MAX_TOKEN = (1 << 31) - 1
+
+
+class _Tracked:
+    """One request as the trace's ops have moved it (the scheduler must agree)."""
+
+    def __init__(self, rid: int, tokens: list[int]):
+        self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
+
+
+def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
+    """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
+    it: the engine passes what it gave the constructor; None is the manager's default)."""
+    def refuse(why: str):
+        raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
+
+    pool = manager.block_pool
+    config = manager.kv_cache_config
+    specs = [group.kv_cache_spec for group in config.kv_cache_groups]
+    kinds = [type(spec).__name__ for spec in specs]
+    if kinds not in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]):
+        refuse(f"KV-cache groups {kinds}: the trace models one full-attention group and at most "
+               f"one sliding-window group")
+    block_size = specs[0].block_size
+    if any(spec.block_size != block_size for spec in specs):
+        refuse(f"groups of block sizes {[spec.block_size for spec in specs]}: the trace has one")
+    window = specs[1].sliding_window if len(specs) > 1 else 0
+    if len(specs) > 1 and getattr(specs[1], "extra_retained_tokens", 0):
+        refuse("a sliding window with extra retained tokens is not modelled")
+    hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
+    if hash_block_size != block_size:
+        refuse(f"hash block size {hash_block_size} below the block size {block_size}")
+    if not manager.enable_caching or getattr(manager, "use_eagle", False):
+        refuse("the trace models prefix caching on, without EAGLE groups")
+    blocks = int(pool.num_gpu_blocks)
+    held = [m for m in manager.coordinator.single_type_managers
+            if getattr(m, "req_to_blocks", None)]
+    if pool.get_num_free_blocks() != blocks - 1 or held:
+        refuse("the manager has been used: guard it before its first call (the oracle starts "
+               "from an empty pool)")
+    watermark_blocks = int(getattr(manager, "watermark_blocks", 0))
+    trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
+                  retention=getattr(config, "prefix_cache_retention_interval", None),
+                  max_in_flight_tokens=max_in_flight_tokens,
+                  # the fraction whose int(fraction * blocks) the manager computed
+                  watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
+    from kvfuzz.strategies.kvmanager.codec import from_json
+
+    try:
+        from_json(to_json(trace), "the live manager")
+    except FormatError as error:
+        refuse(f"its settings are outside what a kvmanager trace holds ({error})")
+    return trace
+
+
+def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
+          max_in_flight_tokens: int | None = None):
+    """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
+    recorded. `impl` names it in reports (default: its class's catalogue entry)."""
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target = TARGETS["kvmanager"]
+    trace = header(manager, max_in_flight_tokens)
+    driver = None
+    if check:
+        from kvfuzz.impl.kvmanager.live import LiveManagerDriver
+
+        driver = LiveManagerDriver(manager, trace.blocks)
+    session = Session(target, trace, live_implementation(target, manager, impl), driver, corpus)
+    if driver is not None:
+        driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(trace.block_size)
+    return GuardedManager(manager, session, driver)
+
+
+class GuardedManager:
+    """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
+    far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
+
+    def __init__(self, manager, session: Session, driver):
+        state = vars(self)
+        state["_kvfuzz_manager"], state["kvfuzz_session"] = manager, session
+        state["_kvfuzz_driver"] = driver
+        state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
+        state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
+        state["_kvfuzz_next_rid"] = 0
+        state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
+        # allocate_slots' parameters, read once: the installed version's names and defaults
+        state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
+
+    def __repr__(self) -> str:
+        return f"kvfuzz.guard({self._kvfuzz_manager!r})"
+
+    def __getattr__(self, name: str):
+        value = getattr(self._kvfuzz_manager, name)
+        if name in READS or not callable(value):
+            return value
+
+        def refused(*args, **kwargs):
+            raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {name}() is not modelled by the "
+                                   f"kvmanager trace, so the guard cannot check it")
+        return refused
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._kvfuzz_manager, name, value)
+
+    # -- the calls the trace models -----------------------------------------------------------
+    def get_computed_blocks(self, request, max_cache_hit_length=None):
+        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        if not session.recording:
+            return manager.get_computed_blocks(request, max_cache_hit_length)
+        tracked = self._request(request, arriving=True)
+        if tracked.running or request.num_computed_tokens != 0:
+            self._refuse(f"get_computed_blocks of request {request.request_id!r}, which the "
+                         f"trace has running (or with computed tokens)")
+        if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
+            self._refuse(f"get_computed_blocks with max_cache_hit_length {max_cache_hit_length}")
+        self._same_tokens(request, tracked)
+        result = manager.get_computed_blocks(request, max_cache_hit_length)
+        blocks, hit, boundary = result
+        self._kvfuzz_lookups.clear()
+        self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit))
+        if self._kvfuzz_driver is not None:
+            from kvfuzz.impl.kvmanager.driver import _ids
+
+            plain = (_ids(blocks), int(hit), int(boundary))
+            self._kvfuzz_driver.lookups = {tracked.rid: plain}
+            # Checked now: the scheduler may allocate nothing after it. A wrong hit is the
+            # lookup of a `schedule` op, as a replay of the saved trace makes it.
+            problems = session.lock.lookup_problems(tracked.rid, plain)
+            if problems:
+                session.report(Schedule(tracked.rid, 1), problems)
+        return result
+
+    def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
+        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        if not session.recording:
+            return manager.allocate_slots(request, num_new_tokens, *args, **kwargs)
+        bound = self._kvfuzz_signature.bind(request, num_new_tokens, *args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        for name, value in UNMODELLED.items():
+            if name in given and given[name] not in (value, None, [], ()):
+                self._refuse(f"allocate_slots with {name}={given[name]!r}")
+        tracked = self._request(request)
+        if request.num_computed_tokens != tracked.computed:
+            self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
+                         f"computed tokens where the trace has {tracked.computed}")
+        n = int(num_new_tokens)
+        lookup = self._kvfuzz_lookups.pop(tracked.rid, None)
+        self._kvfuzz_lookups.clear()
+        if not tracked.running:
+            op, expected, hit = self._admission(tracked, request, n, given, lookup)
+        else:
+            op, expected, hit = self._step(tracked, request, n, given)
+        result = self._run(op, "allocate_slots", lambda: manager.allocate_slots(
+            *bound.args, **bound.kwargs), expected)
+        if result is not None:
+            tracked.computed += hit + n
+            tracked.running = True
+        return result
+
+    def free(self, request):
+        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        tracked = self._kvfuzz_requests.get(request.request_id)
+        if not session.recording or tracked is None:  # a request the manager never saw
+            return manager.free(request)
+        self._kvfuzz_lookups.clear()
+        if request.is_finished():
+            op = Finish(tracked.rid)
+        elif tracked.running:
+            self._sampled(tracked, request)
+            op = Preempt(tracked.rid)
+        else:
+            self._refuse(f"free of request {request.request_id!r}, waiting and not finished")
+        finished = isinstance(op, Finish)
+        result = self._run(op, "free", lambda: manager.free(request),
+                           lambda args: None if args[1] == finished else
+                           f"the lock step frees {args}, the engine's request finished: {finished}")
+        if finished:
+            del self._kvfuzz_requests[request.request_id]
+        else:
+            tracked.computed, tracked.running = 0, False
+        return result
+
+    def evict_blocks(self, block_ids):
+        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        if not session.recording:
+            return manager.evict_blocks(block_ids)
+        ids = sorted(set(block_ids))
+        if len(ids) > 1 << 10 or any(type(b) is not int or not 0 <= b <= MAX_TOKEN for b in ids):
+            self._refuse(f"evict_blocks of {len(ids)} ids outside the trace's limits")
+        self._kvfuzz_lookups.clear()
+        blocks = session.header.blocks
+        wanted = [b for b in ids if b < blocks]
+        return self._run(Evict(tuple(ids)), "evict_blocks",
+                         lambda: manager.evict_blocks(block_ids),
+                         lambda args: None if list(args[0]) == wanted else
+                         f"evict_blocks of {args[0]}, the engine's {wanted}")
+
+    def reset_prefix_cache(self):
+        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        if not session.recording:
+            return manager.reset_prefix_cache()
+        self._kvfuzz_lookups.clear()
+        return self._run(Reset(), "reset_prefix_cache", manager.reset_prefix_cache)
+
+    # -- mapping -----------------------------------------------------------------------------
+    def _admission(self, tracked, request, n, given, lookup):
+        if lookup is None:
+            self._refuse(f"allocate_slots admits request {request.request_id!r} without a "
+                         f"get_computed_blocks just before it")
+        blocks, hit = lookup
+        if given.get("new_computed_blocks") is not blocks or \
+                int(given.get("num_new_computed_tokens", 0)) != hit:
+            self._refuse(f"allocate_slots admits request {request.request_id!r} with a hit other "
+                         f"than its lookup's ({hit} tokens)")
+        self._same_tokens(request, tracked)
+        if not 1 <= n <= len(tracked.tokens) - hit:
+            self._refuse(f"allocate_slots admits {n} new tokens of a request with "
+                         f"{len(tracked.tokens) - hit} left after its hit")
+        whole = bool(given.get("full_sequence_must_fit", False))
+        if self._kvfuzz_whole is None:
+            vars(self)["_kvfuzz_whole"] = whole
+            self.kvfuzz_session.set_header(full_sequence_must_fit=whole)
+        elif whole != self._kvfuzz_whole:
+            self._refuse("admissions with and without full_sequence_must_fit")
+        others = any(t.running for t in self._kvfuzz_requests.values() if t is not tracked)
+        watermark = self.kvfuzz_session.header.watermark
+        if watermark and bool(given.get("has_scheduled_reqs", True)) != others:
+            self._refuse("has_scheduled_reqs is not whether another request runs")
+
+        def expected(args):
+            if tuple(args[1:5]) != (n, hit, True, whole):
+                return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
+        return Schedule(tracked.rid, n), expected, hit
+
+    def _step(self, tracked, request, n, given):
+        if given.get("new_computed_blocks") not in (None,) and \
+                any(given["new_computed_blocks"].get_block_ids()) or \
+                int(given.get("num_new_computed_tokens", 0)):
+            self._refuse("allocate_slots of a running request with a prefix hit")
+        tokens = list(request.all_token_ids)
+        known = tracked.tokens
+        if len(tokens) == len(known) + 1 and tokens[:-1] == known and \
+                tracked.computed == len(known):
+            if n != 1 or len(known) >= self.kvfuzz_session.header.max_model_len or \
+                    not 0 <= tokens[-1] <= MAX_TOKEN:
+                self._refuse(f"a decode step of {n} tokens at {len(known)} tokens")
+            known.append(tokens[-1])
+            op = Decode(tracked.rid, tokens[-1])
+        elif tokens == known and 1 <= n <= len(known) - tracked.computed:
+            op = Schedule(tracked.rid, n)
+        else:
+            self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
+                         f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "
+                         f"(the trace has {len(known)}, {tracked.computed})")
+
+        def expected(args):
+            if tuple(args[1:4]) != (n, 0, False):
+                return f"the lock step allocates with {args}, the engine {n} tokens"
+        return op, expected, 0
+
+    def _sampled(self, tracked, request) -> None:
+        """The token a running request sampled and never asked a slot for (it is preempted
+        before its next step): a `sample` op, so that its admission again sees it."""
+        tokens = list(request.all_token_ids)
+        known = tracked.tokens
+        if tokens == known:
+            return
+        if len(tokens) != len(known) + 1 or tokens[:-1] != known or \
+                tracked.computed != len(known) or not 0 <= tokens[-1] <= MAX_TOKEN:
+            self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "
+                         f"tokens, the trace has {len(known)} ({tracked.computed} computed)")
+        known.append(tokens[-1])
+        self.kvfuzz_session.step(Sample(tracked.rid, tokens[-1]))
+
+    def _request(self, request, arriving: bool = False) -> _Tracked:
+        """The request's record; a new one arrives (its `arrive` op) when `arriving`."""
+        tracked = self._kvfuzz_requests.get(request.request_id)
+        if tracked is not None:
+            return tracked
+        if not arriving:
+            self._refuse(f"request {request.request_id!r} reaches the manager before its "
+                         f"get_computed_blocks")
+        tokens = [int(t) for t in request.all_token_ids]
+        reasons = [name for name, bad in (
+            ("LoRA", getattr(request, "lora_request", None) is not None),
+            ("a cache salt", getattr(request, "cache_salt", None) is not None),
+            ("multimodal inputs", bool(getattr(request, "mm_features", None))),
+            ("no prefix-cache read", getattr(request, "skip_reading_prefix_cache", False)),
+            ("output tokens before its admission",
+             len(tokens) != len(getattr(request, "prompt_token_ids", tokens) or ())),
+            ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in tokens)),
+            ("more tokens than max_model_len",
+             not 1 <= len(tokens) <= self.kvfuzz_session.header.max_model_len)) if bad]
+        if reasons:
+            self._refuse(f"request {request.request_id!r} has {', '.join(reasons)}")
+        tracked = _Tracked(self._kvfuzz_next_rid, tokens)
+        vars(self)["_kvfuzz_next_rid"] += 1
+        self._kvfuzz_requests[request.request_id] = tracked
+        if self._kvfuzz_driver is not None:
+            self._kvfuzz_driver.requests[tracked.rid] = request
+        self.kvfuzz_session.step(Arrive(tracked.rid, tuple(tokens)))
+        return tracked
+
+    def _same_tokens(self, request, tracked) -> None:
+        if list(request.all_token_ids) != tracked.tokens:
+            self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
+                         f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
+
+    def _run(self, op, method: str, perform, expected=lambda args: None):
+        """`op` recorded (and checked): the engine's call made when the lock step reaches it."""
+        driver, session = self._kvfuzz_driver, self.kvfuzz_session
+        if not session.checking:
+            session.step(op)
+            return perform()
+        from kvfuzz.impl.kvmanager.live import Pending
+
+        pending = driver.pending = Pending(method, perform, expected)
+        driver.mismatch = None
+        session.step(op)  # a divergence raises Mismatch here
+        driver.pending = None
+        if pending.done:
+            return pending.result
+        if session.checking:  # no divergence, yet the op never made the call
+            self._refuse(driver.mismatch or f"the trace's {type(op).__name__} op does not make "
+                                            f"the engine's {method} call")
+        return perform()
+
+    def _refuse(self, why: str):
+        raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")

@@ -1,0 +1,231 @@
+"""vLLM's own v1 `Scheduler` (vllm 0.33.0) as a real client of a `KVCacheManager`: built on
+the CPU with no model download, fed seeded requests that share prefixes, with chunked prefill
+and a block budget small enough to preempt, stepped with fake model outputs (one sampled token
+per request whose prompt is done) until every request has finished.
+
+    session = run_session(seed=0, wrap=lambda manager: kvfuzz.guard(manager, "kvmanager"))
+
+`wrap` replaces the scheduler's manager before the first step (`kvfuzz.guard` or
+`kvfuzz.record`); the scheduler then calls it as it calls its own.
+
+What building it on a CPU-only machine takes (each for a reason of this machine, not of the
+manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
+the model "checkpoint" is a `config.json` written to a temporary folder (a two-layer OPT), with
+the tokenizer skipped; and the model registry's inspection of the model class is answered for
+the duration of the config's construction with the facts of a plain text decoder (vLLM
+inspects in a subprocess that cannot import the fetched engine, and the model module needs
+packages the allocators do not). The scheduler itself, its manager and its pool are vLLM's,
+unpatched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import tempfile
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The session's engine settings and requests: `groups` prefixes shared by
+    `per_group` requests each, plus `loners` requests with none; prompts of up to
+    `max_prompt` tokens; `max_tokens` sampled at most; arrivals over the first steps."""
+
+    blocks: int = 40
+    block_size: int = 16
+    max_batched_tokens: int = 64
+    max_seqs: int = 8
+    max_model_len: int = 1024
+    groups: int = 2
+    per_group: int = 4
+    loners: int = 2
+    max_prompt: int = 180
+    max_tokens: int = 40
+    max_steps: int = 5000
+
+
+@dataclass
+class SessionResult:
+    steps: int
+    finished: int
+    requests: int
+    preemptions: int
+    manager: object                     # what the scheduler called: the wrapper, or its own
+    scheduled_tokens: int = 0
+    lookups_with_a_hit: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _text_decoder_info(registry):
+    """The registry's facts of a plain text decoder, whatever fields this version has."""
+    known = dict(is_text_generation_model=True, attn_type="decoder", supports_pp=True,
+                 default_seq_pooling_type="LAST", default_tok_pooling_type="ALL",
+                 score_type="bi-encoder")
+
+    def inspect(self):
+        values = {}
+        for item in dataclasses.fields(registry._ModelInfo):
+            if item.name == "architecture":
+                values[item.name] = self.class_name
+            elif item.name in known:
+                values[item.name] = known[item.name]
+            else:
+                values[item.name] = () if "tuple" in str(item.type) else False
+        return registry._ModelInfo(**values)
+    return inspect
+
+
+@contextlib.contextmanager
+def _inspection_answered():
+    import vllm.model_executor.models.registry as registry
+
+    lazy = registry._LazyRegisteredModel
+    original = lazy.inspect_model_cls
+    lazy.inspect_model_cls = _text_decoder_info(registry)
+    try:
+        yield
+    finally:
+        lazy.inspect_model_cls = original
+
+
+def _cpu_platform() -> None:
+    """vLLM's platform is resolved once per process, on first use: one resolved before
+    `VLLM_TARGET_DEVICE` was set (by an import of the released manager, say) found none, and
+    is resolved again."""
+    import vllm.platforms as platforms
+
+    if type(platforms._current_platform).__name__ == "UnspecifiedPlatform":
+        platforms._current_platform = None
+
+
+def _model_folder() -> str:
+    folder = tempfile.mkdtemp(prefix="kvfuzz-vllm-model-")
+    config = dict(architectures=["OPTForCausalLM"], model_type="opt", hidden_size=64,
+                  ffn_dim=128, word_embed_proj_dim=64, num_hidden_layers=2,
+                  num_attention_heads=4, vocab_size=1000, max_position_embeddings=2048,
+                  torch_dtype="float16", bos_token_id=2, eos_token_id=2, pad_token_id=1)
+    with open(os.path.join(folder, "config.json"), "w") as handle:
+        json.dump(config, handle)
+    return folder
+
+
+@contextlib.contextmanager
+def _manager_class(module, cls):
+    """The scheduler module's `KVCacheManager` is `cls` while the scheduler is built (a mutant
+    of the released class, say): the scheduler builds its manager by that name."""
+    original = module.KVCacheManager
+    module.KVCacheManager = cls or original
+    try:
+        yield
+    finally:
+        module.KVCacheManager = original
+
+
+def build_scheduler(workload: Workload = Workload(), manager_class=None):
+    """vLLM's v1 Scheduler over one full-attention group of `workload.blocks` blocks, with
+    prefix caching and chunked prefill (the engine's defaults otherwise); its manager an
+    instance of `manager_class` (default: vLLM's `KVCacheManager`)."""
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from kvfuzz.impl.upstream_env import prepare_import
+
+    with prepare_import("vllm"):
+        import torch
+        from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.v1.core.sched import scheduler as scheduler_module
+        from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
+                                                KVCacheGroupSpec)
+        from vllm.v1.structured_output import StructuredOutputManager
+
+        _cpu_platform()
+        with _inspection_answered():
+            model = ModelConfig(model=_model_folder(), dtype="float16", seed=0,
+                                skip_tokenizer_init=True, max_model_len=workload.max_model_len)
+        config = VllmConfig(
+            model_config=model,
+            scheduler_config=SchedulerConfig(
+                max_num_seqs=workload.max_seqs,
+                max_num_batched_tokens=workload.max_batched_tokens,
+                max_model_len=workload.max_model_len, enable_chunked_prefill=True,
+                is_encoder_decoder=False),
+            cache_config=CacheConfig(block_size=workload.block_size,
+                                     enable_prefix_caching=True))
+        config.cache_config.num_gpu_blocks = workload.blocks
+        spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
+                                 dtype=torch.float16)
+        kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
+                                  kv_cache_groups=[KVCacheGroupSpec(["layer0"], spec)])
+        with _manager_class(scheduler_module, manager_class):
+            return scheduler_module.Scheduler(
+                vllm_config=config, kv_cache_config=kv_config,
+                structured_output_manager=StructuredOutputManager(config),
+                block_size=workload.block_size, log_stats=True)
+
+
+def _requests(scheduler, workload: Workload, rng: random.Random):
+    """(arrival step, Request) pairs: prefixes of whole blocks shared within each group."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    hash_fn = get_hash_fn_by_name(scheduler.vllm_config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(workload.block_size, hash_fn)
+    token = lambda: rng.randrange(3, 1000)  # noqa: E731 - below the vocabulary's size
+    prefixes = [[token() for _ in range(workload.block_size * rng.randint(1, 5))]
+                for _ in range(workload.groups)]
+    prompts = [prefix + [token() for _ in range(rng.randint(1, workload.max_prompt
+                                                            - len(prefix)))]
+               for prefix in prefixes for _ in range(workload.per_group)]
+    prompts += [[token() for _ in range(rng.randint(1, workload.max_prompt))]
+                for _ in range(workload.loners)]
+    rng.shuffle(prompts)
+    made = []
+    for index, prompt in enumerate(prompts):
+        params = SamplingParams(max_tokens=rng.randint(1, workload.max_tokens), ignore_eos=True)
+        request = Request(f"req-{index}", prompt, params, None, arrival_time=float(index),
+                          block_hasher=hasher)
+        made.append((0 if index < len(prompts) // 2 else rng.randint(1, 12), request))
+    return sorted(made, key=lambda pair: pair[0])
+
+
+def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
+                manager_class=None) -> SessionResult:
+    """One seeded scheduler session, every request run to its end (at most
+    `workload.max_steps` steps). `wrap(manager, **settings)` stands in for the scheduler's
+    manager, given what the manager does not keep (`max_in_flight_tokens`)."""
+    rng = random.Random(seed)
+    scheduler = build_scheduler(workload, manager_class)  # first: it prepares vLLM's import
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    if wrap is not None:
+        scheduler.kv_cache_manager = wrap(
+            scheduler.kv_cache_manager,
+            max_in_flight_tokens=scheduler.vllm_config.max_in_flight_tokens)
+    arrivals = _requests(scheduler, workload, rng)
+    requests = [request for _, request in arrivals]
+    result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
+    while result.steps < workload.max_steps:
+        while arrivals and arrivals[0][0] <= result.steps:
+            scheduler.add_request(arrivals.pop(0)[1])
+        if not arrivals and not scheduler.has_requests():
+            break
+        output = scheduler.schedule()
+        result.steps += 1
+        ids = list(output.num_scheduled_tokens)
+        result.scheduled_tokens += output.total_num_scheduled_tokens
+        # One sampled token for each request whose prompt is done, none for a prefill chunk.
+        sampled = [[] if scheduler.requests[rid].is_prefill_chunk else [rng.randrange(3, 1000)]
+                   for rid in ids]
+        scheduler.update_from_output(output, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled))
+    result.finished = sum(request.is_finished() for request in requests)
+    result.preemptions = sum(request.num_preemptions for request in requests)
+    return result

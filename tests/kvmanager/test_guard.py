@@ -1,0 +1,170 @@
+"""`kvfuzz.guard` and `kvfuzz.record` of a live vLLM `KVCacheManager` (fuzz/kvmanager/guard.py):
+driven by kvfuzz's own scheduler (the batch lock step's driver) and by vLLM's real v1
+`Scheduler` (fuzz/kvmanager/vllm_scheduler.py). The guard's verdict on a trace is the batch
+judge's; a guarded mutant raises at its first bad call with a file that replays; what the
+trace cannot model is refused before the call is made. Skips without vLLM."""
+
+import pytest
+
+import kvfuzz
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE
+from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+from kvfuzz.impl.kvmanager.upstream_mutants import MUTATIONS
+from kvfuzz.impl.registry import load_attribute
+from kvfuzz.strategies.kvmanager.trace import Sample
+from tests.helpers import needs_engine
+
+pytestmark = needs_engine("vllm")
+VLLM = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+# The mutants vLLM's scheduler reaches in its sessions here (one full-attention group, no
+# watermark, no prompt repeated whole): the others live behind settings it does not use.
+SCHEDULER_REACHES = ("exact_fit_refused", "caches_unwritten_block", "evictable_hits_not_counted",
+                     "free_head_first", "hit_not_touched", "whole_request_unchecked",
+                     "pool_reuse_keeps_hash")
+
+
+def impl_of(name: str | None):
+    return VLLM if name is None else KVMANAGER.catalogue.resolve(f"mutant.vllm.kvmanager.{name}")
+
+
+def guarded_run(trace, name: str | None, corpus_dir, check: bool = True):
+    """`trace`'s calls made by kvfuzz's own scheduler (the lock step's driver) on a manager of
+    `name` (a mutant, or None: the released class) that it reaches only through the guard; the
+    guard's session. A Mismatch raised inside a call stops the run (the lock step records it as
+    the call's crash: the guard's session holds the report)."""
+    cls = impl_of(name).load()
+    sessions = []
+
+    def guarded(*args, **kwargs):
+        manager = cls(*args, **kwargs)
+        wrap = kvfuzz.guard if check else kvfuzz.record
+        options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
+        wrapped = wrap(manager, "kvmanager", max_in_flight_tokens=kwargs.get(
+            "max_in_flight_tokens"), **options)
+        sessions.append(wrapped.kvfuzz_session)
+        return wrapped
+
+    client = KVManagerLockstep(trace, guarded)
+    for op in trace.ops:
+        _, problems = client.step(op)
+        if sessions[0].divergence is not None:
+            break
+        # Without a divergence the client sees what it would see bare (a GuardUnsupported
+        # would show here as the call's crash).
+        assert not problems or name is not None, problems
+        assert "GuardUnsupported" not in repr(problems), problems
+    return sessions[0]
+
+
+def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(tmp_path):
+    caught = set()
+    for name in MUTATIONS:
+        for index in range(40):
+            trace = KVMANAGER.generator.generate(0, index)
+            batch = KVMANAGER.check(trace, impl_of(name))
+            session = guarded_run(trace, name, tmp_path)
+            found = session.divergence
+            assert (batch.status == DIVERGE) == (found is not None), (name, index, batch.status,
+                                                                      found and found.report())
+            if found is None:
+                continue
+            caught.add(name)
+            # The guard's file is the calls up to the bad one: it fails on the mutant the same
+            # way, and the released class runs it clean.
+            assert found.saved_path and found.step == len(found.input.ops) - 1
+            _, saved = corpus.load(found.saved_path)
+            again = KVMANAGER.check(saved, impl_of(name)).divergence
+            assert again is not None and again.signature == found.signature, found.report()
+            assert KVMANAGER.check(saved, VLLM).status == AGREE
+            assert "replay    kvfuzz replay " in found.report()
+            break
+    assert len(caught) >= 12, sorted(set(MUTATIONS) - caught)
+
+
+def test_the_released_manager_runs_guarded_and_its_record_replays(tmp_path):
+    for index in range(120):
+        trace = KVMANAGER.generator.generate(0, index)
+        guarded = guarded_run(trace, None, tmp_path)
+        assert guarded.divergence is None
+        recorded = guarded_run(trace, None, tmp_path, check=False)
+        assert recorded.lock is None and recorded.trace() == guarded.trace()
+        assert KVMANAGER.check(recorded.trace(), VLLM).status == AGREE
+    assert not list(tmp_path.iterdir())  # nothing diverged: nothing saved
+
+
+def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
+
+    wrap = kvfuzz.guard if check else kvfuzz.record
+    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
+    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
+                                                              **options),
+                       manager_class=None if name is None else impl_of(name).load())
+
+
+def test_vllms_scheduler_runs_its_sessions_guarded_with_no_divergence(tmp_path):
+    sampled = preempted = 0
+    for seed in range(5):
+        session = scheduler_session(seed, None, tmp_path)
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and len(guarded.ops) > 100
+        preempted += session.preemptions
+        sampled += any(isinstance(op, Sample) for op in guarded.ops)
+        recorded = scheduler_session(seed, None, tmp_path, check=False).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        path = recorded.save(tmp_path / "recorded")
+        assert kvfuzz.replay(path, "vllm.kvmanager").ok
+    assert preempted and sampled  # the sessions preempt, and a preempted request had sampled
+    assert not list(tmp_path.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", SCHEDULER_REACHES)
+def test_a_guarded_mutant_raises_in_vllms_scheduler_with_a_file_that_replays(name, tmp_path):
+    for seed in range(5):
+        try:
+            scheduler_session(seed, name, tmp_path)
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        pytest.fail(f"{name}: no divergence in 5 sessions")
+    assert found.impl == f"mutant.vllm.kvmanager.{name}"
+    result = kvfuzz.replay(found.saved_path, found.impl)
+    assert [d.signature for d in result.divergences] == [found.signature]
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+
+
+def released_manager(blocks: int = 8, window: int = 0):
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    return KVManagerDriver(load_attribute(VLLM.path), blocks, 4, window, 64)
+
+
+def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
+    driver = released_manager()
+    manager = driver.manager
+    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(9)))
+    request = driver.requests[1]
+    blocks, hit, _ = guarded.get_computed_blocks(request)
+    free = manager.block_pool.get_num_free_blocks()
+    with pytest.raises(kvfuzz.GuardUnsupported, match="num_lookahead_tokens=2"):
+        guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
+    assert manager.block_pool.get_num_free_blocks() == free  # never made
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks\(\) is not modelled"):
+        guarded.cache_blocks(request, 4)
+    assert guarded.usage == manager.usage  # reads go through
+    # A manager used before it was guarded: the oracle would start from another state.
+    blocks, hit, _ = manager.get_computed_blocks(request)
+    manager.allocate_slots(request, 9, hit, blocks)
+    with pytest.raises(kvfuzz.GuardUnsupported, match="guard it before its first call"):
+        kvfuzz.guard(manager, "kvmanager")
+
+
+def test_a_target_without_a_guard_says_which_have_one():
+    with pytest.raises(ValueError, match=r"target 'extend' has no live guard \(targets with "
+                                         r"one: kvmanager\)"):
+        kvfuzz.guard(object(), "extend")
