@@ -40,12 +40,13 @@ class Timed:
 
 def measure(mode: str, sessions: int) -> tuple[Counter, Counter, float, int]:
     """(seconds by method, calls by method, session seconds, trace ops) over `sessions`."""
-    import kvfuzz
+    from kvfuzz.fuzz.engine.guard import live_guard
     from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
 
+    guard = live_guard("kvmanager")  # what kvfuzz.guard and kvfuzz.record call
     wraps = {"bare": lambda manager, **settings: manager,
-             "record": lambda manager, **settings: kvfuzz.record(manager, "kvmanager", **settings),
-             "guard": lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", **settings)}
+             "record": lambda manager, **settings: guard(manager, check=False, **settings),
+             "guard": lambda manager, **settings: guard(manager, check=True, **settings)}
     seconds, calls, wall, ops = Counter(), Counter(), 0.0, 0
     for seed in range(sessions):
         timers = []

@@ -11,7 +11,6 @@ implementation given as a registered name, an import path, or the callable or cl
 
 from __future__ import annotations
 
-import importlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 from kvfuzz.fuzz.engine import corpus as corpus_files
 from kvfuzz.fuzz.engine.diff import DiffResult, run_diff
-from kvfuzz.fuzz.engine.guard import GuardUnsupported
+from kvfuzz.fuzz.engine.guard import GuardUnsupported, live_guard
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
 from kvfuzz.fuzz.engine.report import Divergence, Mismatch
@@ -144,22 +143,13 @@ def guard(obj, target: str, *, impl: Impl | None = None, corpus: str | Path = "c
     `impl` names the object in reports (default: its class's catalogue entry, or its import
     path); `settings` are what the object does not keep (e.g. `max_in_flight_tokens`). The
     wrapper's `kvfuzz_session` holds the trace so far (`.trace()`, `.save(directory)`)."""
-    return _live(target)(obj, check=True, impl=impl, corpus=corpus, **settings)
+    return live_guard(target)(obj, check=True, impl=impl, corpus=corpus, **settings)
 
 
 def record(obj, target: str, **settings):
     """`obj` wrapped as `guard` wraps it, recording its calls as the target's trace without
     checking them: `wrapped.kvfuzz_session.save(directory)` writes the corpus file."""
-    return _live(target)(obj, check=False, **settings)
-
-
-def _live(name: str):
-    owner = _target(name)
-    if owner.live is None:
-        known = ", ".join(t.name for t in TARGETS.values() if t.live) or "none"
-        raise ValueError(f"target {name!r} has no live guard (targets with one: {known})")
-    module, _, function = owner.live.partition(":")
-    return getattr(importlib.import_module(module), function)
+    return live_guard(target)(obj, check=False, **settings)
 
 
 def _target(name: str):

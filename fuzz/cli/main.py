@@ -1,5 +1,6 @@
 """The `kvfuzz` command: list targets and implementations, diff them against the oracle on
-seeded inputs, replay saved inputs, fuzz (atheris campaigns), tend the corpus, benchmark.
+seeded inputs, replay saved inputs, fuzz (atheris campaigns), tend the corpus, benchmark, guard
+a live engine's object.
 Exit status: 0 agree, 1 divergence, 2 bad usage or input."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import sys
 
 from kvfuzz.fuzz.cli import campaign as campaign_command
+from kvfuzz.fuzz.cli import guard as guard_command
 from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
@@ -87,6 +89,7 @@ def parser() -> argparse.ArgumentParser:
                         help=MEMORY_HELP)
     campaign_command.add_parsers(commands)
     upstream.add_parser(commands)
+    guard_command.add_parser(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
@@ -165,13 +168,26 @@ def main(argv=None) -> int:
         # SIGINT and SIGTERM stop every command, whatever the process inherited (an ignored
         # SIGINT included); a command that runs implementations reports what it had done.
         with interrupting():
-            return run(parser().parse_args(argv))
+            return run(parse(sys.argv[1:] if argv is None else list(argv)))
     except BrokenPipeError:  # `kvfuzz ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:  # before a command's own run began (loading, resolving)
         print("kvfuzz: interrupted", file=sys.stderr)
         return INTERRUPTED
+
+
+def parse(argv: list[str]):
+    """The command line; `kvfuzz guard ... -- COMMAND`'s command is everything after the `--`
+    (its options are the command's, whatever kvfuzz's options are called)."""
+    after = None
+    if argv[:1] == ["guard"] and "--" in argv:
+        cut = argv.index("--")
+        argv, after = argv[:cut], argv[cut + 1:]
+    args = parser().parse_args(argv)
+    if after is not None:
+        args.argv = args.argv + after
+    return args
 
 
 def run(args) -> int:
@@ -190,6 +206,8 @@ def run(args) -> int:
             return cmd_list()
         if args.command == "upstream":
             return upstream.run(args)
+        if args.command == "guard":
+            return guard_command.run(args)
         if args.command == "diff":
             return cmd_diff(args)
         from kvfuzz.fuzz.engine.replay import replay

@@ -17,6 +17,7 @@ call never lets it pass as checked.
 
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +30,20 @@ from kvfuzz.impl.registry import YOURS, Implementation, register_object
 class GuardUnsupported(Exception):
     """A call or setting of the live object that the target's trace does not model (the one
     line says which, and why); raised before the call reaches the object."""
+
+
+def live_guard(name: str):
+    """Target `name`'s guard: guard(obj, check=..., impl=..., corpus=..., **settings)."""
+    from kvfuzz.fuzz.targets import TARGETS
+
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r} (known: {', '.join(TARGETS)})")
+    owner = TARGETS[name]
+    if owner.live is None:
+        known = ", ".join(t.name for t in TARGETS.values() if t.live) or "none"
+        raise ValueError(f"target {name!r} has no live guard (targets with one: {known})")
+    module, _, function = owner.live.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def live_lockstep(lockstep: type) -> type:
@@ -63,6 +78,7 @@ class Session:
         self.ops: list = []
         self.corpus = corpus
         self.spent = False           # a divergence was reported: nothing more is checked
+        self.on_unsupported = "raise"  # or "stop": an unmodelled call ends the session
         self.divergence = None
         self.lock = None
         if driver is not None:
@@ -89,13 +105,23 @@ class Session:
         return replace(self.header, ops=tuple(self.ops))
 
     def save(self, directory: str | Path | None = None) -> Path:
-        """The trace so far as a corpus file (named by its content) under `directory`."""
+        """The trace so far as a corpus file (named by its content) under `directory`; past
+        the format's op limit, its first ops (a recording stops there: `full`)."""
         return corpus_files.save(self.target, self.trace(), directory or self.corpus)
+
+    @property
+    def full(self) -> bool:
+        """A recording at its format's op limit records no more (checking goes on)."""
+        return self.lock is None and len(self.ops) >= self.max_ops
+
+    @property
+    def max_ops(self) -> int:
+        return getattr(self.target.codec, "max_ops", None) or (1 << 62)
 
     def step(self, op) -> None:
         """Records `op` and, when checking, runs it in lock step: a divergence is saved and
         raised (`Mismatch`)."""
-        if not self.recording:
+        if not self.recording or self.full:
             return
         self.ops.append(op)
         if not self.checking:
@@ -122,8 +148,23 @@ class Session:
             label = problems[0][0]
             divergence = self.target.divergence(item, self.impl, f"{label} in the {where}",
                                                 problems, (where, label))
+        if len(item.ops) > self.max_ops:
+            divergence = self._shorter(divergence)
+            item = divergence.input
         divergence.saved_path = corpus_files.save_or_print(self.target, item, self.corpus,
                                                            sys.stderr)
         self.divergence = divergence
         raise Mismatch(divergence)
+
+    def _shorter(self, divergence):
+        """A divergence whose trace is past the format's op limit, shrunk (fresh objects of
+        the class, in this process) until a file can hold it; if it cannot be, as it is, with
+        a note: its report still says what diverged."""
+        from kvfuzz.fuzz.engine.shrink import shrink
+
+        shrunk = shrink(self.target, divergence)
+        if len(shrunk.input.ops) > self.max_ops:
+            shrunk.lines.append(("note", f"the trace has {len(shrunk.input.ops)} ops, past the "
+                                         f"format's {self.max_ops}: no replay reads it"))
+        return shrunk
 

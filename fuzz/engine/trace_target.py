@@ -26,6 +26,7 @@ class TraceCodec:
     to_json: Callable
     worst_input: Callable[[], dict]
     label: str = "trace"  # the report's line about the trace: (label, trace.describe())
+    max_ops: int | None = None  # the format's op limit, where a live guard records (guard.py)
     noun = "trace"
 
     def input_id(self, item) -> str:

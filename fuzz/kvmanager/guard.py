@@ -25,6 +25,7 @@ trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
 from __future__ import annotations
 
 import inspect
+import sys
 
 from kvfuzz.fuzz.engine.guard import GuardUnsupported, Session, live_implementation
 from kvfuzz.strategies.inputs import FormatError
@@ -43,6 +44,8 @@ UNMODELLED = {"num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
               "num_encoder_tokens": 0, "reserved_blocks": 0, "delay_cache_blocks": False,
               "skip_zeroing_group_ids": ()}
 MAX_TOKEN = (1 << 31) - 1
+# Where vLLM builds the manager (`kvfuzz guard kvmanager -- COMMAND`: fuzz/engine/autoguard/).
+SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
 
 
 class _Tracked:
@@ -98,9 +101,13 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
 
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
-          max_in_flight_tokens: int | None = None):
+          on_unsupported: str = "raise", max_in_flight_tokens: int | None = None):
     """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
-    recorded. `impl` names it in reports (default: its class's catalogue entry)."""
+    recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
+    trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
+    is said once on stderr and goes through, and so does every call after it, unchecked."""
+    if on_unsupported not in ("raise", "stop"):
+        raise ValueError(f"on_unsupported is {on_unsupported!r}; expected 'raise' or 'stop'")
     from kvfuzz.fuzz.targets import TARGETS
 
     target = TARGETS["kvmanager"]
@@ -113,7 +120,29 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     session = Session(target, trace, live_implementation(target, manager, impl), driver, corpus)
     if driver is not None:
         driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(trace.block_size)
+    session.on_unsupported = on_unsupported
     return GuardedManager(manager, session, driver)
+
+
+def _modelled(method):
+    """A call the trace models; with `on_unsupported="stop"`, one it cannot model stops the
+    session and is made as it is (never twice: a refusal comes before the call is made)."""
+    def call(self, *args, **kwargs):
+        session = self.kvfuzz_session
+        try:
+            return method(self, *args, **kwargs)
+        except GuardUnsupported as refused:
+            if session.on_unsupported != "stop" or self._kvfuzz_made:
+                raise
+            session.spent = True
+            print(f"{refused}; the guard stops here, calls go through unchecked",
+                  file=sys.stderr)
+            return getattr(self._kvfuzz_manager, method.__name__)(*args, **kwargs)
+        finally:
+            vars(self)["_kvfuzz_made"] = False
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
 
 
 class GuardedManager:
@@ -127,6 +156,7 @@ class GuardedManager:
         state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
         state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
         state["_kvfuzz_next_rid"] = 0
+        state["_kvfuzz_made"] = False          # whether the current call reached the manager
         state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
         # allocate_slots' parameters, read once: the installed version's names and defaults
         state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
@@ -148,6 +178,7 @@ class GuardedManager:
         setattr(self._kvfuzz_manager, name, value)
 
     # -- the calls the trace models -----------------------------------------------------------
+    @_modelled
     def get_computed_blocks(self, request, max_cache_hit_length=None):
         manager, session = self._kvfuzz_manager, self.kvfuzz_session
         if not session.recording:
@@ -159,6 +190,7 @@ class GuardedManager:
         if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
             self._refuse(f"get_computed_blocks with max_cache_hit_length {max_cache_hit_length}")
         self._same_tokens(request, tracked)
+        vars(self)["_kvfuzz_made"] = True
         result = manager.get_computed_blocks(request, max_cache_hit_length)
         blocks, hit, boundary = result
         self._kvfuzz_lookups.clear()
@@ -175,6 +207,7 @@ class GuardedManager:
                 session.report(Schedule(tracked.rid, 1), problems)
         return result
 
+    @_modelled
     def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
         manager, session = self._kvfuzz_manager, self.kvfuzz_session
         if not session.recording:
@@ -203,6 +236,7 @@ class GuardedManager:
             tracked.running = True
         return result
 
+    @_modelled
     def free(self, request):
         manager, session = self._kvfuzz_manager, self.kvfuzz_session
         tracked = self._kvfuzz_requests.get(request.request_id)
@@ -226,6 +260,7 @@ class GuardedManager:
             tracked.computed, tracked.running = 0, False
         return result
 
+    @_modelled
     def evict_blocks(self, block_ids):
         manager, session = self._kvfuzz_manager, self.kvfuzz_session
         if not session.recording:
@@ -241,6 +276,7 @@ class GuardedManager:
                          lambda args: None if list(args[0]) == wanted else
                          f"evict_blocks of {args[0]}, the engine's {wanted}")
 
+    @_modelled
     def reset_prefix_cache(self):
         manager, session = self._kvfuzz_manager, self.kvfuzz_session
         if not session.recording:
@@ -355,6 +391,7 @@ class GuardedManager:
     def _run(self, op, method: str, perform, expected=lambda args: None):
         """`op` recorded (and checked): the engine's call made when the lock step reaches it."""
         driver, session = self._kvfuzz_driver, self.kvfuzz_session
+        vars(self)["_kvfuzz_made"] = True  # the call is made below (or its op diverged)
         if not session.checking:
             session.step(op)
             return perform()

@@ -48,7 +48,8 @@ def _size(item):
 
 KVMANAGER = trace_target(
     "kvmanager",
-    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager"),
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
+                     codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
     judge=LockstepJudge(KVManagerLockstep, describe_op),
     catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape),

@@ -4,6 +4,10 @@ driven by kvfuzz's own scheduler (the batch lock step's driver) and by vLLM's re
 judge's; a guarded mutant raises at its first bad call with a file that replays; what the
 trace cannot model is refused before the call is made. Skips without vLLM."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import kvfuzz
@@ -168,3 +172,82 @@ def test_a_target_without_a_guard_says_which_have_one():
     with pytest.raises(ValueError, match=r"target 'extend' has no live guard \(targets with "
                                          r"one: kvmanager\)"):
         kvfuzz.guard(object(), "extend")
+
+
+def test_a_recording_stops_at_the_formats_op_limit_and_a_long_divergence_is_shrunk(tmp_path):
+    limit = KVMANAGER.codec.max_ops
+    long_trace = KVMANAGER.generator.generate(0, 3)
+    recorded = guarded_run(long_trace, None, tmp_path, check=False)
+    assert 0 < len(recorded.ops)
+    # A recording past the limit: the first `limit` ops, a file the codec reads.
+    recorded.ops[:] = (recorded.ops * (limit // len(recorded.ops) + 2))[:limit]
+    recorded.step(recorded.ops[0])
+    assert len(recorded.ops) == limit and recorded.full
+    assert corpus.load(recorded.save(tmp_path / "long"))[1].ops == tuple(recorded.ops)
+    # A guard past the limit: the divergence is shrunk until a file holds it.
+    for index in range(60):
+        trace = KVMANAGER.generator.generate(0, index)
+        if KVMANAGER.check(trace, impl_of("free_head_first")).status == DIVERGE:
+            break
+    session = guarded_run(trace, "free_head_first", tmp_path)
+    found = session.divergence
+    assert found is not None
+    session.spent, session.divergence = False, None
+    session.ops[:0] = [Sample(999, 1)] * limit  # ops that resolve to nothing, ahead of it
+    problems = [line for line in found.lines if line[0] not in ("call", "before")]
+    with pytest.raises(kvfuzz.Mismatch) as raised:
+        session._report(problems, True, None)
+    shrunk = raised.value.divergence
+    assert len(shrunk.input.ops) <= len(found.input.ops) < limit
+    assert kvfuzz.replay(shrunk.saved_path, shrunk.impl).divergences[0].signature == \
+        found.signature
+
+
+SESSION = """
+from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
+session = run_session(3)
+manager = session.manager
+print(type(manager).__name__, len(manager.kvfuzz_session.ops),
+      manager.kvfuzz_session.divergence is None, session.finished)
+"""
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["guard", "record"])
+def test_kvfuzz_guard_switches_it_on_inside_an_unchanged_engine(record, tmp_path):
+    """The scheduler session builds its manager as vLLM does (no wrap): `kvfuzz guard` makes
+    that construction come back guarded, in the command's own Python process."""
+    command = [sys.executable, "-m", "kvfuzz.fuzz.cli", "guard", "kvmanager", "--corpus",
+               str(tmp_path), *(["--record"] if record else []), "--", sys.executable, "-c",
+               SESSION]
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).parents[2])
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    kind, ops, clean, finished = ran.stdout.split()
+    assert kind == "GuardedManager" and int(ops) > 100 and clean == "True" and finished == "10"
+    saved = list(tmp_path.glob("kvmanager-*.json"))
+    if not record:
+        assert not saved  # nothing diverged
+        return
+    assert len(saved) == 1 and f"recorded {ops} ops of kvmanager in" in ran.stderr
+    assert len(corpus.load(saved[0])[1].ops) == int(ops)
+    assert kvfuzz.replay(saved[0], "vllm.kvmanager").ok
+
+
+def test_with_unsupported_stop_an_unmodelled_call_goes_through_once_said(tmp_path, capsys):
+    driver = released_manager()
+    manager = driver.manager
+    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path, on_unsupported="stop")
+    driver.arrive(1, list(range(9)))
+    request = driver.requests[1]
+    blocks, hit, _ = guarded.get_computed_blocks(request)
+    free = manager.block_pool.get_num_free_blocks()
+    got = guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
+    assert got is not None and manager.block_pool.get_num_free_blocks() < free  # made, once
+    assert "num_lookahead_tokens=2; the guard stops here" in capsys.readouterr().err
+    session = guarded.kvfuzz_session
+    assert session.spent and not session.checking
+    ops = len(session.ops)
+    guarded.free(request)  # unchecked, unrecorded from now on
+    assert len(session.ops) == ops and manager.block_pool.get_num_free_blocks() == free
+    with pytest.raises(ValueError, match="on_unsupported is 'never'"):
+        kvfuzz.guard(released_manager().manager, "kvmanager", on_unsupported="never")
