@@ -1,8 +1,8 @@
 """`kvfuzz bench guard`: what `kvfuzz.guard` and `kvfuzz.record` cost per call of a live vLLM
-`KVCacheManager`, in vLLM's own v1 scheduler (fuzz/kvmanager/vllm_scheduler.py): the same
-seeded sessions with the scheduler's manager bare, recorded and guarded, the time inside the
-manager's methods (as the scheduler calls them) divided by the calls. Figures are printed,
-never asserted."""
+`KVCacheManager` and of its `BlockPool`, in vLLM's own v1 scheduler
+(fuzz/kvmanager/vllm_scheduler.py): the same seeded sessions with the object bare, recorded and
+guarded, the time inside its methods (as their caller calls them) divided by the calls. Figures
+are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ FULL_SESSIONS, QUICK_SESSIONS = 10, 2
 
 
 class Timed:
-    """Stands for the scheduler's manager (bare or wrapped): the seconds its methods take,
-    and how many calls, by method."""
+    """Stands for the scheduler's manager or its pool (bare or wrapped): the seconds its
+    methods take, and how many calls, by method."""
 
     def __init__(self, manager):
         vars(self).update(_manager=manager, seconds=Counter(), calls=Counter())
@@ -38,24 +38,38 @@ class Timed:
         setattr(self._manager, name, value)
 
 
-def measure(mode: str, sessions: int) -> tuple[Counter, Counter, float, int]:
-    """(seconds by method, calls by method, session seconds, trace ops) over `sessions`."""
+# What each guarded object is, and its calls the trace models (the others are reads).
+OBJECTS = {
+    "kvmanager": ("KVCacheManager", ("get_computed_blocks", "allocate_slots", "free",
+                                     "evict_blocks", "reset_prefix_cache")),
+    "blockpool": ("BlockPool", ("get_new_blocks", "touch", "free_blocks", "unpin_blocks",
+                                "cache_full_blocks", "get_cached_block", "evict_blocks",
+                                "reset_prefix_cache")),
+}
+
+
+def measure(target: str, mode: str, sessions: int) -> tuple[Counter, Counter, float, int]:
+    """(seconds by method, calls by method, session seconds, trace ops) over `sessions` with
+    `target`'s object (the manager, or its pool) bare, recorded or guarded."""
     from kvfuzz.fuzz.engine.guard import live_guard
     from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
 
-    guard = live_guard("kvmanager")  # what kvfuzz.guard and kvfuzz.record call
-    wraps = {"bare": lambda manager, **settings: manager,
-             "record": lambda manager, **settings: guard(manager, check=False, **settings),
-             "guard": lambda manager, **settings: guard(manager, check=True, **settings)}
+    guard = live_guard(target)  # what kvfuzz.guard and kvfuzz.record call
+    wraps = {"bare": lambda obj, **settings: obj,
+             "record": lambda obj, **settings: guard(obj, check=False, **settings),
+             "guard": lambda obj, **settings: guard(obj, check=True, **settings)}
     seconds, calls, wall, ops = Counter(), Counter(), 0.0, 0
     for seed in range(sessions):
         timers = []
 
-        def wrap(manager, **settings):
-            timers.append(Timed(wraps[mode](manager, **settings)))
+        def wrap(obj, **settings):
+            timers.append(Timed(wraps[mode](obj, **settings)))
             return timers[-1]
         began = time.perf_counter()
-        run_session(seed, wrap)
+        if target == "blockpool":
+            run_session(seed, wrap_pool=wrap)
+        else:
+            run_session(seed, wrap)
         wall += time.perf_counter() - began
         seconds.update(timers[0].seconds)
         calls.update(timers[0].calls)
@@ -69,26 +83,27 @@ def main(quick: bool, out_dir=None) -> int:
         print("\n### kvfuzz bench guard\n\nnot run: needs vllm (kvfuzz upstream fetch)")
         return 0
     sessions = QUICK_SESSIONS if quick else FULL_SESSIONS
-    measure("bare", 1)  # warm-up: imports, the first scheduler's construction
-    rows = {mode: measure(mode, sessions) for mode in ("bare", "record", "guard")}
+    measure("kvmanager", "bare", 1)  # warm-up: imports, the first scheduler's construction
     print(f"\n### kvfuzz bench guard{' --quick' if quick else ''}\n\n"
           f"vLLM's v1 scheduler, {sessions} seeded sessions (10 requests each, shared prefixes, "
-          f"chunked prefill, preemption) per row, one process, CPU. Per call: the time inside "
-          f"the manager's methods as the scheduler calls them (the wrapper's work included), "
-          f"divided by the calls; the reads the scheduler makes every step (usage, events, "
-          f"stats) count as calls too.\n")
-    print("| manager | calls | trace ops | us per call | us per modelled call | vs bare "
+          f"chunked prefill, preemption) per row, one process, CPU; the scheduler's manager, or "
+          f"the pool under it, bare, recorded or guarded. Per call: the time inside the "
+          f"object's methods as their caller calls them (the wrapper's work included), divided "
+          f"by the calls; the reads made every step (usage, events, stats, free blocks) count "
+          f"as calls too.\n")
+    print("| object | mode | calls | trace ops | us per call | us per modelled call | vs bare "
           "| session s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    modelled = ("get_computed_blocks", "allocate_slots", "free", "evict_blocks",
-                "reset_prefix_cache")
-    bare_per_call = None
-    for mode, (seconds, calls, wall, ops) in rows.items():
-        total_calls = sum(calls.values())
-        per_call = 1e6 * sum(seconds.values()) / max(total_calls, 1)
-        per_modelled = 1e6 * sum(seconds[m] for m in modelled) / max(
-            sum(calls[m] for m in modelled), 1)
-        bare_per_call = bare_per_call or per_modelled
-        print(f"| {mode} | {total_calls:,} | {ops:,} | {per_call:,.1f} | {per_modelled:,.1f} "
-              f"| {per_modelled / bare_per_call:.1f}x | {wall:.2f} |", flush=True)
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for target, (label, modelled) in OBJECTS.items():
+        bare_per_call = None
+        for mode in ("bare", "record", "guard"):
+            seconds, calls, wall, ops = measure(target, mode, sessions)
+            total_calls = sum(calls.values())
+            per_call = 1e6 * sum(seconds.values()) / max(total_calls, 1)
+            per_modelled = 1e6 * sum(seconds[m] for m in modelled) / max(
+                sum(calls[m] for m in modelled), 1)
+            bare_per_call = bare_per_call or per_modelled
+            print(f"| {label} | {mode} | {total_calls:,} | {ops:,} | {per_call:,.1f} "
+                  f"| {per_modelled:,.1f} | {per_modelled / bare_per_call:.1f}x | {wall:.2f} |",
+                  flush=True)
     return 0

@@ -16,8 +16,9 @@ from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles,
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
 from kvfuzz.strategies.blockpool import trace as blockpool
-from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
-                                               Reset, Share, Unpin)
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CacheIds, Evict, Free, FreeIds,
+                                               Lookup, Pad, Probe, Reset, Share, TouchIds, Unpin,
+                                               UnpinIds)
 
 
 class _Holder:
@@ -36,7 +37,8 @@ class BlockPoolLockstep(Lockstep):
               "free: cached to the tail", "free in order", "free in order: cached to the tail",
               "free a shared block", "unpin", "unpin: cached to the tail",
               "null blocks in a table", "null blocks in a call", "evict cached",
-              "evict uncached", "probe", "reset", "reset refused")
+              "evict uncached", "probe", "reset", "reset refused", "touch by id",
+              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id")
 
     def build_model(self, trace):
         self.holders: dict[int, _Holder] = {}
@@ -169,6 +171,52 @@ class BlockPoolLockstep(Lockstep):
         self.count("reset refused" if model.num_free() != model.size - 1 else "reset")
         yield Call("reset_prefix_cache()")
         yield self._call("reset_prefix_cache", ())
+
+    # The pool's calls by block id (a live guard's ops): ids outside the pool are dropped.
+    def _in_pool(self, ids) -> list[int]:
+        return [b for b in ids if b < self.model.size]
+
+    @handles(TouchIds)
+    def touch_ids(self, op: TouchIds):
+        blocks = self._in_pool(op.block_ids)
+        self._count_touch(blocks)
+        self.count("touch by id")
+        yield Call(f"touch({short(blocks, 60)})")
+        yield self._call("touch", (blocks,))
+
+    @handles(FreeIds, UnpinIds)
+    def free_ids(self, op):
+        model, blocks = self.model, self._in_pool(op.block_ids)
+        unpin = isinstance(op, UnpinIds)
+        if unpin:
+            blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
+        counts = Counter(blocks)
+        name = "unpin by id" if unpin else "free by id"
+        self.count(name)
+        if not unpin and any(b and model.key[b] and model.ref[b] == counts[b] for b in counts):
+            self.count("free by id: cached to the tail")
+        if 0 in counts:
+            self.count("null blocks in a call")
+        method = "unpin_blocks" if unpin else "free_blocks"
+        yield Call(f"{method}({short(blocks, 60)})")
+        yield self._call(method, (blocks,))
+
+    @handles(CacheIds)
+    def cache_ids(self, op: CacheIds):
+        model = self.model
+        if not model.caching or len(self._in_pool(op.block_ids)) != len(op.block_ids):
+            return
+        skip = set(op.skip)
+        cached = [b for i, b in enumerate(op.block_ids) if b and i not in skip]
+        if any(model.key[b] is not None for b in cached):
+            return  # caching a cached block again is partial-block promotion: not here
+        self.count("cache by id")
+        if 0 in op.block_ids:
+            self.count("null blocks in a call")
+        yield Call(f"cache_full_blocks(blocks {short(list(op.block_ids), 60)}, group={op.group}"
+                   f"{f', mask without {sorted(skip)}' if skip else ''})")
+        yield self._call("cache_full_blocks", (list(op.hashes), list(op.block_ids), 0,
+                                               len(op.block_ids), op.group, tuple(sorted(skip))))
 
     def _holder(self, rid: int) -> _Holder:
         self.seen.add(rid)

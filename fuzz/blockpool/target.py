@@ -36,9 +36,11 @@ def smaller_pool(item):
 
 BLOCKPOOL = trace_target(
     "blockpool",
-    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool"),
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool",
+                     max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
     judge=LockstepJudge(BlockPoolLockstep, describe_op),
     catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.blocks), CREATES, smaller_pool),
-    coverage_modules=("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model"))
+    coverage_modules=("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model"),
+    live="kvfuzz.fuzz.blockpool.guard:guard")

@@ -168,3 +168,97 @@ class Session:
                                          f"format's {self.max_ops}: no replay reads it"))
         return shrunk
 
+
+
+def open_session(target_name: str, obj, header, driver, impl, corpus,
+                 on_unsupported: str) -> Session:
+    """A guard's session of `obj` (`driver` None: a recording), with its `on_unsupported`
+    checked: "raise" or "stop"."""
+    if on_unsupported not in ("raise", "stop"):
+        raise ValueError(f"on_unsupported is {on_unsupported!r}; expected 'raise' or 'stop'")
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target = TARGETS[target_name]
+    session = Session(target, header, live_implementation(target, obj, impl), driver, corpus)
+    session.on_unsupported = on_unsupported
+    return session
+
+
+def modelled(method):
+    """A proxy's method for a call the trace models; with `on_unsupported="stop"`, one it cannot
+    model stops the session and is made as it is (never twice: a refusal comes before the call
+    is made)."""
+    def call(self, *args, **kwargs):
+        session = self.kvfuzz_session
+        try:
+            return method(self, *args, **kwargs)
+        except GuardUnsupported as refused:
+            if session.on_unsupported != "stop" or self._kvfuzz_made:
+                raise
+            session.spent = True
+            print(f"{refused}; the guard stops here, calls go through unchecked",
+                  file=sys.stderr)
+            return getattr(self._kvfuzz_object, method.__name__)(*args, **kwargs)
+        finally:
+            vars(self)["_kvfuzz_made"] = False
+    call.__name__ = call.__qualname__ = method.__name__
+    call.__doc__ = method.__doc__
+    return call
+
+
+class GuardedObject:
+    """Stands for a live object (`kvfuzz.guard`, `kvfuzz.record`): the methods a subclass
+    declares `@modelled` become ops of `kvfuzz_session` (the trace so far: `.trace()`,
+    `.save(directory)`; `.divergence` once one was raised); the names in `READS` and every
+    attribute that is not a method go through; any other method is refused."""
+
+    TARGET = ""
+    READS: frozenset = frozenset()
+
+    def __init__(self, obj, session: Session, driver):
+        state = vars(self)
+        state["_kvfuzz_object"], state["kvfuzz_session"] = obj, session
+        state["_kvfuzz_driver"] = driver
+        state["_kvfuzz_made"] = False          # whether the current call reached the object
+
+    def __repr__(self) -> str:
+        return f"kvfuzz.guard({self._kvfuzz_object!r})"
+
+    def __getattr__(self, name: str):
+        value = getattr(self._kvfuzz_object, name)
+        if name in self.READS or not callable(value):
+            return value
+
+        def refused(*args, **kwargs):
+            self._refuse(f"{name}() is not modelled by the {self.TARGET} trace, so the guard "
+                         f"cannot check it")
+        return refused
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._kvfuzz_object, name, value)
+
+    def _refuse(self, why: str):
+        raise GuardUnsupported(f"kvfuzz.guard({self.TARGET}): {why}")
+
+    def _run(self, op, method: str, perform, expected=lambda args: None):
+        """`op` recorded (and checked): the engine's call made when the lock step reaches it;
+        what it returns or raises goes back to the engine."""
+        driver, session = self._kvfuzz_driver, self.kvfuzz_session
+        vars(self)["_kvfuzz_made"] = True  # the call is made below (or its op diverged)
+        if not session.checking:
+            session.step(op)
+            return perform()
+        from kvfuzz.impl.live_calls import Pending
+
+        pending = driver.pending = Pending(method, perform, expected)
+        driver.mismatch = None
+        try:
+            session.step(op)  # a divergence raises Mismatch here
+        finally:
+            driver.pending = None
+        if pending.done:
+            return pending.outcome()
+        if session.checking:  # no divergence, yet the op never made the call
+            self._refuse(driver.mismatch or f"the trace's {type(op).__name__} op does not make "
+                                            f"the engine's {method} call")
+        return perform()

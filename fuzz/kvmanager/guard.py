@@ -25,9 +25,9 @@ trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
 from __future__ import annotations
 
 import inspect
-import sys
 
-from kvfuzz.fuzz.engine.guard import GuardUnsupported, Session, live_implementation
+from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
+                                      open_session)
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule, Trace, to_json)
@@ -106,81 +106,38 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
     is said once on stderr and goes through, and so does every call after it, unchecked."""
-    if on_unsupported not in ("raise", "stop"):
-        raise ValueError(f"on_unsupported is {on_unsupported!r}; expected 'raise' or 'stop'")
-    from kvfuzz.fuzz.targets import TARGETS
-
-    target = TARGETS["kvmanager"]
     trace = header(manager, max_in_flight_tokens)
     driver = None
     if check:
         from kvfuzz.impl.kvmanager.live import LiveManagerDriver
 
         driver = LiveManagerDriver(manager, trace.blocks)
-    session = Session(target, trace, live_implementation(target, manager, impl), driver, corpus)
+    session = open_session("kvmanager", manager, trace, driver, impl, corpus, on_unsupported)
     if driver is not None:
         driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(trace.block_size)
-    session.on_unsupported = on_unsupported
     return GuardedManager(manager, session, driver)
 
 
-def _modelled(method):
-    """A call the trace models; with `on_unsupported="stop"`, one it cannot model stops the
-    session and is made as it is (never twice: a refusal comes before the call is made)."""
-    def call(self, *args, **kwargs):
-        session = self.kvfuzz_session
-        try:
-            return method(self, *args, **kwargs)
-        except GuardUnsupported as refused:
-            if session.on_unsupported != "stop" or self._kvfuzz_made:
-                raise
-            session.spent = True
-            print(f"{refused}; the guard stops here, calls go through unchecked",
-                  file=sys.stderr)
-            return getattr(self._kvfuzz_manager, method.__name__)(*args, **kwargs)
-        finally:
-            vars(self)["_kvfuzz_made"] = False
-    call.__name__ = call.__qualname__ = method.__name__
-    call.__doc__ = method.__doc__
-    return call
-
-
-class GuardedManager:
+class GuardedManager(GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
+    TARGET, READS = "kvmanager", READS
+
     def __init__(self, manager, session: Session, driver):
+        super().__init__(manager, session, driver)
         state = vars(self)
-        state["_kvfuzz_manager"], state["kvfuzz_session"] = manager, session
-        state["_kvfuzz_driver"] = driver
         state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
         state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
         state["_kvfuzz_next_rid"] = 0
-        state["_kvfuzz_made"] = False          # whether the current call reached the manager
         state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
         # allocate_slots' parameters, read once: the installed version's names and defaults
         state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
 
-    def __repr__(self) -> str:
-        return f"kvfuzz.guard({self._kvfuzz_manager!r})"
-
-    def __getattr__(self, name: str):
-        value = getattr(self._kvfuzz_manager, name)
-        if name in READS or not callable(value):
-            return value
-
-        def refused(*args, **kwargs):
-            raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {name}() is not modelled by the "
-                                   f"kvmanager trace, so the guard cannot check it")
-        return refused
-
-    def __setattr__(self, name: str, value) -> None:
-        setattr(self._kvfuzz_manager, name, value)
-
     # -- the calls the trace models -----------------------------------------------------------
-    @_modelled
+    @modelled
     def get_computed_blocks(self, request, max_cache_hit_length=None):
-        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        manager, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return manager.get_computed_blocks(request, max_cache_hit_length)
         tracked = self._request(request, arriving=True)
@@ -207,9 +164,9 @@ class GuardedManager:
                 session.report(Schedule(tracked.rid, 1), problems)
         return result
 
-    @_modelled
+    @modelled
     def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
-        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        manager, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return manager.allocate_slots(request, num_new_tokens, *args, **kwargs)
         bound = self._kvfuzz_signature.bind(request, num_new_tokens, *args, **kwargs)
@@ -236,9 +193,9 @@ class GuardedManager:
             tracked.running = True
         return result
 
-    @_modelled
+    @modelled
     def free(self, request):
-        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        manager, session = self._kvfuzz_object, self.kvfuzz_session
         tracked = self._kvfuzz_requests.get(request.request_id)
         if not session.recording or tracked is None:  # a request the manager never saw
             return manager.free(request)
@@ -260,9 +217,9 @@ class GuardedManager:
             tracked.computed, tracked.running = 0, False
         return result
 
-    @_modelled
+    @modelled
     def evict_blocks(self, block_ids):
-        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        manager, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return manager.evict_blocks(block_ids)
         ids = sorted(set(block_ids))
@@ -276,9 +233,9 @@ class GuardedManager:
                          lambda args: None if list(args[0]) == wanted else
                          f"evict_blocks of {args[0]}, the engine's {wanted}")
 
-    @_modelled
+    @modelled
     def reset_prefix_cache(self):
-        manager, session = self._kvfuzz_manager, self.kvfuzz_session
+        manager, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return manager.reset_prefix_cache()
         self._kvfuzz_lookups.clear()
@@ -387,26 +344,3 @@ class GuardedManager:
         if list(request.all_token_ids) != tracked.tokens:
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
-
-    def _run(self, op, method: str, perform, expected=lambda args: None):
-        """`op` recorded (and checked): the engine's call made when the lock step reaches it."""
-        driver, session = self._kvfuzz_driver, self.kvfuzz_session
-        vars(self)["_kvfuzz_made"] = True  # the call is made below (or its op diverged)
-        if not session.checking:
-            session.step(op)
-            return perform()
-        from kvfuzz.impl.kvmanager.live import Pending
-
-        pending = driver.pending = Pending(method, perform, expected)
-        driver.mismatch = None
-        session.step(op)  # a divergence raises Mismatch here
-        driver.pending = None
-        if pending.done:
-            return pending.result
-        if session.checking:  # no divergence, yet the op never made the call
-            self._refuse(driver.mismatch or f"the trace's {type(op).__name__} op does not make "
-                                            f"the engine's {method} call")
-        return perform()
-
-    def _refuse(self, why: str):
-        raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")

@@ -57,6 +57,7 @@ class SessionResult:
     manager: object                     # what the scheduler called: the wrapper, or its own
     scheduled_tokens: int = 0
     lookups_with_a_hit: int = 0
+    pool: object = None                 # the wrapped pool, when one was
     notes: list[str] = field(default_factory=list)
 
 
@@ -114,21 +115,22 @@ def _model_folder() -> str:
 
 
 @contextlib.contextmanager
-def _manager_class(module, cls):
-    """The scheduler module's `KVCacheManager` is `cls` while the scheduler is built (a mutant
-    of the released class, say): the scheduler builds its manager by that name."""
-    original = module.KVCacheManager
-    module.KVCacheManager = cls or original
+def _built_by(module, name: str, cls):
+    """`module.name` is `cls` while the scheduler is built (a mutant of the released class,
+    say): vLLM builds its manager and its pool by those names."""
+    original = getattr(module, name)
+    setattr(module, name, cls or original)
     try:
         yield
     finally:
-        module.KVCacheManager = original
+        setattr(module, name, original)
 
 
-def build_scheduler(workload: Workload = Workload(), manager_class=None):
+def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_class=None):
     """vLLM's v1 Scheduler over one full-attention group of `workload.blocks` blocks, with
     prefix caching and chunked prefill (the engine's defaults otherwise); its manager an
-    instance of `manager_class` (default: vLLM's `KVCacheManager`)."""
+    instance of `manager_class` (default: vLLM's `KVCacheManager`), its pool one of
+    `pool_class` (default: vLLM's `BlockPool`)."""
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -137,6 +139,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None):
     with prepare_import("vllm"):
         import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+        from vllm.v1.core import kv_cache_coordinator
         from vllm.v1.core.sched import scheduler as scheduler_module
         from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,
                                                 KVCacheGroupSpec)
@@ -160,7 +163,8 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None):
                                  dtype=torch.float16)
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
                                   kv_cache_groups=[KVCacheGroupSpec(["layer0"], spec)])
-        with _manager_class(scheduler_module, manager_class):
+        with _built_by(scheduler_module, "KVCacheManager", manager_class), \
+                _built_by(kv_cache_coordinator, "BlockPool", pool_class):
             return scheduler_module.Scheduler(
                 vllm_config=config, kv_cache_config=kv_config,
                 structured_output_manager=StructuredOutputManager(config),
@@ -196,14 +200,17 @@ def _requests(scheduler, workload: Workload, rng: random.Random):
 
 
 def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
-                manager_class=None) -> SessionResult:
+                manager_class=None, wrap_pool=None, pool_class=None) -> SessionResult:
     """One seeded scheduler session, every request run to its end (at most
     `workload.max_steps` steps). `wrap(manager, **settings)` stands in for the scheduler's
-    manager, given what the manager does not keep (`max_in_flight_tokens`)."""
+    manager, given what the manager does not keep (`max_in_flight_tokens`); `wrap_pool(pool)`
+    for the block pool the manager's coordinator built, wherever it is held."""
     rng = random.Random(seed)
-    scheduler = build_scheduler(workload, manager_class)  # first: it prepares vLLM's import
+    scheduler = build_scheduler(workload, manager_class, pool_class)  # first: prepares vLLM
     from vllm.v1.outputs import ModelRunnerOutput
 
+    if wrap_pool is not None:
+        replace_pool(scheduler.kv_cache_manager, wrap_pool)
     if wrap is not None:
         scheduler.kv_cache_manager = wrap(
             scheduler.kv_cache_manager,
@@ -228,4 +235,40 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
             sampled_token_ids=sampled))
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
+    if wrap_pool is not None:
+        result.pool = scheduler.kv_cache_manager.block_pool
     return result
+
+
+def replace_pool(manager, wrap_pool) -> None:
+    """The pool the coordinator built, replaced by `wrap_pool(pool)` in every holder of it (the
+    manager, the coordinator, each group's manager), before its first call: as if vLLM's
+    coordinator had built the wrapped one (the construction site `kvfuzz guard blockpool`
+    patches)."""
+    coordinator = manager.coordinator
+    pool = coordinator.block_pool
+    wrapped = wrap_pool(pool)
+    for holder in (manager, coordinator, *coordinator.single_type_managers):
+        if getattr(holder, "block_pool", None) is pool:
+            holder.block_pool = wrapped
+
+
+def recording(seed: int, target: str = "kvmanager"):
+    """Session `seed`'s calls on the manager (`target` "kvmanager") or on its pool
+    ("blockpool"), recorded (`kvfuzz.record`) as a trace that names where it came from: what
+    corpus/ keeps of vLLM's own scheduler, regenerated by this call."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.engine.guard import live_guard
+
+    guard = live_guard(target)
+    if target == "blockpool":
+        session = run_session(seed, wrap_pool=lambda pool: guard(pool, check=False))
+        recorded = session.pool.kvfuzz_session
+    else:
+        session = run_session(seed, lambda manager, **settings: guard(manager, check=False,
+                                                                     **settings))
+        recorded = session.manager.kvfuzz_session
+    return replace(recorded.trace(), note=(
+        f"recorded (kvfuzz.record) from vLLM's v1 Scheduler: "
+        f"kvfuzz.fuzz.kvmanager.vllm_scheduler.recording({seed}, {target!r})"))

@@ -110,11 +110,15 @@ class BlockPoolDriver(PoolReader):
         self.heard = []
         self.pool.unpin_blocks(self._blocks(ids), self._heard)
 
-    def cache_full_blocks(self, hashes, ids, num_cached: int, num_full: int, group: int) -> None:
+    def cache_full_blocks(self, hashes, ids, num_cached: int, num_full: int, group: int,
+                          skip=()) -> None:
         self.heard = []
         request = SimpleNamespace(block_hashes=[hash_bytes(h) for h in hashes])
+        # block_mask only when a position is skipped: a release before it has no such argument
+        mask = {} if not skip else {"block_mask": [i not in skip
+                                                   for i in range(num_full - num_cached)]}
         self.pool.cache_full_blocks(request, self._blocks(ids), num_cached, num_full,
-                                    HASH_BLOCK_SIZE, group)
+                                    HASH_BLOCK_SIZE, group, **mask)
 
     def get_cached_block(self, block_hash: int, groups) -> list[int] | None:
         self.heard = []

@@ -13,50 +13,20 @@ from __future__ import annotations
 
 from kvfuzz.impl.blockpool.driver import GROUP_BYTES, PoolReader, decode_key
 from kvfuzz.impl.kvmanager.driver import _ids
+from kvfuzz.impl.live_calls import LiveCalls
 
 
-class CallMismatch(Exception):
-    """The lock step asked for a call the engine did not make (a bug of the guard's op
-    mapping, never the implementation's): `LiveManagerDriver.mismatch` says which."""
-
-
-class Pending:
-    """The engine's call, waiting for the lock step: `method` (the lock step's driver method
-    it stands for), `expected(args)` (why the lock step's arguments are not the engine's, or
-    None) and `perform()` (the real call; its raw result is what the engine gets)."""
-
-    def __init__(self, method: str, perform, expected=lambda args: None):
-        self.method, self.perform, self.expected = method, perform, expected
-        self.done, self.result = False, None
-
-
-class LiveManagerDriver(PoolReader):
+class LiveManagerDriver(LiveCalls, PoolReader):
     def __init__(self, manager, blocks: int):
         super().__init__(manager.block_pool, blocks)
         self.manager = manager
         self.requests: dict[int, object] = {}      # rid -> the engine's Request
         self.lookups: dict[int, tuple] = {}         # rid -> its last get_computed_blocks, plain
-        self.pending: Pending | None = None
-        self.mismatch: str | None = None
         self._hashes: dict[bytes, int] = {}         # the engine's block hash -> the oracle's
         self._learned: dict[int, int] = {}          # rid -> how many of its hashes are paired
         self.model_hashes = lambda rid: []          # set by the guard: the oracle's chain of rid
 
-    # -- the engine's calls, when the lock step reaches them -----------------------------------
-    def _perform(self, method: str, args: tuple):
-        pending = self.pending
-        if pending is None or pending.done or pending.method != method:
-            made = "none" if pending is None or pending.done else pending.method
-            self.mismatch = f"the lock step called {method}{args} where the engine's call is {made}"
-            raise CallMismatch(self.mismatch)
-        reason = pending.expected(args)
-        if reason:
-            self.mismatch = reason
-            raise CallMismatch(reason)
-        pending.done = True
-        pending.result = pending.perform()
-        return pending.result
-
+    # -- the engine's calls, when the lock step reaches them (`LiveCalls._perform`) ---------
     def arrive(self, rid: int, tokens) -> None:
         pass  # the engine's Request is registered by the guard before the op
 

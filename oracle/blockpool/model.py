@@ -15,7 +15,7 @@ lists and dicts: the contract its KV-cache manager relies on, read from the rele
   tail whether cached or not; the watcher hears of each block when `get_new_blocks` hands it out
   or the cache is reset.
 - `cache_full_blocks`: blocks[num_cached:num_full] get the hash at their index under the group
-  (null blocks skipped). Several blocks may hold one hash (never de-duplicated, so block tables
+  (null blocks, and those the caller's block mask leaves out, skipped). Several blocks may hold one hash (never de-duplicated, so block tables
   stay append-only); a lookup returns the earliest cached of them still cached.
 - `evict_blocks(ids)`: those blocks lose their cache entries; references and queue unchanged.
 - `reset_prefix_cache()`: False while any block but the null block is held; else every entry
@@ -85,11 +85,13 @@ class BlockPoolModel:
         self.free += released
 
     def cache_full_blocks(self, hashes: list[int], blocks: list[int], num_cached: int,
-                          num_full: int, group: int) -> None:
+                          num_full: int, group: int, skip=()) -> None:
+        """`skip`: positions in blocks[num_cached:num_full] that stay uncached (the caller's
+        block mask), as null blocks do."""
         self.heard = []
         for index in range(num_cached, num_full):
             block = blocks[index]
-            if block == 0:
+            if block == 0 or index - num_cached in skip:
                 continue
             key = (hashes[index], group)
             self.key[block] = key

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import MISSING, fields
 
 from kvfuzz.strategies.inputs import FieldReader
-from kvfuzz.strategies.blockpool.trace import FORMAT, KINDS, Op, Trace
+from kvfuzz.strategies.blockpool.trace import FORMAT, KINDS, CacheIds, Op, Trace
 
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
 # compares the state of every block, so blocks x ops is what a trace costs).
@@ -23,7 +23,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(blocks, caching, decoded, reader.origin(data.get("origin")),
                  reader.note(data.get("note")))
-
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:
@@ -45,8 +44,14 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
                                            at, low=0, high=MAX_GROUP, most=MAX_GROUP + 1)
         elif name in ("hashes", "rids", "block_ids"):
             values[name] = reader.int_list(value, at, low=0, high=MAX_ID, most=MAX_LIST)
+        elif name == "skip":
+            values[name] = reader.int_list(value, at, low=0, high=MAX_LIST - 1, most=MAX_LIST)
         else:  # rid, src
             values[name] = reader.integer(value, at, low=0, high=MAX_ID)
+    if kind is CacheIds:
+        reader.expect(len(values["hashes"]) == len(values["block_ids"]), f"{where}.hashes",
+                      f"must hold one hash per block ({len(values['block_ids'])})",
+                      len(values["hashes"]))
     return kind(**values)
 
 

@@ -105,9 +105,47 @@ class Reset:
     """`reset_prefix_cache()`: refused (False) while any block is held."""
 
 
-Op = Alloc | Lookup | Share | Pad | Cache | Free | Unpin | Evict | Probe | Reset
+# The pool's own calls, by block id: what a live guard sees (`kvfuzz.guard(pool, "blockpool")`:
+# the engine's calls name blocks, not holders). Ids outside the pool are dropped at run time.
+@dataclass(frozen=True)
+class TouchIds:
+    """`touch` of these blocks, in order: one more reference each."""
+
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FreeIds:
+    """`free_blocks` of these blocks, in the order given (the eviction order the caller chose)."""
+
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class UnpinIds:
+    """`unpin_blocks` of these blocks (the null block dropped), with a reuse watcher."""
+
+    block_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class CacheIds:
+    """`cache_full_blocks` of these blocks under `group`: block i gets `hashes[i]`, except the
+    positions in `skip` (the caller's block mask: blocks no hit can use). Resolves to nothing
+    when a block it would cache is cached already (partial-block promotion is not driven)."""
+
+    block_ids: tuple[int, ...]
+    hashes: tuple[int, ...]
+    group: int = 0
+    skip: tuple[int, ...] = ()
+
+
+Op = Alloc | Lookup | Share | Pad | Cache | Free | Unpin | Evict | Probe | Reset | TouchIds | \
+    FreeIds | UnpinIds | CacheIds
 KINDS = {"alloc": Alloc, "lookup": Lookup, "share": Share, "pad": Pad, "cache": Cache,
-         "free": Free, "unpin": Unpin, "evict": Evict, "probe": Probe, "reset": Reset}
+         "free": Free, "unpin": Unpin, "evict": Evict, "probe": Probe, "reset": Reset,
+         "touch_ids": TouchIds, "free_ids": FreeIds, "unpin_ids": UnpinIds,
+         "cache_ids": CacheIds}
 NAMES = {cls: name for name, cls in KINDS.items()}
 CREATES = (Alloc, Lookup, Share, Pad)  # ops that may start a holder
 
@@ -155,6 +193,15 @@ def describe_op(op: Op) -> str:
         return f"evict blocks {_ids(op.block_ids)}"
     if isinstance(op, Probe):
         return f"probe hashes [{_ids(op.hashes)}] groups {list(op.groups)}"
+    if isinstance(op, TouchIds):
+        return f"touch blocks {_ids(op.block_ids)}"
+    if isinstance(op, FreeIds):
+        return f"free blocks {_ids(op.block_ids)}"
+    if isinstance(op, UnpinIds):
+        return f"unpin blocks {_ids(op.block_ids)}"
+    if isinstance(op, CacheIds):
+        skip = f" skip [{_ids(op.skip)}]" if op.skip else ""
+        return f"cache blocks {_ids(op.block_ids)} as [{_ids(op.hashes)}] group {op.group}{skip}"
     return "reset prefix cache"
 
 

@@ -12,12 +12,12 @@ import pytest
 
 import kvfuzz
 from kvfuzz.fuzz.engine import corpus
-from kvfuzz.fuzz.engine.target import AGREE, DIVERGE
-from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
+from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.kvmanager.trace import Sample
+from tests import guarding
 from tests.helpers import needs_engine
 
 pytestmark = needs_engine("vllm")
@@ -33,69 +33,26 @@ def impl_of(name: str | None):
     return VLLM if name is None else KVMANAGER.catalogue.resolve(f"mutant.vllm.kvmanager.{name}")
 
 
+def settings(kwargs):
+    """The guard's setting the manager does not keep: what its constructor was given."""
+    return {"max_in_flight_tokens": kwargs.get("max_in_flight_tokens")}
+
+
 def guarded_run(trace, name: str | None, corpus_dir, check: bool = True):
     """`trace`'s calls made by kvfuzz's own scheduler (the lock step's driver) on a manager of
-    `name` (a mutant, or None: the released class) that it reaches only through the guard; the
-    guard's session. A Mismatch raised inside a call stops the run (the lock step records it as
-    the call's crash: the guard's session holds the report)."""
-    cls = impl_of(name).load()
-    sessions = []
-
-    def guarded(*args, **kwargs):
-        manager = cls(*args, **kwargs)
-        wrap = kvfuzz.guard if check else kvfuzz.record
-        options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
-        wrapped = wrap(manager, "kvmanager", max_in_flight_tokens=kwargs.get(
-            "max_in_flight_tokens"), **options)
-        sessions.append(wrapped.kvfuzz_session)
-        return wrapped
-
-    client = KVManagerLockstep(trace, guarded)
-    for op in trace.ops:
-        _, problems = client.step(op)
-        if sessions[0].divergence is not None:
-            break
-        # Without a divergence the client sees what it would see bare (a GuardUnsupported
-        # would show here as the call's crash).
-        assert not problems or name is not None, problems
-        assert "GuardUnsupported" not in repr(problems), problems
-    return sessions[0]
+    `name` (a mutant, or None: the released class), reached only through the guard."""
+    return guarding.guarded_run(KVMANAGER, trace, impl_of(name), corpus_dir, check, settings)
 
 
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(tmp_path):
-    caught = set()
-    for name in MUTATIONS:
-        for index in range(40):
-            trace = KVMANAGER.generator.generate(0, index)
-            batch = KVMANAGER.check(trace, impl_of(name))
-            session = guarded_run(trace, name, tmp_path)
-            found = session.divergence
-            assert (batch.status == DIVERGE) == (found is not None), (name, index, batch.status,
-                                                                      found and found.report())
-            if found is None:
-                continue
-            caught.add(name)
-            # The guard's file is the calls up to the bad one: it fails on the mutant the same
-            # way, and the released class runs it clean.
-            assert found.saved_path and found.step == len(found.input.ops) - 1
-            _, saved = corpus.load(found.saved_path)
-            again = KVMANAGER.check(saved, impl_of(name)).divergence
-            assert again is not None and again.signature == found.signature, found.report()
-            assert KVMANAGER.check(saved, VLLM).status == AGREE
-            assert "replay    kvfuzz replay " in found.report()
-            break
-    assert len(caught) >= 12, sorted(set(MUTATIONS) - caught)
+    caught = guarding.assert_guard_verdicts_are_the_batch_judges(
+        KVMANAGER, VLLM, [impl_of(name) for name in MUTATIONS], tmp_path, settings=settings)
+    assert len(caught) >= 12, sorted(set(MUTATIONS) - {c.rsplit(".", 1)[1] for c in caught})
 
 
 def test_the_released_manager_runs_guarded_and_its_record_replays(tmp_path):
-    for index in range(120):
-        trace = KVMANAGER.generator.generate(0, index)
-        guarded = guarded_run(trace, None, tmp_path)
-        assert guarded.divergence is None
-        recorded = guarded_run(trace, None, tmp_path, check=False)
-        assert recorded.lock is None and recorded.trace() == guarded.trace()
-        assert KVMANAGER.check(recorded.trace(), VLLM).status == AGREE
-    assert not list(tmp_path.iterdir())  # nothing diverged: nothing saved
+    guarding.assert_released_runs_guarded_and_its_record_replays(KVMANAGER, VLLM, tmp_path, 120,
+                                                                 settings)
 
 
 def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True):
@@ -127,18 +84,9 @@ def test_vllms_scheduler_runs_its_sessions_guarded_with_no_divergence(tmp_path):
 
 @pytest.mark.parametrize("name", SCHEDULER_REACHES)
 def test_a_guarded_mutant_raises_in_vllms_scheduler_with_a_file_that_replays(name, tmp_path):
-    for seed in range(5):
-        try:
-            scheduler_session(seed, name, tmp_path)
-        except kvfuzz.Mismatch as raised:
-            found = raised.divergence
-            break
-    else:
-        pytest.fail(f"{name}: no divergence in 5 sessions")
-    assert found.impl == f"mutant.vllm.kvmanager.{name}"
-    result = kvfuzz.replay(found.saved_path, found.impl)
-    assert [d.signature for d in result.divergences] == [found.signature]
-    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: scheduler_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=5)
 
 
 def released_manager(blocks: int = 8, window: int = 0):
@@ -170,7 +118,7 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
 
 def test_a_target_without_a_guard_says_which_have_one():
     with pytest.raises(ValueError, match=r"target 'extend' has no live guard \(targets with "
-                                         r"one: kvmanager\)"):
+                                         r"one: blockpool, kvmanager\)"):
         kvfuzz.guard(object(), "extend")
 
 

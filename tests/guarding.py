@@ -1,0 +1,95 @@
+"""What the live guards' tests share (tests/<target>/test_guard.py): a trace's calls made by
+kvfuzz's own lock-step driver on an object it reaches only through the guard, and the check
+that the guard's verdict on a trace is the batch judge's."""
+
+import kvfuzz
+from kvfuzz.fuzz.engine import corpus
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE
+
+
+def guarded_run(target, trace, impl, corpus_dir, check: bool = True,
+                settings=lambda kwargs: {}):
+    """`trace`'s calls made by the target's batch driver (its judge's lock step) on objects of
+    `impl` that come back guarded (or recorded) as they are built; the guard's session.
+    `settings(constructor kwargs)` are the guard's own. A Mismatch raised inside a call stops
+    the run (the lock step records it as the call's crash: the session holds the report)."""
+    cls = impl.load()
+    sessions = []
+
+    def guarded(*args, **kwargs):
+        live = cls(*args, **kwargs)
+        if check:
+            wrapped = kvfuzz.guard(live, target.name, impl=impl.name, corpus=corpus_dir,
+                                   **settings(kwargs))
+        else:
+            wrapped = kvfuzz.record(live, target.name, **settings(kwargs))
+        sessions.append(wrapped.kvfuzz_session)
+        return wrapped
+
+    client = target.judge.lockstep(trace, guarded)
+    released = impl.kind != "mutant"
+    for op in trace.ops:
+        _, problems = client.step(op)
+        if sessions[0].divergence is not None:
+            break
+        # Without a divergence the client sees what it would see bare (a GuardUnsupported
+        # would show here as the call's crash).
+        assert not problems or not released, problems
+        assert "GuardUnsupported" not in repr(problems), problems
+    return sessions[0]
+
+
+def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus_dir,
+                                               traces: int = 40, settings=lambda kwargs: {}):
+    """On each mutant's first `traces` seeded traces, the guard diverges exactly where the
+    batch judge does, and its file (the calls up to the bad one) fails on the mutant the same
+    way and runs clean on the released class; the mutants caught."""
+    caught = set()
+    for mutant in mutants:
+        for index in range(traces):
+            trace = target.generator.generate(0, index)
+            batch = target.check(trace, mutant)
+            found = guarded_run(target, trace, mutant, corpus_dir, settings=settings).divergence
+            assert (batch.status == DIVERGE) == (found is not None), (
+                mutant.name, index, batch.status, found and found.report())
+            if found is None:
+                continue
+            caught.add(mutant.name)
+            assert found.saved_path and found.step == len(found.input.ops) - 1
+            _, saved = corpus.load(found.saved_path)
+            again = target.check(saved, mutant).divergence
+            assert again is not None and again.signature == found.signature, found.report()
+            assert target.check(saved, released).status == AGREE
+            assert "replay    kvfuzz replay " in found.report()
+            break
+    return caught
+
+
+def assert_released_runs_guarded_and_its_record_replays(target, released, corpus_dir,
+                                                        traces: int, settings=lambda kw: {}):
+    for index in range(traces):
+        trace = target.generator.generate(0, index)
+        guarded = guarded_run(target, trace, released, corpus_dir, settings=settings)
+        assert guarded.divergence is None
+        recorded = guarded_run(target, trace, released, corpus_dir, check=False,
+                               settings=settings)
+        assert recorded.lock is None and recorded.trace() == guarded.trace()
+        assert target.check(recorded.trace(), released).status == AGREE
+    assert not list(corpus_dir.iterdir())  # nothing diverged: nothing saved
+
+
+def assert_mutant_raises_in_sessions(session, name: str, released: str, seeds: int):
+    """`session(seed)` (a scheduler session over mutant `name`, guarded) raises Mismatch in one
+    of `seeds` sessions, and its file fails the same way on the mutant, clean on `released`."""
+    for seed in range(seeds):
+        try:
+            session(seed)
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError(f"{name}: no divergence in {seeds} sessions")
+    assert found.impl == name
+    result = kvfuzz.replay(found.saved_path, found.impl)
+    assert [d.signature for d in result.divergences] == [found.signature]
+    assert kvfuzz.replay(found.saved_path, released).ok
