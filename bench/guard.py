@@ -26,11 +26,11 @@ class Timed:
             return value
 
         def timed(*args, **kwargs):
-            began = time.perf_counter()
+            began = time.thread_time()  # on a shared machine, wall time is the neighbours'
             try:
                 return value(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - began
+                self.seconds[name] += time.thread_time() - began
                 self.calls[name] += 1
         return timed
 
@@ -78,6 +78,38 @@ def measure(target: str, mode: str, sessions: int) -> tuple[Counter, Counter, fl
     return seconds, calls, wall, ops
 
 
+# The SGLang allocator's calls that become trace ops (the rest are reads and capacity queries).
+SGLANG_MODELLED = ("alloc", "alloc_extend", "alloc_decode", "free", "free_full", "free_segment",
+                   "free_full_segment", "free_segments", "free_full_segments", "free_page_ids",
+                   "free_group_begin", "free_group_end", "clear")
+
+
+def measure_sglang(mode: str, sessions: int):
+    """The same figures for SGLang's own scheduler and its paged allocator, each session in a
+    process of its own (one scheduler per process): the time inside the allocator's methods as
+    the session's command reports it; the session's wall time less its start-up is not known
+    there, so the command's own wall time is given."""
+    if importlib.util.find_spec("sglang") is None:
+        return None, None, 0.0, 0
+    import tempfile
+
+    from kvfuzz.fuzz.allocator.sglang_scheduler import session_in_subprocess
+
+    seconds, calls, wall, ops = Counter(), Counter(), 0.0, 0
+    options = {"bare": [], "guard": ["--guard", "--corpus", tempfile.mkdtemp()],
+               "record": ["--record", tempfile.mkdtemp()]}[mode]
+    for seed in range(sessions):
+        began = time.perf_counter()
+        line = session_in_subprocess(seed, ["--retract", *options])
+        wall += time.perf_counter() - began
+        if "divergence" in line:
+            raise RuntimeError(f"SGLang session {seed} diverged: {line['divergence']['report']}")
+        seconds.update(line["seconds"])
+        calls.update(line["calls"])
+        ops += line.get("ops", 0)
+    return seconds, calls, wall, ops
+
+
 def main(quick: bool, out_dir=None) -> int:
     if importlib.util.find_spec("vllm") is None:
         print("\n### kvfuzz bench guard\n\nnot run: needs vllm (kvfuzz upstream fetch)")
@@ -85,19 +117,29 @@ def main(quick: bool, out_dir=None) -> int:
     sessions = QUICK_SESSIONS if quick else FULL_SESSIONS
     measure("kvmanager", "bare", 1)  # warm-up: imports, the first scheduler's construction
     print(f"\n### kvfuzz bench guard{' --quick' if quick else ''}\n\n"
-          f"vLLM's v1 scheduler, {sessions} seeded sessions (10 requests each, shared prefixes, "
-          f"chunked prefill, preemption) per row, one process, CPU; the scheduler's manager, or "
-          f"the pool under it, bare, recorded or guarded. Per call: the time inside the "
-          f"object's methods as their caller calls them (the wrapper's work included), divided "
-          f"by the calls; the reads made every step (usage, events, stats, free blocks) count "
-          f"as calls too.\n")
+          f"vLLM's v1 scheduler and SGLang's scheduler, {sessions} seeded sessions (10 requests "
+          f"each, shared prefixes, chunked prefill, preemption or forced retraction) per row, "
+          f"CPU; vLLM's manager, or the pool under it, and SGLang's paged allocator, bare, "
+          f"recorded or guarded. Per call: the thread CPU time inside the object's methods as "
+          f"their caller calls them (the wrapper's work included), divided by the calls; the reads "
+          f"made every step (usage, events, stats, free blocks, capacity queries) count as calls "
+          f"too. vLLM's sessions run in this process, SGLang's one process each (its session "
+          f"seconds include about 9 s of start-up).\n")
     print("| object | mode | calls | trace ops | us per call | us per modelled call | vs bare "
           "| session s |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for target, (label, modelled) in OBJECTS.items():
+    rows = [(label, modelled, [(mode, *measure(target, mode, sessions))
+                               for mode in ("bare", "record", "guard")])
+            for target, (label, modelled) in OBJECTS.items()]
+    rows.append(("SGLang allocator", SGLANG_MODELLED,
+                 [(mode, *measure_sglang(mode, sessions)) for mode in ("bare", "record", "guard")]))
+    for label, modelled, measured in rows:
         bare_per_call = None
-        for mode in ("bare", "record", "guard"):
-            seconds, calls, wall, ops = measure(target, mode, sessions)
+        for mode, seconds, calls, wall, ops in measured:
+            if calls is None:
+                print(f"| {label} | {mode} | not run: needs sglang (kvfuzz upstream fetch) "
+                      f"| | | | | |")
+                continue
             total_calls = sum(calls.values())
             per_call = 1e6 * sum(seconds.values()) / max(total_calls, 1)
             per_modelled = 1e6 * sum(seconds[m] for m in modelled) / max(

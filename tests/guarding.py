@@ -26,7 +26,7 @@ def guarded_run(target, trace, impl, corpus_dir, check: bool = True,
         sessions.append(wrapped.kvfuzz_session)
         return wrapped
 
-    client = target.judge.lockstep(trace, guarded)
+    client = target.judge.lockstep(trace, guarded, **target.judge.options(impl))
     released = impl.kind != "mutant"
     for op in trace.ops:
         _, problems = client.step(op)
@@ -47,7 +47,7 @@ def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus
     caught = set()
     for mutant in mutants:
         for index in range(traces):
-            trace = target.generator.generate(0, index)
+            trace = target.generator.generate(0, index, [mutant])  # what the mutant declares
             batch = target.check(trace, mutant)
             found = guarded_run(target, trace, mutant, corpus_dir, settings=settings).divergence
             assert (batch.status == DIVERGE) == (found is not None), (
@@ -68,7 +68,7 @@ def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus
 def assert_released_runs_guarded_and_its_record_replays(target, released, corpus_dir,
                                                         traces: int, settings=lambda kw: {}):
     for index in range(traces):
-        trace = target.generator.generate(0, index)
+        trace = target.generator.generate(0, index, [released])
         guarded = guarded_run(target, trace, released, corpus_dir, settings=settings)
         assert guarded.divergence is None
         recorded = guarded_run(target, trace, released, corpus_dir, check=False,

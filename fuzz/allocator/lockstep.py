@@ -20,7 +20,8 @@ from kvfuzz.strategies.allocator import trace as allocator
 from kvfuzz.strategies.allocator.trace import GROUP_MISUSES, MISUSES, Misuse
 
 ALLOC_METHODS = ("alloc", "alloc_extend", "alloc_decode")
-RELEASES = ("free_slots", "free_segment", "free_page_ids", "group_begin", "group_end")
+RELEASES = ("free_slots", "free_segment", "free_segments", "free_page_ids", "group_begin",
+            "group_end")
 
 
 class AllocatorLockstep(Lockstep):
@@ -114,9 +115,10 @@ class AllocatorLockstep(Lockstep):
 
 def _owner(call: Planned):
     def where(index: int) -> str:
-        for rid, start, n in zip(call.rids, call.starts, call.lens):
+        for entry, (rid, start, n) in enumerate(zip(call.rids, call.starts, call.lens)):
             if index < n:
-                return f"request r{rid} position {start + index}"
+                who = f"batch entry {entry}" if call.engine is not None else f"request r{rid}"
+                return f"{who} position {start + index}"
             index -= n
         return "past the end"
     return where

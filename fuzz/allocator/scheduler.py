@@ -14,10 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvfuzz.oracle.allocator.model import AllocatorModel
-from kvfuzz.oracle.allocator.invariants import new_slot_violations
+from kvfuzz.oracle.allocator.invariants import ENGINE, new_slot_violations
 from kvfuzz.strategies.inputs import ceil_pages
-from kvfuzz.strategies.allocator.trace import (Admit, AllocPages, Clear, Decode, Extend,
-                                               Finish, GroupBegin, GroupEnd, Op, Trace, Truncate)
+from kvfuzz.strategies.allocator.trace import (BY_SLOT, Admit, AllocPages, AllocSlots, Clear,
+                                               Decode, DecodeSlots, Extend, ExtendSlots, Finish,
+                                               FreePages, FreeSegments, FreeSlots, GroupBegin,
+                                               GroupEnd, Op, Trace, Truncate,
+                                               describe_slot_op)
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Planned:
     release: tuple | None = None
     misuse: str | None = None
     holder: bool = False        # `alloc` for a new holder (AllocPages), not for a batch
+    engine: tuple | None = None  # a by-slot op: what each output's page continues (below)
 
 
 class Scheduler:
@@ -89,7 +93,41 @@ class Scheduler:
             return Planned("group_end", (), "free_group_end()", release=("group", False))
         if isinstance(op, Clear):
             return Planned("clear", (), "clear()", release=("clear",))
+        if isinstance(op, BY_SLOT):
+            return self._by_slot(op)
         return None  # a Misuse op, among others: see `kvfuzz.fuzz.allocator.misuse`
+
+    def _by_slot(self, op) -> Planned | None:
+        """A live guard's op: the engine's own call. Its outputs go to "the engine" (one holder
+        of every page it was handed); `engine` is, per batch entry, the first position it gets
+        and the slot of its last stored token (-1: none), which a continued page must match."""
+        text = describe_slot_op(op)
+        if isinstance(op, AllocSlots):
+            return Planned("alloc", (op.need_size,), text, (ENGINE,), (0,), (op.need_size,),
+                           engine=((0, -1),))
+        if isinstance(op, (ExtendSlots, DecodeSlots)):
+            decode = isinstance(op, DecodeSlots)
+            prefix = [s - 1 for s in op.seq_lens] if decode else list(op.prefix_lens)
+            if any(q < 0 or s < q for q, s in zip(prefix, op.seq_lens)):
+                return None  # outside the contract: no caller makes it
+            lens = tuple(s - q for q, s in zip(prefix, op.seq_lens))
+            args = (list(op.seq_lens), list(op.last_loc)) if decode else \
+                (prefix, list(op.seq_lens), list(op.last_loc), op.num_new_pages)
+            return Planned("alloc_decode" if decode else "alloc_extend", args, text,
+                           (ENGINE,) * len(lens), tuple(prefix), lens,
+                           engine=tuple(zip(prefix, op.last_loc)))
+        if isinstance(op, FreeSlots):
+            pages = sorted({slot // self.P for slot in op.slots})
+            return Planned("free_slots", (list(op.slots),), text, release=("engine", pages))
+        if isinstance(op, FreeSegments):
+            segments, at = [], 0
+            for start, count in zip(op.starts, op.counts):
+                segments.append((list(op.slots[at:at + count]), start))
+                at += count
+            pages = [slot // self.P for slots, _ in segments for slot in slots[::self.P]]
+            return Planned("free_segments", (segments,), text, release=("engine", pages))
+        return Planned("free_page_ids", (list(op.page_ids),), text,
+                       release=("engine", list(op.page_ids)))
 
     def _extend(self, op: Extend, model: AllocatorModel) -> Planned | None:
         P = self.P
@@ -168,9 +206,18 @@ class Scheduler:
             self.group_open = call.release[1]
         elif kind == "clear":
             self.rows, self.holders, self.released, self.group_open = {}, {}, [], False
+        elif kind == "engine":  # the engine's pages released: held by no one now
+            for page in call.release[1]:
+                holders = self.holders.get(page)
+                if holders is not None:
+                    holders.discard(ENGINE)
+                    if not holders:
+                        del self.holders[page]
         return []
 
     def _commit_slots(self, call: Planned, result: list[int]) -> list[str]:
+        if call.engine is not None:
+            return self._commit_engine_slots(call, result)
         problems, at = [], 0
         if call.holder:
             self.seen.add(call.rids[0])
@@ -184,6 +231,21 @@ class Scheduler:
             for position, slot in enumerate(new, start):
                 if position % self.P == 0:
                     self.holders.setdefault(slot // self.P, set()).add(rid)
+        return problems
+
+    def _commit_engine_slots(self, call: Planned, result: list[int]) -> list[str]:
+        """A by-slot allocation: each entry's slots checked as a request's are, its row known
+        only as far as its last stored token's page, every page opened held by the engine."""
+        problems, at = [], 0
+        lens = call.lens if call.method != "alloc" else (len(result),)
+        for (start, last), n in zip(call.engine, lens):
+            new = result[at:at + n]
+            at += n
+            problems += new_slot_violations(ENGINE, start, new, _LastPage(last, self.P), self.P,
+                                            self.holders)
+            for position, slot in enumerate(new, start):
+                if position % self.P == 0:
+                    self.holders.setdefault(slot // self.P, set()).add(ENGINE)
         return problems
 
     def _commit_free(self, rid: int, first: int, finish: bool) -> None:
@@ -203,3 +265,14 @@ class Scheduler:
 
 def _few(slots: list[int]) -> str:
     return f"{len(slots)} slots {slots[:6]}{'...' if len(slots) > 6 else ''}"
+
+
+class _LastPage:
+    """A by-slot request's row as far as the slot checks read it: its slots before the first
+    new position are in the page of its last stored token."""
+
+    def __init__(self, last_loc: int, page_size: int):
+        self.slot = last_loc - last_loc % page_size if last_loc >= 0 else -page_size
+
+    def __getitem__(self, position: int) -> int:
+        return self.slot

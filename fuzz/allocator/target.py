@@ -63,7 +63,8 @@ def _generator_for(impls):
 
 ALLOCATOR = trace_target(
     "allocator",
-    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool"),
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool",
+                     max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(AllocatorLockstep, describe_op, broken, lambda impl: {
         "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions}),
@@ -72,4 +73,5 @@ ALLOCATOR = trace_target(
     shrinker=TraceShrinker(lambda item: (len(item.ops), sum(len(getattr(op, "rids", ()))
                                                             for op in item.ops))),
     coverage_modules=("kvfuzz.fuzz.allocator.lockstep", "kvfuzz.oracle.allocator.model",
-                      "kvfuzz.oracle.allocator.invariants"))
+                      "kvfuzz.oracle.allocator.invariants"),
+    live="kvfuzz.fuzz.allocator.guard:guard")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 
 from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
-                                      open_session)
+                                      open_session, same_args)
 from kvfuzz.strategies.blockpool.codec import MAX_BLOCKS, MAX_GROUP, MAX_ID, MAX_LIST
 from kvfuzz.strategies.blockpool.trace import (Alloc, CacheIds, Evict, FreeIds, Probe, Reset,
                                                TouchIds, Trace, UnpinIds)
@@ -69,12 +69,6 @@ def guard(pool, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedPool(pool, session, driver, names)
 
 
-def _same(wanted):
-    """`expected` of a call whose lock-step arguments must be `wanted`."""
-    return lambda args: None if tuple(args) == tuple(wanted) else \
-        f"the lock step calls with {args}, the engine with {tuple(wanted)}"
-
-
 class GuardedPool(GuardedObject):
     """Stands for the pool: the manager's calls go through `kvfuzz_session`."""
 
@@ -99,7 +93,7 @@ class GuardedPool(GuardedObject):
         rid = self._kvfuzz_next_rid
         vars(self)["_kvfuzz_next_rid"] = rid + 1
         return self._run(Alloc(rid, n), "get_new_blocks", lambda: pool.get_new_blocks(num_blocks),
-                         _same((n,)))
+                         same_args((n,)))
 
     @modelled
     def touch(self, blocks):
@@ -111,7 +105,8 @@ class GuardedPool(GuardedObject):
         # one flat list, or one list per group (a release before the flat signature)
         nested = [list(b) if isinstance(b, (list, tuple)) else [b] for b in blocks]
         ids = self._ids([b for group in nested for b in group], "touch")
-        return self._run(TouchIds(tuple(ids)), "touch", lambda: pool.touch(blocks), _same((ids,)))
+        return self._run(TouchIds(tuple(ids)), "touch", lambda: pool.touch(blocks),
+                         same_args((ids,)))
 
     @modelled
     def free_blocks(self, ordered_blocks):
@@ -121,7 +116,7 @@ class GuardedPool(GuardedObject):
         blocks = list(ordered_blocks)  # an iterator is read once: the pool gets the same list
         ids = self._ids(blocks, "free_blocks")
         return self._run(FreeIds(tuple(ids)), "free_blocks", lambda: pool.free_blocks(blocks),
-                         _same((ids,)))
+                         same_args((ids,)))
 
     @modelled
     def unpin_blocks(self, blocks, on_reuse):
@@ -138,7 +133,7 @@ class GuardedPool(GuardedObject):
                 driver.heard.append(int(block.block_id))
                 return on_reuse(block)
         return self._run(UnpinIds(tuple(ids)), "unpin_blocks",
-                         lambda: pool.unpin_blocks(blocks, watcher), _same((ids,)))
+                         lambda: pool.unpin_blocks(blocks, watcher), same_args((ids,)))
 
     @modelled
     def cache_full_blocks(self, request, blocks, *args, **kwargs):
@@ -169,7 +164,7 @@ class GuardedPool(GuardedObject):
         op = CacheIds(tuple(ids), tuple(self._name(h) for h in hashes), group, skip)
         return self._run(op, "cache_full_blocks",
                          lambda: pool.cache_full_blocks(*bound.args, **bound.kwargs),
-                         _same((ids, list(op.hashes), group, skip)))
+                         same_args((ids, list(op.hashes), group, skip)))
 
     @modelled
     def get_cached_block(self, block_hash, kv_cache_group_ids):
@@ -183,7 +178,7 @@ class GuardedPool(GuardedObject):
         name = self._name(block_hash)
         return self._run(Probe((name,), groups), "get_cached_block",
                          lambda: pool.get_cached_block(block_hash, kv_cache_group_ids),
-                         _same((name, groups)))
+                         same_args((name, groups)))
 
     @modelled
     def evict_blocks(self, block_ids):
@@ -195,7 +190,7 @@ class GuardedPool(GuardedObject):
             self._refuse(f"evict_blocks of {len(ids)} ids outside the trace's limits")
         wanted = [b for b in ids if b < session.header.blocks]
         return self._run(Evict(tuple(ids)), "evict_blocks", lambda: pool.evict_blocks(block_ids),
-                         _same((wanted,)))
+                         same_args((wanted,)))
 
     @modelled
     def reset_prefix_cache(self):

@@ -184,6 +184,13 @@ def open_session(target_name: str, obj, header, driver, impl, corpus,
     return session
 
 
+def same_args(wanted):
+    """A held call's `expected`: the lock step's arguments must be `wanted` (the engine's, in
+    plain ints), else the reason they are not."""
+    return lambda args: None if tuple(args) == tuple(wanted) else \
+        f"the lock step calls with {args}, the engine with {tuple(wanted)}"
+
+
 def modelled(method):
     """A proxy's method for a call the trace models; with `on_unsupported="stop"`, one it cannot
     model stops the session and is made as it is (never twice: a refusal comes before the call

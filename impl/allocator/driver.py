@@ -44,6 +44,18 @@ class AllocatorDriver(TensorDriver):
     def free_segment(self, slots, start_pos: int) -> None:
         self._release("free_segment", slots, start_pos=start_pos)
 
+    def free_segments(self, segments) -> None:
+        """`free_segments([(slots, start_pos), ...])`; a release before it had only
+        `free_segment`, which its segments go to one by one."""
+        indices = [(self._tensor(slots), start) for slots, start in segments]
+        if hasattr(self.allocator, "free_segments"):
+            self.allocator.free_segments(indices)
+        else:
+            for index, start in indices:
+                if index.numel():
+                    self.allocator.free_segment(index, start_pos=start)
+        then_poison(None, *(index for index, _ in indices))
+
     def free_page_ids(self, pages) -> None:
         ids = self._tensor(pages)
         then_poison(self.allocator.free_page_ids(ids), *([ids] if self.reuse_page_ids else []))

@@ -118,6 +118,22 @@ class PagedAllocator:
             raise MisuseError(f"segment start {start_pos} is not a multiple of {self.page_size}")
         self.free_page_ids(free_index[::self.page_size] // self.page_size)
 
+    def free_segments(self, segments) -> None:
+        """Several `(free_index, start_pos)` segments of one request's row, each as
+        `free_segment`; empty ones skipped, and a segment that shares a page with the one before
+        it refused when reached (the ones before it stay freed, as upstream's)."""
+        previous_end = None
+        for free_index, start_pos in segments:
+            count = free_index.numel()
+            if count == 0:
+                continue
+            if previous_end is not None and \
+                    start_pos // self.page_size <= (previous_end - 1) // self.page_size:
+                raise MisuseError(f"segment at {start_pos} shares a page with the one ending at "
+                                  f"{previous_end}")
+            previous_end = start_pos + count
+            self.free_segment(free_index, start_pos=start_pos)
+
     def free_page_ids(self, page_ids: torch.Tensor) -> None:
         """Release exactly these pages (no dedup: each page at most once per group)."""
         if page_ids.numel() == 0:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+ENGINE = -1  # the holder of pages a live guard saw handed out: the engine, not one request
+
 
 def state_violations(num_pages: int, free: list[int], staged: list[int], pending: list[int],
                      holders: dict[int, set[int]]) -> list[str]:
@@ -56,7 +58,7 @@ def new_slot_violations(rid: int, start: int, slots: list[int], row: list[int], 
     own page, an opened page is held by no live request."""
     problems = []
     for position, slot in enumerate(slots, start):
-        page, where = slot // page_size, f"request r{rid} position {position} got slot {slot}"
+        page, where = slot // page_size, f"{_who(rid)} position {position} got slot {slot}"
         if slot < page_size:
             problems.append(f"{where} in page 0 (the padding page)")
         elif slot % page_size != position % page_size:
@@ -74,12 +76,16 @@ def new_slot_violations(rid: int, start: int, slots: list[int], row: list[int], 
             break
     duplicates = [s for s, n in Counter(slots).items() if n > 1]
     if duplicates:
-        problems.append(f"request r{rid} got slots twice in one call: {sorted(duplicates)[:6]}")
+        problems.append(f"{_who(rid)} got slots twice in one call: {sorted(duplicates)[:6]}")
     return problems
 
 
+def _who(rid: int) -> str:
+    return "the engine's request" if rid == ENGINE else f"request r{rid}"
+
+
 def _rids(rids) -> str:
-    return ", ".join(f"r{r}" for r in sorted(rids))
+    return ", ".join("the engine" if r == ENGINE else f"r{r}" for r in sorted(rids))
 
 
 def _few(pages: list[int], counts: Counter) -> str:

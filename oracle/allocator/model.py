@@ -127,6 +127,21 @@ class AllocatorModel:
             raise Rejected(f"free_segment start {start_pos} is not a multiple of {self.page_size}")
         self.free_page_ids([s // self.page_size for s in slots[::self.page_size]])
 
+    def free_segments(self, segments) -> None:
+        """Several `(slots, start_pos)` segments of one row, each a `free_segment`, empty ones
+        skipped; a segment that shares a page with the one before it is rejected when it is
+        reached (upstream asserts as it goes: the segments before it stay freed)."""
+        previous_end = None
+        for slots, start_pos in segments:
+            if not slots:
+                continue
+            if previous_end is not None and \
+                    start_pos // self.page_size <= (previous_end - 1) // self.page_size:
+                raise Rejected(f"segment at {start_pos} shares a page with the one ending at "
+                               f"{previous_end}")
+            previous_end = start_pos + len(slots)
+            self.free_segment(list(slots), start_pos)
+
     def free_page_ids(self, pages: list[int]) -> None:
         if self.token:
             return self.free_slots(pages)  # page ids are slots

@@ -4,8 +4,9 @@ naming the source, the field and the value."""
 from __future__ import annotations
 
 from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, GROUP_MISUSES, INTERFACES,
-                                               KINDS, MISUSES, AllocPages, Extend, Finish,
-                                               Misuse, Trace, Truncate)
+                                               KINDS, MISUSES, AllocPages, DecodeSlots, Extend,
+                                               ExtendSlots, Finish, FreeSegments, Misuse, Trace,
+                                               Truncate)
 from kvfuzz.strategies.inputs import FieldReader
 
 _TOP = {"format", "page_size", "size", "need_sort", "debug", "interface", "ops", "origin", "note"}
@@ -34,7 +35,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
                  reader.origin(data.get("origin")), reader.note(data.get("note")))
 
 
-
 def _op(reader: FieldReader, raw: object, where: str):
     kind = reader.op_kind(raw, where, KINDS)
     names = set(kind.__dataclass_fields__)
@@ -48,7 +48,23 @@ def _op(reader: FieldReader, raw: object, where: str):
         reader.fail(f"{where}.pages", "expected >= 0 unless relative", values["pages"])
     if kind is Extend and len(values.get("rids", ())) != len(values.get("lens", ())):
         reader.fail(f"{where}.lens", "must have one length per rid", values.get("lens"))
+    # A by-slot batch: one entry per request in each list; segments: one count per start.
+    for first, *others in _SAME_LENGTH.get(kind, ()):
+        for other in others:
+            if len(values[other]) != len(values[first]):
+                reader.fail(f"{where}.{other}", f"must have one entry per {first} entry "
+                                                f"({len(values[first])})", values[other])
+    if kind is FreeSegments and sum(values["counts"]) != len(values["slots"]):
+        reader.fail(f"{where}.counts", f"must add up to the slots ({len(values['slots'])})",
+                    values["counts"])
     return kind(**values)
+
+
+_SAME_LENGTH = {ExtendSlots: [("prefix_lens", "seq_lens", "last_loc")],
+                DecodeSlots: [("seq_lens", "last_loc")], FreeSegments: [("starts", "counts")]}
+# list field -> the most entries: a batch, a call's segments, a call's slots or pages
+_LISTS = {"prefix_lens": MAX_BATCH, "seq_lens": MAX_BATCH, "starts": MAX_PAGES,
+          "counts": MAX_PAGES, "slots": MAX_SIZE, "page_ids": MAX_PAGES}
 
 
 def _value(reader: FieldReader, kind, name: str, value: object, label: str):
@@ -59,8 +75,16 @@ def _value(reader: FieldReader, kind, name: str, value: object, label: str):
     if name in ("rids", "lens"):
         high = MAX_SIZE if name == "lens" else 2**31  # no request holds more than the pool
         return reader.int_list(value, label, low=0, high=high, most=MAX_BATCH)
-    if name in ("share_from", "fill") and value is None:
+    if name in _LISTS:
+        return reader.int_list(value, label, low=0, high=MAX_SIZE, most=_LISTS[name])
+    if name == "last_loc":  # -1: a request with nothing stored yet
+        return reader.int_list(value, label, low=-1, high=MAX_SIZE, most=MAX_BATCH)
+    if name == "need_size":
+        return reader.integer(value, label, low=0, high=MAX_SIZE)
+    if name in ("share_from", "fill", "num_new_pages") and value is None:
         return None
+    if name == "num_new_pages":
+        return reader.integer(value, label, low=0, high=MAX_PAGES)
     if name in _NATURAL or name == "share_from":
         return reader.integer(value, label, low=0, high=2**31)
     return reader.integer(value, label, -MAX_SIZE, MAX_SIZE)  # fill, pages (relative: < 0)

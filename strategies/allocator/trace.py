@@ -101,11 +101,67 @@ class AllocPages:
     relative: bool = False
 
 
+# The allocator's own calls, by slot: what a live guard sees (`kvfuzz.guard(allocator,
+# "allocator")`: an engine's calls carry lengths and slots, not requests). The pages they hand
+# out are held by "the engine" until a release of them; nothing resolves them away but a
+# batch outside the contract (a seq_len below its prefix_len).
+@dataclass(frozen=True)
+class AllocSlots:
+    """`alloc(need_size)`."""
+
+    need_size: int
+
+
+@dataclass(frozen=True)
+class ExtendSlots:
+    """`alloc_extend` of this batch (`num_new_pages` passed when not None)."""
+
+    prefix_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    last_loc: tuple[int, ...]
+    num_new_pages: int | None = None
+
+
+@dataclass(frozen=True)
+class DecodeSlots:
+    """`alloc_decode` of this batch."""
+
+    seq_lens: tuple[int, ...]
+    last_loc: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FreeSlots:
+    """`free(slots)`."""
+
+    slots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FreeSegments:
+    """`free_segments` of one request's row segments: segment i is `counts[i]` slots (taken in
+    order from `slots`) from position `starts[i]`; one segment is `free_segment`."""
+
+    slots: tuple[int, ...]
+    starts: tuple[int, ...]
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FreePages:
+    """`free_page_ids(page_ids)`."""
+
+    page_ids: tuple[int, ...]
+
+
+BY_SLOT = (AllocSlots, ExtendSlots, DecodeSlots, FreeSlots, FreeSegments, FreePages)
 Op = (Admit | Extend | Decode | Finish | Truncate | GroupBegin | GroupEnd | AllocPages | Clear
-      | Misuse)
+      | Misuse | AllocSlots | ExtendSlots | DecodeSlots | FreeSlots | FreeSegments | FreePages)
 KINDS = {"admit": Admit, "extend": Extend, "decode": Decode, "finish": Finish,
          "truncate": Truncate, "group_begin": GroupBegin, "group_end": GroupEnd,
-         "alloc": AllocPages, "clear": Clear, "misuse": Misuse}
+         "alloc": AllocPages, "clear": Clear, "misuse": Misuse, "alloc_slots": AllocSlots,
+         "extend_slots": ExtendSlots, "decode_slots": DecodeSlots, "free_slots": FreeSlots,
+         "free_segments": FreeSegments, "free_pages": FreePages}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -161,7 +217,32 @@ def describe_op(op: Op) -> str:
         return f"alloc {pages} pages for r{op.rid}"
     if isinstance(op, Misuse):
         return f"misuse {op.kind} (salt {op.salt})"
+    if isinstance(op, BY_SLOT):
+        return describe_slot_op(op)
     return NAMES[type(op)].replace("_", " ")
+
+
+def _few(values) -> str:
+    values = list(values)
+    return f"{values[:8]}{'...' if len(values) > 8 else ''}"
+
+
+def describe_slot_op(op: Op) -> str:
+    """One line for a by-slot op, in the call's own terms."""
+    if isinstance(op, AllocSlots):
+        return f"alloc({op.need_size})"
+    if isinstance(op, ExtendSlots):
+        exact = "" if op.num_new_pages is None else f", num_new_pages={op.num_new_pages}"
+        return (f"alloc_extend(prefix_lens={_few(op.prefix_lens)}, seq_lens={_few(op.seq_lens)}"
+                f", last_loc={_few(op.last_loc)}{exact})")
+    if isinstance(op, DecodeSlots):
+        return f"alloc_decode(seq_lens={_few(op.seq_lens)}, last_loc={_few(op.last_loc)})"
+    if isinstance(op, FreeSlots):
+        return f"free({len(op.slots)} slots {_few(op.slots)})"
+    if isinstance(op, FreeSegments):
+        return (f"free_segments({len(op.starts)} segments from {_few(op.starts)}, "
+                f"{len(op.slots)} slots)")
+    return f"free_page_ids({_few(op.page_ids)})"
 
 
 # --- JSON (decoding and validation: strategies.allocator.codec) -------------------------------
