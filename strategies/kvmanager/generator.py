@@ -8,13 +8,16 @@ decode steps across block boundaries and out of the sliding window; preemption a
 through the cache; tight pools where admission fails; eviction, resets, and requests that reach
 `max_model_len`; the engine's settings: sliding-window retention dense, sparse (0, the engine's
 default) and per segment, the whole-request admission check on and off, a small in-flight
-budget, a watermark. (`kvmanager/1` had none of these settings; `kvmanager/2` no watermark.)
+budget, a watermark. A quarter of the traces are shaped instead as vLLM's own scheduler
+shapes its calls (`scheduler_shape.py`, from recorded sessions). (`kvmanager/1` had none of
+these settings; `kvmanager/2` no watermark; `kvmanager/3` no scheduler-shaped traces.)
 """
 
 from __future__ import annotations
 
 import random
 
+from kvfuzz.strategies.kvmanager import scheduler_shape
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Schedule, Trace)
 from kvfuzz.strategies.sources import TraceGenerator
@@ -22,7 +25,18 @@ from kvfuzz.strategies.sources import TraceGenerator
 VOCAB = 40  # a small vocabulary: different requests often write the same block
 
 
+# The share of traces shaped as vLLM's own scheduler shapes its calls (scheduler_shape.py):
+# realistic step structure, budgets and preemption; the rest aim at the corners above.
+SCHEDULER_SHARE = 0.25
+
+
 def build(rng: random.Random, num_ops: int) -> Trace:
+    if rng.random() < SCHEDULER_SHARE:
+        return scheduler_shape.build(rng, num_ops)
+    return build_corners(rng, num_ops)
+
+
+def build_corners(rng: random.Random, num_ops: int) -> Trace:
     block_size = rng.choice((1, 2, 4, 4, 8))
     window = 0 if rng.random() < 0.5 else rng.randint(2, 4 * block_size)
     blocks = rng.choice((rng.randint(2, 10), rng.randint(10, 40)))
@@ -102,6 +116,6 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "kvmanager/3"
+NAME = "kvmanager/4"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -99,3 +99,30 @@ def test_a_wrong_block_table_is_caught():
     found = divergence("kvmanager", trace, f"{__name__}:TablesReversed")
     assert found is not None and found.what.startswith("block table"), found and found.report()
     assert KVMANAGER.check(trace, VLLM).status == AGREE
+
+
+def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
+    """The generator's scheduler-shaped quarter (strategies/kvmanager/scheduler_shape.py) runs
+    clean on the released class, preempts, samples and hits the cache, and has the recorded
+    vLLM session's mix of decode steps (corpus/kvmanager-ebf8ecc276af2472.json)."""
+    import random
+    from collections import Counter
+
+    from kvfuzz.fuzz.engine import corpus
+    from kvfuzz.strategies.kvmanager import scheduler_shape
+    from tests.conftest import CORPUS
+
+    events, decodes, ops = Counter(), 0, 0
+    for index in range(30):
+        trace = scheduler_shape.build(random.Random(index), 200)
+        outcome = KVMANAGER.check(trace, VLLM)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+        decodes += sum(isinstance(op, Decode) for op in trace.ops)
+        ops += len(trace.ops)
+    for event in ("preempt", "sample, no slot", "admission with a hit", "prefill chunk",
+                  "decode into a new block"):
+        assert events[event] > 0, (event, events)
+    _, recorded = corpus.load(CORPUS / "kvmanager-ebf8ecc276af2472.json")
+    recorded_share = sum(isinstance(op, Decode) for op in recorded.ops) / len(recorded.ops)
+    assert abs(decodes / ops - recorded_share) < 0.15, (decodes / ops, recorded_share)
