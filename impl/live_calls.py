@@ -49,3 +49,31 @@ class LiveCalls:
             pending.error = error
             raise
         return pending.result
+
+
+class LiveSlotCalls(LiveCalls):
+    """The calls and reads SGLang's slot allocators share (`impl/allocator/live.py`,
+    `impl/mamba/live.py`): `alloc(n)` read back as plain ints, `free` of slots, the end of a
+    group, `clear()`, `available_size()`."""
+
+    allocator: object
+
+    def __init__(self, allocator):
+        self.allocator = allocator
+
+    def alloc(self, need_size: int):
+        from kvfuzz.impl.driver_calls import int_list  # imports torch
+
+        return int_list(self._perform("alloc", (need_size,)))
+
+    def free_slots(self, slots) -> None:
+        self._perform("free_slots", (list(slots),))
+
+    def group_end(self) -> None:
+        self._perform("group_end", ())
+
+    def clear(self) -> None:
+        self._perform("clear", ())
+
+    def available_size(self) -> int:
+        return int(self.allocator.available_size())

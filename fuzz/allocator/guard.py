@@ -113,9 +113,7 @@ class GuardedAllocator(GuardedObject):
         allocator, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return allocator.alloc(need_size)
-        n = int(need_size)
-        if not 0 <= n <= MAX_SIZE:
-            self._refuse(f"alloc({n}): outside 0..{MAX_SIZE}")
+        n = self._count(need_size, "alloc", MAX_SIZE)
         return self._run(AllocSlots(n), "alloc", lambda: allocator.alloc(need_size),
                          same_args((n,)))
 

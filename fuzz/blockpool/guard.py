@@ -87,9 +87,7 @@ class GuardedPool(GuardedObject):
         pool, session = self._kvfuzz_object, self.kvfuzz_session
         if not session.recording:
             return pool.get_new_blocks(num_blocks)
-        n = int(num_blocks)
-        if not 0 <= n <= MAX_BLOCKS:
-            self._refuse(f"get_new_blocks({n}): outside 0..{MAX_BLOCKS}")
+        n = self._count(num_blocks, "get_new_blocks", MAX_BLOCKS)
         rid = self._kvfuzz_next_rid
         vars(self)["_kvfuzz_next_rid"] = rid + 1
         return self._run(Alloc(rid, n), "get_new_blocks", lambda: pool.get_new_blocks(num_blocks),

@@ -247,6 +247,13 @@ class GuardedObject:
     def _refuse(self, why: str):
         raise GuardUnsupported(f"kvfuzz.guard({self.TARGET}): {why}")
 
+    def _count(self, value, call: str, most: int) -> int:
+        """A count argument as a plain int, refused outside what the trace holds (0..most)."""
+        n = int(value)
+        if not 0 <= n <= most:
+            self._refuse(f"{call}({n}): outside 0..{most}")
+        return n
+
     def _run(self, op, method: str, perform, expected=lambda args: None):
         """`op` recorded (and checked): the engine's call made when the lock step reaches it;
         what it returns or raises goes back to the engine."""

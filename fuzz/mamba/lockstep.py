@@ -10,7 +10,8 @@ from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_di
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.mamba.model import MambaModel, new_slot_violations, state_violations
 from kvfuzz.strategies.mamba import trace as mamba
-from kvfuzz.strategies.mamba.trace import Admit, AllocMany, Clear, Finish, GroupBegin, GroupEnd
+from kvfuzz.strategies.mamba.trace import (Admit, AllocMany, Clear, Finish, FreeSlots, GroupBegin,
+                                           GroupEnd)
 
 
 class MambaLockstep(Lockstep):
@@ -62,6 +63,16 @@ class MambaLockstep(Lockstep):
                    "free_slots", (slots,))
         for rid in live:
             del self.rows[rid]
+
+    @handles(FreeSlots)
+    def free_by_slot(self, op: FreeSlots):
+        """A live guard's op: the engine's `free` of these slots; they leave whoever held them
+        (a slot freed twice, or never handed out, stays a problem of the free list's)."""
+        self.count("free")  # the generator's edge classes: a free is a free
+        yield Call(f"free({short(list(op.slots), 60)})", "free_slots", (list(op.slots),))
+        freed = set(op.slots)
+        for rid in list(self.rows):
+            self.rows[rid] = [slot for slot in self.rows[rid] if slot not in freed]
 
     @handles(GroupBegin)
     def group_begin(self, op: GroupBegin):

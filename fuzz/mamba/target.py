@@ -35,9 +35,11 @@ def _generator_for(impls):
 
 MAMBA = trace_target(
     "mamba",
-    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool"),
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool",
+                     max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(MambaLockstep, describe_op, broken),
     catalogue=Catalogue("mamba", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size), (Admit, AllocMany)),
-    coverage_modules=("kvfuzz.fuzz.mamba.lockstep", "kvfuzz.oracle.mamba.model"))
+    coverage_modules=("kvfuzz.fuzz.mamba.lockstep", "kvfuzz.oracle.mamba.model"),
+    live="kvfuzz.fuzz.mamba.guard:guard")

@@ -7,26 +7,18 @@ list, staged pages, available size) is read from the live allocator when the loc
 from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import free_list_of, int_list, staged_of
-from kvfuzz.impl.live_calls import LiveCalls
+from kvfuzz.impl.live_calls import LiveSlotCalls
 
 
-class LiveAllocatorDriver(LiveCalls):
-    def __init__(self, allocator):
-        self.allocator = allocator
-
-    # -- the engine's calls, when the lock step reaches them --------------------------------
-    def alloc(self, need_size: int):
-        return int_list(self._perform("alloc", (need_size,)))
-
+class LiveAllocatorDriver(LiveSlotCalls):
+    # -- the engine's calls, when the lock step reaches them (alloc, free, group end, clear:
+    # `LiveSlotCalls`) --------------------------------------------------------------------------
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, num_new_pages=None):
         return int_list(self._perform("alloc_extend", (list(prefix_lens), list(seq_lens),
                                                        list(last_loc), num_new_pages)))
 
     def alloc_decode(self, seq_lens, last_loc):
         return int_list(self._perform("alloc_decode", (list(seq_lens), list(last_loc))))
-
-    def free_slots(self, slots) -> None:
-        self._perform("free_slots", (list(slots),))
 
     def free_segments(self, segments) -> None:
         self._perform("free_segments", ([(list(s), start) for s, start in segments],))
@@ -37,16 +29,7 @@ class LiveAllocatorDriver(LiveCalls):
     def group_begin(self) -> None:
         self._perform("group_begin", ())
 
-    def group_end(self) -> None:
-        self._perform("group_end", ())
-
-    def clear(self) -> None:
-        self._perform("clear", ())
-
     # -- reads -------------------------------------------------------------------------------
-    def available_size(self) -> int:
-        return int(self.allocator.available_size())
-
     def free_list(self) -> list[int]:
         return free_list_of(self.allocator)
 

@@ -4,7 +4,8 @@ naming the source, the field and the value."""
 from __future__ import annotations
 
 from kvfuzz.strategies.inputs import FieldReader
-from kvfuzz.strategies.mamba.trace import FORMAT, KINDS, AllocMany, Finish, GroupBegin, Op, Trace
+from kvfuzz.strategies.mamba.trace import (FORMAT, KINDS, AllocMany, Finish, FreeSlots, GroupBegin,
+                                           Op, Trace)
 
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
 # compares state of the size of the pool).
@@ -20,7 +21,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     return Trace(size, decoded, reader.origin(data.get("origin")), reader.note(data.get("note")))
 
 
-
 def _op(reader: FieldReader, raw: object, where: str) -> Op:
     kind = reader.op_kind(raw, where, KINDS)
     names = set(kind.__dataclass_fields__)
@@ -30,6 +30,9 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
     if kind is Finish:
         values["rids"] = tuple(reader.int_list(raw.get("rids"), f"{where}.rids", low=0,
                                                high=2**31, most=MAX_BATCH))
+    if kind is FreeSlots:
+        values["slots"] = tuple(reader.int_list(raw.get("slots"), f"{where}.slots", low=0,
+                                                high=MAX_SIZE, most=MAX_SIZE))
     if kind in (AllocMany, GroupBegin):
         relative = reader.boolean(raw.get("relative", False), f"{where}.relative")
         values["relative"] = relative

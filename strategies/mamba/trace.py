@@ -60,9 +60,17 @@ class Clear:
     """`clear()`: every slot free, every request gone."""
 
 
-Op = Admit | AllocMany | Finish | GroupBegin | GroupEnd | Clear
+@dataclass(frozen=True)
+class FreeSlots:
+    """`free(slots)` of these slots, in order: what a live guard sees (`kvfuzz.guard(allocator,
+    "mamba")`: an engine frees slots, not requests). The generator does not write it."""
+
+    slots: tuple[int, ...]
+
+
+Op = Admit | AllocMany | Finish | GroupBegin | GroupEnd | Clear | FreeSlots
 KINDS = {"admit": Admit, "alloc": AllocMany, "finish": Finish, "group_begin": GroupBegin,
-         "group_end": GroupEnd, "clear": Clear}
+         "group_end": GroupEnd, "clear": Clear, "free_slots": FreeSlots}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -107,6 +115,9 @@ def describe_op(op: Op) -> str:
             if op.relative else f"alloc {op.count} slots for r{op.rid}"
     if isinstance(op, Finish):
         return "finish " + " ".join(f"r{r}" for r in op.rids)
+    if isinstance(op, FreeSlots):
+        shown = list(op.slots[:8])
+        return f"free({len(op.slots)} slots {shown}{'...' if len(op.slots) > 8 else ''})"
     if isinstance(op, GroupBegin):
         return f"group begin {'available' if op.relative else ''}{op.count:+d}" \
             if op.relative else f"group begin {op.count}"

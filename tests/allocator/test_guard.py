@@ -11,28 +11,19 @@ import kvfuzz
 from kvfuzz.fuzz.allocator.target import ALLOCATOR
 from kvfuzz.strategies.allocator.trace import ExtendSlots, FreeSegments, Misuse
 from tests import guarding
-from tests.helpers import needs_engine
 
-MUTANTS = [m for m in ALLOCATOR.catalogue.implementations if m.kind == "mutant"]
 # Each released class and its mutants (kvfuzz's own class: mutants of it; SGLang's: of its source).
 FAMILIES = {"allocator.torch": "mutant.allocator.", "sglang.paged": "mutant.sglang.paged.",
             "sglang.token": "mutant.sglang.token."}
 
 
-def family(name: str):
-    engine = [] if name == "allocator.torch" else needs_engine("sglang")
-    return pytest.param(name, marks=engine, id=name)
-
-
-@pytest.mark.parametrize("released", [family(name) for name in FAMILIES])
+@pytest.mark.parametrize("released", guarding.families(FAMILIES, "allocator.torch"))
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(released, tmp_path):
-    mutants = [m for m in MUTANTS if m.name.startswith(FAMILIES[released])]
-    caught = guarding.assert_guard_verdicts_are_the_batch_judges(
-        ALLOCATOR, ALLOCATOR.catalogue.resolve(released), mutants, tmp_path)
-    assert caught == {m.name for m in mutants} and mutants
+    guarding.assert_every_mutant_of_the_family_caught(ALLOCATOR, released, FAMILIES[released],
+                                                      tmp_path)
 
 
-@pytest.mark.parametrize("released", [family(name) for name in FAMILIES])
+@pytest.mark.parametrize("released", guarding.families(FAMILIES, "allocator.torch"))
 def test_the_released_class_runs_guarded_and_its_record_replays(released, tmp_path):
     guarding.assert_released_runs_guarded_and_its_record_replays(
         ALLOCATOR, ALLOCATOR.catalogue.resolve(released), tmp_path, 30)
