@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import inspect
 
-from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
-                                      open_session, same_args)
+from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session,
+                                      live_implementation, modelled, open_session, plain_ints,
+                                      same_args)
 from kvfuzz.strategies.allocator.codec import MAX_BATCH, MAX_PAGES, MAX_SIZE
 from kvfuzz.strategies.allocator.profile import TOKEN_INTERFACE
 from kvfuzz.strategies.allocator.trace import (AllocSlots, Clear, DecodeSlots, ExtendSlots,
@@ -74,10 +75,10 @@ def guard(allocator, *, check: bool = True, impl=None, corpus="corpus",
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
     is said once on stderr and goes through, and so does every call after it, unchecked."""
-    from kvfuzz.fuzz.engine.guard import live_implementation
     from kvfuzz.fuzz.targets import TARGETS
 
-    trace = header(allocator, live_implementation(TARGETS["allocator"], allocator, impl))
+    impl = live_implementation(TARGETS["allocator"], allocator, impl)  # its declarations
+    trace = header(allocator, impl)
     driver = None
     if check:
         from kvfuzz.impl.allocator.live import LiveAllocatorDriver
@@ -85,12 +86,6 @@ def guard(allocator, *, check: bool = True, impl=None, corpus="corpus",
         driver = LiveAllocatorDriver(allocator)
     session = open_session("allocator", allocator, trace, driver, impl, corpus, on_unsupported)
     return GuardedAllocator(allocator, session, driver)
-
-
-def _ints(values) -> list[int]:
-    """The engine's tensor (or list) as plain ints, whatever its integer dtype."""
-    return [int(v) for v in (values.reshape(-1).tolist() if hasattr(values, "reshape")
-                             else values)]
 
 
 class GuardedAllocator(GuardedObject):
@@ -110,24 +105,20 @@ class GuardedAllocator(GuardedObject):
     # -- allocations ---------------------------------------------------------------------
     @modelled
     def alloc(self, need_size):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc(need_size)
+        allocator = self._kvfuzz_object
         n = self._count(need_size, "alloc", MAX_SIZE)
         return self._run(AllocSlots(n), "alloc", lambda: allocator.alloc(need_size),
                          same_args((n,)))
 
     @modelled
     def alloc_extend(self, *args, **kwargs):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc_extend(*args, **kwargs)
+        allocator = self._kvfuzz_object
         given = self._kvfuzz_extend_signature.bind(*args, **kwargs)
         given.apply_defaults()
         values = given.arguments
-        prefix = _ints(values.get("prefix_lens_cpu", values["prefix_lens"]))
-        seq = _ints(values.get("seq_lens_cpu", values["seq_lens"]))
-        last = _ints(values["last_loc"])
+        prefix = plain_ints(values.get("prefix_lens_cpu", values["prefix_lens"]))
+        seq = plain_ints(values.get("seq_lens_cpu", values["seq_lens"]))
+        last = plain_ints(values["last_loc"])
         exact = values.get("num_new_pages")
         tokens = values.get("extend_num_tokens")
         if tokens is not None and int(tokens) != sum(s - q for q, s in zip(prefix, seq)):
@@ -141,13 +132,11 @@ class GuardedAllocator(GuardedObject):
 
     @modelled
     def alloc_decode(self, *args, **kwargs):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc_decode(*args, **kwargs)
+        allocator = self._kvfuzz_object
         given = self._kvfuzz_decode_signature.bind(*args, **kwargs)
         values = given.arguments
-        seq = _ints(values.get("seq_lens_cpu", values["seq_lens"]))
-        last = _ints(values["last_loc"])
+        seq = plain_ints(values.get("seq_lens_cpu", values["seq_lens"]))
+        last = plain_ints(values["last_loc"])
         self._batch(seq, seq, last)
         return self._run(DecodeSlots(tuple(seq), tuple(last)), "alloc_decode",
                          lambda: allocator.alloc_decode(*args, **kwargs), same_args((seq, last)))
@@ -162,10 +151,8 @@ class GuardedAllocator(GuardedObject):
         return self._free("free_full", free_index)
 
     def _free(self, method: str, free_index):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return getattr(allocator, method)(free_index)
-        slots = self._slots(_ints(free_index), method)
+        allocator = self._kvfuzz_object
+        slots = self._slots(plain_ints(free_index), method)
         return self._run(FreeSlots(tuple(slots)), "free_slots",
                          lambda: getattr(allocator, method)(free_index), same_args((slots,)))
 
@@ -194,9 +181,7 @@ class GuardedAllocator(GuardedObject):
                               lambda: self._kvfuzz_object.free_full_segments(segments))
 
     def _segments(self, method: str, segments, perform):
-        if not self.kvfuzz_session.recording:
-            return perform()
-        plain = [(self._slots(_ints(index), method), int(start)) for index, start in segments]
+        plain = [(self._slots(plain_ints(index), method), int(start)) for index, start in segments]
         if len(plain) > MAX_PAGES or any(not 0 <= start <= MAX_SIZE for _, start in plain):
             self._refuse(f"{method} of {len(plain)} segments outside the trace's limits")
         op = FreeSegments(tuple(s for slots, _ in plain for s in slots),
@@ -206,10 +191,8 @@ class GuardedAllocator(GuardedObject):
 
     @modelled
     def free_page_ids(self, page_ids):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.free_page_ids(page_ids)
-        pages = self._slots(_ints(page_ids), "free_page_ids")
+        allocator = self._kvfuzz_object
+        pages = self._slots(plain_ints(page_ids), "free_page_ids")
         return self._run(FreePages(tuple(pages)), "free_page_ids",
                          lambda: allocator.free_page_ids(page_ids), same_args((pages,)))
 
@@ -234,9 +217,7 @@ class GuardedAllocator(GuardedObject):
         return self._plain(Clear(), "clear", "clear")
 
     def _plain(self, op, method: str, name: str):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return getattr(allocator, name)()
+        allocator = self._kvfuzz_object
         return self._run(op, method, getattr(allocator, name))
 
     # -- mapping -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from kvfuzz.oracle.allocator.invariants import ENGINE, new_slot_violations
 from kvfuzz.strategies.inputs import ceil_pages
 from kvfuzz.strategies.allocator.trace import (BY_SLOT, Admit, AllocPages, AllocSlots, Clear,
                                                Decode, DecodeSlots, Extend, ExtendSlots, Finish,
-                                               FreePages, FreeSegments, FreeSlots, GroupBegin,
+                                               FreeSegments, FreeSlots, GroupBegin,
                                                GroupEnd, Op, Trace, Truncate,
                                                describe_slot_op)
 

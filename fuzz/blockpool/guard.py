@@ -84,9 +84,7 @@ class GuardedPool(GuardedObject):
     # -- the calls the trace models -----------------------------------------------------------
     @modelled
     def get_new_blocks(self, num_blocks):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.get_new_blocks(num_blocks)
+        pool = self._kvfuzz_object
         n = self._count(num_blocks, "get_new_blocks", MAX_BLOCKS)
         rid = self._kvfuzz_next_rid
         vars(self)["_kvfuzz_next_rid"] = rid + 1
@@ -95,9 +93,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def touch(self, blocks):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.touch(blocks)
+        pool = self._kvfuzz_object
         if not isinstance(blocks, (list, tuple)):
             self._refuse("touch of an iterator: a list of blocks is what the pool takes")
         # one flat list, or one list per group (a release before the flat signature)
@@ -108,9 +104,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def free_blocks(self, ordered_blocks):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.free_blocks(ordered_blocks)
+        pool = self._kvfuzz_object
         blocks = list(ordered_blocks)  # an iterator is read once: the pool gets the same list
         ids = self._ids(blocks, "free_blocks")
         return self._run(FreeIds(tuple(ids)), "free_blocks", lambda: pool.free_blocks(blocks),
@@ -118,9 +112,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def unpin_blocks(self, blocks, on_reuse):
-        pool, session, driver = self._kvfuzz_object, self.kvfuzz_session, self._kvfuzz_driver
-        if not session.recording:
-            return pool.unpin_blocks(blocks, on_reuse)
+        pool, driver = self._kvfuzz_object, self._kvfuzz_driver
         blocks = list(blocks)
         ids = self._ids(blocks, "unpin_blocks")
         if 0 in ids:
@@ -135,9 +127,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def cache_full_blocks(self, request, blocks, *args, **kwargs):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.cache_full_blocks(request, blocks, *args, **kwargs)
+        pool = self._kvfuzz_object
         bound = self._kvfuzz_cache_signature.bind(request, blocks, *args, **kwargs)
         bound.apply_defaults()
         given = bound.arguments
@@ -166,9 +156,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def get_cached_block(self, block_hash, kv_cache_group_ids):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.get_cached_block(block_hash, kv_cache_group_ids)
+        pool = self._kvfuzz_object
         groups = tuple(int(g) for g in kv_cache_group_ids)
         if not 1 <= len(groups) <= MAX_GROUP + 1 or any(not 0 <= g <= MAX_GROUP for g in groups):
             self._refuse(f"get_cached_block of groups {list(groups)}: the trace holds 1 to "
@@ -181,8 +169,6 @@ class GuardedPool(GuardedObject):
     @modelled
     def evict_blocks(self, block_ids):
         pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.evict_blocks(block_ids)
         ids = sorted(set(block_ids))
         if len(ids) > MAX_LIST or any(type(b) is not int or not 0 <= b <= MAX_ID for b in ids):
             self._refuse(f"evict_blocks of {len(ids)} ids outside the trace's limits")
@@ -192,9 +178,7 @@ class GuardedPool(GuardedObject):
 
     @modelled
     def reset_prefix_cache(self):
-        pool, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return pool.reset_prefix_cache()
+        pool = self._kvfuzz_object
         return self._run(Reset(), "reset_prefix_cache", pool.reset_prefix_cache)
 
     # -- mapping -----------------------------------------------------------------------------

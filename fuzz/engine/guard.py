@@ -184,6 +184,12 @@ def open_session(target_name: str, obj, header, driver, impl, corpus,
     return session
 
 
+def plain_ints(values) -> list[int]:
+    """The engine's tensor (or list) as plain ints, whatever its integer dtype."""
+    return [int(v) for v in (values.reshape(-1).tolist() if hasattr(values, "reshape")
+                             else values)]
+
+
 def same_args(wanted):
     """A held call's `expected`: the lock step's arguments must be `wanted` (the engine's, in
     plain ints), else the reason they are not."""
@@ -192,11 +198,14 @@ def same_args(wanted):
 
 
 def modelled(method):
-    """A proxy's method for a call the trace models; with `on_unsupported="stop"`, one it cannot
-    model stops the session and is made as it is (never twice: a refusal comes before the call
-    is made)."""
+    """A proxy's method for a call the trace models, run while the session records; once it is
+    spent the call goes straight to the object. With `on_unsupported="stop"`, a call the trace
+    cannot model stops the session and is made as it is (never twice: a refusal comes before
+    the call is made)."""
     def call(self, *args, **kwargs):
         session = self.kvfuzz_session
+        if not session.recording:  # spent: every call goes through as it is
+            return getattr(self._kvfuzz_object, method.__name__)(*args, **kwargs)
         try:
             return method(self, *args, **kwargs)
         except GuardUnsupported as refused:
@@ -270,9 +279,7 @@ class GuardedObject:
             session.step(op)  # a divergence raises Mismatch here
         finally:
             driver.pending = None
-        if pending.done:
-            return pending.outcome()
-        if session.checking:  # no divergence, yet the op never made the call
+        if not pending.done:  # no divergence (it raised), yet the op never made the call
             self._refuse(driver.mismatch or f"the trace's {type(op).__name__} op does not make "
                                             f"the engine's {method} call")
-        return perform()
+        return pending.outcome()

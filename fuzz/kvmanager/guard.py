@@ -138,8 +138,6 @@ class GuardedManager(GuardedObject):
     @modelled
     def get_computed_blocks(self, request, max_cache_hit_length=None):
         manager, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return manager.get_computed_blocks(request, max_cache_hit_length)
         tracked = self._request(request, arriving=True)
         if tracked.running or request.num_computed_tokens != 0:
             self._refuse(f"get_computed_blocks of request {request.request_id!r}, which the "
@@ -166,9 +164,7 @@ class GuardedManager(GuardedObject):
 
     @modelled
     def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
-        manager, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return manager.allocate_slots(request, num_new_tokens, *args, **kwargs)
+        manager = self._kvfuzz_object
         bound = self._kvfuzz_signature.bind(request, num_new_tokens, *args, **kwargs)
         bound.apply_defaults()
         given = bound.arguments
@@ -195,9 +191,9 @@ class GuardedManager(GuardedObject):
 
     @modelled
     def free(self, request):
-        manager, session = self._kvfuzz_object, self.kvfuzz_session
+        manager = self._kvfuzz_object
         tracked = self._kvfuzz_requests.get(request.request_id)
-        if not session.recording or tracked is None:  # a request the manager never saw
+        if tracked is None:  # a request the manager never saw
             return manager.free(request)
         self._kvfuzz_lookups.clear()
         if request.is_finished():
@@ -220,8 +216,6 @@ class GuardedManager(GuardedObject):
     @modelled
     def evict_blocks(self, block_ids):
         manager, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return manager.evict_blocks(block_ids)
         ids = sorted(set(block_ids))
         if len(ids) > 1 << 10 or any(type(b) is not int or not 0 <= b <= MAX_TOKEN for b in ids):
             self._refuse(f"evict_blocks of {len(ids)} ids outside the trace's limits")
@@ -235,9 +229,7 @@ class GuardedManager(GuardedObject):
 
     @modelled
     def reset_prefix_cache(self):
-        manager, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return manager.reset_prefix_cache()
+        manager = self._kvfuzz_object
         self._kvfuzz_lookups.clear()
         return self._run(Reset(), "reset_prefix_cache", manager.reset_prefix_cache)
 

@@ -16,7 +16,7 @@ holds (2^16 slots) or used before it was guarded.
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
-                                      open_session, same_args)
+                                      open_session, plain_ints, same_args)
 from kvfuzz.strategies.mamba.codec import MAX_SIZE
 from kvfuzz.strategies.mamba.trace import AllocMany, Clear, FreeSlots, GroupBegin, GroupEnd, Trace
 
@@ -66,9 +66,7 @@ class GuardedMamba(GuardedObject):
 
     @modelled
     def alloc(self, need_size):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc(need_size)
+        allocator = self._kvfuzz_object
         n = self._count(need_size, "alloc", MAX_SIZE)
         rid = self._kvfuzz_next_rid
         vars(self)["_kvfuzz_next_rid"] = rid + 1
@@ -77,10 +75,8 @@ class GuardedMamba(GuardedObject):
 
     @modelled
     def free(self, free_index):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.free(free_index)
-        slots = [int(v) for v in free_index.reshape(-1).tolist()]
+        allocator = self._kvfuzz_object
+        slots = plain_ints(free_index)
         if len(slots) > MAX_SIZE or any(not 0 <= v <= MAX_SIZE for v in slots):
             self._refuse(f"free of {len(slots)} values outside 0..{MAX_SIZE}")
         return self._run(FreeSlots(tuple(slots)), "free_slots",
@@ -88,23 +84,17 @@ class GuardedMamba(GuardedObject):
 
     @modelled
     def alloc_group_begin(self, num_reqs):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc_group_begin(num_reqs)
+        allocator = self._kvfuzz_object
         n = self._count(num_reqs, "alloc_group_begin", MAX_SIZE)
         return self._run(GroupBegin(n), "group_begin",
                          lambda: allocator.alloc_group_begin(num_reqs), same_args((n,)))
 
     @modelled
     def alloc_group_end(self):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.alloc_group_end()
+        allocator = self._kvfuzz_object
         return self._run(GroupEnd(), "group_end", allocator.alloc_group_end)
 
     @modelled
     def clear(self):
-        allocator, session = self._kvfuzz_object, self.kvfuzz_session
-        if not session.recording:
-            return allocator.clear()
+        allocator = self._kvfuzz_object
         return self._run(Clear(), "clear", allocator.clear)

@@ -1,6 +1,7 @@
 """SGLang's own Scheduler as a real client of its token-to-KV-pool allocator
-(fuzz/allocator/sglang_scheduler.py): each session in a process of its own (SGLang builds its
-parallel groups once per process), its allocator's calls counted, guarded
+(fuzz/allocator/sglang_session.py, run by sglang_scheduler.py's command): each session in a
+process of its own (SGLang builds its parallel groups once per process), its allocator's calls
+counted, guarded
 (`kvfuzz.guard(allocator, "allocator")`) or recorded. Skips without SGLang."""
 
 import json

@@ -5,7 +5,6 @@ The guard's verdict on a trace is the batch judge's; its file replays; what the 
 model is refused before the call is made. SGLang's class's tests skip without SGLang."""
 
 import pytest
-import torch
 
 import kvfuzz
 from kvfuzz.fuzz.mamba.target import MAMBA
