@@ -150,3 +150,9 @@ class FieldReader:
 
     def note(self, value: object) -> str:
         return "" if value is None else str(value)
+
+
+def few(values, most: int = 8) -> str:
+    """The first `most` of `values` as a list, with "..." when there are more (report lines)."""
+    values = list(values)
+    return f"{values[:most]}{'...' if len(values) > most else ''}"

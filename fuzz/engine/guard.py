@@ -240,6 +240,12 @@ class GuardedObject:
     def __repr__(self) -> str:
         return f"kvfuzz.guard({self._kvfuzz_object!r})"
 
+    @property
+    def __class__(self):
+        """The object's class: an engine's `isinstance(allocator, ItsClass)` holds for the
+        proxy too (the proxy's own type is still its guard's)."""
+        return type(self._kvfuzz_object)
+
     def __getattr__(self, name: str):
         value = getattr(self._kvfuzz_object, name)
         if name in self.READS or not callable(value):

@@ -12,12 +12,14 @@ from collections import Counter
 
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.allocator.invariants import state_violations
+from kvfuzz.oracle.allocator.invariants import ENGINE, state_violations
 from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
 from kvfuzz.strategies.swa import trace as swa
-from kvfuzz.strategies.swa.trace import (Admit, Clear, Decode, Evict, Extend, ExtendTail, Finish,
-                                         GroupBegin, GroupEnd)
+from kvfuzz.strategies.swa.trace import (RELEASES, Admit, AllocSlots, Clear, ClearMapping, Decode,
+                                         DecodeSlots, Evict, Extend, ExtendSlots, ExtendTail,
+                                         ExtendTailSlots, Finish, FreeSegments, FreeSlots,
+                                         GroupBegin, GroupEnd, SetMapping, describe_slot_op)
 
 ALLOCS = ("alloc", "alloc_extend", "alloc_decode", "alloc_extend_swa_tail")
 
@@ -39,6 +41,10 @@ class SWALockstep(Lockstep):
         self.rows: dict[int, list[int]] = {}    # live requests' full slots, by position
         self.evicted: dict[int, int] = {}       # positions below this have no SWA slot
         self.seen: set[int] = set()             # rids ever used: never admitted twice
+        # A live guard's by-slot calls: the full pages the engine holds, and its full slots
+        # whose SWA peer it holds (what the mapping must pair, beside the requests' windows).
+        self.engine_pages: set[int] = set()
+        self.engine_window: set[int] = set()
         return SWAModel(trace.size, trace.size_swa, trace.page_size, trace.need_sort)
 
     def build_impl(self, trace, cls, device):
@@ -174,6 +180,68 @@ class SWALockstep(Lockstep):
         self.count("clear in a group" if self.model.group_open else "clear")
         yield Call("clear()", "clear")
         self.rows, self.evicted = {}, {}
+        self.engine_pages, self.engine_window = set(), set()
+
+    # --- a live guard's by-slot calls (the engine's own; `fuzz/swa/guard.py`) -----------------
+    @handles(AllocSlots)
+    def alloc_slots(self, op: AllocSlots):
+        if self.P == 1:  # upstream's contract: alloc at page size 1 only
+            yield from self._engine_alloc(op, "alloc", (op.need_size,))
+
+    @handles(ExtendSlots)
+    def extend_slots(self, op: ExtendSlots):
+        if self.P > 1 and all(0 <= q <= s for q, s in zip(op.prefix_lens, op.seq_lens)):
+            yield from self._engine_alloc(op, "alloc_extend", (
+                list(op.prefix_lens), list(op.seq_lens), list(op.last_loc)))
+
+    @handles(ExtendTailSlots)
+    def extend_tail_slots(self, op: ExtendTailSlots):
+        if self.P > 1 and 0 <= op.prefix_len <= op.seq_len and \
+                op.tail <= op.seq_len - op.prefix_len and (op.seq_len - op.tail) % self.P == 0:
+            yield from self._engine_alloc(op, "alloc_extend_swa_tail", (
+                [op.prefix_len], [op.seq_len], [op.last_loc], op.tail), tail=op.tail)
+
+    @handles(DecodeSlots)
+    def decode_slots(self, op: DecodeSlots):
+        if self.P > 1 and all(s >= 1 for s in op.seq_lens):
+            yield from self._engine_alloc(op, "alloc_decode",
+                                          (list(op.seq_lens), list(op.last_loc)))
+
+    def _engine_alloc(self, op, method: str, args: tuple, tail: int | None = None):
+        """Outside the contract (the wrong page size, a length below its prefix) is no call:
+        the guard refuses those before they are made."""
+        call = Call(describe_slot_op(op), method, args, compared=True)
+        self._count_alloc(call)
+        got = (yield call).actual
+        if got is not None:
+            self.engine_pages |= {slot // self.P for slot in got}
+            self.engine_window |= set(got if tail is None else got[len(got) - tail:])
+
+    @handles(FreeSlots, FreeSegments)
+    def free_engine_slots(self, op):
+        segmented = isinstance(op, FreeSegments)
+        args = (op.segments(),) if segmented else (list(op.slots),)
+        yield Call(describe_slot_op(op), RELEASES[op.pools, segmented], args)
+        # the pages released: each segment's by its page representatives, as upstream's
+        reps = [slot for slots, _ in args[0] for slot in slots[::self.P]] if segmented \
+            else op.slots
+        pages = {slot // self.P for slot in reps}
+        if op.pools != "full":  # the SWA peers of every slot of those pages
+            self.engine_window = {slot for slot in self.engine_window
+                                  if slot // self.P not in pages}
+        if op.pools != "swa":
+            self.engine_pages -= pages
+
+    @handles(SetMapping)
+    def set_mapping(self, op: SetMapping):
+        yield Call(describe_slot_op(op), "set_mapping", (list(op.full), list(op.swa)))
+        for full, peer in zip(op.full, op.swa):
+            (self.engine_window.add if peer else self.engine_window.discard)(full)
+
+    @handles(ClearMapping)
+    def clear_mapping(self, op: ClearMapping):
+        yield Call(describe_slot_op(op), "clear_mapping", (list(op.full),))
+        self.engine_window -= set(op.full)
 
     def _count_alloc(self, call: Call) -> None:
         model, P = self.model, self.P
@@ -219,7 +287,11 @@ class SWALockstep(Lockstep):
             if state[f"{pool}_available_size"] > capacity:
                 found.append(f"{pool} available size {state[f'{pool}_available_size']} exceeds "
                              f"the capacity {capacity}")
-        full_holders: dict[int, set[int]] = {}
+        rows, evicted = self.rows, self.evicted
+        if self.engine_window:  # the engine's slots with a peer: its window, from position 0
+            rows = {**rows, ENGINE: sorted(self.engine_window)}
+            evicted = {**evicted, ENGINE: 0}
+        full_holders: dict[int, set[int]] = {page: {ENGINE} for page in self.engine_pages}
         for rid, row in self.rows.items():
             for slot in row:
                 full_holders.setdefault(slot // P, set()).add(rid)
@@ -230,8 +302,8 @@ class SWALockstep(Lockstep):
             model.full.pending_pages(), full_holders)]
         found += [f"SWA pool: {text}" for text in state_violations(
             model.swa.num_pages, state["swa free"], state["swa staged"], swa_pending,
-            swa_holders(state["mapping"], self.rows, self.evicted, P))]
-        return found + mapping_violations(state["mapping"], self.rows, self.evicted, P)
+            swa_holders(state["mapping"], rows, evicted, P))]
+        return found + mapping_violations(state["mapping"], rows, evicted, P)
 
 
 def _extend_pages(prefix, seq, P: int) -> int:

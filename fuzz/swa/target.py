@@ -51,4 +51,5 @@ SWA = trace_target(
     catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size + item.size_swa),
                            extra=_every_decode_checked),
-    coverage_modules=("kvfuzz.fuzz.swa.lockstep", "kvfuzz.oracle.swa.model"))
+    coverage_modules=("kvfuzz.fuzz.swa.lockstep", "kvfuzz.oracle.swa.model"),
+    live="kvfuzz.fuzz.swa.guard:guard")

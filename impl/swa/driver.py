@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, int_list, staged_of
+from kvfuzz.impl.driver_calls import (TensorDriver, free_list_of, int_list, staged_of,
+                                      then_poison)
 from kvfuzz.impl.swa.kvcache import stand_in_kvcache
 
 
@@ -43,11 +44,43 @@ class SWADriver(TensorDriver):
     def free_full_segment(self, slots, start_pos: int) -> None:
         self._release("free_full_segment", slots, start_pos=start_pos)
 
+    # A by-slot guard's releases of row segments: the class's own `free_segments` /
+    # `free_full_segments` where it has them (upstream's base class does), else one call per
+    # segment; an SWA-only release is one segment (`free_swa_segment`).
+    def free_segments(self, segments) -> None:
+        self._segments("free_segments", "free_segment", segments)
+
+    def free_full_segments(self, segments) -> None:
+        self._segments("free_full_segments", "free_full_segment", segments)
+
+    def free_swa_segments(self, segments) -> None:
+        self._segments(None, "free_swa_segment", segments)
+
+    def _segments(self, batched: str | None, single: str, segments) -> None:
+        indexes = [(self._tensor(slots), start) for slots, start in segments]
+        method = getattr(self.allocator, batched, None) if batched else None
+        if method is not None:
+            method(list(indexes))
+        else:
+            for index, start in indexes:
+                if index.numel():
+                    getattr(self.allocator, single)(index, start_pos=start)
+        then_poison(None, *(index for index, _ in indexes))
+
+    def set_mapping(self, full, swa) -> None:
+        full_index, swa_index = self._tensor(full), self._tensor(swa)
+        then_poison(self.allocator.set_full_to_swa_mapping(full_index, swa_index), full_index,
+                    swa_index)
+
+    def clear_mapping(self, full) -> None:
+        self._release("clear_full_to_swa_mapping", full)
+
     def group_begin(self) -> None:
         self.allocator.free_group_begin()
 
     def group_end(self) -> None:
         self.allocator.free_group_end()
+
     def state(self) -> dict:
         """Everything compared after an op: sizes, both pools' free lists and staged pages, and
         the mapping of every full slot that has an SWA peer."""

@@ -19,6 +19,7 @@ class SWAAllocator:
     def __init__(self, size: int, size_swa: int, page_size: int, dtype, device, kvcache,
                  need_sort: bool):
         self.page_size, self.device, self._kvcache = page_size, device, kvcache
+        self.need_sort = need_sort
         if page_size == 1:
             self.full_attn_allocator = TokenPool(size, dtype, device, None, need_sort)
             self.swa_attn_allocator = TokenPool(size_swa, dtype, device, None, need_sort)
@@ -114,6 +115,14 @@ class SWAAllocator:
         swa = self.swa_attn_allocator.alloc_decode(seq_lens, seq_lens_cpu, swa_last)
         return self._map(full, swa)
 
+    def set_full_to_swa_mapping(self, full_indices: torch.Tensor,
+                                swa_indices: torch.Tensor) -> None:
+        """A prefix cache re-pairs full slots it keeps with SWA slots it holds."""
+        self.full_to_swa_index_mapping[full_indices.to(torch.int64)] = swa_indices.to(torch.int64)
+
+    def clear_full_to_swa_mapping(self, full_indices: torch.Tensor) -> None:
+        self.full_to_swa_index_mapping.index_fill_(0, full_indices.to(torch.int64), 0)
+
     def _whole_pages(self, slots: torch.Tensor) -> torch.Tensor:
         """Every slot of each page `slots` touch, once: deduplicated first, so the expansion is
         at most the pool (upstream keeps duplicates, x page size, to avoid a GPU sync)."""
@@ -168,6 +177,26 @@ class SWAAllocator:
     def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
         if free_index.numel():
             self.full_attn_allocator.free_segment(free_index, start_pos=start_pos)
+
+    def free_segments(self, segments) -> None:
+        """Several `(free_index, start_pos)` segments of one row, each `free_segment`."""
+        for free_index, start_pos in self._page_disjoint(segments):
+            self.free_segment(free_index, start_pos=start_pos)
+
+    def free_full_segments(self, segments) -> None:
+        for free_index, start_pos in self._page_disjoint(segments):
+            self.free_full_segment(free_index, start_pos=start_pos)
+
+    def _page_disjoint(self, segments):
+        """The non-empty segments, each asserted to start past the page the one before ended in
+        (every page is released once)."""
+        P, previous_end = self.page_size, None
+        for free_index, start_pos in segments:
+            if free_index.numel():
+                assert previous_end is None or start_pos // P > (previous_end - 1) // P, \
+                    f"segment at {start_pos} shares a page with the one ending at {previous_end}"
+                previous_end = start_pos + free_index.numel()
+                yield free_index, start_pos
 
     def free_group_begin(self) -> None:
         assert not self.group_open, "free groups cannot be nested"

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kvfuzz.oracle.allocator.invariants import ENGINE
+
 
 def window(rows: dict[int, list[int]], evicted: dict[int, int]):
-    """(rid, position, full slot) of every live token whose SWA slot must still be held."""
+    """(rid, position, full slot) of every live token whose SWA slot must still be held (rid
+    ENGINE: a live guard's engine, whose row is its full slots that keep a peer)."""
     for rid, row in rows.items():
         for position in range(evicted.get(rid, 0), len(row)):
             yield rid, position, row[position]
@@ -30,8 +33,10 @@ def mapping_violations(mapping: dict[int, int], rows, evicted, page_size: int) -
     missing = [(rid, pos, slot) for slot, (rid, pos) in in_window.items() if not mapping.get(slot)]
     if missing:
         rid, pos, slot = missing[0]
-        problems.append(f"{len(missing)} tokens inside their window have no SWA slot, e.g. r{rid} "
-                        f"position {pos} (full slot {slot})")
+        where = f"the engine's full slot {slot}" if rid == ENGINE else \
+            f"r{rid} position {pos} (full slot {slot})"
+        problems.append(f"{len(missing)} tokens inside their window have no SWA slot, e.g. "
+                        f"{where}")
     stranded = sorted(slot for slot, peer in mapping.items() if peer and slot not in in_window)
     if stranded:
         problems.append(f"{len(stranded)} full slots keep an SWA slot though no live token in its "

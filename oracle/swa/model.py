@@ -18,6 +18,8 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
   - free groups: SWA releases are resolved (unmapped) at the call and released at the end, page
     ids first, then the set-shaped ones, then the full pool's own group; a nested begin is
     rejected with nothing changed, an end with none open does nothing;
+  - set_full_to_swa_mapping / clear_full_to_swa_mapping (a prefix cache's re-pairing): the
+    mapping of those full slots set or cleared, nothing allocated or released;
   - clear(): both pools fresh, mapping empty, group closed.
 """
 
@@ -106,6 +108,17 @@ class SWAModel:
         self.mapping.update((f, s) for f, s in zip(full, swa) if s)
         return full
 
+    def set_mapping(self, full: list[int], swa: list[int]) -> None:
+        """`set_full_to_swa_mapping`: the caller re-pairs full slots with SWA slots (0: none)."""
+        for f, s in zip(full, swa):
+            if s:
+                self.mapping[f] = s
+            else:
+                self.mapping.pop(f, None)
+
+    def clear_mapping(self, full: list[int]) -> None:
+        self._unmap(full)
+
     # --- release ------------------------------------------------------------------------------
     def _whole_pages(self, slots: list[int]) -> list[int]:
         """Every slot of each page `slots` touch, once (the releases this feeds are sets)."""
@@ -159,6 +172,30 @@ class SWAModel:
     def free_full_segment(self, slots: list[int], start_pos: int) -> None:
         if slots:
             self.full.free_segment(slots, start_pos)
+
+    # A by-slot guard's releases of several row segments (upstream's base class: each
+    # segment's release in turn, a segment sharing a page with the one before it rejected when
+    # it is reached, the ones before it staying released).
+    def free_segments(self, segments) -> None:
+        self._each_segment(segments, self.free_segment)
+
+    def free_full_segments(self, segments) -> None:
+        self._each_segment(segments, self.free_full_segment)
+
+    def free_swa_segments(self, segments) -> None:
+        self._each_segment(segments, self.free_swa_segment)
+
+    def _each_segment(self, segments, release) -> None:
+        previous_end = None
+        for slots, start_pos in segments:
+            if not slots:
+                continue
+            if previous_end is not None and \
+                    start_pos // self.P <= (previous_end - 1) // self.P:
+                raise Rejected(f"segment at {start_pos} shares a page with the one ending at "
+                               f"{previous_end}")
+            previous_end = start_pos + len(slots)
+            release(list(slots), start_pos)
 
     def group_begin(self) -> None:
         if self.group_open:

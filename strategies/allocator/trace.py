@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, few,
                                       provenance)
 
 FORMAT = "kvfuzz-allocator-trace/1"
@@ -222,27 +222,22 @@ def describe_op(op: Op) -> str:
     return NAMES[type(op)].replace("_", " ")
 
 
-def _few(values) -> str:
-    values = list(values)
-    return f"{values[:8]}{'...' if len(values) > 8 else ''}"
-
-
 def describe_slot_op(op: Op) -> str:
     """One line for a by-slot op, in the call's own terms."""
     if isinstance(op, AllocSlots):
         return f"alloc({op.need_size})"
     if isinstance(op, ExtendSlots):
         exact = "" if op.num_new_pages is None else f", num_new_pages={op.num_new_pages}"
-        return (f"alloc_extend(prefix_lens={_few(op.prefix_lens)}, seq_lens={_few(op.seq_lens)}"
-                f", last_loc={_few(op.last_loc)}{exact})")
+        return (f"alloc_extend(prefix_lens={few(op.prefix_lens)}, seq_lens={few(op.seq_lens)}"
+                f", last_loc={few(op.last_loc)}{exact})")
     if isinstance(op, DecodeSlots):
-        return f"alloc_decode(seq_lens={_few(op.seq_lens)}, last_loc={_few(op.last_loc)})"
+        return f"alloc_decode(seq_lens={few(op.seq_lens)}, last_loc={few(op.last_loc)})"
     if isinstance(op, FreeSlots):
-        return f"free({len(op.slots)} slots {_few(op.slots)})"
+        return f"free({len(op.slots)} slots {few(op.slots)})"
     if isinstance(op, FreeSegments):
-        return (f"free_segments({len(op.starts)} segments from {_few(op.starts)}, "
+        return (f"free_segments({len(op.starts)} segments from {few(op.starts)}, "
                 f"{len(op.slots)} slots)")
-    return f"free_page_ids({_few(op.page_ids)})"
+    return f"free_page_ids({few(op.page_ids)})"
 
 
 # --- JSON (decoding and validation: strategies.allocator.codec) -------------------------------

@@ -4,7 +4,8 @@ naming the source, the field and the value."""
 from __future__ import annotations
 
 from kvfuzz.strategies.inputs import FieldReader
-from kvfuzz.strategies.swa.trace import FORMAT, HOWS, KINDS, Extend, Trace
+from kvfuzz.strategies.swa.trace import (FORMAT, HOWS, KINDS, POOLS, Extend, ExtendSlots,
+                                         FreeSegments, SetMapping, Trace)
 
 _TOP = {"format", "page_size", "size", "size_swa", "need_sort", "ops", "origin", "note"}
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
@@ -25,13 +26,14 @@ def from_json(data: object, source: str = "trace") -> Trace:
         reader.at_most(sizes[name] * page_size, name, MAX_EXPANSION, f"{name} x page_size")
     need_sort = reader.boolean(data.get("need_sort"), "need_sort")
     ops = reader.ops(data.get("ops"), MAX_OPS)
-    decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
+    slots = sizes["size"] + page_size  # a full slot index is below it (the padding page)
+    decoded = tuple(_op(reader, raw, f"ops[{i}]", slots) for i, raw in enumerate(ops))
     return Trace(page_size, sizes["size"], sizes["size_swa"], need_sort, decoded,
                  reader.origin(data.get("origin")), reader.note(data.get("note")))
 
 
 
-def _op(reader: FieldReader, raw: object, where: str):
+def _op(reader: FieldReader, raw: object, where: str, slots: int):
     kind = reader.op_kind(raw, where, KINDS)
     fields = kind.__dataclass_fields__
     values = {}
@@ -42,7 +44,9 @@ def _op(reader: FieldReader, raw: object, where: str):
                 reader.fail(label, "missing", None)
             continue
         value = raw[name]
-        if name == "how":
+        if name in _BY_SLOT_FIELDS:
+            values[name] = _by_slot_field(reader, name, spec, value, label, slots)
+        elif name == "how":
             values[name] = reader.choice(value, label, HOWS)
         elif name == "checked":
             values[name] = reader.boolean(value, label)
@@ -56,7 +60,42 @@ def _op(reader: FieldReader, raw: object, where: str):
             values[name] = reader.integer(value, label, low=0, high=2**31)
     if kind is Extend and len(values["rids"]) != len(values["lens"]):
         reader.fail(f"{where}.lens", "must have one length per rid", list(values["lens"]))
+    if kind is ExtendSlots and not len(values["prefix_lens"]) == len(values["seq_lens"]) == \
+            len(values["last_loc"]):
+        reader.fail(f"{where}.seq_lens", "must have one entry per prefix_lens and last_loc "
+                    "entry", list(values["seq_lens"]))
+    if kind is FreeSegments:
+        if len(values["starts"]) != len(values["counts"]) or \
+                sum(values["counts"]) != len(values["slots"]):
+            reader.fail(f"{where}.counts", "must have one count per start, summing to the "
+                        "slots' number", list(values["counts"]))
+        if values.get("pools") == "swa" and len(values["starts"]) != 1:
+            reader.fail(f"{where}.starts", "an SWA-only release is one segment",
+                        list(values["starts"]))
+    if kind is SetMapping and len(values["full"]) != len(values["swa"]):
+        reader.fail(f"{where}.swa", "must have one SWA slot per full slot", list(values["swa"]))
     return kind(**values)
+
+
+# The by-slot ops' fields (the calls a live guard records): lists of slots or lengths, and
+# last_loc, where -1 is "no prefix". A slot list is at most `slots` (the full pool and its
+# padding page) long: a set-shaped free expands each slot to its page, so this bounds the work
+# of one op by the pool x page size, as for the request ops.
+_BY_SLOT_FIELDS = {"need_size", "prefix_lens", "seq_lens", "last_loc", "prefix_len",
+                   "seq_len", "slots", "starts", "counts", "pools", "full", "swa"}
+
+
+def _by_slot_field(reader: FieldReader, name: str, spec, value, label: str, slots: int):
+    if name == "pools":
+        return reader.choice(value, label, POOLS)
+    low = -1 if name == "last_loc" else 0
+    if spec.type != "tuple[int, ...]":  # one request's value
+        return reader.integer(value, label, low=low, high=MAX_SIZE)
+    if name in ("slots", "full", "swa"):
+        return reader.int_list(value, label, low=0, high=slots - 1, most=slots)
+    if name in ("starts", "counts"):
+        return reader.int_list(value, label, low=0, high=MAX_SIZE, most=slots)
+    return reader.int_list(value, label, low=low, high=MAX_SIZE, most=MAX_BATCH)
 
 
 def worst_input() -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
+from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, few,
                                       provenance)
 
 FORMAT = "kvfuzz-swa-trace/1"
@@ -93,10 +93,103 @@ class Clear:
     """`clear()`: both pools free, the mapping empty, every request gone."""
 
 
-Op = Admit | Extend | ExtendTail | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
+# The allocator's own calls, by slot: what a live guard sees (`kvfuzz.guard(allocator, "swa")`:
+# an engine's calls carry lengths and full slots, not requests). The full pages they hand out
+# are held by "the engine", and so are the SWA peers of its full slots, until a release names
+# them; the mapping must pair exactly the engine's full slots that still have a peer.
+@dataclass(frozen=True)
+class AllocSlots:
+    """`alloc(need_size)` (page size 1)."""
+
+    need_size: int
+
+
+@dataclass(frozen=True)
+class ExtendSlots:
+    """`alloc_extend` of this batch."""
+
+    prefix_lens: tuple[int, ...]
+    seq_lens: tuple[int, ...]
+    last_loc: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExtendTailSlots:
+    """`alloc_extend_swa_tail` of one request: SWA slots for its last `tail` tokens only."""
+
+    prefix_len: int
+    seq_len: int
+    last_loc: int
+    tail: int
+
+
+@dataclass(frozen=True)
+class DecodeSlots:
+    """`alloc_decode` of this batch."""
+
+    seq_lens: tuple[int, ...]
+    last_loc: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class FreeSlots:
+    """`free` (`pools` "both"), `free_swa` ("swa") or `free_full` ("full") of these full slots."""
+
+    slots: tuple[int, ...]
+    pools: str = "both"
+
+
+@dataclass(frozen=True)
+class FreeSegments:
+    """Row segments of one request released: segment i is `counts[i]` slots (taken in order
+    from `slots`) from position `starts[i]`; `free_segments` / `free_full_segments` ("full"),
+    one segment `free_segment` / `free_swa_segment` ("swa") / `free_full_segment`."""
+
+    slots: tuple[int, ...]
+    starts: tuple[int, ...]
+    counts: tuple[int, ...]
+    pools: str = "both"
+
+    def segments(self) -> list[tuple[list[int], int]]:
+        out, at = [], 0
+        for start, count in zip(self.starts, self.counts):
+            out.append((list(self.slots[at:at + count]), start))
+            at += count
+        return out
+
+
+@dataclass(frozen=True)
+class SetMapping:
+    """`set_full_to_swa_mapping(full, swa)`: the prefix cache re-pairs full slots it keeps
+    with SWA slots it already holds."""
+
+    full: tuple[int, ...]
+    swa: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ClearMapping:
+    """`clear_full_to_swa_mapping(full)`: those full slots keep no SWA peer."""
+
+    full: tuple[int, ...]
+
+
+BY_SLOT = (AllocSlots, ExtendSlots, ExtendTailSlots, DecodeSlots, FreeSlots, FreeSegments,
+           SetMapping, ClearMapping)
+Op = (Admit | Extend | ExtendTail | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
+      | AllocSlots | ExtendSlots | ExtendTailSlots | DecodeSlots | FreeSlots | FreeSegments
+      | SetMapping | ClearMapping)
 KINDS = {"admit": Admit, "extend": Extend, "extend_tail": ExtendTail, "decode": Decode,
          "evict": Evict, "finish": Finish, "group_begin": GroupBegin, "group_end": GroupEnd,
-         "clear": Clear}
+         "clear": Clear, "alloc_slots": AllocSlots, "extend_slots": ExtendSlots,
+         "extend_tail_slots": ExtendTailSlots, "decode_slots": DecodeSlots,
+         "free_slots": FreeSlots, "free_segments": FreeSegments, "set_mapping": SetMapping,
+         "clear_mapping": ClearMapping}
+POOLS = ("both", "swa", "full")
+# The release a by-slot op stands for, by (pools, segments): the model's and drivers' method.
+RELEASES = {("both", False): "free", ("swa", False): "free_swa", ("full", False): "free_full",
+            ("both", True): "free_segments", ("swa", True): "free_swa_segments",
+            ("full", True): "free_full_segments"}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -141,7 +234,36 @@ def describe_op(op: Op) -> str:
         return f"evict r{op.rid} window keeping {op.keep} ({op.how})"
     if isinstance(op, Finish):
         return f"finish r{op.rid} ({op.how})"
+    if isinstance(op, BY_SLOT):
+        return describe_slot_op(op)
     return NAMES[type(op)].replace("_", " ")
+
+
+def describe_slot_op(op: Op) -> str:
+    """One line for a by-slot op, in the call's own terms."""
+    if isinstance(op, AllocSlots):
+        return f"alloc({op.need_size})"
+    if isinstance(op, ExtendSlots):
+        return (f"alloc_extend(prefix_lens={few(op.prefix_lens)}, seq_lens={few(op.seq_lens)}"
+                f", last_loc={few(op.last_loc)})")
+    if isinstance(op, ExtendTailSlots):
+        return (f"alloc_extend_swa_tail(prefix_lens=[{op.prefix_len}], seq_lens=[{op.seq_len}]"
+                f", last_loc=[{op.last_loc}], swa_tail_len={op.tail})")
+    if isinstance(op, DecodeSlots):
+        return f"alloc_decode(seq_lens={few(op.seq_lens)}, last_loc={few(op.last_loc)})"
+    if isinstance(op, FreeSlots):
+        return f"{RELEASES[op.pools, False]}({len(op.slots)} slots {few(op.slots)})"
+    if isinstance(op, FreeSegments):
+        if len(op.starts) == 1:
+            name = {"both": "free_segment", "swa": "free_swa_segment",
+                    "full": "free_full_segment"}[op.pools]
+            return f"{name}({len(op.slots)} slots {few(op.slots)}, start_pos={op.starts[0]})"
+        return (f"{RELEASES[op.pools, True]}({len(op.starts)} segments from {few(op.starts)}, "
+                f"{len(op.slots)} slots)")
+    if isinstance(op, SetMapping):
+        return f"set_full_to_swa_mapping({few(op.full)}, {few(op.swa)})"
+    return f"clear_full_to_swa_mapping({few(op.full)})"
+
 
 
 def to_json(trace: Trace) -> dict:

@@ -118,7 +118,7 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
 
 def test_a_target_without_a_guard_says_which_have_one():
     with pytest.raises(ValueError, match=r"target 'extend' has no live guard \(targets with "
-                                         r"one: allocator, mamba, blockpool, kvmanager\)"):
+                                         r"one: allocator, mamba, swa, blockpool, kvmanager\)"):
         kvfuzz.guard(object(), "extend")
 
 
