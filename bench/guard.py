@@ -84,7 +84,13 @@ SGLANG_MODELLED = ("alloc", "alloc_extend", "alloc_decode", "free", "free_full",
                    "free_group_begin", "free_group_end", "clear")
 
 
-def measure_sglang(mode: str, sessions: int):
+# ... and its SWA allocator's (the releases it takes on its pools themselves, past the counter,
+# are not counted: `full_attn_allocator.free_segment` from the unified radix cache).
+SWA_MODELLED = (*SGLANG_MODELLED, "free_swa", "free_swa_segment", "alloc_extend_swa_tail",
+                "set_full_to_swa_mapping", "clear_full_to_swa_mapping")
+
+
+def measure_sglang(mode: str, sessions: int, swa: bool = False):
     """The same figures for SGLang's own scheduler and its paged allocator, each session in a
     process of its own (one scheduler per process): the time inside the allocator's methods as
     the session's command reports it; the session's wall time less its start-up is not known
@@ -100,7 +106,8 @@ def measure_sglang(mode: str, sessions: int):
                "record": ["--record", tempfile.mkdtemp()]}[mode]
     for seed in range(sessions):
         began = time.perf_counter()
-        line = session_in_subprocess(seed, ["--retract", *options])
+        line = session_in_subprocess(seed, ["--retract", *(["--swa"] if swa else []),
+                                            *options])
         wall += time.perf_counter() - began
         if "divergence" in line:
             raise RuntimeError(f"SGLang session {seed} diverged: {line['divergence']['report']}")
@@ -119,7 +126,8 @@ def main(quick: bool, out_dir=None) -> int:
     print(f"\n### kvfuzz bench guard{' --quick' if quick else ''}\n\n"
           f"vLLM's v1 scheduler and SGLang's scheduler, {sessions} seeded sessions (10 requests "
           f"each, shared prefixes, chunked prefill, preemption or forced retraction) per row, "
-          f"CPU; vLLM's manager, or the pool under it, and SGLang's paged allocator, bare, "
+          f"CPU; vLLM's manager, or the pool under it, and SGLang's paged allocator (and its "
+          f"SWA allocator, under a sliding-window model), bare, "
           f"recorded or guarded. Per call: the thread CPU time inside the object's methods as "
           f"their caller calls them (the wrapper's work included), divided by the calls; the reads "
           f"made every step (usage, events, stats, free blocks, capacity queries) count as calls "
@@ -133,6 +141,9 @@ def main(quick: bool, out_dir=None) -> int:
             for target, (label, modelled) in OBJECTS.items()]
     rows.append(("SGLang allocator", SGLANG_MODELLED,
                  [(mode, *measure_sglang(mode, sessions)) for mode in ("bare", "record", "guard")]))
+    rows.append(("SGLang SWA allocator", SWA_MODELLED,
+                 [(mode, *measure_sglang(mode, sessions, swa=True))
+                  for mode in ("bare", "record", "guard")]))
     for label, modelled, measured in rows:
         bare_per_call = None
         for mode, seconds, calls, wall, ops in measured:

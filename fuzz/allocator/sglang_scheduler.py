@@ -28,6 +28,10 @@ class CallCounter:
         object.__setattr__(self, "calls", collections.Counter())
         object.__setattr__(self, "seconds", collections.Counter())
 
+    @property
+    def __class__(self):  # SGLang's isinstance checks of its allocator hold for the counter
+        return self._allocator.__class__  # through a guard under it, too
+
     def __getattr__(self, name):
         value = getattr(self._allocator, name)
         if not callable(value) or name.startswith("__"):
@@ -67,13 +71,17 @@ def _wrap(args):
         return CallCounter
     from kvfuzz.fuzz.engine.guard import live_guard
 
-    guard = live_guard("allocator")  # what kvfuzz.guard and kvfuzz.record call
+    guard = live_guard(_target(args))  # what kvfuzz.guard and kvfuzz.record call
 
     def wrap(allocator):
         if args.guard:
             return CallCounter(guard(allocator, corpus=args.corpus, impl=args.impl))
         return CallCounter(guard(allocator, check=False))
     return wrap
+
+
+def _target(args) -> str:
+    return "swa" if args.swa else "allocator"
 
 
 def main(argv=None) -> None:
@@ -85,8 +93,15 @@ def main(argv=None) -> None:
     parser.add_argument("--page-size", type=int, default=Workload.page_size)
     parser.add_argument("--retract", action="store_true",
                         help="force retractions (SGLANG_TEST_RETRACT)")
+    parser.add_argument("--swa", action="store_true",
+                        help="a hybrid sliding-window model: SGLang builds its SWA allocator, "
+                             "guarded as the swa target")
+    parser.add_argument("--tree-core", choices=("rust", "python"), default="",
+                        help="UnifiedRadixCache's tree core (default: SGLang's, the Rust one); "
+                             "the Python one releases in a fixed order, so a recording repeats")
     parser.add_argument("--impl", help="an allocator implementation's name or import path "
-                                       "(e.g. a mutant) in place of SGLang's class")
+                                       "(e.g. a mutant) in place of SGLang's class (of the "
+                                       "allocator target; with --swa, of swa)")
     parser.add_argument("--guard", action="store_true",
                         help="kvfuzz.guard the allocator: a divergence ends the session, "
                              "saved under --corpus")
@@ -94,12 +109,13 @@ def main(argv=None) -> None:
                         help="kvfuzz.record the allocator's calls, saved under DIR at the end")
     parser.add_argument("--corpus", default="corpus", help="where a divergence is saved")
     args = parser.parse_args(argv)
-    workload = Workload(page_size=args.page_size, retract=args.retract)
+    workload = Workload(page_size=args.page_size, retract=args.retract, swa=args.swa,
+                        tree_core=args.tree_core)
     allocator_class = None
     if args.impl:
         from kvfuzz.fuzz.targets import TARGETS
 
-        allocator_class = TARGETS["allocator"].catalogue.resolve(args.impl).load()
+        allocator_class = TARGETS[_target(args)].catalogue.resolve(args.impl).load()
     line = {}
     try:
         session = run_session(args.seed, _wrap(args), workload, allocator_class)
@@ -111,7 +127,7 @@ def main(argv=None) -> None:
                                   impl=found.impl, report=found.report())
     else:
         line.update(steps=session.steps, finished=session.finished, requests=session.requests,
-                    retractions=session.retractions,
+                    retractions=session.retractions, tree_core=session.tree_core,
                     calls=dict(sorted(session.allocator.calls.items())),
                     seconds=dict(sorted(session.allocator.seconds.items())))
         inner = session.allocator._allocator  # under the call counter

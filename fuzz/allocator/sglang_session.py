@@ -37,13 +37,30 @@ import tempfile
 from array import array
 from dataclasses import dataclass, field
 
-# The names `kv_cache_configurator` builds the allocator by: page size 1, and every other.
+# The names `kv_cache_configurator` builds the allocator by: page size 1, and every other;
+# for a hybrid sliding-window model, the SWA allocator's.
 ALLOCATOR_NAMES = ("TokenToKVPoolAllocator", "PagedTokenToKVPoolAllocator")
+SWA_ALLOCATOR_NAMES = ("SWATokenToKVPoolAllocator",)
 VOCAB = 1000
 MODEL_CONFIG = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64,
                     intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                     num_hidden_layers=2, vocab_size=VOCAB, max_position_embeddings=2048,
                     rms_norm_eps=1e-5, torch_dtype="float32", bos_token_id=1, eos_token_id=2)
+# A hybrid sliding-window model SGLang runs on the CPU: Mellum (a model SGLang lists as hybrid
+# SWA) with every MLP dense, no attention sinks (the CPU attention backend takes none), a
+# window of 32 tokens on every other layer. Its experts are never built, but SGLang's expert
+# placement fails on a count of 0.
+SWA_MODEL_CONFIG = dict(
+    architectures=["MellumForCausalLM"], model_type="mellum", hidden_size=64,
+    intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    num_hidden_layers=4, vocab_size=VOCAB, max_position_embeddings=2048, rms_norm_eps=1e-5,
+    torch_dtype="float32", bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    tie_word_embeddings=False, sliding_window=32,
+    layer_types=["sliding_attention", "full_attention"] * 2, mlp_layer_types=["dense"] * 4,
+    hidden_act="silu", num_experts=2, num_experts_per_tok=1, moe_intermediate_size=64,
+    attention_bias=False, rope_parameters={
+        "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
 
 
 @dataclass(frozen=True)
@@ -66,6 +83,17 @@ class Workload:
     retract: bool = False
     retract_interval: int = 25
     max_steps: int = 5000
+    swa: bool = False  # the hybrid sliding-window model: SGLang builds its SWA allocator
+    # UnifiedRadixCache's tree core: "" (SGLang's default, the bundled Rust one), "rust" or
+    # "python". The Rust core releases a tree value's components (full, SWA) in an order that
+    # varies from process to process; the Python core's is fixed (a session replays as it ran).
+    tree_core: str = ""
+
+    def model_config(self) -> dict:
+        return SWA_MODEL_CONFIG if self.swa else MODEL_CONFIG
+
+    def allocator_names(self) -> tuple[str, ...]:
+        return SWA_ALLOCATOR_NAMES if self.swa else ALLOCATOR_NAMES
 
 
 @dataclass
@@ -75,14 +103,15 @@ class SessionResult:
     requests: int
     retractions: int
     allocator: object                   # what the scheduler called: the wrapper, or its own
+    tree_core: str = ""                 # the prefix cache's tree core that ran, by class name
     batches: dict[str, int] = field(default_factory=dict)  # forward mode -> batches run
     notes: list[str] = field(default_factory=list)
 
 
-def _model_folder() -> str:
+def _model_folder(config: dict) -> str:
     """A folder holding the model's `config.json`, one per config (reused by later sessions,
     so that a campaign of subprocesses leaves one folder behind, not one each)."""
-    text = json.dumps(MODEL_CONFIG, sort_keys=True)
+    text = json.dumps(config, sort_keys=True)
     folder = os.path.join(tempfile.gettempdir(),
                           f"kvfuzz-sglang-model-{hashlib.sha256(text.encode()).hexdigest()[:12]}")
     os.makedirs(folder, exist_ok=True)
@@ -110,8 +139,15 @@ def _retraction_knob(workload: Workload) -> None:
 def _server_args(workload: Workload):
     from sglang.srt.server_args import ServerArgs
 
+    # SWA: both pools the same size. At SGLang's default SWA share (0.8) the CPU attention
+    # backend (torch_native) indexes the SWA layers' buffer with full-pool slots from
+    # `req_to_token`, never translated, and the first decode reads past it
+    # (docs/upstream-sglang.md): an attention backend's bug, not the allocator's.
+    extra = {"swa_full_tokens_ratio": 1.0} if workload.swa else {}
     return ServerArgs(
-        model_path=_model_folder(), device="cpu", dtype="float32", load_format="dummy",
+        **extra,
+        model_path=_model_folder(workload.model_config()), device="cpu", dtype="float32",
+        load_format="dummy",
         skip_tokenizer_init=True, random_seed=0, page_size=workload.page_size,
         max_total_tokens=workload.max_total_tokens,
         chunked_prefill_size=workload.chunked_prefill_size,
@@ -120,17 +156,19 @@ def _server_args(workload: Workload):
 
 
 @contextlib.contextmanager
-def _allocator_built_by(factory):
+def _allocator_built_by(factory, names):
     """While the scheduler is built, `kv_cache_configurator` builds its allocator by
-    `factory(original_class, *args, **kwargs)` under both of its names (it looks them up as
-    module globals at the construction site); the names come back afterwards, whatever
-    happened."""
+    `factory(original_class, *args, **kwargs)` under each of its `names` (it looks them up as
+    module globals at the construction site, and checks its allocator's class by them: each
+    stays a class, `kvfuzz_stand_in`); the names come back afterwards, whatever happened."""
     from sglang.srt.mem_cache import kv_cache_configurator as configurator
 
-    originals = {name: getattr(configurator, name) for name in ALLOCATOR_NAMES}
+    from kvfuzz.fuzz.engine.autoguard.kvfuzz_stand_in import stand_in
+
+    originals = {name: getattr(configurator, name) for name in names}
     for name, original in originals.items():
-        setattr(configurator, name,
-                lambda *args, _original=original, **kwargs: factory(_original, *args, **kwargs))
+        setattr(configurator, name, stand_in(original, lambda *args, _original=original,
+                                             **kwargs: factory(_original, *args, **kwargs)))
     try:
         yield
     finally:
@@ -154,10 +192,14 @@ def build_scheduler(workload: Workload = Workload(), wrap=None, allocator_class=
     """SGLang's Scheduler over a pool of `workload.max_total_tokens` tokens in pages of
     `workload.page_size`, with its radix cache and chunked prefill (the engine's defaults
     otherwise); its allocator an instance of `allocator_class` (default: the class SGLang
-    picks, `PagedTokenToKVPoolAllocator`, or `TokenToKVPoolAllocator` at page size 1), built
-    with the engine's arguments and handed to `wrap(allocator)` before anything calls it."""
+    picks, `PagedTokenToKVPoolAllocator`, or `TokenToKVPoolAllocator` at page size 1, or for
+    `workload.swa` `SWATokenToKVPoolAllocator`, with a full and an SWA pool of that size),
+    built with the engine's arguments and handed to `wrap(allocator)` before anything calls
+    it."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if workload.tree_core:  # read when the cache is built
+        os.environ["SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"] = workload.tree_core
     _retraction_knob(workload)
     from kvfuzz.impl.upstream_env import prepare_import
 
@@ -173,14 +215,21 @@ def build_scheduler(workload: Workload = Workload(), wrap=None, allocator_class=
         built = []
 
         def factory(original, *args, **kwargs):
-            allocator = (allocator_class or original)(*args, **kwargs)
+            cls = allocator_class or original
+            if not issubclass(cls, original) and hasattr(original, "register"):
+                # A mutant of SGLang's source is a class of a rebuilt module: registered as a
+                # virtual subclass (SGLang's allocator classes are ABCs), so that SGLang's own
+                # isinstance checks of its allocator take it (this process runs one session).
+                original.register(cls)
+            allocator = cls(*args, **kwargs)
             built.append(allocator if wrap is None else wrap(allocator))
             return built[-1]
 
-        with _allocator_built_by(factory):
+        names = workload.allocator_names()
+        with _allocator_built_by(factory, names):
             scheduler = Scheduler(server_args, PortArgs.init_new(server_args))
     if len(built) != 1:
-        raise RuntimeError(f"SGLang built {len(built)} allocators by {ALLOCATOR_NAMES}, not one")
+        raise RuntimeError(f"SGLang built {len(built)} allocators by {names}, not one")
     _check_holders(scheduler, built[0])
     return scheduler
 
@@ -261,7 +310,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     rng = random.Random(seed)
     scheduler = build_scheduler(workload, wrap, allocator_class)  # first: prepares SGLang
     arrivals = _requests(workload, rng)
-    result = SessionResult(0, 0, len(arrivals), 0, scheduler.token_to_kv_pool_allocator)
+    result = SessionResult(0, 0, len(arrivals), 0, scheduler.token_to_kv_pool_allocator,
+                           type(getattr(scheduler.tree_cache, "tree_core", None)).__name__)
     reqs = []
     while result.steps < workload.max_steps:
         due = [request for step, request in arrivals if step <= result.steps]

@@ -13,7 +13,10 @@ ops: `alloc(n)`: `alloc_slots`; `alloc_extend`, `alloc_extend_swa_tail`, `alloc_
 `free_slots` of those pools; the `*_segment` forms and `free_segments` /
 `free_full_segments`: `free_segments`; `set_full_to_swa_mapping` /
 `clear_full_to_swa_mapping` (the SWA prefix cache re-pairing slots it keeps): `set_mapping` /
-`clear_mapping`; `free_group_begin` / `free_group_end` / `clear`: the trace's ops of those names
+`clear_mapping`; the releases of its pools reached past it (`allocator.full_attn_allocator.
+free_segment(...)`, as SGLang's unified radix cache frees a tree value): `free_slots` /
+`free_segments` of "full_pool" / "swa_pool"; `free_group_begin` / `free_group_end` / `clear`:
+the trace's ops of those names
 (a nested begin is the trace's own misuse: rejected, changing nothing). Reads go through (the
 sizes, translations, budgets; those that evict do it through the prefix cache, which calls this
 wrapper). Refused (`GuardUnsupported`, before the call): any other method that changes the
@@ -30,9 +33,9 @@ import inspect
 from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
                                       open_session, plain_ints, same_args)
 from kvfuzz.strategies.swa.codec import MAX_BATCH, MAX_EXPANSION, MAX_PAGES, MAX_SIZE
-from kvfuzz.strategies.swa.trace import (AllocSlots, Clear, ClearMapping, DecodeSlots,
-                                         ExtendSlots, ExtendTailSlots, FreeSegments, FreeSlots,
-                                         GroupBegin, GroupEnd, SetMapping, Trace)
+from kvfuzz.strategies.swa.trace import (POOL_OWNERS, RELEASES, AllocSlots, Clear, ClearMapping,
+                                         DecodeSlots, ExtendSlots, ExtendTailSlots, FreeSegments,
+                                         FreeSlots, GroupBegin, GroupEnd, SetMapping, Trace)
 
 READS = frozenset({
     "available_size", "full_available_size", "swa_available_size", "new_pages_available",
@@ -91,8 +94,67 @@ def guard(allocator, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedSWA(allocator, session, driver)
 
 
+def _checked(guarded: GuardedObject, values: list[int], method: str) -> list[int]:
+    """Slots as the trace holds them (at most the full pool and its padding page), else refused."""
+    most = guarded._kvfuzz_slots
+    if len(values) > most or any(not 0 <= v < most for v in values):
+        guarded._refuse(f"{method} of {len(values)} values outside 0..{most - 1}")
+    return values
+
+
+def _release_op(guarded: GuardedObject, pools: str, method: str, segments):
+    """The trace's op for a release of `segments` (index tensor, start) and its arguments."""
+    plain = [(_checked(guarded, plain_ints(index), method), int(start))
+             for index, start in segments]
+    if len(plain) > guarded._kvfuzz_slots or any(not 0 <= s <= MAX_SIZE for _, s in plain):
+        guarded._refuse(f"{method} of {len(plain)} segments outside the trace's limits")
+    op = FreeSegments(tuple(v for slots, _ in plain for v in slots),
+                      tuple(start for _, start in plain),
+                      tuple(len(slots) for slots, _ in plain), pools)
+    return op, same_args((plain,))
+
+
+class GuardedPool(GuardedObject):
+    """One of the allocator's two pools (`full_attn_allocator`, `swa_attn_allocator`) as the
+    engine reaches it past the allocator: its releases (`free`, `free_segment`,
+    `free_segments`) are the trace's "full_pool" / "swa_pool" ops, its reads go through, any
+    other method is refused (allocating from a pool alone leaves the mapping unpaired)."""
+
+    TARGET = "swa"
+    READS = frozenset({"available_size", "debug_print", "get_kvcache", "get_all_free_pages",
+                       "verify_byte_accounting"})
+
+    def __init__(self, pool, session: Session, driver, which: str, slots: int):
+        super().__init__(pool, session, driver)
+        vars(self)["_kvfuzz_which"], vars(self)["_kvfuzz_slots"] = which, slots
+
+    @modelled
+    def free(self, free_index):
+        slots = _checked(self, plain_ints(free_index), "free")
+        which = self._kvfuzz_which
+        return self._run(FreeSlots(tuple(slots), which), RELEASES[which, False],
+                         lambda: self._kvfuzz_object.free(free_index), same_args((slots,)))
+
+    @modelled
+    def free_segment(self, free_index, *, start_pos):
+        op, expected = _release_op(self, self._kvfuzz_which, "free_segment",
+                                   [(free_index, start_pos)])
+        return self._run(op, RELEASES[self._kvfuzz_which, True],
+                         lambda: self._kvfuzz_object.free_segment(free_index,
+                                                                  start_pos=start_pos),
+                         expected)
+
+    @modelled
+    def free_segments(self, segments):
+        segments = list(segments)
+        op, expected = _release_op(self, self._kvfuzz_which, "free_segments", segments)
+        return self._run(op, RELEASES[self._kvfuzz_which, True],
+                         lambda: self._kvfuzz_object.free_segments(segments), expected)
+
+
 class GuardedSWA(GuardedObject):
-    """Stands for the allocator: the engine's calls go through `kvfuzz_session`."""
+    """Stands for the allocator: the engine's calls go through `kvfuzz_session`; so do its
+    calls on the allocator's pools (`full_attn_allocator`, `swa_attn_allocator`: `GuardedPool`)."""
 
     TARGET, READS = "swa", READS
 
@@ -105,6 +167,17 @@ class GuardedSWA(GuardedObject):
         for name in ("alloc_extend", "alloc_extend_swa_tail", "alloc_decode"):
             method = getattr(allocator, name, None)
             state[f"_kvfuzz_{name}"] = None if method is None else inspect.signature(method)
+        for which, attribute in POOL_OWNERS.items():
+            state[f"_kvfuzz_{attribute}"] = GuardedPool(
+                getattr(allocator, attribute), session, driver, which, state["_kvfuzz_slots"])
+
+    @property
+    def full_attn_allocator(self):
+        return self._kvfuzz_full_attn_allocator
+
+    @property
+    def swa_attn_allocator(self):
+        return self._kvfuzz_swa_attn_allocator
 
     # -- allocations ---------------------------------------------------------------------
     @modelled
@@ -208,20 +281,14 @@ class GuardedSWA(GuardedObject):
 
     def _segments(self, method: str, pools: str, segments):
         """The engine's segments (an iterator read once: the allocator gets the same list)."""
-        plain = [(self._slots(plain_ints(index), method), int(start)) for index, start in segments]
-        if len(plain) > self._kvfuzz_slots or any(not 0 <= s <= MAX_SIZE for _, s in plain):
-            self._refuse(f"{method} of {len(plain)} segments outside the trace's limits")
-        op = FreeSegments(tuple(v for slots, _ in plain for v in slots),
-                          tuple(start for _, start in plain),
-                          tuple(len(slots) for slots, _ in plain), pools)
+        op, expected = _release_op(self, pools, method, segments)
         allocator = self._kvfuzz_object
         if method.endswith("segments"):
             perform = lambda: getattr(allocator, method)(segments)  # noqa: E731
         else:
             index, start = segments[0]
             perform = lambda: getattr(allocator, method)(index, start_pos=start)  # noqa: E731
-        return self._run(op, {"both": "free_segments", "swa": "free_swa_segments",
-                              "full": "free_full_segments"}[pools], perform, same_args((plain,)))
+        return self._run(op, RELEASES[pools, True], perform, expected)
 
     # -- the mapping, re-paired by the SWA prefix cache ---------------------------------------
     @modelled
@@ -257,7 +324,4 @@ class GuardedSWA(GuardedObject):
         return self._run(Clear(), "clear", self._kvfuzz_object.clear)
 
     def _slots(self, values: list[int], method: str) -> list[int]:
-        most = self._kvfuzz_slots
-        if len(values) > most or any(not 0 <= v < most for v in values):
-            self._refuse(f"{method} of {len(values)} values outside 0..{most - 1}")
-        return values
+        return _checked(self, values, method)

@@ -13,7 +13,8 @@ from collections import Counter
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.allocator.invariants import ENGINE, state_violations
-from kvfuzz.oracle.swa.invariants import mapping_violations, swa_holders
+from kvfuzz.oracle.swa.invariants import (freed_peer_violations, mapping_violations,
+                                         swa_holders)
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
 from kvfuzz.strategies.swa import trace as swa
 from kvfuzz.strategies.swa.trace import (RELEASES, Admit, AllocSlots, Clear, ClearMapping, Decode,
@@ -45,6 +46,14 @@ class SWALockstep(Lockstep):
         # whose SWA peer it holds (what the mapping must pair, beside the requests' windows).
         self.engine_pages: set[int] = set()
         self.engine_window: set[int] = set()
+        # SWA slots whose full slots' mapping the op just cleared: held by the engine until
+        # its next call (SGLang's prefix cache moves a peer as a clear, then a set).
+        self.transit: tuple = (None, set())  # (the op, its slots): checked after that op only
+        # Full slots the op released on the full side while still mapped: their peers must be
+        # released by the engine's next call (SGLang's unified cache frees a tree value's full
+        # slots, then its SWA peers, reading the mapping), else they are a free slot's peer.
+        self.freed_mapped: tuple = (None, set())
+        self.allowed: dict = {}
         return SWAModel(trace.size, trace.size_swa, trace.page_size, trace.need_sort)
 
     def build_impl(self, trace, cls, device):
@@ -226,11 +235,13 @@ class SWALockstep(Lockstep):
         reps = [slot for slots, _ in args[0] for slot in slots[::self.P]] if segmented \
             else op.slots
         pages = {slot // self.P for slot in reps}
-        if op.pools != "full":  # the SWA peers of every slot of those pages
+        if op.pools in ("both", "swa"):  # the SWA peers of every slot of those pages
             self.engine_window = {slot for slot in self.engine_window
                                   if slot // self.P not in pages}
-        if op.pools != "swa":
+        if op.pools in ("both", "full", "full_pool"):
             self.engine_pages -= pages
+        if op.pools in ("full", "full_pool"):
+            self.freed_mapped = (op, {slot for slot in op.slots if self.model.mapping.get(slot)})
 
     @handles(SetMapping)
     def set_mapping(self, op: SetMapping):
@@ -240,8 +251,10 @@ class SWALockstep(Lockstep):
 
     @handles(ClearMapping)
     def clear_mapping(self, op: ClearMapping):
+        peers = {self.model.mapping.get(full, 0) for full in op.full} - {0}
         yield Call(describe_slot_op(op), "clear_mapping", (list(op.full),))
         self.engine_window -= set(op.full)
+        self.transit = (op, peers)
 
     def _count_alloc(self, call: Call) -> None:
         model, P = self.model, self.P
@@ -258,6 +271,11 @@ class SWALockstep(Lockstep):
 
     # --- after the op ------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
+        # What an engine's op leaves half done is allowed after that op only: peers a clear
+        # left unpaired (re-paired by the next call's `set_mapping`, else lost), a released
+        # full slot's peer (released by the next call, else a free slot's peer).
+        self.allowed = {name: slots for name, (at, slots) in
+                        (("transit", self.transit), ("freed", self.freed_mapped)) if at is op}
         return self._state(self.read("state"))
 
     def _state(self, state: dict) -> list[tuple[str, str]]:
@@ -300,10 +318,15 @@ class SWALockstep(Lockstep):
         found += [f"full pool: {text}" for text in state_violations(
             model.full.num_pages, state["full free"], state["full staged"],
             model.full.pending_pages(), full_holders)]
+        swa_held = swa_holders(state["mapping"], rows, evicted, P)
+        for slot in self.allowed.get("transit", ()):
+            swa_held.setdefault(slot // P, set()).add(ENGINE)
         found += [f"SWA pool: {text}" for text in state_violations(
-            model.swa.num_pages, state["swa free"], state["swa staged"], swa_pending,
-            swa_holders(state["mapping"], rows, evicted, P))]
-        return found + mapping_violations(state["mapping"], rows, evicted, P)
+            model.swa.num_pages, state["swa free"], state["swa staged"], swa_pending, swa_held)]
+        mapping = {slot: peer for slot, peer in state["mapping"].items()
+                   if slot not in self.allowed.get("freed", ())}
+        return found + mapping_violations(state["mapping"], rows, evicted, P) + \
+            freed_peer_violations(mapping, state["full free"], state["full staged"], P)
 
 
 def _extend_pages(prefix, seq, P: int) -> int:

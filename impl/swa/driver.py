@@ -67,6 +67,34 @@ class SWADriver(TensorDriver):
                     getattr(self.allocator, single)(index, start_pos=start)
         then_poison(None, *(index for index, _ in indexes))
 
+    # Releases on one of the allocator's pools itself (`full_attn_allocator`,
+    # `swa_attn_allocator`), as an engine reaching past the allocator makes them.
+    def full_pool_free(self, slots) -> None:
+        self._pool_release(self.allocator.full_attn_allocator, slots)
+
+    def swa_pool_free(self, slots) -> None:
+        self._pool_release(self.allocator.swa_attn_allocator, slots)
+
+    def full_pool_free_segments(self, segments) -> None:
+        self._pool_segments(self.allocator.full_attn_allocator, segments)
+
+    def swa_pool_free_segments(self, segments) -> None:
+        self._pool_segments(self.allocator.swa_attn_allocator, segments)
+
+    def _pool_release(self, pool, slots) -> None:
+        index = self._tensor(slots)
+        then_poison(pool.free(index), index)
+
+    def _pool_segments(self, pool, segments) -> None:
+        indexes = [(self._tensor(slots), start) for slots, start in segments]
+        if getattr(pool, "free_segments", None) is not None:
+            pool.free_segments(list(indexes))
+        else:
+            for index, start in indexes:
+                if index.numel():
+                    pool.free_segment(index, start_pos=start)
+        then_poison(None, *(index for index, _ in indexes))
+
     def set_mapping(self, full, swa) -> None:
         full_index, swa_index = self._tensor(full), self._tensor(swa)
         then_poison(self.allocator.set_full_to_swa_mapping(full_index, swa_index), full_index,

@@ -44,6 +44,18 @@ class LiveSWADriver(LiveSlotCalls):
     def free_full_segments(self, segments) -> None:
         self._perform("free_full_segments", (_plain(segments),))
 
+    def full_pool_free(self, slots) -> None:
+        self._perform("full_pool_free", (list(slots),))
+
+    def swa_pool_free(self, slots) -> None:
+        self._perform("swa_pool_free", (list(slots),))
+
+    def full_pool_free_segments(self, segments) -> None:
+        self._perform("full_pool_free_segments", (_plain(segments),))
+
+    def swa_pool_free_segments(self, segments) -> None:
+        self._perform("swa_pool_free_segments", (_plain(segments),))
+
     def set_mapping(self, full, swa) -> None:
         self._perform("set_mapping", (list(full), list(swa)))
 

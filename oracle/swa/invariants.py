@@ -56,3 +56,16 @@ def mapping_violations(mapping: dict[int, int], rows, evicted, page_size: int) -
         slot = min(s for s, peer in mapping.items() if peer < 0)
         problems.append(f"full slot {slot} mapped to a negative SWA slot {mapping[slot]}")
     return problems
+
+
+def freed_peer_violations(mapping: dict[int, int], full_free, full_staged,
+                          page_size: int) -> list[str]:
+    """A full slot back on the full pool's free list (or staged) keeps no SWA peer: a release
+    unmaps first (upstream's `free_full` expects it), else the peer is reachable only through
+    a slot the next allocation hands to someone else."""
+    released = set(full_free) | set(full_staged)
+    kept = sorted(slot for slot, peer in mapping.items() if peer and slot // page_size in released)
+    if not kept:
+        return []
+    return [f"{len(kept)} full slots on the free list keep an SWA peer, e.g. full slot "
+            f"{kept[0]} -> SWA slot {mapping[kept[0]]}"]

@@ -185,6 +185,19 @@ class SWAModel:
     def free_swa_segments(self, segments) -> None:
         self._each_segment(segments, self.free_swa_segment)
 
+    # Releases on one of the pools itself, reached past the allocator (the mapping untouched).
+    def full_pool_free(self, slots: list[int]) -> None:
+        self.full.free_slots(slots)
+
+    def full_pool_free_segments(self, segments) -> None:
+        self._each_segment(segments, self.full.free_segment)
+
+    def swa_pool_free(self, slots: list[int]) -> None:
+        self.swa.free_slots(slots)
+
+    def swa_pool_free_segments(self, segments) -> None:
+        self._each_segment(segments, self.swa.free_segment)
+
     def _each_segment(self, segments, release) -> None:
         previous_end = None
         for slots, start_pos in segments:

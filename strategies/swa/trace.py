@@ -185,11 +185,18 @@ KINDS = {"admit": Admit, "extend": Extend, "extend_tail": ExtendTail, "decode": 
          "extend_tail_slots": ExtendTailSlots, "decode_slots": DecodeSlots,
          "free_slots": FreeSlots, "free_segments": FreeSegments, "set_mapping": SetMapping,
          "clear_mapping": ClearMapping}
-POOLS = ("both", "swa", "full")
+# "full_pool" / "swa_pool": a release on one of the allocator's own pools, reached past it
+# (`allocator.full_attn_allocator.free_segment(...)`, as SGLang's unified radix cache frees a
+# tree value's full slots): that pool's own free, the mapping untouched; "swa_pool" names SWA
+# slots.
+POOLS = ("both", "swa", "full", "full_pool", "swa_pool")
 # The release a by-slot op stands for, by (pools, segments): the model's and drivers' method.
 RELEASES = {("both", False): "free", ("swa", False): "free_swa", ("full", False): "free_full",
             ("both", True): "free_segments", ("swa", True): "free_swa_segments",
-            ("full", True): "free_full_segments"}
+            ("full", True): "free_full_segments", ("full_pool", False): "full_pool_free",
+            ("full_pool", True): "full_pool_free_segments", ("swa_pool", False): "swa_pool_free",
+            ("swa_pool", True): "swa_pool_free_segments"}
+POOL_OWNERS = {"full_pool": "full_attn_allocator", "swa_pool": "swa_attn_allocator"}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -252,14 +259,18 @@ def describe_slot_op(op: Op) -> str:
     if isinstance(op, DecodeSlots):
         return f"alloc_decode(seq_lens={few(op.seq_lens)}, last_loc={few(op.last_loc)})"
     if isinstance(op, FreeSlots):
+        if op.pools in POOL_OWNERS:
+            return f"{POOL_OWNERS[op.pools]}.free({len(op.slots)} slots {few(op.slots)})"
         return f"{RELEASES[op.pools, False]}({len(op.slots)} slots {few(op.slots)})"
     if isinstance(op, FreeSegments):
         if len(op.starts) == 1:
             name = {"both": "free_segment", "swa": "free_swa_segment",
-                    "full": "free_full_segment"}[op.pools]
+                    "full": "free_full_segment"}.get(op.pools) or \
+                f"{POOL_OWNERS[op.pools]}.free_segment"
             return f"{name}({len(op.slots)} slots {few(op.slots)}, start_pos={op.starts[0]})"
-        return (f"{RELEASES[op.pools, True]}({len(op.starts)} segments from {few(op.starts)}, "
-                f"{len(op.slots)} slots)")
+        name = f"{POOL_OWNERS[op.pools]}.free_segments" if op.pools in POOL_OWNERS else \
+            RELEASES[op.pools, True]
+        return f"{name}({len(op.starts)} segments from {few(op.starts)}, {len(op.slots)} slots)"
     if isinstance(op, SetMapping):
         return f"set_full_to_swa_mapping({few(op.full)}, {few(op.swa)})"
     return f"clear_full_to_swa_mapping({few(op.full)})"

@@ -27,6 +27,7 @@ def test_a_patched_class_still_answers_isinstance_and_builds_guarded(tmp_path, m
     cls = SWA.catalogue.resolve("swa.torch").load()
     engine = types.ModuleType("engine_module")
     engine.SWATokenToKVPoolAllocator = cls
+    monkeypatch.syspath_prepend(autoguard.FOLDER)  # as `kvfuzz guard` puts it
     site_module()._patch(engine, "SWATokenToKVPoolAllocator", "swa")
     patched = engine.SWATokenToKVPoolAllocator
     assert isinstance(patched, type) and patched.__wrapped__ is cls

@@ -108,3 +108,24 @@ def test_a_double_release_by_the_engine_is_a_divergence(tmp_path):
     guarded.free(out)
     with pytest.raises(kvfuzz.Mismatch, match="twice|double"):
         guarded.free_full(out)
+
+
+def test_a_release_on_a_pool_past_the_allocator_is_checked_too(tmp_path):
+    """SGLang's unified radix cache frees a tree value's full slots on the full pool itself:
+    the guard hands its pools out wrapped, their releases ops of the trace, anything else that
+    would change them refused."""
+    guarded = kvfuzz.guard(ours(), "swa", corpus=tmp_path)
+    out = extend(guarded, (0,), (8,), (-1,))
+    guarded.free_swa_segment(out, start_pos=0)
+    guarded.full_attn_allocator.free_segment(out, start_pos=0)
+    assert guarded.kvfuzz_session.ops[-1] == FreeSegments(tuple(out.tolist()), (0,), (8,),
+                                                          "full_pool")
+    assert guarded.full_attn_allocator.available_size() == 64  # a read, through
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"alloc\(\) is not modelled"):
+        guarded.swa_attn_allocator.alloc(4)
+    assert kvfuzz.replay(guarded.kvfuzz_session.save(tmp_path / "s"), "swa.torch").ok
+    leaked = kvfuzz.guard(ours(), "swa", corpus=tmp_path)
+    out = extend(leaked, (0,), (8,), (-1,))
+    leaked.full_attn_allocator.free(out)  # the full side only, the peers still mapped: allowed
+    with pytest.raises(kvfuzz.Mismatch, match="full slots on the free list keep an SWA peer"):
+        extend(leaked, (0,), (4,), (-1,))  # ... until the next call, which does not free them
