@@ -1,5 +1,6 @@
 """`kvfuzz bench harness`: differential cases per second per target and implementation (generate
-a seeded case, run the implementation and the oracle, compare), so CI budgets can be planned."""
+a seeded case, run the implementation and the oracle, compare), so CI budgets can be planned;
+then every target as a user runs it, start-up and workers included (`harness_commands.py`)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,6 @@ def main(quick: bool, out_dir=None) -> int:
             print(f"| {name} | {impl.name} | {per_second:,.0f} | {generation:.0%} "
                   f"| {statuses[AGREE]} | {statuses[OUTSIDE_CONTRACT]} | {statuses[DIVERGE]} |",
                   flush=True)
-    return 0
+    from kvfuzz.bench import harness_commands
+
+    return harness_commands.main(quick)

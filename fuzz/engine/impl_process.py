@@ -58,20 +58,21 @@ class Judging:
             process = self.processes[impl.path] = ImplProcess(impl, self)
         return process
 
-    def check(self, target, item, impl, device: str, upcoming=None):
+    def check(self, target, item, impl, device: str, upcoming=()):
         """`target.check`, the implementation's part done in its process, judged here. With
-        `upcoming` (the input checked next), that process starts on it while this one is judged
-        (both cores busy with one job)."""
+        `upcoming` (the inputs checked next, in order), that process goes on to them while this
+        one is judged: it is never idle waiting for the judge (both cores busy with one job),
+        and its transcripts come back in the order asked, each judged on its own clock."""
         process = self.process(impl)
-        if process.pending is not None and process.pending is not item:
-            process.drain()  # a chunk that stopped early asked for an input it did not check
+        if process.asked and process.asked[0] is not item:
+            process.drain()  # a chunk that stopped early asked for inputs it did not check
             process = self.process(impl)
-        if process.pending is None:
+        if not process.asked:
             process.ask(target.name, item, device)
-        process.pending = None
+        process.asked.popleft()
         replay = self.replay = Replay([], self.memory, source=process)
-        if upcoming is not None:  # queued behind this one's transcript
-            process.ask(target.name, upcoming, device)
+        for later in list(upcoming)[len(process.asked):]:  # queued behind this transcript
+            process.ask(target.name, later, device)
         try:
             outcome = target.check(item, impl, device)
         except Ended:  # its process ended the check: the next input starts a fresh one
@@ -106,7 +107,8 @@ def judging() -> Judging | None:
 class ImplProcess:
     def __init__(self, impl, judging: Judging):
         self.judging, self.ended, self.last_memory = judging, False, 0.0
-        self.pending = None  # the input it was asked to check, until its transcript is taken
+        # The inputs it was asked to check, in order, until their transcripts are taken.
+        self.asked: collections.deque = collections.deque()
         self.inbox: collections.deque = collections.deque()  # messages read, not yet taken
         context = multiprocessing.get_context("fork")
         self.conn, child = context.Pipe()
@@ -123,23 +125,26 @@ class ImplProcess:
             self._end(protocol(f"an answer of kind {str(answer[0])!r:.40}"))
 
     def ask(self, target_name: str, item, device: str) -> None:
-        """Start checking `item` (its transcript: `transcript()`)."""
-        self.pending = item
+        """Start checking `item` after those asked before it (its transcript: `batch()`)."""
+        self.asked.append(item)
         try:
             self.conn.send(("run", target_name, item, device))
         except OSError:  # its end is gone: `_answer` says how it ended
             pass
 
     def drain(self) -> None:
-        """Read past the transcript asked for last, within the timeout; a process that does not
-        finish it in time, or ends, is stopped (the next input starts a fresh one)."""
-        deadline, last = time.monotonic() + self.judging.timeout, False
+        """Read past the transcripts of every input asked for and not taken, within the timeout
+        each; a process that does not finish one in time, or ends, is stopped (the next input
+        starts a fresh one)."""
         try:
-            while not last:
-                _, last = self.batch(deadline)
+            while self.asked:
+                deadline, last = time.monotonic() + self.judging.timeout, False
+                while not last:
+                    _, last = self.batch(deadline)
+                self.asked.popleft()
         except Ended:
             pass
-        self.pending = None
+        self.asked.clear()
 
     def batch(self, deadline: float | None = None) -> tuple[list, bool]:
         """The next records of the transcript being read, checked for shape and plain data,

@@ -50,12 +50,12 @@ def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
                                               crash=kind))
 
 
-def guarded_check(target, item, impl, device: str, upcoming=None) -> Outcome:
+def guarded_check(target, item, impl, device: str, upcoming=()) -> Outcome:
     """`target.check`, with what an implementation may raise past it (KeyboardInterrupt,
     SystemExit) turned into its divergence. In a worker no KeyboardInterrupt is the user's;
     there the implementation runs in a process of its own, whose end (`Ended`: a crash, a
-    timeout, the memory limit) is this input's outcome; `upcoming`, the input checked next,
-    is started there while this one is judged."""
+    timeout, the memory limit) is this input's outcome; `upcoming`, the inputs checked next,
+    are started there while this one is judged."""
     apart = judging()
     try:
         if apart is not None:

@@ -10,6 +10,7 @@ report (reports come every half second) are checked again.
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import dataclass
 
@@ -26,6 +27,9 @@ from kvfuzz.fuzz.engine.tally import Tally
 from kvfuzz.fuzz.targets import TARGETS
 
 REPORT_EVERY = 0.5  # seconds between a worker's progress reports
+# Inputs an implementation's process is asked for beyond the one being judged: it works ahead
+# instead of waiting for the judge (`impl_process.Judging.check`).
+LOOKAHEAD = 3
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,14 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
     spec = impl.name
     preload(impl)
     tally, total, began = Tally(), Tally(), time.perf_counter()
-    upcoming = target.generator.generate(seed, start, [impl]) if start < stop else None
+    ahead = collections.deque()  # this input and the next LOOKAHEAD, generated once each
     for index in range(start, stop):
-        item = upcoming
-        upcoming = target.generator.generate(seed, index + 1, [impl]) if index + 1 < stop \
-            else None
+        while len(ahead) <= LOOKAHEAD and index + len(ahead) < stop:
+            ahead.append(target.generator.generate(seed, index + len(ahead), [impl]))
+        item = ahead.popleft()
         if state is not None:
             mark(state, index)
-        tally.add(guarded_check(target, item, impl, device, upcoming), index)
+        tally.add(guarded_check(target, item, impl, device, tuple(ahead)), index)
         if report and (tally.divergence or time.perf_counter() - began >= report_every):
             tally.seconds, began = time.perf_counter() - began, time.perf_counter()
             report(("progress", spec, tally))

@@ -19,7 +19,8 @@ from __future__ import annotations
 import dataclasses
 import traceback
 
-from kvfuzz.fuzz.engine.remote import Ended, NotPlain, RemoteObject, plain, remote_error
+from kvfuzz.fuzz.engine.remote import (INT_RANGE, Ended, NotPlain, RemoteObject, plain,
+                                      remote_error)
 from kvfuzz.impl.registry import safe_text, set_loader
 
 BATCH = 50_000  # units of data (`weight`) per transcript message
@@ -189,10 +190,39 @@ def read_batch(message) -> tuple[list, bool]:
             and message[0] in ("records", "end") and type(message[1]) is list):
         raise protocol(f"an answer of kind {str(message[0])!r:.40}")
     try:
-        plain(message[1])
+        _plain_records(message[1])
     except NotPlain as error:
         raise protocol(f"not plain data ({error})") from None
     return message[1], message[0] == "end"
+
+
+def _plain_records(records: list) -> None:
+    """`plain` of every record, the common shape (kind, object id, key, (answer kind, ...))
+    checked field by field, so that only the answers' values are walked (a trace's transcript
+    holds thousands of records: walking each tuple as data was a third of the judge's time);
+    any other shape goes through `plain` whole, as before."""
+    low, high = INT_RANGE
+    for record in records:
+        if type(record) is tuple and len(record) == 4 and type(record[0]) is str and \
+                type(record[1]) is int and low <= record[1] < high and \
+                type(record[2]) is str and type(record[3]) is tuple and record[3] and \
+                type(record[3][0]) is str:
+            for value in record[3][1:]:
+                plain(value, 2)  # at its depth in the record
+        else:
+            plain(record)
+
+
+_RECORDING: list[bool] = []  # non-empty while `record_check` runs a check in this process
+
+
+def recording() -> bool:
+    """Whether the check running here is the implementation's side of one (`record_check`):
+    only the requests it makes count, the judge concludes from its own replay. A check may skip
+    what makes no request there (its oracle, its comparison): the judge runs them, and a check
+    whose requests do not depend on them makes the same requests either way. (An
+    implementation that patches this only changes its own side's work, which no one reads.)"""
+    return bool(_RECORDING)
 
 
 def record_check(target, item, impl, device: str, own, memory: int, send) -> None:
@@ -201,6 +231,7 @@ def record_check(target, item, impl, device: str, own, memory: int, send) -> Non
     ("end", ...). What the check itself concluded is not sent: the judge concludes."""
     recorder = Recorder(own, memory, flush=lambda records: send(("records", records)))
     set_loader(recorder.load)
+    _RECORDING.append(True)
     try:
         target.check(item, impl, device)
     except Exception:  # noqa: BLE001 - the judge's replay meets the same and says so
@@ -208,6 +239,7 @@ def record_check(target, item, impl, device: str, own, memory: int, send) -> Non
     except Ended:  # the record that ended it is the transcript's last
         pass
     finally:
+        _RECORDING.clear()
         set_loader(None)
     send(("end", recorder.records))
 
