@@ -131,16 +131,8 @@ class AllocatorModel:
         """Several `(slots, start_pos)` segments of one row, each a `free_segment`, empty ones
         skipped; a segment that shares a page with the one before it is rejected when it is
         reached (upstream asserts as it goes: the segments before it stay freed)."""
-        previous_end = None
-        for slots, start_pos in segments:
-            if not slots:
-                continue
-            if previous_end is not None and \
-                    start_pos // self.page_size <= (previous_end - 1) // self.page_size:
-                raise Rejected(f"segment at {start_pos} shares a page with the one ending at "
-                               f"{previous_end}")
-            previous_end = start_pos + len(slots)
-            self.free_segment(list(slots), start_pos)
+        for slots, start_pos in page_disjoint(segments, self.page_size):
+            self.free_segment(slots, start_pos)
 
     def free_page_ids(self, pages: list[int]) -> None:
         if self.token:
@@ -205,3 +197,17 @@ def release_problems(pages, free, staged, num_pages: int) -> list[str]:
             problems.append(f"double free: page {page} is already free")
         seen.add(page)
     return problems
+
+
+def page_disjoint(segments, page_size: int):
+    """The non-empty `(slots, start_pos)` segments of one row, in order; one that shares a page
+    with the segment before it is rejected when it is reached (upstream asserts as it goes)."""
+    previous_end = None
+    for slots, start_pos in segments:
+        if not slots:
+            continue
+        if previous_end is not None and start_pos // page_size <= (previous_end - 1) // page_size:
+            raise Rejected(f"segment at {start_pos} shares a page with the one ending at "
+                           f"{previous_end}")
+        previous_end = start_pos + len(slots)
+        yield list(slots), start_pos

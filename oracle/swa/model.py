@@ -25,7 +25,7 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
 
 from __future__ import annotations
 
-from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
+from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected, page_disjoint
 from kvfuzz.strategies.inputs import ceil_pages
 
 __all__ = ["Rejected", "SWAModel"]
@@ -199,16 +199,8 @@ class SWAModel:
         self._each_segment(segments, self.swa.free_segment)
 
     def _each_segment(self, segments, release) -> None:
-        previous_end = None
-        for slots, start_pos in segments:
-            if not slots:
-                continue
-            if previous_end is not None and \
-                    start_pos // self.P <= (previous_end - 1) // self.P:
-                raise Rejected(f"segment at {start_pos} shares a page with the one ending at "
-                               f"{previous_end}")
-            previous_end = start_pos + len(slots)
-            release(list(slots), start_pos)
+        for slots, start_pos in page_disjoint(segments, self.P):
+            release(slots, start_pos)
 
     def group_begin(self) -> None:
         if self.group_open:
