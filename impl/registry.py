@@ -59,6 +59,9 @@ class Implementation:
     # Run by `kvfuzz diff` without --impl, besides kvfuzz's own: an upstream class where the
     # target has no implementation of kvfuzz's (vLLM's block pool and manager).
     default: bool = False
+    # What `kvfuzz mutate` edits by default ("module" or "module:Qualname"), where `path` is an
+    # adapter of kvfuzz's around the code under test; empty: the function or class `path` names.
+    mutates: tuple[str, ...] = ()
 
     @property
     def runs_by_default(self) -> bool:

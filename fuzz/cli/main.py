@@ -12,6 +12,7 @@ import sys
 
 from kvfuzz.fuzz.cli import campaign as campaign_command
 from kvfuzz.fuzz.cli import guard as guard_command
+from kvfuzz.fuzz.cli import mutate as mutate_command
 from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
@@ -22,6 +23,7 @@ from kvfuzz.fuzz.engine.transcript import size_text
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
 from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.fuzz.engine.mutation.supervisor import MutationError
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError
 
@@ -90,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
     campaign_command.add_parsers(commands)
     upstream.add_parser(commands)
     guard_command.add_parser(commands)
+    mutate_command.add_parser(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
@@ -193,7 +196,7 @@ def parse(argv: list[str]):
 def run(args) -> int:
     if args.command == "bench":
         return importlib.import_module(BENCH).main(args.rest)
-    if args.command in ("diff", "replay", "fuzz"):
+    if args.command in ("diff", "replay", "fuzz", "mutate"):
         # Before any implementation is imported: a named upstream module may import Triton, and
         # Triton fixes interpreted-or-compiled when its kernels are defined.
         from kvfuzz.impl.triton_env import use_interpreter_without_cuda
@@ -208,12 +211,15 @@ def run(args) -> int:
             return upstream.run(args)
         if args.command == "guard":
             return guard_command.run(args)
+        if args.command == "mutate":
+            return mutate_command.run(args)
         if args.command == "diff":
             return cmd_diff(args)
         from kvfuzz.fuzz.engine.replay import replay
         return replay(args.paths, args.impl, device=args.device, timeout=args.timeout,
                       memory=args.memory)
-    except (ImplementationError, FormatError, corpus.CorpusError, UsageError) as error:
+    except (ImplementationError, FormatError, corpus.CorpusError, UsageError,
+            MutationError) as error:
         print(f"kvfuzz: error: {error}", file=sys.stderr)
         return 2
 

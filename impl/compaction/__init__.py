@@ -7,6 +7,8 @@ from kvfuzz.impl.compaction.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import BASELINE, MUTANT, UPSTREAM, entry
 
 _entry = partial(entry, "compaction", __name__)
+# What the upstream entries adapt, for `kvfuzz mutate` (the adapter itself is kvfuzz's).
+UPSTREAM_POOL = "sglang.srt.mem_cache.allocator.unified_sub_pool:MultiEndedAllocator"
 
 
 IMPLEMENTATIONS = (
@@ -24,10 +26,10 @@ IMPLEMENTATIONS = (
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,
-           requires="sglang"),
+           requires="sglang", mutates=(UPSTREAM_POOL,)),
     _entry("sglang.compaction.eager", "upstream:eager",
            "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", UPSTREAM,
-           requires="sglang"),
+           requires="sglang", mutates=(UPSTREAM_POOL,)),
 ) + tuple(
     _entry(f"mutant.sglang.compaction.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang")

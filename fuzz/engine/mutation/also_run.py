@@ -1,0 +1,69 @@
+"""`kvfuzz mutate --also-run "COMMAND"`: the user's own test command on the same mutants, the
+mutated module in place of the original for that run (`overlay/sitecustomize.py`), so the
+report can say which mutants kvfuzz kills, the tests kill, both or neither. A mutant the tests
+kill is one whose command exits non-zero (pytest: a test failed) or runs past the timeout.
+The command runs unmutated first and must pass: only tests that pass on the release count."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from kvfuzz.fuzz.engine.containment import kill_tree
+from kvfuzz.fuzz.engine.mutation.mutants import apply
+from kvfuzz.fuzz.engine.mutation.overlay import FOLDER
+
+# What the tests are not asked about: the mutant never changed the code, was never built, or
+# changes a message only.
+SKIPPED = ("equivalent", "incompetent", "cosmetic")
+
+
+class TestCommand:
+    def __init__(self, command: str):
+        self.command, self.directory = command, Path(tempfile.mkdtemp(prefix="kvfuzz-also-"))
+
+    def run(self, mutant=None, timeout: float | None = None) -> tuple[str, float, str]:
+        """(verdict: "passed", "killed" or "timeout", seconds, the output's last line)."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = FOLDER + (os.pathsep + env["PYTHONPATH"]
+                                      if env.get("PYTHONPATH") else "")
+        if mutant is not None:
+            mutated, _, _ = apply(Path(mutant.path).read_text(), mutant)
+            source = self.directory / f"{abs(hash(mutant.id))}.py"
+            source.write_text(mutated)
+            env.update(KVFUZZ_MUTANT_MODULE=mutant.module, KVFUZZ_MUTANT_SOURCE=str(source))
+        began = time.monotonic()
+        process = subprocess.Popen(self.command, shell=True, env=env, start_new_session=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            kill_tree(process.pid)
+            process.communicate()
+            return "timeout", time.monotonic() - began, ""
+        finally:
+            if process.poll() is None:
+                kill_tree(process.pid)
+        last = (output.strip().splitlines() or [""])[-1][:200]
+        verdict = "passed" if process.returncode == 0 else "killed"
+        return verdict, time.monotonic() - began, last
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def matrix(records: list) -> dict:
+    """Mutants both sides were asked about, by who kills them."""
+    cells = {"both": 0, "kvfuzz only": 0, "tests only": 0, "neither": 0}
+    for r in records:
+        if "tests" not in r or r["status"] in SKIPPED:
+            continue
+        ours = r["status"] in ("killed", "timeout", "crashed")
+        theirs = r["tests"] in ("killed", "timeout")
+        cells[("both" if theirs else "kvfuzz only") if ours else
+              ("tests only" if theirs else "neither")] += 1
+    return cells

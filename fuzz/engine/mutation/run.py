@@ -1,0 +1,244 @@
+"""`kvfuzz mutate`'s run: plan in one worker, choose the mutants (all, a seeded sample, or one),
+resume from the results file, hand the reached ones out to `jobs` workers, report."""
+
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from multiprocessing.connection import wait
+from pathlib import Path
+
+from kvfuzz.fuzz.engine.mutation import report as reporting
+from kvfuzz.fuzz.engine.mutation.also_run import SKIPPED, TestCommand
+from kvfuzz.fuzz.engine.mutation.operators import VERSION as OPERATORS_VERSION
+from kvfuzz.fuzz.engine.mutation.results import ResultsFile, default_path
+from kvfuzz.fuzz.engine.mutation.supervisor import MutationError, Zygote, wait_plan
+from kvfuzz.fuzz.engine.mutation.worker import Request
+from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines
+
+
+@dataclass
+class Options:
+    target: str
+    impl: str
+    scopes: tuple = ()
+    operators: tuple = ("*",)
+    cases: int = 200
+    seed: int = 0
+    start: int = 0
+    sample: int | None = None
+    time: float | None = None
+    jobs: int = 1
+    results: str | None = None
+    only: str | None = None
+    json: str | None = None
+    fail_under: float | None = None
+    timeout: float | None = None
+    memory: int = 4 << 30
+    also_run: str | None = None
+    also_timeout: float | None = None
+
+
+def _record(mutant, result: dict) -> dict:
+    return {"id": mutant.id, "module": mutant.module, "line": mutant.line,
+            "function": mutant.function, "operator": mutant.operator, **result}
+
+
+def _command(options: Options) -> str:
+    parts = ["kvfuzz", "mutate", options.target, "--impl", options.impl,
+             "--cases", str(options.cases), "--seed", str(options.seed)]
+    for scope in options.scopes:
+        parts += ["--scope", scope]
+    return shlex.join(parts) + " --only {id}"
+
+
+def choose(mutants: list, options: Options) -> list:
+    if options.only is not None:
+        found = [m for m in mutants if m.id == options.only]
+        if not found:
+            raise MutationError(f"--only {options.only}: no such mutant in this scope (the ids "
+                                f"are module:line:column:Operator:occurrence)")
+        return found
+    if options.sample is not None and options.sample < len(mutants):
+        return sorted(random.Random(options.seed).sample(mutants, options.sample),
+                      key=lambda m: (m.module, m.line, m.column, m.operator, m.occurrence))
+    return mutants
+
+
+def mutate(options: Options, out=None) -> int:
+    out = out or sys.stderr
+    request = Request(options.target, options.impl, tuple(options.scopes),
+                      tuple(options.operators), options.cases, options.seed, options.start,
+                      options.memory)
+    began = time.monotonic()
+    zygotes, results = [Zygote(request)], None
+    try:
+        plan = wait_plan(zygotes[0])
+        if plan.problem:
+            raise MutationError(plan.problem)
+        if not plan.mutants:
+            raise MutationError(f"no mutants in {', '.join(plan.scopes)} (no function body "
+                                f"there, or --operator matches none)")
+        chosen = choose(plan.mutants, options)
+        timeout = options.timeout or max(10.0, 3 * plan.seconds + 5)
+        identity = {"target": options.target, "impl": options.impl, "scopes": plan.scopes,
+                    "operators": list(options.operators), "cases": options.cases,
+                    "seed": options.seed, "start": options.start, "digest": plan.digest,
+                    "operators_version": OPERATORS_VERSION}
+        path = options.results or default_path(options.target, identity)
+        if options.only is not None:  # one mutant on its own: nothing of the run's file changes
+            path = Path(tempfile.mkdtemp(prefix="kvfuzz-only-")) / "only.jsonl"
+        results = ResultsFile(path, identity)
+        done, note = results.load()
+        if note:
+            print(note, file=out)
+        print(f"mutate {options.target}: {len(chosen)} of {len(plan.mutants)} mutants in "
+              f"{', '.join(plan.scopes)}; unmutated run {plan.seconds:.1f} s; "
+              f"{options.jobs} worker(s); results: {results.path}", file=out)
+        status = _run(chosen, plan, done, results, zygotes, request, options, timeout, began,
+                      out)
+        for zygote in zygotes:  # the tests need the cores
+            zygote.stop()
+        if options.also_run and not status:
+            status = _also_run(chosen, done, results, options, out)
+    finally:
+        for zygote in zygotes:
+            zygote.stop()
+        if results is not None:
+            results.close()
+    records = [done[m.id] for m in chosen if m.id in done]
+    records += [_record(m, {"status": "not run"}) for m in chosen if m.id not in done]
+    meta = {"target": options.target, "impl": options.impl, "cases": options.cases,
+            "seed": options.seed, "mutants": len(plan.mutants), "run": len(chosen),
+            "scopes": plan.scopes, "seconds": round(time.monotonic() - began, 1)}
+    summary = reporting.summary(records, meta)
+    print("\n".join(reporting.lines(summary, _command(options))))
+    if options.only is not None:
+        for r in records:
+            print(f"{r['status']}: {r.get('what', '')}" + (
+                f" (case {r['case']}: kvfuzz diff {options.target} --seed {options.seed} "
+                f"--start {r['case']} --cases 1 shows the case)" if "case" in r else ""))
+    if options.json:
+        text = json.dumps(summary, indent=1, sort_keys=True)
+        if options.json == "-":
+            print(text)
+        else:
+            with open(options.json, "w") as handle:
+                handle.write(text + "\n")
+    if status:
+        return status
+    if options.fail_under is not None and (summary["score"] or 0) * 100 < options.fail_under:
+        print(f"kvfuzz mutate: score {reporting.percent(summary['score'])} is under "
+              f"--fail-under {options.fail_under:g}%", file=out)
+        return 1
+    return 0
+
+
+def _run(chosen, plan, done, results, zygotes, request, options, timeout, began, out) -> int:
+    """Every chosen mutant not done yet; 130 when interrupted (what is done is in the file)."""
+    for mutant in chosen:  # what is not run: its lines never run, or it changes a message
+        status = "cosmetic" if mutant.cosmetic else (
+            None if plan.reached.get(mutant.id, True) else "not reached")
+        if mutant.id not in done and status is not None:
+            done[mutant.id] = _record(mutant, {"status": status})
+            results.add(done[mutant.id])
+    pending = [m for m in chosen if m.id not in done]
+    quiet = Request(**{**request.__dict__, "trace": False})
+    for _ in range(min(options.jobs, len(pending)) - 1):
+        zygotes.append(Zygote(quiet))
+    for zygote in zygotes[1:]:
+        wait_plan(zygote)
+    idle, last, total = list(zygotes), time.monotonic(), len(pending)
+
+    def finish(zygote, result: dict) -> None:
+        done[zygote.mutant.id] = _record(zygote.mutant, result)
+        results.add(done[zygote.mutant.id])
+        zygote.mutant = None
+        idle.append(zygote)
+
+    try:
+        while pending or len(idle) < len(zygotes):
+            over = options.time is not None and time.monotonic() - began > options.time
+            while idle and pending and not over:
+                zygote = idle.pop()
+                zygote.give(pending.pop(0), timeout)
+            if over and len(idle) == len(zygotes):
+                print(f"mutate: --time reached; {len(pending)} mutants not run (rerun to "
+                      f"resume)", file=out)
+                break
+            busy = [z for z in zygotes if z not in idle]
+            wait([z.conn for z in busy] + [z.process.sentinel for z in busy], 0.5)
+            for zygote in busy:
+                _collect(zygote, zygotes, idle, finish, quiet)
+            if time.monotonic() - last > PROGRESS_EVERY:
+                last = time.monotonic()
+                print(f"mutate: {total - len(pending) - (len(zygotes) - len(idle))}/{total} "
+                      f"run, {time.monotonic() - began:.0f} s", file=out)
+    except KeyboardInterrupt:
+        print(f"mutate: interrupted; {len(pending) + len(zygotes) - len(idle)} mutants not "
+              f"run; the same command resumes from {results.path}", file=out)
+        return INTERRUPTED
+    return 0
+
+
+def _also_run(chosen, done, results, options, out) -> int:
+    """The user's test command on every mutant kvfuzz ran or could not reach; 130 when
+    interrupted. A verdict is kept with the command it is for."""
+    tests = TestCommand(options.also_run)
+    try:
+        verdict, seconds, last = tests.run(None, options.also_timeout or 3600)
+        if verdict != "passed":
+            raise MutationError(f"--also-run: the command fails on the unmutated code "
+                                f"({last or verdict}); only tests that pass on the release "
+                                f"count")
+        timeout = options.also_timeout or max(30.0, 3 * seconds + 10)
+        asked = [m for m in chosen if m.id in done and done[m.id]["status"] not in SKIPPED
+                 and done[m.id].get("tests_command") != options.also_run]
+        print(f"mutate: --also-run on {len(asked)} mutants ({seconds:.1f} s unmutated, "
+              f"{options.jobs} at a time)", file=out)
+        with ThreadPoolExecutor(options.jobs) as pool:
+            running = {pool.submit(tests.run, m, timeout): m for m in asked}
+            for count, future in enumerate(as_completed(running), 1):
+                mutant = running[future]
+                verdict = future.result()[0]
+                verdict = "killed" if verdict == "timeout" else verdict
+                added = {"id": mutant.id, "tests": "survived" if verdict == "passed" else
+                         "killed", "tests_command": options.also_run}
+                done[mutant.id].update(added)
+                results.add(added)
+                if count % 10 == 0:
+                    print(f"mutate: --also-run {count}/{len(asked)}", file=out)
+    except KeyboardInterrupt:
+        print(f"mutate: interrupted; the same command resumes from {results.path}", file=out)
+        return INTERRUPTED
+    finally:
+        tests.close()
+    return 0
+
+
+def _collect(zygote, zygotes, idle, finish, quiet) -> None:
+    """What a busy worker said, or how it ended (its mutant's record; a fresh worker after)."""
+    dead = zygote.dead()
+    for message in zygote.take():
+        if message[0] == "result" and zygote.mutant is not None and \
+                message[1] == zygote.mutant.id and isinstance(message[2], dict):
+            finish(zygote, message[2])
+            return
+        raise MutationError(f"the worker failed: {message[-1]}")
+    if dead or zygote.late():
+        what = "crashed: its worker ended" if dead else "timed out (its worker hung)"
+        finish(zygote, {"status": "crashed" if dead else "timeout", "what": what})
+        idle.remove(zygote)
+        zygote.stop()
+        fresh = Zygote(quiet)
+        wait_plan(fresh)
+        zygotes[zygotes.index(zygote)] = fresh
+        idle.append(fresh)

@@ -1,0 +1,108 @@
+"""`kvfuzz mutate` as a user runs it (a process of its own: slow tier): on kvfuzz's own Mamba
+allocator the faults kvfuzz must see are killed, a survivor rerun alone keeps its verdict, the results file resumes
+a run, --fail-under gates, bad input is one line; hostile mutants (one exits its process, one
+hangs, one kills the worker it was forked from) cost only themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+OURS = "kvfuzz.impl.mamba.slot_allocator"
+
+
+def kvfuzz(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "mutate", *args],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+def records(report_path: Path) -> dict:
+    return {r["id"]: r for r in json.loads(report_path.read_text())["records"]}
+
+
+def test_a_real_fault_is_killed_and_a_no_op_survives(tmp_path):
+    ran = kvfuzz("mamba", "--impl", "mamba.torch", "--operator", "RemoveStatement",
+                 "--cases", "40", "--json", "r.json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    found = records(tmp_path / "r.json")
+    by_edit = {(r["function"], r["before"]): r["status"] for r in found.values() if "before" in r}
+    # The free list never grows back: every later allocation sees it.
+    assert by_edit[("MambaSlots.free", "self.free_slots = torch.cat((self.free_slots, "
+                                       "free_index))")] == "killed"
+    # A group begun inside an open one would keep the open one's slots from the free list.
+    assert by_edit[("MambaSlots.alloc_group_begin", "self.alloc_group_end()")] == "killed"
+    assert "score" in ran.stdout
+    survivor = next((r for r in found.values() if r["status"] == "survived"), None)
+    if survivor is not None:  # the report's one-line command runs it alone, same verdict
+        again = kvfuzz("mamba", "--impl", "mamba.torch", "--cases", "40", "--only",
+                       survivor["id"], cwd=tmp_path)
+        assert again.returncode == 0 and "survived" in again.stdout, again.stdout
+
+
+def test_the_results_file_resumes_and_fail_under_gates(tmp_path):
+    args = ("mamba", "--impl", "mamba.torch", "--scope", f"{OURS}:MambaSlots._take",
+            "--cases", "20", "--results", "res.jsonl")
+    first = kvfuzz(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    done = (tmp_path / "res.jsonl").read_text().splitlines()
+    second = kvfuzz(*args, "--fail-under", "101", cwd=tmp_path)
+    assert second.returncode == 1 and "under --fail-under 101" in second.stderr
+    assert f"resuming, {len(done) - 1} mutants done before" in second.stderr
+    assert (tmp_path / "res.jsonl").read_text().splitlines() == done  # nothing re-run
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--impl", "nope.nothing:X"), "cannot import 'nope.nothing'"),
+    (("--impl", "mamba.torch", "--only", "x:1:1:Nope:0"), "--only x:1:1:Nope:0: no such mutant"),
+    (("--impl", "mamba.torch", "--operator", "Nothing*"), "no mutants in"),
+    (("--impl", "mamba.torch", "--scope", "nope.mod"), "--scope nope.mod: cannot import"),
+    (("--impl", "mamba.torch", "--scope", f"{OURS}:Nope"), "defines no function or class"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    ran = kvfuzz("mamba", *args, "--cases", "5", cwd=tmp_path)
+    assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, \
+        ran.stderr
+
+
+def test_hostile_mutants_cost_only_themselves(tmp_path):
+    ran = kvfuzz("mamba", "--impl", "tests.engine.mutate_fixture:Slots",
+                 "--scope", "tests.engine.mutate_fixture:Slots", "--operator",
+                 "ReplaceFalseWithTrue", "--cases", "30", "--timeout", "3", "--jobs", "2",
+                 "--json", "r.json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    status = {r["function"]: r["status"] for r in records(tmp_path / "r.json").values()}
+    assert status == {"Slots.alloc": "crashed", "Slots.available_size": "timeout",
+                      "Slots.free": "crashed"}, status
+    assert "score 100.0%" in ran.stdout
+
+
+@pytest.mark.parametrize("check, killed", [
+    ("assert Slots.twice(3) == 6", 14),  # every edit of `value * 2` changes twice(3)
+    ("assert Slots.twice(0) == 0", 5),   # only those that change twice(0): +, -, |, ^, removal
+    ("pass", 0),                         # a command that never calls it kills nothing
+])
+def test_also_run_puts_the_mutant_in_the_test_command(tmp_path, check, killed):
+    command = f"{sys.executable} -c 'from tests.engine.mutate_fixture import Slots; {check}'"
+    ran = kvfuzz("mamba", "--impl", "tests.engine.mutate_fixture:Slots", "--scope",
+                 "tests.engine.mutate_fixture:Slots.twice", "--cases", "5", "--jobs", "2",
+                 "--also-run", command, "--json", "r.json", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    # kvfuzz's mamba traces never call `twice`: every mutant is a reach gap for it.
+    assert report["counts"]["not reached"] == 14
+    assert report["matrix"] == {"both": 0, "kvfuzz only": 0, "tests only": killed,
+                                "neither": 14 - killed}
+
+
+def test_also_run_refuses_a_command_failing_unmutated(tmp_path):
+    ran = kvfuzz("mamba", "--impl", "mamba.torch", "--scope", f"{OURS}:MambaSlots._take",
+                 "--cases", "5", "--also-run", "exit 3", cwd=tmp_path)
+    assert ran.returncode == 2 and "fails on the unmutated code" in ran.stderr, ran.stderr

@@ -1,0 +1,205 @@
+"""`kvfuzz mutate`'s parts, in this process: the operators, mutant ids and their application,
+putting a mutant in place, equivalence by compiled code, the line trace, the results file and
+the score (fuzz/engine/mutation/)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import textwrap
+
+import pytest
+
+from kvfuzz.fuzz.engine.mutation import placing
+from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
+from kvfuzz.fuzz.engine.mutation.reach import LineTrace, reached
+from kvfuzz.fuzz.engine.mutation.report import score, summary
+from kvfuzz.fuzz.engine.mutation.results import ResultsFile
+from collections import Counter
+
+SOURCE = textwrap.dedent('''\
+    LIMIT = 1 + 2
+
+    def top(values, n=3):
+        total = sum(values[1:n])
+        return total
+
+
+    class Box:
+        SIZE = 4
+
+        @staticmethod
+        def scaled(x):
+            return x * 2
+
+        def call(
+                self, a):
+            self.value = max(a,
+                             0)
+            return [v + 1 for v in range(a)]
+    ''')
+
+
+def mutants(**kw):
+    return enumerate_mutants("m", "m.py", SOURCE, **kw)
+
+
+def test_only_function_bodies_are_mutated():
+    found = mutants()
+    assert found and all(m.function in ("top", "Box.scaled", "Box.call") for m in found)
+    lines = {m.line for m in found}
+    assert 1 not in lines and 3 not in lines and 9 not in lines  # module, signature, class body
+
+
+def test_ids_are_stable_and_unique():
+    first, second = mutants(), mutants()
+    assert [m.id for m in first] == [m.id for m in second]
+    assert len({m.id for m in first}) == len(first)
+
+
+def test_scopes_and_operator_globs_select():
+    assert {m.function for m in mutants(scopes=("Box",))} == {"Box.scaled", "Box.call"}
+    assert {m.operator for m in mutants(select=("ShiftSlice*",))} == {"ShiftSliceBound"}
+
+
+@pytest.mark.parametrize("operator, line, expected", [
+    ("ShiftSliceBound", 4, "total = sum(values[(1) + 1:n])"),
+    ("ReplaceBinaryOperator_Mul_Add", 13, "return x + 2"),
+    ("NumberReplacer", 13, "return x * 3"),
+    ("RemoveStatement", 5, "pass"),
+])
+def test_apply_makes_the_one_edit(operator, line, expected):
+    mutant = next(m for m in mutants(select=(operator,)) if m.line == line)
+    mutated, before, after = apply(SOURCE, mutant)
+    assert after == expected and before != after
+    assert mutated.count("\n") == SOURCE.count("\n")  # later line numbers hold
+    compile(mutated, "m.py", "exec")
+
+
+def test_removing_a_statement_over_lines_keeps_the_line_count():
+    mutant = next(m for m in mutants(select=("RemoveStatement",)) if m.line == 17)
+    mutated, _, after = apply(SOURCE, mutant)
+    assert after == "(None" and mutated.count("\n") == SOURCE.count("\n")
+    code = placing.functions(compile(mutated, "m.py", "exec"))
+    assert code[("Box.call", 0)].co_firstlineno == 15
+
+
+def test_a_changed_source_is_refused():
+    mutant = next(m for m in mutants(select=("NumberReplacer",)) if m.line == 13)
+    with pytest.raises(ValueError, match="source changed"):
+        apply(SOURCE.replace("x * 2", "x"), mutant)
+
+
+def fixture_module():
+    return importlib.import_module("tests.engine.mutate_fixture")
+
+
+def place_one(operator: str, function: str):
+    module = fixture_module()
+    source = open(module.__file__).read()
+    original = placing.functions(compile(source, module.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants(module.__name__, module.__file__, source,
+                                               select=(operator,)) if m.function == function)
+    mutated, _, _ = apply(source, mutant)
+    return module, placing.place(module, original, mutated)
+
+
+def restore(module, saved):
+    for function, code in saved.items():
+        function.__code__ = code
+
+
+@pytest.fixture
+def pristine():
+    """Every fixture function's code as imported, put back after the test."""
+    module = fixture_module()
+    saved = {f: f.__code__ for f in placing.live_functions(module).values()}
+    yield module
+    restore(module, saved)
+
+
+def test_a_placed_mutant_changes_the_live_function(pristine):
+    assert pristine.small(1) == 1
+    _, changed = place_one("ReplaceFalseWithTrue", "small")
+    assert changed == ["small"] and pristine.small(1) == 2
+
+
+def test_methods_behind_decorators_are_placed(pristine):
+    assert pristine.Slots.twice(3) == 6
+    _, changed = place_one("ReplaceBinaryOperator_Mul_Add", "Slots.twice")
+    assert changed == ["Slots.twice"] and pristine.Slots.twice(3) == 5
+    live = placing.live_functions(pristine)
+    assert ("Slots.capacity", 0) in live and ("Slots.alloc", 0) in live
+
+
+def test_equivalent_mutants_change_no_code(pristine):
+    source = "def f(x):\n    None\n    return x\n"
+    original = placing.functions(compile(source, pristine.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants("m", "m.py", source, select=("RemoveStatement",))
+                  if m.line == 2)
+    assert placing.place(pristine, original, apply(source, mutant)[0]) == []
+
+
+def test_a_function_without_a_live_object_is_not_placed(pristine):
+    source = open(pristine.__file__).read() + "\n\ndef gone():\n    return 1\n"
+    original = placing.functions(compile(source, pristine.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants("m", "m.py", source, select=("NumberReplacer",))
+                  if m.function == "gone")
+    with pytest.raises(placing.NotPlaced, match="gone"):
+        placing.place(pristine, original, apply(source, mutant)[0])
+
+
+def test_the_line_trace_sees_the_lines_run(pristine):
+    with LineTrace([pristine.__file__]) as trace:
+        pristine.small(4)
+    lines = trace.lines[pristine.__file__]
+    start = pristine.small.__code__.co_firstlineno
+    assert reached(lines, start + 1, start + 1) and reached(lines, start + 3, start + 3)
+    assert not reached(lines, start + 2, start + 2)  # the dead branch
+
+
+def test_results_resume_and_start_over(tmp_path):
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path, {"cases": 5})
+    assert results.load() == ({}, "")
+    results.add({"id": "a", "status": "killed"})
+    results.close()
+    records, note = ResultsFile(path, {"cases": 5}).load()
+    assert records == {"a": {"id": "a", "status": "killed"}} and "resuming, 1" in note
+    records, note = ResultsFile(path, {"cases": 6}).load()
+    assert records == {} and "starting over" in note
+    assert json.loads(path.read_text().splitlines()[0])["cases"] == 6
+
+
+def test_the_score_counts_reached_competent_mutants_only():
+    counts = Counter({"killed": 6, "timeout": 1, "crashed": 1, "survived": 2, "not reached": 9,
+                      "equivalent": 4, "incompetent": 3})
+    assert score(counts) == 0.8
+    assert score(Counter({"not reached": 3})) is None
+    records = [{"status": "killed", "function": "f", "module": "m"},
+               {"status": "survived", "function": "g", "module": "m"}]
+    report = summary(records, {})
+    assert report["score"] == 0.5 and report["functions"]["g"]["score"] == 0.0
+
+
+def test_removing_a_super_call_keeps_the_method_placeable(pristine):
+    module = pristine
+    source = open(module.__file__).read()
+    original = placing.functions(compile(source, module.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants(module.__name__, module.__file__, source,
+                                               ("Slots.free",), ("RemoveStatement",))
+                  if "super" in apply(source, m)[1])
+    mutated, _, after = apply(source, mutant)
+    assert after == "(__class__)" and placing.place(module, original, mutated) == ["Slots.free"]
+    slots = module.Slots(4, "cpu")
+    taken = slots.alloc(2)
+    slots.free(taken)
+    assert slots.available_size() == 2  # the mutant's free gives nothing back
+
+
+def test_mutants_in_messages_are_cosmetic():
+    source = ("def f(x):\n    logger.debug('n=%d', x + 1)\n    print(x - 1)\n"
+              "    return x * 2\n")
+    found = enumerate_mutants("m", "m.py", source, select=("ReplaceBinaryOperator_*",))
+    assert {m.line for m in found if m.cosmetic} == {2, 3}
+    assert {m.line for m in found if not m.cosmetic} == {4}
