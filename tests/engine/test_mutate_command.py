@@ -106,3 +106,28 @@ def test_also_run_refuses_a_command_failing_unmutated(tmp_path):
     ran = kvfuzz("mamba", "--impl", "mamba.torch", "--scope", f"{OURS}:MambaSlots._take",
                  "--cases", "5", "--also-run", "exit 3", cwd=tmp_path)
     assert ran.returncode == 2 and "fails on the unmutated code" in ran.stderr, ran.stderr
+
+
+def test_an_interrupted_run_keeps_its_verdicts_and_resumes(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    args = [sys.executable, "-m", "kvfuzz.fuzz.cli", "mutate", "mamba", "--impl", "mamba.torch",
+            "--cases", "200", "--results", "res.jsonl"]
+    process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    results = tmp_path / "res.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+            not results.exists() or len(results.read_text().splitlines()) < 6):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130 and "interrupted" in err, err
+    kept = len(results.read_text().splitlines()) - 1
+    assert kept >= 5
+    again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and f"resuming, {kept} mutants done before" in again.stderr
+    assert "not run" not in again.stdout.splitlines()[1]  # every mutant has its verdict now
