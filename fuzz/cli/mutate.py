@@ -67,6 +67,10 @@ def add_parser(commands) -> None:
     mutate.add_argument("--also-timeout", type=seconds, default=None, metavar="SECONDS",
                         help="per --also-run of one mutant (default: 3x the unmutated run + "
                              "10 s, at least 30 s)")
+    mutate.add_argument("--equivalents", default=None, metavar="FILE",
+                        help="JSON {\"mutants\": {id: reason}}: survivors listed there are "
+                             "reported equivalent, with the reason (kvfuzz's own list of "
+                             "upstream ones is always read: impl/equivalent_mutants.json)")
     mutate.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
                         help="memory each mutant's process may take on top of what it starts "
                              "with")
@@ -80,4 +84,4 @@ def run(args) -> int:
                           tuple(args.operator) or ("*",), cases, args.seed, args.start,
                           args.sample, args.time, args.jobs, args.results, args.only, args.json,
                           args.fail_under, args.timeout, args.memory, args.also_run,
-                          args.also_timeout))
+                          args.also_timeout, args.equivalents))

@@ -203,3 +203,23 @@ def test_mutants_in_messages_are_cosmetic():
     found = enumerate_mutants("m", "m.py", source, select=("ReplaceBinaryOperator_*",))
     assert {m.line for m in found if m.cosmetic} == {2, 3}
     assert {m.line for m in found if not m.cosmetic} == {4}
+
+
+def test_a_declared_equivalent_relabels_a_survivor_never_a_kill():
+    from kvfuzz.fuzz.engine.mutation.run import declared_equivalents, relabel
+
+    declared = declared_equivalents()
+    assert declared and all(reason for reason in declared.values())
+    assert relabel({"status": "survived"}, "same state")["status"] == "equivalent"
+    assert relabel({"status": "killed"}, "same state")["status"] == "killed"
+    assert relabel({"status": "survived"}, None)["status"] == "survived"
+
+
+def test_a_malformed_equivalents_file_is_one_line(tmp_path):
+    from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
+    from kvfuzz.fuzz.engine.mutation.supervisor import MutationError
+
+    bad = tmp_path / "eq.json"
+    bad.write_text('{"mutants": [1]}')
+    with pytest.raises(MutationError, match="eq.json: expected a JSON object"):
+        declared_equivalents(str(bad))

@@ -9,11 +9,12 @@ import shlex
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from multiprocessing.connection import wait
 from pathlib import Path
 
+import kvfuzz.impl
 from kvfuzz.fuzz.engine.mutation import report as reporting
 from kvfuzz.fuzz.engine.mutation.also_run import SKIPPED, TestCommand
 from kvfuzz.fuzz.engine.mutation.operators import VERSION as OPERATORS_VERSION
@@ -45,6 +46,33 @@ class Options:
     memory: int = 4 << 30
     also_run: str | None = None
     also_timeout: float | None = None
+    equivalents: str | None = None
+    declared: dict = field(default_factory=dict)  # filled from `equivalents` and kvfuzz's list
+
+
+DECLARED = Path(kvfuzz.impl.__file__).parent / "equivalent_mutants.json"
+
+
+def declared_equivalents(extra: str | None = None) -> dict:
+    """{mutant id: reason}: kvfuzz's list of upstream mutants no caller can tell apart, and the
+    user's (`--equivalents FILE`, the same format)."""
+    found = {}
+    for path in filter(None, (DECLARED, extra)):
+        try:
+            data = json.loads(Path(path).read_text())
+            found.update({str(k): str(v) for k, v in data["mutants"].items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise MutationError(f"--equivalents {path}: expected a JSON object with a "
+                                f"\"mutants\" object of id -> reason ({error})") from None
+    return found
+
+
+def relabel(result: dict, reason: str | None) -> dict:
+    """A survivor declared equivalent is one; a declared mutant that kvfuzz kills stays killed
+    (the declaration is then wrong, and the report shows it)."""
+    if reason is not None and result.get("status") == "survived":
+        return {**result, "status": "equivalent", "what": f"declared: {reason}"}
+    return result
 
 
 def _record(mutant, result: dict) -> dict:
@@ -75,6 +103,7 @@ def choose(mutants: list, options: Options) -> list:
 
 def mutate(options: Options, out=None) -> int:
     out = out or sys.stderr
+    options.declared = declared_equivalents(options.equivalents)
     request = Request(options.target, options.impl, tuple(options.scopes),
                       tuple(options.operators), options.cases, options.seed, options.start,
                       options.memory)
@@ -159,6 +188,7 @@ def _run(chosen, plan, done, results, zygotes, request, options, timeout, began,
     idle, last, total = list(zygotes), time.monotonic(), len(pending)
 
     def finish(zygote, result: dict) -> None:
+        result = relabel(result, options.declared.get(zygote.mutant.id))
         done[zygote.mutant.id] = _record(zygote.mutant, result)
         results.add(done[zygote.mutant.id])
         zygote.mutant = None
