@@ -22,7 +22,8 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.allocator import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator, uniform
-from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS, TOKEN_INTERFACE, broken
+from kvfuzz.strategies.allocator.profile import (CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS,
+                                                 TOKEN_INTERFACE, broken)
 from kvfuzz.strategies.allocator.trace import FORMAT, describe_op, to_json
 
 # What the driver calls (kvfuzz/impl/allocator/driver.py), by interface.
@@ -67,7 +68,8 @@ ALLOCATOR = trace_target(
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(AllocatorLockstep, describe_op, broken, lambda impl: {
-        "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions}),
+        "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions,
+        "checks_after_release": CHECKS_AFTER_RELEASE in impl.preconditions}),
     catalogue=Catalogue("allocator", IMPLEMENTATIONS, _shape, _declare,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), sum(len(getattr(op, "rids", ()))

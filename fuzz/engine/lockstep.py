@@ -137,8 +137,9 @@ class Lockstep:
 
     def __init__(self, trace, impl, device: str = "cpu", **options):
         """`impl`: what the target's implementation loads to (a class, a factory); `options`:
-        what the target passes on to `build_impl` (e.g. what the implementation declares)."""
-        self.trace = trace
+        what the target passes on to `build_impl` (e.g. what the implementation declares),
+        kept as `self.options` for the oracle to follow too."""
+        self.trace, self.options = trace, options
         self.log: list[str] = []
         self.events: Counter = Counter()
         self.returned: list = []  # what the implementation returned during the current op

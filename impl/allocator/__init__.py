@@ -6,16 +6,18 @@ from functools import partial
 
 from kvfuzz.impl.allocator.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.allocator.profile import (KEEPS_PAGE_IDS, NO_RELEASE_CHECKS,
-                                                 PAGE_SIZE_2_UP, TOKEN_INTERFACE)
+from kvfuzz.strategies.allocator.profile import (CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS,
+                                                 NO_RELEASE_CHECKS, PAGE_SIZE_2_UP,
+                                                 TOKEN_INTERFACE)
 
 RELEASED = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
 RELEASED_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
 _entry = partial(entry, "allocator", __name__)
-PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, KEEPS_PAGE_IDS)
+PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"page_size_2_up": PAGE_SIZE_2_UP, "token_interface": TOKEN_INTERFACE,
-              "no_release_checks": NO_RELEASE_CHECKS, "keeps_page_ids": KEEPS_PAGE_IDS}
+              "no_release_checks": NO_RELEASE_CHECKS, "keeps_page_ids": KEEPS_PAGE_IDS,
+              "checks_after_release": CHECKS_AFTER_RELEASE}
 TOKEN = (TOKEN_INTERFACE,)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvfuzz.strategies.allocator.trace import GROUP_MISUSES, MISUSES, Misuse, Trace
+from kvfuzz.strategies.allocator.trace import ALL_MISUSES, SEGMENT_MISUSES, Misuse, Trace
 
 # The preconditions, by name. Each is a fact about a released class (docs/upstream-sglang.md).
 PAGE_SIZE_2_UP = "page size >= 2 (SGLang serves page size 1 with its token allocator)"
@@ -18,7 +18,11 @@ NO_RELEASE_CHECKS = ("no checks on released pages: a double free, page 0 or a pa
                      "pool is not rejected")
 KEEPS_PAGE_IDS = ("keeps the tensor given to free_page_ids (need_sort): the caller must not "
                   "reuse it")
+CHECKS_AFTER_RELEASE = ("debug checks see a double free only after releasing it: the pages go "
+                        "onto the free list, then the call raises (the trace ends there)")
 RELEASE_MISUSES = ("double_free", "free_page0", "free_unallocated", "free_out_of_range")
+# What a duplicate check over the whole free list sees once the pages are on it.
+SEEN_AFTER_RELEASE = ("double_free", "free_unallocated")
 PAGE_SIZES = (1, 1, 2, 4, 4, 8, 16)  # the default mix (weights by repetition)
 
 
@@ -28,7 +32,7 @@ class Profile:
 
     page_sizes: tuple[int, ...] = PAGE_SIZES
     interface: str = "paged"
-    misuses: tuple[str, ...] = MISUSES + GROUP_MISUSES
+    misuses: tuple[str, ...] = ALL_MISUSES
     tags: tuple[str, ...] = ()  # appended to the generator's name: another stream of traces
 
 
@@ -36,16 +40,20 @@ DEFAULT = Profile()
 
 
 def profile_for(preconditions) -> Profile:
-    page_sizes, interface, misuses, tags = PAGE_SIZES, "paged", MISUSES + GROUP_MISUSES, []
+    page_sizes, interface, misuses, tags = PAGE_SIZES, "paged", ALL_MISUSES, []
     if PAGE_SIZE_2_UP in preconditions:
         page_sizes, tags = tuple(p for p in page_sizes if p >= 2), tags + ["P>=2"]
     if TOKEN_INTERFACE in preconditions:
         page_sizes, interface, tags = (1,), "token", tags + ["token"]
     if NO_RELEASE_CHECKS in preconditions or interface == "token":
-        misuses = tuple(kind for kind in misuses if kind not in RELEASE_MISUSES)
-        tags += ["no-release-checks"]
-    if interface == "token":  # no alloc_extend/alloc_decode: no last_loc to get wrong
-        misuses = tuple(kind for kind in misuses if kind != "bad_last_loc")
+        after = CHECKS_AFTER_RELEASE in preconditions and interface != "token"
+        misuses = tuple(kind for kind in misuses if kind not in RELEASE_MISUSES
+                        or (after and kind in SEEN_AFTER_RELEASE))
+        tags += ["no-release-checks"] + (["checks-after-release"] if after else [])
+    if interface == "token":  # no alloc_extend/alloc_decode (no last_loc to get wrong), alloc(n)
+        # of any n, and free_segment is free (no page alignment to check)
+        misuses = tuple(kind for kind in misuses if kind not in
+                        ("bad_last_loc", "alloc_unaligned", "segment_gapped") + SEGMENT_MISUSES)
     return Profile(page_sizes, interface, misuses, tuple(dict.fromkeys(tags)))
 
 

@@ -12,7 +12,7 @@ from kvfuzz.fuzz.targets import TARGETS
 PINNED = {
     "extend": ("extend/1", ["909f352be2342775", "36bf77dc9ea007fe", "5a7d4ad59224b29e"]),
     "decode": ("decode/1", ["2298e7a60ab6db2e", "a2ce158febcbf305", "a5c43e42fe67753c"]),
-    "allocator": ("allocator/2", ["24f53be5a6e38b7e", "a15a0e1bfacce9c5", "8194cee55349f58a"]),
+    "allocator": ("allocator/3", ["36622f03efc56435", "c914351f0698b490", "8e0db0de7875d696"]),
     "compaction": ("compaction/1", ["dec1962c15de4461", "f3967ee66651104b",
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
