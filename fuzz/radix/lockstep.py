@@ -13,12 +13,15 @@ stored minus removed pages are the cached ones.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.fuzz.radix import state
 from kvfuzz.oracle.radix.events import EventLedger
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.radix.model import RadixModel
+from kvfuzz.oracle.radix.pages import PageNames
 from kvfuzz.strategies.radix import trace as radix
 from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
                                            Pin, Reset, Touch)
@@ -52,7 +55,8 @@ class RadixLockstep(Lockstep):
                  f"after the call: the cache kept the caller's, not a copy")
 
     def build_model(self, trace):
-        self.ledger = EventLedger()
+        self.names = PageNames()
+        self.ledger = EventLedger(self.names)
         self.seen: set[int] = set()
         self.pages_before = None  # the implementation's pages after the last op
         self.evicting = False
@@ -66,7 +70,7 @@ class RadixLockstep(Lockstep):
                     rows, context, device, poison_keys)
 
     def initial_problems(self):
-        self.expected_before = self.model.pages()
+        self.expected_before = Counter()
         return self.state(None)
 
     # -- ops ----------------------------------------------------------------------------------
@@ -80,10 +84,7 @@ class RadixLockstep(Lockstep):
         yield Call(f"r{op.rid}: match_prefix(prompt of {op.prompt}, limit {op.prompt - 1})",
                    "admit_match", (op.rid, op.tokens, op.prompt, op.ns, op.priority),
                    compare=_match_compare)
-        yield Call(f"lock r{op.rid}'s node", "admit_lock", (op.rid,), oracle=self._lock(op.rid))
-
-    def _lock(self, rid: int):
-        return lambda: self.model.admit_lock(rid)
+        yield Call(f"lock r{op.rid}'s node", "admit_lock", (op.rid,))
 
     @handles(Extend)
     def extend(self, op: Extend):
@@ -94,15 +95,18 @@ class RadixLockstep(Lockstep):
         count = min(op.count, end - request.filled)
         if count <= 0:
             return
-        ps = model.page_size
-        self.count("prefill chunk" if request.filled < request.prompt else "decode")
-        if request.filled >= request.prompt and request.filled % ps == 0:
+        ps, decode = model.page_size, request.filled >= request.prompt and count == 1
+        self.count("decode" if decode else "prefill chunk")
+        if decode and request.filled % ps == 0:
             self.count("decode into a new page")
-        demand = count if ps == 1 else count + ps  # SGLang reserves a page per request
+        # What SGLang evicts for first: the tokens at page size 1; above it, a page more for
+        # an extend, a page for a decode step (allocation.py's conservative counts, one request)
+        demand = count if ps == 1 else ps if decode else count + ps
         if demand > model.available_size():
             yield from self._evict(demand - model.available_size(), "evict for an allocation")
-        result = yield Call(f"allocate {count} slots for r{op.rid} (at {request.filled})",
-                            "extend", (op.rid, count), oracle=lambda: model.extend(op.rid, count),
+        result = yield Call(f"{'alloc_decode' if decode else 'allocate'} {count} slots for "
+                            f"r{op.rid} (at {request.filled})", "extend",
+                            (op.rid, count, decode), oracle=lambda: model.extend(op.rid, count),
                             compare=_alloc_compare)
         if result.actual is None:
             self.count("alloc refused")
@@ -120,8 +124,9 @@ class RadixLockstep(Lockstep):
 
     def _checkpoint(self, rid: int, request):
         self.count("checkpoint")
-        if len(self.model.tree.aligned(request.tokens[:request.filled])) > request.protected:
-            self.count("checkpoint frees duplicates")  # (the counts are a coarse guide)
+        if self.model.tree.peek(request.ns, request.tokens[:request.filled])[0] > \
+                request.protected:
+            self.count("checkpoint frees duplicates")  # cached since its match: not its own
         yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
                    "checkpoint", (rid,), compared=True)
 
@@ -207,15 +212,10 @@ class RadixLockstep(Lockstep):
         tree = self.model.tree
         if len(tree.aligned(tokens)) < len(tokens):
             self.count("key under a page")
-        node, key = tree.root, tree.aligned(tokens)
-        while key and tree.edge(ns, key) in node.children:
-            child = node.children[tree.edge(ns, key)]
-            shared = tree.common(child.key, key)
-            if shared < len(child.key):
-                self.count(splits)
-                break
-            node, key = child, key[shared:]
-        self.count(hit if node is not tree.root else miss)
+        found, splitting = tree.peek(ns, tokens)
+        self.count(hit if found else miss)
+        if splitting:
+            self.count(splits)
 
     def _fresh(self, slots, partial_page) -> list[tuple[str, str]]:
         """New slots come from free pages (or the request's own partial page)."""
@@ -230,26 +230,27 @@ class RadixLockstep(Lockstep):
     def state(self, op) -> list[tuple[str, str]]:
         model, snap = self.model, self.read("snapshot")
         ps = model.page_size
-        nodes = state.views(snap["nodes"], ps)
-        pages = state.actual_pages(nodes, ps)
-        expected_pages = model.pages()
-        problems = state.locked_problems(model, pages)
+        nodes, expected = state.views(snap["nodes"], ps), model.views()
+        pages, expected_pages = self.names.count(nodes, ps), self.names.count(expected, ps)
+        problems = state.locked_problems(model, self.names, pages)
         problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
         problems += state.pool_problems(model, snap, nodes)
         if self.evicting and self.pages_before is not None:
-            problems += state.eviction_problems(self.expected_before - expected_pages,
-                                                self.pages_before - pages, self.trace.policy)
-        problems += state.node_problems(state.model_views(model), nodes)
-        problems += self._event_problems(snap["events"], pages)
+            problems += state.eviction_problems(
+                self.names, self.expected_before - expected_pages, self.pages_before - pages,
+                self.trace.policy)
+        problems += state.node_problems(expected, nodes)
+        problems += self._event_problems(snap["events"], nodes)
         self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
         return problems
 
-    def _event_problems(self, events, pages) -> list[tuple[str, str]]:
+    def _event_problems(self, events, nodes) -> list[tuple[str, str]]:
         if not self.trace.events:
             return [("events", f"{len(events)} KV events published with events off")] \
                 if events else []
-        found = self.ledger.fold(events) + self.ledger.compare(pages)
+        cached = self.names.count(nodes, self.model.page_size, namespaces=False)
+        found = self.ledger.fold(events) + self.ledger.compare(cached)
         return [("events", text) for text in found]
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.impl.poison import POISON
-from kvfuzz.oracle.radix.invariants import (NodeView, node_name, page_paths, pool_violations,
-                                            size_problems, tail)
+from kvfuzz.oracle.radix.invariants import NodeView, node_name, pool_violations, size_problems
 
 FIELDS = ("key", "value", "lock", "hits", "priority")
 
@@ -51,15 +50,6 @@ def views(raw_nodes: list, page_size: int) -> list[NodeView]:
 
 def ranks(values) -> dict:
     return {v: i for i, v in enumerate(sorted(set(values)))}
-
-
-def model_views(model) -> list[NodeView]:
-    tree, found = model.tree, []
-    for node, path in tree.walk():
-        parent = (node.ns, path[:-len(node.key)]) if node.parent is not tree.root else None
-        found.append(NodeView((node.ns, path), parent, None, tuple(node.key), node.value,
-                              node.lock, node.hits, node.priority, node.access, node.created))
-    return found
 
 
 def node_problems(expected: list[NodeView], actual: list[NodeView]) -> list[tuple[str, str]]:
@@ -124,20 +114,20 @@ def pool_problems(model, snap: dict, nodes: list[NodeView]) -> list[tuple[str, s
     return problems
 
 
-def locked_problems(model, actual_pages: Counter) -> list[tuple[str, str]]:
+def locked_problems(model, names, actual_pages: Counter) -> list[tuple[str, str]]:
     """Every page on a live request's locked path is still cached."""
     for rid, request in model.requests.items():
         if request.stale or request.node is None or request.node is model.tree.root:
             continue
-        ns, path = request.node.path()
-        for end in range(model.page_size, len(path) + 1, model.page_size):
-            if not actual_pages[path[:end]]:
-                return [("locked node evicted", f"r{rid} holds a lock on [{tail(path)}], but "
-                                                f"its page ending [{tail(path[:end])}] is gone")]
+        pages = names.of_path(*request.node.path(), model.page_size)
+        gone = next((page for page in pages if not actual_pages[page]), None)
+        if gone is not None:
+            return [("locked node evicted", f"r{rid} holds a lock on [{names.tail(pages[-1])}], "
+                                            f"but its page ending [{names.tail(gone)}] is gone")]
     return []
 
 
-def eviction_problems(expected_gone: Counter, actual_gone: Counter,
+def eviction_problems(names, expected_gone: Counter, actual_gone: Counter,
                       policy: str) -> list[tuple[str, str]]:
     """Pages an eviction took against those the model's policy takes."""
     if expected_gone == actual_gone:
@@ -145,11 +135,10 @@ def eviction_problems(expected_gone: Counter, actual_gone: Counter,
     wrong, kept = actual_gone - expected_gone, expected_gone - actual_gone
     text = []
     if wrong:
-        text.append(f"evicted the page ending [{tail(min(wrong, key=len))}], which {policy} "
-                    f"keeps")
+        text.append(f"evicted the page ending [{names.first_tail(wrong)}], which {policy} keeps")
     if kept:
-        text.append(f"kept the page ending [{tail(min(kept, key=len))}], which {policy} "
-                    f"evicts first")
+        text.append(f"kept the page ending [{names.first_tail(kept)}], which {policy} evicts "
+                    f"first")
     return [("eviction order", "; ".join(text) + f" ({sum(actual_gone.values())} pages gone, "
                                                  f"expected {sum(expected_gone.values())})")]
 
@@ -170,10 +159,6 @@ def poisoned_nodes(nodes: list[NodeView]) -> list[tuple[str, str]]:
                                   f"wrote over its tensor or key after the call: the tree kept "
                                   f"the caller's, not a copy")]
     return []
-
-
-def actual_pages(nodes: list[NodeView], page_size: int) -> Counter:
-    return page_paths(((n.path[1], len(n.key)) for n in nodes), page_size)
 
 
 def _short(value, width: int = 70) -> str:

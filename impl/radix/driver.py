@@ -99,17 +99,22 @@ class RadixDriver:
     def evict(self, num_tokens: int) -> int:
         return int(self.cache.evict(self.EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
 
-    def extend(self, rid: int, count: int):
-        """Slots for the request's next `count` tokens, written into its row (None: refused)."""
+    def extend(self, rid: int, count: int, decode: bool = False):
+        """Slots for the request's next `count` tokens, written into its row (None: refused):
+        `alloc` at page size 1, above it `alloc_decode` for a decode step, else `alloc_extend`,
+        `last_loc` read from the row."""
         request, ps = self.requests[rid], self.page_size
         row, filled = request.kv.req_pool_idx, request.filled
+        last = torch.tensor([int(self.rows.req_to_token[row, filled - 1]) if filled else -1])
+        seq = torch.tensor([filled + count])
         if ps == 1:
             slots = self.allocator.alloc(count)
+        elif decode:
+            slots = self.allocator.alloc_decode(seq, seq.clone(), last)
         else:
-            last = int(self.rows.req_to_token[row, filled - 1]) if filled else -1
-            prefix, seq = torch.tensor([filled]), torch.tensor([filled + count])
-            slots = self.allocator.alloc_extend(prefix, prefix.clone(), seq, seq.clone(),
-                                                torch.tensor([last]), count)
+            prefix = torch.tensor([filled])
+            slots = self.allocator.alloc_extend(prefix, prefix.clone(), seq, seq.clone(), last,
+                                                count)
         if slots is None:
             return None
         got = int_list(slots)

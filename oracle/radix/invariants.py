@@ -97,17 +97,6 @@ def pool_violations(nodes: list[NodeView], free_pages: list[int], held: set[int]
     return problems
 
 
-def page_paths(nodes, page_size: int) -> Counter:
-    """Every cached page named by its tokens from the root, of nodes given as (tokens from the
-    root to the node's end, key length). Namespaces are not told apart: SGLang's KV events do
-    not name them."""
-    found = Counter()
-    for path, length in nodes:
-        for end in range(len(path) - length + page_size, len(path) + 1, page_size):
-            found[tuple(path[:end])] += 1
-    return found
-
-
 def node_name(path: tuple) -> str:
     """A node (namespace, tokens from the root) for a report: its last tokens."""
     ns, tokens = path

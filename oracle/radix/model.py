@@ -22,9 +22,7 @@ the tree itself is `tree.py`.
 
 from __future__ import annotations
 
-from collections import Counter
-
-from kvfuzz.oracle.radix.invariants import page_paths
+from kvfuzz.oracle.radix.invariants import NodeView
 from kvfuzz.oracle.radix.tree import Node, RadixTree
 
 INT64_MAX = 2**63 - 1
@@ -156,6 +154,12 @@ class RadixModel:
             request.stale, request.row, request.protected = True, [], 0
 
     # -- views ------------------------------------------------------------------------------
-    def pages(self) -> Counter:
-        """Every cached page, named by its tokens from the root (`page_paths`)."""
-        return page_paths(((path, len(n.key)) for n, path in self.tree.walk()), self.page_size)
+    def views(self) -> list[NodeView]:
+        """Every node as the judge reads an implementation's, parents first."""
+        found = []
+        for node, path in self.tree.walk():
+            parent = (node.ns, path[:-len(node.key)]) if node.parent is not self.tree.root \
+                else None
+            found.append(NodeView((node.ns, path), parent, None, tuple(node.key), node.value,
+                                  node.lock, node.hits, node.priority, node.access, node.created))
+        return found

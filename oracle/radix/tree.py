@@ -104,6 +104,18 @@ class RadixTree:
             node, key = child, key[shared:]
         return value, node
 
+    def peek(self, ns: int, tokens) -> tuple[int, bool]:
+        """What `match` would find, touching nothing: (tokens cached, whether it ends inside a
+        node and so splits it)."""
+        node, key, found = self.root, self.aligned(tokens), 0
+        while key and self.edge(ns, key) in node.children:
+            node = node.children[self.edge(ns, key)]
+            shared = self.common(node.key, key)
+            found, key = found + shared, key[shared:]
+            if shared < len(node.key):
+                return found, True
+        return found, False
+
     def insert(self, ns: int, tokens, value, priority: int = 0,
                inserted_len: int = 0) -> tuple[int, Node]:
         key = self.aligned(tokens)

@@ -10,7 +10,7 @@ from kvfuzz.strategies.radix.trace import FORMAT, KINDS, POLICIES, Admit, Op, Tr
 
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (every op
 # reads the whole tree, so the tokens held x ops is what a trace costs).
-MAX_SIZE, MAX_PAGE, MAX_OPS, MAX_TOKENS = 2**12, 64, 2**11, 2**10
+MAX_SIZE, MAX_PAGE, MAX_OPS, MAX_TOKENS = 2**11, 64, 2**10, 2**10
 MAX_ID, MAX_NS, MAX_PRIORITY = 2**31, 3, 2**20
 
 

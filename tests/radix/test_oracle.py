@@ -11,6 +11,7 @@ from kvfuzz.oracle.radix.events import EventLedger
 from kvfuzz.oracle.radix.invariants import (NodeView, pool_violations, size_problems,
                                             tree_violations)
 from kvfuzz.oracle.radix.model import RadixModel
+from kvfuzz.oracle.radix.pages import PageNames
 from kvfuzz.oracle.radix.tree import POLICIES, RadixTree
 
 
@@ -38,6 +39,15 @@ def test_a_match_ending_inside_a_node_splits_it_and_the_upper_part_inherits_its_
         == (1, 3, 1)
     assert upper.created > leaf.access and upper.access == upper.created  # made after the walk
     assert tree.root.children == {(0, (1, 2)): upper} and upper.children == {(0, (5, 6)): leaf}
+
+
+def test_peek_tells_what_a_match_finds_without_touching_anything():
+    tree = RadixTree(2, "lru")
+    tree.insert(0, [1, 2, 3, 4], [10, 11, 12, 13])
+    clock, before = tree.clock, paths(tree)
+    assert tree.peek(0, [1, 2, 3, 4, 5]) == (4, False)
+    assert tree.peek(0, [1, 2, 9, 9]) == (2, True) and tree.peek(1, [1, 2]) == (0, False)
+    assert (tree.clock, paths(tree)) == (clock, before)
 
 
 def test_insert_counts_a_hit_only_past_what_the_request_inserted_before():
@@ -204,13 +214,29 @@ def test_the_pool_accounts_for_every_page_once():
                                                              2, 0)[0]
 
 
+def test_pages_are_named_by_their_tokens_from_the_root_of_their_namespace():
+    names = PageNames()
+    first, second = names.of_path(0, (1, 2, 3, 4, 5), 2)
+    assert names.tokens(second) == (1, 2, 3, 4) and names.tail(second) == "1 2 3 4"
+    assert names.of_path(0, (1, 2, 3, 4), 2) == [first, second] != names.of_path(1, (1, 2), 2)
+    nodes = [view([1, 2], [1, 2], [4, 5], page=2),
+             view([1, 2, 3, 4], [3, 4], [6, 7], parent=(0, (1, 2)), page=2)]
+    assert names.count(nodes, 2) == Counter({first: 1, second: 1})
+    other = NodeView((1, (1, 2)), None, (1, (1, 2)), (1, 2), [8, 9], 0, 0, 0, 0.0, 0.0)
+    assert names.count(nodes + [other], 2, namespaces=False)[first] == 2
+
+
 def test_the_event_ledger_holds_what_was_stored_minus_removed():
-    ledger = EventLedger()
+    names = PageNames()
+    ledger = EventLedger(names)
     assert ledger.fold([("cleared",), ("stored", [11, 12], None, [1, 2, 3, 4], 2),
                         ("stored", [13], 12, [5, 6], 2), ("removed", [13])]) == []
-    assert ledger.compare(Counter({(1, 2): 1, (1, 2, 3, 4): 1})) == []
+    pages = Counter(names.of_path(0, (1, 2, 3, 4), 2))
+    assert ledger.compare(pages) == []
     assert "never stored" in ledger.fold([("stored", [20], 99, [7, 8], 2)])[0]
     assert "not stored" in ledger.fold([("removed", [13])])[0]
-    assert "announced pages not cached" in ledger.compare(Counter({(1, 2): 1}))[0]
+    one = Counter(names.of_path(0, (1, 2), 2))
+    assert "announced pages not cached, e.g. the page ending [1 2 3 4]" in \
+        ledger.compare(one)[0].replace(" (stored minus removed exceeds what is present)", "")
     ledger.fold([("cleared",)])
-    assert "never announced" in ledger.compare(Counter({(1, 2): 1}))[0]
+    assert "never announced" in ledger.compare(one)[0]

@@ -77,7 +77,7 @@ GOOD = {"format": FORMAT, "page_size": 4, "size": 64, "policy": "lru", "events":
     ({"page_size": 3}, "page_size", "3"),
     ({"page_size": 128}, "page_size", "128"),
     ({"size": 62}, "size", "62"),
-    ({"size": 2**13}, "size", "8192"),
+    ({"size": 2**12}, "size", "4096"),
     ({"policy": "tlru"}, "policy", "'tlru'"),
     ({"events": 1}, "events", "1"),
     ({"extra": 1}, "extra", "1"),
