@@ -17,7 +17,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import MUTANT, OURS, Implementation
+from kvfuzz.impl.registry import MUTANT, OURS, Implementation, ImplementationError
 from tests.conftest import CORPUS
 
 
@@ -272,3 +272,12 @@ def seeded_tests(target: str, impl_name: str, reach: int):
         declared = set(owner.judge.lockstep.EVENTS)
         assert declared <= set(events), sorted(declared - set(events))
     return test_it_agrees_on_2000_seeded_traces, test_seeded_traces_reach_every_edge_class
+
+
+def assert_refused_in_one_line(target: str, path: str, shows: str, interface: str) -> None:
+    """An outside implementation of the wrong shape is refused before anything runs, in one line
+    that says what is wrong (`shows`) and names the interface the target calls."""
+    with pytest.raises(ImplementationError) as error:
+        TARGETS[target].catalogue.resolve(path)
+    message = str(error.value)
+    assert shows in message and interface in message and "\n" not in message, message

@@ -22,7 +22,8 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
            "mamba": ("mutant.mamba.group_end_leaks", 20, 20),
            "swa": ("mutant.swa.evict_keeps_mapping", 20, 20),
            "blockpool": ("mutant.vllm.blockpool.freed_uncached_reused_last", 5, 20),
-           "kvmanager": ("mutant.vllm.kvmanager.free_head_first", 5, 20)}
+           "kvmanager": ("mutant.vllm.kvmanager.free_head_first", 5, 20),
+           "radix": ("mutant.sglang.radix.evict_leaks_slots", 5, 20)}
 
 
 def skip_unless_installed(target: str) -> None:
