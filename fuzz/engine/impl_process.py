@@ -25,6 +25,7 @@ from kvfuzz.fuzz.engine.containment import (close_other_sockets, descendants, ki
                                               name_process)
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
 from kvfuzz.fuzz.engine.remote import Ended
+from kvfuzz.fuzz.engine.target import warm_up
 from kvfuzz.fuzz.engine.transcript import (Replay, protocol, read_batch, record_check,
                                            size_text)
 from kvfuzz.impl.registry import ImplementationError, set_loader
@@ -232,6 +233,8 @@ def _serve(conn, impl, parent: int, memory: int) -> None:
         answer = ("ok",)
     except ImplementationError as error:  # the judge stops this process
         answer = ("usage", str(error))
+    else:
+        warm_up(TARGETS[impl.target], own[1])
     limit_data(memory)
     send(conn, answer)
     while True:

@@ -57,4 +57,5 @@ RADIX = trace_target(
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.radix.tree",
                       "kvfuzz.oracle.radix.model"),
+    warm_up="kvfuzz.impl.radix.driver:warm_up",
     default_cases=100)  # README command 1 runs both classes: some 30 s of its job on 2 cores

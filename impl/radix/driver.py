@@ -191,3 +191,14 @@ class RadixDriver:
     # -- state --------------------------------------------------------------------------------
     def snapshot(self) -> dict:
         return snapshot(self)
+
+
+def warm_up(cls) -> None:
+    """SGLang hashes a cache's pages with a C++ extension (hicache_hash_cpp) that torch builds,
+    or loads from its build folder, the first time a page is hashed: seconds, tens of them on a
+    fresh machine, which belong to no input. Done here, before any input is timed."""
+    try:
+        from sglang.srt.mem_cache.cpp_utils.native_hash import _load_native_hash_module
+    except ImportError:  # a release that hashes in Python
+        return
+    _load_native_hash_module()
