@@ -159,6 +159,8 @@ def cmd_diff(args, out=None) -> int:
             else catalogue.defaults_or_error())))
     status = 0
     for target, impls in runs:
+        for name, why in target.catalogue.unsupported():  # the installed release cannot
+            print(f"{target.name}: {name} not run: {why}", file=out)
         if not impls:  # every target: one whose packages are missing is said, not failed
             print(f"{target.name}: not run: {target.catalogue.not_run_reason()}", file=out)
             continue
