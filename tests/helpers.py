@@ -123,12 +123,13 @@ def kvfuzz_here(*args) -> Ran:
 
 
 def summary_rows(err: str) -> dict[str, list[str]]:
-    """A diff summary's row per implementation: [cases, agree, outside, diverged, rate]."""
+    """A diff summary's row per implementation: [cases, agree, outside, diverged, rate], with
+    `findings` before the rate after --keep-going."""
     rows, inside = {}, False
     for line in err.splitlines():
         inside = inside or line.startswith("summary: ")
         words = line.split()
-        if inside and len(words) == 6 and words[1].replace(",", "").isdigit():
+        if inside and len(words) in (6, 7) and words[1].replace(",", "").isdigit():
             rows[words[0]] = words[1:]
     return rows
 

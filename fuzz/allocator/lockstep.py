@@ -18,7 +18,7 @@ from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
 from kvfuzz.strategies.allocator import trace as allocator
 from kvfuzz.strategies.allocator.profile import SEEN_AFTER_RELEASE
-from kvfuzz.strategies.allocator.trace import ALL_MISUSES, Misuse
+from kvfuzz.strategies.allocator.trace import ALL_MISUSES, FREE_HOWS, Misuse
 
 ALLOC_METHODS = ("alloc", "alloc_extend", "alloc_decode")
 RELEASES = ("free_slots", "free_segment", "free_segments", "free_page_ids", "group_begin",
@@ -48,9 +48,10 @@ class AllocatorLockstep(Lockstep):
                               self.options.get("checks_after_release", False))
 
     def build_impl(self, trace, cls, device, reuse_page_ids: bool = True,
-                   checks_after_release: bool = False):
-        """`reuse_page_ids`: see `AllocatorDriver`; `checks_after_release`: what the class
-        declares (the oracle follows it, `AllocatorModel`)."""
+                   checks_after_release: bool = False, hows=FREE_HOWS):
+        """`reuse_page_ids`: see `AllocatorDriver`; `checks_after_release` and `hows` (the
+        release calls the class has): what it declares, which the oracle and the buggy
+        caller follow (`AllocatorModel`, `misuse.py`)."""
         from kvfuzz.impl.allocator.driver import AllocatorDriver  # imports torch
 
         return make(AllocatorDriver, cls, trace.size, trace.page_size, trace.need_sort, trace.debug,
@@ -62,7 +63,8 @@ class AllocatorLockstep(Lockstep):
         once a double free reported after its release has left the free list corrupted."""
         if self.model.corrupted:
             return
-        planned = misuse_call(self.sched, op, self.model) if isinstance(op, Misuse) else \
+        hows = self.options.get("hows", FREE_HOWS)
+        planned = misuse_call(self.sched, op, self.model, hows) if isinstance(op, Misuse) else \
             self.sched.resolve(op, self.model)
         if planned is None:
             return

@@ -9,10 +9,11 @@ from __future__ import annotations
 from kvfuzz.fuzz.allocator.scheduler import Planned, Scheduler
 from kvfuzz.oracle.allocator.model import AllocatorModel
 from kvfuzz.strategies.allocator.profile import SEEN_AFTER_RELEASE
-from kvfuzz.strategies.allocator.trace import Misuse
+from kvfuzz.strategies.allocator.trace import FREE_HOWS, Misuse
 
 
-def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel) -> Planned | None:
+def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel,
+                hows=FREE_HOWS) -> Planned | None:
     """The wrong call `op` stands for now; None where it cannot be made or seen (debug checks
     off, or inside a free group, where releases are only staged)."""
     if op.kind == "group_begin_nested":
@@ -32,15 +33,17 @@ def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel) -> Planned 
         # The latest release whose pages are all still free: no later call reused them.
         for slots in reversed(sched.released):
             if {s // P for s in slots} <= available:
-                return _free(P, slots, salt, kind, "the slots of an earlier release again")
+                return _free(P, hows, slots, salt, kind,
+                             "the slots of an earlier release again")
         return None
     if kind == "free_page0":
-        return _free(P, list(range(P)), salt, kind, "page 0 (the padding page)")
+        return _free(P, hows, list(range(P)), salt, kind, "page 0 (the padding page)")
     if kind == "free_unallocated":
         if not model.free:
             return None
         page = model.free[salt % len(model.free)]
-        return _free(P, [page * P + salt % P], salt, kind, f"page {page}, never handed out")
+        return _free(P, hows, [page * P + salt % P], salt, kind,
+                     f"page {page}, never handed out")
     if kind == "alloc_unaligned":
         if P == 1:
             return None  # every size is a whole number of pages
@@ -51,13 +54,16 @@ def misuse_call(sched: Scheduler, op: Misuse, model: AllocatorModel) -> Planned 
         return _gapped_segment(sched, salt)
     if kind == "free_out_of_range":
         page = model.num_pages + 1 + salt % 3
-        return _free(P, [page * P + o for o in range(P)], salt, kind, f"page {page}, past the pool")
+        return _free(P, hows, [page * P + o for o in range(P)], salt, kind,
+                     f"page {page}, past the pool")
     return _bad_last_loc(sched, salt)
 
 
-def _free(P: int, slots: list[int], salt: int, kind: str, what: str) -> Planned:
+def _free(P: int, hows, slots: list[int], salt: int, kind: str, what: str) -> Planned:
+    """The release `salt` picks among the calls the class has (`hows`)."""
     pages = list(dict.fromkeys(s // P for s in slots))
-    how = ("free", "page_ids", "segment")[salt % 3]
+    calls = [how for how in ("free", "page_ids", "segment") if how in hows]
+    how = calls[salt % len(calls)]
     if how == "free":
         return Planned("free_slots", (slots,), f"{kind}: free({slots[:8]}) of {what}", misuse=kind)
     if how == "page_ids":

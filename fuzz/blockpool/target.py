@@ -17,6 +17,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
+from kvfuzz.strategies.blockpool.generator import NO_UNPIN
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -29,6 +30,18 @@ def _shape(path, obj):
                 methods=METHODS, keywords=KEYWORDS)
 
 
+def _declare(impl, obj):
+    """A pool class without `unpin_blocks` (an earlier vLLM release's) gets no unpins."""
+    if callable(getattr(obj, "unpin_blocks", None)) or NO_UNPIN in impl.preconditions:
+        return impl
+    return replace(impl, preconditions=impl.preconditions + (NO_UNPIN,))
+
+
+def _generator_for(impls):
+    return generator.generator_for(tuple(sorted({p for impl in impls
+                                                 for p in impl.preconditions})))
+
+
 def smaller_pool(item):
     if item.blocks > 2:
         yield replace(item, blocks=item.blocks - 1)
@@ -38,9 +51,9 @@ BLOCKPOOL = trace_target(
     "blockpool",
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool",
                      max_ops=codec.MAX_OPS),
-    inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
-    judge=LockstepJudge(BlockPoolLockstep, describe_op),
-    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape),
+    inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
+    judge=LockstepJudge(BlockPoolLockstep, describe_op, generator.broken),
+    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape, _declare),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.blocks), CREATES, smaller_pool),
     coverage_modules=("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model"),
     live="kvfuzz.fuzz.blockpool.guard:guard")

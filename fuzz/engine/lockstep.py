@@ -42,6 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, is_dataclass
 from typing import Callable, NamedTuple
 
+from kvfuzz.fuzz.engine.report import note_raised
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.registry import safe_text
 
@@ -298,6 +299,7 @@ def numbers_in(error: BaseException) -> list[int]:
 
 def crash_problems(error: BaseException, where: str = "") -> list[tuple[str, str]]:
     error = error.error if isinstance(error, ImplementationRaised) else error
+    note_raised(error)
     # An exception from the implementation's own process carries its traceback's tail.
     frames = getattr(error, "remote_frames", None) or traceback.format_exception(error)[-3:]
     head = safe_text(error) + (f" (in the {where})" if where else "")

@@ -7,16 +7,22 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 
-def summary(target, tallies: dict, elapsed: float, interrupted: bool = False) -> str:
+def summary(target, tallies: dict, elapsed: float, interrupted: bool = False,
+            keep_going: bool = False) -> str:
+    """With `keep_going`, `diverged` counts the inputs that diverged and `findings` the distinct
+    divergence signatures among them (each reported); else `diverged` says yes or no."""
     unit = target.codec.noun + "s"
     width = max([34] + [len(name) + 2 for name in tallies])
-    lines = [f"summary: {target.name}" + ("  (interrupted: counts so far)" if interrupted else ""),
+    lines = [f"summary: {target.name}" + ("  (interrupted: counts so far)" if interrupted else "")
+             + ("  (--keep-going: every distinct divergence)" if keep_going else ""),
              f"  {'implementation':<{width}}{unit:>8}{'agree':>8}{'outside':>9}"
-             f"{'diverged':>10}{unit + '/s':>10}"]
+             f"{'diverged':>10}" + (f"{'findings':>10}" if keep_going else "")
+             + f"{unit + '/s':>10}"]
     for name, tally in tallies.items():
+        diverged = f"{tally.diverged:,}" if keep_going else "yes" if tally.divergence else "no"
         lines.append(f"  {name:<{width}}{tally.cases:>8,}{tally.agree:>8,}{tally.outside:>9,}"
-                     f"{'yes' if tally.divergence else 'no':>10}"
-                     f"{rate_text(tally.cases, tally.seconds):>10}")
+                     f"{diverged:>10}" + (f"{len(tally.findings):>10,}" if keep_going else "")
+                     + f"{rate_text(tally.cases, tally.seconds):>10}")
         lines += target.judge.row_lines(tally)
     lines += _outside_lines(tallies)
     if tallies:

@@ -12,6 +12,7 @@ from kvfuzz.strategies.allocator.profile import (CHECKS_AFTER_RELEASE, KEEPS_PAG
 
 RELEASED = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
 RELEASED_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
+ONE_MODULE = "sglang.srt.mem_cache.allocator"  # where SGLang kept its allocators before 0.5.13
 _entry = partial(entry, "allocator", __name__)
 PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
@@ -40,10 +41,12 @@ IMPLEMENTATIONS = (
     # their import path gets these preconditions.
     Implementation("sglang.paged", "allocator", RELEASED,
                    "upstream PagedTokenToKVPoolAllocator (needs sglang installed)", UPSTREAM,
-                   preconditions=PAGED, requires="sglang"),
+                   preconditions=PAGED, requires="sglang",
+                   earlier=(f"{ONE_MODULE}:PagedTokenToKVPoolAllocator",)),
     Implementation("sglang.token", "allocator", RELEASED_TOKEN,
                    "upstream TokenToKVPoolAllocator, page size 1 (needs sglang installed)",
-                   UPSTREAM, preconditions=TOKEN, requires="sglang"),
+                   UPSTREAM, preconditions=TOKEN, requires="sglang",
+                   earlier=(f"{ONE_MODULE}:TokenToKVPoolAllocator",)),
 ) + tuple(
     # Upstream's source with one edit each (upstream_mutants.py).
     _entry(f"mutant.sglang.{name.replace('_', '.', 1)}", f"upstream_mutants:{name}",

@@ -15,7 +15,7 @@ import functools
 import random
 
 from kvfuzz.strategies.allocator.profile import DEFAULT, Profile, profile_for
-from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
+from kvfuzz.strategies.allocator.trace import (MISUSES, Admit, AllocPages, Clear,
                                                Decode, Extend, Finish, GroupBegin, GroupEnd,
                                                Misuse, Trace, Truncate)
 from kvfuzz.strategies.sources import TraceGenerator
@@ -50,7 +50,7 @@ class _Generator:
     def __init__(self, rng: random.Random, page_size: int, num_pages: int, misuse: bool,
                  profile: Profile):
         self.rng, self.P, self.num_pages, self.misuse = rng, page_size, num_pages, misuse
-        self.allowed = set(profile.misuses)
+        self.allowed, self.hows = set(profile.misuses), profile.hows
         self.lens: dict[int, int] = {}
         self.next_rid = 0
         self.ops: list = []
@@ -130,7 +130,7 @@ class _Generator:
 
     def finish(self) -> None:
         rid = self.rng.choice(sorted(self.lens))
-        self.ops.append(Finish(rid, self.rng.choice(FREE_HOWS)))
+        self.ops.append(Finish(rid, self.rng.choice(self.hows)))
         del self.lens[rid]
         if self.misuse and self.rng.random() < 0.3 and "double_free" in self.allowed:
             self.ops.append(Misuse("double_free", self.rng.randint(0, 99)))
@@ -138,7 +138,7 @@ class _Generator:
     def truncate(self) -> None:
         rid = self.rng.choice(sorted(self.lens))
         keep = self.rng.randint(0, self.lens[rid])
-        self.ops.append(Truncate(rid, keep, self.rng.choice(FREE_HOWS)))
+        self.ops.append(Truncate(rid, keep, self.rng.choice(self.hows)))
         self.lens[rid] = keep
         if self.rng.random() < UNALIGNED_RATE and "segment_unaligned" in self.allowed:
             self.ops.append(Misuse("segment_unaligned", self.rng.randint(0, 99)))

@@ -11,17 +11,21 @@ held. Pools without prefix caching get no cache ops (the manager makes none).
 
 from __future__ import annotations
 
+import functools
 import random
 
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
-                                               Reset, Share, Trace, Unpin)
+                                               Reset, Share, Trace, Unpin, UnpinIds)
 from kvfuzz.strategies.sources import TraceGenerator
 
+# What a pool class may lack (read from the class: fuzz/blockpool/target.py), and its traces.
+NO_UNPIN = "no unpin_blocks (an earlier vLLM release): a finished request's blocks are freed"
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+
+def build(rng: random.Random, num_ops: int, unpin: bool = True) -> Trace:
     blocks = rng.choice((rng.randint(2, 8), rng.randint(8, 32), rng.randint(32, 64)))
     caching = rng.random() < 0.85
-    gen = _Generator(rng, blocks, caching)
+    gen = _Generator(rng, blocks, caching, unpin)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, caching, tuple(gen.ops[:num_ops]))
@@ -31,8 +35,9 @@ class _Generator:
     """Prompts are lists of block contents; a block's hash stands for its whole prefix (vLLM's
     chained hashes), so two prompts of a family share hashes up to where they part."""
 
-    def __init__(self, rng: random.Random, blocks: int, caching: bool):
+    def __init__(self, rng: random.Random, blocks: int, caching: bool, unpin: bool = True):
         self.rng, self.blocks, self.caching = rng, blocks, caching
+        self.unpin = unpin  # whether finished requests' blocks may go back by `unpin_blocks`
         self.families = [[rng.randrange(1 << 30) for _ in range(rng.randint(2, 10))]
                          for _ in range(rng.randint(1, 3))]
         self.hash_ids: dict[tuple, int] = {}
@@ -92,7 +97,7 @@ class _Generator:
         rids = tuple(rng.sample(list(self.live), rng.randint(1, min(3, len(self.live)))))
         for rid in rids:
             del self.live[rid]
-        if rng.random() < 0.12:
+        if rng.random() < 0.12 and self.unpin:
             self.ops.append(Unpin(rids))
         else:
             self.ops.append(Free(rids, reverse=rng.random() < 0.85))
@@ -126,3 +131,20 @@ class _Generator:
 NAME = "blockpool/1"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
+
+
+@functools.cache
+def generator_for(preconditions: tuple[str, ...]) -> TraceGenerator:
+    """The generator of a pool that declares `preconditions`: its own stream ("blockpool/1
+    [no-unpin]"), so a (generator, seed, index) still names one trace forever."""
+    if NO_UNPIN not in preconditions:
+        return GENERATOR
+    return TraceGenerator(f"{NAME}[no-unpin]", functools.partial(build, unpin=False),
+                          num_ops=200, max_fuzz_ops=200)
+
+
+def broken(trace: Trace, preconditions) -> list[str]:
+    """The preconditions `trace` breaks (empty: the pool supports it)."""
+    if NO_UNPIN in preconditions and any(isinstance(op, (Unpin, UnpinIds)) for op in trace.ops):
+        return ["unpins blocks, and the class has no unpin_blocks"]
+    return []
