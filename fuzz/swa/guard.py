@@ -15,12 +15,13 @@ ops: `alloc(n)`: `alloc_slots`; `alloc_extend`, `alloc_extend_swa_tail`, `alloc_
 `clear_full_to_swa_mapping` (the SWA prefix cache re-pairing slots it keeps): `set_mapping` /
 `clear_mapping`; the releases of its pools reached past it (`allocator.full_attn_allocator.
 free_segment(...)`, as SGLang's unified radix cache frees a tree value): `free_slots` /
-`free_segments` of "full_pool" / "swa_pool"; `free_group_begin` / `free_group_end` / `clear`:
-the trace's ops of those names
+`free_segments` of "full_pool" / "swa_pool"; `free_group_begin` / `free_group_end` / `clear`
+/ `resize`: the trace's ops of those names
 (a nested begin is the trace's own misuse: rejected, changing nothing). Reads go through (the
-sizes, translations, budgets; those that evict do it through the prefix cache, which calls this
-wrapper). Refused (`GuardUnsupported`, before the call): any other method that changes the
-allocator (`resize`, `merge_and_sort_free`), the per-request SWA ring mode, a call at a page
+sizes, translations, budgets, KV copies; those that evict do it through the prefix cache, which
+calls this wrapper). Refused (`GuardUnsupported`, before the call): any other method that changes
+the allocator (`merge_and_sort_free`), a resize past the sizes it was built with, the
+per-request SWA ring mode, a call at a page
 size its contract excludes (`alloc` above 1, the others at 1), an allocator larger than the
 format holds or used before it was guarded, and a batch whose `extend_num_tokens` is not its
 lengths' sum.
@@ -29,13 +30,16 @@ lengths' sum.
 from __future__ import annotations
 
 import inspect
+import os
 
 from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
                                       open_session, plain_ints, same_args)
+from kvfuzz.impl.swa.checks import DEBUG_ENV, INVARIANT_ENV, STRICT
 from kvfuzz.strategies.swa.codec import MAX_BATCH, MAX_EXPANSION, MAX_PAGES, MAX_SIZE
 from kvfuzz.strategies.swa.trace import (POOL_OWNERS, RELEASES, AllocSlots, Clear, ClearMapping,
                                          DecodeSlots, ExtendSlots, ExtendTailSlots, FreeSegments,
-                                         FreeSlots, GroupBegin, GroupEnd, SetMapping, Trace)
+                                         FreeSlots, GroupBegin, GroupEnd, Resize, SetMapping,
+                                         Trace)
 
 READS = frozenset({
     "available_size", "full_available_size", "swa_available_size", "new_pages_available",
@@ -75,7 +79,12 @@ def header(allocator) -> Trace:
             any(int_list(allocator.full_to_swa_index_mapping[:-1])):
         refuse("the allocator has been used: guard it before its first call (the oracle starts "
                "from full free lists and an empty mapping)")
-    return Trace(page_size, size, size_swa, bool(getattr(allocator, "need_sort", False)), ())
+    level = os.environ.get(INVARIANT_ENV, "0").strip() or "0"
+    if level not in ("0", STRICT):
+        refuse(f"{INVARIANT_ENV}={level}: only off (0) and strict ({STRICT}) are modelled")
+    debug = os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true")
+    return Trace(page_size, size, size_swa, bool(getattr(allocator, "need_sort", False)), (),
+                 debug=debug, strict=level == STRICT)
 
 
 def guard(allocator, *, check: bool = True, impl=None, corpus="corpus",
@@ -322,6 +331,16 @@ class GuardedSWA(GuardedObject):
     @modelled
     def clear(self):
         return self._run(Clear(), "clear", self._kvfuzz_object.clear)
+
+    @modelled
+    def resize(self, config):
+        header = self.kvfuzz_session.header
+        size = self._count(config.full_max_total_num_tokens, "resize", header.size)
+        size_swa = self._count(config.swa_max_total_num_tokens, "resize", header.size_swa)
+        if min(size, size_swa) < header.page_size:
+            self._refuse(f"resize to a pool smaller than a page ({size}, {size_swa})")
+        return self._run(Resize(size, size_swa), "resize",
+                         lambda: self._kvfuzz_object.resize(config), same_args((size, size_swa)))
 
     def _slots(self, values: list[int], method: str) -> list[int]:
         return _checked(self, values, method)

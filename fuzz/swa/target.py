@@ -20,7 +20,8 @@ from kvfuzz.fuzz.swa.lockstep import SWALockstep
 from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.impl.swa import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.swa import codec, generator, uniform
-from kvfuzz.strategies.swa.profile import NO_SEGMENT, SEGMENT_CALLS, broken, checked_only
+from kvfuzz.strategies.swa.profile import (LACKING, NO_SEGMENT, SEGMENT_CALLS, broken,
+                                           checked_only, lacking)
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, describe_op, to_json
 
 METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "free", "free_swa",
@@ -43,23 +44,31 @@ def _every_decode_checked(item):
 
 
 def _declare(impl, obj):
-    """A class without the segment releases (an earlier SGLang release's) gets none; one without
-    a call every trace makes (`free_full`, before SGLang 0.5.19) cannot be driven."""
+    """A class without the segment releases (an earlier SGLang release's) gets none, and one
+    without the reclaim, resize or offload calls none of those; one without a call every trace
+    makes (`free_full`, before SGLang 0.5.19) cannot be driven."""
     missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
     if missing:
         release = installed_release(impl.requires) or "this release"
         raise ImplementationError(f"not supported: {impl.requires} {release}: "
                                   f"{getattr(obj, '__name__', impl.path)} has no "
                                   f"{', '.join(missing)}, which every swa trace calls")
-    if NO_SEGMENT in impl.preconditions or all(
-            callable(getattr(obj, name, None)) for name in SEGMENT_CALLS):
-        return impl
-    return replace(impl, preconditions=impl.preconditions + (NO_SEGMENT,))
+
+    def has(calls) -> bool:
+        return all(callable(getattr(obj, name, None)) for name in calls)
+
+    declared = [NO_SEGMENT] if not has(SEGMENT_CALLS) else []
+    declared += [text for text, calls, _ in LACKING.values() if not has(calls)]
+    added = tuple(text for text in declared if text not in impl.preconditions)
+    return replace(impl, preconditions=impl.preconditions + added) if added else impl
 
 
 def _generator_for(impls):
+    lacks = tuple(name for name in LACKING
+                  if any(name in lacking(impl.preconditions) for impl in impls))
     return generator.generator_for(any(checked_only(impl.preconditions) for impl in impls),
-                                   not any(NO_SEGMENT in impl.preconditions for impl in impls))
+                                   not any(NO_SEGMENT in impl.preconditions for impl in impls),
+                                   lacks)
 
 
 # What every trace calls (a finish releases the full pool's slots with `free_full`).

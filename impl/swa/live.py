@@ -65,6 +65,9 @@ class LiveSWADriver(LiveSlotCalls):
     def group_begin(self) -> None:
         self._perform("group_begin", ())
 
+    def resize(self, size: int, size_swa: int) -> None:
+        self._perform("resize", (size, size_swa))
+
 
 def _plain(segments) -> list[tuple[list[int], int]]:
     return [(list(slots), start) for slots, start in segments]

@@ -5,21 +5,34 @@ translating last_loc -1 ("no prefix") gives -1. Vectorized torch; host reads: th
 pre-checks (host-side lengths) and the page dedup of set-shaped SWA frees.
 
 Unlike the released class (see its profile), a decode that one pool cannot serve changes
-nothing: both pools are checked before either allocates."""
+nothing: both pools are checked before either allocates.
+
+SGLang's switches are read when it is built: with SGLANG_DEBUG_MEMORY_POOL (above page size 1),
+or SGLANG_INVARIANT_CHECK at 1 (warn) and up, a segment whose pages have no SWA peer (released
+already) is refused; at 2 (strict), so is `free_full` of slots that still have one."""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 from kvfuzz.impl.allocator.paged_allocator import PagedAllocator
+from kvfuzz.impl.swa.scheduler_api import SchedulerAPI
 from kvfuzz.impl.swa.token_pool import TokenPool
 
 
-class SWAAllocator:
+class SWAAllocator(SchedulerAPI):
     def __init__(self, size: int, size_swa: int, page_size: int, dtype, device, kvcache,
                  need_sort: bool):
         self.page_size, self.device, self._kvcache = page_size, device, kvcache
-        self.need_sort = need_sort
+        self.need_sort, self.dtype = need_sort, dtype
+        self._size_full, self._size_swa = size, size_swa
+        level = int(os.environ.get("SGLANG_INVARIANT_CHECK") or 0)
+        debug = os.environ.get("SGLANG_DEBUG_MEMORY_POOL", "").lower() in ("1", "true")
+        # the debug check compares pages, so it has nothing to see at page size 1
+        self.check_peers = level >= 1 or (debug and page_size > 1)
+        self.check_released = level >= 2
         if page_size == 1:
             self.full_attn_allocator = TokenPool(size, dtype, device, None, need_sort)
             self.swa_attn_allocator = TokenPool(size_swa, dtype, device, None, need_sort)
@@ -33,6 +46,7 @@ class SWAAllocator:
         self.full_to_swa_index_mapping[-1] = -1
         kvcache.register_mapping(self.full_to_swa_index_mapping)
         self.clear()
+
 
     def clear(self) -> None:
         self.full_attn_allocator.clear()
@@ -62,6 +76,7 @@ class SWAAllocator:
         return full
 
     def alloc(self, need_size: int):
+        assert self.page_size == 1, "alloc(n) is the page-size-1 call"
         if need_size > self.available_size():
             return None
         return self._map(self.full_attn_allocator.alloc(need_size),
@@ -86,6 +101,8 @@ class SWAAllocator:
                               last_loc, extend_num_tokens: int, swa_tail_len: int):
         """One request: full KV for the whole extend, SWA KV for its last `swa_tail_len` tokens."""
         P = self.page_size
+        assert len(seq_lens_cpu) == 1 and len(prefix_lens_cpu) == 1, "one request at a time"
+        assert 0 <= swa_tail_len <= extend_num_tokens, f"tail {swa_tail_len} outside the extend"
         full_pages = int(((seq_lens_cpu + P - 1) // P - (prefix_lens_cpu + P - 1) // P).sum())
         swa_pages = (swa_tail_len + P - 1) // P
         if full_pages * P > self.full_available_size() or \
@@ -153,15 +170,24 @@ class SWAAllocator:
         P = self.page_size
         assert start_pos % P == 0, f"segment start {start_pos} is not page-aligned"
         reps = free_index[::P]
-        pages = self.full_to_swa_index_mapping[reps] // P
+        peers = self.full_to_swa_index_mapping[reps]
+        if self.check_peers:
+            assert bool((peers > 0).all()), "segment pages without an SWA peer: released already"
+        pages = peers // P
         self._take_peers(self._whole_pages(reps) if P > 1 else reps)
         if self.group_open:
             self.swa_page_ids_group.append(pages)
             return
         self.swa_attn_allocator.free_page_ids(pages)
 
+    def _check_released(self, free_index: torch.Tensor) -> None:
+        if self.check_released:
+            assert not bool(self.full_to_swa_index_mapping[free_index].any()), \
+                "full slots released with an SWA peer still mapped: free() releases both"
+
     def free_full(self, free_index: torch.Tensor) -> None:
         if free_index.numel():
+            self._check_released(free_index)
             self.full_attn_allocator.free(free_index)
 
     def free(self, free_index: torch.Tensor) -> None:
@@ -176,6 +202,7 @@ class SWAAllocator:
 
     def free_full_segment(self, free_index: torch.Tensor, *, start_pos: int) -> None:
         if free_index.numel():
+            self._check_released(free_index)
             self.full_attn_allocator.free_segment(free_index, start_pos=start_pos)
 
     def free_segments(self, segments) -> None:

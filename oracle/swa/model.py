@@ -20,7 +20,17 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
     rejected with nothing changed, an end with none open does nothing;
   - set_full_to_swa_mapping / clear_full_to_swa_mapping (a prefix cache's re-pairing): the
     mapping of those full slots set or cleared, nothing allocated or released;
-  - clear(): both pools fresh, mapping empty, group closed.
+  - clear(): both pools fresh, mapping empty, group closed; resize(size, size_swa) the same
+    at the new sizes;
+  - evict_to_free_tokens(tree, n): with a prefix cache that shares prefixes, asks it to evict
+    each pool's shortfall below n (`tree.evict_for_alloc(full, swa)`), when there is one;
+    reclaim_for_prealloc(tree, full, swa): the SWA shortfall only, then a description of what
+    is still missing, or None;
+  - the checks a caller's bug meets (each a rejection with nothing changed): `alloc` above page
+    size 1, a segment from inside a page, a tail allocation of several requests or with a tail
+    outside its extend, always; a segment whose pages have no SWA peer
+    (already released), with the debug checks (above page size 1) or the strict invariant
+    checks; `free_full` of slots that still have a peer, with the strict checks.
 """
 
 from __future__ import annotations
@@ -32,11 +42,16 @@ __all__ = ["Rejected", "SWAModel"]
 
 
 class SWAModel:
-    def __init__(self, size: int, size_swa: int, page_size: int, need_sort: bool):
-        token = page_size == 1
-        self.P = page_size
-        self.full = AllocatorModel(size, page_size, need_sort, token=token)
-        self.swa = AllocatorModel(size_swa, page_size, need_sort, token=token)
+    def __init__(self, size: int, size_swa: int, page_size: int, need_sort: bool,
+                 debug: bool = False, strict: bool = False):
+        self.P, self.need_sort, self.debug, self.strict = page_size, need_sort, debug, strict
+        self.resize(size, size_swa)
+
+    def resize(self, size: int, size_swa: int) -> None:
+        token = self.P == 1
+        self.size_full, self.size_swa = size, size_swa
+        self.full = AllocatorModel(size, self.P, self.need_sort, token=token)
+        self.swa = AllocatorModel(size_swa, self.P, self.need_sort, token=token)
         self.clear()
 
     def clear(self) -> None:
@@ -46,6 +61,26 @@ class SWAModel:
         self.group_open = False
         self.swa_page_ids_group: list[int] = []
         self.swa_free_group: list[int] = []
+
+    # --- reclaiming through the prefix cache ---------------------------------------------------
+    def evict_to_free_tokens(self, tree, num_tokens: int) -> None:
+        """`tree`: None, or a cache with `supports_prefix_sharing()` and
+        `evict_for_alloc(num_tokens, swa_num_tokens)`, which releases through this model."""
+        if tree is None or not tree.supports_prefix_sharing():
+            return
+        full = max(0, num_tokens - self.full.available_size())
+        swa = max(0, num_tokens - self.swa.available_size())
+        if full or swa:
+            tree.evict_for_alloc(full, swa)
+
+    def reclaim_for_prealloc(self, tree, full_tokens: int, swa_tokens: int) -> str | None:
+        available = self.swa.available_size()
+        if available < swa_tokens:
+            tree.evict_for_alloc(0, swa_tokens - available)
+            available = self.swa.available_size()
+        if available < swa_tokens:
+            return f"SWA eviction insufficient: needed={swa_tokens}, available={available}"
+        return None
 
     # --- sizes --------------------------------------------------------------------------------
     def available_size(self) -> int:
@@ -60,6 +95,8 @@ class SWAModel:
 
     # --- allocation ---------------------------------------------------------------------------
     def alloc(self, need_size: int) -> list[int] | None:
+        if self.P > 1:
+            raise Rejected(f"alloc({need_size}) at page size {self.P}: only page size 1")
         if need_size > self.full.available_size() or need_size > self.swa.available_size():
             return None
         full, swa = self.full.alloc(need_size), self.swa.alloc(need_size)
@@ -77,7 +114,13 @@ class SWAModel:
 
     def alloc_extend_swa_tail(self, prefix_lens, seq_lens, last_loc, tail: int):
         """One request: full slots for the whole extend, fresh SWA pages for the last `tail`
-        tokens only (from SWA offset 0), mapped; None, changing nothing, unless both fit."""
+        tokens only (from SWA offset 0), mapped; None, changing nothing, unless both fit. A
+        batch of another size, or a tail outside the extend, is rejected."""
+        if len(seq_lens) != 1 or len(prefix_lens) != 1:
+            raise Rejected(f"alloc_extend_swa_tail of {len(seq_lens)} requests: one at a time")
+        if not 0 <= tail <= seq_lens[0] - prefix_lens[0]:
+            raise Rejected(f"swa_tail_len {tail} outside the extend of "
+                           f"{seq_lens[0] - prefix_lens[0]} tokens")
         full_pages = sum(ceil_pages(s, self.P) - ceil_pages(q, self.P)
                          for q, s in zip(prefix_lens, seq_lens))
         swa_pages = ceil_pages(tail, self.P)
@@ -149,15 +192,28 @@ class SWAModel:
         if start_pos % self.P:
             raise Rejected(f"segment start {start_pos} is not a multiple of {self.P}")
         reps = slots[::self.P]
-        pages = [peer // self.P for peer in (self.mapping.get(rep, 0) for rep in reps)]
+        peers = [self.mapping.get(rep, 0) for rep in reps]
+        if (self.strict or (self.debug and self.P > 1)) and not all(peers):
+            unmapped = [rep for rep, peer in zip(reps, peers) if not peer]
+            raise Rejected(f"segment pages without an SWA peer (released already), e.g. full "
+                           f"slot {unmapped[0]}")
+        pages = [peer // self.P for peer in peers]
         self._unmap(self._whole_pages(reps))
         if self.group_open:
             self.swa_page_ids_group += pages
             return
         self.swa.free_page_ids(pages)
 
+    def _check_unmapped(self, slots: list[int]) -> None:
+        mapped = [slot for slot in slots if self.mapping.get(slot)]
+        if self.strict and mapped:
+            raise Rejected(f"{len(mapped)} full slots released with an SWA peer still mapped, "
+                           f"e.g. {mapped[0]} -> {self.mapping[mapped[0]]}")
+
     def free_full(self, slots: list[int]) -> None:
-        self.full.free_slots(slots)
+        if slots:
+            self._check_unmapped(slots)
+            self.full.free_slots(slots)
 
     def free(self, slots: list[int]) -> None:
         if slots:
@@ -171,6 +227,7 @@ class SWAModel:
 
     def free_full_segment(self, slots: list[int], start_pos: int) -> None:
         if slots:
+            self._check_unmapped(slots)
             self.full.free_segment(slots, start_pos)
 
     # A by-slot guard's releases of several row segments (upstream's base class: each

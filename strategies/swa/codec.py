@@ -4,10 +4,14 @@ naming the source, the field and the value."""
 from __future__ import annotations
 
 from kvfuzz.strategies.inputs import FieldReader
+from kvfuzz.strategies.swa.scheduler_ops import MISUSES, RECLAIM_POOLS, TREES
 from kvfuzz.strategies.swa.trace import (FORMAT, HOWS, KINDS, POOLS, Extend, ExtendSlots,
                                          FreeSegments, SetMapping, Trace)
 
-_TOP = {"format", "page_size", "size", "size_swa", "need_sort", "ops", "origin", "note"}
+_TOP = {"format", "page_size", "size", "size_swa", "need_sort", "debug", "strict", "ops",
+        "origin", "note"}
+_CHOICES = {"how": HOWS, "kind": MISUSES, "pool": RECLAIM_POOLS, "tree": TREES}
+_BOOLEANS = {"checked", "prealloc"}
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
 # compares state of the size of both pools and the mapping). Tokens x page size: upstream's
 # set-shaped `free_swa` expands every slot it is given to its whole page, duplicates kept.
@@ -25,12 +29,13 @@ def from_json(data: object, source: str = "trace") -> Trace:
         reader.at_most(sizes[name] // page_size, name, MAX_PAGES, f"pages ({name} // page_size)")
         reader.at_most(sizes[name] * page_size, name, MAX_EXPANSION, f"{name} x page_size")
     need_sort = reader.boolean(data.get("need_sort"), "need_sort")
+    checks = {name: reader.boolean(data[name], name) for name in ("debug", "strict")
+              if name in data}  # absent: off (files from before they existed)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     slots = sizes["size"] + page_size  # a full slot index is below it (the padding page)
     decoded = tuple(_op(reader, raw, f"ops[{i}]", slots) for i, raw in enumerate(ops))
-    return Trace(page_size, sizes["size"], sizes["size_swa"], need_sort, decoded,
-                 reader.origin(data.get("origin")), reader.note(data.get("note")))
-
+    return Trace(page_size, sizes["size"], sizes["size_swa"], need_sort, decoded, **checks,
+                 origin=reader.origin(data.get("origin")), note=reader.note(data.get("note")))
 
 
 def _op(reader: FieldReader, raw: object, where: str, slots: int):
@@ -46,17 +51,21 @@ def _op(reader: FieldReader, raw: object, where: str, slots: int):
         value = raw[name]
         if name in _BY_SLOT_FIELDS:
             values[name] = _by_slot_field(reader, name, spec, value, label, slots)
-        elif name == "how":
-            values[name] = reader.choice(value, label, HOWS)
-        elif name == "checked":
+        elif name in _CHOICES:
+            values[name] = reader.choice(value, label, _CHOICES[name])
+        elif name in _BOOLEANS:
             values[name] = reader.boolean(value, label)
+        elif name == "delta":  # a demand relative to an available size: either sign
+            values[name] = reader.integer(value, label, low=-MAX_SIZE, high=MAX_SIZE)
+        elif name in ("size", "size_swa"):  # a resize's: beyond the built sizes resolves to
+            values[name] = reader.integer(value, label, low=1, high=MAX_SIZE)  # nothing
         elif name in ("rids", "lens"):
             low, high = (1, MAX_SIZE) if name == "lens" else (0, 2**31)
             values[name] = tuple(reader.int_list(value, label, low=low, high=high,
                                                  most=MAX_BATCH))
-        elif name == "len":
-            values[name] = reader.integer(value, label, low=1, high=MAX_SIZE)
-        else:  # rid, keep, tail
+        elif name == "len":  # 0: a transferred request with nothing to fill
+            values[name] = reader.integer(value, label, low=0, high=MAX_SIZE)
+        else:  # rid, keep, tail, salt
             values[name] = reader.integer(value, label, low=0, high=2**31)
     if kind is Extend and len(values["rids"]) != len(values["lens"]):
         reader.fail(f"{where}.lens", "must have one length per rid", list(values["lens"]))

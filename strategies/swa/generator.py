@@ -1,14 +1,21 @@
-"""Seeded plain-random SWA traces (`swa/2`): trace `index` of `seed` is the same forever.
+"""Seeded plain-random SWA traces (`swa/3`): trace `index` of `seed` is the same forever.
 
 Aimed where a hybrid allocator's bugs live: page sizes 1 (token pools) to 8, an SWA pool smaller,
 equal or larger than the full one and both tight, so that allocations fail on one pool only;
-prefill in chunks that continue a partial page, or a whole prefill with SWA slots for its tail
-only (a disaggregated decode server's admission); decode steps that open pages; window eviction
-(by slot set and by segment) that leaves the last page, and releases of requests whose window
-has moved, both inside free groups as a scheduler batches them; clear; and the group protocol
-misused (a nested begin, a stray end). Unless an implementation declares that it is only called
-after the scheduler's memory check (`generator_for`), some decodes run unchecked. A change to
-what this produces must bump the version.
+now and then the pools resized smaller before the first request (as SGLang sizes them once its
+CUDA graphs are captured); prefill in chunks that continue a partial page, or a whole prefill
+with SWA slots for its tail only (a disaggregated decode server's admission); decode steps that
+open pages; window eviction (by slot set and by segment) that leaves the last page, and releases
+of requests whose window has moved, both inside free groups as a scheduler batches them;
+requests finished into the prefix cache and room reclaimed through it, around each pool's
+available size, for an allocation or a preallocation, with a cache that shares prefixes, one
+that does not, or none; a request's KV offloaded and back; clear; the group protocol misused (a
+nested begin, a stray end); SGLang's debug and strict invariant checks on in some traces, and
+there the caller bugs they reject (`scheduler_ops.MISUSES`), with the ones rejected in every mode
+now and then everywhere. Unless an implementation declares that it is only called after the
+scheduler's memory check (`generator_for`), some decodes run unchecked; one that lacks the
+reclaim, resize or offload calls gets none. A change to what this produces must bump the
+version.
 """
 
 from __future__ import annotations
@@ -17,24 +24,35 @@ import functools
 import random
 
 from kvfuzz.strategies.sources import TraceGenerator
+from kvfuzz.strategies.swa.scheduler_ops import (EVERY_MODE, MISUSES, TREES, Cache, Misuse,
+                                                 Offload, Reclaim, Resize)
 from kvfuzz.strategies.swa.trace import (HOWS, Admit, Clear, Decode, Evict, Extend, ExtendTail,
                                          Finish, GroupBegin, GroupEnd, Trace)
 
 UNCHECKED_RATE = 0.3  # of decodes, where allowed
 MISUSE_RATE = 0.03    # per group, each kind
+RESIZE_RATE = 0.15    # a trace whose pools are resized before its first request
+CHECKED_RATE = 0.2    # a trace with the debug checks on; the same for the strict ones
+CACHE_RATE = 0.3      # of finishes: into the prefix cache
+# What a class may lack (an earlier release's calls), by the name `generator_for` takes: it then
+# gets none of those ops (a finish into the cache is then a plain finish).
+OPTIONAL = ("reclaim", "resize", "offload")
 
 
 def build(rng: random.Random, num_ops: int, unchecked: bool = True,
-          hows: tuple[str, ...] = HOWS) -> Trace:
+          hows: tuple[str, ...] = HOWS, lacking: tuple[str, ...] = ()) -> Trace:
     P = rng.choice((1, 1, 2, 4, 8))
     pages = rng.choice((rng.randint(2, 6), rng.randint(6, 24), rng.randint(24, 64)))
     swa_pages = max(1, rng.choice((pages // 2, pages - 1, pages, pages + 2, rng.randint(1, 8))))
     slack = rng.choice((0, 0, 0, rng.randint(1, P))) if P > 1 else 0  # a size not in whole pages
-    gen = _Generator(rng, P, pages, unchecked, hows)
+    debug, strict = rng.random() < CHECKED_RATE, rng.random() < CHECKED_RATE
+    gen = _Generator(rng, P, pages, unchecked, hows, debug, strict, lacking)
+    if rng.random() < RESIZE_RATE and "resize" not in lacking:
+        gen.resize(pages * P + slack % P, swa_pages * P)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(P, pages * P + slack % P, swa_pages * P, rng.random() < 0.3,
-                 tuple(gen.ops[:num_ops]))
+                 tuple(gen.ops[:num_ops]), debug, strict)
 
 
 class _Generator:
@@ -42,9 +60,13 @@ class _Generator:
     the harness's business (a call that cannot be served must return None)."""
 
     def __init__(self, rng: random.Random, P: int, pages: int, unchecked: bool,
-                 hows: tuple[str, ...] = HOWS):
+                 hows: tuple[str, ...] = HOWS, debug: bool = False, strict: bool = False,
+                 lacking: tuple[str, ...] = ()):
         self.rng, self.P, self.pages, self.unchecked = rng, P, pages, unchecked
-        self.hows = hows  # how windows and requests are released
+        self.hows, self.lacking = hows, lacking  # how windows and requests are released
+        # Caller bugs: each kind the checks of this trace reject, or every-mode ones
+        self.misuses = MISUSES if debug or strict else EVERY_MODE
+        self.misuse_rate = 0.3 if debug or strict else 0.02
         self.live: dict[int, int] = {}  # rid -> tokens (a guess: failed calls are not known)
         self.next_rid = 0
         self.ops: list = []
@@ -53,7 +75,10 @@ class _Generator:
         full = sum(self.live.values()) / (self.pages * self.P)
         actions = [(self.admit, 1.0 if len(self.live) < 8 else 0.1), (self.extend, 2.0),
                    (self.decode, 2.0), (self.evict, 1.0), (self.finish, 0.3 + 2 * full),
-                   (self.batch, 0.6), (self.clear, 0.03), (self.stray_end, 0.05)]
+                   (self.batch, 0.6), (self.clear, 0.03), (self.stray_end, 0.05),
+                   (self.reclaim, 0.5 * ("reclaim" not in self.lacking)),
+                   (self.offload, 0.1 * ("offload" not in self.lacking)),
+                   (self.misuse, self.misuse_rate)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
 
@@ -66,8 +91,10 @@ class _Generator:
         self.live[self.next_rid] = 0
         self.ops.append(Admit(self.next_rid))
         if self.P > 1 and self.rng.random() < 0.2:  # a transferred prefill, SWA for its tail
-            n = self.rng.randint(1, 12 * self.P)
-            tail = self.rng.choice((0, 1, self.P, self.rng.randint(1, n)))
+            # (now and then none: a request with nothing to fill, which SGLang's decode
+            # server also hands to the tail call, with a tail of 0)
+            n = self.rng.randint(1, 12 * self.P) if self.rng.random() < 0.95 else 0
+            tail = self.rng.choice((0, 1, self.P, self.rng.randint(0, n)))
             self.ops.append(ExtendTail(self.next_rid, n, tail))
             self.live[self.next_rid] = n
         elif self.rng.random() < 0.7:  # admitted to prefill at once, mostly
@@ -98,8 +125,35 @@ class _Generator:
 
     def finish(self) -> None:
         for rid in self._some(2):
-            self.ops.append(Finish(rid, self.rng.choice(self.hows)))
+            cached = self.rng.random() < CACHE_RATE and "reclaim" not in self.lacking
+            self.ops.append(Cache(rid) if cached else Finish(rid, self.rng.choice(self.hows)))
             del self.live[rid]
+
+    def reclaim(self) -> None:
+        """Around a pool's available size: short by a token, exact, or over by up to pages."""
+        rng, P = self.rng, self.P
+        delta = rng.choice((-1, 0, 1, P, rng.randint(1, 4 * P), -rng.randint(1, 2 * P)))
+        tree = rng.choices(TREES, (8, 1, 1))[0]
+        self.ops.append(Reclaim(delta, rng.choice(("full", "swa")), rng.random() < 0.3, tree))
+
+    def resize(self, size: int, size_swa: int) -> None:
+        """Smaller, in whole pages (or the size built, slack and all)."""
+        rng, P = self.rng, self.P
+        size = rng.choice((size, rng.randint(1, max(1, size // P)) * P))
+        size_swa = rng.choice((size_swa, rng.randint(1, max(1, size_swa // P)) * P))
+        self.ops.append(Resize(size, size_swa))
+        self.pages = max(1, size // P)
+
+    def offload(self) -> None:
+        for rid in self._some(1):
+            self.ops.append(Offload(rid))
+
+    def misuse(self) -> None:
+        kind = self.rng.choice(self.misuses)
+        if kind == "swa_evicted_twice":  # a window that moved first, to release again
+            for rid in self._some(1):
+                self.ops.append(Evict(rid, self.rng.choice((0, 1)), self.rng.choice(self.hows)))
+        self.ops.append(Misuse(kind, self.rng.randint(0, 99)))
 
     def batch(self) -> None:
         """Releases and window evictions batched in a free group, as a scheduler does them."""
@@ -121,20 +175,24 @@ class _Generator:
         self.ops.append(GroupEnd())
 
 
-NAME = "swa/2"
+NAME = "swa/3"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 
 @functools.cache
-def generator_for(checked_only: bool, segments: bool = True) -> TraceGenerator:
+def generator_for(checked_only: bool, segments: bool = True,
+                  lacking: tuple[str, ...] = ()) -> TraceGenerator:
     """The generator for implementations only called after the scheduler's memory check: every
-    decode checked (its own stream, "swa/2[checked decode]"); without `segments` (a class that
-    has no segment releases) none ("...,no-segment]")."""
-    tags = ["checked decode"] * checked_only + ["no-segment"] * (not segments)
+    decode checked (its own stream, "swa/3[checked decode]"); without `segments` (a class that
+    has no segment releases) none ("...,no-segment]"); `lacking` (of `OPTIONAL`'s names: calls
+    a class does not have) none of those ops ("...,no-reclaim]")."""
+    tags = ["checked decode"] * checked_only + ["no-segment"] * (not segments) + \
+        [f"no-{name}" for name in lacking]
     if not tags:
         return GENERATOR
     return TraceGenerator(f"{NAME}[{','.join(tags)}]",
                           functools.partial(build, unchecked=not checked_only,
-                                            hows=HOWS if segments else ("set",)),
+                                            hows=HOWS if segments else ("set",),
+                                            lacking=lacking),
                           num_ops=200, max_fuzz_ops=200)

@@ -1,10 +1,12 @@
 """What an SWA allocator may declare (`Implementation.preconditions`): that it is only called
 after the scheduler's memory check (its generator then checks every decode, and a trace with an
 unchecked decode is outside its contract: `broken`), and, for an earlier release's class read
-as installed, that it has no segment releases. Standard library only."""
+as installed, that it has no segment releases, or no reclaim, resize or offload calls. Standard
+library only."""
 
 from __future__ import annotations
 
+from kvfuzz.strategies.swa.scheduler_ops import Cache, Offload, Reclaim, Resize
 from kvfuzz.strategies.swa.trace import FreeSegments, Trace, unchecked_decodes
 
 CHECKED_DECODE = ("alloc_decode only after the scheduler checked both pools have room "
@@ -13,6 +15,22 @@ NO_SEGMENT = ("no free_swa_segment, free_full_segment or free_segment (an earlie
               "release): windows and requests are released by slot sets")
 # The calls a release by segment makes (`how="segment"`): a class lacking one declares NO_SEGMENT.
 SEGMENT_CALLS = ("free_swa_segment", "free_full_segment", "free_segment")
+# The other calls a class may lack, by the generator's name for them: (precondition, the calls,
+# the ops that make them).
+LACKING = {
+    "reclaim": ("no evict_to_free_tokens or reclaim_for_prealloc: room is not reclaimed "
+                "through the prefix cache", ("evict_to_free_tokens", "reclaim_for_prealloc"),
+                (Cache, Reclaim)),
+    "resize": ("no resize: the pools keep the sizes they were built with", ("resize",),
+               (Resize,)),
+    "offload": ("no get_cpu_copy or load_cpu_copy: no KV offload", ("get_cpu_copy",
+                                                                    "load_cpu_copy"), (Offload,)),
+}
+
+
+def lacking(preconditions) -> tuple[str, ...]:
+    """The names of `LACKING` whose precondition is declared."""
+    return tuple(name for name, (text, _, _) in LACKING.items() if text in preconditions)
 
 
 def checked_only(preconditions) -> bool:
@@ -24,4 +42,8 @@ def broken(trace: Trace, preconditions) -> list[str]:
     if NO_SEGMENT in preconditions and any(getattr(op, "how", "") == "segment" or isinstance(
             op, FreeSegments) for op in trace.ops):
         found.append(NO_SEGMENT)
+    for name in lacking(preconditions):
+        text, _, ops = LACKING[name]
+        if any(isinstance(op, ops) for op in trace.ops):
+            found.append(text)
     return found

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id, few,
                                       provenance)
+from kvfuzz.strategies.swa import scheduler_ops
+from kvfuzz.strategies.swa.scheduler_ops import Cache, Misuse, Offload, Reclaim, Resize
 
 FORMAT = "kvfuzz-swa-trace/1"
 HOWS = ("set", "segment")  # free(slots) / free_swa(slots) vs the *_segment(slots, start_pos) forms
@@ -41,7 +43,8 @@ class ExtendTail:
     """A request with no tokens yet receives `len` tokens (`alloc_extend_swa_tail`, page size 2
     and up, as a disaggregated decode server admits a transferred prefill): full slots for all of
     them, SWA slots only for the tail, which starts at the last page boundary at or before
-    `len - tail` and keeps at least one token; the tokens before it are outside the window."""
+    `len - tail` and keeps at least one token; the tokens before it are outside the window. A
+    `len` of 0 is a call with nothing to allocate (and a tail of 0)."""
 
     rid: int
     len: int
@@ -60,9 +63,9 @@ class Decode:
 
 @dataclass(frozen=True)
 class Evict:
-    """Window eviction: the SWA slots of the request's tokens older than its last `keep`, whole
-    pages only, are released (`free_swa`, or `free_swa_segment` with `how="segment"`); the full
-    slots stay."""
+    """Window eviction: the SWA slots of the request's tokens older than its last `keep` (at
+    least 1: a sliding window is never empty), whole pages only, are released (`free_swa`, or
+    `free_swa_segment` with `how="segment"`); the full slots stay."""
 
     rid: int
     keep: int
@@ -176,12 +179,16 @@ class ClearMapping:
 
 BY_SLOT = (AllocSlots, ExtendSlots, ExtendTailSlots, DecodeSlots, FreeSlots, FreeSegments,
            SetMapping, ClearMapping)
+SCHEDULER_OPS = (Cache, Reclaim, Resize, Offload, Misuse)
 Op = (Admit | Extend | ExtendTail | Decode | Evict | Finish | GroupBegin | GroupEnd | Clear
+      | Cache | Reclaim | Resize | Offload | Misuse
       | AllocSlots | ExtendSlots | ExtendTailSlots | DecodeSlots | FreeSlots | FreeSegments
       | SetMapping | ClearMapping)
 KINDS = {"admit": Admit, "extend": Extend, "extend_tail": ExtendTail, "decode": Decode,
          "evict": Evict, "finish": Finish, "group_begin": GroupBegin, "group_end": GroupEnd,
-         "clear": Clear, "alloc_slots": AllocSlots, "extend_slots": ExtendSlots,
+         "clear": Clear, "cache": Cache, "reclaim": Reclaim, "resize": Resize,
+         "offload": Offload, "misuse": Misuse, "alloc_slots": AllocSlots,
+         "extend_slots": ExtendSlots,
          "extend_tail_slots": ExtendTailSlots, "decode_slots": DecodeSlots,
          "free_slots": FreeSlots, "free_segments": FreeSegments, "set_mapping": SetMapping,
          "clear_mapping": ClearMapping}
@@ -202,13 +209,18 @@ NAMES = {cls: name for name, cls in KINDS.items()}
 
 @dataclass(frozen=True)
 class Trace:
-    """`cls(size, size_swa, page_size, dtype, device, kvcache, need_sort)` driven by `ops`."""
+    """`cls(size, size_swa, page_size, dtype, device, kvcache, need_sort)` driven by `ops`, with
+    SGLang's debug checks on (`debug`: SGLANG_DEBUG_MEMORY_POOL, read when the pools are built)
+    and its invariant checks at their strict level (`strict`: SGLANG_INVARIANT_CHECK, as its
+    CI runs), or off."""
 
     page_size: int
     size: int
     size_swa: int
     need_sort: bool
     ops: tuple[Op, ...]
+    debug: bool = False
+    strict: bool = False
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -216,9 +228,10 @@ class Trace:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        sort = ", need_sort" if self.need_sort else ""
+        flags = "".join(f", {name}" for name in ("need_sort", "debug", "strict")
+                        if getattr(self, name))
         return (f"page_size {self.page_size}, {self.size} full + {self.size_swa} SWA tokens"
-                f"{sort}, {len(self.ops)} ops")
+                f"{flags}, {len(self.ops)} ops")
 
 
 def unchecked_decodes(trace: Trace) -> bool:
@@ -243,6 +256,8 @@ def describe_op(op: Op) -> str:
         return f"finish r{op.rid} ({op.how})"
     if isinstance(op, BY_SLOT):
         return describe_slot_op(op)
+    if isinstance(op, SCHEDULER_OPS):
+        return scheduler_ops.describe(op)
     return NAMES[type(op)].replace("_", " ")
 
 
@@ -276,9 +291,10 @@ def describe_slot_op(op: Op) -> str:
     return f"clear_full_to_swa_mapping({few(op.full)})"
 
 
-
 def to_json(trace: Trace) -> dict:
+    # The checks' switches only where on: a trace without them keeps its content id.
+    checks = {name: True for name in ("debug", "strict") if getattr(trace, name)}
     return {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
-            "size_swa": trace.size_swa, "need_sort": trace.need_sort,
+            "size_swa": trace.size_swa, "need_sort": trace.need_sort, **checks,
             "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}

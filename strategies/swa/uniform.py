@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from kvfuzz.strategies.swa import trace as swa
+from kvfuzz.strategies.swa import scheduler_ops, trace as swa
 
 # The request ops: the by-slot ones are a live guard's record of an engine's calls.
 KINDS = tuple(name for name, kind in swa.KINDS.items() if kind not in swa.BY_SLOT)
@@ -26,7 +26,23 @@ def uniform_trace(rng: random.Random, num_ops: int = 200) -> swa.Trace:
                    swa.Decode((), rng.random() < 0.5) if kind == "decode" else
                    swa.Evict(some, rng.randint(0, 16), rng.choice(swa.HOWS)) if kind == "evict"
                    else swa.Finish(some, rng.choice(swa.HOWS)) if kind == "finish" else
-                   swa.KINDS[kind]())
+                   _scheduler_op(rng, kind, some) if kind in _SCHEDULER else swa.KINDS[kind]())
     page_size = rng.randint(1, 8)
     return swa.Trace(page_size, rng.randint(1, 64) * page_size, rng.randint(1, 64) * page_size,
-                     rng.random() < 0.5, tuple(ops))
+                     rng.random() < 0.5, tuple(ops), rng.random() < 0.5, rng.random() < 0.5)
+
+
+_SCHEDULER = {swa.NAMES[kind] for kind in swa.SCHEDULER_OPS}
+
+
+def _scheduler_op(rng: random.Random, kind: str, rid: int):
+    if kind == "cache":
+        return swa.Cache(rid)
+    if kind == "offload":
+        return swa.Offload(rid)
+    if kind == "resize":
+        return swa.Resize(rng.randint(1, 256), rng.randint(1, 256))
+    if kind == "reclaim":
+        return swa.Reclaim(rng.randint(-32, 32), rng.choice(scheduler_ops.RECLAIM_POOLS),
+                           rng.random() < 0.5, rng.choice(scheduler_ops.TREES))
+    return swa.Misuse(rng.choice(scheduler_ops.MISUSES), rng.randint(0, 99))

@@ -16,7 +16,7 @@ PINNED = {
     "compaction": ("compaction/1", ["dec1962c15de4461", "f3967ee66651104b",
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
-    "swa": ("swa/2", ["0a137654655ae1f7", "bb1dd92be9ba35db", "aede6c2c221fc0ef"]),
+    "swa": ("swa/3", ["9a74cb2b69703c46", "9a2ba184ad9f8f8d", "f5cf1463cc1d65a8"]),
     "blockpool": ("blockpool/1", ["665de0313e8a89b3", "f18da8b4517f7c0a", "a5b606837af72c36"]),
     "kvmanager": ("kvmanager/4", ["652cdd6a10afbabb", "5d2db5881b2a5b83", "781ae39e70dfa6c8"]),
     "radix": ("radix/1", ["587a1e81ac6866dd", "d31d00bc0028403e", "0b1dc1450e85f7cc"]),
