@@ -14,23 +14,30 @@ from collections import Counter
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
+from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, FreedTooOften
 from kvfuzz.strategies.blockpool import trace as blockpool
-from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CacheIds, Evict, Free, FreeIds,
-                                               Lookup, Pad, Probe, Reset, Share, TouchIds, Unpin,
-                                               UnpinIds)
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CacheIds, DoubleFree, Evict, Free,
+                                               FreeIds, Lookup, Pad, Pin, Probe, Reset, Share,
+                                               TouchIds, Unpin, UnpinIds)
 
 
 class _Holder:
-    """A request as the pool sees it: its table (null blocks included) and how many of its
-    leading blocks are cached (the manager's num_cached_block)."""
+    """A request as the pool sees it: its table (null blocks included), how many of its
+    leading blocks are cached (the manager's num_cached_block), and the blocks pinned once more
+    (`Pin`), released with the table."""
 
     def __init__(self, blocks=(), cached: int = 0):
         self.blocks, self.cached = list(blocks), cached
+        self.pinned: list[int] = []
+
+    def releases(self, reverse: bool = True) -> list[int]:
+        """What freeing the holder names: its table (tail first, or in order), then its pins."""
+        return (self.blocks[::-1] if reverse else list(self.blocks)) + self.pinned
 
 
 class BlockPoolLockstep(Lockstep):
     KINDS = blockpool.KINDS
+    REJECTIONS = (FreedTooOften,)  # a double free: the implementation must raise too
     EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached",
               "lookup hit", "lookup miss", "share", "touch a free cached block", "cache",
               "cache nothing new", "cache a hash cached elsewhere", "free",
@@ -38,7 +45,8 @@ class BlockPoolLockstep(Lockstep):
               "free a shared block", "unpin", "unpin: cached to the tail",
               "null blocks in a table", "null blocks in a call", "evict cached",
               "evict uncached", "probe", "reset", "reset refused", "touch by id",
-              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id")
+              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id",
+              "pin", "the same block twice in one call", "double free refused")
 
     def build_model(self, trace):
         self.holders: dict[int, _Holder] = {}
@@ -59,7 +67,7 @@ class BlockPoolLockstep(Lockstep):
     def _call(self, method: str, args: tuple) -> Call:
         """A pool call: results compared as `_compare` says, then what the watcher heard."""
         def compare(expected, rejected, actual, raised):
-            return _compare(method, expected, actual, raised) or \
+            return _compare(method, expected, rejected, actual, raised) or \
                 _heard(self.model.heard, self.impl.heard)
         return Call("", method, args, compare=compare)
 
@@ -139,8 +147,7 @@ class BlockPoolLockstep(Lockstep):
             return
         blocks = []
         for rid in live:
-            table = self.holders[rid].blocks
-            blocks += table[::-1] if isinstance(op, Free) and op.reverse else list(table)
+            blocks += self.holders[rid].releases(not isinstance(op, Free) or op.reverse)
         if isinstance(op, Unpin):
             blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
         self._count_free(op, blocks)
@@ -149,6 +156,31 @@ class BlockPoolLockstep(Lockstep):
         yield self._call(method, (blocks,))
         for rid in live:
             del self.holders[rid]
+
+    @handles(Pin)
+    def pin(self, op: Pin):
+        holder = self.holders.get(op.rid)
+        blocks = [b for b in holder.blocks if b] if holder else []
+        if not blocks:
+            return
+        self.count("pin")
+        yield Call(f"pin r{op.rid}: touch({short(blocks, 60)})")
+        yield self._call("touch", (blocks,))
+        holder.pinned += blocks[::-1]
+
+    @handles(DoubleFree)
+    def double_free(self, op: DoubleFree):
+        """The holder's blocks and its tail block once more: refused, the holder stays live."""
+        holder = self.holders.get(op.rid)
+        blocks = holder.releases() if holder else []
+        tail = next((b for b in blocks if b), None)
+        if tail is None or self.model.ref[tail] != blocks.count(tail):
+            return  # nothing to free, or the tail is shared: one more entry would be legal
+        blocks.append(tail)
+        self.count("double free refused")
+        yield Call(f"free_blocks({short(blocks, 60)}): block {tail} named "
+                   f"{blocks.count(tail)} times, {self.model.ref[tail]} reference(s)")
+        yield self._call("free_blocks", (blocks,))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -197,6 +229,8 @@ class BlockPoolLockstep(Lockstep):
             self.count("free by id: cached to the tail")
         if 0 in counts:
             self.count("null blocks in a call")
+        if any(n > 1 for b, n in counts.items() if b):
+            self.count("the same block twice in one call")
         method = "unpin_blocks" if unpin else "free_blocks"
         yield Call(f"{method}({short(blocks, 60)})")
         yield self._call(method, (blocks,))
@@ -265,11 +299,17 @@ class BlockPoolLockstep(Lockstep):
             self.count(f"{name}: cached to the tail")
         if len(released) < len([b for b in counts if b]):
             self.count("free a shared block")
+        if any(n > 1 for b, n in counts.items() if b):
+            self.count("the same block twice in one call")
         if 0 in counts:
             self.count("null blocks in a call")
 
 
-def _compare(method: str, expected, actual, raised) -> list[tuple[str, str]]:
+def _compare(method: str, expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if rejected is not None:  # any exception refuses it; the state read shows it changed nothing
+        return [] if raised is not None else [
+            ("double free", f"{method} accepted a caller's double free ({rejected}): expected it "
+                            f"refused (raised) with nothing changed")]
     if expected == REFUSED:
         if raised is None:
             return [("None vs success", f"expected ValueError (more blocks asked for than are "

@@ -49,6 +49,11 @@ MUTATIONS = {
         f"{CLASS}.unpin_blocks", "self.free_block_queue.append_n(released)",
         "self.free_block_queue.prepend_n(released)",
         "unpinned blocks go to the head of the free queue: reused before anything else"),
+    "free_dedups": Mutation(
+        f"{CLASS}.free_blocks", "for block in ordered_blocks:",
+        "for block in {id(b): b for b in ordered_blocks}.values():",
+        "free_blocks releases one reference per distinct block (a de-duplication fix for a "
+        "double free, #42571): a block named twice with two references keeps one"),
     "evict_spares_held": Mutation(
         f"{CLASS}.evict_blocks", "self._maybe_evict_cached_block(block)",
         "block.ref_cnt or self._maybe_evict_cached_block(block)",

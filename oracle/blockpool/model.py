@@ -8,9 +8,12 @@ lists and dicts: the contract its KV-cache manager relies on, read from the rele
   (nothing changes). Each block taken loses its cache entries (with caching on) and gets one
   reference.
 - `touch(blocks)`: one more reference each; a block with none leaves the free queue.
-- `free_blocks(blocks)`: one reference fewer each; those left with none go back to the queue in
-  the order given: uncached ones (or all, with caching off) to the head, so they are reused
-  first; cached ones to the tail, so the cache is evicted least recently used first.
+- `free_blocks(blocks)`: one reference fewer per entry (a block named twice with two references
+  loses both); those left with none go back to the queue in the order given, each where its last
+  reference went: uncached ones (or all, with caching off) to the head, so they are reused
+  first; cached ones to the tail, so the cache is evicted least recently used first. A block
+  named more times than it has references is a double free, the caller's bug: refused
+  (`FreedTooOften`), nothing changes (vLLM's pool does not check: docs/upstream-vllm.md).
 - `unpin_blocks(blocks, watcher)`: one reference fewer each, and those left with none go to the
   tail whether cached or not; the watcher hears of each block when `get_new_blocks` hands it out
   or the cache is reset.
@@ -24,7 +27,13 @@ lists and dicts: the contract its KV-cache manager relies on, read from the rele
 
 from __future__ import annotations
 
+from collections import Counter
+
 REFUSED = "ValueError"  # get_new_blocks asked for more than the free blocks
+
+
+class FreedTooOften(Exception):
+    """free_blocks named a block more times than it has references: the caller's bug, refused."""
 
 
 class BlockPoolModel:
@@ -65,6 +74,12 @@ class BlockPoolModel:
 
     def free_blocks(self, blocks: list[int]) -> None:
         self.heard = []
+        named = Counter(b for b in blocks if b)
+        over = [(b, n) for b, n in named.items() if n > self.ref[b]]
+        if over:
+            block, n = over[0]
+            raise FreedTooOften(f"block {block} named {n} times with {self.ref[block]} "
+                             f"reference(s)")
         first, last = [], []
         for block in blocks:
             if block == 0:

@@ -1,27 +1,32 @@
-"""Seeded scheduler-like block-pool traces (`blockpool/1`): trace `index` of `seed` is the same
-forever; a change to what this produces must bump the version.
+"""Seeded scheduler-like block-pool traces (`blockpool/2`): trace `index` of `seed` is the same
+forever; a change to what this produces must bump the version (`blockpool/1` had no pins and no
+double frees).
 
 Aimed where a block pool's bugs live: requests over a few prompt families (so prefix hits and
 the same hash cached by two blocks are common), pools of 2 to 64 blocks run to exactly full and
 one past it, blocks freed in the manager's reverse order or in table order, cached blocks coming
 back from the free queue (`touch` of a block with no references), null blocks in tables, reuse
 watchers (`unpin_blocks`), evictions of held and free blocks, and resets with and without blocks
-held. Pools without prefix caching get no cache ops (the manager makes none).
+held; the same block twice in one `free_blocks` call, once per reference (a pinned request), and,
+unless an implementation declares its callers never do it (`generator_for`), a double free.
+Pools without prefix caching get no cache ops (the manager makes none).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 
-from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, Evict, Free, Lookup, Pad, Probe,
-                                               Reset, Share, Trace, Unpin)
+from kvfuzz.strategies.blockpool.profile import double_frees_allowed
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, DoubleFree, Evict, Free, Lookup,
+                                               Pad, Pin, Probe, Reset, Share, Trace, Unpin)
 from kvfuzz.strategies.sources import TraceGenerator
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+def build(rng: random.Random, num_ops: int, double_free: bool = True) -> Trace:
     blocks = rng.choice((rng.randint(2, 8), rng.randint(8, 32), rng.randint(32, 64)))
     caching = rng.random() < 0.85
-    gen = _Generator(rng, blocks, caching)
+    gen = _Generator(rng, blocks, caching, double_free)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, caching, tuple(gen.ops[:num_ops]))
@@ -31,8 +36,9 @@ class _Generator:
     """Prompts are lists of block contents; a block's hash stands for its whole prefix (vLLM's
     chained hashes), so two prompts of a family share hashes up to where they part."""
 
-    def __init__(self, rng: random.Random, blocks: int, caching: bool):
+    def __init__(self, rng: random.Random, blocks: int, caching: bool, double_free: bool):
         self.rng, self.blocks, self.caching = rng, blocks, caching
+        self.double_free = double_free
         self.families = [[rng.randrange(1 << 30) for _ in range(rng.randint(2, 10))]
                          for _ in range(rng.randint(1, 3))]
         self.hash_ids: dict[tuple, int] = {}
@@ -45,7 +51,8 @@ class _Generator:
         actions = [(self.admit, 3.0), (self.grow, 2.0 if held else 0),
                    (self.finish, 0.6 + 0.3 * held if held else 0), (self.edge_alloc, 0.4),
                    (self.evict, 0.3), (self.probe, 0.4 if self.caching else 0),
-                   (self.reset, 0.15)]
+                   (self.reset, 0.15), (self.pin, 0.25 if held else 0),
+                   (self.free_twice, 0.1 if held and self.double_free else 0)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
 
@@ -97,6 +104,14 @@ class _Generator:
         else:
             self.ops.append(Free(rids, reverse=rng.random() < 0.85))
 
+    def pin(self) -> None:
+        """A connector pins a request's blocks: its free then names each of them twice."""
+        self.ops.append(Pin(self.rng.choice(list(self.live))))
+
+    def free_twice(self) -> None:
+        """A double free: refused, so the request stays live (and is freed properly later)."""
+        self.ops.append(DoubleFree(self.rng.choice(list(self.live))))
+
     def edge_alloc(self) -> None:
         """Exactly the free blocks, one fewer, or one more (refused: nothing may change)."""
         self.next_rid += 1
@@ -123,6 +138,16 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "blockpool/1"
+NAME = "blockpool/2"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
+
+
+@functools.cache
+def generator_for(preconditions: frozenset) -> TraceGenerator:
+    """The generator of an implementation that declares `preconditions` (`profile.py`): its own
+    stream, "blockpool/2[no double free]", where its callers never double-free."""
+    if double_frees_allowed(preconditions):
+        return GENERATOR
+    return TraceGenerator(f"{NAME}[no double free]", functools.partial(build, double_free=False),
+                          num_ops=200, max_fuzz_ops=200)

@@ -78,6 +78,26 @@ class Free:
 
 
 @dataclass(frozen=True)
+class Pin:
+    """`touch` of holder `rid`'s non-null blocks once more, as a connector pins a request's
+    blocks for a transfer (vLLM's CPU offloading): the holder's free or unpin then releases
+    each of them twice in one call, once per reference."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
+class DoubleFree:
+    """A caller's bug: `free_blocks` of holder `rid`'s blocks (tail first) and its tail block
+    once more than it has references (vLLM #42571: an offload list naming a block twice). A pool
+    must refuse it and change nothing (`profile.py`: vLLM's does not check, and declares it).
+    Resolves to nothing where that block is shared: its extra entry would be another holder's
+    reference, a legal free."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
 class Unpin:
     """One `unpin_blocks` of the non-null blocks of every live holder of `rids`, with a reuse
     watcher: the blocks count as free but are last to go, and the watcher hears of each reuse."""
@@ -140,10 +160,11 @@ class CacheIds:
     skip: tuple[int, ...] = ()
 
 
-Op = Alloc | Lookup | Share | Pad | Cache | Free | Unpin | Evict | Probe | Reset | TouchIds | \
-    FreeIds | UnpinIds | CacheIds
+Op = Alloc | Lookup | Share | Pad | Cache | Free | Pin | DoubleFree | Unpin | Evict | Probe | \
+    Reset | TouchIds | FreeIds | UnpinIds | CacheIds
 KINDS = {"alloc": Alloc, "lookup": Lookup, "share": Share, "pad": Pad, "cache": Cache,
-         "free": Free, "unpin": Unpin, "evict": Evict, "probe": Probe, "reset": Reset,
+         "free": Free, "pin": Pin, "double_free": DoubleFree, "unpin": Unpin, "evict": Evict,
+         "probe": Probe, "reset": Reset,
          "touch_ids": TouchIds, "free_ids": FreeIds, "unpin_ids": UnpinIds,
          "cache_ids": CacheIds}
 NAMES = {cls: name for name, cls in KINDS.items()}
@@ -187,6 +208,10 @@ def describe_op(op: Op) -> str:
         return f"cache r{op.rid} hashes [{_ids(op.hashes)}] group {op.group}"
     if isinstance(op, Free):
         return f"free {' '.join(f'r{r}' for r in op.rids)}" + ("" if op.reverse else " in order")
+    if isinstance(op, Pin):
+        return f"pin r{op.rid}'s blocks (one more reference each)"
+    if isinstance(op, DoubleFree):
+        return f"free r{op.rid} with its tail block once too often (a double free)"
     if isinstance(op, Unpin):
         return f"unpin {' '.join(f'r{r}' for r in op.rids)}"
     if isinstance(op, Evict):

@@ -19,6 +19,7 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "reset_while_held": r"result:? +reset_prefix_cache: expected False, actual True",
     "unpinned_reused_first": r"free queue:? +first difference",
     "evict_spares_held": r"block hash|hash map",
+    "free_dedups": r"num free|ref_cnt|free queue",
 }.items()}
 
 

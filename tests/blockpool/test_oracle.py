@@ -4,7 +4,8 @@ one-line errors. Plain Python: nothing here needs vLLM."""
 
 import pytest
 
-from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, state_violations
+from kvfuzz.oracle.blockpool.model import (REFUSED, BlockPoolModel, FreedTooOften,
+                                           state_violations)
 from kvfuzz.strategies.blockpool.codec import MAX_BLOCKS, from_json
 from tests.helpers import loads
 from kvfuzz.strategies.blockpool.generator import generate
@@ -90,6 +91,28 @@ def test_caching_skips_null_blocks_and_blocks_before_num_cached():
     model.cache_full_blocks([1, 2, 3, 4], [1, 0, 2], 1, 3, group=0)
     assert model.key == [None, None, (3, 0), None]
     assert model.map == {(3, 0): [2]} and model.key[0] is None
+
+
+def test_a_block_named_twice_with_two_references_is_freed_where_its_last_goes():
+    model = BlockPoolModel(5, caching=True)
+    assert model.get_new_blocks(2) == [1, 2]
+    model.touch([1, 2])                  # a connector pins both (vLLM's CPU offloading)
+    model.free_blocks([2, 1, 2, 1])      # the request's table, then its pins
+    assert model.ref == [0, 0, 0, 0, 0] and model.free == [2, 1, 3, 4]
+    assert _violations(model) == []
+
+
+def test_a_double_free_is_refused_and_changes_nothing():
+    model = BlockPoolModel(4, caching=True)
+    model.get_new_blocks(2)
+    before = _state(model)
+    with pytest.raises(FreedTooOften, match=r"block 2 named 2 times with 1 reference\(s\)"):
+        model.free_blocks([2, 1, 2])
+    assert _state(model) == before
+    with pytest.raises(FreedTooOften, match="block 3 named 1 times with 0"):
+        model.free_blocks([3])           # a block nobody holds
+    model.free_blocks([2, 1, 0, 0])      # null blocks are never counted
+    assert model.free == [2, 1, 3]
 
 
 def test_touch_takes_a_free_cached_block_off_the_queue():

@@ -7,13 +7,14 @@ import functools
 import pytest
 
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
-from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
 from kvfuzz.impl.blockpool import RELEASED
 from kvfuzz.impl.registry import ImplementationError
-from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, DoubleFree, Free, Pin, Share,
+                                               Trace, Unpin)
 from kvfuzz.impl.registry import load_attribute
 from tests.helpers import (assert_corpus_replays_clean, assert_seeded_traces_agree, divergence,
-                           needs_engine)
+                           needs_engine, undeclared)
 
 pytestmark = needs_engine("vllm")
 VLLM = BLOCKPOOL.catalogue.resolve("vllm.blockpool")
@@ -104,6 +105,8 @@ def doubles() -> dict:
 def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
     if name in ("BrokenLinks", "DeafWatcher", "NullNotZero"):
         return doubles()[name]
+    if name == "Undeclared":
+        return undeclared(RELEASED)
     raise AttributeError(name)
 
 
@@ -116,3 +119,27 @@ def test_checks_no_mutant_reaches_catch_their_fault(attr, ops, label):
     found = divergence("blockpool", Trace(4, True, ops), f"{__name__}:{attr}")
     assert found is not None and found.what.startswith(label), found and found.report()
     assert BLOCKPOOL.check(Trace(4, True, ops), VLLM).status == AGREE
+
+
+def test_a_block_named_twice_once_per_reference_is_freed_alike():
+    """What the 0.33.0 pool gets right: a pinned request (each block held twice), and two
+    holders of one block, freed in one call."""
+    ops = (Alloc(1, 3), Cache(1, (5, 6, 7)), Pin(1), Share(2, 1, 2), Free((1, 2)), Alloc(3, 3))
+    assert BLOCKPOOL.check(Trace(5, True, ops), VLLM).status == AGREE
+    dedups = BLOCKPOOL.catalogue.resolve("mutant.vllm.blockpool.free_dedups")
+    found = divergence("blockpool", Trace(5, True, ops[:3] + ops[4:5]), dedups)
+    assert found is not None and "num free" in found.report(), found and found.report()
+
+
+def test_a_double_free_is_outside_vllms_contract_and_undeclared_it_is_reported():
+    """vLLM's free_blocks does not check a double free: ref_cnt goes to -1 and the block is on
+    the free queue (docs/upstream-vllm.md). Its entry declares that its callers never do it."""
+    trace = Trace(4, True, (Alloc(1, 2), DoubleFree(1), Alloc(2, 3)))
+    assert BLOCKPOOL.check(trace, VLLM).status == OUTSIDE_CONTRACT
+    assert not any(isinstance(op, DoubleFree) for index in range(20) for op in
+                   BLOCKPOOL.generator.generate(0, index, [VLLM]).ops)
+    found = divergence("blockpool", trace, f"{__name__}:Undeclared")
+    report = found.report()
+    assert found.what.startswith("double free at op 1"), report
+    assert "block 2 named 2 times with 1 reference(s)" in report, report
+    assert "negative reference counts: block 2 has -1" in report, report

@@ -17,7 +17,7 @@ PINNED = {
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/2", ["0a137654655ae1f7", "bb1dd92be9ba35db", "aede6c2c221fc0ef"]),
-    "blockpool": ("blockpool/1", ["665de0313e8a89b3", "f18da8b4517f7c0a", "a5b606837af72c36"]),
+    "blockpool": ("blockpool/2", ["42e5571845a7576f", "2b17d47d3ce195f3", "1603bd02ba50c4f6"]),
     "kvmanager": ("kvmanager/4", ["652cdd6a10afbabb", "5d2db5881b2a5b83", "781ae39e70dfa6c8"]),
 }
 
