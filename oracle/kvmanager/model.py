@@ -29,6 +29,7 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
 from __future__ import annotations
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
+from kvfuzz.strategies.blockpool.events import Prompt
 
 
 def cdiv(a: int, b: int) -> int:
@@ -39,7 +40,7 @@ class KVManagerModel:
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0):
-        self.pool = BlockPoolModel(blocks, caching=True)
+        self.pool = BlockPoolModel(blocks, caching=True, hash_block_size=block_size)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention = retention
         self.watermark_blocks = int(watermark * blocks)  # as KVCacheManager computes it
@@ -163,7 +164,8 @@ class KVManagerModel:
             if group == 1 and self.retention is not None:  # sparse: only reachable blocks
                 keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary)
                 table = [b if index in keep else 0 for index, b in enumerate(table)]
-            self.pool.cache_full_blocks(hashes, table, cached, num_full, group)
+            self.pool.cache_full_blocks(Prompt(hashes, ()), table, cached, num_full, group,
+                                        self.bs)
             self.num_cached[group][rid] = num_full
         return fresh
 
