@@ -43,16 +43,18 @@ def guarded_run(target, trace, impl, corpus_dir, check: bool = True,
 
 def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus_dir,
                                                traces: int = 40, settings=lambda kwargs: {},
-                                               models=lambda trace: True):
-    """On each mutant's first `traces` seeded traces (those whose calls the guard `models`),
-    the guard diverges exactly where the batch judge does, and its file (the calls up to the bad
-    one) fails on the mutant the same way and runs clean on the released class; the mutants
-    caught."""
+                                               modelled=lambda trace: trace, generate=None):
+    """On each mutant's first `traces` seeded traces (`generate(index, mutant)`; by default the
+    target's, what the mutant declares), as far as the guard models their calls
+    (`modelled(trace)`, None where it cannot), the guard diverges exactly where the batch judge
+    does, and its file (the calls up to the bad one) fails on the mutant the same way and runs
+    clean on the released class; the mutants caught."""
+    generate = generate or (lambda index, impl: target.generator.generate(0, index, [impl]))
     caught = set()
     for mutant in mutants:
         for index in range(traces):
-            trace = target.generator.generate(0, index, [mutant])  # what the mutant declares
-            if not models(trace):
+            trace = modelled(generate(index, mutant))
+            if trace is None:
                 continue
             batch = target.check(trace, mutant)
             found = guarded_run(target, trace, mutant, corpus_dir, settings=settings).divergence
@@ -77,10 +79,10 @@ def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus
 
 def assert_released_runs_guarded_and_its_record_replays(target, released, corpus_dir,
                                                         traces: int, settings=lambda kw: {},
-                                                        models=lambda trace: True):
+                                                        modelled=lambda trace: trace):
     for index in range(traces):
-        trace = target.generator.generate(0, index, [released])
-        if not models(trace):
+        trace = modelled(target.generator.generate(0, index, [released]))
+        if trace is None:
             continue
         guarded = guarded_run(target, trace, released, corpus_dir, settings=settings)
         assert guarded.divergence is None

@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.blockpool.by_id import ByIdOps
-from kvfuzz.fuzz.blockpool.pool_state import pool_problems
+from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.blockpool.events import canonical, replay
+from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, FreedTooOften
 from kvfuzz.strategies.blockpool import trace as blockpool
 from kvfuzz.strategies.blockpool.events import Prompt
@@ -107,13 +107,15 @@ class BlockPoolLockstep(ByIdOps, Lockstep):
             if problems or raised is not None:
                 return problems
             problems = _heard(model.heard, impl.heard)
-            if trace.metrics and sorted(impl.evictions) != sorted(model.evictions):
+            evictions = sorted(model.take_evictions())
+            if trace.metrics and sorted(impl.evictions) != evictions:
                 problems.append(("residency metrics", f"{method}: expected the collector to "
                                                       f"end tracking blocks with reuse gaps "
-                                                      f"{sorted(model.evictions)}, actual "
+                                                      f"{evictions}, actual "
                                                       f"{sorted(impl.evictions)}"))
+            expected = model.take_events()
             if trace.events:
-                problems += _events(method, model.events, published, self.count)
+                problems += events_problems(method, expected, published, self.count)
             return problems
         return Call("", method, args, compare=compare)
 
@@ -409,22 +411,6 @@ def _compare(method: str, expected, rejected, actual, raised) -> list[tuple[str,
     if isinstance(expected, list) and isinstance(actual, list):
         return [("result", f"{method}: {list_diff(expected, actual)}")]
     return [("result", f"{method}: expected {short(expected)}, actual {short(actual)}")]
-
-
-def _events(method: str, expected: list, actual: list, count) -> list[tuple[str, str]]:
-    """The KV events a call published (runs of removals in any order: `canonical`)."""
-    expected, actual = canonical(expected), canonical(actual)
-    if expected:
-        count("events published")
-    if any(type(e).__name__ == "Removed" for e in expected):
-        count("event: block removed")
-    if expected == actual:
-        return []
-    at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
-              min(len(expected), len(actual)))
-    show = lambda events: short(events[at] if at < len(events) else "(none)", 300)  # noqa: E731
-    return [("KV events", f"{method}: event {at} of {len(expected)} expected, {len(actual)} "
-                          f"published: expected {show(expected)}, actual {show(actual)}")]
 
 
 def _heard(expected: list[int], actual: list[int]) -> list[tuple[str, str]]:

@@ -8,19 +8,22 @@ consumer of them believes, `event_violations`). Both vLLM targets judge their po
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import crash_problems, guarded, list_diff
-from kvfuzz.oracle.blockpool.events import event_violations
+from kvfuzz.fuzz.engine.lockstep import crash_problems, guarded, list_diff, short
+from kvfuzz.oracle.blockpool.events import canonical, event_violations
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
 
 
-def pool_problems(impl, model: BlockPoolModel, where: str, view=None) -> list[tuple[str, str]]:
+def pool_problems(impl, model: BlockPoolModel, where: str, view=None,
+                  writable: bool = True) -> list[tuple[str, str]]:
     """What differs between a pool's state (read through `impl`, an `impl.blockpool.driver.
     PoolReader`) and the model's, and which invariants it breaks; `view`: what a consumer of
-    the implementation's KV events holds (None: no events)."""
+    the implementation's KV events holds (None: no events); `writable`: ask the pool which
+    blocks are writable (one call per block: the manager's judge leaves it to the pool's)."""
     state, raised = guarded(lambda: (impl.num_free(), impl.free_queue(), impl.ref_counts(),
                                      impl.keys(), impl.cache_map(), impl.null_block(),
-                                     impl.hash_tokens(), impl.usage(), impl.writable(),
+                                     impl.hash_tokens(), impl.usage(),
+                                     impl.writable() if writable else None,
                                      impl.tracked() if model.metrics else None))
     if raised:
         return crash_problems(raised, where)
@@ -60,28 +63,47 @@ def pool_problems(impl, model: BlockPoolModel, where: str, view=None) -> list[tu
     return problems + [("invariant", text) for text in found]
 
 
+def events_problems(method: str, expected: list, actual: list,
+                    count) -> list[tuple[str, str]]:
+    """The KV events a call published (runs of removals in any order: `canonical`)."""
+    expected, actual = canonical(expected), canonical(actual)
+    if expected:
+        count("events published")
+    if any(type(e).__name__ == "Removed" for e in expected):
+        count("event: block removed")
+    if expected == actual:
+        return []
+    at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
+              min(len(expected), len(actual)))
+    show = lambda events: short(events[at] if at < len(events) else "(none)", 300)  # noqa: E731
+    return [("KV events", f"{method}: event {at} of {len(expected)} expected, {len(actual)} "
+                          f"published: expected {show(expected)}, actual {show(actual)}")]
+
+
 def _per_block(model: BlockPoolModel, ref, keys, tokens, writable) -> list[tuple[str, str]]:
+    """Each block's reference count, entries and token count, and the writable blocks (each
+    list compared whole first: a state read happens after every op)."""
     problems = []
-    wrong = [b for b in range(1, model.size) if ref[b] != model.ref[b]]
-    if wrong:
+    if ref[1:] != model.ref[1:]:
+        wrong = [b for b in range(1, model.size) if ref[b] != model.ref[b]]
         b = wrong[0]
         problems.append(("ref_cnt", f"block {b}: expected {model.ref[b]}, actual {ref[b]} "
                                     f"({len(wrong)} blocks differ)"))
-    wrong = [b for b in range(model.size) if keys[b] != model.entries(b)]
-    if wrong:
+    entries = [model.entries(b) for b in range(model.size)]
+    if keys != entries:
+        wrong = [b for b in range(model.size) if keys[b] != entries[b]]
         b = wrong[0]
-        problems.append(("block hash", f"block {b}: expected {_key(model.entries(b))}, actual "
+        problems.append(("block hash", f"block {b}: expected {_key(entries[b])}, actual "
                                        f"{_key(keys[b])} ({len(wrong)} blocks differ)"))
-    wrong = [b for b in range(model.size) if tokens[b] != model.tokens[b] or
-             type(tokens[b]) not in (int, type(None))]  # a count of tokens, never 6.0
-    if wrong:
-        b = wrong[0]
+    # a count of tokens, never 6.0 (which == 6)
+    if tokens != model.tokens or not set(map(type, tokens)) <= {int, type(None)}:
+        b = next(b for b in range(model.size) if tokens[b] != model.tokens[b] or
+                 type(tokens[b]) not in (int, type(None)))
         problems.append(("block hash tokens", f"block {b}'s entry covers: expected "
                                               f"{model.tokens[b]} tokens, actual {tokens[b]!r}"))
-    expected = model.writable()
-    if writable != expected:
+    if writable is not None and writable != model.writable():
         problems.append(("writable blocks", f"is_block_writable: "
-                                            f"{list_diff(expected, writable)}"))
+                                            f"{list_diff(model.writable(), writable)}"))
     return problems
 
 

@@ -112,11 +112,12 @@ class PoolReader:
         """Each block's (hash, group), or None; a block with more than one entry (vLLM's partial
         entries) shows them all as a list, the primary first."""
         extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
-        keys = []
-        for block in self.pool.blocks:
-            key = None if block.block_hash is None else self.decode_key(block.block_hash)
-            more = sorted(self.decode_key(k) for k in extra.get(block.block_id, ()))
-            keys.append([key, *more] if more else key)
+        decode = self.decode_key
+        keys = [None if block.block_hash is None else decode(block.block_hash)
+                for block in self.pool.blocks]
+        for block_id, more in extra.items():  # only blocks with more than one entry
+            if more:
+                keys[block_id] = [keys[block_id], *sorted(decode(k) for k in more)]
         return keys
 
     def cache_map(self) -> dict[tuple[int, int], list[int]]:

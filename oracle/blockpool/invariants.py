@@ -37,16 +37,17 @@ def state_violations(size: int, ref: list[int], free: list[int], keys: list,
     if held:
         problems.append(f"{len(held)} blocks with references are on the free queue, e.g. block "
                         f"{held[0]} with {ref[held[0]]}")
-    if _entries(keys[0]):
-        problems.append(f"the null block (0) is cached under {_entries(keys[0])[0]}")
+    entries = [_entries(key) for key in keys]
+    if entries[0]:
+        problems.append(f"the null block (0) is cached under {entries[0][0]}")
     for key, blocks in cache.items():
-        strays = [b for b in blocks if not 0 <= b < size or key not in _entries(keys[b])]
+        strays = [b for b in blocks if not 0 <= b < size or key not in entries[b]]
         if strays:
             own = keys[strays[0]] if 0 <= strays[0] < size else "?"
             problems.append(f"the cache maps hash {key[0]} (group {key[1]}) to block {strays[0]}, "
                             f"whose own hash is {own}")
             break
-    unmapped = [(block, key) for block, held in enumerate(keys) for key in _entries(held)
+    unmapped = [(block, key) for block, held in enumerate(entries) for key in held
                 if block not in cache.get(key, ())]
     if unmapped:
         block, key = unmapped[0]

@@ -55,9 +55,10 @@ class FreedTooOften(Exception):
 
 
 class BlockPoolModel:
-    """`hash_block_size`: tokens per hash unit; `events`: KV events published (`self.events`,
-    each call's); `lookahead`: tokens after a block its hash covers (events carry them);
-    `metrics`: a residency collector sampling every block (`self.tracked`, `self.evictions`)."""
+    """`hash_block_size`: tokens per hash unit; `events`: KV events published (until taken,
+    `take_events`); `lookahead`: tokens after a block its hash covers (events carry them);
+    `metrics`: a residency collector sampling every block (`self.tracked`; its evictions until
+    taken, `take_evictions`)."""
 
     def __init__(self, blocks: int, caching: bool, hash_block_size: int = 16,
                  events: bool = False, lookahead: int = 0, metrics: bool = False):
@@ -75,10 +76,21 @@ class BlockPoolModel:
         self.free = list(range(1, blocks))                # head first; block 0 is the null block
         self.watched: dict[int, None] = {}                # blocks with a reuse watcher, in order
         self.heard: list[int] = []                        # what the watcher heard in this call
-        self.events: list = []                            # what this call published
+        self.events: list = []                            # published, not taken yet
 
     def _call(self) -> None:
-        self.heard, self.events, self.evictions = [], [], []
+        self.heard = []
+
+    def take_events(self) -> list:
+        """The KV events published since the last take (vLLM's queue, drained)."""
+        events, self.events = self.events, []
+        return events
+
+    def take_evictions(self) -> list[int]:
+        """The reuse gaps of each block the metrics collector stopped tracking since the last
+        take (its eviction events, drained)."""
+        evictions, self.evictions = self.evictions, []
+        return evictions
 
     def num_free(self) -> int:
         return len(self.free)

@@ -43,23 +43,23 @@ def impl_of(name: str | None):
     return VLLM if name is None else BLOCKPOOL.catalogue.resolve(f"mutant.vllm.blockpool.{name}")
 
 
-def guard_models(trace) -> bool:
-    """Whether the guard models every call of `trace`: one hash unit a block, no KV events or
-    metrics, no partial entries or copies."""
-    return trace.scale == 1 and not (trace.events or trace.metrics) and not any(
-        isinstance(op, (CachePartial, Move)) for op in trace.ops)
+def guard_models(trace):
+    """`trace` if the guard models every call of it (one hash unit a block, no KV events or
+    metrics, no partial entries or copies), else None."""
+    return trace if trace.scale == 1 and not (trace.events or trace.metrics) and not any(
+        isinstance(op, (CachePartial, Move)) for op in trace.ops) else None
 
 
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(tmp_path):
     guarded = [name for name in MUTATIONS if name not in NOT_GUARDED]
     caught = guarding.assert_guard_verdicts_are_the_batch_judges(
-        BLOCKPOOL, VLLM, [impl_of(name) for name in guarded], tmp_path, models=guard_models)
+        BLOCKPOOL, VLLM, [impl_of(name) for name in guarded], tmp_path, modelled=guard_models)
     assert caught == {impl_of(name).name for name in guarded}
 
 
 def test_the_released_pool_runs_guarded_and_its_record_replays(tmp_path):
     guarding.assert_released_runs_guarded_and_its_record_replays(BLOCKPOOL, VLLM, tmp_path, 60,
-                                                                 models=guard_models)
+                                                                 modelled=guard_models)
 
 
 def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True, **more):

@@ -271,10 +271,10 @@ def test_a_cached_block_of_two_units_takes_its_last_units_hash_and_publishes_it(
     model.get_new_blocks(3)
     model.cache_full_blocks(_units(7, 8, 9, 10, 11), [1, 2, 3], 0, 2, 0, block_size=4)
     assert model.key[1:4] == [(8, 0), (10, 0), None] and model.tokens[1:3] == [4, 8]
-    assert model.events == [Stored((8, 10), None, (7, 7, 8, 8, 9, 9, 10, 10), 4, 0,
+    assert model.take_events() == [Stored((8, 10), None, (7, 7, 8, 8, 9, 9, 10, 10), 4, 0,
                                    (None, None))]
     model.cache_full_blocks(_units(7, 8, 9, 10, 11, 12), [1, 2, 3], 2, 3, 0, block_size=4)
-    assert model.events == [Stored((12,), 10, (11, 11, 12, 12), 4, 0, (None,))]
+    assert model.take_events() == [Stored((12,), 10, (11, 11, 12, 12), 4, 0, (None,))]
 
 
 def test_a_partial_entry_is_primary_or_extra_and_a_longer_one_supersedes_it():
@@ -282,12 +282,12 @@ def test_a_partial_entry_is_primary_or_extra_and_a_longer_one_supersedes_it():
     model.get_new_blocks(2)
     assert model.cache_partial_block(_units(5, 6, 7), 2, 3, 0, 4) == (7, 0)  # block 2: units 3
     assert model.key[2] == (7, 0) and model.tokens[2] == 6
-    assert model.events == [Stored((7,), 6, (7, 7), 2, 0, (None,))]
+    assert model.take_events() == [Stored((7,), 6, (7, 7), 2, 0, (None,))]
     assert model.cache_partial_block(_units(5, 6, 7), 2, 3, 0, 4) == (7, 0)
-    assert model.events == []                 # already there: not published again
+    assert model.take_events() == []                 # already there: not published again
     model.cache_partial_block(_units(5, 6, 7, 8), 2, 4, 0, 4)  # a longer tail
     assert model.entries(2) == (8, 0) and model.tokens[2] == 8
-    assert model.events == [Removed((7,), 0), Stored((8,), 7, (8, 8), 2, 0, (None,))]
+    assert model.take_events() == [Removed((7,), 0), Stored((8,), 7, (8, 8), 2, 0, (None,))]
     model.cache_partial_block(_units(5, 9), 2, 2, 0, 4)        # shorter: kept as an extra
     assert model.entries(2) == [(8, 0), (9, 0)] and model.map[(9, 0)] == [2]
     model.cache_partial_block(_units(5, 3), 2, 2, 1, 4, replace=True)
@@ -299,14 +299,15 @@ def test_a_partial_block_is_promoted_when_full_and_a_copy_takes_its_entries():
     model = _events_model()
     model.get_new_blocks(2)
     model.cache_partial_block(_units(5, 6, 7), 2, 3, 0, 4)
+    assert len(model.take_events()) == 1   # events wait in a queue until taken
     model.cache_full_blocks(_units(5, 6, 7, 8), [1, 2], 1, 2, 0, block_size=4)
     assert model.entries(2) == (8, 0) and model.tokens[2] == 8 and (7, 0) not in model.map
-    assert model.events == [Removed((7,), 0), Stored((8,), 6, (7, 7, 8, 8), 4, 0, (None,))]
+    assert model.take_events() == [Removed((7,), 0), Stored((8,), 6, (7, 7, 8, 8), 4, 0, (None,))]
     model.cache_partial_block(_units(4, 9), 2, 2, 0, 4)
-    assert model.get_new_blocks(1) == [3]
+    assert model.get_new_blocks(1) == [3] and len(model.take_events()) == 1
     model.move_block_hashes(2, 3)
     assert model.entries(3) == [(8, 0), (9, 0)] and model.tokens[3] == 8
-    assert model.key[2] is None and model.events == [] and model.map[(8, 0)] == [3]
+    assert model.key[2] is None and model.take_events() == [] and model.map[(8, 0)] == [3]
     assert model.writable() == [1, 2] and _violations(model) == []  # one reference, no hash
 
 
@@ -314,18 +315,18 @@ def test_events_carry_extra_keys_lookahead_removals_and_a_reset():
     model = _events_model(lookahead=1)
     model.get_new_blocks(2)
     model.cache_full_blocks(_units(1, 2, 3, salt=True, images=((1, 2),)), [1, 2], 0, 2, 0, 2)
-    (event,) = model.events
+    (event,) = model.take_events()
     # the image (tokens 1-2) overlaps block 0 at offset 1 and block 1 from before its start
     assert event.extra_keys == ((("kvfuzz-image-0", 1), "kvfuzz-salt"),
                                 (("kvfuzz-image-0", -1),))
     assert event.lookahead == ((2,), (3,))
     model.emit_cached_block_events(_units(1, 2, images=((3, 1),)), 1, 2, 0)
-    assert model.events == [Stored((1,), None, (1, 1), 2, 0, (None,), ((2,),))]
+    assert model.take_events() == [Stored((1,), None, (1, 1), 2, 0, (None,), ((2,),))]
     model.free_blocks([2, 1])
     assert model.get_new_blocks(4) == [3, 4, 5, 2]  # reuses block 2, evicting hash 2
-    assert model.events == [Removed((2,), 0)]
+    assert model.take_events() == [Removed((2,), 0)]
     model.free_blocks([2, 3, 4, 5])
-    assert model.reset_prefix_cache() is True and model.events == [Cleared()]
+    assert model.reset_prefix_cache() is True and model.take_events() == [Cleared()]
 
 
 def test_usage_and_residency_metrics():
@@ -335,10 +336,10 @@ def test_usage_and_residency_metrics():
     model.touch([1, 1])
     assert model.get_usage() == 0.5 and model.tracked == {1: 2, 2: 0}
     model.evict_blocks({1, 3})
-    assert model.evictions == [1] and model.tracked == {2: 0}
+    assert model.take_evictions() == [1] and model.tracked == {2: 0}
     model.free_blocks([2, 1, 1, 1])
     model.get_new_blocks(4)                          # block 2 is tracked again from 0
-    assert model.evictions == [0] and set(model.tracked) == {1, 2, 3, 4}
+    assert model.take_evictions() == [0] and set(model.tracked) == {1, 2, 3, 4}
 
 
 def test_a_consumer_of_the_events_believes_what_the_pool_holds():

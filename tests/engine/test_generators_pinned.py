@@ -18,7 +18,7 @@ PINNED = {
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/2", ["0a137654655ae1f7", "bb1dd92be9ba35db", "aede6c2c221fc0ef"]),
     "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
-    "kvmanager": ("kvmanager/4", ["652cdd6a10afbabb", "5d2db5881b2a5b83", "781ae39e70dfa6c8"]),
+    "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
 }
 
 
