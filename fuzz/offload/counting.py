@@ -15,7 +15,7 @@ EVENTS = (
     "store evicts", "store refused: too few evictable", "store refused: everything in flight",
     "store skipped by the threshold", "threshold tracker full", "store completes", "store fails",
     "touch", "touch again", "touch of a chunk not in the cache",
-    "finish", "finish with transfers in flight",
+    "finish", "finish with transfers in flight", "finish again",
     "events", "events: stored", "events: eviction", "events: failed store",
     "reset", "reset with transfers in flight",
     "ARC ghost hit", "ARC evicts from T2")

@@ -217,11 +217,11 @@ class OffloadLockstep(Counting, Lockstep):
 
     @handles(Finish)
     def finish_request(self, op: Finish):
-        request = self._active(op.rid)
+        request = self.requests.get(op.rid)
         if request is None:
             return
-        self.count("finish with transfers in flight" if request.stores or request.loads
-                   else "finish")
+        self.count("finish again" if request.finished else "finish with transfers in flight"
+                   if request.stores or request.loads else "finish")
         yield Call(f"on_request_finished(r{op.rid})", "finish", (op.rid,))
         request.finished = True
 

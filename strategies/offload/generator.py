@@ -5,9 +5,10 @@ families (so chunks are shared and hit), look their prefix up and load what hits
 chunks a range at a time, finish; transfers complete later, out of order across requests, a few
 of the stores failing. Aimed where a manager's bugs live: pools of 1 to 40 chunks filled by
 stores in flight (everything in flight, stores refused), loads of chunks still being stored,
-the same chunk loaded by two requests, repeated touches, lookups of evicted chunks, two groups,
-requests without positions, a store threshold with a small tracker, resets with transfers in
-flight. A change to what this produces must bump the version.
+the same chunk loaded by two requests, requests that come back for their chunks (ARC's ghost
+hits), repeated touches, lookups of evicted chunks, two groups, requests without positions, a
+store threshold with a small tracker, resets with transfers in flight, a request finished right
+after a reset or finished twice. A change to what this produces must bump the version.
 """
 
 from __future__ import annotations
@@ -69,17 +70,23 @@ class _Generator:
                    (self.take_events, 0.5 if self.events else 0),
                    (self.touch, 0.4 if self.live else 0),
                    (self.lookup, 0.4 if self.live else 0),
-                   (self.reset, 0.03)]
+                   (self.reset, 0.03), (self.finish_again, 0.05 if self.done else 0)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
 
     def admit(self) -> None:
+        """A new request: a family's prefix with a tail of its own, or now and then the very
+        chunks of an earlier request (a conversation's next turn: its chunks, evicted meanwhile,
+        are ARC's ghost hits)."""
         rng = self.rng
-        family = rng.choice(self.families)
-        hashes = family[:rng.randint(1, len(family))]
-        tail = rng.choice((0, 0, 0, 1, 2, 3))
-        hashes += tuple(range(self.next_tail, self.next_tail + tail))
-        self.next_tail += tail
+        if self.done and rng.random() < 0.25:
+            hashes = rng.choice(list(self.done.values())).hashes
+        else:
+            family = rng.choice(self.families)
+            hashes = family[:rng.randint(1, len(family))]
+            tail = rng.choice((0, 0, 0, 1, 2, 3))
+            hashes += tuple(range(self.next_tail, self.next_tail + tail))
+            self.next_tail += tail
         self.next_rid += 1
         self.live[self.next_rid] = _Request(hashes)
         self.ops.append(New(self.next_rid, hashes, rng.random() < 0.92))
@@ -145,6 +152,14 @@ class _Generator:
         self.ops.append(Reset())
         for request in (*self.live.values(), *self.done.values()):
             request.stores = request.loads = request.cursor = 0
+        if self.live and self.rng.random() < 0.5:  # one that finishes before it stores again
+            rid = self.rng.choice(list(self.live))
+            self.ops.append(Finish(rid))
+            self.done[rid] = self.live.pop(rid)
+
+    def finish_again(self) -> None:
+        """`on_request_finished` of a finished request (the manager must ignore it)."""
+        self.ops.append(Finish(self.rng.choice(list(self.done))))
 
 
 NAME = "offload/1"

@@ -80,7 +80,8 @@ class CompleteLoad:
 @dataclass(frozen=True)
 class Finish:
     """`on_request_finished`: no store, load, touch or lookup of the request after it; its
-    transfers in flight may still complete."""
+    transfers in flight may still complete. Again on a finished request: called again (the
+    manager ignores it)."""
 
     rid: int
 

@@ -19,7 +19,7 @@ PINNED = {
     "swa": ("swa/2", ["0a137654655ae1f7", "bb1dd92be9ba35db", "aede6c2c221fc0ef"]),
     "blockpool": ("blockpool/1", ["665de0313e8a89b3", "f18da8b4517f7c0a", "a5b606837af72c36"]),
     "kvmanager": ("kvmanager/4", ["652cdd6a10afbabb", "5d2db5881b2a5b83", "781ae39e70dfa6c8"]),
-    "offload": ("offload/1", ["18c9118a060a2143", "cc66de8015584238", "d96914c5ed13d9d6"]),
+    "offload": ("offload/1", ["b4523cd1e3f3081e", "456a89a9aeed0c40", "bab28886675779cf"]),
 }
 
 
