@@ -8,13 +8,16 @@ from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.fuzz.mamba.target import MAMBA
+from kvfuzz.fuzz.offload.target import OFFLOAD
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
+from kvfuzz.fuzz.radix.target import RADIX
 from kvfuzz.fuzz.swa.target import SWA
 from kvfuzz.fuzz.engine.target import Target
 from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
-                                                      MAMBA, SWA, BLOCKPOOL, KVMANAGER)}
+                                                      MAMBA, SWA, BLOCKPOOL, KVMANAGER,
+                                                      RADIX, OFFLOAD)}
 
 
 def for_document(data: object, source: str) -> Target:

@@ -3,6 +3,8 @@ their shape checked, and the caller's tensors overwritten after each call."""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from kvfuzz.impl.poison import POISON  # noqa: F401  (the drivers' callers read it from here too)
@@ -24,6 +26,17 @@ def int_list(result):
             raise TypeError(f"returned a {plain.dtype} tensor of shape {tuple(plain.shape)}, "
                             f"expected a 1-D int64 tensor")
         return torch.Tensor.tolist(plain)
+
+
+def taken(fn, **settings) -> dict:
+    """Those of `settings` that `fn` (a callable, or a class's constructor) takes by name."""
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return settings
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return settings
+    return {name: value for name, value in settings.items() if name in parameters}
 
 
 def then_poison(result, *passed: torch.Tensor):

@@ -30,6 +30,14 @@ class ImplementationError(ValueError):
     """A user named an implementation that does not exist or does not load; one-line message."""
 
 
+class NotThere(ImplementationError):
+    """The module or attribute an import path names does not exist (`missing`: which)."""
+
+    def __init__(self, message: str, missing: str = ""):
+        super().__init__(message)
+        self.missing = missing
+
+
 def safe_text(error: BaseException, limit: int = 300) -> str:
     """`Type: message` of someone else's exception, whose `__str__` may itself raise."""
     try:
@@ -62,10 +70,17 @@ class Implementation:
     # What `kvfuzz mutate` edits by default ("module" or "module:Qualname"), where `path` is an
     # adapter of kvfuzz's around the code under test; empty: the function or class `path` names.
     mutates: tuple[str, ...] = ()
+    # Where earlier releases of the `requires` package kept it ("module:attr"), tried in order
+    # when `path`'s module does not exist (SGLang's allocators were one module before 0.5.13).
+    earlier: tuple[str, ...] = ()
 
     @property
     def runs_by_default(self) -> bool:
         return self.kind == OURS or self.default
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.earlier)
 
     def available(self) -> bool:
         return self.requires is None or importlib.util.find_spec(self.requires) is not None
@@ -78,7 +93,7 @@ class Implementation:
             return _LOADER[0](self)
         loaded = _LOADED.get(self.path)
         if loaded is None:
-            loaded = _LOADED[self.path] = load_attribute(self.path)
+            loaded = _LOADED[self.path] = load_first(self.paths, self.requires)
         return loaded
 
 
@@ -118,7 +133,7 @@ def resolve(target: str, entries, spec: str) -> Implementation:
     missing package fails in one line before a run starts)."""
     if ":" in spec:
         for entry in entries:  # a registered path keeps its preconditions and safety
-            if entry.path == spec:
+            if spec in entry.paths:
                 return entry
         module, _, attr = spec.partition(":")
         if not module or not attr:
@@ -157,6 +172,45 @@ def check_shape(path: str, obj, positional: int, what: str, cls: bool = False,
         fail(f"has no method {', '.join(missing)}")
 
 
+def load_first(paths: tuple[str, ...], requires: str | None = None):
+    """The first of `paths` whose module exists, loaded (an earlier release's place is tried
+    only where the current one is missing). When it is not there at all, for a class of a
+    released engine (`requires`), one line says which release cannot be driven."""
+    path = paths[0]
+    if len(paths) > 1 and not module_exists(path.partition(":")[0]):
+        path = next((p for p in paths[1:] if module_exists(p.partition(":")[0])), path)
+    try:
+        return load_attribute(path)
+    except NotThere as error:
+        release = installed_release(requires)
+        if release is None:
+            raise
+        # (a plain ImplementationError: it crosses back from the process that loads it apart)
+        raise ImplementationError(f"not supported: {requires} {release} has no "
+                                  f"{error.missing}") from None
+
+
+def module_exists(name: str) -> bool:
+    """Whether module `name` can be found (its parent packages are imported to look)."""
+    try:
+        with prepare_import(name):
+            return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent that is a module, not a package, or absent
+        return False
+
+
+def installed_release(package: str | None) -> str | None:
+    """The version of `package` that imports here (first on `sys.path`), or None."""
+    if package is None:
+        return None
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def load_attribute(path: str):
     """Import `package.module:attr` (attr may be dotted, e.g. `Class.method`)."""
     module_name, _, attr_path = path.partition(":")
@@ -166,16 +220,21 @@ def load_attribute(path: str):
         with prepare_import(module_name):
             obj = importlib.import_module(module_name)
     except Exception as error:  # a broken outside module is the user's to fix: one line
-        raise ImplementationError(f"import path {path!r}: cannot import {module_name!r}: "
-                                  f"{safe_text(error)}") from None
+        text = f"import path {path!r}: cannot import {module_name!r}: {safe_text(error)}"
+        absent = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        if absent and f"{module_name}.".startswith(f"{absent}."):  # it, or a package above it
+            raise NotThere(text, f"module {module_name}") from None
+        if absent and "." in absent and module_exists(absent.partition(".")[0]):
+            raise NotThere(text, f"module {absent}") from None  # a module its package lacks
+        raise ImplementationError(text) from None
     for part in attr_path.split("."):
         try:
             found = hasattr(obj, part)
         except Exception as error:  # an attribute built on use (a mutant of upstream code)
             raise ImplementationError(f"import path {path!r}: {safe_text(error)}") from None
         if not found:
-            raise ImplementationError(f"import path {path!r}: {module_name!r} has no attribute "
-                                      f"{attr_path!r}")
+            raise NotThere(f"import path {path!r}: {module_name!r} has no attribute "
+                           f"{attr_path!r}", f"{attr_path} in {module_name}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise ImplementationError(f"import path {path!r}: {attr_path!r} is not callable")

@@ -35,6 +35,11 @@ def pins() -> list[str]:
             if line.strip() and not line.startswith("#")]
 
 
+def pinned(package: str) -> str | None:
+    """The release of `package` the lock pins (the one kvfuzz's adapters are written for)."""
+    return next((pin.split("==")[1] for pin in pins() if pin.split("==")[0] == package), None)
+
+
 def cache_root() -> Path:
     base = os.environ.get("KVFUZZ_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvfuzz")

@@ -12,6 +12,7 @@ that seeded traces of 200 ops found at once).
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 from typing import Callable
@@ -73,3 +74,19 @@ class TraceGenerator:
         """The same generator with fuzzer bytes as its randomness: 1 to `max_fuzz_ops` ops."""
         rng = BytesRandom(data)
         return self.build(rng, 1 + rng.randrange(self.max_fuzz_ops))
+
+
+@functools.cache
+def misuse_stream(generator: TraceGenerator, all_misuse: frozenset,
+                  unsupported: frozenset) -> TraceGenerator:
+    """`generator`'s stream for an implementation that does not support the misuse kinds in
+    `unsupported` (of `all_misuse`, what `generator.build(rng, num_ops, allowed=...)` may
+    write): a generator of its own name, e.g. "mamba/1[no nested group begin]"; `generator`
+    itself when nothing is left out."""
+    left_out = unsupported & all_misuse
+    if not left_out:
+        return generator
+    tags = ",".join(f"no {kind}" for kind in sorted(left_out))
+    return TraceGenerator(f"{generator.name}[{tags}]",
+                          functools.partial(generator.build, allowed=all_misuse - left_out),
+                          generator.num_ops, generator.max_fuzz_ops)

@@ -17,7 +17,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.registry import MUTANT, OURS, Implementation
+from kvfuzz.impl.registry import MUTANT, OURS, Implementation, ImplementationError
 from tests.conftest import CORPUS
 
 
@@ -123,12 +123,13 @@ def kvfuzz_here(*args) -> Ran:
 
 
 def summary_rows(err: str) -> dict[str, list[str]]:
-    """A diff summary's row per implementation: [cases, agree, outside, diverged, rate]."""
+    """A diff summary's row per implementation: [cases, agree, outside, diverged, rate], with
+    `findings` before the rate after --keep-going."""
     rows, inside = {}, False
     for line in err.splitlines():
         inside = inside or line.startswith("summary: ")
         words = line.split()
-        if inside and len(words) == 6 and words[1].replace(",", "").isdigit():
+        if inside and len(words) in (6, 7) and words[1].replace(",", "").isdigit():
             rows[words[0]] = words[1:]
     return rows
 
@@ -241,6 +242,17 @@ def mutant_tests(target: str, expected: dict, original, **options):
     return test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report
 
 
+def assert_wrong_shape_is_one_line(target: str, path: str, shows: str, interface: str):
+    """An outside implementation of the wrong shape (`path`) is refused in one line that says
+    what is wrong (`shows`) and what the target calls (`interface`)."""
+    from kvfuzz.impl.registry import ImplementationError
+
+    with pytest.raises(ImplementationError) as error:
+        TARGETS[target].catalogue.resolve(path)
+    message = str(error.value)
+    assert shows in message and interface in message and "\n" not in message, message
+
+
 def undeclared(path: str):
     """The released class at `path` under another name: no catalogue entry, so none of its
     entry's declared preconditions (built on first use, never at collection)."""
@@ -272,3 +284,12 @@ def seeded_tests(target: str, impl_name: str, reach: int):
         declared = set(owner.judge.lockstep.EVENTS)
         assert declared <= set(events), sorted(declared - set(events))
     return test_it_agrees_on_2000_seeded_traces, test_seeded_traces_reach_every_edge_class
+
+
+def assert_refused_in_one_line(target: str, path: str, shows: str, interface: str) -> None:
+    """An outside implementation of the wrong shape is refused before anything runs, in one line
+    that says what is wrong (`shows`) and names the interface the target calls."""
+    with pytest.raises(ImplementationError) as error:
+        TARGETS[target].catalogue.resolve(path)
+    message = str(error.value)
+    assert shows in message and interface in message and "\n" not in message, message

@@ -17,7 +17,8 @@ from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
 from kvfuzz.strategies.allocator import trace as allocator
-from kvfuzz.strategies.allocator.trace import GROUP_MISUSES, MISUSES, Misuse
+from kvfuzz.strategies.allocator.profile import SEEN_AFTER_RELEASE
+from kvfuzz.strategies.allocator.trace import ALL_MISUSES, FREE_HOWS, Misuse
 
 ALLOC_METHODS = ("alloc", "alloc_extend", "alloc_decode")
 RELEASES = ("free_slots", "free_segment", "free_segments", "free_page_ids", "group_begin",
@@ -30,8 +31,11 @@ class AllocatorLockstep(Lockstep):
     EVENTS = (*(f"{m} {how}" for m in ALLOC_METHODS for how in ("None", "exact fit", "ok")),
               *RELEASES, "clear", "clear in a group", "merge",
               "misuse accepted: group_end_unopened",
+              # a double free inside a group, staged there, reported at its end (a class
+              # that checks after the release)
+              *(f"misuse accepted: {kind}" for kind in SEEN_AFTER_RELEASE),
               *(f"misuse rejected: {kind}"
-                for kind in MISUSES + GROUP_MISUSES + ALLOC_METHODS + RELEASES))
+                for kind in ALL_MISUSES + ALLOC_METHODS + RELEASES))
     REJECTIONS = (Rejected,)
     OWNERSHIP = (f"page {POISON} (or {POISON} // page size) is what the caller wrote over every "
                  f"tensor it passed in, after the call: the allocator kept a caller's tensor, "
@@ -40,10 +44,14 @@ class AllocatorLockstep(Lockstep):
     def build_model(self, trace):
         self.sched = Scheduler(trace)
         return AllocatorModel(trace.size, trace.page_size, trace.need_sort, trace.debug,
-                              trace.interface == "token")
+                              trace.interface == "token",
+                              self.options.get("checks_after_release", False))
 
-    def build_impl(self, trace, cls, device, reuse_page_ids: bool = True):
-        """`reuse_page_ids`: see `AllocatorDriver`."""
+    def build_impl(self, trace, cls, device, reuse_page_ids: bool = True,
+                   checks_after_release: bool = False, hows=FREE_HOWS):
+        """`reuse_page_ids`: see `AllocatorDriver`; `checks_after_release` and `hows` (the
+        release calls the class has): what it declares, which the oracle and the buggy
+        caller follow (`AllocatorModel`, `misuse.py`)."""
         from kvfuzz.impl.allocator.driver import AllocatorDriver  # imports torch
 
         return make(AllocatorDriver, cls, trace.size, trace.page_size, trace.need_sort, trace.debug,
@@ -51,8 +59,12 @@ class AllocatorLockstep(Lockstep):
 
     @handles(*allocator.KINDS.values())
     def call(self, op):
-        """Every op: the one call the scheduler (or, for a misuse, the buggy caller) plans."""
-        planned = misuse_call(self.sched, op, self.model) if isinstance(op, Misuse) else \
+        """Every op: the one call the scheduler (or, for a misuse, the buggy caller) plans; none
+        once a double free reported after its release has left the free list corrupted."""
+        if self.model.corrupted:
+            return
+        hows = self.options.get("hows", FREE_HOWS)
+        planned = misuse_call(self.sched, op, self.model, hows) if isinstance(op, Misuse) else \
             self.sched.resolve(op, self.model)
         if planned is None:
             return
@@ -93,7 +105,8 @@ class AllocatorLockstep(Lockstep):
         free, staged = self.read("free_list"), self.read("staged")
         model, problems = self.model, []
         capacity = model.num_pages * model.page_size
-        if available > capacity:
+        caller_fault = model.corrupted or model.fault_pending
+        if available > capacity and not caller_fault:
             problems.append(("invariant", f"available_size {available} exceeds the capacity "
                                           f"{capacity}"))
         if available != model.available_size():
@@ -104,6 +117,8 @@ class AllocatorLockstep(Lockstep):
         if staged != model.staged and Counter(staged) != Counter(model.staged):
             problems.append(("staged pages", f"expected {short(sorted(model.staged))}, "
                                              f"actual {short(sorted(staged))} (as multisets)"))
+        if caller_fault:  # the caller's double free is on the free list, or will be: not a fault
+            return problems
         found = state_violations(model.num_pages, free, staged, model.pending_pages(),
                                  self.sched.holders)
         return problems + [("invariant", text) for text in found]

@@ -176,6 +176,12 @@ class Scheduler:
             first = max(first, op.keep // P)
         label = f"{'finish' if finish else 'truncate'} r{op.rid}"
         release = ("free", op.rid, first, finish)
+        if first >= len(pages) and op.how == "segment":  # an empty segment from the row's
+            # end, as a cache frees row[protected:end] with nothing past its protected part: a
+            # no-op, wherever in a page it starts
+            return Planned("free_segment", ([], len(row)),
+                           f"{label}: free_segment([], start_pos={len(row)}), nothing of its own",
+                           release=release)
         if first >= len(pages):
             return Planned(None, (), f"{label}: nothing of its own to free", release=release)
         slots, start = row[first * P:], first * P

@@ -22,7 +22,9 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.allocator import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.allocator import codec, generator, uniform
-from kvfuzz.strategies.allocator.profile import KEEPS_PAGE_IDS, TOKEN_INTERFACE, broken
+from kvfuzz.strategies.allocator.profile import (CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS,
+                                                 NO_PAGE_IDS, NO_SEGMENT, TOKEN_INTERFACE,
+                                                 broken, profile_for)
 from kvfuzz.strategies.allocator.trace import FORMAT, describe_op, to_json
 
 # What the driver calls (kvfuzz/impl/allocator/driver.py), by interface.
@@ -42,10 +44,15 @@ def _shape(path, obj):
 
 
 def _declare(impl, obj):
-    """A class of the token shape declares the token interface (unless its entry says more)."""
-    if impl.preconditions or not _token_shaped(obj):
-        return impl
-    return replace(impl, preconditions=(TOKEN_INTERFACE,))
+    """A class of the token shape declares the token interface (unless its entry says more);
+    a release call it does not have (an earlier SGLang release's class) is not made."""
+    lacks = tuple(missing for method, missing in (("free_page_ids", NO_PAGE_IDS),
+                                                  ("free_segment", NO_SEGMENT))
+                  if not callable(getattr(obj, method, None))
+                  and missing not in impl.preconditions)
+    if not impl.preconditions and _token_shaped(obj):
+        impl = replace(impl, preconditions=(TOKEN_INTERFACE,))
+    return replace(impl, preconditions=impl.preconditions + lacks) if lacks else impl
 
 
 def _token_shaped(obj) -> bool:
@@ -67,7 +74,9 @@ ALLOCATOR = trace_target(
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(AllocatorLockstep, describe_op, broken, lambda impl: {
-        "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions}),
+        "reuse_page_ids": KEEPS_PAGE_IDS not in impl.preconditions,
+        "checks_after_release": CHECKS_AFTER_RELEASE in impl.preconditions,
+        "hows": profile_for(impl.preconditions).hows}),
     catalogue=Catalogue("allocator", IMPLEMENTATIONS, _shape, _declare,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), sum(len(getattr(op, "rids", ()))

@@ -19,7 +19,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
-from kvfuzz.strategies.blockpool.profile import DECLARABLE, broken
+from kvfuzz.strategies.blockpool.profile import DECLARABLE, NO_UNPIN, broken
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -30,6 +30,13 @@ KEYWORDS = ("num_gpu_blocks", "enable_caching", "hash_block_size")  # the driver
 def _shape(path, obj):
     check_shape(path, obj, 0, "a class with vLLM BlockPool's interface", cls=True,
                 methods=METHODS, keywords=KEYWORDS)
+
+
+def _declare(impl, obj):
+    """A pool class without `unpin_blocks` (an earlier vLLM release's) gets no unpins."""
+    if callable(getattr(obj, "unpin_blocks", None)) or NO_UNPIN in impl.preconditions:
+        return impl
+    return replace(impl, preconditions=impl.preconditions + (NO_UNPIN,))
 
 
 def _generator_for(impls):
@@ -47,7 +54,7 @@ BLOCKPOOL = trace_target(
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(BlockPoolLockstep, describe_op, broken),
-    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape, _declare, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.blocks), CREATES, smaller_pool),
     coverage_modules=("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model"),
     live="kvfuzz.fuzz.blockpool.guard:guard")

@@ -31,7 +31,7 @@ from kvfuzz.fuzz.campaign.judge import ApartJudge
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import guarded_check
 from kvfuzz.fuzz.engine.report import Mismatch
-from kvfuzz.fuzz.engine.target import DIVERGE
+from kvfuzz.fuzz.engine.target import DIVERGE, warm_up
 
 STATS_EVERY = 2.0  # seconds
 
@@ -129,7 +129,7 @@ class DifferentialHarness(Harness):
         specs = impl_specs() or target.catalogue.fuzzed_by_default()
         self.impls = [target.catalogue.resolve(spec) for spec in specs]
         for impl in self.impls:
-            impl.load()  # imported now, so that coverage instrumentation sees it
+            warm_up(target, impl.load())  # imported now, so that coverage instrumentation sees it
         use_features = os.environ.get("KVFUZZ_FEATURES", "1") != "0"
         self.features = Features(target.judge.feature_names() if use_features else [])
         self.in_flight = InFlightWriter()

@@ -32,8 +32,11 @@ EPILOG = """examples:
   kvfuzz diff decode --impl torch.vectorized --jobs 2
   kvfuzz diff extend --impl mypkg.alloc:alloc_extend   your own function, same signature
   kvfuzz replay corpus/                       every saved input, every bundled implementation
+  kvfuzz diff allocator --impl mypkg.pool:Allocator --keep-going   every distinct divergence
+  kvfuzz replay corpus/extend-0865d3e6d61a0610.json --impl mutant.no_clamp --pdb   debug it
 exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input,
-130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints)"""
+130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints);
+replay --in-process has no isolation: a crash ends it by its signal"""
 BENCH = "kvfuzz.bench.command"  # imported only when run: nothing in fuzz/ imports bench/
 MEMORY_HELP = (f"resident memory each implementation's process may use (e.g. 2G, 512M); past "
                f"it, the input is the implementation's divergence ('exceeded the memory limit'; "
@@ -79,6 +82,11 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
                       help=MEMORY_HELP)
     diff.add_argument("--upstream", action="store_true", help=upstream.HELP)
+    diff.add_argument("--keep-going", action="store_true",
+                      help="go on after a divergence: every input is checked, and each distinct "
+                           "divergence of an implementation (its signature: the op type and "
+                           "problem of a trace, the kind and phase of a case, how a process "
+                           "crashed) is reported, shrunk and saved")
     replay = commands.add_parser("replay", help="run saved case files (or directories)")
     replay.add_argument("paths", nargs="+", metavar="PATH")
     replay.add_argument("--impl", action="append", default=[], metavar="NAME|module:attr",
@@ -89,6 +97,14 @@ def parser() -> argparse.ArgumentParser:
                         help=TIMEOUT_HELP)
     replay.add_argument("--memory", type=size, default=DEFAULT_MEMORY, metavar="SIZE",
                         help=MEMORY_HELP)
+    replay.add_argument("--in-process", action="store_true",
+                        help="run the one input given in this process, without worker "
+                             "processes, timeout or isolation: for a debugger; an "
+                             "implementation's exception is printed with its whole traceback, "
+                             "a crash with faulthandler's stack")
+    replay.add_argument("--pdb", action="store_true",
+                        help="with --in-process (implied): open pdb post mortem where the "
+                             "implementation raised")
     campaign_command.add_parsers(commands)
     upstream.add_parser(commands)
     guard_command.add_parser(commands)
@@ -143,16 +159,31 @@ def cmd_diff(args, out=None) -> int:
             else catalogue.defaults_or_error())))
     status = 0
     for target, impls in runs:
+        for name, why in target.catalogue.unsupported():  # the installed release cannot
+            print(f"{target.name}: {name} not run: {why}", file=out)
         if not impls:  # every target: one whose packages are missing is said, not failed
             print(f"{target.name}: not run: {target.catalogue.not_run_reason()}", file=out)
             continue
         options = RunOptions(args.cases or target.settings.default_cases, args.seed,
                              args.start, args.jobs, args.device, args.timeout, args.corpus,
-                             args.memory)
+                             args.memory, args.keep_going)
         status = max(status, diff_target(target, impls, options, out))
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
     return status
+
+
+def cmd_replay(args) -> int:
+    from kvfuzz.fuzz.engine.replay import replay, replay_in_process
+
+    if not (args.in_process or args.pdb):
+        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout,
+                      memory=args.memory)
+    files = corpus.input_files(args.paths)
+    if len(files) != 1:
+        raise UsageError(f"--{'pdb' if args.pdb else 'in-process'} runs one input: "
+                         f"{' '.join(args.paths)} holds {len(files)} files; name one")
+    return replay_in_process(files[0], args.impl, device=args.device, debug=args.pdb)
 
 
 def command() -> int:
@@ -215,9 +246,7 @@ def run(args) -> int:
             return mutate_command.run(args)
         if args.command == "diff":
             return cmd_diff(args)
-        from kvfuzz.fuzz.engine.replay import replay
-        return replay(args.paths, args.impl, device=args.device, timeout=args.timeout,
-                      memory=args.memory)
+        return cmd_replay(args)
     except (ImplementationError, FormatError, corpus.CorpusError, UsageError,
             MutationError) as error:
         print(f"kvfuzz: error: {error}", file=sys.stderr)

@@ -7,11 +7,15 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE, Failed, run_apart, sandbox
-from kvfuzz.impl.registry import (UPSTREAM, Implementation, ImplementationError, loaded_here,
-                                  resolve)
+from kvfuzz.impl.registry import (UPSTREAM, Implementation, ImplementationError,
+                                  installed_release, loaded_here, resolve)
+from kvfuzz.impl.upstream_cache import pinned
 
 # Where the install of each package an implementation `requires` is explained.
 INSTALL_DOCS = {"sglang": "docs/upstream-sglang.md", "vllm": "docs/upstream-vllm.md"}
+# A released engine's entry as the installed release has it, or why that release cannot be
+# driven (`Catalogue.as_installed`), once per process.
+_INSTALLED: dict[Implementation, Implementation | ImplementationError] = {}
 
 
 @dataclass(frozen=True)
@@ -37,21 +41,50 @@ class Catalogue:
         declared = self.preconditions_named(spec, names.split("+")) if names else ()
         impl = resolve(self.target, self.implementations, path)
         if impl in self.implementations and not declared:
-            return impl
+            return self.as_installed(impl)
         if impl in self.implementations:
             raise ImplementationError(f"--impl {spec}: declarations (@...) go with an import "
                                       f"path, not a registered name")
-        if sandbox() or loaded_here(impl.path):
-            impl = self.examined(impl)
-        else:
-            try:
-                impl = run_apart(self.examined, impl, LOAD_GRACE)
-            except Failed as failed:
-                verb = "raised" if failed.raised else "ended the process that imports it:"
-                raise ImplementationError(
-                    f"import path {impl.path!r}: {verb} {failed.what}, before any input (its "
-                    f"module, or its attribute)") from None
+        impl = self._apart(self.examined, impl)
         return replace(impl, name=spec, preconditions=_union(impl.preconditions, declared))
+
+    def as_installed(self, impl: Implementation) -> Implementation:
+        """A released engine's class as the installed release has it. At the release kvfuzz
+        pins (`impl/upstream.lock`) its entry holds as written; at another one the class is
+        loaded apart and read (`declare`: what its API lacks becomes preconditions, so it gets
+        the inputs it can take), or `ImplementationError` says in one line why that release
+        cannot be driven ("not supported: sglang 0.5.12 has no ...")."""
+        release = installed_release(impl.requires) if impl.kind == UPSTREAM else None
+        if release is None or release == pinned(impl.requires):
+            return impl
+        found = _INSTALLED.get(impl)
+        if found is None:
+            try:
+                found = self._apart(self.read, impl)
+            except ImplementationError as error:
+                found = error
+            _INSTALLED[impl] = found
+        if isinstance(found, ImplementationError):
+            raise found
+        return found
+
+    def read(self, impl: Implementation) -> Implementation:
+        """A released class, loaded, with what its API says (`declare`)."""
+        obj = impl.load()
+        return self.declare(impl, obj) if self.declare else impl
+
+    def _apart(self, examine, impl: Implementation) -> Implementation:
+        """`examine(impl)` in a process of its own (`apart.py`): a module's import-time code
+        never runs in the supervisor."""
+        if sandbox() or loaded_here(impl.path):
+            return examine(impl)
+        try:
+            return run_apart(examine, impl, LOAD_GRACE)
+        except Failed as failed:
+            verb = "raised" if failed.raised else "ended the process that imports it:"
+            raise ImplementationError(
+                f"import path {impl.path!r}: {verb} {failed.what}, before any input (its "
+                f"module, or its attribute)") from None
 
     def preconditions_named(self, where: str, names) -> tuple[str, ...]:
         """The preconditions `names` stand for; a one-line error for a name this target does
@@ -78,7 +111,7 @@ class Catalogue:
         declares itself: `__kvfuzz__ = {"preconditions": [name, ...]}` (`declarable`)."""
         defined = f"{_attribute(obj, '__module__')}:{_attribute(obj, '__qualname__')}"
         for entry in self.implementations:
-            if entry.path in (impl.name, impl.path, defined):
+            if {impl.name, impl.path, defined} & set(entry.paths):
                 impl = replace(impl, preconditions=entry.preconditions,
                                safe_outside_contract=entry.safe_outside_contract)
                 break
@@ -96,9 +129,21 @@ class Catalogue:
 
     def defaults(self, upstream: bool = False) -> list[Implementation]:
         """What runs without --impl: kvfuzz's own, and upstream classes marked default (with
-        `upstream`: every upstream one), whose packages are installed."""
-        return [impl for impl in self.implementations if impl.available() and (
-            impl.runs_by_default or upstream and impl.kind == UPSTREAM)]
+        `upstream`: every upstream one), whose packages are installed, as the installed release
+        has them; one that release cannot drive is left out (`unsupported` says why)."""
+        chosen = []
+        for impl in self.implementations:
+            if impl.available() and (impl.runs_by_default or upstream and impl.kind == UPSTREAM):
+                try:
+                    chosen.append(self.as_installed(impl))
+                except ImplementationError:
+                    pass
+        return chosen
+
+    def unsupported(self) -> list[tuple[str, str]]:
+        """(name, why) of each entry `defaults` left out: the installed release cannot drive it."""
+        return [(impl.name, str(found)) for impl, found in _INSTALLED.items()
+                if impl.target == self.target and isinstance(found, ImplementationError)]
 
     def not_run_reason(self) -> str | None:
         """Why nothing runs by default (every default implementation needs a package that is not

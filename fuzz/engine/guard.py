@@ -82,7 +82,8 @@ class Session:
         self.divergence = None
         self.lock = None
         if driver is not None:
-            self.lock = live_lockstep(target.judge.lockstep)(header, driver)
+            self.lock = live_lockstep(target.judge.lockstep)(header, driver, "cpu",
+                                                             **target.judge.options(impl))
             if self.lock.broken:  # the object's state before its first call
                 self._report(self.lock.broken, None, "constructor")
 

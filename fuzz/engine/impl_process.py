@@ -8,7 +8,8 @@ The judge times every input on its clock (the worker's `state`: `--timeout` from
 start), watches the process tree's memory (`--memory`), and reads answers as frames
 (`frames.py`) checked for plain data (`remote.plain`); whichever breaks ends the process and the
 input's check with `Ended`: "timed out after 10 s", "exceeded the memory limit of 4 GiB",
-"corrupted the worker protocol: ...", or how it died ("crashed: SIGSEGV"). The next input gets
+"corrupted the worker protocol: ...", or how it died ("crashed: SIGSEGV"), with where it was
+(`crash_site.py`: the stack at a crash, or where it hung, and the trace op). The next input gets
 a fresh process (and imports the implementation again).
 """
 
@@ -23,8 +24,10 @@ import time
 from kvfuzz.fuzz.engine.apart import death, die_with_parent
 from kvfuzz.fuzz.engine.containment import (close_other_sockets, descendants, kill_tree,
                                               name_process)
+from kvfuzz.fuzz.engine.crash_site import CrashLog, new_input
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
 from kvfuzz.fuzz.engine.remote import Ended
+from kvfuzz.fuzz.engine.target import warm_up
 from kvfuzz.fuzz.engine.transcript import (Replay, protocol, read_batch, record_check,
                                            size_text)
 from kvfuzz.impl.registry import ImplementationError, set_loader
@@ -68,11 +71,11 @@ class Judging:
             process.drain()  # a chunk that stopped early asked for inputs it did not check
             process = self.process(impl)
         if not process.asked:
-            process.ask(target.name, item, device)
+            process.ask(target.name, item, device, impl)
         process.asked.popleft()
         replay = self.replay = Replay([], self.memory, source=process)
         for later in list(upcoming)[len(process.asked):]:  # queued behind this transcript
-            process.ask(target.name, later, device)
+            process.ask(target.name, later, device, impl)
         try:
             outcome = target.check(item, impl, device)
         except Ended:  # its process ended the check: the next input starts a fresh one
@@ -112,8 +115,11 @@ class ImplProcess:
         self.inbox: collections.deque = collections.deque()  # messages read, not yet taken
         context = multiprocessing.get_context("fork")
         self.conn, child = context.Pipe()
+        self.crash = CrashLog()
+        others = [p.crash for p in judging.processes.values() if not p.ended]
         self.process = context.Process(target=_serve, args=(child, impl, os.getpid(),
-                                                            judging.memory), daemon=True)
+                                                            judging.memory, self.crash, others),
+                                       daemon=True)
         self.process.start()
         child.close()
         self.reader = FrameReader(self.conn)
@@ -124,11 +130,13 @@ class ImplProcess:
         if answer != ("ok",):
             self._end(protocol(f"an answer of kind {str(answer[0])!r:.40}"))
 
-    def ask(self, target_name: str, item, device: str) -> None:
-        """Start checking `item` after those asked before it (its transcript: `batch()`)."""
+    def ask(self, target_name: str, item, device: str, impl) -> None:
+        """Start checking `item` with `impl` after those asked before it (its transcript:
+        `batch()`). `impl` is the catalogue entry: two entries may name one class (offload:
+        vLLM's manager with each policy) and share its process, each checked as it declares."""
         self.asked.append(item)
         try:
-            self.conn.send(("run", target_name, item, device))
+            self.conn.send(("run", target_name, item, device, impl))
         except OSError:  # its end is gone: `_answer` says how it ended
             pass
 
@@ -173,12 +181,14 @@ class ImplProcess:
                 self.process.join(1)  # it closed its end: its exit is on the way
                 if self.process.exitcode is None:
                     self._end(protocol("it closed its pipe"))
-                self._end(Ended(*death(self.process.exitcode)))
+                self._end(Ended(*death(self.process.exitcode), self.crash.site()))
             ends = deadline or self.judging.deadline()
             if ends is not None and time.monotonic() > ends:
                 if self.reader.partial_since is not None:
                     self._end(protocol("a message begun and never finished"))
-                self._end(Ended(f"timed out after {self.judging.timeout:g} s", "timeout"))
+                self.crash.dump(self.process.pid)  # where it hung
+                self._end(Ended(f"timed out after {self.judging.timeout:g} s", "timeout",
+                                self.crash.site()))
             self._watch_memory()
 
     def _watch_memory(self) -> None:
@@ -188,8 +198,10 @@ class ImplProcess:
         self.last_memory = now
         used = tree_memory(self.process.pid)
         if used > self.judging.memory:
+            self.crash.dump(self.process.pid)  # where it was taking it
             self._end(Ended(f"exceeded the memory limit of {size_text(self.judging.memory)} "
-                            f"(--memory; {size_text(used)} resident)", "memory"))
+                            f"(--memory; {size_text(used)} resident)", "memory",
+                            self.crash.site()))
 
     def stop(self) -> None:
         self.ended = True
@@ -197,6 +209,7 @@ class ImplProcess:
             kill_tree(self.process.pid)
         self.process.join(5)
         self.conn.close()
+        self.crash.close()
 
     def _end(self, ended: Ended):
         self.stop()
@@ -216,11 +229,14 @@ def tree_memory(pid: int) -> int:
 
 
 # -- the implementation's process ---------------------------------------------------------------
-def _serve(conn, impl, parent: int, memory: int) -> None:
+def _serve(conn, impl, parent: int, memory: int, crash: CrashLog, others: list) -> None:
     from kvfuzz.fuzz.targets import TARGETS  # imported in the worker already
 
     die_with_parent(parent)
     close_other_sockets(keep=conn.fileno())  # the worker's pipe to the supervisor among them
+    for other in others:  # the other implementations' logs: theirs to write
+        other.close()
+    crash.enable()
     name_process(b"kvfuzz-impl")
     # multiprocessing refuses children to a daemonic process; an implementation may use a Pool
     # (its processes are killed with this one's tree all the same).
@@ -232,14 +248,17 @@ def _serve(conn, impl, parent: int, memory: int) -> None:
         answer = ("ok",)
     except ImplementationError as error:  # the judge stops this process
         answer = ("usage", str(error))
+    else:
+        warm_up(TARGETS[impl.target], own[1])
     limit_data(memory)
     send(conn, answer)
     while True:
         try:
-            _, name, item, device = conn.recv()
+            _, name, item, device, entry = conn.recv()
         except (EOFError, OSError):  # the worker is gone
             os._exit(0)
-        record_check(TARGETS[name], item, impl, device, own, memory,
+        new_input()
+        record_check(TARGETS[name], item, entry, device, own, memory,
                      lambda message: send(conn, message))
 
 

@@ -22,6 +22,7 @@ from multiprocessing.connection import wait
 
 from kvfuzz.fuzz.engine.apart import LOAD_GRACE, death, die_with_parent, enter_sandbox
 from kvfuzz.fuzz.engine.containment import close_other_sockets, kill_tree, name_process
+from kvfuzz.fuzz.engine.crash_site import site_lines
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY, install, judging
 from kvfuzz.fuzz.engine.remote import Ended
@@ -41,13 +42,16 @@ class HarnessError(RuntimeError):
     """Our own bug, raised in a worker: the supervisor stops with its traceback."""
 
 
-def crash_outcome(target, item, impl, what: str, kind: str) -> Outcome:
+def crash_outcome(target, item, impl, what: str, kind: str, site=None) -> Outcome:
     """A crash or a timeout of `impl` on `item` as a divergence: reported, saved, shrunk and
-    replayed like any other."""
+    replayed like any other; with `site` (`crash_site.CrashSite`), where it was: the trace op
+    (shrinking cuts after it), the implementation's frame and the stack."""
     lines = [("process", "each input runs in a supervised worker process; this one ended "
                          "without a result")]
-    return Outcome(DIVERGE, target.divergence(item, impl, what, lines, ("crashed", kind),
-                                              crash=kind))
+    where, step = site_lines(site, getattr(item, "ops", None),
+                             getattr(target.judge, "describe_op", repr))
+    return Outcome(DIVERGE, target.divergence(item, impl, what, lines + where,
+                                              ("crashed", kind), step=step, crash=kind))
 
 
 def guarded_check(target, item, impl, device: str, upcoming=()) -> Outcome:
@@ -62,7 +66,7 @@ def guarded_check(target, item, impl, device: str, upcoming=()) -> Outcome:
             return apart.check(target, item, impl, device, upcoming)
         return target.check(item, impl, device)
     except Ended as ended:
-        return crash_outcome(target, item, impl, ended.what, ended.kind)
+        return crash_outcome(target, item, impl, ended.what, ended.kind, ended.site)
     except (KeyboardInterrupt, SystemExit) as error:
         what = f"raised {safe_text(error)}"
         return crash_outcome(target, item, impl, what, type(error).__name__)

@@ -42,6 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, is_dataclass
 from typing import Callable, NamedTuple
 
+from kvfuzz.fuzz.engine.report import note_raised
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.registry import safe_text
 
@@ -137,8 +138,9 @@ class Lockstep:
 
     def __init__(self, trace, impl, device: str = "cpu", **options):
         """`impl`: what the target's implementation loads to (a class, a factory); `options`:
-        what the target passes on to `build_impl` (e.g. what the implementation declares)."""
-        self.trace = trace
+        what the target passes on to `build_impl` (e.g. what the implementation declares),
+        kept as `self.options` for the oracle to follow too."""
+        self.trace, self.options = trace, options
         self.log: list[str] = []
         self.events: Counter = Counter()
         self.returned: list = []  # what the implementation returned during the current op
@@ -297,6 +299,7 @@ def numbers_in(error: BaseException) -> list[int]:
 
 def crash_problems(error: BaseException, where: str = "") -> list[tuple[str, str]]:
     error = error.error if isinstance(error, ImplementationRaised) else error
+    note_raised(error)
     # An exception from the implementation's own process carries its traceback's tail.
     frames = getattr(error, "remote_frames", None) or traceback.format_exception(error)[-3:]
     head = safe_text(error) + (f" (in the {where})" if where else "")

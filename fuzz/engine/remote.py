@@ -39,11 +39,12 @@ MAX_DEPTH = 32
 
 class Ended(BaseException):
     """The implementation's process ended the check: `what` in words, `kind` as a crash kind
-    ("SIGSEGV", "exit", "timeout", "memory", "protocol", "KeyboardInterrupt")."""
+    ("SIGSEGV", "exit", "timeout", "memory", "protocol", "KeyboardInterrupt"); `site`, where it
+    was (`crash_site.CrashSite`), when that is known."""
 
-    def __init__(self, what: str, kind: str):
+    def __init__(self, what: str, kind: str, site=None):
         super().__init__(what)
-        self.what, self.kind = what, kind
+        self.what, self.kind, self.site = what, kind, site
 
 
 class RemoteRaised(Exception):

@@ -1,17 +1,23 @@
 """`kvfuzz replay`: run saved inputs of any target against implementations; one line per
 agreement, a full report per divergence. Every file is read and checked first: each bad one is
-reported in one line, the good ones still run, and the exit status says some were bad."""
+reported in one line, the good ones still run, and the exit status says some were bad.
+
+`replay_in_process` (`--in-process`, `--pdb`) runs one input in this process, for a debugger."""
 
 from __future__ import annotations
 
+import faulthandler
+import pdb
 import sys
+import traceback
 from collections import Counter
 
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.engine.isolation import DEFAULT_TIMEOUT, Checker
+from kvfuzz.fuzz.engine.report import raised_here
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, interrupting
-from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.strategies.inputs import FormatError
 
@@ -62,6 +68,41 @@ def replay(paths, impl_specs, out=None, device: str = "cpu", err=None,
           f"{'divergence found' if status else 'no divergence'}"
           + (f"; {bad} bad file(s) not replayed" if bad else ""), file=out)
     return BAD_INPUT if bad else status
+
+
+def replay_in_process(path, impl_specs, out=None, device: str = "cpu",
+                      debug: bool = False) -> int:
+    """One saved input through its implementations in this process: no worker, no timeout, no
+    isolation, so a debugger sees the implementation's own frames. Behind a divergence that the
+    implementation raised, its whole traceback is printed and, with `debug`, pdb opens post
+    mortem at it. A crash ends this process, faulthandler printing its stack. Exit status as
+    `replay`'s."""
+    out = out or sys.stdout
+    target, item = corpus.load(path)
+    impls = choose_implementations({target}, impl_specs)[target.name]
+    if not impls:  # its target's packages are missing (an --impl that does not apply raised)
+        raise ImplementationError(f"{path}: nothing to run: {target.catalogue.not_run_reason()}")
+    status = 0
+    for impl in impls:
+        impl.load()
+        # A segfault prints where it was before this process ends; enabled after the import
+        # (which may put its own handler over faulthandler's, as SGLang's tvm_ffi does).
+        faulthandler.disable()
+        faulthandler.enable(2)  # the process's stderr, whatever `sys.stderr` is now
+        with raised_here() as raised:
+            outcome = target.check(item, impl, device)
+        status = max(status, _print(path, impl, outcome, out))
+        if outcome.status != DIVERGE:
+            continue
+        if raised:
+            print(f"{impl.name} raised it; the whole traceback, in this process:", file=out)
+            print("".join(traceback.format_exception(raised[0])).rstrip(), file=out, flush=True)
+            if debug:
+                pdb.post_mortem(raised[0].__traceback__)
+        elif debug:
+            print(f"--pdb: {impl.name} raised nothing (a wrong answer, not an exception); "
+                  f"no post-mortem", file=out)
+    return status
 
 
 def choose_implementations(targets, specs) -> dict[str, list]:

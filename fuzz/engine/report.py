@@ -16,7 +16,34 @@ differential failure is the same "expected != actual" assert, so stacks would me
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+# A crash's lines that say where it was (`isolation.crash_outcome`): kept in its file's note.
+CRASH_LINES = ("op", "at", "stack")
+
+_WATCHING: list[list] = []  # while `raised_here` runs: where the judges note a raise
+
+
+@contextmanager
+def raised_here():
+    """Collects the exception behind the divergence of a check run in this process (the
+    implementation's own, with its traceback): `kvfuzz replay --in-process` prints it whole and
+    `--pdb` debugs it. Noted only while watched, so nothing keeps an exception's frames alive."""
+    found: list = []
+    _WATCHING.append(found)
+    try:
+        yield found
+    finally:
+        _WATCHING.remove(found)
+
+
+def note_raised(error: BaseException) -> None:
+    """A judge turns `error`, the implementation's, into a divergence (the last one noted is
+    the divergence's: a check stops at its first)."""
+    if _WATCHING:
+        _WATCHING[-1][:] = [error]
+
 
 class Mismatch(AssertionError):
     """An implementation disagreed with the oracle; carries the report."""
@@ -52,13 +79,23 @@ class Divergence:
                   if "expected" in found and "actual" in found else "")
         return f"{self.target} {self.impl}: {self.what}{values}"
 
+    def saved_input(self):
+        """The input as its corpus file keeps it: for a crash, the note (free text) gains what
+        the report says of where it was, so the file tells without a replay."""
+        where = [f"{label} {text}" for label, text in self.lines if label in CRASH_LINES]
+        if self.crash is None or not where:
+            return self.input
+        note = getattr(self.input, "note", "")
+        return replace(self.input, note="\n".join([note] * bool(note) + [self.what] + where))
+
     def replay_command(self) -> str:
         path = self.saved_path or f"corpus/{self.file_name()}"
         return f"kvfuzz replay {shlex.quote(path)} --impl {shlex.quote(self.impl)}"
 
     def report(self, limit: int = 16) -> str:
         origin = getattr(self.input, "origin", None)
-        note = getattr(self.input, "note", "")
+        # The note's first line: a crash's file keeps where it was on the lines after it.
+        note = (getattr(self.input, "note", "").splitlines() or [""])[0]
         lines = [f"DIVERGENCE  {self.target}  implementation {self.impl}",
                  _line(self.noun, self.input_id + (f"  ({origin.describe()})" if origin else "")
                        + (f"  {note}" if note else ""))]

@@ -1,6 +1,7 @@
 """The seeded run behind `kvfuzz diff`, for every target: chunks of input indices per
 implementation, checked in `--jobs` supervised worker processes (`isolation.py`), with a
-progress line, a stop at each implementation's first divergence, and each divergence handed to
+progress line, a stop at each implementation's first divergence (with `keep_going`: none, every
+input is checked and each distinct divergence is a finding), and each finding handed to
 `on_found` the moment it arrives (so it is saved before anything else can go wrong).
 
 A worker that dies or times out on an input is that implementation's divergence at that index;
@@ -46,15 +47,18 @@ class RunOptions:
     timeout: float = DEFAULT_TIMEOUT
     corpus: str | None = None
     memory: int = DEFAULT_MEMORY
+    # Go on after a divergence: every input is checked, and the first input of each distinct
+    # divergence signature (`Divergence.signature`) is a finding of its own.
+    keep_going: bool = False
 
 
 def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
-              device: str = "cpu", report_every: float = REPORT_EVERY, state=None,
-              report=None) -> Tally:
+              device: str = "cpu", report_every: float = REPORT_EVERY, keep_going: bool = False,
+              state=None, report=None) -> Tally:
     """Inputs [start, stop) of `seed` against one implementation (an `Implementation`, or a name
-    or import path); stops at the first divergence. In a worker, `state` says which input runs
-    since when (`isolation.mark`) and `report` sends ("progress", name, tally) deltas; the last
-    one has the divergence, if any."""
+    or import path); stops at the first divergence unless `keep_going`. In a worker, `state`
+    says which input runs since when (`isolation.mark`) and `report` sends ("progress", name,
+    tally) deltas, at once when one holds a divergence of a signature new to the chunk."""
     if state is not None:
         # A crash (or a hang past the grace) while loading the implementation is put on the
         # first input; each input's own clock starts after the load.
@@ -64,6 +68,7 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
     spec = impl.name
     preload(impl)
     tally, total, began = Tally(), Tally(), time.perf_counter()
+    seen = set()  # the signatures this chunk has reported
     ahead = collections.deque()  # this input and the next LOOKAHEAD, generated once each
     for index in range(start, stop):
         while len(ahead) <= LOOKAHEAD and index + len(ahead) < stop:
@@ -71,13 +76,16 @@ def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
         item = ahead.popleft()
         if state is not None:
             mark(state, index)
-        tally.add(guarded_check(target, item, impl, device, tuple(ahead)), index)
-        if report and (tally.divergence or time.perf_counter() - began >= report_every):
+        outcome = guarded_check(target, item, impl, device, tuple(ahead))
+        tally.add(outcome, index)
+        new = outcome.divergence is not None and outcome.divergence.signature not in seen
+        seen.update([outcome.divergence.signature] if new else [])
+        if report and (new or time.perf_counter() - began >= report_every):
             tally.seconds, began = time.perf_counter() - began, time.perf_counter()
             report(("progress", spec, tally))
             total.merge(tally)
             tally = Tally()
-        if total.divergence or tally.divergence:
+        if not keep_going and (total.divergence or tally.divergence):
             break
     tally.seconds = time.perf_counter() - began
     if report:
@@ -94,7 +102,10 @@ class SeededRun:
     count them. Chunks are handed out index-major, so every chunk below that index has been
     handed out by the time it is found and runs to its end; a chunk above it that was already
     running is not counted. The inputs a dead worker had checked but not yet reported are
-    checked again by another worker (`redo`), not left out."""
+    checked again by another worker (`redo`), not left out. With `keep_going` every chunk runs
+    to its end (after a dead worker's input, the rest of its chunk is handed out again), every
+    input is counted, and each signature's finding is its lowest input: the same whichever
+    worker checked what."""
 
     def __init__(self, target, impls: list, options: RunOptions, out,
                  on_found=lambda name, d: None):
@@ -146,9 +157,10 @@ class SeededRun:
             self.progress.finish()
 
     def _wanted(self, spec: str, lo: int) -> bool:
-        """Whether inputs from `lo` on still count for `spec` (none past its first divergence)."""
+        """Whether inputs from `lo` on still count for `spec` (none past its first divergence,
+        unless the run keeps going)."""
         tally = self.tallies[spec]
-        return tally.divergence is None or lo < tally.at
+        return self.options.keep_going or tally.divergence is None or lo < tally.at
 
     def _hand_out(self, worker: Worker, pending) -> None:
         redo = [task for task in self.redo if self._wanted(task[0], task[1])]
@@ -159,8 +171,8 @@ class SeededRun:
                     self.redo.remove(task)
                 self.tasks[worker] = task
                 worker.give(("call", run_chunk, (self.target.name, self.impls[spec],
-                                                 self.options.seed, lo, hi,
-                                                 self.options.device, every)), lo)
+                                                 self.options.seed, lo, hi, self.options.device,
+                                                 every, self.options.keep_going)), lo)
                 return
 
     def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:
@@ -218,6 +230,8 @@ class SeededRun:
             index = reported_up_to
         elif reported_up_to < index:
             self.redo.append((spec, reported_up_to, index, REPORT_EVERY))
+        if self.options.keep_going and index + 1 < hi:  # the inputs after the one it died on
+            self.redo.append((spec, index + 1, hi, REPORT_EVERY))
         item = self.target.generator.generate(self.options.seed, index, [self.impls[spec]])
         tally = Tally()
         tally.add(crash_outcome(self.target, item, self.impls[spec], what, kind), index)
@@ -226,23 +240,26 @@ class SeededRun:
     def _absorb(self, task: tuple, tally: Tally) -> None:
         spec = task[0]
         self.chunk_tallies.setdefault(task, Tally()).merge(tally)
-        first = self.tallies[spec].divergence
+        before = {id(found) for found in self.tallies[spec].found()}
         self._recount(spec)
-        found = self.tallies[spec].divergence
-        if found is not None and found is not first:
-            self.on_found(spec, found)
+        for found in self.tallies[spec].found():  # a new signature, or a lower input of one
+            if id(found) not in before:
+                self.on_found(spec, found)
         self.progress.tick()
 
     def _recount(self, spec: str) -> None:
-        """`spec`'s tally: its chunks up to its first divergence."""
+        """`spec`'s tally: its chunks up to its first divergence (every chunk, when the run
+        keeps going)."""
         chunks = [(task[1], tally) for task, tally in self.chunk_tallies.items()
                   if task[0] == spec]
         diverged = [tally.at for _, tally in chunks if tally.divergence is not None]
-        cut = min(diverged, default=None)
+        cut = None if self.options.keep_going else min(diverged, default=None)
         total = Tally()
         for lo, tally in sorted(chunks, key=lambda chunk: chunk[0]):
             if cut is None or lo <= cut:
                 total.merge(tally)
+        if not self.options.keep_going:
+            total.only_first()
         self.tallies[spec] = total
 
     def _worker(self) -> Worker:
@@ -280,9 +297,11 @@ class Progress:
     def line(self) -> str:
         done = sum(t.cases for t in self.tallies.values())
         diverged = sum(t.divergence is not None for t in self.tallies.values())
+        findings = sum(len(t.findings) for t in self.tallies.values())
         rate = rate_text(done, time.monotonic() - self.began)
         return (f"{self.name}: {done:,}/{self.total:,} {self.unit}, {rate}/s, "
-                f"{diverged} implementation(s) diverged")
+                f"{diverged} implementation(s) diverged"
+                + (f", {findings} distinct finding(s)" if findings > diverged else ""))
 
     def tick(self) -> None:
         now = time.monotonic()

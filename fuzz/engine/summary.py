@@ -7,23 +7,38 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 
-def summary(target, tallies: dict, elapsed: float, interrupted: bool = False) -> str:
+def summary(target, tallies: dict, elapsed: float, interrupted: bool = False,
+            keep_going: bool = False) -> str:
+    """With `keep_going`, `diverged` counts the inputs that diverged and `findings` the distinct
+    divergence signatures among them (each reported); else `diverged` says yes or no."""
     unit = target.codec.noun + "s"
     width = max([34] + [len(name) + 2 for name in tallies])
-    lines = [f"summary: {target.name}" + ("  (interrupted: counts so far)" if interrupted else ""),
+    lines = [f"summary: {target.name}" + ("  (interrupted: counts so far)" if interrupted else "")
+             + ("  (--keep-going: every distinct divergence)" if keep_going else ""),
              f"  {'implementation':<{width}}{unit:>8}{'agree':>8}{'outside':>9}"
-             f"{'diverged':>10}{unit + '/s':>10}"]
+             f"{'diverged':>10}" + (f"{'findings':>10}" if keep_going else "")
+             + f"{unit + '/s':>10}"]
     for name, tally in tallies.items():
+        diverged = f"{tally.diverged:,}" if keep_going else "yes" if tally.divergence else "no"
         lines.append(f"  {name:<{width}}{tally.cases:>8,}{tally.agree:>8,}{tally.outside:>9,}"
-                     f"{'yes' if tally.divergence else 'no':>10}"
-                     f"{rate_text(tally.cases, tally.seconds):>10}")
+                     f"{diverged:>10}" + (f"{len(tally.findings):>10,}" if keep_going else "")
+                     + f"{rate_text(tally.cases, tally.seconds):>10}")
         lines += target.judge.row_lines(tally)
     lines += _outside_lines(tallies)
     if tallies:
-        # The longest run has the fullest counts.
-        lines += target.judge.summary_lines(max(tallies.values(), key=lambda t: t.cases).features)
+        # Each count at its most over the implementations: where they run the same inputs the
+        # longest run has the fullest counts, and where each runs a stream of its own (offload:
+        # one cache policy each) every stream's edge classes show.
+        lines += target.judge.summary_lines(_most(t.features for t in tallies.values()))
     lines.append(f"  wall time {elapsed:.1f} s")
     return "\n".join(lines)
+
+
+def _most(counters) -> Counter:
+    most = Counter()
+    for counter in counters:
+        most |= counter
+    return most
 
 
 def _outside_lines(tallies: dict) -> list[str]:

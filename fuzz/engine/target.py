@@ -10,6 +10,7 @@ fields; both are provenance, left out of the content id.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,7 +59,9 @@ class Generator(Protocol):
     def encode(self, item) -> bytes | None: ...       # bytes `from_bytes` turns back into item
     def seed_inputs(self) -> list[bytes]: ...         # a campaign's first inputs
     def strategy(self): ...                           # the public Hypothesis strategy
-    def uniform(self, rng): ...  # the detection benchmark's aimless baseline input, or None
+    # The detection benchmark's aimless baseline input within what `preconditions` declare
+    # (an implementation's), or None where the target has none.
+    def uniform(self, rng, preconditions=frozenset()): ...
 
 
 class Judge(Protocol):
@@ -95,6 +98,21 @@ class Settings:
     seed_bytes: int = 256
     coverage_packages: tuple[str, ...] = ("kvfuzz.impl",)
     coverage_modules: tuple[str, ...] = ()
+    # "module:function" called with each loaded implementation where it runs, before its first
+    # input is timed (what it builds on first use: SGLang's radix cache compiles a C++ extension).
+    warm_up: str | None = None
+
+
+def warm_up(target, loaded) -> None:
+    """`target.settings.warm_up` on `loaded`; whatever it raises is left for the inputs to meet
+    (the implementation's own call raises it again there, as a divergence)."""
+    if target.settings.warm_up is None:
+        return
+    module, _, function = target.settings.warm_up.partition(":")
+    try:
+        getattr(importlib.import_module(module), function)(loaded)
+    except Exception:  # noqa: BLE001 - reported by the inputs, where it counts
+        pass
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.crash_site import BUILDING, reached
 from kvfuzz.fuzz.engine.shrink import without_chunks
 from kvfuzz.fuzz.engine.summary import counts_grid
 from kvfuzz.fuzz.engine.target import (AGREE, DIVERGE, OUTSIDE_CONTRACT, Outcome, Settings,
@@ -46,7 +47,7 @@ class TraceInputs:
 
     generator: object
     pick: Callable | None = None
-    uniform: Callable | None = None  # uniform(rng): the detection benchmark's baseline trace
+    uniform: Callable | None = None  # uniform(rng, preconditions): the detection baseline trace
 
     def generator_for(self, impls):
         return self.pick(impls) if self.pick and impls else self.generator
@@ -86,13 +87,16 @@ class LockstepJudge:
         outside = self.broken(item, impl.preconditions)
         if outside:  # never run: the class says its callers never do this
             return Outcome(OUTSIDE_CONTRACT, outside=tuple(outside), behaviour="not run")
+        reached(BUILDING)  # where an implementation's process crashes, the op it was on
         lock = self.lockstep(item, impl.load(), device, **self.options(impl))
         for index, op in enumerate(item.ops):
+            reached(index)
             call, problems = lock.step(op)
             if problems:
                 return Outcome(DIVERGE, self.op_divergence(target, item, impl, lock, index,
                                                            call, problems),
                                features=lock.events)
+        reached(len(item.ops))
         problems = lock.finish()
         if problems:
             label = problems[0][0]
@@ -119,9 +123,9 @@ class LockstepJudge:
         """A trace stops at its first problem: how many ran to their last op."""
         if not tally.cases:
             return []
-        diverged = int(tally.divergence is not None)
         return [f"    ran to the last op: {tally.agree:,}/{tally.cases:,} "
-                f"({tally.agree / tally.cases:.1%}); stopped early: {diverged} at a divergence; "
+                f"({tally.agree / tally.cases:.1%}); stopped early: {tally.diverged:,} at a "
+                f"divergence; "
                 f"not run (outside): {tally.outside:,}"]
 
     def feature_names(self) -> list[str]:

@@ -16,8 +16,9 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import UPSTREAM, check_shape
 from kvfuzz.strategies.kvmanager import codec, generator, uniform
+from kvfuzz.strategies.kvmanager.released import LACKS, broken
 from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
@@ -30,6 +31,17 @@ KEYWORDS = ("max_model_len", "scheduler_block_size", "hash_block_size", "enable_
 def _shape(path, obj):
     check_shape(path, obj, 1, "a class with vLLM KVCacheManager's interface", cls=True,
                 methods=METHODS, keywords=KEYWORDS)
+
+
+def _declare(impl, obj):
+    """A released manager (an earlier vLLM's) declares the settings it does not take."""
+    if impl.kind != UPSTREAM:
+        return impl
+    from kvfuzz.impl.kvmanager.driver import released_api  # imports vLLM
+
+    lacks = tuple(LACKS[name] for name, takes in released_api(obj).items()
+                  if not takes and LACKS[name] not in impl.preconditions)
+    return replace(impl, preconditions=impl.preconditions + lacks) if lacks else impl
 
 
 def _smaller(item):
@@ -51,8 +63,8 @@ KVMANAGER = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
                      codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
-    judge=LockstepJudge(KVManagerLockstep, describe_op),
-    catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape),
+    judge=LockstepJudge(KVManagerLockstep, describe_op, broken),
+    catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape, _declare),
     shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),
     live="kvfuzz.fuzz.kvmanager.guard:guard",
     coverage_modules=("kvfuzz.fuzz.kvmanager.lockstep", "kvfuzz.oracle.kvmanager.model"))

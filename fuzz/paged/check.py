@@ -13,6 +13,7 @@ from __future__ import annotations
 import traceback
 
 from kvfuzz.fuzz.engine.remote import apply
+from kvfuzz.fuzz.engine.report import note_raised
 from kvfuzz.fuzz.engine.target import AGREE, DIVERGE, OUTSIDE_CONTRACT, Outcome
 from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.impl.paged.calling import UNWRITTEN, call
@@ -88,6 +89,7 @@ def _pages_text(case: Case, expected: Expected, actual: list[int]) -> str:
 
 
 def _raised(target, impl, case: Case, expected: Expected, error: Exception):
+    note_raised(error)
     frames = traceback.extract_tb(error.__traceback__)
     at = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
     at = getattr(error, "remote_at", at)  # raised in the implementation's own process

@@ -17,10 +17,10 @@ from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.swa.lockstep import SWALockstep
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.impl.swa import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.swa import codec, generator, uniform
-from kvfuzz.strategies.swa.profile import broken, checked_only
+from kvfuzz.strategies.swa.profile import NO_SEGMENT, SEGMENT_CALLS, broken, checked_only
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, describe_op, to_json
 
 METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "free", "free_swa",
@@ -42,13 +42,35 @@ def _every_decode_checked(item):
                                       else op for op in item.ops))
 
 
+def _declare(impl, obj):
+    """A class without the segment releases (an earlier SGLang release's) gets none; one without
+    a call every trace makes (`free_full`, before SGLang 0.5.19) cannot be driven."""
+    missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
+    if missing:
+        release = installed_release(impl.requires) or "this release"
+        raise ImplementationError(f"not supported: {impl.requires} {release}: "
+                                  f"{getattr(obj, '__name__', impl.path)} has no "
+                                  f"{', '.join(missing)}, which every swa trace calls")
+    if NO_SEGMENT in impl.preconditions or all(
+            callable(getattr(obj, name, None)) for name in SEGMENT_CALLS):
+        return impl
+    return replace(impl, preconditions=impl.preconditions + (NO_SEGMENT,))
+
+
+def _generator_for(impls):
+    return generator.generator_for(any(checked_only(impl.preconditions) for impl in impls),
+                                   not any(NO_SEGMENT in impl.preconditions for impl in impls))
+
+
+# What every trace calls (a finish releases the full pool's slots with `free_full`).
+REQUIRED = ("free_full", "free_swa", "alloc_extend_swa_tail")
+
 SWA = trace_target(
     "swa",
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pools"),
-    inputs=TraceInputs(generator.GENERATOR, lambda impls: generator.generator_for(
-        any(checked_only(impl.preconditions) for impl in impls)), uniform.uniform_trace),
+    inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(SWALockstep, describe_op, broken),
-    catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape, _declare, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size + item.size_swa),
                            extra=_every_decode_checked),
     coverage_modules=("kvfuzz.fuzz.swa.lockstep", "kvfuzz.oracle.swa.model"),

@@ -6,16 +6,19 @@ from functools import partial
 
 from kvfuzz.impl.allocator.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.allocator.profile import (KEEPS_PAGE_IDS, NO_RELEASE_CHECKS,
-                                                 PAGE_SIZE_2_UP, TOKEN_INTERFACE)
+from kvfuzz.strategies.allocator.profile import (CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS,
+                                                 NO_RELEASE_CHECKS, PAGE_SIZE_2_UP,
+                                                 TOKEN_INTERFACE)
 
 RELEASED = "sglang.srt.mem_cache.allocator.paged:PagedTokenToKVPoolAllocator"
 RELEASED_TOKEN = "sglang.srt.mem_cache.allocator.token:TokenToKVPoolAllocator"
+ONE_MODULE = "sglang.srt.mem_cache.allocator"  # where SGLang kept its allocators before 0.5.13
 _entry = partial(entry, "allocator", __name__)
-PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, KEEPS_PAGE_IDS)
+PAGED = (PAGE_SIZE_2_UP, NO_RELEASE_CHECKS, CHECKS_AFTER_RELEASE, KEEPS_PAGE_IDS)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"page_size_2_up": PAGE_SIZE_2_UP, "token_interface": TOKEN_INTERFACE,
-              "no_release_checks": NO_RELEASE_CHECKS, "keeps_page_ids": KEEPS_PAGE_IDS}
+              "no_release_checks": NO_RELEASE_CHECKS, "keeps_page_ids": KEEPS_PAGE_IDS,
+              "checks_after_release": CHECKS_AFTER_RELEASE}
 TOKEN = (TOKEN_INTERFACE,)
 
 
@@ -38,10 +41,12 @@ IMPLEMENTATIONS = (
     # their import path gets these preconditions.
     Implementation("sglang.paged", "allocator", RELEASED,
                    "upstream PagedTokenToKVPoolAllocator (needs sglang installed)", UPSTREAM,
-                   preconditions=PAGED, requires="sglang"),
+                   preconditions=PAGED, requires="sglang",
+                   earlier=(f"{ONE_MODULE}:PagedTokenToKVPoolAllocator",)),
     Implementation("sglang.token", "allocator", RELEASED_TOKEN,
                    "upstream TokenToKVPoolAllocator, page size 1 (needs sglang installed)",
-                   UPSTREAM, preconditions=TOKEN, requires="sglang"),
+                   UPSTREAM, preconditions=TOKEN, requires="sglang",
+                   earlier=(f"{ONE_MODULE}:TokenToKVPoolAllocator",)),
 ) + tuple(
     # Upstream's source with one edit each (upstream_mutants.py).
     _entry(f"mutant.sglang.{name.replace('_', '.', 1)}", f"upstream_mutants:{name}",

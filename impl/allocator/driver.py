@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, staged_of, then_poison
+from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, staged_of, taken, then_poison
 
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
 
@@ -35,8 +35,10 @@ class AllocatorDriver(TensorDriver):
                 os.environ[DEBUG_ENV] = before
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, num_new_pages=None):
+        """`num_new_pages`, the scheduler's count, goes to a class that takes it (SGLang's
+        before 0.5.13 counts for itself)."""
         return self._extend("alloc_extend", prefix_lens, seq_lens, last_loc,
-                            num_new_pages=num_new_pages)
+                            **taken(self.allocator.alloc_extend, num_new_pages=num_new_pages))
 
     def free_slots(self, slots) -> None:
         self._release("free", slots)

@@ -116,7 +116,12 @@ class PagedAllocator:
             return
         if start_pos % self.page_size:
             raise MisuseError(f"segment start {start_pos} is not a multiple of {self.page_size}")
-        self.free_page_ids(free_index[::self.page_size] // self.page_size)
+        strided = free_index[::self.page_size] // self.page_size
+        if self.debug_mode and not torch.equal(torch.sort(strided).values,
+                                               torch.unique(free_index // self.page_size)):
+            raise MisuseError("segment is not a row's tail: its every page_size-th slot misses "
+                              "a page it touches")
+        self.free_page_ids(strided)
 
     def free_segments(self, segments) -> None:
         """Several `(free_index, start_pos)` segments of one request's row, each as

@@ -4,12 +4,16 @@ block hasher over `strategies.kvmanager.hashing.block_hash`), results come out a
 group, and the pool is read through `PoolReader` (the blockpool target's).
 
 The configuration objects (`KVCacheConfig`, the attention specs, `Request`, `SamplingParams`) come
-from the installed vLLM: the implementation under test is the manager class."""
+from the installed vLLM: the implementation under test is the manager class. An earlier release
+is read, not assumed: a setting its constructors do not take is not passed (a trace that needs it
+is outside that class's contract: `released_api`), and a lookup that returns no shared-prefix
+boundary (before vLLM 0.26) reads as boundary 0."""
 
 from __future__ import annotations
 
 from kvfuzz.impl.blockpool.driver import PoolReader, plain_events
-from kvfuzz.strategies.kvmanager.hashing import block_hash
+from kvfuzz.impl.driver_calls import taken
+from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash
 
 
 def _ids(blocks) -> list[list[int]] | None:
@@ -65,18 +69,19 @@ class KVManagerDriver(ManagerReads):
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
                                                 for i, spec in enumerate(specs)],
-                               prefix_cache_retention_interval=retention)
+                               **asked(KVCacheConfig,
+                                       prefix_cache_retention_interval=retention))
         init_none_hash(block_hash)
+        _seed_none_hash()
         self._hasher = get_request_block_hasher(block_size, block_hash)
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
-        # the settings a release before them took no keyword for: given only where set
-        more = {name: value for name, value in (("enable_kv_cache_events", events),
-                                                ("log_stats", stats), ("use_eagle", eagle))
-                if value}
-        self.manager = cls(config, max_model_len=max_model_len, scheduler_block_size=block_size,
-                           hash_block_size=block_size, enable_caching=caching,
-                           max_in_flight_tokens=max_in_flight_tokens, watermark=watermark,
-                           **more)
+        # a setting is passed where the class takes it, or where the trace sets it (asked)
+        self.manager = cls(config, max_model_len=max_model_len, hash_block_size=block_size,
+                           enable_caching=caching,
+                           **taken(cls, scheduler_block_size=block_size),
+                           **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
+                                   watermark=watermark, enable_kv_cache_events=events,
+                                   log_stats=stats, use_eagle=eagle))
         super().__init__(self.manager.block_pool, blocks)
         self.lookahead = lookahead
         self.requests: dict[int, object] = {}
@@ -98,7 +103,8 @@ class KVManagerDriver(ManagerReads):
         self.requests[rid] = request
 
     def get_computed_blocks(self, rid: int):
-        blocks, hit, boundary = self.manager.get_computed_blocks(self.requests[rid])
+        blocks, hit, *boundary = self.manager.get_computed_blocks(self.requests[rid])
+        boundary = boundary[0] if boundary else 0  # before vLLM 0.26: no boundary
         self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does
         return _ids(blocks), int(hit), int(boundary)
@@ -112,10 +118,12 @@ class KVManagerDriver(ManagerReads):
         request.num_in_flight_tokens = in_flight
         more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
         if admission:  # as the scheduler admits a waiting or preempted request
+            method = self.manager.allocate_slots  # (others running: what the watermark reads)
+            settings = {**taken(method, has_scheduled_reqs=others_running),
+                        **asked(method, full_sequence_must_fit=whole)}
             got = self.manager.allocate_slots(request, new, num_new_computed_tokens=hit_tokens,
                                               new_computed_blocks=self.hits[rid],
-                                              full_sequence_must_fit=whole,
-                                              has_scheduled_reqs=others_running, **more)
+                                              **settings, **more)
         else:
             got = self.manager.allocate_slots(request, new, **more)
         return _ids(got)
@@ -176,3 +184,33 @@ class KVManagerDriver(ManagerReads):
 
     def evict_blocks(self, ids) -> None:
         self.manager.evict_blocks(set(ids))
+
+
+def _seed_none_hash() -> None:
+    """The hash before a request's first block, as `block_hash` makes it: an earlier vLLM's
+    `init_none_hash` draws it from `os.urandom` when PYTHONHASHSEED is unset (and never calls
+    the hash function), which no oracle could follow. It is a seed, not what is tested."""
+    from vllm.v1.core import kv_cache_utils
+
+    if bytes(kv_cache_utils.NONE_HASH) != NONE_HASH:
+        kv_cache_utils.NONE_HASH = kv_cache_utils.BlockHash(NONE_HASH)
+
+
+def asked(fn, **settings) -> dict:
+    """The trace's `settings` for `fn`: all it takes, and any other that is not at its neutral
+    value (None, 0, False): a class that cannot take a setting a trace asks for fails on it,
+    as it would in an engine, rather than run without it (a released class that lacks one
+    declares so: `released_api`, and such traces are outside its contract)."""
+    return {**taken(fn, **settings),
+            **{name: value for name, value in settings.items() if value not in (None, 0, False)}}
+
+
+def released_api(cls) -> dict[str, bool]:
+    """Which of the engine's settings a manager class (and the installed vLLM's KV-cache
+    config) takes: what a trace may ask of it."""
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+
+    return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
+            "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
+            "watermark": bool(taken(cls, watermark=0.0)),
+            "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False))}

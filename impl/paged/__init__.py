@@ -7,6 +7,7 @@ POW2 = ("power-of-two page size",)
 # What an outside function may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"power_of_two_page_size": POW2[0]}
 NAIVE = "sglang.srt.mem_cache.allocator.paged"
+ONE_MODULE = "sglang.srt.mem_cache.allocator"  # where SGLang kept its allocators before 0.5.13
 
 
 def _entry(target, *row, **options):
@@ -55,10 +56,10 @@ IMPLEMENTATIONS = (
     # The released torch path SGLang's allocator takes on CPU (docs/upstream-sglang.md).
     Implementation("sglang.naive", "extend", f"{NAIVE}:alloc_extend_naive",
                    "upstream sglang alloc_extend_naive (needs sglang)", UPSTREAM,
-                   requires="sglang"),
+                   requires="sglang", earlier=(f"{ONE_MODULE}:alloc_extend_naive",)),
     Implementation("sglang.naive", "decode", f"{NAIVE}:alloc_decode_naive",
                    "upstream sglang alloc_decode_naive (needs sglang)", UPSTREAM,
-                   requires="sglang"),
+                   requires="sglang", earlier=(f"{ONE_MODULE}:alloc_decode_naive",)),
 ) + tuple(
     # Triton mutants: the kernel source with one edit each (triton_mutants.py).
     _entry(target, f"mutant.triton.{name}", f"triton_mutants:{target}_{name}", summary, MUTANT,

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 
-from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.registry import ImplementationError, module_exists
 from kvfuzz.impl.triton_env import use_interpreter_without_cuda
 from kvfuzz.impl.upstream_env import prepare_import
 
 KERNELS = "sglang.kernels.ops.memory.allocator"
+# Where earlier releases kept them: 0.5.13 to 0.5.18, then before 0.5.13 beside the allocators.
+EARLIER = ("sglang.srt.mem_cache.triton_ops.allocator", "sglang.srt.mem_cache.allocator")
 ADAPTERS = ("triton_extend", "triton_decode")
 
 
@@ -28,11 +31,13 @@ def kernels():
     """(alloc_extend_kernel, alloc_decode_kernel). A failure is not cached: installing sglang
     mid-session works on the next try."""
     interpret = use_interpreter_without_cuda()
+    name = next((name for name in (KERNELS, *EARLIER) if _defines(name, "alloc_extend_kernel")),
+                KERNELS)
     try:
-        with prepare_import(KERNELS):
-            module = importlib.import_module(KERNELS)
+        with prepare_import(name):
+            module = importlib.import_module(name)
     except ImportError as error:
-        raise ImplementationError(f"upstream Triton kernels: cannot import {KERNELS} ({error}); "
+        raise ImplementationError(f"upstream Triton kernels: cannot import {name} ({error}); "
                                   f"install it as docs/upstream-sglang.md says") from None
     from triton.runtime.interpreter import InterpretedFunction  # triton is loaded by now
 
@@ -43,6 +48,18 @@ def kernels():
         raise ImplementationError("upstream Triton kernels: triton was imported before "
                                   "TRITON_INTERPRET=1 was set; set it in the environment")
     return pair
+
+
+def _defines(module_name: str, name: str) -> bool:
+    """Whether `module_name` exists and its source defines `name` (read, not imported)."""
+    if not module_exists(module_name):
+        return False
+    origin = importlib.util.find_spec(module_name).origin
+    try:
+        with open(origin, encoding="utf-8", errors="replace") as handle:
+            return f"def {name}(" in handle.read()
+    except (OSError, TypeError):
+        return False
 
 
 def _next_power_of_2(n: int) -> int:

@@ -34,7 +34,9 @@ IMPLEMENTATIONS = (
            "a tail allocation maps the extend's first tokens to the SWA slots", MUTANT),
     Implementation("sglang.swa", "swa", RELEASED,
                    "upstream SWATokenToKVPoolAllocator (needs sglang)", UPSTREAM,
-                   preconditions=UPSTREAM_DECLARES, requires="sglang"),
+                   preconditions=UPSTREAM_DECLARES, requires="sglang",
+                   # before 0.5.13, beside SGLang's SWA memory pool
+                   earlier=("sglang.srt.mem_cache.swa_memory_pool:SWATokenToKVPoolAllocator",)),
 ) + tuple(
     _entry(f"mutant.sglang.swa.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang", preconditions=UPSTREAM_DECLARES)

@@ -17,8 +17,8 @@ class SWADriver(TensorDriver):
     def __init__(self, cls, size: int, size_swa: int, page_size: int, need_sort: bool,
                  device: str = "cpu"):
         self.device, self.size = device, size
-        self.allocator = cls(size, size_swa, page_size, torch.float16, device, stand_in_kvcache(),
-                             need_sort)
+        self.allocator = cls(size, size_swa, page_size, torch.float16, device,
+                             stand_in_kvcache(cls), need_sort)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc):
         return self._extend("alloc_extend", prefix_lens, seq_lens, last_loc)

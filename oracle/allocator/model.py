@@ -10,12 +10,20 @@ changes (free list, staged pages, available size):
   - spec §0/§4.6-4.7: `last_loc` breaking the alignment invariant (extend and decode);
   - spec §4.8/§4.10: a double free, i.e. releasing a page that is already free or staged, or the
     same page twice in one `free_page_ids`/`free_segment` release (the spec's duplicate check);
+  - spec §4.9: a `free_segment` that is not a row's tail (its every P-th slot misses a page one
+    of its slots touches);
   - kvfuzz hardening, beyond the spec (which only says page 0 is reserved): releasing page 0 or a
     page outside 1..num_pages. Upstream has no such check: its adapter declares so
     (strategies/allocator/profile.py), and gets no such misuse.
 A `free_segment` whose start is not page-aligned is rejected in every mode (upstream asserts),
 and so is a nested `free_group_begin`; a `free_group_end` without a begin does nothing.
 With debug checks off nothing else is validated; misuse traces therefore run with debug on.
+
+`checks_after_release` models a class that declares so (upstream `PagedTokenToKVPoolAllocator`):
+its debug check looks for a page twice on the whole free list only after a release has put the
+pages there. A double free (or a free page released again) is then released AND raises; the
+free list holds the caller's corruption from then on (`corrupted`), so nothing after it is
+judged.
 
 `token=True` models upstream `TokenToKVPoolAllocator` (page size 1, its released source is the
 contract): `free` appends what it is given to the free list (or stages it), in the order given,
@@ -34,9 +42,11 @@ class Rejected(Exception):
 
 class AllocatorModel:
     def __init__(self, size: int, page_size: int, need_sort: bool, debug: bool = False,
-                 token: bool = False):
+                 token: bool = False, checks_after_release: bool = False):
         self.page_size, self.need_sort, self.debug = page_size, need_sort, debug and not token
         self.token = token
+        self.after = checks_after_release and self.debug
+        self.corrupted = False  # a double free was released, then reported (`after` only)
         self.num_pages = size // page_size
         self.clear()
 
@@ -45,6 +55,7 @@ class AllocatorModel:
         self.staged: list[int] = []
         self.group: list[list[int]] | None = None       # slots passed to free() inside a group
         self.group_page_ids: list[list[int]] = []       # pages from free_segment/free_page_ids
+        self.fault_pending = False  # a double free waits in the open group (`after` only)
 
     def available_size(self) -> int:
         return (len(self.free) + len(self.staged)) * self.page_size
@@ -115,6 +126,7 @@ class AllocatorModel:
         if not slots:
             return
         if self.group is not None:
+            self._note_pending_double({s // self.page_size for s in slots}, chunk=False)
             self.group.append(list(slots))
             return
         self._release(list(slots) if self.token else sorted({s // self.page_size for s in slots}))
@@ -125,7 +137,12 @@ class AllocatorModel:
             return
         if start_pos % self.page_size:
             raise Rejected(f"free_segment start {start_pos} is not a multiple of {self.page_size}")
-        self.free_page_ids([s // self.page_size for s in slots[::self.page_size]])
+        strided = [s // self.page_size for s in slots[::self.page_size]]
+        if self.debug and sorted(strided) != sorted({s // self.page_size for s in slots}):
+            raise Rejected(f"free_segment of {len(slots)} slots is not a row's tail: its every "
+                           f"{self.page_size}th slot touches pages {sorted(strided)[:8]}, its "
+                           f"slots pages {sorted({s // self.page_size for s in slots})[:8]}")
+        self.free_page_ids(strided)
 
     def free_segments(self, segments) -> None:
         """Several `(slots, start_pos)` segments of one row, each a `free_segment`, empty ones
@@ -140,9 +157,23 @@ class AllocatorModel:
         if not pages:
             return
         if self.group is not None:
+            self._note_pending_double(pages, chunk=True)
             self.group_page_ids.append(list(pages))
             return
         self._release(list(pages))
+
+    def _note_pending_double(self, pages, chunk: bool) -> None:
+        """`checks_after_release`: a page staged in the group that is free already, or twice
+        among the page-id chunks (free() chunks are deduplicated at the end), is a double free
+        its end will report: the state until then is the caller's fault (`fault_pending`)."""
+        if not self.after:
+            return
+        staged_here = {page for part in self.group_page_ids for page in part}
+        if chunk:  # a page-ids chunk meets the free() chunks' pages too
+            staged_here |= {s // self.page_size for part in self.group or [] for s in part}
+        twice = chunk and len(set(pages)) < len(pages)
+        if twice or set(pages) & (set(self.free) | set(self.staged) | staged_here):
+            self.fault_pending = True
 
     def group_begin(self) -> None:
         if self.group is not None:
@@ -153,18 +184,20 @@ class AllocatorModel:
         """§4.10: the free() part once, deduplicated, then the page-id part, as upstream orders it."""
         pending, self.group = self.group or [], None
         ids, self.group_page_ids = self.group_page_ids, []
+        self.fault_pending = False  # released now: reported (corrupted) or not there after all
         if self.token:  # one free() of every chunk, in order
             self._release([slot for chunk in pending for slot in chunk], check=False)
             return
         first = sorted({s // self.page_size for chunk in pending for s in chunk})
         second = [page for chunk in ids for page in chunk]
-        self._check(first + second)
-        for part in (first, second):
+        if not self.after:
+            self._check(first + second)
+        for part in (first, second):  # checked after each part where the check comes after
             if part:
-                self._release(part, check=False)
+                self._release(part, check=self.after)
 
     def _release(self, pages: list[int], check: bool = True) -> None:
-        if check:
+        if check and not self.after:
             self._check(pages)
         if not pages:
             return
@@ -174,6 +207,20 @@ class AllocatorModel:
             self.free = self.free + pages  # appended: reused last
         else:
             self.free = pages + self.free  # prepended: freed pages are reused first
+        if check and self.after:
+            self._check_free_list()
+
+    def _check_free_list(self) -> None:
+        """`checks_after_release`: a page twice on the free list (staged included) raises."""
+        seen, twice = set(), []
+        for page in self.free + self.staged:
+            if page in seen:
+                twice.append(page)
+            seen.add(page)
+        if twice:
+            self.corrupted = True
+            raise Rejected(f"pages {sorted(twice)[:8]} twice on the free list after the release "
+                           f"(the duplicate check runs after it)")
 
     def _check(self, pages: list[int]) -> None:
         if self.debug:

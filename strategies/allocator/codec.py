@@ -3,15 +3,15 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.allocator.trace import (FORMAT, FREE_HOWS, GROUP_MISUSES, INTERFACES,
-                                               KINDS, MISUSES, AllocPages, DecodeSlots, Extend,
+from kvfuzz.strategies.allocator.trace import (ALL_MISUSES, FORMAT, FREE_HOWS, INTERFACES,
+                                               KINDS, AllocPages, DecodeSlots, Extend,
                                                ExtendSlots, Finish, FreeSegments, Misuse, Trace,
                                                Truncate)
 from kvfuzz.strategies.inputs import FieldReader
 
 _TOP = {"format", "page_size", "size", "need_sort", "debug", "interface", "ops", "origin", "note"}
 _CHOICES = {(Finish, "how"): FREE_HOWS, (Truncate, "how"): FREE_HOWS,
-            (Misuse, "kind"): MISUSES + GROUP_MISUSES}
+            (Misuse, "kind"): ALL_MISUSES}
 _NATURAL = {"rid", "share_pages", "keep", "trim", "salt"}  # integers >= 0
 # Limits no legitimate trace reaches: they bound memory and the time one trace takes (each op
 # compares state of the size of the pool).

@@ -1,9 +1,10 @@
-"""Seeded plain-random allocator traces (`allocator/2`): trace `index` of `seed` is the same forever.
+"""Seeded plain-random allocator traces (`allocator/3`): trace `index` of `seed` is the same forever.
 
-Aimed where allocator bugs live: small pools filled to exactly fit or miss by one page, churn near
-capacity, need_sort on and off, page sizes 1 and up, long decode runs, free groups (a nested
-begin, an end without a begin, a clear inside one now and then), shared prefixes; about one
-trace in seven also carries misuse on purpose (debug checks on). An implementation's declared
+Aimed where allocator bugs live: small pools filled to exactly fit or miss by one page (now and
+then a big one, past 256 pages), churn near capacity, need_sort on and off, page sizes 1 and up, long decode runs, free groups (a nested
+begin, an end without a begin, a clear inside one now and then, and an end after that clear),
+shared prefixes, a `free_segment` from inside a page now and then (rejected in every mode);
+about one trace in seven also carries misuse on purpose (debug checks on). An implementation's declared
 preconditions give a `Profile` (profile.py), and a generator of its own (`generator_for`).
 A change to what this produces must bump the generator version.
 """
@@ -14,23 +15,28 @@ import functools
 import random
 
 from kvfuzz.strategies.allocator.profile import DEFAULT, Profile, profile_for
-from kvfuzz.strategies.allocator.trace import (FREE_HOWS, MISUSES, Admit, AllocPages, Clear,
+from kvfuzz.strategies.allocator.trace import (MISUSES, Admit, AllocPages, Clear,
                                                Decode, Extend, Finish, GroupBegin, GroupEnd,
                                                Misuse, Trace, Truncate)
 from kvfuzz.strategies.sources import TraceGenerator
 
 MISUSE_RATE = 0.15
 GROUP_MISUSE_RATE = 0.05  # per free group, each kind
+UNALIGNED_RATE = 0.1      # per truncate: a buggy caller's segment from inside a page
+BIG_POOL_RATE = 0.04      # a pool of 257 to 320 pages
 
 
 def build(rng: random.Random, num_ops: int, profile: Profile = DEFAULT) -> Trace:
     P = rng.choice(profile.page_sizes)
     num_pages = rng.choice((rng.randint(2, 8), rng.randint(8, 24), rng.randint(24, 64)))
+    big = rng.random() < BIG_POOL_RATE
+    if big:  # counts past 256, where an `is` between two ints stops meaning ==
+        num_pages = rng.randint(257, 320)
     size = num_pages * P + (rng.randint(0, P - 1) if rng.random() < 0.25 else 0)
     need_sort = rng.random() < 0.5
     caller_bugs = tuple(kind for kind in MISUSES if kind in profile.misuses)
     misuse = rng.random() < MISUSE_RATE and bool(caller_bugs)
-    debug = misuse or rng.random() < 0.1
+    debug = misuse or rng.random() < (0.5 if big else 0.1)
     gen = _Generator(rng, P, num_pages, misuse, profile)
     while len(gen.ops) < num_ops:
         gen.step()
@@ -44,7 +50,7 @@ class _Generator:
     def __init__(self, rng: random.Random, page_size: int, num_pages: int, misuse: bool,
                  profile: Profile):
         self.rng, self.P, self.num_pages, self.misuse = rng, page_size, num_pages, misuse
-        self.allowed = set(profile.misuses)
+        self.allowed, self.hows = set(profile.misuses), profile.hows
         self.lens: dict[int, int] = {}
         self.next_rid = 0
         self.ops: list = []
@@ -124,7 +130,7 @@ class _Generator:
 
     def finish(self) -> None:
         rid = self.rng.choice(sorted(self.lens))
-        self.ops.append(Finish(rid, self.rng.choice(FREE_HOWS)))
+        self.ops.append(Finish(rid, self.rng.choice(self.hows)))
         del self.lens[rid]
         if self.misuse and self.rng.random() < 0.3 and "double_free" in self.allowed:
             self.ops.append(Misuse("double_free", self.rng.randint(0, 99)))
@@ -132,8 +138,10 @@ class _Generator:
     def truncate(self) -> None:
         rid = self.rng.choice(sorted(self.lens))
         keep = self.rng.randint(0, self.lens[rid])
-        self.ops.append(Truncate(rid, keep, self.rng.choice(FREE_HOWS)))
+        self.ops.append(Truncate(rid, keep, self.rng.choice(self.hows)))
         self.lens[rid] = keep
+        if self.rng.random() < UNALIGNED_RATE and "segment_unaligned" in self.allowed:
+            self.ops.append(Misuse("segment_unaligned", self.rng.randint(0, 99)))
 
     def group(self) -> None:
         rng = self.rng
@@ -143,13 +151,15 @@ class _Generator:
             if self.lens:
                 (self.finish if rng.random() < 0.7 else self.truncate)()
         if rng.random() < GROUP_MISUSE_RATE:
-            self.clear()  # inside the group: clears and closes it
+            self.clear()  # inside the group: clears and closes it, and forgets what it held
+            if rng.random() < 0.5:  # so an end now has nothing to release
+                self._group_misuse("group_end_unopened", always=True)
             return
         self.ops.append(GroupEnd())
         self._group_misuse("group_end_unopened")
 
-    def _group_misuse(self, kind: str) -> None:
-        if self.rng.random() < GROUP_MISUSE_RATE and kind in self.allowed:
+    def _group_misuse(self, kind: str, always: bool = False) -> None:
+        if (always or self.rng.random() < GROUP_MISUSE_RATE) and kind in self.allowed:
             self.ops.append(Misuse(kind, self.rng.randint(0, 99)))
 
     def alloc(self) -> None:
@@ -171,7 +181,7 @@ class _Generator:
         self.ops.append(Misuse(self.rng.choice(kinds), self.rng.randint(0, 99)))
 
 
-NAME = "allocator/2"
+NAME = "allocator/3"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
@@ -179,7 +189,7 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 @functools.cache
 def generator_for(preconditions: tuple[str, ...]) -> TraceGenerator:
     """The generator of an implementation that declares `preconditions`: its own stream of
-    traces, named e.g. "allocator/2[P>=2,no-release-checks]", so a (generator, seed, index)
+    traces, named e.g. "allocator/3[P>=2,no-release-checks]", so a (generator, seed, index)
     still names one trace forever."""
     profile = profile_for(preconditions)
     if not profile.tags:

@@ -16,8 +16,13 @@ FREE_HOWS = ("free", "segment", "page_ids")  # which allocator call releases the
 # Caller bugs the debug checks reject (oracle.allocator says how), and misuse of the free-group
 # protocol, whose verdict holds in every mode: a nested begin is rejected, an end without a
 # begin does nothing. (A `Clear` inside a group needs no kind: it clears and closes the group.)
-MISUSES = ("double_free", "free_page0", "bad_last_loc", "free_unallocated", "free_out_of_range")
+MISUSES = ("double_free", "free_page0", "bad_last_loc", "free_unallocated", "free_out_of_range",
+           "alloc_unaligned", "segment_gapped")
 GROUP_MISUSES = ("group_begin_nested", "group_end_unopened")
+# Checked in every mode too: `free_segment` asserts that its start is page-aligned before it
+# changes anything (a start inside a page would free every page-th slot from there, not pages).
+SEGMENT_MISUSES = ("segment_unaligned",)
+ALL_MISUSES = MISUSES + GROUP_MISUSES + SEGMENT_MISUSES
 INTERFACES = ("paged", "token")  # alloc_extend/alloc_decode, or alloc(n) alone (page size 1)
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import random
 
-from kvfuzz.strategies.blockpool.profile import double_frees_allowed
+from kvfuzz.strategies.blockpool.profile import double_frees_allowed, unpins_allowed
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Evict,
                                                Free, Lookup, Move, Pad, Pin, Probe, Reset,
                                                Share, Trace, Unpin)
@@ -62,14 +62,15 @@ def images(rng: random.Random, size: int) -> tuple[tuple[int, int], ...]:
     return tuple(found)
 
 
-def build(rng: random.Random, num_ops: int, double_free: bool = True) -> Trace:
+def build(rng: random.Random, num_ops: int, double_free: bool = True,
+          unpin: bool = True) -> Trace:
     profile = rng.choices(list(PROFILES), list(PROFILES.values()))[0]
     blocks = rng.choice((rng.randint(2, 8), rng.randint(8, 32), rng.randint(32, 64)))
     blocks = 1 if rng.random() < 0.04 else blocks  # the null block alone: nothing to hand out
     caching = rng.random() < (0.85 if profile == "manager" else 0.95)
     chosen = settings(rng, profile)
     gen = _Generator(rng, blocks, caching, double_free, chosen.get("scale", 1),
-                     profile == "partial")
+                     profile == "partial", unpin)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, caching, tuple(gen.ops[:num_ops]), **chosen, note=f"profile {profile}")
@@ -81,9 +82,10 @@ class _Generator:
     where they part."""
 
     def __init__(self, rng: random.Random, blocks: int, caching: bool, double_free: bool,
-                 scale: int, partial: bool):
+                 scale: int, partial: bool, unpin: bool = True):
         self.rng, self.blocks, self.caching = rng, blocks, caching
         self.double_free, self.scale, self.partial = double_free, scale, partial
+        self.unpin = unpin  # whether finished requests' blocks may go back by `unpin_blocks`
         self.families = [[rng.randrange(1 << 30) for _ in range(rng.randint(2, 10) * scale)]
                          for _ in range(rng.randint(1, 3))]
         self.hash_ids: dict[tuple, int] = {}
@@ -185,7 +187,7 @@ class _Generator:
         rids = tuple(rng.sample(list(self.live), rng.randint(1, min(3, len(self.live)))))
         for rid in rids:
             del self.live[rid]
-        if rng.random() < 0.12:
+        if rng.random() < 0.12 and self.unpin:
             self.ops.append(Unpin(rids))
         else:
             self.ops.append(Free(rids, reverse=rng.random() < 0.85))
@@ -232,8 +234,12 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 @functools.cache
 def generator_for(preconditions: frozenset) -> TraceGenerator:
     """The generator of an implementation that declares `preconditions` (`profile.py`): its own
-    stream, "blockpool/3[no double free]", where its callers never double-free."""
-    if double_frees_allowed(preconditions):
+    stream, e.g. "blockpool/3[no double free]" where its callers never double-free, so a
+    (generator, seed, index) still names one trace forever."""
+    double_free, unpin = double_frees_allowed(preconditions), unpins_allowed(preconditions)
+    if double_free and unpin:
         return GENERATOR
-    return TraceGenerator(f"{NAME}[no double free]", functools.partial(build, double_free=False),
+    tags = ([] if double_free else ["no double free"]) + ([] if unpin else ["no-unpin"])
+    return TraceGenerator(f"{NAME}[{', '.join(tags)}]",
+                          functools.partial(build, double_free=double_free, unpin=unpin),
                           num_ops=200, max_fuzz_ops=200)

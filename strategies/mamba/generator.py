@@ -10,12 +10,11 @@ the version.
 
 from __future__ import annotations
 
-import functools
 import random
 
 from kvfuzz.strategies.mamba.trace import (CLEAR_IN_GROUP, NESTED, STRAY_END, Admit, AllocMany,
                                            Clear, Finish, GroupBegin, GroupEnd, Trace)
-from kvfuzz.strategies.sources import TraceGenerator
+from kvfuzz.strategies.sources import TraceGenerator, misuse_stream
 
 MISUSE_RATE = 0.05  # per group, each kind
 ALL_MISUSE = frozenset((NESTED, CLEAR_IN_GROUP, STRAY_END))
@@ -97,13 +96,7 @@ GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 
-@functools.cache
 def generator_for(unsupported: frozenset) -> TraceGenerator:
     """The generator for an implementation that does not support the misuse in `unsupported`:
     its own stream of traces, e.g. "mamba/1[no nested group begin]"."""
-    if not unsupported & ALL_MISUSE:
-        return GENERATOR
-    tags = ",".join(f"no {kind}" for kind in sorted(unsupported & ALL_MISUSE))
-    return TraceGenerator(f"{NAME}[{tags}]",
-                          functools.partial(build, allowed=ALL_MISUSE - unsupported),
-                          num_ops=200, max_fuzz_ops=200)
+    return misuse_stream(GENERATOR, ALL_MISUSE, unsupported)

@@ -24,12 +24,13 @@ UNCHECKED_RATE = 0.3  # of decodes, where allowed
 MISUSE_RATE = 0.03    # per group, each kind
 
 
-def build(rng: random.Random, num_ops: int, unchecked: bool = True) -> Trace:
+def build(rng: random.Random, num_ops: int, unchecked: bool = True,
+          hows: tuple[str, ...] = HOWS) -> Trace:
     P = rng.choice((1, 1, 2, 4, 8))
     pages = rng.choice((rng.randint(2, 6), rng.randint(6, 24), rng.randint(24, 64)))
     swa_pages = max(1, rng.choice((pages // 2, pages - 1, pages, pages + 2, rng.randint(1, 8))))
     slack = rng.choice((0, 0, 0, rng.randint(1, P))) if P > 1 else 0  # a size not in whole pages
-    gen = _Generator(rng, P, pages, unchecked)
+    gen = _Generator(rng, P, pages, unchecked, hows)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(P, pages * P + slack % P, swa_pages * P, rng.random() < 0.3,
@@ -40,8 +41,10 @@ class _Generator:
     """A rough picture of the live requests and their lengths steers the mix; exact capacity is
     the harness's business (a call that cannot be served must return None)."""
 
-    def __init__(self, rng: random.Random, P: int, pages: int, unchecked: bool):
+    def __init__(self, rng: random.Random, P: int, pages: int, unchecked: bool,
+                 hows: tuple[str, ...] = HOWS):
         self.rng, self.P, self.pages, self.unchecked = rng, P, pages, unchecked
+        self.hows = hows  # how windows and requests are released
         self.live: dict[int, int] = {}  # rid -> tokens (a guess: failed calls are not known)
         self.next_rid = 0
         self.ops: list = []
@@ -91,11 +94,11 @@ class _Generator:
     def evict(self) -> None:
         for rid in self._some(2):
             keep = self.rng.choice((0, 1, self.P, self.rng.randint(0, 4 * self.P)))
-            self.ops.append(Evict(rid, keep, self.rng.choice(HOWS)))
+            self.ops.append(Evict(rid, keep, self.rng.choice(self.hows)))
 
     def finish(self) -> None:
         for rid in self._some(2):
-            self.ops.append(Finish(rid, self.rng.choice(HOWS)))
+            self.ops.append(Finish(rid, self.rng.choice(self.hows)))
             del self.live[rid]
 
     def batch(self) -> None:
@@ -124,10 +127,14 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 
 @functools.cache
-def generator_for(checked_only: bool) -> TraceGenerator:
+def generator_for(checked_only: bool, segments: bool = True) -> TraceGenerator:
     """The generator for implementations only called after the scheduler's memory check: every
-    decode checked (its own stream, "swa/2[checked decode]")."""
-    if not checked_only:
+    decode checked (its own stream, "swa/2[checked decode]"); without `segments` (a class that
+    has no segment releases) none ("...,no-segment]")."""
+    tags = ["checked decode"] * checked_only + ["no-segment"] * (not segments)
+    if not tags:
         return GENERATOR
-    return TraceGenerator(f"{NAME}[checked decode]", functools.partial(build, unchecked=False),
+    return TraceGenerator(f"{NAME}[{','.join(tags)}]",
+                          functools.partial(build, unchecked=not checked_only,
+                                            hows=HOWS if segments else ("set",)),
                           num_ops=200, max_fuzz_ops=200)

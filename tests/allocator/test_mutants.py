@@ -17,7 +17,10 @@ EXPECTED = {
     "mutant.sglang.token.alloc_never_merges": r"None vs success",
     "mutant.sglang.paged.group_keeps_view": r"ownership +page -99",
     "mutant.sglang.paged.merge_drops_staged": r"None vs success",
-    "mutant.sglang.paged.extend_skips_exact_check": r"None vs success",
+    # Past the exact check, the kernel runs short: it returns slots where None was due, or
+    # (an empty pool) the naive kernel's own assert fires.
+    "mutant.sglang.paged.extend_skips_exact_check": r"None vs success|crash +AssertionError: "
+                                                    r"alloc_extend_naive: free_pages is empty",
     "mutant.sglang.paged.clear_keeps_group": r"available_size",
 }
 # What the mutant was made from: it agrees with the oracle on the shrunk trace.

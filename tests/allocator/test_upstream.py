@@ -40,8 +40,9 @@ def test_every_seeded_trace_runs_to_its_last_op_on_upstream(impl, shard, size):
 def test_upstream_by_import_path_gets_the_declared_preconditions():
     resolve = ALLOCATOR.catalogue.resolve
     assert resolve(RELEASED) is PAGED and resolve(RELEASED_TOKEN) is TOKEN
-    assert ALLOCATOR.generator.generator_for([PAGED]).name == "allocator/2[P>=2,no-release-checks]"
-    assert ALLOCATOR.generator.generator_for([TOKEN]).name == "allocator/2[token,no-release-checks]"
+    names = [ALLOCATOR.generator.generator_for([impl]).name for impl in (PAGED, TOKEN)]
+    assert names == ["allocator/3[P>=2,no-release-checks,checks-after-release]",
+                     "allocator/3[token,no-release-checks]"]
     for index in range(20):
         assert ALLOCATOR.generator.generate(0, index, [PAGED]).page_size >= 2
         assert ALLOCATOR.generator.generate(0, index, [TOKEN]).interface == "token"
@@ -49,8 +50,8 @@ def test_upstream_by_import_path_gets_the_declared_preconditions():
 
 @pytest.mark.parametrize("trace, impl, why", [
     (Trace(1, 8, False, (Admit(1), Extend((1,), (3,)), Decode())), PAGED, "page size 1"),
-    (Trace(4, 64, False, (Admit(1), Misuse("double_free")), debug=True), PAGED,
-     "misuse the class does not check: double_free"),
+    (Trace(4, 64, False, (Admit(1), Misuse("free_page0")), debug=True), PAGED,
+     "misuse the class does not check: free_page0"),
     (Trace(1, 8, False, (Admit(1),), interface="token"),
      ALLOCATOR.catalogue.resolve("allocator.torch"),
      "a token-interface trace for a paged-interface class"),

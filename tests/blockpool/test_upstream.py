@@ -9,12 +9,11 @@ import pytest
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
 from kvfuzz.impl.blockpool import RELEASED
-from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.registry import ImplementationError, load_attribute
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Free,
                                                Lookup, Move, Pin, Reset, Share, Trace, Unpin)
-from kvfuzz.impl.registry import load_attribute
-from tests.helpers import (assert_corpus_replays_clean, assert_seeded_traces_agree, divergence,
-                           needs_engine, undeclared)
+from tests.helpers import (assert_corpus_replays_clean, assert_refused_in_one_line,
+                           assert_seeded_traces_agree, divergence, needs_engine, undeclared)
 
 pytestmark = needs_engine("vllm")
 VLLM = BLOCKPOOL.catalogue.resolve("vllm.blockpool")
@@ -64,11 +63,8 @@ def test_the_corpus_replays_clean_on_vllm():
                          "enable_caching, hash_block_size"),
 ])
 def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
-    with pytest.raises(ImplementationError) as error:
-        BLOCKPOOL.catalogue.resolve(f"{__name__}:{attr}")
-    message = str(error.value)
-    assert shows in message and "vLLM BlockPool's interface" in message
-    assert "\n" not in message
+    assert_refused_in_one_line("blockpool", f"{__name__}:{attr}", shows,
+                               "vLLM BlockPool's interface")
 
 
 # Faults no source mutant makes, for the checks only they can fail: a broken link in the free

@@ -214,3 +214,22 @@ _KEPT = []  # what leaks_memory never lets go of
 leaks_memory = _hostile(lambda out: _KEPT.append(torch.ones(1 << 26, dtype=torch.float32)))
 # one allocation far past any limit
 allocates_too_much = _hostile(lambda out: torch.ones(1 << 40, dtype=torch.uint8))
+
+
+# -- where it failed: crash reports and the in-process replay ---------------------------------
+class SegfaultsOnMerge(PagedAllocator):
+    """An allocator that segfaults when its need_sort pages are merged (mid-trace)."""
+
+    def merge_and_sort_free(self):
+        if self.staged_pages:
+            ctypes.string_at(0)
+        super().merge_and_sort_free()
+
+
+class RaisesOnMerge(PagedAllocator):
+    """An allocator that raises when its need_sort pages are merged (mid-trace)."""
+
+    def merge_and_sort_free(self):
+        if self.staged_pages:
+            raise RuntimeError(f"refusing to merge {len(self.staged_pages)} staged pages")
+        super().merge_and_sort_free()

@@ -12,13 +12,15 @@ from kvfuzz.fuzz.targets import TARGETS
 PINNED = {
     "extend": ("extend/1", ["909f352be2342775", "36bf77dc9ea007fe", "5a7d4ad59224b29e"]),
     "decode": ("decode/1", ["2298e7a60ab6db2e", "a2ce158febcbf305", "a5c43e42fe67753c"]),
-    "allocator": ("allocator/2", ["24f53be5a6e38b7e", "a15a0e1bfacce9c5", "8194cee55349f58a"]),
+    "allocator": ("allocator/3", ["36622f03efc56435", "c914351f0698b490", "8e0db0de7875d696"]),
     "compaction": ("compaction/1", ["dec1962c15de4461", "f3967ee66651104b",
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/2", ["0a137654655ae1f7", "bb1dd92be9ba35db", "aede6c2c221fc0ef"]),
     "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
     "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
+    "radix": ("radix/1", ["587a1e81ac6866dd", "d31d00bc0028403e", "0b1dc1450e85f7cc"]),
+    "offload": ("offload/1", ["b4523cd1e3f3081e", "456a89a9aeed0c40", "bab28886675779cf"]),
 }
 
 

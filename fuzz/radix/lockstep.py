@@ -1,0 +1,293 @@
+"""The prefix-cache judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
+(`oracle.radix`) and an implementation driven as SGLang's scheduler drives its tree cache and
+allocator (admission: match, lock, row; extend: evict the shortfall, allocate; checkpoints;
+release; probes, load-back inserts, evictions, flushes), compared after every op (`state.py`):
+the calls' results (match lengths and slots, evicted tokens, refusals, insert's cached length),
+then the invariants (a locked page never evicted, no tree value sharing memory with another node,
+a row or the caller's tensor, edges keyed by their child's first page, lock counts monotone,
+whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
+sign, available + evictable + protected + held = capacity), then the model's exact state (pages
+evicted in policy order, every node, free pages, rows) and, with events on, that the events'
+stored minus removed pages are the cached ones.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, crash_problems, handles, short
+from kvfuzz.fuzz.engine.remote import make
+from kvfuzz.fuzz.radix import state
+from kvfuzz.oracle.radix.events import EventLedger
+from kvfuzz.oracle.radix.invariants import tree_violations
+from kvfuzz.oracle.radix.model import RadixModel
+from kvfuzz.oracle.radix.pages import PageNames
+from kvfuzz.strategies.radix import trace as radix
+from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
+                                           Pin, Reset, Touch)
+
+
+def rows_needed(trace) -> tuple[int, int]:
+    """(the most requests live at once, the longest request): the rows table's shape."""
+    seen, live, most = set(), set(), 1
+    for op in trace.ops:
+        if isinstance(op, Admit) and op.rid not in seen:
+            seen.add(op.rid)
+            live.add(op.rid)
+            most = max(most, len(live))
+        elif isinstance(op, Finish):
+            live.discard(op.rid)
+        elif isinstance(op, Reset):
+            live.clear()
+    longest = max((len(op.tokens) for op in trace.ops if isinstance(op, Admit)), default=1)
+    return most, longest
+
+
+class RadixLockstep(Lockstep):
+    KINDS = radix.KINDS
+    EVENTS = ("admit with a hit", "admit, no hit", "admit splits a node", "prefill chunk",
+              "decode", "decode into a new page", "alloc refused", "evict for an allocation",
+              "evict", "evict nothing", "evict all", "checkpoint", "checkpoint frees duplicates",
+              "finish cached", "finish not cached", "finish after a reset", "match hit",
+              "match miss", "match splits a node", "touch", "pin", "insert", "insert cached part",
+              "insert refused", "reset", "reset in flight", "key under a page")
+    OWNERSHIP = (f"{POISON} is what the caller wrote over the tensor, key or row it passed, "
+                 f"after the call: the cache kept the caller's, not a copy")
+
+    def build_model(self, trace):
+        self.names = PageNames()
+        self.ledger = EventLedger(self.names)
+        self.seen: set[int] = set()
+        self.pages_before = None  # the implementation's pages after the last op
+        self.evicting = False
+        return RadixModel(trace.page_size, trace.size, trace.policy)
+
+    def build_impl(self, trace, cls, device, poison_keys: bool = True):
+        from kvfuzz.impl.radix.driver import RadixDriver  # imports torch and SGLang
+
+        rows, context = rows_needed(trace)
+        return make(RadixDriver, cls, trace.page_size, trace.size, trace.policy, trace.events,
+                    rows, context, device, poison_keys)
+
+    def initial_problems(self):
+        self.expected_before = Counter()
+        return self.state(None)
+
+    # -- ops ----------------------------------------------------------------------------------
+    @handles(Admit)
+    def admit(self, op: Admit):
+        if op.rid in self.seen:
+            return
+        self.seen.add(op.rid)
+        self._count_match(op.tokens[:op.prompt - 1], op.ns, "admit with a hit", "admit, no hit",
+                          "admit splits a node")
+        yield Call(f"r{op.rid}: match_prefix(prompt of {op.prompt}, limit {op.prompt - 1})",
+                   "admit_match", (op.rid, op.tokens, op.prompt, op.ns, op.priority),
+                   compare=_match_compare)
+        yield Call(f"lock r{op.rid}'s node", "admit_lock", (op.rid,))
+
+    @handles(Extend)
+    def extend(self, op: Extend):
+        request, model = self.model.requests.get(op.rid), self.model
+        if request is None or request.stale:
+            return
+        end = request.prompt if request.filled < request.prompt else len(request.tokens)
+        count = min(op.count, end - request.filled)
+        if count <= 0:
+            return
+        ps, decode = model.page_size, request.filled >= request.prompt and count == 1
+        self.count("decode" if decode else "prefill chunk")
+        if decode and request.filled % ps == 0:
+            self.count("decode into a new page")
+        # What SGLang evicts for first: the tokens at page size 1; above it, a page more for
+        # an extend, a page for a decode step (allocation.py's conservative counts, one request)
+        demand = count if ps == 1 else ps if decode else count + ps
+        if demand > model.available_size():
+            yield from self._evict(demand - model.available_size(), "evict for an allocation")
+        result = yield Call(f"{'alloc_decode' if decode else 'allocate'} {count} slots for "
+                            f"r{op.rid} (at {request.filled})", "extend",
+                            (op.rid, count, decode), oracle=lambda: model.extend(op.rid, count),
+                            compare=_alloc_compare)
+        if result.actual is None:
+            self.count("alloc refused")
+            return
+        problems = self._fresh(result.actual, request.row[-1:] if request.filled % ps else [])
+        model.grant(op.rid, result.actual)
+        return problems
+
+    @handles(Checkpoint)
+    def checkpoint(self, op: Checkpoint):
+        request = self.model.requests.get(op.rid)
+        if request is None or request.stale:
+            return
+        yield from self._checkpoint(op.rid, request)
+
+    def _checkpoint(self, rid: int, request):
+        self.count("checkpoint")
+        if self.model.tree.peek(request.ns, request.tokens[:request.filled])[0] > \
+                request.protected:
+            self.count("checkpoint frees duplicates")  # cached since its match: not its own
+        yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
+                   "checkpoint", (rid,), compared=True)
+
+    @handles(Finish)
+    def finish_request(self, op: Finish):
+        request = self.model.requests.get(op.rid)
+        if request is None:
+            return
+        if request.stale:
+            self.count("finish after a reset")
+            yield Call(f"r{op.rid}: unlock of its lock from before the reset", "release_stale",
+                       (op.rid,), compare=_refusal_allowed)
+            return
+        self.count("finish cached" if op.cache else "finish not cached")
+        if op.cache:
+            yield from self._checkpoint(op.rid, request)
+        yield Call(f"release r{op.rid}: free_kv_row([{request.protected}, {request.filled})), "
+                   f"unlock", "release", (op.rid,))
+
+    @handles(Match, Touch, Pin)
+    def probe(self, op):
+        name = radix.NAMES[type(op)]
+        if isinstance(op, Match):
+            self._count_match(op.tokens, op.ns, "match hit", "match miss", "match splits a node")
+        else:
+            self.count(name)
+        yield Call(f"{name}({short(list(op.tokens), 40)})", name, (op.tokens, op.ns),
+                   compare=_match_compare if isinstance(op, Match) else None,
+                   compared=isinstance(op, Pin))
+
+    @handles(Insert)
+    def insert(self, op: Insert):
+        model = self.model
+        key = model.tree.aligned(op.tokens)
+        self.count("insert")
+        if len(key) < len(op.tokens):
+            self.count("key under a page")
+        slots = []
+        if key:
+            if len(key) > model.available_size():
+                yield from self._evict(len(key) - model.available_size(),
+                                       "evict for an allocation")
+            got = yield Call(f"alloc({len(key)}) for the insert", "alloc_slots", (len(key),),
+                             oracle=lambda: model.alloc_slots(len(key)), compare=_alloc_compare)
+            if got.actual is None:
+                self.count("insert refused")
+                return
+            problems = self._fresh(got.actual, [])
+            if problems:
+                return problems
+            model.take(got.actual)
+            slots = got.actual
+        done = yield Call(f"insert({short(key, 40)}, its {len(slots)} slots) -> cached length",
+                          "insert", (op.tokens, op.ns, op.priority, slots), compared=True)
+        if done.expected:
+            self.count("insert cached part")
+            yield Call(f"free the {done.expected} duplicate slots", "free_slots",
+                       (slots[:done.expected],))
+
+    @handles(Evict)
+    def evict(self, op: Evict):
+        evictable = self.model.tree.evictable_size()
+        num = max(0, evictable + op.count) if op.relative else op.count
+        yield from self._evict(num, "evict nothing" if not evictable else "evict all"
+                               if num >= evictable else "evict")
+
+    def _evict(self, num: int, event: str):
+        self.count(event)
+        self.evicting = True
+        evictable = self.model.tree.evictable_size()
+        yield Call(f"evict({num}) -> tokens evicted", "evict", (num,),
+                   compare=lambda expected, rejected, actual, raised:
+                   _evict_compare(num, evictable, expected, actual, raised))
+
+    @handles(Reset)
+    def reset(self, op: Reset):
+        in_flight = any(not r.stale for r in self.model.requests.values())
+        self.count("reset in flight" if in_flight else "reset")
+        yield Call("reset(); allocator.clear(); rows cleared", "reset")
+
+    # -- what every op checks -----------------------------------------------------------------
+    def _count_match(self, tokens, ns: int, hit: str, miss: str, splits: str) -> None:
+        tree = self.model.tree
+        if len(tree.aligned(tokens)) < len(tokens):
+            self.count("key under a page")
+        found, splitting = tree.peek(ns, tokens)
+        self.count(hit if found else miss)
+        if splitting:
+            self.count(splits)
+
+    def _fresh(self, slots, partial_page) -> list[tuple[str, str]]:
+        """New slots come from free pages (or the request's own partial page)."""
+        ps, model = self.model.page_size, self.model
+        own = {s // ps for s in partial_page}
+        taken = sorted({s // ps for s in slots} - own - model.free)
+        if taken:
+            return [("alloc", f"slots of page {taken[0]} handed out, which is not free "
+                              f"({len(taken)} such pages)")]
+        return []
+
+    def state(self, op) -> list[tuple[str, str]]:
+        model, snap = self.model, self.read("snapshot")
+        ps = model.page_size
+        nodes, expected = state.views(snap["nodes"], ps), model.views()
+        pages, expected_pages = self.names.count(nodes, ps), self.names.count(expected, ps)
+        problems = state.locked_problems(model, self.names, pages)
+        problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
+        problems += [("tree", text) for text in tree_violations(nodes, ps)]
+        problems += state.pool_problems(model, snap, nodes)
+        if self.evicting and self.pages_before is not None:
+            problems += state.eviction_problems(
+                self.names, self.expected_before - expected_pages, self.pages_before - pages,
+                self.trace.policy)
+        problems += state.node_problems(expected, nodes)
+        problems += self._event_problems(snap["events"], nodes)
+        self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
+        return problems
+
+    def _event_problems(self, events, nodes) -> list[tuple[str, str]]:
+        if not self.trace.events:
+            return [("events", f"{len(events)} KV events published with events off")] \
+                if events else []
+        cached = self.names.count(nodes, self.model.page_size, namespaces=False)
+        found = self.ledger.fold(events) + self.ledger.compare(cached)
+        return [("events", text) for text in found]
+
+
+def _match_compare(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if raised is not None:
+        return crash_problems(raised)
+    if expected == actual:
+        return []
+    if expected[0] != actual[0]:
+        return [("match", f"matched {actual[0]} tokens, expected {expected[0]}")]
+    return [("match", f"device indices of the {expected[0]} matched tokens: expected "
+                      f"{short(expected[1], 60)}, actual {short(actual[1], 60)}")]
+
+
+def _alloc_compare(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if raised is not None:
+        return crash_problems(raised)
+    if (expected is None) != (actual is None):
+        return [("None vs success", f"expected {'None' if expected is None else expected} "
+                                    f"slots, actual {short(actual)}")]
+    if actual is not None and len(actual) != expected:
+        return [("alloc", f"expected {expected} slots, actual {len(actual)}")]
+    return []
+
+
+def _evict_compare(num, evictable, expected, actual, raised) -> list[tuple[str, str]]:
+    if raised is not None:
+        return crash_problems(raised)
+    if actual < min(num, evictable):
+        return [("eviction", f"evict({num}) freed {actual} tokens while {evictable} were "
+                             f"evictable: short of what was asked")]
+    if actual != expected:
+        return [("eviction", f"evict({num}) freed {actual} tokens, expected {expected}")]
+    return []
+
+
+def _refusal_allowed(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    """A void lock's release may be refused (raise) or ignored; the state says if it changed
+    anything."""
+    return []

@@ -1,0 +1,166 @@
+"""A prefix cache's whole state against the radix model's, after every op: the invariants first
+(each a contract a scheduler relies on: `oracle.radix.invariants`), then what the model says
+exactly (the evicted pages, every node, the free pages, the rows, the KV events).
+
+The implementation's snapshot (`impl.radix.reader`) names nodes by parent index and edge; here
+they become `NodeView`s named by their path, as the model's nodes are."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from kvfuzz.impl.poison import POISON
+from kvfuzz.oracle.radix.invariants import NodeView, node_name, pool_violations, size_problems
+
+FIELDS = ("key", "value", "lock", "hits", "priority")
+
+
+def namespace(extra_key) -> int | str:
+    """The trace's namespace of an `extra_key` (the driver's "ns<k>"; 0: none)."""
+    if extra_key is None:
+        return 0
+    text = str(extra_key)
+    return int(text[2:]) if text.startswith("ns") and text[2:].isdigit() else text
+
+
+def edge_of(raw, page_size: int):
+    """(namespace, first page) of an edge key as SGLang files it: a token (page size 1) or a
+    tuple of tokens, behind the extra_key when there is one."""
+    if isinstance(raw, tuple) and len(raw) == 2 and isinstance(raw[0], str):
+        inner = edge_of(raw[1], page_size)
+        return None if inner is None else (namespace(raw[0]), inner[1])
+    if isinstance(raw, int) and page_size == 1:
+        return 0, (raw,)
+    if isinstance(raw, tuple) and all(isinstance(t, int) for t in raw):
+        return 0, raw
+    return None
+
+
+def views(raw_nodes: list, page_size: int) -> list[NodeView]:
+    found = []
+    for parent, edge, extra, key, value, lock, hits, priority, access, created in raw_nodes:
+        up = found[parent] if parent >= 0 else None
+        ns = namespace(extra)
+        path = (ns, (up.path[1] if up else ()) + tuple(key))
+        found.append(NodeView(path, up.path if up else None, edge_of(edge, page_size),
+                              tuple(key), list(value or ()), lock, hits, priority, access,
+                              created))
+    return found
+
+
+def ranks(values) -> dict:
+    return {v: i for i, v in enumerate(sorted(set(values)))}
+
+
+def node_problems(expected: list[NodeView], actual: list[NodeView]) -> list[tuple[str, str]]:
+    """The first node that is missing, extra or different, and whether the nodes' access and
+    creation times are in the model's order (the order every eviction policy reads)."""
+    want, got = {n.path: n for n in expected}, {n.path: n for n in actual}
+    missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    if missing or extra:
+        what = (f"missing node {node_name(missing[0])}" if missing else "") + \
+            (" and " if missing and extra else "") + \
+            (f"extra node {node_name(extra[0])}" if extra else "")
+        return [("tree", f"{what} ({len(missing)} missing, {len(extra)} extra of "
+                         f"{len(want)} nodes)")]
+    for path, node in want.items():
+        other = got[path]
+        for name in FIELDS:
+            if getattr(node, name) != getattr(other, name):
+                return [("tree", f"node {node_name(path)}: {name} expected "
+                                 f"{_short(getattr(node, name))}, actual "
+                                 f"{_short(getattr(other, name))}")]
+    for name in ("access", "created"):
+        rank_want = ranks(getattr(n, name) for n in expected)
+        rank_got = ranks(getattr(n, name) for n in actual)
+        for path, node in want.items():
+            if rank_want[getattr(node, name)] != rank_got[getattr(got[path], name)]:
+                return [("tree", f"node {node_name(path)}: {name} time out of the model's order "
+                                 f"(rank {rank_got[getattr(got[path], name)]} of "
+                                 f"{len(rank_got)} distinct times, expected "
+                                 f"{rank_want[getattr(node, name)]} of {len(rank_want)})")]
+    return []
+
+
+def pool_problems(model, snap: dict, nodes: list[NodeView]) -> list[tuple[str, str]]:
+    """Sizes (with their sign), the allocator's accounting, its free pages, the rows."""
+    problems = [("evictable_size", text)
+                for text in size_problems("evictable_size", snap["evictable"], nodes, False)]
+    problems += [("protected_size", text)
+                 for text in size_problems("protected_size", snap["protected"], nodes, True)]
+    problems += [("allocator", text) for text in pool_violations(
+        nodes, snap["free"], model.held(), model.page_size, model.size, snap["available"],
+        snap["evictable"], snap["protected"])]
+    tree = model.tree
+    for name, counter, total in (("evictable_size", snap["evictable"], tree.evictable_size()),
+                                 ("protected_size", snap["protected"], tree.protected_size()),
+                                 ("available_size", snap["available"], model.available_size())):
+        if counter != total:
+            problems.append((name, f"expected {total}, actual {counter}"))
+    free = set(snap["free"])
+    if free != model.free:
+        lost, extra = sorted(model.free - free), sorted(free - model.free)
+        problems.append(("free pages", f"{len(lost)} pages not free that should be "
+                                       f"{lost[:6]}, {len(extra)} free that should not be "
+                                       f"{extra[:6]}"))
+    for rid, request in model.requests.items():
+        if request.stale:
+            continue
+        row = snap["rows"].get(rid)
+        if row != request.row:
+            problems.append(("row", f"r{rid}'s row: expected {_short(request.row)}, actual "
+                                    f"{_short(row)}"))
+            break
+    return problems
+
+
+def locked_problems(model, names, actual_pages: Counter) -> list[tuple[str, str]]:
+    """Every page on a live request's locked path is still cached."""
+    for rid, request in model.requests.items():
+        if request.stale or request.node is None or request.node is model.tree.root:
+            continue
+        pages = names.of_path(*request.node.path(), model.page_size)
+        gone = next((page for page in pages if not actual_pages[page]), None)
+        if gone is not None:
+            return [("locked node evicted", f"r{rid} holds a lock on [{names.tail(pages[-1])}], "
+                                            f"but its page ending [{names.tail(gone)}] is gone")]
+    return []
+
+
+def eviction_problems(names, expected_gone: Counter, actual_gone: Counter,
+                      policy: str) -> list[tuple[str, str]]:
+    """Pages an eviction took against those the model's policy takes."""
+    if expected_gone == actual_gone:
+        return []
+    wrong, kept = actual_gone - expected_gone, expected_gone - actual_gone
+    text = []
+    if wrong:
+        text.append(f"evicted the page ending [{names.first_tail(wrong)}], which {policy} keeps")
+    if kept:
+        text.append(f"kept the page ending [{names.first_tail(kept)}], which {policy} evicts "
+                    f"first")
+    return [("eviction order", "; ".join(text) + f" ({sum(actual_gone.values())} pages gone, "
+                                                 f"expected {sum(expected_gone.values())})")]
+
+
+def alias_problems(aliases: list, nodes: list[NodeView]) -> list[tuple[str, str]]:
+    def who(side) -> str:
+        if side[0] == "node":
+            return f"node {node_name(nodes[side[1]].path)}'s value"
+        return "the request rows (req_to_token)" if side[0] == "rows" else \
+            f"the tensor the caller passed to insert (#{side[1] + 1})"
+    return [("aliasing", f"{who(a)} shares memory with {who(b)}") for a, b in aliases[:2]]
+
+
+def poisoned_nodes(nodes: list[NodeView]) -> list[tuple[str, str]]:
+    for node in nodes:
+        if POISON in node.value or POISON in node.key:
+            return [("ownership", f"node {node_name(node.path)} shows {POISON}, what the caller "
+                                  f"wrote over its tensor or key after the call: the tree kept "
+                                  f"the caller's, not a copy")]
+    return []
+
+
+def _short(value, width: int = 70) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[:width - 3] + "..."

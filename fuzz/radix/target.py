@@ -1,0 +1,61 @@
+"""The "radix" target: a prefix cache with SGLang `RadixCache`'s interface, driven with the
+released allocator in the loop over scheduler-like traces, in lock step with the oracle
+(`lockstep.py`).
+
+    kvfuzz diff radix --cases 2000 --jobs 2
+    kvfuzz diff radix --impl sglang.srt.mem_cache.radix_cache:RadixCache
+Each implementation gets the traces it supports (a reset with requests in flight, which SGLang's
+scheduler never does, left out where declared: strategies/radix/profile.py). Imports torch and
+SGLang only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
+                                             TraceShrinker, trace_target)
+from kvfuzz.fuzz.radix.lockstep import RadixLockstep
+from kvfuzz.impl.radix import DECLARABLE, IMPLEMENTATIONS
+from kvfuzz.impl.registry import check_shape
+from kvfuzz.strategies.radix import codec, generator, uniform
+from kvfuzz.strategies.radix.profile import KEEPS_KEY, broken, unsupported
+from kvfuzz.strategies.radix.trace import CREATES, FORMAT, describe_op, to_json
+
+METHODS = ("match_prefix", "insert", "evict", "lock", "unlock", "checkpoint", "free_kv_row",
+           "path_device_indices", "touch_prefix", "reset", "evictable_size", "protected_size",
+           "take_events")
+
+
+def _shape(path, obj):
+    check_shape(path, obj, 1, "a class with SGLang RadixCache's interface: (CacheInitParams)",
+                cls=True, methods=METHODS)
+
+
+def _generator_for(impls):
+    return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
+                                                       for impl in impls)))
+
+
+def smaller_pool(item):
+    if item.size > item.page_size:
+        yield replace(item, size=item.size - item.page_size)
+    if item.events:
+        yield replace(item, events=False)
+
+
+RADIX = trace_target(
+    "radix",
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
+                     max_ops=codec.MAX_OPS),
+    inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
+    judge=LockstepJudge(RadixLockstep, describe_op, broken,
+                        lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions}),
+    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
+                           smaller_pool),
+    coverage_modules=("kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.radix.tree",
+                      "kvfuzz.oracle.radix.model"),
+    warm_up="kvfuzz.impl.radix.driver:warm_up",
+    default_cases=100)  # README command 1 runs both classes: some 30 s of its job on 2 cores

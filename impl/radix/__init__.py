@@ -1,0 +1,31 @@
+"""Prefix caches (target "radix"): the released SGLang `RadixCache` and `PureSWARadixCache`
+(sglang 0.5.23), run by default where SGLang is installed (docs/upstream-sglang.md), driven with
+the released allocator in the loop, and mutants of the released source. kvfuzz has no prefix
+cache of its own: the target checks SGLang's and classes with its interface, by import path.
+Nothing heavy is imported here."""
+
+from functools import partial
+
+from kvfuzz.impl.radix.upstream_mutants import MUTATIONS
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
+from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT
+
+RELEASED = "sglang.srt.mem_cache.radix_cache:RadixCache"
+RELEASED_PURE_SWA = "sglang.srt.mem_cache.pure_swa_radix_cache:PureSWARadixCache"
+UPSTREAM_DECLARES = (NO_RESET_IN_FLIGHT, KEEPS_KEY)
+# What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY}
+_entry = partial(entry, "radix", __name__)
+
+IMPLEMENTATIONS = (
+    Implementation("sglang.radix", "radix", RELEASED,
+                   "SGLang's RadixCache with its token/paged allocator (kvfuzz upstream fetch)",
+                   UPSTREAM, preconditions=UPSTREAM_DECLARES, default=True, requires="sglang"),
+    Implementation("sglang.radix.pure_swa", "radix", RELEASED_PURE_SWA,
+                   "SGLang's PureSWARadixCache (all-SWA models), same allocator", UPSTREAM,
+                   preconditions=UPSTREAM_DECLARES, default=True, requires="sglang"),
+) + tuple(
+    _entry(f"mutant.sglang.radix.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
+           requires="sglang", preconditions=UPSTREAM_DECLARES)
+    for name, mutation in MUTATIONS.items()
+)

@@ -1,0 +1,204 @@
+"""Drives a prefix cache with SGLang `RadixCache`'s interface (sglang 0.5.23) as its scheduler does,
+with the released allocator in the loop (`TokenToKVPoolAllocator` at page size 1,
+`PagedTokenToKVPoolAllocator` above) and request rows as the scheduler keeps them
+(`requests.py`), in plain ints: tokens go in as `RadixKey`s, slots as int64 tensors, and results
+and state come out as ints, lists and floats (`reader.py`). Tensors stay here.
+
+The caller owns what it passes in: after every call the driver writes `POISON` over each tensor
+it passed (an insert's value) and over the token array of its key, and over a released
+request's row, as a scheduler reuses them."""
+
+from __future__ import annotations
+
+import importlib
+from array import array
+
+import torch
+
+from kvfuzz.impl.driver_calls import int_list
+from kvfuzz.impl.poison import POISON
+from kvfuzz.impl.radix.reader import snapshot
+from kvfuzz.impl.radix.requests import Request, Rows
+
+
+def _sglang(module: str, name: str):
+    return getattr(importlib.import_module(f"sglang.srt.mem_cache.{module}"), name)
+
+
+def _defined_beside(cls, name: str):
+    """`name` in the module of `cls` or of a base class (a mutant's copy of SGLang's module has
+    its own, edited, RadixKey), read through the methods' globals."""
+    for klass in getattr(cls, "__mro__", ()):
+        for member in vars(klass).values():
+            found = getattr(member, "__globals__", {}).get(name)
+            if isinstance(found, type):
+                return found
+    return None
+
+
+def extra_key(ns: int) -> str | None:
+    """The `extra_key` that stands for namespace `ns` (0: none)."""
+    return f"ns{ns}" if ns else None
+
+
+class RadixDriver:
+    def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
+                 context: int, device: str = "cpu", poison_keys: bool = True):
+        self.page_size, self.device, self.poison_keys = page_size, device, poison_keys
+        if page_size == 1:
+            self.allocator = _sglang("allocator.token", "TokenToKVPoolAllocator")(
+                size, torch.float16, device, None, False)
+        else:
+            self.allocator = _sglang("allocator.paged", "PagedTokenToKVPoolAllocator")(
+                size, page_size, torch.float16, device, None, False)
+        self.rows = Rows(rows, context, device)
+        params = _sglang("cache_init_params", "CacheInitParams")(
+            disable=False, req_to_token_pool=self.rows, token_to_kv_pool_allocator=self.allocator,
+            page_size=page_size, eviction_policy=policy, enable_kv_cache_events=events)
+        self.Key = _defined_beside(cls, "RadixKey") or _sglang("radix_cache", "RadixKey")
+        self.MatchParams = _sglang("base_prefix_cache", "MatchPrefixParams")
+        self.InsertParams = _sglang("base_prefix_cache", "InsertParams")
+        self.EvictParams = _sglang("base_prefix_cache", "EvictParams")
+        self.requests: dict[int, Request] = {}
+        self.live: set[int] = set()  # requests admitted since the last reset
+        self.passed: list[torch.Tensor] = []  # every tensor handed over, kept for the alias check
+        self.cache = cls(params)
+
+    def _key(self, tokens, ns: int, limit: int | None = None):
+        return self.Key(array("q", tokens), extra_key(ns), limit=limit)
+
+    def _poison_key(self, key) -> None:
+        if self.poison_keys:
+            key.token_ids[:] = array("q", [POISON] * len(key.token_ids))
+
+    def _lock(self, node):
+        return self.cache.lock(node)
+
+    # -- the scheduler's calls ----------------------------------------------------------------
+    def admit_match(self, rid: int, tokens, prompt: int, ns: int, priority: int) -> list:
+        """`match_prefix` of the prompt, never its last token; the matched slots into the row."""
+        request = Request(rid, tokens, prompt, extra_key(ns), priority, self.rows.take())
+        self.requests[rid] = request
+        self.live.add(rid)
+        key = self._key(request.tokens[:prompt], ns, limit=prompt - 1)
+        result = self.cache.match_prefix(self.MatchParams(key=key, req=request))
+        self._poison_key(key)
+        request.prefix_len, request.last_node = int(result.device_prefix_len), \
+            result.last_device_node
+        path = self.cache.path_device_indices(request.last_node)
+        matched = path[:request.prefix_len]
+        self.rows.write((request.kv.req_pool_idx, slice(0, len(matched))), matched)
+        request.kv.cache_protected_len = len(matched)
+        request.grow(len(matched))
+        return [request.prefix_len, int_list(path)]
+
+    def admit_lock(self, rid: int) -> None:
+        request = self.requests[rid]
+        request.lock = self._lock(request.last_node)
+
+    def evict(self, num_tokens: int) -> int:
+        return int(self.cache.evict(self.EvictParams(num_tokens=num_tokens)).num_tokens_evicted)
+
+    def extend(self, rid: int, count: int, decode: bool = False):
+        """Slots for the request's next `count` tokens, written into its row (None: refused):
+        `alloc` at page size 1, above it `alloc_decode` for a decode step, else `alloc_extend`,
+        `last_loc` read from the row."""
+        request, ps = self.requests[rid], self.page_size
+        row, filled = request.kv.req_pool_idx, request.filled
+        last = torch.tensor([int(self.rows.req_to_token[row, filled - 1]) if filled else -1])
+        seq = torch.tensor([filled + count])
+        if ps == 1:
+            slots = self.allocator.alloc(count)
+        elif decode:
+            slots = self.allocator.alloc_decode(seq, seq.clone(), last)
+        else:
+            prefix = torch.tensor([filled])
+            slots = self.allocator.alloc_extend(prefix, prefix.clone(), seq, seq.clone(), last,
+                                                count)
+        if slots is None:
+            return None
+        got = int_list(slots)
+        self.rows.write((row, slice(filled, filled + len(got))), slots)
+        request.grow(len(got))
+        return got
+
+    def checkpoint(self, rid: int) -> int:
+        request = self.requests[rid]
+        self.cache.checkpoint(request, up_to=request.filled)
+        return int(request.kv.cache_protected_len)
+
+    def release(self, rid: int) -> None:
+        """`free_kv_row` of the request's own slots, `unlock`, its row freed."""
+        request = self.requests.pop(rid)
+        self.live.discard(rid)
+        self.cache.free_kv_row(request.kv, [(request.kv.cache_protected_len, request.filled)])
+        self.cache.unlock(request.lock)
+        self.rows.release(request.kv.req_pool_idx)
+
+    def release_stale(self, rid: int) -> None:
+        """A request from before a reset drops its lock of the old tree."""
+        self.cache.unlock(self.requests.pop(rid).lock)
+
+    def match(self, tokens, ns: int) -> list:
+        key = self._key(tokens, ns)
+        result = self.cache.match_prefix(self.MatchParams(key=key))
+        self._poison_key(key)
+        path = self.cache.path_device_indices(result.last_device_node)
+        return [int(result.device_prefix_len), int_list(path)]
+
+    def touch(self, tokens, ns: int) -> None:
+        key = self._key(tokens, ns)
+        self.cache.touch_prefix(key)
+        self._poison_key(key)
+
+    def pin(self, tokens, ns: int) -> list[int]:
+        """Match, lock, read the lock counts up the path (deepest first), unlock."""
+        node = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns))) \
+            .last_device_node
+        lock = self._lock(node)
+        counts, walk = [], node
+        while walk is not self.cache.root_node and walk is not None and len(counts) < 1 << 16:
+            counts.append(int(walk.lock_ref))
+            walk = walk.parent
+        self.cache.unlock(lock)
+        return counts
+
+    def alloc_slots(self, count: int):
+        return int_list(self.allocator.alloc(count))
+
+    def insert(self, tokens, ns: int, priority: int, slots) -> int:
+        """`insert(key, value)` with the caller's tensor of `slots`: the length already cached."""
+        value = torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+        self.passed.append(value)
+        key = self._key(tokens, ns)
+        result = self.cache.insert(self.InsertParams(key=key, value=value, priority=priority))
+        value.fill_(POISON)
+        self._poison_key(key)
+        return int(result.prefix_len)
+
+    def free_slots(self, slots) -> None:
+        index = torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+        self.allocator.free(index)
+        index.fill_(POISON)
+
+    def reset(self) -> None:
+        """The scheduler's flush: the cache, the allocator, the rows."""
+        self.cache.reset()
+        self.allocator.clear()
+        self.rows.clear()
+        self.live.clear()
+
+    # -- state --------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        return snapshot(self)
+
+
+def warm_up(cls) -> None:
+    """SGLang hashes a cache's pages with a C++ extension (hicache_hash_cpp) that torch builds,
+    or loads from its build folder, the first time a page is hashed: seconds, tens of them on a
+    fresh machine, which belong to no input. Done here, before any input is timed."""
+    try:
+        from sglang.srt.mem_cache.cpp_utils.native_hash import _load_native_hash_module
+    except ImportError:  # a release that hashes in Python
+        return
+    _load_native_hash_module()

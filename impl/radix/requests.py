@@ -1,0 +1,83 @@
+"""The scheduler's side of a prefix cache, as SGLang 0.5.23 keeps it: the request-to-token rows
+(an int32 table, one row per live request, as `ReqToTokenPool.req_to_token`) and the fields of a
+request (`Req`, `ReqKvInfo`) that `RadixCache.checkpoint` and `free_kv_row` read. Stand-ins, so
+that no scheduler module (and none of what it imports) is loaded."""
+
+from __future__ import annotations
+
+from array import array
+
+import torch
+
+from kvfuzz.impl.poison import POISON
+
+
+class Rows:
+    """`req_to_token`: row 0 is padding, as upstream's; rows handed out from the top."""
+
+    def __init__(self, rows: int, context: int, device: str):
+        self.req_to_token = torch.zeros((rows + 1, max(1, context)), dtype=torch.int32,
+                                        device=device)
+        self.free_rows = list(range(1, rows + 1))
+
+    def write(self, indices, values) -> None:
+        self.req_to_token[indices] = values
+
+    def take(self) -> int:
+        return self.free_rows.pop()
+
+    def release(self, row: int) -> None:
+        """The row goes back; the next request to get it overwrites it (here: POISON at once, so
+        a tree value that kept a view of it shows)."""
+        self.req_to_token[row].fill_(POISON)
+        self.free_rows.append(row)
+
+    def clear(self) -> None:
+        self.req_to_token.fill_(POISON)
+        self.free_rows = list(range(1, self.req_to_token.shape[0]))
+
+
+class KvRecord:
+    """`ReqKvInfo`: [0, cache_protected_len) of the row is the tree's."""
+
+    def __init__(self, row: int):
+        self.req_pool_idx = row
+        self.cache_protected_len = self.cache_inserted_len = 0
+        self.kv_committed_len = self.kv_allocated_len = 0
+        self.swa_evict_floor = 0
+        self.component_evicted_seqlens: dict = {}
+
+    @property
+    def holds_kv(self) -> bool:
+        return self.req_pool_idx is not None
+
+    def get_evicted_seqlen(self, component) -> int:
+        return self.component_evicted_seqlens.get(component, 0)
+
+    def swa_dead_lo(self, page_size: int) -> int:
+        return max(self.cache_protected_len, self.swa_evict_floor)
+
+
+class Request:
+    """`Req`: its tokens, prompt, namespace (`extra_key`), priority, lock and matched node."""
+
+    def __init__(self, rid: int, tokens, prompt: int, extra_key, priority: int, row: int):
+        self.rid = f"r{rid}"
+        self.tokens = list(tokens)
+        self.origin_input_ids = array("q", self.tokens[:prompt])
+        self.full_untruncated_fill_ids = array("q")
+        self.extra_key, self.cache_salt, self.priority = extra_key, None, priority
+        self.kv = KvRecord(row)
+        self.lock = self.last_node = None
+        self.prefix_len = 0
+
+    @property
+    def filled(self) -> int:
+        return self.kv.kv_allocated_len
+
+    def grow(self, count: int) -> None:
+        self.kv.kv_allocated_len = self.kv.kv_committed_len = self.filled + count
+        self.full_untruncated_fill_ids = array("q", self.tokens[:self.filled])
+
+    def finished(self) -> bool:  # checkpoint asks; a released request is
+        return False

@@ -1,0 +1,23 @@
+"""What an earlier vLLM release's manager cannot be asked: a setting its constructors or its
+`allocate_slots` do not take (read from the class: `impl/kvmanager/driver.released_api`). A
+trace that sets one is outside that class's contract, never run. Standard library only."""
+
+from __future__ import annotations
+
+NO_RETENTION = "no prefix_cache_retention_interval (an earlier vLLM's KVCacheConfig)"
+NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
+NO_WATERMARK = "no watermark (an earlier vLLM release)"
+NO_WHOLE_CHECK = "no full_sequence_must_fit in allocate_slots (an earlier vLLM release)"
+# `released_api`'s keys -> the precondition a class that lacks it declares
+LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_WATERMARK,
+         "whole": NO_WHOLE_CHECK}
+
+
+def broken(trace, preconditions) -> list[str]:
+    """The settings `trace` asks for that a class with `preconditions` cannot take."""
+    asks = {NO_RETENTION: trace.retention is not None,
+            NO_IN_FLIGHT: trace.max_in_flight_tokens is not None,
+            NO_WATERMARK: bool(trace.watermark),
+            NO_WHOLE_CHECK: trace.full_sequence_must_fit}
+    return [f"a trace with a setting the class does not take: {lacking}"
+            for lacking, asked in asks.items() if asked and lacking in preconditions]

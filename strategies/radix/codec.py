@@ -1,0 +1,74 @@
+"""Decoding and validation of "kvfuzz-radix-trace/1" JSON; every problem raises `FormatError`
+naming the source, the field and the value."""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, fields
+
+from kvfuzz.strategies.inputs import FieldReader
+from kvfuzz.strategies.radix.trace import FORMAT, KINDS, POLICIES, Admit, Op, Trace
+
+# Limits no legitimate trace reaches: they bound memory and the time one trace takes (every op
+# reads the whole tree, so the tokens held x ops is what a trace costs).
+MAX_SIZE, MAX_PAGE, MAX_OPS, MAX_TOKENS = 2**11, 64, 2**10, 2**10
+MAX_ID, MAX_NS, MAX_PRIORITY = 2**31, 3, 2**20
+
+
+def from_json(data: object, source: str = "trace") -> Trace:
+    reader = FieldReader(source)
+    reader.document(data, FORMAT, {"format", "page_size", "size", "policy", "events", "ops",
+                                   "origin", "note"})
+    page = reader.integer(data.get("page_size"), "page_size", low=1, high=MAX_PAGE)
+    reader.expect(page & (page - 1) == 0, "page_size", "expected a power of 2", page)
+    size = reader.integer(data.get("size"), "size", low=page, high=MAX_SIZE)
+    reader.expect(size % page == 0, "size", f"expected a multiple of the page size {page}", size)
+    policy = reader.choice(data.get("policy"), "policy", POLICIES)
+    events = reader.boolean(data.get("events"), "events")
+    ops = reader.ops(data.get("ops"), MAX_OPS)
+    decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
+    return Trace(page, size, policy, events, decoded, reader.origin(data.get("origin")),
+                 reader.note(data.get("note")))
+
+
+def _op(reader: FieldReader, raw: object, where: str) -> Op:
+    kind = reader.op_kind(raw, where, KINDS)
+    values = {}
+    for f in fields(kind):
+        name, at = f.name, f"{where}.{f.name}"
+        value = raw.get(name, None if f.default is MISSING else f.default)
+        if name in ("cache", "relative"):
+            values[name] = reader.boolean(value, at)
+        elif name == "tokens":
+            values[name] = reader.int_list(value, at, low=0, high=MAX_ID, most=MAX_TOKENS)
+        elif name == "ns":
+            values[name] = reader.integer(value, at, low=0, high=MAX_NS)
+        elif name == "priority":
+            values[name] = reader.integer(value, at, low=-MAX_PRIORITY, high=MAX_PRIORITY)
+        elif name == "count":
+            relative = values.get("relative", raw.get("relative") is True)
+            values[name] = reader.integer(value, at, low=-MAX_SIZE if relative else 0,
+                                          high=MAX_SIZE)
+        elif name == "prompt":
+            values[name] = reader.integer(value, at, low=1, high=MAX_TOKENS)
+        else:  # rid
+            values[name] = reader.integer(value, at, low=0, high=MAX_ID)
+    if kind is Admit:
+        reader.expect(values["prompt"] <= len(values["tokens"]), f"{where}.prompt",
+                      f"must not exceed the request's tokens ({len(values['tokens'])})",
+                      values["prompt"])
+    return kind(**values)
+
+
+def worst_input() -> dict:
+    """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): the
+    whole pool filled by cached requests of MAX_TOKENS tokens, then every op left a short probe
+    (each op reads the whole tree)."""
+    tokens = list(range(MAX_TOKENS))
+    admits = [op for rid in range(1, MAX_SIZE // MAX_TOKENS + 1) for op in (
+        {"op": "admit", "rid": rid, "tokens": [rid] + tokens[1:], "prompt": MAX_TOKENS},
+        {"op": "extend", "rid": rid, "count": MAX_TOKENS},
+        {"op": "finish", "rid": rid})]
+    probes = [{"op": "match", "tokens": [1 + i % 16, 1]}
+              for i in range(MAX_OPS - len(admits))]
+    return {"format": FORMAT, "page_size": 1, "size": MAX_SIZE, "policy": "lru", "events": True,
+            "ops": admits + probes}
