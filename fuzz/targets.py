@@ -8,6 +8,7 @@ from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.fuzz.mamba.target import MAMBA
+from kvfuzz.fuzz.offload.target import OFFLOAD
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
 from kvfuzz.fuzz.radix.target import RADIX
 from kvfuzz.fuzz.swa.target import SWA
@@ -16,7 +17,7 @@ from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
                                                       MAMBA, SWA, BLOCKPOOL, KVMANAGER,
-                                                      RADIX)}
+                                                      RADIX, OFFLOAD)}
 
 
 def for_document(data: object, source: str) -> Target:

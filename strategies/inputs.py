@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -49,11 +49,19 @@ def document_id(document: dict) -> str:
     return content_id({k: v for k, v in document.items() if k not in ("origin", "note")})
 
 
+# An op field added after its format was first written (`field(default=..., metadata=LATER)`):
+# left out of the JSON at its default, so an op without it keeps its content id (corpus file
+# names derive from content) and reads as before.
+LATER = {"later": True}
+
+
 def dataclass_op_to_json(op, name: str) -> dict:
     """A trace op (a dataclass of ints, bools and tuples) as `{"op": name, field: value...}`."""
     data = {"op": name}
     for f in fields(op):
         value = getattr(op, f.name)
+        if f.metadata.get("later") and value == f.default:
+            continue
         data[f.name] = list(value) if isinstance(value, tuple) else value
     return data
 
@@ -139,6 +147,14 @@ class FieldReader:
                     raw.get("op"))
         self.known_fields(raw, set(kind.__dataclass_fields__) | {"op"}, f"{where}.")
         return kind
+
+    def op_fields(self, raw: dict, kind: type, where: str):
+        """(name, "<where>.<name>", value) of each field of op class `kind` in `raw` (after
+        `op_kind`), a field left out taking its default, or None where it has none (the value's
+        check then names it)."""
+        for f in fields(kind):
+            default = None if f.default is MISSING else f.default
+            yield f.name, f"{where}.{f.name}", raw.get(f.name, default)
 
     def origin(self, value: object) -> Origin | None:
         if value is None:

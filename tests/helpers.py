@@ -242,6 +242,17 @@ def mutant_tests(target: str, expected: dict, original, **options):
     return test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report
 
 
+def assert_wrong_shape_is_one_line(target: str, path: str, shows: str, interface: str):
+    """An outside implementation of the wrong shape (`path`) is refused in one line that says
+    what is wrong (`shows`) and what the target calls (`interface`)."""
+    from kvfuzz.impl.registry import ImplementationError
+
+    with pytest.raises(ImplementationError) as error:
+        TARGETS[target].catalogue.resolve(path)
+    message = str(error.value)
+    assert shows in message and interface in message and "\n" not in message, message
+
+
 def undeclared(path: str):
     """The released class at `path` under another name: no catalogue entry, so none of its
     entry's declared preconditions (built on first use, never at collection)."""

@@ -71,11 +71,11 @@ class Judging:
             process.drain()  # a chunk that stopped early asked for inputs it did not check
             process = self.process(impl)
         if not process.asked:
-            process.ask(target.name, item, device)
+            process.ask(target.name, item, device, impl)
         process.asked.popleft()
         replay = self.replay = Replay([], self.memory, source=process)
         for later in list(upcoming)[len(process.asked):]:  # queued behind this transcript
-            process.ask(target.name, later, device)
+            process.ask(target.name, later, device, impl)
         try:
             outcome = target.check(item, impl, device)
         except Ended:  # its process ended the check: the next input starts a fresh one
@@ -130,11 +130,13 @@ class ImplProcess:
         if answer != ("ok",):
             self._end(protocol(f"an answer of kind {str(answer[0])!r:.40}"))
 
-    def ask(self, target_name: str, item, device: str) -> None:
-        """Start checking `item` after those asked before it (its transcript: `batch()`)."""
+    def ask(self, target_name: str, item, device: str, impl) -> None:
+        """Start checking `item` with `impl` after those asked before it (its transcript:
+        `batch()`). `impl` is the catalogue entry: two entries may name one class (offload:
+        vLLM's manager with each policy) and share its process, each checked as it declares."""
         self.asked.append(item)
         try:
-            self.conn.send(("run", target_name, item, device))
+            self.conn.send(("run", target_name, item, device, impl))
         except OSError:  # its end is gone: `_answer` says how it ended
             pass
 
@@ -252,11 +254,11 @@ def _serve(conn, impl, parent: int, memory: int, crash: CrashLog, others: list) 
     send(conn, answer)
     while True:
         try:
-            _, name, item, device = conn.recv()
+            _, name, item, device, entry = conn.recv()
         except (EOFError, OSError):  # the worker is gone
             os._exit(0)
         new_input()
-        record_check(TARGETS[name], item, impl, device, own, memory,
+        record_check(TARGETS[name], item, entry, device, own, memory,
                      lambda message: send(conn, message))
 
 

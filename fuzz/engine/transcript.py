@@ -62,6 +62,8 @@ def decode(answer, memory: int = 0) -> tuple:
 
 def weight(value, depth: int = 0) -> int:
     """Roughly how many values `value` holds (its big lists counted by length)."""
+    if type(value) in _SCALARS:  # most values: no data-class look-up
+        return 1
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         items = value.values() if isinstance(value, dict) else value
         if depth < 3 and len(value) <= 64:
@@ -70,6 +72,9 @@ def weight(value, depth: int = 0) -> int:
     if dataclasses.is_dataclass(value) and depth < 3:
         return sum(weight(getattr(value, f.name), depth + 1) for f in dataclasses.fields(value))
     return 1
+
+
+_SCALARS = frozenset((int, float, str, bool, bytes, type(None)))
 
 
 def _texts(values) -> bool:

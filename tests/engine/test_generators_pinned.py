@@ -17,9 +17,10 @@ PINNED = {
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/3", ["9a74cb2b69703c46", "9a2ba184ad9f8f8d", "f5cf1463cc1d65a8"]),
-    "blockpool": ("blockpool/1", ["665de0313e8a89b3", "f18da8b4517f7c0a", "a5b606837af72c36"]),
-    "kvmanager": ("kvmanager/4", ["652cdd6a10afbabb", "5d2db5881b2a5b83", "781ae39e70dfa6c8"]),
+    "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
+    "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
     "radix": ("radix/1", ["587a1e81ac6866dd", "d31d00bc0028403e", "0b1dc1450e85f7cc"]),
+    "offload": ("offload/1", ["b4523cd1e3f3081e", "456a89a9aeed0c40", "bab28886675779cf"]),
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +22,8 @@ from kvfuzz.fuzz.campaign.specs import ENTRY, SPECS
 from kvfuzz.fuzz.engine.report import Mismatch
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.registry import OURS, Implementation
+from kvfuzz.strategies.sources import TraceGenerator
 from tests.engine import toy_target
 from tests.engine.test_bad_input import _worst_cases
 from tests.helpers import kvfuzz_here, summary_rows
@@ -125,3 +128,29 @@ def test_its_worst_input_joins_the_memory_test(toy, tmp_path):
     [path] = [p for p in _worst_cases(tmp_path) if p.name == "toy.json"]
     assert json.loads(path.read_text())["format"] == toy_target.FORMAT
     assert kvfuzz_here("replay", path).returncode == 0
+
+
+NO_RESET = "never reset"
+
+
+def test_two_entries_of_one_class_are_each_checked_as_they_declare(toy, monkeypatch, tmp_path):
+    """Two catalogue entries may name one class (offload: vLLM's manager with each policy): in a
+    worker they share the class's process, and each input is checked there as the entry it was
+    asked for declares (its preconditions), not as the entry that started the process."""
+    quiet = Implementation("toy.counter.quiet", "toy", toy_target.IMPLEMENTATIONS[0].path,
+                           "the counter, never reset", OURS, preconditions=(NO_RESET,))
+    no_resets = TraceGenerator("toy/1[no reset]", lambda rng, n: toy_target.Trace(
+        tuple(toy_target.Add(rng.randrange(6)) for _ in range(n))), 30, 60)
+    twin = replace(
+        toy, catalogue=replace(toy.catalogue, implementations=(quiet, *toy.catalogue
+                                                               .implementations)),
+        generator=replace(toy.generator, pick=lambda impls: no_resets if any(
+            NO_RESET in impl.preconditions for impl in impls) else toy_target.GENERATOR),
+        judge=replace(toy.judge, broken=lambda item, preconditions: [NO_RESET] if (
+            NO_RESET in preconditions and any(isinstance(op, toy_target.Reset)
+                                              for op in item.ops)) else []))
+    monkeypatch.setitem(TARGETS, "toy", twin)
+    ran = kvfuzz_here("diff", "toy", "--cases", 60, "--jobs", 1, "--corpus", tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    rows = summary_rows(ran.stderr)
+    assert rows["toy.counter.quiet"][:2] == rows["toy.counter"][:2] == ["60", "60"], rows

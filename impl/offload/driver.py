@@ -1,0 +1,174 @@
+"""Calls an offloading manager with vLLM `CPUOffloadingManager`'s interface (vllm 0.33.0) in plain
+data: a key (hash, group) goes in as vLLM's `OffloadKey` (8 hash bytes, 4 group bytes), each
+request as a `ReqContext` with its keys' positions, every call inside the manager's `lock` (as
+its callers must); results, events and state come out flat: keys as [hash, group, hash, group,
+...] int lists, lookup answers as one string of names (the worker checks each value of a list
+that is not all ints, one by one: with keys as tuples, those checks took longer than the trace).
+
+The state is read the way a debugger would, from the structures vLLM's policies declare: the
+LRU policy's chunks and ranks, the ARC policy's T1, T2, B1, B2 and target; the manager's free,
+evictable and write-pending counts; `get_stats()` turned back into counts."""
+
+from __future__ import annotations
+
+import importlib
+
+from kvfuzz.impl.upstream_env import prepare_import
+
+BASE = "vllm.v1.kv_offload.base"
+USAGE, WRITE_USAGE, READ_USAGE, ALLOCATIONS, SKIPPED = (
+    "vllm:kv_offload_cpu_cache_usage_perc", "vllm:kv_offload_cpu_cache_write_usage_perc",
+    "vllm:kv_offload_cpu_cache_read_usage_perc", "vllm:kv_offload_cpu_allocation_size",
+    "vllm:kv_offload_stores_skipped")
+
+
+def offload_key(key) -> bytes:
+    hash_, group = key
+    return hash_.to_bytes(8, "big") + group.to_bytes(4, "big")
+
+
+def plain_key(raw) -> tuple[int, int]:
+    raw = bytes(raw)
+    return int.from_bytes(raw[:-4], "big"), int.from_bytes(raw[-4:], "big")
+
+
+class OffloadDriver:
+    def __init__(self, cls, policy: str, chunks: int, events: bool, store_threshold: int,
+                 tracker_size: int):
+        with prepare_import(BASE):
+            self.base = importlib.import_module(BASE)
+        self.chunks = chunks
+        self.manager = cls(num_chunks=chunks, cache_policy=policy, enable_events=events,
+                           store_threshold=store_threshold, max_tracker_size=tracker_size)
+        self.contexts: dict = {None: self.base.ReqContext(req_id="kvfuzz-probe")}
+        self.plain: dict = {}  # vLLM's key -> (hash, group): every read goes through them all
+
+    def _call(self, method: str, *args):
+        with self.manager.lock:
+            return getattr(self.manager, method)(*args)
+
+    def new_request(self, rid: int, keys, positions) -> str:
+        context = self.contexts[rid] = self.base.ReqContext(req_id=f"r{rid}")
+        for key, where in zip(keys, positions or ()):
+            context.set_offload_key_position(offload_key(key), where)
+        return str(self._call("on_new_request", context).policy.value)
+
+    def lookup(self, rid: int, keys) -> str:
+        """The answers' names, space-separated."""
+        context, lookup = self.contexts[rid], self.manager.lookup
+        with self.manager.lock:  # held across them, as the connector holds it
+            return " ".join(str(lookup(offload_key(k), context).name) for k in keys)
+
+    def probe(self, keys) -> str:
+        """Lookups outside any request: whether the caller can find what it stored."""
+        return self.lookup(None, keys)
+
+    def prepare_load(self, rid: int, keys) -> list[int]:
+        spec = self._call("prepare_load", [offload_key(k) for k in keys], self.contexts[rid])
+        return [int(chunk) for chunk in spec.block_ids.tolist()]
+
+    def touch(self, rid: int, keys) -> None:
+        self._call("touch", [offload_key(k) for k in keys], self.contexts[rid])
+
+    def complete_load(self, rid: int, keys) -> None:
+        self._call("complete_load", [offload_key(k) for k in keys], self.contexts[rid])
+
+    def prepare_store(self, rid: int, keys):
+        """None, or (keys to store, keys evicted, the chunk each key to store is written to)."""
+        out = self._call("prepare_store", [offload_key(k) for k in keys], self.contexts[rid])
+        if out is None:
+            return None
+        return (self.flat_keys(out.keys_to_store), self.flat_keys(out.evicted_keys),
+                [int(chunk) for chunk in out.store_spec.block_ids.tolist()])
+
+    def complete_store(self, rid: int, keys, success: bool = True) -> None:
+        self._call("complete_store", [offload_key(k) for k in keys], self.contexts[rid], success)
+
+    def finish(self, rid: int) -> None:
+        self._call("on_request_finished", self.contexts[rid])
+
+    def take_events(self) -> list[tuple[bool, bool, str, list]]:
+        """(removed, metadata only, medium, keys) of each event, drained at once (the manager's
+        is a generator)."""
+        with self.manager.lock:
+            events = list(self.manager.take_events())
+        return [(bool(e.removed), bool(e.metadata_only), str(e.medium.value),
+                 self.flat_keys(e.keys)) for e in events]
+
+    def reset(self) -> None:
+        self._call("reset_cache")
+
+    def _pair(self, raw) -> tuple[int, int]:
+        pair = self.plain.get(raw)
+        if pair is None:
+            pair = self.plain[raw] = plain_key(raw)
+        return pair
+
+    def flat_keys(self, raws) -> list[int]:
+        """[hash, group, hash, group, ...] of vLLM's keys."""
+        flat = []
+        for raw in raws:
+            flat += self._pair(raw)
+        return flat
+
+    # -- state, read from the structures ------------------------------------------------------
+    def state(self) -> tuple:
+        """Everything read after an op, as one answer of a few flat lists (the worker checks
+        every value it is sent, one by one inside a list of anything but ints):
+        (contents, the policy's list names, those lists, ARC's target or None, [free,
+        evictable, writing] counts, [pinned, writing, used, skipped or -1] from get_stats(),
+        the allocation sizes get_stats() reports)."""
+        view = self.policy_view()
+        target = view.pop("target", None)
+        sizes, stats = self.sizes(), self.stats()
+        return (self.contents(), " ".join(view), list(view.values()), target,
+                [sizes["free"], sizes["evictable"], sizes["writing"]],
+                [stats["pinned"], stats["writing"], stats.get("used", -1),
+                 stats.get("skipped", -1)], stats["allocations"])
+
+    def _policy(self):
+        return self.manager._policy
+
+    def contents(self) -> list[int]:
+        """[hash, group, reference count, chunk, ...] of every key in the cache."""
+        policy = self._policy()
+        if hasattr(policy, "t1"):
+            items = [*policy.t1.items(), *policy.t2.items()]
+        else:
+            items = list(policy.chunks.items())
+        flat = []
+        for key, chunk in items:
+            flat += (*self._pair(key), int(chunk.ref_cnt), int(chunk.chunk_id))
+        return flat
+
+    def policy_view(self) -> dict:
+        policy = self._policy()
+        if hasattr(policy, "t1"):
+            return {"t1": self.flat_keys(policy.t1), "t2": self.flat_keys(policy.t2),
+                    "b1": self.flat_keys(policy.b1), "b2": self.flat_keys(policy.b2),
+                    "target": float(policy.target_t1_size)}
+        ranks = policy._ranks
+        order = sorted((tuple(ranks[k]), bytes(k)) for k in policy.chunks)
+        return {"order": self.flat_keys(k for _, k in order),
+                "evictable": self.flat_keys(sorted(bytes(k) for k in policy._evictable))}
+
+    def sizes(self) -> dict:
+        manager = self.manager
+        return {"free": int(manager._get_num_free_chunks()),
+                "evictable": int(manager._num_evictable_cache_chunks),
+                "writing": int(manager._num_write_pending_chunks)}
+
+    def stats(self) -> dict:
+        """`get_stats()` in counts (its gauges are fractions of the pool)."""
+        with self.manager.lock:
+            values = self.manager.get_stats().metric_sections()[1]
+
+        def count(name: str) -> int:
+            return round(values[name][()] * self.chunks)
+        found = {"pinned": count(READ_USAGE), "writing": count(WRITE_USAGE),
+                 "allocations": [int(n) for n in values.get(ALLOCATIONS, {}).get((), [])]}
+        if count(USAGE) != found["pinned"] + found["writing"]:
+            found["used"] = count(USAGE)  # shows only when the three gauges disagree
+        if SKIPPED in values:
+            found["skipped"] = int(values[SKIPPED].get((), 0))
+        return found
