@@ -47,6 +47,8 @@ def misuse_call(lock, op: Misuse) -> Call | None:
                     f"whose window starts at {evicted}", "free_full", (row[start:],))
     if op.kind in ("tail_batch", "tail_outside"):
         return _tail(lock, op)
+    if op.kind == "paged_at_token":
+        return _paged_at_token(P, salt)
     if op.kind == "segment_unaligned":
         inside = [(rid, at) for rid in sorted(rows) for at in
                   range(lock.evicted[rid] + 1, len(rows[rid])) if at % P]
@@ -76,6 +78,17 @@ def _tail(lock, op: Misuse) -> Call | None:
     return Call(f"{op.kind}: alloc_extend_swa_tail(prefix_lens={prefix}, seq_lens={seq}, "
                 f"last_loc={last}, swa_tail_len={tail})", "alloc_extend_swa_tail",
                 (prefix, seq, last, tail))
+
+
+def _paged_at_token(P: int, salt: int) -> Call | None:
+    """A paged call for a fresh request of a few tokens, at page size 1 (no pool slot is
+    named: the call is refused before it reads one)."""
+    if P != 1:
+        return None
+    n = 1 + salt % 4
+    method, args = (("alloc_extend", ([0], [n], [-1])), ("alloc_decode", ([n], [-1])),
+                    ("alloc_extend_swa_tail", ([0], [n], [-1], n)))[salt % 3]
+    return Call(f"paged_at_token: {method}{args} at page size 1", method, args)
 
 
 def _segment(kind: str, salt: int, rid: int, slots: list[int], start: int, what: str) -> Call:

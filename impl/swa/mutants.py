@@ -11,6 +11,7 @@ class DecodeUnchecked(SWAAllocator):
     ran short: the other pool's new page is gone."""
 
     def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
+        assert self.page_size > 1, "alloc_decode is a paged call"  # its one fault is below
         swa_last = self._translate(last_loc)
         full = self.full_attn_allocator.alloc_decode(seq_lens, seq_lens_cpu, last_loc)
         swa = self.swa_attn_allocator.alloc_decode(seq_lens, seq_lens_cpu, swa_last)

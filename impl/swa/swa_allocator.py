@@ -85,6 +85,7 @@ class SWAAllocator(SchedulerAPI):
     def alloc_extend(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
                      extend_num_tokens: int):
         P = self.page_size
+        assert P > 1, "alloc_extend is a paged call: alloc at page size 1"
         pages = int(((seq_lens_cpu + P - 1) // P - (prefix_lens_cpu + P - 1) // P).sum())
         if not self._pages_available(pages):
             return None
@@ -101,6 +102,7 @@ class SWAAllocator(SchedulerAPI):
                               last_loc, extend_num_tokens: int, swa_tail_len: int):
         """One request: full KV for the whole extend, SWA KV for its last `swa_tail_len` tokens."""
         P = self.page_size
+        assert P > 1, "alloc_extend_swa_tail is a paged call"
         assert len(seq_lens_cpu) == 1 and len(prefix_lens_cpu) == 1, "one request at a time"
         assert 0 <= swa_tail_len <= extend_num_tokens, f"tail {swa_tail_len} outside the extend"
         full_pages = int(((seq_lens_cpu + P - 1) // P - (prefix_lens_cpu + P - 1) // P).sum())
@@ -124,6 +126,7 @@ class SWAAllocator(SchedulerAPI):
         return full
 
     def alloc_decode(self, seq_lens, seq_lens_cpu, last_loc):
+        assert self.page_size > 1, "alloc_decode is a paged call: alloc at page size 1"
         pages = int(((seq_lens_cpu - 1) % self.page_size == 0).sum())
         if not self._pages_available(pages):
             return None

@@ -27,7 +27,7 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
     reclaim_for_prealloc(tree, full, swa): the SWA shortfall only, then a description of what
     is still missing, or None;
   - the checks a caller's bug meets (each a rejection with nothing changed): `alloc` above page
-    size 1, a segment from inside a page, a tail allocation of several requests or with a tail
+    size 1, `alloc_extend`, `alloc_decode` and `alloc_extend_swa_tail` at page size 1, a segment from inside a page, a tail allocation of several requests or with a tail
     outside its extend, always; a segment whose pages have no SWA peer
     (already released), with the debug checks (above page size 1) or the strict invariant
     checks; `free_full` of slots that still have a peer, with the strict checks.
@@ -102,7 +102,12 @@ class SWAModel:
         full, swa = self.full.alloc(need_size), self.swa.alloc(need_size)
         return self._map(full, swa)
 
+    def _paged_only(self, method: str) -> None:
+        if self.P == 1:
+            raise Rejected(f"{method} at page size 1: alloc is the page-size-1 call")
+
     def alloc_extend(self, prefix_lens, seq_lens, last_loc) -> list[int] | None:
+        self._paged_only("alloc_extend")
         pages = sum(ceil_pages(s, self.P) - ceil_pages(q, self.P)
                     for q, s in zip(prefix_lens, seq_lens))
         if not self.pages_available(pages):
@@ -116,6 +121,7 @@ class SWAModel:
         """One request: full slots for the whole extend, fresh SWA pages for the last `tail`
         tokens only (from SWA offset 0), mapped; None, changing nothing, unless both fit. A
         batch of another size, or a tail outside the extend, is rejected."""
+        self._paged_only("alloc_extend_swa_tail")
         if len(seq_lens) != 1 or len(prefix_lens) != 1:
             raise Rejected(f"alloc_extend_swa_tail of {len(seq_lens)} requests: one at a time")
         if not 0 <= tail <= seq_lens[0] - prefix_lens[0]:
@@ -140,6 +146,7 @@ class SWAModel:
         return self.pages_available(sum((s - 1) % self.P == 0 for s in seq_lens))
 
     def alloc_decode(self, seq_lens, last_loc) -> list[int] | None:
+        self._paged_only("alloc_decode")
         if not self.would_decode(seq_lens):
             return None
         swa_last = self.translate(last_loc)

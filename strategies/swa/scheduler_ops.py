@@ -26,9 +26,11 @@ TREES = ("radix", "chunk", "none")
 #   tail_batch         alloc_extend_swa_tail of two requests at once (every mode)
 #   tail_outside       alloc_extend_swa_tail with a tail longer than the extend, or negative
 #                      (every mode)
+#   paged_at_token     alloc_extend, alloc_decode or alloc_extend_swa_tail at page size 1,
+#                      where upstream has only alloc (every mode)
 MISUSES = ("swa_evicted_twice", "full_while_mapped", "segment_unaligned", "alloc_paged",
-           "tail_batch", "tail_outside")
-EVERY_MODE = ("segment_unaligned", "alloc_paged", "tail_batch", "tail_outside")
+           "tail_batch", "tail_outside", "paged_at_token")
+EVERY_MODE = ("segment_unaligned", "alloc_paged", "tail_batch", "tail_outside", "paged_at_token")
 
 
 @dataclass(frozen=True)

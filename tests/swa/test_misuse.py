@@ -2,7 +2,8 @@
 (the debug checks above page size 1 and the strict invariant checks: a window released twice;
 the strict ones: full slots released with their SWA peer; every mode: alloc above page size 1,
 a segment from inside a page, a tail allocation of two requests or with a tail outside its
-extend), and never made where they do not; a class that takes one silently is caught."""
+extend, a paged call at page size 1), and never made where they do not; a class that takes
+one silently is caught."""
 
 import pytest
 
@@ -34,6 +35,17 @@ class AllocsAtAnyPageSize(SWAAllocator):
         return full if full is None else full[:need_size]
 
 
+class PagedCallsAtAnyPageSize(SWAAllocator):
+    """Serves a paged call at page size 1 as `alloc` of its new tokens."""
+
+    def alloc_extend(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu, last_loc,
+                     extend_num_tokens):
+        if self.page_size == 1:
+            return self.alloc(extend_num_tokens)
+        return super().alloc_extend(prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu,
+                                    last_loc, extend_num_tokens)
+
+
 class TailsOfAnyBatch(SWAAllocator):
     def alloc_extend_swa_tail(self, prefix_lens, prefix_lens_cpu, seq_lens, seq_lens_cpu,
                               last_loc, extend_num_tokens, swa_tail_len):
@@ -41,9 +53,11 @@ class TailsOfAnyBatch(SWAAllocator):
                                  extend_num_tokens)
 
 
-def misuse_trace(kind: str, salt: int = 0, P: int = 4, debug: bool = True,
+def misuse_trace(kind: str, salt: int = 0, P: int | None = None, debug: bool = True,
                  strict: bool = True) -> Trace:
-    """Two running requests, the first with its window moved past two pages, then `kind`."""
+    """Two running requests, the first with its window moved past two pages, then `kind`; at
+    page size 4 (1 for a paged call at page size 1)."""
+    P = P or (1 if kind == "paged_at_token" else 4)
     ops = (Admit(1), Extend((1,), (3 * P + 1,)), Evict(1, 1), Admit(2), Extend((2,), (P + 2,)),
            Misuse(kind, salt), Extend((1, 2), (1, 1)))
     return Trace(P, 16 * P, 16 * P, False, ops, debug, strict)
@@ -70,9 +84,12 @@ def test_a_misuse_is_made_only_where_the_checks_see_it(kind):
     assert plain[f"misuse rejected: {kind}"] == (kind in EVERY_MODE)
     debug_only = events(misuse_trace(kind, debug=True, strict=False))
     assert debug_only[f"misuse rejected: {kind}"] == (kind != "full_while_mapped")
-    # at page size 1 the debug checks compare no pages: only the strict ones see a window twice
+    # at page size 1 the debug checks compare no pages: only the strict ones see a window twice;
+    # a paged call is a misuse there only
     token = events(misuse_trace(kind, P=1, debug=True, strict=False))
-    assert token[f"misuse rejected: {kind}"] == 0
+    assert token[f"misuse rejected: {kind}"] == (kind == "paged_at_token")
+    paged = events(misuse_trace(kind, P=4, debug=False, strict=False))
+    assert paged[f"misuse rejected: {kind}"] == (kind in EVERY_MODE and kind != "paged_at_token")
 
 
 @pytest.mark.parametrize("name, kind, mode", [
@@ -82,6 +99,7 @@ def test_a_misuse_is_made_only_where_the_checks_see_it(kind):
     ("AllocsAtAnyPageSize", "alloc_paged", {}),
     ("TailsOfAnyBatch", "tail_batch", {}),
     ("TailsOfAnyBatch", "tail_outside", {}),
+    ("PagedCallsAtAnyPageSize", "paged_at_token", {}),
 ])
 def test_a_misuse_taken_silently_is_reported(name, kind, mode):
     trace = misuse_trace(kind, **mode)
