@@ -1,6 +1,6 @@
 """Seeded plain-random SWA traces (`swa/3`): trace `index` of `seed` is the same forever.
 
-Aimed where a hybrid allocator's bugs live: page sizes 1 (token pools) to 8, an SWA pool smaller,
+Aimed where a hybrid allocator's bugs live: page sizes 1 (token pools) to 8 (3 among them, no power of two), an SWA pool smaller,
 equal or larger than the full one and both tight, so that allocations fail on one pool only;
 now and then the pools resized smaller before the first request (as SGLang sizes them once its
 CUDA graphs are captured); prefill in chunks that continue a partial page, or a whole prefill
@@ -41,7 +41,7 @@ OPTIONAL = ("reclaim", "resize", "offload")
 
 def build(rng: random.Random, num_ops: int, unchecked: bool = True,
           hows: tuple[str, ...] = HOWS, lacking: tuple[str, ...] = ()) -> Trace:
-    P = rng.choice((1, 1, 2, 4, 8))
+    P = rng.choice((1, 1, 2, 3, 4, 8))  # 3: a page size no power of two (no bit tricks)
     pages = rng.choice((rng.randint(2, 6), rng.randint(6, 24), rng.randint(24, 64)))
     swa_pages = max(1, rng.choice((pages // 2, pages - 1, pages, pages + 2, rng.randint(1, 8))))
     slack = rng.choice((0, 0, 0, rng.randint(1, P))) if P > 1 else 0  # a size not in whole pages
@@ -166,6 +166,8 @@ class _Generator:
         self.ops.append(GroupEnd() if rng.random() > MISUSE_RATE else Clear())
         if self.ops[-1] == Clear():
             self.live.clear()
+            if rng.random() < 0.5:  # the group's own end, after the clear closed it
+                self.ops.append(GroupEnd())
 
     def clear(self) -> None:
         self.ops.append(Clear())

@@ -16,7 +16,7 @@ PINNED = {
     "compaction": ("compaction/1", ["dec1962c15de4461", "f3967ee66651104b",
                                     "7b52b2b46477a635"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
-    "swa": ("swa/3", ["8ec73a9a1e30eb71", "381097261cc52b61", "72cce2cde7bb26f2"]),
+    "swa": ("swa/3", ["e18f06e4ea50030f", "d3973f9c8bcbe312", "1d552d28ead0bcd5"]),
     "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
     "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
     "radix": ("radix/1", ["587a1e81ac6866dd", "d31d00bc0028403e", "0b1dc1450e85f7cc"]),
