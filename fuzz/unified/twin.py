@@ -72,10 +72,9 @@ def state_problems(rust: dict, python: dict) -> list[tuple[str, str]]:
 
 
 def per_page(events) -> list[tuple]:
-    """The events one page at a time, in order: how many pages one event carries is the cores'
-    own batching (the Rust core announces an evicted node's pages one BlockRemoved each, the
-    Python core in one), which a router applying them in order cannot tell apart; the hashes,
-    their chaining and order are compared."""
+    """The events one page at a time, in order: how many pages one event carries is a core's own
+    batching, which a router applying them in order cannot tell apart; the hashes, their
+    chaining and order are compared."""
     found = []
     for event in events:
         if event[0] == "stored":
