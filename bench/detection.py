@@ -72,11 +72,13 @@ def run_trial(target: str, mutant: str, strategy: str, trial: int, budget: float
     return Trial(target, mutant, strategy, trial, found, used, seconds)
 
 
-def _inputs(target, strategy: str, trial: int):
-    """The seeded generator's inputs, or its aimless baseline (the generator part's `uniform`)."""
+def _inputs(target, strategy: str, trial: int, impl):
+    """The seeded generator's inputs, or its aimless baseline (the generator part's `uniform`),
+    both within what `impl` declares (an input outside it would be counted but never run)."""
     if strategy == "seeded":
-        return (target.generator.generate(trial, index) for index in count())
-    return (target.generator.uniform(random.Random(f"uniform/{target.name}:{trial}:{index}"))
+        return (target.generator.generate(trial, index, (impl,)) for index in count())
+    return (target.generator.uniform(random.Random(f"uniform/{target.name}:{trial}:{index}"),
+                                     impl.preconditions)
             for index in count())
 
 
@@ -93,7 +95,7 @@ def _in_process(target, mutant: str, strategy: str, trial: int, budget: float, c
         found = _hypothesis(target.name, diverges, trial, cases, lambda: time.perf_counter()
                             - began > budget)
         return found, used, time.perf_counter() - began
-    for item in _inputs(target, strategy, trial):
+    for item in _inputs(target, strategy, trial, impl):
         if diverges(item):
             return True, used, time.perf_counter() - began
         if used >= cases or time.perf_counter() - began > budget:

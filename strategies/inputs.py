@@ -49,11 +49,19 @@ def document_id(document: dict) -> str:
     return content_id({k: v for k, v in document.items() if k not in ("origin", "note")})
 
 
+# An op field added after its format was first written (`field(default=..., metadata=LATER)`):
+# left out of the JSON at its default, so an op without it keeps its content id (corpus file
+# names derive from content) and reads as before.
+LATER = {"later": True}
+
+
 def dataclass_op_to_json(op, name: str) -> dict:
     """A trace op (a dataclass of ints, bools and tuples) as `{"op": name, field: value...}`."""
     data = {"op": name}
     for f in fields(op):
         value = getattr(op, f.name)
+        if f.metadata.get("later") and value == f.default:
+            continue
         data[f.name] = list(value) if isinstance(value, tuple) else value
     return data
 

@@ -42,14 +42,20 @@ def guarded_run(target, trace, impl, corpus_dir, check: bool = True,
 
 
 def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus_dir,
-                                               traces: int = 40, settings=lambda kwargs: {}):
-    """On each mutant's first `traces` seeded traces, the guard diverges exactly where the
-    batch judge does, and its file (the calls up to the bad one) fails on the mutant the same
-    way and runs clean on the released class; the mutants caught."""
+                                               traces: int = 40, settings=lambda kwargs: {},
+                                               modelled=lambda trace: trace, generate=None):
+    """On each mutant's first `traces` seeded traces (`generate(index, mutant)`; by default the
+    target's, what the mutant declares), as far as the guard models their calls
+    (`modelled(trace)`, None where it cannot), the guard diverges exactly where the batch judge
+    does, and its file (the calls up to the bad one) fails on the mutant the same way and runs
+    clean on the released class; the mutants caught."""
+    generate = generate or (lambda index, impl: target.generator.generate(0, index, [impl]))
     caught = set()
     for mutant in mutants:
         for index in range(traces):
-            trace = target.generator.generate(0, index, [mutant])  # what the mutant declares
+            trace = modelled(generate(index, mutant))
+            if trace is None:
+                continue
             batch = target.check(trace, mutant)
             found = guarded_run(target, trace, mutant, corpus_dir, settings=settings).divergence
             assert (batch.status == DIVERGE) == (found is not None), (
@@ -72,9 +78,12 @@ def assert_guard_verdicts_are_the_batch_judges(target, released, mutants, corpus
 
 
 def assert_released_runs_guarded_and_its_record_replays(target, released, corpus_dir,
-                                                        traces: int, settings=lambda kw: {}):
+                                                        traces: int, settings=lambda kw: {},
+                                                        modelled=lambda trace: trace):
     for index in range(traces):
-        trace = target.generator.generate(0, index, [released])
+        trace = modelled(target.generator.generate(0, index, [released]))
+        if trace is None:
+            continue
         guarded = guarded_run(target, trace, released, corpus_dir, settings=settings)
         assert guarded.divergence is None
         recorded = guarded_run(target, trace, released, corpus_dir, check=False,

@@ -25,7 +25,8 @@ import inspect
 
 from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
                                       open_session, same_args)
-from kvfuzz.strategies.blockpool.codec import MAX_BLOCKS, MAX_GROUP, MAX_ID, MAX_LIST
+from kvfuzz.strategies.blockpool.codec import (MAX_BLOCKS, MAX_GROUP, MAX_HASH_BLOCK, MAX_ID,
+                                               MAX_LIST)
 from kvfuzz.strategies.blockpool.trace import (Alloc, CacheIds, Evict, FreeIds, Probe, Reset,
                                                TouchIds, Trace, UnpinIds)
 
@@ -49,7 +50,11 @@ def header(pool) -> Trace:
             getattr(pool, "_reuse_watchers", None):  # a watcher the oracle never heard of
         refuse("the pool has been used: guard it before its first call (the oracle starts "
                "from an empty pool)")
-    return Trace(blocks, bool(pool.enable_caching), ())
+    size = int(pool.hash_block_size)
+    if not 1 <= size <= MAX_HASH_BLOCK:
+        refuse(f"a hash block of {size} tokens: the trace holds 1 to {MAX_HASH_BLOCK}")
+    # No KV events in the trace: the engine's own consumer takes them, not the guard.
+    return Trace(blocks, bool(pool.enable_caching), (), hash_block_size=size)
 
 
 def guard(pool, *, check: bool = True, impl=None, corpus="corpus",
@@ -149,7 +154,7 @@ class GuardedPool(GuardedObject):
                if i not in skip):
             self._refuse("cache_full_blocks of a block cached already (partial-block promotion "
                          "is not modelled)")
-        op = CacheIds(tuple(ids), tuple(self._name(h) for h in hashes), group, skip)
+        op = CacheIds(tuple(ids), tuple(self._name(h) for h in hashes), group, skip, num_cached)
         return self._run(op, "cache_full_blocks",
                          lambda: pool.cache_full_blocks(*bound.args, **bound.kwargs),
                          same_args((ids, list(op.hashes), group, skip)))

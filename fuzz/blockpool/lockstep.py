@@ -1,36 +1,58 @@
 """The block-pool judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.blockpool`) and an implementation driven as vLLM's KV-cache manager drives its pool
-(requests holding blocks, prefix hits touched, full blocks cached, tables freed tail first),
-compared after every op: results (blocks handed out or ValueError, hits, reset's verdict, what
-the reuse watcher heard), the number of free blocks, the free queue in eviction order and its
-links, every block's reference count and hash, the hash map, and the invariants
-(`state_violations`, through `pool_state.pool_problems`).
+(requests holding blocks, prefix hits touched, full blocks cached, partial entries and their
+copies, tables freed tail first), compared after every op: results (blocks handed out or
+ValueError, hits, reset's verdict, what the reuse watcher heard, the KV events each call
+published), the number of free blocks, usage, the free queue in eviction order and its links,
+every block's reference count, entries and the tokens they cover, the writable blocks, the
+hash map, and the invariants (`state_violations`; what a consumer of the KV events believes,
+`event_violations`), through `pool_state.pool_problems`. The ops that name blocks by id (a
+live guard's) are `by_id.py`'s.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from kvfuzz.fuzz.blockpool.pool_state import pool_problems
+from kvfuzz.fuzz.blockpool.by_id import ByIdOps
+from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel
+from kvfuzz.oracle.blockpool.events import replay
+from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, FreedTooOften
 from kvfuzz.strategies.blockpool import trace as blockpool
-from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CacheIds, Evict, Free, FreeIds,
-                                               Lookup, Pad, Probe, Reset, Share, TouchIds, Unpin,
-                                               UnpinIds)
+from kvfuzz.strategies.blockpool.events import Prompt
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Evict,
+                                               Free, Lookup, Move, Pad, Pin, Probe, Reset,
+                                               Share, Unpin)
 
 
 class _Holder:
-    """A request as the pool sees it: its table (null blocks included) and how many of its
-    leading blocks are cached (the manager's num_cached_block)."""
+    """A request as the pool sees it: its table (null blocks included), how many of its
+    leading blocks are cached (the manager's num_cached_block), and the blocks pinned once more
+    (`Pin`), released with the table."""
 
     def __init__(self, blocks=(), cached: int = 0):
         self.blocks, self.cached = list(blocks), cached
+        self.pinned: list[int] = []
+
+    def releases(self, reverse: bool = True) -> list[int]:
+        """What freeing the holder names: its table (tail first, or in order), then its pins."""
+        return (self.blocks[::-1] if reverse else list(self.blocks)) + self.pinned
 
 
-class BlockPoolLockstep(Lockstep):
+# The pool's configurations a trace may set (`Trace`'s settings), each counted once per trace.
+CONFIGS = {"caching off": lambda t: not t.caching,
+           "blocks of several hash units": lambda t: t.scale > 1,
+           "KV events": lambda t: t.events, "lookahead hashing": lambda t: t.lookahead > 0,
+           "cache salt": lambda t: t.salt, "hits reported": lambda t: t.report,
+           "images": lambda t: bool(t.images), "residency metrics": lambda t: t.metrics,
+           "a pool of the null block alone": lambda t: t.blocks == 1}
+
+
+class BlockPoolLockstep(ByIdOps, Lockstep):
     KINDS = blockpool.KINDS
+    REJECTIONS = (FreedTooOften,)  # a double free: the implementation must raise too
     EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached",
               "lookup hit", "lookup miss", "share", "touch a free cached block", "cache",
               "cache nothing new", "cache a hash cached elsewhere", "free",
@@ -38,30 +60,70 @@ class BlockPoolLockstep(Lockstep):
               "free a shared block", "unpin", "unpin: cached to the tail",
               "null blocks in a table", "null blocks in a call", "evict cached",
               "evict uncached", "probe", "reset", "reset refused", "touch by id",
-              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id")
+              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id",
+              "pin", "the same block twice in one call", "double free refused",
+              "lookup partial hit", "cache a partial block", "partial block promoted to full",
+              "partial entry supersedes a shorter one", "partial entry already there",
+              "partial entry replaces", "partial entry extra",
+              "move entries to a copy", "hit reported", "events published",
+              "event: block removed", "cache with a block mask",
+              *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
         self.holders: dict[int, _Holder] = {}
         self.seen: set[int] = set()  # rids ever used: a finished request never comes back
-        return BlockPoolModel(trace.blocks, trace.caching)
+        self.view = Counter()  # what a consumer of the implementation's KV events believes
+        for name, applies in CONFIGS.items():
+            if applies(trace):
+                self.count(f"config: {name}")
+        return BlockPoolModel(trace.blocks, trace.caching, trace.hash_block_size, trace.events,
+                              trace.lookahead, trace.metrics)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.blockpool.driver import BlockPoolDriver  # imports vLLM
 
-        return make(BlockPoolDriver, cls, trace.blocks, trace.caching)
+        return make(BlockPoolDriver, cls, trace.blocks, trace.caching, trace.hash_block_size,
+                    trace.events, trace.lookahead, trace.metrics)
 
     def initial_problems(self):
-        return pool_problems(self.impl, self.model, "constructor")
+        return pool_problems(self.impl, self.model, "constructor", self._view())
 
     def state(self, op):
-        return pool_problems(self.impl, self.model, "state read")
+        return pool_problems(self.impl, self.model, "state read", self._view())
+
+    def _view(self):
+        return self.view if self.trace.events else None
 
     def _call(self, method: str, args: tuple) -> Call:
-        """A pool call: results compared as `_compare` says, then what the watcher heard."""
+        """A pool call: results compared as `_compare` says, then what the watcher heard, the
+        residency collector's evictions and (a trace with KV events) what the call published,
+        which a consumer's view replays whatever else differs (the state read checks it)."""
         def compare(expected, rejected, actual, raised):
-            return _compare(method, expected, actual, raised) or \
-                _heard(self.model.heard, self.impl.heard)
+            trace, model, impl = self.trace, self.model, self.impl
+            published = impl.events if trace.events and raised is None else []
+            if method != "emit_cached_block_events":  # a report re-announces: not a change
+                self.view = replay(self.view, published)
+            problems = _compare(method, expected, rejected, actual, raised)
+            if problems or raised is not None:
+                return problems
+            problems = _heard(model.heard, impl.heard)
+            evictions = sorted(model.take_evictions())
+            if trace.metrics and sorted(impl.evictions) != evictions:
+                problems.append(("residency metrics", f"{method}: expected the collector to "
+                                                      f"end tracking blocks with reuse gaps "
+                                                      f"{evictions}, actual "
+                                                      f"{sorted(impl.evictions)}"))
+            expected = model.take_events()
+            if trace.events:
+                problems += events_problems(method, expected, published, self.count)
+            return problems
         return Call("", method, args, compare=compare)
+
+    def _prompt(self, hashes) -> Prompt:
+        """A request with these hashes: its tokens are its hashes, each a hash block's worth."""
+        size = self.trace.hash_block_size
+        return Prompt(tuple(hashes), tuple(h for h in hashes for _ in range(size)),
+                      self.trace.salt, self.trace.images)
 
     def _startable(self, rid: int) -> bool:
         return rid in self.holders or rid not in self.seen
@@ -79,17 +141,38 @@ class BlockPoolLockstep(Lockstep):
 
     @handles(Lookup)
     def lookup(self, op: Lookup):
+        """As full attention looks up (`FullAttentionManager.find_longest_cache_hit`): each
+        block's hash up to the first miss, then (blocks of several hash units) the unit
+        boundaries inside the next block, latest first, up to the first hit."""
         if op.rid in self.seen or not self.model.caching:
             return
-        found = self._hits(op.hashes, op.group)
-        asked = op.hashes[:len(found) + (len(found) < len(op.hashes))]  # up to the first miss
-        self.count("lookup hit" if found else "lookup miss")
+        scale = self.trace.scale
+        full = self._hits(op.hashes[scale - 1::scale], op.group)
+        asked = op.hashes[scale - 1::scale][:len(full) + 1]  # up to the first miss
+        first = len(full) * scale
+        inside = op.hashes[first:min(first + scale - 1, len(op.hashes))][::-1]
+        partial = []
+        for index, h in enumerate(inside):
+            partial = self._hits([h], op.group)
+            if partial:
+                inside = inside[:index + 1]
+                break
+        found = full + partial
+        self.count("lookup hit" if full else "lookup miss")
+        if partial:
+            self.count("lookup partial hit")
         self._count_touch(found)
-        yield Call(f"lookup r{op.rid}: get_cached_block x{len(asked)}, "
+        yield Call(f"lookup r{op.rid}: get_cached_block x{len(asked) + len(inside)}, "
                    f"touch({short(found, 60)})")
-        for h in asked:
+        for h in list(asked) + list(inside):
             yield self._call("get_cached_block", (h, (op.group,)))
-        yield from self._touch_starts(op.rid, found)
+        yield self._call("touch", (found,))
+        holder = self._holder(op.rid)
+        holder.blocks, holder.cached = list(found), len(full)
+        if self.trace.report:  # as the manager reports a hit (of whole blocks; none: nothing)
+            self.count("hit reported")
+            yield self._call("emit_cached_block_events", (self._prompt(op.hashes), len(full),
+                                                          self.trace.block_size, op.group))
 
     @handles(Share)
     def share(self, op: Share):
@@ -118,18 +201,59 @@ class BlockPoolLockstep(Lockstep):
 
     @handles(Cache)
     def cache(self, op: Cache):
-        holder, model = self.holders.get(op.rid), self.model
+        holder, model, size = self.holders.get(op.rid), self.model, self.trace.block_size
         if holder is None or not model.caching:
             return
-        num_full = min(len(holder.blocks), len(op.hashes))
-        if any(model.key[b] is not None for b in holder.blocks[holder.cached:num_full] if b):
-            return  # caching a cached block again is partial-block promotion: not here
+        num_full = min(len(holder.blocks), len(op.hashes) // self.trace.scale)
+        skip = tuple(sorted({i for i in op.skip if i < num_full - holder.cached}))
+        new = [i for i in range(holder.cached, num_full) if i - holder.cached not in skip]
+        if any(model.key[holder.blocks[i]] is not None
+               and model.tokens[holder.blocks[i]] >= (i + 1) * size
+               for i in new if holder.blocks[i]):
+            return  # caching a block again: only a shorter (partial) entry may be promoted
         self._count_cache(op, holder, num_full)
+        if skip:
+            self.count("cache with a block mask")
         yield Call(f"cache_full_blocks(r{op.rid}, num_cached={holder.cached}, "
-                   f"num_full={num_full}, group={op.group})")
-        yield self._call("cache_full_blocks", (list(op.hashes), list(holder.blocks),
-                                               holder.cached, num_full, op.group))
+                   f"num_full={num_full}, group={op.group}"
+                   f"{f', mask without {list(skip)}' if skip else ''})")
+        yield self._call("cache_full_blocks", (self._prompt(op.hashes), list(holder.blocks),
+                                               holder.cached, num_full, op.group, size, skip))
         holder.cached = max(holder.cached, num_full)
+
+    @handles(CachePartial)
+    def cache_partial(self, op: CachePartial):
+        """As full attention registers a prompt tail inside a block (`_cache_partial_tail_
+        block`): the entry of the first `units` hash units on the block holding their end."""
+        holder, model, scale = self.holders.get(op.rid), self.model, self.trace.scale
+        index = (op.units - 1) // scale
+        if holder is None or not model.caching or not 1 <= op.units <= len(op.hashes) or \
+                index >= len(holder.blocks):
+            return
+        block, key = holder.blocks[index], (op.hashes[op.units - 1], op.group)
+        tokens = op.units * self.trace.hash_block_size
+        self._count_partial(op, block, key, tokens)
+        yield Call(f"cache_partial_block(r{op.rid}'s block {index}: {block}, "
+                   f"{tokens} tokens, group={op.group}{', replace' if op.replace else ''})")
+        yield self._call("cache_partial_block", (self._prompt(op.hashes), block, op.units,
+                                                 op.group, self.trace.block_size, op.replace))
+
+    @handles(Move)
+    def move(self, op: Move):
+        """Copy-on-write: a new block for `dst`, and `rid`'s block's entries moved onto it."""
+        holder, model = self.holders.get(op.rid), self.model
+        if holder is None or not 0 <= op.index < len(holder.blocks) or \
+                not holder.blocks[op.index] or not model.num_free() or \
+                not self._startable(op.dst) or op.dst == op.rid:
+            return
+        src = holder.blocks[op.index]
+        self.count("move entries to a copy")
+        yield Call(f"move r{op.rid}'s block {src}: get_new_blocks(1) for r{op.dst}, "
+                   f"move_block_hashes")
+        copy = (yield self._call("get_new_blocks", (1,))).expected
+        target = self._holder(op.dst)
+        target.blocks, target.cached = list(copy), 1  # the copy is cached: never cached again
+        yield self._call("move_block_hashes", (src, copy[0]))
 
     @handles(Free, Unpin)
     def free(self, op):
@@ -139,8 +263,7 @@ class BlockPoolLockstep(Lockstep):
             return
         blocks = []
         for rid in live:
-            table = self.holders[rid].blocks
-            blocks += table[::-1] if isinstance(op, Free) and op.reverse else list(table)
+            blocks += self.holders[rid].releases(not isinstance(op, Free) or op.reverse)
         if isinstance(op, Unpin):
             blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
         self._count_free(op, blocks)
@@ -149,6 +272,31 @@ class BlockPoolLockstep(Lockstep):
         yield self._call(method, (blocks,))
         for rid in live:
             del self.holders[rid]
+
+    @handles(Pin)
+    def pin(self, op: Pin):
+        holder = self.holders.get(op.rid)
+        blocks = [b for b in holder.blocks if b] if holder else []
+        if not blocks:
+            return
+        self.count("pin")
+        yield Call(f"pin r{op.rid}: touch({short(blocks, 60)})")
+        yield self._call("touch", (blocks,))
+        holder.pinned += blocks[::-1]
+
+    @handles(DoubleFree)
+    def double_free(self, op: DoubleFree):
+        """The holder's blocks and its tail block once more: refused, the holder stays live."""
+        holder = self.holders.get(op.rid)
+        blocks = holder.releases() if holder else []
+        tail = next((b for b in blocks if b), None)
+        if tail is None or self.model.ref[tail] != blocks.count(tail):
+            return  # nothing to free, or the tail is shared: one more entry would be legal
+        blocks.append(tail)
+        self.count("double free refused")
+        yield Call(f"free_blocks({short(blocks, 60)}): block {tail} named "
+                   f"{blocks.count(tail)} times, {self.model.ref[tail]} reference(s)")
+        yield self._call("free_blocks", (blocks,))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -171,52 +319,6 @@ class BlockPoolLockstep(Lockstep):
         self.count("reset refused" if model.num_free() != model.size - 1 else "reset")
         yield Call("reset_prefix_cache()")
         yield self._call("reset_prefix_cache", ())
-
-    # The pool's calls by block id (a live guard's ops): ids outside the pool are dropped.
-    def _in_pool(self, ids) -> list[int]:
-        return [b for b in ids if b < self.model.size]
-
-    @handles(TouchIds)
-    def touch_ids(self, op: TouchIds):
-        blocks = self._in_pool(op.block_ids)
-        self._count_touch(blocks)
-        self.count("touch by id")
-        yield Call(f"touch({short(blocks, 60)})")
-        yield self._call("touch", (blocks,))
-
-    @handles(FreeIds, UnpinIds)
-    def free_ids(self, op):
-        model, blocks = self.model, self._in_pool(op.block_ids)
-        unpin = isinstance(op, UnpinIds)
-        if unpin:
-            blocks = [b for b in blocks if b]  # unpin_blocks takes no null block
-        counts = Counter(blocks)
-        name = "unpin by id" if unpin else "free by id"
-        self.count(name)
-        if not unpin and any(b and model.key[b] and model.ref[b] == counts[b] for b in counts):
-            self.count("free by id: cached to the tail")
-        if 0 in counts:
-            self.count("null blocks in a call")
-        method = "unpin_blocks" if unpin else "free_blocks"
-        yield Call(f"{method}({short(blocks, 60)})")
-        yield self._call(method, (blocks,))
-
-    @handles(CacheIds)
-    def cache_ids(self, op: CacheIds):
-        model = self.model
-        if not model.caching or len(self._in_pool(op.block_ids)) != len(op.block_ids):
-            return
-        skip = set(op.skip)
-        cached = [b for i, b in enumerate(op.block_ids) if b and i not in skip]
-        if any(model.key[b] is not None for b in cached):
-            return  # caching a cached block again is partial-block promotion: not here
-        self.count("cache by id")
-        if 0 in op.block_ids:
-            self.count("null blocks in a call")
-        yield Call(f"cache_full_blocks(blocks {short(list(op.block_ids), 60)}, group={op.group}"
-                   f"{f', mask without {sorted(skip)}' if skip else ''})")
-        yield self._call("cache_full_blocks", (list(op.hashes), list(op.block_ids), 0,
-                                               len(op.block_ids), op.group, tuple(sorted(skip))))
 
     def _holder(self, rid: int) -> _Holder:
         self.seen.add(rid)
@@ -247,13 +349,29 @@ class BlockPoolLockstep(Lockstep):
             self.count("null blocks in a call")
 
     def _count_cache(self, op, holder, num_full: int) -> None:
-        model = self.model
-        new = [(h, op.group) for h in op.hashes[holder.cached:num_full]]
+        model, scale = self.model, self.trace.scale
+        new = [(h, op.group) for h in op.hashes[scale - 1::scale][holder.cached:num_full]]
         self.count("cache" if new else "cache nothing new")
         if any(key in model.map for key in new):
             self.count("cache a hash cached elsewhere")
-        if 0 in holder.blocks[holder.cached:num_full]:
+        blocks = holder.blocks[holder.cached:num_full]
+        if 0 in blocks:
             self.count("null blocks in a call")
+        if any(b and model.key[b] is not None for b in blocks):
+            self.count("partial block promoted to full")
+
+    def _count_partial(self, op, block: int, key, tokens: int) -> None:
+        model = self.model
+        self.count("cache a partial block")
+        held = model.key[block] == key or block in model.map.get(key, ())
+        if op.replace:
+            self.count("partial entry replaces")
+        elif held:
+            self.count("partial entry already there")
+        elif model.key[block] is not None and model.tokens[block] < tokens:
+            self.count("partial entry supersedes a shorter one")
+        elif model.key[block] is not None:
+            self.count("partial entry extra")
 
     def _count_free(self, op, blocks) -> None:
         model = self.model
@@ -265,11 +383,17 @@ class BlockPoolLockstep(Lockstep):
             self.count(f"{name}: cached to the tail")
         if len(released) < len([b for b in counts if b]):
             self.count("free a shared block")
+        if any(n > 1 for b, n in counts.items() if b):
+            self.count("the same block twice in one call")
         if 0 in counts:
             self.count("null blocks in a call")
 
 
-def _compare(method: str, expected, actual, raised) -> list[tuple[str, str]]:
+def _compare(method: str, expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if rejected is not None:  # any exception refuses it; the state read shows it changed nothing
+        return [] if raised is not None else [
+            ("double free", f"{method} accepted a caller's double free ({rejected}): expected it "
+                            f"refused (raised) with nothing changed")]
     if expected == REFUSED:
         if raised is None:
             return [("None vs success", f"expected ValueError (more blocks asked for than are "

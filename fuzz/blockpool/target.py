@@ -3,7 +3,9 @@ manager-like traces, in lock step with the oracle (`lockstep.py`).
 
     kvfuzz diff blockpool --cases 2000 --jobs 2
     kvfuzz diff blockpool --impl vllm.v1.core.block_pool:BlockPool
-Imports vLLM only when a trace runs.
+Each implementation gets the traces it supports (a pool whose callers never double-free says
+so, strategies/blockpool/profile.py); a trace from elsewhere with a double free is outside its
+contract. Imports vLLM only when a trace runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
-from kvfuzz.strategies.blockpool.generator import NO_UNPIN
+from kvfuzz.strategies.blockpool.profile import DECLARABLE, NO_UNPIN, broken
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -38,8 +40,7 @@ def _declare(impl, obj):
 
 
 def _generator_for(impls):
-    return generator.generator_for(tuple(sorted({p for impl in impls
-                                                 for p in impl.preconditions})))
+    return generator.generator_for(frozenset().union(*(impl.preconditions for impl in impls)))
 
 
 def smaller_pool(item):
@@ -52,8 +53,8 @@ BLOCKPOOL = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pool",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(BlockPoolLockstep, describe_op, generator.broken),
-    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape, _declare),
+    judge=LockstepJudge(BlockPoolLockstep, describe_op, broken),
+    catalogue=Catalogue("blockpool", IMPLEMENTATIONS, _shape, _declare, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.blocks), CREATES, smaller_pool),
     coverage_modules=("kvfuzz.fuzz.blockpool.lockstep", "kvfuzz.oracle.blockpool.model"),
     live="kvfuzz.fuzz.blockpool.guard:guard")

@@ -37,14 +37,11 @@ def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda:
         return calls >= max_calls or time.monotonic() > deadline or stopping()
 
     while not exhausted():
-        candidates = list(shrinker.candidates(best.input, best))
-        order = [0] + list(range(max(1, resume), len(candidates))) + list(range(1, resume))
-        found = None
-        for position in order[:len(candidates)]:
-            candidate = candidates[position]
+        found, size = None, shrinker.size(best.input)
+        for position, candidate in _in_order(shrinker.candidates(best.input, best), resume):
             if exhausted():
                 break
-            if shrinker.size(candidate) >= shrinker.size(best.input):
+            if shrinker.size(candidate) >= size:
                 continue
             calls += 1
             again = check(target, candidate, impl, device).divergence
@@ -57,6 +54,19 @@ def shrink(target, divergence: Divergence, device: str = "cpu", stopping=lambda:
     if best is divergence:
         return divergence
     return _provenance(target, divergence, best.input, impl, device, check) or divergence
+
+
+def _in_order(candidates: Iterator, resume: int) -> Iterator[tuple[int, object]]:
+    """(position, candidate): the first, then from `resume` on, then those between, each built
+    only when reached (a long trace has thousands of cuts; a pass usually ends at one of the
+    first it tries)."""
+    skipped = []
+    for position, candidate in enumerate(candidates):
+        if 0 < position < resume:
+            skipped.append(candidate)
+        else:
+            yield position, candidate
+    yield from enumerate(skipped, start=1)
 
 
 def _provenance(target, original: Divergence, small, impl, device: str,

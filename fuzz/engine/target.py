@@ -59,7 +59,9 @@ class Generator(Protocol):
     def encode(self, item) -> bytes | None: ...       # bytes `from_bytes` turns back into item
     def seed_inputs(self) -> list[bytes]: ...         # a campaign's first inputs
     def strategy(self): ...                           # the public Hypothesis strategy
-    def uniform(self, rng): ...  # the detection benchmark's aimless baseline input, or None
+    # The detection benchmark's aimless baseline input within what `preconditions` declare
+    # (an implementation's), or None where the target has none.
+    def uniform(self, rng, preconditions=frozenset()): ...
 
 
 class Judge(Protocol):

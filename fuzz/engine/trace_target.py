@@ -47,7 +47,7 @@ class TraceInputs:
 
     generator: object
     pick: Callable | None = None
-    uniform: Callable | None = None  # uniform(rng): the detection benchmark's baseline trace
+    uniform: Callable | None = None  # uniform(rng, preconditions): the detection baseline trace
 
     def generator_for(self, impls):
         return self.pick(impls) if self.pick and impls else self.generator

@@ -38,7 +38,7 @@ READS = frozenset({
     "make_prefix_cache_stats", "record_prefix_cache_stats", "prefix_cache_lookup_enabled",
     "create_kv_cache_blocks", "take_new_block_ids", "new_step_starts",
     "get_block_ids_for_computed_tokens", "take_kv_cache_block_copies",
-    "take_boundary_state_offloads", "estimate_cached_tokens"})
+    "take_boundary_state_offloads", "estimate_cached_tokens", "truncate_computed_blocks"})
 # allocate_slots' arguments the trace has no field for, and the value each must have.
 UNMODELLED = {"num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
               "num_encoder_tokens": 0, "reserved_blocks": 0, "delay_cache_blocks": False,
@@ -155,6 +155,7 @@ class GuardedManager(GuardedObject):
 
             plain = (_ids(blocks), int(hit), int(boundary))
             self._kvfuzz_driver.lookups = {tracked.rid: plain}
+            self._kvfuzz_driver.hits = {tracked.rid: blocks}
             # Checked now: the scheduler may allocate nothing after it. A wrong hit is the
             # lookup of a `schedule` op, as a replay of the saved trace makes it.
             problems = session.lock.lookup_problems(tracked.rid, plain)

@@ -10,23 +10,37 @@ hashes, the hash map, invariants).
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.blockpool.pool_state import pool_problems
+from collections import Counter
+
+from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.kvmanager.model import KVManagerModel
+from kvfuzz.oracle.blockpool.events import replay
+from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule)
 
 WAITING, RUNNING = "waiting", "running"
+# The manager's configurations a trace may set, each counted once per trace.
+CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: not t.caching,
+           "KV events": lambda t: t.events, "hits reported": lambda t: t.report,
+           "stats": lambda t: t.stats, "lookahead tokens": lambda t: t.lookahead > 0,
+           "EAGLE": lambda t: t.eagle, "asynchronous scheduling": lambda t: t.async_scheduling,
+           "extra retained tokens": lambda t: t.retained > 0,
+           "sparse retention": lambda t: t.retention is not None,
+           "whole request must fit": lambda t: t.full_sequence_must_fit,
+           "watermark": lambda t: t.watermark > 0}
 
 
 class _Request:
-    def __init__(self, tokens):
+    def __init__(self, tokens, skip: bool = False):
         self.tokens, self.computed, self.status = list(tokens), 0, WAITING
-        self.prompt = len(self.tokens)
+        self.prompt, self.skip = len(self.tokens), skip  # skip: it never reads the cache
         self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
+        self.preempted = False  # preempted before (its admissions count as such in the stats)
+        self.in_flight = 0  # its last allocation's tokens, in flight at the next (async)
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int) -> list[int]:
@@ -43,23 +57,36 @@ class _Request:
 
 class KVManagerLockstep(Lockstep):
     KINDS = kvmanager.KINDS
+    REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
               "decode into a new block", "sample, no slot", "allocate_slots ok",
               "allocate_slots refused", "allocate_slots refused: the whole request does not fit",
-              "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused")
+              "window frees blocks", "preempt", "finish", "evict", "reset", "reset refused",
+              "arrive, skipping the prefix cache", "allocate_slots of a hit alone",
+              "allocate_slots of nothing refused", "hit truncated", "hit reported",
+              "events published", "event: block removed", "stats recorded",
+              "window frees blocks with tokens in flight",
+              *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
+        self.view = Counter()  # what a consumer of the implementation's KV events believes
+        for name, applies in CONFIGS.items():
+            if applies(trace):
+                self.count(f"config: {name}")
         return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
-                              trace.retention, trace.max_in_flight_tokens, trace.watermark)
+                              trace.retention, trace.max_in_flight_tokens, trace.watermark,
+                              trace.caching, trace.events, trace.stats, trace.lookahead,
+                              trace.eagle, trace.retained)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
 
         return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
-                               trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
-                               trace.watermark)
+                    trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
+                    trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
+                    trace.eagle, trace.retained)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")
@@ -70,10 +97,10 @@ class KVManagerLockstep(Lockstep):
         if op.rid in self.seen or len(op.tokens) > self.trace.max_model_len:
             return
         self.seen.add(op.rid)
-        self.requests[op.rid] = _Request(op.tokens)
-        self.count("arrive")
+        self.requests[op.rid] = _Request(op.tokens, op.no_cache_read)
+        self.count("arrive, skipping the prefix cache" if op.no_cache_read else "arrive")
         yield Call(f"r{op.rid} arrives ({len(op.tokens)} tokens)", "arrive",
-                   (op.rid, op.tokens), oracle=None)
+                   (op.rid, op.tokens, op.no_cache_read, self.trace.report), oracle=None)
 
     @handles(Schedule)
     def schedule(self, op: Schedule):
@@ -84,7 +111,7 @@ class KVManagerLockstep(Lockstep):
             yield from self._admit(op.rid, request, op.chunk)
             return
         pending = len(request.tokens) - request.computed
-        if pending > 0:
+        if pending > 0:  # a chunk of 0 is the caller's bug, refused
             new = min(op.chunk, pending)
             self.count("prefill chunk")
             yield Call(f"allocate_slots(r{op.rid}, {new})")
@@ -122,7 +149,8 @@ class KVManagerLockstep(Lockstep):
             del self.requests[op.rid]
             yield Call("", "forget", (op.rid,), oracle=None, compare=_ignored)
         else:
-            request.computed, request.status = 0, WAITING
+            request.computed, request.status, request.preempted = 0, WAITING, True
+            request.in_flight = 0  # its stale output drained before it is admitted again
             yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
 
     @handles(Evict)
@@ -152,33 +180,62 @@ class KVManagerLockstep(Lockstep):
         return request.hashes(self.trace.block_size)
 
     def _admit(self, rid: int, request: _Request, chunk: int):
-        expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens))
+        report = self.trace.report
+        expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
+                                                  request.tokens, request.skip, report)
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
                    "get_computed_blocks", (rid,), oracle=lambda: expected, compare=_hit_compare)
         hit_blocks, hit, request.boundary = expected
         self.count("admission with a hit" if hit else "admission, no hit")
+        if hit and report:
+            self.count("hit reported")
         new = min(chunk, len(request.tokens) - hit)
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
-        return (yield from self._allocation(rid, request, new, hit, hit_blocks))
+        problems = yield from self._allocation(rid, request, new, hit, hit_blocks)
+        size = self.trace.block_size
+        if problems or hit < size:
+            return problems
+        # The lookup cut at an aligned point, as the scheduler cuts a local hit that a longer
+        # external load covers: a read, after the admission (a live guard sees it there too).
+        self.count("hit truncated")
+        end = hit if hit // size % 2 else hit - size  # at its end, or a block short of it
+        yield Call(f"truncate_computed_blocks(r{rid}'s hit, {end})", "truncate", (rid, end),
+                   oracle=lambda: self.model.truncate(hit_blocks, end), compared=True)
+        return []
 
     def _allocation(self, rid, request, new, hit, hit_blocks):
         """allocate_slots on both sides; on success, that it consumed what its check counted,
         and the request's progress recorded on both sides."""
-        model = self.model
+        model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
         admission = hit_blocks is not None
-        whole = admission and self.trace.full_sequence_must_fit
+        whole = admission and trace.full_sequence_must_fit
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
-        expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
-                                        request.computed, new, hit, hit_blocks, whole,
-                                        request.prompt, request.boundary, others)
+        in_flight = request.in_flight if trace.async_scheduling and not admission else 0
+        args = (rid, new, hit, admission, whole, others, in_flight)
+        try:
+            expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
+                                            request.computed, new, hit, hit_blocks, whole,
+                                            request.prompt, request.boundary, others,
+                                            request.tokens, in_flight)
+        except NothingToAllocate as refused:  # the manager must raise: nothing changes
+            self.count("allocate_slots of nothing refused")
+
+            def refuse():
+                raise refused
+            yield Call("", "allocate_slots", args, oracle=refuse,
+                       compare=self._allocation_compare)
+            return []
+        if new == 0:
+            self.count("allocate_slots of a hit alone")
         if model.freed_by_window:
-            self.count("window frees blocks")
+            self.count("window frees blocks" if not in_flight else
+                       "window frees blocks with tokens in flight")
         self.count("allocate_slots ok" if expected is not None else
                    "allocate_slots refused: the whole request does not fit"
                    if model.refused_whole else "allocate_slots refused")
-        yield Call("", "allocate_slots", (rid, new, hit, admission, whole, others),
-                   oracle=lambda: expected, compare=self._allocation_compare)
+        yield Call("", "allocate_slots", args, oracle=lambda: expected,
+                   compare=self._allocation_compare)
         if expected is None:
             return []
         after = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
@@ -187,12 +244,21 @@ class KVManagerLockstep(Lockstep):
             return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
                                   f"counted {model.predicted}")]
         request.computed += hit + new
-        request.status = RUNNING
+        request.status, request.in_flight = RUNNING, new
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        if admission and trace.stats:  # the scheduler records an admission that was made
+            self.count("stats recorded")
+            yield Call("", "record_stats", (rid, hit), oracle=lambda: model.
+                       record_prefix_cache_stats(len(request.tokens), hit, request.preempted,
+                                                 request.skip))
         return []
 
     def _allocation_compare(self, expected, rejected, actual, raised):
         model = self.model
+        if rejected is not None:
+            return [] if raised is not None else [
+                ("rejection", f"allocate_slots: expected the call refused ({rejected}), "
+                              f"actual {short(actual)}")]
         if raised is not None:
             return crash_problems(raised)
         if expected is None:
@@ -228,7 +294,52 @@ class KVManagerLockstep(Lockstep):
                 problems.append(("block table", f"r{rid}: expected {short(expected)}, actual "
                                                 f"{short(tables)}"))
                 break
-        return problems + pool_problems(self.impl, self.model.pool, "state read")
+        request = self.requests.get(getattr(op, "rid", None))
+        if request is not None:  # what the scheduler reads of the request the op moved
+            problems += self._reads(op.rid, request)
+        problems += self._observed()
+        view = self.view if self.trace.events and not self.trace.report else None
+        return problems + pool_problems(self.impl, self.model.pool, "state read", view,
+                                        writable=False)
+
+    def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
+        model, problems = self.model, []
+        for method, args, expected in (
+                ("estimate_cached_tokens", (rid,), model.estimate_cached_tokens(rid)),
+                ("block_ids_for_computed_tokens", (rid, request.computed),
+                 model.block_ids_for_computed_tokens(rid, request.computed)),
+                ("common_prefix_blocks", (rid,), [0] * len(model.groups))):
+            actual = self.read(method, *args)
+            if actual != expected:
+                problems.append((method, f"r{rid}: expected {short(expected)}, actual "
+                                         f"{short(actual)}"))
+        return problems
+
+    def _observed(self) -> list[tuple[str, str]]:
+        """What the scheduler drains every step: the KV events and the prefix-cache stats, and,
+        in a trace that observes either, its other calls of every step (`new_step_starts`;
+        the pending copy-on-write copies, none without partial hits). Never in a live guard's
+        trace: the engine's own consumers drain them."""
+        problems, trace = [], self.trace
+        if trace.events or trace.stats:
+            self.read("new_step_starts")
+            copies = self.read("block_copies")
+            if copies != ([], []):
+                problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
+                                                  f"copies (no partial hits), actual "
+                                                  f"{short(copies)}"))
+        if trace.events:
+            published = self.read("take_events")
+            self.view = replay(self.view, published)
+            problems += events_problems("the op", self.model.take_events(), published,
+                                        self.count)
+        if trace.stats:
+            expected, actual = self.model.make_prefix_cache_stats(), self.read("stats")
+            if actual != expected:
+                problems.append(("prefix cache stats", f"(requests, queries, hits, preempted "
+                                                       f"requests, queries, hits, reset): "
+                                                       f"expected {expected}, actual {actual}"))
+        return problems
 
 
 def _ignored(expected, rejected, actual, raised) -> list:

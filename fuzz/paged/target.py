@@ -72,7 +72,7 @@ class PagedGenerator:
 
         return getattr(hypothesis_cases, f"{self.name}_cases")()
 
-    def uniform(self, rng):
+    def uniform(self, rng, preconditions=frozenset()):  # cases make no misuse: any admit them
         from kvfuzz.strategies.paged.uniform import uniform_case
 
         return uniform_case(self.name, rng)

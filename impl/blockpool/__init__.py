@@ -7,16 +7,18 @@ from functools import partial
 
 from kvfuzz.impl.blockpool.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
+from kvfuzz.strategies.blockpool.profile import NO_DOUBLE_FREE
 
 RELEASED = "vllm.v1.core.block_pool:BlockPool"
+UPSTREAM_DECLARES = (NO_DOUBLE_FREE,)  # its free_blocks does not check (docs/upstream-vllm.md)
 _entry = partial(entry, "blockpool", __name__)
 
 IMPLEMENTATIONS = (
     Implementation("vllm.blockpool", "blockpool", RELEASED,
                    "vLLM's BlockPool (kvfuzz upstream fetch)", UPSTREAM,
-                   default=True, requires="vllm"),
+                   preconditions=UPSTREAM_DECLARES, default=True, requires="vllm"),
 ) + tuple(
     _entry(f"mutant.vllm.blockpool.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
-           requires="vllm")
+           requires="vllm", preconditions=UPSTREAM_DECLARES)
     for name, mutation in MUTATIONS.items()
 )

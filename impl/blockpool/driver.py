@@ -1,21 +1,65 @@
 """Calls a block pool with vLLM `BlockPool`'s interface (vllm 0.33.0) in plain ints: block ids go
 in as the pool's own `KVCacheBlock` objects (`pool.blocks[id]`), hashes as vLLM's byte strings,
-and results and state come out as ids and ints.
+requests as the few fields the pool reads, and results, state and KV events come out as ids,
+ints and `strategies.blockpool.events` records.
 
 The state is read the way a debugger would, from the structures the contract names: each block's
-`ref_cnt` and `block_hash`, the free queue walked link by link from its head (so a broken list
-is reported, not followed forever), and the hash-to-block map."""
+`ref_cnt`, `block_hash` (and extra entries) and `block_hash_num_tokens`, the free queue walked
+link by link from its head (so a broken list is reported, not followed forever), and the
+hash-to-block map."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-HASH_BLOCK_SIZE = 16
+from kvfuzz.strategies.blockpool.events import IMAGE, SALT, Cleared, Removed, Stored
+
 GROUP_BYTES = 4  # vLLM packs a group id after the hash, 4 bytes big-endian
 
 
 def hash_bytes(value: int) -> bytes:
     return value.to_bytes(8, "big")
+
+
+def hash_int(value) -> int:
+    """An event's hash (bytes, or an int where VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set)."""
+    return value if isinstance(value, int) else int.from_bytes(bytes(value), "big")
+
+
+def plain_events(events) -> list:
+    """A pool's (or manager's) KV events as plain records; an event of another kind raises."""
+    out = []
+    for event in events:
+        kind = type(event).__name__
+        if kind == "BlockStored":
+            keys, ahead = event.extra_keys, event.lookahead_token_ids
+            out.append(Stored(
+                tuple(hash_int(h) for h in event.block_hashes),
+                None if event.parent_block_hash is None else hash_int(event.parent_block_hash),
+                tuple(int(t) for t in event.token_ids), int(event.block_size), event.group_idx,
+                None if keys is None else tuple(None if k is None else tuple(k) for k in keys),
+                None if ahead is None else tuple(tuple(int(t) for t in a) for a in ahead),
+                event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window))
+        elif kind == "BlockRemoved":
+            out.append(Removed(tuple(hash_int(h) for h in event.block_hashes), event.group_idx))
+        elif kind == "AllBlocksCleared":
+            out.append(Cleared())
+        else:
+            raise TypeError(f"a KV event of an unknown kind: {kind}")
+    return out
+
+
+def request(prompt):
+    """What a pool reads of a vLLM `Request` (`events.Prompt`): its block hashes (one per hash
+    unit), its tokens, the extra keys of its block hashes (its multimodal inputs, a cache salt
+    or not; no LoRA, no prompt embeddings)."""
+    images = [SimpleNamespace(identifier=IMAGE.format(i), modality="image",
+                              mm_position=SimpleNamespace(offset=offset, length=length))
+              for i, (offset, length) in enumerate(prompt.images)]
+    return SimpleNamespace(block_hashes=[hash_bytes(h) for h in prompt.hashes],
+                           all_token_ids=list(prompt.tokens), lora_request=None,
+                           mm_features=images, cache_salt=SALT if prompt.salt else None,
+                           prompt_embeds=None, session_id=None)
 
 
 def decode_key(key) -> tuple[int, int]:
@@ -44,15 +88,36 @@ class PoolReader:
     def ref_counts(self) -> list[int]:
         return [int(block.ref_cnt) for block in self.pool.blocks]
 
+    def hash_tokens(self) -> list:
+        """The prefix tokens each block's primary entry covers (None: no entry)."""
+        return [block.block_hash_num_tokens for block in self.pool.blocks]
+
+    def tracked(self) -> dict[int, int] | None:
+        """The blocks a residency metrics collector tracks, with the accesses it keeps of each
+        (None: no collector)."""
+        collector = getattr(self.pool, "metrics_collector", None)
+        if collector is None:
+            return None
+        return {int(block): len(state.access_history)
+                for block, state in collector.block_metrics.items()}
+
+    def usage(self) -> float:
+        return float(self.pool.get_usage())
+
+    def writable(self) -> list[int]:
+        is_writable = self.pool.is_block_writable
+        return [int(block.block_id) for block in self.pool.blocks if is_writable(block)]
+
     def keys(self) -> list:
         """Each block's (hash, group), or None; a block with more than one entry (vLLM's partial
-        entries, which no op here makes) shows them all as a list."""
+        entries) shows them all as a list, the primary first."""
         extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
-        keys = []
-        for block in self.pool.blocks:
-            key = None if block.block_hash is None else self.decode_key(block.block_hash)
-            more = sorted(self.decode_key(k) for k in extra.get(block.block_id, ()))
-            keys.append([key, *more] if more else key)
+        decode = self.decode_key
+        keys = [None if block.block_hash is None else decode(block.block_hash)
+                for block in self.pool.blocks]
+        for block_id, more in extra.items():  # only blocks with more than one entry
+            if more:
+                keys[block_id] = [keys[block_id], *sorted(decode(k) for k in more)]
         return keys
 
     def cache_map(self) -> dict[tuple[int, int], list[int]]:
@@ -83,10 +148,21 @@ class PoolReader:
 
 
 class BlockPoolDriver(PoolReader):
-    def __init__(self, cls, blocks: int, caching: bool):
+    def __init__(self, cls, blocks: int, caching: bool, hash_block_size: int = 16,
+                 events: bool = False, lookahead: int = 0, metrics: bool = False):
+        # keywords a release before the KV events took no: given only where they differ
+        more = {"enable_kv_cache_events": True} if events else {}
+        more |= {"num_hash_lookahead_tokens": lookahead} if lookahead else {}
+        if metrics:  # a collector that samples every block: what it tracks is then exact
+            from vllm.v1.core.kv_cache_metrics import KVCacheMetricsCollector
+
+            more["metrics_collector"] = KVCacheMetricsCollector(sample_rate=1.0)
         super().__init__(cls(num_gpu_blocks=blocks, enable_caching=caching,
-                             hash_block_size=HASH_BLOCK_SIZE), blocks)
+                             hash_block_size=hash_block_size, **more), blocks)
+        self.hash_block_size = hash_block_size
         self.heard: list[int] = []
+        self.events: list = []  # what the last call published (taken from the pool after it)
+        self.evictions: list[int] = []  # the reuse gaps of each block the call stopped tracking
 
     def _blocks(self, ids) -> list:
         return [self.pool.blocks[i] for i in ids]
@@ -94,41 +170,73 @@ class BlockPoolDriver(PoolReader):
     def _heard(self, block) -> None:
         self.heard.append(int(block.block_id))
 
+    def _request(self, prompt):
+        return request(prompt)
+
+    def _done(self, result=None):
+        """`result`, after taking what the call published (a pool without KV events, e.g. one
+        of an older release, publishes nothing)."""
+        take = getattr(self.pool, "take_events", None)
+        self.events = plain_events(take()) if take is not None else []
+        collector = getattr(self.pool, "metrics_collector", None)
+        self.evictions = [len(event.reuse_gaps_seconds) for event in
+                          collector.drain_events()] if collector is not None else []
+        return result
+
     def get_new_blocks(self, count: int) -> list[int]:
         self.heard = []
-        return [int(block.block_id) for block in self.pool.get_new_blocks(count)]
+        blocks = self.pool.get_new_blocks(count)
+        return self._done([int(block.block_id) for block in blocks])
 
     def touch(self, ids) -> None:
         self.heard = []
-        self.pool.touch(self._blocks(ids))
+        self._done(self.pool.touch(self._blocks(ids)))
 
     def free_blocks(self, ids) -> None:
         self.heard = []
-        self.pool.free_blocks(self._blocks(ids))
+        self._done(self.pool.free_blocks(self._blocks(ids)))
 
     def unpin_blocks(self, ids) -> None:
         self.heard = []
-        self.pool.unpin_blocks(self._blocks(ids), self._heard)
+        self._done(self.pool.unpin_blocks(self._blocks(ids), self._heard))
 
-    def cache_full_blocks(self, hashes, ids, num_cached: int, num_full: int, group: int,
-                          skip=()) -> None:
+    def cache_full_blocks(self, prompt, ids, num_cached: int, num_full: int, group: int,
+                          block_size: int, skip=()) -> None:
+        """`prompt`: the request's hashes, tokens and salt (`events.Prompt`)."""
         self.heard = []
-        request = SimpleNamespace(block_hashes=[hash_bytes(h) for h in hashes])
         # block_mask only when a position is skipped: a release before it has no such argument
         mask = {} if not skip else {"block_mask": [i not in skip
                                                    for i in range(num_full - num_cached)]}
-        self.pool.cache_full_blocks(request, self._blocks(ids), num_cached, num_full,
-                                    HASH_BLOCK_SIZE, group, **mask)
+        self._done(self.pool.cache_full_blocks(self._request(prompt), self._blocks(ids),
+                                               num_cached, num_full, block_size, group, **mask))
+
+    def cache_partial_block(self, prompt, block: int, units: int, group: int, block_size: int,
+                            replace: bool = False):
+        self.heard = []
+        key = self.pool.cache_partial_block(self._request(prompt), self.pool.blocks[block],
+                                            units * self.hash_block_size, group, block_size,
+                                            replace_existing_hashes=replace)
+        return self._done(None if key is None else self.decode_key(key))
+
+    def emit_cached_block_events(self, prompt, num_blocks: int, block_size: int,
+                                 group: int) -> None:
+        self.heard = []
+        self._done(self.pool.emit_cached_block_events(self._request(prompt), num_blocks,
+                                                      block_size, group))
+
+    def move_block_hashes(self, src: int, dst: int) -> None:
+        self.heard = []
+        self._done(self.pool.move_block_hashes(self.pool.blocks[src], self.pool.blocks[dst]))
 
     def get_cached_block(self, block_hash: int, groups) -> list[int] | None:
         self.heard = []
         found = self.pool.get_cached_block(hash_bytes(block_hash), list(groups))
-        return None if found is None else [int(block.block_id) for block in found]
+        return self._done(None if found is None else [int(block.block_id) for block in found])
 
     def evict_blocks(self, ids) -> None:
         self.heard = []
-        self.pool.evict_blocks(set(ids))
+        self._done(self.pool.evict_blocks(set(ids)))
 
     def reset_prefix_cache(self):
         self.heard = []
-        return self.pool.reset_prefix_cache()
+        return self._done(self.pool.reset_prefix_cache())

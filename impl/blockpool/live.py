@@ -35,10 +35,11 @@ class LivePoolDriver(LiveCalls, PoolReader):
     def unpin_blocks(self, ids) -> None:
         self._perform("unpin_blocks", (list(ids),))
 
-    def cache_full_blocks(self, hashes, ids, num_cached: int, num_full: int, group: int,
-                          skip=()) -> None:
+    def cache_full_blocks(self, prompt, ids, num_cached: int, num_full: int, group: int,
+                          block_size: int, skip=()) -> None:
         self._perform("cache_full_blocks", (list(ids[num_cached:num_full]),
-                                            list(hashes[num_cached:num_full]), group, tuple(skip)))
+                                            list(prompt.hashes[num_cached:num_full]), group,
+                                            tuple(skip)))
 
     def get_cached_block(self, block_hash: int, groups) -> list[int] | None:
         found = self._perform("get_cached_block", (block_hash, tuple(groups)))

@@ -49,6 +49,42 @@ MUTATIONS = {
         f"{CLASS}.unpin_blocks", "self.free_block_queue.append_n(released)",
         "self.free_block_queue.prepend_n(released)",
         "unpinned blocks go to the head of the free queue: reused before anything else"),
+    "free_dedups": Mutation(
+        f"{CLASS}.free_blocks", "for block in ordered_blocks:",
+        "for block in {id(b): b for b in ordered_blocks}.values():",
+        "free_blocks releases one reference per distinct block (a de-duplication fix for a "
+        "double free, #42571): a block named twice with two references keeps one"),
+    # KV events, partial entries, copies, usage (the configurations of docs/upstream-vllm.md)
+    "stored_parent_is_itself": Mutation(
+        f"{CLASS}.cache_full_blocks", "block_hashes[num_cached_blocks - 1]",
+        "block_hashes[num_cached_blocks]",
+        "a KV event names the first new block's own hash as its parent: a consumer's chain "
+        "breaks"),
+    "reuse_not_published": Mutation(
+        f"{CLASS}._maybe_evict_cached_block", "self._emit_block_removed_events(evicted_hashes)",
+        "pass",
+        "a cached block evicted (handed out again, or by evict_blocks) publishes no removal: a "
+        "router keeps sending requests to a prefix that is gone"),
+    "reset_not_published": Mutation(
+        f"{CLASS}.reset_prefix_cache", "self.kv_event_queue.append(AllBlocksCleared())", "pass",
+        "reset_prefix_cache publishes no AllBlocksCleared: consumers keep the whole old cache"),
+    "partial_entry_one_unit_long": Mutation(
+        f"{CLASS}._get_partial_block_hash", "return request.block_hashes[num_hash_blocks - 1]",
+        "return request.block_hashes[num_hash_blocks]",
+        "a partial entry is keyed one hash unit past the prefix its block holds: a hit reads "
+        "tokens that were never written"),
+    "copy_forgets_token_count": Mutation(
+        f"{CLASS}.move_block_hashes", "num_tokens = src_block.block_hash_num_tokens",
+        "num_tokens = None",
+        "a copy-on-write block takes the entries but not the number of tokens they cover"),
+    "usage_counts_null_block": Mutation(
+        f"{CLASS}.get_usage", "total_gpu_blocks = self.num_gpu_blocks - 1",
+        "total_gpu_blocks = self.num_gpu_blocks",
+        "get_usage counts the null block as usable: a full pool reads below 100%"),
+    "lookahead_one_short": Mutation(
+        f"{CLASS}._lookahead_token_ids", "block_end : block_end + self.num_hash_lookahead_tokens",
+        "block_end : block_end + self.num_hash_lookahead_tokens - 1",
+        "a KV event carries one lookahead token fewer than its block's hash covers"),
     "evict_spares_held": Mutation(
         f"{CLASS}.evict_blocks", "self._maybe_evict_cached_block(block)",
         "block.ref_cnt or self._maybe_evict_cached_block(block)",

@@ -11,7 +11,7 @@ boundary (before vLLM 0.26) reads as boundary 0."""
 
 from __future__ import annotations
 
-from kvfuzz.impl.blockpool.driver import PoolReader
+from kvfuzz.impl.blockpool.driver import PoolReader, plain_events
 from kvfuzz.impl.driver_calls import taken
 from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash
 
@@ -21,10 +21,39 @@ def _ids(blocks) -> list[list[int]] | None:
     return None if blocks is None else [[int(b) for b in ids] for ids in blocks.get_block_ids()]
 
 
-class KVManagerDriver(PoolReader):
+class ManagerReads(PoolReader):
+    """What the lock step reads of a manager (`self.manager`) about a request
+    (`self.requests[rid]`, a vLLM Request): its tables, the scheduler's reads, and
+    `truncate_computed_blocks` of its last lookup (`self.hits[rid]`, the KVCacheBlocks)."""
+
+    def block_ids(self, rid: int) -> list[list[int]]:
+        return [[int(b) for b in ids]
+                for ids in self.manager.get_block_ids(self.requests[rid].request_id)]
+
+    def truncate(self, rid: int, tokens: int):
+        return _ids(self.manager.truncate_computed_blocks(self.hits[rid], tokens))
+
+    def usage(self) -> float:
+        return float(self.manager.usage)
+
+    def estimate_cached_tokens(self, rid: int) -> int:
+        return int(self.manager.estimate_cached_tokens(self.requests[rid]))
+
+    def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
+        return [[int(b) for b in ids] for ids in self.manager.get_block_ids_for_computed_tokens(
+            self.requests[rid].request_id, computed)]
+
+    def common_prefix_blocks(self, rid: int) -> list[int]:
+        return [int(n) for n in self.manager.get_num_common_prefix_blocks(
+            self.requests[rid].request_id)]
+
+
+class KVManagerDriver(ManagerReads):
     def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
-                 watermark: float = 0.0):
+                 watermark: float = 0.0, caching: bool = True, events: bool = False,
+                 stats: bool = False, lookahead: int = 0, eagle: bool = False,
+                 retained: int = 0):
         import torch
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -34,8 +63,9 @@ class KVManagerDriver(PoolReader):
 
         shape = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
         specs = [FullAttentionSpec(**shape)]
-        if window:
-            specs.append(SlidingWindowSpec(**shape, sliding_window=window))
+        if window:  # extra_retained_tokens only where set: a release before it has no such field
+            more = {"extra_retained_tokens": retained} if retained else {}
+            specs.append(SlidingWindowSpec(**shape, sliding_window=window, **more))
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
                                                 for i, spec in enumerate(specs)],
@@ -45,49 +75,94 @@ class KVManagerDriver(PoolReader):
         _seed_none_hash()
         self._hasher = get_request_block_hasher(block_size, block_hash)
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
+        # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=block_size,
-                           enable_caching=True,
+                           enable_caching=caching,
                            **taken(cls, scheduler_block_size=block_size),
                            **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
-                                   watermark=watermark))
+                                   watermark=watermark, enable_kv_cache_events=events,
+                                   log_stats=stats, use_eagle=eagle))
         super().__init__(self.manager.block_pool, blocks)
+        self.lookahead = lookahead
         self.requests: dict[int, object] = {}
-        self._hit: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup
+        self.hits: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup (kept:
+        # truncate_computed_blocks reads it after the admission)
 
-    def arrive(self, rid: int, tokens) -> None:
-        self.requests[rid] = self._request_cls(
+    def arrive(self, rid: int, tokens, no_cache_read: bool = False,
+               report: bool = False) -> None:
+        """A new request; `no_cache_read`: it skips reading the prefix cache (as prompt
+        logprobs make it); `report`: it asks its hits reported (kv_cache_report_mode)."""
+        request = self._request_cls(
             str(rid), prompt_token_ids=list(tokens),
             sampling_params=self._params(max_tokens=1 << 20), pooling_params=None,
             block_hasher=self._hasher)
+        if no_cache_read:
+            request.skip_reading_prefix_cache = True
+        if report:
+            request.kv_cache_report_mode = "full"
+        self.requests[rid] = request
 
     def get_computed_blocks(self, rid: int):
         blocks, hit, *boundary = self.manager.get_computed_blocks(self.requests[rid])
         boundary = boundary[0] if boundary else 0  # before vLLM 0.26: no boundary
-        self._hit[rid] = blocks
+        self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does
         return _ids(blocks), int(hit), int(boundary)
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
-                       whole: bool = False, others_running: bool = False):
+                       whole: bool = False, others_running: bool = False,
+                       in_flight: int = 0):
+        """As the scheduler allocates: with its draft tokens' slots (`num_lookahead_tokens`,
+        given only where set) and the request's tokens still in flight."""
         request = self.requests[rid]
+        request.num_in_flight_tokens = in_flight
+        more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
         if admission:  # as the scheduler admits a waiting or preempted request
             method = self.manager.allocate_slots  # (others running: what the watermark reads)
             settings = {**taken(method, has_scheduled_reqs=others_running),
                         **asked(method, full_sequence_must_fit=whole)}
             got = self.manager.allocate_slots(request, new, num_new_computed_tokens=hit_tokens,
-                                              new_computed_blocks=self._hit.pop(rid),
-                                              **settings)
+                                              new_computed_blocks=self.hits[rid],
+                                              **settings, **more)
         else:
-            got = self.manager.allocate_slots(request, new)
+            got = self.manager.allocate_slots(request, new, **more)
         return _ids(got)
+
+    def record_stats(self, rid: int, hits: int) -> None:
+        """What the scheduler records after an admission that was made."""
+        self.manager.record_prefix_cache_stats(self.requests[rid], hits)
+
+    def stats(self):
+        """`make_prefix_cache_stats()` (the scheduler's every step), as a tuple, or None."""
+        made = self.manager.make_prefix_cache_stats()
+        if made is None:
+            return None
+        return (made.requests, made.queries, made.hits, made.preempted_requests,
+                made.preempted_queries, made.preempted_hits, bool(made.reset))
+
+    def take_events(self) -> list:
+        return plain_events(self.manager.take_events())
+
+    def new_step_starts(self) -> None:
+        self.manager.new_step_starts()
+
+    def block_copies(self):
+        """`take_kv_cache_block_copies()`: the copies as (source, destination) ids, and the
+        blocks they retain."""
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        return ([(int(c.src_block_id), int(c.dst_block_id)) for c in copies],
+                [int(block.block_id) for block in retained])
 
     def set_computed(self, rid: int, count: int, status: str) -> None:
         """What the scheduler sets after a step: the computed tokens and the status (the
-        watermark holds for waiting and preempted requests only)."""
+        watermark holds for waiting and preempted requests only); a preemption counts."""
         request = self.requests[rid]
         request.num_computed_tokens = count
-        request.status = (self._status.RUNNING if status == "running"
-                          else self._status.PREEMPTED)
+        if status == "running":
+            request.status = self._status.RUNNING
+        else:
+            request.status = self._status.PREEMPTED
+            request.num_preemptions += 1
 
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
@@ -102,15 +177,13 @@ class KVManagerDriver(PoolReader):
 
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)
+        self.hits.pop(rid, None)
 
     def reset_prefix_cache(self) -> bool:
         return self.manager.reset_prefix_cache()
 
     def evict_blocks(self, ids) -> None:
         self.manager.evict_blocks(set(ids))
-
-    def block_ids(self, rid: int) -> list[list[int]]:
-        return [[int(b) for b in ids] for ids in self.manager.get_block_ids(str(rid))]
 
 
 def _seed_none_hash() -> None:

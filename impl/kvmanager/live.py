@@ -11,32 +11,36 @@ seen (`learn`); a hash no request produced reads as itself, which no oracle hash
 
 from __future__ import annotations
 
-from kvfuzz.impl.blockpool.driver import GROUP_BYTES, PoolReader, decode_key
-from kvfuzz.impl.kvmanager.driver import _ids
+from kvfuzz.impl.blockpool.driver import GROUP_BYTES, decode_key
+from kvfuzz.impl.kvmanager.driver import ManagerReads, _ids
 from kvfuzz.impl.live_calls import LiveCalls
 
 
-class LiveManagerDriver(LiveCalls, PoolReader):
+class LiveManagerDriver(LiveCalls, ManagerReads):
     def __init__(self, manager, blocks: int):
         super().__init__(manager.block_pool, blocks)
         self.manager = manager
         self.requests: dict[int, object] = {}      # rid -> the engine's Request
         self.lookups: dict[int, tuple] = {}         # rid -> its last get_computed_blocks, plain
+        self.hits: dict[int, object] = {}           # rid -> the engine's own lookup result
+                                                    # (its KVCacheBlocks, for the reads)
         self._hashes: dict[bytes, int] = {}         # the engine's block hash -> the oracle's
         self._learned: dict[int, int] = {}          # rid -> how many of its hashes are paired
         self.model_hashes = lambda rid: []          # set by the guard: the oracle's chain of rid
 
     # -- the engine's calls, when the lock step reaches them (`LiveCalls._perform`) ---------
-    def arrive(self, rid: int, tokens) -> None:
+    def arrive(self, rid: int, tokens, no_cache_read: bool = False,
+               report: bool = False) -> None:
         pass  # the engine's Request is registered by the guard before the op
 
     def get_computed_blocks(self, rid: int):
         return self.lookups.pop(rid)  # the engine looked up before allocating
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
-                       whole: bool = False, others_running: bool = False):
+                       whole: bool = False, others_running: bool = False,
+                       in_flight: int = 0):
         return _ids(self._perform("allocate_slots", (rid, new, hit_tokens, admission, whole,
-                                                     others_running)))
+                                                     others_running, in_flight)))
 
     def free(self, rid: int, finished: bool = True) -> None:
         self._perform("free", (rid, finished))
@@ -55,11 +59,6 @@ class LiveManagerDriver(LiveCalls, PoolReader):
 
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)
-
-    # -- reads ---------------------------------------------------------------------------------
-    def block_ids(self, rid: int) -> list[list[int]]:
-        return [[int(b) for b in ids]
-                for ids in self.manager.get_block_ids(self.requests[rid].request_id)]
 
     def learn(self) -> None:
         """Pairs the engine's block hashes with the oracle's, request by request (both chains

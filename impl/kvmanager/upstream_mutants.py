@@ -82,6 +82,68 @@ MUTATIONS = {
         "KVCacheManager.allocate_slots",
         "if has_scheduled_reqs and request.status in (", "if request.status not in (",
         "the watermark is kept on running requests' steps instead of admissions")),
+    # The configurations beyond the simplest (docs/upstream-vllm.md): caching off, requests
+    # that skip the cache, KV events and stats, speculative decoding, asynchronous scheduling,
+    # extra retained tokens, steps of no tokens, the scheduler's reads.
+    "lookahead_not_allocated": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "num_tokens_main_model + num_lookahead_tokens, self.max_model_len",
+        "num_tokens_main_model, self.max_model_len",
+        "speculative (lookahead) tokens get no slots: the draft model writes past the table")),
+    "in_flight_ignored": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "max(0, total_computed_tokens - request.num_in_flight_tokens)",
+        "max(0, total_computed_tokens)",
+        "sliding-window blocks are freed while a step still in flight reads them (async "
+        "scheduling)")),
+    "skip_reading_ignored": (MANAGER, Mutation(
+        "KVCacheManager.prefix_cache_lookup_enabled",
+        "return self.enable_caching and not request.skip_reading_prefix_cache",
+        "return self.enable_caching",
+        "a request that must skip the prefix cache (prompt logprobs) reads it")),
+    "zero_tokens_accepted": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "num_new_tokens == 0\n            and num_external_computed_tokens == 0",
+        "num_new_tokens < 0\n            and num_external_computed_tokens == 0",
+        "allocate_slots of no tokens and no hit is accepted, not refused as the caller's bug")),
+    "stats_preempted_as_new": (MANAGER, Mutation(
+        "KVCacheManager.record_prefix_cache_stats", "preempted=request.num_preemptions > 0",
+        "preempted=False",
+        "a preempted request's admission counts in the stats as a new request's")),
+    "reset_not_in_stats": (MANAGER, Mutation(
+        "KVCacheManager.reset_prefix_cache", "self.prefix_cache_stats.reset = True", "pass",
+        "the prefix-cache stats never say the cache was reset")),
+    "hit_report_skipped": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks",
+        "self.coordinator.emit_cached_block_events(request, computed_blocks)", "pass",
+        "a request that asks its hits reported (kv_cache_report_mode full) gets no events")),
+    "events_unannotated": (MANAGER, Mutation(
+        "KVCacheManager.take_events", "event.kv_cache_spec_kind = kind", "pass",
+        "KV events do not say which kind of group their blocks are in")),
+    "estimate_takes_longest": (MANAGER, Mutation(
+        "KVCacheManager.estimate_cached_tokens",
+        "else min(cached_tokens, group_cached_tokens)",
+        "else max(cached_tokens, group_cached_tokens)",
+        "estimate_cached_tokens takes the longest group's cached prefix, not the shortest")),
+    "computed_ids_unclipped": (MANAGER, Mutation(
+        "KVCacheManager.get_block_ids_for_computed_tokens",
+        "clipped_block_ids.append(ids[:num_valid_blocks])", "clipped_block_ids.append(ids)",
+        "get_block_ids_for_computed_tokens hands out blocks past the computed tokens")),
+    "truncate_one_block_long": (MANAGER, Mutation(
+        "KVCacheManager.truncate_computed_blocks",
+        "truncated.append(list(group_blocks[:num_blocks]))",
+        "truncated.append(list(group_blocks[:num_blocks + 1]))",
+        "truncate_computed_blocks keeps one block past the endpoint")),
+    "retained_tokens_freed": (SINGLE, Mutation(
+        "SlidingWindowManager.get_num_skipped_tokens",
+        "num_computed_tokens - self.sliding_window + 1 - self.extra_retained_tokens",
+        "num_computed_tokens - self.sliding_window + 1",
+        "the sliding window frees the extra retained tokens' blocks (multi-module MTP needs "
+        "them)")),
+    "eagle_block_kept": (COORDINATOR, Mutation(
+        "UnitaryKVCacheCoordinator.find_longest_cache_hit",
+        "drop_eagle_block=0 in self.drop_eagle_group_ids", "drop_eagle_block=False",
+        "with EAGLE a hit keeps its last block, whose hidden states the drafter needs again")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -24,11 +24,34 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
   first, so that the tail is evicted first.
 - A running request is one with a cached-block count (set by an admission); only its count
   formula differs.
+
+The configurations beyond that (`Trace`'s settings): without prefix caching nothing is looked
+up or cached; a request that skips reading the cache hits nothing; with EAGLE (full attention
+alone) a hit drops its last block; lookahead (draft) tokens get slots on every allocation, but
+only the tokens a request has are cached; the sliding window keeps `retained` tokens more
+behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous
+scheduling the window moves on the tokens processed, the computed ones less those in flight.
+`allocate_slots` of no new tokens adopts a hit alone; with no hit either it is a caller's bug,
+refused (`NothingToAllocate`, vLLM's ValueError) before anything changes. KV events: the
+pool's (`oracle.blockpool.events`), a hit reported per group for a request that asks (the first
+n blocks, from block 0), each `Stored` annotated with its group's kind and window.
+`estimate_cached_tokens`: over the groups, the least of the longest prefix any of the request's
+blocks covers; `get_block_ids_for_computed_tokens(n)`: each table's first cdiv(n, block_size).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
+from kvfuzz.oracle.kvmanager.stats import PrefixStats
+from kvfuzz.strategies.blockpool.events import Prompt, Stored
+
+KINDS = ("full_attention", "sliding_window")  # a Stored event's group kind, by group
+
+
+class NothingToAllocate(Exception):
+    """allocate_slots of no new tokens and no hit to adopt: the caller's bug (vLLM raises)."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -38,15 +61,21 @@ def cdiv(a: int, b: int) -> int:
 class KVManagerModel:
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
-                 watermark: float = 0.0):
-        self.pool = BlockPoolModel(blocks, caching=True)
+                 watermark: float = 0.0, caching: bool = True, events: bool = False,
+                 stats: bool = False, lookahead: int = 0, eagle: bool = False,
+                 retained: int = 0):
+        self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=block_size,
+                                   events=events)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
-        self.retention = retention
+        self.retention, self.caching, self.eagle = retention, caching, eagle
+        self.lookahead, self.retained = lookahead, retained
+        self.stats = PrefixStats() if stats else None
         self.watermark_blocks = int(watermark * blocks)  # as KVCacheManager computes it
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
         # counts at most for the sliding-window group.
-        self.admission_cap = cdiv(min(window - 1 + in_flight, max_model_len), block_size) + 1
+        self.admission_cap = cdiv(min(window - 1 + retained + in_flight, max_model_len),
+                                  block_size) + 1
         self.groups = (0, 1) if window else (0,)
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
@@ -56,15 +85,30 @@ class KVManagerModel:
         self.freed_by_window, self.predicted, self.refused_whole = 0, 0, False
 
     def skipped_tokens(self, group: int, computed: int) -> int:
-        return 0 if group == 0 else max(0, computed - self.window + 1)
+        return 0 if group == 0 else max(0, computed - self.window + 1 - self.retained)
 
     def running(self, rid: int) -> bool:
         return any(rid in counts for counts in self.num_cached)
 
     # get_computed_blocks
 
-    def get_computed_blocks(self, hashes: list[int], num_tokens: int):
+    def get_computed_blocks(self, hashes: list[int], num_tokens: int, tokens=(),
+                            skip: bool = False, report: bool = False):
+        """The hit; `skip`: the request skips reading the cache; `report`: it asks its hit
+        reported (KV events of the hit blocks of each group)."""
+        found = self._hit(hashes, num_tokens, skip)
+        blocks, hit, _ = found
+        if report and hit:
+            for group, group_blocks in enumerate(blocks):
+                if group_blocks:
+                    self.pool.emit_cached_block_events(Prompt(hashes, tokens), len(group_blocks),
+                                                       self.bs, group)
+        return found
+
+    def _hit(self, hashes: list[int], num_tokens: int, skip: bool):
         bs, longest = self.bs, num_tokens - 1
+        if not self.caching or skip:
+            return [[] for _ in self.groups], 0, 0
         full = []
         for block_hash in hashes[:longest // bs]:
             found = self.pool.map.get((block_hash, 0))
@@ -72,6 +116,7 @@ class KVManagerModel:
                 break
             full.append(found[0])
         if not self.window:
+            full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
         windowed = self._window_hit(hashes, len(full))
         length = len(windowed) * bs
@@ -116,16 +161,19 @@ class KVManagerModel:
                        num_computed: int, new: int, hit_tokens: int,
                        hit: list[list[int]] | None, whole: bool = False,
                        prompt_tokens: int = 0, shared_boundary: int = 0,
-                       others_running: bool = False):
+                       others_running: bool = False, tokens=(), in_flight: int = 0):
         """None, or each group's new blocks; `hit` is None for a running request's call.
         `whole`: first check that the whole request fits (full_sequence_must_fit);
         `others_running`: an admission then leaves the watermark's blocks free;
         `prompt_tokens` and `shared_boundary` say which sliding-window blocks sparse retention
-        keeps."""
+        keeps; `tokens`: the request's (KV events carry them); `in_flight`: its tokens
+        scheduled but not processed yet."""
+        if new == 0 and hit_tokens == 0:
+            raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
         hits = hit if hit is not None else [[] for _ in self.groups]
         computed = num_computed + hit_tokens
         total = min(computed, self.max_len)
-        need = min(total + new, self.max_len)
+        need = min(total + new + self.lookahead, self.max_len)
         self.freed_by_window, self.refused_whole = 0, False
         # The watermark holds for waiting and preempted requests (an admission) while others run.
         headroom = self.watermark_blocks if hit is not None and others_running else 0
@@ -135,7 +183,7 @@ class KVManagerModel:
             if self.predicted + headroom > self.pool.num_free():
                 self.refused_whole = True
                 return None
-        self.freed_by_window = self._free_out_of_window(rid, total)
+        self.freed_by_window = self._free_out_of_window(rid, max(0, total - in_flight))
         self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
         if self.predicted + headroom > self.pool.num_free():
             return None
@@ -154,7 +202,7 @@ class KVManagerModel:
             table += got
             fresh.append(got)
         to_cache = min(total + new, num_tokens)
-        for group in self.groups:
+        for group in self.groups if self.caching else ():
             num_full = min(to_cache, len(hashes) * self.bs) // self.bs
             cached = self.num_cached[group].get(rid, 0)
             if cached >= num_full:
@@ -163,7 +211,8 @@ class KVManagerModel:
             if group == 1 and self.retention is not None:  # sparse: only reachable blocks
                 keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary)
                 table = [b if index in keep else 0 for index, b in enumerate(table)]
-            self.pool.cache_full_blocks(hashes, table, cached, num_full, group)
+            self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full, group,
+                                        self.bs)
             self.num_cached[group][rid] = num_full
         return fresh
 
@@ -211,7 +260,45 @@ class KVManagerModel:
             self.pool.free_blocks(table[lead:][::-1])
 
     def reset_prefix_cache(self) -> bool:
-        return self.pool.reset_prefix_cache()
+        done = self.pool.reset_prefix_cache()
+        if done and self.stats is not None:
+            self.stats.reset = True
+        return done
+
+    def record_prefix_cache_stats(self, num_tokens: int, hits: int, preempted: bool,
+                                  skip: bool = False) -> None:
+        """At an admission (the scheduler's call): nothing without stats, without prefix
+        caching or for a request that skips reading it."""
+        if self.stats is not None and self.caching and not skip:
+            self.stats.record(num_tokens, hits, preempted)
+
+    def make_prefix_cache_stats(self):
+        """The stats since the last call, as a tuple (None without stats), and new ones."""
+        if self.stats is None:
+            return None
+        made, self.stats = self.stats.as_tuple(), PrefixStats()
+        return made
+
+    def take_events(self) -> list:
+        """The pool's events since the last take, each `Stored` with its group's kind."""
+        return [replace(e, kind=KINDS[e.group], window=self.window if e.group else None)
+                if isinstance(e, Stored) and e.group in self.groups else e
+                for e in self.pool.take_events()]
+
+    def estimate_cached_tokens(self, rid: int) -> int:
+        found = None
+        for group in self.groups:
+            longest = max((self.pool.tokens[b] or 0 for b in self.tables[group].get(rid, ())),
+                          default=0)
+            found = longest if found is None else min(found, longest)
+        return found or 0
+
+    def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
+        return [ids[:cdiv(computed, self.bs)] for ids in self.block_ids(rid)]
+
+    def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:
+        """`truncate_computed_blocks`: a lookup's blocks cut at an aligned token count."""
+        return [list(blocks[:tokens // self.bs]) for blocks in hit]
 
     def evict_blocks(self, block_ids) -> None:
         self.pool.evict_blocks(set(block_ids))

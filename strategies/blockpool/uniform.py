@@ -9,7 +9,8 @@ import random
 from kvfuzz.strategies.blockpool import trace as blockpool
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 200) -> blockpool.Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 200) -> blockpool.Trace:
     """Any op, any request so far, any count, hashes from a small range: no prompt families,
     no pool filled to the brim."""
     blocks, ops, rid = rng.randint(2, 64), [], 0

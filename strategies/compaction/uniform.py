@@ -11,7 +11,7 @@ from kvfuzz.strategies.compaction.trace import (WHERE, WHICH, Alloc, Drain, Fire
                                                 Free, Pick, Trace)
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 300) -> Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(), num_ops: int = 300) -> Trace:
     params = generator._params(rng)  # the same geometry as the seeded traces
 
     def pick() -> Pick:

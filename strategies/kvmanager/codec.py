@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import fields
 
 from kvfuzz.strategies.inputs import FieldReader
-from kvfuzz.strategies.kvmanager.trace import FORMAT, KINDS, Arrive, Evict, Op, Trace
+from kvfuzz.strategies.kvmanager.trace import (FORMAT, KINDS, LATER_SETTINGS, Arrive, Evict, Op,
+                                               Trace)
 
 # Limits no legitimate trace reaches: they bound memory and time (each op compares the state of
 # every block and every live request's table; a request's tokens are hashed block by block).
 MAX_BLOCKS, MAX_OPS, MAX_BLOCK_SIZE, MAX_LEN, MAX_LIST = 2**11, 2**11, 64, 2**14, 2**10
+MAX_LOOKAHEAD = 16  # draft tokens a step (vLLM's num_speculative_tokens is a handful)
 TOKEN_MAX = 2**31 - 1
 
 
@@ -19,7 +21,7 @@ def from_json(data: object, source: str = "trace") -> Trace:
     reader.document(data, FORMAT, {"format", "blocks", "block_size", "window", "max_model_len",
                                    "retention", "full_sequence_must_fit",
                                    "max_in_flight_tokens", "watermark", "ops", "origin",
-                                   "note"})
+                                   "note", *LATER_SETTINGS})
     blocks = reader.integer(data.get("blocks"), "blocks", low=1, high=MAX_BLOCKS)
     block_size = reader.integer(data.get("block_size"), "block_size", low=1, high=MAX_BLOCK_SIZE)
     # vLLM's sliding-window group needs a window of 2 or more tokens (a window of 1 keeps no
@@ -44,11 +46,31 @@ def from_json(data: object, source: str = "trace") -> Trace:
     watermark = data.get("watermark", 0.0)
     reader.expect(type(watermark) in (int, float) and 0 <= watermark < 1, "watermark",
                   "expected a number in [0, 1) (vLLM's SchedulerConfig.watermark)", watermark)
+    later = _later_settings(reader, data, window)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
-                 float(watermark), reader.origin(data.get("origin")),
-                 reader.note(data.get("note")))
+                 float(watermark), **later, origin=reader.origin(data.get("origin")),
+                 note=reader.note(data.get("note")))
+
+
+def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
+    values = {name: reader.boolean(data.get(name, default), name)
+              for name, default in LATER_SETTINGS.items() if type(default) is bool}
+    values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
+                                         high=MAX_LOOKAHEAD)
+    values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
+    # vLLM's hybrid coordinator drops an EAGLE block by a fixed-point search kvfuzz's oracle does
+    # not model; extra retained tokens belong to a sliding window.
+    reader.expect(not (values["eagle"] and window), "eagle",
+                  "expected false with a sliding window (EAGLE is modelled for full attention "
+                  "alone)", True)
+    reader.expect(window or not values["retained"], "retained",
+                  "expected 0 without a sliding window", values["retained"])
+    reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
+                  "expected true with reported hits or EAGLE (they are about prefix hits)",
+                  False)
+    return values
 
 
 
@@ -57,15 +79,17 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
     values = {}
     for f in fields(kind):
         at = f"{where}.{f.name}"
-        if kind is Arrive and f.name == "tokens":
+        if kind is Arrive and f.name == "no_cache_read":
+            values[f.name] = reader.boolean(raw.get(f.name, False), at)
+        elif kind is Arrive and f.name == "tokens":
             values["tokens"] = reader.int_list(raw.get("tokens"), at, low=0, high=TOKEN_MAX,
                                                most=MAX_LEN)
             reader.expect(len(values["tokens"]) > 0, at, "expected at least one token", [])
         elif kind is Evict:
             values["block_ids"] = reader.int_list(raw.get("block_ids"), at, low=0, high=2**31,
                                                   most=MAX_LIST)
-        elif f.name == "chunk":
-            values["chunk"] = reader.integer(raw.get("chunk"), at, low=1, high=MAX_LEN)
+        elif f.name == "chunk":  # 0: a step that adopts a hit alone (or a caller's bug)
+            values["chunk"] = reader.integer(raw.get("chunk"), at, low=0, high=MAX_LEN)
         elif f.name == "token":
             values["token"] = reader.integer(raw.get("token"), at, low=0, high=TOKEN_MAX)
         else:  # rid
@@ -75,9 +99,11 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
 
 def worst_input() -> dict:
     """The most a file under 1 MB can ask (replayed under a 1 GB bound by the memory test): one
-    request decoding to the op limit, each op reading every block and hashing one."""
+    request decoding to the op limit, each op reading every block and hashing one, with the
+    KV events and stats observed and the most draft slots."""
     return {"format": FORMAT, "blocks": MAX_BLOCKS, "block_size": 1, "window": 2,
-            "max_model_len": MAX_LEN, "ops": [
+            "max_model_len": MAX_LEN, "events": True, "stats": True,
+            "lookahead": MAX_LOOKAHEAD, "ops": [
                 {"op": "arrive", "rid": 1, "tokens": list(range(MAX_LEN // 2))},
                 {"op": "schedule", "rid": 1, "chunk": MAX_LEN},
                 *[{"op": "decode", "rid": 1, "token": 7}] * (MAX_OPS - 2)]}

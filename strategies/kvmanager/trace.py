@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
+from kvfuzz.strategies.inputs import (LATER, Origin, dataclass_op_to_json, document_id,
                                       provenance)
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
@@ -22,10 +22,13 @@ FORMAT = "kvfuzz-kvmanager-trace/1"
 
 @dataclass(frozen=True)
 class Arrive:
-    """A new request with prompt `tokens` (waiting; nothing is called)."""
+    """A new request with prompt `tokens` (waiting; nothing is called); `no_cache_read`: it
+    skips reading the prefix cache (vLLM's `skip_reading_prefix_cache`, e.g. prompt logprobs):
+    its lookups hit nothing."""
 
     rid: int
     tokens: tuple[int, ...]
+    no_cache_read: bool = field(default=False, metadata=LATER)
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,10 @@ class Schedule:
     """The scheduler gives request `rid` up to `chunk` tokens this step. Waiting: admission,
     `get_computed_blocks` then `allocate_slots` with the hit, the chunk capped at the tokens the
     hit leaves; running with prompt (or a refused decode) left: `allocate_slots` of the next
-    chunk. Success moves `num_computed_tokens` on; None leaves the request where it was."""
+    chunk. Success moves `num_computed_tokens` on; None leaves the request where it was. A
+    chunk of 0 is a step with no slots of its own: an admission adopting its hit alone (as a
+    chunk ending inside a replayed prefix does), else a caller's bug the manager refuses
+    (ValueError)."""
 
     rid: int
     chunk: int
@@ -105,7 +111,16 @@ class Trace:
     checks that the whole request fits), `max_in_flight_tokens` (None: the manager's default,
     max_model_len; it caps what that check counts for the sliding-window group) and `watermark`
     (the scheduler's: the fraction of the blocks an admission leaves free while other requests
-    run; 0, the default, none)."""
+    run; 0, the default, none).
+
+    And the configurations beyond the simplest one: `caching` (prefix caching, on by default),
+    `events` (KV events, taken and compared after every op; `report`: requests ask hits to be
+    reported, kv_cache_report_mode "full"), `stats` (log_stats: prefix-cache stats recorded at
+    each admission, made after every op), `lookahead` (speculative decoding: slots for that many
+    draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; full
+    attention alone), `async_scheduling` (a running request's previous allocation is still in
+    flight at its next: `num_in_flight_tokens`), `retained` (the sliding window's
+    `extra_retained_tokens`)."""
 
     blocks: int
     block_size: int
@@ -116,6 +131,14 @@ class Trace:
     full_sequence_must_fit: bool = False
     max_in_flight_tokens: int | None = None
     watermark: float = 0.0
+    caching: bool = True
+    events: bool = False
+    report: bool = False
+    stats: bool = False
+    lookahead: int = 0
+    eagle: bool = False
+    async_scheduling: bool = False
+    retained: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -129,6 +152,12 @@ class Trace:
         settings += [f"max_in_flight_tokens {self.max_in_flight_tokens}"] \
             if self.max_in_flight_tokens is not None else []
         settings += [f"watermark {self.watermark}"] if self.watermark else []
+        settings += [name for name, on in (
+            ("caching off", not self.caching), ("KV events", self.events),
+            ("hits reported", self.report), ("stats", self.stats),
+            (f"{self.lookahead} lookahead tokens", self.lookahead), ("EAGLE", self.eagle),
+            ("asynchronous scheduling", self.async_scheduling),
+            (f"{self.retained} extra retained tokens", self.retained)) if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -136,7 +165,8 @@ class Trace:
 
 def describe_op(op: Op) -> str:
     if isinstance(op, Arrive):
-        return f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
+        return (f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
+                f"{', skipping the prefix cache' if op.no_cache_read else ''}")
     if isinstance(op, Schedule):
         return f"schedule r{op.rid}, up to {op.chunk} tokens"
     if isinstance(op, Decode):
@@ -167,4 +197,11 @@ def _settings(trace: Trace) -> dict:
     data |= {"full_sequence_must_fit": True} if trace.full_sequence_must_fit else {}
     if trace.max_in_flight_tokens is not None:
         data["max_in_flight_tokens"] = trace.max_in_flight_tokens
-    return data | ({"watermark": trace.watermark} if trace.watermark else {})
+    data |= {"watermark": trace.watermark} if trace.watermark else {}
+    return data | {name: getattr(trace, name) for name, default in LATER_SETTINGS.items()
+                   if getattr(trace, name) != default}
+
+
+# Settings added with `kvmanager/5`, and their defaults (a file without them reads as before).
+LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
+                  "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0}

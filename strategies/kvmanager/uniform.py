@@ -9,7 +9,8 @@ import random
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 200) -> kvmanager.Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 200) -> kvmanager.Trace:
     """Any op on any request so far, prompts of random tokens from a wide vocabulary (so
     prefixes are rarely shared), any chunk: no prompt families, no boundary-aimed cuts. The
     engine settings are drawn uniformly from what the format allows (they are configuration,

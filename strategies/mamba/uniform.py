@@ -9,7 +9,8 @@ import random
 from kvfuzz.strategies.mamba import trace as mamba
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 200) -> mamba.Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 200) -> mamba.Trace:
     """Any op, any request so far, any count: no batches aimed at the pool's size."""
     ops, rid = [], 0
     for _ in range(num_ops):

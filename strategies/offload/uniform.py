@@ -7,12 +7,16 @@ from __future__ import annotations
 import random
 
 from kvfuzz.strategies.offload import trace as offload
+from kvfuzz.strategies.offload.profile import drains_events, policies
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 200) -> offload.Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 200) -> offload.Trace:
     """Any op, any request so far, hashes from a small range: no prompt families, no request
-    lifecycle, no pool filled on purpose."""
+    lifecycle, no pool filled on purpose. Within what `preconditions` declare: a policy the
+    class runs, and events taken before each reset where its callers drain them."""
     ops, rid = [], 0
+    drain = drains_events(preconditions)
     for _ in range(num_ops):
         kind = rng.choice(tuple(offload.KINDS))
         rid += kind == "new"
@@ -28,7 +32,9 @@ def uniform_trace(rng: random.Random, num_ops: int = 200) -> offload.Trace:
         elif kind in ("complete_load", "finish"):
             ops.append(offload.KINDS[kind](some))
         else:
+            if kind == "reset" and drain:
+                ops.append(offload.Events())
             ops.append(offload.KINDS[kind]())
-    return offload.Trace(rng.choice(offload.POLICIES), rng.randint(1, 32), rng.randint(1, 2),
+    return offload.Trace(rng.choice(policies(preconditions)), rng.randint(1, 32), rng.randint(1, 2),
                          rng.random() < 0.5, rng.choice((1, 1, 2)), rng.randint(1, 64),
                          tuple(ops))

@@ -7,12 +7,17 @@ from __future__ import annotations
 import random
 
 from kvfuzz.strategies.radix import trace as radix
+from kvfuzz.strategies.radix.profile import NO_RESET_IN_FLIGHT
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 120) -> radix.Trace:
-    """Any op, any request so far: no prompt families, no key lengths aimed at page edges."""
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 120) -> radix.Trace:
+    """Any op, any request so far: no prompt families, no key lengths aimed at page edges.
+    Within what `preconditions` declare: a class that declares no reset in flight gets its
+    live requests finished before each reset (else the trace is outside its contract, unrun)."""
     page = rng.choice((1, 2, 4, 8, 16))
-    ops, rid = [], 0
+    ops, rid, live = [], 0, []
+    idle_resets = NO_RESET_IN_FLIGHT in preconditions
 
     def tokens() -> tuple[int, ...]:
         return tuple(rng.randint(1, 50) for _ in range(rng.randint(1, 24)))
@@ -24,15 +29,21 @@ def uniform_trace(rng: random.Random, num_ops: int = 120) -> radix.Trace:
         if kind == "admit":
             sequence = tokens()
             ops.append(radix.Admit(rid, sequence, rng.randint(1, len(sequence))))
+            live.append(rid)
         elif kind == "extend":
             ops.append(radix.Extend(some, rng.randint(0, 16)))
         elif kind in ("checkpoint", "finish"):
             ops.append(radix.KINDS[kind](some))
+            if kind == "finish" and some in live:
+                live.remove(some)
         elif kind in ("match", "touch", "pin", "insert"):
             ops.append(radix.KINDS[kind](tokens()))
         elif kind == "evict":
             ops.append(radix.Evict(rng.randint(0, 32)))
         else:
+            if idle_resets:
+                ops.extend(radix.Finish(live_rid) for live_rid in live)
+            live.clear()
             ops.append(radix.Reset())
     return radix.Trace(page, page * rng.randint(2, 64), rng.choice(radix.POLICIES),
                        rng.random() < 0.5, tuple(ops))

@@ -12,7 +12,8 @@ from kvfuzz.strategies.swa import trace as swa
 KINDS = tuple(name for name, kind in swa.KINDS.items() if kind not in swa.BY_SLOT)
 
 
-def uniform_trace(rng: random.Random, num_ops: int = 200) -> swa.Trace:
+def uniform_trace(rng: random.Random, preconditions=frozenset(),
+                  num_ops: int = 200) -> swa.Trace:
     """Any op, any request so far, any length: no windows or chunks aimed at the pages."""
     ops, rid = [], 0
     for _ in range(num_ops):

@@ -20,10 +20,11 @@ def test_uniform_inputs_are_valid_and_agree_on_a_bundled_implementation(name):
     target = TARGETS[name]
     if not target.catalogue.defaults():
         pytest.skip(f"{name}: {target.catalogue.not_run_reason()}")
+    entry = target.catalogue.defaults()[0]
     for index in range(15):
-        item = target.generator.uniform(random.Random(index))
+        item = target.generator.uniform(random.Random(index), entry.preconditions)
         assert target.codec.from_json(target.codec.to_json(item), "uniform") == item
-        assert target.check(item, target.catalogue.defaults()[0]).status == AGREE
+        assert target.check(item, entry).status == AGREE
 
 
 @pytest.mark.parametrize("strategy", ["seeded", "uniform", "hypothesis"])

@@ -16,6 +16,7 @@ import kvfuzz
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.impl.blockpool.upstream_mutants import MUTATIONS
+from kvfuzz.strategies.blockpool.trace import CachePartial, Move
 from tests import guarding
 from tests.helpers import needs_engine
 
@@ -28,18 +29,37 @@ SCHEDULER_REACHES = ("freed_uncached_reused_last", "freed_cached_reused_first",
                      "exact_fit_refused")
 
 
+# What the guard does not check: KV events (the engine's own consumer takes them), residency
+# metrics, and partial entries and their copies (refused: docs/upstream-vllm.md). Their mutants
+# are caught on kvfuzz's own traces (tests/blockpool/test_mutants.py), not here.
+# usage_counts_null_block is wrong before any call: kvfuzz.guard raises Mismatch as it opens
+# (it checks the pool's state first), which this test's guarded driver cannot go through.
+NOT_GUARDED = ("stored_parent_is_itself", "reuse_not_published", "reset_not_published",
+               "partial_entry_one_unit_long", "copy_forgets_token_count", "lookahead_one_short",
+               "usage_counts_null_block")
+
+
 def impl_of(name: str | None):
     return VLLM if name is None else BLOCKPOOL.catalogue.resolve(f"mutant.vllm.blockpool.{name}")
 
 
+def guard_models(trace):
+    """`trace` if the guard models every call of it (one hash unit a block, no KV events or
+    metrics, no partial entries or copies), else None."""
+    return trace if trace.scale == 1 and not (trace.events or trace.metrics) and not any(
+        isinstance(op, (CachePartial, Move)) for op in trace.ops) else None
+
+
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(tmp_path):
+    guarded = [name for name in MUTATIONS if name not in NOT_GUARDED]
     caught = guarding.assert_guard_verdicts_are_the_batch_judges(
-        BLOCKPOOL, VLLM, [impl_of(name) for name in MUTATIONS], tmp_path)
-    assert caught == {impl_of(name).name for name in MUTATIONS}
+        BLOCKPOOL, VLLM, [impl_of(name) for name in guarded], tmp_path, modelled=guard_models)
+    assert caught == {impl_of(name).name for name in guarded}
 
 
 def test_the_released_pool_runs_guarded_and_its_record_replays(tmp_path):
-    guarding.assert_released_runs_guarded_and_its_record_replays(BLOCKPOOL, VLLM, tmp_path, 60)
+    guarding.assert_released_runs_guarded_and_its_record_replays(BLOCKPOOL, VLLM, tmp_path, 60,
+                                                                 modelled=guard_models)
 
 
 def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True, **more):

@@ -19,6 +19,15 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "reset_while_held": r"result:? +reset_prefix_cache: expected False, actual True",
     "unpinned_reused_first": r"free queue:? +first difference",
     "evict_spares_held": r"block hash|hash map",
+    "free_dedups": r"num free|ref_cnt|free queue",
+    "stored_parent_is_itself": r"KV events:? +cache_full_blocks: event \d+ of \d+ expected",
+    "reuse_not_published": r"KV events:? +get_new_blocks: .*Removed",
+    "reset_not_published": r"KV events:? +reset_prefix_cache: .*Cleared",
+    "partial_entry_one_unit_long": r"result|crash|hash map|block hash",
+    "copy_forgets_token_count": r"block hash tokens:? +block \d+'s entry covers: expected \d+ "
+                                r"tokens, actual None",
+    "usage_counts_null_block": r"usage:? +get_usage\(\): expected",
+    "lookahead_one_short": r"KV events:? +cache_full_blocks: .*lookahead",
 }.items()}
 
 

@@ -7,12 +7,13 @@ import functools
 import pytest
 
 from kvfuzz.fuzz.blockpool.target import BLOCKPOOL
-from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.fuzz.engine.target import AGREE, OUTSIDE_CONTRACT
 from kvfuzz.impl.blockpool import RELEASED
-from kvfuzz.strategies.blockpool.trace import Alloc, Free, Trace, Unpin
-from kvfuzz.impl.registry import load_attribute
+from kvfuzz.impl.registry import ImplementationError, load_attribute
+from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Free,
+                                               Lookup, Move, Pin, Reset, Share, Trace, Unpin)
 from tests.helpers import (assert_corpus_replays_clean, assert_refused_in_one_line,
-                           assert_seeded_traces_agree, divergence, needs_engine)
+                           assert_seeded_traces_agree, divergence, needs_engine, undeclared)
 
 pytestmark = needs_engine("vllm")
 VLLM = BLOCKPOOL.catalogue.resolve("vllm.blockpool")
@@ -94,12 +95,21 @@ def doubles() -> dict:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.null_block = self.blocks[-1]
-    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero)}
+
+    class Unmetered(BlockPool):
+        """Drops the residency metrics collector it was given."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.metrics_collector = None
+    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero, Unmetered)}
 
 
 def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
-    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero"):
+    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero", "Unmetered"):
         return doubles()[name]
+    if name == "Undeclared":
+        return undeclared(RELEASED)
     raise AttributeError(name)
 
 
@@ -107,8 +117,51 @@ def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstr
     ("BrokenLinks", (Alloc(1, 2), Free((1,))), "free queue links"),
     ("DeafWatcher", (Alloc(1, 2), Unpin((1,)), Alloc(2, 2)), "reuse watcher"),
     ("NullNotZero", (Alloc(1, 1),), "null block"),
+    ("Unmetered", (Alloc(1, 1),), "residency metrics"),
 ])
 def test_checks_no_mutant_reaches_catch_their_fault(attr, ops, label):
-    found = divergence("blockpool", Trace(4, True, ops), f"{__name__}:{attr}")
+    trace = Trace(4, True, ops, metrics=True)
+    found = divergence("blockpool", trace, f"{__name__}:{attr}")
     assert found is not None and found.what.startswith(label), found and found.report()
-    assert BLOCKPOOL.check(Trace(4, True, ops), VLLM).status == AGREE
+    assert BLOCKPOOL.check(trace, VLLM).status == AGREE
+
+
+def test_every_configuration_runs_clean_on_one_hand_made_trace():
+    """Blocks of four 2-token units, KV events with a salt, an image and lookahead tokens,
+    reported hits, metrics: partial entries (a longer one superseding, a partial hit), a copy,
+    a promotion, a masked block, a reset."""
+    ops = (Alloc(1, 2), CachePartial(1, 1, (5, 6, 7)), CachePartial(1, 3, (5, 6, 7, 8)),
+           Lookup(2, (5, 6, 7, 9)), Move(1, 0, 3), Cache(1, (5, 6, 7, 8, 9, 10, 11, 12), 0, (1,)),
+           Free((1, 2, 3)), Reset())
+    trace = Trace(6, True, ops, hash_block_size=2, scale=4, events=True, lookahead=2, salt=True,
+                  report=True, images=((1, 3),), metrics=True)
+    outcome = BLOCKPOOL.check(trace, VLLM)
+    assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+    for event in ("lookup partial hit", "partial entry supersedes a shorter one",
+                  "move entries to a copy", "cache with a block mask", "events published",
+                  "config: images", "config: residency metrics"):
+        assert outcome.features[event], event
+
+
+def test_a_block_named_twice_once_per_reference_is_freed_alike():
+    """What the 0.33.0 pool gets right: a pinned request (each block held twice), and two
+    holders of one block, freed in one call."""
+    ops = (Alloc(1, 3), Cache(1, (5, 6, 7)), Pin(1), Share(2, 1, 2), Free((1, 2)), Alloc(3, 3))
+    assert BLOCKPOOL.check(Trace(5, True, ops), VLLM).status == AGREE
+    dedups = BLOCKPOOL.catalogue.resolve("mutant.vllm.blockpool.free_dedups")
+    found = divergence("blockpool", Trace(5, True, ops[:3] + ops[4:5]), dedups)
+    assert found is not None and "num free" in found.report(), found and found.report()
+
+
+def test_a_double_free_is_outside_vllms_contract_and_undeclared_it_is_reported():
+    """vLLM's free_blocks does not check a double free: ref_cnt goes to -1 and the block is on
+    the free queue (docs/upstream-vllm.md). Its entry declares that its callers never do it."""
+    trace = Trace(4, True, (Alloc(1, 2), DoubleFree(1), Alloc(2, 3)))
+    assert BLOCKPOOL.check(trace, VLLM).status == OUTSIDE_CONTRACT
+    assert not any(isinstance(op, DoubleFree) for index in range(20) for op in
+                   BLOCKPOOL.generator.generate(0, index, [VLLM]).ops)
+    found = divergence("blockpool", trace, f"{__name__}:Undeclared")
+    report = found.report()
+    assert found.what.startswith("double free at op 1"), report
+    assert "block 2 named 2 times with 1 reference(s)" in report, report
+    assert "negative reference counts: block 2 has -1" in report, report

@@ -19,7 +19,7 @@ from kvfuzz.impl.registry import (UPSTREAM, Implementation, ImplementationError,
                                   load_first)
 from kvfuzz.strategies.allocator.profile import NO_PAGE_IDS, NO_SEGMENT, broken
 from kvfuzz.strategies.allocator.trace import Finish, Truncate
-from kvfuzz.strategies.blockpool import generator as blockpool_generator
+from kvfuzz.strategies.blockpool import profile as blockpool_profile
 from kvfuzz.strategies.blockpool.trace import Unpin
 from kvfuzz.strategies.kvmanager import released
 
@@ -101,7 +101,7 @@ def test_at_the_pinned_release_an_entry_is_taken_as_written():
 def test_a_pool_without_unpin_blocks_gets_no_unpins():
     target = TARGETS["blockpool"]
     lacking = replace(target.catalogue.resolve("vllm.blockpool"),
-                      preconditions=(blockpool_generator.NO_UNPIN,))
+                      preconditions=(blockpool_profile.NO_UNPIN,))
     assert target.catalogue.declare(lacking, object) == lacking  # what `object` lacks: stated
     traces = [target.generator.generate(0, index, [lacking]) for index in range(40)]
     assert not any(isinstance(op, Unpin) for trace in traces for op in trace.ops)

@@ -6,6 +6,7 @@ trace cannot model is refused before the call is made. Skips without vLLM."""
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import load_attribute
-from kvfuzz.strategies.kvmanager.trace import Sample
+from kvfuzz.strategies.kvmanager.trace import Arrive, Sample, Schedule
 from tests import guarding
 from tests.helpers import needs_engine
 
@@ -44,15 +45,47 @@ def guarded_run(trace, name: str | None, corpus_dir, check: bool = True):
     return guarding.guarded_run(KVMANAGER, trace, impl_of(name), corpus_dir, check, settings)
 
 
+def guard_models(trace):
+    """`trace` as far as the guard models it: None where its configuration is one the guard
+    refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
+    tokens) or one it does not check (KV events and stats: the engine's own consumers drain
+    them); else without its steps of no tokens and with every request reading the cache."""
+    if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
+            trace.async_scheduling or trace.retained:
+        return None
+    ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
+                for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
+    return replace(trace, ops=ops)
+
+
+# The mutants of configurations the guard refuses or of what it leaves to the engine's own
+# consumers (KV events, stats): caught on kvfuzz's own traces (tests/kvmanager/test_mutants.py).
+NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ignored",
+               "zero_tokens_accepted", "stats_preempted_as_new", "reset_not_in_stats",
+               "hit_report_skipped", "events_unannotated", "retained_tokens_freed",
+               "eagle_block_kept")
+
+
+def corner_trace(index: int, impl):
+    """The generator's corner traces of its plain profile, the configuration the guard models
+    (the other profiles set what it refuses): seeded apart, "kvmanager/5[corners]"."""
+    from kvfuzz.strategies.kvmanager.generator import build_corners
+    from kvfuzz.strategies.sources import seeded_random
+
+    return build_corners(seeded_random("kvmanager/5[corners]", 0, index), 200)
+
+
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(tmp_path):
+    guarded = [name for name in MUTATIONS if name not in NOT_GUARDED]
     caught = guarding.assert_guard_verdicts_are_the_batch_judges(
-        KVMANAGER, VLLM, [impl_of(name) for name in MUTATIONS], tmp_path, settings=settings)
-    assert len(caught) >= 12, sorted(set(MUTATIONS) - {c.rsplit(".", 1)[1] for c in caught})
+        KVMANAGER, VLLM, [impl_of(name) for name in guarded], tmp_path, settings=settings,
+        modelled=guard_models, generate=corner_trace)
+    assert len(caught) >= 12, sorted(set(guarded) - {c.rsplit(".", 1)[1] for c in caught})
 
 
 def test_the_released_manager_runs_guarded_and_its_record_replays(tmp_path):
     guarding.assert_released_runs_guarded_and_its_record_replays(KVMANAGER, VLLM, tmp_path, 120,
-                                                                 settings)
+                                                                 settings, modelled=guard_models)
 
 
 def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True):
@@ -124,7 +157,8 @@ def test_a_target_without_a_guard_says_which_have_one():
 
 def test_a_recording_stops_at_the_formats_op_limit_and_a_long_divergence_is_shrunk(tmp_path):
     limit = KVMANAGER.codec.max_ops
-    long_trace = KVMANAGER.generator.generate(0, 3)
+    long_trace = next(filter(None, (guard_models(KVMANAGER.generator.generate(0, i))
+                                    for i in range(3, 60))))
     recorded = guarded_run(long_trace, None, tmp_path, check=False)
     assert 0 < len(recorded.ops)
     # A recording past the limit: the first `limit` ops, a file the codec reads.
@@ -134,8 +168,8 @@ def test_a_recording_stops_at_the_formats_op_limit_and_a_long_divergence_is_shru
     assert corpus.load(recorded.save(tmp_path / "long"))[1].ops == tuple(recorded.ops)
     # A guard past the limit: the divergence is shrunk until a file holds it.
     for index in range(60):
-        trace = KVMANAGER.generator.generate(0, index)
-        if KVMANAGER.check(trace, impl_of("free_head_first")).status == DIVERGE:
+        trace = guard_models(KVMANAGER.generator.generate(0, index))
+        if trace and KVMANAGER.check(trace, impl_of("free_head_first")).status == DIVERGE:
             break
     session = guarded_run(trace, "free_head_first", tmp_path)
     found = session.divergence

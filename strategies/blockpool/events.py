@@ -1,0 +1,59 @@
+"""KV-cache events as plain data: what vLLM's pool publishes for consumers outside it (a
+router's prefix index, a gateway), `vllm.distributed.kv_events`' `BlockStored`, `BlockRemoved`
+and `AllBlocksCleared`, with hashes as ints; and what a pool reads of a request to cache its
+blocks and say so (`Prompt`). The oracle says which events a call publishes and a driver
+translates the implementation's; they share these types, never logic. Standard library only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SALT = "kvfuzz-salt"  # the cache salt of a request that has one (`Prompt.salt`)
+IMAGE = "kvfuzz-image-{}"  # the identifier of a request's multimodal input i (`Prompt.images`)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A request as the pool reads it: its hashes, one per hash block of tokens (vLLM's
+    `block_hashes`), its tokens, whether it has a cache salt, and its multimodal inputs
+    ((token offset, length), in order)."""
+
+    hashes: tuple[int, ...]
+    tokens: tuple[int, ...]
+    salt: bool = False
+    images: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Blocks entered the prefix cache: their hashes in order, the hash of the block before the
+    first (None: they start the request), the tokens they cover, tokens per block, the KV-cache
+    group, each block's extra hash keys (cache salt, LoRA, ...; None: none at all), the tokens
+    after each block its hash covers (lookahead; None: none), and the manager's annotation of
+    the group (its kind and sliding window; None from a bare pool)."""
+
+    hashes: tuple[int, ...]
+    parent: int | None
+    tokens: tuple[int, ...]
+    block_size: int
+    group: int | None
+    extra_keys: tuple | None = None
+    lookahead: tuple | None = None
+    kind: str | None = None
+    window: int | None = None
+
+
+@dataclass(frozen=True)
+class Removed:
+    """Entries left the prefix cache (one event per entry in vLLM 0.33.0)."""
+
+    hashes: tuple[int, ...]
+    group: int | None
+
+
+@dataclass(frozen=True)
+class Cleared:
+    """The whole prefix cache was reset."""
+
+
+Event = Stored | Removed | Cleared
