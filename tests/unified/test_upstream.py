@@ -64,21 +64,11 @@ def test_undeclared_the_python_core_keeping_the_callers_key_is_reported():
     assert "ownership" in report and "tree core python (UnifiedTreeCore)" in report, report
 
 
-class NotACache:
-    """No UnifiedRadixCache interface at all."""
-
-    def __init__(self, params):
-        pass
-
-
-def not_a_class(params):
-    """A function where the target calls a class."""
-
-
 @pytest.mark.parametrize("attr, shows", [
     ("not_a_class", "is a function, not a class"),
     ("NotACache", "has no method match_prefix, insert, evict"),
 ])
 def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
-    assert_refused_in_one_line("unified", f"{__name__}:{attr}", shows,
+    # the radix tests' wrong shapes: nothing in them is the radix cache's
+    assert_refused_in_one_line("unified", f"tests.radix.test_upstream:{attr}", shows,
                                "SGLang UnifiedRadixCache's interface")
