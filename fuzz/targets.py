@@ -12,12 +12,13 @@ from kvfuzz.fuzz.offload.target import OFFLOAD
 from kvfuzz.fuzz.paged.target import DECODE, EXTEND
 from kvfuzz.fuzz.radix.target import RADIX
 from kvfuzz.fuzz.swa.target import SWA
+from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.fuzz.engine.target import Target
 from kvfuzz.strategies.inputs import FieldReader
 
 TARGETS: dict[str, Target] = {t.name: t for t in (EXTEND, DECODE, ALLOCATOR, COMPACTION,
                                                       MAMBA, SWA, BLOCKPOOL, KVMANAGER,
-                                                      RADIX, OFFLOAD)}
+                                                      RADIX, OFFLOAD, UNIFIED)}
 
 
 def for_document(data: object, source: str) -> Target:

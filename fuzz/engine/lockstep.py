@@ -194,6 +194,11 @@ class Lockstep:
         """Problems after the last op (e.g. a whole-trace comparison)."""
         return []
 
+    def context_lines(self) -> list[tuple[str, str]]:
+        """Labelled lines every report of this trace carries (e.g. which of an implementation's
+        variants ran), from what the lock step already read: never a new call."""
+        return []
+
     # -- provided ------------------------------------------------------------------------------
     def count(self, name: str, times: int = 1) -> None:
         if name not in self._events:

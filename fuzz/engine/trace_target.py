@@ -82,6 +82,9 @@ class LockstepJudge:
     options: Callable = staticmethod(lambda impl: {})
     checked: tuple[str, ...] = ()          # summary lines before the counts: what is checked
     counted: str = "calls and edge classes"
+    # (what, ((name, event), ...)): under each row, which of an implementation's variants its
+    # traces ran on, by the event the lock step counts once per trace (unified: the tree core)
+    variants: tuple = ()
 
     def check(self, target, item, impl, device="cpu") -> Outcome:
         outside = self.broken(item, impl.preconditions)
@@ -100,7 +103,8 @@ class LockstepJudge:
         problems = lock.finish()
         if problems:
             label = problems[0][0]
-            lines = [("before", line) for line in lock.log[-4:]] + problems
+            lines = [("before", line) for line in lock.log[-4:]] + problems + \
+                lock.context_lines()
             return Outcome(DIVERGE, target.divergence(
                 item, impl, f"{label} at the end of the trace", lines, ("end", label)),
                 features=lock.events)
@@ -111,7 +115,7 @@ class LockstepJudge:
         (a seeded run's, and a live guard's: `fuzz/engine/guard.py`)."""
         label, op = problems[0][0], item.ops[index]
         lines = [("call", lock.log[-1] if call else "(none)")]
-        lines += [("before", line) for line in lock.log[-4:-1]] + problems
+        lines += [("before", line) for line in lock.log[-4:-1]] + problems + lock.context_lines()
         what = f"{label} at op {index} of {len(item.ops)}: {self.describe_op(op)}"
         return target.divergence(item, impl, what, lines, (type(op).__name__, label),
                                  step=index)
@@ -123,10 +127,16 @@ class LockstepJudge:
         """A trace stops at its first problem: how many ran to their last op."""
         if not tally.cases:
             return []
-        return [f"    ran to the last op: {tally.agree:,}/{tally.cases:,} "
-                f"({tally.agree / tally.cases:.1%}); stopped early: {tally.diverged:,} at a "
-                f"divergence; "
-                f"not run (outside): {tally.outside:,}"]
+        lines = [f"    ran to the last op: {tally.agree:,}/{tally.cases:,} "
+                 f"({tally.agree / tally.cases:.1%}); stopped early: {tally.diverged:,} at a "
+                 f"divergence; "
+                 f"not run (outside): {tally.outside:,}"]
+        if self.variants:
+            what, events = self.variants
+            ran = ", ".join(f"{name} on {tally.features[event]:,}" for name, event in events
+                            if tally.features[event]) or "none built"
+            lines.append(f"    {what}: {ran} of {tally.cases:,} traces")
+        return lines
 
     def feature_names(self) -> list[str]:
         return [f"event:{name}" for name in self.lockstep.EVENTS] + \

@@ -53,6 +53,12 @@ class RadixLockstep(Lockstep):
               "insert refused", "reset", "reset in flight", "key under a page")
     OWNERSHIP = (f"{POISON} is what the caller wrote over the tensor, key or row it passed, "
                  f"after the call: the cache kept the caller's, not a copy")
+    # The driver's call that evicts for an allocation (the scheduler's evict_to_free_tokens).
+    ALLOC_EVICT = "evict"
+    # Whether the caller of `insert` frees the slots of what the tree already had (RadixCache)
+    # or the cache does (UnifiedRadixCache: `[prev_prefix_len, cached)` of the value).
+    CALLER_FREES_DUPLICATES = True
+    MODEL = RadixModel
 
     def build_model(self, trace):
         self.names = PageNames()
@@ -60,7 +66,7 @@ class RadixLockstep(Lockstep):
         self.seen: set[int] = set()
         self.pages_before = None  # the implementation's pages after the last op
         self.evicting = False
-        return RadixModel(trace.page_size, trace.size, trace.policy)
+        return self.MODEL(trace.page_size, trace.size, trace.policy)
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True):
         from kvfuzz.impl.radix.driver import RadixDriver  # imports torch and SGLang
@@ -103,7 +109,8 @@ class RadixLockstep(Lockstep):
         # an extend, a page for a decode step (allocation.py's conservative counts, one request)
         demand = count if ps == 1 else ps if decode else count + ps
         if demand > model.available_size():
-            yield from self._evict(demand - model.available_size(), "evict for an allocation")
+            yield from self._evict(demand - model.available_size(), "evict for an allocation",
+                                   self.ALLOC_EVICT)
         result = yield Call(f"{'alloc_decode' if decode else 'allocate'} {count} slots for "
                             f"r{op.rid} (at {request.filled})", "extend",
                             (op.rid, count, decode), oracle=lambda: model.extend(op.rid, count),
@@ -144,7 +151,7 @@ class RadixLockstep(Lockstep):
         if op.cache:
             yield from self._checkpoint(op.rid, request)
         yield Call(f"release r{op.rid}: free_kv_row([{request.protected}, {request.filled})), "
-                   f"unlock", "release", (op.rid,))
+                   f"unlock", "release", (op.rid, op.cache))
 
     @handles(Match, Touch, Pin)
     def probe(self, op):
@@ -168,7 +175,7 @@ class RadixLockstep(Lockstep):
         if key:
             if len(key) > model.available_size():
                 yield from self._evict(len(key) - model.available_size(),
-                                       "evict for an allocation")
+                                       "evict for an allocation", self.ALLOC_EVICT)
             got = yield Call(f"alloc({len(key)}) for the insert", "alloc_slots", (len(key),),
                              oracle=lambda: model.alloc_slots(len(key)), compare=_alloc_compare)
             if got.actual is None:
@@ -183,6 +190,7 @@ class RadixLockstep(Lockstep):
                           "insert", (op.tokens, op.ns, op.priority, slots), compared=True)
         if done.expected:
             self.count("insert cached part")
+        if done.expected and self.CALLER_FREES_DUPLICATES:
             yield Call(f"free the {done.expected} duplicate slots", "free_slots",
                        (slots[:done.expected],))
 
@@ -193,11 +201,12 @@ class RadixLockstep(Lockstep):
         yield from self._evict(num, "evict nothing" if not evictable else "evict all"
                                if num >= evictable else "evict")
 
-    def _evict(self, num: int, event: str):
+    def _evict(self, num: int, event: str, method: str = "evict"):
         self.count(event)
         self.evicting = True
         evictable = self.model.tree.evictable_size()
-        yield Call(f"evict({num}) -> tokens evicted", "evict", (num,),
+        yield Call(f"{method}({num}) -> tokens evicted", method, (num,),
+                   oracle=lambda: self.model.evict(num),
                    compare=lambda expected, rejected, actual, raised:
                    _evict_compare(num, evictable, expected, actual, raised))
 
@@ -230,7 +239,7 @@ class RadixLockstep(Lockstep):
     def state(self, op) -> list[tuple[str, str]]:
         model, snap = self.model, self.read("snapshot")
         ps = model.page_size
-        nodes, expected = state.views(snap["nodes"], ps), model.views()
+        nodes, expected = self.views(snap)
         pages, expected_pages = self.names.count(nodes, ps), self.names.count(expected, ps)
         problems = state.locked_problems(model, self.names, pages)
         problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
@@ -242,8 +251,17 @@ class RadixLockstep(Lockstep):
                 self.trace.policy)
         problems += state.node_problems(expected, nodes)
         problems += self._event_problems(snap["events"], nodes)
+        problems += self.more_problems(snap, nodes)
         self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
         return problems
+
+    def views(self, snap) -> tuple[list, list]:
+        """(the implementation's nodes, the model's), as `NodeView`s to set side by side."""
+        return state.views(snap["nodes"], self.model.page_size), self.model.views()
+
+    def more_problems(self, snap, nodes) -> list[tuple[str, str]]:
+        """What a cache of another shape checks besides (the unified cache's walk and cores)."""
+        return []
 
     def _event_problems(self, events, nodes) -> list[tuple[str, str]]:
         if not self.trace.events:

@@ -28,12 +28,12 @@ def edge_of(raw, page_size: int):
     tuple of tokens, behind the extra_key when there is one."""
     if isinstance(raw, tuple) and len(raw) == 2 and isinstance(raw[0], str):
         inner = edge_of(raw[1], page_size)
-        return None if inner is None else (namespace(raw[0]), inner[1])
+        return inner if inner[0] == "unreadable" else (namespace(raw[0]), inner[1])
     if isinstance(raw, int) and page_size == 1:
         return 0, (raw,)
     if isinstance(raw, tuple) and all(isinstance(t, int) for t in raw):
         return 0, raw
-    return None
+    return "unreadable", raw  # never a node's first page: reported as a wrong edge
 
 
 def views(raw_nodes: list, page_size: int) -> list[NodeView]:

@@ -43,7 +43,9 @@ def extra_key(ns: int) -> str | None:
 
 class RadixDriver:
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
-                 context: int, device: str = "cpu", poison_keys: bool = True):
+                 context: int, device: str = "cpu", poison_keys: bool = True,
+                 **cache_options):
+        """`cache_options`: more `CacheInitParams` fields (the unified cache's components)."""
         self.page_size, self.device, self.poison_keys = page_size, device, poison_keys
         if page_size == 1:
             self.allocator = _sglang("allocator.token", "TokenToKVPoolAllocator")(
@@ -54,7 +56,8 @@ class RadixDriver:
         self.rows = Rows(rows, context, device)
         params = _sglang("cache_init_params", "CacheInitParams")(
             disable=False, req_to_token_pool=self.rows, token_to_kv_pool_allocator=self.allocator,
-            page_size=page_size, eviction_policy=policy, enable_kv_cache_events=events)
+            page_size=page_size, eviction_policy=policy, enable_kv_cache_events=events,
+            **cache_options)
         self.Key = _defined_beside(cls, "RadixKey") or _sglang("radix_cache", "RadixKey")
         self.MatchParams = _sglang("base_prefix_cache", "MatchPrefixParams")
         self.InsertParams = _sglang("base_prefix_cache", "InsertParams")
@@ -62,6 +65,7 @@ class RadixDriver:
         self.requests: dict[int, Request] = {}
         self.live: set[int] = set()  # requests admitted since the last reset
         self.passed: list[torch.Tensor] = []  # every tensor handed over, kept for the alias check
+        self.params = params
         self.cache = cls(params)
 
     def _key(self, tokens, ns: int, limit: int | None = None):
@@ -74,6 +78,10 @@ class RadixDriver:
     def _lock(self, node):
         return self.cache.lock(node)
 
+    def _seen(self, node, tokens, extra) -> None:
+        """A call answered with `node`, which lies on the path of `tokens` (in namespace
+        `extra`): a driver that names nodes by path records it (impl/unified/driver.py)."""
+
     # -- the scheduler's calls ----------------------------------------------------------------
     def admit_match(self, rid: int, tokens, prompt: int, ns: int, priority: int) -> list:
         """`match_prefix` of the prompt, never its last token; the matched slots into the row."""
@@ -85,6 +93,7 @@ class RadixDriver:
         self._poison_key(key)
         request.prefix_len, request.last_node = int(result.device_prefix_len), \
             result.last_device_node
+        self._seen(request.last_node, request.tokens[:prompt - 1], request.extra_key)
         path = self.cache.path_device_indices(request.last_node)
         matched = path[:request.prefix_len]
         self.rows.write((request.kv.req_pool_idx, slice(0, len(matched))), matched)
@@ -125,10 +134,12 @@ class RadixDriver:
     def checkpoint(self, rid: int) -> int:
         request = self.requests[rid]
         self.cache.checkpoint(request, up_to=request.filled)
+        self._seen(request.last_node, request.tokens[:request.filled], request.extra_key)
         return int(request.kv.cache_protected_len)
 
-    def release(self, rid: int) -> None:
-        """`free_kv_row` of the request's own slots, `unlock`, its row freed."""
+    def release(self, rid: int, checkpointed: bool = True) -> None:
+        """`free_kv_row` of the request's own slots, `unlock`, its row freed (`checkpointed`:
+        whether the finish inserted it first, which a unified cache's `on_release` reads)."""
         request = self.requests.pop(rid)
         self.live.discard(rid)
         self.cache.free_kv_row(request.kv, [(request.kv.cache_protected_len, request.filled)])
@@ -143,6 +154,7 @@ class RadixDriver:
         key = self._key(tokens, ns)
         result = self.cache.match_prefix(self.MatchParams(key=key))
         self._poison_key(key)
+        self._seen(result.last_device_node, tokens, extra_key(ns))
         path = self.cache.path_device_indices(result.last_device_node)
         return [int(result.device_prefix_len), int_list(path)]
 
@@ -174,6 +186,7 @@ class RadixDriver:
         result = self.cache.insert(self.InsertParams(key=key, value=value, priority=priority))
         value.fill_(POISON)
         self._poison_key(key)
+        self._seen(result.last_device_node, tokens, extra_key(ns))
         return int(result.prefix_len)
 
     def free_slots(self, slots) -> None:

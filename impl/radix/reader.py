@@ -18,8 +18,8 @@ def snapshot(driver) -> dict:
             "protected": int(cache.protected_size()),
             "available": int(allocator.available_size()),
             "free": int_list(allocator.free_pages) + staged_of(allocator),
-            "rows": rows, "events": [_event(e) for e in cache.take_events()],
-            "aliases": _aliases(values, driver)}
+            "rows": rows, "events": [event(e) for e in cache.take_events()],
+            "aliases": aliases(values, driver)}
 
 
 def _nodes(cache, most: int) -> tuple[list, list]:
@@ -32,7 +32,7 @@ def _nodes(cache, most: int) -> tuple[list, list]:
         if len(found) >= most:
             raise RuntimeError(f"more than {most} nodes under the root: a cycle?")
         value = node.value
-        found.append((parent, _plain(edge), node.key.extra_key, list(node.key),
+        found.append((parent, plain(edge), node.key.extra_key, list(node.key),
                       int_list(value) if value is not None else None, int(node.lock_ref),
                       int(node.hit_count), int(node.priority), float(node.last_access_time),
                       float(node.creation_time)))
@@ -41,22 +41,24 @@ def _nodes(cache, most: int) -> tuple[list, list]:
     return found, tensors
 
 
-def _plain(key):
+def plain(key):
     if isinstance(key, (int, str)) or key is None:
         return key
     if isinstance(key, tuple):
-        return tuple(_plain(part) for part in key)
+        return tuple(plain(part) for part in key)
     return repr(key)[:80]
 
 
-def _event(event) -> tuple:
-    kind = type(event).__name__
+def event(raw) -> tuple:
+    """A KV event as plain data: ("stored", hashes, parent, tokens, block_size), ("removed",
+    hashes), ("cleared",) or (its class name,)."""
+    kind = type(raw).__name__
     if kind == "BlockStored":
-        return ("stored", [int(h) for h in event.block_hashes],
-                None if event.parent_block_hash is None else int(event.parent_block_hash),
-                [int(t) for t in event.token_ids], int(event.block_size))
+        return ("stored", [int(h) for h in raw.block_hashes],
+                None if raw.parent_block_hash is None else int(raw.parent_block_hash),
+                [int(t) for t in raw.token_ids], int(raw.block_size))
     if kind == "BlockRemoved":
-        return ("removed", [int(h) for h in event.block_hashes])
+        return ("removed", [int(h) for h in raw.block_hashes])
     if kind == "AllBlocksCleared":
         return ("cleared",)
     return (kind,)
@@ -71,7 +73,7 @@ def _span(tensor) -> tuple[int, int] | None:
     return start, start + (last + 1) * tensor.element_size()
 
 
-def _aliases(values: list, driver) -> list[tuple]:
+def aliases(values: list, driver) -> list[tuple]:
     """Pairs of overlapping memory, each side ("node", index), ("rows",) or ("caller", k)."""
     spans = [(span, ("node", i)) for i, value in enumerate(values)
              if (span := _span(value)) is not None]

@@ -70,6 +70,8 @@ class Request:
         self.kv = KvRecord(row)
         self.lock = self.last_node = None
         self.prefix_len = 0
+        # what the unified cache's checkpoint reads: no streaming session, no KV sharding
+        self.session = self.session_id = self.kv_rotation_base = None
 
     @property
     def filled(self) -> int:

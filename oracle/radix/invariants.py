@@ -12,11 +12,11 @@ from dataclasses import dataclass
 class NodeView:
     """One node of an implementation's tree: `path` names it (namespace, tokens from the root to
     its end); `edge` is the key its parent files it under, as (namespace, first page) when the
-    judge could read it (None: unreadable)."""
+    judge could read it (("unreadable", raw) otherwise)."""
 
     path: tuple
     parent: tuple | None  # the parent's path; None: the parent is the root
-    edge: tuple | None
+    edge: tuple | None    # None: the cache does not expose it (the unified Rust core)
     key: tuple[int, ...]
     value: list[int]
     lock: int
@@ -50,7 +50,7 @@ def tree_violations(nodes: list[NodeView], page_size: int) -> list[str]:
     by_path = {n.path: n for n in nodes}
     for node in nodes:
         expected = (node.path[0], tuple(node.key[:page_size]))
-        if node.edge != expected:
+        if node.edge is not None and node.edge != expected:
             problems.append(f"node {node_name(node.path)} is filed under edge {node.edge}, not its "
                             f"first page {expected}")
             break

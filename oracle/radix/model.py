@@ -13,8 +13,8 @@ the tree itself is `tree.py`.
   far with the row's slots (inserted_len: what the request inserted before), and the prompt's
   pages again with priority + 1 when they end before the key (so that eviction can drop the
   output without the prompt); frees the row's slots of [protected, cached before) (the tree had
-  them already); rewrites the row's [protected, key) with the tree's slots; moves the lock to
-  the key's node; protected = the key's length.
+  them already); rewrites the row's [protected, key) with the tree's slots, found by matching
+  the key again; moves the lock to the key's node; protected = the key's length.
 - `release(rid)`: the request's own slots freed, its lock dropped, its row gone.
 - `reset()`: the tree emptied, every page free; requests still live keep a lock of the old tree,
   which is void: releasing it changes nothing (`release_stale`).
@@ -42,9 +42,11 @@ class Request:
 
 
 class RadixModel:
+    TREE = RadixTree  # the tree's rules (the unified cache's clock: oracle/unified/tree.py)
+
     def __init__(self, page_size: int, size: int, policy: str):
         self.page_size, self.size = page_size, size
-        self.tree = RadixTree(page_size, policy)
+        self.tree = self.TREE(page_size, policy)
         self.free = set(range(1, size // page_size + 1))
         self.requests: dict[int, Request] = {}
 
@@ -102,14 +104,14 @@ class RadixModel:
         r, tree = self.requests[rid], self.tree
         key = tree.aligned(r.tokens[:r.filled])
         values = r.row[:len(key)]
-        cached, _ = tree.insert(r.ns, key, values, r.priority, r.inserted)
+        cached, inserted = tree.insert(r.ns, key, values, r.priority, r.inserted)
         r.inserted = max(r.inserted, len(key))
         prompt_key = tree.aligned(key[:r.prompt])
         if 0 < len(prompt_key) < len(key):
             tree.insert(r.ns, prompt_key, values, min(r.priority + 1, INT64_MAX),
                         len(prompt_key))
         self.free_slots(r.row[r.protected:cached])
-        path, node = tree.match(r.ns, key)
+        path, node = self.key_node(r.ns, key, inserted)
         r.row[r.protected:len(key)] = path[r.protected:]
         r.protected = len(key)
         tree.unlock(r.node)
@@ -117,7 +119,12 @@ class RadixModel:
         r.node = node
         return r.protected
 
-    def release(self, rid: int) -> None:
+    def key_node(self, ns: int, key, inserted):
+        """(the slots of the path, the node) a checkpoint moves the lock to: RadixCache matches
+        the key again after inserting it (a match: it stamps the access times)."""
+        return self.tree.match(ns, key)
+
+    def release(self, rid: int, checkpointed: bool = True) -> None:
         r = self.requests.pop(rid)
         self.free_slots(r.row[r.protected:])
         self.tree.unlock(r.node)

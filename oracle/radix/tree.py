@@ -91,10 +91,10 @@ class RadixTree:
         if not key:
             return [], self.root
         now, node, value = self.tick(), self.root, []
-        node.access = now
+        self.walked(node, now, inserting=False)
         while key and self.edge(ns, key) in node.children:
             child = node.children[self.edge(ns, key)]
-            child.access = now
+            self.walked(child, now, inserting=False)
             shared = self.common(child.key, key)
             if shared < len(child.key):
                 node = self.split(child, shared)
@@ -102,6 +102,7 @@ class RadixTree:
                 break
             value += child.value
             node, key = child, key[shared:]
+        self.matched(node)
         return value, node
 
     def peek(self, ns: int, tokens) -> tuple[int, bool]:
@@ -121,10 +122,10 @@ class RadixTree:
         key = self.aligned(tokens)
         value = list(value[:len(key)])
         now, node, done = self.tick(), self.root, 0
-        node.access = now
+        self.walked(node, now, inserting=True)
         while key and self.edge(ns, key) in node.children:
             node = node.children[self.edge(ns, key)]
-            node.access = now
+            self.walked(node, now, inserting=True)
             shared = self.common(node.key, key)
             done, key, value = done + shared, key[shared:], value[shared:]
             if shared < len(node.key):
@@ -138,6 +139,15 @@ class RadixTree:
             node.children[self.edge(ns, key)] = leaf
             node = leaf
         return done, node
+
+    # -- what a tree with another clock overrides (oracle/unified/tree.py) --------------------
+    def walked(self, node: Node, now: int, inserting: bool) -> None:
+        """A match or insert walks `node` (the root first): one access time for the whole walk,
+        read once before it."""
+        node.access = now
+
+    def matched(self, node: Node) -> None:
+        """A match ended at `node` (after any split)."""
 
     def split(self, child: Node, at: int) -> Node:
         parent = child.parent

@@ -14,10 +14,18 @@ MAX_SIZE, MAX_PAGE, MAX_OPS, MAX_TOKENS = 2**11, 64, 2**10, 2**10
 MAX_ID, MAX_NS, MAX_PRIORITY = 2**31, 3, 2**20
 
 
+FIELDS = {"format", "page_size", "size", "policy", "events", "ops", "origin", "note"}
+
+
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
-    reader.document(data, FORMAT, {"format", "page_size", "size", "policy", "events", "ops",
-                                   "origin", "note"})
+    reader.document(data, FORMAT, FIELDS)
+    return Trace(**read_fields(reader, data))
+
+
+def read_fields(reader: FieldReader, data: dict) -> dict:
+    """The fields of a trace in this format, decoded (a format that extends this one, as
+    "kvfuzz-unified-trace/1" does, reads them here and its own after)."""
     page = reader.integer(data.get("page_size"), "page_size", low=1, high=MAX_PAGE)
     reader.expect(page & (page - 1) == 0, "page_size", "expected a power of 2", page)
     size = reader.integer(data.get("size"), "size", low=page, high=MAX_SIZE)
@@ -26,8 +34,8 @@ def from_json(data: object, source: str = "trace") -> Trace:
     events = reader.boolean(data.get("events"), "events")
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
-    return Trace(page, size, policy, events, decoded, reader.origin(data.get("origin")),
-                 reader.note(data.get("note")))
+    return dict(page_size=page, size=size, policy=policy, events=events, ops=decoded,
+                origin=reader.origin(data.get("origin")), note=reader.note(data.get("note")))
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:

@@ -29,12 +29,14 @@ def test_uniform_inputs_are_valid_and_agree_on_a_bundled_implementation(name):
 
 @pytest.mark.parametrize("strategy", ["seeded", "uniform", "hypothesis"])
 def test_a_trial_stops_at_the_first_divergence(strategy):
-    trial = run_trial("decode", "mutant.inclusive_rank", strategy, 1, 30.0, 5000)
-    assert trial.found and 1 <= trial.cases < 5000 and trial.seconds < 30
+    # The time budget is far above what a trial takes, so that only the case budget can end it
+    # (a loaded machine must not turn this into a timing test).
+    trial = run_trial("decode", "mutant.inclusive_rank", strategy, 1, 600.0, 5000)
+    assert trial.found and 1 <= trial.cases < 5000
 
 
 def test_a_trial_that_finds_nothing_ends_at_its_budget():
-    trial = run_trial("decode", "torch.vectorized", "seeded", 1, 30.0, 50)  # a correct one
+    trial = run_trial("decode", "torch.vectorized", "seeded", 1, 600.0, 50)  # a correct one
     assert not trial.found and trial.cases == 50
 
 

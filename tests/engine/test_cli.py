@@ -24,7 +24,8 @@ MUTANTS = {"extend": ("mutant.owner_left_bisect", 500, 200),
            "blockpool": ("mutant.vllm.blockpool.freed_uncached_reused_last", 5, 20),
            "kvmanager": ("mutant.vllm.kvmanager.free_head_first", 5, 20),
            "radix": ("mutant.sglang.radix.evict_leaks_slots", 5, 20),
-           "offload": ("mutant.vllm.offload.lru_touch_in_order", 5, 20)}
+           "offload": ("mutant.vllm.offload.lru_touch_in_order", 5, 20),
+           "unified": ("mutant.sglang.unified.evict_leaks_slots", 5, 10)}
 
 
 def skip_unless_installed(target: str) -> None:

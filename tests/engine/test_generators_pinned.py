@@ -21,6 +21,7 @@ PINNED = {
     "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
     "radix": ("radix/1", ["587a1e81ac6866dd", "d31d00bc0028403e", "0b1dc1450e85f7cc"]),
     "offload": ("offload/1", ["b4523cd1e3f3081e", "456a89a9aeed0c40", "bab28886675779cf"]),
+    "unified": ("unified/1", ["d53aad08da5dfe4c", "da9111178afa1fcb", "cd3f51fddc5029a0"]),
 }
 
 

@@ -1,0 +1,79 @@
+"""The unified-cache judge: the radix judge (`fuzz/radix/lockstep.py`: the same ops, calls,
+invariants and model comparison) over SGLang's `UnifiedRadixCache` with one tree core, with the
+unified cache's contract (`oracle.unified`: its clock, `insert` freeing the duplicates itself,
+`evict_for_alloc` for an allocation, the pin probe's delta and protected size), and what only the
+unified cache shows: the KV-canary walk and the tree's own counts (`state.py`) and, for the Rust
+core, the Python core run beside it (`twin.py`). Which core SGLang built is read once, counted,
+and named in every report; an entry that asked for the Rust core and got the Python one (SGLang
+falls back silently) diverges at its first op, saying why."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.remote import make
+from kvfuzz.fuzz.radix.lockstep import RadixLockstep, rows_needed
+from kvfuzz.fuzz.unified import state
+from kvfuzz.fuzz.unified.twin import twin_problems
+from kvfuzz.oracle.unified.model import UnifiedModel
+
+RUST, PYTHON = "ran on the Rust core", "ran on the Python core"
+
+
+class UnifiedLockstep(RadixLockstep):
+    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON)
+    ALLOC_EVICT = "evict_for_alloc"
+    CALLER_FREES_DUPLICATES = False
+    MODEL = UnifiedModel
+
+    def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None):
+        from kvfuzz.impl.unified.driver import UnifiedDriver  # imports torch and SGLang
+        from kvfuzz.impl.unified.twin import TwinDriver
+
+        rows, context = rows_needed(trace)
+        args = (trace.page_size, trace.size, trace.policy, trace.events, rows, context, device,
+                poison_keys)
+        if core == "rust":  # the Python core runs beside it
+            return make(TwinDriver, cls, *args)
+        return make(UnifiedDriver, cls, *args, core)
+
+    def initial_problems(self):
+        self.core = self.read("core")
+        self.count(RUST if self.core["rust"] else PYTHON)
+        problems = core_problems(self.core)
+        return problems or super().initial_problems()
+
+    def views(self, snap):
+        ps = self.model.page_size
+        return state.views(snap, ps), state.exposed(self.model.views(), snap)
+
+    def more_problems(self, snap, nodes):
+        return state.walk_problems(snap, self.model.views()) + twin_problems(snap)
+
+    def context_lines(self):
+        core = getattr(self, "core", None)  # unread when the constructor raised
+        return [("tree core", describe_core(core))] if core else []
+
+
+def core_problems(core: dict) -> list[tuple[str, str]]:
+    """The Rust core was asked for and SGLang built another (its fallback is silent)."""
+    if core["asked"] == "rust" and not core["rust"]:
+        return [("tree core", f"the Rust core was asked for and SGLang built {core['built']} "
+                              f"(fallback: {core['fallback']}): this run is not one of the "
+                              f"Rust core")]
+    twin = core.get("twin")
+    if twin is not None and (twin.get("error") or twin["rust"]):
+        return [("tree core", f"the Python core beside the Rust one was not built: "
+                              f"{twin.get('error') or twin['built']}")]
+    return []
+
+
+def describe_core(core: dict) -> str:
+    """Which core ran, for a report: "rust (...RustUnifiedTreeCore) ..."."""
+    built = core["built"].rsplit(".", 1)[-1]
+    text = f"{'rust' if core['rust'] else core['backend']} ({built})"
+    if core["fallback"]:
+        text += f", fell back from Rust: {core['fallback']}"
+    twin = core.get("twin")
+    if twin is not None and not twin.get("error"):
+        other = twin["built"].rsplit(".", 1)[-1]
+        text += f"; checked against the {twin['backend']} core ({other}) too"
+    return text

@@ -1,0 +1,84 @@
+"""A unified cache's state as the radix judge reads a tree (`NodeView`s by path, `fuzz/radix/
+state.py`), from what its tree core exposes (`impl/unified/reader.py`), and what only the unified
+cache's public calls show: the KV-canary walk and the tree's own counts.
+
+Each core is compared at the resolution it exposes. The Python core shows its node objects, so
+every field is compared as the radix judge compares them. The Rust core shows paths, slots and
+which slots are locked: its nodes carry lock 1 (locked) or 0, no edge, hit count, priority or
+times, and the model's views are cut to the same before they are set side by side (its eviction
+order, judged by the pages each eviction took, still shows all of them)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from kvfuzz.fuzz.radix.state import edge_of, namespace
+from kvfuzz.oracle.radix.invariants import NodeView
+
+
+def views(snap: dict, page_size: int) -> list[NodeView]:
+    unlocked, inner = set(snap["unlocked"]), snap["inner"]
+    found = []
+    for i, (parent, extra, tokens, start, value, _) in enumerate(snap["nodes"]):
+        up = found[parent] if parent >= 0 else None
+        value = list(value or ())
+        path = (namespace(extra), tuple(tokens))
+        key = tuple(tokens[start:])
+        if inner is None:
+            locked = bool(value) and not set(value) <= unlocked
+            view = NodeView(path, up.path if up else None, None, key, value, int(locked), 0, 0,
+                            0.0, 0.0)
+        else:
+            edge, own_key, lock, hits, priority, access, created = inner[i]
+            view = NodeView(path, up.path if up else None, edge_of(edge, page_size),
+                            tuple(own_key), value, lock, hits, priority, access, created)
+        found.append(view)
+    return found
+
+
+def exposed(expected: list[NodeView], snap: dict) -> list[NodeView]:
+    """The model's views at the resolution the core exposes."""
+    if snap["inner"] is not None:
+        return expected
+    return [replace(node, lock=min(node.lock, 1), hits=0, priority=0, access=0.0, created=0.0)
+            for node in expected]
+
+
+def walk_problems(snap: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
+    """The KV-canary walk (every cached slot with its position from the root and the slot before
+    it) against the model's tree, and the tree's own counts against its nodes."""
+    want, last = Counter(), {}  # last: a node's path -> its last slot
+    for node in expected:
+        prev = last.get(node.parent, -1) if node.parent is not None else -1
+        depth = len(node.path[1]) - len(node.key)
+        for j, slot in enumerate(node.value):
+            want[(slot, depth + j, prev if j == 0 else node.value[j - 1])] += 1
+        last[node.path] = node.value[-1] if node.value else prev
+    got = Counter(tuple(row) for row in snap["walk"])
+    problems = []
+    if got != want:
+        wrong, missing = sorted(got - want), sorted(want - got)
+        problems.append(("walk", f"walk_for_kv_canary: {len(wrong)} (slot, position, previous "
+                                 f"slot) rows the tree does not have, e.g. {wrong[:3]}; "
+                                 f"{len(missing)} it misses, e.g. {missing[:3]}"))
+    named = sorted(s for row in snap["nodes"] for s in row[4] or ())
+    walked = sorted(row[0] for row in snap["walk"])
+    if named != walked:
+        problems.append(("tree", f"the walk shows {len(walked)} slots, the nodes its calls "
+                                 f"named hold {len(named)}: a node no call ever returned"))
+    children = Counter(row[0] for row in snap["nodes"] if row[0] >= 0)
+    for i, row in enumerate(snap["nodes"]):
+        if row[5] != children[i]:
+            problems.append(("tree", f"collect_path_info says node {i} has {row[5]} children, "
+                                     f"{children[i]} are named"))
+            break
+    total = len(named)
+    if snap["total"][0] != total or snap["total"][1:] != [0] * (len(snap["total"]) - 1):
+        problems.append(("total_size", f"total_size() says {tuple(snap['total'])}, the nodes "
+                                       f"hold {total} full-attention slots and nothing else"))
+    for name, plain in (("full_evictable", "evictable"), ("full_protected", "protected")):
+        if snap[name] != snap[plain]:
+            problems.append((f"{name}_size", f"{name}_size() says {snap[name]}, "
+                                             f"{plain}_size() {snap[plain]} (one component)"))
+    return problems

@@ -1,0 +1,56 @@
+"""The "unified" target: SGLang's `UnifiedRadixCache` with each of its tree cores, driven with the
+released allocator in the loop over the radix target's scheduler-like traces, in lock step with
+the oracle (`lockstep.py`), the Rust core against the Python core too.
+
+    kvfuzz diff unified --cases 500 --jobs 2
+    kvfuzz diff unified --impl sglang.unified.python
+Each implementation gets the traces it supports (strategies/unified/profile.py), and every report
+and summary says which tree core ran. Imports torch and SGLang only when a trace runs.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.catalogue import Catalogue
+from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
+                                             TraceShrinker, trace_target)
+from kvfuzz.fuzz.radix.target import METHODS, smaller_pool
+from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, UnifiedLockstep
+from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
+from kvfuzz.strategies.unified import codec, generator, uniform
+from kvfuzz.strategies.unified.profile import KEEPS_KEY, broken, core_of, unsupported
+from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
+
+
+def _shape(path, obj):
+    check_shape(path, obj, 1, "a class with SGLang UnifiedRadixCache's interface "
+                              "(CacheInitParams)", cls=True,
+                methods=METHODS + ("evict_for_alloc", "inc_lock_ref", "on_release",
+                                   "claim_kv_row", "root_node_handle"))
+
+
+def _generator_for(impls):
+    return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
+                                                       for impl in impls)))
+
+
+def _options(impl) -> dict:
+    return {"poison_keys": KEEPS_KEY not in impl.preconditions,
+            "core": core_of(impl.preconditions)}
+
+
+UNIFIED = trace_target(
+    "unified",
+    codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
+                     max_ops=codec.MAX_OPS),
+    inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
+    judge=LockstepJudge(UnifiedLockstep, describe_op, broken, _options,
+                        variants=("tree core", (("rust", RUST), ("python", PYTHON)))),
+    catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
+                           smaller_pool),
+    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.radix.lockstep",
+                      "kvfuzz.oracle.unified.tree", "kvfuzz.oracle.radix.tree",
+                      "kvfuzz.oracle.radix.model"),
+    warm_up="kvfuzz.impl.unified.driver:warm_up",
+    default_cases=50)

@@ -1,0 +1,37 @@
+"""Unified prefix caches (target "unified"): SGLang's `UnifiedRadixCache` (sglang 0.5.23) with its
+full-attention component, once per tree core, run by default where SGLang is installed
+(docs/upstream-sglang.md), driven with the released allocator in the loop, and mutants of its
+released Python sources. Both entries name the one released class: `sglang.unified.rust` asks
+SGLang for its Rust core (and runs the Python core beside it, to compare the two), and
+`sglang.unified.python` for its Python core; the class's import path resolves to the first.
+Nothing heavy is imported here."""
+
+from functools import partial
+
+from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
+from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
+from kvfuzz.strategies.unified.profile import CORES, KEEPS_KEY, NO_RESET_IN_FLIGHT
+
+RELEASED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"
+# A reset with requests in flight is in the contract (a lock from before it names a handle the new
+# tree never mints again: its release raises KeyError and changes nothing); the Python core keeps
+# a caller's key as RadixCache does, the Rust core copies it.
+DECLARES = {"rust": (CORES["rust"],), "python": (KEEPS_KEY, CORES["python"])}
+# What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
+DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
+              "rust_core": CORES["rust"], "python_core": CORES["python"]}
+_entry = partial(entry, "unified", __name__)
+
+IMPLEMENTATIONS = (
+    Implementation("sglang.unified.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache, Rust tree core (checked against the Python core "
+                   "too), token/paged allocator", UPSTREAM,
+                   preconditions=DECLARES["rust"], default=True, requires="sglang"),
+    Implementation("sglang.unified.python", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache, Python tree core (UnifiedTreeCore)", UPSTREAM,
+                   preconditions=DECLARES["python"], default=True, requires="sglang"),
+) + tuple(
+    _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
+           requires="sglang", preconditions=DECLARES[broken.core])
+    for name, broken in MUTATIONS.items()
+)

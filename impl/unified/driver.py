@@ -1,0 +1,114 @@
+"""Drives SGLang's `UnifiedRadixCache` (sglang 0.5.23) with one tree core as its scheduler does: the
+radix driver (`impl.radix.driver`: the released allocator in the loop, request rows, caller
+tensors poisoned after each call) where the interface is the same, and where it differs:
+
+- the cache is built with its tree components and the core asked for
+  (`CacheInitParams.tree_components`, `tree_core_backend`); which core SGLang actually built,
+  and why when it fell back from Rust (`tree_core_registry._rust_fallback_reason`), is `core()`;
+- an allocation's eviction is `evict_for_alloc`, as the 0.5.23 allocator's
+  `evict_to_free_tokens` calls it; a release is `release_kv_cache`'s calls, `on_release` too;
+- the pin probe reads `inc_lock_ref`'s delta and the protected size while the lock is held;
+- `insert` frees the caller's slots of what the tree had itself (the driver frees nothing);
+- nodes are handles (`NodeId`s) the core mints, different between the cores: every handle a call
+  returns is recorded with the tokens of its path (`_seen`), and the state is read through the
+  core's public calls by path (`reader.py`), never through its node objects alone.
+
+The bundled Rust extension is what runs (`SGLANG_RUST_BUILD_MODE=never`, unless set)."""
+
+from __future__ import annotations
+
+import os
+
+from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.unified.reader import snapshot
+
+os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")
+RUST_CORE = "sglang.srt.mem_cache.rust_tree_core.adapter.RustUnifiedTreeCore"
+
+
+class UnifiedDriver(RadixDriver):
+    def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
+                 context: int, device: str = "cpu", poison_keys: bool = True,
+                 core: str | None = None):
+        self.FULL = _sglang("unified_cache.component_type", "ComponentType").FULL
+        self.TreeLock = _sglang("base_prefix_cache", "TreeLock")
+        self.asked = core
+        self.paths: dict[int, tuple] = {}  # node handle -> (extra_key, tokens root..its end)
+        options = {"tree_components": (self.FULL,)}
+        if core is not None:
+            options["tree_core_backend"] = core
+        super().__init__(cls, page_size, size, policy, events, rows, context, device,
+                         poison_keys, **options)
+
+    def _seen(self, node, tokens, extra) -> None:
+        if node is None or node == self.cache.root_node_handle():
+            return
+        for info in self.cache.tree_core.collect_path_info([node])[0]:
+            self.paths.setdefault(int(info.node_id), (extra, tuple(tokens[:info.path_end])))
+
+    # -- which core runs ------------------------------------------------------------------------
+    def core(self) -> dict:
+        """What was asked for, what SGLang built, and why it fell back from Rust (None: no
+        fallback, or Rust was not asked for)."""
+        core = self.cache.tree_core
+        built = f"{type(core).__module__}.{type(core).__qualname__}"
+        backend = str(self.cache._tree_core_backend)
+        reason = None
+        if self.asked in (None, "rust") and built != RUST_CORE:
+            reason = _fallback_reason(self.params)
+        return {"asked": self.asked, "backend": backend, "built": built, "rust": built ==
+                RUST_CORE, "fallback": reason,
+                "build_mode": os.environ.get("SGLANG_RUST_BUILD_MODE", "")}
+
+    # -- the scheduler's calls that differ ----------------------------------------------------
+    def evict_for_alloc(self, num_tokens: int) -> int:
+        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
+        return int(result.num_tokens_evicted)
+
+    def release(self, rid: int, checkpointed: bool = True) -> None:
+        """`release_kv_cache` after the checkpoint: `claim_kv_row` (no session: the row stays
+        ours), `free_kv_row`, `unlock`, `on_release`, the row freed."""
+        request = self.requests[rid]
+        if self.cache.claim_kv_row(request):
+            raise RuntimeError("claim_kv_row took the row of a request with no session")
+        super().release(rid, checkpointed)
+        self.cache.on_release(request, checkpointed=checkpointed)
+
+    def pin(self, tokens, ns: int) -> list[int]:
+        """Match, `inc_lock_ref`, read the protected size, unlock: [delta, protected]."""
+        key = self._key(tokens, ns)
+        node = self.cache.match_prefix(self.MatchParams(key=key)).last_device_node
+        self._poison_key(key)
+        self._seen(node, tokens, key.extra_key)
+        result = self.cache.inc_lock_ref(node)
+        protected = int(self.cache.protected_size())
+        self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
+        return [int(result.delta or 0), protected]
+
+    def reset(self) -> None:
+        super().reset()
+        self.paths.clear()  # every handle of the old tree is gone (and never minted again)
+
+    def snapshot(self) -> dict:
+        return snapshot(self)
+
+
+def _fallback_reason(params) -> str:
+    """SGLang's reason for not building the Rust core for these cache parameters."""
+    try:
+        from sglang.srt.mem_cache.unified_cache.tree_core_registry import _rust_fallback_reason
+        return _rust_fallback_reason(params) or "no fallback reason given"
+    except Exception as error:  # noqa: BLE001 - a release without it: say so
+        return f"the fallback reason could not be read ({type(error).__name__})"
+
+
+def warm_up(cls) -> None:
+    """The Rust extension is loaded (dlopen, its torch bindings) and the page-hash C++ extension
+    built or loaded the first time a cache uses them: seconds that belong to no input."""
+    from kvfuzz.impl.radix.driver import warm_up as radix_warm_up
+
+    radix_warm_up(cls)
+    try:
+        from sglang.srt.mem_cache.rust_tree_core.extension import bindings  # noqa: F401
+    except Exception:  # noqa: BLE001 - the Rust entry's first input reports it
+        pass

@@ -1,0 +1,83 @@
+"""The state of a `UnifiedRadixCache`, read after every call through its tree core's public calls,
+as plain data. Node handles differ between the cores, so nodes are named by path: every handle
+a call returned (`UnifiedDriver.paths`) is looked up with `collect_path_info` (its ancestors
+too; a handle that raises `KeyError` is gone), its slots with `get_component_device_value`.
+Which slots are locked comes from the KV-canary walk (`walk_for_kv_canary`, unlocked only), the
+walk itself is read whole, and then the sizes, the allocator's free pages in order, the rows and
+the KV events with their hashes. Where the core exposes its node objects (`node_by_id`: the
+Python core) each node's edge, lock count, hit count, priority and times are read too
+(`inner`); the Rust core raises `NotImplementedError` there."""
+
+from __future__ import annotations
+
+from kvfuzz.impl.driver_calls import int_list, staged_of
+from kvfuzz.impl.radix.reader import aliases, event, plain
+
+
+def snapshot(driver) -> dict:
+    cache, allocator, core = driver.cache, driver.allocator, driver.cache.tree_core
+    nodes, values, handles = _nodes(driver)
+    walk = core.walk_for_kv_canary(False, False)
+    unlocked = core.walk_for_kv_canary(True, False).slot_indices
+    rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
+            for rid, r in driver.requests.items() if rid in driver.live}
+    return {"nodes": nodes, "inner": _inner(core, handles),
+            "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
+                             int_list(walk.prev_slot_indices))),
+            "unlocked": sorted(int_list(unlocked)),
+            "evictable": int(cache.evictable_size()), "protected": int(cache.protected_size()),
+            "full_evictable": int(cache.full_evictable_size()),
+            "full_protected": int(cache.full_protected_size()),
+            "total": [int(n) for n in cache.total_size()],
+            "available": int(allocator.available_size()),
+            "free": int_list(allocator.free_pages) + staged_of(allocator),
+            "rows": rows, "events": [event(e) for e in cache.take_events()],
+            "aliases": aliases(values, driver)}
+
+
+def _nodes(driver) -> tuple[list, list, list]:
+    """(extra_key, path tokens, parent index or -1, start, slots or None, children), parents
+    first; each node's value tensor; each node's handle."""
+    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+    found: dict[int, tuple] = {}
+    for handle in list(driver.paths):
+        try:
+            path = core.collect_path_info([handle])[0]
+        except KeyError:  # evicted, or a tree before a reset
+            del driver.paths[handle]
+            continue
+        extra, tokens = driver.paths[handle]
+        for info in path:
+            node = int(info.node_id)
+            driver.paths.setdefault(node, (extra, tokens[:info.path_end]))
+            found[node] = (int(info.parent_id), int(info.path_start), int(info.path_end),
+                           int(info.num_children))
+    order = sorted(found, key=lambda node: (found[node][2], node))
+    index = {node: i for i, node in enumerate(order)}
+    nodes, values = [], []
+    for node in order:
+        parent, start, end, children = found[node]
+        extra, tokens = driver.paths[node]
+        value = core.get_component_device_value(node, driver.FULL)
+        values.append(value)
+        nodes.append((index.get(parent, -1) if parent != root else -1, plain(extra),
+                      list(tokens), start, None if value is None else int_list(value),
+                      children))
+    return nodes, values, order
+
+
+def _inner(core, handles: list) -> list | None:
+    """(edge key, key tokens, lock_ref, hit_count, priority, last_access_time, creation_time)
+    of each node, where the core exposes its node objects; None where it does not."""
+    try:
+        objects = [core.node_by_id(handle) for handle in handles]
+    except NotImplementedError:
+        return None
+    found = []
+    for node in objects:
+        edge = next((key for key, child in node.parent.children.items() if child is node), None)
+        data = node.component_data[0]  # ComponentType.FULL
+        found.append((plain(edge), list(node.key), int(data.lock_ref), int(node.hit_count),
+                      int(node.priority), float(node.last_access_time),
+                      float(node.creation_time)))
+    return found

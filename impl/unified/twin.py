@@ -1,0 +1,90 @@
+"""Two `UnifiedRadixCache`s, one per tree core, driven by the same calls in the same order: the
+Rust core's entry runs the Python core beside it, so that the two are compared through the
+public API as well as each against the oracle (`fuzz/unified/twin.py` judges, from plain data).
+
+Each call goes to the primary, then to the twin; the primary's answer (or exception) is what the
+lock step gets, and both answers are kept (`pairs`) for the judge. The twin gets the same
+arguments, except the slots the caller passes back: those the twin's own allocator handed out for
+the same call (an insert's value, from `alloc_slots`), so that the twin never frees the primary's
+slots. `snapshot()` carries the twin's whole public state and the pairs since the last read."""
+
+from __future__ import annotations
+
+from kvfuzz.impl.registry import safe_text
+from kvfuzz.impl.unified.driver import UnifiedDriver
+
+CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "extend", "checkpoint",
+         "release", "release_stale", "match", "touch", "pin", "alloc_slots", "insert", "reset")
+
+
+class TwinDriver:
+    """`UnifiedDriver(cls, *args)` with the Rust core, and with the Python core beside it."""
+
+    PRIMARY, TWIN = "rust", "python"
+
+    def __init__(self, cls, *args):
+        self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY)
+        self.pairs: list[tuple] = []
+        self.slots: dict[tuple, list] = {}  # the primary's alloc_slots answer -> the twin's
+        # The twin's keys are left alone: the Python core keeps a caller's key (a declared
+        # difference), and what the twin is for is the cores' answers, not that check.
+        twin_args = args[:7] + (False,)
+        try:
+            self.twin, self.twin_error = UnifiedDriver(cls, *twin_args, core=self.TWIN), None
+        except Exception as error:  # noqa: BLE001 - reported as a difference, not a crash
+            self.twin, self.twin_error = None, safe_text(error)
+            self.pairs.append(("constructor", ("answered", None), _raised(error)))
+
+    def _both(self, method: str, *args):
+        try:
+            answer, raised = getattr(self.primary, method)(*args), None
+        except Exception as error:  # noqa: BLE001 - the lock step judges it
+            answer, raised = None, error
+        if self.twin is not None:
+            other = _outcome(getattr(self.twin, method), *self._twin_args(method, args))
+            self.pairs.append((method, _raised(raised) if raised else ("answered", answer),
+                               other))
+            if method == "alloc_slots" and answer is not None and other[0] == "answered":
+                self.slots[tuple(answer)] = other[1]
+        if raised is not None:
+            raise raised
+        return answer
+
+    def _twin_args(self, method: str, args: tuple) -> tuple:
+        if method == "insert" and args[3]:
+            tokens, ns, priority, slots = args
+            return tokens, ns, priority, self.slots.pop(tuple(slots), slots)
+        return args
+
+    def core(self) -> dict:
+        twin = self.twin.core() if self.twin is not None else {"error": self.twin_error}
+        return {**self.primary.core(), "twin": twin}
+
+    def snapshot(self) -> dict:
+        found = self.primary.snapshot()
+        public = None
+        if self.twin is not None:
+            try:
+                public = ("answered", self.twin.snapshot())
+            except Exception as error:  # noqa: BLE001 - a difference, judged
+                public = _raised(error)
+        found["twin"] = {"pairs": self.pairs, "state": public}
+        self.pairs = []
+        return found
+
+
+def _outcome(call, *args) -> tuple:
+    try:
+        return "answered", call(*args)
+    except Exception as error:  # noqa: BLE001 - compared with the primary's
+        return _raised(error)
+
+
+def _raised(error: BaseException) -> tuple:
+    """("raised", its type, its message): the judge compares the types, since a message may
+    name a node handle, which differs between the cores."""
+    return "raised", type(error).__name__, safe_text(error)
+
+
+for _name in CALLS:
+    setattr(TwinDriver, _name, lambda self, *args, _name=_name: self._both(_name, *args))

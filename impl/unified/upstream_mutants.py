@@ -1,0 +1,185 @@
+"""Broken variants of SGLang's `UnifiedRadixCache` (sglang 0.5.23): ONE edit of the released Python
+source of the cache (`unified_radix_cache.py`), its Python tree core (`unified_tree_core.py`) or
+its full-attention component (`components/full.py`), each made by `impl/source_mutation.py`
+and wired in through SGLang's own extension points: an edited core is registered as a tree-core
+backend of its own (`register_tree_core_backend`) and built where the Python core is asked for,
+an edited component is passed as `component_registry_override` (which SGLang runs on the Python
+core only). Each breaks a promise the scheduler relies on, at least one per property the lock
+step checks, several after SGLang's history (issue numbers in `why`). `core` is the core its
+catalogue entry asks for: "rust" runs the real Rust core with the broken Python core beside it
+(what only the comparison of the two catches). They need sglang installed."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+
+from kvfuzz.impl.registry import load_attribute
+from kvfuzz.impl.source_mutation import Mutation, mutant_module
+
+CACHE = "sglang.srt.mem_cache.unified_radix_cache"
+CORE = "sglang.srt.mem_cache.unified_cache.unified_tree_core"
+FULL = "sglang.srt.mem_cache.unified_cache.components.full"
+RELEASED = f"{CACHE}:UnifiedRadixCache"
+
+
+@dataclass(frozen=True)
+class Broken:
+    module: str
+    mutation: Mutation
+    core: str = "python"
+
+    @property
+    def why(self) -> str:
+        return self.mutation.why
+
+
+def _core(scope, old, new, why, core="python"):
+    return Broken(CORE, Mutation(f"UnifiedTreeCore.{scope}", old, new, why), core)
+
+
+def _full(scope, old, new, why, core="python"):
+    return Broken(FULL, Mutation(f"FullComponent.{scope}", old, new, why), core)
+
+
+def _cache(scope, old, new, why, core="python"):
+    return Broken(CACHE, Mutation(f"UnifiedRadixCache.{scope}", old, new, why), core)
+
+
+MUTATIONS = {
+    # match length and device indices
+    "match_split_drops_slots": _core(
+        "_match_prefix_helper", "value.append(node.component_data[BASE_COMPONENT_TYPE].value)",
+        "pass", "a match that ends inside a node leaves the split node's slots out"),
+    "path_out_of_order": _core(
+        "collect_full_device_indices", "prefix_chunks.reverse()", "pass",
+        "the path's slots come deepest node first"),
+    "short_key_walks": _core(
+        "match_prefix", "key = key.page_aligned(self.page_size)\n        if len(key) == 0:",
+        "key = key.page_aligned(self.page_size)\n        if False:",
+        "a key shorter than a page walks the tree with an empty key (#10637)"),
+    "checkpoint_protects_match_len": _cache(
+        "checkpoint_into_tree", "req.kv.cache_protected_len = len(new_indices)",
+        "req.kv.cache_protected_len = new_prefix_len",
+        "a checkpoint protects only what the tree had before it, not what it inserted",
+        core="rust"),
+    # evictable and protected sizes
+    "unlock_counts_shared_twice": _full(
+        "release_component_lock", "if cd.lock_ref == 1 and cd.value is not None:",
+        "if cd.lock_ref >= 1 and cd.value is not None:",
+        "releasing a node two requests lock counts it evictable already (#35270's symptom)"),
+    # edges keyed by the child's first page
+    "split_child_stale_key": _core(
+        "_split_node", "{key[split_len:].child_key(self.page_size): child}",
+        "{key.child_key(self.page_size): child}",
+        "a split files the lower child under its old first page (#36696)"),
+    # lock counts monotone, back to baseline
+    "lock_leaf_twice": _full(
+        "acquire_component_lock", "cd.lock_ref += 1", "cd.lock_ref += 1 + (not cur.children)",
+        "locking takes two references on a leaf, one on each node above"),
+    # a locked node is never evicted
+    "locked_leaf_evictable": _core(
+        "_is_device_leaf", "if any(cd.lock_ref > 0 for cd in node.component_data):",
+        "if any(cd.lock_ref > 1 for cd in node.component_data):",
+        "a leaf locked by one request counts as evictable (mini-sglang #52's symptom)"),
+    # eviction: at least the shortfall, only unlocked leaves, in policy order
+    "evict_stops_short": _full(
+        "_evict_device_next_node", "while tracker[ct] < self._evict_device_request_cnt and",
+        "while tracker[ct] + 1 < self._evict_device_request_cnt and",
+        "eviction stops a token short of what was asked"),
+    "parent_keeps_child_priority": _full(
+        "_evict_device_next_node", "(self.session_ref_eviction_strategy(lv.parent), lv.parent)",
+        "(self.session_ref_eviction_strategy(lv), lv.parent)",
+        "a parent left childless joins the eviction heap with its child's priority"),
+    "split_drops_hit_count": _core(
+        "_split_node", "new_node.hit_count = child.hit_count", "new_node.hit_count = 0",
+        "a split's upper node starts with no hits (#18843)"),
+    "match_keeps_access_time": _core(
+        "_match_post_processor", "node_update.last_access_time = cur_time", "pass",
+        "a match leaves the nodes it ends at as old as they were: LRU evicts hot prefixes"),
+    "prompt_not_prioritized": _cache(
+        "checkpoint_into_tree", "insert_params.priority + 1", "insert_params.priority",
+        "the prompt's second insert keeps the request's priority: eviction by priority drops "
+        "the prompt with the output"),
+    # no tree value aliases a caller tensor or another node
+    "leaf_keeps_caller_value": _core(
+        "_add_new_node", "].value = value.clone()", "].value = value",
+        "a new leaf keeps a view of the caller's value tensor (#17400)"),
+    # no slot twice in the tree
+    "split_child_takes_upper_slots": _full(
+        "redistribute_on_node_split", "child_cd.value = child_cd.value[split_len:].clone()",
+        "child_cd.value = child_cd.value[:len(child_cd.value) - split_len].clone()",
+        "a split's lower node keeps the first slots (the upper node's) instead of its own"),
+    # no slot both in the tree and on the free list
+    "checkpoint_frees_protected": _core(
+        "_insert_overlap_step",
+        "dup_start = max(0, state.params.prev_prefix_len - state.total_prefix_length)",
+        "dup_start = 0",
+        "an insert frees the caller's protected prefix too: the tree's own slots go free"),
+    # available + evictable + protected + held = capacity
+    "evict_leaks_slots": _full(
+        "apply_component_action", "alloc.free_segment(indices, start_pos=0)", "pass",
+        "an evicted node's slots never reach the allocator"),
+    # KV events: stored minus removed is what is cached
+    "new_leaf_never_announced": _core(
+        "_add_new_node", "self.kv_events.record_store(new_node, session_id=session_id)",
+        "pass", "a new leaf publishes no BlockStored"),
+    # the KV-canary walk and the tree's own counts
+    "walk_positions_flat": _core(
+        "walk_for_kv_canary", "positions.append(depth + j)", "positions.append(depth)",
+        "the walk gives every slot of a node the node's first position"),
+    "total_size_counts_nodes": _core(
+        "total_size", "total_size += len(full_value)", "total_size += 1",
+        "total_size() counts nodes, not slots"),
+    # the Rust core against the Python core
+    "evict_frees_reversed": _full(
+        "evict_component", "device_frees[self.component_type].append(cd.value)",
+        "device_frees[self.component_type].append(cd.value.flip(0))",
+        "the Python core frees an evicted node's slots last first: the free list's order, "
+        "which no oracle reads, differs from the Rust core's", core="rust"),
+    # which core ran
+    "falls_back_silently": _cache(
+        "__init__", "self._tree_core_backend = select_tree_core_backend(params)",
+        "self._tree_core_backend = \"python\"",
+        "the cache builds the Python core whatever was asked for, saying nothing", core="rust"),
+}
+
+
+def __getattr__(name: str):
+    if name not in MUTATIONS:
+        raise AttributeError(name)
+    return _cache_class(name)
+
+
+@functools.cache
+def _cache_class(name: str) -> type:
+    """The cache class whose construction wires mutant `name` in."""
+    broken = MUTATIONS[name]
+    module = mutant_module(broken.module, broken.mutation, f"sglang_unified_{name}")
+    if broken.module == CACHE:
+        return module.UnifiedRadixCache
+    released = load_attribute(RELEASED)
+    if broken.module == CORE:
+        backend = _backend(name, module.UnifiedTreeCore)
+        python = {"tree_core_backend": backend}
+    else:
+        kind = load_attribute("sglang.srt.mem_cache.unified_cache.component_type:ComponentType")
+        python = {"component_registry_override": {kind.FULL: module.FullComponent}}
+
+    def __init__(self, params):
+        if params.tree_core_backend == "python":  # where the Python core is asked for
+            params = replace(params, **python)
+        released.__init__(self, params)
+    return type(f"Broken_{name}", (released,), {"__init__": __init__,
+                                                  "__doc__": broken.why})
+
+
+def _backend(name: str, core: type) -> str:
+    """A tree-core backend of SGLang's registry that builds the edited core."""
+    from sglang.srt.mem_cache.unified_cache.tree_core_registry import (
+        get_tree_core_factory, register_tree_core_backend)
+
+    backend = f"kvfuzz-mutant-{name}"
+    if get_tree_core_factory(backend) is None:
+        register_tree_core_backend(backend, lambda params, components: core(params, components))
+    return backend

@@ -1,0 +1,31 @@
+"""Seeded unified traces (`unified/1`): the radix generator's stream (`strategies.radix.generator`:
+prompt families over a small vocabulary, key lengths at page edges, small pools, chunked prefill,
+decode across page edges, probes, load-back inserts, evictions, every eviction policy, events on
+and off, resets) for a cache with full attention. Trace `index` of `seed` is the same forever; a
+change to what this produces must bump the version."""
+
+from __future__ import annotations
+
+import random
+
+from kvfuzz.strategies.radix import generator as radix
+from kvfuzz.strategies.sources import TraceGenerator, misuse_stream
+from kvfuzz.strategies.unified.trace import Trace, from_radix
+
+ALL_MISUSE = radix.ALL_MISUSE
+
+
+def build(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
+    return from_radix(radix.build(rng, num_ops, allowed))
+
+
+NAME = "unified/1"
+GENERATOR = TraceGenerator(NAME, build, num_ops=radix.GENERATOR.num_ops,
+                           max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
+generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
+
+
+def generator_for(unsupported: frozenset) -> TraceGenerator:
+    """The generator for an implementation that does not support the misuse in `unsupported`,
+    e.g. "unified/1[no reset with requests in flight]"."""
+    return misuse_stream(GENERATOR, ALL_MISUSE, unsupported)

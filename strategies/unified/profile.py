@@ -1,0 +1,23 @@
+"""What a unified cache may declare (`Implementation.preconditions`): what a radix cache may
+(`strategies.radix.profile`: no reset while requests are in flight, `insert` keeping the caller's
+key), and which tree core it runs: the released class is one class with two cores
+(`CacheInitParams.tree_core_backend`), so each catalogue entry says which it asks SGLang for.
+A class that declares no core gets the one SGLang picks (its default, Rust, unless it falls
+back). Standard library only."""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, broken, unsupported
+
+__all__ = ["CORES", "KEEPS_KEY", "NO_RESET_IN_FLIGHT", "broken", "core_of", "unsupported"]
+
+CORES = {
+    "rust": "runs the Rust tree core (tree_core_backend='rust': the extension bundled in the "
+            "wheel), checked against the oracle and against the Python core run beside it",
+    "python": "runs the Python tree core (tree_core_backend='python': UnifiedTreeCore)",
+}
+
+
+def core_of(preconditions) -> str | None:
+    """The tree core the declarations ask for ("rust", "python"), or None: SGLang's choice."""
+    return next((core for core, text in CORES.items() if text in preconditions), None)

@@ -1,0 +1,49 @@
+"""The unified trace: the radix trace's ops (`strategies.radix.trace`: what SGLang's scheduler asks
+of its prefix cache, with a real allocator in the loop) run against a `UnifiedRadixCache` built
+with the tree components `components` names, and its version-stable JSON form
+("kvfuzz-unified-trace/1": the radix format's fields and ops, and `components`). Standard library
+only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvfuzz.strategies.inputs import dataclass_op_to_json, document_id, provenance
+from kvfuzz.strategies.radix import trace as radix
+from kvfuzz.strategies.radix.trace import (CREATES, KINDS, NAMES, POLICIES, RESET_IN_FLIGHT,
+                                           describe_op, resets_in_flight)
+
+__all__ = ["CREATES", "COMPONENTS", "FORMAT", "KINDS", "POLICIES", "RESET_IN_FLIGHT", "Trace",
+           "describe_op", "resets_in_flight", "to_json"]
+
+FORMAT = "kvfuzz-unified-trace/1"
+# The cache's tree components (`CacheInitParams.tree_components`): full attention alone is the
+# configuration that corresponds to `RadixCache`.
+COMPONENTS = ("full",)
+
+
+@dataclass(frozen=True)
+class Trace(radix.Trace):
+    """A radix trace for a unified cache built with `components`."""
+
+    components: str = "full"
+
+    def trace_id(self) -> str:
+        return document_id(to_json(self))
+
+    def describe(self) -> str:
+        return f"{self.components} components, {super().describe()}"
+
+
+def to_json(trace: Trace) -> dict:
+    return {"format": FORMAT, "components": trace.components, "page_size": trace.page_size,
+            "size": trace.size, "policy": trace.policy, "events": trace.events,
+            "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
+            **provenance(trace)}
+
+
+def from_radix(trace: radix.Trace, components: str = "full") -> Trace:
+    """The same ops and settings as a unified trace."""
+    return Trace(trace.page_size, trace.size, trace.policy, trace.events, trace.ops,
+                 trace.origin, trace.note, components=components)

@@ -1,0 +1,54 @@
+"""Each broken SGLang `UnifiedRadixCache` (one edit of the released Python source of the cache, its
+Python tree core or its full-attention component, at least one per property the lock step checks)
+is caught by the seeded lock step with a readable, shrunk report that names the op, the property,
+the tree core that ran and the replay command; the released class, with the core the mutant's
+entry asks for, agrees on the shrunk trace. Skips without SGLang."""
+
+from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
+from tests.helpers import mutant_tests
+
+PREFIX = "mutant.sglang.unified."
+PYTHON_CORE = r"(?s:.*)\n  tree core kvfuzz-mutant-\w+ \(UnifiedTreeCore\)"
+PYTHON = r"(?s:.*)\n  tree core python \(UnifiedTreeCore\)"
+RUST = r"(?s:.*)\n  tree core rust \(RustUnifiedTreeCore\); checked against the python core"
+EXPECTED = {PREFIX + name: pattern for name, pattern in {
+    "match_split_drops_slots": r"match +matched \d+ tokens, expected \d+" + PYTHON_CORE,
+    "path_out_of_order": r"row +r\d+'s row: expected \[[\d, ]+\], actual" + PYTHON_CORE,
+    "short_key_walks": r"crash +IndexError: RadixKey child range out of bounds" + PYTHON_CORE,
+    "checkpoint_protects_match_len": r"checkpoint\(r\d+, up_to=\d+\)(?s:.*)result +expected \d+, "
+                                     r"actual \d+" + RUST,
+    "unlock_counts_shared_twice": r"evictable_size\(\) says \d+, its unlocked nodes hold \d+: "
+                                  r"\d+ tokens counted twice" + PYTHON,
+    "split_child_stale_key": r"is filed under edge \(.*\), not its first page" + PYTHON_CORE,
+    "lock_leaf_twice": r"tree +node \[[\d ]+\]: lock expected \d+, actual \d+" + PYTHON,
+    "locked_leaf_evictable": r"locked node evicted:? +r\d+ holds a lock on" + PYTHON_CORE,
+    "evict_stops_short": r"evict\(\d+\) freed \d+ tokens while \d+ were evictable: short"
+                         + PYTHON,
+    "parent_keeps_child_priority": r"eviction order:? +(evicted|kept) the page ending" + PYTHON,
+    "split_drops_hit_count": r"hits expected \d+, actual \d+" + PYTHON_CORE,
+    "match_keeps_access_time": r"access time out of the model's order" + PYTHON_CORE,
+    "prompt_not_prioritized": r"tree +node \[[\d ]+\]: priority expected \d+, actual \d+"
+                              + PYTHON,
+    "leaf_keeps_caller_value": r"aliasing +the tensor the caller passed to insert" + PYTHON_CORE,
+    "split_child_takes_upper_slots": r"\d+ slots twice in the tree" + PYTHON,
+    "checkpoint_frees_protected": r"pages both in the tree and on the free list" + PYTHON_CORE,
+    "evict_leaks_slots": r"\d+ tokens lost" + PYTHON,
+    "new_leaf_never_announced": r"events +\d+ cached pages never announced" + PYTHON_CORE,
+    "walk_positions_flat": r"walk +walk_for_kv_canary: \d+ \(slot, position, previous slot\) "
+                           r"rows the tree does not have" + PYTHON_CORE,
+    "total_size_counts_nodes": r"total_size\(\) says \(\d+, 0\), the nodes hold \d+" + PYTHON_CORE,
+    "evict_frees_reversed": r"cores differ: free: the Rust core \[[\d, ]+\], the Python core "
+                            r"\[[\d, ]+\]" + RUST,
+    "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
+                           r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
+                           r"fell back from Rust",
+}.items()}
+
+
+def _original(name: str) -> str:
+    """The released entry with the core the mutant's entry asks for."""
+    return f"sglang.unified.{MUTATIONS[name[len(PREFIX):]].core}"
+
+
+test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
+    mutant_tests("unified", EXPECTED, _original)

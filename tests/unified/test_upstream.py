@@ -1,0 +1,74 @@
+"""The released SGLang `UnifiedRadixCache` (sglang 0.5.23) with each tree core through the lock
+step, the released allocator in the loop: every seeded trace runs to its last op on the Rust core
+(checked against the Python core beside it too) and on the Python core, and reaches what the judge
+counts; every outcome says which core ran; the Python core keeping the caller's key is declared,
+and undeclared, reported; an outside class of the wrong shape is refused in one line. Skips
+without SGLang."""
+
+from collections import Counter
+
+import pytest
+
+from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
+from kvfuzz.fuzz.unified.target import UNIFIED
+from kvfuzz.impl.registry import YOURS, Implementation
+from kvfuzz.impl.unified import RELEASED
+from kvfuzz.strategies.radix.trace import Insert, Match
+from kvfuzz.strategies.unified.profile import CORES
+from kvfuzz.strategies.unified.trace import Trace
+from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
+                           needs_engine, undeclared)
+
+pytestmark = needs_engine("sglang")
+RUST_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.rust")
+PYTHON_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.python")
+
+
+@pytest.mark.parametrize("entry, indices", [(RUST_ENTRY, range(0, 30)),
+                                            (RUST_ENTRY, range(30, 60)),
+                                            (PYTHON_ENTRY, range(60, 100))],
+                         ids=["rust-0", "rust-30", "python-60"])
+def test_every_seeded_trace_runs_to_its_last_op_on_each_core(entry, indices):
+    assert UNIFIED.catalogue.resolve(RELEASED) is RUST_ENTRY
+    assert_seeded_traces_agree("unified", entry, indices)
+
+
+@pytest.mark.parametrize("entry, ran, other", [(RUST_ENTRY, RUST, PYTHON),
+                                               (PYTHON_ENTRY, PYTHON, RUST)],
+                         ids=["rust", "python"])
+def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, other):
+    events, traces = Counter(), 40
+    for index in range(traces):
+        events.update(UNIFIED.check(UNIFIED.generator.generate(0, index, [entry]), entry).features)
+    assert events[ran] == traces and events[other] == 0
+    missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(events)
+    assert not missing, sorted(missing)
+
+
+def __getattr__(name):  # by import path: tests.unified.test_upstream:Undeclared
+    if name == "Undeclared":
+        return undeclared(RELEASED)
+    raise AttributeError(name)
+
+
+def test_undeclared_the_python_core_keeping_the_callers_key_is_reported():
+    # The entry declares it (`KEEPS_KEY`); a class that asks for the Python core and declares
+    # nothing else gets its keys poisoned after each call, and the tree shows the poison.
+    python_only = Implementation("Undeclared", "unified", f"{__name__}:Undeclared",
+                                 "test double", YOURS, preconditions=(CORES["python"],))
+    trace = Trace(1, 8, "lru", False, (Insert((1, 2, 3)), Match((1, 2, 3))))
+    assert UNIFIED.check(trace, PYTHON_ENTRY).status == "agree"
+    found = divergence("unified", trace, python_only)
+    assert found is not None
+    report = found.report()
+    assert "ownership" in report and "tree core python (UnifiedTreeCore)" in report, report
+
+
+@pytest.mark.parametrize("attr, shows", [
+    ("not_a_class", "is a function, not a class"),
+    ("NotACache", "has no method match_prefix, insert, evict"),
+])
+def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
+    # the radix tests' wrong shapes: nothing in them is the radix cache's
+    assert_refused_in_one_line("unified", f"tests.radix.test_upstream:{attr}", shows,
+                               "SGLang UnifiedRadixCache's interface")
