@@ -57,6 +57,10 @@ MUTATIONS = {
     "insert_keeps_caller_value": Mutation(
         f"{CLASS}._insert_helper", "new_node.value = value.clone()", "new_node.value = value",
         "a new leaf keeps a view of the caller's value tensor (#17400)"),
+    "insert_keeps_partial_page": Mutation(
+        f"{CLASS}.insert", "value = value[: len(key)]", "value = value",
+        "a load-back's value is not cut to the page-aligned key: the new leaf keeps the partial "
+        "page's slots, which the caller frees"),
     # no slot twice in the tree
     "split_child_takes_upper_slots": Mutation(
         f"{CLASS}._split_node", "child.value = child.value[split_len:]",

@@ -20,6 +20,7 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "split_drops_hit_count": r"hits expected \d+, actual \d+",
     "match_keeps_access_time": r"access time out of the model's order",
     "insert_keeps_caller_value": r"aliasing +the tensor the caller passed to insert",
+    "insert_keeps_partial_page": r"holds \d+ slots for \d+ tokens",
     "split_child_takes_upper_slots": r"\d+ slots twice in the tree",
     "checkpoint_frees_inserted": r"pages both in the tree and on the free list",
     "evict_leaks_slots": r"\d+ tokens lost",
