@@ -58,6 +58,10 @@ class RadixLockstep(Lockstep):
     # Whether the caller of `insert` frees the slots of what the tree already had (RadixCache)
     # or the cache does (UnifiedRadixCache: `[prev_prefix_len, cached)` of the value).
     CALLER_FREES_DUPLICATES = True
+    # Whether a load-back hands `insert` one slot a token, a partial last page's too (RadixCache:
+    # `insert` page-aligns the key and cuts the value to it, so the caller keeps and frees that
+    # page), or only the whole pages' slots (the unified target's load-back, as it was).
+    VALUE_COVERS_PARTIAL_PAGE = True
     MODEL = RadixModel
 
     def build_model(self, trace):
@@ -168,16 +172,21 @@ class RadixLockstep(Lockstep):
     def insert(self, op: Insert):
         model = self.model
         key = model.tree.aligned(op.tokens)
+        ps = model.page_size
         self.count("insert")
         if len(key) < len(op.tokens):
             self.count("key under a page")
-        slots = []
-        if key:
-            if len(key) > model.available_size():
-                yield from self._evict(len(key) - model.available_size(),
+        # What the caller allocates and hands over: whole pages for every token (its row, a
+        # partial last page too) or, where the value covers whole pages only, the key's pages.
+        covered = len(op.tokens) if self.VALUE_COVERS_PARTIAL_PAGE else len(key)
+        need = -(-covered // ps) * ps
+        slots, pages = [], []
+        if need:
+            if need > model.available_size():
+                yield from self._evict(need - model.available_size(),
                                        "evict for an allocation", self.ALLOC_EVICT)
-            got = yield Call(f"alloc({len(key)}) for the insert", "alloc_slots", (len(key),),
-                             oracle=lambda: model.alloc_slots(len(key)), compare=_alloc_compare)
+            got = yield Call(f"alloc({need}) for the insert", "alloc_slots", (need,),
+                             oracle=lambda: model.alloc_slots(need), compare=_alloc_compare)
             if got.actual is None:
                 self.count("insert refused")
                 return
@@ -185,14 +194,18 @@ class RadixLockstep(Lockstep):
             if problems:
                 return problems
             model.take(got.actual)
-            slots = got.actual
-        done = yield Call(f"insert({short(key, 40)}, its {len(slots)} slots) -> cached length",
-                          "insert", (op.tokens, op.ns, op.priority, slots), compared=True)
+            pages, slots = got.actual, got.actual[:covered]
+        done = yield Call(f"insert({short(key, 40)}, its {len(slots)} slots) -> "
+                          f"cached length", "insert", (op.tokens, op.ns, op.priority, slots),
+                          compared=True)
         if done.expected:
             self.count("insert cached part")
         if done.expected and self.CALLER_FREES_DUPLICATES:
             yield Call(f"free the {done.expected} duplicate slots", "free_slots",
                        (slots[:done.expected],))
+        if len(pages) > len(key):  # the partial page insert does not cache: still the caller's
+            yield Call(f"free the partial page's slots {pages[len(key)]}..{pages[-1]}",
+                       "free_slots", (pages[len(key):],))
 
     @handles(Evict)
     def evict(self, op: Evict):

@@ -22,6 +22,7 @@ class UnifiedLockstep(RadixLockstep):
     EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON)
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False
+    VALUE_COVERS_PARTIAL_PAGE = False
     MODEL = UnifiedModel
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None):

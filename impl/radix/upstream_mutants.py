@@ -57,6 +57,15 @@ MUTATIONS = {
     "insert_keeps_caller_value": Mutation(
         f"{CLASS}._insert_helper", "new_node.value = value.clone()", "new_node.value = value",
         "a new leaf keeps a view of the caller's value tensor (#17400)"),
+    "insert_keeps_partial_page": Mutation(
+        f"{CLASS}.insert", "value = value[: len(key)]", "value = value",
+        "a load-back's value is not cut to the page-aligned key: the new leaf keeps the partial "
+        "page's slots, which the caller frees"),
+    "prompt_split_by_identity": Mutation(
+        f"{CLASS}._insert_cache", "if 0 < len(prompt_key) < key_len:",
+        "if 0 < len(prompt_key) is not key_len:",
+        "a checkpoint compares the prompt's and the key's lengths by identity: past 256 tokens a "
+        "prompt that is the whole key is inserted again, raising its path's priority"),
     # no slot twice in the tree
     "split_child_takes_upper_slots": Mutation(
         f"{CLASS}._split_node", "child.value = child.value[split_len:]",

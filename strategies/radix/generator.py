@@ -1,4 +1,4 @@
-"""Seeded scheduler-like radix traces (`radix/1`): trace `index` of `seed` is the same forever; a
+"""Seeded scheduler-like radix traces (`radix/2`): trace `index` of `seed` is the same forever; a
 change to what this produces must bump the version.
 
 Aimed where a prefix cache's bugs live: prompts drawn from a few families over a small vocabulary
@@ -9,11 +9,15 @@ page edges, requests finished cached and not, probes that only match, touch or p
 inserts with the caller's tensor, direct evictions of exactly, one fewer and one more than the
 evictable tokens, namespaces and priorities, every eviction policy, events on and off; and,
 unless an implementation declares it does not support it (`generator_for`), resets with
-requests in flight.
+requests in flight. Since `radix/2`, one trace in eight also has long prompts (hundreds of
+tokens, past CPython's cache of small ints, where an `is` between two lengths stops meaning
+`==`), prefilled in a few large chunks with a checkpoint between, in a pool that holds two of
+them. `build(..., long_prompts=False)` is the `radix/1` stream (the unified target's).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 
 from kvfuzz.strategies.radix.trace import (POLICIES, RESET_IN_FLIGHT, Admit, Checkpoint, Evict,
@@ -25,10 +29,18 @@ ALL_MISUSE = frozenset((RESET_IN_FLIGHT,))
 VOCABULARY = 5  # tokens 1..5: random tails often agree with a family for a while
 
 
-def build(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
+LONG_SHARE = 1 / 8
+LONG_MIN, LONG_MAX = 257, 320  # tokens in a long prompt: len() of these is a fresh int object
+
+
+def build(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE,
+          long_prompts: bool = False) -> Trace:
     page = rng.choice((1, 1, 2, 4, 8, 16))
     pages = rng.choice((rng.randint(3, 8), rng.randint(8, 24), rng.randint(24, 64)))
     gen = _Generator(rng, page, allowed)
+    if long_prompts and rng.random() < LONG_SHARE:
+        gen.add_long_family()
+        pages = max(pages, -(-rng.randint(2 * LONG_MAX + 16, 3 * LONG_MAX) // page))
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(page, page * pages, rng.choice(POLICIES), rng.random() < 0.5,
@@ -43,6 +55,7 @@ class _Generator:
         self.rng, self.page, self.allowed = rng, page, allowed
         self.families = [self.sequence(rng.randint(2, 6) * page + rng.randint(0, 3))
                          for _ in range(rng.randint(1, 3))]
+        self.long: list[int] = []  # a long family (radix/2's long traces), else none
         self.live: dict[int, list[int]] = {}  # rid -> [prompt, tokens in all, tokens asked]
         self.stale: list[int] = []  # live at a reset: finishing one drops a void lock
         self.done: list[tuple[int, ...]] = []  # every request's tokens: follow-up prompts
@@ -57,6 +70,11 @@ class _Generator:
                    (self.insert, 0.4), (self.evict, 0.4), (self.reset, 0.08)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
+
+    def add_long_family(self) -> None:
+        """A long prompt family: an ordinary family's tokens, continued to LONG_MAX."""
+        base = self.rng.choice(self.families)
+        self.long = base + self.sequence(LONG_MAX - len(base))
 
     def sequence(self, length: int) -> list[int]:
         return [self.rng.randint(1, VOCABULARY) for _ in range(length)]
@@ -83,7 +101,9 @@ class _Generator:
         rng = self.rng
         self.next_rid += 1
         rid, prompt = self.next_rid, self.tokens() or [1]
-        if self.done and rng.random() < 0.2:  # a follow-up turn: an earlier request, and more
+        if self.long and rng.random() < 0.4:  # a long prompt: the family cut past LONG_MIN
+            prompt = self.long[:rng.randint(LONG_MIN, LONG_MAX)]
+        elif self.done and rng.random() < 0.2:  # a follow-up turn: an earlier request, and more
             prompt = list(rng.choice(self.done)) + self.sequence(rng.choice((0, 0, 1, self.page)))
         outputs = self.sequence(rng.randint(0, 2 * self.page + 2))
         self.ops.append(Admit(rid, tuple(prompt + outputs), len(prompt), self.namespace(),
@@ -99,7 +119,10 @@ class _Generator:
         rid = rid if rid is not None else rng.choice(list(self.live))
         prompt, total, asked = self.live[rid]
         if asked < prompt:
-            chunk = prompt if rng.random() < 0.5 else rng.randint(1, max(1, 2 * self.page))
+            # a long prompt in a few chunks of a third or more (else up to two pages a chunk)
+            long = self.long and prompt >= LONG_MIN
+            low, high = (prompt // 3, prompt - 1) if long else (1, max(1, 2 * self.page))
+            chunk = prompt if rng.random() < 0.5 else rng.randint(low, high)
             self.ops.append(Extend(rid, chunk))
             self.live[rid][2] = asked + chunk
             if asked + chunk < prompt and rng.random() < 0.8:
@@ -143,12 +166,13 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "radix/1"
-GENERATOR = TraceGenerator(NAME, build, num_ops=120, max_fuzz_ops=200)
+NAME = "radix/2"
+GENERATOR = TraceGenerator(NAME, functools.partial(build, long_prompts=True), num_ops=120,
+                           max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 
 def generator_for(unsupported: frozenset) -> TraceGenerator:
     """The generator for an implementation that does not support the misuse in `unsupported`:
-    its own stream of traces, e.g. "radix/1[no reset with requests in flight]"."""
+    its own stream of traces, e.g. "radix/2[no reset with requests in flight]"."""
     return misuse_stream(GENERATOR, ALL_MISUSE, unsupported)

@@ -88,8 +88,9 @@ class Pin:
 
 @dataclass(frozen=True)
 class Insert:
-    """A load-back: slots allocated for the page-aligned `tokens`, `insert(key, value)` with the
-    caller's tensor, the duplicates (the part the tree had) freed by the caller."""
+    """A load-back: whole pages allocated for `tokens`, `insert(key, value)` with the caller's
+    tensor (one slot a token, a partial last page's too), the duplicates (the part the tree had)
+    and the partial page (which the tree does not cache) freed by the caller."""
 
     tokens: tuple[int, ...]
     ns: int = 0

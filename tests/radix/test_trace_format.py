@@ -40,7 +40,7 @@ def test_generated_traces_reach_the_edges_they_aim_at():
 
 def test_a_declared_precondition_gets_its_own_stream_without_resets_in_flight():
     declared = generator.generator_for(unsupported(UPSTREAM_DECLARES))
-    assert declared.name == "radix/1[no reset with requests in flight]"
+    assert declared.name == "radix/2[no reset with requests in flight]"
     traces = [declared.generate(0, index) for index in range(100)]
     assert not any(resets_in_flight(t) for t in traces)
     assert any(isinstance(op, Reset) for t in traces for op in t.ops)
