@@ -10,7 +10,7 @@ import importlib.util
 import time
 from collections import Counter
 
-FULL_SESSIONS, QUICK_SESSIONS = 10, 2
+FULL_SESSIONS, QUICK_SESSIONS = 10, 1
 
 
 class Timed:

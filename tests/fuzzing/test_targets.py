@@ -1,6 +1,6 @@
 """Each atheris target runs a bounded number of inputs with zero failures on the bundled
 implementations, and the extend target stops on a mutant with the case saved as JSON first.
-(The 60 s per-target smoke runs belong in .ci/run, not here.)"""
+(The per-campaign smoke runs belong in .ci/run, not here.)"""
 
 from __future__ import annotations
 
