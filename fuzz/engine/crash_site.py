@@ -12,10 +12,11 @@ from __future__ import annotations
 import faulthandler
 import functools
 import importlib.util
-import multiprocessing
+import mmap
 import os
 import re
 import signal
+import struct
 import sys
 import sysconfig
 import tempfile
@@ -46,12 +47,35 @@ class CrashSite:
 
 
 class CrashLog:
-    """The judge's side, one per implementation process: made before the fork, so the process
-    inherits the log file and the progress value."""
+    """The judge's side, one per implementation process: the log file and the progress value
+    (an int64 in a shared page of a file of its own). Made before the fork, so the process
+    inherits both; or, for a process a fork server made (`zygote.py`), made there and handed
+    to the judge as descriptors (`descriptors`, `adopt`)."""
 
-    def __init__(self):
-        self.file = tempfile.TemporaryFile(prefix="kvfuzz-crash-")  # unlinked: nothing to clean
-        self.progress = multiprocessing.get_context("fork").RawValue("q", NO_STEP)
+    def __init__(self, files=None):
+        if files is None:
+            files = (tempfile.TemporaryFile(prefix="kvfuzz-crash-"),  # unlinked: nothing to clean
+                     tempfile.TemporaryFile(prefix="kvfuzz-step-"))
+            files[1].write(struct.pack("q", NO_STEP))
+            files[1].flush()
+        self.file, self._step_file = files
+        self._step = mmap.mmap(self._step_file.fileno(), 8)
+
+    @classmethod
+    def adopt(cls, log_fd: int, step_fd: int) -> "CrashLog":
+        """The judge's side of a log made in another process, from its two descriptors."""
+        return cls((os.fdopen(log_fd, "w+b"), os.fdopen(step_fd, "r+b")))
+
+    def descriptors(self) -> list[int]:
+        return [self.file.fileno(), self._step_file.fileno()]
+
+    @property
+    def value(self) -> int:
+        return struct.unpack_from("q", self._step)[0]
+
+    @value.setter
+    def value(self, step: int) -> None:
+        struct.pack_into("q", self._step, 0, step)
 
     def enable(self) -> None:
         """In the implementation's process: a crash writes its stack to the log, and so does
@@ -82,25 +106,29 @@ class CrashLog:
             text = self.file.read(MAX_LOG).decode("utf-8", "replace")
         except (OSError, ValueError):
             text = ""
-        step = self.progress.value
+        step = self.value
         return site_of(text, None if step == NO_STEP else step)
 
     def close(self) -> None:
-        self.file.close()
+        for closing in (self._step.close, self._step_file.close, self.file.close):
+            try:
+                closing()
+            except (OSError, ValueError, BufferError):  # closed already
+                pass
 
 
 def new_input() -> None:
     """In an implementation's process, before each input: armed again, no op known yet."""
     if _ARMED:
         _ARMED[0].enable()
-        _ARMED[0].progress.value = NO_STEP
+        _ARMED[0].value = NO_STEP
 
 
 def reached(step: int) -> None:
     """The lock step is at op `step` (BUILDING before the first); recorded only where an
     implementation's process watches it (elsewhere: nothing)."""
     if _ARMED:
-        _ARMED[0].progress.value = step
+        _ARMED[0].value = step
 
 
 def site_lines(site: CrashSite | None, ops, describe) -> tuple[list, int | None]:

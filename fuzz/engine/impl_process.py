@@ -1,8 +1,8 @@
-"""One process per implementation, beside the judge of a worker (`remote.py` says why): forked
-from the worker (torch is imported there already), it imports the implementation, then checks
-the inputs the judge sends, one at a time, and answers each with its transcript
-(`transcript.py`: one message per input, not a round trip per call; the worker checks it again
-with its own oracle and comparison).
+"""One process per implementation, beside the judge of a worker (`remote.py` says why): a fork of
+the implementation's fork server (`zygote.py`: forked from the worker, where torch is imported,
+it imported the implementation once), it checks the inputs the judge sends, one at a time, and
+answers each with its transcript (`transcript.py`: one message per input, not a round trip per
+call; the worker checks it again with its own oracle and comparison).
 
 The judge times every input on its clock (the worker's `state`: `--timeout` from the input's
 start), watches the process tree's memory (`--memory`), and reads answers as frames
@@ -10,32 +10,26 @@ start), watches the process tree's memory (`--memory`), and reads answers as fra
 input's check with `Ended`: "timed out after 10 s", "exceeded the memory limit of 4 GiB",
 "corrupted the worker protocol: ...", or how it died ("crashed: SIGSEGV"), with where it was
 (`crash_site.py`: the stack at a crash, or where it hung, and the trace op). The next input gets
-a fresh process (and imports the implementation again).
+a fresh process: another fork of the server, which does not import the implementation again.
 """
 
 from __future__ import annotations
 
 import collections
-import multiprocessing
-import os
-import resource
 import time
 
-from kvfuzz.fuzz.engine.apart import death, die_with_parent
-from kvfuzz.fuzz.engine.containment import (close_other_sockets, descendants, kill_tree,
-                                              name_process)
-from kvfuzz.fuzz.engine.crash_site import CrashLog, new_input
-from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError, send
+from kvfuzz.fuzz.engine.apart import death
+from kvfuzz.fuzz.engine.containment import kill_tree
+from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError
 from kvfuzz.fuzz.engine.remote import Ended
-from kvfuzz.fuzz.engine.target import warm_up
-from kvfuzz.fuzz.engine.transcript import (Replay, protocol, read_batch, record_check,
-                                           size_text)
-from kvfuzz.impl.registry import ImplementationError, set_loader
+from kvfuzz.fuzz.engine.transcript import Replay, protocol, read_batch, size_text
+from kvfuzz.fuzz.engine.zygote import ForkServer, tree_memory
+from kvfuzz.impl.registry import set_loader
 
 DEFAULT_MEMORY = 4 << 30  # bytes per implementation process: an upstream engine loaded is ~1 GiB
 POLL = 0.05  # seconds between looks at a process that has not answered yet
 MEMORY_EVERY = 0.1  # seconds between reads of a process tree's resident memory
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+EXIT_WAIT = 1.0  # seconds for a fork server to report how a process that closed its pipe ended
 
 
 # -- the judge's side ---------------------------------------------------------------------------
@@ -46,6 +40,7 @@ class Judging:
     def __init__(self, state, timeout: float, memory: int):
         self.state, self.timeout, self.memory = state, timeout, memory
         self.processes: dict[str, ImplProcess] = {}
+        self.servers: dict[str, ForkServer] = {}
         self.replay: Replay | None = None
 
     def load(self, impl):
@@ -58,8 +53,18 @@ class Judging:
     def process(self, impl) -> ImplProcess:
         process = self.processes.get(impl.path)
         if process is None or process.ended:
-            process = self.processes[impl.path] = ImplProcess(impl, self)
+            process = self.processes[impl.path] = ImplProcess(self.server(impl), self)
         return process
+
+    def server(self, impl) -> ForkServer:
+        """The implementation's fork server, started (the implementation imported) if it is
+        not running: at the first input, or after the server itself ended."""
+        server = self.servers.get(impl.path)
+        if server is None or server.ended:
+            others = [p.crash for p in self.processes.values() if not p.ended]
+            others += [s.crash for s in self.servers.values() if not s.ended]
+            server = self.servers[impl.path] = ForkServer(impl, self, others)
+        return server
 
     def check(self, target, item, impl, device: str, upcoming=()):
         """`target.check`, the implementation's part done in its process, judged here. With
@@ -108,25 +113,15 @@ def judging() -> Judging | None:
 
 
 class ImplProcess:
-    def __init__(self, impl, judging: Judging):
-        self.judging, self.ended, self.last_memory = judging, False, 0.0
+    def __init__(self, server: ForkServer, judging: Judging):
+        self.judging, self.server, self.ended, self.last_memory = judging, server, False, 0.0
         # The inputs it was asked to check, in order, until their transcripts are taken.
         self.asked: collections.deque = collections.deque()
         self.inbox: collections.deque = collections.deque()  # messages read, not yet taken
-        context = multiprocessing.get_context("fork")
-        self.conn, child = context.Pipe()
-        self.crash = CrashLog()
-        others = [p.crash for p in judging.processes.values() if not p.ended]
-        self.process = context.Process(target=_serve, args=(child, impl, os.getpid(),
-                                                            judging.memory, self.crash, others),
-                                       daemon=True)
-        self.process.start()
-        child.close()
+        self.conn, self.pid, self.crash = server.spawn()
+        self.exit: int | None = None
         self.reader = FrameReader(self.conn)
         answer = self._answer()
-        if answer[0] == "usage" and len(answer) == 2 and isinstance(answer[1], str):
-            self.stop()
-            raise ImplementationError(answer[1])
         if answer != ("ok",):
             self._end(protocol(f"an answer of kind {str(answer[0])!r:.40}"))
 
@@ -170,7 +165,7 @@ class ImplProcess:
                 self._watch_memory()
                 return self.inbox.popleft()
             self.conn.poll(POLL)
-            dead = not self.process.is_alive()  # before reading: all it wrote is read
+            dead = self._exit_status() is not None  # before reading: all it wrote is read
             try:
                 self.inbox.extend(self.reader.messages())
             except ProtocolError as error:
@@ -178,15 +173,15 @@ class ImplProcess:
             if self.inbox:
                 continue
             if dead or self.reader.eof:
-                self.process.join(1)  # it closed its end: its exit is on the way
-                if self.process.exitcode is None:
+                status = self._exit_status(EXIT_WAIT)  # it closed its end: its exit is on the way
+                if status is None:
                     self._end(protocol("it closed its pipe"))
-                self._end(Ended(*death(self.process.exitcode), self.crash.site()))
+                self._end(Ended(*death(status), self.crash.site()))
             ends = deadline or self.judging.deadline()
             if ends is not None and time.monotonic() > ends:
                 if self.reader.partial_since is not None:
                     self._end(protocol("a message begun and never finished"))
-                self.crash.dump(self.process.pid)  # where it hung
+                self.crash.dump(self.pid)  # where it hung
                 self._end(Ended(f"timed out after {self.judging.timeout:g} s", "timeout",
                                 self.crash.site()))
             self._watch_memory()
@@ -196,81 +191,34 @@ class ImplProcess:
         if now - self.last_memory < MEMORY_EVERY:
             return
         self.last_memory = now
-        used = tree_memory(self.process.pid)
+        try:
+            self.server.check_memory()
+        except Ended as ended:  # the server took it: this process ended with its server
+            self._end(ended)
+        used = tree_memory(self.pid)
         if used > self.judging.memory:
-            self.crash.dump(self.process.pid)  # where it was taking it
+            self.crash.dump(self.pid)  # where it was taking it
             self._end(Ended(f"exceeded the memory limit of {size_text(self.judging.memory)} "
                             f"(--memory; {size_text(used)} resident)", "memory",
                             self.crash.site()))
 
+    def _exit_status(self, wait_for: float = 0.0) -> int | None:
+        """How it ended, once its server said; None while it runs (or past `wait_for`)."""
+        if self.exit is None:
+            try:
+                self.exit = self.server.exit_of(self.pid, wait_for)
+            except Ended as ended:  # its server ended: so did it (it dies with its parent)
+                self._end(ended)
+        return self.exit
+
     def stop(self) -> None:
+        """Kill it and what it started (its server reaps it and reports the status)."""
         self.ended = True
-        if self.process.pid is not None:
-            kill_tree(self.process.pid)
-        self.process.join(5)
+        if self.exit is None:
+            kill_tree(self.pid)
         self.conn.close()
         self.crash.close()
 
     def _end(self, ended: Ended):
         self.stop()
         raise ended
-
-
-def tree_memory(pid: int) -> int:
-    """Resident bytes of `pid` and every process below it."""
-    total = 0
-    for member in [pid, *descendants(pid)]:
-        try:
-            with open(f"/proc/{member}/statm") as handle:
-                total += int(handle.read().split()[1]) * _PAGE
-        except (OSError, IndexError, ValueError):  # gone meanwhile, or no /proc
-            pass
-    return total
-
-
-# -- the implementation's process ---------------------------------------------------------------
-def _serve(conn, impl, parent: int, memory: int, crash: CrashLog, others: list) -> None:
-    from kvfuzz.fuzz.targets import TARGETS  # imported in the worker already
-
-    die_with_parent(parent)
-    close_other_sockets(keep=conn.fileno())  # the worker's pipe to the supervisor among them
-    for other in others:  # the other implementations' logs: theirs to write
-        other.close()
-    crash.enable()
-    name_process(b"kvfuzz-impl")
-    # multiprocessing refuses children to a daemonic process; an implementation may use a Pool
-    # (its processes are killed with this one's tree all the same).
-    multiprocessing.current_process()._config["daemon"] = False
-    set_loader(None)
-    own = (impl.path, None)
-    try:
-        own = (impl.path, impl.load())
-        answer = ("ok",)
-    except ImplementationError as error:  # the judge stops this process
-        answer = ("usage", str(error))
-    else:
-        warm_up(TARGETS[impl.target], own[1])
-    limit_data(memory)
-    send(conn, answer)
-    while True:
-        try:
-            _, name, item, device, entry = conn.recv()
-        except (EOFError, OSError):  # the worker is gone
-            os._exit(0)
-        new_input()
-        record_check(TARGETS[name], item, entry, device, own, memory,
-                     lambda message: send(conn, message))
-
-
-def limit_data(memory: int) -> None:
-    """A backstop to the judge's watch: one allocation past `memory` more than the process
-    holds now fails at once (MemoryError), before it could take the machine down."""
-    try:
-        with open("/proc/self/status") as handle:
-            now = next(int(line.split()[1]) << 10 for line in handle
-                       if line.startswith("VmData:"))
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        soft = now + memory if hard == resource.RLIM_INFINITY else min(hard, now + memory)
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
-    except (OSError, ValueError, StopIteration):  # no /proc, or a limit we may not set
-        pass

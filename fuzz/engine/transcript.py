@@ -64,6 +64,9 @@ def weight(value, depth: int = 0) -> int:
     """Roughly how many values `value` holds (its big lists counted by length)."""
     if type(value) in _SCALARS:  # most values: no data-class look-up
         return 1
+    if isinstance(value, (list, tuple)) and (not value or (
+            type(value[0]) in _SCALARS and type(value[-1]) in _SCALARS)):
+        return len(value)  # a row of slots or pages (the common case): its length
     if isinstance(value, (list, tuple, set, frozenset, dict)):
         items = value.values() if isinstance(value, dict) else value
         if depth < 3 and len(value) <= 64:
@@ -266,7 +269,9 @@ def _raised(error: BaseException) -> tuple:
         return "memory", text
     message = text[len(name) + 2:] if text.startswith(name + ": ") else ""
     try:
-        frames = traceback.format_exception(error)[-3:]
+        # The last two frames and the line naming the error: formatting only those (no chain,
+        # no outer frames) is what keeps a raise cheap (a trace's refusals raise by the hundred).
+        frames = traceback.format_exception(error, limit=-2, chain=False)[-3:]
         tb = traceback.extract_tb(error.__traceback__)
         at = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
     except BaseException:  # noqa: BLE001 - a traceback that cannot be read

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvfuzz.fuzz.engine.transcript import Recorder, Replay, read_batch, size_text
+from kvfuzz.fuzz.engine.transcript import Recorder, Replay, read_batch, size_text, weight
 from kvfuzz.fuzz.engine.remote import (Ended, NotPlain, RemoteObject, RemoteRaised, apply, make,
                                        plain, raised_class)
 from kvfuzz.impl.paged.calling import CallResult
@@ -112,3 +112,13 @@ def test_a_raise_crosses_under_its_own_name():
 def test_sizes_read_as_people_write_them():
     assert [size_text(n) for n in (4 << 30, 1536 << 20, 1124 << 20, 100)] == \
         ["4 GiB", "1.5 GiB", "1.1 GiB", "100 bytes"]
+
+
+@pytest.mark.parametrize("answer, units", [
+    ((), 0), ([], 0), (("value", 7), 2), (list(range(1000)), 1000),
+    (("value", [[1, 2], [3]]), 2 + 1 + (2 + 2 + 1)), ({"a": [1, 2]}, 1 + 2)])
+def test_a_transcript_weighs_its_answers_without_raising(answer, units):
+    """The weight batches a transcript; an empty answer once raised (IndexError) inside the
+    implementation's recorder, which ended its check early: every check of a correct
+    implementation read as "its transcript ended before the check did"."""
+    assert weight(answer) == units

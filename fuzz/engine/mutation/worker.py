@@ -140,7 +140,7 @@ def run_mutant(mutant: Mutant, timeout: float) -> dict:
 
 
 def _in_child(mutant: Mutant) -> dict:
-    from kvfuzz.fuzz.engine.impl_process import limit_data
+    from kvfuzz.fuzz.engine.zygote import limit_data
 
     close_inherited(_STATE.get("pipe", -1))
     request = _STATE["request"]

@@ -1,0 +1,55 @@
+"""The fork server (fuzz/engine/zygote.py): an implementation is imported once per worker, and a
+process that ended on an input is replaced by a fork of the server, not by a second import. The
+server ran the implementation's import, so it is as hostile as the implementation: a lie on its
+socket, or memory its import keeps taking, is that implementation's divergence and nothing
+else's."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.engine.test_isolation import kvfuzz
+from tests.helpers import summary_rows
+
+pytestmark = pytest.mark.slow  # each test runs kvfuzz as a process of its own
+MODULES = "tests.engine.hostile_import"
+
+
+def test_a_crash_costs_a_fork_not_an_import(tmp_path, monkeypatch):
+    log = tmp_path / "log"
+    monkeypatch.setenv("KVFUZZ_TEST_LOG", str(log))
+    path = f"{MODULES}.counts_imports:alloc_extend"
+    result = kvfuzz("diff", "extend", "--impl", path, "--cases", 80, "--jobs", 1,
+                    "--keep-going", "--corpus", tmp_path / "found")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "what      crashed: SIGSEGV" in result.stderr
+    lines = [line.split() for line in log.read_text().splitlines()]
+    imports = [pid for what, pid in lines if what == "import"]
+    processes = {pid for what, pid in lines if what == "call"}
+    # once in the supervisor's shape check (a child of its own), once in the run's worker and
+    # once in the worker that shrinks the finding: not once per process (60 here)
+    assert len(imports) <= 3 and len(processes) >= 20, (imports, len(processes))
+    assert not processes & set(imports)  # every call ran in a fork, none in a process importing
+
+
+def test_a_server_that_lies_about_its_processes_is_refused(tmp_path):
+    path = f"{MODULES}.lies_to_its_judge:alloc_extend"
+    result = kvfuzz("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
+                    "--cases", 30, "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "what      corrupted the worker protocol: a fork server's" in result.stderr
+    assert summary_rows(result.stderr)["torch.vectorized"][:4] == ["30", "30", "0", "no"]
+    assert os.getppid() > 0  # (pid 1 is still there: nothing signalled it)
+
+
+def test_memory_a_server_takes_after_the_import_is_the_implementations(tmp_path):
+    path = f"{MODULES}.grows_after_import:alloc_extend"
+    result = kvfuzz("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
+                    "--cases", 400, "--memory", "1G", "--corpus", tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "what      exceeded the memory limit of 1 GiB (--memory; " in result.stderr
+    assert "in its fork server)" in result.stderr
+    cases, agree, outside, diverged = summary_rows(result.stderr)["torch.vectorized"][:4]
+    assert cases == "400" and int(agree) + int(outside) == 400 and diverged == "no"
