@@ -41,6 +41,7 @@ blocks covers; `get_block_ids_for_computed_tokens(n)`: each table's first cdiv(n
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
@@ -63,8 +64,13 @@ class KVManagerModel:
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
-                 retained: int = 0):
-        self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=block_size,
+                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0):
+        self.groups = (0, 1) if window else (0,)
+        # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
+        # scheduler block size (the least common multiple of the groups').
+        self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
+        self.h, self.align = hash_block_size or block_size, math.lcm(*self.sizes)
+        self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=self.h,
                                    events=events)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention, self.caching, self.eagle = retention, caching, eagle
@@ -75,17 +81,21 @@ class KVManagerModel:
         # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
         # counts at most for the sliding-window group.
         self.admission_cap = cdiv(min(window - 1 + retained + in_flight, max_model_len),
-                                  block_size) + 1
-        self.groups = (0, 1) if window else (0,)
+                                  self.sizes[-1]) + 1
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
         # What the last allocate_slots did, for the lock step's checks and counts: the blocks its
         # window move put back free, what its check counted, whether the whole-request check
         # refused it.
         self.freed_by_window, self.predicted, self.refused_whole = 0, 0, False
+        self.marks: list[str] = []  # edge classes the last calls reached (the lock step counts)
 
     def skipped_tokens(self, group: int, computed: int) -> int:
         return 0 if group == 0 else max(0, computed - self.window + 1 - self.retained)
+
+    def take_marks(self) -> list[str]:
+        marks, self.marks = self.marks, []
+        return marks
 
     def running(self, rid: int) -> bool:
         return any(rid in counts for counts in self.num_cached)
@@ -102,15 +112,20 @@ class KVManagerModel:
             for group, group_blocks in enumerate(blocks):
                 if group_blocks:
                     self.pool.emit_cached_block_events(Prompt(hashes, tokens), len(group_blocks),
-                                                       self.bs, group)
+                                                       self.sizes[group], group)
         return found
+
+    def group_hashes(self, hashes: list[int], group: int) -> list[int]:
+        """The hashes of a group's blocks: each block's last hash unit's."""
+        scale = self.sizes[group] // self.h
+        return hashes[scale - 1::scale]
 
     def _hit(self, hashes: list[int], num_tokens: int, skip: bool):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
         full = []
-        for block_hash in hashes[:longest // bs]:
+        for block_hash in self.group_hashes(hashes, 0)[:longest // bs]:
             found = self.pool.map.get((block_hash, 0))
             if not found:
                 break
@@ -118,18 +133,29 @@ class KVManagerModel:
         if not self.window:
             full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
-        windowed = self._window_hit(hashes, len(full))
-        length = len(windowed) * bs
-        full_length = len(full) * bs
-        return [full[:len(windowed)], windowed], length, \
+        # The hybrid coordinator: full attention's run cut to the scheduler block size, the
+        # window's hit within it, full attention cut to that.
+        full_length = len(full) * bs // self.align * self.align
+        if full_length < len(full) * bs:
+            self.marks.append("hit cut to the scheduler block size")
+        windowed = self._window_hit(self.group_hashes(hashes, 1), full_length)
+        length = len(windowed) * self.sizes[1]
+        return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
 
-    def _window_hit(self, hashes: list[int], limit: int) -> list[int]:
-        need = cdiv(self.window - 1, self.bs)
+    def _window_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
+        """The rightmost run of cdiv(window - 1, size) cached blocks within `limit_tokens`
+        whose right edge is on a scheduler block boundary (the nulls before it), else the run
+        from block 0."""
+        size = self.sizes[1]
+        need, limit = cdiv(self.window - 1, size), limit_tokens // size
         out, run = [0] * limit, 0
         for index in range(limit - 1, -1, -1):
             found = self.pool.map.get((hashes[index], 1))
             if found:
+                if run == 0 and (index + 1) * size % self.align:
+                    self.marks.append("window hit: a block off the scheduler grid passed")
+                    continue  # a run must end where a hit can
                 out[index] = found[0]
                 run += 1
                 if run >= need:
@@ -144,14 +170,15 @@ class KVManagerModel:
                            computed: int, capped: bool = False) -> int:
         total = 0
         for group in self.groups:
-            required = cdiv(need, self.bs)
+            size = self.sizes[group]
+            required = cdiv(need, size)
             if capped and group == 1:
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
                 total += max(required - held, 0)
                 continue
-            skipped = self.skipped_tokens(group, computed) // self.bs
+            skipped = self.skipped_tokens(group, computed) // size
             total += max(required - max(skipped, len(hit[group]) + held), 0)
             pending = hit[group][max(0, skipped - held):]
             total += sum(1 for b in pending if b and self.pool.ref[b] == 0)
@@ -189,7 +216,7 @@ class KVManagerModel:
             return None
         if hit is not None and not self.running(rid):
             for group in self.groups:
-                skipped = self.skipped_tokens(group, computed) // self.bs
+                skipped = self.skipped_tokens(group, computed) // self.sizes[group]
                 rest = hits[group][skipped:]
                 self.pool.touch(rest)
                 self.tables[group][rid] = [0] * skipped + list(rest)
@@ -197,41 +224,72 @@ class KVManagerModel:
         fresh = []
         for group in self.groups:
             table = self.tables[group].setdefault(rid, [])
-            count = cdiv(need, self.bs) - len(table)
+            count = cdiv(need, self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             fresh.append(got)
-        to_cache = min(total + new, num_tokens)
+        # What a step caches: its tokens, cut to the scheduler block size (the hybrid
+        # coordinator's; a no-op where every group has one block size).
+        to_cache = min(total + new, num_tokens) // self.align * self.align
         for group in self.groups if self.caching else ():
-            num_full = min(to_cache, len(hashes) * self.bs) // self.bs
+            size = self.sizes[group]
+            num_full = min(to_cache, len(hashes) * self.h) // size
             cached = self.num_cached[group].get(rid, 0)
-            if cached >= num_full:
-                continue
-            table = self.tables[group][rid]
-            if group == 1 and self.retention is not None:  # sparse: only reachable blocks
-                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary)
-                table = [b if index in keep else 0 for index, b in enumerate(table)]
-            self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full, group,
-                                        self.bs)
-            self.num_cached[group][rid] = num_full
+            if cached < num_full:
+                table = self.tables[group][rid]
+                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary) \
+                    if group == 1 else None
+                if keep is not None:  # sparse: only the blocks a hit can end on
+                    table = [b if index in keep else 0 for index, b in enumerate(table)]
+                    held = self.tables[group][rid][cached:num_full]
+                    if self.retention is None and any(
+                            b and not kept for b, kept in zip(held, table[cached:num_full])):
+                        self.marks.append("dense window: blocks between hit points uncached")
+                self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full,
+                                            group, size)
+                self.num_cached[group][rid] = num_full
+            if group == 0 and size != self.h:
+                self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
         return fresh
 
+    def _cache_partial_tail(self, rid: int, hashes: list[int], tokens, prompt_tokens: int,
+                            cacheable: int) -> None:
+        """Full attention in blocks of more than one hash unit: the hash boundary before the
+        prompt's last token, where it falls inside a block the step has cached, also names
+        that block (a partial entry; every step that caches registers it, once)."""
+        boundary = min((prompt_tokens - 1) // self.h, len(hashes)) * self.h
+        if boundary == 0 or boundary > cacheable or boundary % self.bs == 0:
+            return
+        table = self.tables[0][rid]
+        if boundary // self.bs < len(table):
+            block, key = table[boundary // self.bs], (hashes[boundary // self.h - 1], 0)
+            if self.pool.key[block] != key and block not in self.pool.map.get(key, ()):
+                self.marks.append("partial entry registered")
+            self.pool.cache_partial_block(Prompt(hashes, tokens), table[boundary // self.bs],
+                                          boundary // self.h, 0, self.bs)
+
     def _reachable(self, start: int, end: int, prompt_tokens: int,
-                   shared_boundary: int) -> set[int]:
-        """The sliding-window blocks of [start, end) that sparse retention caches: a window's
-        worth (cdiv(window - 1, block_size) blocks) before each boundary a later hit can stop
-        at (the prompt's last token, the shared-prefix junction), and with a positive interval
-        the same before each segment's end; every block when a window spans a segment."""
-        need = cdiv(self.window - 1, self.bs)
-        if self.retention:
-            per_segment = self.retention // self.bs
+                   shared_boundary: int) -> set[int] | None:
+        """The sliding-window blocks of [start, end) that are cached (None: all of them): a
+        window's worth (cdiv(window - 1, block size) blocks) before each segment's end, the
+        segment the retention interval, or without one (dense) the scheduler block size; with
+        retention set, the same before each boundary a later hit can stop at (the prompt's
+        last token, the shared-prefix junction), each cut to the scheduler block size; every
+        block when a window spans a segment."""
+        size = self.sizes[1]
+        need = cdiv(self.window - 1, size)
+        segment = self.align if self.retention is None else self.retention
+        if segment:
+            per_segment = segment // size
             if need >= per_segment:
-                return set(range(start, end))
+                return None
             keep = {i for i in range(start, end) if i % per_segment >= per_segment - need}
         else:
             keep = set()
+        if self.retention is None:
+            return keep
         for boundary in [prompt_tokens - 1] + ([shared_boundary] if shared_boundary else []):
-            stop = boundary // self.bs
+            stop = boundary // self.align * self.align // size
             keep |= set(range(max(start, stop - need), min(end, stop)))
         return keep
 
@@ -239,7 +297,7 @@ class KVManagerModel:
         if not self.window:
             return 0
         table = self.tables[1].get(rid)
-        count = min(self.skipped_tokens(1, computed) // self.bs, len(table or ()))
+        count = min(self.skipped_tokens(1, computed) // self.sizes[1], len(table or ()))
         freed = []
         for index in range(count - 1, -1, -1):
             if table[index] == 0:
@@ -294,11 +352,11 @@ class KVManagerModel:
         return found or 0
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        return [ids[:cdiv(computed, self.bs)] for ids in self.block_ids(rid)]
+        return [ids[:cdiv(computed, size)] for ids, size in zip(self.block_ids(rid), self.sizes)]
 
     def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:
         """`truncate_computed_blocks`: a lookup's blocks cut at an aligned token count."""
-        return [list(blocks[:tokens // self.bs]) for blocks in hit]
+        return [list(blocks[:tokens // size]) for blocks, size in zip(hit, self.sizes)]
 
     def evict_blocks(self, block_ids) -> None:
         self.pool.evict_blocks(set(block_ids))
