@@ -33,12 +33,14 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "whole request must fit": lambda t: t.full_sequence_must_fit,
            "watermark": lambda t: t.watermark > 0,
            "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
-           "hash block below the block size": lambda t: t.hash_size < min(t.sizes)}
+           "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
+           "chunked local attention": lambda t: t.local_chunk > 0}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
          "window hit: a block off the scheduler grid passed",
-         "dense window: blocks between hit points uncached", "partial entry registered")
+         "dense window: blocks between hit points uncached", "partial entry registered",
+         "chunked-local hit: blocks before the chunk null")
 
 
 class _Request:
@@ -86,7 +88,7 @@ class KVManagerLockstep(Lockstep):
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
                               trace.eagle, trace.retained, trace.window_block_size,
-                              trace.hash_block_size)
+                              trace.hash_block_size, trace.local_chunk)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
@@ -94,7 +96,8 @@ class KVManagerLockstep(Lockstep):
         return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
-                    trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size)
+                    trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
+                    trace.local_chunk)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")

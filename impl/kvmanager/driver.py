@@ -53,7 +53,8 @@ class KVManagerDriver(ManagerReads):
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
-                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0):
+                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
+                 local_chunk: int = 0):
         import math
 
         import torch
@@ -69,6 +70,11 @@ class KVManagerDriver(ManagerReads):
             more = {"extra_retained_tokens": retained} if retained else {}
             specs.append(SlidingWindowSpec(block_size=window_block_size or block_size, **shape,
                                            sliding_window=window, **more))
+        if local_chunk:
+            from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec
+
+            specs.append(ChunkedLocalAttentionSpec(block_size=block_size, **shape,
+                                                   attention_chunk_size=local_chunk))
         # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size

@@ -163,6 +163,13 @@ MUTATIONS = {
         "else request.num_prompt_tokens - 1", "else request.num_prompt_tokens",
         "the partial entry of a prompt's tail takes in its last token, which a resend "
         "recomputes: it names a boundary no lookup of the prompt reaches")),
+    # Chunked-local attention (the "chunked local" profile).
+    "local_chunk_freed_early": (SINGLE, Mutation(
+        "ChunkedLocalAttentionManager.get_num_skipped_tokens",
+        "num_computed_tokens // self.attention_chunk_size",
+        "(num_computed_tokens + 1) // self.attention_chunk_size",
+        "chunked-local attention frees a chunk's blocks while its last token is still to be "
+        "computed (it attends to them)")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -49,6 +49,7 @@ from kvfuzz.oracle.kvmanager.stats import PrefixStats
 from kvfuzz.strategies.blockpool.events import Prompt, Stored
 
 KINDS = ("full_attention", "sliding_window")  # a Stored event's group kind, by group
+LOCAL = "chunked_local_attention"  # group 1's kind where it is chunked-local
 
 
 class NothingToAllocate(Exception):
@@ -64,8 +65,12 @@ class KVManagerModel:
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
-                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0):
-        self.groups = (0, 1) if window else (0,)
+                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
+                 local_chunk: int = 0):
+        # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
+        # `local_chunk` tokens, or none.
+        self.groups = (0, 1) if window or local_chunk else (0,)
+        self.local = local_chunk
         # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
@@ -82,6 +87,9 @@ class KVManagerModel:
         # counts at most for the sliding-window group.
         self.admission_cap = cdiv(min(window - 1 + retained + in_flight, max_model_len),
                                   self.sizes[-1]) + 1
+        if local_chunk:  # ChunkedLocalAttentionSpec's: a chunk and the tokens in flight
+            self.admission_cap = cdiv(min(local_chunk + in_flight, max_model_len),
+                                      self.sizes[-1])
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
         # What the last allocate_slots did, for the lock step's checks and counts: the blocks its
@@ -91,7 +99,11 @@ class KVManagerModel:
         self.marks: list[str] = []  # edge classes the last calls reached (the lock step counts)
 
     def skipped_tokens(self, group: int, computed: int) -> int:
-        return 0 if group == 0 else max(0, computed - self.window + 1 - self.retained)
+        if group == 0:
+            return 0
+        if self.local:  # the chunks before the one the next token is in
+            return computed // self.local * self.local
+        return max(0, computed - self.window + 1 - self.retained)
 
     def take_marks(self) -> list[str]:
         marks, self.marks = self.marks, []
@@ -130,7 +142,7 @@ class KVManagerModel:
             if not found:
                 break
             full.append(found[0])
-        if not self.window:
+        if len(self.groups) == 1:
             full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
         # The hybrid coordinator: full attention's run cut to the scheduler block size, the
@@ -138,7 +150,8 @@ class KVManagerModel:
         full_length = len(full) * bs // self.align * self.align
         if full_length < len(full) * bs:
             self.marks.append("hit cut to the scheduler block size")
-        windowed = self._window_hit(self.group_hashes(hashes, 1), full_length)
+        windowed = (self._local_hit if self.local else self._window_hit)(
+            self.group_hashes(hashes, 1), full_length)
         length = len(windowed) * self.sizes[1]
         return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
@@ -163,6 +176,22 @@ class KVManagerModel:
             else:
                 run = 0
         return out[:run]
+
+    def _local_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
+        """Chunked-local attention: the blocks before the chunk of the token after
+        `limit_tokens` null (outside every later token's chunk, as if computed), then the run
+        of cached blocks from there up to `limit_tokens`."""
+        size = self.sizes[1]
+        start = limit_tokens // self.local * self.local // size
+        out = [0] * start
+        for index in range(start, limit_tokens // size):
+            found = self.pool.map.get((hashes[index], 1))
+            if not found:
+                break
+            out.append(found[0])
+        if start:
+            self.marks.append("chunked-local hit: blocks before the chunk null")
+        return out
 
     # allocate_slots
 
@@ -238,7 +267,7 @@ class KVManagerModel:
             if cached < num_full:
                 table = self.tables[group][rid]
                 keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary) \
-                    if group == 1 else None
+                    if group == 1 and self.window else None
                 if keep is not None:  # sparse: only the blocks a hit can end on
                     table = [b if index in keep else 0 for index, b in enumerate(table)]
                     held = self.tables[group][rid][cached:num_full]
@@ -294,7 +323,7 @@ class KVManagerModel:
         return keep
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
-        if not self.window:
+        if len(self.groups) == 1:
             return 0
         table = self.tables[1].get(rid)
         count = min(self.skipped_tokens(1, computed) // self.sizes[1], len(table or ()))
@@ -339,7 +368,8 @@ class KVManagerModel:
 
     def take_events(self) -> list:
         """The pool's events since the last take, each `Stored` with its group's kind."""
-        return [replace(e, kind=KINDS[e.group], window=self.window if e.group else None)
+        return [replace(e, kind=LOCAL if e.group and self.local else KINDS[e.group],
+                        window=(self.window or None) if e.group else None)
                 if isinstance(e, Stored) and e.group in self.groups else e
                 for e in self.pool.take_events()]
 

@@ -60,6 +60,14 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values = {name: reader.boolean(data.get(name, default), name)
               for name, default in LATER_SETTINGS.items() if type(default) is bool}
     values |= {name: data.get(name, 0) for name in ("window_block_size", "hash_block_size")}
+    values["local_chunk"] = local = reader.integer(data.get("local_chunk", 0), "local_chunk",
+                                                   low=0, high=MAX_LEN)
+    # One second group: a sliding window or a chunked-local one (vLLM asserts that EAGLE has
+    # no chunked-local group).
+    reader.expect(not (local and window), "local_chunk",
+                  "expected 0 with a sliding window (one second group)", local)
+    reader.expect(not (local and values["eagle"]), "eagle",
+                  "expected false with a chunked-local group (vLLM asserts)", True)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -87,10 +95,11 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     swa, hashed = values["window_block_size"], values["hash_block_size"]
     reader.expect(window or not swa, "window_block_size",
                   "expected 0 without a sliding window", swa)
-    sizes = (block_size, swa or block_size) if window else (block_size,)
+    sizes = (block_size, swa or block_size) if window or values["local_chunk"] else \
+        (block_size,)
     reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
                   f"expected 0 or a divisor of every group's block size {sizes}", hashed)
-    reader.expect(window or hashed in (0, block_size), "hash_block_size",
+    reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",
                   "expected 0 or block_size with one group (vLLM's unitary coordinator)",
                   hashed)
     scheduler = math.lcm(*sizes)

@@ -3,7 +3,7 @@ newer configuration profiles mixed in. Standard library only.
 
 A profile added later gets a stream of its own (its own generator name, so it can change
 without touching another), and a share of the indices: whether input `index` of `seed` is a
-new profile's is drawn from (MIX, seed, index) alone, so every other index is still
+new profile's is drawn from (MIX, seed, index) alone (a range of that draw per stream), so every other index is still
 `kvmanager/5`'s trace of that seed and index, as before the profile came. An input's origin
 names the stream it came from, with the seed and index that `kvfuzz diff kvmanager --seed S
 --start I` regenerates it from. Fuzzer bytes (`from_bytes`) feed `kvmanager/5` alone.
@@ -15,8 +15,9 @@ from kvfuzz.strategies.kvmanager import generator, hybrid
 from kvfuzz.strategies.sources import TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
-# stream -> its share of the seeded indices
-STREAMS = ((hybrid.GENERATOR, 0.15),)
+# (stream, the range of the draw it takes): a new stream takes a range no other one had, so an
+# index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
+STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0))
 
 
 class MixedStreams:
@@ -30,11 +31,8 @@ class MixedStreams:
     def stream(self, seed: int, index: int) -> TraceGenerator:
         """The stream input `index` of `seed` comes from."""
         pick = seeded_random(MIX, seed, index).random()
-        for stream, share in self.streams:
-            if pick < share:
-                return stream
-            pick -= share
-        return self.base
+        return next((stream for stream, low, high in self.streams if low <= pick < high),
+                    self.base)
 
     def generate(self, seed: int, index: int, num_ops: int | None = None):
         return self.stream(seed, index).generate(seed, index, num_ops)

@@ -128,7 +128,11 @@ class Trace:
     group's; 0: the same), and `hash_block_size`, the tokens per block hash where they are fewer
     than every group's block size (0: `block_size`). The manager then schedules in blocks of
     `scheduler_block_size` (the least common multiple of the groups' block sizes): hits are
-    aligned to it, and so is what a step caches."""
+    aligned to it, and so is what a step caches.
+
+    Chunked-local attention (`kvmanager/5[chunked local]`): `local_chunk` > 0 makes the second
+    group a `ChunkedLocalAttentionSpec` of that `attention_chunk_size` (no sliding window then):
+    a token attends to the tokens of its own chunk only."""
 
     blocks: int
     block_size: int
@@ -149,14 +153,15 @@ class Trace:
     retained: int = 0
     window_block_size: int = 0
     hash_block_size: int = 0
+    local_chunk: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
     @property
     def sizes(self) -> tuple[int, ...]:
         """Each group's block size: full attention's, then the sliding window's."""
-        return (self.block_size, self.window_block_size or self.block_size)[:2 if self.window
-                                                                            else 1]
+        return (self.block_size, self.window_block_size or self.block_size)[
+            :2 if self.window or self.local_chunk else 1]
 
     @property
     def hash_size(self) -> int:
@@ -170,7 +175,8 @@ class Trace:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        groups = f"full + sliding window {self.window}" if self.window else "full attention"
+        groups = f"full + sliding window {self.window}" if self.window else \
+            f"full + chunked local {self.local_chunk}" if self.local_chunk else "full attention"
         if self.window_block_size and self.window_block_size != self.block_size:
             groups += f" in blocks of {self.window_block_size}"
         if self.hash_block_size and self.hash_block_size != self.block_size:
@@ -234,4 +240,4 @@ def _settings(trace: Trace) -> dict:
 # file without them reads as before).
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
-                  "window_block_size": 0, "hash_block_size": 0}
+                  "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0}

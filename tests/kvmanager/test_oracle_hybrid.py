@@ -71,3 +71,42 @@ def test_full_attention_names_the_prompts_last_hash_boundary_inside_a_block():
     # Without fine-grained hits (no Mamba "align" group) a lookup never lands on it.
     blocks, hit, _ = model.get_computed_blocks(chain(tokens[:6] + [77], 2), 7)
     assert (blocks, hit) == ([[1], [3]], 4)
+
+
+def test_the_sizes_round_trip_and_vllms_refusals_are_one_line_errors():
+    import pytest
+
+    from kvfuzz.strategies.inputs import FormatError
+    from kvfuzz.strategies.kvmanager import codec, hybrid
+    from kvfuzz.strategies.kvmanager.trace import to_json
+
+    trace = hybrid.GENERATOR.generate(0, 3)
+    assert codec.from_json(to_json(trace)) == trace and trace.note == "profile hybrid sizes"
+    base = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 4, "window": 3,
+            "max_model_len": 64, "ops": []}
+    for change, field in (({"window_block_size": 2, "window": 0}, "window_block_size"),
+                          ({"hash_block_size": 3}, "hash_block_size"),
+                          ({"hash_block_size": 2, "window": 0}, "hash_block_size"),
+                          ({"window_block_size": 8, "retention": 4}, "retention")):
+        with pytest.raises(FormatError) as error:
+            codec.from_json(base | change)
+        assert field in str(error.value) and "\n" not in str(error.value)
+
+
+def test_chunked_local_attention_hits_and_frees_by_chunk():
+    # Blocks of 2, chunks of 4 tokens: a token attends to its own chunk only.
+    model = KVManagerModel(blocks=20, block_size=2, window=0, max_model_len=100,
+                           local_chunk=4)
+    tokens = list(range(1, 8))  # 7 tokens
+    got, _ = admit(model, 1, tokens)
+    # Computed 0 at the check: 4 + 4 blocks; then nothing before the first chunk is freed.
+    assert got == [[1, 2, 3, 4], [5, 6, 7, 8]]
+    # The next step (7 computed): chunk 0 (tokens 0-3, blocks 5 and 6) is out; latest first.
+    hashes = chain(tokens + [9], 2)
+    model.allocate_slots(1, hashes, 8, 7, 1, 0, None, tokens=tokens + [9])
+    assert model.block_ids(1) == [[1, 2, 3, 4], [0, 0, 7, 8]] and model.freed_by_window == 2
+    model.take_marks()
+    # A resend of 8 tokens hits 7 at most: chunk 1 starts at 4, the blocks before it null.
+    blocks, hit, boundary = model.get_computed_blocks(chain(tokens + [9], 2), 8)
+    assert (blocks, hit, boundary) == ([[1, 2, 3], [0, 0, 7]], 6, 0)
+    assert model.take_marks() == ["chunked-local hit: blocks before the chunk null"]
