@@ -34,7 +34,8 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "watermark": lambda t: t.watermark > 0,
            "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
            "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
-           "chunked local attention": lambda t: t.local_chunk > 0}
+           "chunked local attention": lambda t: t.local_chunk > 0,
+           "Mamba": lambda t: bool(t.mamba_mode)}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -88,7 +89,7 @@ class KVManagerLockstep(Lockstep):
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
                               trace.eagle, trace.retained, trace.window_block_size,
-                              trace.hash_block_size, trace.local_chunk)
+                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
@@ -97,7 +98,7 @@ class KVManagerLockstep(Lockstep):
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
-                    trace.local_chunk)
+                    trace.local_chunk, trace.mamba_mode)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")

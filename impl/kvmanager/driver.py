@@ -54,7 +54,7 @@ class KVManagerDriver(ManagerReads):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0):
+                 local_chunk: int = 0, mamba_mode: str = ""):
         import math
 
         import torch
@@ -75,6 +75,11 @@ class KVManagerDriver(ManagerReads):
 
             specs.append(ChunkedLocalAttentionSpec(block_size=block_size, **shape,
                                                    attention_chunk_size=local_chunk))
+        if mamba_mode:
+            from vllm.v1.kv_cache_interface import MambaSpec
+
+            specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
+                                   dtypes=(torch.float16,), mamba_cache_mode=mamba_mode))
         # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size

@@ -170,6 +170,11 @@ MUTATIONS = {
         "(num_computed_tokens + 1) // self.attention_chunk_size",
         "chunked-local attention frees a chunk's blocks while its last token is still to be "
         "computed (it attends to them)")),
+    # Mamba ("none"/"all", caching off: the "mamba" profile).
+    "mamba_state_freed": (SINGLE, Mutation(
+        "MambaManager.get_num_skipped_tokens", "return num_computed_tokens - 1",
+        "return num_computed_tokens",
+        "a Mamba group frees the state of the last computed token, which the next one reads")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -66,11 +66,11 @@ class KVManagerModel:
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0):
+                 local_chunk: int = 0, mamba_mode: str = ""):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
-        self.groups = (0, 1) if window or local_chunk else (0,)
-        self.local = local_chunk
+        self.groups = (0, 1) if window or local_chunk or mamba_mode else (0,)
+        self.local, self.mamba = local_chunk, bool(mamba_mode)
         # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
@@ -103,6 +103,8 @@ class KVManagerModel:
             return 0
         if self.local:  # the chunks before the one the next token is in
             return computed // self.local * self.local
+        if self.mamba:  # every state but the last computed token's
+            return max(0, computed - 1)
         return max(0, computed - self.window + 1 - self.retained)
 
     def take_marks(self) -> list[str]:
@@ -201,7 +203,7 @@ class KVManagerModel:
         for group in self.groups:
             size = self.sizes[group]
             required = cdiv(need, size)
-            if capped and group == 1:
+            if capped and group == 1 and not self.mamba:  # Mamba's spec sets no cap
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
@@ -382,7 +384,9 @@ class KVManagerModel:
         return found or 0
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        return [ids[:cdiv(computed, size)] for ids, size in zip(self.block_ids(rid), self.sizes)]
+        # A Mamba group's table is not clipped (not an attention spec)
+        return [ids if group and self.mamba else ids[:cdiv(computed, size)]
+                for group, (ids, size) in enumerate(zip(self.block_ids(rid), self.sizes))]
 
     def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:
         """`truncate_computed_blocks`: a lookup's blocks cut at an aligned token count."""

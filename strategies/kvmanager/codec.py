@@ -68,6 +68,14 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected 0 with a sliding window (one second group)", local)
     reader.expect(not (local and values["eagle"]), "eagle",
                   "expected false with a chunked-local group (vLLM asserts)", True)
+    # A Mamba group: caching off (vLLM refuses "none" and "all" with it on; "align" is not in
+    # the oracle), and no other second group.
+    values["mamba_mode"] = mode = data.get("mamba_mode", "")
+    reader.expect(mode in ("", "none", "all"), "mamba_mode",
+                  'expected "", "none" or "all"', mode)
+    reader.expect(not mode or not (window or local or values["caching"]), "mamba_mode",
+                  "expected no sliding-window or chunked-local group and caching off with a "
+                  "Mamba group", mode)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -95,8 +103,8 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     swa, hashed = values["window_block_size"], values["hash_block_size"]
     reader.expect(window or not swa, "window_block_size",
                   "expected 0 without a sliding window", swa)
-    sizes = (block_size, swa or block_size) if window or values["local_chunk"] else \
-        (block_size,)
+    sizes = (block_size, swa or block_size) if window or values["local_chunk"] or \
+        values["mamba_mode"] else (block_size,)
     reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
                   f"expected 0 or a divisor of every group's block size {sizes}", hashed)
     reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",

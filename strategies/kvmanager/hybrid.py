@@ -18,6 +18,10 @@ the scheduler block).
 whose tokens attend to their own chunk only: a hit's blocks before the last chunk are null, the
 blocks of finished chunks are freed as a request moves on, an admission counts a chunk's worth
 of blocks at most.
+
+"mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
+prefix caching off: a request keeps the state of its last computed token alone, older ones
+freed as it moves on.
 """
 
 from __future__ import annotations
@@ -88,7 +92,19 @@ def build_local(rng: random.Random, num_ops: int) -> Trace:
                  note="profile chunked local")
 
 
+def build_mamba(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside a Mamba group ("none" or "all") of one block size, prefix caching
+    off (vLLM refuses both modes with it on)."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 None, **_engine(rng, size), caching=False,
+                 mamba_mode=rng.choice(("none", "all")), note="profile mamba")
+
+
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
                        max_fuzz_ops=200)
+MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)

@@ -17,7 +17,8 @@ from kvfuzz.strategies.sources import TraceGenerator, seeded_random
 MIX = "kvmanager/mix"
 # (stream, the range of the draw it takes): a new stream takes a range no other one had, so an
 # index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
-STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0))
+STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
+           (hybrid.MAMBA, 0.82, 0.875))
 
 
 class MixedStreams:

@@ -132,7 +132,12 @@ class Trace:
 
     Chunked-local attention (`kvmanager/5[chunked local]`): `local_chunk` > 0 makes the second
     group a `ChunkedLocalAttentionSpec` of that `attention_chunk_size` (no sliding window then):
-    a token attends to the tokens of its own chunk only."""
+    a token attends to the tokens of its own chunk only.
+
+    Mamba (`kvmanager/5[mamba]`): `mamba_mode` "none" or "all" makes the second group a
+    `MambaSpec` of that `mamba_cache_mode`, with prefix caching off (vLLM refuses either mode with
+    caching on; "align" is not modelled): a request keeps only the state of its last computed
+    token."""
 
     blocks: int
     block_size: int
@@ -154,6 +159,7 @@ class Trace:
     window_block_size: int = 0
     hash_block_size: int = 0
     local_chunk: int = 0
+    mamba_mode: str = ""
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -161,7 +167,7 @@ class Trace:
     def sizes(self) -> tuple[int, ...]:
         """Each group's block size: full attention's, then the sliding window's."""
         return (self.block_size, self.window_block_size or self.block_size)[
-            :2 if self.window or self.local_chunk else 1]
+            :2 if self.window or self.local_chunk or self.mamba_mode else 1]
 
     @property
     def hash_size(self) -> int:
@@ -176,7 +182,8 @@ class Trace:
 
     def describe(self) -> str:
         groups = f"full + sliding window {self.window}" if self.window else \
-            f"full + chunked local {self.local_chunk}" if self.local_chunk else "full attention"
+            f"full + chunked local {self.local_chunk}" if self.local_chunk else \
+            f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else "full attention"
         if self.window_block_size and self.window_block_size != self.block_size:
             groups += f" in blocks of {self.window_block_size}"
         if self.hash_block_size and self.hash_block_size != self.block_size:
@@ -240,4 +247,5 @@ def _settings(trace: Trace) -> dict:
 # file without them reads as before).
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
-                  "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0}
+                  "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
+                  "mamba_mode": ""}

@@ -45,6 +45,7 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "hybrid_caches_off_grid": r"block hash|hash map|KV events",
     "partial_tail_past_prompt": r"block hash|hash map|KV events",
     "local_chunk_freed_early": r"consumed|block table|free queue|num free|result|None vs",
+    "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
 }.items()}
 
 

@@ -110,3 +110,17 @@ def test_chunked_local_attention_hits_and_frees_by_chunk():
     blocks, hit, boundary = model.get_computed_blocks(chain(tokens + [9], 2), 8)
     assert (blocks, hit, boundary) == ([[1, 2, 3], [0, 0, 7]], 6, 0)
     assert model.take_marks() == ["chunked-local hit: blocks before the chunk null"]
+
+
+def test_a_mamba_group_keeps_the_last_state_alone():
+    # Caching off (vLLM refuses modes none and all with it on); blocks of 2.
+    model = KVManagerModel(blocks=20, block_size=2, window=0, max_model_len=100,
+                           caching=False, mamba_mode="none")
+    tokens = list(range(1, 6))  # 5 tokens
+    got, (blocks, hit, _) = admit(model, 1, tokens)
+    assert (blocks, hit, got) == ([[], []], 0, [[1, 2, 3], [4, 5, 6]])
+    # The next step (5 computed): the states before token 4 go, latest first, to the head.
+    model.allocate_slots(1, chain(tokens + [9], 2), 6, 5, 1, 0, None, tokens=tokens + [9])
+    assert model.block_ids(1) == [[1, 2, 3], [0, 0, 6]] and model.pool.free[:2] == [5, 4]
+    # Its table is handed out whole, not clipped to the computed tokens (not attention).
+    assert model.block_ids_for_computed_tokens(1, 2) == [[1], [0, 0, 6]]
