@@ -1,6 +1,8 @@
 """Reference model of vLLM's `KVCacheManager` (vllm 0.33.0) with prefix caching, over one
-full-attention group (group 0) and optionally one sliding-window group (group 1) of the same
-block size, on the block-pool model (`oracle.blockpool`). The contract, read from the released
+full-attention group (group 0) and optionally a second one (group 1): a sliding window (of the
+same block size, or another: then hits and caching follow the scheduler block, `hybrid.py`), a
+chunked-local group or a Mamba group with caching off, on the block-pool model
+(`oracle.blockpool`). The contract, read from the released
 source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_manager.py`):
 
 - `get_computed_blocks(request)`: the hit is capped at num_tokens - 1 tokens (the last token is
@@ -45,6 +47,7 @@ import math
 from dataclasses import replace
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
+from kvfuzz.oracle.kvmanager.hybrid import HybridRules, cdiv
 from kvfuzz.oracle.kvmanager.stats import PrefixStats
 from kvfuzz.strategies.blockpool.events import Prompt, Stored
 
@@ -56,11 +59,7 @@ class NothingToAllocate(Exception):
     """allocate_slots of no new tokens and no hit to adopt: the caller's bug (vLLM raises)."""
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class KVManagerModel:
+class KVManagerModel(HybridRules):
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
@@ -158,43 +157,6 @@ class KVManagerModel:
         return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
 
-    def _window_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
-        """The rightmost run of cdiv(window - 1, size) cached blocks within `limit_tokens`
-        whose right edge is on a scheduler block boundary (the nulls before it), else the run
-        from block 0."""
-        size = self.sizes[1]
-        need, limit = cdiv(self.window - 1, size), limit_tokens // size
-        out, run = [0] * limit, 0
-        for index in range(limit - 1, -1, -1):
-            found = self.pool.map.get((hashes[index], 1))
-            if found:
-                if run == 0 and (index + 1) * size % self.align:
-                    self.marks.append("window hit: a block off the scheduler grid passed")
-                    continue  # a run must end where a hit can
-                out[index] = found[0]
-                run += 1
-                if run >= need:
-                    return out[:index + run]
-            else:
-                run = 0
-        return out[:run]
-
-    def _local_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
-        """Chunked-local attention: the blocks before the chunk of the token after
-        `limit_tokens` null (outside every later token's chunk, as if computed), then the run
-        of cached blocks from there up to `limit_tokens`."""
-        size = self.sizes[1]
-        start = limit_tokens // self.local * self.local // size
-        out = [0] * start
-        for index in range(start, limit_tokens // size):
-            found = self.pool.map.get((hashes[index], 1))
-            if not found:
-                break
-            out.append(found[0])
-        if start:
-            self.marks.append("chunked-local hit: blocks before the chunk null")
-        return out
-
     # allocate_slots
 
     def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
@@ -282,47 +244,6 @@ class KVManagerModel:
             if group == 0 and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
         return fresh
-
-    def _cache_partial_tail(self, rid: int, hashes: list[int], tokens, prompt_tokens: int,
-                            cacheable: int) -> None:
-        """Full attention in blocks of more than one hash unit: the hash boundary before the
-        prompt's last token, where it falls inside a block the step has cached, also names
-        that block (a partial entry; every step that caches registers it, once)."""
-        boundary = min((prompt_tokens - 1) // self.h, len(hashes)) * self.h
-        if boundary == 0 or boundary > cacheable or boundary % self.bs == 0:
-            return
-        table = self.tables[0][rid]
-        if boundary // self.bs < len(table):
-            block, key = table[boundary // self.bs], (hashes[boundary // self.h - 1], 0)
-            if self.pool.key[block] != key and block not in self.pool.map.get(key, ()):
-                self.marks.append("partial entry registered")
-            self.pool.cache_partial_block(Prompt(hashes, tokens), table[boundary // self.bs],
-                                          boundary // self.h, 0, self.bs)
-
-    def _reachable(self, start: int, end: int, prompt_tokens: int,
-                   shared_boundary: int) -> set[int] | None:
-        """The sliding-window blocks of [start, end) that are cached (None: all of them): a
-        window's worth (cdiv(window - 1, block size) blocks) before each segment's end, the
-        segment the retention interval, or without one (dense) the scheduler block size; with
-        retention set, the same before each boundary a later hit can stop at (the prompt's
-        last token, the shared-prefix junction), each cut to the scheduler block size; every
-        block when a window spans a segment."""
-        size = self.sizes[1]
-        need = cdiv(self.window - 1, size)
-        segment = self.align if self.retention is None else self.retention
-        if segment:
-            per_segment = segment // size
-            if need >= per_segment:
-                return None
-            keep = {i for i in range(start, end) if i % per_segment >= per_segment - need}
-        else:
-            keep = set()
-        if self.retention is None:
-            return keep
-        for boundary in [prompt_tokens - 1] + ([shared_boundary] if shared_boundary else []):
-            stop = boundary // self.align * self.align // size
-            keep |= set(range(max(start, stop - need), min(end, stop)))
-        return keep
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
         if len(self.groups) == 1:
