@@ -233,4 +233,5 @@ def released_api(cls) -> dict[str, bool]:
     return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
             "watermark": bool(taken(cls, watermark=0.0)),
-            "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False))}
+            "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False)),
+            "scheduler": bool(taken(cls, scheduler_block_size=None))}

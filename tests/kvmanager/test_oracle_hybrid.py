@@ -124,3 +124,17 @@ def test_a_mamba_group_keeps_the_last_state_alone():
     assert model.block_ids(1) == [[1, 2, 3], [0, 0, 6]] and model.pool.free[:2] == [5, 4]
     # Its table is handed out whole, not clipped to the computed tokens (not attention).
     assert model.block_ids_for_computed_tokens(1, 2) == [[1], [0, 0, 6]]
+
+
+def test_a_class_without_a_scheduler_block_size_runs_no_trace_of_two_sizes():
+    from kvfuzz.strategies.kvmanager import hybrid, released
+
+    lacking = (released.NO_SCHEDULER_BLOCK,)
+    traces = [hybrid.GENERATOR.generate(0, index) for index in range(12)]
+    two_sizes = [t for t in traces if t.scheduler_block_size != t.block_size]
+    one_size = [t for t in traces if t.scheduler_block_size == t.block_size]
+    assert two_sizes and one_size
+    assert all(released.broken(t, lacking) == [f"a trace with a setting the class does not "
+                                               f"take: {released.NO_SCHEDULER_BLOCK}"]
+               for t in two_sizes)
+    assert not any(released.broken(t, lacking) for t in one_size)
