@@ -31,7 +31,17 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "extra retained tokens": lambda t: t.retained > 0,
            "sparse retention": lambda t: t.retention is not None,
            "whole request must fit": lambda t: t.full_sequence_must_fit,
-           "watermark": lambda t: t.watermark > 0}
+           "watermark": lambda t: t.watermark > 0,
+           "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
+           "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
+           "chunked local attention": lambda t: t.local_chunk > 0,
+           "Mamba": lambda t: bool(t.mamba_mode)}
+# Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
+# coordinator's alignment to the scheduler block size and full attention's partial entries.
+MARKS = ("hit cut to the scheduler block size",
+         "window hit: a block off the scheduler grid passed",
+         "dense window: blocks between hit points uncached", "partial entry registered",
+         "chunked-local hit: blocks before the chunk null")
 
 
 class _Request:
@@ -65,7 +75,7 @@ class KVManagerLockstep(Lockstep):
               "arrive, skipping the prefix cache", "allocate_slots of a hit alone",
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
-              "window frees blocks with tokens in flight",
+              "window frees blocks with tokens in flight", *MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -78,7 +88,8 @@ class KVManagerLockstep(Lockstep):
         return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
-                              trace.eagle, trace.retained)
+                              trace.eagle, trace.retained, trace.window_block_size,
+                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
@@ -86,7 +97,8 @@ class KVManagerLockstep(Lockstep):
         return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
-                    trace.eagle, trace.retained)
+                    trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
+                    trace.local_chunk, trace.mamba_mode)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")
@@ -177,7 +189,7 @@ class KVManagerLockstep(Lockstep):
 
     # -- admission and allocation -------------------------------------------------------------
     def _hashes(self, request: _Request) -> list[int]:
-        return request.hashes(self.trace.block_size)
+        return request.hashes(self.trace.hash_size)  # per hash unit, as vLLM's request
 
     def _admit(self, rid: int, request: _Request, chunk: int):
         report = self.trace.report
@@ -186,13 +198,14 @@ class KVManagerLockstep(Lockstep):
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
                    "get_computed_blocks", (rid,), oracle=lambda: expected, compare=_hit_compare)
         hit_blocks, hit, request.boundary = expected
+        self._count_marks()
         self.count("admission with a hit" if hit else "admission, no hit")
         if hit and report:
             self.count("hit reported")
         new = min(chunk, len(request.tokens) - hit)
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
         problems = yield from self._allocation(rid, request, new, hit, hit_blocks)
-        size = self.trace.block_size
+        size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
         if problems or hit < size:
             return problems
         # The lookup cut at an aligned point, as the scheduler cuts a local hit that a longer
@@ -226,6 +239,7 @@ class KVManagerLockstep(Lockstep):
             yield Call("", "allocate_slots", args, oracle=refuse,
                        compare=self._allocation_compare)
             return []
+        self._count_marks()
         if new == 0:
             self.count("allocate_slots of a hit alone")
         if model.freed_by_window:
@@ -252,6 +266,10 @@ class KVManagerLockstep(Lockstep):
                        record_prefix_cache_stats(len(request.tokens), hit, request.preempted,
                                                  request.skip))
         return []
+
+    def _count_marks(self) -> None:
+        for mark in self.model.take_marks():
+            self.count(mark)
 
     def _allocation_compare(self, expected, rejected, actual, raised):
         model = self.model

@@ -17,7 +17,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import UPSTREAM, check_shape
-from kvfuzz.strategies.kvmanager import codec, generator, uniform
+from kvfuzz.strategies.kvmanager import codec, streams, uniform
 from kvfuzz.strategies.kvmanager.released import LACKS, broken
 from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
 
@@ -62,7 +62,7 @@ KVMANAGER = trace_target(
     "kvmanager",
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
                      codec.MAX_OPS),
-    inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
+    inputs=TraceInputs(streams.GENERATOR, uniform=uniform.uniform_trace),
     judge=LockstepJudge(KVManagerLockstep, describe_op, broken),
     catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape, _declare),
     shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),

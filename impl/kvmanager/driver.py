@@ -53,7 +53,10 @@ class KVManagerDriver(ManagerReads):
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
-                 retained: int = 0):
+                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
+                 local_chunk: int = 0, mamba_mode: str = ""):
+        import math
+
         import torch
         from vllm.sampling_params import SamplingParams
         from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -61,11 +64,26 @@ class KVManagerDriver(ManagerReads):
                                                 KVCacheGroupSpec, SlidingWindowSpec)
         from vllm.v1.request import Request, RequestStatus
 
-        shape = dict(block_size=block_size, num_kv_heads=1, head_size=8, dtype=torch.float16)
-        specs = [FullAttentionSpec(**shape)]
+        shape = dict(num_kv_heads=1, head_size=8, dtype=torch.float16)
+        specs = [FullAttentionSpec(block_size=block_size, **shape)]
         if window:  # extra_retained_tokens only where set: a release before it has no such field
             more = {"extra_retained_tokens": retained} if retained else {}
-            specs.append(SlidingWindowSpec(**shape, sliding_window=window, **more))
+            specs.append(SlidingWindowSpec(block_size=window_block_size or block_size, **shape,
+                                           sliding_window=window, **more))
+        if local_chunk:
+            from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec
+
+            specs.append(ChunkedLocalAttentionSpec(block_size=block_size, **shape,
+                                                   attention_chunk_size=local_chunk))
+        if mamba_mode:
+            from vllm.v1.kv_cache_interface import MambaSpec
+
+            specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
+                                   dtypes=(torch.float16,), mamba_cache_mode=mamba_mode))
+        # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's
+        # least common multiple (as vLLM's engine config derives them for a hybrid model).
+        hash_size = hash_block_size or block_size
+        scheduler_size = math.lcm(*(spec.block_size for spec in specs))
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
                                                 for i, spec in enumerate(specs)],
@@ -73,12 +91,14 @@ class KVManagerDriver(ManagerReads):
                                        prefix_cache_retention_interval=retention))
         init_none_hash(block_hash)
         _seed_none_hash()
-        self._hasher = get_request_block_hasher(block_size, block_hash)
+        self._hasher = get_request_block_hasher(hash_size, block_hash)
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         # a setting is passed where the class takes it, or where the trace sets it (asked)
-        self.manager = cls(config, max_model_len=max_model_len, hash_block_size=block_size,
+        self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
                            enable_caching=caching,
-                           **taken(cls, scheduler_block_size=block_size),
+                           # (a class without the keyword fails a trace that needs it)
+                           **(taken if scheduler_size == block_size else asked)(
+                               cls, scheduler_block_size=scheduler_size),
                            **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
                                    watermark=watermark, enable_kv_cache_events=events,
                                    log_stats=stats, use_eagle=eagle))
@@ -213,4 +233,5 @@ def released_api(cls) -> dict[str, bool]:
     return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
             "watermark": bool(taken(cls, watermark=0.0)),
-            "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False))}
+            "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False)),
+            "scheduler": bool(taken(cls, scheduler_block_size=None))}

@@ -144,6 +144,37 @@ MUTATIONS = {
         "UnitaryKVCacheCoordinator.find_longest_cache_hit",
         "drop_eagle_block=0 in self.drop_eagle_group_ids", "drop_eagle_block=False",
         "with EAGLE a hit keeps its last block, whose hidden states the drafter needs again")),
+    # Groups of different block sizes, hashed per fewer tokens (the "hybrid sizes" profile,
+    # `strategies/kvmanager/hybrid.py`): what only a scheduler block above a group's block
+    # size, or a hash block below it, shows.
+    "hybrid_hit_off_grid": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "alignment_tokens=self._cache_hit_alignment_tokens,",
+        "alignment_tokens=self.hash_block_size,",
+        "with groups of different block sizes a hit may end inside a scheduler block (where "
+        "one group's block ends, not every group's)")),
+    "hybrid_caches_off_grid": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator._align_cacheable",
+        "return round_down(num_tokens, self.scheduler_block_size)",
+        "return round_down(num_tokens, self.hash_block_size)",
+        "a step caches blocks past its last scheduler block, where no hit can end")),
+    "partial_tail_past_prompt": (SINGLE, Mutation(
+        "FullAttentionManager._cache_partial_tail_block",
+        "else request.num_prompt_tokens - 1", "else request.num_prompt_tokens",
+        "the partial entry of a prompt's tail takes in its last token, which a resend "
+        "recomputes: it names a boundary no lookup of the prompt reaches")),
+    # Chunked-local attention (the "chunked local" profile).
+    "local_chunk_freed_early": (SINGLE, Mutation(
+        "ChunkedLocalAttentionManager.get_num_skipped_tokens",
+        "num_computed_tokens // self.attention_chunk_size",
+        "(num_computed_tokens + 1) // self.attention_chunk_size",
+        "chunked-local attention frees a chunk's blocks while its last token is still to be "
+        "computed (it attends to them)")),
+    # Mamba ("none"/"all", caching off: the "mamba" profile).
+    "mamba_state_freed": (SINGLE, Mutation(
+        "MambaManager.get_num_skipped_tokens", "return num_computed_tokens - 1",
+        "return num_computed_tokens",
+        "a Mamba group frees the state of the last computed token, which the next one reads")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

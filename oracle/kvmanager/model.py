@@ -1,6 +1,8 @@
 """Reference model of vLLM's `KVCacheManager` (vllm 0.33.0) with prefix caching, over one
-full-attention group (group 0) and optionally one sliding-window group (group 1) of the same
-block size, on the block-pool model (`oracle.blockpool`). The contract, read from the released
+full-attention group (group 0) and optionally a second one (group 1): a sliding window (of the
+same block size, or another: then hits and caching follow the scheduler block, `hybrid.py`), a
+chunked-local group or a Mamba group with caching off, on the block-pool model
+(`oracle.blockpool`). The contract, read from the released
 source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_manager.py`):
 
 - `get_computed_blocks(request)`: the hit is capped at num_tokens - 1 tokens (the last token is
@@ -41,30 +43,38 @@ blocks covers; `get_block_ids_for_computed_tokens(n)`: each table's first cdiv(n
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
+from kvfuzz.oracle.kvmanager.hybrid import HybridRules, cdiv
 from kvfuzz.oracle.kvmanager.stats import PrefixStats
 from kvfuzz.strategies.blockpool.events import Prompt, Stored
 
 KINDS = ("full_attention", "sliding_window")  # a Stored event's group kind, by group
+LOCAL = "chunked_local_attention"  # group 1's kind where it is chunked-local
 
 
 class NothingToAllocate(Exception):
     """allocate_slots of no new tokens and no hit to adopt: the caller's bug (vLLM raises)."""
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-class KVManagerModel:
+class KVManagerModel(HybridRules):
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
-                 retained: int = 0):
-        self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=block_size,
+                 retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
+                 local_chunk: int = 0, mamba_mode: str = ""):
+        # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
+        # `local_chunk` tokens, or none.
+        self.groups = (0, 1) if window or local_chunk or mamba_mode else (0,)
+        self.local, self.mamba = local_chunk, bool(mamba_mode)
+        # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
+        # scheduler block size (the least common multiple of the groups').
+        self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
+        self.h, self.align = hash_block_size or block_size, math.lcm(*self.sizes)
+        self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=self.h,
                                    events=events)
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention, self.caching, self.eagle = retention, caching, eagle
@@ -75,17 +85,30 @@ class KVManagerModel:
         # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
         # counts at most for the sliding-window group.
         self.admission_cap = cdiv(min(window - 1 + retained + in_flight, max_model_len),
-                                  block_size) + 1
-        self.groups = (0, 1) if window else (0,)
+                                  self.sizes[-1]) + 1
+        if local_chunk:  # ChunkedLocalAttentionSpec's: a chunk and the tokens in flight
+            self.admission_cap = cdiv(min(local_chunk + in_flight, max_model_len),
+                                      self.sizes[-1])
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
         # What the last allocate_slots did, for the lock step's checks and counts: the blocks its
         # window move put back free, what its check counted, whether the whole-request check
         # refused it.
         self.freed_by_window, self.predicted, self.refused_whole = 0, 0, False
+        self.marks: list[str] = []  # edge classes the last calls reached (the lock step counts)
 
     def skipped_tokens(self, group: int, computed: int) -> int:
-        return 0 if group == 0 else max(0, computed - self.window + 1 - self.retained)
+        if group == 0:
+            return 0
+        if self.local:  # the chunks before the one the next token is in
+            return computed // self.local * self.local
+        if self.mamba:  # every state but the last computed token's
+            return max(0, computed - 1)
+        return max(0, computed - self.window + 1 - self.retained)
+
+    def take_marks(self) -> list[str]:
+        marks, self.marks = self.marks, []
+        return marks
 
     def running(self, rid: int) -> bool:
         return any(rid in counts for counts in self.num_cached)
@@ -102,41 +125,37 @@ class KVManagerModel:
             for group, group_blocks in enumerate(blocks):
                 if group_blocks:
                     self.pool.emit_cached_block_events(Prompt(hashes, tokens), len(group_blocks),
-                                                       self.bs, group)
+                                                       self.sizes[group], group)
         return found
+
+    def group_hashes(self, hashes: list[int], group: int) -> list[int]:
+        """The hashes of a group's blocks: each block's last hash unit's."""
+        scale = self.sizes[group] // self.h
+        return hashes[scale - 1::scale]
 
     def _hit(self, hashes: list[int], num_tokens: int, skip: bool):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
         full = []
-        for block_hash in hashes[:longest // bs]:
+        for block_hash in self.group_hashes(hashes, 0)[:longest // bs]:
             found = self.pool.map.get((block_hash, 0))
             if not found:
                 break
             full.append(found[0])
-        if not self.window:
+        if len(self.groups) == 1:
             full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
-        windowed = self._window_hit(hashes, len(full))
-        length = len(windowed) * bs
-        full_length = len(full) * bs
-        return [full[:len(windowed)], windowed], length, \
+        # The hybrid coordinator: full attention's run cut to the scheduler block size, the
+        # window's hit within it, full attention cut to that.
+        full_length = len(full) * bs // self.align * self.align
+        if full_length < len(full) * bs:
+            self.marks.append("hit cut to the scheduler block size")
+        windowed = (self._local_hit if self.local else self._window_hit)(
+            self.group_hashes(hashes, 1), full_length)
+        length = len(windowed) * self.sizes[1]
+        return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
-
-    def _window_hit(self, hashes: list[int], limit: int) -> list[int]:
-        need = cdiv(self.window - 1, self.bs)
-        out, run = [0] * limit, 0
-        for index in range(limit - 1, -1, -1):
-            found = self.pool.map.get((hashes[index], 1))
-            if found:
-                out[index] = found[0]
-                run += 1
-                if run >= need:
-                    return out[:index + run]
-            else:
-                run = 0
-        return out[:run]
 
     # allocate_slots
 
@@ -144,14 +163,15 @@ class KVManagerModel:
                            computed: int, capped: bool = False) -> int:
         total = 0
         for group in self.groups:
-            required = cdiv(need, self.bs)
-            if capped and group == 1:
+            size = self.sizes[group]
+            required = cdiv(need, size)
+            if capped and group == 1 and not self.mamba:  # Mamba's spec sets no cap
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
                 total += max(required - held, 0)
                 continue
-            skipped = self.skipped_tokens(group, computed) // self.bs
+            skipped = self.skipped_tokens(group, computed) // size
             total += max(required - max(skipped, len(hit[group]) + held), 0)
             pending = hit[group][max(0, skipped - held):]
             total += sum(1 for b in pending if b and self.pool.ref[b] == 0)
@@ -189,7 +209,7 @@ class KVManagerModel:
             return None
         if hit is not None and not self.running(rid):
             for group in self.groups:
-                skipped = self.skipped_tokens(group, computed) // self.bs
+                skipped = self.skipped_tokens(group, computed) // self.sizes[group]
                 rest = hits[group][skipped:]
                 self.pool.touch(rest)
                 self.tables[group][rid] = [0] * skipped + list(rest)
@@ -197,49 +217,39 @@ class KVManagerModel:
         fresh = []
         for group in self.groups:
             table = self.tables[group].setdefault(rid, [])
-            count = cdiv(need, self.bs) - len(table)
+            count = cdiv(need, self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             fresh.append(got)
-        to_cache = min(total + new, num_tokens)
+        # What a step caches: its tokens, cut to the scheduler block size (the hybrid
+        # coordinator's; a no-op where every group has one block size).
+        to_cache = min(total + new, num_tokens) // self.align * self.align
         for group in self.groups if self.caching else ():
-            num_full = min(to_cache, len(hashes) * self.bs) // self.bs
+            size = self.sizes[group]
+            num_full = min(to_cache, len(hashes) * self.h) // size
             cached = self.num_cached[group].get(rid, 0)
-            if cached >= num_full:
-                continue
-            table = self.tables[group][rid]
-            if group == 1 and self.retention is not None:  # sparse: only reachable blocks
-                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary)
-                table = [b if index in keep else 0 for index, b in enumerate(table)]
-            self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full, group,
-                                        self.bs)
-            self.num_cached[group][rid] = num_full
+            if cached < num_full:
+                table = self.tables[group][rid]
+                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary) \
+                    if group == 1 and self.window else None
+                if keep is not None:  # sparse: only the blocks a hit can end on
+                    table = [b if index in keep else 0 for index, b in enumerate(table)]
+                    held = self.tables[group][rid][cached:num_full]
+                    if self.retention is None and any(
+                            b and not kept for b, kept in zip(held, table[cached:num_full])):
+                        self.marks.append("dense window: blocks between hit points uncached")
+                self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full,
+                                            group, size)
+                self.num_cached[group][rid] = num_full
+            if group == 0 and size != self.h:
+                self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
         return fresh
 
-    def _reachable(self, start: int, end: int, prompt_tokens: int,
-                   shared_boundary: int) -> set[int]:
-        """The sliding-window blocks of [start, end) that sparse retention caches: a window's
-        worth (cdiv(window - 1, block_size) blocks) before each boundary a later hit can stop
-        at (the prompt's last token, the shared-prefix junction), and with a positive interval
-        the same before each segment's end; every block when a window spans a segment."""
-        need = cdiv(self.window - 1, self.bs)
-        if self.retention:
-            per_segment = self.retention // self.bs
-            if need >= per_segment:
-                return set(range(start, end))
-            keep = {i for i in range(start, end) if i % per_segment >= per_segment - need}
-        else:
-            keep = set()
-        for boundary in [prompt_tokens - 1] + ([shared_boundary] if shared_boundary else []):
-            stop = boundary // self.bs
-            keep |= set(range(max(start, stop - need), min(end, stop)))
-        return keep
-
     def _free_out_of_window(self, rid: int, computed: int) -> int:
-        if not self.window:
+        if len(self.groups) == 1:
             return 0
         table = self.tables[1].get(rid)
-        count = min(self.skipped_tokens(1, computed) // self.bs, len(table or ()))
+        count = min(self.skipped_tokens(1, computed) // self.sizes[1], len(table or ()))
         freed = []
         for index in range(count - 1, -1, -1):
             if table[index] == 0:
@@ -281,7 +291,8 @@ class KVManagerModel:
 
     def take_events(self) -> list:
         """The pool's events since the last take, each `Stored` with its group's kind."""
-        return [replace(e, kind=KINDS[e.group], window=self.window if e.group else None)
+        return [replace(e, kind=LOCAL if e.group and self.local else KINDS[e.group],
+                        window=(self.window or None) if e.group else None)
                 if isinstance(e, Stored) and e.group in self.groups else e
                 for e in self.pool.take_events()]
 
@@ -294,11 +305,13 @@ class KVManagerModel:
         return found or 0
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        return [ids[:cdiv(computed, self.bs)] for ids in self.block_ids(rid)]
+        # A Mamba group's table is not clipped (not an attention spec)
+        return [ids if group and self.mamba else ids[:cdiv(computed, size)]
+                for group, (ids, size) in enumerate(zip(self.block_ids(rid), self.sizes))]
 
     def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:
         """`truncate_computed_blocks`: a lookup's blocks cut at an aligned token count."""
-        return [list(blocks[:tokens // self.bs]) for blocks in hit]
+        return [list(blocks[:tokens // size]) for blocks, size in zip(hit, self.sizes)]
 
     def evict_blocks(self, block_ids) -> None:
         self.pool.evict_blocks(set(block_ids))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 
 from kvfuzz.strategies.inputs import FieldReader
@@ -47,6 +48,7 @@ def from_json(data: object, source: str = "trace") -> Trace:
     reader.expect(type(watermark) in (int, float) and 0 <= watermark < 1, "watermark",
                   "expected a number in [0, 1) (vLLM's SchedulerConfig.watermark)", watermark)
     later = _later_settings(reader, data, window)
+    _sizes(reader, block_size, window, later, retention)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
@@ -57,6 +59,23 @@ def from_json(data: object, source: str = "trace") -> Trace:
 def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values = {name: reader.boolean(data.get(name, default), name)
               for name, default in LATER_SETTINGS.items() if type(default) is bool}
+    values |= {name: data.get(name, 0) for name in ("window_block_size", "hash_block_size")}
+    values["local_chunk"] = local = reader.integer(data.get("local_chunk", 0), "local_chunk",
+                                                   low=0, high=MAX_LEN)
+    # One second group: a sliding window or a chunked-local one (vLLM asserts that EAGLE has
+    # no chunked-local group).
+    reader.expect(not (local and window), "local_chunk",
+                  "expected 0 with a sliding window (one second group)", local)
+    reader.expect(not (local and values["eagle"]), "eagle",
+                  "expected false with a chunked-local group (vLLM asserts)", True)
+    # A Mamba group: caching off (vLLM refuses "none" and "all" with it on; "align" is not in
+    # the oracle), and no other second group.
+    values["mamba_mode"] = mode = data.get("mamba_mode", "")
+    reader.expect(mode in ("", "none", "all"), "mamba_mode",
+                  'expected "", "none" or "all"', mode)
+    reader.expect(not mode or not (window or local or values["caching"]), "mamba_mode",
+                  "expected no sliding-window or chunked-local group and caching off with a "
+                  "Mamba group", mode)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -72,6 +91,28 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   False)
     return values
 
+
+def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
+           retention: int | None) -> None:
+    """The hybrid stream's block sizes: what vLLM's coordinators accept (the unitary one, one
+    group, only hashes of its block size; the hybrid one, every group's block size a multiple
+    of the hash block size, and a positive retention a multiple of the scheduler block size,
+    the least common multiple of the groups')."""
+    for name in ("window_block_size", "hash_block_size"):
+        values[name] = reader.integer(values.get(name, 0), name, low=0, high=MAX_BLOCK_SIZE)
+    swa, hashed = values["window_block_size"], values["hash_block_size"]
+    reader.expect(window or not swa, "window_block_size",
+                  "expected 0 without a sliding window", swa)
+    sizes = (block_size, swa or block_size) if window or values["local_chunk"] or \
+        values["mamba_mode"] else (block_size,)
+    reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
+                  f"expected 0 or a divisor of every group's block size {sizes}", hashed)
+    reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",
+                  "expected 0 or block_size with one group (vLLM's unitary coordinator)",
+                  hashed)
+    scheduler = math.lcm(*sizes)
+    reader.expect(not retention or retention % scheduler == 0, "retention",
+                  f"expected a multiple of the scheduler block size {scheduler}", retention)
 
 
 def _op(reader: FieldReader, raw: object, where: str) -> Op:

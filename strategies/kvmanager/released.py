@@ -8,9 +8,10 @@ NO_RETENTION = "no prefix_cache_retention_interval (an earlier vLLM's KVCacheCon
 NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
 NO_WATERMARK = "no watermark (an earlier vLLM release)"
 NO_WHOLE_CHECK = "no full_sequence_must_fit in allocate_slots (an earlier vLLM release)"
+NO_SCHEDULER_BLOCK = "no scheduler_block_size (an earlier vLLM release)"
 # `released_api`'s keys -> the precondition a class that lacks it declares
 LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_WATERMARK,
-         "whole": NO_WHOLE_CHECK}
+         "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK}
 
 
 def broken(trace, preconditions) -> list[str]:
@@ -18,6 +19,8 @@ def broken(trace, preconditions) -> list[str]:
     asks = {NO_RETENTION: trace.retention is not None,
             NO_IN_FLIGHT: trace.max_in_flight_tokens is not None,
             NO_WATERMARK: bool(trace.watermark),
-            NO_WHOLE_CHECK: trace.full_sequence_must_fit}
+            NO_WHOLE_CHECK: trace.full_sequence_must_fit,
+            # groups of different block sizes: a scheduler block above the block size
+            NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

@@ -12,6 +12,7 @@ shrinker drops ops.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from kvfuzz.strategies.inputs import (LATER, Origin, dataclass_op_to_json, document_id,
@@ -120,7 +121,23 @@ class Trace:
     draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; full
     attention alone), `async_scheduling` (a running request's previous allocation is still in
     flight at its next: `num_in_flight_tokens`), `retained` (the sliding window's
-    `extra_retained_tokens`)."""
+    `extra_retained_tokens`).
+
+    Groups of different block sizes (`kvmanager/hybrid/1`): `window_block_size`, the
+    sliding-window group's block size where it differs from `block_size` (the full-attention
+    group's; 0: the same), and `hash_block_size`, the tokens per block hash where they are fewer
+    than every group's block size (0: `block_size`). The manager then schedules in blocks of
+    `scheduler_block_size` (the least common multiple of the groups' block sizes): hits are
+    aligned to it, and so is what a step caches.
+
+    Chunked-local attention (`kvmanager/5[chunked local]`): `local_chunk` > 0 makes the second
+    group a `ChunkedLocalAttentionSpec` of that `attention_chunk_size` (no sliding window then):
+    a token attends to the tokens of its own chunk only.
+
+    Mamba (`kvmanager/5[mamba]`): `mamba_mode` "none" or "all" makes the second group a
+    `MambaSpec` of that `mamba_cache_mode`, with prefix caching off (vLLM refuses either mode with
+    caching on; "align" is not modelled): a request keeps only the state of its last computed
+    token."""
 
     blocks: int
     block_size: int
@@ -139,14 +156,38 @@ class Trace:
     eagle: bool = False
     async_scheduling: bool = False
     retained: int = 0
+    window_block_size: int = 0
+    hash_block_size: int = 0
+    local_chunk: int = 0
+    mamba_mode: str = ""
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Each group's block size: full attention's, then the sliding window's."""
+        return (self.block_size, self.window_block_size or self.block_size)[
+            :2 if self.window or self.local_chunk or self.mamba_mode else 1]
+
+    @property
+    def hash_size(self) -> int:
+        return self.hash_block_size or self.block_size
+
+    @property
+    def scheduler_block_size(self) -> int:
+        return math.lcm(*self.sizes)
 
     def trace_id(self) -> str:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        groups = f"full + sliding window {self.window}" if self.window else "full attention"
+        groups = f"full + sliding window {self.window}" if self.window else \
+            f"full + chunked local {self.local_chunk}" if self.local_chunk else \
+            f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else "full attention"
+        if self.window_block_size and self.window_block_size != self.block_size:
+            groups += f" in blocks of {self.window_block_size}"
+        if self.hash_block_size and self.hash_block_size != self.block_size:
+            groups += f", hashed per {self.hash_block_size} tokens"
         settings = [f"retention {self.retention}"] if self.retention is not None else []
         settings += ["full sequence must fit"] if self.full_sequence_must_fit else []
         settings += [f"max_in_flight_tokens {self.max_in_flight_tokens}"] \
@@ -202,6 +243,9 @@ def _settings(trace: Trace) -> dict:
                    if getattr(trace, name) != default}
 
 
-# Settings added with `kvmanager/5`, and their defaults (a file without them reads as before).
+# Settings added with `kvmanager/5` (and the hybrid stream's two sizes), and their defaults (a
+# file without them reads as before).
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
-                  "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0}
+                  "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
+                  "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
+                  "mamba_mode": ""}

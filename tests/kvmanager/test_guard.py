@@ -48,10 +48,12 @@ def guarded_run(trace, name: str | None, corpus_dir, check: bool = True):
 def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
-    tokens) or one it does not check (KV events and stats: the engine's own consumers drain
+    tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
+    groups) or one it does not check (KV events and stats: the engine's own consumers drain
     them); else without its steps of no tokens and with every request reading the cache."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
-            trace.async_scheduling or trace.retained:
+            trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
+            trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode:
         return None
     ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
                 for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
@@ -63,7 +65,8 @@ def guard_models(trace):
 NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ignored",
                "zero_tokens_accepted", "stats_preempted_as_new", "reset_not_in_stats",
                "hit_report_skipped", "events_unannotated", "retained_tokens_freed",
-               "eagle_block_kept")
+               "eagle_block_kept", "hybrid_hit_off_grid", "hybrid_caches_off_grid",
+               "partial_tail_past_prompt", "local_chunk_freed_early", "mamba_state_freed")
 
 
 def corner_trace(index: int, impl):

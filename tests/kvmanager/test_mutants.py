@@ -39,6 +39,13 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "truncate_one_block_long": r"result:? +first difference|result:? +expected",
     "retained_tokens_freed": r"consumed|block table|free queue|num free|result",
     "eagle_block_kept": r"prefix hit:? +expected \d+ tokens",
+    # The hybrid sizes profile: a hit off the scheduler grid (its length, its blocks, or the
+    # junction it leaves); a block cached past the grid; a partial entry at the wrong boundary.
+    "hybrid_hit_off_grid": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
+    "hybrid_caches_off_grid": r"block hash|hash map|KV events",
+    "partial_tail_past_prompt": r"block hash|hash map|KV events",
+    "local_chunk_freed_early": r"consumed|block table|free queue|num free|result|None vs",
+    "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
 }.items()}
 
 

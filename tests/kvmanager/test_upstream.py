@@ -122,3 +122,30 @@ def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
     _, recorded = corpus.load(CORPUS / "kvmanager-ebf8ecc276af2472.json")
     recorded_share = sum(isinstance(op, Decode) for op in recorded.ops) / len(recorded.ops)
     assert abs(decodes / ops - recorded_share) < 0.15, (decodes / ops, recorded_share)
+
+
+@pytest.mark.parametrize("stream, count, configs", [
+    ("GENERATOR", 30, ("groups of different block sizes", "hash block below the block size")),
+    ("LOCAL", 20, ("chunked local attention",)),
+    ("MAMBA", 10, ("Mamba",)),
+], ids=["hybrid sizes", "chunked local", "mamba"])
+def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, configs):
+    """The hybrid coordinator's profiles (strategies/kvmanager/hybrid.py) run clean on the
+    released class and reach what they exist for: hits and caching cut to the scheduler
+    block, a window's run passing a block off that grid, a dense window leaving blocks
+    uncached, partial entries; chunked-local hits with null blocks before the chunk; Mamba
+    states freed as a request moves on."""
+    from collections import Counter
+
+    from kvfuzz.fuzz.kvmanager.lockstep import MARKS
+    from kvfuzz.strategies.kvmanager import hybrid
+
+    events = Counter()
+    for index in range(count):
+        outcome = KVMANAGER.check(getattr(hybrid, stream).generate(0, index), VLLM)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+    local = "chunked-local hit: blocks before the chunk null"
+    wanted = {"LOCAL": [local], "MAMBA": []}.get(stream, [m for m in MARKS if m != local])
+    wanted += [f"config: {name}" for name in configs] + ["window frees blocks"]
+    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}

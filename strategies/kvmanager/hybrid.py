@@ -1,0 +1,110 @@
+"""The profiles of vLLM's hybrid coordinator, each a stream of its own (`streams.py`). Standard
+library only.
+
+"hybrid sizes" (`kvmanager/5[hybrid sizes]`): groups of different block sizes, hashed per
+fewer tokens than a block.
+
+A full-attention group of 2 to 8 tokens per block beside a sliding-window group of another
+block size (or the same, hashed finer), the hash block a common divisor of both (often below
+both), so the manager schedules in blocks of their least common multiple: hits are cut to it,
+a window's run must end on it, a step caches only up to it, a dense sliding-window group keeps
+only a window's worth before each scheduler block, and full attention registers the prompt's
+last hash boundary inside a block as a partial entry (vLLM's `cache_partial_block`). The
+requests are the corner generator's (`generator._Generator`), their prompts cut around the
+scheduler block; the engine's settings vary as in the corner profiles (retention a multiple of
+the scheduler block).
+
+"chunked local" (`kvmanager/5[chunked local]`): full attention beside chunked-local attention,
+whose tokens attend to their own chunk only: a hit's blocks before the last chunk are null, the
+blocks of finished chunks are freed as a request moves on, an admission counts a chunk's worth
+of blocks at most.
+
+"mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
+prefix caching off: a request keeps the state of its last computed token alone, older ones
+freed as it moves on.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+from kvfuzz.strategies.kvmanager.generator import _Generator
+from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.sources import TraceGenerator
+
+# (full attention's block size, the sliding window's), the scheduler block at most 16 tokens
+SIZES = ((2, 4), (4, 2), (4, 8), (8, 4), (2, 8), (8, 2), (4, 4), (8, 8), (2, 2), (4, 16))
+
+
+def _ops(rng: random.Random, scheduler: int, max_model_len: int, num_ops: int) -> tuple:
+    gen = _Generator(rng, scheduler, max_model_len)
+    while len(gen.ops) < num_ops:
+        gen.step()
+    return tuple(gen.ops[:num_ops])
+
+
+def _engine(rng: random.Random, size: int) -> dict:
+    """The engine's settings, as the corner profiles vary them (`size`: the second group's
+    block size)."""
+    observed, in_flight = rng.random() < 0.4, rng.random() < 0.2
+    return {"full_sequence_must_fit": rng.random() < 0.5,
+            "max_in_flight_tokens": None if rng.random() < 0.7 else rng.randint(1, 2 * size),
+            "watermark": 0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
+            "events": observed, "stats": observed,
+            "lookahead": rng.randint(1, 3) if rng.random() < 0.2 else 0,
+            "async_scheduling": in_flight}
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
+    full, swa = rng.choice(SIZES)
+    common = math.gcd(full, swa)
+    # a hash block below the block size in most traces (always where the sizes are equal)
+    hashed = rng.choice([d for d in (1, 2, 4) if common % d == 0 and (d < common or
+                                                                       full != swa)])
+    scheduler = math.lcm(full, swa)
+    window = rng.randint(2, 3 * swa)
+    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 8) * scheduler + rng.randint(0, 3)))
+    retention = rng.choice((None, None, 0, rng.randint(1, 3) * scheduler))
+    settings = _engine(rng, swa)
+    if settings["async_scheduling"] and rng.random() < 0.5:
+        settings["retained"] = rng.randint(1, swa)
+    return Trace(blocks, full, window, max_model_len,
+                 _ops(rng, scheduler, max_model_len, num_ops), retention, **settings,
+                 window_block_size=swa if swa != full else 0,
+                 hash_block_size=hashed if hashed != full else 0, note="profile hybrid sizes")
+
+
+def build_local(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside chunked-local attention (`ChunkedLocalAttentionSpec`) of one
+    block size (vLLM asserts it), chunks of one to four blocks or of any length from 2 tokens,
+    hashed per block or (in a quarter) per fewer tokens."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    chunk = rng.choice((rng.randint(1, 4) * size, rng.randint(2, 4 * size)))
+    hashed = rng.choice([d for d in (1, 2) if size % d == 0 and d < size] or [size]) \
+        if rng.random() < 0.25 else size
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 rng.choice((None, 0)), **_engine(rng, size),
+                 hash_block_size=hashed if hashed != size else 0, local_chunk=chunk,
+                 note="profile chunked local")
+
+
+def build_mamba(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside a Mamba group ("none" or "all") of one block size, prefix caching
+    off (vLLM refuses both modes with it on)."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 None, **_engine(rng, size), caching=False,
+                 mamba_mode=rng.choice(("none", "all")), note="profile mamba")
+
+
+NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
+GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
+LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
+                       max_fuzz_ops=200)
+MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)

@@ -1,0 +1,45 @@
+"""The `kvmanager` target's seeded traces: `kvmanager/5` (generator.py) with the streams of
+newer configuration profiles mixed in. Standard library only.
+
+A profile added later gets a stream of its own (its own generator name, so it can change
+without touching another), and a share of the indices: whether input `index` of `seed` is a
+new profile's is drawn from (MIX, seed, index) alone (a range of that draw per stream), so every other index is still
+`kvmanager/5`'s trace of that seed and index, as before the profile came. An input's origin
+names the stream it came from, with the seed and index that `kvfuzz diff kvmanager --seed S
+--start I` regenerates it from. Fuzzer bytes (`from_bytes`) feed `kvmanager/5` alone.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.kvmanager import generator, hybrid
+from kvfuzz.strategies.sources import TraceGenerator, seeded_random
+
+MIX = "kvmanager/mix"
+# (stream, the range of the draw it takes): a new stream takes a range no other one had, so an
+# index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
+STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
+           (hybrid.MAMBA, 0.82, 0.875))
+
+
+class MixedStreams:
+    """A `TraceGenerator` in what the engine asks of one (`generate`, `from_bytes`)."""
+
+    def __init__(self, base: TraceGenerator, streams):
+        self.base, self.streams = base, tuple(streams)
+        self.name, self.build = base.name, base.build
+        self.num_ops, self.max_fuzz_ops = base.num_ops, base.max_fuzz_ops
+
+    def stream(self, seed: int, index: int) -> TraceGenerator:
+        """The stream input `index` of `seed` comes from."""
+        pick = seeded_random(MIX, seed, index).random()
+        return next((stream for stream, low, high in self.streams if low <= pick < high),
+                    self.base)
+
+    def generate(self, seed: int, index: int, num_ops: int | None = None):
+        return self.stream(seed, index).generate(seed, index, num_ops)
+
+    def from_bytes(self, data: bytes):
+        return self.base.from_bytes(data)
+
+
+GENERATOR = MixedStreams(generator.GENERATOR, STREAMS)
