@@ -66,6 +66,10 @@ def add_parser(commands) -> None:
     history.add_argument("--picture", type=Path, default=None, metavar="PNG",
                          help="the heat map (default: the results file's name with .png; "
                               "drawn where matplotlib is installed)")
+    history.add_argument("--rerun", action="store_true",
+                         help="run every cell again, even those the results file has (after "
+                              "kvfuzz or a release's folder changed); their new verdicts replace "
+                              "the old")
     history.add_argument("--find-links", default=None, metavar="DIR",
                          help="wheels already on disk, looked at before PyPI (pip's option)")
 
@@ -87,7 +91,8 @@ def options(args) -> Options:
     if args.results.is_dir():
         raise UsageError(f"--results {args.results}: is a directory; expected a file")
     return Options(tuple(chosen), tuple(args.impl), args.cases, args.seed, args.timeout,
-                   args.jobs, args.results, args.json, args.picture, args.find_links)
+                   args.jobs, args.results, args.json, args.picture, args.find_links,
+                   args.rerun)
 
 
 def run(args) -> int:

@@ -26,7 +26,7 @@ from kvfuzz.impl.registry import KERNEL, UPSTREAM
 # Inputs per cell unless --cases: small, for a table of many cells (a trace of an old paged
 # class under the Triton interpreter takes seconds); the case targets are cheap.
 CASES = {"extend": 100, "decode": 100}
-TRACE_CASES = 20
+TRACE_CASES = 10
 TIMEOUT = 60.0  # per input: old releases launch Triton kernels, interpreted on CPU
 
 
@@ -46,6 +46,7 @@ class Options:
     json: str | None = None           # a file, or "-" for stdout
     picture: Path | None = None       # default: beside the results file
     find_links: str | None = None     # pip --find-links: wheels already on disk
+    rerun: bool = False               # run every cell asked, whatever the results file has
 
 
 def entries(package: str) -> list[tuple[str, str]]:
@@ -89,7 +90,7 @@ def history(options: Options, out=None, err=None) -> int:
     out, err = out or sys.stdout, err or sys.stderr
     cells = plan(options)
     records = results.load(options.results)
-    todo = [cell for cell in cells if not results.done(records, cell.key)]
+    todo = [cell for cell in cells if options.rerun or not results.done(records, cell.key)]
     if todo:  # what every release imports beside itself (transformers, ...): the lock's pins
         upstream_cache.fetch(lambda line: print(line, file=err, flush=True))
     base = Path(options.results).parent

@@ -242,6 +242,10 @@ def test_a_rerun_skips_the_cells_done_and_runs_errors_again(fake_cells, capsys):
     assert run.history(run.Options(options.releases, options.impls, cases=4,
                                    results=options.results, picture=options.picture)) == 0
     assert len(ran) == 4  # other cases: other cells
+    ran.clear()
+    assert run.history(run.Options(options.releases, options.impls, cases=3, rerun=True,
+                                   results=options.results, picture=options.picture)) == 0
+    assert len(ran) == 4  # --rerun: every cell asked runs again
 
 
 def test_a_cell_cut_by_a_stop_is_not_kept(fake_cells, capsys):
