@@ -165,7 +165,9 @@ def progress(cell: Cell, record: dict) -> str:
         head += f": {record.get('reason', '')}"
     elif record.get("findings"):
         more = len(record["findings"]) - 1
-        head += f": {record['findings'][0]['what']}" + (f" (+{more} more)" if more else "")
+        what = record["findings"][0]["what"]
+        head = head.removesuffix(": crashed") if what.startswith("crashed") else head
+        head += f": {what}" + (f" (+{more} more)" if more else "")
     seconds = record.get("seconds")
     return head + (f"  {seconds:.0f} s" if seconds is not None else "")
 

@@ -131,6 +131,9 @@ def test_a_crash_alone_is_crashed_with_its_stack():
     assert record["status"] == CRASHED and len(record["findings"]) == 1
     assert record["findings"][0]["at"].endswith("in alloc_extend_kernel")
     assert len(record["findings"][0]["stack"]) == 2
+    cell = Cell(Release("sglang", "0.5.21"), "allocator", "sglang.paged", 10, 0, 60.0)
+    assert run.progress(cell, {**record, "seconds": 287}) == (
+        "sglang 0.5.21 allocator/sglang.paged: crashed: SIGSEGV  287 s")  # said once
 
 
 def test_agree_unsupported_and_errors():
