@@ -12,6 +12,7 @@ import sys
 
 from kvfuzz.fuzz.cli import campaign as campaign_command
 from kvfuzz.fuzz.cli import guard as guard_command
+from kvfuzz.fuzz.cli import history as history_command
 from kvfuzz.fuzz.cli import mutate as mutate_command
 from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
@@ -34,6 +35,7 @@ EPILOG = """examples:
   kvfuzz replay corpus/                       every saved input, every bundled implementation
   kvfuzz diff allocator --impl mypkg.pool:Allocator --keep-going   every distinct divergence
   kvfuzz replay corpus/extend-0865d3e6d61a0610.json --impl mutant.no_clamp --pdb   debug it
+  kvfuzz history --sglang 0.5.17,0.5.20 --vllm 0.28.0   every upstream class on older releases
 exit status: 0 all agree, 1 a divergence was found (saved under corpus/), 2 bad usage or input,
 130 interrupted (Ctrl-C, SIGINT or SIGTERM: every finding so far is saved, the summary prints);
 replay --in-process has no isolation: a crash ends it by its signal"""
@@ -109,6 +111,7 @@ def parser() -> argparse.ArgumentParser:
     upstream.add_parser(commands)
     guard_command.add_parser(commands)
     mutate_command.add_parser(commands)
+    history_command.add_parser(commands)
     commands.add_parser("bench", add_help=False, prefix_chars="\0",
                         help="performance tables (CPU figures; kvfuzz bench --help)"
                         ).add_argument("rest", nargs=argparse.REMAINDER)
@@ -244,6 +247,8 @@ def run(args) -> int:
             return guard_command.run(args)
         if args.command == "mutate":
             return mutate_command.run(args)
+        if args.command == "history":
+            return history_command.run(args)
         if args.command == "diff":
             return cmd_diff(args)
         return cmd_replay(args)

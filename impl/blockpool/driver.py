@@ -104,8 +104,12 @@ class PoolReader:
     def usage(self) -> float:
         return float(self.pool.get_usage())
 
-    def writable(self) -> list[int]:
-        is_writable = self.pool.is_block_writable
+    def writable(self) -> list[int] | None:
+        """The blocks the pool says are writable; None where it has no such read (vLLM before
+        0.29): that check is left out, the rest of the pool's state is still compared."""
+        is_writable = getattr(self.pool, "is_block_writable", None)
+        if is_writable is None:
+            return None
         return [int(block.block_id) for block in self.pool.blocks if is_writable(block)]
 
     def keys(self) -> list:

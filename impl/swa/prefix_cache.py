@@ -38,6 +38,10 @@ class PrefixCache:
     def supports_prefix_sharing(self) -> bool:
         return self.sharing
 
+    def is_chunk_cache(self) -> bool:
+        """The same question as SGLang before 0.5.22 asked it (`evict_to_free_tokens`)."""
+        return not self.sharing
+
     def evict_for_alloc(self, params, swa_num_tokens: int | None = None) -> None:
         """`params`: SGLang's `EvictParams` (num_tokens, swa_num_tokens), or the full count
         with the SWA count beside it (the oracle's call)."""

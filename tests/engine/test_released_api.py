@@ -163,3 +163,18 @@ def test_a_release_that_cannot_drive_an_entry_leaves_it_out_of_the_defaults_and_
         ("fake.gone", "not supported: fakeeng 1.0 has no Gone in fakeeng.mem.allocator")]
     with pytest.raises(ImplementationError, match="^not supported: fakeeng 1.0 has no Gone"):
         catalogue.resolve("fake.gone")
+
+
+def test_a_pool_without_is_block_writable_is_read_without_that_check():
+    # vLLM before 0.29 has no `BlockPool.is_block_writable`: the reader leaves that one view out
+    # (None, which `pool_state` does not compare) instead of failing every trace on it.
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.blockpool.driver import PoolReader
+
+    blocks = [SimpleNamespace(block_id=i) for i in range(3)]
+    old = PoolReader(SimpleNamespace(blocks=blocks), 3)
+    assert old.writable() is None
+    new = PoolReader(SimpleNamespace(blocks=blocks, is_block_writable=lambda b: b.block_id > 0),
+                     3)
+    assert new.writable() == [1, 2]

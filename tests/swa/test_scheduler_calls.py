@@ -186,3 +186,14 @@ def test_the_read_api_reads_what_the_class_has():
     assert reads == {"need_sort": False, "size": 8, "size_full": 16, "size_swa": 8,
                      "translated": [-1], "capacity": [[1001, 16], [1002, 8]],
                      "debug_print": "#swa-available-size: 8, #full-attn-available-size: 16, "}
+
+
+def test_the_cache_answers_an_earlier_releases_chunk_cache_question():
+    # SGLang before 0.5.22 asks `tree_cache.is_chunk_cache()` where later releases ask
+    # `supports_prefix_sharing()`: the cache the driver hands over answers both, consistently
+    # (without it every 0.5.21 trace that reclaims crashed in the allocator's call).
+    from kvfuzz.impl.swa.prefix_cache import PrefixCache
+
+    for sharing in (True, False):
+        cache = PrefixCache(lambda method, slots: None, sharing=sharing)
+        assert cache.is_chunk_cache() is (not cache.supports_prefix_sharing()) is (not sharing)

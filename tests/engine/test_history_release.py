@@ -1,0 +1,51 @@
+"""`kvfuzz history` for real (slow): an older SGLang release (0.5.10, a 6 MB wheel) installed
+apart in kvfuzz's cache and its token allocator run as a cell, in a process of its own as a user
+runs it. 0.5.10's `free` inside a free group keeps the caller's tensor (finding B of
+`docs/release-history.md`), which the pinned release fixed: the cell diverging there is what
+shows that the release's folder, not the pinned engine, ran. A rerun resumes: nothing runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvfuzz.fuzz.history import releases
+from kvfuzz.fuzz.history.releases import Release
+from tests.helpers import kvfuzz_here, needs_engine
+
+pytestmark = needs_engine("sglang")  # the lock's other packages, which the release imports
+
+OLD = Release("sglang", "0.5.10")
+
+
+@pytest.fixture(scope="module")
+def installed():
+    try:
+        return releases.install(OLD)
+    except releases.ReleaseError as error:  # no registry here: said, not failed
+        pytest.skip(f"cannot install {OLD}: {error}")
+
+
+def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path):
+    results = tmp_path / "history" / "results.jsonl"
+    argv = ["--sglang", OLD.version, "--impl", "sglang.token", "--cases", "2",
+            "--results", str(results), "--json", str(tmp_path / "table.json")]
+    done = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "history", *argv],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[1/1] sglang 0.5.10 allocator/sglang.token: diverges: " in done.stderr
+    cell, = json.loads((tmp_path / "table.json").read_text())["cells"]
+    result = cell["result"]
+    assert result["status"] == "diverges" and result["folder"] == str(installed)
+    assert any("group end" in finding["what"] for finding in result["findings"])
+    for finding in result["findings"]:  # saved beside the results, named in the table
+        assert (tmp_path / "history" / "corpus" / "sglang-0.5.10").samefile(
+            __import__("pathlib").Path(finding["file"]).parent)
+        assert f"PYTHONPATH={installed} {finding['replay']}" in done.stdout
+    assert results.with_suffix(".png").exists() or "no picture" in done.stderr
+    again = kvfuzz_here("history", *argv)  # resumed: the cell is done, nothing runs
+    assert again.returncode == 0 and "1 cells (1 done before" in again.stderr
+    assert "[1/1]" not in again.stderr and "DIVERGES" in again.stdout
