@@ -266,8 +266,10 @@ def _raised(error: BaseException) -> tuple:
         return "memory", text
     message = text[len(name) + 2:] if text.startswith(name + ": ") else ""
     try:
-        frames = traceback.format_exception(error)[-3:]
-        tb = traceback.extract_tb(error.__traceback__)
+        # The last frames alone are formatted (what is kept): formatting every frame of a
+        # deep stack cost a refused call more than the call (3.11's carets parse each line).
+        frames = traceback.format_exception(error, limit=-2)[-3:]
+        tb = traceback.extract_tb(error.__traceback__, limit=-1)
         at = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
     except BaseException:  # noqa: BLE001 - a traceback that cannot be read
         frames, at = [text], "?"
