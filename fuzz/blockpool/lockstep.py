@@ -86,10 +86,10 @@ class BlockPoolLockstep(ByIdOps, Lockstep):
                     trace.events, trace.lookahead, trace.metrics)
 
     def initial_problems(self):
-        return pool_problems(self.impl, self.model, "constructor", self._view())
+        return pool_problems(self.impl, self.model, "constructor", self._view(), lock=self)
 
     def state(self, op):
-        return pool_problems(self.impl, self.model, "state read", self._view())
+        return pool_problems(self.impl, self.model, "state read", self._view(), lock=self)
 
     def _view(self):
         return self.view if self.trace.events else None

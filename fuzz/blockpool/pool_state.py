@@ -9,25 +9,34 @@ consumer of them believes, `event_violations`). Both vLLM targets judge their po
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import crash_problems, guarded, list_diff, short
+from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.oracle.blockpool.events import canonical, event_violations
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
 
 
 def pool_problems(impl, model: BlockPoolModel, where: str, view=None,
-                  writable: bool = True) -> list[tuple[str, str]]:
+                  writable: bool = True, lock=None) -> list[tuple[str, str]]:
     """What differs between a pool's state (read through `impl`, an `impl.blockpool.driver.
     PoolReader`) and the model's, and which invariants it breaks; `view`: what a consumer of
     the implementation's KV events holds (None: no events); `writable`: ask the pool which
-    blocks are writable (one call per block: the manager's judge leaves it to the pool's)."""
-    state, raised = guarded(lambda: (impl.num_free(), impl.free_queue(), impl.ref_counts(),
-                                     impl.keys(), impl.cache_map(), impl.null_block(),
-                                     impl.hash_tokens(), impl.usage(),
-                                     impl.writable() if writable else None,
-                                     impl.tracked() if model.metrics else None))
-    if raised:
-        return crash_problems(raised, where)
-    num_free, (queue, links), ref, keys, cache, null, tokens, usage, writable, tracked = state
+    blocks are writable (one call per block: the manager's judge leaves it to the pool's).
+    With `lock` (the lock step), the state is read in one call as what changed since the
+    last read (`Lockstep.read_changed`: its raise is the lock step's to report)."""
+    if lock is not None:
+        parts = lock.read_changed("pool_state", writable, bool(model.metrics))
+        if recording():  # the implementation's side: the judge compares, from its replay
+            return []
+        state = tuple(parts[name] for name in _PARTS)
+    else:
+        state, raised = guarded(lambda: (impl.num_free(), *impl.free_queue(),
+                                         impl.ref_counts(), impl.keys(), impl.cache_map(),
+                                         impl.null_block(), impl.hash_tokens(), impl.usage(),
+                                         impl.writable() if writable else None,
+                                         impl.tracked() if model.metrics else None))
+        if raised:
+            return crash_problems(raised, where)
+    num_free, queue, links, ref, keys, cache, null, tokens, usage, writable, tracked = state
     problems = []
     if model.metrics and tracked is None:
         problems.append(("residency metrics", "the pool has no metrics collector: it dropped "
@@ -61,6 +70,11 @@ def pool_problems(impl, model: BlockPoolModel, where: str, view=None,
     if view is not None:
         found += event_violations(view, cache)
     return problems + [("invariant", text) for text in found]
+
+
+# The parts of `PoolReader.pool_state`, in the order `pool_problems` unpacks them.
+_PARTS = ("num_free", "queue", "links", "ref", "keys", "cache", "null", "tokens", "usage",
+          "writable", "tracked")
 
 
 def events_problems(method: str, expected: list, actual: list,

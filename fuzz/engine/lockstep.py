@@ -181,6 +181,23 @@ class Lockstep:
         self.returned.append(answer)
         return answer
 
+    def read_changed(self, method: str, *args) -> dict:
+        """The whole state a driver's `impl.changed_reads.ChangedReads` read answers (its
+        parts by name), from what changed since this lock step's last read of it: only the
+        changes cross from the implementation's process. A malformed answer is the
+        implementation's raise in the state read."""
+        held = self.__dict__.setdefault("_held_reads", {})
+        number, parts = held.get(method, (0, None))
+        answer = self.read(method, number, *args)
+        try:
+            parts = _changed_parts(answer, number, parts)
+        except (TypeError, ValueError, IndexError) as error:
+            raise ImplementationRaised(TypeError(f"{method}() answered {short(answer)}: "
+                                                 f"{error}")) from None
+        held[method] = (answer[0], parts)
+        self.returned.append(parts)  # the whole state, for the ownership check
+        return parts
+
     def poisoned(self) -> set[int]:
         """The values that show a kept caller tensor (a judge adds what it derives from
         POISON, e.g. the page id of the poisoned slot)."""
@@ -294,6 +311,31 @@ def integers(value, depth: int = 4):
             yield from integers(item, depth - 1)
     elif depth and is_dataclass(value) and not isinstance(value, type):
         yield from integers(vars(value), depth)
+
+
+def _changed_parts(answer, since: int, held: dict | None) -> dict:
+    """`held` (the parts after read number `since`) with `answer`'s changes put on it: a new
+    dict, and a new list for each list part that changed (what was held stays as it was)."""
+    number, whole, sent = answer
+    if type(number) is not int or type(whole) is not bool or type(sent) is not dict:
+        raise TypeError("expected (read number, whole, parts)")
+    if not whole and (held is None or number != since + 1):
+        raise ValueError(f"changes to read {since}, numbered {number}")
+    parts = {} if whole else dict(held)
+    for key, change in sent.items():
+        if change[0] == "=" and len(change) == 2:
+            parts[key] = change[1]
+        elif change[0] == "items" and len(change) == 3 and isinstance(parts.get(key), list):
+            value = parts[key][:change[1]]
+            value += [None] * (change[1] - len(value))
+            for index, item in change[2]:
+                if not 0 <= index < change[1]:
+                    raise IndexError(f"item {short(index)} of {change[1]}")
+                value[index] = item
+            parts[key] = value
+        else:
+            raise ValueError(f"a change of part {short(key)} of kind {short(change[0])}")
+    return parts
 
 
 def numbers_in(error: BaseException) -> list[int]:

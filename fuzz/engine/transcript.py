@@ -270,9 +270,10 @@ def _raised(error: BaseException) -> tuple:
     message = text[len(name) + 2:] if text.startswith(name + ": ") else ""
     try:
         # The last two frames and the line naming the error: formatting only those (no chain,
-        # no outer frames) is what keeps a raise cheap (a trace's refusals raise by the hundred).
+        # no outer frames) keeps a raise cheap (3.11's carets parse each line formatted, and a
+        # trace's refusals raise by the hundred).
         frames = traceback.format_exception(error, limit=-2, chain=False)[-3:]
-        tb = traceback.extract_tb(error.__traceback__)
+        tb = traceback.extract_tb(error.__traceback__, limit=-1)
         at = f"{tb[-1].filename.rsplit('/', 1)[-1]}:{tb[-1].lineno}" if tb else "?"
     except BaseException:  # noqa: BLE001 - a traceback that cannot be read
         frames, at = [text], "?"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.strategies.blockpool.events import IMAGE, SALT, Cleared, Removed, Stored
 
 GROUP_BYTES = 4  # vLLM packs a group id after the hash, 4 bytes big-endian
@@ -68,11 +69,22 @@ def decode_key(key) -> tuple[int, int]:
     return int.from_bytes(raw[:-GROUP_BYTES], "big"), int.from_bytes(raw[-GROUP_BYTES:], "big")
 
 
-class PoolReader:
+class PoolReader(ChangedReads):
     """The state of a pool with vLLM `BlockPool`'s structures, read after every call."""
 
     def __init__(self, pool, blocks: int):
         self.pool, self.size = pool, blocks
+
+    def pool_state(self, since: int, writable: bool, metrics: bool):
+        """Every read below in one answer, as what changed since read `since`
+        (`ChangedReads`); `writable`, `metrics`: whether those two are read."""
+        queue, links = self.free_queue()
+        return self.changed("pool_state", since, {
+            "num_free": self.num_free(), "queue": queue, "links": links,
+            "ref": self.ref_counts(), "keys": self.keys(), "cache": self.cache_map(),
+            "null": self.null_block(), "tokens": self.hash_tokens(), "usage": self.usage(),
+            "writable": self.writable() if writable else None,
+            "tracked": self.tracked() if metrics else None})
 
     def num_free(self) -> int:
         return int(self.pool.get_num_free_blocks())

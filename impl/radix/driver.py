@@ -15,6 +15,7 @@ from array import array
 
 import torch
 
+from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.radix.reader import snapshot
@@ -41,7 +42,7 @@ def extra_key(ns: int) -> str | None:
     return f"ns{ns}" if ns else None
 
 
-class RadixDriver:
+class RadixDriver(ChangedReads):
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
                  context: int, device: str = "cpu", poison_keys: bool = True,
                  **cache_options):
@@ -204,6 +205,10 @@ class RadixDriver:
     # -- state --------------------------------------------------------------------------------
     def snapshot(self) -> dict:
         return snapshot(self)
+
+    def snapshot_since(self, since: int):
+        """`snapshot()` as what changed since read `since` (`ChangedReads`)."""
+        return self.changed("snapshot", since, self.snapshot())
 
 
 def warm_up(cls) -> None:

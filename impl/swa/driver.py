@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import torch
 
+from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.driver_calls import (TensorDriver, free_list_of, int_list, staged_of,
                                       then_poison)
 from kvfuzz.impl.swa.api_reads import api_reads
@@ -21,7 +22,7 @@ from kvfuzz.impl.swa.kvcache import stand_in_kvcache
 from kvfuzz.impl.swa.prefix_cache import Cached, PrefixCache
 
 
-class SWADriver(TensorDriver):
+class SWADriver(ChangedReads, TensorDriver):
     host_copies = True
 
     def __init__(self, cls, size: int, size_swa: int, page_size: int, need_sort: bool,
@@ -161,6 +162,10 @@ class SWADriver(TensorDriver):
 
     def group_end(self) -> None:
         self.allocator.free_group_end()
+
+    def state_since(self, since: int):
+        """`state()` as what changed since read `since` (`ChangedReads`)."""
+        return self.changed("state", since, self.state())
 
     def state(self) -> dict:
         """Everything compared after an op: sizes, both pools' free lists and staged pages, and

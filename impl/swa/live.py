@@ -6,13 +6,15 @@ the mapping) is read from the live allocator as the batch driver reads it."""
 
 from __future__ import annotations
 
+from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.live_calls import LiveSlotCalls
 from kvfuzz.impl.swa.driver import SWADriver
 
 
-class LiveSWADriver(LiveSlotCalls):
+class LiveSWADriver(ChangedReads, LiveSlotCalls):
     state = SWADriver.state  # the same reads as a replay's
+    state_since = SWADriver.state_since
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc):
         return int_list(self._perform("alloc_extend", (list(prefix_lens), list(seq_lens),

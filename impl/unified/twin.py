@@ -10,6 +10,7 @@ slots. `snapshot()` carries the twin's whole public state and the pairs since th
 
 from __future__ import annotations
 
+from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
 
@@ -17,7 +18,7 @@ CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "extend", "che
          "release", "release_stale", "match", "touch", "pin", "alloc_slots", "insert", "reset")
 
 
-class TwinDriver:
+class TwinDriver(ChangedReads):
     """`UnifiedDriver(cls, *args)` with the Rust core, and with the Python core beside it."""
 
     PRIMARY, TWIN = "rust", "python"
@@ -71,6 +72,10 @@ class TwinDriver:
         found["twin"] = {"pairs": self.pairs, "state": public}
         self.pairs = []
         return found
+
+    def snapshot_since(self, since: int):
+        """`snapshot()` as what changed since read `since` (`ChangedReads`)."""
+        return self.changed("snapshot", since, self.snapshot())
 
 
 def _outcome(call, *args) -> tuple:
