@@ -23,8 +23,8 @@ import time
 from multiprocessing.connection import Connection, wait
 
 from kvfuzz.fuzz.engine.apart import death, die_with_parent
-from kvfuzz.fuzz.engine.containment import (close_other_sockets, descendants, kill_tree,
-                                              name_process)
+from kvfuzz.fuzz.engine.containment import (children, close_other_sockets, descendants,
+                                              kill_tree, name_process)
 from kvfuzz.fuzz.engine.crash_site import CrashLog, new_input
 from kvfuzz.fuzz.engine.frames import send
 from kvfuzz.fuzz.engine.remote import Ended
@@ -130,10 +130,14 @@ class ForkServer:
             self.check_memory()
 
     def check_memory(self) -> None:
-        """The server and what its import started, less its processes (watched on their
+        """The server and what its import started, not its processes (watched on their
         inputs): memory it takes after loading (a thread of the import's) ends it and the
-        input, as memory taken while loading does."""
-        used = tree_memory(self.process.pid) - sum(tree_memory(pid) for pid in self.live)
+        input, as memory taken while loading does. (Counted from the server down, not as its
+        tree less its processes: a fork's resident pages include those it shares with the
+        server, so a subtraction would cancel the server's growth.)"""
+        server = self.process.pid
+        used = tree_memory(server, alone=True) + sum(
+            tree_memory(pid) for pid in children(server) if pid not in self.live)
         if used > self.judging.memory:
             self._end(Ended(f"exceeded the memory limit of {size_text(self.judging.memory)} "
                             f"(--memory; {size_text(used)} resident in its fork server)",
@@ -161,10 +165,10 @@ class ForkServer:
         raise ended
 
 
-def tree_memory(pid: int) -> int:
-    """Resident bytes of `pid` and every process below it."""
+def tree_memory(pid: int, alone: bool = False) -> int:
+    """Resident bytes of `pid` and every process below it (`alone`: of `pid` only)."""
     total = 0
-    for member in [pid, *descendants(pid)]:
+    for member in [pid] if alone else [pid, *descendants(pid)]:
         try:
             with open(f"/proc/{member}/statm") as handle:
                 total += int(handle.read().split()[1]) * _PAGE

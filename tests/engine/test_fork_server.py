@@ -47,9 +47,9 @@ def test_a_server_that_lies_about_its_processes_is_refused(tmp_path):
 def test_memory_a_server_takes_after_the_import_is_the_implementations(tmp_path):
     path = f"{MODULES}.grows_after_import:alloc_extend"
     result = kvfuzz("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
-                    "--cases", 400, "--memory", "1G", "--corpus", tmp_path)
+                    "--cases", 5000, "--memory", "1G", "--corpus", tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "what      exceeded the memory limit of 1 GiB (--memory; " in result.stderr
     assert "in its fork server)" in result.stderr
     cases, agree, outside, diverged = summary_rows(result.stderr)["torch.vectorized"][:4]
-    assert cases == "400" and int(agree) + int(outside) == 400 and diverged == "no"
+    assert cases == "5,000" and int(agree.replace(",", "")) + int(outside) == 5000 and diverged == "no"
