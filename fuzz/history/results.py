@@ -6,9 +6,9 @@ ended in an error runs again. Records of cells this run does not ask for stay in
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from kvfuzz.fuzz.engine.json_lines import JsonLines
 from kvfuzz.fuzz.history.cells import DONE
 
 DIRECTORY = Path(".kvfuzz") / "history"
@@ -51,7 +51,7 @@ def done(records: dict[str, dict], key: str) -> dict | None:
     return record if record and record["status"] in DONE else None
 
 
-class Appender:
+class Appender(JsonLines):
     """Adds records to the results file as cells finish."""
 
     def __init__(self, path: Path):
@@ -63,10 +63,3 @@ class Appender:
             raise ResultsError(f"--results {self.path}: cannot write: "
                                f"{error.strerror or error}") from None
 
-    def add(self, record: dict) -> None:
-        self.handle.write(json.dumps(record, sort_keys=True) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-
-    def close(self) -> None:
-        self.handle.close()

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
+
+from kvfuzz.fuzz.engine.json_lines import JsonLines
 
 DIRECTORY = Path(".kvfuzz") / "mutate"
 
@@ -17,7 +18,7 @@ def default_path(target: str, identity: dict) -> Path:
     return DIRECTORY / f"{target}-{digest}.jsonl"
 
 
-class ResultsFile:
+class ResultsFile(JsonLines):
     def __init__(self, path: Path, header: dict):
         self.path, self.header = Path(path), {"kvfuzz_mutate": 1, **header}
 
@@ -45,10 +46,3 @@ class ResultsFile:
         self.handle = open(self.path, "a")
         return records, note
 
-    def add(self, record: dict) -> None:
-        self.handle.write(json.dumps(record, sort_keys=True) + "\n")
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-
-    def close(self) -> None:
-        self.handle.close()
