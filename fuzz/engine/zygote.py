@@ -74,8 +74,17 @@ class ForkServer:
                 os.close(fd)
             self._end(protocol(f"a fork server's answer {answer[:40]!r} with {len(fds)} "
                                f"descriptor(s)"))
+        try:  # descriptors of its choosing: a pipe where a file belongs is a lie too
+            crash = CrashLog.adopt(fds[1], fds[2])
+        except (OSError, ValueError) as error:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:  # adopted, and closed with the half-made log
+                    pass
+            self._end(protocol(f"a fork server's crash log is not a file ({error})"))
         self.live.add(int(found[1]))
-        return Connection(fds[0]), int(found[1]), CrashLog.adopt(fds[1], fds[2])
+        return Connection(fds[0]), int(found[1]), crash
 
     def exit_of(self, pid: int, wait_for: float = 0.0) -> int | None:
         """The exit status of its process `pid` once the server reported it, waiting up to
