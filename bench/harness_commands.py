@@ -9,6 +9,7 @@ isolation and the workers cost."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import resource
 import subprocess
 import sys
@@ -69,12 +70,17 @@ def needs(impl: str) -> str | None:
 def main(quick: bool) -> int:
     print("\nWhole commands (`kvfuzz diff T --impl I`, a subprocess each, output to a pipe): "
           "start-up is the wall time of `--cases 1`; a rate is inputs per second once started "
-          "(the run's wall time less the start-up); CPU is the user + system seconds of every "
-          "process of the `--jobs 2` run per 1,000 inputs; in-process is `target.check` in a "
+          "(the run's wall time less the start-up); cores busy is a run's CPU seconds (every "
+          "process) over its wall seconds: a worker judges in one process and runs the "
+          "implementation in another, so `--jobs 1` already keeps more than one core busy, and "
+          "on C cores `--jobs 2` can gain at most C / (jobs 1's cores busy); CPU is the user + "
+          "system seconds of every process of the `--jobs 2` run per 1,000 inputs; in-process is `target.check` in a "
           "loop in one process with no worker and no isolation.\n")
+    print(f"{os.cpu_count()} CPU cores.\n")
     print("| target | implementation | inputs | start-up s | jobs 1 /s | jobs 2 /s | jobs 2 / "
-          "jobs 1 | CPU s per 1,000 (jobs 2) | in-process /s |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "jobs 1 | cores busy, jobs 1 | cores busy, jobs 2 | CPU s per 1,000 (jobs 2) "
+          "| in-process /s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for target, impl, full, small in ROWS:
         if quick and (target, impl) not in QUICK_ROWS:
             continue
@@ -82,15 +88,18 @@ def main(quick: bool) -> int:
         missing = needs(impl)
         if missing:
             print(f"| {target} | {impl} | not run: needs {missing} (kvfuzz upstream fetch) "
-                  f"| | | | | | |", flush=True)
+                  f"| | | | | | | | |", flush=True)
             continue
         start, _, _ = timed_diff(target, impl, 1, 1)
-        rates, cpu = {}, 0.0
+        rates, busy, cpu = {}, {}, 0.0
         for jobs in (1, 2):
             wall, cpu, _ = timed_diff(target, impl, cases, jobs)
             rates[jobs] = cases / max(wall - start, 1e-3)
+            busy[jobs] = cpu / max(wall, 1e-3)
         local = in_process_rate(target, impl, min(cases, 1000 if quick else 5000))
         print(f"| {target} | {impl} | {cases:,} | {start:.1f} | {rates[1]:,.0f} "
-              f"| {rates[2]:,.0f} | {rates[2] / rates[1]:.2f}x | {1000 * cpu / cases:.1f} "
-              f"| {local:,.0f} |", flush=True)
-    return 0
+              f"| {rates[2]:,.0f} | {rates[2] / rates[1]:.2f}x | {busy[1]:.2f} | {busy[2]:.2f} "
+              f"| {1000 * cpu / cases:.1f} | {local:,.0f} |", flush=True)
+    from kvfuzz.bench import harness_floor
+
+    return harness_floor.main(quick)
