@@ -179,6 +179,9 @@ class Replay:
             self.at = 0
         record = self.records[self.at]
         self.at += 1
+        if isinstance(record, tuple) and len(record) == 4 and record[0] == STOPPED:
+            raise protocol(f"its transcript ended before the check did; its process says that "
+                           f"side of the check stopped on {str(record[3]):.600}")
         wanted = (kind, oid, _key(kind, body))
         if not (isinstance(record, tuple) and len(record) == 4 and record[:3] == wanted):
             raise protocol(f"its transcript has {_shown(record)} where the judge asks "
@@ -242,14 +245,29 @@ def record_check(target, item, impl, device: str, own, memory: int, send) -> Non
     _RECORDING.append(True)
     try:
         target.check(item, impl, device)
-    except Exception:  # noqa: BLE001 - the judge's replay meets the same and says so
-        pass
+    except Exception as error:  # noqa: BLE001 - the judge's replay meets the same and says so
+        # What stopped this side, for the judge's report where the transcript ends before its
+        # check does: then it was no answer of the implementation's (the judge would meet that
+        # too) but code that runs only here, kvfuzz's recording or what the implementation
+        # changed in this process. Only a report's text: the judge's verdict is the same.
+        recorder.records.append((STOPPED, 0, "", _stopped(error)))
     except Ended:  # the record that ended it is the transcript's last
         pass
     finally:
         _RECORDING.clear()
         set_loader(None)
     send(("end", recorder.records))
+
+
+STOPPED = "stopped"  # a transcript's last record: what stopped the implementation's side
+
+
+def _stopped(error: BaseException) -> str:
+    try:
+        lines = traceback.format_exception(error, limit=-3, chain=False)
+        return " | ".join(line.strip().replace("\n", " ") for line in lines[1:])[:600]
+    except Exception:  # noqa: BLE001 - an error that cannot be shown is named
+        return type(error).__name__
 
 
 def _plain(value):

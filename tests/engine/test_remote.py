@@ -122,3 +122,40 @@ def test_a_transcript_weighs_its_answers_without_raising(answer, units):
     implementation's recorder, which ended its check early: every check of a correct
     implementation read as "its transcript ended before the check did"."""
     assert weight(answer) == units
+
+
+class _StopsWhenRecording:
+    """A check whose implementation's side stops in code only that side runs (as a bug in
+    kvfuzz's recording, or a patch the implementation made in its process, would)."""
+
+    name = "toy"
+
+    @staticmethod
+    def check(item, impl, device="cpu"):
+        from kvfuzz.fuzz.engine.transcript import recording
+
+        counter = impl.load()(5)
+        counter.add(1)
+        if recording():
+            raise KeyError("only on the recording side")
+        return counter.add(2)
+
+
+def test_a_transcript_that_ends_early_says_what_stopped_its_side():
+    from kvfuzz.fuzz.engine.transcript import record_check
+
+    from kvfuzz.impl.registry import YOURS, Implementation, set_loader
+
+    toy, sent = Implementation("toy", "toy", "toy:Counter", "test double", YOURS), []
+    record_check(_StopsWhenRecording, None, toy, "cpu", ("toy:Counter", Counter), 1 << 30,
+                 sent.append)
+    records = [record for message in sent for record in read_batch(message)[0]]
+    set_loader(Replay(records, 1 << 30).load)
+    try:
+        with pytest.raises(Ended, match="ended before the check did; its process says that side "
+                                        "of the check stopped on .*KeyError: 'only on the "
+                                        "recording side'") as ended:
+            _StopsWhenRecording.check(None, toy)
+    finally:
+        set_loader(None)
+    assert ended.value.kind == "protocol"  # the verdict is the implementation's, as before
