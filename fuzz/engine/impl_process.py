@@ -19,7 +19,6 @@ import collections
 import time
 
 from kvfuzz.fuzz.engine.apart import death
-from kvfuzz.fuzz.engine.containment import kill_tree
 from kvfuzz.fuzz.engine.frames import FrameReader, ProtocolError
 from kvfuzz.fuzz.engine.remote import Ended
 from kvfuzz.fuzz.engine.transcript import Replay, protocol, read_batch, size_text
@@ -215,7 +214,7 @@ class ImplProcess:
         """Kill it and what it started (its server reaps it and reports the status)."""
         self.ended = True
         if self.exit is None:
-            kill_tree(self.pid)
+            self.server.kill(self.pid)
         self.conn.close()
         self.crash.close()
 

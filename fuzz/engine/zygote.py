@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import select
 import socket
 import time
 from multiprocessing.connection import Connection, wait
@@ -47,6 +48,7 @@ class ForkServer:
         self.judging, self.ended = judging, False
         self.exits: dict[int, int] = {}  # pid -> exit status, as the server reported
         self.live: set[int] = set()  # its processes spawned and not reported ended
+        self.handles: dict[int, int] = {}  # pid -> pidfd of each process spawned, until it ends
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.crash = CrashLog()
         context = multiprocessing.get_context("fork")
@@ -69,8 +71,11 @@ class ForkServer:
             pass
         answer, fds = self._message()
         found = _SPAWNED.fullmatch(answer)
-        if found is None or len(fds) != 3 or not self._owns(int(found[1])):
-            for fd in fds:
+        # The process is held by a pidfd before its parent is read, so the child checked is
+        # the one signalled later, whatever happens to its pid (`kill`).
+        handle = _pidfd(int(found[1])) if found is not None else None
+        if handle is None or len(fds) != 3 or not self._owns(int(found[1])):
+            for fd in fds + ([handle] if handle is not None else []):
                 os.close(fd)
             self._end(protocol(f"a fork server's answer {answer[:40]!r} with {len(fds)} "
                                f"descriptor(s)"))
@@ -84,7 +89,20 @@ class ForkServer:
                     pass
             self._end(protocol(f"a fork server's crash log is not a file ({error})"))
         self.live.add(int(found[1]))
+        self.handles[int(found[1])] = handle
         return Connection(fds[0]), int(found[1]), crash
+
+    def kill(self, pid: int) -> None:
+        """Kill its process `pid` and what it started, unless it has ended: the server reaps
+        it, and its pid may name another process by then (its pidfd says which)."""
+        handle = self.handles.pop(pid, None)
+        if handle is None:
+            return
+        try:
+            if not select.select([handle], [], [], 0)[0]:  # readable once it has exited
+                kill_tree(pid)
+        finally:
+            os.close(handle)
 
     def exit_of(self, pid: int, wait_for: float = 0.0) -> int | None:
         """The exit status of its process `pid` once the server reported it, waiting up to
@@ -98,6 +116,9 @@ class ForkServer:
                 os.close(fd)
             if answer:  # a message out of turn
                 self._end(protocol(f"a fork server's message {answer[:40]!r}"))
+        handle = self.handles.pop(pid, None)
+        if handle is not None:
+            os.close(handle)
         return self.exits.pop(pid)
 
     def control_ready(self, timeout: float) -> bool:
@@ -165,6 +186,9 @@ class ForkServer:
         self.ended = True
         if self.process.pid is not None:
             kill_tree(self.process.pid)
+        for handle in self.handles.values():
+            os.close(handle)
+        self.handles.clear()
         self.process.join(5)
         self.control.close()
         self.crash.close()
@@ -172,6 +196,13 @@ class ForkServer:
     def _end(self, ended: Ended):
         self.stop()
         raise ended
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except OSError:  # gone already (or no such pid): not a process the server can hand over
+        return None
 
 
 def tree_memory(pid: int, alone: bool = False) -> int:

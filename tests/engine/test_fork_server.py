@@ -52,3 +52,33 @@ def test_memory_a_server_takes_after_the_import_is_the_implementations(tmp_path)
     assert "in its fork server)" in result.stderr
     cases, agree, outside, diverged = summary_rows(result.stderr)["torch.vectorized"][:4]
     assert cases == "5,000" and int(agree.replace(",", "")) + int(outside) == 5000 and diverged == "no"
+
+
+def test_a_process_that_has_ended_is_not_signalled_by_its_pid(monkeypatch):
+    """The server reaps its processes, so by the time the judge stops one that has ended, its pid
+    may name another process: the judge holds each by a pidfd and kills only one still running."""
+    import os
+    import signal
+    import time
+
+    from kvfuzz.fuzz.engine import zygote
+
+    killed = []
+    monkeypatch.setattr(zygote, "kill_tree", killed.append)
+    server = zygote.ForkServer.__new__(zygote.ForkServer)
+    ended, running = os.fork(), None
+    if ended == 0:
+        os._exit(0)
+    running = os.fork()
+    if running == 0:
+        time.sleep(60)
+        os._exit(0)
+    try:
+        server.handles = {pid: os.pidfd_open(pid) for pid in (ended, running)}
+        os.waitpid(ended, 0)  # reaped, as its server would: the pid is free for reuse
+        server.kill(ended)
+        server.kill(running)
+        assert killed == [running] and not server.handles
+    finally:
+        os.kill(running, signal.SIGKILL)
+        os.waitpid(running, 0)
