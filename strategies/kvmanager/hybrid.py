@@ -103,6 +103,8 @@ def build_mamba(rng: random.Random, num_ops: int) -> Trace:
                  mamba_mode=rng.choice(("none", "all")), note="profile mamba")
 
 
+# The profiles these streams make (a trace's `note` is "profile NAME")
+PROFILES = ("hybrid sizes", "chunked local", "mamba")
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
