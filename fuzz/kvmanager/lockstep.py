@@ -41,7 +41,9 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
 MARKS = ("hit cut to the scheduler block size",
          "window hit: a block off the scheduler grid passed",
          "dense window: blocks between hit points uncached", "partial entry registered",
-         "chunked-local hit: blocks before the chunk null")
+         "chunked-local hit: blocks before the chunk null",
+         "EAGLE: a window hit drops its last block",
+         "EAGLE: a block past the scheduler grid cached")
 
 
 class _Request:

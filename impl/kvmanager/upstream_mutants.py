@@ -175,6 +175,13 @@ MUTATIONS = {
         "MambaManager.get_num_skipped_tokens", "return num_computed_tokens - 1",
         "return num_computed_tokens",
         "a Mamba group frees the state of the last computed token, which the next one reads")),
+    # EAGLE beside a sliding window (the "eagle window" profile): the hybrid coordinator's
+    # fixed-point search looks each group one drop unit further, then drops it.
+    "eagle_margin_dropped": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "curr_hit_length + eagle_margin,", "curr_hit_length,",
+        "with EAGLE beside another group a lookup drops a block without first looking one "
+        "further: every hit a block short")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -28,8 +28,9 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
   formula differs.
 
 The configurations beyond that (`Trace`'s settings): without prefix caching nothing is looked
-up or cached; a request that skips reading the cache hits nothing; with EAGLE (full attention
-alone) a hit drops its last block; lookahead (draft) tokens get slots on every allocation, but
+up or cached; a request that skips reading the cache hits nothing; with EAGLE a hit drops its last block
+(beside a sliding window each group first looks one of its blocks further, and a step caches
+that block: `hybrid.py`); lookahead (draft) tokens get slots on every allocation, but
 only the tokens a request has are cached; the sliding window keeps `retained` tokens more
 behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous
 scheduling the window moves on the tokens processed, the computed ones less those in flight.
@@ -137,8 +138,12 @@ class KVManagerModel(HybridRules):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
+        hybrid_eagle = self.eagle and len(self.groups) > 1
+        # The hybrid coordinator's EAGLE margin: each group looks one of its blocks further,
+        # then drops one (the unitary coordinator looks no further).
+        reach = longest + (bs if hybrid_eagle else 0)
         full = []
-        for block_hash in self.group_hashes(hashes, 0)[:longest // bs]:
+        for block_hash in self.group_hashes(hashes, 0)[:reach // bs]:
             found = self.pool.map.get((block_hash, 0))
             if not found:
                 break
@@ -146,13 +151,16 @@ class KVManagerModel(HybridRules):
         if len(self.groups) == 1:
             full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
-        # The hybrid coordinator: full attention's run cut to the scheduler block size, the
-        # window's hit within it, full attention cut to that.
-        full_length = len(full) * bs // self.align * self.align
-        if full_length < len(full) * bs:
+        # The hybrid coordinator: full attention's run (less EAGLE's block) cut to the
+        # scheduler block size, the window's hit within it, full attention cut to that.
+        run = max(0, len(full) * bs - (bs if hybrid_eagle else 0))
+        full_length = run // self.align * self.align
+        if full_length < run:
             self.marks.append("hit cut to the scheduler block size")
+        window_reach = min(full_length + self.sizes[1], len(hashes) * self.h) \
+            if hybrid_eagle else full_length
         windowed = (self._local_hit if self.local else self._window_hit)(
-            self.group_hashes(hashes, 1), full_length)
+            self.group_hashes(hashes, 1), window_reach)
         length = len(windowed) * self.sizes[1]
         return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
@@ -223,9 +231,10 @@ class KVManagerModel(HybridRules):
             fresh.append(got)
         # What a step caches: its tokens, cut to the scheduler block size (the hybrid
         # coordinator's; a no-op where every group has one block size).
-        to_cache = min(total + new, num_tokens) // self.align * self.align
+        written = min(total + new, num_tokens)
         for group in self.groups if self.caching else ():
             size = self.sizes[group]
+            to_cache = self.cacheable(written, group)
             num_full = min(to_cache, len(hashes) * self.h) // size
             cached = self.num_cached[group].get(rid, 0)
             if cached < num_full:
@@ -244,6 +253,19 @@ class KVManagerModel(HybridRules):
             if group == 0 and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
         return fresh
+
+    def cacheable(self, written: int, group: int) -> int:
+        """What a step that has `written` tokens caches of `group`: cut to the scheduler block
+        size (the hybrid coordinator's; a no-op where every group has one block size), and with
+        EAGLE beside another group one of the group's blocks past that, for the peek a later
+        hit takes and drops (`get_num_cacheable_tokens`)."""
+        aligned = written // self.align * self.align
+        if self.eagle and len(self.groups) > 1 and aligned:
+            peek = min(written, aligned + self.sizes[group])
+            if peek // self.sizes[group] > aligned // self.sizes[group]:
+                self.marks.append("EAGLE: a block past the scheduler grid cached")
+            return peek
+        return aligned
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
         if len(self.groups) == 1:

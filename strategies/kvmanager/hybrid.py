@@ -22,6 +22,11 @@ of blocks at most.
 "mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
 prefix caching off: a request keeps the state of its last computed token alone, older ones
 freed as it moves on.
+
+"eagle window" (`kvmanager/5[eagle window]`): EAGLE (`use_eagle`) beside a sliding window, of
+one block size or of two as in "hybrid sizes": the hybrid coordinator looks each group one of
+its blocks further and drops one, a window hit needs a block more, a step caches a block past
+the scheduler grid, the sparse window keeps its runs a block later.
 """
 
 from __future__ import annotations
@@ -103,10 +108,35 @@ def build_mamba(rng: random.Random, num_ops: int) -> Trace:
                  mamba_mode=rng.choice(("none", "all")), note="profile mamba")
 
 
+def build_eagle(rng: random.Random, num_ops: int) -> Trace:
+    """EAGLE beside a sliding window: half of one block size hashed per block (the plain
+    configuration), half of the "hybrid sizes" choices; draft slots in most."""
+    if rng.random() < 0.5:
+        full = swa = hashed = rng.choice((1, 2, 4, 4, 8))
+    else:
+        full, swa = rng.choice(SIZES)
+        hashed = rng.choice([d for d in (1, 2, 4) if math.gcd(full, swa) % d == 0])
+    scheduler = math.lcm(full, swa)
+    window = rng.randint(2, 3 * swa)
+    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 8) * scheduler + rng.randint(0, 3)))
+    retention = rng.choice((None, None, 0, rng.randint(1, 3) * scheduler))
+    settings = _engine(rng, swa) | {"eagle": True}
+    settings["lookahead"] = rng.randint(1, 3) if rng.random() < 0.7 else 0
+    if settings["async_scheduling"] and rng.random() < 0.5:
+        settings["retained"] = rng.randint(1, swa)
+    return Trace(blocks, full, window, max_model_len,
+                 _ops(rng, scheduler, max_model_len, num_ops), retention, **settings,
+                 window_block_size=swa if swa != full else 0,
+                 hash_block_size=hashed if hashed != full else 0, note="profile eagle window")
+
+
 # The profiles these streams make (a trace's `note` is "profile NAME")
-PROFILES = ("hybrid sizes", "chunked local", "mamba")
+PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window")
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
                        max_fuzz_ops=200)
 MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)
+EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
+                       max_fuzz_ops=200)
