@@ -35,7 +35,8 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
            "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
            "chunked local attention": lambda t: t.local_chunk > 0,
-           "Mamba": lambda t: bool(t.mamba_mode)}
+           "Mamba": lambda t: bool(t.mamba_mode),
+           "cross attention": lambda t: t.encoder_tokens > 0}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -91,7 +92,8 @@ class KVManagerLockstep(Lockstep):
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
                               trace.eagle, trace.retained, trace.window_block_size,
-                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode)
+                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
+                              trace.encoder_tokens)
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
@@ -100,7 +102,7 @@ class KVManagerLockstep(Lockstep):
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
-                    trace.local_chunk, trace.mamba_mode)
+                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")

@@ -182,6 +182,11 @@ MUTATIONS = {
         "curr_hit_length + eagle_margin,", "curr_hit_length,",
         "with EAGLE beside another group a lookup drops a block without first looking one "
         "further: every hit a block short")),
+    # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
+    "cross_sized_by_decoder": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_blocks",
+        "num_encoder_tokens\n                if isinstance", "num_tokens\n                if isinstance",
+        "a cross-attention group gets blocks for the decoder's tokens, not the encoder's")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

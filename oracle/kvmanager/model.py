@@ -66,11 +66,13 @@ class KVManagerModel(HybridRules):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0, mamba_mode: str = ""):
+                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
-        self.groups = (0, 1) if window or local_chunk or mamba_mode else (0,)
+        self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
         self.local, self.mamba = local_chunk, bool(mamba_mode)
+        # Cross-attention (caching off): each admission's encoder tokens, a static allocation
+        self.encoder = encoder_tokens
         # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
@@ -105,6 +107,8 @@ class KVManagerModel(HybridRules):
             return computed // self.local * self.local
         if self.mamba:  # every state but the last computed token's
             return max(0, computed - 1)
+        if self.encoder:  # cross-attention frees nothing until the request goes
+            return 0
         return max(0, computed - self.window + 1 - self.retained)
 
     def take_marks(self) -> list[str]:
@@ -167,13 +171,21 @@ class KVManagerModel(HybridRules):
 
     # allocate_slots
 
+    def tokens_for(self, group: int, need: int, admission: bool) -> int:
+        """The tokens `group` holds slots for: a cross-attention group the encoder's, passed at
+        an admission alone (the scheduler's `num_encoder_tokens`), else `need`."""
+        if group and self.encoder:
+            return self.encoder if admission else 0
+        return need
+
     def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
-                           computed: int, capped: bool = False) -> int:
+                           computed: int, capped: bool = False, admission: bool = False) -> int:
         total = 0
         for group in self.groups:
             size = self.sizes[group]
-            required = cdiv(need, size)
-            if capped and group == 1 and not self.mamba:  # Mamba's spec sets no cap
+            required = cdiv(self.tokens_for(group, need, admission), size)
+            # Mamba's and cross-attention's specs set no cap
+            if capped and group == 1 and not (self.mamba or self.encoder):
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
@@ -207,12 +219,13 @@ class KVManagerModel(HybridRules):
         headroom = self.watermark_blocks if hit is not None and others_running else 0
         if whole:
             self.predicted = self.blocks_to_allocate(rid, min(num_tokens, self.max_len), hits,
-                                                     computed, capped=True)
+                                                     computed, capped=True, admission=True)
             if self.predicted + headroom > self.pool.num_free():
                 self.refused_whole = True
                 return None
         self.freed_by_window = self._free_out_of_window(rid, max(0, total - in_flight))
-        self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
+        self.predicted = self.blocks_to_allocate(rid, need, hits, computed,
+                                                 admission=hit is not None)
         if self.predicted + headroom > self.pool.num_free():
             return None
         if hit is not None and not self.running(rid):
@@ -225,7 +238,8 @@ class KVManagerModel(HybridRules):
         fresh = []
         for group in self.groups:
             table = self.tables[group].setdefault(rid, [])
-            count = cdiv(need, self.sizes[group]) - len(table)
+            count = cdiv(self.tokens_for(group, need, hit is not None),
+                         self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             fresh.append(got)
@@ -327,8 +341,9 @@ class KVManagerModel(HybridRules):
         return found or 0
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        # A Mamba group's table is not clipped (not an attention spec)
-        return [ids if group and self.mamba else ids[:cdiv(computed, size)]
+        # A Mamba group's table is not clipped (not an attention spec), nor a cross-attention
+        # group's (the encoder's tokens, not the request's)
+        return [ids if group and (self.mamba or self.encoder) else ids[:cdiv(computed, size)]
                 for group, (ids, size) in enumerate(zip(self.block_ids(rid), self.sizes))]
 
     def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:

@@ -76,6 +76,13 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not mode or not (window or local or values["caching"]), "mamba_mode",
                   "expected no sliding-window or chunked-local group and caching off with a "
                   "Mamba group", mode)
+    # Cross-attention: caching off (vLLM's cross-attention manager refuses lookups), and no
+    # other second group.
+    values["encoder_tokens"] = encoder = reader.integer(
+        data.get("encoder_tokens", 0), "encoder_tokens", low=0, high=MAX_LEN)
+    reader.expect(not encoder or not (window or local or mode or values["caching"]),
+                  "encoder_tokens", "expected 0 with another second group or with caching on "
+                  "(vLLM's cross-attention manager does not support caching)", encoder)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -100,7 +107,7 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(window or not swa, "window_block_size",
                   "expected 0 without a sliding window", swa)
     sizes = (block_size, swa or block_size) if window or values["local_chunk"] or \
-        values["mamba_mode"] else (block_size,)
+        values["mamba_mode"] or values["encoder_tokens"] else (block_size,)
     reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
                   f"expected 0 or a divisor of every group's block size {sizes}", hashed)
     reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",

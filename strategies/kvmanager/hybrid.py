@@ -27,6 +27,10 @@ freed as it moves on.
 one block size or of two as in "hybrid sizes": the hybrid coordinator looks each group one of
 its blocks further and drops one, a window hit needs a block more, a step caches a block past
 the scheduler grid, the sparse window keeps its runs a block later.
+
+"cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
+attention beside a cross-attention group, prefix caching off: each admission also takes the
+encoder's blocks, held until the request is freed.
 """
 
 from __future__ import annotations
@@ -131,12 +135,27 @@ def build_eagle(rng: random.Random, num_ops: int) -> Trace:
                  hash_block_size=hashed if hashed != full else 0, note="profile eagle window")
 
 
+def build_cross(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside cross-attention (`CrossAttentionSpec`) of one block size, caching
+    off (vLLM's cross-attention manager refuses lookups): every request has 1 to 4 blocks'
+    worth of encoder tokens (an encoder's fixed output, as Whisper's), or any count from 1."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    encoder = rng.choice((rng.randint(1, 4) * size, rng.randint(1, 4 * size)))
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 None, **_engine(rng, size), caching=False, encoder_tokens=encoder,
+                 note="profile cross attention")
+
+
 # The profiles these streams make (a trace's `note` is "profile NAME")
-PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window")
+PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention")
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
                        max_fuzz_ops=200)
 MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)
 EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
+                       max_fuzz_ops=200)
+CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,
                        max_fuzz_ops=200)

@@ -20,7 +20,8 @@ MIX = "kvmanager/mix"
 # (stream, the range of the draw it takes): a new stream takes a range no other one had, so an
 # index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
-           (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46))
+           (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
+           (hybrid.CROSS, 0.46, 0.51))
 
 
 class MixedStreams:

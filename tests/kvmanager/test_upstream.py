@@ -130,7 +130,8 @@ def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
     ("MAMBA", 10, ("Mamba",)),
     ("EAGLE", 200, ("EAGLE", "sliding window", "groups of different block sizes",
                     "hash block below the block size", "sparse retention")),
-], ids=["hybrid sizes", "chunked local", "mamba", "eagle window"])
+    ("CROSS", 200, ("cross attention", "caching off", "whole request must fit")),
+], ids=["hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention"])
 def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, configs):
     """The hybrid coordinator's profiles (strategies/kvmanager/hybrid.py) run clean on the
     released class and reach what they exist for: hits and caching cut to the scheduler
@@ -138,7 +139,9 @@ def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, c
     uncached, partial entries; chunked-local hits with null blocks before the chunk; Mamba
     states freed as a request moves on; with EAGLE beside a window (200 traces: the CI's run
     of that configuration), window hits dropping their last block and blocks cached past the
-    scheduler grid for the lookup's peek, besides every hybrid edge class."""
+    scheduler grid for the lookup's peek, besides every hybrid edge class; with a
+    cross-attention group (200 traces), preemptions and whole-request refusals counting the
+    encoder's blocks."""
     from collections import Counter
 
     from kvfuzz.fuzz.kvmanager.lockstep import MARKS
@@ -151,7 +154,9 @@ def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, c
         events.update(outcome.features)
     local = "chunked-local hit: blocks before the chunk null"
     windowed = [m for m in MARKS if m != local]  # every mark of a sliding window's
-    wanted = {"LOCAL": [local], "MAMBA": [], "EAGLE": windowed}.get(
-        stream, [m for m in windowed if not m.startswith("EAGLE")])
-    wanted += [f"config: {name}" for name in configs] + ["window frees blocks"]
+    wanted = {"LOCAL": [local], "MAMBA": [], "EAGLE": windowed,
+              "CROSS": ["preempt", "allocate_slots refused: the whole request does not fit"]
+              }.get(stream, [m for m in windowed if not m.startswith("EAGLE")])
+    wanted += [f"config: {name}" for name in configs]
+    wanted += ["window frees blocks"] if stream != "CROSS" else []  # nothing leaves a window
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
