@@ -60,14 +60,16 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
 
 
 @pytest.mark.slow
-def test_the_eagle_margin_mutant_is_caught_by_the_eagle_window_profile_alone():
-    """The hybrid coordinator's EAGLE margin runs only with EAGLE beside another group: of the
-    first 60 seeded traces the mutant without it diverges on "eagle window" ones and agrees on
-    every other (EAGLE over full attention alone included: the unitary coordinator has no
-    margin)."""
+@pytest.mark.parametrize("name, profile", [("eagle_margin_dropped", "eagle window"),
+                                           ("cross_sized_by_decoder", "cross attention")])
+def test_a_configurations_mutant_is_caught_by_its_profile_alone(name, profile):
+    """The hybrid coordinator's EAGLE margin runs only with EAGLE beside another group, the
+    cross-attention group's static allocation only with such a group: of the first 60 seeded
+    traces each mutant diverges on its profile's and agrees on every other (for the margin,
+    EAGLE over full attention alone included: the unitary coordinator has none)."""
     from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 
-    impl = KVMANAGER.catalogue.resolve(PREFIX + "eagle_margin_dropped")
+    impl = KVMANAGER.catalogue.resolve(PREFIX + name)
     if not impl.available():
         pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
     caught, unitary_eagle = {}, 0
@@ -76,5 +78,5 @@ def test_the_eagle_margin_mutant_is_caught_by_the_eagle_window_profile_alone():
         unitary_eagle += trace.eagle and not trace.window
         caught.setdefault(trace.note, []).append(
             divergence("kvmanager", trace, impl) is not None)
-    assert any(caught.pop("profile eagle window")), caught
+    assert any(caught.pop(f"profile {profile}")), caught
     assert not any(map(any, caught.values())) and unitary_eagle, (caught, unitary_eagle)
