@@ -36,6 +36,8 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
            "chunked local attention": lambda t: t.local_chunk > 0,
            "Mamba": lambda t: bool(t.mamba_mode),
+           "Mamba align mode, prefix caching on (reduced checks)":
+               lambda t: t.mamba_mode == "align",
            "cross attention": lambda t: t.encoder_tokens > 0}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
@@ -85,15 +87,18 @@ class KVManagerLockstep(Lockstep):
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
-        for name, applies in CONFIGS.items():
-            if applies(trace):
-                self.count(f"config: {name}")
+        self.count_configs(trace)
         return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
                               trace.eagle, trace.retained, trace.window_block_size,
                               trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                               trace.encoder_tokens)
+
+    def count_configs(self, trace) -> None:
+        for name, applies in CONFIGS.items():
+            if applies(trace):
+                self.count(f"config: {name}")
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM

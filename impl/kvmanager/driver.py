@@ -179,6 +179,15 @@ class KVManagerDriver(ManagerReads):
         return ([(int(c.src_block_id), int(c.dst_block_id)) for c in copies],
                 [int(block.block_id) for block in retained])
 
+    def release_copies(self) -> int:
+        """What the scheduler does every step: take the pending copy-on-write copies and free
+        the blocks they retain once the copies ran (`_free_cow_retained_blocks`, synchronous
+        scheduling). The number of copies."""
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        if retained:
+            self.manager.block_pool.free_blocks(retained)
+        return len(copies)
+
     def set_computed(self, rid: int, count: int, status: str) -> None:
         """What the scheduler sets after a step: the computed tokens and the status (the
         watermark holds for waiting and preempted requests only); a preemption counts."""

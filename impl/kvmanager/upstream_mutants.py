@@ -182,6 +182,11 @@ MUTATIONS = {
         "curr_hit_length + eagle_margin,", "curr_hit_length,",
         "with EAGLE beside another group a lookup drops a block without first looking one "
         "further: every hit a block short")),
+    # Mamba "align" with prefix caching (the "mamba align" profile, judged in a reduced mode).
+    "mamba_align_state_kept": (SINGLE, Mutation(
+        "MambaManager._remove_blocks_in_range",
+        "self.block_pool.free_blocks(freed)", "pass",
+        "in align mode the states a request moved past leave its table but are never freed")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

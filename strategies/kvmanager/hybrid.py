@@ -28,6 +28,10 @@ one block size or of two as in "hybrid sizes": the hybrid coordinator looks each
 its blocks further and drops one, a window hit needs a block more, a step caches a block past
 the scheduler grid, the sparse window keeps its runs a block later.
 
+"mamba align" (`kvmanager/5[mamba align]`): full attention beside a Mamba group in mode
+"align" with prefix caching, hashed per fewer tokens than a block in most (partial hits),
+judged in the reduced mode (`fuzz/kvmanager/align.py`).
+
 "cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
 attention beside a cross-attention group, prefix caching off: each admission also takes the
 encoder's blocks, held until the request is freed.
@@ -148,8 +152,24 @@ def build_cross(rng: random.Random, num_ops: int) -> Trace:
                  note="profile cross attention")
 
 
+def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
+    caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
+    partial hits on; no events, stats, EAGLE or tokens in flight (the reduced mode's)."""
+    size = rng.choice((2, 4, 4, 8))
+    hashed = rng.choice([d for d in (1, 2, 4) if d < size]) if rng.random() < 0.75 else size
+    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    settings = _engine(rng, size) | {"events": False, "stats": False,
+                                     "async_scheduling": False}
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 rng.choice((None, 0)), **settings, mamba_mode="align",
+                 hash_block_size=hashed if hashed != size else 0, note="profile mamba align")
+
+
 # The profiles these streams make (a trace's `note` is "profile NAME")
-PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention")
+PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention",
+            "mamba align")
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
@@ -159,3 +179,5 @@ EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
                        max_fuzz_ops=200)
 CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,
                        max_fuzz_ops=200)
+MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align, num_ops=200,
+                             max_fuzz_ops=200)

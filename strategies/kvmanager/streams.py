@@ -21,7 +21,7 @@ MIX = "kvmanager/mix"
 # index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
-           (hybrid.CROSS, 0.46, 0.51))
+           (hybrid.CROSS, 0.46, 0.51), (hybrid.MAMBA_ALIGN, 0.51, 0.55))
 
 
 class MixedStreams:

@@ -136,8 +136,9 @@ class Trace:
 
     Mamba (`kvmanager/5[mamba]`): `mamba_mode` "none" or "all" makes the second group a
     `MambaSpec` of that `mamba_cache_mode`, with prefix caching off (vLLM refuses either mode with
-    caching on; "align" is not modelled): a request keeps only the state of its last computed
-    token.
+    caching on): a request keeps only the state of its last computed token. "align"
+    (`kvmanager/5[mamba align]`), with prefix caching, is judged in a reduced mode
+    (`fuzz/kvmanager/align.py`): the oracle does not model its checkpoints.
 
     Cross-attention (`kvmanager/5[cross attention]`): `encoder_tokens` > 0 makes the second group
     a `CrossAttentionSpec` (an encoder-decoder model's, Whisper's), with prefix caching off

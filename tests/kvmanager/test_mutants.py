@@ -50,6 +50,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
     # EAGLE beside a window (the "eagle window" profile): every hit a block short.
     "eagle_margin_dropped": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
+    # Mamba "align" (the "mamba align" profile's reduced checks): a state never freed.
+    "mamba_align_state_kept": r"ref_cnt:? +reference counts against the live tables",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
 }.items()}
