@@ -33,8 +33,7 @@ from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep,
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule)
+from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
 
 
 class AlignLockstep(KVManagerLockstep):
@@ -55,7 +54,7 @@ class AlignLockstep(KVManagerLockstep):
         self.evicted: tuple[int, ...] = ()         # what the last op asked evicted
         self.reset_done = False                    # whether the last op reset the cache
         self.count_configs(trace)
-        return None  # nothing asks the oracle
+        return _Unmodelled()
 
     def initial_problems(self):
         return self._pool_problems() if self.align else super().initial_problems()
@@ -87,37 +86,9 @@ class AlignLockstep(KVManagerLockstep):
     def decode(self, op):
         if not self.align:
             return (yield from super().decode(op))
-        request = self.requests.get(op.rid)
-        if request is None or request.status != RUNNING or \
-                request.computed < len(request.tokens) or \
-                len(request.tokens) >= self.trace.max_model_len:
-            return
-        request.tokens.append(op.token)
-        yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
-                   oracle=None)
-        if isinstance(op, Sample):
-            self.count("sample, no slot")
-            return
-        self.count("decode")
-        return (yield from self._allocate(op.rid, request, 1, None))
-
-    @handles(Preempt, Finish)
-    def free(self, op):
-        if not self.align:
-            return (yield from super().free(op))
-        request = self.requests.get(op.rid)
-        finish = isinstance(op, Finish)
-        if request is None or (not finish and request.status != RUNNING):
-            return
-        self.count("finish" if finish else "preempt")
-        yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid, finish),
-                   oracle=None)
-        if finish:
-            del self.requests[op.rid]
-            yield Call("", "forget", (op.rid,), oracle=None)
-        else:
-            request.computed, request.status, request.preempted = 0, WAITING, True
-            yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
+        request = yield from self._sample(op)
+        if request is not None:
+            return (yield from self._allocate(op.rid, request, 1, None))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -249,6 +220,14 @@ class AlignLockstep(KVManagerLockstep):
                                                                        cache)]
         self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
         return problems
+
+
+class _Unmodelled:
+    """The reduced mode's model: nothing asks it but a free (the shared `free` handler), which
+    it answers with nothing; the pool's state after it is read and checked instead."""
+
+    def free(self, rid: int) -> None:
+        return None
 
 
 def _allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:

@@ -140,22 +140,31 @@ class KVManagerLockstep(Lockstep):
 
     @handles(Decode, Sample)
     def decode(self, op):
+        request = yield from self._sample(op)
+        if request is None:
+            return
+        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
+            self.count("decode into a new block")
+        yield Call(f"allocate_slots(r{op.rid}, 1)")
+        return (yield from self._allocation(op.rid, request, 1, 0, None))
+
+    def _sample(self, op):
+        """A running request whose tokens are all computed samples the op's token: the request
+        whose slot is asked next (a decode), or None (a sample asks none; or the op resolves
+        to nothing)."""
         request = self.requests.get(op.rid)
         if request is None or request.status != RUNNING or \
                 request.computed < len(request.tokens) or \
                 len(request.tokens) >= self.trace.max_model_len:
-            return
+            return None
         request.tokens.append(op.token)
         yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
                    oracle=None)
         if isinstance(op, Sample):  # no slot asked: the next allocation schedules the token
             self.count("sample, no slot")
-            return
+            return None
         self.count("decode")
-        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
-            self.count("decode into a new block")
-        yield Call(f"allocate_slots(r{op.rid}, 1)")
-        return (yield from self._allocation(op.rid, request, 1, 0, None))
+        return request
 
     @handles(Preempt, Finish)
     def free(self, op):

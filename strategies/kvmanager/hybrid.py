@@ -75,18 +75,26 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     # a hash block below the block size in most traces (always where the sizes are equal)
     hashed = rng.choice([d for d in (1, 2, 4) if common % d == 0 and (d < common or
                                                                        full != swa)])
+    return _windowed(rng, num_ops, full, swa, hashed, "hybrid sizes")
+
+
+def _windowed(rng: random.Random, num_ops: int, full: int, swa: int, hashed: int, profile: str,
+              more=lambda rng, settings: None) -> Trace:
+    """Full attention in blocks of `full` beside a sliding window in blocks of `swa`, hashed
+    per `hashed` tokens; `more(rng, settings)` sets a profile's own settings."""
     scheduler = math.lcm(full, swa)
     window = rng.randint(2, 3 * swa)
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 8) * scheduler + rng.randint(0, 3)))
     retention = rng.choice((None, None, 0, rng.randint(1, 3) * scheduler))
     settings = _engine(rng, swa)
+    more(rng, settings)
     if settings["async_scheduling"] and rng.random() < 0.5:
         settings["retained"] = rng.randint(1, swa)
     return Trace(blocks, full, window, max_model_len,
                  _ops(rng, scheduler, max_model_len, num_ops), retention, **settings,
                  window_block_size=swa if swa != full else 0,
-                 hash_block_size=hashed if hashed != full else 0, note="profile hybrid sizes")
+                 hash_block_size=hashed if hashed != full else 0, note=f"profile {profile}")
 
 
 def build_local(rng: random.Random, num_ops: int) -> Trace:
@@ -124,19 +132,11 @@ def build_eagle(rng: random.Random, num_ops: int) -> Trace:
     else:
         full, swa = rng.choice(SIZES)
         hashed = rng.choice([d for d in (1, 2, 4) if math.gcd(full, swa) % d == 0])
-    scheduler = math.lcm(full, swa)
-    window = rng.randint(2, 3 * swa)
-    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
-    max_model_len = rng.choice((1024, 1024, rng.randint(2, 8) * scheduler + rng.randint(0, 3)))
-    retention = rng.choice((None, None, 0, rng.randint(1, 3) * scheduler))
-    settings = _engine(rng, swa) | {"eagle": True}
-    settings["lookahead"] = rng.randint(1, 3) if rng.random() < 0.7 else 0
-    if settings["async_scheduling"] and rng.random() < 0.5:
-        settings["retained"] = rng.randint(1, swa)
-    return Trace(blocks, full, window, max_model_len,
-                 _ops(rng, scheduler, max_model_len, num_ops), retention, **settings,
-                 window_block_size=swa if swa != full else 0,
-                 hash_block_size=hashed if hashed != full else 0, note="profile eagle window")
+
+    def eagle(rng, settings):
+        settings["eagle"] = True
+        settings["lookahead"] = rng.randint(1, 3) if rng.random() < 0.7 else 0
+    return _windowed(rng, num_ops, full, swa, hashed, "eagle window", eagle)
 
 
 def build_cross(rng: random.Random, num_ops: int) -> Trace:
