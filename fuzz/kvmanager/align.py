@@ -11,11 +11,11 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - `allocate_slots`: None, or new blocks per group, distinct, full attention's not null (the Mamba
   group's may hold nulls, placeholders for states it does not keep), each group's now the end
   of the request's table; a step of no tokens and no hit refused (the manager raises);
-- after every op (the copy-on-write copies taken and their blocks released, as the scheduler
-  does every step): the pool's invariants (`state_violations`), the free count the free
-  queue's length and `usage` the same fraction, no block twice in one table, and every block's
-  reference count exactly the number of live tables that hold it (a block freed too early,
-  leaked or freed twice shows here; with no request live, every block is free);
+- after every op (a new step started, the copy-on-write copies taken and their blocks released,
+  as the scheduler does every step): the pool's invariants (`state_violations`), the free count
+  the free queue's length and `usage` the same fraction, no block twice in one table, and every
+  block's reference count exactly the number of live tables that hold it (a block freed too
+  early, leaked or freed twice shows here; with no request live, every block is free);
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
 
@@ -182,7 +182,11 @@ class AlignLockstep(KVManagerLockstep):
     def state(self, op) -> list[tuple[str, str]]:
         if not self.align:
             return super().state(op)
-        copies = self.read("release_copies")  # as the scheduler does every step
+        # What the scheduler does every step: a new step starts (a Mamba group refuses a hit on
+        # a state cached in the same step, and forgets those only here), then the copies are
+        # taken and released
+        self.read("new_step_starts")
+        copies = self.read("release_copies")
         if copies:
             self.count("copy-on-write copies taken")
         return self._pool_problems()

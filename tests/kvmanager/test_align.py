@@ -71,6 +71,7 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     (f"{__name__}:GroupsSwapped", "result"),
     ("mutant.vllm.kvmanager.mamba_align_state_kept", "ref_cnt"),
     ("mutant.vllm.kvmanager.free_first_group_only", "ref_cnt"),
+    ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
     ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),
     ("mutant.vllm.kvmanager.skip_reading_ignored", "prefix hit"),
     ("mutant.vllm.kvmanager.hybrid_hit_not_trimmed", "prefix hit"),
