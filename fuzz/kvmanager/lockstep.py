@@ -35,13 +35,18 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
            "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
            "chunked local attention": lambda t: t.local_chunk > 0,
-           "Mamba": lambda t: bool(t.mamba_mode)}
+           "Mamba": lambda t: bool(t.mamba_mode),
+           "Mamba align mode, prefix caching on (reduced checks)":
+               lambda t: t.mamba_mode == "align",
+           "cross attention": lambda t: t.encoder_tokens > 0}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
          "window hit: a block off the scheduler grid passed",
          "dense window: blocks between hit points uncached", "partial entry registered",
-         "chunked-local hit: blocks before the chunk null")
+         "chunked-local hit: blocks before the chunk null",
+         "EAGLE: a window hit drops its last block",
+         "EAGLE: a block past the scheduler grid cached")
 
 
 class _Request:
@@ -82,14 +87,18 @@ class KVManagerLockstep(Lockstep):
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
-        for name, applies in CONFIGS.items():
-            if applies(trace):
-                self.count(f"config: {name}")
+        self.count_configs(trace)
         return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
                               trace.caching, trace.events, trace.stats, trace.lookahead,
                               trace.eagle, trace.retained, trace.window_block_size,
-                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode)
+                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
+                              trace.encoder_tokens)
+
+    def count_configs(self, trace) -> None:
+        for name, applies in CONFIGS.items():
+            if applies(trace):
+                self.count(f"config: {name}")
 
     def build_impl(self, trace, cls, device):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
@@ -98,7 +107,7 @@ class KVManagerLockstep(Lockstep):
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
-                    trace.local_chunk, trace.mamba_mode)
+                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")
@@ -131,22 +140,31 @@ class KVManagerLockstep(Lockstep):
 
     @handles(Decode, Sample)
     def decode(self, op):
+        request = yield from self._sample(op)
+        if request is None:
+            return
+        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
+            self.count("decode into a new block")
+        yield Call(f"allocate_slots(r{op.rid}, 1)")
+        return (yield from self._allocation(op.rid, request, 1, 0, None))
+
+    def _sample(self, op):
+        """A running request whose tokens are all computed samples the op's token: the request
+        whose slot is asked next (a decode), or None (a sample asks none; or the op resolves
+        to nothing)."""
         request = self.requests.get(op.rid)
         if request is None or request.status != RUNNING or \
                 request.computed < len(request.tokens) or \
                 len(request.tokens) >= self.trace.max_model_len:
-            return
+            return None
         request.tokens.append(op.token)
         yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
                    oracle=None)
         if isinstance(op, Sample):  # no slot asked: the next allocation schedules the token
             self.count("sample, no slot")
-            return
+            return None
         self.count("decode")
-        if len(request.tokens) % self.trace.block_size == 1 or self.trace.block_size == 1:
-            self.count("decode into a new block")
-        yield Call(f"allocate_slots(r{op.rid}, 1)")
-        return (yield from self._allocation(op.rid, request, 1, 0, None))
+        return request
 
     @handles(Preempt, Finish)
     def free(self, op):

@@ -54,7 +54,7 @@ class KVManagerDriver(ManagerReads):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0, mamba_mode: str = ""):
+                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0):
         import math
 
         import torch
@@ -80,6 +80,10 @@ class KVManagerDriver(ManagerReads):
 
             specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
                                    dtypes=(torch.float16,), mamba_cache_mode=mamba_mode))
+        if encoder_tokens:
+            from vllm.v1.kv_cache_interface import CrossAttentionSpec
+
+            specs.append(CrossAttentionSpec(block_size=block_size, **shape))
         # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size
@@ -103,7 +107,7 @@ class KVManagerDriver(ManagerReads):
                                    watermark=watermark, enable_kv_cache_events=events,
                                    log_stats=stats, use_eagle=eagle))
         super().__init__(self.manager.block_pool, blocks)
-        self.lookahead = lookahead
+        self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}
         self.hits: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup (kept:
         # truncate_computed_blocks reads it after the admission)
@@ -137,6 +141,8 @@ class KVManagerDriver(ManagerReads):
         request = self.requests[rid]
         request.num_in_flight_tokens = in_flight
         more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
+        if admission and self.encoder_tokens:  # its encoder input, scheduled at admission
+            more["num_encoder_tokens"] = self.encoder_tokens
         if admission:  # as the scheduler admits a waiting or preempted request
             method = self.manager.allocate_slots  # (others running: what the watermark reads)
             settings = {**taken(method, has_scheduled_reqs=others_running),
@@ -172,6 +178,15 @@ class KVManagerDriver(ManagerReads):
         copies, retained = self.manager.take_kv_cache_block_copies()
         return ([(int(c.src_block_id), int(c.dst_block_id)) for c in copies],
                 [int(block.block_id) for block in retained])
+
+    def release_copies(self) -> int:
+        """What the scheduler does every step: take the pending copy-on-write copies and free
+        the blocks they retain once the copies ran (`_free_cow_retained_blocks`, synchronous
+        scheduling). The number of copies."""
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        if retained:
+            self.manager.block_pool.free_blocks(retained)
+        return len(copies)
 
     def set_computed(self, rid: int, count: int, status: str) -> None:
         """What the scheduler sets after a step: the computed tokens and the status (the

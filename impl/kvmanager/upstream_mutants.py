@@ -175,6 +175,23 @@ MUTATIONS = {
         "MambaManager.get_num_skipped_tokens", "return num_computed_tokens - 1",
         "return num_computed_tokens",
         "a Mamba group frees the state of the last computed token, which the next one reads")),
+    # EAGLE beside a sliding window (the "eagle window" profile): the hybrid coordinator's
+    # fixed-point search looks each group one drop unit further, then drops it.
+    "eagle_margin_dropped": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "curr_hit_length + eagle_margin,", "curr_hit_length,",
+        "with EAGLE beside another group a lookup drops a block without first looking one "
+        "further: every hit a block short")),
+    # Mamba "align" with prefix caching (the "mamba align" profile, judged in a reduced mode).
+    "mamba_align_state_kept": (SINGLE, Mutation(
+        "MambaManager._remove_blocks_in_range",
+        "self.block_pool.free_blocks(freed)", "pass",
+        "in align mode the states a request moved past leave its table but are never freed")),
+    # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
+    "cross_sized_by_decoder": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_blocks",
+        "num_encoder_tokens\n                if isinstance", "num_tokens\n                if isinstance",
+        "a cross-attention group gets blocks for the decoder's tokens, not the encoder's")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

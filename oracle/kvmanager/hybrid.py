@@ -1,9 +1,10 @@
 """The second group's rules in the KV-cache-manager model (`model.py`) that the hybrid
 coordinator brings (vllm 0.33.0, `single_type_kv_cache_manager.py`): a sliding window's hit on
 the scheduler grid, a chunked-local hit, the sliding window's block mask, and full attention's
-partial entry of a prompt's tail when a block holds several hash units. A mixin of
-`KVManagerModel`: it reads the model's pool, sizes and settings, and marks the edge classes it
-reaches (`self.marks`)."""
+partial entry of a prompt's tail when a block holds several hash units; with EAGLE, the
+window's run a block longer and a block later, and the replay boundaries a hit drops back to.
+A mixin of `KVManagerModel`: it reads the model's pool, sizes and settings, and marks the edge
+classes it reaches (`self.marks`)."""
 
 from __future__ import annotations
 
@@ -18,23 +19,35 @@ class HybridRules:
     def _window_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
         """The rightmost run of cdiv(window - 1, size) cached blocks within `limit_tokens`
         whose right edge is on a scheduler block boundary (the nulls before it), else the run
-        from block 0."""
-        size = self.sizes[1]
-        need, limit = cdiv(self.window - 1, size), limit_tokens // size
+        from block 0. With EAGLE the run is a block longer and its right edge one block past
+        the boundary, then that block is dropped (and the hit cut back to the grid)."""
+        size, eagle = self.sizes[1], self.eagle
+        need, limit = cdiv(self.window - 1, size) + eagle, limit_tokens // size
         out, run = [0] * limit, 0
         for index in range(limit - 1, -1, -1):
             found = self.pool.map.get((hashes[index], 1))
             if found:
-                if run == 0 and (index + 1) * size % self.align:
+                if run == 0 and (index + 1 - eagle) * size % self.align:
                     self.marks.append("window hit: a block off the scheduler grid passed")
                     continue  # a run must end where a hit can
                 out[index] = found[0]
                 run += 1
                 if run >= need:
-                    return out[:index + run]
+                    out = out[:index + run]
+                    break
             else:
                 run = 0
-        return out[:run]
+        else:
+            out = self._on_grid(out[:run])
+        if eagle and out:
+            self.marks.append("EAGLE: a window hit drops its last block")
+            out = self._on_grid(out[:-1])
+        return out
+
+    def _on_grid(self, blocks: list[int]) -> list[int]:
+        """The window's blocks cut back to end on the scheduler grid."""
+        size = self.sizes[1]
+        return blocks[:len(blocks) * size // self.align * self.align // size]
 
     def _local_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
         """Chunked-local attention: the blocks before the chunk of the token after
@@ -60,29 +73,49 @@ class HybridRules:
         retention set, the same before each boundary a later hit can stop at (the prompt's
         last token, the shared-prefix junction), each cut to the scheduler block size; every
         block when a window spans a segment."""
-        size = self.sizes[1]
-        need = cdiv(self.window - 1, size)
+        size, eagle = self.sizes[1], self.eagle
+        # With EAGLE a hit's run is a block longer and ends a block past the boundary (shift)
+        need, shift = cdiv(self.window - 1, size) + eagle, int(eagle)
         segment = self.align if self.retention is None else self.retention
         if segment:
             per_segment = segment // size
             if need >= per_segment:
                 return None
-            keep = {i for i in range(start, end) if i % per_segment >= per_segment - need}
+            keep = {i for i in range(start, end)
+                    if i >= shift and (i - shift) % per_segment >= per_segment - need}
         else:
             keep = set()
         if self.retention is None:
             return keep
-        for boundary in [prompt_tokens - 1] + ([shared_boundary] if shared_boundary else []):
-            stop = boundary // self.align * self.align // size
+        for boundary in self._replay_boundaries(prompt_tokens, shared_boundary):
+            stop = boundary // self.align * self.align // size + shift
             keep |= set(range(max(start, stop - need), min(end, stop)))
         return keep
+
+    def _replay_boundaries(self, prompt_tokens: int, shared_boundary: int) -> list[int]:
+        """Where a later hit of this prompt can stop: a resend's num_tokens - 1; with EAGLE
+        a scheduler block below a resend's and a longer sibling's aligned ends (each drops a
+        block); and the shared-prefix junction (with EAGLE also a window block below it: a
+        sibling diverging right after it has no block to peek at)."""
+        if self.eagle:
+            align = self.align
+            stops = {max(0, (prompt_tokens - 1) // align * align - align),
+                     max(0, prompt_tokens // align * align - align)}
+        else:
+            stops = {prompt_tokens - 1}
+        if shared_boundary:
+            stops |= {shared_boundary} | ({shared_boundary - self.sizes[1]} if self.eagle
+                                          else set())
+        return sorted(stops)
 
     def _cache_partial_tail(self, rid: int, hashes: list[int], tokens, prompt_tokens: int,
                             cacheable: int) -> None:
         """Full attention in blocks of more than one hash unit: the hash boundary before the
         prompt's last token, where it falls inside a block the step has cached, also names
         that block (a partial entry; every step that caches registers it, once)."""
-        boundary = min((prompt_tokens - 1) // self.h, len(hashes)) * self.h
+        # (an EAGLE lookup reads the whole prompt before it drops a hash unit)
+        limit = prompt_tokens if self.eagle else prompt_tokens - 1
+        boundary = min(limit // self.h, len(hashes)) * self.h
         if boundary == 0 or boundary > cacheable or boundary % self.bs == 0:
             return
         table = self.tables[0][rid]

@@ -28,8 +28,9 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
   formula differs.
 
 The configurations beyond that (`Trace`'s settings): without prefix caching nothing is looked
-up or cached; a request that skips reading the cache hits nothing; with EAGLE (full attention
-alone) a hit drops its last block; lookahead (draft) tokens get slots on every allocation, but
+up or cached; a request that skips reading the cache hits nothing; with EAGLE a hit drops its last block
+(beside a sliding window each group first looks one of its blocks further, and a step caches
+that block: `hybrid.py`); lookahead (draft) tokens get slots on every allocation, but
 only the tokens a request has are cached; the sliding window keeps `retained` tokens more
 behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous
 scheduling the window moves on the tokens processed, the computed ones less those in flight.
@@ -65,11 +66,13 @@ class KVManagerModel(HybridRules):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0, mamba_mode: str = ""):
+                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
-        self.groups = (0, 1) if window or local_chunk or mamba_mode else (0,)
+        self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
         self.local, self.mamba = local_chunk, bool(mamba_mode)
+        # Cross-attention (caching off): each admission's encoder tokens, a static allocation
+        self.encoder = encoder_tokens
         # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
@@ -104,6 +107,8 @@ class KVManagerModel(HybridRules):
             return computed // self.local * self.local
         if self.mamba:  # every state but the last computed token's
             return max(0, computed - 1)
+        if self.encoder:  # cross-attention frees nothing until the request goes
+            return 0
         return max(0, computed - self.window + 1 - self.retained)
 
     def take_marks(self) -> list[str]:
@@ -137,8 +142,12 @@ class KVManagerModel(HybridRules):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
+        hybrid_eagle = self.eagle and len(self.groups) > 1
+        # The hybrid coordinator's EAGLE margin: each group looks one of its blocks further,
+        # then drops one (the unitary coordinator looks no further).
+        reach = longest + (bs if hybrid_eagle else 0)
         full = []
-        for block_hash in self.group_hashes(hashes, 0)[:longest // bs]:
+        for block_hash in self.group_hashes(hashes, 0)[:reach // bs]:
             found = self.pool.map.get((block_hash, 0))
             if not found:
                 break
@@ -146,26 +155,37 @@ class KVManagerModel(HybridRules):
         if len(self.groups) == 1:
             full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
-        # The hybrid coordinator: full attention's run cut to the scheduler block size, the
-        # window's hit within it, full attention cut to that.
-        full_length = len(full) * bs // self.align * self.align
-        if full_length < len(full) * bs:
+        # The hybrid coordinator: full attention's run (less EAGLE's block) cut to the
+        # scheduler block size, the window's hit within it, full attention cut to that.
+        run = max(0, len(full) * bs - (bs if hybrid_eagle else 0))
+        full_length = run // self.align * self.align
+        if full_length < run:
             self.marks.append("hit cut to the scheduler block size")
+        window_reach = min(full_length + self.sizes[1], len(hashes) * self.h) \
+            if hybrid_eagle else full_length
         windowed = (self._local_hit if self.local else self._window_hit)(
-            self.group_hashes(hashes, 1), full_length)
+            self.group_hashes(hashes, 1), window_reach)
         length = len(windowed) * self.sizes[1]
         return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
 
     # allocate_slots
 
+    def tokens_for(self, group: int, need: int, admission: bool) -> int:
+        """The tokens `group` holds slots for: a cross-attention group the encoder's, passed at
+        an admission alone (the scheduler's `num_encoder_tokens`), else `need`."""
+        if group and self.encoder:
+            return self.encoder if admission else 0
+        return need
+
     def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
-                           computed: int, capped: bool = False) -> int:
+                           computed: int, capped: bool = False, admission: bool = False) -> int:
         total = 0
         for group in self.groups:
             size = self.sizes[group]
-            required = cdiv(need, size)
-            if capped and group == 1 and not self.mamba:  # Mamba's spec sets no cap
+            required = cdiv(self.tokens_for(group, need, admission), size)
+            # Mamba's and cross-attention's specs set no cap
+            if capped and group == 1 and not (self.mamba or self.encoder):
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
@@ -199,12 +219,13 @@ class KVManagerModel(HybridRules):
         headroom = self.watermark_blocks if hit is not None and others_running else 0
         if whole:
             self.predicted = self.blocks_to_allocate(rid, min(num_tokens, self.max_len), hits,
-                                                     computed, capped=True)
+                                                     computed, capped=True, admission=True)
             if self.predicted + headroom > self.pool.num_free():
                 self.refused_whole = True
                 return None
         self.freed_by_window = self._free_out_of_window(rid, max(0, total - in_flight))
-        self.predicted = self.blocks_to_allocate(rid, need, hits, computed)
+        self.predicted = self.blocks_to_allocate(rid, need, hits, computed,
+                                                 admission=hit is not None)
         if self.predicted + headroom > self.pool.num_free():
             return None
         if hit is not None and not self.running(rid):
@@ -217,15 +238,17 @@ class KVManagerModel(HybridRules):
         fresh = []
         for group in self.groups:
             table = self.tables[group].setdefault(rid, [])
-            count = cdiv(need, self.sizes[group]) - len(table)
+            count = cdiv(self.tokens_for(group, need, hit is not None),
+                         self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             fresh.append(got)
         # What a step caches: its tokens, cut to the scheduler block size (the hybrid
         # coordinator's; a no-op where every group has one block size).
-        to_cache = min(total + new, num_tokens) // self.align * self.align
+        written = min(total + new, num_tokens)
         for group in self.groups if self.caching else ():
             size = self.sizes[group]
+            to_cache = self.cacheable(written, group)
             num_full = min(to_cache, len(hashes) * self.h) // size
             cached = self.num_cached[group].get(rid, 0)
             if cached < num_full:
@@ -244,6 +267,19 @@ class KVManagerModel(HybridRules):
             if group == 0 and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
         return fresh
+
+    def cacheable(self, written: int, group: int) -> int:
+        """What a step that has `written` tokens caches of `group`: cut to the scheduler block
+        size (the hybrid coordinator's; a no-op where every group has one block size), and with
+        EAGLE beside another group one of the group's blocks past that, for the peek a later
+        hit takes and drops (`get_num_cacheable_tokens`)."""
+        aligned = written // self.align * self.align
+        if self.eagle and len(self.groups) > 1 and aligned:
+            peek = min(written, aligned + self.sizes[group])
+            if peek // self.sizes[group] > aligned // self.sizes[group]:
+                self.marks.append("EAGLE: a block past the scheduler grid cached")
+            return peek
+        return aligned
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
         if len(self.groups) == 1:
@@ -305,8 +341,9 @@ class KVManagerModel(HybridRules):
         return found or 0
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        # A Mamba group's table is not clipped (not an attention spec)
-        return [ids if group and self.mamba else ids[:cdiv(computed, size)]
+        # A Mamba group's table is not clipped (not an attention spec), nor a cross-attention
+        # group's (the encoder's tokens, not the request's)
+        return [ids if group and (self.mamba or self.encoder) else ids[:cdiv(computed, size)]
                 for group, (ids, size) in enumerate(zip(self.block_ids(rid), self.sizes))]
 
     def truncate(self, hit: list[list[int]], tokens: int) -> list[list[int]]:

@@ -68,22 +68,30 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected 0 with a sliding window (one second group)", local)
     reader.expect(not (local and values["eagle"]), "eagle",
                   "expected false with a chunked-local group (vLLM asserts)", True)
-    # A Mamba group: caching off (vLLM refuses "none" and "all" with it on; "align" is not in
-    # the oracle), and no other second group.
+    # A Mamba group: no other second group; in mode "none" or "all" caching off (vLLM refuses
+    # them with it on); "align" (judged in a reduced mode, fuzz/kvmanager/align.py) without
+    # EAGLE or tokens in flight, which that mode leaves out.
     values["mamba_mode"] = mode = data.get("mamba_mode", "")
-    reader.expect(mode in ("", "none", "all"), "mamba_mode",
-                  'expected "", "none" or "all"', mode)
-    reader.expect(not mode or not (window or local or values["caching"]), "mamba_mode",
-                  "expected no sliding-window or chunked-local group and caching off with a "
-                  "Mamba group", mode)
+    reader.expect(mode in ("", "none", "all", "align"), "mamba_mode",
+                  'expected "", "none", "all" or "align"', mode)
+    reader.expect(not mode or not (window or local), "mamba_mode",
+                  "expected no sliding-window or chunked-local group with a Mamba group", mode)
+    reader.expect(mode in ("", "align") or not values["caching"], "mamba_mode",
+                  'expected caching off with Mamba mode "none" or "all"', mode)
+    reader.expect(mode != "align" or not (values["eagle"] or values["async_scheduling"]),
+                  "mamba_mode", 'expected no EAGLE and no asynchronous scheduling with Mamba '
+                  'mode "align" (its reduced checks leave them out)', mode)
+    # Cross-attention: caching off (vLLM's cross-attention manager refuses lookups), and no
+    # other second group.
+    values["encoder_tokens"] = encoder = reader.integer(
+        data.get("encoder_tokens", 0), "encoder_tokens", low=0, high=MAX_LEN)
+    reader.expect(not encoder or not (window or local or mode or values["caching"]),
+                  "encoder_tokens", "expected 0 with another second group or with caching on "
+                  "(vLLM's cross-attention manager does not support caching)", encoder)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
-    # vLLM's hybrid coordinator drops an EAGLE block by a fixed-point search kvfuzz's oracle does
-    # not model; extra retained tokens belong to a sliding window.
-    reader.expect(not (values["eagle"] and window), "eagle",
-                  "expected false with a sliding window (EAGLE is modelled for full attention "
-                  "alone)", True)
+    # Extra retained tokens belong to a sliding window.
     reader.expect(window or not values["retained"], "retained",
                   "expected 0 without a sliding window", values["retained"])
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
@@ -104,7 +112,7 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(window or not swa, "window_block_size",
                   "expected 0 without a sliding window", swa)
     sizes = (block_size, swa or block_size) if window or values["local_chunk"] or \
-        values["mamba_mode"] else (block_size,)
+        values["mamba_mode"] or values["encoder_tokens"] else (block_size,)
     reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
                   f"expected 0 or a divisor of every group's block size {sizes}", hashed)
     reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",

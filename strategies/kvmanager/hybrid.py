@@ -22,6 +22,19 @@ of blocks at most.
 "mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
 prefix caching off: a request keeps the state of its last computed token alone, older ones
 freed as it moves on.
+
+"eagle window" (`kvmanager/5[eagle window]`): EAGLE (`use_eagle`) beside a sliding window, of
+one block size or of two as in "hybrid sizes": the hybrid coordinator looks each group one of
+its blocks further and drops one, a window hit needs a block more, a step caches a block past
+the scheduler grid, the sparse window keeps its runs a block later.
+
+"mamba align" (`kvmanager/5[mamba align]`): full attention beside a Mamba group in mode
+"align" with prefix caching, hashed per fewer tokens than a block in most (partial hits),
+judged in the reduced mode (`fuzz/kvmanager/align.py`).
+
+"cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
+attention beside a cross-attention group, prefix caching off: each admission also takes the
+encoder's blocks, held until the request is freed.
 """
 
 from __future__ import annotations
@@ -62,18 +75,26 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     # a hash block below the block size in most traces (always where the sizes are equal)
     hashed = rng.choice([d for d in (1, 2, 4) if common % d == 0 and (d < common or
                                                                        full != swa)])
+    return _windowed(rng, num_ops, full, swa, hashed, "hybrid sizes")
+
+
+def _windowed(rng: random.Random, num_ops: int, full: int, swa: int, hashed: int, profile: str,
+              more=lambda rng, settings: None) -> Trace:
+    """Full attention in blocks of `full` beside a sliding window in blocks of `swa`, hashed
+    per `hashed` tokens; `more(rng, settings)` sets a profile's own settings."""
     scheduler = math.lcm(full, swa)
     window = rng.randint(2, 3 * swa)
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 8) * scheduler + rng.randint(0, 3)))
     retention = rng.choice((None, None, 0, rng.randint(1, 3) * scheduler))
     settings = _engine(rng, swa)
+    more(rng, settings)
     if settings["async_scheduling"] and rng.random() < 0.5:
         settings["retained"] = rng.randint(1, swa)
     return Trace(blocks, full, window, max_model_len,
                  _ops(rng, scheduler, max_model_len, num_ops), retention, **settings,
                  window_block_size=swa if swa != full else 0,
-                 hash_block_size=hashed if hashed != full else 0, note="profile hybrid sizes")
+                 hash_block_size=hashed if hashed != full else 0, note=f"profile {profile}")
 
 
 def build_local(rng: random.Random, num_ops: int) -> Trace:
@@ -103,8 +124,60 @@ def build_mamba(rng: random.Random, num_ops: int) -> Trace:
                  mamba_mode=rng.choice(("none", "all")), note="profile mamba")
 
 
+def build_eagle(rng: random.Random, num_ops: int) -> Trace:
+    """EAGLE beside a sliding window: half of one block size hashed per block (the plain
+    configuration), half of the "hybrid sizes" choices; draft slots in most."""
+    if rng.random() < 0.5:
+        full = swa = hashed = rng.choice((1, 2, 4, 4, 8))
+    else:
+        full, swa = rng.choice(SIZES)
+        hashed = rng.choice([d for d in (1, 2, 4) if math.gcd(full, swa) % d == 0])
+
+    def eagle(rng, settings):
+        settings["eagle"] = True
+        settings["lookahead"] = rng.randint(1, 3) if rng.random() < 0.7 else 0
+    return _windowed(rng, num_ops, full, swa, hashed, "eagle window", eagle)
+
+
+def build_cross(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside cross-attention (`CrossAttentionSpec`) of one block size, caching
+    off (vLLM's cross-attention manager refuses lookups): every request has 1 to 4 blocks'
+    worth of encoder tokens (an encoder's fixed output, as Whisper's), or any count from 1."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    encoder = rng.choice((rng.randint(1, 4) * size, rng.randint(1, 4 * size)))
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 None, **_engine(rng, size), caching=False, encoder_tokens=encoder,
+                 note="profile cross attention")
+
+
+def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
+    """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
+    caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
+    partial hits on; no events, stats, EAGLE or tokens in flight (the reduced mode's)."""
+    size = rng.choice((2, 4, 4, 8))
+    hashed = rng.choice([d for d in (1, 2, 4) if d < size]) if rng.random() < 0.75 else size
+    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    settings = _engine(rng, size) | {"events": False, "stats": False,
+                                     "async_scheduling": False}
+    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
+                 rng.choice((None, 0)), **settings, mamba_mode="align",
+                 hash_block_size=hashed if hashed != size else 0, note="profile mamba align")
+
+
+# The profiles these streams make (a trace's `note` is "profile NAME")
+PROFILES = ("hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention",
+            "mamba align")
 NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
                        max_fuzz_ops=200)
 MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)
+EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
+                       max_fuzz_ops=200)
+CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,
+                       max_fuzz_ops=200)
+MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align, num_ops=200,
+                             max_fuzz_ops=200)

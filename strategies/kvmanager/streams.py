@@ -6,19 +6,22 @@ without touching another), and a share of the indices: whether input `index` of 
 new profile's is drawn from (MIX, seed, index) alone (a range of that draw per stream), so every other index is still
 `kvmanager/5`'s trace of that seed and index, as before the profile came. An input's origin
 names the stream it came from, with the seed and index that `kvfuzz diff kvmanager --seed S
---start I` regenerates it from. Fuzzer bytes (`from_bytes`) feed `kvmanager/5` alone.
+--start I` regenerates it from. Fuzzer bytes (`from_bytes`, which atheris and the public
+Hypothesis strategy `kvfuzz.kvmanager_traces()` decode) reach every stream too: their first two
+bytes pick it with the seeded draw's shares, the rest feed it.
 """
 
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import generator, hybrid
-from kvfuzz.strategies.sources import TraceGenerator, seeded_random
+from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
 # (stream, the range of the draw it takes): a new stream takes a range no other one had, so an
 # index keeps its trace when a stream is added (and the pinned indices stay kvmanager/5's)
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
-           (hybrid.MAMBA, 0.82, 0.875))
+           (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
+           (hybrid.CROSS, 0.46, 0.51), (hybrid.MAMBA_ALIGN, 0.51, 0.55))
 
 
 class MixedStreams:
@@ -31,7 +34,9 @@ class MixedStreams:
 
     def stream(self, seed: int, index: int) -> TraceGenerator:
         """The stream input `index` of `seed` comes from."""
-        pick = seeded_random(MIX, seed, index).random()
+        return self._picked(seeded_random(MIX, seed, index).random())
+
+    def _picked(self, pick: float) -> TraceGenerator:
         return next((stream for stream, low, high in self.streams if low <= pick < high),
                     self.base)
 
@@ -39,7 +44,17 @@ class MixedStreams:
         return self.stream(seed, index).generate(seed, index, num_ops)
 
     def from_bytes(self, data: bytes):
-        return self.base.from_bytes(data)
+        """Fuzzer bytes: the first two pick the stream with the seeded draw's shares, the rest
+        feed it. The pick is 1 - the draw, so bytes of zeros (what Hypothesis shrinks towards,
+        and what bytes that ran out read) stay in `kvmanager/5`, the simplest traces."""
+        pick = 1.0 - BytesRandom(data[:2]).random()
+        return self._picked(pick).from_bytes(data[2:])
 
 
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS)
+
+
+def profiles() -> tuple[str, ...]:
+    """Every profile a `kvmanager` trace comes from (its `note` is "profile NAME"): what the
+    seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
+    return ("scheduler", *generator.PROFILES, *hybrid.PROFILES)

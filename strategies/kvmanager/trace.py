@@ -118,8 +118,8 @@ class Trace:
     `events` (KV events, taken and compared after every op; `report`: requests ask hits to be
     reported, kv_cache_report_mode "full"), `stats` (log_stats: prefix-cache stats recorded at
     each admission, made after every op), `lookahead` (speculative decoding: slots for that many
-    draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; full
-    attention alone), `async_scheduling` (a running request's previous allocation is still in
+    draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; beside a
+    sliding window each group looks a block further first), `async_scheduling` (a running request's previous allocation is still in
     flight at its next: `num_in_flight_tokens`), `retained` (the sliding window's
     `extra_retained_tokens`).
 
@@ -136,8 +136,15 @@ class Trace:
 
     Mamba (`kvmanager/5[mamba]`): `mamba_mode` "none" or "all" makes the second group a
     `MambaSpec` of that `mamba_cache_mode`, with prefix caching off (vLLM refuses either mode with
-    caching on; "align" is not modelled): a request keeps only the state of its last computed
-    token."""
+    caching on): a request keeps only the state of its last computed token. "align"
+    (`kvmanager/5[mamba align]`), with prefix caching, is judged in a reduced mode
+    (`fuzz/kvmanager/align.py`): the oracle does not model its checkpoints.
+
+    Cross-attention (`kvmanager/5[cross attention]`): `encoder_tokens` > 0 makes the second group
+    a `CrossAttentionSpec` (an encoder-decoder model's, Whisper's), with prefix caching off
+    (vLLM's cross-attention manager refuses lookups): every request has that many encoder
+    tokens, whose blocks it gets at each admission (`num_encoder_tokens`, as the scheduler passes
+    it while the request has computed nothing) and keeps until it is freed."""
 
     blocks: int
     block_size: int
@@ -160,6 +167,7 @@ class Trace:
     hash_block_size: int = 0
     local_chunk: int = 0
     mamba_mode: str = ""
+    encoder_tokens: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -167,7 +175,8 @@ class Trace:
     def sizes(self) -> tuple[int, ...]:
         """Each group's block size: full attention's, then the sliding window's."""
         return (self.block_size, self.window_block_size or self.block_size)[
-            :2 if self.window or self.local_chunk or self.mamba_mode else 1]
+            :2 if self.window or self.local_chunk or self.mamba_mode or self.encoder_tokens
+            else 1]
 
     @property
     def hash_size(self) -> int:
@@ -183,7 +192,9 @@ class Trace:
     def describe(self) -> str:
         groups = f"full + sliding window {self.window}" if self.window else \
             f"full + chunked local {self.local_chunk}" if self.local_chunk else \
-            f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else "full attention"
+            f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else \
+            f"full + cross attention ({self.encoder_tokens} encoder tokens)" \
+            if self.encoder_tokens else "full attention"
         if self.window_block_size and self.window_block_size != self.block_size:
             groups += f" in blocks of {self.window_block_size}"
         if self.hash_block_size and self.hash_block_size != self.block_size:
@@ -248,4 +259,4 @@ def _settings(trace: Trace) -> dict:
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
-                  "mamba_mode": ""}
+                  "mamba_mode": "", "encoder_tokens": 0}

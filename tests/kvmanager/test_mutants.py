@@ -2,7 +2,9 @@
 by the seeded lock step with a readable, shrunk report that names the op, the field or invariant,
 and the replay command; the released class agrees on the shrunk trace. Skips without vLLM."""
 
-from tests.helpers import mutant_tests
+import pytest
+
+from tests.helpers import divergence, mutant_tests
 
 PREFIX = "mutant.vllm.kvmanager."
 EXPECTED = {PREFIX + name: pattern for name, pattern in {
@@ -46,8 +48,37 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "partial_tail_past_prompt": r"block hash|hash map|KV events",
     "local_chunk_freed_early": r"consumed|block table|free queue|num free|result|None vs",
     "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
+    # EAGLE beside a window (the "eagle window" profile): every hit a block short.
+    "eagle_margin_dropped": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
+    # Mamba "align" (the "mamba align" profile's reduced checks): a state never freed.
+    "mamba_align_state_kept": r"ref_cnt:? +reference counts against the live tables",
+    # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
+    "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
 }.items()}
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
     mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, profile", [("eagle_margin_dropped", "eagle window"),
+                                           ("cross_sized_by_decoder", "cross attention")])
+def test_a_configurations_mutant_is_caught_by_its_profile_alone(name, profile):
+    """The hybrid coordinator's EAGLE margin runs only with EAGLE beside another group, the
+    cross-attention group's static allocation only with such a group: of the first 60 seeded
+    traces each mutant diverges on its profile's and agrees on every other (for the margin,
+    EAGLE over full attention alone included: the unitary coordinator has none)."""
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+
+    impl = KVMANAGER.catalogue.resolve(PREFIX + name)
+    if not impl.available():
+        pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
+    caught, unitary_eagle = {}, 0
+    for index in range(60):
+        trace = KVMANAGER.generator.generate(0, index)
+        unitary_eagle += trace.eagle and not trace.window
+        caught.setdefault(trace.note, []).append(
+            divergence("kvmanager", trace, impl) is not None)
+    assert any(caught.pop(f"profile {profile}")), caught
+    assert not any(map(any, caught.values())) and unitary_eagle, (caught, unitary_eagle)

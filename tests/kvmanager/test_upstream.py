@@ -128,13 +128,20 @@ def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
     ("GENERATOR", 30, ("groups of different block sizes", "hash block below the block size")),
     ("LOCAL", 20, ("chunked local attention",)),
     ("MAMBA", 10, ("Mamba",)),
-], ids=["hybrid sizes", "chunked local", "mamba"])
+    ("EAGLE", 200, ("EAGLE", "sliding window", "groups of different block sizes",
+                    "hash block below the block size", "sparse retention")),
+    ("CROSS", 200, ("cross attention", "caching off", "whole request must fit")),
+], ids=["hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention"])
 def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, configs):
     """The hybrid coordinator's profiles (strategies/kvmanager/hybrid.py) run clean on the
     released class and reach what they exist for: hits and caching cut to the scheduler
     block, a window's run passing a block off that grid, a dense window leaving blocks
     uncached, partial entries; chunked-local hits with null blocks before the chunk; Mamba
-    states freed as a request moves on."""
+    states freed as a request moves on; with EAGLE beside a window (200 traces: the CI's run
+    of that configuration), window hits dropping their last block and blocks cached past the
+    scheduler grid for the lookup's peek, besides every hybrid edge class; with a
+    cross-attention group (200 traces), preemptions and whole-request refusals counting the
+    encoder's blocks."""
     from collections import Counter
 
     from kvfuzz.fuzz.kvmanager.lockstep import MARKS
@@ -146,6 +153,10 @@ def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, c
         assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
         events.update(outcome.features)
     local = "chunked-local hit: blocks before the chunk null"
-    wanted = {"LOCAL": [local], "MAMBA": []}.get(stream, [m for m in MARKS if m != local])
-    wanted += [f"config: {name}" for name in configs] + ["window frees blocks"]
+    windowed = [m for m in MARKS if m != local]  # every mark of a sliding window's
+    wanted = {"LOCAL": [local], "MAMBA": [], "EAGLE": windowed,
+              "CROSS": ["preempt", "allocate_slots refused: the whole request does not fit"]
+              }.get(stream, [m for m in windowed if not m.startswith("EAGLE")])
+    wanted += [f"config: {name}" for name in configs]
+    wanted += ["window frees blocks"] if stream != "CROSS" else []  # nothing leaves a window
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}

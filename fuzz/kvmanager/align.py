@@ -1,0 +1,251 @@
+"""The KV-cache-manager judge's reduced mode, for a Mamba group in "align" mode with prefix
+caching (`Trace.mamba_mode == "align"`): kvfuzz's oracle does not model Mamba's checkpoints,
+their retention, the partial (sub-block) hits they turn on or the copy-on-write of a partial
+hit, so nothing here asks it what the manager should answer. What is compared instead holds
+whatever the manager decides, from what the caller knows and the pool shows (each property
+with a mutant it catches, `tests/kvmanager/test_align.py`):
+
+- a hit: at most `num_tokens - 1` tokens, a multiple of the hash block; full attention's
+  blocks cover it (cdiv(hit, block size) blocks), each whole one cached under the request's own
+  hash of that block; the Mamba group's blocks the same count, null but the last;
+- `allocate_slots`: None, or new blocks per group, distinct, full attention's not null (the Mamba
+  group's may hold nulls, placeholders for states it does not keep), each group's now the end
+  of the request's table; a step of no tokens and no hit refused (the manager raises);
+- after every op (a new step started, the copy-on-write copies taken and their blocks released,
+  as the scheduler does every step): the pool's invariants (`state_violations`), the free count
+  the free queue's length and `usage` the same fraction, no block twice in one table, and every
+  block's reference count exactly the number of live tables that hold it (a block freed too
+  early, leaked or freed twice shows here; with no request live, every block is free);
+- `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
+  `evict_blocks` leaves none of the blocks it named cached.
+
+Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
+the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
+their retention), the tables' null positions, refusals for want of blocks (the admission count),
+KV events and stats (the profile observes none) and the scheduler's reads.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
+                                            _state_read)
+from kvfuzz.oracle.blockpool.invariants import state_violations
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+from kvfuzz.oracle.kvmanager.model import NothingToAllocate
+from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
+
+
+class AlignLockstep(KVManagerLockstep):
+    """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
+    one, which the methods below judge in the reduced mode (each delegates otherwise)."""
+
+    EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
+                                         "partial hit: inside a block")
+
+    def build_model(self, trace):
+        self.align = trace.mamba_mode == "align"
+        if not self.align:
+            return super().build_model(trace)
+        self.requests: dict[int, _Request] = {}
+        self.seen: set[int] = set()
+        self.ref: list[int] = [0] * trace.blocks   # the last state read's reference counts
+        self.keys: list = [None] * trace.blocks    # and each block's entries
+        self.evicted: tuple[int, ...] = ()         # what the last op asked evicted
+        self.reset_done = False                    # whether the last op reset the cache
+        self.count_configs(trace)
+        return _Unmodelled()
+
+    def initial_problems(self):
+        return self._pool_problems() if self.align else super().initial_problems()
+
+    # -- ops ----------------------------------------------------------------------------------
+    @handles(Schedule)
+    def schedule(self, op: Schedule):
+        if not self.align:
+            return (yield from super().schedule(op))
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        if request.status == WAITING:
+            got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
+                             oracle=None, compare=lambda e, r, actual, raised:
+                             self._hit_problems(request, actual, raised))
+            _, hit, request.boundary = got.actual
+            self.count("admission with a hit" if hit else "admission, no hit")
+            if hit % self.trace.block_size:
+                self.count("partial hit: inside a block")
+            return (yield from self._allocate(op.rid, request,
+                                              min(op.chunk, len(request.tokens) - hit), hit))
+        pending = len(request.tokens) - request.computed
+        if pending > 0:
+            self.count("prefill chunk")
+            return (yield from self._allocate(op.rid, request, min(op.chunk, pending), None))
+
+    @handles(Decode, Sample)
+    def decode(self, op):
+        if not self.align:
+            return (yield from super().decode(op))
+        request = yield from self._sample(op)
+        if request is not None:
+            return (yield from self._allocate(op.rid, request, 1, None))
+
+    @handles(Evict)
+    def evict(self, op: Evict):
+        if not self.align:
+            return (yield from super().evict(op))
+        self.evicted = tuple(sorted({b for b in op.block_ids if 0 < b < self.trace.blocks}))
+        self.count("evict")
+        yield Call(f"evict_blocks({set(self.evicted) or '{}'})", "evict_blocks",
+                   (list(self.evicted),), oracle=None)
+
+    @handles(Reset)
+    def reset(self, op: Reset):
+        if not self.align:
+            return (yield from super().reset(op))
+        held = any(self.ref[1:])  # the pool refuses while any block is held
+
+        def compare(expected, rejected, actual, raised):
+            if raised is not None:
+                return crash_problems(raised)
+            return [] if actual is (not held) else [
+                ("result", f"reset_prefix_cache: expected {not held} ("
+                           f"{'blocks held' if held else 'no block held'}), actual "
+                           f"{short(actual)}")]
+        got = yield Call("reset_prefix_cache()", "reset_prefix_cache", (), oracle=None,
+                         compare=compare)
+        self.reset_done = got.actual is True
+        self.count("reset" if self.reset_done else "reset refused")
+
+    # -- allocation ---------------------------------------------------------------------------
+    def _allocate(self, rid, request, new, hit):
+        admission = hit is not None
+        args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
+                any(r.status == RUNNING for other, r in self.requests.items() if other != rid),
+                0)
+        if new == 0 and not hit:
+            self.count("allocate_slots of nothing refused")
+
+            def refuse():
+                raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
+            yield Call(f"allocate_slots(r{rid}, 0)", "allocate_slots", args, oracle=refuse)
+            return []
+        got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
+                         "allocate_slots", args, oracle=None, compare=_allocation_problems)
+        if got.actual is None:
+            self.count("allocate_slots refused")
+            return []
+        self.count("allocate_slots ok")
+        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=_state_read)).actual
+        problems = [("result", f"allocate_slots: group {group}'s new blocks {short(fresh)} are "
+                               f"not the end of r{rid}'s table {short(table)}")
+                    for group, (fresh, table) in enumerate(zip(got.actual, tables))
+                    if fresh and table[-len(fresh):] != fresh][:1]
+        request.computed += (hit or 0) + new
+        request.status = RUNNING
+        yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        return problems
+
+    def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
+        if raised is not None:
+            return crash_problems(raised)
+        try:
+            blocks, hit, _ = actual
+            full, mamba = blocks
+        except (TypeError, ValueError):
+            return [("prefix hit", f"expected (two groups' blocks, hit tokens, boundary), "
+                                   f"actual {short(actual)}")]
+        trace, tokens = self.trace, len(request.tokens)
+        size, hashed = trace.block_size, trace.hash_size
+        if request.skip and hit:
+            return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
+        if not 0 <= hit <= tokens - 1 or hit % hashed:
+            return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
+                                   f"multiple of {hashed} below {tokens}")]
+        count = cdiv(hit, size)
+        if len(full) != count or len(mamba) != count:
+            return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} blocks "
+                                   f"per group, actual {short(blocks)}")]
+        if hit and (not mamba[-1] or any(mamba[:-1])):
+            return [("prefix hit", f"the Mamba group's blocks: expected nulls then its state "
+                                   f"block, actual {short(mamba)}")]
+        hashes = request.hashes(hashed)[size // hashed - 1::size // hashed]
+        for index, block in enumerate(full[:hit // size]):
+            entries = self.keys[block] if 0 < block < trace.blocks else None
+            entries = entries if isinstance(entries, list) else [entries]
+            if (hashes[index], 0) not in entries:
+                return [("prefix hit", f"full attention's block {index}, block {block}, is not "
+                                       f"cached under the request's hash of it")]
+        return []
+
+    # -- after the op -------------------------------------------------------------------------
+    def state(self, op) -> list[tuple[str, str]]:
+        if not self.align:
+            return super().state(op)
+        # What the scheduler does every step: a new step starts (a Mamba group refuses a hit on
+        # a state cached in the same step, and forgets those only here), then the copies are
+        # taken and released
+        self.read("new_step_starts")
+        copies = self.read("release_copies")
+        if copies:
+            self.count("copy-on-write copies taken")
+        return self._pool_problems()
+
+    def _pool_problems(self) -> list[tuple[str, str]]:
+        size = self.trace.blocks
+        num_free, (queue, links), ref, keys, cache, usage = (
+            self.read("num_free"), self.read("free_queue"), self.read("ref_counts"),
+            self.read("keys"), self.read("cache_map"), self.read("usage"))
+        held = [0] * size
+        problems = [("free queue links", links)] if links else []
+        for rid in self.requests:
+            for group, table in enumerate(self.read("block_ids", rid)):
+                blocks = [b for b in table if b]
+                if len(set(blocks)) != len(blocks):
+                    problems.append(("block table", f"r{rid}'s group {group} holds a block "
+                                                    f"twice: {short(table)}"))
+                for block in blocks:
+                    held[block % size] += 1
+        if num_free != len(queue) or usage != 1.0 - len(queue) / (size - 1):
+            problems.append(("num free", f"{num_free} free, usage {usage!r}, {len(queue)} "
+                                         f"blocks on the free queue of {size - 1}"))
+        if len(ref) != size:
+            return problems + [("blocks", f"expected {size} blocks, actual {len(ref)}")]
+        wrong = [b for b in range(1, size) if ref[b] != held[b]]
+        if wrong:
+            problems.append(("ref_cnt", "reference counts against the live tables: " + ", ".join(
+                f"block {b} has {ref[b]}, held {held[b]} times" for b in wrong[:4])))
+        cached = [b for b in self.evicted if keys[b] is not None]
+        if cached:
+            problems.append(("evict", f"evict_blocks left blocks {cached} cached"))
+        if self.reset_done and (cache or any(k is not None for k in keys)):
+            problems.append(("reset", f"a reset that succeeded left {len(cache)} keys cached"))
+        problems += [("invariant", text) for text in state_violations(size, ref, queue, keys,
+                                                                       cache)]
+        self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
+        return problems
+
+
+class _Unmodelled:
+    """The reduced mode's model: nothing asks it but a free (the shared `free` handler), which
+    it answers with nothing; the pool's state after it is read and checked instead."""
+
+    def free(self, rid: int) -> None:
+        return None
+
+
+def _allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if raised is not None:
+        return crash_problems(raised)
+    if actual is None:
+        return []
+    try:  # the Mamba group's may hold nulls: placeholders for states not kept
+        fresh = [b for group in actual for b in group if b]
+        null = 0 in actual[0]
+    except (TypeError, IndexError):
+        return [("result", f"allocate_slots: expected None or blocks per group, actual "
+                           f"{short(actual)}")]
+    if len(actual) != 2 or null or len(set(fresh)) != len(fresh):
+        return [("result", f"allocate_slots: expected two groups' distinct new blocks, full "
+                           f"attention's none null, actual {short(actual)}")]
+    return []

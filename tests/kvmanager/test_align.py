@@ -1,0 +1,83 @@
+"""Mamba "align" mode with prefix caching (the "mamba align" profile), judged in the reduced mode
+of `fuzz/kvmanager/align.py`: the released class runs the seeded traces clean and reaches
+partial hits and copy-on-write; each property of that mode catches a broken manager (a mutant
+of the released source, or a test double here) on those traces. Skips without vLLM."""
+
+import functools
+from collections import Counter
+
+import pytest
+
+from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+from kvfuzz.impl.registry import load_attribute
+from kvfuzz.strategies.kvmanager import hybrid
+from tests.helpers import divergence, needs_engine
+
+pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
+
+
+def test_the_released_class_runs_200_align_traces_clean():
+    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), Counter()
+    for index in range(200):
+        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), vllm)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+    wanted = ("admission with a hit", "partial hit: inside a block",
+              "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
+              "allocate_slots refused", "allocate_slots of nothing refused",
+              "config: Mamba align mode, prefix caching on (reduced checks)")
+    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
+
+
+@functools.cache
+def doubles() -> dict:
+    """Subclasses of the released class, each breaking what one reduced check sees (built on
+    first use, never at collection)."""
+    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
+
+    class EvictsNothing(KVCacheManager):
+        def evict_blocks(self, block_ids):
+            pass
+
+    class ResetAlwaysDone(KVCacheManager):
+        def reset_prefix_cache(self):
+            super().reset_prefix_cache()
+            return True
+
+    class UsageOff(KVCacheManager):
+        @property
+        def usage(self):
+            return self.block_pool.get_usage() + 1 / 1024
+
+    class GroupsSwapped(KVCacheManager):
+        def allocate_slots(self, *args, **kwargs):
+            got = super().allocate_slots(*args, **kwargs)
+            return got if got is None else type(got)(got.blocks[::-1])
+    return {cls.__name__: cls for cls in (EvictsNothing, ResetAlwaysDone, UsageOff,
+                                          GroupsSwapped)}
+
+
+def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:EvictsNothing
+    if name in ("EvictsNothing", "ResetAlwaysDone", "UsageOff", "GroupsSwapped"):
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@pytest.mark.parametrize("broken, label", [
+    (f"{__name__}:EvictsNothing", "evict"),
+    (f"{__name__}:ResetAlwaysDone", "result"),
+    (f"{__name__}:UsageOff", "num free"),
+    (f"{__name__}:GroupsSwapped", "result"),
+    ("mutant.vllm.kvmanager.mamba_align_state_kept", "ref_cnt"),
+    ("mutant.vllm.kvmanager.free_first_group_only", "ref_cnt"),
+    ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
+    ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),
+    ("mutant.vllm.kvmanager.skip_reading_ignored", "prefix hit"),
+    ("mutant.vllm.kvmanager.hybrid_hit_not_trimmed", "prefix hit"),
+    ("mutant.vllm.kvmanager.zero_tokens_accepted", "rejection"),
+], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
+def test_each_reduced_check_catches_a_broken_manager(broken, label):
+    found = next(d for d in (divergence("kvmanager", hybrid.MAMBA_ALIGN.generate(0, index),
+                                        broken) for index in range(40)) if d)
+    assert found.what.startswith(label), found.report()
