@@ -240,3 +240,42 @@ def test_an_swa_class_whose_paged_pools_launch_the_kernels_gets_power_of_two_pag
         usual = next(trace for trace in (target.generator.generate(0, index, [entry])
                                          for index in range(60)) if trace.page_size == 3)
         assert target.judge.broken(usual, declared.preconditions) == [POW2_PAGES]
+
+
+def test_a_radix_match_is_read_from_what_the_releases_match_result_has():
+    # SGLang before 0.5.22: MatchResult has the matched slots (`device_indices`), no
+    # `device_prefix_len`, and RadixCache no `path_device_indices` (the path is read up the
+    # parents). A driver that read only today's fields fails here.
+    from types import SimpleNamespace
+
+    import torch
+
+    from kvfuzz.impl.radix.driver import RadixDriver, matched_len
+
+    root = SimpleNamespace(parent=None, value=None)
+    upper = SimpleNamespace(parent=root, value=torch.tensor([7, 8]))
+    lower = SimpleNamespace(parent=upper, value=torch.tensor([3]))
+    old = SimpleNamespace(device_indices=torch.tensor([7, 8, 3]), last_device_node=lower)
+    assert matched_len(old) == 3
+    assert matched_len(SimpleNamespace(device_prefix_len=2, device_indices=None)) == 2
+    driver = RadixDriver.__new__(RadixDriver)  # only its cache is read
+    driver.cache = SimpleNamespace(root_node=root)
+    assert driver.path(lower).tolist() == [7, 8, 3] and driver.path(root).tolist() == []
+    driver.cache.path_device_indices = lambda node: torch.tensor([1])
+    assert driver.path(lower).tolist() == [1]  # where the release has the call, it is asked
+
+
+def test_a_radix_cache_without_todays_scheduler_calls_is_one_line():
+    target = TARGETS["radix"]
+    entry = target.catalogue.resolve("sglang.radix")
+
+    class Old:  # SGLang 0.5.21's calls: inc_lock_ref, cache_finished_req
+        def inc_lock_ref(self, node): pass
+        def touch_prefix(self, key): pass
+
+    with pytest.raises(ImplementationError, match=r"^not supported: sglang .*: Old has no lock, "
+                                                   r"unlock, checkpoint \(the scheduler's calls"):
+        target.catalogue.declare(entry, Old)
+    assert target.catalogue.declare(entry, type("New", (Old,), {
+        "lock": Old.touch_prefix, "unlock": Old.touch_prefix,
+        "checkpoint": Old.touch_prefix})) is entry
