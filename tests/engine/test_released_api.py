@@ -279,3 +279,44 @@ def test_a_radix_cache_without_todays_scheduler_calls_is_one_line():
     assert target.catalogue.declare(entry, type("New", (Old,), {
         "lock": Old.touch_prefix, "unlock": Old.touch_prefix,
         "checkpoint": Old.touch_prefix})) is entry
+
+
+def test_a_pool_of_an_earlier_release_gets_only_the_configurations_it_takes():
+    # vLLM 0.25's BlockPool: no lookahead hashing in its constructor, no replace_existing_hashes
+    # in cache_partial_block (which asserts an entry strictly inside a block), no
+    # move_block_hashes or emit_cached_block_events. Read from the class; its stream makes none.
+    from kvfuzz.strategies.blockpool.profile import (NO_LOOKAHEAD, NO_MOVE, NO_REPLACE,
+                                                     NO_REPORT)
+    from kvfuzz.strategies.blockpool.trace import CachePartial, Move
+
+    class OldPool:
+        def __init__(self, num_gpu_blocks, enable_caching, hash_block_size,
+                     enable_kv_cache_events=False, metrics_collector=None):
+            pass
+
+        def cache_partial_block(self, request, block, num_tokens, kv_cache_group_id,
+                                block_size):
+            pass
+
+    target = TARGETS["blockpool"]
+    entry = target.catalogue.resolve("vllm.blockpool")
+    old = target.catalogue.declare(entry, OldPool)
+    assert {NO_LOOKAHEAD, NO_MOVE, NO_REPLACE, NO_REPORT} <= set(old.preconditions)
+    assert target.catalogue.declare(entry, type("New", (OldPool,), {
+        "__init__": lambda self, num_hash_lookahead_tokens=0, **rest: None,
+        "cache_partial_block": lambda self, *a, replace_existing_hashes=False: None,
+        "move_block_hashes": len, "emit_cached_block_events": len, "unpin_blocks": len,
+    })) == entry  # today's shape: nothing declared
+    traces = [target.generator.generate(0, index, [old]) for index in range(150)]
+    assert "no-replace" in traces[0].origin.generator
+    partials = [(op, t) for t in traces for op in t.ops if isinstance(op, CachePartial)]
+    assert partials and not any(op.replace or op.units % t.scale == 0 for op, t in partials)
+    assert not any(isinstance(op, Move) for t in traces for op in t.ops)
+    assert not any(t.lookahead or t.report for t in traces)
+    usual = [target.generator.generate(0, index, [entry]) for index in range(150)]
+    for wanted, text in ((lambda t: t.lookahead, NO_LOOKAHEAD), (lambda t: t.report, NO_REPORT),
+                         (lambda t: any(isinstance(op, Move) for op in t.ops), NO_MOVE),
+                         (lambda t: any(isinstance(op, CachePartial) and op.replace
+                                        for op in t.ops), NO_REPLACE)):
+        trace = next(t for t in usual if wanted(t))
+        assert text in target.judge.broken(trace, old.preconditions)
