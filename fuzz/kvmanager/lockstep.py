@@ -19,6 +19,8 @@ from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
+from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_COPIES, NO_ESTIMATE,
+                                                  NO_RECORD, NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule)
 
@@ -68,6 +70,7 @@ class _Request:
 class KVManagerLockstep(Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
+    unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
     EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
               "decode into a new block", "sample, no slot", "allocate_slots ok",
               "allocate_slots refused", "allocate_slots refused: the whole request does not fit",
@@ -91,8 +94,11 @@ class KVManagerLockstep(Lockstep):
                               trace.eagle, trace.retained, trace.window_block_size,
                               trace.hash_block_size, trace.local_chunk, trace.mamba_mode)
 
-    def build_impl(self, trace, cls, device):
+    def build_impl(self, trace, cls, device, unread=frozenset()):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
+
+        # the reads an earlier release's class does not have (strategies/kvmanager/released.py)
+        self.unread = unread
 
         return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
@@ -206,7 +212,7 @@ class KVManagerLockstep(Lockstep):
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
         problems = yield from self._allocation(rid, request, new, hit, hit_blocks)
         size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
-        if problems or hit < size:
+        if problems or hit < size or NO_TRUNCATE in self.unread:
             return problems
         # The lookup cut at an aligned point, as the scheduler cuts a local hit that a longer
         # external load covers: a read, after the admission (a live guard sees it there too).
@@ -260,7 +266,8 @@ class KVManagerLockstep(Lockstep):
         request.computed += hit + new
         request.status, request.in_flight = RUNNING, new
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
-        if admission and trace.stats:  # the scheduler records an admission that was made
+        if admission and trace.stats and NO_RECORD not in self.unread:
+            # the scheduler records an admission that was made
             self.count("stats recorded")
             yield Call("", "record_stats", (rid, hit), oracle=lambda: model.
                        record_prefix_cache_stats(len(request.tokens), hit, request.preempted,
@@ -322,11 +329,16 @@ class KVManagerLockstep(Lockstep):
 
     def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
         model, problems = self.model, []
-        for method, args, expected in (
-                ("estimate_cached_tokens", (rid,), model.estimate_cached_tokens(rid)),
-                ("block_ids_for_computed_tokens", (rid, request.computed),
-                 model.block_ids_for_computed_tokens(rid, request.computed)),
-                ("common_prefix_blocks", (rid,), [0] * len(model.groups))):
+        reads = (("estimate_cached_tokens", (rid,), NO_ESTIMATE,
+                  lambda: model.estimate_cached_tokens(rid)),
+                 ("block_ids_for_computed_tokens", (rid, request.computed), None,
+                  lambda: model.block_ids_for_computed_tokens(rid, request.computed)),
+                 ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
+                  lambda: [0] * len(model.groups)))
+        for method, args, lacking, expect in reads:
+            if lacking in self.unread:
+                continue
+            expected = expect()
             actual = self.read(method, *args)
             if actual != expected:
                 problems.append((method, f"r{rid}: expected {short(expected)}, actual "
@@ -341,7 +353,7 @@ class KVManagerLockstep(Lockstep):
         problems, trace = [], self.trace
         if trace.events or trace.stats:
             self.read("new_step_starts")
-            copies = self.read("block_copies")
+            copies = ([], []) if NO_COPIES in self.unread else self.read("block_copies")
             if copies != ([], []):
                 problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
                                                   f"copies (no partial hits), actual "
@@ -351,7 +363,7 @@ class KVManagerLockstep(Lockstep):
             self.view = replay(self.view, published)
             problems += events_problems("the op", self.model.take_events(), published,
                                         self.count)
-        if trace.stats:
+        if trace.stats and NO_RECORD not in self.unread:
             expected, actual = self.model.make_prefix_cache_stats(), self.read("stats")
             if actual != expected:
                 problems.append(("prefix cache stats", f"(requests, queries, hits, preempted "

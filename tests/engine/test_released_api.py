@@ -102,7 +102,8 @@ def test_a_pool_without_unpin_blocks_gets_no_unpins():
     target = TARGETS["blockpool"]
     lacking = replace(target.catalogue.resolve("vllm.blockpool"),
                       preconditions=(blockpool_profile.NO_UNPIN,))
-    assert target.catalogue.declare(lacking, object) == lacking  # what `object` lacks: stated
+    declared = target.catalogue.declare(lacking, object)  # what `object` lacks: stated once
+    assert declared.preconditions.count(blockpool_profile.NO_UNPIN) == 1
     traces = [target.generator.generate(0, index, [lacking]) for index in range(40)]
     assert not any(isinstance(op, Unpin) for trace in traces for op in trace.ops)
     usual = [target.generator.generate(0, index) for index in range(40)]
@@ -320,3 +321,44 @@ def test_a_pool_of_an_earlier_release_gets_only_the_configurations_it_takes():
                                         for op in t.ops), NO_REPLACE)):
         trace = next(t for t in usual if wanted(t))
         assert text in target.judge.broken(trace, old.preconditions)
+
+
+def test_a_managers_reads_are_made_only_where_the_class_has_them():
+    # vLLM 0.25's manager has no estimate_cached_tokens; 0.26-0.29 count the common prefix
+    # where 0.33's stub (which kvfuzz models) returns zeros. Read from the class: such a read is
+    # left out, the others still compared.
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
+    from kvfuzz.impl.kvmanager.driver import asks_coordinator
+    from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_ESTIMATE,
+                                                      unread)
+
+    class Counting:  # vLLM 0.29's shape
+        def get_num_common_prefix_blocks(self, request_id):
+            return self.coordinator.get_num_common_prefix_blocks(request_id)
+
+    class Stub:  # vLLM 0.33's deprecated stub
+        def get_num_common_prefix_blocks(self, request_id):
+            return [0] * self.num_kv_cache_groups
+
+    assert asks_coordinator(Counting.get_num_common_prefix_blocks)
+    assert not asks_coordinator(Stub.get_num_common_prefix_blocks)
+    asked = []
+    answers = {"block_ids_for_computed_tokens": [[1]], "common_prefix_blocks": [2],
+               "estimate_cached_tokens": 5}
+
+    def read(method, *args):
+        asked.append(method)
+        return answers[method]
+
+    lock = KVManagerLockstep.__new__(KVManagerLockstep)
+    lock.read = read
+    lock.model = SimpleNamespace(estimate_cached_tokens=lambda rid: 5, groups=[0],
+                                 block_ids_for_computed_tokens=lambda rid, computed: [[1]])
+    lock.unread = unread((NO_ESTIMATE, COUNTS_COMMON_PREFIX, "something else"))
+    assert lock._reads(1, SimpleNamespace(computed=3)) == []
+    assert asked == ["block_ids_for_computed_tokens"]
+    lock.unread = frozenset()  # today's class: every read made, the count of 2 a problem
+    assert [p[0] for p in lock._reads(1, SimpleNamespace(computed=3))] == [
+        "common_prefix_blocks"]
