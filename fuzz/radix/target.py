@@ -40,8 +40,9 @@ def _shape(path, obj):
 REQUIRED = ("lock", "unlock", "checkpoint", "touch_prefix")
 
 
-def _declare(impl, obj):
-    """A class without the scheduler calls every trace makes cannot be driven: one line."""
+def scheduler_calls(impl, obj):
+    """A class without the scheduler calls every trace makes cannot be driven: one line (the
+    unified target's classes too)."""
     missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
     if missing:
         release = installed_release(impl.requires) or "this release"
@@ -71,7 +72,8 @@ RADIX = trace_target(
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(RadixLockstep, describe_op, broken,
                         lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions}),
-    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, _declare, declarable=DECLARABLE),
+    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, scheduler_calls,
+                        declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.radix.tree",
