@@ -364,3 +364,26 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
     lock.unread = frozenset()  # today's class: every read made, the count of 2 a problem
     assert [p[0] for p in lock._reads(1, SimpleNamespace(computed=3))] == [
         "common_prefix_blocks"]
+
+
+def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
+    # vLLM before 0.30: the constructor takes num_blocks (0.33: num_chunks), and 0.25's stats
+    # have the usage gauge alone, read as the model's pinned and being-stored chunks together.
+    from kvfuzz.fuzz.offload.checks import as_read, state_of
+    from kvfuzz.impl.offload.driver import pool_keyword
+
+    class Old:
+        def __init__(self, num_blocks, cache_policy="lru", enable_events=False):
+            pass
+
+    class New:
+        def __init__(self, num_chunks, cache_policy="lru", enable_events=False):
+            pass
+
+    assert (pool_keyword(Old), pool_keyword(New)) == ("num_blocks", "num_chunks")
+    model = {"pinned": 1, "writing": 2, "allocations": [3], "skipped": 0}
+    old = state_of(([], "", [], None, [0, 0, 0], [-1, -1, 3, 0], None))["stats"]
+    assert old == {"used": 3, "skipped": 0} and as_read(model, old) == {"used": 3, "skipped": 0}
+    assert as_read(model, {**old, "used": 4}) != {**old, "used": 4}  # a wrong count still shows
+    new = state_of(([], "", [], None, [0, 0, 0], [1, 2, -1, 0], [3]))["stats"]
+    assert as_read(model, new) == model == new
