@@ -239,7 +239,32 @@ def released_api(cls) -> dict[str, bool]:
             "truncate": callable(getattr(cls, "truncate_computed_blocks", None)),
             "copies": callable(getattr(cls, "take_kv_cache_block_copies", None)),
             "record": callable(getattr(cls, "record_prefix_cache_stats", None)),
-            "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks)}
+            "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
+            "boundary": returns_boundary(cls.get_computed_blocks),
+            "hit_alone": any("to adopt" in c for c in getattr(
+                getattr(cls.allocate_slots, "__code__", None), "co_consts", ())
+                if isinstance(c, str))}
+
+
+def returns_boundary(method) -> bool:
+    """Whether `get_computed_blocks` is declared to return (blocks, hit, boundary), not
+    (blocks, hit) as vLLM 0.25's does: read from its return annotation (one that cannot be
+    read is taken to)."""
+    import inspect
+
+    try:
+        annotation = inspect.signature(method).return_annotation
+    except (TypeError, ValueError):
+        return True
+    text = (annotation if isinstance(annotation, str) else repr(annotation)).strip("'\"")
+    if not text.startswith("tuple["):
+        return True
+    depth, parts = 0, 1
+    for char in text[len("tuple["):-1]:
+        depth += char == "["
+        depth -= char == "]"
+        parts += char == "," and depth == 0
+    return parts != 2
 
 
 def asks_coordinator(method) -> bool:

@@ -20,17 +20,26 @@ NO_RECORD = ("no record_prefix_cache_stats (vLLM before 0.27): admissions are no
 # kvfuzz models 0.33's deprecated stub (all zeros), not that count: the read is left out.
 COUNTS_COMMON_PREFIX = ("get_num_common_prefix_blocks counts the shared prefix (vLLM before "
                         "0.30, cascade attention): not read, kvfuzz models 0.33's zeros")
-UNREAD = (NO_ESTIMATE, NO_TRUNCATE, NO_COPIES, NO_RECORD, COUNTS_COMMON_PREFIX)
+NO_BOUNDARY = ("get_computed_blocks returns no shared-prefix boundary (vLLM 0.25): the "
+               "boundary is not compared")
+UNREAD = (NO_ESTIMATE, NO_TRUNCATE, NO_COPIES, NO_RECORD, COUNTS_COMMON_PREFIX, NO_BOUNDARY)
+# A contract of the release, followed by the model: allocate_slots of no new tokens adopts a hit
+# alone from vLLM 0.30 (0.33's ValueError names "computed tokens to adopt"); before, it raises
+# unless external tokens arrive, as for no hit at all.
+NO_HIT_ALONE = ("allocate_slots of a hit alone is refused (vLLM before 0.30: a ValueError "
+                "without new or external tokens)")
 # `released_api`'s keys -> the precondition a class that lacks it declares
 LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_WATERMARK,
          "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK, "estimate": NO_ESTIMATE,
          "truncate": NO_TRUNCATE, "copies": NO_COPIES, "record": NO_RECORD,
-         "zero_common_prefix": COUNTS_COMMON_PREFIX}
+         "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
+         "hit_alone": NO_HIT_ALONE}
 
 
 def unread(preconditions) -> frozenset:
-    """The reads a class with `preconditions` is not asked (`UNREAD`)."""
-    return frozenset(text for text in UNREAD if text in preconditions)
+    """The reads a class with `preconditions` is not asked (`UNREAD`), and the contract it
+    keeps instead of 0.33's (`NO_HIT_ALONE`)."""
+    return frozenset(text for text in UNREAD + (NO_HIT_ALONE,) if text in preconditions)
 
 
 def broken(trace, preconditions) -> list[str]:

@@ -387,3 +387,33 @@ def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
     assert as_read(model, {**old, "used": 4}) != {**old, "used": 4}  # a wrong count still shows
     new = state_of(([], "", [], None, [0, 0, 0], [1, 2, -1, 0], [3]))["stats"]
     assert as_read(model, new) == model == new
+
+
+def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
+    # vLLM 0.25's get_computed_blocks returns (blocks, hit): no boundary to compare; before 0.30
+    # allocate_slots of a hit alone raises (0.33 adopts it): the model refuses it there too.
+    from kvfuzz.impl.kvmanager.driver import returns_boundary
+    from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
+
+    def old(self, request) -> "tuple[KVCacheBlocks, int]":
+        pass
+
+    def new(self, request) -> "tuple[KVCacheBlocks, int, int]":
+        pass
+
+    assert not returns_boundary(old) and returns_boundary(new)
+    for adopts in (True, False):
+        model = KVManagerModel(8, 2, 0, 64)
+        model.adopts_hit_alone = adopts
+        tokens = list(range(6))
+        hashes = [hash(tuple(tokens[:i + 2])) for i in range(0, 6, 2)]
+        model.allocate_slots(1, hashes, 6, 0, 6, 0, None, False, 6, 0, False, tokens, 0)
+        model.free(1)
+        hit = model.get_computed_blocks(hashes, 6, tokens)
+        assert hit[1] == 4
+        args = (2, hashes, 6, 0, 0, hit[1], hit[0], False, 6, hit[2], False, tokens, 0)
+        if adopts:
+            assert model.allocate_slots(*args) is not None
+        else:
+            with pytest.raises(NothingToAllocate):
+                model.allocate_slots(*args)
