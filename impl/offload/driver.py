@@ -68,7 +68,7 @@ class OffloadDriver:
     def new_request(self, rid: int, keys, positions) -> str:
         context = self.contexts[rid] = self.base.ReqContext(req_id=f"r{rid}")
         place = getattr(context, "set_offload_key_position", None)  # (not before vLLM 0.30:
-        for key, where in zip(keys, positions if place else ()):     # no positions there)
+        for key, where in zip(keys, (positions or ()) if place else ()):  # no positions)
             place(offload_key(key), where)
         policy = str(self._call("on_new_request", context).policy.value)
         return "chunk_level" if policy == "block_level" else policy  # its name before vLLM 0.30
