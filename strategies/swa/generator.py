@@ -15,8 +15,8 @@ there the caller bugs they reject (`scheduler_ops.MISUSES`), with the ones rejec
 now and then everywhere. Unless an implementation declares that it is only called after the
 scheduler's memory check (`generator_for`), some decodes run unchecked; one that lacks the
 reclaim, resize or offload calls gets none, and one that takes only a power-of-two page size
-(an earlier release launching the Triton kernels) gets no page size 3. A change to what this produces must bump the
-version.
+(an earlier release launching the Triton kernels) gets no page size 3. A change to what this
+produces must bump the version.
 """
 
 from __future__ import annotations
