@@ -10,6 +10,7 @@ contract. Imports vLLM only when a trace runs.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from kvfuzz.fuzz.blockpool.lockstep import BlockPoolLockstep
@@ -19,7 +20,8 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
-from kvfuzz.strategies.blockpool.profile import DECLARABLE, NO_UNPIN, broken
+from kvfuzz.strategies.blockpool.profile import (DECLARABLE, NO_LOOKAHEAD, NO_MOVE, NO_REPLACE,
+                                                NO_REPORT, NO_UNPIN, broken)
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -33,10 +35,27 @@ def _shape(path, obj):
 
 
 def _declare(impl, obj):
-    """A pool class without `unpin_blocks` (an earlier vLLM release's) gets no unpins."""
-    if callable(getattr(obj, "unpin_blocks", None)) or NO_UNPIN in impl.preconditions:
-        return impl
-    return replace(impl, preconditions=impl.preconditions + (NO_UNPIN,))
+    """What a pool class (an earlier vLLM release's) lacks, read from the class: a call it
+    does not have (`unpin_blocks`, `move_block_hashes`, `emit_cached_block_events`), a keyword
+    its constructor or `cache_partial_block` does not take; its traces then make none."""
+    lacks = [text for text, has in (
+        (NO_UNPIN, callable(getattr(obj, "unpin_blocks", None))),
+        (NO_MOVE, callable(getattr(obj, "move_block_hashes", None))),
+        (NO_REPORT, callable(getattr(obj, "emit_cached_block_events", None))),
+        (NO_LOOKAHEAD, _takes(obj, "num_hash_lookahead_tokens")),
+        (NO_REPLACE, _takes(getattr(obj, "cache_partial_block", None),
+                            "replace_existing_hashes"))) if not has]
+    added = tuple(text for text in lacks if text not in impl.preconditions)
+    return replace(impl, preconditions=impl.preconditions + added) if added else impl
+
+
+def _takes(call, keyword: str) -> bool:
+    """Whether `call` takes `keyword` (one it cannot be read for is taken to)."""
+    try:
+        parameters = inspect.signature(call).parameters
+    except (TypeError, ValueError):
+        return call is not None
+    return keyword in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
 
 
 def _generator_for(impls):

@@ -19,6 +19,9 @@ from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
+from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY, NO_COPIES,
+                                                  NO_ESTIMATE, NO_HIT_ALONE, NO_RECORD,
+                                                  NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule)
 
@@ -73,6 +76,7 @@ class _Request:
 class KVManagerLockstep(Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
+    unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
     EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
               "decode into a new block", "sample, no slot", "allocate_slots ok",
               "allocate_slots refused", "allocate_slots refused: the whole request does not fit",
@@ -88,20 +92,25 @@ class KVManagerLockstep(Lockstep):
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
         self.count_configs(trace)
-        return KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
-                              trace.retention, trace.max_in_flight_tokens, trace.watermark,
-                              trace.caching, trace.events, trace.stats, trace.lookahead,
-                              trace.eagle, trace.retained, trace.window_block_size,
-                              trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
+        model = KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
+                               trace.retention, trace.max_in_flight_tokens, trace.watermark,
+                               trace.caching, trace.events, trace.stats, trace.lookahead,
+                               trace.eagle, trace.retained, trace.window_block_size,
+                               trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                               trace.encoder_tokens)
+        model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
+        return model
 
     def count_configs(self, trace) -> None:
         for name, applies in CONFIGS.items():
             if applies(trace):
                 self.count(f"config: {name}")
 
-    def build_impl(self, trace, cls, device):
+    def build_impl(self, trace, cls, device, unread=frozenset()):
         from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
+
+        # the reads an earlier release's class does not have (strategies/kvmanager/released.py)
+        self.unread = unread
 
         return make(KVManagerDriver, cls, trace.blocks, trace.block_size, trace.window,
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
@@ -214,7 +223,8 @@ class KVManagerLockstep(Lockstep):
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report)
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
-                   "get_computed_blocks", (rid,), oracle=lambda: expected, compare=_hit_compare)
+                   "get_computed_blocks", (rid,), oracle=lambda: expected,
+                   compare=self._hit_compare)
         hit_blocks, hit, request.boundary = expected
         self._count_marks()
         self.count("admission with a hit" if hit else "admission, no hit")
@@ -224,7 +234,7 @@ class KVManagerLockstep(Lockstep):
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
         problems = yield from self._allocation(rid, request, new, hit, hit_blocks)
         size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
-        if problems or hit < size:
+        if problems or hit < size or NO_TRUNCATE in self.unread:
             return problems
         # The lookup cut at an aligned point, as the scheduler cuts a local hit that a longer
         # external load covers: a read, after the admission (a live guard sees it there too).
@@ -278,7 +288,8 @@ class KVManagerLockstep(Lockstep):
         request.computed += hit + new
         request.status, request.in_flight = RUNNING, new
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
-        if admission and trace.stats:  # the scheduler records an admission that was made
+        if admission and trace.stats and NO_RECORD not in self.unread:
+            # the scheduler records an admission that was made
             self.count("stats recorded")
             yield Call("", "record_stats", (rid, hit), oracle=lambda: model.
                        record_prefix_cache_stats(len(request.tokens), hit, request.preempted,
@@ -310,12 +321,19 @@ class KVManagerLockstep(Lockstep):
                                f"{short(expected)}, actual {short(actual)}")]
         return []
 
+    def _hit_compare(self, expected, rejected, actual, raised) -> list:
+        """The lookup's answer against the model's; without the boundary where the release
+        returns none (vLLM 0.25: the driver reads it as 0)."""
+        if NO_BOUNDARY in self.unread and raised is None:
+            expected = (*expected[:2], _boundary_of(actual, expected[2]))
+        return _hit_compare(expected, rejected, actual, raised)
+
     def lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
         """A live scheduler's lookup, checked when it is made (it may allocate nothing after
         it: `fuzz/kvmanager/guard.py`); a problem is logged as a schedule's lookup would be."""
         request = self.requests[rid]
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens))
-        problems = _hit_compare(expected, None, actual, None)
+        problems = self._hit_compare(expected, None, actual, None)
         if problems:
             self.log.append(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}")
         return problems
@@ -340,11 +358,16 @@ class KVManagerLockstep(Lockstep):
 
     def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
         model, problems = self.model, []
-        for method, args, expected in (
-                ("estimate_cached_tokens", (rid,), model.estimate_cached_tokens(rid)),
-                ("block_ids_for_computed_tokens", (rid, request.computed),
-                 model.block_ids_for_computed_tokens(rid, request.computed)),
-                ("common_prefix_blocks", (rid,), [0] * len(model.groups))):
+        reads = (("estimate_cached_tokens", (rid,), NO_ESTIMATE,
+                  lambda: model.estimate_cached_tokens(rid)),
+                 ("block_ids_for_computed_tokens", (rid, request.computed), None,
+                  lambda: model.block_ids_for_computed_tokens(rid, request.computed)),
+                 ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
+                  lambda: [0] * len(model.groups)))
+        for method, args, lacking, expect in reads:
+            if lacking in self.unread:
+                continue
+            expected = expect()
             actual = self.read(method, *args)
             if actual != expected:
                 problems.append((method, f"r{rid}: expected {short(expected)}, actual "
@@ -359,7 +382,7 @@ class KVManagerLockstep(Lockstep):
         problems, trace = [], self.trace
         if trace.events or trace.stats:
             self.read("new_step_starts")
-            copies = self.read("block_copies")
+            copies = ([], []) if NO_COPIES in self.unread else self.read("block_copies")
             if copies != ([], []):
                 problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
                                                   f"copies (no partial hits), actual "
@@ -369,7 +392,7 @@ class KVManagerLockstep(Lockstep):
             self.view = replay(self.view, published)
             problems += events_problems("the op", self.model.take_events(), published,
                                         self.count)
-        if trace.stats:
+        if trace.stats and NO_RECORD not in self.unread:
             expected, actual = self.model.make_prefix_cache_stats(), self.read("stats")
             if actual != expected:
                 problems.append(("prefix cache stats", f"(requests, queries, hits, preempted "
@@ -384,6 +407,13 @@ def _ignored(expected, rejected, actual, raised) -> list:
 
 def _state_read(expected, rejected, actual, raised) -> list:
     return crash_problems(raised, "state read") if raised is not None else []
+
+
+def _boundary_of(actual, otherwise):
+    try:
+        return actual[2]
+    except (TypeError, IndexError, KeyError):
+        return otherwise
 
 
 def _hit_compare(expected, rejected, actual, raised) -> list:

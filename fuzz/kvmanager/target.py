@@ -18,7 +18,7 @@ from kvfuzz.fuzz.kvmanager.align import AlignLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import UPSTREAM, check_shape
 from kvfuzz.strategies.kvmanager import codec, streams, uniform
-from kvfuzz.strategies.kvmanager.released import LACKS, broken
+from kvfuzz.strategies.kvmanager.released import LACKS, broken, unread
 from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
@@ -63,7 +63,8 @@ KVMANAGER = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
                      codec.MAX_OPS),
     inputs=TraceInputs(streams.GENERATOR, uniform=uniform.uniform_trace),
-    judge=LockstepJudge(AlignLockstep, describe_op, broken),
+    judge=LockstepJudge(AlignLockstep, describe_op, broken,
+                        lambda impl: {"unread": unread(impl.preconditions)}),
     catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape, _declare),
     shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),
     live="kvfuzz.fuzz.kvmanager.guard:guard",

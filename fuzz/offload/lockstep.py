@@ -269,8 +269,14 @@ class OffloadLockstep(Counting, Lockstep):
         problems += checks.contents(dict(model.contents()),
                                     {tuple(key): ref for key, ref, _ in contents})
         problems += checks.chunk_map(contents, self.held)
-        problems += checks.views(model.policy.view(), state["policy"], "policy order")
-        problems += checks.views(model.stats(), state["stats"], "usage")
+        expected = model.policy.view()
+        if "order" not in state["policy"] and "evictable" in state["policy"]:
+            # an LRU policy without ranks (vLLM before 0.30): its recency order is not
+            # 0.33's, which the model follows; the evictable keys are still compared
+            expected.pop("order", None)
+        problems += checks.views(expected, state["policy"], "policy order")
+        problems += checks.views(checks.as_read(model.stats(), state["stats"]), state["stats"],
+                                 "usage")
         return problems
 
 

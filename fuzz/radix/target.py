@@ -18,7 +18,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.radix.lockstep import RadixLockstep
 from kvfuzz.impl.radix import DECLARABLE, IMPLEMENTATIONS
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.strategies.radix import codec, generator, uniform
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, broken, unsupported
 from kvfuzz.strategies.radix.trace import CREATES, FORMAT, describe_op, to_json
@@ -31,6 +31,26 @@ METHODS = ("match_prefix", "insert", "evict", "lock", "unlock", "checkpoint", "f
 def _shape(path, obj):
     check_shape(path, obj, 1, "a class with SGLang RadixCache's interface: (CacheInitParams)",
                 cls=True, methods=METHODS)
+
+
+# The scheduler calls every radix trace makes that SGLang before 0.5.22 does not have (it locked
+# with inc_lock_ref/dec_lock_ref and cached with cache_finished_req/cache_unfinished_req, whose
+# contracts differ: a trace model of them is not written). What the driver reads from a match
+# or a path is read from what the release has (impl/radix/driver.py).
+REQUIRED = ("lock", "unlock", "checkpoint", "touch_prefix")
+
+
+def scheduler_calls(impl, obj):
+    """A class without the scheduler calls every trace makes cannot be driven: one line (the
+    unified target's classes too)."""
+    missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
+    if missing:
+        release = installed_release(impl.requires) or "this release"
+        raise ImplementationError(
+            f"not supported: {impl.requires} {release}: {getattr(obj, '__name__', impl.path)} "
+            f"has no {', '.join(missing)} (the scheduler's calls before 0.5.22 were "
+            f"inc_lock_ref, dec_lock_ref and cache_finished_req; no trace model of those)")
+    return impl
 
 
 def _generator_for(impls):
@@ -52,7 +72,8 @@ RADIX = trace_target(
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(RadixLockstep, describe_op, broken,
                         lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions}),
-    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, scheduler_calls,
+                        declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.radix.tree",

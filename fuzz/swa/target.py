@@ -11,6 +11,7 @@ unchecked decode is outside its contract. Imports torch only when a trace runs.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 from kvfuzz.fuzz.engine.catalogue import Catalogue
@@ -20,8 +21,8 @@ from kvfuzz.fuzz.swa.lockstep import SWALockstep
 from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.impl.swa import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.swa import codec, generator, uniform
-from kvfuzz.strategies.swa.profile import (LACKING, NO_SEGMENT, SEGMENT_CALLS, broken,
-                                           checked_only, lacking)
+from kvfuzz.strategies.swa.profile import (LACKING, NO_SEGMENT, POW2_PAGES, SEGMENT_CALLS,
+                                           broken, checked_only, lacking, pow2_only)
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, describe_op, to_json
 
 METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "free", "free_swa",
@@ -59,8 +60,25 @@ def _declare(impl, obj):
 
     declared = [NO_SEGMENT] if not has(SEGMENT_CALLS) else []
     declared += [text for text, calls, _ in LACKING.values() if not has(calls)]
+    declared += [POW2_PAGES] if kernels_only(obj) else []
     added = tuple(text for text in declared if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + added) if added else impl
+
+
+def kernels_only(obj) -> bool:
+    """Whether the paged allocator the class builds its pools from (the `PagedTokenToKVPool
+    Allocator` of the class's module) launches a Triton kernel in `alloc_extend` or
+    `alloc_decode` with no torch path beside it: read from the names those methods' code uses
+    (SGLang before 0.5.22 names only `alloc_extend_kernel`; 0.5.22 `alloc_extend_naive` too,
+    taken where the platform has no Triton). Such a class takes only power-of-two page sizes."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    paged = getattr(module, "PagedTokenToKVPoolAllocator", None)
+    for method in ("alloc_extend", "alloc_decode"):
+        names = getattr(getattr(getattr(paged, method, None), "__code__", None), "co_names", ())
+        if any(n.endswith("_kernel") for n in names) and \
+                not any(n.endswith("_naive") for n in names):
+            return True
+    return False
 
 
 def _generator_for(impls):
@@ -68,7 +86,7 @@ def _generator_for(impls):
                   if any(name in lacking(impl.preconditions) for impl in impls))
     return generator.generator_for(any(checked_only(impl.preconditions) for impl in impls),
                                    not any(NO_SEGMENT in impl.preconditions for impl in impls),
-                                   lacks)
+                                   lacks, any(pow2_only(impl.preconditions) for impl in impls))
 
 
 # What every trace calls (a finish releases the full pool's slots with `free_full`).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.radix.target import METHODS, smaller_pool
+from kvfuzz.fuzz.radix.target import METHODS, scheduler_calls, smaller_pool
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, UnifiedLockstep
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
@@ -46,7 +46,8 @@ UNIFIED = trace_target(
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(UnifiedLockstep, describe_op, broken, _options,
                         variants=("tree core", (("rust", RUST), ("python", PYTHON)))),
-    catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, scheduler_calls,
+                        declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.radix.lockstep",

@@ -33,7 +33,8 @@ def plain_events(events) -> list:
     for event in events:
         kind = type(event).__name__
         if kind == "BlockStored":
-            keys, ahead = event.extra_keys, event.lookahead_token_ids
+            # (no lookahead_token_ids before vLLM 0.30: a release without lookahead hashing)
+            keys, ahead = event.extra_keys, getattr(event, "lookahead_token_ids", None)
             out.append(Stored(
                 tuple(hash_int(h) for h in event.block_hashes),
                 None if event.parent_block_hash is None else hash_int(event.parent_block_hash),
@@ -229,9 +230,10 @@ class BlockPoolDriver(PoolReader):
     def cache_partial_block(self, prompt, block: int, units: int, group: int, block_size: int,
                             replace: bool = False):
         self.heard = []
+        more = {"replace_existing_hashes": True} if replace else {}  # (not before vLLM 0.30)
         key = self.pool.cache_partial_block(self._request(prompt), self.pool.blocks[block],
                                             units * self.hash_block_size, group, block_size,
-                                            replace_existing_hashes=replace)
+                                            **more)
         return self._done(None if key is None else self.decode_key(key))
 
     def emit_cached_block_events(self, prompt, num_blocks: int, block_size: int,

@@ -249,4 +249,40 @@ def released_api(cls) -> dict[str, bool]:
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
             "watermark": bool(taken(cls, watermark=0.0)),
             "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False)),
-            "scheduler": bool(taken(cls, scheduler_block_size=None))}
+            "scheduler": bool(taken(cls, scheduler_block_size=None)),
+            "estimate": callable(getattr(cls, "estimate_cached_tokens", None)),
+            "truncate": callable(getattr(cls, "truncate_computed_blocks", None)),
+            "copies": callable(getattr(cls, "take_kv_cache_block_copies", None)),
+            "record": callable(getattr(cls, "record_prefix_cache_stats", None)),
+            "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
+            "boundary": returns_boundary(cls.get_computed_blocks),
+            "hit_alone": any("to adopt" in c for c in getattr(
+                getattr(cls.allocate_slots, "__code__", None), "co_consts", ())
+                if isinstance(c, str))}
+
+
+def returns_boundary(method) -> bool:
+    """Whether `get_computed_blocks` is declared to return (blocks, hit, boundary), not
+    (blocks, hit) as vLLM 0.25's does: read from its return annotation (one that cannot be
+    read is taken to)."""
+    import inspect
+
+    try:
+        annotation = inspect.signature(method).return_annotation
+    except (TypeError, ValueError):
+        return True
+    text = (annotation if isinstance(annotation, str) else repr(annotation)).strip("'\"")
+    if not text.startswith("tuple["):
+        return True
+    depth, parts = 0, 1
+    for char in text[len("tuple["):-1]:
+        depth += char == "["
+        depth -= char == "]"
+        parts += char == "," and depth == 0
+    return parts != 2
+
+
+def asks_coordinator(method) -> bool:
+    """Whether the method's code reaches the coordinator (vLLM before 0.30 counts the common
+    prefix there; 0.33's deprecated stub returns zeros without it): read from its names."""
+    return "coordinator" in getattr(getattr(method, "__code__", None), "co_names", ())

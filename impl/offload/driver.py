@@ -11,6 +11,7 @@ evictable and write-pending counts; `get_stats()` turned back into counts."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 from kvfuzz.impl.upstream_env import prepare_import
@@ -20,6 +21,18 @@ USAGE, WRITE_USAGE, READ_USAGE, ALLOCATIONS, SKIPPED = (
     "vllm:kv_offload_cpu_cache_usage_perc", "vllm:kv_offload_cpu_cache_write_usage_perc",
     "vllm:kv_offload_cpu_cache_read_usage_perc", "vllm:kv_offload_cpu_allocation_size",
     "vllm:kv_offload_stores_skipped")
+
+
+def pool_keyword(cls) -> str:
+    """The constructor's name for the pool's size: `num_chunks`, or `num_blocks` in vLLM
+    before 0.30 (read from its signature)."""
+    import inspect
+
+    try:
+        return "num_blocks" if "num_blocks" in inspect.signature(cls).parameters else \
+            "num_chunks"
+    except (TypeError, ValueError):
+        return "num_chunks"
 
 
 def offload_key(key) -> bytes:
@@ -38,25 +51,32 @@ class OffloadDriver:
         with prepare_import(BASE):
             self.base = importlib.import_module(BASE)
         self.chunks = chunks
-        self.manager = cls(num_chunks=chunks, cache_policy=policy, enable_events=events,
-                           store_threshold=store_threshold, max_tracker_size=tracker_size)
+        self.manager = cls(**{pool_keyword(cls): chunks}, cache_policy=policy,
+                           enable_events=events, store_threshold=store_threshold,
+                           max_tracker_size=tracker_size)
+        # vLLM before 0.30 counts blocks where 0.33 counts chunks: the same pool, other names
+        self.unit = "chunk" if hasattr(self.manager, "_num_chunks") else "block"
+        # the manager's lock, which its callers hold; none before vLLM 0.30 (nothing to hold)
+        self.lock = getattr(self.manager, "lock", None) or contextlib.nullcontext()
         self.contexts: dict = {None: self.base.ReqContext(req_id="kvfuzz-probe")}
         self.plain: dict = {}  # vLLM's key -> (hash, group): every read goes through them all
 
     def _call(self, method: str, *args):
-        with self.manager.lock:
+        with self.lock:
             return getattr(self.manager, method)(*args)
 
     def new_request(self, rid: int, keys, positions) -> str:
         context = self.contexts[rid] = self.base.ReqContext(req_id=f"r{rid}")
-        for key, where in zip(keys, positions or ()):
-            context.set_offload_key_position(offload_key(key), where)
-        return str(self._call("on_new_request", context).policy.value)
+        place = getattr(context, "set_offload_key_position", None)  # (not before vLLM 0.30:
+        for key, where in zip(keys, (positions or ()) if place else ()):  # no positions)
+            place(offload_key(key), where)
+        policy = str(self._call("on_new_request", context).policy.value)
+        return "chunk_level" if policy == "block_level" else policy  # its name before vLLM 0.30
 
     def lookup(self, rid: int, keys) -> str:
         """The answers' names, space-separated."""
         context, lookup = self.contexts[rid], self.manager.lookup
-        with self.manager.lock:  # held across them, as the connector holds it
+        with self.lock:  # held across them, as the connector holds it
             return " ".join(str(lookup(offload_key(k), context).name) for k in keys)
 
     def probe(self, keys) -> str:
@@ -90,10 +110,12 @@ class OffloadDriver:
     def take_events(self) -> list[tuple[bool, bool, str, list]]:
         """(removed, metadata only, medium, keys) of each event, drained at once (the manager's
         is a generator)."""
-        with self.manager.lock:
+        with self.lock:
             events = list(self.manager.take_events())
-        return [(bool(e.removed), bool(e.metadata_only), str(e.medium.value),
-                 self.flat_keys(e.keys)) for e in events]
+        # (vLLM 0.25: the medium a string, no metadata-only events)
+        return [(bool(e.removed), bool(getattr(e, "metadata_only", False)),
+                 str(getattr(e.medium, "value", e.medium)), self.flat_keys(e.keys))
+                for e in events]
 
     def reset(self) -> None:
         self._call("reset_cache")
@@ -135,10 +157,10 @@ class OffloadDriver:
         if hasattr(policy, "t1"):
             items = [*policy.t1.items(), *policy.t2.items()]
         else:
-            items = list(policy.chunks.items())
-        flat = []
+            items = list(getattr(policy, f"{self.unit}s").items())
+        flat, where = [], f"{self.unit}_id"
         for key, chunk in items:
-            flat += (*self._pair(key), int(chunk.ref_cnt), int(chunk.chunk_id))
+            flat += (*self._pair(key), int(chunk.ref_cnt), int(getattr(chunk, where)))
         return flat
 
     def policy_view(self) -> dict:
@@ -147,6 +169,10 @@ class OffloadDriver:
             return {"t1": self.flat_keys(policy.t1), "t2": self.flat_keys(policy.t2),
                     "b1": self.flat_keys(policy.b1), "b2": self.flat_keys(policy.b2),
                     "target": float(policy.target_t1_size)}
+        if not hasattr(policy, "_ranks"):  # vLLM before 0.30: a recency list of the evictable
+            # blocks, no ranks (its order is not 0.33's, which kvfuzz models: not read)
+            return {"evictable": self.flat_keys(sorted(bytes(k) for k in
+                                                       policy.evictable_blocks))}
         ranks = policy._ranks
         order = sorted((tuple(ranks[k]), bytes(k)) for k in policy.chunks)
         return {"order": self.flat_keys(k for _, k in order),
@@ -154,19 +180,35 @@ class OffloadDriver:
 
     def sizes(self) -> dict:
         manager = self.manager
-        return {"free": int(manager._get_num_free_chunks()),
-                "evictable": int(manager._num_evictable_cache_chunks),
-                "writing": int(manager._num_write_pending_chunks)}
+        unit = self.unit
+        return {"free": int(getattr(manager, f"_get_num_free_{unit}s")()),
+                "evictable": int(getattr(manager, f"_num_evictable_cache_{unit}s")),
+                "writing": self.writing()}
+
+    def writing(self) -> int:
+        """Blocks with a store in flight: the manager's count, or, where it keeps none (vLLM
+        0.25), those the policy holds at reference count -1 (a store not yet completed)."""
+        count = getattr(self.manager, f"_num_write_pending_{self.unit}s", None)
+        if count is not None:
+            return int(count)
+        return sum(1 for ref in self.contents()[2::4] if ref < 0)
 
     def stats(self) -> dict:
         """`get_stats()` in counts (its gauges are fractions of the pool)."""
-        with self.manager.lock:
-            values = self.manager.get_stats().metric_sections()[1]
+        with self.lock:
+            stats = self.manager.get_stats()
+        # the value section: `metric_sections()`, or the `_values` it wraps (vLLM before 0.30)
+        values = stats.metric_sections()[1] if hasattr(stats, "metric_sections") else \
+            stats._values
 
         def count(name: str) -> int:
             return round(values[name][()] * self.chunks)
-        found = {"pinned": count(READ_USAGE), "writing": count(WRITE_USAGE),
-                 "allocations": [int(n) for n in values.get(ALLOCATIONS, {}).get((), [])]}
+        if READ_USAGE not in values:  # vLLM 0.25: the usage gauge alone (no read or write
+            # gauge, no allocation sizes): those parts are not read (-1, None: not compared)
+            found = {"pinned": -1, "writing": -1, "allocations": None, "used": count(USAGE)}
+        else:
+            found = {"pinned": count(READ_USAGE), "writing": count(WRITE_USAGE),
+                     "allocations": [int(n) for n in values.get(ALLOCATIONS, {}).get((), [])]}
         if count(USAGE) != found["pinned"] + found["writing"]:
             found["used"] = count(USAGE)  # shows only when the three gauges disagree
         if SKIPPED in values:

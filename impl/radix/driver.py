@@ -42,6 +42,14 @@ def extra_key(ns: int) -> str | None:
     return f"ns{ns}" if ns else None
 
 
+def matched_len(result) -> int:
+    """The matched prefix's length: `device_prefix_len`, or, where a release's `MatchResult`
+    has none (SGLang before 0.5.22), the length of its `device_indices` (the matched slots)."""
+    if hasattr(result, "device_prefix_len"):
+        return int(result.device_prefix_len)
+    return len(result.device_indices)
+
+
 class RadixDriver(ChangedReads):
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
                  context: int, device: str = "cpu", poison_keys: bool = True,
@@ -92,15 +100,26 @@ class RadixDriver(ChangedReads):
         key = self._key(request.tokens[:prompt], ns, limit=prompt - 1)
         result = self.cache.match_prefix(self.MatchParams(key=key, req=request))
         self._poison_key(key)
-        request.prefix_len, request.last_node = int(result.device_prefix_len), \
-            result.last_device_node
+        request.prefix_len, request.last_node = matched_len(result), result.last_device_node
         self._seen(request.last_node, request.tokens[:prompt - 1], request.extra_key)
-        path = self.cache.path_device_indices(request.last_node)
+        path = self.path(request.last_node)
         matched = path[:request.prefix_len]
         self.rows.write((request.kv.req_pool_idx, slice(0, len(matched))), matched)
         request.kv.cache_protected_len = len(matched)
         request.grow(len(matched))
         return [request.prefix_len, int_list(path)]
+
+    def path(self, node):
+        """The slots from the root down to `node`: `path_device_indices`, or, in a release
+        without it (before SGLang 0.5.22), the node values read up the parents (the same
+        concatenation, root first)."""
+        if callable(getattr(self.cache, "path_device_indices", None)):
+            return self.cache.path_device_indices(node)
+        values, root = [], self.cache.root_node
+        while node is not root and node is not None and len(values) < 1 << 16:
+            values.append(node.value)
+            node = node.parent
+        return torch.cat(values[::-1]) if values else torch.empty(0, dtype=torch.int64)
 
     def admit_lock(self, rid: int) -> None:
         request = self.requests[rid]
@@ -156,8 +175,8 @@ class RadixDriver(ChangedReads):
         result = self.cache.match_prefix(self.MatchParams(key=key))
         self._poison_key(key)
         self._seen(result.last_device_node, tokens, extra_key(ns))
-        path = self.cache.path_device_indices(result.last_device_node)
-        return [int(result.device_prefix_len), int_list(path)]
+        path = self.path(result.last_device_node)
+        return [matched_len(result), int_list(path)]
 
     def touch(self, tokens, ns: int) -> None:
         key = self._key(tokens, ns)

@@ -7,12 +7,12 @@ from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.swa.upstream_mutants import MUTATIONS
-from kvfuzz.strategies.swa.profile import CHECKED_DECODE
+from kvfuzz.strategies.swa.profile import CHECKED_DECODE, POW2_PAGES
 
 RELEASED = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
 UPSTREAM_DECLARES = (CHECKED_DECODE,)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
-DECLARABLE = {"checked_decode": CHECKED_DECODE}
+DECLARABLE = {"checked_decode": CHECKED_DECODE, "power_of_two_page_size": POW2_PAGES}
 _entry = partial(entry, "swa", __name__)
 
 IMPLEMENTATIONS = (

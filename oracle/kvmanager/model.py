@@ -34,7 +34,8 @@ that block: `hybrid.py`); lookahead (draft) tokens get slots on every allocation
 only the tokens a request has are cached; the sliding window keeps `retained` tokens more
 behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous
 scheduling the window moves on the tokens processed, the computed ones less those in flight.
-`allocate_slots` of no new tokens adopts a hit alone; with no hit either it is a caller's bug,
+`allocate_slots` of no new tokens adopts a hit alone (refused before vLLM 0.30:
+`adopts_hit_alone`); with no hit either it is a caller's bug,
 refused (`NothingToAllocate`, vLLM's ValueError) before anything changes. KV events: the
 pool's (`oracle.blockpool.events`), a hit reported per group for a request that asks (the first
 n blocks, from block 0), each `Stored` annotated with its group's kind and window.
@@ -61,6 +62,10 @@ class NothingToAllocate(Exception):
 
 
 class KVManagerModel(HybridRules):
+    # vLLM 0.30 on adopt a hit with no new tokens; an earlier release refuses it as it refuses
+    # no hit at all (the lock step sets this from what the class declares)
+    adopts_hit_alone = True
+
     def __init__(self, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
@@ -208,7 +213,7 @@ class KVManagerModel(HybridRules):
         `prompt_tokens` and `shared_boundary` say which sliding-window blocks sparse retention
         keeps; `tokens`: the request's (KV events carry them); `in_flight`: its tokens
         scheduled but not processed yet."""
-        if new == 0 and hit_tokens == 0:
+        if new == 0 and (hit_tokens == 0 or not self.adopts_hit_alone):
             raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
         hits = hit if hit is not None else [[] for _ in self.groups]
         computed = num_computed + hit_tokens

@@ -27,7 +27,8 @@ from __future__ import annotations
 import functools
 import random
 
-from kvfuzz.strategies.blockpool.profile import double_frees_allowed, unpins_allowed
+from kvfuzz.strategies.blockpool.profile import (NO_LOOKAHEAD, NO_MOVE, NO_REPLACE, NO_REPORT,
+                                                double_frees_allowed, unpins_allowed)
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Evict,
                                                Free, Lookup, Move, Pad, Pin, Probe, Reset,
                                                Share, Trace, Unpin)
@@ -62,15 +63,24 @@ def images(rng: random.Random, size: int) -> tuple[tuple[int, int], ...]:
     return tuple(found)
 
 
+# What an earlier release's pool lacks (`profile.py`), by the tag its stream carries.
+LACKS = {NO_REPLACE: "no-replace", NO_LOOKAHEAD: "no-lookahead", NO_MOVE: "no-move",
+         NO_REPORT: "no-report"}
+
+
 def build(rng: random.Random, num_ops: int, double_free: bool = True,
-          unpin: bool = True) -> Trace:
+          unpin: bool = True, lacks: frozenset = frozenset()) -> Trace:
     profile = rng.choices(list(PROFILES), list(PROFILES.values()))[0]
     blocks = rng.choice((rng.randint(2, 8), rng.randint(8, 32), rng.randint(32, 64)))
     blocks = 1 if rng.random() < 0.04 else blocks  # the null block alone: nothing to hand out
     caching = rng.random() < (0.85 if profile == "manager" else 0.95)
     chosen = settings(rng, profile)
+    if NO_LOOKAHEAD in lacks and "lookahead" in chosen:  # drawn all the same: the rest of the
+        chosen["lookahead"] = 0                           # trace is as in the usual stream
+    if NO_REPORT in lacks and "report" in chosen:
+        chosen["report"] = False
     gen = _Generator(rng, blocks, caching, double_free, chosen.get("scale", 1),
-                     profile == "partial", unpin)
+                     profile == "partial", unpin, lacks)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, caching, tuple(gen.ops[:num_ops]), **chosen, note=f"profile {profile}")
@@ -82,8 +92,8 @@ class _Generator:
     where they part."""
 
     def __init__(self, rng: random.Random, blocks: int, caching: bool, double_free: bool,
-                 scale: int, partial: bool, unpin: bool = True):
-        self.rng, self.blocks, self.caching = rng, blocks, caching
+                 scale: int, partial: bool, unpin: bool = True, lacks: frozenset = frozenset()):
+        self.rng, self.blocks, self.caching, self.lacks = rng, blocks, caching, lacks
         self.double_free, self.scale, self.partial = double_free, scale, partial
         self.unpin = unpin  # whether finished requests' blocks may go back by `unpin_blocks`
         self.families = [[rng.randrange(1 << 30) for _ in range(rng.randint(2, 10) * scale)]
@@ -102,7 +112,7 @@ class _Generator:
                    (self.reset, 0.15), (self.pin, 0.25 if held else 0),
                    (self.free_twice, 0.1 if held and self.double_free else 0),
                    (self.tail, 1.0 if held and partial else 0),
-                   (self.copy, 0.3 if held and partial else 0)]
+                   (self.copy, 0.3 if held and partial and NO_MOVE not in self.lacks else 0)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
 
@@ -170,8 +180,14 @@ class _Generator:
         units = units or rng.choice((len(contents), max(1, self.shared.get(rid, 0)),
                                      max(1, self.shared.get(rid, 0)),
                                      rng.randint(1, len(contents))))
-        self.ops.append(CachePartial(rid, units, self.hashes(contents), group,
-                                     rng.random() < 0.1))
+        replace = rng.random() < 0.1
+        if NO_REPLACE in self.lacks:  # an earlier release: strictly inside a block, no replace
+            replace = False
+            if units % self.scale == 0:
+                units -= 1
+            if units == 0:
+                return
+        self.ops.append(CachePartial(rid, units, self.hashes(contents), group, replace))
 
     def copy(self) -> None:
         """A request keeps writing into a cached block: the cache gets a private copy."""
@@ -237,9 +253,12 @@ def generator_for(preconditions: frozenset) -> TraceGenerator:
     stream, e.g. "blockpool/3[no double free]" where its callers never double-free, so a
     (generator, seed, index) still names one trace forever."""
     double_free, unpin = double_frees_allowed(preconditions), unpins_allowed(preconditions)
-    if double_free and unpin:
+    lacks = frozenset(text for text in LACKS if text in preconditions)
+    if double_free and unpin and not lacks:
         return GENERATOR
-    tags = ([] if double_free else ["no double free"]) + ([] if unpin else ["no-unpin"])
+    tags = ([] if double_free else ["no double free"]) + ([] if unpin else ["no-unpin"]) + \
+        [tag for text, tag in LACKS.items() if text in lacks]
     return TraceGenerator(f"{NAME}[{', '.join(tags)}]",
-                          functools.partial(build, double_free=double_free, unpin=unpin),
+                          functools.partial(build, double_free=double_free, unpin=unpin,
+                                            lacks=lacks),
                           num_ops=200, max_fuzz_ops=200)

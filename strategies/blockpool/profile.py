@@ -7,12 +7,23 @@ and a trace that has one is outside its contract. Standard library only.
 
 from __future__ import annotations
 
-from kvfuzz.strategies.blockpool.trace import DoubleFree, Trace, Unpin, UnpinIds
+from kvfuzz.strategies.blockpool.trace import CachePartial, DoubleFree, Move, Trace, Unpin, UnpinIds
 
 NO_DOUBLE_FREE = ("free_blocks is never given a block more times than it has references "
                   "(vLLM's pool does not check: a double free is its caller's bug, #42571)")
 # What a pool class may lack (read from the class: fuzz/blockpool/target.py).
 NO_UNPIN = "no unpin_blocks (an earlier vLLM release): a finished request's blocks are freed"
+# What an earlier release's pool lacks, read from its class (signature and attribute probes):
+# vLLM 0.25-0.29's `cache_partial_block` takes no `replace_existing_hashes`, and asserts an
+# entry strictly inside a block (`num_tokens % block_size != 0`); its constructor no
+# `num_hash_lookahead_tokens`; 0.25's pool has no `move_block_hashes` and no
+# `emit_cached_block_events`.
+NO_REPLACE = ("cache_partial_block takes no replace_existing_hashes (vLLM before 0.30): partial "
+              "entries are never replacing, and strictly inside a block")
+NO_LOOKAHEAD = "no num_hash_lookahead_tokens (vLLM before 0.30): no lookahead hashing"
+NO_MOVE = "no move_block_hashes (vLLM 0.25): no copy-on-write of cached blocks"
+NO_REPORT = "no emit_cached_block_events (vLLM 0.25): hits are not reported as KV events"
+LACKING = (NO_REPLACE, NO_LOOKAHEAD, NO_MOVE, NO_REPORT)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name`).
 DECLARABLE = {"no_double_free": NO_DOUBLE_FREE}
 
@@ -27,7 +38,7 @@ def unpins_allowed(preconditions) -> bool:
 
 def broken(trace: Trace, preconditions) -> list[str]:
     """The preconditions `trace` breaks (empty: the pool supports it)."""
-    found = []
+    found = [text for text in LACKING if text in preconditions and _needs(trace, text)]
     if not double_frees_allowed(preconditions) and \
             any(isinstance(op, DoubleFree) for op in trace.ops):
         found.append(NO_DOUBLE_FREE)
@@ -35,3 +46,13 @@ def broken(trace: Trace, preconditions) -> list[str]:
             any(isinstance(op, (Unpin, UnpinIds)) for op in trace.ops):
         found.append("unpins blocks, and the class has no unpin_blocks")
     return found
+
+
+def _needs(trace: Trace, lacking: str) -> bool:
+    """Whether `trace` asks what a pool lacking `lacking` does not have."""
+    if lacking == NO_REPLACE:
+        return any(isinstance(op, CachePartial) and (op.replace or op.units % trace.scale == 0)
+                   for op in trace.ops)
+    if lacking == NO_MOVE:
+        return any(isinstance(op, Move) for op in trace.ops)
+    return bool(trace.lookahead) if lacking == NO_LOOKAHEAD else trace.report

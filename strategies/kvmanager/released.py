@@ -9,9 +9,37 @@ NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
 NO_WATERMARK = "no watermark (an earlier vLLM release)"
 NO_WHOLE_CHECK = "no full_sequence_must_fit in allocate_slots (an earlier vLLM release)"
 NO_SCHEDULER_BLOCK = "no scheduler_block_size (an earlier vLLM release)"
+# The scheduler's reads a class may not have: each is then left out of the judge's checks (no
+# trace needs them; `unread`), never a crash of every trace.
+NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
+NO_TRUNCATE = "no truncate_computed_blocks (vLLM before 0.27): not read"
+NO_COPIES = "no take_kv_cache_block_copies (vLLM 0.25): not read"
+NO_RECORD = ("no record_prefix_cache_stats (vLLM before 0.27): admissions are not recorded and "
+             "the prefix-cache stats not compared")
+# vLLM before 0.30 counts the blocks every running request shares (cascade attention);
+# kvfuzz models 0.33's deprecated stub (all zeros), not that count: the read is left out.
+COUNTS_COMMON_PREFIX = ("get_num_common_prefix_blocks counts the shared prefix (vLLM before "
+                        "0.30, cascade attention): not read, kvfuzz models 0.33's zeros")
+NO_BOUNDARY = ("get_computed_blocks returns no shared-prefix boundary (vLLM 0.25): the "
+               "boundary is not compared")
+UNREAD = (NO_ESTIMATE, NO_TRUNCATE, NO_COPIES, NO_RECORD, COUNTS_COMMON_PREFIX, NO_BOUNDARY)
+# A contract of the release, followed by the model: allocate_slots of no new tokens adopts a hit
+# alone from vLLM 0.30 (0.33's ValueError names "computed tokens to adopt"); before, it raises
+# unless external tokens arrive, as for no hit at all.
+NO_HIT_ALONE = ("allocate_slots of a hit alone is refused (vLLM before 0.30: a ValueError "
+                "without new or external tokens)")
 # `released_api`'s keys -> the precondition a class that lacks it declares
 LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_WATERMARK,
-         "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK}
+         "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK, "estimate": NO_ESTIMATE,
+         "truncate": NO_TRUNCATE, "copies": NO_COPIES, "record": NO_RECORD,
+         "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
+         "hit_alone": NO_HIT_ALONE}
+
+
+def unread(preconditions) -> frozenset:
+    """The reads a class with `preconditions` is not asked (`UNREAD`), and the contract it
+    keeps instead of 0.33's (`NO_HIT_ALONE`)."""
+    return frozenset(text for text in UNREAD + (NO_HIT_ALONE,) if text in preconditions)
 
 
 def broken(trace, preconditions) -> list[str]:

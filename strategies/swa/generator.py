@@ -14,8 +14,9 @@ nested begin, a stray end); SGLang's debug and strict invariant checks on in som
 there the caller bugs they reject (`scheduler_ops.MISUSES`), with the ones rejected in every mode
 now and then everywhere. Unless an implementation declares that it is only called after the
 scheduler's memory check (`generator_for`), some decodes run unchecked; one that lacks the
-reclaim, resize or offload calls gets none. A change to what this produces must bump the
-version.
+reclaim, resize or offload calls gets none, and one that takes only a power-of-two page size
+(an earlier release launching the Triton kernels) gets no page size 3. A change to what this
+produces must bump the version.
 """
 
 from __future__ import annotations
@@ -39,9 +40,14 @@ CACHE_RATE = 0.3      # of finishes: into the prefix cache
 OPTIONAL = ("reclaim", "resize", "offload")
 
 
+PAGE_SIZES = (1, 1, 2, 3, 4, 8)  # 3: a page size no power of two (no bit tricks)
+POW2_PAGE_SIZES = tuple(p for p in PAGE_SIZES if not p & (p - 1))
+
+
 def build(rng: random.Random, num_ops: int, unchecked: bool = True,
-          hows: tuple[str, ...] = HOWS, lacking: tuple[str, ...] = ()) -> Trace:
-    P = rng.choice((1, 1, 2, 3, 4, 8))  # 3: a page size no power of two (no bit tricks)
+          hows: tuple[str, ...] = HOWS, lacking: tuple[str, ...] = (),
+          page_sizes: tuple[int, ...] = PAGE_SIZES) -> Trace:
+    P = rng.choice(page_sizes)
     pages = rng.choice((rng.randint(2, 6), rng.randint(6, 24), rng.randint(24, 64)))
     swa_pages = max(1, rng.choice((pages // 2, pages - 1, pages, pages + 2, rng.randint(1, 8))))
     slack = rng.choice((0, 0, 0, rng.randint(1, P))) if P > 1 else 0  # a size not in whole pages
@@ -184,17 +190,19 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 @functools.cache
 def generator_for(checked_only: bool, segments: bool = True,
-                  lacking: tuple[str, ...] = ()) -> TraceGenerator:
+                  lacking: tuple[str, ...] = (), pow2: bool = False) -> TraceGenerator:
     """The generator for implementations only called after the scheduler's memory check: every
     decode checked (its own stream, "swa/3[checked decode]"); without `segments` (a class that
     has no segment releases) none ("...,no-segment]"); `lacking` (of `OPTIONAL`'s names: calls
-    a class does not have) none of those ops ("...,no-reclaim]")."""
+    a class does not have) none of those ops ("...,no-reclaim]"); `pow2`: page sizes that are
+    powers of two only ("...,pow2]")."""
     tags = ["checked decode"] * checked_only + ["no-segment"] * (not segments) + \
-        [f"no-{name}" for name in lacking]
+        [f"no-{name}" for name in lacking] + ["pow2"] * pow2
     if not tags:
         return GENERATOR
     return TraceGenerator(f"{NAME}[{','.join(tags)}]",
                           functools.partial(build, unchecked=not checked_only,
                                             hows=HOWS if segments else ("set",),
-                                            lacking=lacking),
+                                            lacking=lacking,
+                                            page_sizes=POW2_PAGE_SIZES if pow2 else PAGE_SIZES),
                           num_ops=200, max_fuzz_ops=200)

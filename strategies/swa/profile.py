@@ -13,6 +13,10 @@ CHECKED_DECODE = ("alloc_decode only after the scheduler checked both pools have
                   "(SGLang's check_decode_mem retracts requests first)")
 NO_SEGMENT = ("no free_swa_segment, free_full_segment or free_segment (an earlier SGLang "
               "release): windows and requests are released by slot sets")
+# The Triton allocation kernels' precondition (`impl/paged`'s POW2, the same text): an SGLang
+# release whose paged allocator launches them on every call (before 0.5.22) takes no other page
+# size (`tl.arange` of the page size). Read from the class, not from its version.
+POW2_PAGES = "power-of-two page size"
 # The calls a release by segment makes (`how="segment"`): a class lacking one declares NO_SEGMENT.
 SEGMENT_CALLS = ("free_swa_segment", "free_full_segment", "free_segment")
 # The other calls a class may lack, by the generator's name for them: (precondition, the calls,
@@ -37,8 +41,14 @@ def checked_only(preconditions) -> bool:
     return CHECKED_DECODE in preconditions
 
 
+def pow2_only(preconditions) -> bool:
+    return POW2_PAGES in preconditions
+
+
 def broken(trace: Trace, preconditions) -> list[str]:
     found = [CHECKED_DECODE] if checked_only(preconditions) and unchecked_decodes(trace) else []
+    if pow2_only(preconditions) and trace.page_size & (trace.page_size - 1):
+        found.append(POW2_PAGES)
     if NO_SEGMENT in preconditions and any(getattr(op, "how", "") == "segment" or isinstance(
             op, FreeSegments) for op in trace.ops):
         found.append(NO_SEGMENT)

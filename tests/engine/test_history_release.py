@@ -7,6 +7,7 @@ shows that the release's folder, not the pinned engine, ran. A rerun resumes: no
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ import pytest
 
 from kvfuzz.fuzz.history import releases
 from kvfuzz.fuzz.history.releases import Release
+from tests.conftest import CORPUS
 from tests.helpers import kvfuzz_here, needs_engine
 
 pytestmark = needs_engine("sglang")  # the lock's other packages, which the release imports
@@ -49,3 +51,20 @@ def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path
     again = kvfuzz_here("history", *argv)  # resumed: the cell is done, nothing runs
     assert again.returncode == 0 and "1 cells (1 done before" in again.stderr
     assert "[1/1]" not in again.stderr and "DIVERGES" in again.stdout
+
+
+def test_the_corpus_findings_of_the_release_fail_there(installed):
+    # corpus/history/sglang-0.5.10/ holds findings B and C as 0.5.10 shipped them (the folder
+    # names the release); test_corpus_replay.py replays corpus/ whole on the pinned release,
+    # where they pass. Here, with the release's folder first on PYTHONPATH, each diverges.
+    folder = CORPUS / "history" / f"{OLD.package}-{OLD.version}"
+    files = sorted(folder.glob("*.json"))
+    assert len(files) == 2
+    path = os.pathsep.join([str(installed)] + ([os.environ["PYTHONPATH"]]
+                                                if os.environ.get("PYTHONPATH") else []))
+    done = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "replay", str(folder),
+                           "--impl", "sglang.token"], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stdout.count("DIVERGENCE  allocator  implementation sglang.token") == 2
+    assert "group end" in done.stdout and "group_begin_nested" in done.stdout

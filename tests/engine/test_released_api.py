@@ -102,7 +102,8 @@ def test_a_pool_without_unpin_blocks_gets_no_unpins():
     target = TARGETS["blockpool"]
     lacking = replace(target.catalogue.resolve("vllm.blockpool"),
                       preconditions=(blockpool_profile.NO_UNPIN,))
-    assert target.catalogue.declare(lacking, object) == lacking  # what `object` lacks: stated
+    declared = target.catalogue.declare(lacking, object)  # what `object` lacks: stated once
+    assert declared.preconditions.count(blockpool_profile.NO_UNPIN) == 1
     traces = [target.generator.generate(0, index, [lacking]) for index in range(40)]
     assert not any(isinstance(op, Unpin) for trace in traces for op in trace.ops)
     usual = [target.generator.generate(0, index) for index in range(40)]
@@ -178,3 +179,241 @@ def test_a_pool_without_is_block_writable_is_read_without_that_check():
     new = PoolReader(SimpleNamespace(blocks=blocks, is_block_writable=lambda b: b.block_id > 0),
                      3)
     assert new.writable() == [1, 2]
+
+
+def _module_of(name: str, source: str):
+    """A module `name` made of `source`, registered in sys.modules (the declare step reads a
+    class's module there)."""
+    import types
+    module = types.ModuleType(name)
+    exec(compile(source, f"<{name}>", "exec"), module.__dict__)
+    sys.modules[name] = module
+    return module
+
+
+SWA_RELEASE = '''
+def alloc_extend_kernel(*args): pass
+def alloc_extend_naive(*args): pass
+
+
+class PagedTokenToKVPoolAllocator:
+    def alloc_extend(self, *args):
+        {body}
+
+    def alloc_decode(self, *args):
+        pass
+
+
+class SWATokenToKVPoolAllocator:
+    def free_full(self): pass
+    def free_swa(self): pass
+    def alloc_extend_swa_tail(self): pass
+    def free_swa_segment(self): pass
+    def free_full_segment(self): pass
+    def free_segment(self): pass
+    def evict_to_free_tokens(self): pass
+    def reclaim_for_prealloc(self): pass
+    def resize(self): pass
+    def get_cpu_copy(self): pass
+    def load_cpu_copy(self): pass
+'''
+
+
+@pytest.mark.parametrize("body, pow2", [
+    ("alloc_extend_kernel(*args)", True),  # SGLang before 0.5.22: the kernel, always
+    ("(alloc_extend_kernel if args else alloc_extend_naive)(*args)", False),  # 0.5.22 on
+])
+def test_an_swa_class_whose_paged_pools_launch_the_kernels_gets_power_of_two_pages(
+        body, pow2, monkeypatch):
+    from kvfuzz.strategies.swa.profile import POW2_PAGES
+
+    monkeypatch.delitem(sys.modules, "fakeswa", raising=False)
+    module = _module_of("fakeswa", SWA_RELEASE.format(body=body))
+    target = TARGETS["swa"]
+    entry = target.catalogue.resolve("sglang.swa")
+    declared = target.catalogue.declare(entry, module.SWATokenToKVPoolAllocator)
+    assert (POW2_PAGES in declared.preconditions) is pow2
+    traces = [target.generator.generate(0, index, [declared]) for index in range(60)]
+    sizes = {trace.page_size for trace in traces}
+    assert (3 in sizes) is not pow2  # the usual stream has page size 3 in 60 traces
+    if pow2:
+        assert traces[0].origin.generator.endswith(",pow2]")
+        usual = next(trace for trace in (target.generator.generate(0, index, [entry])
+                                         for index in range(60)) if trace.page_size == 3)
+        assert target.judge.broken(usual, declared.preconditions) == [POW2_PAGES]
+
+
+def test_a_radix_match_is_read_from_what_the_releases_match_result_has():
+    # SGLang before 0.5.22: MatchResult has the matched slots (`device_indices`), no
+    # `device_prefix_len`, and RadixCache no `path_device_indices` (the path is read up the
+    # parents). A driver that read only today's fields fails here.
+    from types import SimpleNamespace
+
+    import torch
+
+    from kvfuzz.impl.radix.driver import RadixDriver, matched_len
+
+    root = SimpleNamespace(parent=None, value=None)
+    upper = SimpleNamespace(parent=root, value=torch.tensor([7, 8]))
+    lower = SimpleNamespace(parent=upper, value=torch.tensor([3]))
+    old = SimpleNamespace(device_indices=torch.tensor([7, 8, 3]), last_device_node=lower)
+    assert matched_len(old) == 3
+    assert matched_len(SimpleNamespace(device_prefix_len=2, device_indices=None)) == 2
+    driver = RadixDriver.__new__(RadixDriver)  # only its cache is read
+    driver.cache = SimpleNamespace(root_node=root)
+    assert driver.path(lower).tolist() == [7, 8, 3] and driver.path(root).tolist() == []
+    driver.cache.path_device_indices = lambda node: torch.tensor([1])
+    assert driver.path(lower).tolist() == [1]  # where the release has the call, it is asked
+
+
+@pytest.mark.parametrize("name, entry", [("radix", "sglang.radix"),
+                                         ("unified", "sglang.unified.rust")])
+def test_a_radix_cache_without_todays_scheduler_calls_is_one_line(name, entry):
+    target = TARGETS[name]
+    entry = target.catalogue.resolve(entry)
+
+    class Old:  # SGLang 0.5.21's calls: inc_lock_ref, cache_finished_req
+        def inc_lock_ref(self, node): pass
+        def touch_prefix(self, key): pass
+
+    with pytest.raises(ImplementationError, match=r"^not supported: sglang .*: Old has no lock, "
+                                                   r"unlock, checkpoint \(the scheduler's calls"):
+        target.catalogue.declare(entry, Old)
+    assert target.catalogue.declare(entry, type("New", (Old,), {
+        "lock": Old.touch_prefix, "unlock": Old.touch_prefix,
+        "checkpoint": Old.touch_prefix})) is entry
+
+
+def test_a_pool_of_an_earlier_release_gets_only_the_configurations_it_takes():
+    # vLLM 0.25's BlockPool: no lookahead hashing in its constructor, no replace_existing_hashes
+    # in cache_partial_block (which asserts an entry strictly inside a block), no
+    # move_block_hashes or emit_cached_block_events. Read from the class; its stream makes none.
+    from kvfuzz.strategies.blockpool.profile import (NO_LOOKAHEAD, NO_MOVE, NO_REPLACE,
+                                                     NO_REPORT)
+    from kvfuzz.strategies.blockpool.trace import CachePartial, Move
+
+    class OldPool:
+        def __init__(self, num_gpu_blocks, enable_caching, hash_block_size,
+                     enable_kv_cache_events=False, metrics_collector=None):
+            pass
+
+        def cache_partial_block(self, request, block, num_tokens, kv_cache_group_id,
+                                block_size):
+            pass
+
+    target = TARGETS["blockpool"]
+    entry = target.catalogue.resolve("vllm.blockpool")
+    old = target.catalogue.declare(entry, OldPool)
+    assert {NO_LOOKAHEAD, NO_MOVE, NO_REPLACE, NO_REPORT} <= set(old.preconditions)
+    assert target.catalogue.declare(entry, type("New", (OldPool,), {
+        "__init__": lambda self, num_hash_lookahead_tokens=0, **rest: None,
+        "cache_partial_block": lambda self, *a, replace_existing_hashes=False: None,
+        "move_block_hashes": len, "emit_cached_block_events": len, "unpin_blocks": len,
+    })) == entry  # today's shape: nothing declared
+    traces = [target.generator.generate(0, index, [old]) for index in range(150)]
+    assert "no-replace" in traces[0].origin.generator
+    partials = [(op, t) for t in traces for op in t.ops if isinstance(op, CachePartial)]
+    assert partials and not any(op.replace or op.units % t.scale == 0 for op, t in partials)
+    assert not any(isinstance(op, Move) for t in traces for op in t.ops)
+    assert not any(t.lookahead or t.report for t in traces)
+    usual = [target.generator.generate(0, index, [entry]) for index in range(150)]
+    for wanted, text in ((lambda t: t.lookahead, NO_LOOKAHEAD), (lambda t: t.report, NO_REPORT),
+                         (lambda t: any(isinstance(op, Move) for op in t.ops), NO_MOVE),
+                         (lambda t: any(isinstance(op, CachePartial) and op.replace
+                                        for op in t.ops), NO_REPLACE)):
+        trace = next(t for t in usual if wanted(t))
+        assert text in target.judge.broken(trace, old.preconditions)
+
+
+def test_a_managers_reads_are_made_only_where_the_class_has_them():
+    # vLLM 0.25's manager has no estimate_cached_tokens; 0.26-0.29 count the common prefix
+    # where 0.33's stub (which kvfuzz models) returns zeros. Read from the class: such a read is
+    # left out, the others still compared.
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
+    from kvfuzz.impl.kvmanager.driver import asks_coordinator
+    from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_ESTIMATE,
+                                                      unread)
+
+    class Counting:  # vLLM 0.29's shape
+        def get_num_common_prefix_blocks(self, request_id):
+            return self.coordinator.get_num_common_prefix_blocks(request_id)
+
+    class Stub:  # vLLM 0.33's deprecated stub
+        def get_num_common_prefix_blocks(self, request_id):
+            return [0] * self.num_kv_cache_groups
+
+    assert asks_coordinator(Counting.get_num_common_prefix_blocks)
+    assert not asks_coordinator(Stub.get_num_common_prefix_blocks)
+    asked = []
+    answers = {"block_ids_for_computed_tokens": [[1]], "common_prefix_blocks": [2],
+               "estimate_cached_tokens": 5}
+
+    def read(method, *args):
+        asked.append(method)
+        return answers[method]
+
+    lock = KVManagerLockstep.__new__(KVManagerLockstep)
+    lock.read = read
+    lock.model = SimpleNamespace(estimate_cached_tokens=lambda rid: 5, groups=[0],
+                                 block_ids_for_computed_tokens=lambda rid, computed: [[1]])
+    lock.unread = unread((NO_ESTIMATE, COUNTS_COMMON_PREFIX, "something else"))
+    assert lock._reads(1, SimpleNamespace(computed=3)) == []
+    assert asked == ["block_ids_for_computed_tokens"]
+    lock.unread = frozenset()  # today's class: every read made, the count of 2 a problem
+    assert [p[0] for p in lock._reads(1, SimpleNamespace(computed=3))] == [
+        "common_prefix_blocks"]
+
+
+def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
+    # vLLM before 0.30: the constructor takes num_blocks (0.33: num_chunks), and 0.25's stats
+    # have the usage gauge alone, read as the model's pinned and being-stored chunks together.
+    from kvfuzz.fuzz.offload.checks import as_read, state_of
+    from kvfuzz.impl.offload.driver import pool_keyword
+
+    class Old:
+        def __init__(self, num_blocks, cache_policy="lru", enable_events=False):
+            pass
+
+    class New:
+        def __init__(self, num_chunks, cache_policy="lru", enable_events=False):
+            pass
+
+    assert (pool_keyword(Old), pool_keyword(New)) == ("num_blocks", "num_chunks")
+    model = {"pinned": 1, "writing": 2, "allocations": [3], "skipped": 0}
+    old = state_of(([], "", [], None, [0, 0, 0], [-1, -1, 3, 0], None))["stats"]
+    assert old == {"used": 3, "skipped": 0} and as_read(model, old) == {"used": 3, "skipped": 0}
+    assert as_read(model, {**old, "used": 4}) != {**old, "used": 4}  # a wrong count still shows
+    new = state_of(([], "", [], None, [0, 0, 0], [1, 2, -1, 0], [3]))["stats"]
+    assert as_read(model, new) == model == new
+
+
+def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
+    # vLLM 0.25's get_computed_blocks returns (blocks, hit): no boundary to compare; before 0.30
+    # allocate_slots of a hit alone raises (0.33 adopts it): the model refuses it there too.
+    from kvfuzz.impl.kvmanager.driver import returns_boundary
+    from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
+
+    def old(self, request) -> "tuple[KVCacheBlocks, int]":
+        pass
+
+    def new(self, request) -> "tuple[KVCacheBlocks, int, int]":
+        pass
+
+    assert not returns_boundary(old) and returns_boundary(new)
+    for adopts in (True, False):
+        model = KVManagerModel(8, 2, 0, 64)
+        model.adopts_hit_alone = adopts
+        tokens = list(range(6))
+        hashes = [hash(tuple(tokens[:i + 2])) for i in range(0, 6, 2)]
+        model.allocate_slots(1, hashes, 6, 0, 6, 0, None, False, 6, 0, False, tokens, 0)
+        model.free(1)
+        hit = model.get_computed_blocks(hashes, 6, tokens)
+        assert hit[1] == 4
+        args = (2, hashes, 6, 0, 0, hit[1], hit[0], False, 6, hit[2], False, tokens, 0)
+        if adopts:
+            assert model.allocate_slots(*args) is not None
+        else:
+            with pytest.raises(NothingToAllocate):
+                model.allocate_slots(*args)

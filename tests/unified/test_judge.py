@@ -73,6 +73,26 @@ def test_the_walk_and_the_trees_own_counts_are_checked_against_the_tree():
         "full_evictable_size"
 
 
+def test_a_release_without_num_children_is_read_without_that_check():
+    # SGLang 0.5.22's TreePathNodeInfo has no num_children: the reader gives None (a 0 there
+    # would be a "children" problem on every trace), the count check is left out, and a hidden
+    # node holding slots is still seen by the walk's check.
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.unified.reader import children_of
+
+    assert children_of(SimpleNamespace(node_id=1)) is None
+    assert children_of(SimpleNamespace(num_children=2)) == 2
+    model = tree()
+    snap = model_snapshot(model)
+    old = {**snap, "nodes": [row[:5] + (None,) for row in snap["nodes"]]}
+    assert state.walk_problems(old, model.views()) == []
+    assert any("a node no call ever returned" in text for _, text in state.walk_problems(
+        {**old, "walk": old["walk"] + [(9, 0, -1)]}, model.views()))
+    zero = {**snap, "nodes": [row[:5] + (0,) for row in snap["nodes"]]}
+    assert "children" in state.walk_problems(zero, model.views())[0][1]
+
+
 def twin(snap: dict, pairs=(), other=None) -> dict:
     return {**snap, "twin": {"pairs": list(pairs), "state": ("answered", other or snap)}}
 
