@@ -15,6 +15,9 @@ import subprocess
 import sys
 import time
 
+from kvfuzz.bench import harness_floor
+from kvfuzz.bench.harness_floor import needs
+
 # (target, implementation, inputs for a rate run, --quick's); the upstream class where there is
 # one, as users and CI run them.
 ROWS = (("extend", "torch.vectorized", 20000, 2000), ("extend", "sglang.naive", 20000, 2000),
@@ -60,13 +63,6 @@ def in_process_rate(target_name: str, impl_name: str, cases: int) -> float:
     return cases / (time.perf_counter() - began)
 
 
-def needs(impl: str) -> str | None:
-    engine = impl.split(".")[0]
-    if engine in ("sglang", "vllm") and importlib.util.find_spec(engine) is None:
-        return engine
-    return None
-
-
 def main(quick: bool) -> int:
     print("\nWhole commands (`kvfuzz diff T --impl I`, a subprocess each, output to a pipe): "
           "start-up is the wall time of `--cases 1`; a rate is inputs per second once started "
@@ -100,6 +96,4 @@ def main(quick: bool) -> int:
         print(f"| {target} | {impl} | {cases:,} | {start:.1f} | {rates[1]:,.0f} "
               f"| {rates[2]:,.0f} | {rates[2] / rates[1]:.2f}x | {busy[1]:.2f} | {busy[2]:.2f} "
               f"| {1000 * cpu / cases:.1f} | {local:,.0f} |", flush=True)
-    from kvfuzz.bench import harness_floor
-
     return harness_floor.main(quick)

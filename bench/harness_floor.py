@@ -16,6 +16,7 @@ share is read from the profile and applied to the unprofiled time: an estimate, 
 from __future__ import annotations
 
 import cProfile
+import importlib.util
 import pstats
 import time
 
@@ -31,6 +32,13 @@ ROWS = (("allocator", "sglang.paged", 60, 6), ("swa", "sglang.swa", 60, 6),
         ("offload", "vllm.offload.lru", 60, 6))
 QUICK_ROWS = {("mamba", "sglang.mamba"), ("blockpool", "vllm.blockpool")}
 ENGINES = ("/sglang/", "/vllm/", "/sgl_kernel/")
+
+
+def needs(impl: str) -> str | None:
+    engine = impl.split(".")[0]
+    if engine in ("sglang", "vllm") and importlib.util.find_spec(engine) is None:
+        return engine
+    return None
 
 
 def _record(target, impl, items, own) -> list:
@@ -116,8 +124,6 @@ def main(quick: bool) -> int:
     print("| target | implementation | ops/trace | impl side ms | judge ms | engine share "
           "| engine ms | traces per CPU s now | ceiling (engine alone) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    from kvfuzz.bench.harness_commands import needs
-
     for target, impl, full, small in ROWS:
         if quick and (target, impl) not in QUICK_ROWS:
             continue

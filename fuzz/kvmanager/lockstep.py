@@ -97,7 +97,7 @@ class KVManagerLockstep(Lockstep):
                                trace.caching, trace.events, trace.stats, trace.lookahead,
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
-                              trace.encoder_tokens)
+                               trace.encoder_tokens)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
