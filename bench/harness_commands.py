@@ -8,7 +8,6 @@ isolation and the workers cost."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import resource
 import subprocess
