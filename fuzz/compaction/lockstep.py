@@ -44,6 +44,7 @@ class CompactionLockstep(Lockstep):
         self.checked: dict[str, object] = {}  # per pool, and "chain": what was last checked
         self.result = None                    # what the op's compared call returned
         impl = self.impl  # built first: the model follows what it declares (lazy, take)
+        self.zeroes = bool(getattr(impl, "zeroes", False))
         return CompactionModel(trace.params, lazy=getattr(impl, "lazy", True),
                                take=getattr(impl, "take", "front"))
 
@@ -76,7 +77,12 @@ class CompactionLockstep(Lockstep):
                             compared=True, compare=compare)
         self.result = result.actual
         if result.actual and result.actual == result.expected:  # stamped where both agree
+            problems = []
+            if self.zeroes:  # read before the stamp: what a kernel would load from a fresh page
+                data = (yield Call("", "read_vids", (pool, result.actual), oracle=None)).actual
+                problems = unzeroed(pool, result.actual, data, self.geos[pool].epp)
             yield from self._stamp(pool, result.actual)
+            return problems
 
     @handles(Free)
     def free(self, op: Free):
@@ -220,3 +226,14 @@ def compare_snapshots(expected: PoolSnapshot, actual: PoolSnapshot) -> list[tupl
 
 def _short(value: object, width: int = 120) -> str:
     return short(list(value) if isinstance(value, tuple) else value, width)
+
+
+def unzeroed(pool: str, vids: list[int], data: dict, epp: int) -> list[tuple[str, str]]:
+    """An implementation that declares `zeroes_new_pages`: every page an allocation hands out
+    reads zero before anything is written to it."""
+    zero = bytes(epp)
+    wrong = [vid for vid in vids if data.get(vid, zero) != zero]
+    return [("fresh page", f"{pool}: alloc handed out vid {vid}, which reads "
+                           f"{data[vid][:8].hex()}... before any write, not zeros")
+            for vid in wrong[:2]]
+

@@ -10,7 +10,8 @@ from kvfuzz.strategies.compaction.trace import PoolSnapshot
 
 
 # What each method of the implementation must return (else it is its fault, never the harness's).
-RETURNS = {"snapshot": PoolSnapshot, "read_live": dict, "flush": int, "alloc": (list, type(None))}
+RETURNS = {"snapshot": PoolSnapshot, "read_live": dict, "read_vids": dict, "flush": int,
+           "alloc": (list, type(None))}
 
 
 class CheckedSide:
@@ -25,6 +26,10 @@ class CheckedSide:
         if self.take not in TAKES:
             raise ImplementationRaised(ValueError(f"hole_take is {self.take!r}, expected one of "
                                                   f"{', '.join(TAKES)}"))
+        # Whether a page handed out reads zero before it is written (SGLang's MHA and MLA pools
+        # promise it: attention kernels load whole pages, and a NaN past seq_len still counts);
+        # a side that declares it has `read_vids(name, vids)`, the rows of those vids.
+        self.zeroes = bool(_implementation(getattr, self._side, "zeroes_new_pages", False))
 
     def __getattr__(self, name: str):  # called once per name: the wrapper is kept
         method = _implementation(getattr, self._side, name)

@@ -22,8 +22,9 @@ def entries_of(flat) -> list[tuple[tuple[int, int], int, int]]:
 
 def state_of(answer) -> dict:
     """The driver's `state()` answer as named parts: contents, policy (its lists, and ARC's
-    target), sizes, stats (as the model's `stats()` names them)."""
-    contents, names, lists, target, sizes, stats, allocations = answer
+    target), sizes, stats (as the model's `stats()` names them), records (the keys the policy
+    keeps a record for, ghosts aside)."""
+    contents, names, lists, target, sizes, stats, allocations, records = answer
     policy = dict(zip(names.split(), map(keys_of, lists)))
     if target is not None:
         policy["target"] = target
@@ -37,7 +38,8 @@ def state_of(answer) -> dict:
     if skipped != -1:
         found["skipped"] = skipped
     return {"contents": entries_of(contents), "policy": policy,
-            "sizes": dict(zip(("free", "evictable", "writing"), sizes)), "stats": found}
+            "sizes": dict(zip(("free", "evictable", "writing"), sizes)), "stats": found,
+            "records": keys_of(records)}
 
 
 def event_kind(removed: bool, metadata_only: bool, medium: str) -> str:
@@ -129,6 +131,19 @@ def sizes(counts: dict, contents, num_chunks: int) -> list[tuple[str, str]]:
     return [("sizes", f"{name} count {counts.get(name)}, but the cache holds {value} "
                       f"({len(contents)} keys of {num_chunks} chunks)")
             for name, value in expected.items() if counts.get(name) != value]
+
+
+def policy_memory(records, contents, ghosts: dict, capacity: int) -> list[tuple[str, str]]:
+    """The policy's memory is bounded by the pool, as a server running for months needs: a
+    record only for a key in the cache (nothing kept for a key evicted, failed or reset), and
+    each ghost list (ARC's B1, B2) at most the capacity."""
+    cached = {key for key, _, _ in contents}
+    stale = [key for key in records if key not in cached]
+    problems = [("policy memory", f"the policy keeps a record of {len(stale)} key(s) not in "
+                                  f"the cache: {few(stale, 4)}")] if stale else []
+    return problems + [("policy memory", f"ghost list {name} holds {len(keys)} keys, over the "
+                                         f"capacity {capacity}")
+                       for name, keys in sorted(ghosts.items()) if len(keys) > capacity]
 
 
 def contents(expected: dict, actual: dict) -> list[tuple[str, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kvfuzz.oracle.offload.model import FAILED, HIT, HIT_PENDING, MISS, REMOVED, STORED
 
 EVENTS = (
-    "new request", "request without positions", "two groups",
+    "new request", "request without positions", "two groups", "pool of no chunks",
     "lookup hit", "lookup miss", "lookup of a chunk being stored", "lookup of an evicted chunk",
     "load", "load of a chunk another load reads", "load waits for a store in flight",
     "load: nothing cached", "load completes",
@@ -32,6 +32,8 @@ class Counting:
             self.count("request without positions")
         if self.trace.groups > 1:
             self.count("two groups")
+        if self.trace.chunks == 0:
+            self.count("pool of no chunks")
 
     def count_lookups(self, keys, evicted: set) -> None:
         answers = self.model.lookup(0, keys)

@@ -2,8 +2,9 @@
 (`oracle.offload`) and an implementation driven as vLLM's offloading connector drives its
 manager (requests' lookups, loads and stores, transfers completed later or failed, events taken,
 resets), compared call by call (every result) and after every op: keys completed are found and
-keys failed are not (`findable`), the manager's counts against its own cache (`sizes`), every
-key's reference count, the chunk each key sits on, the policy's order, `get_stats()`. A store's
+keys failed are not (`findable`), the manager's counts against its own cache (`sizes`), the
+policy's memory bounded by the pool (`policy_memory`), every key's reference count, the chunk
+each key sits on, the policy's order, `get_stats()`. A store's
 evictions are checked against the transfers in flight and the keys offered (`evictions`), its
 chunks against those in use; a load's chunks against what the store wrote; the events against
 the cache (`announced`): the properties of `checks.py`, which ask nothing of the oracle.
@@ -274,6 +275,8 @@ class OffloadLockstep(Counting, Lockstep):
             # an LRU policy without ranks (vLLM before 0.30): its recency order is not
             # 0.33's, which the model follows; the evictable keys are still compared
             expected.pop("order", None)
+        ghosts = {name: keys for name, keys in state["policy"].items() if name in ("b1", "b2")}
+        problems += checks.policy_memory(state["records"], contents, ghosts, self.trace.chunks)
         problems += checks.views(expected, state["policy"], "policy order")
         problems += checks.views(checks.as_read(model.stats(), state["stats"]), state["stats"],
                                  "usage")

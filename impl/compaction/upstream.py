@@ -77,6 +77,8 @@ def _spec(name: str, epp: int):
 class UpstreamCompaction:
     # Upstream takes freed pages back sorted, from the pool's base end (the oracle's option).
     hole_take = "base_end"
+    # Its pool is an MHA pool, whose pages `_maybe_zero_pages` zeroes as they are handed out.
+    zeroes_new_pages = True
 
     def __init__(self, params, lazy: bool, device: str = "cpu", allocator_class=None):
         """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it)."""
@@ -152,7 +154,14 @@ class UpstreamCompaction:
 
     def read_live(self, name: str) -> dict:
         v2p = self.pools[name].virtual_to_physical[:-1].tolist()
-        live = [(vid, page) for vid, page in enumerate(v2p) if page > 0]
+        return self._rows(name, [(vid, page) for vid, page in enumerate(v2p) if page > 0])
+
+    def read_vids(self, name: str, vids) -> dict:
+        """The rows of `vids` alone (what `zeroes_new_pages` is checked on, after each alloc)."""
+        pages = self.pools[name].virtual_to_physical[list(vids)].tolist()
+        return self._rows(name, [(vid, page) for vid, page in zip(vids, pages) if page > 0])
+
+    def _rows(self, name: str, live: list) -> dict:
         if not live:
             return {}
         # A tensor index: indexing with a Python list of 30-odd ints took torch 15 ms here.

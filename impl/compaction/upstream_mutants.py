@@ -21,6 +21,9 @@ MUTATIONS = {
         f"{CLASS}._take_free_pages_from_end", "taken, rest = free[:n], free[n:]",
         "taken, rest = free[n_free - n :], free[: n_free - n]",
         "the grow-up pool reuses the freed pages farthest from its base"),
+    "pages_not_zeroed": Mutation(
+        f"{CLASS}._maybe_zero_pages", "phys_pages.numel() == 0:", "phys_pages.numel() >= 0:",
+        "pages are handed out with what their last owner wrote, not zeroed"),
 }
 
 

@@ -6,8 +6,9 @@ its callers must); results, events and state come out flat: keys as [hash, group
 that is not all ints, one by one: with keys as tuples, those checks took longer than the trace).
 
 The state is read the way a debugger would, from the structures vLLM's policies declare: the
-LRU policy's chunks and ranks, the ARC policy's T1, T2, B1, B2 and target; the manager's free,
-evictable and write-pending counts; `get_stats()` turned back into counts."""
+LRU policy's chunks and ranks, the ARC policy's T1, T2, B1, B2 and target; every key the policy
+keeps a record for (its memory); the manager's free, evictable and write-pending counts;
+`get_stats()` turned back into counts."""
 
 from __future__ import annotations
 
@@ -139,14 +140,14 @@ class OffloadDriver:
         every value it is sent, one by one inside a list of anything but ints):
         (contents, the policy's list names, those lists, ARC's target or None, [free,
         evictable, writing] counts, [pinned, writing, used, skipped or -1] from get_stats(),
-        the allocation sizes get_stats() reports)."""
+        the allocation sizes get_stats() reports, the keys the policy keeps a record for)."""
         view = self.policy_view()
         target = view.pop("target", None)
         sizes, stats = self.sizes(), self.stats()
         return (self.contents(), " ".join(view), list(view.values()), target,
                 [sizes["free"], sizes["evictable"], sizes["writing"]],
                 [stats["pinned"], stats["writing"], stats.get("used", -1),
-                 stats.get("skipped", -1)], stats["allocations"])
+                 stats.get("skipped", -1)], stats["allocations"], self.records())
 
     def _policy(self):
         return self.manager._policy
@@ -178,6 +179,18 @@ class OffloadDriver:
         return {"order": self.flat_keys(k for _, k in order),
                 "evictable": self.flat_keys(sorted(bytes(k) for k in policy._evictable))}
 
+    def records(self) -> list[int]:
+        """Every key the policy keeps a record for outside its ghost lists (LRU: a chunk, a rank,
+        a place among the evictable; ARC: T1 and T2), each once, in key order."""
+        policy = self._policy()
+        if hasattr(policy, "t1"):
+            kept = {*policy.t1, *policy.t2}
+        else:
+            # (an LRU policy of vLLM before 0.30 has no ranks)
+            kept = {*policy.chunks, *getattr(policy, "_ranks", ()),
+                    *getattr(policy, "_evictable", ())}
+        return self.flat_keys(sorted(bytes(k) for k in kept))
+
     def sizes(self) -> dict:
         manager = self.manager
         unit = self.unit
@@ -201,8 +214,11 @@ class OffloadDriver:
         values = stats.metric_sections()[1] if hasattr(stats, "metric_sections") else \
             stats._values
 
-        def count(name: str) -> int:
-            return round(values[name][()] * self.chunks)
+        def count(name: str) -> int | float:
+            # A gauge is a fraction of the pool; a pool of no chunks uses nothing, so its gauge
+            # is passed on as it is (0.0 equals the count 0, anything else shows).
+            value = values[name][()]
+            return round(value * self.chunks) if self.chunks else value
         if READ_USAGE not in values:  # vLLM 0.25: the usage gauge alone (no read or write
             # gauge, no allocation sizes): those parts are not read (-1, None: not compared)
             found = {"pinned": -1, "writing": -1, "allocations": None, "used": count(USAGE)}

@@ -73,6 +73,13 @@ MUTATIONS = {
         f"{M}.prepare_store", "if self.counts.get(key, 0) >= self.store_threshold",
         "if self.counts.get(key, 0) > self.store_threshold",
         "with a store threshold, a chunk is stored one offer later than the threshold")),
+    "lru_evict_keeps_rank": (LRU, "lru", Mutation(
+        f"{L}.evict", "del self._ranks[key]", "pass",
+        "LRU keeps the rank of every chunk it evicts: its memory grows with every key ever "
+        "stored")),
+    "empty_pool_used": (MANAGER, "lru", Mutation(
+        f"{M}.get_stats", "if self._num_chunks > 0 else 0.0", "if self._num_chunks > 0 else 1.0",
+        "a pool of no chunks reports itself fully used")),
     "exact_fit_refused": (MANAGER, "arc", Mutation(
         f"{M}.prepare_store", "if num_chunks_to_evict > self._num_evictable_cache_chunks:",
         "if num_chunks_to_evict >= self._num_evictable_cache_chunks:",

@@ -22,7 +22,7 @@ def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, FIELDS)
     policy = reader.choice(data.get("policy"), "policy", POLICIES)
-    chunks = reader.integer(data.get("chunks"), "chunks", low=1, high=MAX_CHUNKS)
+    chunks = reader.integer(data.get("chunks"), "chunks", low=0, high=MAX_CHUNKS)
     groups = reader.integer(data.get("groups"), "groups", low=1, high=MAX_GROUPS)
     events = reader.boolean(data.get("events"), "events")
     threshold = reader.integer(data.get("store_threshold"), "store_threshold", low=1,

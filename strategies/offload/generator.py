@@ -1,9 +1,9 @@
-"""Seeded plain-random offload traces (`offload/1`): trace `index` of `seed` is the same forever.
+"""Seeded plain-random offload traces (`offload/2`): trace `index` of `seed` is the same forever.
 
 Shaped as vLLM's offloading connector calls its manager: requests arrive from a few prompt
 families (so chunks are shared and hit), look their prefix up and load what hits, store their
 chunks a range at a time, finish; transfers complete later, out of order across requests, a few
-of the stores failing. Aimed where a manager's bugs live: pools of 1 to 40 chunks filled by
+of the stores failing. Aimed where a manager's bugs live: pools of 0 to 40 chunks filled by
 stores in flight (everything in flight, stores refused), loads of chunks still being stored,
 the same chunk loaded by two requests, requests that come back for their chunks (ARC's ghost
 hits), repeated touches, lookups of evicted chunks, two groups, requests without positions, a
@@ -29,6 +29,10 @@ def build(rng: random.Random, num_ops: int, allowed: tuple[str, ...] = POLICIES,
           drain: bool = False) -> Trace:
     policy = rng.choice(allowed)
     chunks = rng.choice((rng.randint(1, 4), rng.randint(4, 12), rng.randint(12, 40)))
+    if rng.random() < 0.04:
+        # CPU bytes below one chunk: vLLM's spec builds the manager with no chunks at all (and
+        # says so: its worker falls back for num_chunks == 0); every store is refused
+        chunks = 0
     groups = 1 if rng.random() < 0.8 else 2
     events = rng.random() < 0.85
     threshold = 1 if rng.random() < 0.8 else rng.randint(2, 3)
@@ -162,7 +166,7 @@ class _Generator:
         self.ops.append(Finish(self.rng.choice(list(self.done))))
 
 
-NAME = "offload/1"
+NAME = "offload/2"  # /2: pools of no chunks
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
@@ -170,7 +174,7 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 @functools.cache
 def generator_for(preconditions: frozenset) -> TraceGenerator:
     """The generator for an implementation declaring `preconditions`: its own stream of traces,
-    e.g. "offload/1[arc, events drained]"."""
+    e.g. "offload/2[arc, events drained]"."""
     allowed, drain = policies(preconditions), drains_events(preconditions)
     if allowed == POLICIES and not drain:
         return GENERATOR

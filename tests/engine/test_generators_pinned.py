@@ -20,7 +20,7 @@ PINNED = {
     "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
     "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
     "radix": ("radix/2", ["27315acd65912a30", "daf5bf33ccaa4dcb", "512fe39e67281b37"]),
-    "offload": ("offload/1", ["b4523cd1e3f3081e", "456a89a9aeed0c40", "bab28886675779cf"]),
+    "offload": ("offload/2", ["8651bc0dd8f995c3", "7b572cacbf0b6451", "b54a94b4d2c2a0fc"]),
     "unified": ("unified/1", ["d53aad08da5dfe4c", "da9111178afa1fcb", "cd3f51fddc5029a0"]),
 }
 

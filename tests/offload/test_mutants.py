@@ -21,6 +21,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # sizes and usage
     "load_done_not_counted": r"sizes:? +evictable count \d+, but the cache holds \d+",
     "failed_store_still_writing": r"sizes:? +writing count \d+, but the cache holds \d+",
+    "empty_pool_used": r"usage:? +pinned: expected 0, actual 1\.0",
+    # the policy's memory bounded by the pool
+    "lru_evict_keeps_rank": r"policy memory:? +the policy keeps a record of 1 key\(s\) not in "
+                            r"the cache",
     # completed stores findable, failed ones not
     "store_done_stays_pending": r"stored not found:? +the store of \(\d+, \d\) completed, but "
                                 r"lookup says HIT_PENDING",

@@ -17,7 +17,7 @@ from kvfuzz.strategies.offload.trace import (FORMAT, CompleteStore, Events, New,
 from kvfuzz.strategies.offload.uniform import uniform_trace
 from tests.helpers import dumps, loads
 
-PINNED = [("b4523cd1e3f3081e", "arc", 2), ("456a89a9aeed0c40", "arc", 6)]
+PINNED = [("8651bc0dd8f995c3", "arc", 24), ("7b572cacbf0b6451", "arc", 12)]
 
 
 def test_generated_traces_round_trip_and_are_pinned():
@@ -25,14 +25,15 @@ def test_generated_traces_round_trip_and_are_pinned():
     for trace in traces[:10]:
         assert loads(dumps(trace)) == trace and len(trace.ops) == 200
     assert {t.policy for t in traces} == {"lru", "arc"} and {t.groups for t in traces} == {1, 2}
-    # A change here means the generator changed: bump NAME ("offload/2"), then re-pin.
+    assert 0 in {t.chunks for t in traces}  # a pool of no chunks (CPU bytes below one chunk)
+    # A change here means the generator changed: bump NAME ("offload/3"), then re-pin.
     assert [(t.trace_id(), t.policy, t.chunks) for t in traces[:2]] == PINNED
 
 
 def test_each_released_entry_gets_its_policy_s_stream_with_events_drained():
     for policy in ("lru", "arc"):
         stream = generator_for(frozenset(declares(policy)))
-        assert stream.name == f"offload/1[{policy} only, events drained]"
+        assert stream.name == f"offload/2[{policy} only, events drained]"
         traces = [stream.generate(0, i) for i in range(40)]
         assert {t.policy for t in traces} == {policy}
         assert not any(events_pending_at_reset(t) for t in traces)
@@ -74,7 +75,7 @@ GOOD = {"format": FORMAT, "policy": "arc", "chunks": 4, "groups": 1, "events": T
 @pytest.mark.parametrize("change, field, value", [
     ({"format": "kvfuzz-blockpool-trace/1"}, "format", "'kvfuzz-blockpool-trace/1'"),
     ({"policy": "fifo"}, "policy", "'fifo'"),
-    ({"chunks": 0}, "chunks", "0"),
+    ({"chunks": -1}, "chunks", "-1"),
     ({"groups": 5}, "groups", "5"),
     ({"events": 1}, "events", "1"),
     ({"store_threshold": 0}, "store_threshold", "0"),
