@@ -382,10 +382,10 @@ def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
 
     assert (pool_keyword(Old), pool_keyword(New)) == ("num_blocks", "num_chunks")
     model = {"pinned": 1, "writing": 2, "allocations": [3], "skipped": 0}
-    old = state_of(([], "", [], None, [0, 0, 0], [-1, -1, 3, 0], None))["stats"]
+    old = state_of(([], "", [], None, [0, 0, 0], [-1, -1, 3, 0], None, []))["stats"]
     assert old == {"used": 3, "skipped": 0} and as_read(model, old) == {"used": 3, "skipped": 0}
     assert as_read(model, {**old, "used": 4}) != {**old, "used": 4}  # a wrong count still shows
-    new = state_of(([], "", [], None, [0, 0, 0], [1, 2, -1, 0], [3]))["stats"]
+    new = state_of(([], "", [], None, [0, 0, 0], [1, 2, -1, 0], [3], []))["stats"]
     assert as_read(model, new) == model == new
 
 
