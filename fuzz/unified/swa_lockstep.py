@@ -23,7 +23,7 @@ from kvfuzz.fuzz.unified.lockstep import (CURSOR, PYTHON, RUST, TOMBSTONE, WINDO
 from kvfuzz.fuzz.unified.swa_state import key_namespace, match_problems, swa_problems
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
-from kvfuzz.oracle.unified.swa import out_of_window_cursor
+from kvfuzz.oracle.unified.swa import checkpoint_cursor
 from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
                                            Pin, Reset, Touch)
 
@@ -103,9 +103,8 @@ class SWALockstep(UnifiedLockstep):
     def _checkpoint(self, rid: int, request: Held):
         self.count("checkpoint")
         protected, cursor, filled, _, branch = self.snap["swa"]["requests"][rid]
-        length = branch if branch is not None and protected < branch <= filled else filled
-        expected = out_of_window_cursor(length - 1, cursor, protected, self.model.window,
-                                        self.model.page_size)
+        expected = checkpoint_cursor(filled, branch, cursor, protected, self.model.window,
+                                     self.model.page_size)
         self.cursor = (rid, cursor, expected)
         yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
                    "checkpoint", (rid,), oracle=None)

@@ -153,6 +153,14 @@ MUTATIONS = {
         "return True",
         "a match may end past a tombstone with less than a window of live SWA above it: the "
         "scheduler attends SWA slots that were freed"),
+    "swa_window_keeps_a_page_more": _swa(
+        "_free_out_of_window_slots", "sliding_window_size=self.sliding_window_size,",
+        "sliding_window_size=self.sliding_window_size + self.cache.page_size,",
+        "a checkpoint keeps a page more than the window of the request's SWA slots: the pool "
+        "runs out a page early per running request"),
+    "swa_evict_keeps_evictable": _swa(
+        "evict_component", "self.tree_core.component_evictable_size_[ct] -= freed", "pass",
+        "tombstoning a node leaves its SWA slots counted evictable (#35270's symptom, SWA side)"),
     # which core ran
     "falls_back_silently": _cache(
         "__init__", "self._tree_core_backend = select_tree_core_backend(params)",

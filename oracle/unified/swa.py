@@ -11,7 +11,8 @@ judge sets against what the implementation shows after each call:
   `pre_len` the insert key's length less one, nothing moves unless `pre_len - window` passes the
   request's cursor by one token; then the cursor rises to the protected length, and to
   `pre_len` less the window rounded up to whole pages (at least a page), page-floored
-  (`free_swa_out_of_window_slots`, the prefix-sharing case, no Mamba retain floor).
+  (`free_swa_out_of_window_slots`, the prefix-sharing case, no Mamba retain floor); where the
+  request's match named a branch, twice (`checkpoint_cursor`).
 - The SWA pool is conserved like the full one: free + the tree's live SWA + what each live
   request holds past `max(protected, cursor)` is the capacity, no slot in two of them.
 
@@ -36,6 +37,20 @@ def out_of_window_cursor(pre_len: int, cursor: int, protected: int, window: int,
     threshold = pre_len - page_ceil(max(window, page_size), page_size)
     moved = max(cursor, threshold) // page_size * page_size
     return max(moved, cursor)
+
+
+def checkpoint_cursor(filled: int, branch: int | None, cursor: int, protected: int,
+                      window: int, page_size: int) -> int:
+    """The request's SWA cursor after `checkpoint(up_to=filled)`. Where its match named a branch
+    (`swa_branching_seqlen`: the full-attention hit ran past the last live window) above the
+    protected length, the checkpoint inserts up to the branch first, frees what that key's
+    window left, then, the branch inserted and protected, frees again for the whole row
+    (`SWAComponent.prepare_for_caching_req`, `cleanup_after_caching_req`)."""
+    if branch is None or not protected < branch <= filled:
+        return out_of_window_cursor(filled - 1, cursor, protected, window, page_size)
+    cursor = out_of_window_cursor(branch - 1, cursor, protected, window, page_size)
+    return out_of_window_cursor(filled - 1, cursor, branch // page_size * page_size, window,
+                                page_size)
 
 
 def window_covered(segments: list[tuple[int, bool]], window: int) -> bool:

@@ -43,6 +43,11 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "swa_match_ignores_window": r"swa match +matched \d+ tokens, ending at .*less than a window "
                                 r"of live SWA\); the deepest node with its \d+-token window live "
                                 r"ends at \d+" + PYTHON,
+    "swa_window_keeps_a_page_more": r"swa cursor:? +r\d+'s SWA cursor went from \d+ to \d+ at its "
+                                    r"checkpoint, expected \d+" + PYTHON,
+    "swa_evict_keeps_evictable": r"swa sizes +swa_evictable_size\(\) \d+ \+ swa_protected_size\(\) "
+                                 r"\d+ vs \d+ live SWA slots in the tree: \d+ counted twice"
+                                 + PYTHON,
     "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
                            r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
                            r"fell back from Rust",
