@@ -186,10 +186,13 @@ class SWALockstep(UnifiedLockstep):
 
     # -- after every op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
-        snap = self.read_changed("snapshot_since")
+        # The handlers read the last snapshot (sizes, cursors): both sides keep it, the
+        # implementation's (recording) side too.
+        self.snap = snap = self.read_changed("snapshot_since")
         if recording():
+            self.probed = self.cursor = None
             return []
-        self.snap, ps = snap, self.model.page_size
+        ps = self.model.page_size
         nodes = state.views(snap, ps)
         problems = radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
