@@ -4,7 +4,8 @@ full-attention component, once per tree core, run by default where SGLang is ins
 released Python sources. Both entries name the one released class: `sglang.unified.rust` asks
 SGLang for its Rust core (and runs the Python core beside it, to compare the two), and
 `sglang.unified.python` for its Python core; the class's import path resolves to the first.
-Nothing heavy is imported here."""
+`sglang.unified.swa.rust` and `sglang.unified.swa.python` build it with the SWA component too
+(profile `unified-swa/1`, not run by default). Nothing heavy is imported here."""
 
 from functools import partial
 

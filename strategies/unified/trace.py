@@ -1,8 +1,8 @@
 """The unified trace: the radix trace's ops (`strategies.radix.trace`: what SGLang's scheduler asks
 of its prefix cache, with a real allocator in the loop) run against a `UnifiedRadixCache` built
 with the tree components `components` names, and its version-stable JSON form
-("kvfuzz-unified-trace/1": the radix format's fields and ops, and `components`). Standard library
-only.
+("kvfuzz-unified-trace/1": the radix format's fields and ops, `components`, and `window` for
+"full+swa" only). Standard library only.
 """
 
 from __future__ import annotations

@@ -69,14 +69,13 @@ def test_the_swa_mutants_reach_only_the_swa_profile():
     # Built with full attention alone (no SWA component declared), the mutated SWA component is
     # never constructed: the full-attention traces agree, and only the SWA profile catches it
     # (tests/unified/test_mutants.py).
-    for name in ("swa_match_ignores_window", "swa_window_keeps_a_page_more"):
-        path = f"kvfuzz.impl.unified.upstream_mutants:{name}"
-        full = Implementation(name, "unified", path, "test double", YOURS,
-                              preconditions=DECLARES["python"])
-        for index in range(3):
-            trace = UNIFIED.generator.generate(0, index, [full])
-            assert trace.components == "full"
-            assert UNIFIED.check(trace, full).status == "agree"
+    name = "swa_match_ignores_window"
+    full = Implementation(name, "unified", f"kvfuzz.impl.unified.upstream_mutants:{name}",
+                          "test double", YOURS, preconditions=DECLARES["python"])
+    for index in (0, 1):
+        trace = UNIFIED.generator.generate(0, index, [full])
+        assert trace.components == "full"
+        assert UNIFIED.check(trace, full).status == "agree"
 
 
 def __getattr__(name):  # by import path: tests.unified.test_upstream:Undeclared
