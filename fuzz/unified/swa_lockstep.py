@@ -168,10 +168,18 @@ class SWALockstep(UnifiedLockstep):
             request.stale = True
 
     def _make_room(self, demand: int):
-        available = min(self.snap["available"], self.snap["swa"]["available"])
-        if demand > available:
-            self.count("evict for an allocation")
-            yield from self._evict(demand - available, self.snap["evictable"], self.ALLOC_EVICT)
+        """The allocator's `evict_to_free_tokens(cache, demand)`: each pool's shortfall."""
+        if demand <= min(self.snap["available"], self.snap["swa"]["available"]):
+            return
+        self.count("evict for an allocation")
+        evictable = self.snap["evictable"]
+        yield Call(f"evict_for_alloc(each pool's shortfall of {demand}) -> [full, SWA "
+                   f"shortfall, tokens evicted from each]", "evict_for_demand", (demand,),
+                   oracle=None, compare=lambda expected, rejected, actual, raised: [] if raised
+                   or actual[2] >= min(actual[0], evictable) else
+                   [("eviction", f"evict_for_alloc({actual[0]} full, {actual[1]} SWA) freed "
+                                 f"{actual[2]} full tokens while {evictable} were evictable: "
+                                 f"short of what was asked")])
 
     def _evict(self, num: int, evictable: int, method: str):
         yield Call(f"{method}({num}) -> tokens evicted", method, (num,), oracle=None,

@@ -79,14 +79,20 @@ class UnifiedDriver(RadixDriver):
 
     # -- the scheduler's calls that differ ----------------------------------------------------
     def evict_for_alloc(self, num_tokens: int) -> int:
-        """As the allocator's `evict_to_free_tokens` asks: with SWA, each pool's shortfall."""
-        params = self.EvictParams(num_tokens=num_tokens)
-        if self.SWA is not None:
-            swa = max(0, num_tokens - self.allocator.full_available_size()
-                      + self.allocator.swa_available_size())
-            params = self.EvictParams(num_tokens=num_tokens, swa_num_tokens=swa)
-        result = self.cache.evict_for_alloc(params)
+        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
         return int(result.num_tokens_evicted)
+
+    def evict_for_demand(self, demand: int) -> list[int]:
+        """With SWA, what the hybrid allocator's `evict_to_free_tokens(cache, demand)` asks:
+        each pool's shortfall, in one `evict_for_alloc`. [full shortfall, SWA shortfall, full
+        tokens evicted, SWA tokens evicted]."""
+        full = max(0, demand - self.allocator.full_available_size())
+        swa = max(0, demand - self.allocator.swa_available_size())
+        if not (full or swa):
+            return [0, 0, 0, 0]
+        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=full,
+                                                             swa_num_tokens=swa))
+        return [full, swa, int(result.num_tokens_evicted), int(result.swa_num_tokens_evicted)]
 
     def extend(self, rid: int, count: int, decode: bool = False):
         """With SWA, a decode step into a new page is made only when both pools have one: the

@@ -14,8 +14,9 @@ from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
 
-CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "extend", "checkpoint",
-         "release", "release_stale", "match", "touch", "pin", "alloc_slots", "insert", "reset")
+CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
+         "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
+         "insert", "reset")
 
 
 class TwinDriver(ChangedReads):

@@ -114,10 +114,20 @@ def test_the_cores_swa_state_is_compared():
     assert any("swa" in text for _, text in state_problems(rust, python))
 
 
+SWA = Implementation("double", "unified", "x:Y", "test double", UPSTREAM,
+                     preconditions=(SWA_COMPONENT,))
+
+
+def test_the_swa_stream_is_pinned():
+    # As every target's default stream (tests/engine/test_generators_pinned.py).
+    traces = [UNIFIED.generator.generate(0, index, [SWA]) for index in range(3)]
+    assert [UNIFIED.codec.input_id(t) for t in traces] == \
+        ["f8f121453606df74", "ae02859d5d544142", "bacb8dbf6c5ce757"]
+    assert {t.origin.generator for t in traces} == {"unified-swa/1"}
+
+
 def test_the_window_is_read_and_refused_in_one_line():
-    swa = Implementation("double", "unified", "x:Y", "test double", UPSTREAM,
-                         preconditions=(SWA_COMPONENT,))
-    trace = UNIFIED.generator.generate(0, 0, [swa])
+    trace = UNIFIED.generator.generate(0, 0, [SWA])
     assert trace.origin.generator == "unified-swa/1" and trace.components == "full+swa"
     assert trace.window >= 1 and from_json(to_json(trace)) == trace
     full = to_json(UNIFIED.generator.generate(0, 0))

@@ -12,7 +12,7 @@ import pytest
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
-from kvfuzz.impl.unified import DECLARES, RELEASED
+from kvfuzz.impl.unified import DECLARES, RELEASED, SWA_DECLARES
 from kvfuzz.strategies.radix.trace import Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
@@ -105,3 +105,15 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     # the radix tests' wrong shapes: nothing in them is the radix cache's
     assert_refused_in_one_line("unified", f"tests.radix.test_upstream:{attr}", shows,
                                "SGLang UnifiedRadixCache's interface")
+
+
+@pytest.mark.parametrize("name, label, found", [("evict_stops_short", "eviction", 11),
+                                                ("unlock_counts_shared_twice",
+                                                 "evictable_size", 0)])
+def test_the_swa_judge_checks_eviction_and_sizes_itself(name, label, found):
+    # The SWA judge keeps no model: full-attention mutants of what it still checks itself (an
+    # eviction short of the shortfall, the sizes against the nodes) are caught on SWA traces.
+    swa = Implementation(name, "unified", f"kvfuzz.impl.unified.upstream_mutants:{name}",
+                         "test double", YOURS, preconditions=SWA_DECLARES["python"])
+    outcome = UNIFIED.check(UNIFIED.generator.generate(0, found, [swa]), swa)
+    assert outcome.status == "diverge" and outcome.divergence.signature[-1] == label
