@@ -1,7 +1,8 @@
 """The unified judge for a cache with the SWA component ("full+swa" traces, `unified-swa/1`): the
-same ops and calls as the full-attention judge (`lockstep.py`, `fuzz/radix/lockstep.py`), with
-the scheduler's tables kept from the implementation's own answers, since the radix model does not
-model which nodes the SWA component splits, tombstones or evicts first. After every op it checks
+same ops and calls as the full-attention judge (`lockstep.py`, `fuzz/radix/lockstep.py`, whose
+checkpoint and finish handlers it inherits), with the scheduler's tables kept from the
+implementation's own answers, since the radix model does not model which nodes the SWA component
+splits, tombstones or evicts first. After every op it checks
 what the SWA contract promises (`swa_state.py`, from `oracle.unified.swa`): each node's SWA slots
 against its full slots, both pools conserved, the sizes with their sign, `total_size()`, a
 match's length against the deepest node with a live window, a checkpoint's out-of-window cursor,
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.radix import state as radix_state
+from kvfuzz.fuzz.radix.lockstep import extend_plan
 from kvfuzz.fuzz.unified import state
 from kvfuzz.fuzz.unified.lockstep import (CURSOR, PYTHON, RUST, TOMBSTONE, WINDOW_CUT,
                                           UnifiedLockstep, core_problems)
@@ -24,8 +26,7 @@ from kvfuzz.fuzz.unified.swa_state import key_namespace, match_problems, swa_pro
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.unified.swa import checkpoint_cursor
-from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
-                                           Pin, Reset, Touch)
+from kvfuzz.strategies.radix.trace import Admit, Evict, Extend, Insert, Match, Pin, Reset, Touch
 
 
 @dataclass
@@ -36,16 +37,24 @@ class Held:
     prompt: int
     ns: int
     filled: int = 0
+    protected: int = 0
     stale: bool = False
 
 
 @dataclass
 class Book:
-    """The scheduler's tables: no model of the tree."""
+    """The scheduler's tables: no model of the tree. The radix judge's finish (inherited) asks
+    it to release and to drop a stale lock as it asks the model."""
 
     page_size: int
     window: int
     requests: dict = field(default_factory=dict)
+
+    def release(self, rid: int, checkpointed: bool = True) -> None:
+        del self.requests[rid]
+
+    def release_stale(self, rid: int) -> None:
+        del self.requests[rid]
 
 
 class SWALockstep(UnifiedLockstep):
@@ -68,22 +77,20 @@ class SWALockstep(UnifiedLockstep):
                          "admit_match", (op.rid, op.tokens, op.prompt, op.ns, op.priority),
                          oracle=None)
         self.count("admit with a hit" if got.actual[0] else "admit, no hit")
-        self.model.requests[op.rid] = Held(tuple(op.tokens), op.prompt, op.ns, got.actual[0])
+        self.model.requests[op.rid] = Held(tuple(op.tokens), op.prompt, op.ns, got.actual[0],
+                                           got.actual[0])
         self.probed = (op.ns, self._aligned(op.tokens[:op.prompt - 1]), got.actual[0])
         yield Call(f"lock r{op.rid}'s node", "admit_lock", (op.rid,), oracle=None)
 
     @handles(Extend)
     def extend(self, op: Extend):
-        request, ps = self.model.requests.get(op.rid), self.model.page_size
-        if request is None or request.stale:
+        request = self.model.requests.get(op.rid)
+        plan = None if request is None or request.stale else \
+            extend_plan(request, op.count, self.model.page_size)
+        if plan is None:
             return
-        end = request.prompt if request.filled < request.prompt else len(request.tokens)
-        count = min(op.count, end - request.filled)
-        if count <= 0:
-            return
-        decode = request.filled >= request.prompt and count == 1
+        count, decode, demand = plan
         self.count("decode" if decode else "prefill chunk")
-        demand = count if ps == 1 else ps if decode else count + ps
         yield from self._make_room(demand)
         got = yield Call(f"{'alloc_decode' if decode else 'allocate'} {count} slots for "
                          f"r{op.rid} (at {request.filled})", "extend", (op.rid, count, decode),
@@ -93,39 +100,15 @@ class SWALockstep(UnifiedLockstep):
             return
         request.filled += len(got.actual)
 
-    @handles(Checkpoint)
-    def checkpoint(self, op: Checkpoint):
-        request = self.model.requests.get(op.rid)
-        if request is None or request.stale:
-            return
-        yield from self._checkpoint(op.rid, request)
-
     def _checkpoint(self, rid: int, request: Held):
         self.count("checkpoint")
         protected, cursor, filled, _, branch = self.snap["swa"]["requests"][rid]
         expected = checkpoint_cursor(filled, branch, cursor, protected, self.model.window,
                                      self.model.page_size)
         self.cursor = (rid, cursor, expected)
-        yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
-                   "checkpoint", (rid,), oracle=None)
-
-    @handles(Finish)
-    def finish_request(self, op: Finish):
-        request = self.model.requests.get(op.rid)
-        if request is None:
-            return
-        if request.stale:
-            self.count("finish after a reset")
-            yield Call(f"r{op.rid}: unlock of its lock from before the reset", "release_stale",
-                       (op.rid,), oracle=None, compare=lambda *_: [])
-            del self.model.requests[op.rid]
-            return
-        self.count("finish cached" if op.cache else "finish not cached")
-        if op.cache:
-            yield from self._checkpoint(op.rid, request)
-        yield Call(f"release r{op.rid}: free_kv_row, unlock", "release", (op.rid, op.cache),
-                   oracle=None)
-        del self.model.requests[op.rid]
+        got = yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
+                         "checkpoint", (rid,), oracle=None)
+        request.protected = got.actual
 
     @handles(Match, Touch, Pin)
     def probe(self, op):

@@ -5,9 +5,10 @@ on the SWA profile), each made by `impl/source_mutation.py` and wired in through
 extension points: an edited core is registered as a tree-core backend of its own
 (`register_tree_core_backend`) and built where the Python core is asked for, an edited component
 is passed as `component_registry_override` where the Python core is asked for. Each breaks a
-promise the scheduler relies on, at least one per property the lock step checks, several after SGLang's history (issue numbers in `why`). `core` is the core its
-catalogue entry asks for: "rust" runs the real Rust core with the broken Python core beside it
-(what only the comparison of the two catches). They need sglang installed."""
+promise the scheduler relies on, at least one per property the lock step checks, several after
+SGLang's history (issue numbers in `why`). `core` is the core its catalogue entry asks for:
+"rust" runs the real Rust core with the broken Python core beside it (what only the comparison
+of the two catches). They need sglang installed."""
 
 from __future__ import annotations
 

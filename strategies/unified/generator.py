@@ -1,7 +1,8 @@
-"""Seeded unified traces (`unified/1`, and `unified-swa/1` for a cache with the SWA component): the radix generator's stream (`strategies.radix.generator`:
+"""Seeded unified traces (`unified/1`): the radix generator's stream (`strategies.radix.generator`:
 prompt families over a small vocabulary, key lengths at page edges, small pools, chunked prefill,
 decode across page edges, probes, load-back inserts, evictions, every eviction policy, events on
-and off, resets) for a cache with full attention. Trace `index` of `seed` is the same forever; a
+and off, resets) for a cache with full attention, and (`unified-swa/1`) the same stream for a
+cache with the SWA component, with a window. Trace `index` of `seed` is the same forever; a
 change to what this produces must bump the version."""
 
 from __future__ import annotations

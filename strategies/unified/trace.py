@@ -14,8 +14,8 @@ from kvfuzz.strategies.radix import trace as radix
 from kvfuzz.strategies.radix.trace import (CREATES, KINDS, NAMES, POLICIES, RESET_IN_FLIGHT,
                                            describe_op, resets_in_flight)
 
-__all__ = ["CREATES", "COMPONENTS", "FORMAT", "MAX_WINDOW", "KINDS", "POLICIES", "RESET_IN_FLIGHT", "Trace",
-           "describe_op", "resets_in_flight", "to_json"]
+__all__ = ["CREATES", "COMPONENTS", "FORMAT", "MAX_WINDOW", "KINDS", "POLICIES", "RESET_IN_FLIGHT",
+           "Trace", "describe_op", "resets_in_flight", "to_json"]
 
 FORMAT = "kvfuzz-unified-trace/1"
 # The cache's tree components (`CacheInitParams.tree_components`): full attention alone is the
