@@ -20,8 +20,7 @@ from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.radix import state as radix_state
 from kvfuzz.fuzz.radix.lockstep import extend_plan
 from kvfuzz.fuzz.unified import state
-from kvfuzz.fuzz.unified.lockstep import (CURSOR, PYTHON, RUST, TOMBSTONE, WINDOW_CUT,
-                                          UnifiedLockstep, core_problems)
+from kvfuzz.fuzz.unified.lockstep import CURSOR, TOMBSTONE, WINDOW_CUT, UnifiedLockstep
 from kvfuzz.fuzz.unified.swa_state import key_namespace, match_problems, swa_problems
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
@@ -61,11 +60,6 @@ class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
         return Book(trace.page_size, trace.window)
-
-    def initial_problems(self):
-        self.core = self.read("core")
-        self.count(RUST if self.core["rust"] else PYTHON)
-        return core_problems(self.core) or self.state(None)
 
     # -- ops ------------------------------------------------------------------------------------
     @handles(Admit)
