@@ -102,17 +102,13 @@ class RadixLockstep(Lockstep):
         request, model = self.model.requests.get(op.rid), self.model
         if request is None or request.stale:
             return
-        end = request.prompt if request.filled < request.prompt else len(request.tokens)
-        count = min(op.count, end - request.filled)
-        if count <= 0:
+        plan = extend_plan(request, op.count, model.page_size)
+        if plan is None:
             return
-        ps, decode = model.page_size, request.filled >= request.prompt and count == 1
+        (count, decode, demand), ps = plan, model.page_size
         self.count("decode" if decode else "prefill chunk")
         if decode and request.filled % ps == 0:
             self.count("decode into a new page")
-        # What SGLang evicts for first: the tokens at page size 1; above it, a page more for
-        # an extend, a page for a decode step (allocation.py's conservative counts, one request)
-        demand = count if ps == 1 else ps if decode else count + ps
         if demand > model.available_size():
             yield from self._evict(demand - model.available_size(), "evict for an allocation",
                                    self.ALLOC_EVICT)
@@ -287,6 +283,19 @@ class RadixLockstep(Lockstep):
         cached = self.names.count(nodes, self.model.page_size, namespaces=False)
         found = self.ledger.fold(events) + self.ledger.compare(cached)
         return [("events", text) for text in found]
+
+
+def extend_plan(request, asked: int, page_size: int) -> tuple[int, bool, int] | None:
+    """(the tokens an extend allocates, whether it is a decode step, what SGLang evicts for
+    first), or None when the request has nothing left to extend: an extend stops at the
+    prompt's end. The demand: the tokens at page size 1; above it, a page more for an extend, a
+    page for a decode step (allocation.py's conservative counts, one request)."""
+    end = request.prompt if request.filled < request.prompt else len(request.tokens)
+    count = min(asked, end - request.filled)
+    if count <= 0:
+        return None
+    decode = request.filled >= request.prompt and count == 1
+    return count, decode, count if page_size == 1 else page_size if decode else count + page_size
 
 
 def _match_compare(expected, rejected, actual, raised) -> list[tuple[str, str]]:

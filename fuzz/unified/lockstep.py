@@ -16,10 +16,15 @@ from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.unified.model import UnifiedModel
 
 RUST, PYTHON = "ran on the Rust core", "ran on the Python core"
+# What only a cache with the SWA component reaches (`swa_lockstep.py`).
+TOMBSTONE, WINDOW_CUT, CURSOR = ("swa tombstone in the tree", "swa match cut by the window",
+                                 "swa cursor moved at a checkpoint")
+SWA_EVENTS = (TOMBSTONE, WINDOW_CUT, CURSOR)
 
 
 class UnifiedLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON)
+    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON) + SWA_EVENTS
+
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False
     VALUE_COVERS_PARTIAL_PAGE = False
@@ -33,8 +38,8 @@ class UnifiedLockstep(RadixLockstep):
         args = (trace.page_size, trace.size, trace.policy, trace.events, rows, context, device,
                 poison_keys)
         if core == "rust":  # the Python core runs beside it
-            return make(TwinDriver, cls, *args)
-        return make(UnifiedDriver, cls, *args, core)
+            return make(TwinDriver, cls, *args, trace.window)
+        return make(UnifiedDriver, cls, *args, core, trace.window)
 
     def initial_problems(self):
         self.core = self.read("core")

@@ -14,11 +14,12 @@ from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.radix.target import METHODS, scheduler_calls, smaller_pool
-from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, UnifiedLockstep
+from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
+from kvfuzz.fuzz.unified.swa_lockstep import ByComponents
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.strategies.unified.profile import KEEPS_KEY, broken, core_of, unsupported
+from kvfuzz.strategies.unified.profile import KEEPS_KEY, broken, core_of, swa_of, unsupported
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
@@ -31,7 +32,8 @@ def _shape(path, obj):
 
 def _generator_for(impls):
     return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
-                                                       for impl in impls)))
+                                                       for impl in impls)),
+                                   swa=any(swa_of(impl.preconditions) for impl in impls))
 
 
 def _options(impl) -> dict:
@@ -44,14 +46,15 @@ UNIFIED = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(UnifiedLockstep, describe_op, broken, _options,
+    judge=LockstepJudge(ByComponents, describe_op, broken, _options,
                         variants=("tree core", (("rust", RUST), ("python", PYTHON)))),
     catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, scheduler_calls,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
-    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.radix.lockstep",
-                      "kvfuzz.oracle.unified.tree", "kvfuzz.oracle.radix.tree",
-                      "kvfuzz.oracle.radix.model"),
+    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.swa_lockstep",
+                      "kvfuzz.fuzz.unified.swa_state", "kvfuzz.oracle.unified.swa",
+                      "kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.unified.tree",
+                      "kvfuzz.oracle.radix.tree", "kvfuzz.oracle.radix.model"),
     warm_up="kvfuzz.impl.unified.driver:warm_up",
     default_cases=50)

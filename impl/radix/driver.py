@@ -56,12 +56,7 @@ class RadixDriver(ChangedReads):
                  **cache_options):
         """`cache_options`: more `CacheInitParams` fields (the unified cache's components)."""
         self.page_size, self.device, self.poison_keys = page_size, device, poison_keys
-        if page_size == 1:
-            self.allocator = _sglang("allocator.token", "TokenToKVPoolAllocator")(
-                size, torch.float16, device, None, False)
-        else:
-            self.allocator = _sglang("allocator.paged", "PagedTokenToKVPoolAllocator")(
-                size, page_size, torch.float16, device, None, False)
+        self.allocator = self._build_allocator(cls, size, page_size, device)
         self.rows = Rows(rows, context, device)
         params = _sglang("cache_init_params", "CacheInitParams")(
             disable=False, req_to_token_pool=self.rows, token_to_kv_pool_allocator=self.allocator,
@@ -76,6 +71,13 @@ class RadixDriver(ChangedReads):
         self.passed: list[torch.Tensor] = []  # every tensor handed over, kept for the alias check
         self.params = params
         self.cache = cls(params)
+
+    def _build_allocator(self, cls, size: int, page_size: int, device: str):
+        if page_size == 1:
+            return _sglang("allocator.token", "TokenToKVPoolAllocator")(
+                size, torch.float16, device, None, False)
+        return _sglang("allocator.paged", "PagedTokenToKVPoolAllocator")(
+            size, page_size, torch.float16, device, None, False)
 
     def _key(self, tokens, ns: int, limit: int | None = None):
         return self.Key(array("q", tokens), extra_key(ns), limit=limit)
@@ -101,6 +103,8 @@ class RadixDriver(ChangedReads):
         result = self.cache.match_prefix(self.MatchParams(key=key, req=request))
         self._poison_key(key)
         request.prefix_len, request.last_node = matched_len(result), result.last_device_node
+        # the scheduler keeps where an SWA cache's match says the request's branch starts
+        request.swa_branching_seqlen = getattr(result, "swa_branching_seqlen", None)
         self._seen(request.last_node, request.tokens[:prompt - 1], request.extra_key)
         path = self.path(request.last_node)
         matched = path[:request.prefix_len]

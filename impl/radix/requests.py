@@ -54,6 +54,10 @@ class KvRecord:
     def get_evicted_seqlen(self, component) -> int:
         return self.component_evicted_seqlens.get(component, 0)
 
+    def set_evicted_seqlen(self, component, length: int) -> None:
+        """Where an SWA cache's checkpoint moves the request's out-of-window cursor."""
+        self.component_evicted_seqlens[component] = length
+
     def swa_dead_lo(self, page_size: int) -> int:
         return max(self.cache_protected_len, self.swa_evict_floor)
 
@@ -72,6 +76,10 @@ class Request:
         self.prefix_len = 0
         # what the unified cache's checkpoint reads: no streaming session, no KV sharding
         self.session = self.session_id = self.kv_rotation_base = None
+        self.swa_branching_seqlen = None  # an SWA cache's match sets it, its checkpoint reads it
+
+    def get_fill_ids(self):
+        return self.full_untruncated_fill_ids
 
     @property
     def filled(self) -> int:

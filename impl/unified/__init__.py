@@ -4,22 +4,25 @@ full-attention component, once per tree core, run by default where SGLang is ins
 released Python sources. Both entries name the one released class: `sglang.unified.rust` asks
 SGLang for its Rust core (and runs the Python core beside it, to compare the two), and
 `sglang.unified.python` for its Python core; the class's import path resolves to the first.
-Nothing heavy is imported here."""
+`sglang.unified.swa.rust` and `sglang.unified.swa.python` build it with the SWA component too
+(profile `unified-swa/1`, not run by default). Nothing heavy is imported here."""
 
 from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
-from kvfuzz.strategies.unified.profile import CORES, KEEPS_KEY, NO_RESET_IN_FLIGHT
+from kvfuzz.strategies.unified.profile import CORES, KEEPS_KEY, NO_RESET_IN_FLIGHT, SWA_COMPONENT
 
 RELEASED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"
 # A reset with requests in flight is in the contract (a lock from before it names a handle the new
 # tree never mints again: its release raises KeyError and changes nothing); the Python core keeps
 # a caller's key as RadixCache does, the Rust core copies it.
 DECLARES = {"rust": (CORES["rust"],), "python": (KEEPS_KEY, CORES["python"])}
+SWA_DECLARES = {core: declared + (SWA_COMPONENT,) for core, declared in DECLARES.items()}
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
-              "rust_core": CORES["rust"], "python_core": CORES["python"]}
+              "rust_core": CORES["rust"], "python_core": CORES["python"],
+              "swa_component": SWA_COMPONENT}
 _entry = partial(entry, "unified", __name__)
 
 IMPLEMENTATIONS = (
@@ -30,8 +33,19 @@ IMPLEMENTATIONS = (
     Implementation("sglang.unified.python", "unified", RELEASED,
                    "SGLang's UnifiedRadixCache, Python tree core (UnifiedTreeCore)", UPSTREAM,
                    preconditions=DECLARES["python"], default=True, requires="sglang"),
+    # The SWA profile: not run by default (the twin makes a Rust trace some 4 s on one core);
+    # `--impl sglang.unified.swa.rust` or `.python` runs it, on the unified-swa traces.
+    Implementation("sglang.unified.swa.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the SWA component, Rust tree core (checked "
+                   "against the Python core too), hybrid SWA allocator", UPSTREAM,
+                   preconditions=SWA_DECLARES["rust"], requires="sglang"),
+    Implementation("sglang.unified.swa.python", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the SWA component, Python tree core, hybrid "
+                   "SWA allocator", UPSTREAM, preconditions=SWA_DECLARES["python"],
+                   requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
-           requires="sglang", preconditions=DECLARES[broken.core])
+           requires="sglang",
+           preconditions=(SWA_DECLARES if broken.swa else DECLARES)[broken.core])
     for name, broken in MUTATIONS.items()
 )

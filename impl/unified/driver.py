@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import os
 
+import torch
+
+from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
 from kvfuzz.impl.unified.reader import snapshot
 
@@ -29,16 +32,30 @@ RUST_CORE = "sglang.srt.mem_cache.rust_tree_core.adapter.RustUnifiedTreeCore"
 class UnifiedDriver(RadixDriver):
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
                  context: int, device: str = "cpu", poison_keys: bool = True,
-                 core: str | None = None):
-        self.FULL = _sglang("unified_cache.component_type", "ComponentType").FULL
+                 core: str | None = None, window: int = 0):
+        kinds = _sglang("unified_cache.component_type", "ComponentType")
+        self.FULL, self.SWA = kinds.FULL, (kinds.SWA if window else None)
         self.TreeLock = _sglang("base_prefix_cache", "TreeLock")
         self.asked = core
         self.paths: dict[int, tuple] = {}  # node handle -> (extra_key, tokens root..its end)
         options = {"tree_components": (self.FULL,)}
+        if window:  # the SWA component beside full attention, on the hybrid allocator
+            options = {"tree_components": (self.FULL, self.SWA), "sliding_window_size": window}
         if core is not None:
             options["tree_core_backend"] = core
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
                          poison_keys, **options)
+
+    def _build_allocator(self, cls, size: int, page_size: int, device: str):
+        """With the SWA component: SGLang's `SWATokenToKVPoolAllocator`, both pools `size`
+        slots, over the stand-in KV pool the swa target builds it with (`impl/swa/kvcache.py`)."""
+        if self.SWA is None:
+            return super()._build_allocator(cls, size, page_size, device)
+        from kvfuzz.impl.swa.kvcache import stand_in_kvcache
+
+        hybrid = _sglang("allocator.swa", "SWATokenToKVPoolAllocator")
+        return hybrid(size, size, page_size, torch.float16, device, stand_in_kvcache(hybrid),
+                      False)
 
     def _seen(self, node, tokens, extra) -> None:
         if node is None or node == self.cache.root_node_handle():
@@ -64,6 +81,36 @@ class UnifiedDriver(RadixDriver):
     def evict_for_alloc(self, num_tokens: int) -> int:
         result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
         return int(result.num_tokens_evicted)
+
+    def evict_for_demand(self, demand: int) -> list[int]:
+        """With SWA, what the hybrid allocator's `evict_to_free_tokens(cache, demand)` asks:
+        each pool's shortfall, in one `evict_for_alloc`. [full shortfall, SWA shortfall, full
+        tokens evicted, SWA tokens evicted]."""
+        full = max(0, demand - self.allocator.full_available_size())
+        swa = max(0, demand - self.allocator.swa_available_size())
+        if not (full or swa):
+            return [0, 0, 0, 0]
+        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=full,
+                                                             swa_num_tokens=swa))
+        return [full, swa, int(result.num_tokens_evicted), int(result.swa_num_tokens_evicted)]
+
+    def extend(self, rid: int, count: int, decode: bool = False):
+        """With SWA, a decode step into a new page is made only when both pools have one: the
+        hybrid allocator's `alloc_decode` takes one pool's page for good when the other has
+        none (docs/upstream-sglang.md, the swa target), and the scheduler checks first."""
+        if self.SWA is not None and decode and self.page_size > 1 and \
+                self.requests[rid].filled % self.page_size == 0 and \
+                not self.allocator.new_pages_available(1, 1):
+            return None
+        return super().extend(rid, count, decode)
+
+    def alloc_slots(self, count: int):
+        """A load-back's slots; the hybrid allocator's `alloc` is for page size 1 only."""
+        if self.SWA is None or self.page_size == 1:
+            return super().alloc_slots(count)
+        zero, seq = torch.tensor([0]), torch.tensor([count])
+        return int_list(self.allocator.alloc_extend(zero, zero.clone(), seq, seq.clone(),
+                                                    torch.tensor([-1]), count))
 
     def release(self, rid: int, checkpointed: bool = True) -> None:
         """`release_kv_cache` after the checkpoint: `claim_kv_row` (no session: the row stays

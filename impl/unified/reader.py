@@ -29,10 +29,52 @@ def snapshot(driver) -> dict:
             "full_evictable": int(cache.full_evictable_size()),
             "full_protected": int(cache.full_protected_size()),
             "total": [int(n) for n in cache.total_size()],
-            "available": int(allocator.available_size()),
-            "free": int_list(allocator.free_pages) + staged_of(allocator),
+            "available": int(_pool(allocator).available_size()),
+            "free": _free(_pool(allocator)),
             "rows": rows, "events": [event(e) for e in cache.take_events()],
-            "aliases": aliases(values, driver)}
+            "aliases": aliases(values, driver), "swa": _swa(driver, handles)}
+
+
+def _pool(allocator):
+    """The full-attention pool: the allocator itself, or the hybrid allocator's full side."""
+    return getattr(allocator, "full_attn_allocator", allocator)
+
+
+def _free(pool) -> list[int]:
+    return int_list(pool.free_pages) + staged_of(pool)
+
+
+def _swa(driver, handles: list) -> dict | None:
+    """With the SWA component: each node's SWA slots (None: a tombstone) and what the hybrid
+    allocator's full-to-SWA mapping gives for its full slots, the SWA pool's free pages and
+    sizes, and the cache's SWA sizes."""
+    if driver.SWA is None:
+        return None
+    cache, allocator, core = driver.cache, driver.allocator, driver.cache.tree_core
+    values, mapped = [], []
+    mapping = allocator.full_to_swa_index_mapping
+    for handle in handles:
+        value = core.get_component_device_value(handle, driver.SWA)
+        full = core.get_component_device_value(handle, driver.FULL)
+        values.append(None if value is None else int_list(value))
+        mapped.append([] if full is None else int_list(mapping[full.long()]))
+    # each live request: (protected, SWA cursor, filled, its SWA slots, its match's branch)
+    requests = {}
+    for rid, request in driver.requests.items():
+        if rid not in driver.live:
+            continue
+        kv = request.kv
+        start = max(kv.cache_protected_len, kv.get_evicted_seqlen(driver.SWA))
+        row = driver.rows.req_to_token[kv.req_pool_idx, start:request.filled].long()
+        branch = request.swa_branching_seqlen
+        requests[rid] = (int(kv.cache_protected_len), int(kv.get_evicted_seqlen(driver.SWA)),
+                         int(request.filled), int_list(mapping[row]),
+                         None if branch is None else int(branch))
+    return {"values": values, "mapped": mapped, "requests": requests,
+            "free": _free(allocator.swa_attn_allocator),
+            "available": int(allocator.swa_available_size()),
+            "evictable": int(cache.swa_evictable_size()),
+            "protected": int(cache.swa_protected_size())}
 
 
 def _nodes(driver) -> tuple[list, list, list]:

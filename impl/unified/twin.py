@@ -14,8 +14,9 @@ from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
 
-CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "extend", "checkpoint",
-         "release", "release_stale", "match", "touch", "pin", "alloc_slots", "insert", "reset")
+CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
+         "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
+         "insert", "reset")
 
 
 class TwinDriver(ChangedReads):
@@ -24,14 +25,17 @@ class TwinDriver(ChangedReads):
     PRIMARY, TWIN = "rust", "python"
 
     def __init__(self, cls, *args):
-        self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY)
+        """`args`: `UnifiedDriver`'s, up to `poison_keys`, then the SWA window (0: none)."""
+        args, window = args[:8], (args[8] if len(args) > 8 else 0)
+        self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY, window=window)
         self.pairs: list[tuple] = []
         self.slots: dict[tuple, list] = {}  # the primary's alloc_slots answer -> the twin's
         # The twin's keys are left alone: the Python core keeps a caller's key (a declared
         # difference), and what the twin is for is the cores' answers, not that check.
         twin_args = args[:7] + (False,)
         try:
-            self.twin, self.twin_error = UnifiedDriver(cls, *twin_args, core=self.TWIN), None
+            self.twin, self.twin_error = UnifiedDriver(cls, *twin_args, core=self.TWIN,
+                                                       window=window), None
         except Exception as error:  # noqa: BLE001 - reported as a difference, not a crash
             self.twin, self.twin_error = None, safe_text(error)
             self.pairs.append(("constructor", ("answered", None), _raised(error)))

@@ -1,13 +1,14 @@
 """Broken variants of SGLang's `UnifiedRadixCache` (sglang 0.5.23): ONE edit of the released Python
-source of the cache (`unified_radix_cache.py`), its Python tree core (`unified_tree_core.py`) or
-its full-attention component (`components/full.py`), each made by `impl/source_mutation.py`
-and wired in through SGLang's own extension points: an edited core is registered as a tree-core
-backend of its own (`register_tree_core_backend`) and built where the Python core is asked for,
-an edited component is passed as `component_registry_override` (which SGLang runs on the Python
-core only). Each breaks a promise the scheduler relies on, at least one per property the lock
-step checks, several after SGLang's history (issue numbers in `why`). `core` is the core its
-catalogue entry asks for: "rust" runs the real Rust core with the broken Python core beside it
-(what only the comparison of the two catches). They need sglang installed."""
+source of the cache (`unified_radix_cache.py`), its Python tree core (`unified_tree_core.py`), its
+full-attention component (`components/full.py`) or its SWA component (`components/swa.py`, run
+on the SWA profile), each made by `impl/source_mutation.py` and wired in through SGLang's own
+extension points: an edited core is registered as a tree-core backend of its own
+(`register_tree_core_backend`) and built where the Python core is asked for, an edited component
+is passed as `component_registry_override` where the Python core is asked for. Each breaks a
+promise the scheduler relies on, at least one per property the lock step checks, several after
+SGLang's history (issue numbers in `why`). `core` is the core its catalogue entry asks for:
+"rust" runs the real Rust core with the broken Python core beside it (what only the comparison
+of the two catches). They need sglang installed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kvfuzz.impl.source_mutation import Mutation, mutant_module
 CACHE = "sglang.srt.mem_cache.unified_radix_cache"
 CORE = "sglang.srt.mem_cache.unified_cache.unified_tree_core"
 FULL = "sglang.srt.mem_cache.unified_cache.components.full"
+SWA = "sglang.srt.mem_cache.unified_cache.components.swa"
 RELEASED = f"{CACHE}:UnifiedRadixCache"
 
 
@@ -28,6 +30,11 @@ class Broken:
     module: str
     mutation: Mutation
     core: str = "python"
+
+    @property
+    def swa(self) -> bool:
+        """Whether it edits the SWA component: its entry runs the SWA profile."""
+        return self.module == SWA
 
     @property
     def why(self) -> str:
@@ -40,6 +47,10 @@ def _core(scope, old, new, why, core="python"):
 
 def _full(scope, old, new, why, core="python"):
     return Broken(FULL, Mutation(f"FullComponent.{scope}", old, new, why), core)
+
+
+def _swa(scope, old, new, why, core="python"):
+    return Broken(SWA, Mutation(f"SWAComponent.{scope}", old, new, why), core)
 
 
 def _cache(scope, old, new, why, core="python"):
@@ -137,6 +148,20 @@ MUTATIONS = {
         "device_frees[self.component_type].append(cd.value.flip(0))",
         "the Python core frees an evicted node's slots last first: the free list's order, "
         "which no oracle reads, differs from the Rust core's", core="rust"),
+    # the SWA component (the SWA profile): a match keeps a whole window of live SWA
+    "swa_match_ignores_window": _swa(
+        "create_match_validator", "return state[\"len\"] >= sliding_window_size",
+        "return True",
+        "a match may end past a tombstone with less than a window of live SWA above it: the "
+        "scheduler attends SWA slots that were freed"),
+    "swa_window_keeps_a_page_more": _swa(
+        "_free_out_of_window_slots", "sliding_window_size=self.sliding_window_size,",
+        "sliding_window_size=self.sliding_window_size + self.cache.page_size,",
+        "a checkpoint keeps a page more than the window of the request's SWA slots: the pool "
+        "runs out a page early per running request"),
+    "swa_evict_keeps_evictable": _swa(
+        "evict_component", "self.tree_core.component_evictable_size_[ct] -= freed", "pass",
+        "tombstoning a node leaves its SWA slots counted evictable (#35270's symptom, SWA side)"),
     # which core ran
     "falls_back_silently": _cache(
         "__init__", "self._tree_core_backend = select_tree_core_backend(params)",
@@ -164,7 +189,9 @@ def _cache_class(name: str) -> type:
         python = {"tree_core_backend": backend}
     else:
         kind = load_attribute("sglang.srt.mem_cache.unified_cache.component_type:ComponentType")
-        python = {"component_registry_override": {kind.FULL: module.FullComponent}}
+        edited = {kind.SWA: module.SWAComponent} if broken.swa else \
+            {kind.FULL: module.FullComponent}
+        python = {"component_registry_override": edited}
 
     def __init__(self, params):
         if params.tree_core_backend == "python":  # where the Python core is asked for

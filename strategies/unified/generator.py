@@ -1,7 +1,8 @@
 """Seeded unified traces (`unified/1`): the radix generator's stream (`strategies.radix.generator`:
 prompt families over a small vocabulary, key lengths at page edges, small pools, chunked prefill,
 decode across page edges, probes, load-back inserts, evictions, every eviction policy, events on
-and off, resets) for a cache with full attention. Trace `index` of `seed` is the same forever; a
+and off, resets) for a cache with full attention, and (`unified-swa/1`) the same stream for a
+cache with the SWA component, with a window. Trace `index` of `seed` is the same forever; a
 change to what this produces must bump the version."""
 
 from __future__ import annotations
@@ -25,7 +26,22 @@ GENERATOR = TraceGenerator(NAME, build, num_ops=radix.GENERATOR.num_ops,
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
 
-def generator_for(unsupported: frozenset) -> TraceGenerator:
+def build_swa(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
+    """The same stream for a cache with the SWA component, and its window: under a page, a
+    page, a few pages and one token more, so that windows end inside pages and at their
+    edges, and chunked prefill leaves slots out of the window."""
+    trace = radix.build(rng, num_ops, allowed)
+    page = trace.page_size
+    window = rng.choice((max(1, page // 2), page, 2 * page, 2 * page + 1, 4 * page))
+    return from_radix(trace, "full+swa", window)
+
+
+SWA = TraceGenerator("unified-swa/1", build_swa, num_ops=radix.GENERATOR.num_ops,
+                     max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
+
+
+def generator_for(unsupported: frozenset, swa: bool = False) -> TraceGenerator:
     """The generator for an implementation that does not support the misuse in `unsupported`,
-    e.g. "unified/1[no reset with requests in flight]"."""
-    return misuse_stream(GENERATOR, ALL_MISUSE, unsupported)
+    e.g. "unified/1[no reset with requests in flight]"; `swa`: for a cache built with the SWA
+    component ("unified-swa/1")."""
+    return misuse_stream(SWA if swa else GENERATOR, ALL_MISUSE, unsupported)

@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, broken, unsupported
 
-__all__ = ["CORES", "KEEPS_KEY", "NO_RESET_IN_FLIGHT", "broken", "core_of", "unsupported"]
+__all__ = ["CORES", "KEEPS_KEY", "NO_RESET_IN_FLIGHT", "SWA_COMPONENT", "broken", "core_of",
+           "swa_of", "unsupported"]
 
 CORES = {
     "rust": "runs the Rust tree core (tree_core_backend='rust': the extension bundled in the "
             "wheel), checked against the oracle and against the Python core run beside it",
     "python": "runs the Python tree core (tree_core_backend='python': UnifiedTreeCore)",
 }
+
+
+# A profile of the cache, not a core: the entry builds it with the SWA component beside full
+# attention, and gets the "unified-swa/1" traces (each with its window).
+SWA_COMPONENT = ("builds the cache with the SWA component beside full attention "
+                 "(tree_components FULL+SWA, the trace's sliding window) on SGLang's hybrid "
+                 "SWATokenToKVPoolAllocator: it runs the unified-swa traces")
+
+
+def swa_of(preconditions) -> bool:
+    return SWA_COMPONENT in preconditions
 
 
 def core_of(preconditions) -> str | None:

@@ -1,8 +1,8 @@
 """The unified trace: the radix trace's ops (`strategies.radix.trace`: what SGLang's scheduler asks
 of its prefix cache, with a real allocator in the loop) run against a `UnifiedRadixCache` built
 with the tree components `components` names, and its version-stable JSON form
-("kvfuzz-unified-trace/1": the radix format's fields and ops, and `components`). Standard library
-only.
+("kvfuzz-unified-trace/1": the radix format's fields and ops, `components`, and `window` for
+"full+swa" only). Standard library only.
 """
 
 from __future__ import annotations
@@ -14,36 +14,43 @@ from kvfuzz.strategies.radix import trace as radix
 from kvfuzz.strategies.radix.trace import (CREATES, KINDS, NAMES, POLICIES, RESET_IN_FLIGHT,
                                            describe_op, resets_in_flight)
 
-__all__ = ["CREATES", "COMPONENTS", "FORMAT", "KINDS", "POLICIES", "RESET_IN_FLIGHT", "Trace",
-           "describe_op", "resets_in_flight", "to_json"]
+__all__ = ["CREATES", "COMPONENTS", "FORMAT", "MAX_WINDOW", "KINDS", "POLICIES", "RESET_IN_FLIGHT",
+           "Trace", "describe_op", "resets_in_flight", "to_json"]
 
 FORMAT = "kvfuzz-unified-trace/1"
 # The cache's tree components (`CacheInitParams.tree_components`): full attention alone is the
-# configuration that corresponds to `RadixCache`.
-COMPONENTS = ("full",)
+# configuration that corresponds to `RadixCache`; "full+swa" adds the sliding-window component,
+# on SGLang's hybrid allocator, with a window of `window` tokens.
+COMPONENTS = ("full", "full+swa")
+MAX_WINDOW = 1 << 12
 
 
 @dataclass(frozen=True)
 class Trace(radix.Trace):
-    """A radix trace for a unified cache built with `components`."""
+    """A radix trace for a unified cache built with `components` (`window`: the SWA
+    component's sliding window in tokens, 0 without it)."""
 
     components: str = "full"
+    window: int = 0
 
     def trace_id(self) -> str:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        return f"{self.components} components, {super().describe()}"
+        window = f" (window {self.window})" if self.window else ""
+        return f"{self.components} components{window}, {super().describe()}"
 
 
 def to_json(trace: Trace) -> dict:
-    return {"format": FORMAT, "components": trace.components, "page_size": trace.page_size,
+    window = {"window": trace.window} if trace.window else {}  # full-only documents as before
+    return {"format": FORMAT, "components": trace.components, **window,
+            "page_size": trace.page_size,
             "size": trace.size, "policy": trace.policy, "events": trace.events,
             "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}
 
 
-def from_radix(trace: radix.Trace, components: str = "full") -> Trace:
+def from_radix(trace: radix.Trace, components: str = "full", window: int = 0) -> Trace:
     """The same ops and settings as a unified trace."""
     return Trace(trace.page_size, trace.size, trace.policy, trace.events, trace.ops,
-                 trace.origin, trace.note, components=components)
+                 trace.origin, trace.note, components=components, window=window)

@@ -1,5 +1,6 @@
 """Each broken SGLang `UnifiedRadixCache` (one edit of the released Python source of the cache, its
-Python tree core or its full-attention component, at least one per property the lock step checks)
+Python tree core, its full-attention component or its SWA component, at least one per property
+the lock step checks)
 is caught by the seeded lock step with a readable, shrunk report that names the op, the property,
 the tree core that ran and the replay command; the released class, with the core the mutant's
 entry asks for, agrees on the shrunk trace. Skips without SGLang."""
@@ -39,6 +40,14 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "total_size_counts_nodes": r"total_size\(\) says \(\d+, 0\), the nodes hold \d+" + PYTHON_CORE,
     "evict_frees_reversed": r"cores differ: free: the Rust core \[[\d, ]+\], the Python core "
                             r"\[[\d, ]+\]" + RUST,
+    "swa_match_ignores_window": r"swa match +matched \d+ tokens, ending at .*less than a window "
+                                r"of live SWA\); the deepest node with its \d+-token window live "
+                                r"ends at \d+" + PYTHON,
+    "swa_window_keeps_a_page_more": r"swa cursor:? +r\d+'s SWA cursor went from \d+ to \d+ at its "
+                                    r"checkpoint, expected \d+" + PYTHON,
+    "swa_evict_keeps_evictable": r"swa sizes +swa_evictable_size\(\) \d+ \+ swa_protected_size\(\) "
+                                 r"\d+ vs \d+ live SWA slots in the tree: \d+ counted twice"
+                                 + PYTHON,
     "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
                            r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
                            r"fell back from Rust",
@@ -46,8 +55,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 
 
 def _original(name: str) -> str:
-    """The released entry with the core the mutant's entry asks for."""
-    return f"sglang.unified.{MUTATIONS[name[len(PREFIX):]].core}"
+    """The released entry with the core (and the SWA profile) the mutant's entry asks for."""
+    broken = MUTATIONS[name[len(PREFIX):]]
+    return f"sglang.unified.{'swa.' if broken.swa else ''}{broken.core}"
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \

@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
+from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
-from kvfuzz.impl.unified import RELEASED
+from kvfuzz.impl.unified import DECLARES, RELEASED, SWA_DECLARES
 from kvfuzz.strategies.radix.trace import Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
@@ -22,6 +22,8 @@ from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agre
 pytestmark = needs_engine("sglang")
 RUST_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.rust")
 PYTHON_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.python")
+SWA_RUST = UNIFIED.catalogue.resolve("sglang.unified.swa.rust")
+SWA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.swa.python")
 
 
 @pytest.mark.parametrize("entry, indices", [(RUST_ENTRY, range(0, 30)),
@@ -41,8 +43,39 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
     for index in range(traces):
         events.update(UNIFIED.check(UNIFIED.generator.generate(0, index, [entry]), entry).features)
     assert events[ran] == traces and events[other] == 0
-    missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(events)
+    missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(SWA_EVENTS) - set(events)
     assert not missing, sorted(missing)
+
+
+@pytest.mark.parametrize("entry, indices, ran", [(SWA_RUST, range(0, 12), RUST),
+                                                 (SWA_PYTHON, range(20, 45), PYTHON)],
+                         ids=["rust", "python"])
+def test_swa_seeded_traces_run_to_their_last_op_on_each_core_and_reach_the_swa_edges(
+        entry, indices, ran):
+    # The SWA profile: each trace is a "unified-swa/1" trace with its window, on the hybrid
+    # allocator; the Rust core's entry runs the Python core beside it, SWA state compared.
+    events = Counter()
+    for index in indices:
+        trace = UNIFIED.generator.generate(0, index, [entry])
+        assert trace.components == "full+swa" and trace.window >= 1
+        outcome = UNIFIED.check(trace, entry)
+        assert outcome.status == "agree", outcome.divergence.report()
+        events.update(outcome.features)
+    assert events[ran] == len(indices)
+    assert set(SWA_EVENTS) <= set(events), sorted(set(SWA_EVENTS) - set(events))
+
+
+def test_the_swa_mutants_reach_only_the_swa_profile():
+    # Built with full attention alone (no SWA component declared), the mutated SWA component is
+    # never constructed: the full-attention traces agree, and only the SWA profile catches it
+    # (tests/unified/test_mutants.py).
+    name = "swa_match_ignores_window"
+    full = Implementation(name, "unified", f"kvfuzz.impl.unified.upstream_mutants:{name}",
+                          "test double", YOURS, preconditions=DECLARES["python"])
+    for index in (0, 1):
+        trace = UNIFIED.generator.generate(0, index, [full])
+        assert trace.components == "full"
+        assert UNIFIED.check(trace, full).status == "agree"
 
 
 def __getattr__(name):  # by import path: tests.unified.test_upstream:Undeclared
@@ -72,3 +105,15 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
     # the radix tests' wrong shapes: nothing in them is the radix cache's
     assert_refused_in_one_line("unified", f"tests.radix.test_upstream:{attr}", shows,
                                "SGLang UnifiedRadixCache's interface")
+
+
+@pytest.mark.parametrize("name, label, found", [("evict_stops_short", "eviction", 11),
+                                                ("unlock_counts_shared_twice",
+                                                 "evictable_size", 0)])
+def test_the_swa_judge_checks_eviction_and_sizes_itself(name, label, found):
+    # The SWA judge keeps no model: full-attention mutants of what it still checks itself (an
+    # eviction short of the shortfall, the sizes against the nodes) are caught on SWA traces.
+    swa = Implementation(name, "unified", f"kvfuzz.impl.unified.upstream_mutants:{name}",
+                         "test double", YOURS, preconditions=SWA_DECLARES["python"])
+    outcome = UNIFIED.check(UNIFIED.generator.generate(0, found, [swa]), swa)
+    assert outcome.status == "diverge" and outcome.divergence.signature[-1] == label
