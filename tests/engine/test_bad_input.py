@@ -49,7 +49,7 @@ def test_replaying_a_directory_names_every_bad_file_and_replays_the_good_ones(tm
 def test_an_implementation_of_one_target_replays_a_mixed_corpus(tmp_path):
     result = kvfuzz_here("replay", ROOT / "corpus", "--impl", "mutant.no_clamp")
     assert result.returncode == 1, result.stderr  # it diverges on an extend case
-    others = Counter(path.name.split("-")[0] for path in (ROOT / "corpus").glob("*.json")
+    others = Counter(path.name.split("-")[0] for path in (ROOT / "corpus").rglob("*.json")
                      if not path.name.startswith("extend-"))
     listed = ", ".join(f"{name} {count}" for name, count in sorted(others.items()))
     assert f"skipped {sum(others.values())} file(s) of targets no --impl applies to: " \

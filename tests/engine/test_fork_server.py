@@ -40,7 +40,44 @@ def test_a_server_that_lies_about_its_processes_is_refused(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]
     assert "what      corrupted the worker protocol: a fork server's" in result.stderr
     assert summary_rows(result.stderr)["torch.vectorized"][:4] == ["30", "30", "0", "no"]
-    assert "with 3 descriptor(s)" in result.stderr  # refused for the pid alone
+    # The lie is refused wherever it arrives: as the answer to a fork request (then for the pid
+    # alone: `test_a_pid_that_is_not_the_servers_child_is_refused`), or out of turn after the
+    # true answer came first (the thread and the server race on one socket).
+    assert "with 3 descriptor(s)" in result.stderr or \
+        "a fork server's message b'spawned" in result.stderr, result.stderr[-3000:]
+
+
+def test_a_pid_that_is_not_the_servers_child_is_refused():
+    """A server's answer of the right shape, three descriptors and all, naming a process that is
+    not its child (its parent, the worker) is refused, and the process named is not signalled."""
+    import os
+    import socket
+    import time
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.engine import zygote
+    from kvfuzz.fuzz.engine.remote import Ended
+
+    stand_in = os.fork()  # the "server": a process of ours that only waits
+    if stand_in == 0:
+        time.sleep(60)
+        os._exit(0)
+    never, _ = os.pipe()
+    server = zygote.ForkServer.__new__(zygote.ForkServer)
+    server.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.process = SimpleNamespace(pid=stand_in, sentinel=never, join=lambda timeout: None)
+    server.crash = SimpleNamespace(close=lambda: None)
+    server.ended, server.exits, server.live, server.handles = False, {}, set(), {}
+    socket.send_fds(theirs, [b"spawned %d" % os.getpid()], [0, 1, 2])  # names the worker
+    try:
+        with pytest.raises(Ended, match="a fork server's answer b'spawned [0-9]+' with 3 "
+                                        r"descriptor\(s\)") as ended:
+            server.spawn()
+        assert ended.value.kind == "protocol" and not server.handles
+    finally:
+        os.waitpid(stand_in, 0)  # killed as the lying server, not the worker it named
+        theirs.close()
+        os.close(never)
 
 
 def test_memory_a_server_takes_after_the_import_is_the_implementations(tmp_path):
