@@ -179,11 +179,11 @@ class Replay:
             self.at = 0
         record = self.records[self.at]
         self.at += 1
-        if isinstance(record, tuple) and len(record) == 4 and record[0] == STOPPED:
-            raise protocol(f"its transcript ended before the check did; its process says that "
-                           f"side of the check stopped on {str(record[3]):.600}")
         wanted = (kind, oid, _key(kind, body))
         if not (isinstance(record, tuple) and len(record) == 4 and record[:3] == wanted):
+            if isinstance(record, tuple) and len(record) == 4 and record[0] == STOPPED:
+                raise protocol(f"its transcript ended before the check did; its process says "
+                               f"that side of the check stopped on {str(record[3]):.600}")
             raise protocol(f"its transcript has {_shown(record)} where the judge asks "
                            f"{_shown(wanted)}")
         return decode(record[3], self.memory)

@@ -82,7 +82,7 @@ class ForkServer:
         try:  # descriptors of its choosing: a pipe where a file belongs is a lie too
             crash = CrashLog.adopt(fds[1], fds[2])
         except (OSError, ValueError) as error:
-            for fd in fds:
+            for fd in fds + [handle]:
                 try:
                     os.close(fd)
                 except OSError:  # adopted, and closed with the half-made log
