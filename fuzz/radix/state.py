@@ -11,6 +11,7 @@ from collections import Counter
 
 from kvfuzz.impl.poison import POISON
 from kvfuzz.oracle.radix.invariants import NodeView, node_name, pool_violations, size_problems
+from kvfuzz.oracle.counts import same_counts
 
 FIELDS = ("key", "value", "lock", "hits", "priority")
 
@@ -130,7 +131,7 @@ def locked_problems(model, names, actual_pages: Counter) -> list[tuple[str, str]
 def eviction_problems(names, expected_gone: Counter, actual_gone: Counter,
                       policy: str) -> list[tuple[str, str]]:
     """Pages an eviction took against those the model's policy takes."""
-    if expected_gone == actual_gone:
+    if same_counts(expected_gone, actual_gone):
         return []
     wrong, kept = actual_gone - expected_gone, expected_gone - actual_gone
     text = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kvfuzz.oracle.counts import same_counts
 from kvfuzz.strategies.blockpool.events import IMAGE, SALT, Cleared, Prompt, Removed, Stored
 
 
@@ -75,7 +76,11 @@ def canonical(events) -> list:
 
 
 def replay(view: Counter, events) -> Counter:
-    """A consumer's view (how many blocks hold each (hash, group)) after `events`."""
+    """A consumer's view (how many blocks hold each (hash, group)) after `events`. Only counts
+    above zero are kept (what `same_counts` needs); a view with no events is returned as is,
+    not copied (the judge replays after every pool call, most of which publish nothing)."""
+    if not events:
+        return view
     for event in events:
         if isinstance(event, Cleared):
             view = Counter()
@@ -90,7 +95,7 @@ def event_violations(view: Counter, cache: dict) -> list[str]:
     """What a consumer that replayed every event believes and the pool's hash map disagree on:
     an entry it would route to that is gone, or one it never heard of."""
     holds = Counter({key: len(blocks) for key, blocks in cache.items() if blocks})
-    if view == holds:
+    if same_counts(view, holds):
         return []
     key = next(k for k in sorted(set(view) | set(holds)) if view[k] != holds[k])
     return [f"the KV events say hash {key[0]} (group {key[1]}) is cached in {view[key]} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from kvfuzz.oracle.counts import same_counts
 from kvfuzz.oracle.radix.pages import ROOT, PageNames
 
 
@@ -20,6 +21,8 @@ class EventLedger:
 
     def fold(self, events) -> list[str]:
         """Apply `events` in order; the problems of events that cannot be applied."""
+        if not events:
+            return []
         problems = []
         for event in events:
             kind = event[0]
@@ -54,7 +57,7 @@ class EventLedger:
 
     def compare(self, cached: Counter) -> list[str]:
         """What a router believes against the pages the cache holds (`cached`)."""
-        if self.present == cached:
+        if same_counts(self.present, cached):
             return []
         missing, stale = cached - self.present, self.present - cached
         problems = []
