@@ -52,6 +52,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "eagle_margin_dropped": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
     # Mamba "align" (the "mamba align" profile's reduced checks): a state never freed.
     "mamba_align_state_kept": r"ref_cnt:? +reference counts against the live tables",
+    # Mamba "align" (the full rule of which states a request's table keeps): a state written
+    # past the request's last token.
+    "mamba_align_lookahead_state": r"mamba states:? +r\d+'s Mamba table \d+ blocks after",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
 }.items()}
