@@ -61,7 +61,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
-    mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager")
+    mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager",
+                 # its first divergence of seed 0: index 43, a "mamba align" trace with draft
+                 # tokens (the 42 traces before it take some 4 s of CI)
+                 first={PREFIX + "mamba_align_lookahead_state": 43})
 
 
 @pytest.mark.slow
