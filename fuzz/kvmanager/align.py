@@ -18,7 +18,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   early, leaked or freed twice shows here; with no request live, every block is free), and
   each live request's Mamba table the states the released rule keeps
   (`oracle/kvmanager/mamba_align.py`: the state its last step read and the one it wrote,
-  nothing while it waits);
+  nothing while it waits), and every state that left its table held by no other table back
+  in the pool (the rule's free side, reported before the reference counts in general);
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
@@ -59,6 +60,7 @@ class AlignLockstep(KVManagerLockstep):
         self.evicted: tuple[int, ...] = ()         # what the last op asked evicted
         self.reset_done = False                    # whether the last op reset the cache
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
+        self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -210,11 +212,12 @@ class AlignLockstep(KVManagerLockstep):
         num_free, (queue, links), ref, keys, cache, usage = (
             self.read("num_free"), self.read("free_queue"), self.read("ref_counts"),
             self.read("keys"), self.read("cache_map"), self.read("usage"))
-        held = [0] * size
+        held, states = [0] * size, {}
         problems = [("free queue links", links)] if links else []
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
             problems += self._kept_problems(rid, request, tables)
+            states.update((b, rid) for b in tables[-1] if b)
             for group, table in enumerate(tables):
                 blocks = [b for b in table if b]
                 if len(set(blocks)) != len(blocks):
@@ -227,6 +230,15 @@ class AlignLockstep(KVManagerLockstep):
                                          f"blocks on the free queue of {size - 1}"))
         if len(ref) != size:
             return problems + [("blocks", f"expected {size} blocks, actual {len(ref)}")]
+        # A state a request moved past (in a Mamba table at the last read, in none now) and
+        # held by no other table must be back in the pool: the free side of the rule.
+        kept = [(b, rid) for b, rid in self.states.items()
+                if b not in states and ref[b % size] != held[b % size]]
+        if kept:
+            problems.append(("mamba states", "states that left their tables still referenced: "
+                             + ", ".join(f"block {b} (r{rid}'s) has {ref[b % size]}, held "
+                                         f"{held[b % size]} times" for b, rid in kept[:4])))
+        self.states = states
         wrong = [b for b in range(1, size) if ref[b] != held[b]]
         if wrong:
             problems.append(("ref_cnt", "reference counts against the live tables: " + ", ".join(
