@@ -15,13 +15,18 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   as the scheduler does every step): the pool's invariants (`state_violations`), the free count
   the free queue's length and `usage` the same fraction, no block twice in one table, and every
   block's reference count exactly the number of live tables that hold it (a block freed too
-  early, leaked or freed twice shows here; with no request live, every block is free);
+  early, leaked or freed twice shows here; with no request live, every block is free), and
+  each live request's Mamba table the states the released rule keeps
+  (`oracle/kvmanager/mamba_align.py`: the state its last step read and the one it wrote,
+  nothing while it waits), and every state that left its table held by no other table back
+  in the pool (the rule's free side, reported before the reference counts in general);
+- a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
-their retention), the tables' null positions, refusals for want of blocks (the admission count),
+their retention), full attention's null positions, refusals for want of blocks (the admission count),
 KV events and stats (the profile observes none) and the scheduler's reads.
 """
 
@@ -31,6 +36,7 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             _state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
+from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
@@ -53,6 +59,8 @@ class AlignLockstep(KVManagerLockstep):
         self.keys: list = [None] * trace.blocks    # and each block's entries
         self.evicted: tuple[int, ...] = ()         # what the last op asked evicted
         self.reset_done = False                    # whether the last op reset the cache
+        self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
+        self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -141,6 +149,7 @@ class AlignLockstep(KVManagerLockstep):
                                f"not the end of r{rid}'s table {short(table)}")
                     for group, (fresh, table) in enumerate(zip(got.actual, tables))
                     if fresh and table[-len(fresh):] != fresh][:1]
+        self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
@@ -169,14 +178,21 @@ class AlignLockstep(KVManagerLockstep):
         if hit and (not mamba[-1] or any(mamba[:-1])):
             return [("prefix hit", f"the Mamba group's blocks: expected nulls then its state "
                                    f"block, actual {short(mamba)}")]
-        hashes = request.hashes(hashed)[size // hashed - 1::size // hashed]
+        units = request.hashes(hashed)
         for index, block in enumerate(full[:hit // size]):
-            entries = self.keys[block] if 0 < block < trace.blocks else None
-            entries = entries if isinstance(entries, list) else [entries]
-            if (hashes[index], 0) not in entries:
+            if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
                 return [("prefix hit", f"full attention's block {index}, block {block}, is not "
                                        f"cached under the request's hash of it")]
+        if hit and mamba_align.hit_key(units, hit, hashed) not in self._entries(mamba[-1]):
+            return [("prefix hit", f"the Mamba group's block {mamba[-1]} is not cached under "
+                                   f"the request's hash of its first {hit} tokens (the state "
+                                   f"a hit resumes from)")]
         return []
+
+    def _entries(self, block: int) -> list:
+        """A block's cache entries (hash, group) as the last state read showed them."""
+        entries = self.keys[block] if 0 < block < self.trace.blocks else None
+        return entries if isinstance(entries, list) else [entries]
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
@@ -196,10 +212,13 @@ class AlignLockstep(KVManagerLockstep):
         num_free, (queue, links), ref, keys, cache, usage = (
             self.read("num_free"), self.read("free_queue"), self.read("ref_counts"),
             self.read("keys"), self.read("cache_map"), self.read("usage"))
-        held = [0] * size
+        held, states = [0] * size, {}
         problems = [("free queue links", links)] if links else []
-        for rid in self.requests:
-            for group, table in enumerate(self.read("block_ids", rid)):
+        for rid, request in self.requests.items():
+            tables = self.read("block_ids", rid)
+            problems += self._kept_problems(rid, request, tables)
+            states.update((b, rid) for b in tables[-1] if b)
+            for group, table in enumerate(tables):
                 blocks = [b for b in table if b]
                 if len(set(blocks)) != len(blocks):
                     problems.append(("block table", f"r{rid}'s group {group} holds a block "
@@ -211,6 +230,15 @@ class AlignLockstep(KVManagerLockstep):
                                          f"blocks on the free queue of {size - 1}"))
         if len(ref) != size:
             return problems + [("blocks", f"expected {size} blocks, actual {len(ref)}")]
+        # A state a request moved past (in a Mamba table at the last read, in none now) and
+        # held by no other table must be back in the pool: the free side of the rule.
+        kept = [(b, rid) for b, rid in self.states.items()
+                if b not in states and ref[b % size] != held[b % size]]
+        if kept:
+            problems.append(("mamba states", "states that left their tables still referenced: "
+                             + ", ".join(f"block {b} (r{rid}'s) has {ref[b % size]}, held "
+                                         f"{held[b % size]} times" for b, rid in kept[:4])))
+        self.states = states
         wrong = [b for b in range(1, size) if ref[b] != held[b]]
         if wrong:
             problems.append(("ref_cnt", "reference counts against the live tables: " + ", ".join(
@@ -224,6 +252,21 @@ class AlignLockstep(KVManagerLockstep):
                                                                        cache)]
         self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
         return problems
+
+    def _kept_problems(self, rid, request, tables) -> list[tuple[str, str]]:
+        """The Mamba group's table against the blocks its contract keeps
+        (`oracle/kvmanager/mamba_align.py`): none while the request waits, else the state
+        its last step read and the one it wrote."""
+        if len(tables) != 2:
+            return [("mamba states", f"r{rid}: expected two groups' tables, actual "
+                                     f"{short(tables)}")]
+        mamba = tables[1]
+        if request.status != RUNNING:
+            wrong = mamba and f"holds {short(mamba)} while it waits: expected nothing"
+        else:
+            wrong = mamba_align.table_problems(mamba, self.read_from[rid], request.computed,
+                                               self.trace.block_size)
+        return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []
 
 
 class _Unmodelled:

@@ -6,7 +6,8 @@ per request whose prompt is done) until every request has finished.
     session = run_session(seed=0, wrap=lambda manager: kvfuzz.guard(manager, "kvmanager"))
 
 `wrap` replaces the scheduler's manager before the first step (`kvfuzz.guard` or
-`kvfuzz.record`); the scheduler then calls it as it calls its own.
+`kvfuzz.record`); the scheduler then calls it as it calls its own. `Workload(offload_bytes=n)`
+adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`.
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
@@ -46,6 +47,7 @@ class Workload:
     max_prompt: int = 180
     max_tokens: int = 40
     max_steps: int = 5000
+    offload_bytes: int = 0  # CPU bytes of vLLM's CPU offloading connector (0: no connector)
 
 
 @dataclass
@@ -58,6 +60,8 @@ class SessionResult:
     scheduled_tokens: int = 0
     lookups_with_a_hit: int = 0
     pool: object = None                 # the wrapped pool, when one was
+    loads: int = 0                      # the offloading connector's transfer jobs, if any
+    stores: int = 0
     notes: list[str] = field(default_factory=list)
 
 
@@ -145,6 +149,8 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                                                 KVCacheGroupSpec)
         from vllm.v1.structured_output import StructuredOutputManager
 
+        from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
+
         _cpu_platform()
         with _inspection_answered():
             model = ModelConfig(model=_model_folder(), dtype="float16", seed=0,
@@ -157,7 +163,9 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 max_model_len=workload.max_model_len, enable_chunked_prefill=True,
                 is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=workload.block_size,
-                                     enable_prefix_caching=True))
+                                     enable_prefix_caching=True),
+            **({"kv_transfer_config": connector_config(workload.offload_bytes)}
+               if workload.offload_bytes else {}))
         config.cache_config.num_gpu_blocks = workload.blocks
         spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
                                  dtype=torch.float16)
@@ -209,6 +217,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     scheduler = build_scheduler(workload, manager_class, pool_class)  # first: prepares vLLM
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from kvfuzz.fuzz.kvmanager.offload_worker import InstantWorker
+
     if wrap_pool is not None:
         replace_pool(scheduler.kv_cache_manager, wrap_pool)
     if wrap is not None:
@@ -218,6 +228,7 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     arrivals = _requests(scheduler, workload, rng)
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
+    worker = InstantWorker()  # the offloading connector's worker side, when there is one
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -232,9 +243,11 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
                    for rid in ids]
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled))
+            sampled_token_ids=sampled, kv_connector_output=worker.output(output)))
+        worker.after(scheduler, requests)
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
+    result.loads, result.stores = worker.loads, worker.stores
     if wrap_pool is not None:
         result.pool = scheduler.kv_cache_manager.block_pool
     return result

@@ -187,6 +187,10 @@ MUTATIONS = {
         "MambaManager._remove_blocks_in_range",
         "self.block_pool.free_blocks(freed)", "pass",
         "in align mode the states a request moved past leave its table but are never freed")),
+    "mamba_align_lookahead_state": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "num_tokens = num_tokens_main_model", "num_tokens = num_tokens",
+        "in align mode a step places its state past its last token (lookahead tokens counted)")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

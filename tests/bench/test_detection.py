@@ -50,6 +50,20 @@ def test_tables_give_medians_over_the_trials_that_found_it():
     assert "**1/1**; 2.00 s | **0/1**; 4.00 s |" in text
 
 
+@pytest.mark.parametrize("name", ["blockpool", "kvmanager", "offload"])
+def test_a_target_of_released_code_alone_is_measured_on_its_every_mutant(name):
+    """vLLM's targets have no implementation of kvfuzz's own: the table lists every mutant of
+    the released classes (the configurations' mutants included, each reached by its profile's
+    stream), none left to its tests alone; without vLLM, none (each needs it to run)."""
+    from kvfuzz.bench.detection import mutants
+    from tests.helpers import mutants as catalogued
+
+    listed, every = mutants(name, quick=False), catalogued(name)
+    expected = [m.name for m in every if m.available()]
+    assert listed == expected and (not expected or len(listed) == len(every)), listed
+    assert mutants(name, quick=True) == expected[:1]
+
+
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_uniform_inputs_keep_to_what_every_entry_declares(name):
     """Without running anything: the baseline made for an entry (upstream ones included) breaks

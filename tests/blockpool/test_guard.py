@@ -103,6 +103,40 @@ def test_a_guarded_mutant_pool_raises_in_vllms_scheduler_with_a_file_that_replay
         "vllm.blockpool", seeds=3)
 
 
+# vLLM's CPU offloading connector in the session: its scheduler side vLLM's own, its worker a
+# double that finishes every transfer within the step (fuzz/kvmanager/offload_worker.py).
+def offload_session(seed: int, name: str | None, corpus_dir, **more):
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import Workload
+
+    return scheduler_session(seed, name, corpus_dir, workload=Workload(offload_bytes=1 << 18),
+                             **more)
+
+
+def test_the_pool_runs_guarded_under_the_cpu_offloading_connector(tmp_path):
+    """The connector's traffic reaches the pool (stores, pins of the blocks they read, loads
+    admitted as external hits with their caching delayed, frees held back for a store) and the
+    released pool agrees with the oracle after every call; a pool mutant is caught there."""
+    loads = stores = 0
+    for seed in range(3):
+        session = offload_session(seed, None, tmp_path)
+        assert session.finished == session.requests == 10, session
+        assert session.pool.kvfuzz_session.divergence is None
+        loads, stores = loads + session.loads, stores + session.stores
+    assert loads and stores, (loads, stores)
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: offload_session(seed, "touch_counts_twice", tmp_path),
+        "mutant.vllm.blockpool.touch_counts_twice", "vllm.blockpool", seeds=3)
+
+
+def test_the_manager_under_the_offloading_connector_is_refused_by_its_guard(tmp_path):
+    """The kvmanager trace does not model a connector's calls: its guard refuses the first
+    (docs/upstream-vllm.md, "Not driven")."""
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"finalize_partial_tail_offloads\(\) is "
+                                                      r"not modelled by the kvmanager trace"):
+        offload_session(0, None, tmp_path, wrap=lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings))
+
+
 def released_pool(blocks: int = 8):
     return impl_of(None).load()(num_gpu_blocks=blocks, enable_caching=True, hash_block_size=16)
 

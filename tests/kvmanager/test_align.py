@@ -50,16 +50,25 @@ def doubles() -> dict:
         def usage(self):
             return self.block_pool.get_usage() + 1 / 1024
 
+    class MambaHitWrongState(KVCacheManager):
+        def get_computed_blocks(self, request):  # the Mamba hit's state: full attention's block
+            blocks, *rest = super().get_computed_blocks(request)
+            full, mamba = blocks.blocks
+            if mamba:
+                blocks = type(blocks)((full, mamba[:-1] + full[-1:]))
+            return (blocks, *rest)
+
     class GroupsSwapped(KVCacheManager):
         def allocate_slots(self, *args, **kwargs):
             got = super().allocate_slots(*args, **kwargs)
             return got if got is None else type(got)(got.blocks[::-1])
     return {cls.__name__: cls for cls in (EvictsNothing, ResetAlwaysDone, UsageOff,
-                                          GroupsSwapped)}
+                                          GroupsSwapped, MambaHitWrongState)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:EvictsNothing
-    if name in ("EvictsNothing", "ResetAlwaysDone", "UsageOff", "GroupsSwapped"):
+    if name in ("EvictsNothing", "ResetAlwaysDone", "UsageOff", "GroupsSwapped",
+                "MambaHitWrongState"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -69,8 +78,10 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     (f"{__name__}:ResetAlwaysDone", "result"),
     (f"{__name__}:UsageOff", "num free"),
     (f"{__name__}:GroupsSwapped", "result"),
-    ("mutant.vllm.kvmanager.mamba_align_state_kept", "ref_cnt"),
-    ("mutant.vllm.kvmanager.free_first_group_only", "ref_cnt"),
+    (f"{__name__}:MambaHitWrongState", "prefix hit"),
+    ("mutant.vllm.kvmanager.mamba_align_lookahead_state", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_state_kept", "mamba states"),
+    ("mutant.vllm.kvmanager.free_first_group_only", "mamba states"),
     ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
     ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),
     ("mutant.vllm.kvmanager.skip_reading_ignored", "prefix hit"),

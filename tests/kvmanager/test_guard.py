@@ -67,7 +67,8 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "hit_report_skipped", "events_unannotated", "retained_tokens_freed",
                "eagle_block_kept", "hybrid_hit_off_grid", "hybrid_caches_off_grid",
                "partial_tail_past_prompt", "local_chunk_freed_early", "mamba_state_freed",
-               "eagle_margin_dropped", "cross_sized_by_decoder", "mamba_align_state_kept")
+               "eagle_margin_dropped", "cross_sized_by_decoder", "mamba_align_state_kept",
+               "mamba_align_lookahead_state")
 
 
 def corner_trace(index: int, impl):

@@ -1,0 +1,59 @@
+"""Which blocks a Mamba group in "align" mode keeps, per request and step (vllm 0.33.0,
+`MambaManager` in `single_type_kv_cache_manager.py`, without speculative or prefill-checkpoint
+blocks, as the "mamba align" profile builds it). Facts read in the released source:
+
+- a step of a request that had computed `c` tokens first frees the states before the one of
+  its last computed token (`get_num_skipped_tokens` = c - 1: every block below (c - 1) // b
+  leaves the table, a null in its place, `_remove_blocks_in_range`'s align branch);
+- it then pads the table with nulls and takes ONE new block, the state of its new last token:
+  the table is cdiv(c', b) long (c' = c + the step's tokens; lookahead tokens take no Mamba
+  block in this mode) and its last block is that state;
+- so between steps a request holds at most two states: the one its last step read (block
+  (c - 1) // b, where the copy comes from) and the one it wrote (the last block); a partial hit's
+  copy-on-write block takes the read state's place (`_apply_cow`), or is handed to the pool
+  (`move_block_hashes`) and is in no table.
+
+A hit is the state of its last token: the block at (hit - 1) // b, cached under the request's
+hash of the first `hit` tokens in the Mamba group (group 1), a partial entry where the hit ends
+inside the block.
+"""
+
+from __future__ import annotations
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kept_positions(read_from: int, computed: int, block_size: int) -> set[int]:
+    """The table positions that may hold a state after a step from `read_from` computed tokens
+    to `computed`: the state read (none for a step from 0) and the state written."""
+    kept = {cdiv(computed, block_size) - 1}
+    if read_from > 0:
+        kept.add((read_from - 1) // block_size)
+    return kept
+
+
+def table_problems(table: list[int], read_from: int, computed: int,
+                   block_size: int) -> str | None:
+    """What is wrong with a live request's Mamba table (block ids, 0 the null block) after its
+    last step went from `read_from` to `computed` tokens; None when nothing."""
+    length = cdiv(computed, block_size)
+    if len(table) != length:
+        return (f"{len(table)} blocks after {computed} computed tokens in blocks of "
+                f"{block_size}: expected {length}")
+    if not table[-1]:
+        return f"its last block (the state of token {computed - 1}) is the null block"
+    kept = kept_positions(read_from, computed, block_size)
+    stale = [index for index, block in enumerate(table) if block and index not in kept]
+    if stale:
+        return (f"holds states at positions {stale[:4]} after a step from {read_from} to "
+                f"{computed} tokens: expected only positions {sorted(kept)} (the state read and "
+                f"the state written)")
+    return None
+
+
+def hit_key(hashes: list[int], hit: int, hash_size: int) -> tuple[int, int]:
+    """The Mamba group's cache key (hash, group 1) of a hit of `hit` tokens: the request's hash
+    of its last hash unit (`hashes` per `hash_size` tokens)."""
+    return hashes[hit // hash_size - 1], 1
