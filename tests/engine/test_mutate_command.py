@@ -118,7 +118,7 @@ def test_an_interrupted_run_keeps_its_verdicts_and_resumes(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     args = [sys.executable, "-m", "kvfuzz.fuzz.cli", "mutate", "mamba", "--impl", "mamba.torch",
-            "--cases", "200", "--results", "res.jsonl"]
+            "--cases", "200", "--sample", "12", "--seed", "0", "--results", "res.jsonl"]
     process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     results = tmp_path / "res.jsonl"
