@@ -20,8 +20,10 @@ class PageNames:
         # (page before, a node's key, page size) -> the names of the key's pages: the judge
         # counts every page of both trees after every op, and most nodes are unchanged since the
         # op before, so a node is named once, not once per op (a 1,024-op trace of 2,048
-        # page-size-1 pages named 6 million pages one by one). Bounded: cleared when full.
+        # page-size-1 pages named 6 million pages one by one). Bounded by the tokens it keeps
+        # (RUNS_KEPT, about 16 MB of references): cleared when full.
         self.runs: dict[tuple[int, tuple[int, ...], int], list[int]] = {}
+        self.runs_tokens = 0
 
     def name(self, before: int, tokens) -> int:
         """The page of `tokens` that follows page `before`."""
@@ -60,7 +62,7 @@ class PageNames:
             found.append(before)
         return found
 
-    RUNS_KEPT = 8192
+    RUNS_KEPT = 1 << 20  # tokens of the keys `runs` holds
 
     def run(self, before: int, key: tuple[int, ...], page_size: int) -> list[int]:
         """The names of the whole pages of `key`, the first following page `before`."""
@@ -71,9 +73,11 @@ class PageNames:
             for start in range(0, len(key) - page_size + 1, page_size):
                 before = self.name(before, key[start:start + page_size])
                 found.append(before)
-            if len(self.runs) >= self.RUNS_KEPT:
+            if self.runs_tokens + len(key) > self.RUNS_KEPT:
                 self.runs.clear()
+                self.runs_tokens = 0
             self.runs[memo] = found
+            self.runs_tokens += len(key)
         return found
 
     def count(self, nodes, page_size: int, namespaces: bool = True) -> Counter:

@@ -226,6 +226,22 @@ def test_pages_are_named_by_their_tokens_from_the_root_of_their_namespace():
     assert names.count(nodes + [other], 2, namespaces=False)[first] == 2
 
 
+@pytest.mark.parametrize("kept", [PageNames.RUNS_KEPT, 3])
+def test_counting_pages_again_names_them_as_the_first_count_did(kept):
+    """The judge counts both trees after every op, each node's names kept from the op before:
+    a node met again (or after the kept names were dropped, `kept` tokens) counts the pages its
+    tokens name, whichever node it hangs under."""
+    names = PageNames()
+    names.RUNS_KEPT = kept
+    root = view([1, 2], [1, 2], [4, 5], page=2)
+    child = view([1, 2, 3, 4], [3, 4], [6, 7], parent=(0, (1, 2)), page=2)
+    moved = view([3, 4], [3, 4], [6, 7], page=2)  # the same key under the root
+    for _ in range(3):
+        by_tokens = Counter(names.tokens(p) for p in names.count([root, child, moved], 2)
+                            .elements())
+        assert by_tokens == Counter({(1, 2): 1, (1, 2, 3, 4): 1, (3, 4): 1})
+
+
 def test_the_event_ledger_holds_what_was_stored_minus_removed():
     names = PageNames()
     ledger = EventLedger(names)
