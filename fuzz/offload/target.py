@@ -61,9 +61,9 @@ def policy_supported(impl, policy):
     release = installed_release(impl.requires) or "this release"
     raise ImplementationError(
         f"not supported: {impl.requires} {release}: {getattr(policy, '__name__', policy)} has "
-        f"no {POLICY_HOOK} (its policy evicts by recency alone and counts the store threshold "
-        f"per lookup or key, where kvfuzz models 0.33's request ranks and whole offers; no "
-        f"trace model of the earlier policies: docs/release-history.md, K)")
+        f"no {POLICY_HOOK} (the policies then ranked no request's chunks, reordered none at "
+        f"its end and counted the store threshold per lookup or key; kvfuzz models 0.33's "
+        f"policies: no trace model of the earlier ones, docs/release-history.md K)")
 
 
 def _generator_for(impls):

@@ -471,8 +471,8 @@ def test_an_offloading_manager_whose_policy_has_no_request_hook_is_one_line():
         def evict(self, n, protected): pass
 
     with pytest.raises(ImplementationError, match=r"^not supported: vllm .*: LRUCachePolicy has "
-                                                   r"no on_request_finished \(its policy evicts "
-                                                   r"by recency alone.*K\)$"):
+                                                   r"no on_request_finished \(the policies then "
+                                                   r"ranked no request's chunks.*K\)$"):
         policy_supported(entry, LRUCachePolicy)
     later = type("LRUCachePolicy", (LRUCachePolicy,), {"on_request_finished": lambda s, r: 0})
     assert policy_supported(entry, later) is entry
