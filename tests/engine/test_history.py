@@ -7,6 +7,7 @@ older SGLang release installed and run, is `test_history_release.py` (slow)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -220,7 +221,8 @@ def fake_cells(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "run_cell", fake)
     options = run.Options((Release("sglang", "0.5.17"), Release("sglang", "0.5.20")),
                           ("sglang.mamba", "sglang.token"), cases=3,
-                          results=tmp_path / "r" / "results.jsonl", picture=tmp_path / "p.png")
+                          results=tmp_path / "r" / "results.jsonl", picture=tmp_path / "p.png",
+                          findings=None)  # the repository's saved findings: never replayed here
     return options, ran, verdicts
 
 
@@ -242,12 +244,10 @@ def test_a_rerun_skips_the_cells_done_and_runs_errors_again(fake_cells, capsys):
     ran.clear()
     assert run.history(options) == 0 and ran == []  # everything done
     ran.clear()
-    assert run.history(run.Options(options.releases, options.impls, cases=4,
-                                   results=options.results, picture=options.picture)) == 0
+    assert run.history(replace(options, cases=4)) == 0
     assert len(ran) == 4  # other cases: other cells
     ran.clear()
-    assert run.history(run.Options(options.releases, options.impls, cases=3, rerun=True,
-                                   results=options.results, picture=options.picture)) == 0
+    assert run.history(replace(options, rerun=True)) == 0
     assert len(ran) == 4  # --rerun: every cell asked runs again
 
 
@@ -325,8 +325,7 @@ def test_the_saved_findings_of_a_release_replay_after_its_cells(fake_cells, tmp_
             {"file": p.name, "result": result, "what": "w"} for p in paths]}
 
     monkeypatch.setattr(run.findings, "replay", fake_replay)
-    options = run.Options(options.releases, options.impls, cases=3, results=options.results,
-                          picture=options.picture, findings=saved)
+    options = replace(options, findings=saved)
     verdicts.update({"sglang.mamba": UNSUPPORTED})  # no replay where the class cannot run
     assert run.history(options) == 0
     assert replays == [("0.5.17", "sglang.token", ["allocator-aaaa.json"])]  # its target's files
@@ -340,6 +339,6 @@ def test_the_saved_findings_of_a_release_replay_after_its_cells(fake_cells, tmp_
     assert run.history(options) == 0
     assert ran == [] and replays == [  # a new file: the replay alone runs again
         ("0.5.17", "sglang.token", ["allocator-aaaa.json", "allocator-cccc.json"])]
-    assert run.history(run.Options(options.releases, options.impls, cases=3,
-                                   results=options.results, picture=options.picture,
-                                   findings=None)) == 0
+    replays.clear()
+    (saved / "sglang-0.5.17" / "allocator-dddd.json").write_text("{}")
+    assert run.history(replace(options, findings=None)) == 0 and replays == []  # --no-findings
