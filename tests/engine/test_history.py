@@ -71,6 +71,7 @@ def test_a_bad_release_list_is_one_line(text, says):
     (["--vllm", "0.28.0", "--cases", "0"], "--cases: expected a positive integer"),
     (["--vllm", "0.28.0", "--jobs", "99"], "--jobs: expected a number of worker processes"),
     (["--vllm", "0.28.0", "--find-links", "/no/such/dir"], "--find-links /no/such/dir: not a"),
+    (["--vllm", "0.28.0", "--findings", "/no/such/dir"], "--findings /no/such/dir: not a"),
 ])
 def test_the_command_refuses_bad_input_in_one_line(argv, says, tmp_path):
     ran = kvfuzz_here("history", *argv, "--results", tmp_path / "r.jsonl")
