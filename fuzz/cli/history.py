@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from kvfuzz.fuzz.cli.args import UsageError, jobs, positive, seconds
-from kvfuzz.fuzz.history import releases, results
+from kvfuzz.fuzz.history import findings, releases, results
 from kvfuzz.fuzz.history.run import CASES, TIMEOUT, TRACE_CASES, HistoryError, Options
 
 EPILOG = f"""default releases (on PyPI, one per minor version):
@@ -30,6 +30,9 @@ a cell: agree (every input agreed or was outside the class's contract), diverges
 report's what line, its replay line and saved file; every distinct finding listed), crashed
 (every finding a process that ended: the stack), not supported (the one line why), error (could
 not run; a rerun tries it again).
+a release's saved findings (corpus/history/sglang-0.5.10/*.json) are replayed on each class of
+their target after its cell, in the same environment: each file still diverges (expected on the
+class it was found on), no longer diverges, or is outside the class's contract (table: *).
 the results file keeps each cell's verdict as it ends: rerun the same command to resume (cells
 done with the same cases, seed and timeout are skipped); logs and findings (corpus files) lie
 beside it. Replay a finding with the release's folder first on PYTHONPATH, as the table says.
@@ -70,6 +73,12 @@ def add_parser(commands) -> None:
                          help="run every cell again, even those the results file has (after "
                               "kvfuzz or a release's folder changed); their new verdicts replace "
                               "the old")
+    history.add_argument("--findings", type=Path, default=findings.DEFAULT, metavar="DIR",
+                         help="saved findings replayed on their own release: each file of "
+                              "DIR/<package>-<version>/ on every class of its target, after the "
+                              f"cell (default {findings.DEFAULT}, where it exists)")
+    history.add_argument("--no-findings", action="store_true",
+                         help="replay no saved findings")
     history.add_argument("--find-links", default=None, metavar="DIR",
                          help="wheels already on disk, looked at before PyPI (pip's option)")
 
@@ -88,11 +97,14 @@ def options(args) -> Options:
         raise UsageError(str(error)) from None
     if args.find_links and not Path(args.find_links).is_dir():
         raise UsageError(f"--find-links {args.find_links}: not a directory")
+    if args.findings != findings.DEFAULT and not args.findings.is_dir() and \
+            not args.no_findings:
+        raise UsageError(f"--findings {args.findings}: not a directory")
     if args.results.is_dir():
         raise UsageError(f"--results {args.results}: is a directory; expected a file")
     return Options(tuple(chosen), tuple(args.impl), args.cases, args.seed, args.timeout,
                    args.jobs, args.results, args.json, args.picture, args.find_links,
-                   args.rerun)
+                   args.rerun, None if args.no_findings else args.findings)
 
 
 def run(args) -> int:

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvfuzz.fuzz.history import picture, releases, results, table
+from kvfuzz.fuzz.history import findings, picture, releases, results, table
 from kvfuzz.fuzz.history.cells import (AGREE, ERROR, INTERRUPTED, UNSUPPORTED, Cell, run_cell)
 from kvfuzz.fuzz.history.releases import Release, ReleaseError
 from kvfuzz.fuzz.targets import TARGETS
@@ -47,6 +47,7 @@ class Options:
     picture: Path | None = None       # default: beside the results file
     find_links: str | None = None     # pip --find-links: wheels already on disk
     rerun: bool = False               # run every cell asked, whatever the results file has
+    findings: Path | None = findings.DEFAULT  # saved findings, <package>-<version>/ each; None: none
 
 
 def entries(package: str) -> list[tuple[str, str]]:
@@ -91,6 +92,8 @@ def history(options: Options, out=None, err=None) -> int:
     cells = plan(options)
     records = results.load(options.results)
     todo = [cell for cell in cells if options.rerun or not results.done(records, cell.key)]
+    # A cell done before whose saved findings changed (or were never replayed): the replay alone.
+    todo += [cell for cell in cells if cell not in todo and _replay_due(cell, records, options)]
     if todo:  # what every release imports beside itself (transformers, ...): the lock's pins
         upstream_cache.fetch(lambda line: print(line, file=err, flush=True))
     base = Path(options.results).parent
@@ -135,13 +138,24 @@ def _submit(todo, options, base, records, appender, running, pool, say) -> None:
             say(f"[{numbered[cell]}/{len(todo)}] {progress(cell, record)}")
 
     def one(cell, folder):
-        log = base / "logs" / f"{cell.release.package}-{cell.release.version}" / \
-            f"{cell.target}-{cell.impl}.log"
+        logs = base / "logs" / f"{cell.release.package}-{cell.release.version}"
         corpus = base / "corpus" / f"{cell.release.package}-{cell.release.version}"
-        record = run_cell(cell, folder, corpus, log,
-                          started=lambda process: running.__setitem__(cell, process))
+        started = lambda process: running.__setitem__(cell, process)  # noqa: E731
+        record = records.get(cell.key) if results.done(records, cell.key) and \
+            not options.rerun else None
+        if record is None:
+            record = run_cell(cell, folder, corpus, logs / f"{cell.target}-{cell.impl}.log",
+                              started=started)
+            record["folder"] = str(folder)
+        else:
+            record = dict(record)  # done before: its saved findings alone run
+        paths = findings.files(options.findings, cell)
+        if paths and record["status"] not in (ERROR, UNSUPPORTED):
+            replayed = findings.replay(cell, folder, paths,
+                                       logs / f"{cell.target}-{cell.impl}.replay.log", started)
+            if replayed.get("status") != "interrupted":
+                record["replayed"] = replayed
         running.pop(cell, None)
-        record["folder"] = str(folder)
         finished(cell, record)
 
     for release in dict.fromkeys(cell.release for cell in todo):
@@ -154,6 +168,13 @@ def _submit(todo, options, base, records, appender, running, pool, say) -> None:
             continue
         for cell in mine:
             pool.submit(one, cell, folder)
+
+
+def _replay_due(cell: Cell, records: dict, options: Options) -> bool:
+    record = results.done(records, cell.key)
+    paths = findings.files(options.findings, cell)
+    return bool(record and paths and record["status"] != UNSUPPORTED and
+                (record.get("replayed") or {}).get("files") != findings.names(paths))
 
 
 def progress(cell: Cell, record: dict) -> str:
@@ -169,7 +190,8 @@ def progress(cell: Cell, record: dict) -> str:
         head = head.removesuffix(": crashed") if what.startswith("crashed") else head
         head += f": {what}" + (f" (+{more} more)" if more else "")
     seconds = record.get("seconds")
-    return head + (f"  {seconds:.0f} s" if seconds is not None else "")
+    head += f"  {seconds:.0f} s" if seconds is not None else ""
+    return head + (f"; {findings.summary(record['replayed'])}" if record.get("replayed") else "")
 
 
 def _stop(process) -> None:

@@ -5,13 +5,15 @@ supported. The same as JSON for `--json`."""
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.history import findings as saved
 from kvfuzz.fuzz.history.cells import AGREE, CRASHED, DIVERGES, ERROR, UNSUPPORTED
 
 WORD = {AGREE: "agree", DIVERGES: "DIVERGES", CRASHED: "CRASHED", UNSUPPORTED: "n/s",
         ERROR: "error", None: "-"}
 LEGEND = ("agree: every input agreed or was outside the class's contract; DIVERGES / CRASHED: "
           "findings, below; n/s: not supported (why, below); error: the cell could not run "
-          "(below; a rerun tries it again); -: not run")
+          "(below; a rerun tries it again); -: not run; *: the release's saved findings "
+          "replayed on the class (below)")
 STACK_LINES = 6  # a crash's innermost frames shown; the log and the saved file keep them all
 
 
@@ -47,11 +49,31 @@ def render(cells, records: dict) -> str:
 
 
 def _word(record) -> str:
-    return WORD[record["status"] if record else None]
+    return WORD[record["status"] if record else None] + \
+        ("*" if record and record.get("replayed") else "")
 
 
 def _details(cell, record) -> list[str]:
-    if not record or record["status"] == AGREE:
+    if not record:
+        return []
+    return _cell_details(cell, record) + _replayed(cell, record)
+
+
+def _replayed(cell, record) -> list[str]:
+    """The release's saved findings replayed on the class: one line each, by file."""
+    replayed = record.get("replayed")
+    if not replayed:
+        return []
+    lines = [f"{cell.release} {cell.name}: {saved.summary(replayed)}"]
+    folder = f"{cell.release.package}-{cell.release.version}"
+    for outcome in replayed["outcomes"]:
+        what = f" ({outcome['what']})" if outcome.get("what") else ""
+        lines.append(f"  {folder}/{outcome['file']}: {outcome['result']}{what}")
+    return lines
+
+
+def _cell_details(cell, record) -> list[str]:
+    if record["status"] == AGREE:
         return []
     head = f"{cell.release} {cell.name}: {record['status']}"
     counts = record.get("counts") or {}

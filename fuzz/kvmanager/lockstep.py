@@ -19,9 +19,9 @@ from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
-from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY, NO_COPIES,
-                                                  NO_ESTIMATE, NO_HIT_ALONE, NO_RECORD,
-                                                  NO_TRUNCATE)
+from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY,
+                                                  NO_COMPUTED_IDS, NO_COPIES, NO_ESTIMATE,
+                                                  NO_HIT_ALONE, NO_RECORD, NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule)
 
@@ -360,7 +360,7 @@ class KVManagerLockstep(Lockstep):
         model, problems = self.model, []
         reads = (("estimate_cached_tokens", (rid,), NO_ESTIMATE,
                   lambda: model.estimate_cached_tokens(rid)),
-                 ("block_ids_for_computed_tokens", (rid, request.computed), None,
+                 ("block_ids_for_computed_tokens", (rid, request.computed), NO_COMPUTED_IDS,
                   lambda: model.block_ids_for_computed_tokens(rid, request.computed)),
                  ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
                   lambda: [0] * len(model.groups)))

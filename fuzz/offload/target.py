@@ -19,7 +19,8 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.offload.lockstep import OffloadLockstep
 from kvfuzz.impl.offload import DECLARABLE, IMPLEMENTATIONS
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import (UPSTREAM, ImplementationError, check_shape, installed_release,
+                                  load_attribute)
 from kvfuzz.strategies.offload import codec, generator, uniform
 from kvfuzz.strategies.offload.profile import broken
 from kvfuzz.strategies.offload.trace import CREATES, FORMAT, describe_op, to_json
@@ -34,6 +35,35 @@ KEYWORDS = ("num_chunks", "cache_policy", "enable_events", "store_threshold",
 def _shape(path, obj):
     check_shape(path, obj, 0, "a class with vLLM CPUOffloadingManager's interface", cls=True,
                 methods=METHODS, keywords=KEYWORDS)
+
+
+# What 0.33's cache policies have and those of vLLM 0.29 and earlier lack (0.30-0.32 not run):
+# a hook told of each request's end. Behind it, a policy that ranks a request's chunks (LRU) or
+# reorders them at the end (ARC), and a store threshold counted over whole offers; before it, a
+# recency order alone and a threshold counted per lookup (0.25-0.28) or per key (0.29). kvfuzz's
+# oracle models 0.33's: every trace of an earlier release diverges on one of those changes of
+# policy (docs/release-history.md, K), not on a bug, so such a release is one line.
+POLICY_HOOK = "on_request_finished"
+
+
+def policy_hooks(impl, obj):
+    """A released manager whose cache policy has no request hook cannot be judged: one line.
+    The policy is the entry's second class (`Implementation.mutates`); a class of one's own
+    given by import path is not refused."""
+    if impl.kind != UPSTREAM or len(impl.mutates) < 2:
+        return impl
+    return policy_supported(impl, load_attribute(impl.mutates[1]))
+
+
+def policy_supported(impl, policy):
+    if callable(getattr(policy, POLICY_HOOK, None)):
+        return impl
+    release = installed_release(impl.requires) or "this release"
+    raise ImplementationError(
+        f"not supported: {impl.requires} {release}: {getattr(policy, '__name__', policy)} has "
+        f"no {POLICY_HOOK} (the policies then ranked no request's chunks, reordered none at "
+        f"its end and counted the store threshold per lookup or key; kvfuzz models 0.33's "
+        f"policies: no trace model of the earlier ones, docs/release-history.md K)")
 
 
 def _generator_for(impls):
@@ -56,7 +86,8 @@ OFFLOAD = trace_target(
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(OffloadLockstep, describe_op, broken),
-    catalogue=Catalogue("offload", IMPLEMENTATIONS, _shape, declarable=DECLARABLE),
+    catalogue=Catalogue("offload", IMPLEMENTATIONS, _shape, policy_hooks,
+                        declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.chunks, item.groups), CREATES,
                            smaller),
     coverage_modules=("kvfuzz.fuzz.offload.lockstep", "kvfuzz.oracle.offload.model"))

@@ -101,8 +101,12 @@ class PoolReader(ChangedReads):
     def ref_counts(self) -> list[int]:
         return [int(block.ref_cnt) for block in self.pool.blocks]
 
-    def hash_tokens(self) -> list:
-        """The prefix tokens each block's primary entry covers (None: no entry)."""
+    def hash_tokens(self) -> list | None:
+        """The prefix tokens each block's primary entry covers (None: no entry). None for the
+        whole pool where the release's blocks keep no such count (vLLM 0.20: an entry covers
+        its whole block), so that view is left out."""
+        if not hasattr(type(self.pool.null_block), "block_hash_num_tokens"):
+            return None
         return [block.block_hash_num_tokens for block in self.pool.blocks]
 
     def tracked(self) -> dict[int, int] | None:

@@ -254,6 +254,7 @@ def released_api(cls) -> dict[str, bool]:
             "truncate": callable(getattr(cls, "truncate_computed_blocks", None)),
             "copies": callable(getattr(cls, "take_kv_cache_block_copies", None)),
             "record": callable(getattr(cls, "record_prefix_cache_stats", None)),
+            "computed_ids": callable(getattr(cls, "get_block_ids_for_computed_tokens", None)),
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(

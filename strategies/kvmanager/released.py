@@ -14,6 +14,7 @@ NO_SCHEDULER_BLOCK = "no scheduler_block_size (an earlier vLLM release)"
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
 NO_TRUNCATE = "no truncate_computed_blocks (vLLM before 0.27): not read"
 NO_COPIES = "no take_kv_cache_block_copies (vLLM 0.25): not read"
+NO_COMPUTED_IDS = "no get_block_ids_for_computed_tokens (vLLM 0.20): not read"
 NO_RECORD = ("no record_prefix_cache_stats (vLLM before 0.27): admissions are not recorded and "
              "the prefix-cache stats not compared")
 # vLLM before 0.30 counts the blocks every running request shares (cascade attention);
@@ -22,7 +23,8 @@ COUNTS_COMMON_PREFIX = ("get_num_common_prefix_blocks counts the shared prefix (
                         "0.30, cascade attention): not read, kvfuzz models 0.33's zeros")
 NO_BOUNDARY = ("get_computed_blocks returns no shared-prefix boundary (vLLM 0.25): the "
                "boundary is not compared")
-UNREAD = (NO_ESTIMATE, NO_TRUNCATE, NO_COPIES, NO_RECORD, COUNTS_COMMON_PREFIX, NO_BOUNDARY)
+UNREAD = (NO_ESTIMATE, NO_TRUNCATE, NO_COPIES, NO_RECORD, COUNTS_COMMON_PREFIX, NO_BOUNDARY,
+          NO_COMPUTED_IDS)
 # A contract of the release, followed by the model: allocate_slots of no new tokens adopts a hit
 # alone from vLLM 0.30 (0.33's ValueError names "computed tokens to adopt"); before, it raises
 # unless external tokens arrive, as for no hit at all.
@@ -33,7 +35,7 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK, "estimate": NO_ESTIMATE,
          "truncate": NO_TRUNCATE, "copies": NO_COPIES, "record": NO_RECORD,
          "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
-         "hit_alone": NO_HIT_ALONE}
+         "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS}
 
 
 def unread(preconditions) -> frozenset:

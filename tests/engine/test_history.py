@@ -7,10 +7,11 @@ older SGLang release installed and run, is `test_history_release.py` (slow)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from kvfuzz.fuzz.history import picture, releases, results, run, table
+from kvfuzz.fuzz.history import findings, picture, releases, results, run, table
 from kvfuzz.fuzz.history.cells import (AGREE, CRASHED, DIVERGES, ERROR, UNSUPPORTED, Cell,
                                        environment, verdict)
 from kvfuzz.fuzz.history.releases import Release, ReleaseError, parse_list
@@ -70,6 +71,7 @@ def test_a_bad_release_list_is_one_line(text, says):
     (["--vllm", "0.28.0", "--cases", "0"], "--cases: expected a positive integer"),
     (["--vllm", "0.28.0", "--jobs", "99"], "--jobs: expected a number of worker processes"),
     (["--vllm", "0.28.0", "--find-links", "/no/such/dir"], "--find-links /no/such/dir: not a"),
+    (["--vllm", "0.28.0", "--findings", "/no/such/dir"], "--findings /no/such/dir: not a"),
 ])
 def test_the_command_refuses_bad_input_in_one_line(argv, says, tmp_path):
     ran = kvfuzz_here("history", *argv, "--results", tmp_path / "r.jsonl")
@@ -220,7 +222,8 @@ def fake_cells(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "run_cell", fake)
     options = run.Options((Release("sglang", "0.5.17"), Release("sglang", "0.5.20")),
                           ("sglang.mamba", "sglang.token"), cases=3,
-                          results=tmp_path / "r" / "results.jsonl", picture=tmp_path / "p.png")
+                          results=tmp_path / "r" / "results.jsonl", picture=tmp_path / "p.png",
+                          findings=None)  # the repository's saved findings: never replayed here
     return options, ran, verdicts
 
 
@@ -242,12 +245,10 @@ def test_a_rerun_skips_the_cells_done_and_runs_errors_again(fake_cells, capsys):
     ran.clear()
     assert run.history(options) == 0 and ran == []  # everything done
     ran.clear()
-    assert run.history(run.Options(options.releases, options.impls, cases=4,
-                                   results=options.results, picture=options.picture)) == 0
+    assert run.history(replace(options, cases=4)) == 0
     assert len(ran) == 4  # other cases: other cells
     ran.clear()
-    assert run.history(run.Options(options.releases, options.impls, cases=3, rerun=True,
-                                   results=options.results, picture=options.picture)) == 0
+    assert run.history(replace(options, rerun=True)) == 0
     assert len(ran) == 4  # --rerun: every cell asked runs again
 
 
@@ -272,3 +273,73 @@ def test_the_results_file_survives_a_cut_last_line_and_refuses_garbage(tmp_path)
         results.load(path)
     ran = kvfuzz_here("history", "--vllm", "0.28.0", "--results", path)
     assert ran.returncode == 2 and "line 1 is not a history record" in ran.stderr
+
+
+REPLAYED = """\
+ok                /f/sglang-0.5.10/allocator-bbbb.json  sglang.token
+DIVERGENCE  allocator  implementation sglang.token
+  trace     aaaa  finding B (docs/release-history.md)
+  what      free list at op 3 of 4: group end
+  replay    kvfuzz replay /f/sglang-0.5.10/allocator-aaaa.json --impl sglang.token
+outside contract  /f/sglang-0.5.10/allocator-cccc.json  sglang.token: raised ValueError (reset)
+replayed 3 file(s): divergence found
+"""
+
+
+def test_a_saved_finding_is_read_by_its_file_from_the_replay():
+    paths = [findings.Path(f"/f/sglang-0.5.10/allocator-{n}.json")
+             for n in ("aaaa", "bbbb", "cccc", "dddd")]
+    read = findings.outcomes(1, REPLAYED, paths, "sglang.token")
+    assert read["status"] is None
+    assert [(o["file"][10:14], o["result"]) for o in read["outcomes"]] == [
+        ("aaaa", findings.STILL), ("bbbb", findings.FIXED),  # a release without the bug
+        ("cccc", findings.OUTSIDE), ("dddd", findings.NOT_REPLAYED)]
+    assert read["outcomes"][0]["what"] == "free list at op 3 of 4: group end"
+    assert read["outcomes"][2]["what"] == "raised ValueError (reset)"
+    assert findings.summary(read) == ("4 saved findings: 1 still diverges, 1 no longer "
+                                      "diverges, 1 outside, 1 not replayed")
+    other = findings.outcomes(0, REPLAYED.replace("sglang.token", "sglang.paged"), paths,
+                              "sglang.token")  # another class's lines are not this one's
+    assert {o["result"] for o in other["outcomes"]} == {findings.NOT_REPLAYED}
+    line = "kvfuzz: error: ... not supported: sglang 0.5.10 has no module m, before any input\n"
+    assert findings.outcomes(2, line, paths, "x")["status"] == (
+        "not supported: sglang 0.5.10 has no module m")
+    assert findings.outcomes(130, "", paths, "x")["status"] == "interrupted"
+    command = findings.command(Cell(Release("sglang", "0.5.10"), "allocator", "sglang.token",
+                                    2, 0, 60.0), paths[:1])
+    assert command[3:6] == ["replay", str(paths[0]), "--impl"] and "sglang.token" in command
+
+
+def test_the_saved_findings_of_a_release_replay_after_its_cells(fake_cells, tmp_path, capsys,
+                                                                 monkeypatch):
+    options, ran, verdicts = fake_cells
+    saved = tmp_path / "saved"
+    (saved / "sglang-0.5.17").mkdir(parents=True)
+    (saved / "sglang-0.5.17" / "allocator-aaaa.json").write_text("{}")
+    (saved / "sglang-0.5.17" / "mamba-bbbb.json").write_text("{}")
+    replays = []
+
+    def fake_replay(cell, folder, paths, log, started=None):
+        replays.append((cell.release.version, cell.impl, [p.name for p in paths]))
+        result = findings.STILL if cell.impl == "sglang.token" else findings.FIXED
+        return {"files": findings.names(paths), "status": None, "outcomes": [
+            {"file": p.name, "result": result, "what": "w"} for p in paths]}
+
+    monkeypatch.setattr(run.findings, "replay", fake_replay)
+    options = replace(options, findings=saved)
+    verdicts.update({"sglang.mamba": UNSUPPORTED})  # no replay where the class cannot run
+    assert run.history(options) == 0
+    assert replays == [("0.5.17", "sglang.token", ["allocator-aaaa.json"])]  # its target's files
+    out = capsys.readouterr().out
+    assert "allocator/sglang.token  agree*" in " ".join(out.split("   "))
+    assert ("sglang 0.5.17 allocator/sglang.token: 1 saved finding: 1 still diverges\n"
+            "  sglang-0.5.17/allocator-aaaa.json: still diverges (w)") in out
+    replays.clear(), ran.clear()
+    assert run.history(options) == 0 and replays == [] and ran == []  # resumed: all done
+    (saved / "sglang-0.5.17" / "allocator-cccc.json").write_text("{}")
+    assert run.history(options) == 0
+    assert ran == [] and replays == [  # a new file: the replay alone runs again
+        ("0.5.17", "sglang.token", ["allocator-aaaa.json", "allocator-cccc.json"])]
+    replays.clear()
+    (saved / "sglang-0.5.17" / "allocator-dddd.json").write_text("{}")
+    assert run.history(replace(options, findings=None)) == 0 and replays == []  # --no-findings

@@ -2,12 +2,14 @@
 apart in kvfuzz's cache and its token allocator run as a cell, in a process of its own as a user
 runs it. 0.5.10's `free` inside a free group keeps the caller's tensor (finding B of
 `docs/release-history.md`), which the pinned release fixed: the cell diverging there is what
-shows that the release's folder, not the pinned engine, ran. A rerun resumes: nothing runs."""
+shows that the release's folder, not the pinned engine, ran. After the cell, the release's
+saved findings (`corpus/history/sglang-0.5.10/`: B and C as 0.5.10 shipped them) replay on the
+class there and still diverge; `test_corpus_replay.py` replays corpus/ whole on the pinned
+release, where they pass. A rerun resumes: nothing runs."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -34,7 +36,8 @@ def installed():
 def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path):
     results = tmp_path / "history" / "results.jsonl"
     argv = ["--sglang", OLD.version, "--impl", "sglang.token", "--cases", "2",
-            "--results", str(results), "--json", str(tmp_path / "table.json")]
+            "--results", str(results), "--json", str(tmp_path / "table.json"),
+            "--findings", str(CORPUS / "history")]
     done = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "history", *argv],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -47,24 +50,15 @@ def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path
         assert (tmp_path / "history" / "corpus" / "sglang-0.5.10").samefile(
             __import__("pathlib").Path(finding["file"]).parent)
         assert f"PYTHONPATH={installed} {finding['replay']}" in done.stdout
+    replayed = result["replayed"]  # every saved finding of the release, on its class
+    assert replayed["files"] == sorted(p.name for p in (CORPUS / "history" / "sglang-0.5.10")
+                                       .glob("allocator-*.json")) and len(replayed["files"]) == 2
+    assert [o["result"] for o in replayed["outcomes"]] == ["still diverges"] * 2
+    whats = " ".join(o["what"] for o in replayed["outcomes"])
+    assert "group end" in whats and "group_begin_nested" in whats  # B and C
+    assert "2 saved findings: 2 still diverge" in done.stderr and "DIVERGES*" in done.stdout
     assert results.with_suffix(".png").exists() or "no picture" in done.stderr
     again = kvfuzz_here("history", *argv)  # resumed: the cell is done, nothing runs
     assert again.returncode == 0 and "1 cells (1 done before" in again.stderr
     assert "[1/1]" not in again.stderr and "DIVERGES" in again.stdout
 
-
-def test_the_corpus_findings_of_the_release_fail_there(installed):
-    # corpus/history/sglang-0.5.10/ holds findings B and C as 0.5.10 shipped them (the folder
-    # names the release); test_corpus_replay.py replays corpus/ whole on the pinned release,
-    # where they pass. Here, with the release's folder first on PYTHONPATH, each diverges.
-    folder = CORPUS / "history" / f"{OLD.package}-{OLD.version}"
-    files = sorted(folder.glob("*.json"))
-    assert len(files) == 2
-    path = os.pathsep.join([str(installed)] + ([os.environ["PYTHONPATH"]]
-                                                if os.environ.get("PYTHONPATH") else []))
-    done = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "replay", str(folder),
-                           "--impl", "sglang.token"], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": path})
-    assert done.returncode == 1, done.stderr[-2000:]
-    assert done.stdout.count("DIVERGENCE  allocator  implementation sglang.token") == 2
-    assert "group end" in done.stdout and "group_begin_nested" in done.stdout

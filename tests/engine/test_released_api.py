@@ -15,7 +15,7 @@ import pytest
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.targets import TARGETS
 from kvfuzz.impl.kvmanager.driver import asked, taken
-from kvfuzz.impl.registry import (UPSTREAM, Implementation, ImplementationError, NotThere,
+from kvfuzz.impl.registry import (UPSTREAM, YOURS, Implementation, ImplementationError, NotThere,
                                   load_first)
 from kvfuzz.strategies.allocator.profile import NO_PAGE_IDS, NO_SEGMENT, broken
 from kvfuzz.strategies.allocator.trace import Finish, Truncate
@@ -179,6 +179,35 @@ def test_a_pool_without_is_block_writable_is_read_without_that_check():
     new = PoolReader(SimpleNamespace(blocks=blocks, is_block_writable=lambda b: b.block_id > 0),
                      3)
     assert new.writable() == [1, 2]
+
+
+def test_blocks_that_keep_no_token_count_are_read_without_that_check():
+    # vLLM 0.20's KVCacheBlock has no `block_hash_num_tokens` (an entry covers its whole block):
+    # every manager trace crashed in the reader. The count is None and left out; where the
+    # blocks keep it, a wrong count is still caught.
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.blockpool.pool_state import _per_block
+    from kvfuzz.impl.blockpool.driver import PoolReader
+
+    class Old:
+        def __init__(self, i):
+            self.block_id, self.ref_cnt = i, 0
+
+    class New(Old):
+        block_hash_num_tokens = 4
+
+    def reader(kind):
+        blocks = [kind(i) for i in range(3)]
+        return PoolReader(SimpleNamespace(blocks=blocks, null_block=blocks[0]), 3)
+
+    assert reader(Old).hash_tokens() is None and reader(New).hash_tokens() == [4, 4, 4]
+    model = SimpleNamespace(ref=[0, 0, 0], size=3, tokens=[4, 4, 4], entries=lambda b: None,
+                            writable=lambda: [])
+    assert _per_block(model, [0, 0, 0], [None] * 3, None, None) == []
+    assert _per_block(model, [0, 0, 0], [None] * 3, [4, 4, 4], None) == []
+    wrong, = _per_block(model, [0, 0, 0], [None] * 3, [4, 3, 4], None)  # a wrong count: caught
+    assert wrong[0] == "block hash tokens" and "block 1's entry" in wrong[1]
 
 
 def _module_of(name: str, source: str):
@@ -364,6 +393,15 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
     lock.unread = frozenset()  # today's class: every read made, the count of 2 a problem
     assert [p[0] for p in lock._reads(1, SimpleNamespace(computed=3))] == [
         "common_prefix_blocks"]
+    asked.clear()  # vLLM 0.20: no get_block_ids_for_computed_tokens, read from the class
+    from kvfuzz.impl.kvmanager.driver import released_api
+    from kvfuzz.strategies.kvmanager.released import LACKS, NO_COMPUTED_IDS
+
+    assert LACKS["computed_ids"] == NO_COMPUTED_IDS
+    lacks = released_api.__code__.co_consts  # the name it looks up on the class
+    assert "get_block_ids_for_computed_tokens" in lacks
+    lock.unread = unread((NO_COMPUTED_IDS, NO_ESTIMATE, COUNTS_COMMON_PREFIX))
+    assert lock._reads(1, SimpleNamespace(computed=3)) == [] and asked == []
 
 
 def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
@@ -417,3 +455,26 @@ def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
         else:
             with pytest.raises(NothingToAllocate):
                 model.allocate_slots(*args)
+
+
+def test_an_offloading_manager_whose_policy_has_no_request_hook_is_one_line():
+    # vLLM 0.25-0.29: the cache policies have no on_request_finished (no request ranks, a
+    # recency order alone); kvfuzz models 0.33's, so every trace diverged on a change of policy.
+    from kvfuzz.fuzz.offload.target import policy_hooks, policy_supported
+
+    target = TARGETS["offload"]
+    entry = target.catalogue.resolve("vllm.offload.lru")
+    assert target.catalogue.declare is policy_hooks
+
+    class LRUCachePolicy:  # 0.29's methods
+        def touch(self, keys, req_context): pass
+        def evict(self, n, protected): pass
+
+    with pytest.raises(ImplementationError, match=r"^not supported: vllm .*: LRUCachePolicy has "
+                                                   r"no on_request_finished \(the policies then "
+                                                   r"ranked no request's chunks.*K\)$"):
+        policy_supported(entry, LRUCachePolicy)
+    later = type("LRUCachePolicy", (LRUCachePolicy,), {"on_request_finished": lambda s, r: 0})
+    assert policy_supported(entry, later) is entry
+    own = replace(entry, kind=YOURS, mutates=())  # a class of one's own: not refused
+    assert policy_hooks(own, object) is own
