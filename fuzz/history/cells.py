@@ -64,10 +64,14 @@ class Cell:
 
 def environment(folder: Path, base: dict | None = None) -> dict:
     """The worker's environment: the release's folder first on the path; kvfuzz's upstream
-    cache still comes last (kvfuzz appends it when imported), for everything else it imports."""
+    cache still comes last (kvfuzz appends it when imported), for everything else it imports.
+    Torch's C++ extensions are built in the release's folder: SGLang compiles its KV-event hash
+    (`hicache_hash_cpp`) on first use, under one name whatever the release, and torch rebuilds
+    a shared build each time another release's source is met (12 s or more, each time)."""
     env = dict(os.environ if base is None else base)
     env["PYTHONPATH"] = os.pathsep.join([str(folder)] + (
         [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["TORCH_EXTENSIONS_DIR"] = str(folder / ".torch_extensions")
     return env
 
 

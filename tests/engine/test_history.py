@@ -114,6 +114,8 @@ def test_a_cell_runs_kvfuzz_diff_with_its_release_first_on_the_path(tmp_path):
     env = environment(tmp_path / "rel", {"PYTHONPATH": "/mine"})
     assert env["PYTHONPATH"].split(":") == [str(tmp_path / "rel"), "/mine"]
     assert environment(tmp_path, {})["PYTHONPATH"] == str(tmp_path)
+    # each release builds its own C++ extensions (one shared build is rebuilt at every switch)
+    assert env["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "rel" / ".torch_extensions")
 
 
 def test_a_divergence_is_the_first_report_that_is_not_a_crash():
