@@ -11,6 +11,7 @@ contract. Imports vLLM only when a trace runs.
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import replace
 
 from kvfuzz.fuzz.blockpool.lockstep import BlockPoolLockstep
@@ -21,7 +22,8 @@ from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
 from kvfuzz.strategies.blockpool.profile import (DECLARABLE, NO_LOOKAHEAD, NO_MOVE, NO_REPLACE,
-                                                NO_REPORT, NO_UNPIN, broken)
+                                                NO_MASK, NO_REPORT, NO_SCALE, NO_UNPIN,
+                                                broken)
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -37,16 +39,33 @@ def _shape(path, obj):
 def _declare(impl, obj):
     """What a pool class (an earlier vLLM release's) lacks, read from the class: a call it
     does not have (`unpin_blocks`, `move_block_hashes`, `emit_cached_block_events`), a keyword
-    its constructor or `cache_partial_block` does not take; its traces then make none."""
+    its constructor, `cache_partial_block` or `cache_full_blocks` does not take, a block of
+    several hash units keyed by their hashes joined; its traces then make none."""
     lacks = [text for text, has in (
         (NO_UNPIN, callable(getattr(obj, "unpin_blocks", None))),
         (NO_MOVE, callable(getattr(obj, "move_block_hashes", None))),
         (NO_REPORT, callable(getattr(obj, "emit_cached_block_events", None))),
         (NO_LOOKAHEAD, _takes(obj, "num_hash_lookahead_tokens")),
         (NO_REPLACE, _takes(getattr(obj, "cache_partial_block", None),
-                            "replace_existing_hashes"))) if not has]
+                            "replace_existing_hashes")),
+        (NO_SCALE, not _joins_units(obj)),
+        (NO_MASK, _takes(getattr(obj, "cache_full_blocks", None), "block_mask"))) if not has]
     added = tuple(text for text in lacks if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + added) if added else impl
+
+
+def _joins_units(obj) -> bool:
+    """Whether the pool's module keys a block of two hash units by both units' hashes joined
+    (vLLM 0.20's `BlockHashListWithBlockSize`), asked of that class on two 8-byte hashes. A
+    module without it (0.25 on imports none) keys as it keys: the judge compares."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    scaled = getattr(module, "BlockHashListWithBlockSize", None)
+    if not callable(scaled):
+        return False
+    try:
+        return len(bytes(scaled([bytes(8), bytes([1]) * 8], 1, 2)[0])) > 8
+    except Exception:  # noqa: BLE001 - another shape: not the joining one
+        return False
 
 
 def _takes(call, keyword: str) -> bool:

@@ -33,7 +33,8 @@ def plain_events(events) -> list:
     for event in events:
         kind = type(event).__name__
         if kind == "BlockStored":
-            # (no lookahead_token_ids before vLLM 0.30: a release without lookahead hashing)
+            # (no lookahead_token_ids before vLLM 0.30: a release without lookahead hashing;
+            # no group kind or window in vLLM 0.20's events: read as a bare pool's, None)
             keys, ahead = event.extra_keys, getattr(event, "lookahead_token_ids", None)
             out.append(Stored(
                 tuple(hash_int(h) for h in event.block_hashes),
@@ -41,7 +42,8 @@ def plain_events(events) -> list:
                 tuple(int(t) for t in event.token_ids), int(event.block_size), event.group_idx,
                 None if keys is None else tuple(None if k is None else tuple(k) for k in keys),
                 None if ahead is None else tuple(tuple(int(t) for t in a) for a in ahead),
-                event.kv_cache_spec_kind, event.kv_cache_spec_sliding_window))
+                getattr(event, "kv_cache_spec_kind", None),
+                getattr(event, "kv_cache_spec_sliding_window", None)))
         elif kind == "BlockRemoved":
             out.append(Removed(tuple(hash_int(h) for h in event.block_hashes), event.group_idx))
         elif kind == "AllBlocksCleared":

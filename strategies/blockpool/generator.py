@@ -28,7 +28,8 @@ import functools
 import random
 
 from kvfuzz.strategies.blockpool.profile import (NO_LOOKAHEAD, NO_MOVE, NO_REPLACE, NO_REPORT,
-                                                double_frees_allowed, unpins_allowed)
+                                                NO_MASK, NO_SCALE, double_frees_allowed,
+                                                unpins_allowed)
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Evict,
                                                Free, Lookup, Move, Pad, Pin, Probe, Reset,
                                                Share, Trace, Unpin)
@@ -65,7 +66,7 @@ def images(rng: random.Random, size: int) -> tuple[tuple[int, int], ...]:
 
 # What an earlier release's pool lacks (`profile.py`), by the tag its stream carries.
 LACKS = {NO_REPLACE: "no-replace", NO_LOOKAHEAD: "no-lookahead", NO_MOVE: "no-move",
-         NO_REPORT: "no-report"}
+         NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
 
 
 def build(rng: random.Random, num_ops: int, double_free: bool = True,
@@ -79,6 +80,8 @@ def build(rng: random.Random, num_ops: int, double_free: bool = True,
         chosen["lookahead"] = 0                           # trace is as in the usual stream
     if NO_REPORT in lacks and "report" in chosen:
         chosen["report"] = False
+    if NO_SCALE in lacks and "scale" in chosen:
+        chosen["scale"] = 1
     gen = _Generator(rng, blocks, caching, double_free, chosen.get("scale", 1),
                      profile == "partial", unpin, lacks)
     while len(gen.ops) < num_ops:
@@ -155,7 +158,8 @@ class _Generator:
         """Mostly none; else, as a sparse retention group masks blocks no hit can use, a few
         positions of the blocks being cached."""
         rng = self.rng
-        return () if rng.random() < 0.8 else tuple(sorted(rng.sample(range(6), rng.randint(1, 3))))
+        skip = () if rng.random() < 0.8 else tuple(sorted(rng.sample(range(6), rng.randint(1, 3))))
+        return () if NO_MASK in self.lacks else skip  # drawn all the same: the stream goes on
 
     def grow(self) -> None:
         """A decode step: one more block, and the block before it now full and cached."""
@@ -182,6 +186,8 @@ class _Generator:
                                      rng.randint(1, len(contents))))
         replace = rng.random() < 0.1
         if NO_REPLACE in self.lacks:  # an earlier release: strictly inside a block, no replace
+            if self.scale == 1:  # a block of one unit has no inside
+                return
             replace = False
             if units % self.scale == 0:
                 units -= 1

@@ -7,7 +7,8 @@ and a trace that has one is outside its contract. Standard library only.
 
 from __future__ import annotations
 
-from kvfuzz.strategies.blockpool.trace import CachePartial, DoubleFree, Move, Trace, Unpin, UnpinIds
+from kvfuzz.strategies.blockpool.trace import (Cache, CachePartial, DoubleFree, Move, Trace, Unpin,
+                                               UnpinIds)
 
 NO_DOUBLE_FREE = ("free_blocks is never given a block more times than it has references "
                   "(vLLM's pool does not check: a double free is its caller's bug, #42571)")
@@ -23,7 +24,13 @@ NO_REPLACE = ("cache_partial_block takes no replace_existing_hashes (vLLM before
 NO_LOOKAHEAD = "no num_hash_lookahead_tokens (vLLM before 0.30): no lookahead hashing"
 NO_MOVE = "no move_block_hashes (vLLM 0.25): no copy-on-write of cached blocks"
 NO_REPORT = "no emit_cached_block_events (vLLM 0.25): hits are not reported as KV events"
-LACKING = (NO_REPLACE, NO_LOOKAHEAD, NO_MOVE, NO_REPORT)
+# vLLM 0.20 keys a block of several hash units by the units' hashes joined (its
+# `BlockHashListWithBlockSize`); 0.25 on, by its last unit's, which chains over the whole prefix
+# (what kvfuzz models). Both name one prefix; only the second is kvfuzz's 8-byte hash.
+NO_SCALE = ("keys a block of several hash units by their hashes joined (vLLM 0.20): a block is "
+            "one hash unit (hash_block_size equals the block size)")
+NO_MASK = "cache_full_blocks takes no block_mask (vLLM 0.20): every full block is cached"
+LACKING = (NO_REPLACE, NO_LOOKAHEAD, NO_MOVE, NO_REPORT, NO_SCALE, NO_MASK)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name`).
 DECLARABLE = {"no_double_free": NO_DOUBLE_FREE}
 
@@ -55,4 +62,8 @@ def _needs(trace: Trace, lacking: str) -> bool:
                    for op in trace.ops)
     if lacking == NO_MOVE:
         return any(isinstance(op, Move) for op in trace.ops)
+    if lacking == NO_SCALE:
+        return trace.scale > 1
+    if lacking == NO_MASK:
+        return any(isinstance(op, Cache) and op.skip for op in trace.ops)
     return bool(trace.lookahead) if lacking == NO_LOOKAHEAD else trace.report

@@ -337,6 +337,7 @@ def test_a_pool_of_an_earlier_release_gets_only_the_configurations_it_takes():
     assert target.catalogue.declare(entry, type("New", (OldPool,), {
         "__init__": lambda self, num_hash_lookahead_tokens=0, **rest: None,
         "cache_partial_block": lambda self, *a, replace_existing_hashes=False: None,
+        "cache_full_blocks": lambda self, *a, block_mask=None: None,
         "move_block_hashes": len, "emit_cached_block_events": len, "unpin_blocks": len,
     })) == entry  # today's shape: nothing declared
     traces = [target.generator.generate(0, index, [old]) for index in range(150)]
@@ -352,6 +353,48 @@ def test_a_pool_of_an_earlier_release_gets_only_the_configurations_it_takes():
                                         for op in t.ops), NO_REPLACE)):
         trace = next(t for t in usual if wanted(t))
         assert text in target.judge.broken(trace, old.preconditions)
+
+
+def test_a_pool_that_joins_hash_units_or_takes_no_mask_gets_one_unit_blocks_unmasked():
+    # vLLM 0.20's BlockPool: a block of several hash units keyed by the units' hashes joined
+    # (its module's BlockHashListWithBlockSize; 0.25 on, by the last unit's), and
+    # cache_full_blocks without block_mask. Read from the class and its module.
+    import sys
+    import types
+
+    from kvfuzz.strategies.blockpool.profile import NO_MASK, NO_SCALE
+    from kvfuzz.strategies.blockpool.trace import Cache
+
+    def module_with(get):
+        module = types.ModuleType("kvfuzz_test_old_pool")
+        module.BlockHashListWithBlockSize = type("Scaled", (), {
+            "__init__": lambda self, hashes, unit, size: setattr(self, "h", (hashes, size)),
+            "__getitem__": lambda self, i: get(*self.h, i)})
+        pool = type("OldPool", (), {"__module__": module.__name__,
+                                    "cache_full_blocks": lambda self, request, blocks: None})
+        sys.modules[module.__name__] = module
+        return pool
+
+    target = TARGETS["blockpool"]
+    entry = target.catalogue.resolve("vllm.blockpool")
+    try:
+        joined = target.catalogue.declare(entry, module_with(
+            lambda hashes, size, i: b"".join(hashes[i * size:(i + 1) * size])))
+        last = target.catalogue.declare(entry, module_with(
+            lambda hashes, size, i: hashes[(i + 1) * size - 1]))
+    finally:
+        del sys.modules["kvfuzz_test_old_pool"]
+    assert NO_SCALE in joined.preconditions and NO_SCALE not in last.preconditions
+    assert NO_MASK in joined.preconditions and NO_MASK in last.preconditions
+    traces = [target.generator.generate(0, index, [joined]) for index in range(150)]
+    assert "no-scale, no-mask" in traces[0].origin.generator
+    assert all(t.scale == 1 for t in traces)
+    assert not any(isinstance(op, Cache) and op.skip for t in traces for op in t.ops)
+    usual = [target.generator.generate(0, index, [entry]) for index in range(150)]
+    assert NO_SCALE in target.judge.broken(next(t for t in usual if t.scale > 1),
+                                           joined.preconditions)
+    masked = next(t for t in usual if any(isinstance(op, Cache) and op.skip for op in t.ops))
+    assert NO_MASK in target.judge.broken(masked, joined.preconditions)
 
 
 def test_a_managers_reads_are_made_only_where_the_class_has_them():
