@@ -5,7 +5,8 @@ frontier, in the middle and of everything, move caps of 1 and 2, forwards left u
 quarter of the traces, a few times each) a `clear` of one pool or all of them, often with holes and
 pending pages, as a cache flush may come while a forward's event has not fired yet.
 
-Version 2 added `clear`; version 1 ("compaction/1") made the same traces without it.
+Version 2 added `clear`; version 1 ("compaction/1") had none (and drew differently throughout:
+trace `index` of the two versions are unrelated).
 """
 
 from __future__ import annotations
