@@ -10,12 +10,12 @@ import itertools
 
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.oracle.compaction.model import geometries
-from kvfuzz.strategies.compaction.trace import Alloc, Drain, Flush, Free, Op, Trace
+from kvfuzz.strategies.compaction.trace import Alloc, Clear, Drain, Flush, Free, Op, Trace
 
 
 def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> list[tuple[str, str]]:
-    """I12: the alloc/free projection of `trace` run eager and lazy, lazy ending with an urgent
-    flush, gives the same vids, live set, data per vid and span == live; the problems, labelled
+    """I12: the alloc/free/clear projection of `trace` run eager and lazy, lazy ending with an
+    urgent flush, gives the same vids, live set, data per vid and span == live; the problems, labelled
     "I12" (none: it holds). Forwards and fires are dropped (they make pending pages that lazy
     may not count); frees are sorted, so both modes recycle vids in the same order; picks
     resolve against the lazy side's layout."""
@@ -69,5 +69,10 @@ def _i12_step(sides, geos, stamps, op: Op, serials) -> list[str]:
         lazy.flush(op.pool, op.urgent)
     elif isinstance(op, Drain):
         lazy.drain(op.pool, op.urgent)
+    elif isinstance(op, Clear):  # both modes start over: the same vids come out next
+        for name in [op.pool] if op.pool else list(geos):
+            lazy.clear(name)
+            eager.clear(name)
+            stamps[name].clear()
     return []
 

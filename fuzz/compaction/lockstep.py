@@ -21,7 +21,7 @@ from kvfuzz.oracle.compaction.model import CompactionModel, geometries
 from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violations,
                                                   flush_violations)
 from kvfuzz.strategies.compaction import trace as compaction
-from kvfuzz.strategies.compaction.trace import (Alloc, Drain, Fire, Flush, Forward, Free,
+from kvfuzz.strategies.compaction.trace import (Alloc, Clear, Drain, Fire, Flush, Forward, Free,
                                                 PoolSnapshot)
 
 
@@ -30,7 +30,7 @@ class CompactionLockstep(Lockstep):
     EVENTS = ("alloc", "free", "flush", "drain", "forward", "fire", "alloc refused",
               "alloc took holes", *(f"{u}flush moved {n}" for u in ("", "urgent ") for n in
                                     ("0", "1", "2+")), "pages pending", "holes",
-              "forward unfired")
+              "forward unfired", "clear", "clear with pages pending", "clear with holes")
 
     def build_impl(self, trace, factory, device, eager=None):
         """`eager`: the factory I12 compares a lazy implementation with (None: no I12)."""
@@ -49,8 +49,9 @@ class CompactionLockstep(Lockstep):
                                take=getattr(impl, "take", "front"))
 
     def initial_problems(self):
-        self.snaps = {name: self.read("snapshot", name) for name in self.geos}
-        return []
+        """The state as built, compared and checked like the state after an op: ops resolve
+        their picks against the implementation's live pages, which must be the model's."""
+        return self._state_problems()
 
     # -- ops ----------------------------------------------------------------------------------
     @handles(Alloc)
@@ -138,6 +139,21 @@ class CompactionLockstep(Lockstep):
         for event in chosen:
             yield Call("", "fire", (event,), oracle=lambda event=event: self.model.fire(event))
 
+    @handles(Clear)
+    def clear(self, op: Clear):
+        """Each pool named (all, for a cache flush), one `clear(pool)` call each; what a pool
+        held is gone, so are its stamps (I7 then expects no live vid)."""
+        names = [op.pool] if op.pool else list(self.geos)
+        self.count("clear")
+        for event, field in (("clear with pages pending", "pending_set"),
+                             ("clear with holes", "holes")):
+            if any(getattr(self.snaps[name], field) for name in names):
+                self.count(event)
+        yield Call(f"clear {', '.join(names)}")
+        for name in names:
+            yield Call("", "clear", (name,), oracle=lambda name=name: self.model.clear(name))
+            self.stamps[name] = {}
+
     def _stamp(self, name: str, vids: list[int]):
         payloads = []
         for vid in vids:
@@ -150,6 +166,13 @@ class CompactionLockstep(Lockstep):
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
         before = self.snaps
+        problems = self._state_problems()
+        pool = getattr(op, "pool", None)
+        found = [f"{pool}: {text}" for text in self._transition(op, before, pool)]
+        return problems + [(invariant_of(text), text) for text in found]
+
+    def _state_problems(self) -> list[tuple[str, str]]:
+        """Each pool read, compared with the model and checked (I1-I8, I10)."""
         self.snaps = {name: self.read("snapshot", name) for name in self.geos}
         expected = {name: self.model.snapshot(name) for name in self.geos}
         problems = []
@@ -170,8 +193,6 @@ class CompactionLockstep(Lockstep):
         if self.snaps != self.checked.get("chain"):
             found += chain_violations(self.params, self.model.lazy, self.snaps)
             self.checked["chain"] = self.snaps
-        pool = getattr(op, "pool", None)
-        found += [f"{pool}: {text}" for text in self._transition(op, before, pool)]
         return problems + [(invariant_of(text), text) for text in found]
 
     def _transition(self, op, before: dict, pool) -> list[str]:

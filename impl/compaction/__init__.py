@@ -23,6 +23,8 @@ IMPLEMENTATIONS = (
            "commit leaves p2v of its sources bound", MUTANT),
     _entry("mutant.compaction.kv_not_moved", "mutants:kv_not_moved",
            "commit remaps the tables, never copies KV rows", MUTANT),
+    _entry("mutant.compaction.clear_keeps_pending", "mutants:clear_keeps_pending",
+           "clear() keeps the pages pending on an unfired event", MUTANT),
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,

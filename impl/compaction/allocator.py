@@ -95,6 +95,9 @@ class TorchCompaction:
     def fire(self, event: int) -> None:
         self.events[event].fired = True
 
+    def clear(self, name: str) -> None:
+        self.pools[name].clear()
+
     def write(self, name: str, vids: list[int], payloads: list[bytes]) -> None:
         pool = self.pools[name]
         pages = pool.v2p[pool.to_device(vids)].clamp_min(0)  # translate

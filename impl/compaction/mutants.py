@@ -42,6 +42,16 @@ class _KvNotMovedPool(LazyPool):
         self.num_moves += src_t.numel()
 
 
+class _ClearKeepsPendingPool(LazyPool):
+    """`clear()` resets the tables and the frontier but keeps the pages pending on an unfired
+    event: once it fires they rejoin the holes, pages the cleared pool also hands out afresh."""
+
+    def clear(self) -> None:
+        pending, pages = getattr(self, "pending", {}), getattr(self, "pending_pages", set())
+        super().clear()
+        self.pending, self.pending_pages = pending, pages
+
+
 def pending_replaced(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool, device=device)
 
@@ -52,3 +62,7 @@ def p2v_not_cleared(params, device: str = "cpu") -> TorchCompaction:
 
 def kv_not_moved(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_KvNotMovedPool, device=device)
+
+
+def clear_keeps_pending(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsPendingPool, device=device)

@@ -28,7 +28,12 @@ class LazyPool:
         self.name, self.up, self.lazy, self.move_cap = name, up, lazy, move_cap
         self.num_pages, self.reserved, self.epp, self.kv = num_pages, reserved, epp, kv
         self.device = kv.device
-        self.wm = reserved if up else num_pages - 1
+        self.clear()
+
+    def clear(self) -> None:
+        """The pool as built: every page free, nothing pending or in flight. The KV rows stay."""
+        num_pages = self.num_pages
+        self.wm = self.reserved if self.up else num_pages - 1
         self.live = 0
         self.num_moves = 0
         # Row 0 is the padding anchor (vid 0 <-> page 0); the last row a -1 sentinel for gathers.
@@ -36,7 +41,7 @@ class LazyPool:
         self.p2v = torch.full((num_pages + 1,), -1, dtype=I64, device=self.device)
         self.v2p[0] = 0
         self.p2v[0] = 0
-        self.free_vids = torch.arange(reserved, num_pages, dtype=I64, device=self.device)
+        self.free_vids = torch.arange(self.reserved, num_pages, dtype=I64, device=self.device)
         self.holes = torch.empty(0, dtype=I64, device=self.device)
         self.pending: dict[SimEvent, tuple[list[int], torch.Tensor]] = {}
         self.pending_pages: set[int] = set()  # host mirror of the pending batches

@@ -141,6 +141,12 @@ class UpstreamCompaction:
     def fire(self, event: int) -> None:
         self.events[event].fired = True
 
+    def clear(self, name: str) -> None:
+        """One pool's `clear()`, as SGLang's composite allocators call it on each pool."""
+        with _no_streams():
+            self.pools[name].clear()
+        self._eager_inflight.pop(name, None)  # the adapter's stand-in for eager's write set
+
     def _pages(self, name: str) -> torch.Tensor:
         pool = self.pools[name]
         per_page = pool.entry_bytes_per_page

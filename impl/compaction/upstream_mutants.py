@@ -24,6 +24,10 @@ MUTATIONS = {
     "pages_not_zeroed": Mutation(
         f"{CLASS}._maybe_zero_pages", "phys_pages.numel() == 0:", "phys_pages.numel() >= 0:",
         "pages are handed out with what their last owner wrote, not zeroed"),
+    "clear_keeps_pending": Mutation(
+        f"{CLASS}.clear", "self._pending_reuse.clear()", "pass",
+        "clear() keeps the move batches pending on an unfired event (their pages come back "
+        "as holes of the emptied pool when it fires)"),
 }
 
 

@@ -98,7 +98,7 @@ class ModelPool:
 
 
 class CompactionModel:
-    """The whole allocator: alloc, free, flush, drain, forward, fire, write and read."""
+    """The whole allocator: alloc, free, flush, drain, forward, fire, clear, write and read."""
 
     def __init__(self, params: Params, lazy: bool, take: str = "front"):
         """`take`: which freed pages a lazy allocation reuses (`TAKES`)."""
@@ -198,6 +198,14 @@ class CompactionModel:
 
     def fire(self, event: int) -> None:
         self.events[event] = True
+
+    def clear(self, name: str) -> None:
+        """The pool as built: every vid free in order, the frontier at the base, no hole, no
+        pending page, no forward in flight, no move counted. Pending pages are dropped, not
+        made holes: after a clear every page above the frontier is free whatever an unfired
+        event still reads (the caller flushes a cache only when idle). The KV bytes are left as
+        they are (a clear frees pages, it does not wipe them); events keep their state."""
+        self.pools[name] = ModelPool(self.pools[name].geo, self.lazy)
 
     def unfired(self) -> list[int]:
         return sorted(event for event, fired in self.events.items() if not fired)

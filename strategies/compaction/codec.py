@@ -3,8 +3,8 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, Alloc, Fire, Forward,
-                                                Op, Params, Pick, Trace)
+from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, Alloc, Clear, Fire,
+                                                Forward, Op, Params, Pick, Trace)
 from kvfuzz.strategies.inputs import FieldReader
 
 _INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
@@ -46,7 +46,7 @@ def _op(reader: FieldReader, raw: object, where: str, params: Params) -> Op:
     kind = reader.op_kind(raw, where, KINDS)
     names = set(kind.__dataclass_fields__)
     fields = {name: raw[name] for name in raw if name != "op"}
-    if "pool" in names:
+    if "pool" in names and not (kind is Clear and fields.get("pool") is None):  # None: all
         reader.choice(fields.get("pool"), f"{where}.pool", params.pools())
     for name in ("urgent", "relative"):
         if name in names:

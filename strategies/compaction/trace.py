@@ -101,9 +101,17 @@ class Fire:
     which: str = "oldest"
 
 
-Op = Alloc | Free | Flush | Drain | Forward | Fire
+@dataclass(frozen=True)
+class Clear:
+    """Reset a pool (None: every pool, as SGLang's composite allocators do on a cache flush) to
+    its initial state: every page free, no hole, nothing pending, no forward in flight."""
+
+    pool: str | None = None
+
+
+Op = Alloc | Free | Flush | Drain | Forward | Fire | Clear
 KINDS = {"alloc": Alloc, "free": Free, "flush": Flush, "drain": Drain, "forward": Forward,
-          "fire": Fire}
+          "fire": Fire, "clear": Clear}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -146,6 +154,8 @@ def describe_op(op: Op) -> str:
         return f"{NAMES[type(op)]} {op.pool} {'urgent' if op.urgent else 'non-urgent'}"
     if isinstance(op, Forward):
         return f"forward up={_describe_pick(op.up)}, down={_describe_pick(op.down)}"
+    if isinstance(op, Clear):
+        return f"clear {op.pool or 'all'}"
     return f"fire {op.which}"
 
 

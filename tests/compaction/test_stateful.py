@@ -9,8 +9,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
 from kvfuzz.fuzz.compaction.lockstep import CompactionLockstep
 from kvfuzz.fuzz.compaction.target import COMPACTION
-from kvfuzz.strategies.compaction.trace import (WHERE, Alloc, Drain, Fire, Flush, Forward, Free,
-                                                Params, Pick, Trace)
+from kvfuzz.strategies.compaction.trace import (WHERE, Alloc, Clear, Drain, Fire, Flush, Forward,
+                                                Free, Params, Pick, Trace)
 from tests.helpers import dumps
 from tests.compaction.sides import factory
 from tests.helpers import assert_machine_catches
@@ -80,6 +80,10 @@ class CompactionMachine(RuleBasedStateMachine):
     @rule(which=st.sampled_from(["oldest", "newest", "all"]))
     def fire(self, which):
         self._step(Fire(which))
+
+    @rule(pool=st.none() | pools)
+    def clear(self, pool):
+        self._step(Clear(pool and self._pool(pool)))
 
 
 class EagerCompactionMachine(CompactionMachine):
