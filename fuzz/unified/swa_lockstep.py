@@ -9,7 +9,7 @@ match's length against the deepest node with a live window, a checkpoint's out-o
 an eviction freeing at least the shortfall; the tree's shape (`tree_violations`), aliasing and
 kept tensors as for full attention; and, on the Rust core, the Python core run beside it through
 the whole public state, SWA slots and free lists included (`twin.py`). The target's judge is
-`ByComponents`: this one for a trace with a window, `UnifiedLockstep` for the others."""
+`ByComponents` (`judges.py`): this one for a trace with a window."""
 
 from __future__ import annotations
 
@@ -209,15 +209,3 @@ class SWALockstep(UnifiedLockstep):
         ns = key_namespace(ns)
         return max((len(n.path[1]) for n in nodes
                     if n.path[0] == ns and tuple(key[:len(n.path[1])]) == n.path[1]), default=0)
-
-
-class ByComponents(UnifiedLockstep):
-    """The unified target's judge: `UnifiedLockstep` (the radix model) for a full-attention
-    trace, `SWALockstep` for a trace with the SWA component's window."""
-
-    def __new__(cls, trace, *args, **options):
-        if not getattr(trace, "window", 0):
-            return super().__new__(cls)
-        judge = object.__new__(SWALockstep)  # not a ByComponents: __init__ is called here
-        judge.__init__(trace, *args, **options)
-        return judge

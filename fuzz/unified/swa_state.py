@@ -26,12 +26,7 @@ def swa_problems(snap: dict, nodes: list[NodeView], page_size: int,
     # Full attention: the requests' own pages past their protected length.
     held = {slot // page_size for rid, row in snap["rows"].items()
             for slot in row[swa["requests"][rid][0]:]} if swa["requests"] else set()
-    problems += [("allocator", text) for text in pool_violations(
-        nodes, snap["free"], held, page_size, size, snap["available"], snap["evictable"],
-        snap["protected"])]
-    for name, locked in (("evictable", False), ("protected", True)):
-        problems += [(f"{name}_size", text) for text in
-                     size_problems(f"{name}_size", snap[name], nodes, locked)]
+    problems += full_pool_problems(snap, nodes, held, page_size, size)
     live = [slot for value in values if value for slot in value]
     twice = sorted(s for s, n in Counter(live).items() if n > 1)
     if twice:
@@ -54,6 +49,19 @@ def swa_problems(snap: dict, nodes: list[NodeView], page_size: int,
     if list(snap["total"][:2]) != [full, cached]:
         problems.append(("total_size", f"total_size() says {tuple(snap['total'])}, the nodes "
                                        f"hold {full} full and {cached} SWA slots"))
+    return problems
+
+
+def full_pool_problems(snap: dict, nodes: list[NodeView], held: set, page_size: int,
+                       size: int) -> list[tuple[str, str]]:
+    """The full-attention pool conserved (`held`: the pages requests hold themselves) and the
+    full sizes against the nodes, with their sign."""
+    problems = [("allocator", text) for text in pool_violations(
+        nodes, snap["free"], held, page_size, size, snap["available"], snap["evictable"],
+        snap["protected"])]
+    for name, locked in (("evictable", False), ("protected", True)):
+        problems += [(f"{name}_size", text) for text in
+                     size_problems(f"{name}_size", snap[name], nodes, locked)]
     return problems
 
 

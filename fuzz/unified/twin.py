@@ -11,7 +11,7 @@ from collections import Counter
 from kvfuzz.fuzz.engine.lockstep import short
 
 LABEL = "cores differ"
-SAME = ("evictable", "protected", "total", "available", "free", "rows", "swa")
+SAME = ("evictable", "protected", "total", "available", "free", "rows", "swa", "mamba")
 
 
 def twin_problems(snap: dict) -> list[tuple[str, str]]:
@@ -56,7 +56,7 @@ def state_problems(rust: dict, python: dict) -> list[tuple[str, str]]:
                                 f"{short(theirs.get(path), 60)} ((start, slots, children, "
                                 f"locked))"))
     for name in SAME:
-        if rust.get(name) != python.get(name):  # "swa": None without the component
+        if rust.get(name) != python.get(name):  # "swa", "mamba": None without the component
             problems.append((LABEL, f"{name}: the Rust core {short(rust[name], 70)}, the Python "
                                     f"core {short(python[name], 70)}"))
     ours, theirs = per_page(rust["events"]), per_page(python["events"])

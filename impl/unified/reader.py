@@ -32,7 +32,8 @@ def snapshot(driver) -> dict:
             "available": int(_pool(allocator).available_size()),
             "free": _free(_pool(allocator)),
             "rows": rows, "events": [event(e) for e in cache.take_events()],
-            "aliases": aliases(values, driver), "swa": _swa(driver, handles)}
+            "aliases": aliases(values, driver), "swa": _swa(driver, handles),
+            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
 
 
 def _pool(allocator):
