@@ -179,6 +179,11 @@ MUTATIONS = {
         "if aligned_seqlen >= mamba_boundary_len",
         "a match that ends on the checkpoint grid names a branching point where it ends: the "
         "scheduler would donate a second state for a depth the tree already holds"),
+    "mamba_match_ignores_state": _mamba(
+        "create_match_validator", "return lambda node: node.component_data[ct].value is not None",
+        "return lambda node: True",
+        "a match may end at a node with no Mamba state: the scheduler resumes the recurrence "
+        "from a state the tree does not have"),
     "mamba_exist_unsaid": _mamba(
         "commit_insert_component_data", "result.mamba_exist = True", "pass",
         "an insert that ends where the tree already holds a state does not say so: the caller "

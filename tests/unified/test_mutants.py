@@ -50,6 +50,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                  + PYTHON,
     "mamba_branch_at_the_match": r"mamba branching:? +match\(.*\): mamba_branching_seqlen \d+, "
                                  r"expected None" + PYTHON,
+    "mamba_match_ignores_state": r"mamba match:? +match\(.*\) matched \d+ tokens; the deepest "
+                                 r"node with a Mamba state on its \d+-token full hit ends at \d+"
+                                 + PYTHON,
     "mamba_exist_unsaid": r"mamba pool:? +\d+ free \+ \d+ in the tree vs \d+ Mamba slots: 1 lost"
                           + PYTHON,
     "mamba_lock_protects_nothing": r"mamba lock:? +pin\(.*\) protected 0 Mamba states while "
