@@ -50,40 +50,27 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
     assert not missing, sorted(missing)
 
 
-@pytest.mark.parametrize("entry, indices, ran", [(SWA_RUST, range(0, 12), RUST),
-                                                 (SWA_PYTHON, range(20, 45), PYTHON)],
-                         ids=["rust", "python"])
-def test_swa_seeded_traces_run_to_their_last_op_on_each_core_and_reach_the_swa_edges(
-        entry, indices, ran):
+@pytest.mark.parametrize("entry, indices, ran, components, reached", [
+    (SWA_RUST, range(0, 12), RUST, "full+swa", SWA_EVENTS),
+    (SWA_PYTHON, range(20, 45), PYTHON, "full+swa", SWA_EVENTS),
+    (MAMBA_RUST, range(0, 10), RUST, "full+mamba", MAMBA_EVENTS),
+    (MAMBA_PYTHON, range(10, 25), PYTHON, "full+mamba", MAMBA_EVENTS)],
+    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python"])
+def test_a_components_seeded_traces_run_to_their_last_op_on_each_core_and_reach_its_edges(
+        entry, indices, ran, components, reached):
     # The SWA profile: each trace is a "unified-swa/1" trace with its window, on the hybrid
-    # allocator; the Rust core's entry runs the Python core beside it, SWA state compared.
+    # allocator; the Mamba profile: "unified-mamba/1" tree ops over a hybrid pool of Mamba
+    # states. The Rust core's entry runs the Python core beside it, the component's state
+    # (SWA slots and pool; each node's state and the state pool) compared.
     events = Counter()
     for index in indices:
         trace = UNIFIED.generator.generate(0, index, [entry])
-        assert trace.components == "full+swa" and trace.window >= 1
+        assert trace.components == components and (trace.window or trace.mamba_slots) >= 1
         outcome = UNIFIED.check(trace, entry)
         assert outcome.status == "agree", outcome.divergence.report()
         events.update(outcome.features)
     assert events[ran] == len(indices)
-    assert set(SWA_EVENTS) <= set(events), sorted(set(SWA_EVENTS) - set(events))
-
-
-@pytest.mark.parametrize("entry, indices, ran", [(MAMBA_RUST, range(0, 10), RUST),
-                                                 (MAMBA_PYTHON, range(10, 25), PYTHON)],
-                         ids=["rust", "python"])
-def test_mamba_seeded_traces_run_to_their_last_op_on_each_core_and_reach_the_mamba_edges(
-        entry, indices, ran):
-    # The Mamba profile: "unified-mamba/1" tree ops over a hybrid pool of Mamba states; the Rust
-    # core's entry runs the Python core beside it, each node's state and the pool compared.
-    events = Counter()
-    for index in indices:
-        trace = UNIFIED.generator.generate(0, index, [entry])
-        assert trace.components == "full+mamba" and trace.mamba_slots >= 2
-        outcome = UNIFIED.check(trace, entry)
-        assert outcome.status == "agree", outcome.divergence.report()
-        events.update(outcome.features)
-    assert events[ran] == len(indices)
-    assert set(MAMBA_EVENTS) <= set(events), sorted(set(MAMBA_EVENTS) - set(events))
+    assert set(reached) <= set(events), sorted(set(reached) - set(events))
 
 
 def test_keeping_the_callers_mamba_value_is_declared_and_undeclared_reported():
