@@ -197,8 +197,8 @@ def assert_corpus_replays_clean(target: str, impl, outside_allowed: bool = False
 
 
 def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, original: str,
-                                       found=None, max_ops: int | None = None):
-    """Mutant `name` diverges on one of the first 60 seeded traces (or `found`); shrunk, the
+                                       found=None, max_ops: int | None = None, first: int = 0):
+    """Mutant `name` diverges on one of 60 seeded traces from index `first` (or `found`); shrunk, the
     report names the implementation, the op and its call, where the trace was shrunk from, the
     replay line, and matches `pattern`; the shrunk trace read back from its file fails the same
     way, and `original` (what the mutant was made from) agrees on it."""
@@ -211,7 +211,8 @@ def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, ori
     if not impl.available():
         pytest.skip(f"needs {impl.requires} installed (see docs/upstream-{impl.requires}.md)")
     found = found or next((d for d in (divergence(target, owner.generator.generate(0, i, [impl]),
-                                                  impl) for i in range(60)) if d), None)
+                                                  impl) for i in range(first, first + 60))
+                  if d), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(owner, found, budget=(3000, 10.0))
     report = small.report()
@@ -230,17 +231,18 @@ def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, ori
     return small
 
 
-def mutant_tests(target: str, expected: dict, original, **options):
+def mutant_tests(target: str, expected: dict, original, first: dict | None = None, **options):
     """The two tests of a target's mutant catalogue: every mutant has an expected report
     pattern, and each is caught with a readable shrunk report
-    (`assert_caught_with_a_shrunk_report`; `original(name)`: what it was made from)."""
+    (`assert_caught_with_a_shrunk_report`; `original(name)`: what it was made from; `first`:
+    the seeded trace to start looking from, by name, where the first catch lies far in)."""
     def test_every_mutant_has_an_expectation():
         assert sorted(expected) == sorted(m.name for m in mutants(target))
 
     @pytest.mark.parametrize("name", by_tier(sorted(expected)))
     def test_mutant_is_caught_with_a_readable_shrunk_report(name):
         assert_caught_with_a_shrunk_report(target, name, expected[name], original(name),
-                                           **options)
+                                           first=(first or {}).get(name, 0), **options)
     return test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report
 
 

@@ -21,7 +21,8 @@ from kvfuzz.fuzz.radix import state as radix_state
 from kvfuzz.fuzz.radix.lockstep import extend_plan
 from kvfuzz.fuzz.unified import state
 from kvfuzz.fuzz.unified.lockstep import CURSOR, TOMBSTONE, WINDOW_CUT, UnifiedLockstep
-from kvfuzz.fuzz.unified.swa_state import key_namespace, match_problems, swa_problems
+from kvfuzz.fuzz.unified.swa_state import (key_namespace, match_problems, pin_problems,
+                                           swa_problems)
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.unified.swa import checkpoint_cursor
@@ -59,6 +60,7 @@ class Book:
 class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
+        self.pinned = None
         return Book(trace.page_size, trace.window)
 
     # -- ops ------------------------------------------------------------------------------------
@@ -114,6 +116,8 @@ class SWALockstep(UnifiedLockstep):
         if isinstance(op, Match):
             self.count("match hit" if got.actual[0] else "match miss")
             self.probed = (op.ns, self._aligned(op.tokens), got.actual[0])
+        elif isinstance(op, Pin):
+            self.pinned = (op.ns, self._aligned(op.tokens), got.actual[2])
 
     @handles(Insert)
     def insert(self, op: Insert):
@@ -175,7 +179,7 @@ class SWALockstep(UnifiedLockstep):
         # implementation's (recording) side too.
         self.snap = snap = self.read_changed("snapshot_since")
         if recording():
-            self.probed = self.cursor = None
+            self.probed = self.cursor = self.pinned = None
             return []
         ps = self.model.page_size
         nodes = state.views(snap, ps)
@@ -189,6 +193,15 @@ class SWALockstep(UnifiedLockstep):
                                        matched, self.model.window)
         if self.probed is not None and self.probed[2] < self._full_hit(nodes, *self.probed[:2]):
             self.count(WINDOW_CUT)
+        locks = snap["swa"].get("locks")
+        if locks is None and not self.model.requests:  # a core that hides its nodes: no lock
+            locks = [0] * len(nodes)                    # held, with no request in flight
+        if self.pinned is not None and locks is not None:
+            ns, key, protected = self.pinned
+            problems += pin_problems(nodes, snap["swa"]["values"], locks, key_namespace(ns),
+                                     key, protected - snap["swa"]["protected"],
+                                     self.model.window)
+        self.pinned = None
         if any(value is None for value in snap["swa"]["values"]):
             self.count(TOMBSTONE)
         cursor, self.cursor, self.probed = self.cursor, None, None

@@ -146,14 +146,15 @@ class UnifiedDriver(MambaCalls, RadixDriver):
 
     def pin(self, tokens, ns: int) -> list[int]:
         """Match, `inc_lock_ref`, read the protected size, unlock: [delta, protected], and the
-        Mamba protected size with that component."""
+        Mamba or SWA protected size with that component."""
         key = self._key(tokens, ns)
         node = self.cache.match_prefix(self.MatchParams(key=key)).last_device_node
         self._poison_key(key)
         self._seen(node, tokens, key.extra_key)
         result = self.cache.inc_lock_ref(node)
         protected = int(self.cache.protected_size())
-        mamba = [int(self.cache.mamba_protected_size())] if self.MAMBA is not None else []
+        mamba = [int(self.cache.mamba_protected_size())] if self.MAMBA is not None else \
+            [int(self.cache.swa_protected_size())] if self.SWA is not None else []
         self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
         return [int(result.delta or 0), protected] + mamba
 

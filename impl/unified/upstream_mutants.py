@@ -170,6 +170,11 @@ MUTATIONS = {
         "sliding_window_size=self.sliding_window_size + self.cache.page_size,",
         "a checkpoint keeps a page more than the window of the request's SWA slots: the pool "
         "runs out a page early per running request"),
+    "swa_lock_takes_the_path": _swa(
+        "acquire_component_lock", "while cur != root and covered < sliding_window_size:",
+        "while cur != root:",
+        "a lock protects the SWA of the whole path, not the trailing window: SWA slots outside "
+        "every running request's window can never be tombstoned while it runs"),
     "swa_evict_keeps_evictable": _swa(
         "evict_component", "self.tree_core.component_evictable_size_[ct] -= freed", "pass",
         "tombstoning a node leaves its SWA slots counted evictable (#35270's symptom, SWA side)"),

@@ -45,6 +45,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                 r"ends at \d+" + PYTHON,
     "swa_window_keeps_a_page_more": r"swa cursor:? +r\d+'s SWA cursor went from \d+ to \d+ at its "
                                     r"checkpoint, expected \d+" + PYTHON,
+    "swa_lock_takes_the_path": r"swa lock:? +pin\(\d+ tokens\) added \d+ SWA slots to the "
+                               r"protected size while locked, expected \d+" + PYTHON,
     "swa_evict_keeps_evictable": r"swa sizes +swa_evictable_size\(\) \d+ \+ swa_protected_size\(\) "
                                  r"\d+ vs \d+ live SWA slots in the tree: \d+ counted twice"
                                  + PYTHON,
@@ -71,5 +73,7 @@ def _original(name: str) -> str:
     return f"sglang.unified.{profile}{broken.core}"
 
 
+# seeded SWA trace 50 is the first whose pin reaches past a window of live SWA
+FIRST = {PREFIX + "swa_lock_takes_the_path": 50}
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
-    mutant_tests("unified", EXPECTED, _original)
+    mutant_tests("unified", EXPECTED, _original, first=FIRST)
