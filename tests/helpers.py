@@ -198,11 +198,10 @@ def assert_corpus_replays_clean(target: str, impl, outside_allowed: bool = False
 
 def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, original: str,
                                        found=None, max_ops: int | None = None, first: int = 0):
-    """Mutant `name` diverges on one of the first 60 seeded traces, looked at from index
-    `first` (or `found`); shrunk, the
-    report names the implementation, the op and its call, where the trace was shrunk from, the
-    replay line, and matches `pattern`; the shrunk trace read back from its file fails the same
-    way, and `original` (what the mutant was made from) agrees on it."""
+    """Mutant `name` diverges on one of 60 seeded traces from index `first` (or `found`);
+    shrunk, the report names the implementation, the op and its call, where the trace was shrunk
+    from, the replay line, and matches `pattern`; the shrunk trace read back from its file fails
+    the same way, and `original` (what the mutant was made from) agrees on it."""
     import re
 
     from kvfuzz.fuzz.engine.shrink import shrink
@@ -211,8 +210,8 @@ def assert_caught_with_a_shrunk_report(target: str, name: str, pattern: str, ori
     impl = owner.catalogue.resolve(name)
     if not impl.available():
         pytest.skip(f"needs {impl.requires} installed (see docs/upstream-{impl.requires}.md)")
-    found = found or next((d for d in (divergence(target, owner.generator.generate(0, i, [impl]),
-                                                  impl) for i in range(first, 60)) if d), None)
+    traces = (owner.generator.generate(0, i, [impl]) for i in range(first, first + 60))
+    found = found or next((d for d in (divergence(target, t, impl) for t in traces) if d), None)
     assert found is not None, f"{name}: no divergence in 60 seeded traces"
     small = shrink(owner, found, budget=(3000, 10.0))
     report = small.report()

@@ -20,26 +20,33 @@ RUST, PYTHON = "ran on the Rust core", "ran on the Python core"
 TOMBSTONE, WINDOW_CUT, CURSOR = ("swa tombstone in the tree", "swa match cut by the window",
                                  "swa cursor moved at a checkpoint")
 SWA_EVENTS = (TOMBSTONE, WINDOW_CUT, CURSOR)
+# What only a cache with the Mamba component reaches (`mamba_lockstep.py`).
+STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING = (
+    "mamba state evicted for an insert", "mamba insert where a state was",
+    "mamba match cut short of the full hit", "mamba branching point")
+MAMBA_EVENTS = (STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING)
 
 
 class UnifiedLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON) + SWA_EVENTS
+    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS
 
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False
     VALUE_COVERS_PARTIAL_PAGE = False
     MODEL = UnifiedModel
 
-    def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None):
+    def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None,
+                   poison_mamba: bool = True):
         from kvfuzz.impl.unified.driver import UnifiedDriver  # imports torch and SGLang
         from kvfuzz.impl.unified.twin import TwinDriver
 
         rows, context = rows_needed(trace)
         args = (trace.page_size, trace.size, trace.policy, trace.events, rows, context, device,
                 poison_keys)
+        mamba = (getattr(trace, "mamba_slots", 0), poison_mamba)
         if core == "rust":  # the Python core runs beside it
-            return make(TwinDriver, cls, *args, trace.window)
-        return make(UnifiedDriver, cls, *args, core, trace.window)
+            return make(TwinDriver, cls, *args, trace.window, *mamba)
+        return make(UnifiedDriver, cls, *args, core, trace.window, *mamba)
 
     def initial_problems(self):
         self.core = self.read("core")

@@ -9,7 +9,7 @@ match's length against the deepest node with a live window, a checkpoint's out-o
 an eviction freeing at least the shortfall; the tree's shape (`tree_violations`), aliasing and
 kept tensors as for full attention; and, on the Rust core, the Python core run beside it through
 the whole public state, SWA slots and free lists included (`twin.py`). The target's judge is
-`ByComponents`: this one for a trace with a window, `UnifiedLockstep` for the others."""
+`ByComponents` (`judges.py`): this one for a trace with a window."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from kvfuzz.fuzz.radix import state as radix_state
 from kvfuzz.fuzz.radix.lockstep import extend_plan
 from kvfuzz.fuzz.unified import state
 from kvfuzz.fuzz.unified.lockstep import CURSOR, TOMBSTONE, WINDOW_CUT, UnifiedLockstep
-from kvfuzz.fuzz.unified.swa_state import key_namespace, match_problems, swa_problems
+from kvfuzz.fuzz.unified.swa_state import (key_namespace, match_problems, pin_problems,
+                                           swa_problems)
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.unified.swa import checkpoint_cursor
@@ -59,6 +60,7 @@ class Book:
 class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
+        self.pinned = None
         return Book(trace.page_size, trace.window)
 
     # -- ops ------------------------------------------------------------------------------------
@@ -114,6 +116,8 @@ class SWALockstep(UnifiedLockstep):
         if isinstance(op, Match):
             self.count("match hit" if got.actual[0] else "match miss")
             self.probed = (op.ns, self._aligned(op.tokens), got.actual[0])
+        elif isinstance(op, Pin):
+            self.pinned = (op.ns, self._aligned(op.tokens), got.actual[2])
 
     @handles(Insert)
     def insert(self, op: Insert):
@@ -175,7 +179,7 @@ class SWALockstep(UnifiedLockstep):
         # implementation's (recording) side too.
         self.snap = snap = self.read_changed("snapshot_since")
         if recording():
-            self.probed = self.cursor = None
+            self.probed = self.cursor = self.pinned = None
             return []
         ps = self.model.page_size
         nodes = state.views(snap, ps)
@@ -189,6 +193,15 @@ class SWALockstep(UnifiedLockstep):
                                        matched, self.model.window)
         if self.probed is not None and self.probed[2] < self._full_hit(nodes, *self.probed[:2]):
             self.count(WINDOW_CUT)
+        locks = snap["swa"].get("locks")
+        if locks is None and not self.model.requests:  # a core that hides its nodes: no lock
+            locks = [0] * len(nodes)                    # held, with no request in flight
+        if self.pinned is not None and locks is not None:
+            ns, key, protected = self.pinned
+            problems += pin_problems(nodes, snap["swa"]["values"], locks, key_namespace(ns),
+                                     key, protected - snap["swa"]["protected"],
+                                     self.model.window)
+        self.pinned = None
         if any(value is None for value in snap["swa"]["values"]):
             self.count(TOMBSTONE)
         cursor, self.cursor, self.probed = self.cursor, None, None
@@ -209,15 +222,3 @@ class SWALockstep(UnifiedLockstep):
         ns = key_namespace(ns)
         return max((len(n.path[1]) for n in nodes
                     if n.path[0] == ns and tuple(key[:len(n.path[1])]) == n.path[1]), default=0)
-
-
-class ByComponents(UnifiedLockstep):
-    """The unified target's judge: `UnifiedLockstep` (the radix model) for a full-attention
-    trace, `SWALockstep` for a trace with the SWA component's window."""
-
-    def __new__(cls, trace, *args, **options):
-        if not getattr(trace, "window", 0):
-            return super().__new__(cls)
-        judge = object.__new__(SWALockstep)  # not a ByComponents: __init__ is called here
-        judge.__init__(trace, *args, **options)
-        return judge

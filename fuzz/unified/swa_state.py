@@ -11,7 +11,7 @@ from collections import Counter
 
 from kvfuzz.fuzz.radix.state import namespace
 from kvfuzz.oracle.radix.invariants import NodeView, node_name, pool_violations, size_problems
-from kvfuzz.oracle.unified.swa import accepted_length, window_covered
+from kvfuzz.oracle.unified.swa import accepted_length, locked_window, window_covered
 
 
 def swa_problems(snap: dict, nodes: list[NodeView], page_size: int,
@@ -26,12 +26,7 @@ def swa_problems(snap: dict, nodes: list[NodeView], page_size: int,
     # Full attention: the requests' own pages past their protected length.
     held = {slot // page_size for rid, row in snap["rows"].items()
             for slot in row[swa["requests"][rid][0]:]} if swa["requests"] else set()
-    problems += [("allocator", text) for text in pool_violations(
-        nodes, snap["free"], held, page_size, size, snap["available"], snap["evictable"],
-        snap["protected"])]
-    for name, locked in (("evictable", False), ("protected", True)):
-        problems += [(f"{name}_size", text) for text in
-                     size_problems(f"{name}_size", snap[name], nodes, locked)]
+    problems += full_pool_problems(snap, nodes, held, page_size, size)
     live = [slot for value in values if value for slot in value]
     twice = sorted(s for s, n in Counter(live).items() if n > 1)
     if twice:
@@ -54,6 +49,19 @@ def swa_problems(snap: dict, nodes: list[NodeView], page_size: int,
     if list(snap["total"][:2]) != [full, cached]:
         problems.append(("total_size", f"total_size() says {tuple(snap['total'])}, the nodes "
                                        f"hold {full} full and {cached} SWA slots"))
+    return problems
+
+
+def full_pool_problems(snap: dict, nodes: list[NodeView], held: set, page_size: int,
+                       size: int) -> list[tuple[str, str]]:
+    """The full-attention pool conserved (`held`: the pages requests hold themselves) and the
+    full sizes against the nodes, with their sign."""
+    problems = [("allocator", text) for text in pool_violations(
+        nodes, snap["free"], held, page_size, size, snap["available"], snap["evictable"],
+        snap["protected"])]
+    for name, locked in (("evictable", False), ("protected", True)):
+        problems += [(f"{name}_size", text) for text in
+                     size_problems(f"{name}_size", snap[name], nodes, locked)]
     return problems
 
 
@@ -83,3 +91,25 @@ def namespace_of(node: NodeView):
 def key_namespace(ns: int):
     """A trace namespace as the nodes name it (the driver's extra_key "ns<k>")."""
     return namespace(f"ns{ns}" if ns else None)
+
+
+def pin_problems(nodes: list[NodeView], values: list, locks: list, ns: int, key,
+                 added: int, window: int) -> list[tuple[str, str]]:
+    """A pin of `key` added `added` to `swa_protected_size()` while it held its lock: the SWA
+    slots of the trailing window above the node its match ended at that no other lock held
+    (`oracle.unified.swa.locked_window`), not the whole path. `locks`: each node's SWA lock
+    count after the pin (its own released)."""
+    on_path = sorted((len(n.path[1]), n, value, lock) for n, value, lock in
+                     zip(nodes, values, locks)
+                     if namespace_of(n) == ns and tuple(key[:len(n.path[1])]) == n.path[1])
+    end = accepted_length([(len(node.key), value is not None) for _, node, value, _ in on_path],
+                          window)
+    expected = locked_window([(len(node.key), None if value is None else len(value), lock > 0)
+                              for _, node, value, lock in on_path], end, window)
+    if added == expected:
+        return []
+    return [("swa lock", f"pin({len(key)} tokens) added {added} SWA slots to the protected size "
+                         f"while locked, expected {expected}: the unlocked SWA of the "
+                         f"{window}-token window above the node its match ended at ({end} "
+                         f"tokens)")]
+

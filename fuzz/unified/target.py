@@ -15,11 +15,12 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.radix.target import METHODS, scheduler_calls, smaller_pool
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
-from kvfuzz.fuzz.unified.swa_lockstep import ByComponents
+from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.strategies.unified.profile import KEEPS_KEY, broken, core_of, swa_of, unsupported
+from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of, mamba_of, swa_of,
+                                              unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
@@ -33,12 +34,14 @@ def _shape(path, obj):
 def _generator_for(impls):
     return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
                                                        for impl in impls)),
-                                   swa=any(swa_of(impl.preconditions) for impl in impls))
+                                   swa=any(swa_of(impl.preconditions) for impl in impls),
+                                   mamba=any(mamba_of(impl.preconditions) for impl in impls))
 
 
 def _options(impl) -> dict:
     return {"poison_keys": KEEPS_KEY not in impl.preconditions,
-            "core": core_of(impl.preconditions)}
+            "core": core_of(impl.preconditions),
+            "poison_mamba": KEEPS_MAMBA_VALUE not in impl.preconditions}
 
 
 UNIFIED = trace_target(
@@ -54,6 +57,7 @@ UNIFIED = trace_target(
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.swa_lockstep",
                       "kvfuzz.fuzz.unified.swa_state", "kvfuzz.oracle.unified.swa",
+                      "kvfuzz.fuzz.unified.mamba_lockstep", "kvfuzz.oracle.unified.mamba",
                       "kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.unified.tree",
                       "kvfuzz.oracle.radix.tree", "kvfuzz.oracle.radix.model"),
     warm_up="kvfuzz.impl.unified.driver:warm_up",

@@ -58,10 +58,11 @@ class RadixDriver(ChangedReads):
         self.page_size, self.device, self.poison_keys = page_size, device, poison_keys
         self.allocator = self._build_allocator(cls, size, page_size, device)
         self.rows = Rows(rows, context, device)
+        # a unified cache with the Mamba component passes its hybrid pool instead of the rows
+        cache_options.setdefault("req_to_token_pool", self.rows)
         params = _sglang("cache_init_params", "CacheInitParams")(
-            disable=False, req_to_token_pool=self.rows, token_to_kv_pool_allocator=self.allocator,
-            page_size=page_size, eviction_policy=policy, enable_kv_cache_events=events,
-            **cache_options)
+            disable=False, token_to_kv_pool_allocator=self.allocator, page_size=page_size,
+            eviction_policy=policy, enable_kv_cache_events=events, **cache_options)
         self.Key = _defined_beside(cls, "RadixKey") or _sglang("radix_cache", "RadixKey")
         self.MatchParams = _sglang("base_prefix_cache", "MatchPrefixParams")
         self.InsertParams = _sglang("base_prefix_cache", "InsertParams")

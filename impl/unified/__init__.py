@@ -5,24 +5,32 @@ released Python sources. Both entries name the one released class: `sglang.unifi
 SGLang for its Rust core (and runs the Python core beside it, to compare the two), and
 `sglang.unified.python` for its Python core; the class's import path resolves to the first.
 `sglang.unified.swa.rust` and `sglang.unified.swa.python` build it with the SWA component too
-(profile `unified-swa/1`, not run by default). Nothing heavy is imported here."""
+(profile `unified-swa/1`, not run by default), `sglang.unified.mamba.rust` and
+`sglang.unified.mamba.python` with the Mamba component (profile `unified-mamba/1`, tree ops
+only, not run by default). Nothing heavy is imported here."""
 
 from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
-from kvfuzz.strategies.unified.profile import CORES, KEEPS_KEY, NO_RESET_IN_FLIGHT, SWA_COMPONENT
+from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE,
+                                              MAMBA_COMPONENT,
+                                              NO_RESET_IN_FLIGHT, SWA_COMPONENT)
 
 RELEASED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"
 # A reset with requests in flight is in the contract (a lock from before it names a handle the new
 # tree never mints again: its release raises KeyError and changes nothing); the Python core keeps
-# a caller's key as RadixCache does, the Rust core copies it.
-DECLARES = {"rust": (CORES["rust"],), "python": (KEEPS_KEY, CORES["python"])}
+# a caller's key as RadixCache does, the Rust core copies it. Both keep the caller's Mamba value
+# (a Mamba trace's insert; every in-tree caller hands over a fresh tensor), whatever the profile.
+DECLARES = {"rust": (CORES["rust"], KEEPS_MAMBA_VALUE),
+            "python": (KEEPS_KEY, CORES["python"], KEEPS_MAMBA_VALUE)}
 SWA_DECLARES = {core: declared + (SWA_COMPONENT,) for core, declared in DECLARES.items()}
+MAMBA_DECLARES = {core: declared + (MAMBA_COMPONENT,) for core, declared in DECLARES.items()}
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
               "rust_core": CORES["rust"], "python_core": CORES["python"],
-              "swa_component": SWA_COMPONENT}
+              "swa_component": SWA_COMPONENT, "mamba_component": MAMBA_COMPONENT,
+              "keeps_mamba_value": KEEPS_MAMBA_VALUE}
 _entry = partial(entry, "unified", __name__)
 
 IMPLEMENTATIONS = (
@@ -43,9 +51,19 @@ IMPLEMENTATIONS = (
                    "SGLang's UnifiedRadixCache with the SWA component, Python tree core, hybrid "
                    "SWA allocator", UPSTREAM, preconditions=SWA_DECLARES["python"],
                    requires="sglang"),
+    # The Mamba profile: tree ops only (no request holds a state of its own), not run by
+    # default; `--impl sglang.unified.mamba.rust` or `.python` runs it.
+    Implementation("sglang.unified.mamba.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the Mamba component, Rust tree core "
+                   "(checked against the Python core too), tree ops", UPSTREAM,
+                   preconditions=MAMBA_DECLARES["rust"], requires="sglang"),
+    Implementation("sglang.unified.mamba.python", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the Mamba component, Python tree core, tree "
+                   "ops", UPSTREAM, preconditions=MAMBA_DECLARES["python"], requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
            requires="sglang",
-           preconditions=(SWA_DECLARES if broken.swa else DECLARES)[broken.core])
+           preconditions=(SWA_DECLARES if broken.swa else MAMBA_DECLARES if broken.mamba
+                          else DECLARES)[broken.core])
     for name, broken in MUTATIONS.items()
 )

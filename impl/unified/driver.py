@@ -9,6 +9,8 @@ tensors poisoned after each call) where the interface is the same, and where it 
   `evict_to_free_tokens` calls it; a release is `release_kv_cache`'s calls, `on_release` too;
 - the pin probe reads `inc_lock_ref`'s delta and the protected size while the lock is held;
 - `insert` frees the caller's slots of what the tree had itself (the driver frees nothing);
+- with the Mamba component (`mamba.py`), the hybrid request pool of Mamba states, inserts that
+  hand the tree a state, matches that say where the request must branch;
 - nodes are handles (`NodeId`s) the core mints, different between the cores: every handle a call
   returns is recorded with the tokens of its path (`_seen`), and the state is read through the
   core's public calls by path (`reader.py`), never through its node objects alone.
@@ -23,24 +25,32 @@ import torch
 
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
 from kvfuzz.impl.unified.reader import snapshot
 
 os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")
 RUST_CORE = "sglang.srt.mem_cache.rust_tree_core.adapter.RustUnifiedTreeCore"
 
 
-class UnifiedDriver(RadixDriver):
+class UnifiedDriver(MambaCalls, RadixDriver):
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
                  context: int, device: str = "cpu", poison_keys: bool = True,
-                 core: str | None = None, window: int = 0):
+                 core: str | None = None, window: int = 0, mamba_slots: int = 0,
+                 poison_mamba: bool = True):
         kinds = _sglang("unified_cache.component_type", "ComponentType")
         self.FULL, self.SWA = kinds.FULL, (kinds.SWA if window else None)
+        self.MAMBA = kinds.MAMBA if mamba_slots else None
         self.TreeLock = _sglang("base_prefix_cache", "TreeLock")
         self.asked = core
         self.paths: dict[int, tuple] = {}  # node handle -> (extra_key, tokens root..its end)
         options = {"tree_components": (self.FULL,)}
         if window:  # the SWA component beside full attention, on the hybrid allocator
             options = {"tree_components": (self.FULL, self.SWA), "sliding_window_size": window}
+        self.pool, self.poison_mamba = None, poison_mamba
+        if mamba_slots:  # the Mamba component, over a hybrid pool of Mamba states
+            self.pool = mamba_pool(page_size, mamba_slots, rows, context, device)
+            options = {"tree_components": (self.FULL, self.MAMBA), "req_to_token_pool": self.pool,
+                       "enable_mamba_extra_buffer": page_size > 1}
         if core is not None:
             options["tree_core_backend"] = core
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
@@ -121,19 +131,37 @@ class UnifiedDriver(RadixDriver):
         super().release(rid, checkpointed)
         self.cache.on_release(request, checkpointed=checkpointed)
 
+    def match(self, tokens, ns: int) -> list:
+        """[matched length, the path's slots], and with the Mamba component the match's
+        `mamba_branching_seqlen` (None: none)."""
+        if self.MAMBA is None:
+            return super().match(tokens, ns)
+        key = self._key(tokens, ns)
+        result = self.cache.match_prefix(self.MatchParams(key=key))
+        self._poison_key(key)
+        self._seen(result.last_device_node, tokens, key.extra_key)
+        branch = result.mamba_branching_seqlen
+        return [int(result.device_prefix_len), int_list(self.path(result.last_device_node)),
+                None if branch is None else int(branch)]
+
     def pin(self, tokens, ns: int) -> list[int]:
-        """Match, `inc_lock_ref`, read the protected size, unlock: [delta, protected]."""
+        """Match, `inc_lock_ref`, read the protected size, unlock: [delta, protected], and the
+        Mamba or SWA protected size with that component."""
         key = self._key(tokens, ns)
         node = self.cache.match_prefix(self.MatchParams(key=key)).last_device_node
         self._poison_key(key)
         self._seen(node, tokens, key.extra_key)
         result = self.cache.inc_lock_ref(node)
         protected = int(self.cache.protected_size())
+        mamba = [int(self.cache.mamba_protected_size())] if self.MAMBA is not None else \
+            [int(self.cache.swa_protected_size())] if self.SWA is not None else []
         self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
-        return [int(result.delta or 0), protected]
+        return [int(result.delta or 0), protected] + mamba
 
     def reset(self) -> None:
         super().reset()
+        if self.pool is not None:  # the scheduler's flush clears the request pool's states too
+            self.pool.clear()
         self.paths.clear()  # every handle of the old tree is gone (and never minted again)
 
     def snapshot(self) -> dict:

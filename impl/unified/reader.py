@@ -32,7 +32,8 @@ def snapshot(driver) -> dict:
             "available": int(_pool(allocator).available_size()),
             "free": _free(_pool(allocator)),
             "rows": rows, "events": [event(e) for e in cache.take_events()],
-            "aliases": aliases(values, driver), "swa": _swa(driver, handles)}
+            "aliases": aliases(values, driver), "swa": _swa(driver, handles),
+            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
 
 
 def _pool(allocator):
@@ -71,10 +72,20 @@ def _swa(driver, handles: list) -> dict | None:
                          int(request.filled), int_list(mapping[row]),
                          None if branch is None else int(branch))
     return {"values": values, "mapped": mapped, "requests": requests,
+            "locks": _swa_locks(core, handles, driver.SWA),
             "free": _free(allocator.swa_attn_allocator),
             "available": int(allocator.swa_available_size()),
             "evictable": int(cache.swa_evictable_size()),
             "protected": int(cache.swa_protected_size())}
+
+
+def _swa_locks(core, handles: list, swa) -> list[int] | None:
+    """Each node's SWA lock count, where the core exposes its node objects (the Python core);
+    None where it does not."""
+    try:
+        return [int(core.node_by_id(handle).component_data[swa].lock_ref) for handle in handles]
+    except NotImplementedError:
+        return None
 
 
 def _nodes(driver) -> tuple[list, list, list]:

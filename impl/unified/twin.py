@@ -16,7 +16,7 @@ from kvfuzz.impl.unified.driver import UnifiedDriver
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
          "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
-         "insert", "reset")
+         "insert", "reset", "mamba_slot", "insert_mamba")
 
 
 class TwinDriver(ChangedReads):
@@ -25,17 +25,22 @@ class TwinDriver(ChangedReads):
     PRIMARY, TWIN = "rust", "python"
 
     def __init__(self, cls, *args):
-        """`args`: `UnifiedDriver`'s, up to `poison_keys`, then the SWA window (0: none)."""
-        args, window = args[:8], (args[8] if len(args) > 8 else 0)
-        self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY, window=window)
+        """`args`: `UnifiedDriver`'s, up to `poison_keys`, then the SWA window (0: none), the
+        Mamba slots (0: no Mamba component) and whether to poison a Mamba value."""
+        args, (window, mamba, poison) = args[:8], (tuple(args[8:11]) + (0, 0, True)[
+            len(args[8:11]):])
+        self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY, window=window,
+                                     mamba_slots=mamba, poison_mamba=poison)
         self.pairs: list[tuple] = []
         self.slots: dict[tuple, list] = {}  # the primary's alloc_slots answer -> the twin's
+        self.states: dict[int, int] = {}  # the primary's Mamba state slot -> the twin's
         # The twin's keys are left alone: the Python core keeps a caller's key (a declared
         # difference), and what the twin is for is the cores' answers, not that check.
         twin_args = args[:7] + (False,)
         try:
             self.twin, self.twin_error = UnifiedDriver(cls, *twin_args, core=self.TWIN,
-                                                       window=window), None
+                                                       window=window, mamba_slots=mamba,
+                                                       poison_mamba=False), None
         except Exception as error:  # noqa: BLE001 - reported as a difference, not a crash
             self.twin, self.twin_error = None, safe_text(error)
             self.pairs.append(("constructor", ("answered", None), _raised(error)))
@@ -51,14 +56,19 @@ class TwinDriver(ChangedReads):
                                other))
             if method == "alloc_slots" and answer is not None and other[0] == "answered":
                 self.slots[tuple(answer)] = other[1]
+            if method == "mamba_slot" and raised is None and other[0] == "answered":
+                self.states[answer[0]] = other[1][0]
         if raised is not None:
             raise raised
         return answer
 
     def _twin_args(self, method: str, args: tuple) -> tuple:
-        if method == "insert" and args[3]:
-            tokens, ns, priority, slots = args
-            return tokens, ns, priority, self.slots.pop(tuple(slots), slots)
+        if method in ("insert", "insert_mamba") and args[3]:
+            tokens, ns, priority, slots = args[:4]
+            slots = self.slots.pop(tuple(slots), slots)
+            if method == "insert":
+                return tokens, ns, priority, slots
+            return tokens, ns, priority, slots, self.states.pop(args[4], args[4])
         return args
 
     def core(self) -> dict:

@@ -1,10 +1,11 @@
 """Broken variants of SGLang's `UnifiedRadixCache` (sglang 0.5.23): ONE edit of the released Python
 source of the cache (`unified_radix_cache.py`), its Python tree core (`unified_tree_core.py`), its
-full-attention component (`components/full.py`) or its SWA component (`components/swa.py`, run
-on the SWA profile), each made by `impl/source_mutation.py` and wired in through SGLang's own
-extension points: an edited core is registered as a tree-core backend of its own
-(`register_tree_core_backend`) and built where the Python core is asked for, an edited component
-is passed as `component_registry_override` where the Python core is asked for. Each breaks a
+full-attention component (`components/full.py`), its SWA component (`components/swa.py`, run
+on the SWA profile) or its Mamba component (`components/mamba.py`, run on the Mamba profile),
+each made by `impl/source_mutation.py` and wired in through SGLang's own extension points: an
+edited core is registered as a tree-core backend of its own (`register_tree_core_backend`) and
+built where the Python core is asked for, an edited component is passed as
+`component_registry_override` where the Python core is asked for. Each breaks a
 promise the scheduler relies on, at least one per property the lock step checks, several after
 SGLang's history (issue numbers in `why`). `core` is the core its catalogue entry asks for:
 "rust" runs the real Rust core with the broken Python core beside it (what only the comparison
@@ -22,6 +23,7 @@ CACHE = "sglang.srt.mem_cache.unified_radix_cache"
 CORE = "sglang.srt.mem_cache.unified_cache.unified_tree_core"
 FULL = "sglang.srt.mem_cache.unified_cache.components.full"
 SWA = "sglang.srt.mem_cache.unified_cache.components.swa"
+MAMBA = "sglang.srt.mem_cache.unified_cache.components.mamba"
 RELEASED = f"{CACHE}:UnifiedRadixCache"
 
 
@@ -35,6 +37,11 @@ class Broken:
     def swa(self) -> bool:
         """Whether it edits the SWA component: its entry runs the SWA profile."""
         return self.module == SWA
+
+    @property
+    def mamba(self) -> bool:
+        """Whether it edits the Mamba component: its entry runs the Mamba profile."""
+        return self.module == MAMBA
 
     @property
     def why(self) -> str:
@@ -51,6 +58,10 @@ def _full(scope, old, new, why, core="python"):
 
 def _swa(scope, old, new, why, core="python"):
     return Broken(SWA, Mutation(f"SWAComponent.{scope}", old, new, why), core)
+
+
+def _mamba(scope, old, new, why, core="python"):
+    return Broken(MAMBA, Mutation(f"MambaComponent.{scope}", old, new, why), core)
 
 
 def _cache(scope, old, new, why, core="python"):
@@ -159,9 +170,35 @@ MUTATIONS = {
         "sliding_window_size=self.sliding_window_size + self.cache.page_size,",
         "a checkpoint keeps a page more than the window of the request's SWA slots: the pool "
         "runs out a page early per running request"),
+    "swa_lock_takes_the_path": _swa(
+        "acquire_component_lock", "while cur != root and covered < sliding_window_size:",
+        "while cur != root:",
+        "a lock protects the SWA of the whole path, not the trailing window: SWA slots outside "
+        "every running request's window can never be tombstoned while it runs"),
     "swa_evict_keeps_evictable": _swa(
         "evict_component", "self.tree_core.component_evictable_size_[ct] -= freed", "pass",
         "tombstoning a node leaves its SWA slots counted evictable (#35270's symptom, SWA side)"),
+    # the Mamba component (the Mamba profile, tree ops)
+    "mamba_branch_at_the_match": _mamba(
+        "finalize_match_result_in_tree_core", "if aligned_seqlen > mamba_boundary_len",
+        "if aligned_seqlen >= mamba_boundary_len",
+        "a match that ends on the checkpoint grid names a branching point where it ends: the "
+        "scheduler would donate a second state for a depth the tree already holds"),
+    "mamba_match_ignores_state": _mamba(
+        "create_match_validator", "return lambda node: node.component_data[ct].value is not None",
+        "return lambda node: True",
+        "a match may end at a node with no Mamba state: the scheduler resumes the recurrence "
+        "from a state the tree does not have"),
+    "mamba_exist_unsaid": _mamba(
+        "commit_insert_component_data", "result.mamba_exist = True", "pass",
+        "an insert that ends where the tree already holds a state does not say so: the caller "
+        "keeps its own slot cached nowhere (the state pool leaks a slot per such insert)"),
+    "mamba_lock_protects_nothing": _mamba(
+        "acquire_component_lock", "if cd.lock_ref == 0 and value is not None:",
+        "if cd.lock_ref == 0 and value is None:",
+        "locking a node leaves its Mamba state counted evictable: a running request's state "
+        "may be evicted, and the unlock counts it evictable twice (#35270's symptom, Mamba "
+        "side)"),
     # which core ran
     "falls_back_silently": _cache(
         "__init__", "self._tree_core_backend = select_tree_core_backend(params)",
@@ -190,6 +227,7 @@ def _cache_class(name: str) -> type:
     else:
         kind = load_attribute("sglang.srt.mem_cache.unified_cache.component_type:ComponentType")
         edited = {kind.SWA: module.SWAComponent} if broken.swa else \
+            {kind.MAMBA: module.MambaComponent} if broken.mamba else \
             {kind.FULL: module.FullComponent}
         python = {"component_registry_override": edited}
 

@@ -68,6 +68,27 @@ def window_covered(segments: list[tuple[int, bool]], window: int) -> bool:
     return True
 
 
+def locked_window(segments: list[tuple[int, int | None, bool]], end: int, window: int) -> int:
+    """The SWA slots a lock of the node a match ended at (`end` tokens) adds to the protected
+    size: walking up from it, each node is locked until the nodes walked cover the window, the
+    node that crosses it included (`acquire_component_lock`); a tombstone is locked too and
+    protects nothing, and a node another lock holds already counts as protected. `segments`:
+    (tokens, live SWA slots or None, locked already) of each node on the path, root first."""
+    depth, above = 0, []
+    for segment in segments:
+        depth += segment[0]
+        if depth > end:
+            break
+        above.append(segment)
+    covered = protected = 0
+    for tokens, live, locked in reversed(above):
+        if covered >= window:
+            break
+        covered += tokens
+        protected += 0 if locked else live or 0
+    return protected
+
+
 def accepted_length(segments: list[tuple[int, bool]], window: int) -> int:
     """What a match along `segments` (the nodes its tokens reach in full, root first) reports:
     the length up to the deepest node it may end at (`window_covered`), 0 for none."""

@@ -2,7 +2,8 @@
 prompt families over a small vocabulary, key lengths at page edges, small pools, chunked prefill,
 decode across page edges, probes, load-back inserts, evictions, every eviction policy, events on
 and off, resets) for a cache with full attention, and (`unified-swa/1`) the same stream for a
-cache with the SWA component, with a window. Trace `index` of `seed` is the same forever; a
+cache with the SWA component, with a window; and (`unified-mamba/1`) tree ops alone (probes, inserts
+that hand the tree a Mamba state, evictions, resets) for a cache with the Mamba component. Trace `index` of `seed` is the same forever; a
 change to what this produces must bump the version."""
 
 from __future__ import annotations
@@ -40,8 +41,33 @@ SWA = TraceGenerator("unified-swa/1", build_swa, num_ops=radix.GENERATOR.num_ops
                      max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
 
 
-def generator_for(unsupported: frozenset, swa: bool = False) -> TraceGenerator:
+def build_mamba(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
+    """Tree ops for a cache with the Mamba component: the radix stream's keys (prompt families,
+    lengths at page edges, namespaces), mostly inserts, each handing the tree a Mamba state, and
+    matches, over a pool of 2 to 8 states, small enough that an insert often evicts one
+    (what `_alloc_mamba_slot` does when the pool is empty), and a full pool that evicts too.
+    No request runs (`unified.trace.TREE_OPS`), so `allowed` changes nothing."""
+    page = rng.choice((1, 1, 1, 2, 4, 8))
+    pages = rng.choice((rng.randint(4, 10), rng.randint(10, 30)))
+    gen = radix._Generator(rng, page, allowed)
+    actions = ((gen.insert, 4.0), (gen.probe, 3.0), (gen.evict, 0.6), (gen.reset, 0.1))
+    funcs, weights = zip(*actions)
+    while len(gen.ops) < num_ops:
+        rng.choices(funcs, weights)[0]()
+    trace = radix.Trace(page, page * pages, rng.choice(radix.POLICIES), rng.random() < 0.5,
+                        tuple(gen.ops[:num_ops]))
+    return from_radix(trace, "full+mamba", mamba_slots=rng.randint(2, 8))
+
+
+MAMBA = TraceGenerator("unified-mamba/1", build_mamba, num_ops=80,
+                       max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
+
+
+def generator_for(unsupported: frozenset, swa: bool = False,
+                  mamba: bool = False) -> TraceGenerator:
     """The generator for an implementation that does not support the misuse in `unsupported`,
     e.g. "unified/1[no reset with requests in flight]"; `swa`: for a cache built with the SWA
-    component ("unified-swa/1")."""
+    component ("unified-swa/1"); `mamba`: with the Mamba component ("unified-mamba/1")."""
+    if mamba:
+        return MAMBA
     return misuse_stream(SWA if swa else GENERATOR, ALL_MISUSE, unsupported)

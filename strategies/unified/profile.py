@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, broken, unsupported
 
-__all__ = ["CORES", "KEEPS_KEY", "NO_RESET_IN_FLIGHT", "SWA_COMPONENT", "broken", "core_of",
-           "swa_of", "unsupported"]
+__all__ = ["CORES", "KEEPS_KEY", "KEEPS_MAMBA_VALUE", "MAMBA_COMPONENT", "NO_RESET_IN_FLIGHT", "SWA_COMPONENT",
+           "broken", "core_of", "mamba_of", "swa_of", "unsupported"]
 
 CORES = {
     "rust": "runs the Rust tree core (tree_core_backend='rust': the extension bundled in the "
@@ -24,6 +24,23 @@ CORES = {
 SWA_COMPONENT = ("builds the cache with the SWA component beside full attention "
                  "(tree_components FULL+SWA, the trace's sliding window) on SGLang's hybrid "
                  "SWATokenToKVPoolAllocator: it runs the unified-swa traces")
+
+
+# The same for the Mamba component: the "unified-mamba/1" traces (tree ops only).
+MAMBA_COMPONENT = ("builds the cache with the Mamba component beside full attention "
+                   "(tree_components FULL+MAMBA, a HybridReqToTokenPool of the trace's Mamba "
+                   "slots): it runs the unified-mamba traces")
+
+
+# Both cores keep the caller's Mamba value tensor as the node's state (the full value is copied):
+# every in-tree caller hands over a fresh one (`MambaComponent.prepare_for_caching_req`: a clone
+# of the request's slot, or a slot donated for the tree), so the entries declare it.
+KEEPS_MAMBA_VALUE = ("keeps the caller's Mamba value tensor (InsertParams.mamba_value) as the "
+                     "node's state: the harness does not rewrite it after the call")
+
+
+def mamba_of(preconditions) -> bool:
+    return MAMBA_COMPONENT in preconditions
 
 
 def swa_of(preconditions) -> bool:

@@ -1,5 +1,5 @@
 """Each broken SGLang `UnifiedRadixCache` (one edit of the released Python source of the cache, its
-Python tree core, its full-attention component or its SWA component, at least one per property
+Python tree core, its full-attention, SWA or Mamba component, at least one per property
 the lock step checks)
 is caught by the seeded lock step with a readable, shrunk report that names the op, the property,
 the tree core that ran and the replay command; the released class, with the core the mutant's
@@ -45,9 +45,20 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                 r"ends at \d+" + PYTHON,
     "swa_window_keeps_a_page_more": r"swa cursor:? +r\d+'s SWA cursor went from \d+ to \d+ at its "
                                     r"checkpoint, expected \d+" + PYTHON,
+    "swa_lock_takes_the_path": r"swa lock:? +pin\(\d+ tokens\) added \d+ SWA slots to the "
+                               r"protected size while locked, expected \d+" + PYTHON,
     "swa_evict_keeps_evictable": r"swa sizes +swa_evictable_size\(\) \d+ \+ swa_protected_size\(\) "
                                  r"\d+ vs \d+ live SWA slots in the tree: \d+ counted twice"
                                  + PYTHON,
+    "mamba_branch_at_the_match": r"mamba branching:? +match\(.*\): mamba_branching_seqlen \d+, "
+                                 r"expected None" + PYTHON,
+    "mamba_match_ignores_state": r"mamba match:? +match\(.*\) matched \d+ tokens; the deepest "
+                                 r"node with a Mamba state on its \d+-token full hit ends at \d+"
+                                 + PYTHON,
+    "mamba_exist_unsaid": r"mamba pool:? +\d+ free \+ \d+ in the tree vs \d+ Mamba slots: 1 lost"
+                          + PYTHON,
+    "mamba_lock_protects_nothing": r"mamba lock:? +pin\(.*\) protected 0 Mamba states while "
+                                   r"locked, expected 1" + PYTHON,
     "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
                            r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
                            r"fell back from Rust",
@@ -55,10 +66,14 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 
 
 def _original(name: str) -> str:
-    """The released entry with the core (and the SWA profile) the mutant's entry asks for."""
+    """The released entry with the core (and the SWA or Mamba profile) the mutant's entry asks
+    for."""
     broken = MUTATIONS[name[len(PREFIX):]]
-    return f"sglang.unified.{'swa.' if broken.swa else ''}{broken.core}"
+    profile = "swa." if broken.swa else "mamba." if broken.mamba else ""
+    return f"sglang.unified.{profile}{broken.core}"
 
 
+# seeded SWA trace 50 is the first whose pin reaches past a window of live SWA
+FIRST = {PREFIX + "swa_lock_takes_the_path": 50}
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
-    mutant_tests("unified", EXPECTED, _original)
+    mutant_tests("unified", EXPECTED, _original, first=FIRST)

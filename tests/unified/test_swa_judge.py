@@ -134,7 +134,7 @@ def test_the_window_is_read_and_refused_in_one_line():
     assert "window" not in full and from_json(full).window == 0
     for data, field in (({**to_json(trace), "window": 0}, "window"),
                         ({**full, "window": 4}, "window"),
-                        ({**to_json(trace), "components": "full+mamba"}, "components")):
+                        ({**to_json(trace), "components": "full+mamba"}, "window")):
         with pytest.raises(FormatError) as error:
             from_json(data, "t.json")
         assert f"field '{field}'" in str(error.value) and "\n" not in str(error.value)

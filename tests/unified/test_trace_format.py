@@ -12,7 +12,8 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.radix import generator as radix_generator
 from kvfuzz.strategies.sources import seeded_random
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.strategies.unified.profile import CORES, KEEPS_KEY, core_of, swa_of, unsupported
+from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE, core_of,
+                                              mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import FORMAT, from_radix, resets_in_flight, to_json
 from tests.helpers import dumps, loads
 
@@ -39,12 +40,17 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
                 if impl.kind == "upstream"}
     assert {name: core_of(p) for name, p in declared.items()} == {
         "sglang.unified.rust": "rust", "sglang.unified.python": "python",
-        "sglang.unified.swa.rust": "rust", "sglang.unified.swa.python": "python"}
-    for profile in ("", "swa."):
+        "sglang.unified.swa.rust": "rust", "sglang.unified.swa.python": "python",
+        "sglang.unified.mamba.rust": "rust", "sglang.unified.mamba.python": "python"}
+    for profile in ("", "swa.", "mamba."):
         assert KEEPS_KEY in declared[f"sglang.unified.{profile}python"]
         assert KEEPS_KEY not in declared[f"sglang.unified.{profile}rust"]
+    # both cores keep the caller's Mamba value, whatever the profile (it matters on Mamba traces)
+    assert all(KEEPS_MAMBA_VALUE in p for p in declared.values())
     assert [name for name, p in declared.items() if swa_of(p)] == [
         "sglang.unified.swa.rust", "sglang.unified.swa.python"]
+    assert [name for name, p in declared.items() if mamba_of(p)] == [
+        "sglang.unified.mamba.rust", "sglang.unified.mamba.python"]
     assert core_of(()) is None and set(CORES) == {"rust", "python"}
 
 

@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, SWA_EVENTS
+from kvfuzz.fuzz.unified.lockstep import MAMBA_EVENTS, PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
-from kvfuzz.impl.unified import DECLARES, RELEASED, SWA_DECLARES
+from kvfuzz.impl.unified import DECLARES, MAMBA_DECLARES, RELEASED, SWA_DECLARES
 from kvfuzz.strategies.radix.trace import Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
@@ -24,6 +24,8 @@ RUST_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.rust")
 PYTHON_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.python")
 SWA_RUST = UNIFIED.catalogue.resolve("sglang.unified.swa.rust")
 SWA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.swa.python")
+MAMBA_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.rust")
+MAMBA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.python")
 
 
 @pytest.mark.parametrize("entry, indices", [(RUST_ENTRY, range(0, 30)),
@@ -43,26 +45,45 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
     for index in range(traces):
         events.update(UNIFIED.check(UNIFIED.generator.generate(0, index, [entry]), entry).features)
     assert events[ran] == traces and events[other] == 0
-    missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(SWA_EVENTS) - set(events)
+    missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(SWA_EVENTS) - \
+        set(MAMBA_EVENTS) - set(events)
     assert not missing, sorted(missing)
 
 
-@pytest.mark.parametrize("entry, indices, ran", [(SWA_RUST, range(0, 12), RUST),
-                                                 (SWA_PYTHON, range(20, 45), PYTHON)],
-                         ids=["rust", "python"])
-def test_swa_seeded_traces_run_to_their_last_op_on_each_core_and_reach_the_swa_edges(
-        entry, indices, ran):
+@pytest.mark.parametrize("entry, indices, ran, components, reached", [
+    (SWA_RUST, range(0, 12), RUST, "full+swa", SWA_EVENTS),
+    (SWA_PYTHON, range(20, 45), PYTHON, "full+swa", SWA_EVENTS),
+    (MAMBA_RUST, range(0, 10), RUST, "full+mamba", MAMBA_EVENTS),
+    (MAMBA_PYTHON, range(10, 25), PYTHON, "full+mamba", MAMBA_EVENTS)],
+    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python"])
+def test_a_components_seeded_traces_run_to_their_last_op_on_each_core_and_reach_its_edges(
+        entry, indices, ran, components, reached):
     # The SWA profile: each trace is a "unified-swa/1" trace with its window, on the hybrid
-    # allocator; the Rust core's entry runs the Python core beside it, SWA state compared.
+    # allocator; the Mamba profile: "unified-mamba/1" tree ops over a hybrid pool of Mamba
+    # states. The Rust core's entry runs the Python core beside it, the component's state
+    # (SWA slots and pool; each node's state and the state pool) compared.
     events = Counter()
     for index in indices:
         trace = UNIFIED.generator.generate(0, index, [entry])
-        assert trace.components == "full+swa" and trace.window >= 1
+        assert trace.components == components and (trace.window or trace.mamba_slots) >= 1
         outcome = UNIFIED.check(trace, entry)
         assert outcome.status == "agree", outcome.divergence.report()
         events.update(outcome.features)
     assert events[ran] == len(indices)
-    assert set(SWA_EVENTS) <= set(events), sorted(set(SWA_EVENTS) - set(events))
+    assert set(reached) <= set(events), sorted(set(reached) - set(events))
+
+
+def test_keeping_the_callers_mamba_value_is_declared_and_undeclared_reported():
+    # Both cores keep the caller's Mamba tensor as the node's state (the full value is copied):
+    # the entries declare it; without the declaration the harness poisons the tensor after the
+    # insert and the state the tree then shows is the poison.
+    trace = UNIFIED.generator.generate(0, 0, [MAMBA_PYTHON])
+    assert UNIFIED.check(trace, MAMBA_PYTHON).status == "agree"
+    double = Implementation("double", "unified", RELEASED, "test double", YOURS,
+                            preconditions=tuple(p for p in MAMBA_DECLARES["python"]
+                                                if "Mamba value" not in p))
+    found = divergence("unified", trace, double)
+    assert found is not None and "Mamba slots [-99] outside the pool" in found.report()
 
 
 def test_the_swa_mutants_reach_only_the_swa_profile():
