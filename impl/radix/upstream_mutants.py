@@ -26,6 +26,10 @@ MUTATIONS = {
     "unlock_counts_shared_twice": Mutation(
         f"{CLASS}.dec_lock_ref", "if node.lock_ref == 1:", "if node.lock_ref >= 1:",
         "releasing a node two requests lock counts it evictable already (#35270's symptom)"),
+    "unlock_keeps_protected": Mutation(
+        f"{CLASS}.dec_lock_ref", "self.protected_size_ -= len(node.key)", "pass",
+        "a release leaves its nodes in protected_size(): tokens counted as locked twice over, "
+        "the evictable side right"),
     # edges keyed by the child's first page
     "split_child_stale_key": Mutation(
         f"{CLASS}._split_node", "{key[split_len:].child_key(self.page_size): child}",

@@ -14,6 +14,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "short_key_walks": r"crash +IndexError: RadixKey child range out of bounds",
     "unlock_counts_shared_twice": r"evictable_size\(\) says \d+, its unlocked nodes hold \d+: "
                                   r"\d+ tokens counted twice",
+    "unlock_keeps_protected": r"protected_size\(\) says \d+, its locked nodes hold \d+: "
+                              r"\d+ tokens counted twice",
     "split_child_stale_key": r"is filed under edge \(.*\), not its first page",
     "lock_leaf_twice": r"lock counts not monotone|lock expected \d+, actual \d+",
     "locked_leaf_evictable": r"locked node evicted:? +r\d+ holds a lock on",
