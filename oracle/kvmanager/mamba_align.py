@@ -20,9 +20,7 @@ inside the block.
 
 from __future__ import annotations
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 
 def kept_positions(read_from: int, computed: int, block_size: int) -> set[int]:
