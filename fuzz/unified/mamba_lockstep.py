@@ -3,7 +3,9 @@ tree ops only). Like the SWA judge (`swa_lockstep.py`, whose eviction and reset 
 inherits) it keeps no model of the tree: which state the Mamba LRU evicts first is judged by the
 Rust core against the Python core (`twin.py`, the states and the state pool included). After
 every op it checks what the Mamba contract promises (`oracle.unified.mamba`): the tree's shape,
-aliasing and kept tensors as for full attention; the full pool conserved and its sizes; the state
+aliasing and kept tensors as for full attention; only unlocked leaves gone, and a pin's lock
+counts back at their baseline (no model of the locks here: the full component's locks are
+judged by these and the monotone counts alone); the full pool conserved and its sizes; the state
 pool conserved (no slot in two nodes, none both cached and free, free + cached = the pool);
 the Mamba sizes against the states, with their sign, and nothing protected once the op's locks
 are gone; `total_size()`; a state only where an insert ended; an insert leaving a state at its
@@ -106,14 +108,16 @@ class MambaLockstep(SWALockstep):
 
     # -- after every op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
-        self.snap = snap = self.read_changed("snapshot_since")
-        checks, self.checks = self.checks, []
+        before, self.snap = self.snap, self.read_changed("snapshot_since")
+        snap, (checks, self.checks) = self.snap, (self.checks, [])
         if recording():
             return []
         ps, nodes = self.model.page_size, self._nodes(snap)
         problems = radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
+        problems += radix_state.lock_problems(
+            op, before and self._nodes(before), nodes, ps)
         problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)
         for check in checks:
