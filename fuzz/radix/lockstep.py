@@ -259,7 +259,7 @@ class RadixLockstep(Lockstep):
         problems = state.locked_problems(model, self.names, pages)
         problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
-        problems += state.lock_problems(op, self.nodes_before, nodes, ps)
+        problems += state.lock_problems(op, lambda: self.nodes_before, nodes, ps, self.evicting)
         problems += state.pool_problems(model, snap, nodes)
         if self.evicting and self.pages_before is not None:
             problems += state.eviction_problems(

@@ -117,15 +117,21 @@ def pool_problems(model, snap: dict, nodes: list[NodeView]) -> list[tuple[str, s
     return problems
 
 
-def lock_problems(op, before, after: list[NodeView], page_size: int) -> list[tuple[str, str]]:
-    """What the implementation's own nodes before and after `op` show, with no model: only
-    unlocked leaves left the tree (but at a reset), and after a pin (a lock and its unlock in
-    one op) every page's lock count is at its baseline. `before`: the nodes after the op before
-    it (None before the first)."""
+def lock_problems(op, before, after: list[NodeView], page_size: int,
+                  evicted: bool) -> list[tuple[str, str]]:
+    """What the implementation's own nodes before and after `op` show, with no model: after an
+    op that evicted, only unlocked leaves left the tree, and after a pin (a lock and its unlock
+    in one op) every page's lock count is at its baseline. `before()`: the nodes after the op
+    before it (None before the first), read only where a check applies: each costs a walk over
+    every node's path."""
+    evicted = evicted and not isinstance(op, Reset)
+    if not evicted and not isinstance(op, Pin):
+        return []
+    before = before()
     if before is None:
         return []
-    problems = [] if isinstance(op, Reset) else \
-        [("eviction leaves", text) for text in eviction_violations(before, after)]
+    problems = [("eviction leaves", text) for text in eviction_violations(before, after)] \
+        if evicted else []
     if isinstance(op, Pin):
         problems += [("lock baseline", text) for text in pair_violations(before, after, page_size)]
     return problems

@@ -32,7 +32,7 @@ from kvfuzz.strategies.unified.trace import mamba_chunk
 
 class MambaLockstep(SWALockstep):
     def build_model(self, trace):
-        self.snap, self.checks, self.ends = None, [], set()
+        self.snap, self.checks, self.ends, self.evicting = None, [], set(), False
         self.grid = checkpoint_grid(mamba_chunk(trace.page_size), trace.page_size)
         return Book(trace.page_size, 0)
 
@@ -68,6 +68,7 @@ class MambaLockstep(SWALockstep):
         if got.actual is None:
             self.count("insert refused")
             return
+        self.evicting = True  # a state's eviction may take its leaf
         state_slot = yield Call("a Mamba state slot (evict_for_alloc(mamba_num=1) when none "
                                 "is free) -> [slot, states evicted, tokens evicted]",
                                 "mamba_slot", (), oracle=None)
@@ -116,8 +117,9 @@ class MambaLockstep(SWALockstep):
         problems = radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
+        evicted, self.evicting = self.evicting, False
         problems += radix_state.lock_problems(
-            op, before and self._nodes(before), nodes, ps)
+            op, lambda: before and self._nodes(before), nodes, ps, evicted)
         problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)
         for check in checks:

@@ -62,7 +62,7 @@ class Book:
 class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
-        self.pinned = None
+        self.pinned, self.evicting = None, False
         return Book(trace.page_size, trace.window)
 
     # -- ops ------------------------------------------------------------------------------------
@@ -165,6 +165,7 @@ class SWALockstep(UnifiedLockstep):
                                  f"short of what was asked")])
 
     def _evict(self, num: int, evictable: int, method: str):
+        self.evicting = True  # the nodes before and after the op are set side by side
         yield Call(f"{method}({num}) -> tokens evicted", method, (num,), oracle=None,
                    compare=lambda expected, rejected, actual, raised: [] if raised or
                    actual >= min(num, evictable) else
@@ -183,11 +184,13 @@ class SWALockstep(UnifiedLockstep):
         snap = self.snap
         if recording():
             self.probed = self.cursor = self.pinned = None
+            self.evicting = False
             return []
         ps = self.model.page_size
         nodes = state.views(snap, ps)
+        evicted, self.evicting = self.evicting, False
         problems = radix_state.lock_problems(
-            op, before and state.views(before, ps), nodes, ps)
+            op, lambda: before and state.views(before, ps), nodes, ps, evicted)
         problems += radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
