@@ -5,7 +5,8 @@ release; probes, load-back inserts, evictions, flushes), compared after every op
 the calls' results (match lengths and slots, evicted tokens, refusals, insert's cached length),
 then the invariants (a locked page never evicted, no tree value sharing memory with another node,
 a row or the caller's tensor, edges keyed by their child's first page, lock counts monotone,
-whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
+from the nodes before and after the op only unlocked leaves gone and a pin's lock counts back at
+their baseline (what a judge without the model still sees), whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
 sign, available + evictable + protected + held = capacity), then the model's exact state (pages
 evicted in policy order, every node, free pages, rows) and, with events on, that the events'
 stored minus removed pages are the cached ones.
@@ -70,6 +71,7 @@ class RadixLockstep(Lockstep):
         self.ledger = EventLedger(self.names)
         self.seen: set[int] = set()
         self.pages_before = None  # the implementation's pages after the last op
+        self.nodes_before = None  # and its nodes
         self.evicting = False
         return self.MODEL(trace.page_size, trace.size, trace.policy)
 
@@ -257,6 +259,7 @@ class RadixLockstep(Lockstep):
         problems = state.locked_problems(model, self.names, pages)
         problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
+        problems += state.lock_problems(op, lambda: self.nodes_before, nodes, ps, self.evicting)
         problems += state.pool_problems(model, snap, nodes)
         if self.evicting and self.pages_before is not None:
             problems += state.eviction_problems(
@@ -266,6 +269,7 @@ class RadixLockstep(Lockstep):
         problems += self._event_problems(snap["events"], nodes)
         problems += self.more_problems(snap, nodes)
         self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
+        self.nodes_before = nodes
         return problems
 
     def views(self, snap) -> tuple[list, list]:

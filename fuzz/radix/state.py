@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.impl.poison import POISON
-from kvfuzz.oracle.radix.invariants import NodeView, node_name, pool_violations, size_problems
+from kvfuzz.oracle.radix.invariants import (NodeView, eviction_violations, node_name,
+                                            pair_violations, pool_violations, size_problems)
+from kvfuzz.strategies.radix.trace import Pin, Reset
 from kvfuzz.oracle.counts import same_counts
 
 FIELDS = ("key", "value", "lock", "hits", "priority")
@@ -112,6 +114,26 @@ def pool_problems(model, snap: dict, nodes: list[NodeView]) -> list[tuple[str, s
             problems.append(("row", f"r{rid}'s row: expected {_short(request.row)}, actual "
                                     f"{_short(row)}"))
             break
+    return problems
+
+
+def lock_problems(op, before, after: list[NodeView], page_size: int,
+                  evicted: bool) -> list[tuple[str, str]]:
+    """What the implementation's own nodes before and after `op` show, with no model: after an
+    op that evicted, only unlocked leaves left the tree, and after a pin (a lock and its unlock
+    in one op) every page's lock count is at its baseline. `before()`: the nodes after the op
+    before it (None before the first), read only where a check applies: each costs a walk over
+    every node's path."""
+    evicted = evicted and not isinstance(op, Reset)
+    if not evicted and not isinstance(op, Pin):
+        return []
+    before = before()
+    if before is None:
+        return []
+    problems = [("eviction leaves", text) for text in eviction_violations(before, after)] \
+        if evicted else []
+    if isinstance(op, Pin):
+        problems += [("lock baseline", text) for text in pair_violations(before, after, page_size)]
     return problems
 
 

@@ -3,7 +3,9 @@ tree ops only). Like the SWA judge (`swa_lockstep.py`, whose eviction and reset 
 inherits) it keeps no model of the tree: which state the Mamba LRU evicts first is judged by the
 Rust core against the Python core (`twin.py`, the states and the state pool included). After
 every op it checks what the Mamba contract promises (`oracle.unified.mamba`): the tree's shape,
-aliasing and kept tensors as for full attention; the full pool conserved and its sizes; the state
+aliasing and kept tensors as for full attention; only unlocked leaves gone, and a pin's lock
+counts back at their baseline (no model of the locks here: the full component's locks are
+judged by these and the monotone counts alone); the full pool conserved and its sizes; the state
 pool conserved (no slot in two nodes, none both cached and free, free + cached = the pool);
 the Mamba sizes against the states, with their sign, and nothing protected once the op's locks
 are gone; `total_size()`; a state only where an insert ended; an insert leaving a state at its
@@ -30,7 +32,7 @@ from kvfuzz.strategies.unified.trace import mamba_chunk
 
 class MambaLockstep(SWALockstep):
     def build_model(self, trace):
-        self.snap, self.checks, self.ends = None, [], set()
+        self.snap, self.checks, self.ends, self.evicting = None, [], set(), False
         self.grid = checkpoint_grid(mamba_chunk(trace.page_size), trace.page_size)
         return Book(trace.page_size, 0)
 
@@ -66,6 +68,7 @@ class MambaLockstep(SWALockstep):
         if got.actual is None:
             self.count("insert refused")
             return
+        self.evicting = True  # a state's eviction may take its leaf
         state_slot = yield Call("a Mamba state slot (evict_for_alloc(mamba_num=1) when none "
                                 "is free) -> [slot, states evicted, tokens evicted]",
                                 "mamba_slot", (), oracle=None)
@@ -106,14 +109,17 @@ class MambaLockstep(SWALockstep):
 
     # -- after every op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
-        self.snap = snap = self.read_changed("snapshot_since")
-        checks, self.checks = self.checks, []
+        before, self.snap = self.snap, self.read_changed("snapshot_since")
+        snap, (checks, self.checks) = self.snap, (self.checks, [])
         if recording():
             return []
         ps, nodes = self.model.page_size, self._nodes(snap)
         problems = radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
+        evicted, self.evicting = self.evicting, False
+        problems += radix_state.lock_problems(
+            op, lambda: before and self._nodes(before), nodes, ps, evicted)
         problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)
         for check in checks:

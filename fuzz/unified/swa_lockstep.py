@@ -6,8 +6,10 @@ splits, tombstones or evicts first. After every op it checks
 what the SWA contract promises (`swa_state.py`, from `oracle.unified.swa`): each node's SWA slots
 against its full slots, both pools conserved, the sizes with their sign, `total_size()`, a
 match's length against the deepest node with a live window, a checkpoint's out-of-window cursor,
-an eviction freeing at least the shortfall; the tree's shape (`tree_violations`), aliasing and
-kept tensors as for full attention; and, on the Rust core, the Python core run beside it through
+an eviction freeing at least the shortfall; the tree's shape (`tree_violations`, lock counts
+monotone among it), aliasing and kept tensors as for full attention; from the nodes before and
+after the op, only unlocked leaves gone and a pin's lock counts back at their baseline (with no
+model of the locks here, these and the monotone counts are all that judge them); and, on the Rust core, the Python core run beside it through
 the whole public state, SWA slots and free lists included (`twin.py`). The target's judge is
 `ByComponents` (`judges.py`): this one for a trace with a window."""
 
@@ -60,7 +62,7 @@ class Book:
 class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
-        self.pinned = None
+        self.pinned, self.evicting = None, False
         return Book(trace.page_size, trace.window)
 
     # -- ops ------------------------------------------------------------------------------------
@@ -163,6 +165,7 @@ class SWALockstep(UnifiedLockstep):
                                  f"short of what was asked")])
 
     def _evict(self, num: int, evictable: int, method: str):
+        self.evicting = True  # the nodes before and after the op are set side by side
         yield Call(f"{method}({num}) -> tokens evicted", method, (num,), oracle=None,
                    compare=lambda expected, rejected, actual, raised: [] if raised or
                    actual >= min(num, evictable) else
@@ -177,13 +180,18 @@ class SWALockstep(UnifiedLockstep):
     def state(self, op) -> list[tuple[str, str]]:
         # The handlers read the last snapshot (sizes, cursors): both sides keep it, the
         # implementation's (recording) side too.
-        self.snap = snap = self.read_changed("snapshot_since")
+        before, self.snap = self.snap, self.read_changed("snapshot_since")
+        snap = self.snap
         if recording():
             self.probed = self.cursor = self.pinned = None
+            self.evicting = False
             return []
         ps = self.model.page_size
         nodes = state.views(snap, ps)
-        problems = radix_state.alias_problems(snap["aliases"], nodes) + \
+        evicted, self.evicting = self.evicting, False
+        problems = radix_state.lock_problems(
+            op, lambda: before and state.views(before, ps), nodes, ps, evicted)
+        problems += radix_state.alias_problems(snap["aliases"], nodes) + \
             radix_state.poisoned_nodes(nodes)
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
         problems += swa_problems(snap, nodes, ps, self.trace.size)

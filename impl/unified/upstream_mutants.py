@@ -32,16 +32,20 @@ class Broken:
     module: str
     mutation: Mutation
     core: str = "python"
+    # "swa" or "mamba": the profile its entry runs though it edits another module (a fault of
+    # the full-attention component that only a judge without the radix model's locks is left
+    # to catch); "": the profile of the module it edits
+    profile: str = ""
 
     @property
     def swa(self) -> bool:
-        """Whether it edits the SWA component: its entry runs the SWA profile."""
-        return self.module == SWA
+        """Whether its entry runs the SWA profile (it edits the SWA component)."""
+        return self.profile == "swa" or not self.profile and self.module == SWA
 
     @property
     def mamba(self) -> bool:
-        """Whether it edits the Mamba component: its entry runs the Mamba profile."""
-        return self.module == MAMBA
+        """Whether its entry runs the Mamba profile (it edits the Mamba component)."""
+        return self.profile == "mamba" or not self.profile and self.module == MAMBA
 
     @property
     def why(self) -> str:
@@ -52,8 +56,8 @@ def _core(scope, old, new, why, core="python"):
     return Broken(CORE, Mutation(f"UnifiedTreeCore.{scope}", old, new, why), core)
 
 
-def _full(scope, old, new, why, core="python"):
-    return Broken(FULL, Mutation(f"FullComponent.{scope}", old, new, why), core)
+def _full(scope, old, new, why, core="python", profile=""):
+    return Broken(FULL, Mutation(f"FullComponent.{scope}", old, new, why), core, profile)
 
 
 def _swa(scope, old, new, why, core="python"):
@@ -99,6 +103,12 @@ MUTATIONS = {
     "lock_leaf_twice": _full(
         "acquire_component_lock", "cd.lock_ref += 1", "cd.lock_ref += 1 + (not cur.children)",
         "locking takes two references on a leaf, one on each node above"),
+    "unlock_keeps_full_locks": _full(
+        "release_component_lock", "cur = node", "cur = root",
+        "an unlock releases nothing of the full-attention component: the path stays locked and "
+        "protected (the sizes agree with the counts, which stay monotone), and the tree never "
+        "evicts it again; run on the Mamba profile, whose judge keeps no model of the locks",
+        profile="mamba"),
     # a locked node is never evicted
     "locked_leaf_evictable": _core(
         "_is_device_leaf", "if any(cd.lock_ref > 0 for cd in node.component_data):",
@@ -220,23 +230,29 @@ def _cache_class(name: str) -> type:
     module = mutant_module(broken.module, broken.mutation, f"sglang_unified_{name}")
     if broken.module == CACHE:
         return module.UnifiedRadixCache
-    released = load_attribute(RELEASED)
     if broken.module == CORE:
         backend = _backend(name, module.UnifiedTreeCore)
         python = {"tree_core_backend": backend}
     else:
         kind = load_attribute("sglang.srt.mem_cache.unified_cache.component_type:ComponentType")
-        edited = {kind.SWA: module.SWAComponent} if broken.swa else \
-            {kind.MAMBA: module.MambaComponent} if broken.mamba else \
+        edited = {kind.SWA: module.SWAComponent} if broken.module == SWA else \
+            {kind.MAMBA: module.MambaComponent} if broken.module == MAMBA else \
             {kind.FULL: module.FullComponent}
         python = {"component_registry_override": edited}
+    return where_python_core(f"Broken_{name}", python, broken.why)
+
+
+def where_python_core(name: str, change: dict, doc: str) -> type:
+    """The released cache class, built with `change` made to its `CacheInitParams` where the
+    Python core is asked for (an edited core's backend, a component registry override): how a
+    mutant or a test's double of a core or component is wired in."""
+    released = load_attribute(RELEASED)
 
     def __init__(self, params):
-        if params.tree_core_backend == "python":  # where the Python core is asked for
-            params = replace(params, **python)
+        if params.tree_core_backend == "python":
+            params = replace(params, **change)
         released.__init__(self, params)
-    return type(f"Broken_{name}", (released,), {"__init__": __init__,
-                                                  "__doc__": broken.why})
+    return type(name, (released,), {"__init__": __init__, "__doc__": doc})
 
 
 def _backend(name: str, core: type) -> str:

@@ -54,12 +54,7 @@ def tree_violations(nodes: list[NodeView], page_size: int) -> list[str]:
             problems.append(f"node {node_name(node.path)} is filed under edge {node.edge}, not its "
                             f"first page {expected}")
             break
-    for node in nodes:
-        parent = by_path.get(node.parent) if node.parent is not None else None
-        if node.lock < 0 or (parent is not None and parent.lock < node.lock):
-            problems.append(f"lock counts not monotone: node {node_name(node.path)} has "
-                            f"{node.lock}, its parent {parent.lock if parent else 'root'}")
-            break
+    problems += lock_order_violations(nodes, by_path)
     for node in nodes:
         if len(node.value) != len(node.key) or len(node.key) % page_size:
             problems.append(f"node {node_name(node.path)} holds {len(node.value)} slots for "
@@ -74,6 +69,69 @@ def tree_violations(nodes: list[NodeView], page_size: int) -> list[str]:
             problems.append(f"node {node_name(node.path)}: slots {torn[0]} are not one whole page")
             break
     return problems
+
+
+def page_locks(nodes: list[NodeView], page_size: int) -> dict:
+    """Each cached page, named by (namespace, tokens from the root to its end), with the lock
+    count of the node that holds it: a split keeps the count on both halves, so pages compare
+    across an op that splits a node where nodes do not."""
+    found = {}
+    for node in nodes:
+        ns, tokens = node.path
+        for end in range(len(tokens) - len(node.key) + page_size, len(tokens) + 1, page_size):
+            found[(ns, tokens[:end])] = node.lock
+    return found
+
+
+def pair_violations(before: list[NodeView], after: list[NodeView], page_size: int) -> list[str]:
+    """A lock taken and released within one op (the scheduler's lock and unlock around a check:
+    a pin) leaves every page's lock count at its baseline, the count before the op: what a
+    model-free judge sees of an unlock that misses part of what its lock took."""
+    was, now = page_locks(before, page_size), page_locks(after, page_size)
+    moved = [page for page in sorted(was.keys() & now.keys()) if was[page] != now[page]]
+    if not moved:
+        return []
+    page = moved[0]
+    return [f"lock counts not back to baseline after a lock/unlock pair: the page ending "
+            f"{node_name(page)} had lock {was[page]} before, {now[page]} after ({len(moved)} "
+            f"pages moved)"]
+
+
+def eviction_violations(before: list[NodeView], after: list[NodeView]) -> list[str]:
+    """Nodes leave the tree (outside a reset) only by eviction, and eviction takes only unlocked
+    leaves: a node gone since the last op had no lock then, and no node below it stays (its
+    children went first, in the same op or before). A node stays when the op leaves its path,
+    key and slots as they were: one the op made afresh after evicting its old self and its
+    parent, say an insert's, holds the parent's tokens too. A split keeps the lower node's
+    path, so a path that is gone is a node that is gone."""
+    kept = {node.path for node in after}
+    same = {(node.path, node.key, tuple(node.value)) for node in after}
+    stays = [node for node in before if (node.path, node.key, tuple(node.value)) in same]
+    for node in before:
+        if node.path in kept:
+            continue
+        if node.lock > 0:
+            return [f"node {node_name(node.path)} left the tree while locked (lock {node.lock}): "
+                    f"eviction takes only unlocked leaves"]
+        ns, tokens = node.path
+        below = next((other for other in stays if other.path[0] == ns and
+                      len(other.path[1]) > len(tokens) and other.path[1][:len(tokens)] == tokens),
+                     None)
+        if below is not None:
+            return [f"node {node_name(node.path)} left the tree while node "
+                    f"{node_name(below.path)} below it stays: eviction takes only leaves"]
+    return []
+
+
+def lock_order_violations(nodes: list[NodeView], by_path: dict) -> list[str]:
+    """Lock counts never negative and monotone from parent to child: a lock holds the whole
+    path above its node, so no node is held by more locks than its parent."""
+    for node in nodes:
+        parent = by_path.get(node.parent) if node.parent is not None else None
+        if node.lock < 0 or (parent is not None and parent.lock < node.lock):
+            return [f"lock counts not monotone: node {node_name(node.path)} has {node.lock}, "
+                    f"its parent {parent.lock if parent else 'root'}"]
+    return []
 
 
 def pool_violations(nodes: list[NodeView], free_pages: list[int], held: set[int],

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 
 from kvfuzz.oracle.radix.events import EventLedger
-from kvfuzz.oracle.radix.invariants import (NodeView, pool_violations, size_problems,
-                                            tree_violations)
+from kvfuzz.oracle.radix.invariants import (NodeView, eviction_violations, pair_violations,
+                                            pool_violations, size_problems, tree_violations)
 from kvfuzz.oracle.radix.model import RadixModel
 from kvfuzz.oracle.radix.pages import PageNames
 from kvfuzz.oracle.radix.tree import POLICIES, RadixTree
@@ -202,6 +202,42 @@ def test_sizes_are_checked_against_their_nodes_with_the_sign():
     assert "1 tokens counted twice" in size_problems("evictable_size", 3, nodes, False)[0]
     assert "1 tokens missing from the count" in size_problems("protected_size", 0, nodes,
                                                               True)[0]
+
+
+def no_other_invariant(after, free, evictable, protected) -> bool:
+    """Every other invariant holds on `after` (page size 1, 5 slots, nothing held)."""
+    return tree_violations(after, 1) == [] and \
+        size_problems("evictable_size", evictable, after, False) == [] and \
+        size_problems("protected_size", protected, after, True) == [] and \
+        pool_violations(after, free, set(), 1, 5, len(free), evictable, protected) == []
+
+
+def test_eviction_taking_a_locked_node_or_one_above_a_node_that_stays_is_reported_alone():
+    # The state after each fault is one whose sizes, pool and tree are in order: only the
+    # nodes before and after the op show that eviction took what it may not.
+    upper, leaf = view([1, 2], [1, 2], [4, 5]), view([1, 2, 3], [3], [3], parent=(0, (1, 2)))
+    assert eviction_violations([upper, leaf], [upper]) == []       # a leaf
+    assert eviction_violations([upper, leaf], []) == []            # a leaf, then its parent
+    assert no_other_invariant([leaf], [1, 2, 4, 5], 1, 0)
+    assert eviction_violations([upper, leaf], [leaf]) == [
+        "node [1 2] left the tree while node [1 2 3] below it stays: eviction takes only leaves"]
+    locked = view([1, 2], [1, 2], [4, 5], lock=1)
+    assert no_other_invariant([], [1, 2, 3, 4, 5], 0, 0)
+    assert eviction_violations([locked], []) == [
+        "node [1 2] left the tree while locked (lock 1): eviction takes only unlocked leaves"]
+
+
+def test_a_lock_unlock_pair_leaves_every_pages_count_where_it_was():
+    whole = [view([1, 2, 3], [1, 2, 3], [4, 5, 6], lock=1)]
+    split = [view([1], [1], [4], lock=1),  # a match split it: both halves keep the count
+             view([1, 2, 3], [2, 3], [5, 6], lock=1, parent=(0, (1,)))]
+    assert pair_violations(whole, split, 1) == []
+    # an unlock that released nothing: the counts still monotone, one more on every page
+    kept = [view([1], [1], [4], lock=2), view([1, 2, 3], [2, 3], [5, 6], lock=2,
+                                            parent=(0, (1,)))]
+    assert tree_violations(kept, 1) == [] and pair_violations(whole, kept, 1) == [
+        "lock counts not back to baseline after a lock/unlock pair: the page ending [1] had "
+        "lock 1 before, 2 after (3 pages moved)"]
 
 
 def test_the_pool_accounts_for_every_page_once():

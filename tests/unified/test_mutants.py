@@ -22,6 +22,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                   r"\d+ tokens counted twice" + PYTHON,
     "split_child_stale_key": r"is filed under edge \(.*\), not its first page" + PYTHON_CORE,
     "lock_leaf_twice": r"tree +node \[[\d ]+\]: lock expected \d+, actual \d+" + PYTHON,
+    "unlock_keeps_full_locks": r"lock baseline:? +lock counts not back to baseline after a "
+                               r"lock/unlock pair: the page ending \[[\d ]+\] had lock 0 "
+                               r"before, 1 after" + PYTHON,
     "locked_leaf_evictable": r"locked node evicted:? +r\d+ holds a lock on" + PYTHON_CORE,
     "evict_stops_short": r"evict\(\d+\) freed \d+ tokens while \d+ were evictable: short"
                          + PYTHON,
@@ -74,6 +77,8 @@ def _original(name: str) -> str:
 
 
 # seeded SWA trace 50 is the first whose pin reaches past a window of live SWA
-FIRST = {PREFIX + "swa_lock_takes_the_path": 50}
+FIRST = {PREFIX + "swa_lock_takes_the_path": 50,
+         # seeded Mamba trace 5 pins at its second op
+         PREFIX + "unlock_keeps_full_locks": 5}
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
     mutant_tests("unified", EXPECTED, _original, first=FIRST)
