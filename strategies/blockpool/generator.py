@@ -65,8 +65,8 @@ def images(rng: random.Random, size: int) -> tuple[tuple[int, int], ...]:
 
 
 # What an earlier release's pool lacks (`profile.py`), by the tag its stream carries.
-LACKS = {NO_REPLACE: "no-replace", NO_BOUNDARY: "no-boundary", NO_LOOKAHEAD: "no-lookahead", NO_MOVE: "no-move",
-         NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
+LACKS = {NO_REPLACE: "no-replace", NO_BOUNDARY: "no-boundary", NO_LOOKAHEAD: "no-lookahead",
+         NO_MOVE: "no-move", NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
 
 
 def build(rng: random.Random, num_ops: int, double_free: bool = True,
