@@ -11,6 +11,7 @@ contract. Imports vLLM only when a trace runs.
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from dataclasses import replace
 
@@ -21,9 +22,9 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.blockpool import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.blockpool import codec, generator, uniform
-from kvfuzz.strategies.blockpool.profile import (DECLARABLE, NO_LOOKAHEAD, NO_MOVE, NO_REPLACE,
-                                                NO_MASK, NO_REPORT, NO_SCALE, NO_UNPIN,
-                                                broken)
+from kvfuzz.strategies.blockpool.profile import (DECLARABLE, NO_BOUNDARY, NO_LOOKAHEAD, NO_MASK,
+                                                NO_MOVE, NO_REPLACE, NO_REPORT, NO_SCALE,
+                                                NO_UNPIN, broken)
 from kvfuzz.strategies.blockpool.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "get_cached_block",
@@ -48,10 +49,26 @@ def _declare(impl, obj):
         (NO_LOOKAHEAD, _takes(obj, "num_hash_lookahead_tokens")),
         (NO_REPLACE, _takes(getattr(obj, "cache_partial_block", None),
                             "replace_existing_hashes")),
+        (NO_BOUNDARY, not _asserts_inside(getattr(obj, "cache_partial_block", None))),
         (NO_SCALE, not _joins_units(obj)),
         (NO_MASK, _takes(getattr(obj, "cache_full_blocks", None), "block_mask"))) if not has]
     added = tuple(text for text in lacks if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + added) if added else impl
+
+
+# vLLM 0.30's and 0.31's `cache_partial_block`: `assert replace_existing_hashes or (... and
+# num_tokens % block_size != 0)`, a refusal of a non-replacing entry at a block boundary that no
+# signature shows (0.32 drops it); read from the source, as `swa`'s power-of-two page size is.
+_INSIDE = re.compile(r"assert\s+replace_existing_hashes\s+or\b[^\n]*\n?[^\n]*%\s*block_size")
+
+
+def _asserts_inside(call) -> bool:
+    """Whether `call`'s source asserts a non-replacing partial entry inside a block (one whose
+    source cannot be read is taken not to)."""
+    try:
+        return bool(_INSIDE.search(inspect.getsource(call)))
+    except (OSError, TypeError):
+        return False
 
 
 def _joins_units(obj) -> bool:

@@ -62,8 +62,9 @@ def policy_supported(impl, policy):
     raise ImplementationError(
         f"not supported: {impl.requires} {release}: {getattr(policy, '__name__', policy)} has "
         f"no {POLICY_HOOK} (the policies then ranked no request's chunks, reordered none at "
-        f"its end and counted the store threshold per lookup or key; kvfuzz models 0.33's "
-        f"policies: no trace model of the earlier ones, docs/release-history.md K)")
+        f"its end and, before 0.30, counted the store threshold per lookup or key; kvfuzz "
+        f"models 0.33's policies: no trace model of the earlier ones, "
+        f"docs/release-history.md K)")
 
 
 def _generator_for(impls):

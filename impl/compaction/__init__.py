@@ -29,6 +29,12 @@ IMPLEMENTATIONS = (
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,
            requires="sglang", mutates=(UPSTREAM_POOL,)),
+    # The same without the fresh-page property: where a release hands out pages unzeroed
+    # (SGLang 0.5.20-0.5.22, docs/release-history.md N) every lazy trace stops at that check,
+    # so a history run sees nothing behind it; this entry is the pass that does.
+    _entry("sglang.compaction.lazy.unzeroed", "upstream:lazy_unzeroed",
+           "upstream MultiEndedAllocator, lazy, without the fresh-page check (needs sglang)",
+           UPSTREAM, requires="sglang", mutates=(UPSTREAM_POOL,)),
     _entry("sglang.compaction.eager", "upstream:eager",
            "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", UPSTREAM,
            requires="sglang", mutates=(UPSTREAM_POOL,)),

@@ -74,16 +74,28 @@ def _spec(name: str, epp: int):
                                head_dim=8, store_dtype=torch.bfloat16)
 
 
+def hole_take(allocator_class) -> str:
+    """Which freed pages a lazy allocation reuses, read from the release (the oracle's `TAKES`):
+    0.5.23 sorts them and takes those nearest the pool's own end (`_take_free_pages_from_end`:
+    "base_end"); 0.5.20-0.5.22 take the front of `_free_phys_pages`, the holes in the order
+    they were freed (the spec's step 3, "front"). A change of policy, not a bug of either
+    (docs/release-history.md G)."""
+    return "base_end" if hasattr(allocator_class, "_take_free_pages_from_end") else "front"
+
+
 class UpstreamCompaction:
-    # Upstream takes freed pages back sorted, from the pool's base end (the oracle's option).
-    hole_take = "base_end"
-    # Its pool is an MHA pool, whose pages `_maybe_zero_pages` zeroes as they are handed out.
+    # Its pool is an MHA pool, whose pages `_maybe_zero_pages` zeroes as they are handed out
+    # (0.5.23; before, MLA pools only: docs/release-history.md N).
     zeroes_new_pages = True
 
-    def __init__(self, params, lazy: bool, device: str = "cpu", allocator_class=None):
-        """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it)."""
+    def __init__(self, params, lazy: bool, device: str = "cpu", allocator_class=None,
+                 zeroes: bool = True):
+        """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it).
+        `zeroes=False`: the fresh-page property not claimed (`lazy_unzeroed`)."""
         self.params, self.lazy, self.device = params, lazy, device
         allocator_class = allocator_class or _usp.MultiEndedAllocator
+        self.hole_take = hole_take(allocator_class)
+        self.zeroes_new_pages = zeroes
         epp = {"up": params.epp_up, "down": params.epp_down}
         self.buf = _ump.UnifiedKVPool(total_bytes=K * params.total_bytes, device=device,
                                       page_size=1, enable_memory_saver=False,
@@ -203,6 +215,12 @@ class UpstreamCompaction:
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:
     return UpstreamCompaction(params, True, device)
+
+
+def lazy_unzeroed(params, device: str = "cpu") -> UpstreamCompaction:
+    """The lazy class with every check but the fresh page's: on 0.5.20-0.5.22, whose MHA pages
+    are handed out unzeroed (N), every lazy trace stops at that check; this pass sees the rest."""
+    return UpstreamCompaction(params, True, device, zeroes=False)
 
 
 def eager(params, device: str = "cpu") -> UpstreamCompaction:

@@ -175,7 +175,7 @@ class OffloadDriver:
             return {"evictable": self.flat_keys(sorted(bytes(k) for k in
                                                        policy.evictable_blocks))}
         ranks = policy._ranks
-        order = sorted((tuple(ranks[k]), bytes(k)) for k in policy.chunks)
+        order = sorted((_rank(ranks[k]), bytes(k)) for k in policy.chunks)
         return {"order": self.flat_keys(k for _, k in order),
                 "evictable": self.flat_keys(sorted(bytes(k) for k in policy._evictable))}
 
@@ -230,3 +230,9 @@ class OffloadDriver:
         if SKIPPED in values:
             found["skipped"] = int(values[SKIPPED].get((), 0))
         return found
+
+
+def _rank(rank) -> tuple:
+    """A chunk's rank as 0.33 keeps it, (request rank, -position); vLLM 0.31 and 0.32 rank by
+    recency alone, one int a key, which 0.33 writes (rank, 0) for a key without a position."""
+    return (rank, 0) if isinstance(rank, int) else tuple(rank)

@@ -27,9 +27,9 @@ from __future__ import annotations
 import functools
 import random
 
-from kvfuzz.strategies.blockpool.profile import (NO_LOOKAHEAD, NO_MOVE, NO_REPLACE, NO_REPORT,
-                                                NO_MASK, NO_SCALE, double_frees_allowed,
-                                                unpins_allowed)
+from kvfuzz.strategies.blockpool.profile import (NO_BOUNDARY, NO_LOOKAHEAD, NO_MASK, NO_MOVE,
+                                                NO_REPLACE, NO_REPORT, NO_SCALE,
+                                                double_frees_allowed, unpins_allowed)
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Evict,
                                                Free, Lookup, Move, Pad, Pin, Probe, Reset,
                                                Share, Trace, Unpin)
@@ -65,8 +65,8 @@ def images(rng: random.Random, size: int) -> tuple[tuple[int, int], ...]:
 
 
 # What an earlier release's pool lacks (`profile.py`), by the tag its stream carries.
-LACKS = {NO_REPLACE: "no-replace", NO_LOOKAHEAD: "no-lookahead", NO_MOVE: "no-move",
-         NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
+LACKS = {NO_REPLACE: "no-replace", NO_BOUNDARY: "no-boundary", NO_LOOKAHEAD: "no-lookahead",
+         NO_MOVE: "no-move", NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
 
 
 def build(rng: random.Random, num_ops: int, double_free: bool = True,
@@ -184,11 +184,11 @@ class _Generator:
         units = units or rng.choice((len(contents), max(1, self.shared.get(rid, 0)),
                                      max(1, self.shared.get(rid, 0)),
                                      rng.randint(1, len(contents))))
-        replace = rng.random() < 0.1
-        if NO_REPLACE in self.lacks:  # an earlier release: strictly inside a block, no replace
+        replace = rng.random() < 0.1 and NO_REPLACE not in self.lacks
+        # An earlier release: a non-replacing entry strictly inside a block (before 0.32)
+        if not replace and self.lacks & {NO_REPLACE, NO_BOUNDARY}:
             if self.scale == 1:  # a block of one unit has no inside
                 return
-            replace = False
             if units % self.scale == 0:
                 units -= 1
             if units == 0:

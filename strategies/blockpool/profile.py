@@ -21,6 +21,11 @@ NO_UNPIN = "no unpin_blocks (an earlier vLLM release): a finished request's bloc
 # `emit_cached_block_events`.
 NO_REPLACE = ("cache_partial_block takes no replace_existing_hashes (vLLM before 0.30): partial "
               "entries are never replacing, and strictly inside a block")
+# vLLM 0.30 and 0.31 take `replace_existing_hashes` but still assert a non-replacing entry
+# strictly inside a block (`assert replace_existing_hashes or (block_size > hash_block_size and
+# num_tokens % block_size != 0)`); 0.32 drops the assertion.
+NO_BOUNDARY = ("cache_partial_block asserts a non-replacing entry strictly inside a block "
+               "(vLLM 0.30, 0.31): such an entry never lands on a block boundary")
 NO_LOOKAHEAD = "no num_hash_lookahead_tokens (vLLM before 0.30): no lookahead hashing"
 NO_MOVE = "no move_block_hashes (vLLM 0.25): no copy-on-write of cached blocks"
 NO_REPORT = "no emit_cached_block_events (vLLM 0.25): hits are not reported as KV events"
@@ -30,7 +35,7 @@ NO_REPORT = "no emit_cached_block_events (vLLM 0.25): hits are not reported as K
 NO_SCALE = ("keys a block of several hash units by their hashes joined (vLLM 0.20): a block is "
             "one hash unit (hash_block_size equals the block size)")
 NO_MASK = "cache_full_blocks takes no block_mask (vLLM 0.20): every full block is cached"
-LACKING = (NO_REPLACE, NO_LOOKAHEAD, NO_MOVE, NO_REPORT, NO_SCALE, NO_MASK)
+LACKING = (NO_REPLACE, NO_BOUNDARY, NO_LOOKAHEAD, NO_MOVE, NO_REPORT, NO_SCALE, NO_MASK)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name`).
 DECLARABLE = {"no_double_free": NO_DOUBLE_FREE}
 
@@ -60,6 +65,9 @@ def _needs(trace: Trace, lacking: str) -> bool:
     if lacking == NO_REPLACE:
         return any(isinstance(op, CachePartial) and (op.replace or op.units % trace.scale == 0)
                    for op in trace.ops)
+    if lacking == NO_BOUNDARY:
+        return any(isinstance(op, CachePartial) and not op.replace and
+                   op.units % trace.scale == 0 for op in trace.ops)
     if lacking == NO_MOVE:
         return any(isinstance(op, Move) for op in trace.ops)
     if lacking == NO_SCALE:

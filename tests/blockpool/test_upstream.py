@@ -3,6 +3,7 @@ its last op, the corpus replays clean on it, and an outside class of the wrong s
 in one line before anything runs. Skips without vLLM."""
 
 import functools
+from dataclasses import replace
 
 import pytest
 
@@ -102,11 +103,28 @@ def doubles() -> dict:
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.metrics_collector = None
-    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero, Unmetered)}
+    class BoundaryAsserting(BlockPool):
+        """vLLM 0.30's and 0.31's refusal: a non-replacing partial entry strictly inside a block."""
+
+        def cache_partial_block(self, request, block, num_tokens, kv_cache_group_id,
+                                block_size, replace_existing_hashes=False):
+            assert replace_existing_hashes or (
+                block_size > self.hash_block_size and num_tokens % block_size != 0)
+            return super().cache_partial_block(request, block, num_tokens, kv_cache_group_id,
+                                               block_size, replace_existing_hashes)
+
+    class BoundaryRefusing(BoundaryAsserting):
+        """The same refusal, in code the declaration does not read (a call of its parent)."""
+
+        def cache_partial_block(self, *args, **kwargs):
+            return super().cache_partial_block(*args, **kwargs)
+    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero, Unmetered,
+                                          BoundaryAsserting, BoundaryRefusing)}
 
 
 def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
-    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero", "Unmetered"):
+    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero", "Unmetered", "BoundaryAsserting",
+                "BoundaryRefusing"):
         return doubles()[name]
     if name == "Undeclared":
         return undeclared(RELEASED)
@@ -124,6 +142,33 @@ def test_checks_no_mutant_reaches_catch_their_fault(attr, ops, label):
     found = divergence("blockpool", trace, f"{__name__}:{attr}")
     assert found is not None and found.what.startswith(label), found and found.report()
     assert BLOCKPOOL.check(trace, VLLM).status == AGREE
+
+
+def test_a_pool_that_asserts_entries_inside_a_block_gets_none_on_a_boundary():
+    """vLLM 0.30 and 0.31 take replace_existing_hashes but assert a non-replacing partial entry
+    strictly inside a block: read from the source (no signature shows it), a precondition its
+    stream keeps (docs/release-history.md). The same refusal where the source is not read is
+    a crash on the one trace the declaration leaves out."""
+    from kvfuzz.strategies.blockpool.profile import NO_BOUNDARY
+
+    # Read as the released class is (its entry's preconditions kept), without a process apart.
+    declared, hidden = (BLOCKPOOL.catalogue.declare(replace(VLLM, path=f"{__name__}:{name}"),
+                                                    doubles()[name])
+                        for name in ("BoundaryAsserting", "BoundaryRefusing"))
+    assert NO_BOUNDARY in declared.preconditions and NO_BOUNDARY not in hidden.preconditions
+    boundary = Trace(4, True, (Alloc(1, 2), CachePartial(1, 4, tuple(range(5, 13)))), scale=4)
+    assert BLOCKPOOL.check(boundary, declared).status == OUTSIDE_CONTRACT
+    assert BLOCKPOOL.check(boundary, VLLM).status == AGREE
+    found = divergence("blockpool", boundary, hidden)
+    assert found is not None and "AssertionError" in found.report(), found
+    traces = [BLOCKPOOL.generator.generate(0, index, [declared]) for index in range(40)]
+    assert "no-boundary" in traces[0].origin.generator
+    partials = [(op, t) for t in traces for op in t.ops if isinstance(op, CachePartial)]
+    assert partials and all(op.replace or op.units % t.scale for op, t in partials)
+    assert any(op.replace for op, _ in partials)  # replacing ones still go anywhere
+    for trace in traces[:3]:
+        outcome = BLOCKPOOL.check(trace, declared)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
 
 
 def test_every_configuration_runs_clean_on_one_hand_made_trace():

@@ -102,3 +102,46 @@ def test_an_allocator_that_keeps_the_callers_freed_ids_is_caught():
                               for i in range(60)) if f is not None), None)
     assert found is not None, "no trace freed into an empty free-id list"
     assert any("-99" in problem for problem in found), found
+
+
+def test_which_holes_an_allocation_takes_is_read_from_the_release():
+    # 0.5.20-0.5.22 drain `_free_phys_pages` from the front, in free order (the spec's policy);
+    # 0.5.23 sorts and takes from the pool's own end (`_take_free_pages_from_end`).
+    from kvfuzz.impl.compaction.upstream import _usp, hole_take
+
+    assert hole_take(_usp.MultiEndedAllocator) == "base_end"
+    assert hole_take(type("Release0522", (), {"_flush_impl": None})) == "front"
+    params = COMPACTION.generator.generate(0, 0).params
+    assert COMPACTION.catalogue.resolve("sglang.compaction.lazy").load()(params).hole_take \
+        == "base_end"
+
+
+def test_the_pass_without_the_fresh_page_property_sees_past_an_unzeroed_page_alone():
+    # N's shrunk trace (corpus/history/sglang-0.5.22/): a page handed out with its last owner's
+    # bytes. The mutant that hands pages out so is caught there by the fresh-page check, and by
+    # nothing else: the entry without that check runs it clean; a fault behind it (KV rows not
+    # moved by a flush) is still caught without it.
+    import json
+    from pathlib import Path
+
+    from kvfuzz.impl.compaction import upstream, upstream_mutants
+
+    def unzeroed(name):
+        allocator = upstream_mutants.__getattr__(name).args[1]
+
+        def factory(params, device="cpu"):
+            return upstream.UpstreamCompaction(params, True, device, allocator, zeroes=False)
+        return factory
+
+    path = Path("corpus/history/sglang-0.5.22/compaction-f230049eabf30eaa.json")
+    trace = COMPACTION.codec.from_json(json.loads(path.read_text()))
+    found = run_trace(trace, COMPACTION.catalogue.resolve(
+        "mutant.sglang.compaction.pages_not_zeroed").load())
+    assert found and any("reads" in problem for problem in found), found
+    assert run_trace(trace, unzeroed("pages_not_zeroed")) is None
+    entry = COMPACTION.catalogue.resolve("sglang.compaction.lazy.unzeroed")
+    assert COMPACTION.check(trace, entry).status == AGREE
+    moved = next((f for f in (run_trace(COMPACTION.generator.generate(0, i),
+                                        unzeroed("kv_not_moved")) for i in range(60)) if f),
+                 None)
+    assert moved and any("I7" in problem for problem in moved), moved

@@ -521,3 +521,25 @@ def test_an_offloading_manager_whose_policy_has_no_request_hook_is_one_line():
     assert policy_supported(entry, later) is entry
     own = replace(entry, kind=YOURS, mutates=())  # a class of one's own: not refused
     assert policy_hooks(own, object) is own
+
+
+def test_an_lru_policy_that_ranks_by_recency_alone_is_read_in_its_order():
+    # vLLM 0.31 and 0.32's LRUCachePolicy keeps one int rank a key (recency), 0.33's a
+    # (request rank, -position) pair: the state read takes either, in the policy's order (the
+    # int read as 0.33 writes a key without a position, (rank, 0)), where it raised on the int.
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.offload.driver import OffloadDriver, offload_key
+
+    def view(ranks: dict):
+        keys = {offload_key(key): rank for key, rank in ranks.items()}
+        policy = SimpleNamespace(chunks=dict.fromkeys(keys), _ranks=keys,
+                                 _evictable=set(list(keys)[:1]))
+        driver = object.__new__(OffloadDriver)
+        driver.manager, driver.plain = SimpleNamespace(_policy=policy), {}
+        return driver.policy_view()
+
+    recency = view({(1001, 0): 7, (1002, 0): 3, (2001, 1): 5})
+    assert recency == {"order": [1002, 0, 2001, 1, 1001, 0], "evictable": [1001, 0]}
+    ranked = view({(1001, 0): (2, -1), (1002, 0): (2, -3), (2001, 1): (1, 0)})
+    assert ranked["order"] == [2001, 1, 1002, 0, 1001, 0]
