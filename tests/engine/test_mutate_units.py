@@ -171,6 +171,31 @@ def test_results_resume_and_start_over(tmp_path):
     assert json.loads(path.read_text().splitlines()[0])["cases"] == 6
 
 
+def test_a_new_generator_version_starts_the_results_over(tmp_path):
+    """Verdicts hold for the cases that made them: the results file's identity names the
+    generator (a file of blockpool/2's traces once resumed into a blockpool/3 run)."""
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.engine.mutation.worker import _stream
+
+    def target(name, picked=None):
+        plain = SimpleNamespace(name=name)
+        if picked is None:
+            return SimpleNamespace(generator=plain)
+        return SimpleNamespace(generator=SimpleNamespace(
+            generator_for=lambda impls: SimpleNamespace(name=picked)))
+
+    assert _stream(target("toy/1"), None) == "toy/1"
+    assert _stream(target("toy/1", picked="toy/2[no-replace]"), None) == "toy/2[no-replace]"
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path, {"cases": 5, "stream": "toy/1"})
+    results.load()
+    results.add({"id": "a", "status": "survived"})
+    results.close()
+    records, note = ResultsFile(path, {"cases": 5, "stream": "toy/2"}).load()
+    assert records == {} and "starting over" in note
+
+
 def test_the_score_counts_reached_competent_mutants_only():
     counts = Counter({"killed": 6, "timeout": 1, "crashed": 1, "survived": 2, "not reached": 9,
                       "equivalent": 4, "incompetent": 3})

@@ -121,7 +121,7 @@ def mutate(options: Options, out=None) -> int:
         identity = {"target": options.target, "impl": options.impl, "scopes": plan.scopes,
                     "operators": list(options.operators), "cases": options.cases,
                     "seed": options.seed, "start": options.start, "digest": plan.digest,
-                    "operators_version": OPERATORS_VERSION}
+                    "operators_version": OPERATORS_VERSION, "stream": plan.stream}
         path = options.results or default_path(options.target, identity)
         if options.only is not None:  # one mutant on its own: nothing of the run's file changes
             path = Path(tempfile.mkdtemp(prefix="kvfuzz-only-")) / "only.jsonl"
