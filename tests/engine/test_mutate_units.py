@@ -196,6 +196,20 @@ def test_a_new_generator_version_starts_the_results_over(tmp_path):
     assert records == {} and "starting over" in note
 
 
+def test_the_tests_judge_declared_equivalents_apart():
+    """A declared equivalent is run by --also-run (a kill there puts the declaration in doubt)
+    and counted apart from the matrix; one that compiles to the original's code is not run."""
+    from kvfuzz.fuzz.engine.mutation.also_run import asked, matrix
+
+    same = {"status": "equivalent", "what": "compiles to the original's code"}
+    said = {"status": "equivalent", "what": "declared: a clamp that never binds"}
+    assert not asked(same) and asked(said) and not asked({"status": "cosmetic"})
+    records = [{**said, "tests": "killed"}, {**said, "tests": "survived"},
+               {"status": "survived", "tests": "killed"}, {"status": "killed", "tests": "killed"}]
+    assert matrix(records) == {"both": 1, "kvfuzz only": 0, "tests only": 1, "neither": 0,
+                               "declared equivalent, tests kill": 1}
+
+
 def test_the_score_counts_reached_competent_mutants_only():
     counts = Counter({"killed": 6, "timeout": 1, "crashed": 1, "survived": 2, "not reached": 9,
                       "equivalent": 4, "incompetent": 3})
