@@ -27,9 +27,14 @@ HERE = Path(__file__).parent / "upstream_tests"
 
 
 def pytest_configure(config) -> None:  # the plugin side: runs in pytest's process
-    from kvfuzz.impl.upstream_env import prepare
+    """Before collection imports an engine (importing torch and torchvision costs seconds:
+    only where an engine is there to need them)."""
+    import importlib.util
 
-    prepare()
+    from kvfuzz.impl.upstream_env import UPSTREAM_PACKAGES, prepare
+
+    if any(importlib.util.find_spec(name) for name in UPSTREAM_PACKAGES):
+        prepare()
 
 
 def failing_list(sdist: Path) -> Path:
