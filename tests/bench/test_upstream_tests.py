@@ -28,6 +28,7 @@ def sdist(tmp_path, monkeypatch):
     monkeypatch.setattr(upstream_tests, "HERE", tmp_path / "lists")
     monkeypatch.setattr(upstream_cache, "fetched", lambda: True)
     monkeypatch.setattr(upstream_cache, "folder", lambda: tmp_path / "engines")
+    monkeypatch.setenv("KVFUZZ_UPSTREAM", "off")  # no engine in the child: no torch imported
     return root
 
 
