@@ -210,6 +210,22 @@ def test_the_tests_judge_declared_equivalents_apart():
                                "declared equivalent, tests kill": 1}
 
 
+def test_the_report_lists_tests_only_kills_apart_from_declared_equivalents():
+    from kvfuzz.fuzz.engine.mutation.report import _tests_lines
+
+    def record(id_, status, tests, what=""):
+        return {"id": id_, "function": "f", "status": status, "tests": tests, "what": what,
+                "tests_command": "pytest"}
+
+    records = [record("m:1:0:A:0", "survived", "killed"),
+               record("m:2:0:B:0", "equivalent", "killed", "declared: never negative"),
+               record("m:3:0:C:0", "killed", "killed")]
+    text = "\n".join(_tests_lines({"records": records, "matrix": {}}))
+    gaps, _, wrong = text.partition("declared equivalent, killed by the tests (1):")
+    assert "killed by the tests, not by kvfuzz (1):\n  m:1:0:A:0 f" in gaps
+    assert "m:2:0:B:0" in wrong and "m:2:0:B:0" not in gaps and "m:3:0:C:0" not in text
+
+
 def test_the_score_counts_reached_competent_mutants_only():
     counts = Counter({"killed": 6, "timeout": 1, "crashed": 1, "survived": 2, "not reached": 9,
                       "equivalent": 4, "incompetent": 3})
