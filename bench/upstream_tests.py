@@ -72,13 +72,16 @@ def command_line(files: list[str], extra: list[str], deselect: list[str]) -> lis
 
 def record(sdist: Path, files: list[str], extra: list[str]) -> int:
     """Runs the files on the release and writes the node ids that fail to the list."""
-    report = Path(subprocess.run(["mktemp"], capture_output=True, text=True).stdout.strip())
-    command = command_line(files, extra + ["-rfE", f"--junitxml={report}"], [])
-    subprocess.run(command, cwd=sdist, env=environment())
+    import tempfile
     import xml.etree.ElementTree as ElementTree
 
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "junit.xml"
+        command = command_line(files, extra + ["-rfE", f"--junitxml={report}"], [])
+        subprocess.run(command, cwd=sdist, env=environment())
+        cases = list(ElementTree.parse(report).iter("testcase"))
     failing, passed = [], 0
-    for case in ElementTree.parse(report).iter("testcase"):
+    for case in cases:
         if case.find("skipped") is not None:
             continue
         if case.find("failure") is None and case.find("error") is None:
