@@ -171,6 +171,61 @@ def test_results_resume_and_start_over(tmp_path):
     assert json.loads(path.read_text().splitlines()[0])["cases"] == 6
 
 
+def test_a_new_generator_version_starts_the_results_over(tmp_path):
+    """Verdicts hold for the cases that made them: the results file's identity names the
+    generator (a file of blockpool/2's traces once resumed into a blockpool/3 run)."""
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.engine.mutation.worker import _stream
+
+    def target(name, picked=None):
+        plain = SimpleNamespace(name=name)
+        if picked is None:
+            return SimpleNamespace(generator=plain)
+        return SimpleNamespace(generator=SimpleNamespace(
+            generator_for=lambda impls: SimpleNamespace(name=picked)))
+
+    assert _stream(target("toy/1"), None) == "toy/1"
+    assert _stream(target("toy/1", picked="toy/2[no-replace]"), None) == "toy/2[no-replace]"
+    path = tmp_path / "r.jsonl"
+    results = ResultsFile(path, {"cases": 5, "stream": "toy/1"})
+    results.load()
+    results.add({"id": "a", "status": "survived"})
+    results.close()
+    records, note = ResultsFile(path, {"cases": 5, "stream": "toy/2"}).load()
+    assert records == {} and "starting over" in note
+
+
+def test_the_tests_judge_declared_equivalents_apart():
+    """A declared equivalent is run by --also-run (a kill there puts the declaration in doubt)
+    and counted apart from the matrix; one that compiles to the original's code is not run."""
+    from kvfuzz.fuzz.engine.mutation.also_run import asked, matrix
+
+    same = {"status": "equivalent", "what": "compiles to the original's code"}
+    said = {"status": "equivalent", "what": "declared: a clamp that never binds"}
+    assert not asked(same) and asked(said) and not asked({"status": "cosmetic"})
+    records = [{**said, "tests": "killed"}, {**said, "tests": "survived"},
+               {"status": "survived", "tests": "killed"}, {"status": "killed", "tests": "killed"}]
+    assert matrix(records) == {"both": 1, "kvfuzz only": 0, "tests only": 1, "neither": 0,
+                               "declared equivalent, tests kill": 1}
+
+
+def test_the_report_lists_tests_only_kills_apart_from_declared_equivalents():
+    from kvfuzz.fuzz.engine.mutation.report import _tests_lines
+
+    def record(id_, status, tests, what=""):
+        return {"id": id_, "function": "f", "status": status, "tests": tests, "what": what,
+                "tests_command": "pytest"}
+
+    records = [record("m:1:0:A:0", "survived", "killed"),
+               record("m:2:0:B:0", "equivalent", "killed", "declared: never negative"),
+               record("m:3:0:C:0", "killed", "killed")]
+    text = "\n".join(_tests_lines({"records": records, "matrix": {}}))
+    gaps, _, wrong = text.partition("declared equivalent, killed by the tests (1):")
+    assert "killed by the tests, not by kvfuzz (1):\n  m:1:0:A:0 f" in gaps
+    assert "m:2:0:B:0" in wrong and "m:2:0:B:0" not in gaps and "m:3:0:C:0" not in text
+
+
 def test_the_score_counts_reached_competent_mutants_only():
     counts = Counter({"killed": 6, "timeout": 1, "crashed": 1, "survived": 2, "not reached": 9,
                       "equivalent": 4, "incompetent": 3})

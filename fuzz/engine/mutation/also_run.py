@@ -17,9 +17,22 @@ from kvfuzz.fuzz.engine.containment import kill_tree
 from kvfuzz.fuzz.engine.mutation.mutants import apply
 from kvfuzz.fuzz.engine.mutation.overlay import FOLDER
 
-# What the tests are not asked about: the mutant never changed the code, was never built, or
-# changes a message only.
-SKIPPED = ("equivalent", "incompetent", "cosmetic")
+# What the tests are not asked about: the mutant was never built, or changes a message only.
+SKIPPED = ("incompetent", "cosmetic")
+DECLARED = "declared: "  # the `what` of a survivor relabelled by the equivalent-mutant list
+
+
+def asked(record: dict) -> bool:
+    """Whether the tests run on this mutant. One that compiles to the original's code is not
+    (nothing can kill it); a declared equivalent is: if the tests kill it, its declaration
+    says the change is outside what a caller relies on, and the report lists it to be judged."""
+    if record["status"] in SKIPPED:
+        return False
+    return record["status"] != "equivalent" or declared(record)
+
+
+def declared(record: dict) -> bool:
+    return record["status"] == "equivalent" and str(record.get("what", "")).startswith(DECLARED)
 
 
 class TestCommand:
@@ -58,9 +71,13 @@ class TestCommand:
 
 def matrix(records: list) -> dict:
     """Mutants both sides were asked about, by who kills them."""
-    cells = {"both": 0, "kvfuzz only": 0, "tests only": 0, "neither": 0}
+    cells = {"both": 0, "kvfuzz only": 0, "tests only": 0, "neither": 0,
+             "declared equivalent, tests kill": 0}
     for r in records:
-        if "tests" not in r or r["status"] in SKIPPED:
+        if "tests" not in r or not asked(r):
+            continue
+        if declared(r):  # outside the matrix: no kill was expected of kvfuzz
+            cells["declared equivalent, tests kill"] += r["tests"] in ("killed", "timeout")
             continue
         ours = r["status"] in ("killed", "timeout", "crashed")
         theirs = r["tests"] in ("killed", "timeout")

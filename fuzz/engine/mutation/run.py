@@ -16,7 +16,7 @@ from pathlib import Path
 
 import kvfuzz.impl
 from kvfuzz.fuzz.engine.mutation import report as reporting
-from kvfuzz.fuzz.engine.mutation.also_run import SKIPPED, TestCommand
+from kvfuzz.fuzz.engine.mutation.also_run import TestCommand, asked
 from kvfuzz.fuzz.engine.mutation.operators import VERSION as OPERATORS_VERSION
 from kvfuzz.fuzz.engine.mutation.results import ResultsFile, default_path
 from kvfuzz.fuzz.engine.mutation.supervisor import MutationError, Zygote, wait_plan
@@ -121,7 +121,7 @@ def mutate(options: Options, out=None) -> int:
         identity = {"target": options.target, "impl": options.impl, "scopes": plan.scopes,
                     "operators": list(options.operators), "cases": options.cases,
                     "seed": options.seed, "start": options.start, "digest": plan.digest,
-                    "operators_version": OPERATORS_VERSION}
+                    "operators_version": OPERATORS_VERSION, "stream": plan.stream}
         path = options.results or default_path(options.target, identity)
         if options.only is not None:  # one mutant on its own: nothing of the run's file changes
             path = Path(tempfile.mkdtemp(prefix="kvfuzz-only-")) / "only.jsonl"
@@ -230,12 +230,12 @@ def _also_run(chosen, done, results, options, out) -> int:
                                 f"({last or verdict}); only tests that pass on the release "
                                 f"count")
         timeout = options.also_timeout or max(30.0, 3 * seconds + 10)
-        asked = [m for m in chosen if m.id in done and done[m.id]["status"] not in SKIPPED
-                 and done[m.id].get("tests_command") != options.also_run]
-        print(f"mutate: --also-run on {len(asked)} mutants ({seconds:.1f} s unmutated, "
+        todo = [m for m in chosen if m.id in done and asked(done[m.id])
+                and done[m.id].get("tests_command") != options.also_run]
+        print(f"mutate: --also-run on {len(todo)} mutants ({seconds:.1f} s unmutated, "
               f"{options.jobs} at a time)", file=out)
         with ThreadPoolExecutor(options.jobs) as pool:
-            running = {pool.submit(tests.run, m, timeout): m for m in asked}
+            running = {pool.submit(tests.run, m, timeout): m for m in todo}
             for count, future in enumerate(as_completed(running), 1):
                 mutant = running[future]
                 verdict = future.result()[0]
@@ -245,7 +245,7 @@ def _also_run(chosen, done, results, options, out) -> int:
                 done[mutant.id].update(added)
                 results.add(added)
                 if count % 10 == 0:
-                    print(f"mutate: --also-run {count}/{len(asked)}", file=out)
+                    print(f"mutate: --also-run {count}/{len(todo)}", file=out)
     except KeyboardInterrupt:
         print(f"mutate: interrupted; the same command resumes from {results.path}", file=out)
         return INTERRUPTED

@@ -41,6 +41,7 @@ class Plan:
     reached: dict = field(default_factory=dict)   # mutant id -> bool
     scopes: list = field(default_factory=list)    # "module:Qualname" mutated
     digest: str = ""                              # of the mutated files' text
+    stream: str = ""                              # the generator's name, e.g. "blockpool/3"
     seconds: float = 0.0                          # the unmutated run
     problem: str = ""                             # the unmutated run diverged, or no mutants
 
@@ -83,7 +84,8 @@ def plan(request: Request) -> Plan:
                                      request.operators)
     _STATE.update(target=target, impl=impl, sources=sources, request=request)
     result = Plan(mutants=mutants, scopes=scopes, digest=hashlib.sha256(
-        "".join(s for _, s, _ in sources.values()).encode()).hexdigest()[:16])
+        "".join(s for _, s, _ in sources.values()).encode()).hexdigest()[:16],
+        stream=_stream(target, impl))
     began = time.perf_counter()
     paths = [module.__file__ for module, _, _ in sources.values()]
     with LineTrace(paths if request.trace else []) as trace:
@@ -97,6 +99,14 @@ def plan(request: Request) -> Plan:
         result.reached = {m.id: reached(trace.lines[m.path], m.line, m.end_line)
                           for m in mutants}
     return result
+
+
+def _stream(target, impl) -> str:
+    """The cases' generator by name and version: a results file's verdicts hold for one
+    generator, and a new version (new ops, new edge classes) must not resume an old file."""
+    inputs = target.generator
+    generator = inputs.generator_for([impl]) if hasattr(inputs, "generator_for") else inputs
+    return str(getattr(generator, "name", "") or type(generator).__name__)
 
 
 def _named(path: str, obj) -> str:
