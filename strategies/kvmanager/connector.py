@@ -6,8 +6,8 @@ those loaded asynchronously (the request waits, its blocks past the hit uncached
 `loaded` reports the load done or failed, with a valid prefix or none; some with blocks
 reserved for prefills in flight), the rest loaded with the step; external counts cut at, one
 before and one after block boundaries, and past the prompt (all of it for a load). Full
-attention alone, or beside a sliding window or chunked-local group, of one block size; half the
-two-group traces in two precisions, so vLLM records new blocks for zeroing
+attention alone, or (three traces in four) beside a sliding window or chunked-local group, of
+one block size; seven in ten of those in two precisions, so vLLM records new blocks for zeroing
 (`needs_kv_cache_zeroing`); tight pools, the whole-request check, a watermark, KV events and
 stats in some.
 """
@@ -24,7 +24,7 @@ from kvfuzz.strategies.sources import TraceGenerator
 
 def build(rng: random.Random, num_ops: int) -> Trace:
     size = rng.choice((1, 2, 4, 4, 8))
-    second = rng.choice(("none", "none", "window", "window", "local"))
+    second = rng.choice(("none", "window", "window", "local"))
     window = rng.randint(2, 4 * size) if second == "window" else 0
     local = rng.randint(1, 4) * size if second == "local" else 0
     blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
@@ -38,7 +38,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
                  full_sequence_must_fit=rng.random() < 0.3,
                  watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
                  events=observed, stats=observed, local_chunk=local,
-                 zeroing=second != "none" and rng.random() < 0.5, note="profile connector")
+                 zeroing=second != "none" and rng.random() < 0.7, note="profile connector")
 
 
 class _Connected(_Generator):
@@ -79,7 +79,7 @@ class _Connected(_Generator):
         rng = self.rng
         rid = rng.choice(self.loading)
         self.loading.remove(rid)
-        valid = -1 if rng.random() < 0.7 else rng.choice((0, rng.randint(1, 6) * self.block_size))
+        valid = -1 if rng.random() < 0.6 else rng.choice((0, rng.randint(1, 3) * self.block_size))
         self.ops.append(Loaded(rid, valid))
         if rng.random() < 0.7:  # mostly scheduled soon after
             self.ops.append(Schedule(rid, self.chunk()))
