@@ -128,16 +128,19 @@ class ConnectorOps:
             return
         rid, hashes = op.rid, self._hashes(request)
         size = self.trace.scheduler_block_size
-        if op.valid == 0:  # nothing valid: the request's blocks go, it is admitted again
+        # a failed load's valid tokens: to the first failed block's start, at or past the
+        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
+        valid = op.valid if op.valid <= 0 else \
+            max(request.hit // size * size, min(op.valid, request.computed) // size * size)
+        if valid == 0:  # nothing valid: the request's blocks go, it is admitted again
             self.count("load failed, nothing valid (freed)")
             yield Call(f"free(r{rid}): its load failed", "free", (rid, False),
                        oracle=lambda: model.free(rid))
             request.computed, request.status = 0, "waiting"
             yield Call("", "set_computed", (rid, 0, "waiting"), oracle=None)
             return
-        if op.valid > 0:  # the first failed block's start, at or past the local hit
-            floor = request.hit // size * size
-            request.computed = max(floor, min(op.valid, request.computed) // size * size)
+        if valid > 0:
+            request.computed = valid
             self.count("load failed, a prefix valid")
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
         else:
@@ -146,7 +149,7 @@ class ConnectorOps:
         yield Call(f"cache_blocks(r{rid}, {computed})", "cache_blocks", (rid, computed),
                    oracle=lambda: model.cache_blocks(rid, hashes, computed, request.tokens,
                                                      request.prompt, request.boundary))
-        if op.valid > 0 and self.trace.zeroing:
+        if valid > 0 and self.trace.zeroing:
             self.count("blocks recorded for zeroing again")
             yield Call(f"record_blocks_for_zeroing(r{rid}, {computed})",
                        "record_blocks_for_zeroing", (rid, computed),
