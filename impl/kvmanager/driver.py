@@ -313,6 +313,9 @@ def released_api(cls) -> dict[str, bool]:
             "copies": callable(getattr(cls, "take_kv_cache_block_copies", None)),
             "record": callable(getattr(cls, "record_prefix_cache_stats", None)),
             "computed_ids": callable(getattr(cls, "get_block_ids_for_computed_tokens", None)),
+            "connector": all(callable(getattr(cls, name, None)) for name in (
+                "get_computed_blocks_for_connector", "record_blocks_for_zeroing")) and len(
+                taken(cls.allocate_slots, reserved_blocks=0, skip_zeroing_group_ids=())) == 2,
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(

@@ -111,3 +111,19 @@ def test_zeroing_records_are_compared():
     assert _Judge({}, zeroed=[4, 5], expected_zeroed=[4, 5]).connector_problems() == []
     problems = _Judge({}, zeroed=[4], expected_zeroed=[4, 5]).connector_problems()
     assert [kind for kind, _ in problems] == ["zeroing"]
+
+
+def test_a_release_without_the_connector_calls_runs_no_connector_trace():
+    """An earlier release's class (no `get_computed_blocks_for_connector`, `reserved_blocks`
+    or `record_blocks_for_zeroing`) declares so; a trace with a connector op is then outside
+    its contract, one without is not."""
+    from kvfuzz.strategies.kvmanager.connector_ops import Connect
+    from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR, broken
+    from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
+
+    plain = Trace(10, 4, 0, 100, (Arrive(1, (1, 2, 3)), Schedule(1, 9)))
+    connected = Trace(10, 4, 0, 100, (Arrive(1, (1, 2, 3)), Connect(1, 9, 2, True)))
+    assert broken(plain, (NO_CONNECTOR,)) == []
+    assert broken(connected, ()) == []
+    assert broken(connected, (NO_CONNECTOR,)) == [
+        f"a trace with a setting the class does not take: {NO_CONNECTOR}"]
