@@ -141,7 +141,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
     @handles(Schedule)
     def schedule(self, op: Schedule):
         request = self.requests.get(op.rid)
-        if request is None:
+        if request is None or request.status == connector.LOADING:  # it waits for its load
             return
         if request.status == WAITING and request.computed:  # its KV load done: no lookup
             self.count("resumed after its load")
