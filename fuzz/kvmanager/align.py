@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
-                                            _state_read)
+                                            state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
@@ -144,7 +144,7 @@ class AlignLockstep(KVManagerLockstep):
             self.count("allocate_slots refused")
             return []
         self.count("allocate_slots ok")
-        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=_state_read)).actual
+        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = [("result", f"allocate_slots: group {group}'s new blocks {short(fresh)} are "
                                f"not the end of r{rid}'s table {short(table)}")
                     for group, (fresh, table) in enumerate(zip(got.actual, tables))

@@ -14,6 +14,8 @@ from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager import connector
+from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
@@ -41,7 +43,9 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "Mamba": lambda t: bool(t.mamba_mode),
            "Mamba align mode, prefix caching on (reduced checks)":
                lambda t: t.mamba_mode == "align",
-           "cross attention": lambda t: t.encoder_tokens > 0}
+           "cross attention": lambda t: t.encoder_tokens > 0,
+           "KV connector": lambda t: any(o.__class__.__name__ == "Connect" for o in t.ops),
+           "blocks zeroed (mixed precision)": lambda t: t.zeroing}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -59,6 +63,8 @@ class _Request:
         self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
         self.preempted = False  # preempted before (its admissions count as such in the stats)
         self.in_flight = 0  # its last allocation's tokens, in flight at the next (async)
+        # a connector admission's local hit, and each group's first block past it
+        self.hit, self.held = 0, []
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int) -> list[int]:
@@ -73,7 +79,7 @@ class _Request:
         return self._hashes
 
 
-class KVManagerLockstep(Lockstep):
+class KVManagerLockstep(ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -84,7 +90,7 @@ class KVManagerLockstep(Lockstep):
               "arrive, skipping the prefix cache", "allocate_slots of a hit alone",
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
-              "window frees blocks with tokens in flight", *MARKS,
+              "window frees blocks with tokens in flight", *MARKS, *connector.EVENTS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -97,7 +103,7 @@ class KVManagerLockstep(Lockstep):
                                trace.caching, trace.events, trace.stats, trace.lookahead,
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
-                               trace.encoder_tokens)
+                               trace.encoder_tokens, trace.zeroing)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -116,7 +122,7 @@ class KVManagerLockstep(Lockstep):
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
-                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens)
+                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor")
@@ -135,8 +141,13 @@ class KVManagerLockstep(Lockstep):
     @handles(Schedule)
     def schedule(self, op: Schedule):
         request = self.requests.get(op.rid)
-        if request is None:
+        if request is None or request.status == connector.LOADING:  # it waits for its load
             return
+        if request.status == WAITING and request.computed:  # its KV load done: no lookup
+            self.count("resumed after its load")
+            new = min(op.chunk, len(request.tokens) - request.computed)
+            yield Call(f"allocate_slots(r{op.rid}, {new}) after its load")
+            return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True))
         if request.status == WAITING:
             yield from self._admit(op.rid, request, op.chunk)
             return
@@ -244,28 +255,31 @@ class KVManagerLockstep(Lockstep):
                    oracle=lambda: self.model.truncate(hit_blocks, end), compared=True)
         return []
 
-    def _allocation(self, rid, request, new, hit, hit_blocks):
+    def _allocation(self, rid, request, new, hit, hit_blocks, resumed=False):
         """allocate_slots on both sides; on success, that it consumed what its check counted,
-        and the request's progress recorded on both sides."""
+        and the request's progress recorded on both sides. `resumed`: the first allocation of
+        a waiting request whose KV load is done (the watermark holds, no lookup)."""
         model, trace = self.model, self.trace
-        before = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
+        before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         admission = hit_blocks is not None
         whole = admission and trace.full_sequence_must_fit
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
         in_flight = request.in_flight if trace.async_scheduling and not admission else 0
-        args = (rid, new, hit, admission, whole, others, in_flight)
+        args = (rid, new, others) if resumed else \
+            (rid, new, hit, admission, whole, others, in_flight)
+        method = "resume" if resumed else "allocate_slots"
         try:
             expected = model.allocate_slots(rid, self._hashes(request), len(request.tokens),
                                             request.computed, new, hit, hit_blocks, whole,
                                             request.prompt, request.boundary, others,
-                                            request.tokens, in_flight)
+                                            request.tokens, in_flight,
+                                            waiting=True if resumed else None)
         except NothingToAllocate as refused:  # the manager must raise: nothing changes
             self.count("allocate_slots of nothing refused")
 
             def refuse():
                 raise refused
-            yield Call("", "allocate_slots", args, oracle=refuse,
-                       compare=self._allocation_compare)
+            yield Call("", method, args, oracle=refuse, compare=self._allocation_compare)
             return []
         self._count_marks()
         if new == 0:
@@ -276,11 +290,10 @@ class KVManagerLockstep(Lockstep):
         self.count("allocate_slots ok" if expected is not None else
                    "allocate_slots refused: the whole request does not fit"
                    if model.refused_whole else "allocate_slots refused")
-        yield Call("", "allocate_slots", args, oracle=lambda: expected,
-                   compare=self._allocation_compare)
+        yield Call("", method, args, oracle=lambda: expected, compare=self._allocation_compare)
         if expected is None:
             return []
-        after = (yield Call("", "num_free", oracle=None, compare=_state_read)).actual
+        after = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         consumed = before + model.freed_by_window - after
         if consumed != model.predicted:
             return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
@@ -351,7 +364,7 @@ class KVManagerLockstep(Lockstep):
         request = self.requests.get(getattr(op, "rid", None))
         if request is not None:  # what the scheduler reads of the request the op moved
             problems += self._reads(op.rid, request)
-        problems += self._observed()
+        problems += self._observed() + self.connector_problems()
         view = self.view if self.trace.events and not self.trace.report else None
         return problems + pool_problems(self.impl, self.model.pool, "state read", view,
                                         writable=False)
@@ -403,10 +416,6 @@ class KVManagerLockstep(Lockstep):
 
 def _ignored(expected, rejected, actual, raised) -> list:
     return []  # forgetting a finished request's bookkeeping: nothing to compare
-
-
-def _state_read(expected, rejected, actual, raised) -> list:
-    return crash_problems(raised, "state read") if raised is not None else []
 
 
 def _boundary_of(actual, otherwise):

@@ -54,7 +54,8 @@ class KVManagerDriver(ManagerReads):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0):
+                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
+                 zeroing: bool = False):
         import math
 
         import torch
@@ -66,6 +67,8 @@ class KVManagerDriver(ManagerReads):
 
         shape = dict(num_kv_heads=1, head_size=8, dtype=torch.float16)
         specs = [FullAttentionSpec(block_size=block_size, **shape)]
+        if zeroing:  # the second group in another precision: vLLM then zeroes new blocks
+            shape = dict(shape, dtype=torch.bfloat16)
         if window:  # extra_retained_tokens only where set: a release before it has no such field
             more = {"extra_retained_tokens": retained} if retained else {}
             specs.append(SlidingWindowSpec(block_size=window_block_size or block_size, **shape,
@@ -154,6 +157,51 @@ class KVManagerDriver(ManagerReads):
             got = self.manager.allocate_slots(request, new, **more)
         return _ids(got)
 
+    def connector_lookup(self, rid: int):
+        """`get_computed_blocks_for_connector`: the lookup of a scheduler with a KV connector,
+        (blocks per group, hit, boundary, whether the hit ran past a lagging group)."""
+        blocks, hit, boundary, diverged = self.manager.get_computed_blocks_for_connector(
+            self.requests[rid])
+        self.hits[rid] = blocks
+        self.requests[rid].shared_prefix_boundary = int(boundary)
+        return _ids(blocks), int(hit), int(boundary), bool(diverged)
+
+    def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
+                reserve: int, whole: bool, others_running: bool):
+        """The scheduler's admission with a KV connector: the external tokens counted as
+        computed; an asynchronous load (`load`) allocates no slots of its own, delays caching,
+        leaves `reserve` blocks free and skips zeroing its groups' external blocks (a
+        connector that loads every group)."""
+        request, method = self.requests[rid], self.manager.allocate_slots
+        settings = {**taken(method, has_scheduled_reqs=others_running),
+                    **asked(method, full_sequence_must_fit=whole)}
+        if load:
+            settings |= asked(method, delay_cache_blocks=True, reserved_blocks=reserve,
+                              skip_zeroing_group_ids=tuple(range(len(request_groups(self)))))
+        elif self.lookahead:
+            settings["num_lookahead_tokens"] = self.lookahead
+        got = method(request, new, num_new_computed_tokens=hit_tokens,
+                     new_computed_blocks=self.hits[rid],
+                     num_external_computed_tokens=external, **settings)
+        return _ids(got)
+
+    def resume(self, rid: int, new: int, others_running: bool):
+        """The first allocation of a request whose load is done: waiting, with computed
+        tokens, no lookup (the scheduler's `else` branch of an admission)."""
+        request, method = self.requests[rid], self.manager.allocate_slots
+        more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
+        return _ids(method(request, new, **taken(method, has_scheduled_reqs=others_running),
+                           **more))
+
+    def cache_blocks(self, rid: int, computed: int) -> None:
+        self.manager.cache_blocks(self.requests[rid], computed)
+
+    def record_blocks_for_zeroing(self, rid: int, start: int) -> None:
+        self.manager.record_blocks_for_zeroing(self.requests[rid].request_id, start)
+
+    def take_new_block_ids(self) -> list[int]:
+        return [int(b) for b in self.manager.take_new_block_ids()]
+
     def record_stats(self, rid: int, hits: int) -> None:
         """What the scheduler records after an admission that was made."""
         self.manager.record_prefix_cache_stats(self.requests[rid], hits)
@@ -195,6 +243,11 @@ class KVManagerDriver(ManagerReads):
         request.num_computed_tokens = count
         if status == "running":
             request.status = self._status.RUNNING
+        elif status == "loading":  # an asynchronous KV load in progress
+            request.status = self._status.WAITING_FOR_REMOTE_KVS
+        elif status == "waiting":  # its load reported: waiting, or preempted if it was before
+            request.status = self._status.PREEMPTED if request.num_preemptions else \
+                self._status.WAITING
         else:
             request.status = self._status.PREEMPTED
             request.num_preemptions += 1
@@ -219,6 +272,11 @@ class KVManagerDriver(ManagerReads):
 
     def evict_blocks(self, ids) -> None:
         self.manager.evict_blocks(set(ids))
+
+
+def request_groups(driver) -> tuple:
+    """The manager's KV-cache groups."""
+    return tuple(driver.manager.kv_cache_config.kv_cache_groups)
 
 
 def _seed_none_hash() -> None:
@@ -255,6 +313,9 @@ def released_api(cls) -> dict[str, bool]:
             "copies": callable(getattr(cls, "take_kv_cache_block_copies", None)),
             "record": callable(getattr(cls, "record_prefix_cache_stats", None)),
             "computed_ids": callable(getattr(cls, "get_block_ids_for_computed_tokens", None)),
+            "connector": all(callable(getattr(cls, name, None)) for name in (
+                "get_computed_blocks_for_connector", "record_blocks_for_zeroing")) and len(
+                taken(cls.allocate_slots, reserved_blocks=0, skip_zeroing_group_ids=())) == 2,
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(

@@ -196,6 +196,37 @@ MUTATIONS = {
         "KVCacheCoordinator.allocate_new_blocks",
         "num_encoder_tokens\n                if isinstance", "num_tokens\n                if isinstance",
         "a cross-attention group gets blocks for the decoder's tokens, not the encoder's")),
+    # KV connectors (the "connector" profile): external tokens, asynchronous loads, zeroing.
+    "external_on_null_block": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_external_computed_blocks",
+        "allocated_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
+        "allocated_blocks = [self._null_block] * num_new_blocks",
+        "the connector's external tokens get the null block, not blocks of their own")),
+    "delayed_load_cached": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots", "if delay_cache_blocks:",
+        "if delay_cache_blocks and num_external_computed_tokens == 0:",
+        "an asynchronous load's blocks are cached at admission, before the load is reported")),
+    "reserved_blocks_ignored": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "self.block_pool.get_num_free_blocks() - reserved_blocks",
+        "self.block_pool.get_num_free_blocks()",
+        "an asynchronous load may take the blocks reserved for the prefills in flight")),
+    "loaded_blocks_zeroed": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_computed_blocks",
+        "record_for_zeroing=i not in skip_zeroing_group_ids",
+        "record_for_zeroing=True",
+        "the blocks an asynchronous load writes are recorded for zeroing too (a race)")),
+    "zeroing_skips_first_block": (MANAGER, Mutation(
+        "KVCacheManager.record_blocks_for_zeroing",
+        "start_idx = start_token // mgr.block_size",
+        "start_idx = start_token // mgr.block_size + 1",
+        "after a failed load the first block past the valid prefix is not zeroed")),
+    "connector_hit_diverged": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks_for_connector",
+        "return *self.get_computed_blocks(request, max_cache_hit_length), False\n\n        if",
+        "return *self.get_computed_blocks(request, max_cache_hit_length), True\n\n        if",
+        "the connector's lookup says the hit diverged without a Mamba group (the scheduler "
+        "then looks again)")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

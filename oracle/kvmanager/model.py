@@ -49,6 +49,7 @@ import math
 from dataclasses import replace
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
+from kvfuzz.oracle.kvmanager.connector import ConnectorRules
 from kvfuzz.oracle.kvmanager.hybrid import HybridRules, cdiv
 from kvfuzz.oracle.kvmanager.stats import PrefixStats
 from kvfuzz.strategies.blockpool.events import Prompt, Stored
@@ -61,7 +62,7 @@ class NothingToAllocate(Exception):
     """allocate_slots of no new tokens and no hit to adopt: the caller's bug (vLLM raises)."""
 
 
-class KVManagerModel(HybridRules):
+class KVManagerModel(ConnectorRules, HybridRules):
     # vLLM 0.30 on adopt a hit with no new tokens; an earlier release refuses it as it refuses
     # no hit at all (the lock step sets this from what the class declares)
     adopts_hit_alone = True
@@ -71,7 +72,8 @@ class KVManagerModel(HybridRules):
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
-                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0):
+                 local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
+                 zeroing: bool = False):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
         self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
@@ -104,6 +106,10 @@ class KVManagerModel(HybridRules):
         # refused it.
         self.freed_by_window, self.predicted, self.refused_whole = 0, 0, False
         self.marks: list[str] = []  # edge classes the last calls reached (the lock step counts)
+        # The new attention blocks recorded for zeroing, per group, until taken (mixed
+        # precision: every group here is an attention group)
+        self.zeroing = zeroing
+        self.to_zero: list[list[int]] = [[] for _ in self.groups]
 
     def skipped_tokens(self, group: int, computed: int) -> int:
         if group == 0:
@@ -206,22 +212,32 @@ class KVManagerModel(HybridRules):
                        num_computed: int, new: int, hit_tokens: int,
                        hit: list[list[int]] | None, whole: bool = False,
                        prompt_tokens: int = 0, shared_boundary: int = 0,
-                       others_running: bool = False, tokens=(), in_flight: int = 0):
+                       others_running: bool = False, tokens=(), in_flight: int = 0,
+                       external: int = 0, delay: bool = False, reserve: int = 0,
+                       zero_external: bool = True, waiting: bool | None = None,
+                       lookahead: int | None = None):
         """None, or each group's new blocks; `hit` is None for a running request's call.
         `whole`: first check that the whole request fits (full_sequence_must_fit);
         `others_running`: an admission then leaves the watermark's blocks free;
         `prompt_tokens` and `shared_boundary` say which sliding-window blocks sparse retention
         keeps; `tokens`: the request's (KV events carry them); `in_flight`: its tokens
-        scheduled but not processed yet."""
-        if new == 0 and (hit_tokens == 0 or not self.adopts_hit_alone):
+        scheduled but not processed yet. A KV connector's (`connector.py`): `external` tokens
+        past the hit, with blocks of their own; `delay`: nothing cached (the load is
+        asynchronous); `reserve`: blocks left free beyond the count; `zero_external`: whether
+        the external tokens' blocks are recorded for zeroing; `waiting`: the request waits (the
+        watermark holds; default: an admission); `lookahead`: the draft slots, where the
+        scheduler asks other than the engine's (none for an asynchronous load)."""
+        if new == 0 and external == 0 and (hit_tokens == 0 or not self.adopts_hit_alone):
             raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
         hits = hit if hit is not None else [[] for _ in self.groups]
-        computed = num_computed + hit_tokens
+        computed = num_computed + hit_tokens + external
         total = min(computed, self.max_len)
-        need = min(total + new + self.lookahead, self.max_len)
+        lookahead = self.lookahead if lookahead is None else lookahead
+        need = min(total + new + lookahead, self.max_len)
         self.freed_by_window, self.refused_whole = 0, False
         # The watermark holds for waiting and preempted requests (an admission) while others run.
-        headroom = self.watermark_blocks if hit is not None and others_running else 0
+        waiting = hit is not None if waiting is None else waiting
+        headroom = self.watermark_blocks if waiting and others_running else 0
         if whole:
             self.predicted = self.blocks_to_allocate(rid, min(num_tokens, self.max_len), hits,
                                                      computed, capped=True, admission=True)
@@ -231,7 +247,7 @@ class KVManagerModel(HybridRules):
         self.freed_by_window = self._free_out_of_window(rid, max(0, total - in_flight))
         self.predicted = self.blocks_to_allocate(rid, need, hits, computed,
                                                  admission=hit is not None)
-        if self.predicted + headroom > self.pool.num_free():
+        if self.predicted + headroom > self.pool.num_free() - reserve:
             return None
         if hit is not None and not self.running(rid):
             for group in self.groups:
@@ -240,6 +256,8 @@ class KVManagerModel(HybridRules):
                 self.pool.touch(rest)
                 self.tables[group][rid] = [0] * skipped + list(rest)
                 self.num_cached[group][rid] = skipped + len(rest)
+            if external:
+                self.allocate_external(rid, total, external, zero_external)
         fresh = []
         for group in self.groups:
             table = self.tables[group].setdefault(rid, [])
@@ -248,9 +266,18 @@ class KVManagerModel(HybridRules):
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             fresh.append(got)
+            self.record_for_zeroing(group, got)
+        if not delay:
+            self.cache_blocks(rid, hashes, min(total + new, num_tokens), tokens, prompt_tokens,
+                              shared_boundary)
+        return fresh
+
+    def cache_blocks(self, rid: int, hashes: list[int], written: int, tokens=(),
+                     prompt_tokens: int = 0, shared_boundary: int = 0) -> None:
+        """What a step that has `written` tokens of the request caches (the manager's
+        `cache_blocks`; `allocate_slots` calls it unless its load is pending)."""
         # What a step caches: its tokens, cut to the scheduler block size (the hybrid
         # coordinator's; a no-op where every group has one block size).
-        written = min(total + new, num_tokens)
         for group in self.groups if self.caching else ():
             size = self.sizes[group]
             to_cache = self.cacheable(written, group)
@@ -271,7 +298,6 @@ class KVManagerModel(HybridRules):
                 self.num_cached[group][rid] = num_full
             if group == 0 and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
-        return fresh
 
     def cacheable(self, written: int, group: int) -> int:
         """What a step that has `written` tokens caches of `group`: cut to the scheduler block

@@ -88,6 +88,9 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not encoder or not (window or local or mode or values["caching"]),
                   "encoder_tokens", "expected 0 with another second group or with caching on "
                   "(vLLM's cross-attention manager does not support caching)", encoder)
+    # Zeroing: the second attention group in another precision than full attention's.
+    reader.expect(not values["zeroing"] or window or local, "zeroing",
+                  "expected false without a sliding-window or chunked-local group", True)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -139,6 +142,12 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
                                                   most=MAX_LIST)
         elif f.name == "chunk":  # 0: a step that adopts a hit alone (or a caller's bug)
             values["chunk"] = reader.integer(raw.get("chunk"), at, low=0, high=MAX_LEN)
+        elif f.name == "load":  # a connector's asynchronous load
+            values["load"] = reader.boolean(raw.get("load", False), at)
+        elif f.name in ("external", "reserve"):
+            values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_LEN)
+        elif f.name == "valid":  # -1: the load was done; else its valid tokens
+            values["valid"] = reader.integer(raw.get("valid", -1), at, low=-1, high=MAX_LEN)
         elif f.name == "token":
             values["token"] = reader.integer(raw.get("token"), at, low=0, high=TOKEN_MAX)
         else:  # rid

@@ -9,6 +9,8 @@ NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
 NO_WATERMARK = "no watermark (an earlier vLLM release)"
 NO_WHOLE_CHECK = "no full_sequence_must_fit in allocate_slots (an earlier vLLM release)"
 NO_SCHEDULER_BLOCK = "no scheduler_block_size (an earlier vLLM release)"
+NO_CONNECTOR = ("no KV-connector calls of vLLM 0.33 (get_computed_blocks_for_connector, "
+                "reserved_blocks, record_blocks_for_zeroing: an earlier vLLM release)")
 # The scheduler's reads a class may not have: each is then left out of the judge's checks (no
 # trace needs them; `unread`), never a crash of every trace.
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
@@ -35,7 +37,8 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "whole": NO_WHOLE_CHECK, "scheduler": NO_SCHEDULER_BLOCK, "estimate": NO_ESTIMATE,
          "truncate": NO_TRUNCATE, "copies": NO_COPIES, "record": NO_RECORD,
          "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
-         "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS}
+         "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS,
+         "connector": NO_CONNECTOR}
 
 
 def unread(preconditions) -> frozenset:
@@ -51,6 +54,8 @@ def broken(trace, preconditions) -> list[str]:
             NO_WATERMARK: bool(trace.watermark),
             NO_WHOLE_CHECK: trace.full_sequence_must_fit,
             # groups of different block sizes: a scheduler block above the block size
-            NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size}
+            NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size,
+            # the connector's ops (strategies/kvmanager/connector_ops.py)
+            NO_CONNECTOR: any(type(op).__name__ in ("Connect", "Loaded") for op in trace.ops)}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

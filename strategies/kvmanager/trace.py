@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from kvfuzz.strategies.inputs import (LATER, Origin, dataclass_op_to_json, document_id,
                                       provenance)
+from kvfuzz.strategies.kvmanager import connector_ops
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
 
@@ -93,9 +95,10 @@ class Reset:
     """`reset_prefix_cache()`: refused (False) while any block is held."""
 
 
-Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Evict | Reset
+Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Evict | Reset | Connect | Loaded
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
-         "preempt": Preempt, "finish": Finish, "evict": Evict, "reset": Reset}
+         "preempt": Preempt, "finish": Finish, "evict": Evict, "reset": Reset,
+         **connector_ops.OPS}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -144,7 +147,13 @@ class Trace:
     a `CrossAttentionSpec` (an encoder-decoder model's, Whisper's), with prefix caching off
     (vLLM's cross-attention manager refuses lookups): every request has that many encoder
     tokens, whose blocks it gets at each admission (`num_encoder_tokens`, as the scheduler passes
-    it while the request has computed nothing) and keeps until it is freed."""
+    it while the request has computed nothing) and keeps until it is freed.
+
+    KV connectors (`kvmanager/5[connector]`): `connect` and `loaded` ops (`connector_ops.py`);
+    `zeroing` gives the second group (a sliding window or chunked-local one) another precision
+    than full attention's, which makes vLLM record every new attention block for zeroing
+    (`KVCacheConfig.needs_kv_cache_zeroing`, mixed precision), read back every op
+    (`take_new_block_ids`)."""
 
     blocks: int
     block_size: int
@@ -168,6 +177,7 @@ class Trace:
     local_chunk: int = 0
     mamba_mode: str = ""
     encoder_tokens: int = 0
+    zeroing: bool = False
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -209,7 +219,8 @@ class Trace:
             ("hits reported", self.report), ("stats", self.stats),
             (f"{self.lookahead} lookahead tokens", self.lookahead), ("EAGLE", self.eagle),
             ("asynchronous scheduling", self.async_scheduling),
-            (f"{self.retained} extra retained tokens", self.retained)) if on]
+            (f"{self.retained} extra retained tokens", self.retained),
+            ("blocks zeroed (mixed precision)", self.zeroing)) if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -229,6 +240,8 @@ def describe_op(op: Op) -> str:
         return f"preempt r{op.rid}"
     if isinstance(op, Finish):
         return f"finish r{op.rid}"
+    if isinstance(op, (Connect, Loaded)):
+        return connector_ops.describe(op)
     if isinstance(op, Evict):
         return f"evict blocks {' '.join(map(str, op.block_ids)) or '-'}"
     return "reset prefix cache"
@@ -259,4 +272,4 @@ def _settings(trace: Trace) -> dict:
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
-                  "mamba_mode": "", "encoder_tokens": 0}
+                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False}

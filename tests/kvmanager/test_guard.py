@@ -17,6 +17,7 @@ from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import load_attribute
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Arrive, Sample, Schedule
 from tests import guarding
 from tests.helpers import needs_engine
@@ -49,11 +50,13 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups) or one it does not check (KV events and stats: the engine's own consumers drain
-    them); else without its steps of no tokens and with every request reading the cache."""
+    groups; the KV connector's calls, zeroing) or one it does not check (KV events and stats:
+    the engine's own consumers drain them); else without its steps of no tokens and with every
+    request reading the cache."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
-            trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode:
+            trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
+            trace.zeroing or any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
         return None
     ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
                 for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
@@ -68,7 +71,9 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "eagle_block_kept", "hybrid_hit_off_grid", "hybrid_caches_off_grid",
                "partial_tail_past_prompt", "local_chunk_freed_early", "mamba_state_freed",
                "eagle_margin_dropped", "cross_sized_by_decoder", "mamba_align_state_kept",
-               "mamba_align_lookahead_state")
+               "mamba_align_lookahead_state", "external_on_null_block", "delayed_load_cached",
+               "reserved_blocks_ignored", "loaded_blocks_zeroed", "zeroing_skips_first_block",
+               "connector_hit_diverged")
 
 
 def corner_trace(index: int, impl):

@@ -57,14 +57,29 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_align_lookahead_state": r"mamba states:? +r\d+'s Mamba table \d+ blocks after",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
+    # KV connectors (the "connector" profile): external tokens on the null block; an
+    # asynchronous load cached at admission; the reserved blocks taken; a load's own blocks
+    # recorded for zeroing, a failed load's first block past its valid prefix not; a hit
+    # said to diverge without a Mamba group.
+    "external_on_null_block": r"external blocks|result:? +allocate_slots|block table",
+    "delayed_load_cached": r"cached before the load|block hash|hash map",
+    "reserved_blocks_ignored": r"None vs success:? +expected None",
+    "loaded_blocks_zeroed": r"zeroing:? +take_new_block_ids: expected",
+    "zeroing_skips_first_block": r"zeroing:? +take_new_block_ids: expected",
+    "connector_hit_diverged": r"hit_diverged expected False, actual True",
 }.items()}
+# The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
+# traces before them never call its paths)
+CONNECTOR = {PREFIX + name: 15 for name in (
+    "external_on_null_block", "delayed_load_cached", "reserved_blocks_ignored",
+    "loaded_blocks_zeroed", "zeroing_skips_first_block", "connector_hit_diverged")}
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
     mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager",
                  # its first divergence of seed 0: index 43, a "mamba align" trace with draft
                  # tokens (the 42 traces before it take some 4 s of CI)
-                 first={PREFIX + "mamba_align_lookahead_state": 43})
+                 first={PREFIX + "mamba_align_lookahead_state": 43, **CONNECTOR})
 
 
 @pytest.mark.slow

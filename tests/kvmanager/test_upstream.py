@@ -160,3 +160,25 @@ def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, c
     wanted += [f"config: {name}" for name in configs]
     wanted += ["window frees blocks"] if stream != "CROSS" else []  # nothing leaves a window
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
+
+
+@pytest.mark.slow
+def test_the_connector_stream_agrees_and_reaches_its_edge_classes():
+    """The KV-connector profile (strategies/kvmanager/connector.py) runs clean on the released
+    class to its last op: external tokens with a synchronous and an asynchronous load, blocks
+    reserved, loads done and failed (a prefix valid and nothing valid), the first allocation
+    after a load, and the blocks recorded for zeroing under mixed precision."""
+    from collections import Counter
+
+    from kvfuzz.fuzz.kvmanager import connector as judge
+    from kvfuzz.strategies.kvmanager import connector
+
+    events = Counter()
+    for index in range(16):
+        outcome = KVMANAGER.check(connector.GENERATOR.generate(0, index), VLLM)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+    wanted = [e for e in judge.EVENTS if e != "connector admission refused"] + [
+        "config: KV connector", "config: blocks zeroed (mixed precision)",
+        "config: sliding window", "config: chunked local attention"]
+    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}

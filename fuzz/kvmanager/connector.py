@@ -1,0 +1,226 @@
+"""The KV-cache-manager judge's handlers of the KV-connector ops (`connect`, `loaded`), mixed
+into `KVManagerLockstep` (whose requests, model and allocation checks they use), and the
+connector's properties, judged from the implementation's own answers after every op:
+
+- external tokens get blocks of their own: after an admission with external tokens, each
+  group's table past the adopted hit up to the computed tokens holds real blocks (no null
+  block, unless the window skips them) that no other live request holds and the hit did not
+  bring;
+- nothing is cached before the load is reported: while a request's asynchronous load is in
+  flight, none of those blocks carries a hash in the pool;
+- what is recorded for zeroing is what the contract names (`take_new_block_ids` against the
+  oracle's records: the new attention blocks, the external ones unless their load writes them,
+  and a failed load's blocks from its valid prefix on), drained every op as the scheduler does.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+from kvfuzz.oracle.kvmanager.model import NothingToAllocate
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+
+LOADING = "loading"  # a request whose asynchronous KV load is in flight
+EVENTS = ("connector admission", "connector admission, asynchronous load",
+          "connector admission with a hit", "external tokens: the whole prompt",
+          "connector admission refused", "load refused with blocks reserved",
+          "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
+          "a whole prompt loaded: its last token recomputed", "resumed after its load",
+          "zeroing records compared", "blocks recorded for zeroing again",
+          "external tokens outside the window")
+
+
+class ConnectorOps:
+    """Mixed into `KVManagerLockstep`."""
+
+    @handles(Connect)
+    def connect(self, op: Connect):
+        request, trace, model = self.requests.get(op.rid), self.trace, self.model
+        # A fresh admission only; Mamba and cross-attention groups are not modelled with a
+        # connector (their external blocks follow other rules).
+        if request is None or request.status != "waiting" or request.computed or \
+                trace.mamba_mode or trace.encoder_tokens:
+            return
+        rid, tokens = op.rid, request.tokens
+        expected = model.get_computed_blocks(self._hashes(request), len(tokens), tokens,
+                                             request.skip, trace.report)
+        # Without a Mamba group the connector's lookup is `get_computed_blocks`'s, its hit
+        # never diverging.
+        yield Call(f"get_computed_blocks_for_connector(r{rid}) -> {short(expected, 60)}",
+                   "connector_lookup", (rid,), oracle=lambda: (*expected, False),
+                   compare=self._lookup_compare)
+        hit_blocks, hit, request.boundary = expected
+        self._count_marks()
+        # the connector holds tokens past the hit: all the request's for a load, all but the
+        # last for a synchronous one (the scheduler computes at least one token)
+        room = len(tokens) - hit - (0 if op.load else 1)
+        external = 0 if request.skip else max(0, min(op.external, room))
+        load = op.load and external > 0
+        new = 0 if load else min(op.chunk, len(tokens) - hit - external)
+        self.count("connector admission, asynchronous load" if load else "connector admission")
+        if hit:
+            self.count("connector admission with a hit")
+        if external and hit + external == len(tokens):
+            self.count("external tokens: the whole prompt")
+        reserve = op.reserve if load else 0
+        yield Call(f"allocate_slots(r{rid}, {new}, hit {hit}, external {external}"
+                   f"{', delayed caching' if load else ''}"
+                   f"{f', {reserve} reserved' if reserve else ''})")
+        got, problems = yield from self._connect_allocation(rid, request, new, hit, hit_blocks,
+                                                            external, load, reserve)
+        if got is None or problems:
+            return problems
+        request.hit = hit
+        request.held = [self._own_start(group, hit_blocks, hit + external)
+                        for group in range(len(model.sizes))]
+        problems = self._own_blocks(rid, request.held, hit + external)
+        if load:
+            request.status, request.in_flight = LOADING, 0
+            yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
+        return problems
+
+    def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve):
+        """The admission's allocate_slots on both sides: its result (None when refused) and
+        the problems of what it consumed."""
+        model, trace = self.model, self.trace
+        before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
+        others = any(r.status == "running" for other, r in self.requests.items() if other != rid)
+        whole = trace.full_sequence_must_fit
+        args = (rid, new, hit, external, load, reserve, whole, others)
+        try:
+            expected = model.allocate_slots(
+                rid, self._hashes(request), len(request.tokens), 0, new, hit, hit_blocks, whole,
+                request.prompt, request.boundary, others, request.tokens, 0, external=external,
+                delay=load, reserve=reserve, zero_external=not load,
+                lookahead=0 if load else None)
+        except NothingToAllocate as refused:
+            self.count("allocate_slots of nothing refused")
+
+            def refuse():
+                raise refused
+            yield Call("", "connect", args, oracle=refuse, compare=self._allocation_compare)
+            return None, []
+        self._count_marks()
+        yield Call("", "connect", args, oracle=lambda: expected,
+                   compare=self._allocation_compare)
+        if expected is None:
+            self.count("load refused with blocks reserved" if reserve else
+                       "connector admission refused")
+            return None, []
+        after = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
+        if before - after != model.predicted:
+            return expected, [("invariant", f"allocate_slots consumed {before - after} free "
+                                            f"blocks, its check counted {model.predicted}")]
+        request.computed = hit + external + new
+        request.status, request.in_flight = "running", new
+        yield Call("", "set_computed", (rid, request.computed, "running"), oracle=None)
+        if trace.stats:  # the scheduler records the local hit of an admission made
+            self.count("stats recorded")
+            yield Call("", "record_stats", (rid, hit), oracle=lambda: model.
+                       record_prefix_cache_stats(len(request.tokens), hit, request.preempted,
+                                                 request.skip))
+        return expected, []
+
+    @handles(Loaded)
+    def loaded(self, op: Loaded):
+        request, model = self.requests.get(op.rid), self.model
+        if request is None or request.status != LOADING:
+            return
+        rid, hashes = op.rid, self._hashes(request)
+        size = self.trace.scheduler_block_size
+        # a failed load's valid tokens: to the first failed block's start, at or past the
+        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
+        valid = op.valid if op.valid <= 0 else \
+            max(request.hit // size * size, min(op.valid, request.computed) // size * size)
+        if valid == 0:  # nothing valid: the request's blocks go, it is admitted again
+            self.count("load failed, nothing valid (freed)")
+            yield Call(f"free(r{rid}): its load failed", "free", (rid, False),
+                       oracle=lambda: model.free(rid))
+            request.computed, request.status = 0, "waiting"
+            yield Call("", "set_computed", (rid, 0, "waiting"), oracle=None)
+            return
+        if valid > 0:
+            request.computed = valid
+            self.count("load failed, a prefix valid")
+            yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
+        else:
+            self.count("load done")
+        computed = request.computed
+        yield Call(f"cache_blocks(r{rid}, {computed})", "cache_blocks", (rid, computed),
+                   oracle=lambda: model.cache_blocks(rid, hashes, computed, request.tokens,
+                                                     request.prompt, request.boundary))
+        if valid > 0 and self.trace.zeroing:
+            self.count("blocks recorded for zeroing again")
+            yield Call(f"record_blocks_for_zeroing(r{rid}, {computed})",
+                       "record_blocks_for_zeroing", (rid, computed),
+                       oracle=lambda: model.record_blocks_for_zeroing(rid, computed))
+        if computed == len(request.tokens):  # the last token is computed again for its logits
+            self.count("a whole prompt loaded: its last token recomputed")
+            request.computed -= 1
+        request.status = "waiting"
+        yield Call("", "set_computed", (rid, request.computed, "waiting"), oracle=None)
+
+    # -- the properties -----------------------------------------------------------------------
+    def _own_start(self, group: int, hit_blocks, computed: int) -> int:
+        """Where a group's blocks past the adopted hit start: past its skipped blocks and the
+        hit's."""
+        size = self.model.sizes[group]
+        return max(self.model.skipped_tokens(group, computed) // size, len(hit_blocks[group]))
+
+    def _own_blocks(self, rid: int, starts, computed: int) -> list[tuple[str, str]]:
+        """External tokens' blocks are the request's own (read from the implementation): not
+        null, not another live request's, not a block the hit brought (a hit block the window
+        skipped was never taken: it may come back as a new one)."""
+        tables = self.read("block_ids", rid)
+        others = {b for other in self.requests if other != rid
+                  for group in self.read("block_ids", other) for b in group}
+        for group, (size, start) in enumerate(zip(self.model.sizes, starts)):
+            ours, adopted = tables[group][start:cdiv(computed, size)], tables[group][:start]
+            shared = [b for b in ours if not b or b in others or b in adopted]
+            if shared:
+                return [("external blocks", f"r{rid} group {group}: blocks {short(ours)} for "
+                                            f"its external tokens; {short(shared)} null, held "
+                                            f"by another request or adopted from the hit")]
+        return []
+
+    def connector_problems(self) -> list[tuple[str, str]]:
+        """After every op: nothing cached of a load in flight; the zeroing records."""
+        problems, model = [], self.model
+        loading = [rid for rid, r in self.requests.items() if r.status == LOADING]
+        if loading:
+            keys = self.read("keys")
+            for rid in loading:
+                for group, blocks in enumerate(self.read("block_ids", rid)):
+                    own = blocks[self.requests[rid].held[group]:]
+                    cached = [b for b in own if b and keys[b] is not None]
+                    if cached:
+                        problems.append(("cached before the load", f"r{rid}'s load is in "
+                                         f"flight; group {group}'s blocks {short(cached)} "
+                                         f"already cached"))
+        if self.trace.zeroing:
+            self.count("zeroing records compared")
+            expected, actual = model.take_new_block_ids(), self.read("take_new_block_ids")
+            if actual != expected:
+                problems.append(("zeroing", f"take_new_block_ids: expected {short(expected)}, "
+                                            f"actual {short(actual)}"))
+        return problems
+
+    def _lookup_compare(self, expected, rejected, actual, raised) -> list:
+        """The connector's lookup: `get_computed_blocks`' answer, then the divergence flag."""
+        problems = self._hit_compare(expected[:3], rejected, _head(actual), raised)
+        if problems or raised is not None:
+            return problems
+        return [] if actual[3] == expected[3] else [
+            ("prefix hit", f"get_computed_blocks_for_connector: hit_diverged expected "
+                           f"{expected[3]}, actual {actual[3]}")]
+
+
+def _head(actual):
+    try:
+        return tuple(actual[:3])
+    except TypeError:
+        return actual
+
+
+def state_read(expected, rejected, actual, raised) -> list:
+    return crash_problems(raised, "state read") if raised is not None else []

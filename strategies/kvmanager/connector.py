@@ -1,0 +1,89 @@
+"""The "connector" profile (`kvmanager/5[connector]`): a scheduler with a KV connector (P/D
+disaggregation, an offloading tier) in front of the manager. Standard library only.
+
+Requests over a few prompt families, most admitted with external tokens (`connect`): half of
+those loaded asynchronously (the request waits, its blocks past the hit uncached, until
+`loaded` reports the load done or failed, with a valid prefix or none; some with blocks
+reserved for prefills in flight), the rest loaded with the step; external counts cut at, one
+before and one after block boundaries, and past the prompt (all of it for a load). Full
+attention alone, or (three traces in four) beside a sliding window or chunked-local group, of
+one block size; seven in ten of those in two precisions, so vLLM records new blocks for zeroing
+(`needs_kv_cache_zeroing`); tight pools, the whole-request check, a watermark, KV events and
+stats in some.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.generator import _Generator
+from kvfuzz.strategies.kvmanager.trace import Schedule, Trace
+from kvfuzz.strategies.sources import TraceGenerator
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
+    size = rng.choice((1, 2, 4, 4, 8))
+    second = rng.choice(("none", "window", "window", "local"))
+    window = rng.randint(2, 4 * size) if second == "window" else 0
+    local = rng.randint(1, 4) * size if second == "local" else 0
+    blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
+    observed = rng.random() < 0.3
+    gen = _Connected(rng, size, max_model_len)
+    while len(gen.ops) < num_ops:
+        gen.step()
+    return Trace(blocks, size, window, max_model_len, tuple(gen.ops[:num_ops]),
+                 rng.choice((None, 0)) if window else None,
+                 full_sequence_must_fit=rng.random() < 0.3,
+                 watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
+                 events=observed, stats=observed, local_chunk=local,
+                 zeroing=second != "none" and rng.random() < 0.7, note="profile connector")
+
+
+class _Connected(_Generator):
+    """The corner generator's requests, admitted through a connector most of the time."""
+
+    def __init__(self, rng: random.Random, block_size: int, max_model_len: int):
+        super().__init__(rng, block_size, max_model_len)
+        self.loading: list[int] = []
+
+    def step(self) -> None:
+        live = len(self.live)
+        actions = [(self.arrive, 2.0 if live < 6 else 0.3), (self.schedule, 3.0 if live else 0),
+                   (self.decode, 2.0 if live else 0), (self.loaded, 3.0 if self.loading else 0),
+                   (self.preempt, 0.3 if live else 0),
+                   (self.finish, 0.3 + 0.3 * live if live else 0), (self.evict, 0.2),
+                   (self.reset, 0.1)]
+        funcs, weights = zip(*actions)
+        self.rng.choices(funcs, weights)[0]()
+
+    def arrive(self) -> None:
+        before = len(self.ops)
+        super().arrive()
+        rng, bs = self.rng, self.block_size
+        if rng.random() < 0.2:
+            return
+        # a connector admission in place of the plain one (or after the arrival)
+        del self.ops[before + 1:]
+        rid = self.next_rid
+        load = rng.random() < 0.5
+        external = rng.choice((rng.randint(1, 3) * bs + rng.choice((-1, 0, 0, 1)),
+                               rng.randint(1, 12), 10**4))
+        reserve = rng.choice((0, 0, 0, rng.randint(1, 6))) if load else 0
+        self.ops.append(Connect(rid, self.chunk(), max(0, external), load, reserve))
+        if load:
+            self.loading.append(rid)
+
+    def loaded(self) -> None:
+        rng = self.rng
+        rid = rng.choice(self.loading)
+        self.loading.remove(rid)
+        valid = -1 if rng.random() < 0.6 else rng.choice((0, rng.randint(1, 3) * self.block_size))
+        self.ops.append(Loaded(rid, valid))
+        if rng.random() < 0.7:  # mostly scheduled soon after
+            self.ops.append(Schedule(rid, self.chunk()))
+
+
+PROFILES = ("connector",)
+GENERATOR = TraceGenerator("kvmanager/5[connector]", build, num_ops=200, max_fuzz_ops=200)

@@ -1,0 +1,59 @@
+"""The KV-connector ops of a `kvmanager` trace: an admission whose prompt a KV connector
+(P/D disaggregation, an offloading tier) partly supplies, and the report that its asynchronous
+load is done. Standard library only; `trace.py` takes them into its op set.
+
+vLLM 0.33.0's scheduler with a connector (`Scheduler.schedule`, `_update_waiting_for_remote_kv`):
+the local lookup (`get_computed_blocks_for_connector`), the connector's count of tokens it holds
+beyond that hit (`get_num_new_matched_tokens`: external tokens, loaded now or asynchronously),
+then `allocate_slots` with `num_external_computed_tokens`; an asynchronous load allocates no
+slots of its own (0 new tokens, no draft slots), keeps `reserved_blocks` free for the prefills in
+flight, and delays caching (`delay_cache_blocks`) until the load is reported: then
+`cache_blocks(request, num_computed_tokens)` (and, for a failed load with a valid prefix where
+blocks are zeroed, `record_blocks_for_zeroing` from that prefix; a failed load with nothing valid
+frees the request)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Connect:
+    """A waiting request admitted with a KV connector: the connector holds up to `external`
+    tokens past the local hit (resolved at run time to what the request leaves: all of it for
+    an asynchronous load, all but the last token for a synchronous one; 0 makes it a plain
+    admission). `load`: the load is asynchronous (the request waits for it, nothing past the
+    hit is cached until `loaded`); `reserve`: the free blocks it must leave to prefills in
+    flight (`reserved_blocks`, asynchronous loads only). A synchronous load schedules up to
+    `chunk` new tokens with it."""
+
+    rid: int
+    chunk: int
+    external: int
+    load: bool = False
+    reserve: int = 0
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The connector reports request `rid`'s asynchronous load done: `valid` -1, loaded
+    (its blocks cached up to its computed tokens); else failed with the first `valid` tokens
+    good (cut to the scheduler block, and to what the request had): 0 frees the request (it is
+    admitted again through the cache), more caches that prefix and records the blocks after it
+    for zeroing. Resolves to nothing for a request not loading."""
+
+    rid: int
+    valid: int = -1
+
+
+OPS = {"connect": Connect, "loaded": Loaded}
+
+
+def describe(op) -> str:
+    if isinstance(op, Connect):
+        how = "asynchronously" if op.load else f"with up to {op.chunk} new tokens"
+        reserve = f", {op.reserve} blocks reserved" if op.load and op.reserve else ""
+        return f"r{op.rid} admitted with up to {op.external} external tokens, {how}{reserve}"
+    if op.valid < 0:
+        return f"r{op.rid}'s load done"
+    return f"r{op.rid}'s load failed, {op.valid} tokens valid"
