@@ -44,7 +44,7 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "Mamba align mode, prefix caching on (reduced checks)":
                lambda t: t.mamba_mode == "align",
            "cross attention": lambda t: t.encoder_tokens > 0,
-           "KV connector": lambda t: any(o.__class__.__name__ == "Connect" for o in t.ops),
+           "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
            "blocks zeroed (mixed precision)": lambda t: t.zeroing}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.

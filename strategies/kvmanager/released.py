@@ -1,8 +1,11 @@
 """What an earlier vLLM release's manager cannot be asked: a setting its constructors or its
 `allocate_slots` do not take (read from the class: `impl/kvmanager/driver.released_api`). A
-trace that sets one is outside that class's contract, never run. Standard library only."""
+trace that sets one is outside that class's contract, never run. Standard library and the
+connector's op types only."""
 
 from __future__ import annotations
+
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 
 NO_RETENTION = "no prefix_cache_retention_interval (an earlier vLLM's KVCacheConfig)"
 NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
@@ -56,6 +59,6 @@ def broken(trace, preconditions) -> list[str]:
             # groups of different block sizes: a scheduler block above the block size
             NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size,
             # the connector's ops (strategies/kvmanager/connector_ops.py)
-            NO_CONNECTOR: any(type(op).__name__ in ("Connect", "Loaded") for op in trace.ops)}
+            NO_CONNECTOR: any(isinstance(op, (Connect, Loaded)) for op in trace.ops)}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]
