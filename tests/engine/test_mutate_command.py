@@ -135,3 +135,41 @@ def test_an_interrupted_run_keeps_its_verdicts_and_resumes(tmp_path):
                            timeout=600)
     assert again.returncode == 0 and f"resuming, {kept} mutants done before" in again.stderr
     assert "not run" not in again.stdout.splitlines()[1]  # every mutant has its verdict now
+
+
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_a_stop_during_also_run_ends_the_test_commands_at_once(tmp_path, stop):
+    # The test command passes unmutated at once and hangs on every mutant: a stop must kill
+    # the commands in flight (sessions of their own, out of the signal's reach) and end the
+    # run with 130, not wait for them. Before the fix it waited for each one's timeout.
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    marker = tmp_path / "hanging"
+    command = (f"{sys.executable} -c \"import os, time, pathlib\n"
+               f"if os.environ.get('KVFUZZ_MUTANT_MODULE'):\n"
+               f"    pathlib.Path('{marker}').write_text(str(os.getpid())); time.sleep(300)\"")
+    args = [sys.executable, "-m", "kvfuzz.fuzz.cli", "mutate", "mamba", "--impl",
+            "tests.engine.mutate_fixture:Slots", "--scope",
+            "tests.engine.mutate_fixture:Slots.twice", "--operator", "RemoveStatement",
+            "--cases", "5", "--jobs", "2", "--also-run", command, "--also-timeout", "600",
+            "--results", "res.jsonl"]
+    process = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not marker.exists() and process.poll() is None:
+        time.sleep(0.1)
+    assert marker.exists(), process.communicate()[1]
+    time.sleep(0.5)  # the pid written, the command asleep
+    hanging = int(marker.read_text())
+    stopped = time.monotonic()
+    process.send_signal(getattr(signal, stop))
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "interrupted" in err, err
+    assert time.monotonic() - stopped < 30, "the stop waited for the test commands"
+    with pytest.raises(ProcessLookupError):
+        os.kill(hanging, 0)  # the hanging test command is gone with the run
+    # No verdict was made up for the stopped mutants: none says the tests killed it.
+    lines = [json.loads(line) for line in (tmp_path / "res.jsonl").read_text().splitlines()]
+    assert not [r for r in lines if "tests" in r]

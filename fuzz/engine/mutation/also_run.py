@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -36,11 +37,25 @@ def declared(record: dict) -> bool:
 
 
 class TestCommand:
+    """Runs the command, one mutant per call, from several threads at once. Each run is a
+    session of its own (its process tree killed whole on a timeout), so a Ctrl-C reaches only
+    kvfuzz: `stop()` kills every run in flight, and no run starts after it. Without it a stop
+    waited for each running test command to end by itself (minutes)."""
+
     def __init__(self, command: str):
         self.command, self.directory = command, Path(tempfile.mkdtemp(prefix="kvfuzz-also-"))
+        self._lock, self._running, self._stopped = threading.Lock(), set(), False
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            running = list(self._running)
+        for pid in running:
+            kill_tree(pid)
 
     def run(self, mutant=None, timeout: float | None = None) -> tuple[str, float, str]:
-        """(verdict: "passed", "killed" or "timeout", seconds, the output's last line)."""
+        """(verdict: "passed", "killed", "timeout" or "stopped", seconds, the output's last
+        line). "stopped": `stop()` ended it, no verdict on the mutant."""
         env = dict(os.environ)
         env["PYTHONPATH"] = FOLDER + (os.pathsep + env["PYTHONPATH"]
                                       if env.get("PYTHONPATH") else "")
@@ -50,8 +65,13 @@ class TestCommand:
             source.write_text(mutated)
             env.update(KVFUZZ_MUTANT_MODULE=mutant.module, KVFUZZ_MUTANT_SOURCE=str(source))
         began = time.monotonic()
-        process = subprocess.Popen(self.command, shell=True, env=env, start_new_session=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with self._lock:
+            if self._stopped:
+                return "stopped", 0.0, ""
+            process = subprocess.Popen(self.command, shell=True, env=env,
+                                       start_new_session=True, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, text=True)
+            self._running.add(process.pid)
         try:
             output, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -61,6 +81,10 @@ class TestCommand:
         finally:
             if process.poll() is None:
                 kill_tree(process.pid)
+            with self._lock:
+                self._running.discard(process.pid)
+        if self._stopped:
+            return "stopped", time.monotonic() - began, ""
         last = (output.strip().splitlines() or [""])[-1][:200]
         verdict = "passed" if process.returncode == 0 else "killed"
         return verdict, time.monotonic() - began, last

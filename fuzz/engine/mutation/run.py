@@ -21,7 +21,7 @@ from kvfuzz.fuzz.engine.mutation.operators import VERSION as OPERATORS_VERSION
 from kvfuzz.fuzz.engine.mutation.results import ResultsFile, default_path
 from kvfuzz.fuzz.engine.mutation.supervisor import MutationError, Zygote, wait_plan
 from kvfuzz.fuzz.engine.mutation.worker import Request
-from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED
+from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, held
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines
 
@@ -222,7 +222,7 @@ def _run(chosen, plan, done, results, zygotes, request, options, timeout, began,
 def _also_run(chosen, done, results, options, out) -> int:
     """The user's test command on every mutant kvfuzz ran or could not reach; 130 when
     interrupted. A verdict is kept with the command it is for."""
-    tests = TestCommand(options.also_run)
+    tests, pool = TestCommand(options.also_run), None
     try:
         verdict, seconds, last = tests.run(None, options.also_timeout or 3600)
         if verdict != "passed":
@@ -234,22 +234,30 @@ def _also_run(chosen, done, results, options, out) -> int:
                 and done[m.id].get("tests_command") != options.also_run]
         print(f"mutate: --also-run on {len(todo)} mutants ({seconds:.1f} s unmutated, "
               f"{options.jobs} at a time)", file=out)
-        with ThreadPoolExecutor(options.jobs) as pool:
-            running = {pool.submit(tests.run, m, timeout): m for m in todo}
-            for count, future in enumerate(as_completed(running), 1):
-                mutant = running[future]
-                verdict = future.result()[0]
-                verdict = "killed" if verdict == "timeout" else verdict
-                added = {"id": mutant.id, "tests": "survived" if verdict == "passed" else
-                         "killed", "tests_command": options.also_run}
+        # Not a `with` block: its exit waits for every running command before an interrupt
+        # is handled; `tests.stop()` must come first.
+        pool = ThreadPoolExecutor(options.jobs)
+        running = {pool.submit(tests.run, m, timeout): m for m in todo}
+        for count, future in enumerate(as_completed(running), 1):
+            mutant = running[future]
+            verdict = future.result()[0]
+            if verdict == "stopped":
+                continue
+            added = {"id": mutant.id, "tests": "survived" if verdict == "passed" else
+                     "killed", "tests_command": options.also_run}
+            with held():  # a verdict is recorded whole, or not at all
                 done[mutant.id].update(added)
                 results.add(added)
-                if count % 10 == 0:
-                    print(f"mutate: --also-run {count}/{len(todo)}", file=out)
+            if count % 10 == 0:
+                print(f"mutate: --also-run {count}/{len(todo)}", file=out)
     except KeyboardInterrupt:
+        tests.stop()
         print(f"mutate: interrupted; the same command resumes from {results.path}", file=out)
         return INTERRUPTED
     finally:
+        tests.stop()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         tests.close()
     return 0
 
