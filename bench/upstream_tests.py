@@ -1,10 +1,12 @@
 """Upstream's own tests, run on CPU against the released engine in kvfuzz's upstream cache: the
 test command `kvfuzz mutate --also-run` is given (docs/mutate.md, "Upstream's own tests").
 
-    python -m kvfuzz.bench.upstream_tests SDIST FILE... [--record] [pytest options]
+    python -m kvfuzz.bench.upstream_tests ROOT FILE... [--record] [pytest options]
 
-SDIST is the release's extracted sdist (its `tests/` folder holds FILE, e.g.
-`tests/v1/core/test_prefix_caching.py`). What it takes to run them here:
+ROOT is the release's extracted sdist (its `tests/` folder holds FILE, e.g.
+`tests/v1/core/test_prefix_caching.py`), or a repository's files with a `test/` folder (SGLang's
+tests are in its repository only: `bench/upstream_sources.py` puts the ones kvfuzz uses in
+`~/.cache/kvfuzz/sdist/sglang-0.5.23-tests`). What it takes to run them here:
 - the released package comes from `kvfuzz upstream where` (PYTHONPATH, after whatever is already
   there: `--also-run`'s overlay must stay first), the sdist root after it (`tests.v1.core.utils`);
 - `--noconftest`: vLLM's `tests/conftest.py` imports model runners, tblib and CUDA helpers that no
@@ -13,7 +15,11 @@ SDIST is the release's extracted sdist (its `tests/` folder holds FILE, e.g.
   (`impl.upstream_env.prepare`: the CUDA-built wheel beside a CPU torch);
 - the tests that fail on the unmodified release are deselected: they are listed, by node id, in
   `upstream_tests/<sdist folder name>.txt` (`--record` writes that list by running the files
-  once). Only tests that pass on the release count.
+  once). Only tests that pass on the release count;
+- SGLang's test kit (`sglang.test.test_utils`, imported by its unittest classes) imports its
+  benchmark datasets, which import Hugging Face `datasets` at module level; no allocator test
+  loads a dataset, so where `datasets` is not installed a stand-in that raises when used
+  (`upstream_stand_ins/datasets.py`) goes last on the path.
 The exit status is pytest's. Nothing is installed."""
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent / "upstream_tests"
+STAND_INS = Path(__file__).parent / "upstream_stand_ins"
+TEST_FOLDERS = ("tests", "test")  # an sdist's, a repository's
 
 
 def pytest_configure(config) -> None:  # the plugin side: runs in pytest's process
@@ -57,9 +65,28 @@ def environment() -> dict:
         sys.exit("upstream_tests: no released engines in kvfuzz's cache (run `kvfuzz upstream "
                  "fetch`)")
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(parts + [str(folder), "."])
+    stand_ins = [] if _installed("datasets") else [str(STAND_INS)]
+    env["PYTHONPATH"] = os.pathsep.join(parts + [str(folder), "."] + stand_ins)
     env.setdefault("VLLM_TARGET_DEVICE", "cpu")
     return env
+
+
+def _installed(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def node_id(root: Path, classname: str, name: str) -> str:
+    """A pytest node id from a junit test case: its `classname` is the dotted module path, then
+    the class for a test in a class (`test.unit.test_pool.TestPool`). The module is the longest
+    dotted prefix that is a file under `root`; what follows it are classes."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        module = "/".join(parts[:cut]) + ".py"
+        if (root / module).is_file():
+            return "::".join([module, *parts[cut:], name])
+    return f"{'/'.join(parts)}.py::{name}"  # no such file: as pytest's plain test functions
 
 
 def command_line(files: list[str], extra: list[str], deselect: list[str]) -> list[str]:
@@ -87,8 +114,7 @@ def record(sdist: Path, files: list[str], extra: list[str]) -> int:
         if case.find("failure") is None and case.find("error") is None:
             passed += 1
             continue
-        module = case.get("classname", "").replace(".", "/")
-        failing.append(f"{module}.py::{case.get('name')}")
+        failing.append(node_id(sdist, case.get("classname", ""), case.get("name")))
     HERE.mkdir(exist_ok=True)
     failing_list(sdist).write_text(
         f"# tests of {' '.join(files)} failing on the unmodified release here (CPU): deselected\n"
@@ -102,10 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     recording = "--record" in args
     args = [a for a in args if a != "--record"]
-    if not args or not Path(args[0], "tests").is_dir():
-        print("usage: python -m kvfuzz.bench.upstream_tests SDIST FILE... [--record] "
-              "[pytest options]  (SDIST: an extracted sdist with a tests/ folder)",
-              file=sys.stderr)
+    if not args or not any(Path(args[0], folder).is_dir() for folder in TEST_FOLDERS):
+        print("usage: python -m kvfuzz.bench.upstream_tests ROOT FILE... [--record] "
+              "[pytest options]  (ROOT: an extracted sdist with a tests/ folder, or a "
+              "repository's files with a test/ folder)", file=sys.stderr)
         return 2
     sdist = Path(args[0]).expanduser()
     files = [a for a in args[1:] if not a.startswith("-")]

@@ -3,7 +3,9 @@ oracle (`oracle.allocator`) and an implementation driven with the same trace, li
 (`scheduler.py` plans each op's call; `misuse.py` the wrong calls a buggy caller makes),
 compared after every op: the returned slots, None vs success, rejections, `available_size`, the
 free list (exact order: the spec fixes it), the staged pages (as a multiset), and the
-invariants.
+invariants. A class with the offload calls also has each allocation's slots sent to host memory
+and back (`get_cpu_copy`, `load_cpu_copy`): each must reach the KV cache it was built with,
+with those slots, and leave the allocator as it was.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from collections import Counter
 
 from kvfuzz.fuzz.allocator.misuse import misuse_call
 from kvfuzz.fuzz.allocator.scheduler import Planned, Scheduler
-from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, list_diff, short
+from kvfuzz.fuzz.engine.lockstep import (POISON, Call, Lockstep, call_problems, handles,
+                                         list_diff, short)
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.allocator.invariants import state_violations
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected
@@ -37,6 +40,7 @@ class AllocatorLockstep(Lockstep):
               *(f"misuse rejected: {kind}"
                 for kind in ALL_MISUSES + ALLOC_METHODS + RELEASES))
     REJECTIONS = (Rejected,)
+    offloads = False  # the class has get_cpu_copy / load_cpu_copy (a live guard: not asked)
     OWNERSHIP = (f"page {POISON} (or {POISON} // page size) is what the caller wrote over every "
                  f"tensor it passed in, after the call: the allocator kept a caller's tensor, "
                  f"not a copy")
@@ -52,8 +56,9 @@ class AllocatorLockstep(Lockstep):
         """`reuse_page_ids`: see `AllocatorDriver`; `checks_after_release` and `hows` (the
         release calls the class has): what it declares, which the oracle and the buggy
         caller follow (`AllocatorModel`, `misuse.py`)."""
-        from kvfuzz.impl.allocator.driver import AllocatorDriver  # imports torch
+        from kvfuzz.impl.allocator.driver import AllocatorDriver, offloads  # imports torch
 
+        self.offloads = offloads(cls)
         return make(AllocatorDriver, cls, trace.size, trace.page_size, trace.need_sort, trace.debug,
                                device, trace.interface == "token", reuse_page_ids)
 
@@ -82,7 +87,12 @@ class AllocatorLockstep(Lockstep):
 
         result = yield Call(planned.text, planned.method, planned.args, oracle=answer,
                             compared=planned.method in ALLOC_METHODS, where=_owner(planned))
-        return [("new slots", text) for text in self.sched.commit(planned, result.actual)]
+        problems = [("new slots", text) for text in self.sched.commit(planned, result.actual)]
+        if self.offloads and planned.method in ALLOC_METHODS and result.actual and not problems:
+            slots = list(result.actual)
+            yield Call("then get_cpu_copy, load_cpu_copy of them", "offload_roundtrip",
+                       (slots,), oracle=lambda: offloaded(slots), compare=_offload_problems)
+        return problems
 
     def _count(self, call: Planned, expected, rejected, staged_before: bool,
                in_group: bool) -> None:
@@ -126,6 +136,20 @@ class AllocatorLockstep(Lockstep):
     def poisoned(self) -> set[int]:
         """The poisoned slot, or its page id (free and staged lists hold pages)."""
         return {POISON, POISON // self.model.page_size}
+
+
+def offloaded(slots: list[int]) -> list:
+    """What reaches the KV cache when a request's `slots` go to host memory and back: the
+    allocator passes both calls on, with those slots, and returns and loads the cache's copy
+    (`AllocatorDriver.offload_roundtrip`)."""
+    return [["get_cpu_copy", slots, 1], ["load_cpu_copy", slots, 1]]
+
+
+def _offload_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if raised is None and actual is None:  # the release's base class: not offered
+        return []
+    problems = call_problems(True, expected, rejected, actual, raised)
+    return [("offload" if field == "result" else field, text) for field, text in problems]
 
 
 def _owner(call: Planned):

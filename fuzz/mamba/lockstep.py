@@ -1,7 +1,8 @@
 """The Mamba slot-allocator judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the
 oracle (`oracle.mamba`) and an implementation driven as a scheduler drives them (one slot per
 request, batches admitted through alloc groups), compared after every op: the slots returned, None
-vs success, `available_size`, the free list (exact order), and the invariants (every slot free, pre-
+vs success, `available_size` and the planner's `schedulable_available_size` (where the class has
+it: on a static pool the same count), the free list (exact order), and the invariants (every slot free, pre-
 allocated or held, exactly once; slot 0 never)."""
 
 from __future__ import annotations
@@ -107,6 +108,12 @@ class MambaLockstep(Lockstep):
         if available != model.available_size():
             problems.append(("available_size", f"expected {model.available_size()}, "
                                                f"actual {available}"))
+        # What the scheduler admits by (`alloc_req_slots`): a pool that under-reports it starves
+        # admission, one that over-reports it admits what alloc() then refuses.
+        schedulable = self.read("schedulable_available_size")
+        if schedulable is not None and schedulable != model.available_size():
+            problems.append(("schedulable_available_size",
+                             f"expected {model.available_size()}, actual {schedulable}"))
         if free != model.free:
             problems.append(("free list", list_diff(model.free, free)))
         found = state_violations(model.size, free, model.pending, self.holders())

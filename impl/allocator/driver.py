@@ -6,7 +6,10 @@ The caller owns what it passes in: after every call the driver writes `POISON` o
 it passed, as a scheduler reuses its request-to-token rows. An allocator that kept one (a free
 group holding the caller's view, staged pages aliasing the argument) shows it later as page
 -99 on its free list. `reuse_page_ids=False` spares `free_page_ids`' argument, for a class that
-declares it keeps it (strategies/allocator/profile.py)."""
+declares it keeps it (strategies/allocator/profile.py).
+
+A class with the offload calls (`get_cpu_copy`, `load_cpu_copy`) is built with a recording KV
+cache (`kvcache_stub.py`) instead of None: `offload_roundtrip` reads what reached it."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import os
 
 import torch
 
+from kvfuzz.impl.allocator.kvcache_stub import RecordingKVCache
 from kvfuzz.impl.driver_calls import TensorDriver, free_list_of, staged_of, taken, then_poison
 
 DEBUG_ENV = "SGLANG_DEBUG_MEMORY_POOL"
@@ -25,9 +29,10 @@ class AllocatorDriver(TensorDriver):
         self.device, self.page_size, self.reuse_page_ids = device, page_size, reuse_page_ids
         before = os.environ.get(DEBUG_ENV)
         os.environ[DEBUG_ENV] = "1" if debug else "0"  # upstream reads it in __init__
+        self.kvcache = RecordingKVCache() if offloads(cls) else None
         try:
-            self.allocator = cls(size, torch.float16, device, None, need_sort) if token else \
-                cls(size, page_size, torch.float16, device, None, need_sort)
+            self.allocator = cls(size, torch.float16, device, self.kvcache, need_sort) if token \
+                else cls(size, page_size, torch.float16, device, self.kvcache, need_sort)
         finally:
             if before is None:
                 del os.environ[DEBUG_ENV]
@@ -68,9 +73,34 @@ class AllocatorDriver(TensorDriver):
     def group_end(self) -> None:
         self.allocator.free_group_end()
 
+    def offload_roundtrip(self, slots):
+        """A request's slots to host memory and back, as a scheduler retracting it does:
+        `copy = get_cpu_copy(slots)`, `load_cpu_copy(copy, slots)`. What reached the KV cache,
+        in order, as [method, slots, 1 or 0]: for get_cpu_copy, whether the allocator returned
+        the copy the cache made; for load_cpu_copy, whether it loaded that copy. None for a
+        class without the calls (or with the base class's NotImplementedError)."""
+        if self.kvcache is None:
+            return None
+        self.kvcache.calls.clear()
+        index = self._tensor(slots)
+        try:
+            returned = self.allocator.get_cpu_copy(index)
+            self.allocator.load_cpu_copy(returned, index)
+        except NotImplementedError:
+            return None
+        then_poison(None, index)
+        made = [copy for method, _, copy in self.kvcache.calls if method == "get_cpu_copy"]
+        return [[method, indices, int(copy is returned if method == "get_cpu_copy"
+                                      else any(copy is m for m in made))]
+                for method, indices, copy in self.kvcache.calls]
+
     def free_list(self) -> list[int]:
         return free_list_of(self.allocator)
 
     def staged(self) -> list[int]:
         """need_sort's staged pages (spec §4.1)."""
         return staged_of(self.allocator)
+
+
+def offloads(cls) -> bool:
+    return all(callable(getattr(cls, name, None)) for name in ("get_cpu_copy", "load_cpu_copy"))

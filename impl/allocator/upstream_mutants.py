@@ -24,6 +24,10 @@ MUTATIONS = {
     "token_alloc_never_merges": (TOKEN, TOKEN_CLASS, Mutation(
         f"{TOKEN_CLASS}.alloc", "self.merge_and_sort_free()", "pass",
         "need_sort: alloc never merges the staged slots back")),
+    "token_offload_never_loads": (TOKEN, TOKEN_CLASS, Mutation(
+        f"{TOKEN_CLASS}.load_cpu_copy", "return self._kvcache.load_cpu_copy(",
+        "return (lambda *args, **kwargs: None)(",
+        "load_cpu_copy never reaches the KV cache: a retracted request resumes on stale KV")),
     "paged_group_keeps_view": (PAGED, PAGED_CLASS, Mutation(
         f"{PAGED_CLASS}.free", "self.free_group.append(self._copy_for_free_group(free_index))",
         "self.free_group.append(free_index)",

@@ -23,3 +23,13 @@ class MambaDriver(TensorDriver):
 
     def free_list(self) -> list[int]:
         return int_list(self.allocator.free_slots)
+
+    def schedulable_available_size(self) -> int | None:
+        """The planner's free count (SGLang's `alloc_req_slots` admits by it); None for a class
+        without it (releases before it existed)."""
+        return schedulable_of(self.allocator)
+
+
+def schedulable_of(allocator) -> int | None:
+    read = getattr(allocator, "schedulable_available_size", None)
+    return None if read is None else int(read())

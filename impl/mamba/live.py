@@ -15,3 +15,8 @@ class LiveMambaDriver(LiveSlotCalls):
 
     def free_list(self) -> list[int]:
         return int_list(self.allocator.free_slots)
+
+    def schedulable_available_size(self) -> int | None:
+        from kvfuzz.impl.mamba.driver import schedulable_of
+
+        return schedulable_of(self.allocator)

@@ -26,6 +26,9 @@ MUTATIONS = {
         f"{CLASS}._do_alloc", "if need_size > len(self.free_slots):",
         "if need_size >= len(self.free_slots):",
         "an allocation of exactly the free slots is refused"),
+    "schedulable_counts_nothing": Mutation(
+        f"{CLASS}.schedulable_available_size", "return self.available_size()", "return 0",
+        "the planner's free count is always 0: the scheduler admits no request"),
 }
 
 

@@ -10,6 +10,8 @@ relies on. The contract is upstream `MambaSlotAllocator`'s released source (sgla
 - `alloc_group_end()`: the unused pre-allocated slots go back to the tail of the free list, in
   order; with no group open, nothing happens.
 - `free(slots)`: appended to the tail of the free list, in the order given.
+- `schedulable_available_size()`: the count the scheduler admits requests by; on this static
+  pool it is `available_size()` (a shared, byte-coordinated pool reports its own view).
 
 Where upstream's source leaves the group protocol to its caller, kvfuzz's verdict is what keeps
 every slot accounted for: a begin inside an open group ends that group first (its unused slots

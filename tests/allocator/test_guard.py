@@ -15,12 +15,19 @@ from tests import guarding
 # Each released class and its mutants (kvfuzz's own class: mutants of it; SGLang's: of its source).
 FAMILIES = {"allocator.torch": "mutant.allocator.", "sglang.paged": "mutant.sglang.paged.",
             "sglang.token": "mutant.sglang.token."}
+# Mutants the batch judge catches (tests/allocator/test_mutants.py) and a guard cannot, and why.
+UNGUARDED = {
+    "mutant.sglang.token.offload_never_loads":
+        "its fault is a call the allocator fails to pass on to the engine's KV cache; a guard "
+        "wraps the allocator, not the cache, and must not move a live engine's KV to host "
+        "memory and back to find out (the batch judge does, on a recording cache)",
+}
 
 
 @pytest.mark.parametrize("released", guarding.families(FAMILIES, "allocator.torch"))
 def test_the_guards_verdict_is_the_batch_judges_on_every_mutant(released, tmp_path):
     guarding.assert_every_mutant_of_the_family_caught(ALLOCATOR, released, FAMILIES[released],
-                                                      tmp_path)
+                                                      tmp_path, UNGUARDED)
 
 
 @pytest.mark.parametrize("released", guarding.families(FAMILIES, "allocator.torch"))

@@ -13,6 +13,7 @@ EXPECTED = {
     "mutant.sglang.mamba.reserved_slot_handed_out": r"slot 0",
     "mutant.sglang.mamba.group_serves_any_size": r"result +first difference",
     "mutant.sglang.mamba.exact_fit_refused": r"available_size|None vs success",
+    "mutant.sglang.mamba.schedulable_counts_nothing": r"schedulable_available_size: expected 39, actual 0",
 }
 
 
