@@ -56,3 +56,11 @@ def generator_for(unsupported: frozenset) -> TraceGenerator:
     """The window stream for an implementation that does not support the misuse in
     `unsupported`, e.g. "radix-window/1[no reset with requests in flight]"."""
     return misuse_stream(WINDOW_GENERATOR, ALL_MISUSE, unsupported)
+
+
+def window_traces(max_bytes: int = 4096):
+    """A Hypothesis strategy of window traces: the stream fed by up to `max_bytes` drawn bytes
+    (`kvfuzz.radix_traces()` draws the radix stream's)."""
+    from kvfuzz.strategies.hypothesis_traces import traces  # imports hypothesis
+
+    return traces(WINDOW_GENERATOR.from_bytes, max_bytes)

@@ -145,3 +145,18 @@ def test_a_cursor_the_model_does_not_hold_is_reported():
     reads = {"swa_evictable": 0, "swa_protected": 0, "full_evictable": 0, "full_protected": 0}
     found = judge_with(model).more_problems({"swa": reads, "cursors": {1: 2}}, [])
     assert found == [("window cursor", "r1's window cursor is 2, expected 0")]
+
+
+def test_the_hypothesis_strategy_draws_window_traces():
+    from hypothesis import given, settings
+
+    seen = []
+
+    @settings(max_examples=5, database=None, deadline=None)
+    @given(window.window_traces(1024))
+    def draw(trace):
+        assert trace.swa_window and trace.page_size == 1 and loads(dumps(trace)) == trace
+        seen.append(trace)
+
+    draw()
+    assert len(seen) == 5
