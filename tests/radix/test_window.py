@@ -134,6 +134,9 @@ def test_the_swa_size_reads_are_judged_against_the_nodes_with_the_sign():
     wrong = {**reads, "swa_evictable": 0}
     found = judge_with(model).more_problems({"swa": wrong, "cursors": {}}, [node])
     assert found and "2 tokens missing from the count" in found[0][1], found
+    locked = {**reads, "swa_protected": 2}
+    found = judge_with(model).more_problems({"swa": locked, "cursors": {}}, [node])
+    assert found and "2 tokens counted twice" in found[0][1], found
     full = {**reads, "full_evictable": 2}
     found = judge_with(model).more_problems({"swa": full, "cursors": {}}, [node])
     assert found == [("full_evictable_size", "expected 0, actual 2")]
