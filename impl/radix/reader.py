@@ -11,7 +11,7 @@ from kvfuzz.impl.driver_calls import int_list, staged_of
 
 def snapshot(driver) -> dict:
     cache, allocator = driver.cache, driver.allocator
-    pool = getattr(driver, "pool", None) or allocator  # the pure-SWA allocator's one pool
+    pool = getattr(driver, "free_pool", None) or allocator  # a pure-SWA allocator's one pool
     nodes, values = _nodes(cache, driver.rows.req_to_token.shape[1] * 64 + 64)
     rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
             for rid, r in driver.requests.items() if rid in driver.live}

@@ -20,7 +20,7 @@ class WindowDriver(RadixDriver):
         self.SWA = _sglang("unified_cache.component_type", "ComponentType").SWA
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
                          poison_keys, sliding_window_size=window)
-        self.pool = self.allocator.swa_attn_allocator  # what the reader reads free pages from
+        self.free_pool = self.allocator.swa_attn_allocator  # where the reader reads free pages
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         from kvfuzz.impl.swa.kvcache import stand_in_kvcache
