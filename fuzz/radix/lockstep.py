@@ -47,12 +47,14 @@ def rows_needed(trace) -> tuple[int, int]:
 
 class RadixLockstep(Lockstep):
     KINDS = radix.KINDS
-    EVENTS = ("admit with a hit", "admit, no hit", "admit splits a node", "prefill chunk",
+    # What every radix trace can reach (a pure-SWA cache's window adds its own: window.py)
+    TREE_EVENTS = ("admit with a hit", "admit, no hit", "admit splits a node", "prefill chunk",
               "decode", "decode into a new page", "alloc refused", "evict for an allocation",
               "evict", "evict nothing", "evict all", "checkpoint", "checkpoint frees duplicates",
               "finish cached", "finish not cached", "finish after a reset", "match hit",
               "match miss", "match splits a node", "touch", "pin", "insert", "insert cached part",
               "insert refused", "reset", "reset in flight", "key under a page")
+    EVENTS = TREE_EVENTS
     OWNERSHIP = (f"{POISON} is what the caller wrote over the tensor, key or row it passed, "
                  f"after the call: the cache kept the caller's, not a copy")
     # The driver's call that evicts for an allocation (the scheduler's evict_to_free_tokens).

@@ -4,6 +4,7 @@ released allocator in the loop over scheduler-like traces, in lock step with the
 
     kvfuzz diff radix --cases 2000 --jobs 2
     kvfuzz diff radix --impl sglang.srt.mem_cache.radix_cache:RadixCache
+    kvfuzz diff radix --impl sglang.radix.pure_swa.window   # the pure-SWA window's traces
 Each implementation gets the traces it supports (a reset with requests in flight, which SGLang's
 scheduler never does, left out where declared: strategies/radix/profile.py). Imports torch and
 SGLang only when a trace runs.
@@ -16,11 +17,11 @@ from dataclasses import replace
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.radix.lockstep import RadixLockstep
+from kvfuzz.fuzz.radix.window import ByWindow
 from kvfuzz.impl.radix import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
-from kvfuzz.strategies.radix import codec, generator, uniform
-from kvfuzz.strategies.radix.profile import KEEPS_KEY, broken, unsupported
+from kvfuzz.strategies.radix import codec, generator, uniform, window
+from kvfuzz.strategies.radix.profile import KEEPS_KEY, broken, unsupported, window_of
 from kvfuzz.strategies.radix.trace import CREATES, FORMAT, describe_op, to_json
 
 METHODS = ("match_prefix", "insert", "evict", "lock", "unlock", "checkpoint", "free_kv_row",
@@ -54,8 +55,12 @@ def scheduler_calls(impl, obj):
 
 
 def _generator_for(impls):
-    return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
-                                                       for impl in impls)))
+    """The stream every one of `impls` supports: the window stream ("radix-window/1") where
+    one declares the pure-SWA window."""
+    left_out = frozenset().union(*(unsupported(impl.preconditions) for impl in impls))
+    if any(window_of(impl.preconditions) for impl in impls):
+        return window.generator_for(left_out)
+    return generator.generator_for(left_out)
 
 
 def smaller_pool(item):
@@ -70,13 +75,14 @@ RADIX = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(RadixLockstep, describe_op, broken,
+    judge=LockstepJudge(ByWindow, describe_op, broken,
                         lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions}),
     catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, scheduler_calls,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
     coverage_modules=("kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.radix.tree",
-                      "kvfuzz.oracle.radix.model"),
+                      "kvfuzz.oracle.radix.model", "kvfuzz.fuzz.radix.window",
+                      "kvfuzz.oracle.radix.window"),
     warm_up="kvfuzz.impl.radix.driver:warm_up",
     default_cases=100)  # README command 1 runs both classes: some 30 s of its job on 2 cores

@@ -28,7 +28,7 @@ MAMBA_EVENTS = (STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING)
 
 
 class UnifiedLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS
+    EVENTS = RadixLockstep.TREE_EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS
 
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False

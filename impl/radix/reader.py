@@ -11,13 +11,14 @@ from kvfuzz.impl.driver_calls import int_list, staged_of
 
 def snapshot(driver) -> dict:
     cache, allocator = driver.cache, driver.allocator
+    pool = getattr(driver, "free_pool", None) or allocator  # a pure-SWA allocator's one pool
     nodes, values = _nodes(cache, driver.rows.req_to_token.shape[1] * 64 + 64)
     rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
             for rid, r in driver.requests.items() if rid in driver.live}
     return {"nodes": nodes, "evictable": int(cache.evictable_size()),
             "protected": int(cache.protected_size()),
             "available": int(allocator.available_size()),
-            "free": int_list(allocator.free_pages) + staged_of(allocator),
+            "free": int_list(pool.free_pages) + staged_of(pool),
             "rows": rows, "events": [event(e) for e in cache.take_events()],
             "aliases": aliases(values, driver)}
 

@@ -59,7 +59,12 @@ class KvRecord:
         self.component_evicted_seqlens[component] = length
 
     def swa_dead_lo(self, page_size: int) -> int:
-        return max(self.cache_protected_len, self.swa_evict_floor)
+        """The lowest row position the window may free: above the tree's prefix and the floor,
+        page-ceiled above the prefix (as `ReqKvInfo.swa_dead_lo`)."""
+        lo = max(self.cache_protected_len, self.swa_evict_floor)
+        if page_size > 1 and lo > self.cache_protected_len:
+            lo = -(-lo // page_size) * page_size
+        return lo
 
 
 class Request:

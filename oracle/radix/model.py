@@ -102,7 +102,7 @@ class RadixModel:
 
     def checkpoint(self, rid: int) -> int:
         r, tree = self.requests[rid], self.tree
-        key = tree.aligned(r.tokens[:r.filled])
+        key = tree.aligned(r.tokens[:r.filled])[:self.key_limit(r)]
         values = r.row[:len(key)]
         cached, inserted = tree.insert(r.ns, key, values, r.priority, r.inserted)
         r.inserted = max(r.inserted, len(key))
@@ -118,6 +118,11 @@ class RadixModel:
         tree.lock(node)
         r.node = node
         return r.protected
+
+    def key_limit(self, request: Request) -> int | None:
+        """How much of its page-aligned key a checkpoint caches (None: all of it); a pure-SWA
+        cache's floor cuts it (`oracle/radix/window.py`)."""
+        return None
 
     def key_node(self, ns: int, key, inserted):
         """(the slots of the path, the node) a checkpoint moves the lock to: RadixCache matches

@@ -12,15 +12,31 @@ from kvfuzz.strategies.radix.trace import FORMAT, KINDS, POLICIES, Admit, Op, Tr
 # reads the whole tree, so the tokens held x ops is what a trace costs).
 MAX_SIZE, MAX_PAGE, MAX_OPS, MAX_TOKENS = 2**11, 64, 2**10, 2**10
 MAX_ID, MAX_NS, MAX_PRIORITY = 2**31, 3, 2**20
+MAX_WINDOW = MAX_SIZE
 
 
-FIELDS = {"format", "page_size", "size", "policy", "events", "ops", "origin", "note"}
+# What every radix-format document may hold (the unified format's too), and a pure-SWA trace's
+BASE_FIELDS = {"format", "page_size", "size", "policy", "events", "ops", "origin", "note"}
+FIELDS = BASE_FIELDS | {"swa_window", "prefill_aware"}
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, FIELDS)
-    return Trace(**read_fields(reader, data))
+    fields_read = read_fields(reader, data)
+    return Trace(**fields_read, **_window(reader, data, fields_read["page_size"]))
+
+
+def _window(reader: FieldReader, data: dict, page: int) -> dict:
+    """A pure-SWA trace's window and floor (absent: none). SGLang's pure-SWA allocator
+    (`PureSWATokenToKVPoolAllocator`) asserts page size 1, so a window needs it."""
+    window = reader.integer(data.get("swa_window", 0), "swa_window", low=0, high=MAX_WINDOW)
+    aware = reader.boolean(data.get("prefill_aware", False), "prefill_aware")
+    reader.expect(not window or page == 1, "swa_window",
+                  f"needs page_size 1 (SGLang's pure-SWA allocator has no pages), not {page}",
+                  window)
+    reader.expect(window or not aware, "prefill_aware", "needs a swa_window", aware)
+    return dict(swa_window=window, prefill_aware=aware)
 
 
 def read_fields(reader: FieldReader, data: dict) -> dict:

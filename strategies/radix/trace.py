@@ -8,6 +8,11 @@ ops: an op on a request that is not live resolves to nothing. Namespaces (`ns`) 
 cache's `extra_key` (0: none): keys of different namespaces never share a node. Nothing in the
 format is specific to one cache class, so a cache with more components (the unified radix
 cache) can read the same ops.
+
+A trace with `swa_window` (tokens, 0: none) is one for a pure-SWA cache (`PureSWARadixCache`
+over SGLang's `PureSWATokenToKVPoolAllocator`, page size 1): decode steps slide the request's
+window first (`evict_sliding_windows`), and with `prefill_aware` each prefill chunk sets the
+request's eviction floor (`swa_evict_floor`, what a prefill-aware model runner does).
 """
 
 from __future__ import annotations
@@ -132,13 +137,19 @@ class Trace:
     ops: tuple[Op, ...]
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
+    swa_window: int = 0  # a pure-SWA cache's sliding window, in tokens (0: no window)
+    prefill_aware: bool = False  # prefill chunks set the request's swa_evict_floor
 
     def trace_id(self) -> str:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        return (f"{self.size} slots in pages of {self.page_size}, {self.policy} eviction, "
-                f"events {'on' if self.events else 'off'}, {len(self.ops)} ops")
+        window = ""
+        if self.swa_window:
+            floor = "prefill-aware floor" if self.prefill_aware else "no floor"
+            window = f"pure SWA, window {self.swa_window} ({floor}), "
+        return (f"{window}{self.size} slots in pages of {self.page_size}, {self.policy} "
+                f"eviction, events {'on' if self.events else 'off'}, {len(self.ops)} ops")
 
 
 def resets_in_flight(trace: Trace) -> int:
@@ -180,7 +191,10 @@ def describe_op(op: Op) -> str:
 
 
 def to_json(trace: Trace) -> dict:
-    return {"format": FORMAT, "page_size": trace.page_size, "size": trace.size,
+    # written only with a window: every trace without one keeps its document (and its id)
+    window = {"swa_window": trace.swa_window, "prefill_aware": trace.prefill_aware} \
+        if trace.swa_window else {}
+    return {"format": FORMAT, **window, "page_size": trace.page_size, "size": trace.size,
             "policy": trace.policy, "events": trace.events,
             "ops": [dataclass_op_to_json(op, NAMES[type(op)]) for op in trace.ops],
             **provenance(trace)}

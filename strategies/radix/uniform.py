@@ -7,14 +7,15 @@ from __future__ import annotations
 import random
 
 from kvfuzz.strategies.radix import trace as radix
-from kvfuzz.strategies.radix.profile import NO_RESET_IN_FLIGHT
+from kvfuzz.strategies.radix.profile import NO_RESET_IN_FLIGHT, WINDOW
 
 
 def uniform_trace(rng: random.Random, preconditions=frozenset(),
                   num_ops: int = 120) -> radix.Trace:
     """Any op, any request so far: no prompt families, no key lengths aimed at page edges.
     Within what `preconditions` declare: a class that declares no reset in flight gets its
-    live requests finished before each reset (else the trace is outside its contract, unrun)."""
+    live requests finished before each reset (else the trace is outside its contract, unrun);
+    one that declares the pure-SWA window gets a window trace (page size 1)."""
     page = rng.choice((1, 2, 4, 8, 16))
     ops, rid, live = [], 0, []
     idle_resets = NO_RESET_IN_FLIGHT in preconditions
@@ -45,5 +46,9 @@ def uniform_trace(rng: random.Random, preconditions=frozenset(),
                 ops.extend(radix.Finish(live_rid) for live_rid in live)
             live.clear()
             ops.append(radix.Reset())
+    if WINDOW in preconditions:  # a pure-SWA cache: page size 1, a window, the floor set
+        return radix.Trace(1, rng.randint(2, 64), rng.choice(radix.POLICIES),
+                           rng.random() < 0.5, tuple(ops), swa_window=rng.randint(1, 8),
+                           prefill_aware=True)
     return radix.Trace(page, page * rng.randint(2, 64), rng.choice(radix.POLICIES),
                        rng.random() < 0.5, tuple(ops))

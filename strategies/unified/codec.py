@@ -16,7 +16,7 @@ MAX_OPS = radix.MAX_OPS
 
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
-    reader.document(data, FORMAT, radix.FIELDS | {"components", "window", "mamba_slots"})
+    reader.document(data, FORMAT, radix.BASE_FIELDS | {"components", "window", "mamba_slots"})
     components = reader.choice(data.get("components"), "components", COMPONENTS)
     own = {"full+swa": "window", "full+mamba": "mamba_slots"}.get(components)
     for name in ("window", "mamba_slots"):  # each component's own field, and nobody else's

@@ -1,5 +1,5 @@
 """Each broken SGLang `RadixCache` (the released source with one edit, at least one per property
-the lock step checks) is caught by the seeded lock step with a readable, shrunk report that names
+the lock step checks) and `PureSWARadixCache` (its window, its SWA sizes, its eviction ask) is caught by the seeded lock step with a readable, shrunk report that names
 the op, the property and the replay command; the released class agrees on the shrunk trace.
 Skips without SGLang."""
 
@@ -31,7 +31,17 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "evict_leaks_slots": r"\d+ tokens lost",
     "split_removes_child_blocks": r"events +\d+ cached pages never announced",
 }.items()}
+# PureSWARadixCache's, on the window traces (their entries declare the window)
+PURE_SWA = PREFIX + "pure_swa."
+EXPECTED.update({PURE_SWA + name: pattern for name, pattern in {
+    "swa_evictable_reads_protected": r"swa_evictable_size\(\) says \d+, its unlocked nodes hold "
+                                     r"\d+: \d+ tokens missing from the count",
+    "evict_takes_smaller_ask": r"evict\(\d+\) freed \d+ tokens while \d+ were evictable: short",
+    "window_one_short": r"window cursor: +r\d+'s window cursor went from \d+ to \d+, expected",
+    "window_one_long": r"window cursor: +r\d+'s window cursor went from \d+ to \d+, expected",
+}.items()})
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
-    mutant_tests("radix", EXPECTED, lambda name: "sglang.radix")
+    mutant_tests("radix", EXPECTED, lambda name: "sglang.radix.pure_swa.window"
+                 if name.startswith(PURE_SWA) else "sglang.radix")

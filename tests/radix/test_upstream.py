@@ -41,7 +41,7 @@ def test_seeded_traces_reach_every_edge_class_but_the_undeclared_misuse():
     for index in range(40):
         events.update(RADIX.check(RADIX.generator.generate(0, index, [SGLANG]), SGLANG).features)
     misuse = {"reset in flight", "finish after a reset"}
-    missing = set(RADIX.judge.lockstep.EVENTS) - misuse - set(events)
+    missing = set(RADIX.judge.lockstep.TREE_EVENTS) - misuse - set(events)
     assert not missing, sorted(missing)
 
 

@@ -1,0 +1,63 @@
+"""Drives a pure-SWA prefix cache (SGLang `PureSWARadixCache`, sglang 0.5.23) with its sliding
+window as the scheduler does for an all-SWA model: built with `sliding_window_size`, over the
+released `PureSWATokenToKVPoolAllocator` (one pool, page size 1) on the stand-in KV pool the swa
+target uses; before a decode step `evict_sliding_windows(req, pre_len)`; where the model runner is
+prefill-aware, `swa_evict_floor` set after each prefill chunk; evictions asked as an all-SWA
+scheduler asks (`swa_num_tokens`). Reads add the four SWA/full size reads and each request's
+window cursor."""
+
+from __future__ import annotations
+
+import torch
+
+from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.radix.reader import snapshot
+
+
+class WindowDriver(RadixDriver):
+    def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
+                 context: int, device: str = "cpu", poison_keys: bool = True, window: int = 1):
+        self.SWA = _sglang("unified_cache.component_type", "ComponentType").SWA
+        super().__init__(cls, page_size, size, policy, events, rows, context, device,
+                         poison_keys, sliding_window_size=window)
+        self.free_pool = self.allocator.swa_attn_allocator  # where the reader reads free pages
+
+    def _build_allocator(self, cls, size: int, page_size: int, device: str):
+        from kvfuzz.impl.swa.kvcache import stand_in_kvcache
+
+        pure = _sglang("allocator.swa", "PureSWATokenToKVPoolAllocator")
+        return pure(size, page_size, torch.float16, device, stand_in_kvcache(pure), False)
+
+    # -- the scheduler's window calls ---------------------------------------------------------
+    def set_floor(self, rid: int, floor: int) -> None:
+        """A prefill-aware model runner's `req.kv.swa_evict_floor = req.extend_end`."""
+        self.requests[rid].kv.swa_evict_floor = floor
+
+    def slide(self, rid: int) -> int:
+        """`evict_sliding_windows(req, seqlen - 1)` before a decode step (`seqlen - 1`: the
+        tokens whose KV the request holds): the request's window cursor after it."""
+        request = self.requests[rid]
+        self.cache.evict_sliding_windows(request, request.filled)
+        return int(request.kv.get_evicted_seqlen(self.SWA))
+
+    def evict(self, num_tokens: int) -> int:
+        """As an all-SWA scheduler asks (`reclaim_for_prealloc`): `swa_num_tokens` alone."""
+        result = self.cache.evict(self.EvictParams(swa_num_tokens=num_tokens))
+        return int(result.num_tokens_evicted)
+
+    def evict_for_shortfall(self, num_tokens: int) -> int:
+        """An allocation's `evict_to_free_tokens`: the one pool's shortfall as both asks."""
+        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens,
+                                                             swa_num_tokens=num_tokens))
+        return int(result.num_tokens_evicted)
+
+    # -- state --------------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        snap, cache = snapshot(self), self.cache
+        snap["swa"] = {"swa_evictable": int(cache.swa_evictable_size()),
+                       "swa_protected": int(cache.swa_protected_size()),
+                       "full_evictable": int(cache.full_evictable_size()),
+                       "full_protected": int(cache.full_protected_size())}
+        snap["cursors"] = {rid: int(r.kv.get_evicted_seqlen(self.SWA))
+                           for rid, r in self.requests.items() if rid in self.live}
+        return snap
