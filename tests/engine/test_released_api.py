@@ -295,11 +295,9 @@ def test_a_radix_match_is_read_from_what_the_releases_match_result_has():
     assert driver.path(lower).tolist() == [1]  # where the release has the call, it is asked
 
 
-@pytest.mark.parametrize("name, entry", [("radix", "sglang.radix"),
-                                         ("unified", "sglang.unified.rust")])
-def test_a_radix_cache_without_todays_scheduler_calls_is_one_line(name, entry):
-    target = TARGETS[name]
-    entry = target.catalogue.resolve(entry)
+def test_a_unified_cache_without_todays_scheduler_calls_is_one_line():
+    target = TARGETS["unified"]
+    entry = target.catalogue.resolve("sglang.unified.rust")
 
     class Old:  # SGLang 0.5.21's calls: inc_lock_ref, cache_finished_req
         def inc_lock_ref(self, node): pass
