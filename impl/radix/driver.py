@@ -28,6 +28,15 @@ def _sglang(module: str, name: str):
     return getattr(importlib.import_module(f"sglang.srt.mem_cache.{module}"), name)
 
 
+def _allocator(module: str, name: str):
+    """An allocator class from `mem_cache/allocator/<module>.py`, or, before SGLang 0.5.13, from
+    the one module `mem_cache/allocator.py` that held them all."""
+    found = importlib.import_module("sglang.srt.mem_cache.allocator")
+    if hasattr(found, "__path__"):  # the package
+        found = importlib.import_module(f"sglang.srt.mem_cache.allocator.{module}")
+    return getattr(found, name)
+
+
 def _defined_beside(cls, name: str):
     """`name` in the module of `cls` or of a base class (a mutant's copy of SGLang's module has
     its own, edited, RadixKey), read through the methods' globals."""
@@ -80,14 +89,15 @@ class RadixDriver(ChangedReads):
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         if page_size == 1:
-            return _sglang("allocator.token", "TokenToKVPoolAllocator")(
+            return _allocator("token", "TokenToKVPoolAllocator")(
                 size, torch.float16, device, None, False)
-        return _sglang("allocator.paged", "PagedTokenToKVPoolAllocator")(
+        return _allocator("paged", "PagedTokenToKVPoolAllocator")(
             size, page_size, torch.float16, device, None, False)
 
     def _key(self, tokens, ns: int, limit: int | None = None):
-        if limit is not None and not self.key_limit:  # a RadixKey without one (0.5.11)
-            return self.Key(array("q", tokens[:limit]), extra_key(ns))
+        if not self.key_limit:  # a RadixKey without `limit` (0.5.11): the tokens cut instead
+            return self.Key(array("q", tokens if limit is None else tokens[:limit]),
+                            extra_key(ns))
         return self.Key(array("q", tokens), extra_key(ns), limit=limit)
 
     def _poison_key(self, key) -> None:
@@ -219,7 +229,8 @@ class RadixDriver(ChangedReads):
         result = self.cache.insert(self.InsertParams(key=key, value=value, priority=priority))
         value.fill_(POISON)
         self._poison_key(key)
-        self._seen(result.last_device_node, tokens, extra_key(ns))
+        # (an InsertResult of SGLang before 0.5.13 has the length alone)
+        self._seen(getattr(result, "last_device_node", None), tokens, extra_key(ns))
         return int(result.prefix_len)
 
     def free_slots(self, slots) -> None:

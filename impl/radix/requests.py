@@ -101,6 +101,10 @@ class Request:
     def pop_committed_kv_cache(self) -> int:
         return self.kv.kv_committed_len
 
+    @property
+    def fill_ids(self):  # what cache_unfinished_req reads before get_fill_ids (0.5.11)
+        return self.full_untruncated_fill_ids
+
     def get_fill_ids(self):
         return self.full_untruncated_fill_ids
 

@@ -154,3 +154,15 @@ def test_the_target_reads_the_old_contract_from_the_class_or_says_why_not():
                                                    r"lock, unlock, checkpoint \(0\.5\.22 on\) nor "
                                                    r"inc_lock_ref, dec_lock_ref"):
         RADIX.catalogue.declare(entry, Bare)
+
+
+def test_the_request_stand_in_answers_the_fields_older_releases_read_on_it():
+    from kvfuzz.impl.radix.requests import Request  # (torch, no SGLang)
+
+    req = Request(1, [5, 6, 7, 8], 2, None, 0, row=3)
+    req.grow(3)
+    req.cache_protected_len = 2  # before 0.5.20 on the request, after on req.kv
+    assert (req.req_pool_idx, req.kv.cache_protected_len) == (3, 2)
+    assert list(req.output_ids) == [7] and list(req.fill_ids) == [5, 6, 7]  # 0.5.11's name
+    assert (req.origin_input_ids + req.output_ids).tolist() == [5, 6, 7]  # as the finish adds
+    assert req.pop_committed_kv_cache() == 3  # the finish before 0.5.18
