@@ -2,10 +2,9 @@
 their own scheduler calls (impl/radix/legacy.py), each release first on the path of a `kvfuzz`
 process as a user runs one: finding Q's saved trace (`corpus/history/sglang-0.5.20/`: the
 finish of PureSWARadixCache drops the request's priority) diverges on 0.5.20 and replays clean
-on 0.5.21, and 0.5.21's seeded traces agree but where the paged allocator's Triton kernel
-crashes (finding D, fixed in 0.5.22). Each release is installed from kvfuzz's wheel cache
-(`~/.cache/kvfuzz/history/wheels`, as `kvfuzz history` fills it); without its wheel there, the
-test skips and says so."""
+on 0.5.21, and 0.5.21's classes agree on seeded traces. Each release is installed from
+kvfuzz's wheel cache (`~/.cache/kvfuzz/history/wheels`, as `kvfuzz history` fills it); without
+its wheel there, the test skips and says so."""
 
 from __future__ import annotations
 
@@ -52,11 +51,12 @@ def test_finding_q_diverges_on_0_5_20_and_replays_clean_on_0_5_21():
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
 
 
-def test_0_5_21s_radix_cache_agrees_but_where_the_paged_kernel_crashes(tmp_path):
-    done = kvfuzz_with(folder_of("0.5.21"), "diff", "radix", "--impl", "sglang.radix",
-                       "--cases", "6", "--keep-going", "--corpus", str(tmp_path))
+def test_0_5_21s_prefix_caches_agree_on_seeded_traces(tmp_path):
+    # traces 0 and 1 of seed 0: chunk checkpoints, finishes with and without caching, probes,
+    # inserts, evictions and a flush, through the old calls; trace 2 reaches finding D (the
+    # paged allocator's kernel), not this adapter, and is left to docs/release-history.md
+    done = kvfuzz_with(folder_of("0.5.21"), "diff", "radix", "--impl", "sglang.radix", "--impl",
+                       "sglang.radix.pure_swa", "--cases", "2", "--corpus", str(tmp_path))
     text = done.stdout + done.stderr
-    assert done.returncode in (0, 1), text[-3000:]
-    found = [line for line in text.splitlines() if line.startswith("  what ")]
-    assert all("crashed: SIGSEGV" in line for line in found), found  # D, and nothing else
-    assert " agree" in text and "not supported" not in text
+    assert done.returncode == 0, text[-3000:]
+    assert text.count("ran to the last op: 2/2") == 2 and "finish cached" in text
