@@ -181,11 +181,16 @@ def load_first(paths: tuple[str, ...], requires: str | None = None):
         path = next((p for p in paths[1:] if module_exists(p.partition(":")[0])), path)
     try:
         return load_attribute(path)
-    except NotThere as error:
+    except ImplementationError as error:
         release = installed_release(requires)
-        if release is None:
+        needs = getattr(error, "needs", None)
+        if release is None or not (needs or isinstance(error, NotThere)):
             raise
         # (a plain ImplementationError: it crosses back from the process that loads it apart)
+        if needs:
+            raise ImplementationError(
+                f"not supported: {requires} {release}: {needs[0]} imports {needs[1]}, which is "
+                f"not installed (kvfuzz installs no engine's compiled packages)") from None
         raise ImplementationError(f"not supported: {requires} {release} has no "
                                   f"{error.missing}") from None
 
@@ -226,6 +231,10 @@ def load_attribute(path: str):
             raise NotThere(text, f"module {module_name}") from None
         if absent and "." in absent and module_exists(absent.partition(".")[0]):
             raise NotThere(text, f"module {absent}") from None  # a module its package lacks
+        if absent and "." not in absent:  # a package of its own, not installed (e.g. the
+            needs = ImplementationError(text)  # compiled sgl_kernel of an earlier SGLang)
+            needs.needs = (module_name, absent)
+            raise needs from None
         raise ImplementationError(text) from None
     for part in attr_path.split("."):
         try:

@@ -20,6 +20,7 @@ from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, crash_problems, 
 from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.fuzz.radix import state
+from kvfuzz.oracle.radix.contract import CURRENT
 from kvfuzz.oracle.radix.events import EventLedger
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.radix.model import RadixModel
@@ -75,9 +76,12 @@ class RadixLockstep(Lockstep):
         self.pages_before = None  # the implementation's pages after the last op
         self.nodes_before = None  # and its nodes
         self.evicting = False
-        return self.MODEL(trace.page_size, trace.size, trace.policy)
+        self.contract = self.options.get("contract", CURRENT)
+        if self.contract is CURRENT:  # (the unified model takes no contract)
+            return self.MODEL(trace.page_size, trace.size, trace.policy)
+        return self.MODEL(trace.page_size, trace.size, trace.policy, self.contract)
 
-    def build_impl(self, trace, cls, device, poison_keys: bool = True):
+    def build_impl(self, trace, cls, device, poison_keys: bool = True, contract=None):
         from kvfuzz.impl.radix.driver import RadixDriver  # imports torch and SGLang
 
         rows, context = rows_needed(trace)
@@ -134,13 +138,16 @@ class RadixLockstep(Lockstep):
             return
         yield from self._checkpoint(op.rid, request)
 
-    def _checkpoint(self, rid: int, request):
+    def _checkpoint(self, rid: int, request, finishing: bool = False):
         self.count("checkpoint")
         if self.model.tree.peek(request.ns, request.tokens[:request.filled])[0] > \
                 request.protected:
             self.count("checkpoint frees duplicates")  # cached since its match: not its own
-        yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
-                   "checkpoint", (rid,), compared=True)
+        # before 0.5.22 a finish is a call of its own (cache_finished_req): the driver is told
+        legacy_finish = finishing and self.contract.legacy
+        yield Call(f"{'finish' if legacy_finish else 'checkpoint'}(r{rid}, up_to="
+                   f"{request.filled}) -> cache_protected_len", "checkpoint",
+                   (rid, True) if legacy_finish else (rid,), compared=True)
 
     @handles(Finish)
     def finish_request(self, op: Finish):
@@ -154,7 +161,7 @@ class RadixLockstep(Lockstep):
             return
         self.count("finish cached" if op.cache else "finish not cached")
         if op.cache:
-            yield from self._checkpoint(op.rid, request)
+            yield from self._checkpoint(op.rid, request, finishing=True)
         yield Call(f"release r{op.rid}: free_kv_row([{request.protected}, {request.filled})), "
                    f"unlock", "release", (op.rid, op.cache))
 

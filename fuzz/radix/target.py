@@ -19,6 +19,7 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.radix.window import ByWindow
 from kvfuzz.impl.radix import DECLARABLE, IMPLEMENTATIONS
+from kvfuzz.oracle.radix.contract import BY_NAME, contract_of
 from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.strategies.radix import codec, generator, uniform, window
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, broken, unsupported, window_of
@@ -34,24 +35,45 @@ def _shape(path, obj):
                 cls=True, methods=METHODS)
 
 
-# The scheduler calls every radix trace makes that SGLang before 0.5.22 does not have (it locked
-# with inc_lock_ref/dec_lock_ref and cached with cache_finished_req/cache_unfinished_req, whose
-# contracts differ: a trace model of them is not written). What the driver reads from a match
-# or a path is read from what the release has (impl/radix/driver.py).
+# The scheduler calls every trace makes that SGLang before 0.5.22 does not have (it locked with
+# inc_lock_ref/dec_lock_ref and cached with cache_finished_req/cache_unfinished_req). The radix
+# target maps those onto the release's own calls (impl/radix/legacy.py, the oracle's side in
+# oracle/radix/contract.py); the unified target has no such map, and says so.
 REQUIRED = ("lock", "unlock", "checkpoint", "touch_prefix")
 
 
 def scheduler_calls(impl, obj):
     """A class without the scheduler calls every trace makes cannot be driven: one line (the
-    unified target's classes too)."""
+    unified target's classes)."""
     missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
     if missing:
-        release = installed_release(impl.requires) or "this release"
         raise ImplementationError(
-            f"not supported: {impl.requires} {release}: {getattr(obj, '__name__', impl.path)} "
+            f"not supported: {_release(impl)}: {getattr(obj, '__name__', impl.path)} "
             f"has no {', '.join(missing)} (the scheduler's calls before 0.5.22 were "
             f"inc_lock_ref, dec_lock_ref and cache_finished_req; no trace model of those)")
     return impl
+
+
+def _release(impl) -> str:
+    return f"{impl.requires} {installed_release(impl.requires) or 'this release'}"
+
+
+def release_calls(impl, obj):
+    """A prefix cache with the calls of SGLang before 0.5.22 is driven through them
+    (impl/radix/legacy.py), the oracle told what they promise (its preconditions, read from the
+    class); one without even those is one line."""
+    from kvfuzz.impl.radix.legacy import contract_names, legacy_gaps  # no torch, no SGLang
+
+    names = contract_names(obj)
+    if not names:
+        return impl
+    missing = legacy_gaps(obj)
+    if missing:
+        raise ImplementationError(
+            f"not supported: {_release(impl)}: {getattr(obj, '__name__', impl.path)} has "
+            f"neither lock, unlock, checkpoint (0.5.22 on) nor {', '.join(missing)} (before)")
+    return replace(impl, preconditions=tuple(dict.fromkeys(
+        impl.preconditions + tuple(BY_NAME[name] for name in names))))
 
 
 def _generator_for(impls):
@@ -76,8 +98,9 @@ RADIX = trace_target(
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     judge=LockstepJudge(ByWindow, describe_op, broken,
-                        lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions}),
-    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, scheduler_calls,
+                        lambda impl: {"poison_keys": KEEPS_KEY not in impl.preconditions,
+                                      "contract": contract_of(impl.preconditions)}),
+    catalogue=Catalogue("radix", IMPLEMENTATIONS, _shape, release_calls,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),

@@ -32,7 +32,7 @@ class WindowLockstep(RadixLockstep):
         super().build_model(trace)  # the page names, the event ledger, what the checks keep
         return WindowModel(trace.page_size, trace.size, trace.policy, trace.swa_window)
 
-    def build_impl(self, trace, cls, device, poison_keys: bool = True):
+    def build_impl(self, trace, cls, device, poison_keys: bool = True, contract=None):
         from kvfuzz.impl.radix.window import WindowDriver  # imports torch and SGLang
 
         rows, context = rows_needed(trace)
@@ -78,11 +78,11 @@ class WindowLockstep(RadixLockstep):
                                   f"{r.filled} tokens held, protected {r.protected}, floor "
                                   f"{r.floor})")]
 
-    def _checkpoint(self, rid: int, request):
+    def _checkpoint(self, rid: int, request, finishing: bool = False):
         limit = self.model.key_limit(request)
         if limit is not None and limit < request.filled:
             self.count(CUT)
-        yield from RadixLockstep._checkpoint(self, rid, request)
+        yield from RadixLockstep._checkpoint(self, rid, request, finishing)
 
     @handles(Finish)
     def finish_request(self, op: Finish):

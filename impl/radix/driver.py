@@ -11,6 +11,7 @@ request's row, as a scheduler reuses them."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from array import array
 
 import torch
@@ -18,12 +19,22 @@ import torch
 from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.poison import POISON
+from kvfuzz.impl.radix.legacy import calls_for
 from kvfuzz.impl.radix.reader import snapshot
 from kvfuzz.impl.radix.requests import Request, Rows
 
 
 def _sglang(module: str, name: str):
     return getattr(importlib.import_module(f"sglang.srt.mem_cache.{module}"), name)
+
+
+def _allocator(module: str, name: str):
+    """An allocator class from `mem_cache/allocator/<module>.py`, or, before SGLang 0.5.13, from
+    the one module `mem_cache/allocator.py` that held them all."""
+    found = importlib.import_module("sglang.srt.mem_cache.allocator")
+    if hasattr(found, "__path__"):  # the package
+        found = importlib.import_module(f"sglang.srt.mem_cache.allocator.{module}")
+    return getattr(found, name)
 
 
 def _defined_beside(cls, name: str):
@@ -72,15 +83,21 @@ class RadixDriver(ChangedReads):
         self.passed: list[torch.Tensor] = []  # every tensor handed over, kept for the alias check
         self.params = params
         self.cache = cls(params)
+        # the scheduler's calls, mapped onto what the installed release has (legacy.py)
+        self.calls = calls_for(self.cache, self.allocator, self.rows)
+        self.key_limit = "limit" in inspect.signature(self.Key).parameters
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         if page_size == 1:
-            return _sglang("allocator.token", "TokenToKVPoolAllocator")(
+            return _allocator("token", "TokenToKVPoolAllocator")(
                 size, torch.float16, device, None, False)
-        return _sglang("allocator.paged", "PagedTokenToKVPoolAllocator")(
+        return _allocator("paged", "PagedTokenToKVPoolAllocator")(
             size, page_size, torch.float16, device, None, False)
 
     def _key(self, tokens, ns: int, limit: int | None = None):
+        if not self.key_limit:  # a RadixKey without `limit` (0.5.11): the tokens cut instead
+            return self.Key(array("q", tokens if limit is None else tokens[:limit]),
+                            extra_key(ns))
         return self.Key(array("q", tokens), extra_key(ns), limit=limit)
 
     def _poison_key(self, key) -> None:
@@ -88,7 +105,7 @@ class RadixDriver(ChangedReads):
             key.token_ids[:] = array("q", [POISON] * len(key.token_ids))
 
     def _lock(self, node):
-        return self.cache.lock(node)
+        return self.calls.lock(node)
 
     def _seen(self, node, tokens, extra) -> None:
         """A call answered with `node`, which lies on the path of `tokens` (in namespace
@@ -156,24 +173,25 @@ class RadixDriver(ChangedReads):
         request.grow(len(got))
         return got
 
-    def checkpoint(self, rid: int) -> int:
+    def checkpoint(self, rid: int, finishing: bool = False) -> int:
+        """`finishing`: the request's finish, which before SGLang 0.5.22 was a call of its own
+        (cache_finished_req, insert_req: legacy.py); the judge says so only there."""
         request = self.requests[rid]
-        self.cache.checkpoint(request, up_to=request.filled)
+        protected = self.calls.checkpoint(request, finishing)
         self._seen(request.last_node, request.tokens[:request.filled], request.extra_key)
-        return int(request.kv.cache_protected_len)
+        return protected
 
     def release(self, rid: int, checkpointed: bool = True) -> None:
         """`free_kv_row` of the request's own slots, `unlock`, its row freed (`checkpointed`:
         whether the finish inserted it first, which a unified cache's `on_release` reads)."""
         request = self.requests.pop(rid)
         self.live.discard(rid)
-        self.cache.free_kv_row(request.kv, [(request.kv.cache_protected_len, request.filled)])
-        self.cache.unlock(request.lock)
+        self.calls.release(request)
         self.rows.release(request.kv.req_pool_idx)
 
     def release_stale(self, rid: int) -> None:
         """A request from before a reset drops its lock of the old tree."""
-        self.cache.unlock(self.requests.pop(rid).lock)
+        self.calls.unlock(self.requests.pop(rid).lock)
 
     def match(self, tokens, ns: int) -> list:
         key = self._key(tokens, ns)
@@ -185,7 +203,7 @@ class RadixDriver(ChangedReads):
 
     def touch(self, tokens, ns: int) -> None:
         key = self._key(tokens, ns)
-        self.cache.touch_prefix(key)
+        self.calls.touch(key, self.MatchParams)
         self._poison_key(key)
 
     def pin(self, tokens, ns: int) -> list[int]:
@@ -197,7 +215,7 @@ class RadixDriver(ChangedReads):
         while walk is not self.cache.root_node and walk is not None and len(counts) < 1 << 16:
             counts.append(int(walk.lock_ref))
             walk = walk.parent
-        self.cache.unlock(lock)
+        self.calls.unlock(lock)
         return counts
 
     def alloc_slots(self, count: int):
@@ -211,7 +229,8 @@ class RadixDriver(ChangedReads):
         result = self.cache.insert(self.InsertParams(key=key, value=value, priority=priority))
         value.fill_(POISON)
         self._poison_key(key)
-        self._seen(result.last_device_node, tokens, extra_key(ns))
+        # (an InsertResult of SGLang before 0.5.13 has the length alone)
+        self._seen(getattr(result, "last_device_node", None), tokens, extra_key(ns))
         return int(result.prefix_len)
 
     def free_slots(self, slots) -> None:

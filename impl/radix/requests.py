@@ -44,7 +44,7 @@ class KvRecord:
         self.req_pool_idx = row
         self.cache_protected_len = self.cache_inserted_len = 0
         self.kv_committed_len = self.kv_allocated_len = 0
-        self.swa_evict_floor = 0
+        self.swa_evict_floor = self.swa_evicted_seqlen = 0
         self.component_evicted_seqlens: dict = {}
 
     @property
@@ -82,6 +82,33 @@ class Request:
         # what the unified cache's checkpoint reads: no streaming session, no KV sharding
         self.session = self.session_id = self.kv_rotation_base = None
         self.swa_branching_seqlen = None  # an SWA cache's match sets it, its checkpoint reads it
+
+    # what the releases before 0.5.20 read on the request itself (later: on `req.kv`), and the
+    # finish of those before 0.5.18 (impl/radix/legacy.py)
+    @property
+    def req_pool_idx(self) -> int:
+        return self.kv.req_pool_idx
+
+    @property
+    def cache_protected_len(self) -> int:
+        return self.kv.cache_protected_len
+
+    @cache_protected_len.setter
+    def cache_protected_len(self, length: int) -> None:
+        self.kv.cache_protected_len = length
+
+    @property
+    def output_ids(self):
+        return array("q", self.tokens[len(self.origin_input_ids):self.filled])
+
+    swa_evict_floor = swa_evicted_seqlen = 0  # no window eviction in a radix trace
+
+    def pop_committed_kv_cache(self) -> int:
+        return self.kv.kv_committed_len
+
+    @property
+    def fill_ids(self):  # what cache_unfinished_req reads before get_fill_ids (0.5.11)
+        return self.full_untruncated_fill_ids
 
     def get_fill_ids(self):
         return self.full_untruncated_fill_ids

@@ -15,6 +15,9 @@ the tree itself is `tree.py`.
   output without the prompt); frees the row's slots of [protected, cached before) (the tree had
   them already); rewrites the row's [protected, key) with the tree's slots, found by matching
   the key again; moves the lock to the key's node; protected = the key's length.
+- `checkpoint(rid, finishing=True)` under the contract before 0.5.22 (`contract.py`): the
+  insert with a hit on every node, the prompt split only where the release has it, the
+  duplicates freed, protected = the key's length; no second match, the row and the lock stay.
 - `release(rid)`: the request's own slots freed, its lock dropped, its row gone.
 - `reset()`: the tree emptied, every page free; requests still live keep a lock of the old tree,
   which is void: releasing it changes nothing (`release_stale`).
@@ -22,6 +25,7 @@ the tree itself is `tree.py`.
 
 from __future__ import annotations
 
+from kvfuzz.oracle.radix.contract import CURRENT, Contract
 from kvfuzz.oracle.radix.invariants import NodeView
 from kvfuzz.oracle.radix.tree import Node, RadixTree
 
@@ -44,8 +48,8 @@ class Request:
 class RadixModel:
     TREE = RadixTree  # the tree's rules (the unified cache's clock: oracle/unified/tree.py)
 
-    def __init__(self, page_size: int, size: int, policy: str):
-        self.page_size, self.size = page_size, size
+    def __init__(self, page_size: int, size: int, policy: str, contract: Contract = CURRENT):
+        self.page_size, self.size, self.contract = page_size, size, contract
         self.tree = self.TREE(page_size, policy)
         self.free = set(range(1, size // page_size + 1))
         self.requests: dict[int, Request] = {}
@@ -100,17 +104,22 @@ class RadixModel:
             self.free_slots(node.value)
         return sum(len(node.value) for node in gone)
 
-    def checkpoint(self, rid: int) -> int:
-        r, tree = self.requests[rid], self.tree
+    def checkpoint(self, rid: int, finishing: bool = False) -> int:
+        r, tree, contract = self.requests[rid], self.tree, self.contract
         key = tree.aligned(r.tokens[:r.filled])[:self.key_limit(r)]
         values = r.row[:len(key)]
-        cached, inserted = tree.insert(r.ns, key, values, r.priority, r.inserted)
+        counted = contract.finish_inserted_len(r.inserted) if finishing else \
+            contract.chunk_inserted_len(r.inserted, len(key))
+        cached, inserted = tree.insert(r.ns, key, values, r.priority, counted)
         r.inserted = max(r.inserted, len(key))
         prompt_key = tree.aligned(key[:r.prompt])
-        if 0 < len(prompt_key) < len(key):
+        if 0 < len(prompt_key) < len(key) and contract.splits_prompt(finishing):
             tree.insert(r.ns, prompt_key, values, min(r.priority + 1, INT64_MAX),
                         len(prompt_key))
         self.free_slots(r.row[r.protected:cached])
+        if finishing and contract.legacy:  # cache_finished_req: no match, the lock stays
+            r.protected = len(key)
+            return r.protected
         path, node = self.key_node(r.ns, key, inserted)
         r.row[r.protected:len(key)] = path[r.protected:]
         r.protected = len(key)

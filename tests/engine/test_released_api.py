@@ -73,6 +73,19 @@ def test_what_a_release_does_not_have_is_one_line_naming_the_release(fakeeng):
         load_first(("fakeeng.mem.radix:Tree",))  # not a released engine's: the plain error
 
 
+def test_a_release_whose_module_imports_a_package_not_installed_is_one_line(fakeeng, tmp_path):
+    # SGLang 0.5.11's unified_radix_cache imports the compiled sgl_kernel, which no lock holds
+    (tmp_path / "fakeeng" / "mem" / "kernels.py").write_text("import fake_kernel_absent\n")
+    with pytest.raises(ImplementationError, match=r"^not supported: fakeeng 1\.0: fakeeng\.mem"
+                                                   r"\.kernels imports fake_kernel_absent, which "
+                                                   r"is not installed"):
+        load_first(("fakeeng.mem.kernels:Cache",), "fakeeng")
+    with pytest.raises(ImplementationError, match=r"^import path 'fakeeng.mem.kernels:Cache': "
+                                                   r"cannot import 'fakeeng.mem.kernels': "
+                                                   r"ModuleNotFoundError"):
+        load_first(("fakeeng.mem.kernels:Cache",))  # not a released engine's: the plain error
+
+
 def test_an_earlier_releases_class_declares_what_it_lacks_and_gets_only_what_it_has(fakeeng):
     catalogue = TARGETS["allocator"].catalogue
     entry = _entry(preconditions=TARGETS["allocator"].catalogue.resolve(
@@ -295,11 +308,9 @@ def test_a_radix_match_is_read_from_what_the_releases_match_result_has():
     assert driver.path(lower).tolist() == [1]  # where the release has the call, it is asked
 
 
-@pytest.mark.parametrize("name, entry", [("radix", "sglang.radix"),
-                                         ("unified", "sglang.unified.rust")])
-def test_a_radix_cache_without_todays_scheduler_calls_is_one_line(name, entry):
-    target = TARGETS[name]
-    entry = target.catalogue.resolve(entry)
+def test_a_unified_cache_without_todays_scheduler_calls_is_one_line():
+    target = TARGETS["unified"]
+    entry = target.catalogue.resolve("sglang.unified.rust")
 
     class Old:  # SGLang 0.5.21's calls: inc_lock_ref, cache_finished_req
         def inc_lock_ref(self, node): pass

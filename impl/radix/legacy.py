@@ -1,0 +1,91 @@
+"""SGLang's prefix caches before 0.5.22, driven through their own scheduler calls: a lock is
+`inc_lock_ref(node)` (the node is the receipt) and `dec_lock_ref(node)`; a running request is
+cached with `cache_unfinished_req(req, chunked=True)` (which moves `req.last_node`'s lock), a
+finished one with `insert_req(req, up_to=...)` (0.5.21; the release frees the rest) or
+`cache_finished_req(req, kv_len_to_handle=...)` (0.5.18-0.5.20; before, it read
+`req.pop_committed_kv_cache()`), which also frees the rest and drops the lock; `touch_prefix`
+is a `match_prefix` (the same walk); `free_kv_row` (0.5.20 on) or the allocator's `free`.
+What the oracle must follow from that is read here (`contract_names`) and modelled in
+oracle/radix/contract.py."""
+
+from __future__ import annotations
+
+import inspect
+
+from kvfuzz.impl.radix.calls import CURRENT_CALLS, Calls
+
+
+def calls_for(cache, allocator, rows) -> Calls:
+    if all(callable(getattr(cache, name, None)) for name in CURRENT_CALLS):
+        return Calls(cache, allocator, rows)
+    return LegacyCalls(cache, allocator, rows)
+
+
+def contract_names(cls) -> tuple[str, ...]:
+    """What the oracle reads from a class's API (oracle/radix/contract.py, `BY_NAME`): () for
+    0.5.22's calls; else `legacy_calls`, and `finish_splits_prompt` where its finish re-inserts
+    the prompt (RadixCache 0.5.20 and 0.5.21; PureSWARadixCache never did)."""
+    if all(callable(getattr(cls, name, None)) for name in ("lock", "unlock", "checkpoint")):
+        return ()
+    finish = getattr(cls, "insert_req", None) or getattr(cls, "cache_finished_req", None)
+    try:
+        source = inspect.getsource(finish)
+    except (OSError, TypeError):
+        source = ""
+    splits = "prompt_key" in source or "split_prompt=True" in source
+    return ("legacy_calls",) + (("finish_splits_prompt",) if splits else ())
+
+
+def legacy_gaps(cls) -> list[str]:
+    """The calls a release before 0.5.22 must have for this adapter (empty: it can be driven)."""
+    needed = ("inc_lock_ref", "dec_lock_ref", "cache_unfinished_req", "match_prefix")
+    missing = [name for name in needed if not callable(getattr(cls, name, None))]
+    if not any(callable(getattr(cls, name, None)) for name in ("insert_req",
+                                                               "cache_finished_req")):
+        missing.append("insert_req or cache_finished_req")
+    return missing
+
+
+class LegacyCalls(Calls):
+    def lock(self, node):
+        self.cache.inc_lock_ref(node)
+        return node
+
+    def unlock(self, lock) -> None:
+        if lock is not None:
+            self.cache.dec_lock_ref(lock)
+
+    def checkpoint(self, request, finishing: bool) -> int:
+        if not finishing:
+            # the scheduler's chunked prefill: insert, free the duplicates, match again,
+            # repoint the row, move the lock from req.last_node to the key's node
+            self.cache.cache_unfinished_req(request, chunked=True)
+            request.lock = request.last_node
+            return int(request.kv.cache_protected_len)
+        if callable(getattr(self.cache, "insert_req", None)):  # 0.5.21
+            self.cache.insert_req(request, up_to=request.filled)
+            return int(request.kv.cache_protected_len)
+        finish = self.cache.cache_finished_req
+        if "kv_len_to_handle" in inspect.signature(finish).parameters:
+            finish(request, kv_len_to_handle=request.filled)
+        else:
+            finish(request)  # reads req.pop_committed_kv_cache()
+        # it freed the duplicates and everything past the key, and dropped the lock
+        page_size = self.cache.page_size
+        request.kv.cache_protected_len = request.filled // page_size * page_size
+        request.done_by_finish, request.lock = True, None
+        return request.kv.cache_protected_len
+
+    def release(self, request) -> None:
+        if getattr(request, "done_by_finish", False):
+            return
+        kv = request.kv
+        if callable(getattr(self.cache, "free_kv_row", None)):
+            self.cache.free_kv_row(kv, [(kv.cache_protected_len, request.filled)])
+        elif request.filled > kv.cache_protected_len:
+            self.allocator.free(self.rows.req_to_token[
+                kv.req_pool_idx, kv.cache_protected_len:request.filled].long())
+        self.unlock(request.lock)
+
+    def touch(self, key, match_params) -> None:
+        self.cache.match_prefix(match_params(key=key))

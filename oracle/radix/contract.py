@@ -1,0 +1,55 @@
+"""What the scheduler's calls into a prefix cache promise, by SGLang release: 0.5.22 on (the
+model's default), and before it, where the scheduler locked with `inc_lock_ref`/`dec_lock_ref`,
+cached a running request with `cache_unfinished_req(req, chunked=True)` and a finished one with
+`cache_finished_req` (0.5.21: `insert_req`). Plain Python; read from the release by the target
+(impl/radix/legacy.py says what it found), carried as preconditions (the texts below).
+
+| call                  | 0.5.22 on (`checkpoint`)                 | before 0.5.22                           |
+|-----------------------|------------------------------------------|-----------------------------------------|
+| chunk checkpoint hits | nodes past what the request inserted     | none (`chunked=True`)                   |
+| finish: hits          | as a chunk checkpoint                    | every node of the path (`chunked=False`)|
+| finish: lock, row     | matched again, row repointed, lock moved | lock kept on the admission node, row    |
+|                       |                                          | left, until the release                 |
+| prompt split          | at every checkpoint                      | at a finish where the release has it    |
+|                       |                                          | (RadixCache 0.5.20, 0.5.21), else none  |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LEGACY_CALLS = ("drives SGLang's scheduler calls from before 0.5.22 (inc_lock_ref/dec_lock_ref, "
+                "cache_unfinished_req(chunked=True), cache_finished_req or insert_req): "
+                "oracle/radix/contract.py")
+FINISH_SPLITS_PROMPT = ("its finish re-inserts the prompt's pages (priority + 1), so that the "
+                        "prompt and the output are nodes of their own")
+# the names impl/radix/legacy.py reads a release's API into
+BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT}
+
+
+@dataclass(frozen=True)
+class Contract:
+    legacy: bool = False             # the calls before 0.5.22 (the table above)
+    finish_splits_prompt: bool = True
+
+    def chunk_inserted_len(self, inserted: int, key_len: int) -> int:
+        """What a chunk checkpoint's insert counts hits past: none before 0.5.22."""
+        return key_len if self.legacy else inserted
+
+    def finish_inserted_len(self, inserted: int) -> int:
+        """A finish counts a hit on every node before 0.5.22 (its insert is not `chunked`)."""
+        return 0 if self.legacy else inserted
+
+    def splits_prompt(self, finishing: bool) -> bool:
+        if not self.legacy:
+            return True
+        return finishing and self.finish_splits_prompt
+
+
+CURRENT = Contract()
+
+
+def contract_of(preconditions) -> Contract:
+    if LEGACY_CALLS not in preconditions:
+        return CURRENT
+    return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions)
