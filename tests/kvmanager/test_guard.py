@@ -149,8 +149,12 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match="num_lookahead_tokens=2"):
         guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
     assert manager.block_pool.get_num_free_blocks() == free  # never made
-    with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks\(\) is not modelled"):
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks of request '1', whose "
+                                                      r"KV load is not in flight"):
         guarded.cache_blocks(request, 4)
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"pop_blocks_for_free\(\) is not "
+                                                      r"modelled"):
+        guarded.pop_blocks_for_free(request)
     assert guarded.usage == manager.usage  # reads go through
     # A manager used before it was guarded: the oracle would start from another state.
     blocks, hit, _ = manager.get_computed_blocks(request)
