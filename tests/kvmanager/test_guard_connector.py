@@ -5,10 +5,18 @@ resumptions checked in lock step; a mutant of each connector check raises at its
 with a file that replays. And the judge's rule that a request resumed after its KV load passes
 the scheduler's full_sequence_must_fit. Skips without vLLM."""
 
+import random
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+import kvfuzz
 from kvfuzz.fuzz.engine.target import AGREE, DIVERGE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
+from tests import guarding
 from tests.helpers import needs_engine
 
 pytestmark = needs_engine("vllm")
@@ -29,3 +37,135 @@ def test_a_request_resumed_after_its_load_must_fit_whole():
     assert KVMANAGER.check(trace, impl_of(None)).status == AGREE
     found = KVMANAGER.check(trace, impl_of("whole_request_unchecked"))
     assert found.status == DIVERGE and found.divergence.step == 5, found
+
+
+# -- vLLM's scheduler with the fake connector, guarded ----------------------------------------
+def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
+    blocks: loads wait on blocks reserved for the prefills in flight), its manager an instance
+    of `name` (None: the released class), guarded (or recorded)."""
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import Workload, run_session
+
+    wrap = kvfuzz.guard if check else kvfuzz.record
+    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
+    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
+                                                              **options),
+                       workload=Workload(fake_connector=True, blocks=24),
+                       manager_class=None if name is None else impl_of(name).load())
+
+
+@pytest.mark.slow
+def test_vllms_scheduler_with_a_fake_connector_runs_guarded_with_no_divergence(tmp_path):
+    """Connector admissions (through get_computed_blocks_for_connector), asynchronous loads,
+    their reports and resumptions all mapped and checked; the record is the guard's trace,
+    seeded (the same session twice records the same), and replays clean."""
+    kinds, resumed = Counter(), 0
+    for seed in range(5):
+        session = fake_session(seed, None, tmp_path)
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None
+        kinds.update(type(op).__name__ for op in guarded.ops)
+        kinds.update("load" for op in guarded.ops if isinstance(op, Connect) and op.load)
+        kinds.update("reserve" for op in guarded.ops if isinstance(op, Connect) and op.reserve)
+        recorded = fake_session(seed, None, tmp_path, check=False).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert all(kinds[kind] for kind in ("Connect", "Loaded", "load", "reserve", "Preempt")), kinds
+    assert not list(tmp_path.glob("*.json"))
+
+
+# One mutant per check the connector path has: the connector's lookup (hit_diverged), external
+# blocks of the request's own (a null block is not one: the pool's invariants), nothing cached
+# before the load is reported, the blocks reserved for prefills in flight, and the whole request
+# checked at a connector admission or a resumption.
+CONNECTOR_MUTANTS = ("connector_hit_diverged", "external_on_null_block", "delayed_load_cached",
+                     "reserved_blocks_ignored", "whole_request_unchecked")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONNECTOR_MUTANTS)
+def test_a_connector_mutant_raises_under_the_fake_connector_with_a_file_that_replays(name,
+                                                                                     tmp_path):
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: fake_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=5)
+
+
+# -- kvfuzz's own connector traces, made through the guard ------------------------------------
+def connector_models(trace):
+    """A "connector" profile trace as far as the guard models it: full attention, or beside a
+    sliding window; no zeroing, KV events or stats; no failed load; every request reading the
+    cache; None otherwise."""
+    from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule
+
+    if trace.local_chunk or trace.zeroing or trace.events or trace.stats or any(
+            isinstance(op, Loaded) and op.valid >= 0 for op in trace.ops):
+        return None
+    ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
+                for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
+    return replace(trace, ops=ops)
+
+
+def connector_trace(index: int, impl):
+    from kvfuzz.strategies.kvmanager import connector
+
+    return connector.build(random.Random(f"guard connector {index}"), 120)
+
+
+@pytest.mark.slow
+def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_path):
+    caught = guarding.assert_guard_verdicts_are_the_batch_judges(
+        KVMANAGER, impl_of(None), [impl_of(name) for name in CONNECTOR_MUTANTS], tmp_path,
+        traces=30, settings=lambda kwargs: {"max_in_flight_tokens": kwargs.get(
+            "max_in_flight_tokens")}, modelled=connector_models, generate=connector_trace)
+    # (delayed_load_cached and reserved_blocks_ignored: caught in the scheduler's sessions)
+    assert {name.rsplit(".", 1)[1] for name in caught} >= {
+        "connector_hit_diverged", "external_on_null_block", "whole_request_unchecked"}, caught
+
+
+def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
+    """A failed load (cache_blocks of fewer tokens than were loading, or the request freed
+    during its load) and a load that leaves some groups to zeroing: refused, never made."""
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    driver = KVManagerDriver(impl_of(None).load(), 12, 4, 0, 64)
+    manager = driver.manager
+    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(1, 11)))
+    request = driver.requests[1]
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
+    free = manager.block_pool.get_num_free_blocks()
+    with pytest.raises(kvfuzz.GuardUnsupported, match="load every group"):
+        guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
+                               delay_cache_blocks=True, skip_zeroing_group_ids=())
+    assert manager.block_pool.get_num_free_blocks() == free  # never made
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
+    guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
+                           delay_cache_blocks=True, skip_zeroing_group_ids=(0,))
+    request.num_computed_tokens = 8  # as the scheduler sets it for a load in flight
+    with pytest.raises(kvfuzz.GuardUnsupported, match="a failed load"):
+        guarded.cache_blocks(request, 4)
+    with pytest.raises(kvfuzz.GuardUnsupported, match="during its KV load"):
+        guarded.free(request)
+    assert manager.block_pool.get_num_free_blocks() == free - 2
+    guarded.cache_blocks(request, 8)  # the load done: checked, and agrees
+    assert guarded.kvfuzz_session.divergence is None
+    assert [type(op).__name__ for op in guarded.kvfuzz_session.ops] == [
+        "Arrive", "Connect", "Loaded"]
+
+
+def test_the_fake_connectors_answers_are_seeded_and_leave_a_sync_load_a_token():
+    from kvfuzz.fuzz.kvmanager.fake_connector import matched_tokens
+
+    draws = [[matched_tokens(random.Random(seed), 40, computed, 16)
+              for computed in range(0, 41, 4)] for seed in range(50)]
+    assert draws == [[matched_tokens(random.Random(seed), 40, computed, 16)
+                      for computed in range(0, 41, 4)] for seed in range(50)]
+    answers = [(external, load, computed) for row in draws
+               for (external, load), computed in zip(row, range(0, 41, 4))]
+    assert all(0 <= external <= 40 - computed - (0 if load else 1) and (external or not load)
+               for external, load, computed in answers)
+    assert {(external > 0, load) for external, load, _ in answers} == {
+        (False, False), (True, False), (True, True)}
+    assert any(load and external == 40 - computed for external, load, computed in answers)
