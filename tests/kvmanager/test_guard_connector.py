@@ -164,7 +164,7 @@ def test_the_fake_connectors_answers_are_seeded_and_leave_a_sync_load_a_token():
                       for computed in range(0, 41, 4)] for seed in range(50)]
     answers = [(external, load, computed) for row in draws
                for (external, load), computed in zip(row, range(0, 41, 4))]
-    assert all(0 <= external <= 40 - computed - (0 if load else 1) and (external or not load)
+    assert all(external == 0 and not load or 0 < external <= 40 - computed - (not load)
                for external, load, computed in answers)
     assert {(external > 0, load) for external, load, _ in answers} == {
         (False, False), (True, False), (True, True)}
