@@ -8,8 +8,10 @@ What it makes the scheduler do to the manager, beyond what the CPU offloading co
 `get_computed_blocks_for_connector` (it says it takes divergent hybrid hits), admissions with
 external tokens on most requests, half of them asynchronous loads that stay in flight one to
 three steps (several at once, so the scheduler reserves blocks for the prefills in flight),
-whole prompts loaded (their last token recomputed), and frees held back for a transfer
-(`request_finished` delays three in ten). No load fails (failures are not guarded yet).
+whole prompts loaded (their last token recomputed), failed loads (one in seven fails whole,
+`failed_recving`; one in five at a block of its external ones, `invalid_block_ids`: the
+scheduler keeps the prefix before it), and frees held back for a transfer (`request_finished`
+delays three in ten).
 
 The class is built on first use (the module's `__getattr__`): importing this module imports no
 vLLM.
@@ -26,8 +28,11 @@ def connector_config(seed: int):
     """The engine's setting for the fake connector, its answers seeded by `seed`."""
     from vllm.config import KVTransferConfig
 
+    # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
+    # the request with an error: an abort during its load)
     return KVTransferConfig(kv_connector=NAME, kv_connector_module_path=__name__,
                             kv_role="kv_both", engine_id="kvfuzz",
+                            kv_load_failure_policy="recompute",
                             kv_connector_extra_config={"seed": seed})
 
 
@@ -50,10 +55,11 @@ def _build():
                                                                    KVConnectorMetadata)
 
     class FakeMetadata(KVConnectorMetadata):
-        """The step's transfers: loads started (request id -> steps they take) and requests
-        whose free waits for a transfer."""
+        """The step's transfers: loads started (request id -> (steps they take, the block that
+        fails or None, whether the whole load fails)) and requests whose free waits for a
+        transfer."""
 
-        def __init__(self, loads: dict[str, int], sending: set[str]):
+        def __init__(self, loads: dict[str, tuple], sending: set[str]):
             self.loads, self.sending = loads, sending
 
     class KvfuzzFakeConnector(KVConnectorBase_V1):
@@ -62,8 +68,9 @@ def _build():
             extra = self._kv_transfer_config.kv_connector_extra_config
             self._rng = random.Random(f"kvfuzz fake connector {extra.get('seed', 0)}")
             self._block_size = vllm_config.cache_config.block_size
-            self._loading: set[str] = set()       # answered "asynchronous", not allocated yet
-            self._started: dict[str, int] = {}    # loads allocated this step
+            self._loading: dict[str, int] = {}    # answered "asynchronous", not allocated yet:
+                                                  # request id -> its local hit
+            self._started: dict[str, tuple] = {}  # loads allocated this step
             self._sending: set[str] = set()       # frees held back since the last step
 
         @property
@@ -77,13 +84,20 @@ def _build():
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, load = matched_tokens(self._rng, request.num_tokens,
                                             num_computed_tokens, self._block_size)
-            (self._loading.add if load else self._loading.discard)(request.request_id)
+            self._loading.pop(request.request_id, None)
+            if load:
+                self._loading[request.request_id] = num_computed_tokens
             return external, load
 
         def update_state_after_alloc(self, request, blocks, num_external_tokens):
-            if num_external_tokens and request.request_id in self._loading:
-                self._loading.discard(request.request_id)
-                self._started[request.request_id] = self._rng.randint(1, 3)
+            local = self._loading.pop(request.request_id, None)
+            if not num_external_tokens or local is None:
+                return
+            rng, size = self._rng, self._block_size
+            (ids, *_), draw = blocks.get_block_ids(), rng.random()
+            first, end = local // size, -(-(local + num_external_tokens) // size)
+            failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 else None
+            self._started[request.request_id] = (rng.randint(1, 3), failed_block, draw < 0.15)
 
         def build_connector_meta(self, scheduler_output):
             meta = FakeMetadata(self._started, self._sending)
@@ -121,11 +135,12 @@ def __getattr__(name: str):
 
 class FakeWorker:
     """The fake connector's worker: a load is received after the steps it takes (counting the
-    step it started in), a held-back free is sent at the next step. `loads` and `stores` count
-    the loads started and the frees held back."""
+    step it started in), with its failure if it has one; a held-back free is sent at the next
+    step. `loads`, `stores` and `failures` count the loads started, the frees held back and the
+    loads that failed."""
 
     def __init__(self):
-        self.loads = self.stores = 0
+        self.loads = self.stores = self.failures = 0
         self.in_flight: dict[str, int] = {}
         self.sending: set[str] = set()
 
@@ -138,12 +153,16 @@ class FakeWorker:
         self.loads += len(meta.loads)
         self.stores += len(meta.sending)
         self.in_flight.update(meta.loads)
-        received = {rid for rid, left in self.in_flight.items() if left <= 1}
-        self.in_flight = {rid: left - 1 for rid, left in self.in_flight.items()
-                          if rid not in received}
+        received = {rid for rid, (left, _, _) in self.in_flight.items() if left <= 1}
+        invalid = {self.in_flight[rid][1] for rid in received} - {None}
+        failed = {rid for rid in received if self.in_flight[rid][2]}
+        self.failures += len(invalid) + len(failed)
+        self.in_flight = {rid: (left - 1, *rest) for rid, (left, *rest) in
+                          self.in_flight.items() if rid not in received}
         sent, self.sending = self.sending, set(meta.sending)
         return KVConnectorOutput(finished_sending=sent or None,
-                                 finished_recving=received or None)
+                                 finished_recving=received or None,
+                                 invalid_block_ids=invalid, failed_recving=failed)
 
     def after(self, scheduler, requests) -> None:
         pass

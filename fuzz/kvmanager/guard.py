@@ -56,6 +56,7 @@ class _Tracked:
     def __init__(self, rid: int, tokens: list[int]):
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
+        self.hit = 0  # the local hit of its last connector admission
 
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
@@ -174,9 +175,8 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         if tracked is None:  # a request the manager never saw
             return manager.free(request)
         self._kvfuzz_lookups.clear()
-        if tracked.loading:
-            self._refuse(f"free of request {request.request_id!r} during its KV load (a failed "
-                         f"load, or an abort: not modelled by the guard yet)")
+        if tracked.loading:  # its load failed, nothing valid (or it was aborted)
+            return self._failed_load(tracked, request)
         if request.is_finished():
             op = Finish(tracked.rid)
         elif tracked.running:

@@ -12,6 +12,9 @@
   chunk, external, load, reserve)`; a load leaves the request waiting for it;
 - `cache_blocks(request, n)` of a request whose load is in flight, `n` its computed tokens: the
   load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
+  `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
+  `loaded(rid, n)`; `free(request)` of it, not finished: it failed with nothing valid,
+  `loaded(rid, 0)` (under the "recompute" policy for load failures);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) and `remove_skipped_blocks`
@@ -21,9 +24,9 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: a failed load (`cache_blocks` of fewer tokens, `free` of a request
-whose load is in flight: also an abort during the load), zeroing (`record_blocks_for_zeroing`),
-`pop_blocks_for_free` (deferred frees), a connector that loads some groups only.
+Refused, not modelled yet: an abort during a load (`free` of a finished request whose load is
+in flight), zeroing (`record_blocks_for_zeroing`, after a failed load too), `pop_blocks_for_free`
+(deferred frees), a connector that loads some groups only.
 """
 
 from __future__ import annotations
@@ -53,18 +56,38 @@ class ConnectorCalls:
             self._refuse(f"cache_blocks of request {request.request_id!r}, whose KV load is not "
                          f"in flight (the trace caches with its allocations)")
         n = int(num_computed_tokens)
-        if n != tracked.computed or request.num_computed_tokens != n:
-            self._refuse(f"cache_blocks of {n} tokens of a load of {tracked.computed}: a failed "
-                         f"load, not modelled by the guard yet")
+        size = self.kvfuzz_session.header.block_size
+        # a failed load keeps a valid prefix cut at its first failed block, at or past the
+        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
+        failed = 0 < n < tracked.computed and n % size == 0 and n >= tracked.hit // size * size
+        if request.num_computed_tokens != n or not (n == tracked.computed or failed):
+            self._refuse(f"cache_blocks of {n} tokens of r{tracked.rid}'s load of "
+                         f"{tracked.computed} (its hit {tracked.hit}): not a load done, nor a "
+                         f"failed one's valid prefix")
         rid = tracked.rid
         self._kvfuzz_lookups.clear()
-        result = self._run(Loaded(rid), "cache_blocks",
+        result = self._run(Loaded(rid, n if failed else -1), "cache_blocks",
                            lambda: manager.cache_blocks(request, num_computed_tokens),
                            lambda args: None if tuple(args) == (rid, n) else
                            f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
         tracked.loading = False
         # as the scheduler (and the judge): a whole prompt loaded recomputes its last token
         tracked.computed = n - 1 if n == len(tracked.tokens) else n
+        return result
+
+    def _failed_load(self, tracked, request):
+        """`free` of a request whose load failed with nothing valid (the scheduler's
+        `_update_waiting_for_remote_kv`): `loaded(rid, 0)`; it is admitted again from the
+        start. A finished one (an abort during its load) is refused."""
+        if request.is_finished():
+            self._refuse(f"free of request {request.request_id!r}, finished during its KV load "
+                         f"(an abort): not modelled by the guard yet")
+        manager, rid = self._kvfuzz_object, tracked.rid
+        self._kvfuzz_lookups.clear()
+        result = self._run(Loaded(rid, 0), "free", lambda: manager.free(request),
+                           lambda args: None if tuple(args) == (rid, False) else
+                           f"the lock step frees {args}, the engine r{rid} after its load")
+        tracked.loading, tracked.computed = False, 0
         return result
 
     def finalize_partial_tail_offloads(self, request):
@@ -112,7 +135,7 @@ class ConnectorCalls:
 
         def done():
             if load:  # the request waits for its load: computed tokens, not running
-                tracked.computed, tracked.loading = hit + external, True
+                tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
             else:
                 tracked.computed, tracked.running = hit + external + n, True
         return Connect(rid, 0 if load else n, external, load, reserve), expected, done

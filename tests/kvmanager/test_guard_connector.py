@@ -5,6 +5,8 @@ resumptions checked in lock step; a mutant of each connector check raises at its
 with a file that replays. And the judge's rule that a request resumed after its KV load passes
 the scheduler's full_sequence_must_fit. Skips without vLLM."""
 
+import functools
+import inspect
 import random
 from collections import Counter
 from dataclasses import replace
@@ -17,7 +19,7 @@ from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
 from tests import guarding
-from tests.helpers import needs_engine
+from tests.helpers import double, needs_engine
 
 pytestmark = needs_engine("vllm")
 
@@ -125,8 +127,9 @@ def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_
 
 
 def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
-    """A failed load (cache_blocks of fewer tokens than were loading, or the request freed
-    during its load) and a load that leaves some groups to zeroing: refused, never made."""
+    """A load that leaves some groups to zeroing, a cache_blocks that is neither a load done nor
+    a failed one's valid prefix (a whole block at or past the hit), an abort during a load:
+    refused, never made."""
     from kvfuzz.impl.kvmanager.driver import KVManagerDriver
 
     driver = KVManagerDriver(impl_of(None).load(), 12, 4, 0, 64)
@@ -134,6 +137,7 @@ def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call
     guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
     driver.arrive(1, list(range(1, 11)))
     request = driver.requests[1]
+    RequestStatus = type(request.status)
     blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
     free = manager.block_pool.get_num_free_blocks()
     with pytest.raises(kvfuzz.GuardUnsupported, match="load every group"):
@@ -143,16 +147,80 @@ def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call
     blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
     guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
                            delay_cache_blocks=True, skip_zeroing_group_ids=(0,))
-    request.num_computed_tokens = 8  # as the scheduler sets it for a load in flight
-    with pytest.raises(kvfuzz.GuardUnsupported, match="a failed load"):
-        guarded.cache_blocks(request, 4)
-    with pytest.raises(kvfuzz.GuardUnsupported, match="during its KV load"):
+    request.num_computed_tokens = 5  # not on a block: no failed load's valid prefix
+    with pytest.raises(kvfuzz.GuardUnsupported, match="nor a failed one's valid prefix"):
+        guarded.cache_blocks(request, 5)
+    request.status = RequestStatus.FINISHED_ABORTED
+    with pytest.raises(kvfuzz.GuardUnsupported, match="finished during its KV load"):
         guarded.free(request)
-    assert manager.block_pool.get_num_free_blocks() == free - 2
-    guarded.cache_blocks(request, 8)  # the load done: checked, and agrees
+    assert manager.block_pool.get_num_free_blocks() == free - 2 and not manager.block_pool.\
+        cached_block_hash_to_block
+    request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, 4
+    guarded.cache_blocks(request, 4)  # failed past its first block: checked, and agrees
     assert guarded.kvfuzz_session.divergence is None
-    assert [type(op).__name__ for op in guarded.kvfuzz_session.ops] == [
-        "Arrive", "Connect", "Loaded"]
+    assert guarded.kvfuzz_session.ops[1:] == [Connect(0, 0, 8, True), Loaded(0, 4)]
+
+
+@functools.cache
+def doubles() -> dict:
+    """A subclass of the released class breaking the failed-load path (built on first use)."""
+    KVCacheManager = impl_of(None).load()
+    signature = inspect.signature(KVCacheManager.allocate_slots)
+
+    class CachesFailedLoads(KVCacheManager):
+        """A failed load's blocks cached whole: cache_blocks after a load caches what was
+        loading, not the valid prefix the scheduler asks for."""
+
+        @functools.wraps(KVCacheManager.allocate_slots)  # its signature, as the guard reads it
+        def allocate_slots(self, request, *args, **kwargs):
+            got = super().allocate_slots(request, *args, **kwargs)
+            given = signature.bind(self, request, *args, **kwargs)
+            given.apply_defaults()
+            given = given.arguments
+            if got is not None and given["delay_cache_blocks"]:
+                vars(self).setdefault("loading", {})[request.request_id] = \
+                    given["num_new_computed_tokens"] + given["num_external_computed_tokens"]
+            return got
+
+        def cache_blocks(self, request, num_computed_tokens):
+            loaded = vars(self).get("loading", {}).pop(request.request_id, 0)
+            super().cache_blocks(request, max(num_computed_tokens, loaded))
+    return {"CachesFailedLoads": CachesFailedLoads}
+
+
+def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_connector:...
+    if name == "CachesFailedLoads":
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@pytest.mark.slow
+def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_path):
+    """The fake connector fails loads (whole, or at a block: the scheduler keeps the prefix
+    before it); a manager that caches the whole load is caught where it caches."""
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import Workload, run_session
+
+    broken = double("kvmanager", f"{__name__}:CachesFailedLoads")
+    kinds = Counter()
+    for seed in range(3):
+        session = fake_session(seed, None, tmp_path)
+        kinds.update("loaded, prefix valid" if op.valid > 0 else "loaded, none valid"
+                     for op in session.manager.kvfuzz_session.ops
+                     if isinstance(op, Loaded) and op.valid >= 0)
+    assert kinds["loaded, prefix valid"] and kinds["loaded, none valid"], kinds
+    for seed in range(5):
+        try:
+            run_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
+                workload=Workload(fake_connector=True, blocks=24), manager_class=broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError("CachesFailedLoads: no divergence in 5 sessions")
+    assert isinstance(found.input.ops[found.step], Loaded), found.report()
+    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
 
 def test_the_fake_connectors_answers_are_seeded_and_leave_a_sync_load_a_token():
