@@ -219,19 +219,22 @@ def test_kvfuzz_guard_blockpool_records_inside_an_unchanged_engine(tmp_path):
 RECORDED_SEED = 1
 
 
-@pytest.mark.parametrize("target", ["kvmanager", "blockpool"])
-def test_the_corpus_holds_a_recorded_scheduler_session_that_replays_clean(target):
-    """The committed recording is what the scheduler records now (vLLM's scheduler and the
-    guard's mapping are deterministic for a seed), and the released class runs it clean."""
+@pytest.mark.parametrize("target, connector", [("kvmanager", False), ("blockpool", False),
+                                               ("kvmanager", True)],
+                         ids=["kvmanager", "blockpool", "kvmanager-fake-connector"])
+def test_the_corpus_holds_a_recorded_scheduler_session_that_replays_clean(target, connector):
+    """The committed recording is what the scheduler records now (vLLM's scheduler, the fake
+    connector and the guard's mapping are deterministic for a seed), and the released class
+    runs it clean."""
     from kvfuzz.fuzz.kvmanager.vllm_scheduler import recording
     from kvfuzz.fuzz.targets import TARGETS
     from tests.conftest import CORPUS
 
     owner = TARGETS[target]
-    trace = recording(RECORDED_SEED, target)
+    trace = recording(RECORDED_SEED, target, connector)
     path = Path(CORPUS) / owner.file_name(trace)
     assert path.exists(), f"regenerate it: kvfuzz.fuzz.engine.corpus.save(TARGETS[{target!r}], " \
-                          f"recording({RECORDED_SEED}, {target!r}), 'corpus')"
+                          f"recording({RECORDED_SEED}, {target!r}, {connector}), 'corpus')"
     _, saved = corpus.load(path)
     assert saved == trace and saved.note == trace.note
     assert kvfuzz.replay(path, f"vllm.{target}").ok

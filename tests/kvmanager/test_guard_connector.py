@@ -46,13 +46,13 @@ def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
     blocks: loads wait on blocks reserved for the prefills in flight), its manager an instance
     of `name` (None: the released class), guarded (or recorded)."""
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import Workload, run_session
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
 
     wrap = kvfuzz.guard if check else kvfuzz.record
     options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
     return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
                                                               **options),
-                       workload=Workload(fake_connector=True, blocks=24),
+                       workload=FAKE_CONNECTOR,
                        manager_class=None if name is None else impl_of(name).load())
 
 
@@ -203,7 +203,7 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_co
 def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_path):
     """The fake connector fails loads (whole, or at a block: the scheduler keeps the prefix
     before it); a manager that caches the whole load is caught where it caches."""
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import Workload, run_session
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
 
     broken = double("kvmanager", f"{__name__}:CachesFailedLoads")
     kinds = Counter()
@@ -217,7 +217,7 @@ def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_p
         try:
             run_session(seed, lambda manager, **settings: kvfuzz.guard(
                 manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
-                workload=Workload(fake_connector=True, blocks=24), manager_class=broken.load())
+                workload=FAKE_CONNECTOR, manager_class=broken.load())
         except kvfuzz.Mismatch as raised:
             found = raised.divergence
             break
