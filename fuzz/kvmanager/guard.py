@@ -12,11 +12,13 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   left: `schedule(rid, n)`;
 - `free(request)`: `finish` when the request has finished, `preempt` when it was running
   (after a `sample` of the token it sampled and never asked a slot for, if any);
-- `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`.
+- `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`;
+- a KV connector's calls (`get_computed_blocks_for_connector`, admissions with external tokens,
+  asynchronous loads, `cache_blocks` of a load done, the allocation that resumes it):
+  `connect`, `loaded` and `schedule` (`guard_connector.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
-speculative lookahead, connector (external) tokens, encoder tokens, delayed caching, reserved
-blocks, LoRA, cache salts, multimodal inputs, requests that skip the prefix cache, a second
+speculative lookahead, encoder tokens, LoRA, cache salts, multimodal inputs, requests that skip the prefix cache, a second
 group other than one sliding window, a hash block size other than the block size, a manager
 already used before it was guarded, and a scheduler whose request state is not the one the
 trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
@@ -26,11 +28,12 @@ from __future__ import annotations
 
 import inspect
 
-from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
-                                      open_session)
-from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
+from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
+from kvfuzz.fuzz.kvmanager.guard_header import header
+from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule, Trace, to_json)
+                                               Sample, Schedule)
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -39,10 +42,9 @@ READS = frozenset({
     "create_kv_cache_blocks", "take_new_block_ids", "new_step_starts",
     "get_block_ids_for_computed_tokens", "take_kv_cache_block_copies",
     "take_boundary_state_offloads", "estimate_cached_tokens", "truncate_computed_blocks"})
-# allocate_slots' arguments the trace has no field for, and the value each must have.
-UNMODELLED = {"num_lookahead_tokens": 0, "num_external_computed_tokens": 0,
-              "num_encoder_tokens": 0, "reserved_blocks": 0, "delay_cache_blocks": False,
-              "skip_zeroing_group_ids": ()}
+# allocate_slots' arguments the trace has no field for, and the value each must have (a
+# connector's, CONNECTOR_ARGS, are modelled at a connector admission alone).
+UNMODELLED = {"num_lookahead_tokens": 0, "num_encoder_tokens": 0}
 MAX_TOKEN = (1 << 31) - 1
 # Where vLLM builds the manager (`kvfuzz guard kvmanager -- COMMAND`: fuzz/engine/autoguard/).
 SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
@@ -53,51 +55,8 @@ class _Tracked:
 
     def __init__(self, rid: int, tokens: list[int]):
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
-
-
-def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
-    """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
-    it: the engine passes what it gave the constructor; None is the manager's default)."""
-    def refuse(why: str):
-        raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
-
-    pool = manager.block_pool
-    config = manager.kv_cache_config
-    specs = [group.kv_cache_spec for group in config.kv_cache_groups]
-    kinds = [type(spec).__name__ for spec in specs]
-    if kinds not in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]):
-        refuse(f"KV-cache groups {kinds}: the trace models one full-attention group and at most "
-               f"one sliding-window group")
-    block_size = specs[0].block_size
-    if any(spec.block_size != block_size for spec in specs):
-        refuse(f"groups of block sizes {[spec.block_size for spec in specs]}: the trace has one")
-    window = specs[1].sliding_window if len(specs) > 1 else 0
-    if len(specs) > 1 and getattr(specs[1], "extra_retained_tokens", 0):
-        refuse("a sliding window with extra retained tokens is not modelled")
-    hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
-    if hash_block_size != block_size:
-        refuse(f"hash block size {hash_block_size} below the block size {block_size}")
-    if not manager.enable_caching or getattr(manager, "use_eagle", False):
-        refuse("the trace models prefix caching on, without EAGLE groups")
-    blocks = int(pool.num_gpu_blocks)
-    held = [m for m in manager.coordinator.single_type_managers
-            if getattr(m, "req_to_blocks", None)]
-    if pool.get_num_free_blocks() != blocks - 1 or held:
-        refuse("the manager has been used: guard it before its first call (the oracle starts "
-               "from an empty pool)")
-    watermark_blocks = int(getattr(manager, "watermark_blocks", 0))
-    trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
-                  retention=getattr(config, "prefix_cache_retention_interval", None),
-                  max_in_flight_tokens=max_in_flight_tokens,
-                  # the fraction whose int(fraction * blocks) the manager computed
-                  watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
-    from kvfuzz.strategies.kvmanager.codec import from_json
-
-    try:
-        from_json(to_json(trace), "the live manager")
-    except FormatError as error:
-        refuse(f"its settings are outside what a kvmanager trace holds ({error})")
-    return trace
+        self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
+        self.hit = 0  # the local hit of its last connector admission
 
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
@@ -118,7 +77,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedManager(manager, session, driver)
 
 
-class GuardedManager(GuardedObject):
+class GuardedManager(ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -137,30 +96,39 @@ class GuardedManager(GuardedObject):
     # -- the calls the trace models -----------------------------------------------------------
     @modelled
     def get_computed_blocks(self, request, max_cache_hit_length=None):
+        return self._lookup("get_computed_blocks", request, max_cache_hit_length)
+
+    def _lookup(self, method: str, request, max_cache_hit_length):
+        """A lookup (`method`: `get_computed_blocks`, or a connector's
+        `get_computed_blocks_for_connector`, which also says whether the hit diverged), kept
+        for the admission that follows it and checked at once."""
         manager, session = self._kvfuzz_object, self.kvfuzz_session
         tracked = self._request(request, arriving=True)
-        if tracked.running or request.num_computed_tokens != 0:
-            self._refuse(f"get_computed_blocks of request {request.request_id!r}, which the "
-                         f"trace has running (or with computed tokens)")
+        if tracked.running or tracked.loading or request.num_computed_tokens != 0:
+            self._refuse(f"{method} of request {request.request_id!r}, which the trace has "
+                         f"running (or with computed tokens)")
         if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
-            self._refuse(f"get_computed_blocks with max_cache_hit_length {max_cache_hit_length}")
+            self._refuse(f"{method} with max_cache_hit_length {max_cache_hit_length}")
         self._same_tokens(request, tracked)
         vars(self)["_kvfuzz_made"] = True
-        result = manager.get_computed_blocks(request, max_cache_hit_length)
-        blocks, hit, boundary = result
+        result = getattr(manager, method)(request, max_cache_hit_length)
+        blocks, hit, boundary, *diverged = result
+        connector = method != "get_computed_blocks"
         self._kvfuzz_lookups.clear()
-        self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit))
+        self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit), connector)
         if self._kvfuzz_driver is not None:
             from kvfuzz.impl.kvmanager.driver import _ids
 
             plain = (_ids(blocks), int(hit), int(boundary))
-            self._kvfuzz_driver.lookups = {tracked.rid: plain}
+            self._kvfuzz_driver.lookups = {tracked.rid: (*plain, *map(bool, diverged))}
             self._kvfuzz_driver.hits = {tracked.rid: blocks}
             # Checked now: the scheduler may allocate nothing after it. A wrong hit is the
-            # lookup of a `schedule` op, as a replay of the saved trace makes it.
+            # lookup of a `schedule` (or `connect`) op, as a replay of the saved trace makes it.
             problems = session.lock.lookup_problems(tracked.rid, plain)
+            if connector:
+                problems = problems or self._diverged_problems(bool(diverged[0]))
             if problems:
-                session.report(Schedule(tracked.rid, 1), problems)
+                session.report(self._lookup_op(tracked.rid, connector), problems)
         return result
 
     @modelled
@@ -173,21 +141,31 @@ class GuardedManager(GuardedObject):
             if name in given and given[name] not in (value, None, [], ()):
                 self._refuse(f"allocate_slots with {name}={given[name]!r}")
         tracked = self._request(request)
-        if request.num_computed_tokens != tracked.computed:
+        if request.num_computed_tokens != tracked.computed or tracked.loading:
             self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
-                         f"computed tokens where the trace has {tracked.computed}")
+                         f"computed tokens where the trace has {tracked.computed}"
+                         f"{' (its KV load in flight)' if tracked.loading else ''}")
         n = int(num_new_tokens)
         lookup = self._kvfuzz_lookups.pop(tracked.rid, None)
         self._kvfuzz_lookups.clear()
-        if not tracked.running:
-            op, expected, hit = self._admission(tracked, request, n, given, lookup)
+        connector = {name: given.get(name, value) for name, value in CONNECTOR_ARGS.items()}
+        if lookup is None or not (lookup[2] or connector["num_external_computed_tokens"] or
+                                  connector["delay_cache_blocks"]):
+            self._no_connector_args(connector)
+        # the lock step's driver method that makes the call: by what the call is
+        method = "allocate_slots"
+        if tracked.running:
+            op, expected, done = self._step(tracked, request, n, given)
+        elif lookup is None and tracked.computed:  # its KV load done: no lookup
+            op, expected, done = self._resumption(tracked, request, n, given)
+            method = "resume"
         else:
-            op, expected, hit = self._step(tracked, request, n, given)
-        result = self._run(op, "allocate_slots", lambda: manager.allocate_slots(
+            op, expected, done = self._admission(tracked, request, n, given, lookup, connector)
+            method = "connect" if isinstance(op, Connect) else method
+        result = self._run(op, method, lambda: manager.allocate_slots(
             *bound.args, **bound.kwargs), expected)
         if result is not None:
-            tracked.computed += hit + n
-            tracked.running = True
+            done()
         return result
 
     @modelled
@@ -197,6 +175,8 @@ class GuardedManager(GuardedObject):
         if tracked is None:  # a request the manager never saw
             return manager.free(request)
         self._kvfuzz_lookups.clear()
+        if tracked.loading:  # its load failed, nothing valid (or it was aborted)
+            return self._failed_load(tracked, request)
         if request.is_finished():
             op = Finish(tracked.rid)
         elif tracked.running:
@@ -235,19 +215,33 @@ class GuardedManager(GuardedObject):
         return self._run(Reset(), "reset_prefix_cache", manager.reset_prefix_cache)
 
     # -- mapping -----------------------------------------------------------------------------
-    def _admission(self, tracked, request, n, given, lookup):
+    def _admission(self, tracked, request, n, given, lookup, connector):
         if lookup is None:
             self._refuse(f"allocate_slots admits request {request.request_id!r} without a "
                          f"get_computed_blocks just before it")
-        blocks, hit = lookup
+        blocks, hit, via_connector = lookup
         if given.get("new_computed_blocks") is not blocks or \
                 int(given.get("num_new_computed_tokens", 0)) != hit:
             self._refuse(f"allocate_slots admits request {request.request_id!r} with a hit other "
                          f"than its lookup's ({hit} tokens)")
         self._same_tokens(request, tracked)
+        whole = self._waiting_allocation(tracked, given)
+        if via_connector or connector["num_external_computed_tokens"] or \
+                connector["delay_cache_blocks"]:
+            return self._connector_admission(tracked, n, hit, whole, connector)
         if not 1 <= n <= len(tracked.tokens) - hit:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
                          f"{len(tracked.tokens) - hit} left after its hit")
+
+        def expected(args):
+            if tuple(args[1:5]) != (n, hit, True, whole):
+                return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
+        return Schedule(tracked.rid, n), expected, self._runs(tracked, hit + n)
+
+    def _waiting_allocation(self, tracked, given) -> bool:
+        """What every allocation of a waiting request shares (an admission, a resumption after
+        a KV load): the scheduler's full_sequence_must_fit (the same for all, kept in the
+        trace's header), and the watermark's other running requests. The former."""
         whole = bool(given.get("full_sequence_must_fit", False))
         if self._kvfuzz_whole is None:
             vars(self)["_kvfuzz_whole"] = whole
@@ -258,17 +252,19 @@ class GuardedManager(GuardedObject):
         watermark = self.kvfuzz_session.header.watermark
         if watermark and bool(given.get("has_scheduled_reqs", True)) != others:
             self._refuse("has_scheduled_reqs is not whether another request runs")
+        return whole
 
-        def expected(args):
-            if tuple(args[1:5]) != (n, hit, True, whole):
-                return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
-        return Schedule(tracked.rid, n), expected, hit
+    @staticmethod
+    def _runs(tracked, tokens: int):
+        """What an allocation that was made does to the request's record: `tokens` more
+        computed, running."""
+        def done():
+            tracked.computed += tokens
+            tracked.running = True
+        return done
 
     def _step(self, tracked, request, n, given):
-        if given.get("new_computed_blocks") not in (None,) and \
-                any(given["new_computed_blocks"].get_block_ids()) or \
-                int(given.get("num_new_computed_tokens", 0)):
-            self._refuse("allocate_slots of a running request with a prefix hit")
+        self._no_hit(given)
         tokens = list(request.all_token_ids)
         known = tracked.tokens
         if len(tokens) == len(known) + 1 and tokens[:-1] == known and \
@@ -288,7 +284,13 @@ class GuardedManager(GuardedObject):
         def expected(args):
             if tuple(args[1:4]) != (n, 0, False):
                 return f"the lock step allocates with {args}, the engine {n} tokens"
-        return op, expected, 0
+        return op, expected, self._runs(tracked, n)
+
+    def _no_hit(self, given) -> None:
+        if given.get("new_computed_blocks") not in (None,) and \
+                any(given["new_computed_blocks"].get_block_ids()) or \
+                int(given.get("num_new_computed_tokens", 0)):
+            self._refuse("allocate_slots of a running request with a prefix hit")
 
     def _sampled(self, tracked, request) -> None:
         """The token a running request sampled and never asked a slot for (it is preempted

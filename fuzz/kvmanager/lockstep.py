@@ -262,10 +262,12 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         admission = hit_blocks is not None
-        whole = admission and trace.full_sequence_must_fit
+        # The scheduler passes its full_sequence_must_fit to every allocation of a waiting
+        # request: an admission, and the first one after its KV load (no lookup then).
+        whole = (admission or resumed) and trace.full_sequence_must_fit
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
         in_flight = request.in_flight if trace.async_scheduling and not admission else 0
-        args = (rid, new, others) if resumed else \
+        args = (rid, new, others, whole) if resumed else \
             (rid, new, hit, admission, whole, others, in_flight)
         method = "resume" if resumed else "allocate_slots"
         try:

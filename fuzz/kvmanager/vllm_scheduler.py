@@ -7,7 +7,9 @@ per request whose prompt is done) until every request has finished.
 
 `wrap` replaces the scheduler's manager before the first step (`kvfuzz.guard` or
 `kvfuzz.record`); the scheduler then calls it as it calls its own. `Workload(offload_bytes=n)`
-adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`.
+adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`;
+`Workload(fake_connector=True)` a deterministic fake one, seeded by the session's seed
+(`fake_connector.py`).
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
@@ -48,6 +50,7 @@ class Workload:
     max_tokens: int = 40
     max_steps: int = 5000
     offload_bytes: int = 0  # CPU bytes of vLLM's CPU offloading connector (0: no connector)
+    fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
 
 
 @dataclass
@@ -130,7 +133,21 @@ def _built_by(module, name: str, cls):
         setattr(module, name, original)
 
 
-def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_class=None):
+def _connector(workload: Workload, seed: int) -> dict:
+    """The engine's KV-connector setting, if the workload has one."""
+    if workload.fake_connector:
+        from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
+
+        return {"kv_transfer_config": fake_config(seed)}
+    if workload.offload_bytes:
+        from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
+
+        return {"kv_transfer_config": connector_config(workload.offload_bytes)}
+    return {}
+
+
+def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_class=None,
+                    seed: int = 0):
     """vLLM's v1 Scheduler over one full-attention group of `workload.blocks` blocks, with
     prefix caching and chunked prefill (the engine's defaults otherwise); its manager an
     instance of `manager_class` (default: vLLM's `KVCacheManager`), its pool one of
@@ -149,8 +166,6 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                                                 KVCacheGroupSpec)
         from vllm.v1.structured_output import StructuredOutputManager
 
-        from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
-
         _cpu_platform()
         with _inspection_answered():
             model = ModelConfig(model=_model_folder(), dtype="float16", seed=0,
@@ -164,8 +179,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=workload.block_size,
                                      enable_prefix_caching=True),
-            **({"kv_transfer_config": connector_config(workload.offload_bytes)}
-               if workload.offload_bytes else {}))
+            **_connector(workload, seed))
         config.cache_config.num_gpu_blocks = workload.blocks
         spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
                                  dtype=torch.float16)
@@ -214,9 +228,10 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     manager, given what the manager does not keep (`max_in_flight_tokens`); `wrap_pool(pool)`
     for the block pool the manager's coordinator built, wherever it is held."""
     rng = random.Random(seed)
-    scheduler = build_scheduler(workload, manager_class, pool_class)  # first: prepares vLLM
+    scheduler = build_scheduler(workload, manager_class, pool_class, seed)  # prepares vLLM
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from kvfuzz.fuzz.kvmanager.fake_connector import FakeWorker
     from kvfuzz.fuzz.kvmanager.offload_worker import InstantWorker
 
     if wrap_pool is not None:
@@ -228,7 +243,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     arrivals = _requests(scheduler, workload, rng)
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
-    worker = InstantWorker()  # the offloading connector's worker side, when there is one
+    # the connector's worker side, when there is one
+    worker = FakeWorker() if workload.fake_connector else InstantWorker()
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -266,22 +282,32 @@ def replace_pool(manager, wrap_pool) -> None:
             holder.block_pool = wrapped
 
 
-def recording(seed: int, target: str = "kvmanager"):
+# The fake connector's sessions in tests and corpus/: a pool tight enough that loads wait on
+# the blocks reserved for the prefills in flight.
+FAKE_CONNECTOR = Workload(fake_connector=True, blocks=24)
+
+
+def recording(seed: int, target: str = "kvmanager", connector: bool = False):
     """Session `seed`'s calls on the manager (`target` "kvmanager") or on its pool
     ("blockpool"), recorded (`kvfuzz.record`) as a trace that names where it came from: what
-    corpus/ keeps of vLLM's own scheduler, regenerated by this call."""
+    corpus/ keeps of vLLM's own scheduler, regenerated by this call; `connector`: with the fake
+    KV connector (`FAKE_CONNECTOR`)."""
     from dataclasses import replace
 
     from kvfuzz.fuzz.engine.guard import live_guard
 
     guard = live_guard(target)
+    workload = FAKE_CONNECTOR if connector else Workload()
     if target == "blockpool":
-        session = run_session(seed, wrap_pool=lambda pool: guard(pool, check=False))
+        session = run_session(seed, wrap_pool=lambda pool: guard(pool, check=False),
+                              workload=workload)
         recorded = session.pool.kvfuzz_session
     else:
         session = run_session(seed, lambda manager, **settings: guard(manager, check=False,
-                                                                     **settings))
+                                                                     **settings),
+                              workload=workload)
         recorded = session.manager.kvfuzz_session
+    with_connector = ", connector=True" if connector else ""
     return replace(recorded.trace(), note=(
         f"recorded (kvfuzz.record) from vLLM's v1 Scheduler: "
-        f"kvfuzz.fuzz.kvmanager.vllm_scheduler.recording({seed}, {target!r})"))
+        f"kvfuzz.fuzz.kvmanager.vllm_scheduler.recording({seed}, {target!r}{with_connector})"))

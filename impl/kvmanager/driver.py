@@ -185,13 +185,14 @@ class KVManagerDriver(ManagerReads):
                      num_external_computed_tokens=external, **settings)
         return _ids(got)
 
-    def resume(self, rid: int, new: int, others_running: bool):
+    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
         """The first allocation of a request whose load is done: waiting, with computed
-        tokens, no lookup (the scheduler's `else` branch of an admission)."""
+        tokens, no lookup (the scheduler's `else` branch of an admission), with the
+        scheduler's full_sequence_must_fit as every waiting request's allocation has it."""
         request, method = self.requests[rid], self.manager.allocate_slots
         more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
         return _ids(method(request, new, **taken(method, has_scheduled_reqs=others_running),
-                           **more))
+                           **asked(method, full_sequence_must_fit=whole), **more))
 
     def cache_blocks(self, rid: int, computed: int) -> None:
         self.manager.cache_blocks(self.requests[rid], computed)

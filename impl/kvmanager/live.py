@@ -34,13 +34,31 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
         pass  # the engine's Request is registered by the guard before the op
 
     def get_computed_blocks(self, rid: int):
-        return self.lookups.pop(rid)  # the engine looked up before allocating
+        return self.lookups.pop(rid)[:3]  # the engine looked up before allocating
+
+    def connector_lookup(self, rid: int):
+        """The engine's lookup for a connector: `get_computed_blocks_for_connector`'s four
+        answers, or `get_computed_blocks`' three and a hit that never diverged (a connector
+        that does not take divergent hybrid hits: the same lookup without a Mamba group)."""
+        found = self.lookups.pop(rid)
+        return found if len(found) == 4 else (*found, False)
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
                        whole: bool = False, others_running: bool = False,
                        in_flight: int = 0):
         return _ids(self._perform("allocate_slots", (rid, new, hit_tokens, admission, whole,
                                                      others_running, in_flight)))
+
+    def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
+                reserve: int, whole: bool, others_running: bool):
+        return _ids(self._perform("connect", (rid, new, hit_tokens, external, load, reserve,
+                                              whole, others_running)))
+
+    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
+        return _ids(self._perform("resume", (rid, new, others_running, whole)))
+
+    def cache_blocks(self, rid: int, computed: int) -> None:
+        self._perform("cache_blocks", (rid, computed))
 
     def free(self, rid: int, finished: bool = True) -> None:
         self._perform("free", (rid, finished))

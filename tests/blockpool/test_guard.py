@@ -128,13 +128,22 @@ def test_the_pool_runs_guarded_under_the_cpu_offloading_connector(tmp_path):
         "mutant.vllm.blockpool.touch_counts_twice", "vllm.blockpool", seeds=3)
 
 
-def test_the_manager_under_the_offloading_connector_is_refused_by_its_guard(tmp_path):
-    """The kvmanager trace does not model a connector's calls: its guard refuses the first
-    (docs/upstream-vllm.md, "Not driven")."""
-    with pytest.raises(kvfuzz.GuardUnsupported, match=r"finalize_partial_tail_offloads\(\) is "
-                                                      r"not modelled by the kvmanager trace"):
-        offload_session(0, None, tmp_path, wrap=lambda manager, **settings: kvfuzz.guard(
-            manager, "kvmanager", corpus=tmp_path, **settings))
+def test_the_manager_under_the_offloading_connector_runs_guarded(tmp_path):
+    """The manager's guard maps the connector's calls (fuzz/kvmanager/guard_connector.py):
+    its loads admitted as `connect` ops, reported as `loaded`, and the released manager agrees
+    after every call, with the pool guarded beneath it too."""
+    from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+
+    kinds = set()
+    for seed in range(3):
+        session = offload_session(seed, None, tmp_path, wrap=lambda manager, **settings:
+                                  kvfuzz.guard(manager, "kvmanager", corpus=tmp_path, **settings))
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and session.pool.kvfuzz_session.divergence is None
+        kinds |= {type(op) for op in guarded.ops}
+    assert {Connect, Loaded} <= kinds
+    assert not list(tmp_path.glob("*.json"))
 
 
 def released_pool(blocks: int = 8):
@@ -210,19 +219,22 @@ def test_kvfuzz_guard_blockpool_records_inside_an_unchanged_engine(tmp_path):
 RECORDED_SEED = 1
 
 
-@pytest.mark.parametrize("target", ["kvmanager", "blockpool"])
-def test_the_corpus_holds_a_recorded_scheduler_session_that_replays_clean(target):
-    """The committed recording is what the scheduler records now (vLLM's scheduler and the
-    guard's mapping are deterministic for a seed), and the released class runs it clean."""
+@pytest.mark.parametrize("target, connector", [("kvmanager", False), ("blockpool", False),
+                                               ("kvmanager", True)],
+                         ids=["kvmanager", "blockpool", "kvmanager-fake-connector"])
+def test_the_corpus_holds_a_recorded_scheduler_session_that_replays_clean(target, connector):
+    """The committed recording is what the scheduler records now (vLLM's scheduler, the fake
+    connector and the guard's mapping are deterministic for a seed), and the released class
+    runs it clean."""
     from kvfuzz.fuzz.kvmanager.vllm_scheduler import recording
     from kvfuzz.fuzz.targets import TARGETS
     from tests.conftest import CORPUS
 
     owner = TARGETS[target]
-    trace = recording(RECORDED_SEED, target)
+    trace = recording(RECORDED_SEED, target, connector)
     path = Path(CORPUS) / owner.file_name(trace)
     assert path.exists(), f"regenerate it: kvfuzz.fuzz.engine.corpus.save(TARGETS[{target!r}], " \
-                          f"recording({RECORDED_SEED}, {target!r}), 'corpus')"
+                          f"recording({RECORDED_SEED}, {target!r}, {connector}), 'corpus')"
     _, saved = corpus.load(path)
     assert saved == trace and saved.note == trace.note
     assert kvfuzz.replay(path, f"vllm.{target}").ok

@@ -64,7 +64,8 @@ def guard_models(trace):
 
 
 # The mutants of configurations the guard refuses or of what it leaves to the engine's own
-# consumers (KV events, stats): caught on kvfuzz's own traces (tests/kvmanager/test_mutants.py).
+# consumers (KV events, stats): caught on kvfuzz's own traces (tests/kvmanager/test_mutants.py);
+# and the connector's, which the corner traces do not reach: guarded in test_guard_connector.py.
 NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ignored",
                "zero_tokens_accepted", "stats_preempted_as_new", "reset_not_in_stats",
                "hit_report_skipped", "events_unannotated", "retained_tokens_freed",
@@ -149,8 +150,12 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match="num_lookahead_tokens=2"):
         guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
     assert manager.block_pool.get_num_free_blocks() == free  # never made
-    with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks\(\) is not modelled"):
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks of request '1', whose "
+                                                      r"KV load is not in flight"):
         guarded.cache_blocks(request, 4)
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"pop_blocks_for_free\(\) is not "
+                                                      r"modelled"):
+        guarded.pop_blocks_for_free(request)
     assert guarded.usage == manager.usage  # reads go through
     # A manager used before it was guarded: the oracle would start from another state.
     blocks, hit, _ = manager.get_computed_blocks(request)

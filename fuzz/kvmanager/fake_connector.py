@@ -1,0 +1,168 @@
+"""A deterministic fake KV connector for vLLM's v1 scheduler on the CPU (`vllm_scheduler.py`,
+`Workload(fake_connector=True)`): vLLM builds it by name from a `KVTransferConfig`
+(`kv_connector_module_path` this module), its answers drawn from a seeded stream, so a session
+replays; `FakeWorker` answers for its worker side.
+
+What it makes the scheduler do to the manager, beyond what the CPU offloading connector does
+(which loads only what it stored, synchronously or at once): lookups through
+`get_computed_blocks_for_connector` (it says it takes divergent hybrid hits), admissions with
+external tokens on most requests, half of them asynchronous loads that stay in flight one to
+three steps (several at once, so the scheduler reserves blocks for the prefills in flight),
+whole prompts loaded (their last token recomputed), failed loads (one in seven fails whole,
+`failed_recving`; one in five at a block of its external ones, `invalid_block_ids`: the
+scheduler keeps the prefix before it), and frees held back for a transfer (`request_finished`
+delays three in ten).
+
+The class is built on first use (the module's `__getattr__`): importing this module imports no
+vLLM.
+"""
+
+from __future__ import annotations
+
+import random
+
+NAME = "KvfuzzFakeConnector"
+
+
+def connector_config(seed: int):
+    """The engine's setting for the fake connector, its answers seeded by `seed`."""
+    from vllm.config import KVTransferConfig
+
+    # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
+    # the request with an error: an abort during its load)
+    return KVTransferConfig(kv_connector=NAME, kv_connector_module_path=__name__,
+                            kv_role="kv_both", engine_id="kvfuzz",
+                            kv_load_failure_policy="recompute",
+                            kv_connector_extra_config={"seed": seed})
+
+
+def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
+                   block_size: int) -> tuple[int, bool]:
+    """What the connector holds past the local hit: (external tokens, loaded asynchronously).
+    A synchronous load leaves the scheduler at least one token to compute."""
+    if rng.random() < 0.3:
+        return 0, False
+    load = rng.random() < 0.5
+    most = num_tokens - num_computed - (0 if load else 1)
+    if most <= 0:
+        return 0, False
+    return rng.choice((rng.randint(1, most), min(most, block_size * rng.randint(1, 3)),
+                       most)), load
+
+
+def _build():
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
+                                                                   KVConnectorMetadata)
+
+    class FakeMetadata(KVConnectorMetadata):
+        """The step's transfers: loads started (request id -> (steps they take, the block that
+        fails or None, whether the whole load fails)) and requests whose free waits for a
+        transfer."""
+
+        def __init__(self, loads: dict[str, tuple], sending: set[str]):
+            self.loads, self.sending = loads, sending
+
+    class KvfuzzFakeConnector(KVConnectorBase_V1):
+        def __init__(self, vllm_config, role, kv_cache_config=None):
+            super().__init__(vllm_config, role, kv_cache_config)
+            extra = self._kv_transfer_config.kv_connector_extra_config
+            self._rng = random.Random(f"kvfuzz fake connector {extra.get('seed', 0)}")
+            self._block_size = vllm_config.cache_config.block_size
+            self._loading: dict[str, int] = {}    # answered "asynchronous", not allocated yet:
+                                                  # request id -> its local hit
+            self._started: dict[str, tuple] = {}  # loads allocated this step
+            self._sending: set[str] = set()       # frees held back since the last step
+
+        @property
+        def supports_divergent_local_hybrid_hits(self) -> bool:
+            return True  # the scheduler looks up through get_computed_blocks_for_connector
+
+        @property
+        def requires_kv_delivery(self) -> bool:
+            return False
+
+        def get_num_new_matched_tokens(self, request, num_computed_tokens):
+            external, load = matched_tokens(self._rng, request.num_tokens,
+                                            num_computed_tokens, self._block_size)
+            self._loading.pop(request.request_id, None)
+            if load:
+                self._loading[request.request_id] = num_computed_tokens
+            return external, load
+
+        def update_state_after_alloc(self, request, blocks, num_external_tokens):
+            local = self._loading.pop(request.request_id, None)
+            if not num_external_tokens or local is None:
+                return
+            rng, size = self._rng, self._block_size
+            (ids, *_), draw = blocks.get_block_ids(), rng.random()
+            first, end = local // size, -(-(local + num_external_tokens) // size)
+            failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 else None
+            self._started[request.request_id] = (rng.randint(1, 3), failed_block, draw < 0.15)
+
+        def build_connector_meta(self, scheduler_output):
+            meta = FakeMetadata(self._started, self._sending)
+            self._started, self._sending = {}, set()
+            return meta
+
+        def request_finished(self, request, block_ids):
+            delay = self._rng.random() < 0.3
+            if delay:
+                self._sending.add(request.request_id)
+            return delay, None
+
+        # the worker side: nothing runs here (FakeWorker answers for it)
+        def start_load_kv(self, forward_context, **kwargs):
+            pass
+
+        def wait_for_layer_load(self, layer_name):
+            pass
+
+        def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
+            pass
+
+        def wait_for_save(self):
+            pass
+
+    return KvfuzzFakeConnector
+
+
+def __getattr__(name: str):
+    if name == NAME:
+        cls = globals()[NAME] = _build()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class FakeWorker:
+    """The fake connector's worker: a load is received after the steps it takes (counting the
+    step it started in), with its failure if it has one; a held-back free is sent at the next
+    step. `loads`, `stores` and `failures` count the loads started, the frees held back and the
+    loads that failed."""
+
+    def __init__(self):
+        self.loads = self.stores = self.failures = 0
+        self.in_flight: dict[str, int] = {}
+        self.sending: set[str] = set()
+
+    def output(self, scheduler_output):
+        from vllm.v1.outputs import KVConnectorOutput
+
+        meta = scheduler_output.kv_connector_metadata
+        if meta is None:
+            return None
+        self.loads += len(meta.loads)
+        self.stores += len(meta.sending)
+        self.in_flight.update(meta.loads)
+        received = {rid for rid, (left, _, _) in self.in_flight.items() if left <= 1}
+        invalid = {self.in_flight[rid][1] for rid in received} - {None}
+        failed = {rid for rid in received if self.in_flight[rid][2]}
+        self.failures += len(invalid) + len(failed)
+        self.in_flight = {rid: (left - 1, *rest) for rid, (left, *rest) in
+                          self.in_flight.items() if rid not in received}
+        sent, self.sending = self.sending, set(meta.sending)
+        return KVConnectorOutput(finished_sending=sent or None,
+                                 finished_recving=received or None,
+                                 invalid_block_ids=invalid, failed_recving=failed)
+
+    def after(self, scheduler, requests) -> None:
+        pass

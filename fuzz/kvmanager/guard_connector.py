@@ -1,0 +1,170 @@
+"""The live kvmanager guard's mapping of a KV connector's calls (mixed into `GuardedManager`,
+`guard.py`) onto the trace's connector ops (`strategies/kvmanager/connector_ops.py`), as vLLM
+0.33.0's scheduler makes them (`Scheduler.schedule`, `_update_waiting_for_remote_kv`,
+`_connector_finished`):
+
+- `get_computed_blocks_for_connector(request)`: the lookup of a connector that can complete
+  divergent hybrid hits; checked at once like `get_computed_blocks`, its `hit_diverged` too
+  (False without a Mamba group), a problem reported as a `connect` op's lookup;
+- the admission's `allocate_slots` after a connector's lookup, or with external tokens
+  (`num_external_computed_tokens`, from the connector's `get_num_new_matched_tokens`), or
+  delaying its caching (an asynchronous load, with its `reserved_blocks`): `connect(rid,
+  chunk, external, load, reserve)`; a load leaves the request waiting for it;
+- `cache_blocks(request, n)` of a request whose load is in flight, `n` its computed tokens: the
+  load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
+  `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
+  `loaded(rid, n)`; `free(request)` of it, not finished: it failed with nothing valid,
+  `loaded(rid, 0)` (under the "recompute" policy for load failures);
+- the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
+  which the judge runs as the resumption (`KVManagerLockstep.schedule`);
+- `finalize_partial_tail_offloads` (at a finish, for a producer) and `remove_skipped_blocks`
+  (before the connector's `request_finished`) change nothing here: the former finalizes Mamba
+  "align" tails alone (the guard refuses Mamba groups), the latter frees what a sliding window
+  skips (full attention skips nothing; with a window it is refused).
+The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
+`request_finished`, `build_connector_meta`) reach the manager only through these.
+
+Refused, not modelled yet: an abort during a load (`free` of a finished request whose load is
+in flight), zeroing (`record_blocks_for_zeroing`, after a failed load too), `pop_blocks_for_free`
+(deferred frees), a connector that loads some groups only.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.guard import modelled
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.trace import Schedule
+
+# allocate_slots' connector arguments and their values without a connector admission.
+CONNECTOR_ARGS = {"num_external_computed_tokens": 0, "delay_cache_blocks": False,
+                  "reserved_blocks": 0, "skip_zeroing_group_ids": ()}
+
+
+class ConnectorCalls:
+    """Mixed into `GuardedManager` (its records, `_lookup`, `_run`, `_refuse`)."""
+
+    @modelled
+    def get_computed_blocks_for_connector(self, request, max_cache_hit_length=None):
+        return self._lookup("get_computed_blocks_for_connector", request,
+                            max_cache_hit_length)
+
+    @modelled
+    def cache_blocks(self, request, num_computed_tokens):
+        manager = self._kvfuzz_object
+        tracked = self._kvfuzz_requests.get(request.request_id)
+        if tracked is None or not tracked.loading:
+            self._refuse(f"cache_blocks of request {request.request_id!r}, whose KV load is not "
+                         f"in flight (the trace caches with its allocations)")
+        n = int(num_computed_tokens)
+        size = self.kvfuzz_session.header.block_size
+        # a failed load keeps a valid prefix cut at its first failed block, at or past the
+        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
+        failed = 0 < n < tracked.computed and n % size == 0 and n >= tracked.hit // size * size
+        if request.num_computed_tokens != n or not (n == tracked.computed or failed):
+            self._refuse(f"cache_blocks of {n} tokens of r{tracked.rid}'s load of "
+                         f"{tracked.computed} (its hit {tracked.hit}): not a load done, nor a "
+                         f"failed one's valid prefix")
+        rid = tracked.rid
+        self._kvfuzz_lookups.clear()
+        result = self._run(Loaded(rid, n if failed else -1), "cache_blocks",
+                           lambda: manager.cache_blocks(request, num_computed_tokens),
+                           lambda args: None if tuple(args) == (rid, n) else
+                           f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
+        tracked.loading = False
+        # as the scheduler (and the judge): a whole prompt loaded recomputes its last token
+        tracked.computed = n - 1 if n == len(tracked.tokens) else n
+        return result
+
+    def _failed_load(self, tracked, request):
+        """`free` of a request whose load failed with nothing valid (the scheduler's
+        `_update_waiting_for_remote_kv`): `loaded(rid, 0)`; it is admitted again from the
+        start. A finished one (an abort during its load) is refused."""
+        if request.is_finished():
+            self._refuse(f"free of request {request.request_id!r}, finished during its KV load "
+                         f"(an abort): not modelled by the guard yet")
+        manager, rid = self._kvfuzz_object, tracked.rid
+        self._kvfuzz_lookups.clear()
+        result = self._run(Loaded(rid, 0), "free", lambda: manager.free(request),
+                           lambda args: None if tuple(args) == (rid, False) else
+                           f"the lock step frees {args}, the engine r{rid} after its load")
+        tracked.loading, tracked.computed = False, 0
+        return result
+
+    def finalize_partial_tail_offloads(self, request):
+        """Mamba "align" groups' tails alone (the guard refuses Mamba groups): nothing here."""
+        return self._kvfuzz_object.finalize_partial_tail_offloads(request)
+
+    def remove_skipped_blocks(self, request_id, processed_computed_tokens,
+                              num_prompt_tokens=None):
+        """What a sliding window skips, freed before the connector reads the block table:
+        nothing with full attention alone (it skips no tokens); refused with a window."""
+        if self.kvfuzz_session.recording and self.kvfuzz_session.header.window:
+            self._refuse("remove_skipped_blocks with a sliding window (before a connector's "
+                         "request_finished) is not modelled by the guard yet")
+        return self._kvfuzz_object.remove_skipped_blocks(request_id, processed_computed_tokens,
+                                                         num_prompt_tokens)
+
+    # -- mapping (from GuardedManager.allocate_slots) ----------------------------------------
+    def _no_connector_args(self, connector: dict) -> None:
+        for name, value in connector.items():
+            if connector[name] not in (CONNECTOR_ARGS[name], None, [], ()):
+                self._refuse(f"allocate_slots with {name}={value!r} outside a connector's "
+                             f"admission")
+
+    def _connector_admission(self, tracked, n: int, hit: int, whole: bool, connector: dict):
+        """An admission after a connector's lookup or with external tokens: `connect`."""
+        rid, left = tracked.rid, len(tracked.tokens) - hit
+        external = int(connector["num_external_computed_tokens"])
+        load = bool(connector["delay_cache_blocks"])
+        reserve = int(connector["reserved_blocks"] or 0)
+        if load:
+            groups = len(self._kvfuzz_object.kv_cache_config.kv_cache_groups)
+            skipped = set(connector["skip_zeroing_group_ids"] or ())
+            if n or not 1 <= external <= left or skipped != set(range(groups)):
+                self._refuse(f"an asynchronous load of {external} external tokens with {n} new "
+                             f"and groups {sorted(skipped)} loaded, of {groups} (the trace's "
+                             f"loads take no new tokens and load every group)")
+        elif reserve or not 1 <= n <= left - external:
+            self._refuse(f"a connector admission of {n} new tokens and {external} external "
+                         f"with {left} left after its hit ({reserve} blocks reserved)")
+        engine = (0 if load else n, hit, external, load, reserve, whole)
+
+        def expected(args):
+            if tuple(args[1:7]) != engine:
+                return f"the lock step connects with {args}, the engine with {engine}"
+
+        def done():
+            if load:  # the request waits for its load: computed tokens, not running
+                tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
+            else:
+                tracked.computed, tracked.running = hit + external + n, True
+        return Connect(rid, 0 if load else n, external, load, reserve), expected, done
+
+    def _resumption(self, tracked, request, n: int, given):
+        """The first allocation after a KV load: waiting, with computed tokens, no lookup."""
+        self._no_hit(given)
+        self._same_tokens(request, tracked)
+        whole = self._waiting_allocation(tracked, given)
+        if not 1 <= n <= len(tracked.tokens) - tracked.computed:
+            self._refuse(f"allocate_slots of {n} tokens resumes request "
+                         f"{request.request_id!r} with {len(tracked.tokens) - tracked.computed} "
+                         f"left")
+
+        def expected(args):
+            if (args[1], args[3]) != (n, whole):
+                return f"the lock step resumes with {args}, the engine with {(n, whole)}"
+        return Schedule(tracked.rid, n), expected, self._runs(tracked, n)
+
+    # -- the connector's lookup, checked at once ----------------------------------------------
+    @staticmethod
+    def _diverged_problems(diverged: bool) -> list[tuple[str, str]]:
+        """Without a Mamba group a connector's hit never diverges (the judge's words)."""
+        return [] if not diverged else [
+            ("prefix hit", "get_computed_blocks_for_connector: hit_diverged expected False, "
+                           "actual True")]
+
+    @staticmethod
+    def _lookup_op(rid: int, connector: bool):
+        """The op whose replay makes the lookup that was checked: a `connect` (its lookup is
+        the connector's) of one token and no external ones, or a `schedule`."""
+        return Connect(rid, 1, 0) if connector else Schedule(rid, 1)

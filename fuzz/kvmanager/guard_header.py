@@ -1,0 +1,54 @@
+"""The kvmanager trace's header read from a live vLLM `KVCacheManager` (`guard.py`): its
+settings, and the configurations the trace does not model refused (`GuardUnsupported`) before
+the guard is made."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.guard import GuardUnsupported
+from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.strategies.kvmanager.trace import Trace, to_json
+
+
+def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
+    """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
+    it: the engine passes what it gave the constructor; None is the manager's default)."""
+    def refuse(why: str):
+        raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
+
+    pool = manager.block_pool
+    config = manager.kv_cache_config
+    specs = [group.kv_cache_spec for group in config.kv_cache_groups]
+    kinds = [type(spec).__name__ for spec in specs]
+    if kinds not in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]):
+        refuse(f"KV-cache groups {kinds}: the trace models one full-attention group and at most "
+               f"one sliding-window group")
+    block_size = specs[0].block_size
+    if any(spec.block_size != block_size for spec in specs):
+        refuse(f"groups of block sizes {[spec.block_size for spec in specs]}: the trace has one")
+    window = specs[1].sliding_window if len(specs) > 1 else 0
+    if len(specs) > 1 and getattr(specs[1], "extra_retained_tokens", 0):
+        refuse("a sliding window with extra retained tokens is not modelled")
+    hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
+    if hash_block_size != block_size:
+        refuse(f"hash block size {hash_block_size} below the block size {block_size}")
+    if not manager.enable_caching or getattr(manager, "use_eagle", False):
+        refuse("the trace models prefix caching on, without EAGLE groups")
+    blocks = int(pool.num_gpu_blocks)
+    held = [m for m in manager.coordinator.single_type_managers
+            if getattr(m, "req_to_blocks", None)]
+    if pool.get_num_free_blocks() != blocks - 1 or held:
+        refuse("the manager has been used: guard it before its first call (the oracle starts "
+               "from an empty pool)")
+    watermark_blocks = int(getattr(manager, "watermark_blocks", 0))
+    trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
+                  retention=getattr(config, "prefix_cache_retention_interval", None),
+                  max_in_flight_tokens=max_in_flight_tokens,
+                  # the fraction whose int(fraction * blocks) the manager computed
+                  watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
+    from kvfuzz.strategies.kvmanager.codec import from_json
+
+    try:
+        from_json(to_json(trace), "the live manager")
+    except FormatError as error:
+        refuse(f"its settings are outside what a kvmanager trace holds ({error})")
+    return trace

@@ -1,0 +1,244 @@
+"""KV-connector calls under the kvmanager live guard (`fuzz/kvmanager/guard_connector.py`): vLLM's
+v1 scheduler with a deterministic fake connector (`fuzz/kvmanager/fake_connector.py`) and with
+the CPU offloading connector runs guarded, its connector admissions, asynchronous loads and
+resumptions checked in lock step; a mutant of each connector check raises at its first bad call
+with a file that replays. And the judge's rule that a request resumed after its KV load passes
+the scheduler's full_sequence_must_fit. Skips without vLLM."""
+
+import functools
+import inspect
+import random
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+import kvfuzz
+from kvfuzz.fuzz.engine.target import AGREE, DIVERGE
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
+from tests import guarding
+from tests.helpers import double, needs_engine
+
+pytestmark = needs_engine("vllm")
+
+
+def impl_of(name: str | None):
+    return KVMANAGER.catalogue.resolve("vllm.kvmanager" if name is None else
+                                       f"mutant.vllm.kvmanager.{name}")
+
+
+def test_a_request_resumed_after_its_load_must_fit_whole():
+    """The scheduler passes full_sequence_must_fit to the first allocation after a KV load
+    (no lookup then) as to every admission: r1's 20 tokens need 3 blocks more than its loaded
+    8 hold, 2 are free, so its 4-token chunk is refused though it would fit alone."""
+    ops = (Arrive(1, tuple(range(1, 21))), Connect(1, 0, 8, load=True),
+           Arrive(2, tuple(range(100, 112))), Schedule(2, 12), Loaded(1), Schedule(1, 4))
+    trace = Trace(8, 4, 0, 100, ops, full_sequence_must_fit=True)
+    assert KVMANAGER.check(trace, impl_of(None)).status == AGREE
+    found = KVMANAGER.check(trace, impl_of("whole_request_unchecked"))
+    assert found.status == DIVERGE and found.divergence.step == 5, found
+
+
+# -- vLLM's scheduler with the fake connector, guarded ----------------------------------------
+def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
+    blocks: loads wait on blocks reserved for the prefills in flight), its manager an instance
+    of `name` (None: the released class), guarded (or recorded)."""
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+
+    wrap = kvfuzz.guard if check else kvfuzz.record
+    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
+    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
+                                                              **options),
+                       workload=FAKE_CONNECTOR,
+                       manager_class=None if name is None else impl_of(name).load())
+
+
+@pytest.mark.slow
+def test_vllms_scheduler_with_a_fake_connector_runs_guarded_with_no_divergence(tmp_path):
+    """Connector admissions (through get_computed_blocks_for_connector), asynchronous loads,
+    their reports and resumptions all mapped and checked; the record is the guard's trace,
+    seeded (the same session twice records the same), and replays clean."""
+    kinds, resumed = Counter(), 0
+    for seed in range(5):
+        session = fake_session(seed, None, tmp_path)
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None
+        kinds.update(type(op).__name__ for op in guarded.ops)
+        kinds.update("load" for op in guarded.ops if isinstance(op, Connect) and op.load)
+        kinds.update("reserve" for op in guarded.ops if isinstance(op, Connect) and op.reserve)
+        recorded = fake_session(seed, None, tmp_path, check=False).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert all(kinds[kind] for kind in ("Connect", "Loaded", "load", "reserve", "Preempt")), kinds
+    assert not list(tmp_path.glob("*.json"))
+
+
+# One mutant per check the connector path has: the connector's lookup (hit_diverged), external
+# blocks of the request's own (a null block is not one: the pool's invariants), nothing cached
+# before the load is reported, the blocks reserved for prefills in flight, and the whole request
+# checked at a connector admission or a resumption.
+CONNECTOR_MUTANTS = ("connector_hit_diverged", "external_on_null_block", "delayed_load_cached",
+                     "reserved_blocks_ignored", "whole_request_unchecked")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONNECTOR_MUTANTS)
+def test_a_connector_mutant_raises_under_the_fake_connector_with_a_file_that_replays(name,
+                                                                                     tmp_path):
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: fake_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=5)
+
+
+# -- kvfuzz's own connector traces, made through the guard ------------------------------------
+def connector_models(trace):
+    """A "connector" profile trace as far as the guard models it: full attention, or beside a
+    sliding window; no zeroing, KV events or stats; every request reading the cache; no request
+    finished while it may be loading (an abort); None otherwise."""
+    from kvfuzz.strategies.kvmanager.trace import Arrive, Finish, Schedule
+
+    if trace.local_chunk or trace.zeroing or trace.events or trace.stats:
+        return None
+    ops, loading = [], set()
+    for op in trace.ops:
+        if isinstance(op, Connect) and op.load and op.external:
+            loading.add(op.rid)
+        elif isinstance(op, Loaded):
+            loading.discard(op.rid)
+        if isinstance(op, Schedule) and op.chunk == 0 or \
+                isinstance(op, Finish) and op.rid in loading:
+            continue
+        ops.append(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op)
+    return replace(trace, ops=tuple(ops))
+
+
+def connector_trace(index: int, impl):
+    from kvfuzz.strategies.kvmanager import connector
+
+    return connector.build(random.Random(f"guard connector {index}"), 120)
+
+
+@pytest.mark.slow
+def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_path):
+    caught = guarding.assert_guard_verdicts_are_the_batch_judges(
+        KVMANAGER, impl_of(None), [impl_of(name) for name in CONNECTOR_MUTANTS], tmp_path,
+        traces=60, settings=lambda kwargs: {"max_in_flight_tokens": kwargs.get(
+            "max_in_flight_tokens")}, modelled=connector_models, generate=connector_trace)
+    assert {name.rsplit(".", 1)[1] for name in caught} == set(CONNECTOR_MUTANTS), caught
+
+
+def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
+    """A load that leaves some groups to zeroing, a cache_blocks that is neither a load done nor
+    a failed one's valid prefix (a whole block at or past the hit), an abort during a load:
+    refused, never made."""
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    driver = KVManagerDriver(impl_of(None).load(), 12, 4, 0, 64)
+    manager = driver.manager
+    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(1, 11)))
+    request = driver.requests[1]
+    RequestStatus = type(request.status)
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
+    free = manager.block_pool.get_num_free_blocks()
+    with pytest.raises(kvfuzz.GuardUnsupported, match="load every group"):
+        guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
+                               delay_cache_blocks=True, skip_zeroing_group_ids=())
+    assert manager.block_pool.get_num_free_blocks() == free  # never made
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
+    guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
+                           delay_cache_blocks=True, skip_zeroing_group_ids=(0,))
+    request.num_computed_tokens = 5  # not on a block: no failed load's valid prefix
+    with pytest.raises(kvfuzz.GuardUnsupported, match="nor a failed one's valid prefix"):
+        guarded.cache_blocks(request, 5)
+    request.status = RequestStatus.FINISHED_ABORTED
+    with pytest.raises(kvfuzz.GuardUnsupported, match="finished during its KV load"):
+        guarded.free(request)
+    assert manager.block_pool.get_num_free_blocks() == free - 2 and not manager.block_pool.\
+        cached_block_hash_to_block
+    request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, 4
+    guarded.cache_blocks(request, 4)  # failed past its first block: checked, and agrees
+    assert guarded.kvfuzz_session.divergence is None
+    assert guarded.kvfuzz_session.ops[1:] == [Connect(0, 0, 8, True), Loaded(0, 4)]
+
+
+@functools.cache
+def doubles() -> dict:
+    """A subclass of the released class breaking the failed-load path (built on first use)."""
+    KVCacheManager = impl_of(None).load()
+    signature = inspect.signature(KVCacheManager.allocate_slots)
+
+    class CachesFailedLoads(KVCacheManager):
+        """A failed load's blocks cached whole: cache_blocks after a load caches what was
+        loading, not the valid prefix the scheduler asks for."""
+
+        @functools.wraps(KVCacheManager.allocate_slots)  # its signature, as the guard reads it
+        def allocate_slots(self, request, *args, **kwargs):
+            got = super().allocate_slots(request, *args, **kwargs)
+            given = signature.bind(self, request, *args, **kwargs)
+            given.apply_defaults()
+            given = given.arguments
+            if got is not None and given["delay_cache_blocks"]:
+                vars(self).setdefault("loading", {})[request.request_id] = \
+                    given["num_new_computed_tokens"] + given["num_external_computed_tokens"]
+            return got
+
+        def cache_blocks(self, request, num_computed_tokens):
+            loaded = vars(self).get("loading", {}).pop(request.request_id, 0)
+            super().cache_blocks(request, max(num_computed_tokens, loaded))
+    return {"CachesFailedLoads": CachesFailedLoads}
+
+
+def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_connector:...
+    if name == "CachesFailedLoads":
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@pytest.mark.slow
+def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_path):
+    """The fake connector fails loads (whole, or at a block: the scheduler keeps the prefix
+    before it); a manager that caches the whole load is caught where it caches."""
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+
+    broken = double("kvmanager", f"{__name__}:CachesFailedLoads")
+    kinds = Counter()
+    for seed in range(3):
+        session = fake_session(seed, None, tmp_path)
+        kinds.update("loaded, prefix valid" if op.valid > 0 else "loaded, none valid"
+                     for op in session.manager.kvfuzz_session.ops
+                     if isinstance(op, Loaded) and op.valid >= 0)
+    assert kinds["loaded, prefix valid"] and kinds["loaded, none valid"], kinds
+    for seed in range(5):
+        try:
+            run_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
+                workload=FAKE_CONNECTOR, manager_class=broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError("CachesFailedLoads: no divergence in 5 sessions")
+    assert isinstance(found.input.ops[found.step], Loaded), found.report()
+    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+
+
+def test_the_fake_connectors_answers_are_seeded_and_leave_a_sync_load_a_token():
+    from kvfuzz.fuzz.kvmanager.fake_connector import matched_tokens
+
+    draws = [[matched_tokens(random.Random(seed), 40, computed, 16)
+              for computed in range(0, 41, 4)] for seed in range(50)]
+    assert draws == [[matched_tokens(random.Random(seed), 40, computed, 16)
+                      for computed in range(0, 41, 4)] for seed in range(50)]
+    answers = [(external, load, computed) for row in draws
+               for (external, load), computed in zip(row, range(0, 41, 4))]
+    assert all(external == 0 and not load or 0 < external <= 40 - computed - (not load)
+               for external, load, computed in answers)
+    assert {(external > 0, load) for external, load, _ in answers} == {
+        (False, False), (True, False), (True, True)}
+    assert any(load and external == 40 - computed for external, load, computed in answers)
