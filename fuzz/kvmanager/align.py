@@ -33,6 +33,7 @@ KV events and stats (the profile observes none) and the scheduler's reads.
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
@@ -47,7 +48,8 @@ class AlignLockstep(KVManagerLockstep):
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
     EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
-                                         "partial hit: inside a block")
+                                         "partial hit: inside a block",
+                                         "boundary states offered")
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -205,7 +207,15 @@ class AlignLockstep(KVManagerLockstep):
         copies = self.read("release_copies")
         if copies:
             self.count("copy-on-write copies taken")
-        return self._pool_problems()
+        offloads = self.read("boundary_offloads")  # drained every step, as a connector does
+        if offloads:
+            self.count("boundary states offered")
+        before = self.keys
+        problems = self._pool_problems()  # (reads the keys afresh)
+        rid = getattr(op, "rid", None)
+        return problems + boundary.offload_problems(
+            offloads, rid, self.requests.get(rid), before, self.keys, self.trace.block_size,
+            self.trace.hash_size)
 
     def _pool_problems(self) -> list[tuple[str, str]]:
         size = self.trace.blocks

@@ -43,6 +43,16 @@ class ManagerReads(PoolReader):
         return [[int(b) for b in ids] for ids in self.manager.get_block_ids_for_computed_tokens(
             self.requests[rid].request_id, computed)]
 
+    def boundary_offloads(self) -> list[tuple[int, int, int, int]] | None:
+        """`take_boundary_state_offloads()` (drained, as a scheduler with a KV connector does
+        every step), flat: (rid, group, block, boundary tokens); None for a manager without it
+        (vLLM before Mamba's boundary hand-offs)."""
+        take = getattr(self.manager, "take_boundary_state_offloads", None)
+        if take is None:
+            return None
+        return [(int(rid), int(group), int(block), int(tokens))
+                for rid, entries in take().items() for group, block, tokens in entries]
+
     def common_prefix_blocks(self, rid: int) -> list[int]:
         return [int(n) for n in self.manager.get_num_common_prefix_blocks(
             self.requests[rid].request_id)]
