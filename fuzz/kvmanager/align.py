@@ -40,7 +40,8 @@ from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
+from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset, Sample,
+                                               Schedule)
 
 
 class AlignLockstep(KVManagerLockstep):
@@ -49,7 +50,8 @@ class AlignLockstep(KVManagerLockstep):
 
     EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
                                          "partial hit: inside a block",
-                                         "boundary states offered")
+                                         "boundary states offered",
+                                         "partial tail handed off at finish")
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -63,6 +65,9 @@ class AlignLockstep(KVManagerLockstep):
         self.reset_done = False                    # whether the last op reset the cache
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
         self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
+        self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
+        self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
+        self.stepped = None                        # the request this op allocated for
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -99,6 +104,29 @@ class AlignLockstep(KVManagerLockstep):
         request = yield from self._sample(op)
         if request is not None:
             return (yield from self._allocate(op.rid, request, 1, None))
+
+    @handles(Preempt, Finish)
+    def free(self, op):
+        """A finish asks the finished request's partial tail first, as a KV producer's scheduler
+        does before the free (`boundary.tail_problems`); then the shared free."""
+        request = self.requests.get(op.rid)
+        if self.align and isinstance(op, Finish) and request is not None:
+            table = (yield Call("", "block_ids", (op.rid,), oracle=None,
+                                compare=state_read)).actual
+            keyed = self.tails.get(op.rid, False)
+
+            def compare(expected, rejected, actual, raised):
+                if raised is not None:
+                    return crash_problems(raised)
+                if actual:
+                    self.count("partial tail handed off at finish")
+                return boundary.tail_problems(actual, op.rid, request, table[-1], keyed,
+                                              self.trace.block_size, self.trace.hash_size)
+            yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail", (op.rid,),
+                       oracle=None, compare=compare)
+        if self.align:
+            self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+        return (yield from super().free(op))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -151,6 +179,7 @@ class AlignLockstep(KVManagerLockstep):
                                f"not the end of r{rid}'s table {short(table)}")
                     for group, (fresh, table) in enumerate(zip(got.actual, tables))
                     if fresh and table[-len(fresh):] != fresh][:1]
+        self.stepped = rid
         self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
         request.status = RUNNING
@@ -213,8 +242,16 @@ class AlignLockstep(KVManagerLockstep):
         before = self.keys
         problems = self._pool_problems()  # (reads the keys afresh)
         rid = getattr(op, "rid", None)
+        request = self.requests.get(rid)
+        if request is not None and self.stepped == rid:
+            # whether this step cached its partial tail (a finish then hands it off; an op
+            # that allocated nothing changes nothing, even if an eviction dropped the entry)
+            self.tails[rid] = boundary.tail_keyed(
+                request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
+                self.trace.hash_size)
+        self.stepped = None
         return problems + boundary.offload_problems(
-            offloads, rid, self.requests.get(rid), before, self.keys, self.trace.block_size,
+            offloads, rid, request, before, self.keys, self.trace.block_size,
             self.trace.hash_size)
 
     def _pool_problems(self) -> list[tuple[str, str]]:
@@ -224,8 +261,10 @@ class AlignLockstep(KVManagerLockstep):
             self.read("keys"), self.read("cache_map"), self.read("usage"))
         held, states = [0] * size, {}
         problems = [("free queue links", links)] if links else []
+        self.mamba_tables = {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
+            self.mamba_tables[rid] = tables[-1] if tables else []
             problems += self._kept_problems(rid, request, tables)
             states.update((b, rid) for b in tables[-1] if b)
             for group, table in enumerate(tables):

@@ -9,7 +9,10 @@ connector's offload of Mamba states). Facts read in the released source
 - when a step caches a full block of the Mamba group (a state at a block boundary), that block
   is offered with its boundary; a partial tail's copy-on-write copy is offered with the tail's
   boundary (the copy takes its source's cache entries);
-- a request freed drops its offers not yet taken.
+- a request freed drops its offers not yet taken;
+- as a request finishes (a KV producer's scheduler asks, before the free:
+  `finalize_partial_tail_offloads`), the partial tail its last step cached, if it computed
+  nothing since, is handed off directly: (group, its table's last block, its computed tokens).
 
 So, with what the caller knows and the pool shows (no model of Mamba's checkpoints):
 - sound: every entry is of the request this op stepped, of the Mamba group (1), a block that
@@ -17,7 +20,10 @@ So, with what the caller knows and the pool shows (no model of Mamba's checkpoin
   request's computed tokens, and the block is cached under the request's hash of exactly
   that many tokens in the Mamba group (a connector offloads it under that hash);
 - complete: every block that gained, in this op, a Mamba entry under the request's hash of a
-  block boundary (a full state block cached) is offered with that boundary.
+  block boundary (a full state block cached) is offered with that boundary;
+- the finished request's tail: exactly its table's last block at its computed tokens when its
+  last step left that block cached under its hash of them, inside a block (`tail_keyed`), else
+  nothing (`tail_problems`).
 A manager that offers nothing, the wrong block, boundary or group fails one of these
 (`tests/kvmanager/test_boundary.py`)."""
 
@@ -58,6 +64,64 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
                                              f"{tokens} tokens (a block boundary), not offered: "
                                              f"{[short_entry(e) for e in offloads][:4]}")]
     return []
+
+
+def tail_keyed(request, table: list[int], keys: list, block_size: int, hash_size: int) -> bool:
+    """Whether the step just made cached the request's partial tail: the last block of its
+    Mamba table (the state it wrote) cached under its hash of exactly its computed tokens, a
+    position inside a block on the hash grid (what the released `_cache_partial_tail_block`
+    keys, and registers the request as that tail's producer)."""
+    computed, last = request.computed, (table[-1] if table else 0)
+    if not last or not computed % block_size or computed % hash_size:
+        return False
+    units = request.hashes(hash_size)
+    return computed // hash_size <= len(units) and \
+        hit_key(units, computed, hash_size) in _entries(keys, last)
+
+
+def tail_problems(tail, rid, request, table: list[int], keyed: bool, block_size: int,
+                  hash_size: int) -> list[tuple[str, str]]:
+    """What is wrong with `finalize_partial_tail_offloads(request)` as request `rid` finishes
+    (`tail`: (group, block, tokens) entries; None: the manager has no such method), given its
+    Mamba table `table` and whether its last step cached its partial tail (`keyed`, from
+    `tail_keyed` after that step: an `evict_blocks` since drops the entry, not the state in the
+    block, so it still counts). The released rule: a request whose last step cached its partial
+    tail hands that state's block off, once: the last block of its table, at its computed
+    tokens; any other request nothing."""
+    if tail is None:
+        return []
+    computed = request.computed
+    last = table[-1] if table else 0
+    for entry in tail:
+        try:
+            group, block, tokens = entry
+        except (TypeError, ValueError):
+            wrong = "is not (group, block, boundary tokens)"
+        else:
+            wrong = (f"names group {group}: only the Mamba group ({MAMBA_GROUP}) hands states "
+                     f"off" if group != MAMBA_GROUP else
+                     f"has a boundary of {tokens} tokens: expected the {computed} computed, "
+                     f"inside a block of {block_size}, a multiple of {hash_size}"
+                     if tokens != computed or not tokens % block_size or tokens % hash_size else
+                     f"names block {block}: expected the last of r{rid}'s Mamba table "
+                     f"{short_list(table)} (the state of its last token)"
+                     if block != last or not block else None)
+        if wrong:
+            return [("boundary offload", f"finalize_partial_tail_offloads(r{rid}): "
+                                         f"{short_list(entry)} {wrong}")]
+    expected = [(MAMBA_GROUP, last, computed)] if keyed else []
+    if [tuple(entry) for entry in tail] != expected:
+        return [("boundary offload", f"finalize_partial_tail_offloads(r{rid}): expected "
+                                     f"{expected or 'nothing'} (its last step "
+                                     f"{'cached' if keyed else 'cached no'} partial tail at "
+                                     f"its {computed} computed tokens), actual "
+                                     f"{short_list(tail)}")]
+    return []
+
+
+def short_list(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _entry_problem(entry, rid, request, units, after, hash_size) -> str | None:

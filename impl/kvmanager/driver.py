@@ -53,6 +53,16 @@ class ManagerReads(PoolReader):
         return [(int(rid), int(group), int(block), int(tokens))
                 for rid, entries in take().items() for group, block, tokens in entries]
 
+    def finalize_tail(self, rid: int) -> list[tuple[int, int, int]] | None:
+        """`finalize_partial_tail_offloads(request)`, as a KV producer's scheduler asks it of a
+        finished request before freeing it: (group, block, boundary tokens) entries; None for a
+        manager without it."""
+        finalize = getattr(self.manager, "finalize_partial_tail_offloads", None)
+        if finalize is None:
+            return None
+        return [(int(group), int(block), int(tokens))
+                for group, block, tokens in finalize(self.requests[rid])]
+
     def common_prefix_blocks(self, rid: int) -> list[int]:
         return [int(n) for n in self.manager.get_num_common_prefix_blocks(
             self.requests[rid].request_id)]

@@ -3,7 +3,8 @@
 the released `KVCacheManager` on the "mamba align" traces, which offers states and agrees, and
 test doubles each breaking one side of `take_boundary_state_offloads` (offering nothing: what
 the mutant `kv_cache_manager:900:17:ZeroIterationForLoop:11` does; the wrong boundary, block or
-group), each caught by the seeded traces (slow: they import vLLM)."""
+group; a finished producer's partial tail not handed off, or the wrong block), each caught by
+the seeded traces (slow: they import vLLM)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import functools
 
 import pytest
 
-from kvfuzz.fuzz.kvmanager.boundary import offload_problems
+from kvfuzz.fuzz.kvmanager.boundary import offload_problems, tail_keyed, tail_problems
 from kvfuzz.oracle.kvmanager.mamba_align import hit_key
 from kvfuzz.strategies.kvmanager import hybrid
 from tests.helpers import divergence, needs_engine
@@ -75,7 +76,45 @@ def test_an_op_of_no_request_offers_nothing():
     assert problems and "not of the request this op stepped" in problems[0][1]
 
 
+# r2 finishes at 6 computed tokens (blocks of 4, hashed per 2); its last step cached its partial
+# tail: the last block of its Mamba table, 4, under its hash of 6 tokens: handed off at finish.
+TAIL_KEYS = [None, None, None, None, [("x", 0), hit_key(UNITS, 6, 2)]]
+
+
+def tail(entries, computed=6, keyed=True, table=(0, 4)):
+    return tail_problems(entries, 2, _Request(computed, UNITS), list(table), keyed, 4, 2)
+
+
+def test_a_step_that_caches_its_partial_tail_is_seen():
+    assert tail_keyed(_Request(6, UNITS), [0, 4], TAIL_KEYS, 4, 2)
+    assert not tail_keyed(_Request(6, UNITS), [0, 3], TAIL_KEYS, 4, 2)     # another block
+    assert not tail_keyed(_Request(8, UNITS), [0, 4], TAIL_KEYS, 4, 2)     # a block boundary
+    assert not tail_keyed(_Request(6, UNITS), [0, 4], [None] * 5, 4, 2)    # nothing cached
+
+
+def test_a_finished_producer_hands_its_tail_off_once():
+    assert tail([(1, 4, 6)]) == []
+    assert tail(None) == []                                              # no such method
+    assert tail([], keyed=False) == []                                   # no tail cached
+
+
+@pytest.mark.parametrize("entries, says", [
+    ([], "expected [(1, 4, 6)]"),
+    ([(0, 4, 6)], "names group 0"),
+    ([(1, 4, 4)], "a boundary of 4 tokens"),
+    ([(1, 3, 6)], "names block 3"),
+    ([(1, 4, 6), (1, 4, 6)], "expected [(1, 4, 6)]"),
+    ([(1, 4, 6)], "expected nothing"),
+    ([(1, 4)], "is not (group, block, boundary tokens)"),
+], ids=["nothing", "group", "boundary", "block", "twice", "none cached", "malformed"])
+def test_each_wrong_tail_is_named(entries, says):
+    problems = tail(entries, keyed=says != "expected nothing")
+    assert len(problems) == 1 and problems[0][0] == "boundary offload", problems
+    assert "finalize_partial_tail_offloads(r2)" in problems[0][1] and says in problems[0][1]
+
+
 # -- the released class and doubles of it -----------------------------------------------------
+INDICES = 100  # of the "mamba align" stream: a finished producer's tail is rarer than offers
 def with_vllm(test):
     """The marks of a test that imports vLLM (skipped without it; the slow tier)."""
     for mark in needs_engine("vllm"):
@@ -110,13 +149,23 @@ def doubles() -> dict:
 
     class OffersGroupZero(KVCacheManager):
         take_boundary_state_offloads = edited(lambda g, b, t: (0, b, t))
+
+    class TailNotHandedOff(KVCacheManager):  # as the ZeroIterationForLoop mutant at line 917
+        def finalize_partial_tail_offloads(self, request):
+            super().finalize_partial_tail_offloads(request)
+            return []
+
+    class TailBlockBefore(KVCacheManager):
+        def finalize_partial_tail_offloads(self, request):
+            return [(g, b - 1, t) for g, b, t in super().finalize_partial_tail_offloads(request)]
     return {cls.__name__: cls for cls in (OffersNothing, OffersBoundaryPlusOne,
-                                          OffersBlockBefore, OffersGroupZero)}
+                                          OffersBlockBefore, OffersGroupZero, TailNotHandedOff,
+                                          TailBlockBefore)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_boundary:OffersNothing
     if name in ("OffersNothing", "OffersBoundaryPlusOne", "OffersBlockBefore",
-                "OffersGroupZero"):
+                "OffersGroupZero", "TailNotHandedOff", "TailBlockBefore"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -126,12 +175,13 @@ def test_the_released_class_offers_states_and_agrees():
     from kvfuzz.fuzz.engine.target import AGREE
     from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 
-    vllm, offered = KVMANAGER.catalogue.resolve("vllm.kvmanager"), 0
-    for index in range(40):
+    vllm, offered, tails = KVMANAGER.catalogue.resolve("vllm.kvmanager"), 0, 0
+    for index in range(INDICES):
         outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), vllm)
         assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
         offered += bool(outcome.features["boundary states offered"])
-    assert offered >= 10, offered
+        tails += outcome.features["partial tail handed off at finish"]
+    assert offered >= 10 and tails >= 1, (offered, tails)
 
 
 @with_vllm
@@ -140,8 +190,11 @@ def test_the_released_class_offers_states_and_agrees():
     ("OffersBoundaryPlusOne", "has a boundary of"),
     ("OffersBlockBefore", "which is not cached under"),
     ("OffersGroupZero", "names group 0"),
+    ("TailNotHandedOff", "finalize_partial_tail_offloads(r"),
+    ("TailBlockBefore", "finalize_partial_tail_offloads(r"),
 ])
 def test_each_broken_hand_off_is_caught(broken, says):
     found = next(d for d in (divergence("kvmanager", hybrid.MAMBA_ALIGN.generate(0, index),
-                                        f"{__name__}:{broken}") for index in range(20)) if d)
+                                        f"{__name__}:{broken}") for index in range(INDICES))
+                 if d)
     assert found.what.startswith("boundary offload") and says in found.report(), found.report()
