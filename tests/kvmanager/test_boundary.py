@@ -198,3 +198,20 @@ def test_each_broken_hand_off_is_caught(broken, says):
                                         f"{__name__}:{broken}") for index in range(INDICES))
                  if d)
     assert found.what.startswith("boundary offload") and says in found.report(), found.report()
+
+
+@with_vllm
+def test_the_corpus_file_of_a_finished_tail_kills_the_hand_off_left_out():
+    """`corpus/kvmanager-764f42327bee6d9d.json` (3 ops: a 2-token prompt in blocks of 2, hashed
+    per token, prefilled 1 token, finished): the released class hands off its tail; a class
+    that hands off nothing diverges at the finish."""
+    from pathlib import Path
+
+    from tests.helpers import loads
+
+    path = Path(__file__).parents[2] / "corpus" / "kvmanager-764f42327bee6d9d.json"
+    trace = loads(path.read_text(), str(path))
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    found = divergence("kvmanager", trace, f"{__name__}:TailNotHandedOff")
+    assert found and "finalize_partial_tail_offloads(r13): expected [(1, 2, 1)]" in \
+        found.report(), found and found.report()
