@@ -23,6 +23,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
+- the boundary-state hand-offs a KV connector takes (`take_boundary_state_offloads` every op,
+  `finalize_partial_tail_offloads` at a finish): `fuzz/kvmanager/boundary.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
