@@ -186,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     sdist = Path(args[0]).expanduser()
-    files = [a for a in args[1:] if not a.startswith("-")]
-    extra = [a for a in args[1:] if a.startswith("-")]
+    # A test path is one the sdist holds (a node id by its file); every other word is pytest's,
+    # in its order, so an option's value stays with it (`-k EXPR`, `-p no:NAME`).
+    files = [a for a in args[1:] if not a.startswith("-") and (sdist / a.split("::")[0]).exists()]
+    extra = [a for a in args[1:] if a not in files]
     if recording:
         return record(sdist, files, extra)
     command = command_line(files, extra, read_failing(sdist))

@@ -99,3 +99,10 @@ def test_recording_a_node_id_is_one_line(sdist, capsys):
 def test_no_sdist_is_one_usage_line(tmp_path, capsys):
     assert upstream_tests.main([str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_an_option_s_value_stays_with_it(sdist, capfd):
+    """`-k EXPR` passes through to pytest whole (a word that is no path of the sdist is not
+    taken for a test file)."""
+    assert upstream_tests.main([str(sdist), "tests/test_fake.py", "-k", "test_passes"]) == 0
+    assert "1 passed, 2 deselected" in capfd.readouterr().out
