@@ -70,6 +70,7 @@ class AlignLockstep(KVManagerLockstep):
         self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
         self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
         self.stepped = None                        # the request this op allocated for
+        self.cached_upto: dict[int, int] = {}     # rid -> boundary its blocks were cached to
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -128,6 +129,7 @@ class AlignLockstep(KVManagerLockstep):
                        oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+            self.cached_upto.pop(op.rid, None)
         return (yield from super().free(op))
 
     @handles(Evict)
@@ -182,6 +184,8 @@ class AlignLockstep(KVManagerLockstep):
                     for group, (fresh, table) in enumerate(zip(got.actual, tables))
                     if fresh and table[-len(fresh):] != fresh][:1]
         self.stepped = rid
+        if admission:  # its blocks cached so far: the hit's, none past it
+            self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
         request.status = RUNNING
@@ -252,9 +256,13 @@ class AlignLockstep(KVManagerLockstep):
                 request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
                 self.trace.hash_size)
         self.stepped = None
+        since = self.cached_upto.get(rid, 0)
+        if request is not None:  # what this op cached, at most (a step caches its full blocks)
+            size = self.trace.block_size
+            self.cached_upto[rid] = max(since, request.computed - request.computed % size)
         return problems + boundary.offload_problems(
             offloads, rid, request, before, self.keys, self.trace.block_size,
-            self.trace.hash_size)
+            self.trace.hash_size, since)
 
     def _pool_problems(self) -> list[tuple[str, str]]:
         size = self.trace.blocks

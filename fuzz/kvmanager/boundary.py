@@ -20,7 +20,9 @@ So, with what the caller knows and the pool shows (no model of Mamba's checkpoin
   request's computed tokens, and the block is cached under the request's hash of exactly
   that many tokens in the Mamba group (a connector offloads it under that hash);
 - complete: every block that gained, in this op, a Mamba entry under the request's hash of a
-  block boundary (a full state block cached) is offered with that boundary;
+  block boundary past what the request had cached before the op (a full state block cached
+  for the first time: `cache_blocks` offers each once per admission) is offered with that
+  boundary;
 - the finished request's tail: exactly its table's last block at its computed tokens when its
   last step left that block cached under its hash of them, inside a block (`tail_keyed`), else
   nothing (`tail_problems`).
@@ -35,11 +37,16 @@ MAMBA_GROUP = 1
 
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,
-                     hash_size: int) -> list[tuple[str, str]]:
+                     hash_size: int, since: int = 0) -> list[tuple[str, str]]:
     """What is wrong with one op's offers (`offloads`: (rid, group, block, tokens) entries, as
     the driver reads them; None: the manager has no such method) after an op that stepped
     request `rid` (`request`, the lock step's, its tokens computed after the op; None for an op
-    of no request); `before`/`after`: each block's cache entries at the last read and now."""
+    of no request); `before`/`after`: each block's cache entries at the last read and now;
+    `since`: the boundary up to which the request's blocks were cached before this op (its
+    computed tokens at its last step, cut to the block, or its hit): only a boundary past it is
+    expected offered. (A state block cached before, whose entry `evict_blocks` dropped, is keyed
+    again by the partial-tail path when the prompt's last hash boundary is that block's end, and
+    the release does not offer it again: `mamba align` trace 476, op 154.)"""
     if offloads is None:
         return []
     units = request.hashes(hash_size) if request is not None else []
@@ -52,7 +59,8 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
         return []
     offered = {(block, tokens) for _, _, block, tokens in offloads}
     boundaries = {hit_key(units, tokens, hash_size): tokens
-                  for tokens in range(block_size, request.computed + 1, block_size)
+                  for tokens in range(since - since % block_size + block_size,
+                                      request.computed + 1, block_size)
                   if tokens // hash_size <= len(units)}
     for block in range(1, len(after)):
         gained = set(_entries(after, block)) - set(_entries(before, block))

@@ -36,8 +36,9 @@ AFTER = [None, ("x", 0), None, hit_key(UNITS, 8, 2), None]
 GOOD = [(1, 1, 3, 8)]
 
 
-def check(offloads, rid=1, computed=8, after=AFTER):
-    return offload_problems(offloads, rid, _Request(computed, UNITS), BEFORE, after, 4, 2)
+def check(offloads, rid=1, computed=8, after=AFTER, since=0):
+    return offload_problems(offloads, rid, _Request(computed, UNITS), BEFORE, after, 4, 2,
+                            since)
 
 
 def test_the_offer_of_a_state_cached_at_a_boundary_passes():
@@ -61,6 +62,14 @@ def test_each_wrong_offer_is_named(offloads, says):
     problems = check(offloads)
     assert len(problems) == 1 and problems[0][0] == "boundary offload", problems
     assert says in problems[0][1], problems
+
+
+def test_a_boundary_cached_before_the_op_is_not_expected_again():
+    """A state block whose entry an eviction dropped, keyed again at the same boundary (the
+    release's partial-tail path does that), is not offered again: only boundaries past what the
+    request had cached are expected."""
+    assert check([], since=8) == [] and check([], since=9) == []
+    assert check([], since=7)  # the boundary 8 is past 7: expected
 
 
 def test_a_partial_entry_is_not_expected_offered():
@@ -182,6 +191,9 @@ def test_the_released_class_offers_states_and_agrees():
         offered += bool(outcome.features["boundary states offered"])
         tails += outcome.features["partial tail handed off at finish"]
     assert offered >= 10 and tails >= 1, (offered, tails)
+    # trace 476: a state block evicted, then keyed again at its boundary, not offered again
+    outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, 476), vllm)
+    assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
 
 
 @with_vllm
