@@ -23,6 +23,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
+- the boundary-state hand-offs a KV connector takes (`take_boundary_state_offloads` every op,
+  `finalize_partial_tail_offloads` at a finish): `fuzz/kvmanager/boundary.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
@@ -33,13 +35,15 @@ KV events and stats (the profile observes none) and the scheduler's reads.
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
+from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset, Sample,
+                                               Schedule)
 
 
 class AlignLockstep(KVManagerLockstep):
@@ -47,7 +51,9 @@ class AlignLockstep(KVManagerLockstep):
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
     EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
-                                         "partial hit: inside a block")
+                                         "partial hit: inside a block",
+                                         "boundary states offered",
+                                         "partial tail handed off at finish")
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -61,6 +67,10 @@ class AlignLockstep(KVManagerLockstep):
         self.reset_done = False                    # whether the last op reset the cache
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
         self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
+        self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
+        self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
+        self.stepped = None                        # the request this op allocated for
+        self.cached_upto: dict[int, int] = {}     # rid -> boundary its blocks were cached to
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -97,6 +107,30 @@ class AlignLockstep(KVManagerLockstep):
         request = yield from self._sample(op)
         if request is not None:
             return (yield from self._allocate(op.rid, request, 1, None))
+
+    @handles(Preempt, Finish)
+    def free(self, op):
+        """A finish asks the finished request's partial tail first, as a KV producer's scheduler
+        does before the free (`boundary.tail_problems`); then the shared free."""
+        request = self.requests.get(op.rid)
+        if self.align and isinstance(op, Finish) and request is not None:
+            table = (yield Call("", "block_ids", (op.rid,), oracle=None,
+                                compare=state_read)).actual
+            keyed = self.tails.get(op.rid, False)
+
+            def compare(expected, rejected, actual, raised):
+                if raised is not None:
+                    return crash_problems(raised)
+                if actual:
+                    self.count("partial tail handed off at finish")
+                return boundary.tail_problems(actual, op.rid, request, table[-1], keyed,
+                                              self.trace.block_size, self.trace.hash_size)
+            yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail", (op.rid,),
+                       oracle=None, compare=compare)
+        if self.align:
+            self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+            self.cached_upto.pop(op.rid, None)
+        return (yield from super().free(op))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -149,6 +183,9 @@ class AlignLockstep(KVManagerLockstep):
                                f"not the end of r{rid}'s table {short(table)}")
                     for group, (fresh, table) in enumerate(zip(got.actual, tables))
                     if fresh and table[-len(fresh):] != fresh][:1]
+        self.stepped = rid
+        if admission:  # its blocks cached so far: the hit's, none past it
+            self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
         request.status = RUNNING
@@ -205,7 +242,27 @@ class AlignLockstep(KVManagerLockstep):
         copies = self.read("release_copies")
         if copies:
             self.count("copy-on-write copies taken")
-        return self._pool_problems()
+        offloads = self.read("boundary_offloads")  # drained every step, as a connector does
+        if offloads:
+            self.count("boundary states offered")
+        before = self.keys
+        problems = self._pool_problems()  # (reads the keys afresh)
+        rid = getattr(op, "rid", None)
+        request = self.requests.get(rid)
+        if request is not None and self.stepped == rid:
+            # whether this step cached its partial tail (a finish then hands it off; an op
+            # that allocated nothing changes nothing, even if an eviction dropped the entry)
+            self.tails[rid] = boundary.tail_keyed(
+                request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
+                self.trace.hash_size)
+        self.stepped = None
+        since = self.cached_upto.get(rid, 0)
+        if request is not None:  # what this op cached, at most (a step caches its full blocks)
+            size = self.trace.block_size
+            self.cached_upto[rid] = max(since, request.computed - request.computed % size)
+        return problems + boundary.offload_problems(
+            offloads, rid, request, before, self.keys, self.trace.block_size,
+            self.trace.hash_size, since)
 
     def _pool_problems(self) -> list[tuple[str, str]]:
         size = self.trace.blocks
@@ -214,8 +271,10 @@ class AlignLockstep(KVManagerLockstep):
             self.read("keys"), self.read("cache_map"), self.read("usage"))
         held, states = [0] * size, {}
         problems = [("free queue links", links)] if links else []
+        self.mamba_tables = {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
+            self.mamba_tables[rid] = tables[-1] if tables else []
             problems += self._kept_problems(rid, request, tables)
             states.update((b, rid) for b in tables[-1] if b)
             for group, table in enumerate(tables):

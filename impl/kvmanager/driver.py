@@ -237,6 +237,27 @@ class KVManagerDriver(ManagerReads):
             self.manager.block_pool.free_blocks(retained)
         return len(copies)
 
+    def boundary_offloads(self) -> list[tuple[int, int, int, int]] | None:
+        """`take_boundary_state_offloads()` (drained, as a scheduler with a KV connector does
+        every step: a driver of its own manager only, never a live one, whose connector
+        takes them), flat: (rid, group, block, boundary tokens); None for a manager without it
+        (vLLM before Mamba's boundary hand-offs)."""
+        take = getattr(self.manager, "take_boundary_state_offloads", None)
+        if take is None:
+            return None
+        return [(int(rid), int(group), int(block), int(tokens))
+                for rid, entries in take().items() for group, block, tokens in entries]
+
+    def finalize_tail(self, rid: int) -> list[tuple[int, int, int]] | None:
+        """`finalize_partial_tail_offloads(request)`, as a KV producer's scheduler asks it of a
+        finished request before freeing it: (group, block, boundary tokens) entries; None for a
+        manager without it."""
+        finalize = getattr(self.manager, "finalize_partial_tail_offloads", None)
+        if finalize is None:
+            return None
+        return [(int(group), int(block), int(tokens))
+                for group, block, tokens in finalize(self.requests[rid])]
+
     def set_computed(self, rid: int, count: int, status: str) -> None:
         """What the scheduler sets after a step: the computed tokens and the status (the
         watermark holds for waiting and preempted requests only); a preemption counts."""

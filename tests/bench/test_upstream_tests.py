@@ -1,6 +1,8 @@
 """`bench/upstream_tests.py`, the runner of upstream's own tests that `kvfuzz mutate --also-run`
 is given: on a fake sdist, `--record` lists the tests that fail on the release and a run then
-deselects them (only tests that pass on the release count); the overlay's PYTHONPATH stays first."""
+deselects them (only tests that pass on the release count), recording one file keeps the
+others' entries (a mutant that overwrites the list is caught), node ids of tests in classes are
+pytest's own, a file that cannot be collected is ignored; the overlay's PYTHONPATH stays first."""
 
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ def test_passes():
 
 def test_fails_on_the_release():
     assert False
+
+class TestInAClass:
+    def test_fails_too(self):
+        assert False
 '''
 
 
@@ -24,7 +30,11 @@ def test_fails_on_the_release():
 def sdist(tmp_path, monkeypatch):
     root = tmp_path / "fake-1.0"
     (root / "tests").mkdir(parents=True)
-    (root / "tests" / "test_fake.py").write_text(TESTS)
+    for name in ("test_fake.py", "test_other.py"):
+        (root / "tests" / name).write_text(TESTS)
+    (root / "tests" / "sub").mkdir()
+    (root / "tests" / "sub" / "test_broken.py").write_text("import no_such_module\n")
+    (root / "tests" / "sub" / "test_fine.py").write_text("def test_fine():\n    pass\n")
     monkeypatch.setattr(upstream_tests, "HERE", tmp_path / "lists")
     monkeypatch.setattr(upstream_cache, "fetched", lambda: True)
     monkeypatch.setattr(upstream_cache, "folder", lambda: tmp_path / "engines")
@@ -50,20 +60,52 @@ def test_a_repository_test_folder_is_a_root(sdist):
     assert upstream_tests.main([str(repo), "test/test_fake.py"]) == 0
 
 
-def test_node_ids_of_functions_and_of_class_tests(tmp_path):
-    (tmp_path / "test" / "unit").mkdir(parents=True)
-    (tmp_path / "test" / "unit" / "test_pool.py").write_text("")
-    assert upstream_tests.node_id(tmp_path, "test.unit.test_pool", "test_a") == \
-        "test/unit/test_pool.py::test_a"
-    assert upstream_tests.node_id(tmp_path, "test.unit.test_pool.TestPool", "test_a") == \
-        "test/unit/test_pool.py::TestPool::test_a"
-
-
 def test_failing_tests_are_recorded_then_deselected(sdist, capsys):
     assert upstream_tests.main([str(sdist), "tests/test_fake.py", "--record"]) == 0
-    assert upstream_tests.read_failing(sdist) == ["tests/test_fake.py::test_fails_on_the_release"]
-    assert "1 passed, 1 failing" in capsys.readouterr().out
+    assert upstream_tests.read_failing(sdist) == [
+        "tests/test_fake.py::TestInAClass::test_fails_too",
+        "tests/test_fake.py::test_fails_on_the_release"]
+    assert "1 passed, 2 failing" in capsys.readouterr().out
     assert upstream_tests.main([str(sdist), "tests/test_fake.py"]) == 0
+
+
+def assert_recording_merges_per_file(sdist) -> None:
+    """Recording one file, then another, keeps the first's entries; re-recording the first once
+    it passes drops its entries and keeps the second's."""
+    upstream_tests.main([str(sdist), "tests/test_fake.py", "--record"])
+    upstream_tests.main([str(sdist), "tests/test_other.py", "--record"])
+    entries, counts = upstream_tests.read_list(upstream_tests.failing_list(sdist))
+    assert {upstream_tests.file_of(e) for e in entries} == {"tests/test_fake.py",
+                                                            "tests/test_other.py"}, entries
+    assert counts == {"tests/test_fake.py": (1, 2), "tests/test_other.py": (1, 2)}, counts
+    (sdist / "tests" / "test_fake.py").write_text("def test_passes():\n    pass\n")
+    upstream_tests.main([str(sdist), "tests/test_fake.py", "--record"])
+    entries, counts = upstream_tests.read_list(upstream_tests.failing_list(sdist))
+    assert {upstream_tests.file_of(e) for e in entries} == {"tests/test_other.py"}, entries
+    assert counts == {"tests/test_fake.py": (1, 0), "tests/test_other.py": (1, 2)}, counts
+
+
+def test_recording_one_file_keeps_the_others(sdist):
+    assert_recording_merges_per_file(sdist)
+
+
+def test_a_recorder_that_overwrites_the_list_is_caught(sdist, monkeypatch):
+    # the bug this replaced: the list rewritten with the last run's files only
+    monkeypatch.setattr(upstream_tests, "covered", lambda file, recorded: True)
+    with pytest.raises(AssertionError):
+        assert_recording_merges_per_file(sdist)
+
+
+def test_a_file_that_cannot_be_collected_is_recorded_then_ignored(sdist, capfd):
+    assert upstream_tests.main([str(sdist), "tests/sub", "--record"]) == 0
+    assert upstream_tests.read_failing(sdist) == ["tests/sub/test_broken.py"]
+    assert "1 passed, 1 failing" in capfd.readouterr().out
+    assert upstream_tests.main([str(sdist), "tests/sub"]) == 0
+
+
+def test_recording_a_node_id_is_one_line(sdist, capsys):
+    assert upstream_tests.main([str(sdist), "tests/test_fake.py::test_passes", "--record"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
 
 
 def test_no_sdist_is_one_usage_line(tmp_path, capsys):
@@ -84,10 +126,18 @@ class TestPool(unittest.TestCase):
 
 
 def test_a_unittest_class_test_is_recorded_by_its_node_id(sdist, capsys):
-    """junit names a class's test `module.Class` / `name`: the node id is `file::Class::name`."""
+    """A unittest class's test is recorded as `file::Class::name` (junit's `module.Class` lost
+    the file: `file/Class.py::name`, which deselects nothing)."""
     (sdist / "tests" / "unit").mkdir()
     (sdist / "tests" / "unit" / "test_pool.py").write_text(UNITTEST_CLASS)
     assert upstream_tests.main([str(sdist), "tests/unit/test_pool.py", "--record"]) == 0
     assert upstream_tests.read_failing(sdist) == [
         "tests/unit/test_pool.py::TestPool::test_fails_on_the_release"]
     assert upstream_tests.main([str(sdist), "tests/unit/test_pool.py"]) == 0
+
+
+def test_an_option_s_value_stays_with_it(sdist, capfd):
+    """`-k EXPR` passes through to pytest whole (a word that is no path of the sdist is not
+    taken for a test file)."""
+    assert upstream_tests.main([str(sdist), "tests/test_fake.py", "-k", "test_passes"]) == 0
+    assert "1 passed, 2 deselected" in capfd.readouterr().out
