@@ -46,7 +46,9 @@ class WindowDriver(RadixDriver):
         """`evict_sliding_windows(req, seqlen - 1)` before a decode step (`seqlen - 1`: the
         tokens whose KV the request holds): the request's window cursor after it."""
         request = self.requests[rid]
-        self.cache.evict_sliding_windows(request, request.filled)
+        # the scheduler's `maybe_evict_swa` slides only a cache that says it supports SWA
+        if self.cache.supports_swa():
+            self.cache.evict_sliding_windows(request, request.filled)
         return int(request.kv.get_evicted_seqlen(self.SWA))
 
     def evict(self, num_tokens: int) -> int:
