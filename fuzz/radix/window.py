@@ -101,6 +101,11 @@ class WindowLockstep(RadixLockstep):
         for name, expected in self.model.swa_sizes().items():
             if reads[name] != expected and not problems:
                 problems.append((f"{name}_size", f"expected {expected}, actual {reads[name]}"))
+        draft, retain = snap["draft_retain"]
+        if retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
+            problems.append(("swa_retain_window", f"built with window {self.model.window} and "
+                             f"draft_swa_window {draft} it keeps {retain}, expected "
+                             f"{max(self.model.window, draft)}"))
         for rid, request in self.model.requests.items():
             actual = snap["cursors"].get(rid)
             if not request.stale and actual is not None and actual != request.cursor:

@@ -33,6 +33,14 @@ MUTATIONS = {
         f"{CLASS}.__init__", "self.sliding_window_size = params.sliding_window_size",
         "self.sliding_window_size = params.sliding_window_size + 1",
         "the cache's window is a token long: each slide frees a slot late, holding it a step"),
+    "supports_swa_false": Mutation(
+        f"{CLASS}.supports_swa", "return True", "return False",
+        "the cache says it has no SWA: the scheduler's maybe_evict_swa never slides a window, "
+        "so out-of-window slots stay held"),
+    "draft_window_dropped": Mutation(
+        f"{CLASS}.__init__", "self.draft_swa_window = params.draft_swa_window", "pass",
+        "the draft model's SWA window is dropped (the class default 0): with a speculative "
+        "draft whose window is longer, the window frees slots the draft still attends"),
 }
 
 

@@ -8,6 +8,8 @@ window cursor."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
@@ -21,6 +23,13 @@ class WindowDriver(RadixDriver):
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
                          poison_keys, sliding_window_size=window)
         self.free_pool = self.allocator.swa_attn_allocator  # where the reader reads free pages
+        # A speculative draft model with a longer SWA window (`draft_swa_window`) widens what a
+        # running request's frees keep (`swa_retain_window`): the traces run without a draft, so
+        # a second cache, built with a draft one token past the window on the same allocator
+        # (its __init__ and reset leave the allocator alone), is asked once what it keeps.
+        draft = window + 1
+        probe = cls(dataclasses.replace(self.params, draft_swa_window=draft))
+        self.draft_retain = (draft, int(probe.swa_retain_window))
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         from kvfuzz.impl.swa.kvcache import stand_in_kvcache
@@ -37,7 +46,9 @@ class WindowDriver(RadixDriver):
         """`evict_sliding_windows(req, seqlen - 1)` before a decode step (`seqlen - 1`: the
         tokens whose KV the request holds): the request's window cursor after it."""
         request = self.requests[rid]
-        self.cache.evict_sliding_windows(request, request.filled)
+        # the scheduler's `maybe_evict_swa` slides only a cache that says it supports SWA
+        if self.cache.supports_swa():
+            self.cache.evict_sliding_windows(request, request.filled)
         return int(request.kv.get_evicted_seqlen(self.SWA))
 
     def evict(self, num_tokens: int) -> int:
@@ -58,6 +69,7 @@ class WindowDriver(RadixDriver):
                        "swa_protected": int(cache.swa_protected_size()),
                        "full_evictable": int(cache.full_evictable_size()),
                        "full_protected": int(cache.full_protected_size())}
+        snap["draft_retain"] = self.draft_retain
         snap["cursors"] = {rid: int(r.kv.get_evicted_seqlen(self.SWA))
                            for rid, r in self.requests.items() if rid in self.live}
         return snap

@@ -39,6 +39,9 @@ EXPECTED.update({PURE_SWA + name: pattern for name, pattern in {
     "evict_takes_smaller_ask": r"evict\(\d+\) freed \d+ tokens while \d+ were evictable: short",
     "window_one_short": r"window cursor: +r\d+'s window cursor went from \d+ to \d+, expected",
     "window_one_long": r"window cursor: +r\d+'s window cursor went from \d+ to \d+, expected",
+    "supports_swa_false": r"window cursor: +r\d+'s window cursor went from \d+ to \d+, expected",
+    "draft_window_dropped": r"swa_retain_window: +built with window \d+ and draft_swa_window "
+                            r"\d+ it keeps \d+, expected \d+",
 }.items()})
 
 

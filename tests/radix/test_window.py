@@ -123,6 +123,21 @@ def judge_with(model):
     return judge
 
 
+# window 2 with a draft window of 3: a running request's frees keep 3 tokens
+DRAFT_RETAIN = (3, 3)
+
+
+def test_the_retain_window_with_a_draft_is_judged():
+    """`swa_retain_window` of a cache built with a longer draft window keeps the draft's: the
+    check that kills `draft_window_dropped` (the draft window left at the class default 0)."""
+    model = WindowModel(1, 8, "lru", 2)
+    reads = {"swa_evictable": 0, "swa_protected": 0, "full_evictable": 0, "full_protected": 0}
+    found = judge_with(model).more_problems({"draft_retain": (3, 2), "swa": reads,
+                                             "cursors": {}}, [])
+    assert found == [("swa_retain_window", "built with window 2 and draft_swa_window 3 it "
+                                           "keeps 2, expected 3")]
+
+
 def test_the_swa_size_reads_are_judged_against_the_nodes_with_the_sign():
     from kvfuzz.oracle.radix.invariants import NodeView
 
@@ -130,15 +145,15 @@ def test_the_swa_size_reads_are_judged_against_the_nodes_with_the_sign():
     reads = {"swa_evictable": 2, "swa_protected": 0, "full_evictable": 0, "full_protected": 0}
     model = WindowModel(1, 8, "lru", 2)
     model.tree.insert(0, [1, 2], [3, 4])
-    assert judge_with(model).more_problems({"swa": reads, "cursors": {}}, [node]) == []
+    assert judge_with(model).more_problems({"draft_retain": DRAFT_RETAIN, "swa": reads, "cursors": {}}, [node]) == []
     wrong = {**reads, "swa_evictable": 0}
-    found = judge_with(model).more_problems({"swa": wrong, "cursors": {}}, [node])
+    found = judge_with(model).more_problems({"draft_retain": DRAFT_RETAIN, "swa": wrong, "cursors": {}}, [node])
     assert found and "2 tokens missing from the count" in found[0][1], found
     locked = {**reads, "swa_protected": 2}
-    found = judge_with(model).more_problems({"swa": locked, "cursors": {}}, [node])
+    found = judge_with(model).more_problems({"draft_retain": DRAFT_RETAIN, "swa": locked, "cursors": {}}, [node])
     assert found and "2 tokens counted twice" in found[0][1], found
     full = {**reads, "full_evictable": 2}
-    found = judge_with(model).more_problems({"swa": full, "cursors": {}}, [node])
+    found = judge_with(model).more_problems({"draft_retain": DRAFT_RETAIN, "swa": full, "cursors": {}}, [node])
     assert found == [("full_evictable_size", "expected 0, actual 2")]
 
 
@@ -146,7 +161,7 @@ def test_a_cursor_the_model_does_not_hold_is_reported():
     model = WindowModel(1, 8, "lru", 2)
     model.admit_match(1, (1, 2, 3), 2, 0, 0)
     reads = {"swa_evictable": 0, "swa_protected": 0, "full_evictable": 0, "full_protected": 0}
-    found = judge_with(model).more_problems({"swa": reads, "cursors": {1: 2}}, [])
+    found = judge_with(model).more_problems({"draft_retain": DRAFT_RETAIN, "swa": reads, "cursors": {1: 2}}, [])
     assert found == [("window cursor", "r1's window cursor is 2, expected 0")]
 
 
