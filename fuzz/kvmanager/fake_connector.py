@@ -11,7 +11,9 @@ three steps (several at once, so the scheduler reserves blocks for the prefills 
 whole prompts loaded (their last token recomputed), failed loads (one in seven fails whole,
 `failed_recving`; one in five at a block of its external ones, `invalid_block_ids`: the
 scheduler keeps the prefix before it), and frees held back for a transfer (`request_finished`
-delays three in ten).
+delays three in ten, never one whose load is in flight: its free waits for the load).
+`FakeWorker(seed, aborts=p)` also aborts a request whose load is in flight, each step with
+probability `p` (the scheduler frees it when its load is reported).
 
 The class is built on first use (the module's `__getattr__`): importing this module imports no
 vLLM.
@@ -72,6 +74,7 @@ def _build():
                                                   # request id -> its local hit
             self._started: dict[str, tuple] = {}  # loads allocated this step
             self._sending: set[str] = set()       # frees held back since the last step
+            self._receiving: set[str] = set()     # loads started, not reported yet
 
         @property
         def supports_divergent_local_hybrid_hits(self) -> bool:
@@ -98,6 +101,11 @@ def _build():
             first, end = local // size, -(-(local + num_external_tokens) // size)
             failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 else None
             self._started[request.request_id] = (rng.randint(1, 3), failed_block, draw < 0.15)
+            self._receiving.add(request.request_id)
+
+        def update_connector_output(self, connector_output):
+            super().update_connector_output(connector_output)
+            self._receiving -= set(connector_output.finished_recving or ())
 
         def build_connector_meta(self, scheduler_output):
             meta = FakeMetadata(self._started, self._sending)
@@ -105,7 +113,9 @@ def _build():
             return meta
 
         def request_finished(self, request, block_ids):
-            delay = self._rng.random() < 0.3
+            # a request aborted during its load is freed when the load is reported (the
+            # scheduler's finish_requests): no transfer of its own holds it back then
+            delay = self._rng.random() < 0.3 and request.request_id not in self._receiving
             if delay:
                 self._sending.add(request.request_id)
             return delay, None
@@ -137,10 +147,13 @@ class FakeWorker:
     """The fake connector's worker: a load is received after the steps it takes (counting the
     step it started in), with its failure if it has one; a held-back free is sent at the next
     step. `loads`, `stores` and `failures` count the loads started, the frees held back and the
-    loads that failed."""
+    loads that failed. With `aborts` > 0, after each step it aborts each request whose load
+    is in flight with that probability (`finish_requests`, as a client's disconnect), drawn
+    from its own stream seeded by `seed`; `aborted` counts them."""
 
-    def __init__(self):
-        self.loads = self.stores = self.failures = 0
+    def __init__(self, seed: int = 0, aborts: float = 0.0):
+        self.loads = self.stores = self.failures = self.aborted = 0
+        self._rng, self._aborts = random.Random(f"kvfuzz fake worker {seed}"), aborts
         self.in_flight: dict[str, int] = {}
         self.sending: set[str] = set()
 
@@ -165,4 +178,12 @@ class FakeWorker:
                                  invalid_block_ids=invalid, failed_recving=failed)
 
     def after(self, scheduler, requests) -> None:
-        pass
+        if not self._aborts:
+            return
+        from vllm.v1.request import RequestStatus
+
+        # the load stays in flight here: the scheduler frees the request when it is received
+        for rid in sorted(self.in_flight):
+            if self._rng.random() < self._aborts and not scheduler.requests[rid].is_finished():
+                scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+                self.aborted += 1
