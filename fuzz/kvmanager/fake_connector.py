@@ -26,8 +26,10 @@ import random
 NAME = "KvfuzzFakeConnector"
 
 
-def connector_config(seed: int):
-    """The engine's setting for the fake connector, its answers seeded by `seed`."""
+def connector_config(seed: int, sync_failures: bool = False):
+    """The engine's setting for the fake connector, its answers seeded by `seed`;
+    `sync_failures`: three synchronous loads in ten fail at a block (drawn only then, so the
+    other sessions stay as they were)."""
     from vllm.config import KVTransferConfig
 
     # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
@@ -35,7 +37,8 @@ def connector_config(seed: int):
     return KVTransferConfig(kv_connector=NAME, kv_connector_module_path=__name__,
                             kv_role="kv_both", engine_id="kvfuzz",
                             kv_load_failure_policy="recompute",
-                            kv_connector_extra_config={"seed": seed})
+                            kv_connector_extra_config={"seed": seed,
+                                                       "sync_failures": sync_failures})
 
 
 def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
@@ -58,11 +61,11 @@ def _build():
 
     class FakeMetadata(KVConnectorMetadata):
         """The step's transfers: loads started (request id -> (steps they take, the block that
-        fails or None, whether the whole load fails)) and requests whose free waits for a
-        transfer."""
+        fails or None, whether the whole load fails), requests whose free waits for a
+        transfer, and the failed blocks of this step's synchronous loads."""
 
-        def __init__(self, loads: dict[str, tuple], sending: set[str]):
-            self.loads, self.sending = loads, sending
+        def __init__(self, loads: dict[str, tuple], sending: set[str], invalid: set[int]):
+            self.loads, self.sending, self.invalid = loads, sending, invalid
 
     class KvfuzzFakeConnector(KVConnectorBase_V1):
         def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -75,6 +78,10 @@ def _build():
             self._started: dict[str, tuple] = {}  # loads allocated this step
             self._sending: set[str] = set()       # frees held back since the last step
             self._receiving: set[str] = set()     # loads started, not reported yet
+            self._sync_failures = bool(extra.get("sync_failures"))
+            self._sync: dict[str, int] = {}       # answered "synchronous": id -> its local hit
+            self._invalid: set[int] = set()       # blocks of this step's synchronous loads
+                                                  # that failed
 
         @property
         def supports_divergent_local_hybrid_hits(self) -> bool:
@@ -88,11 +95,21 @@ def _build():
             external, load = matched_tokens(self._rng, request.num_tokens,
                                             num_computed_tokens, self._block_size)
             self._loading.pop(request.request_id, None)
+            self._sync.pop(request.request_id, None)
             if load:
                 self._loading[request.request_id] = num_computed_tokens
+            elif external and self._sync_failures:
+                self._sync[request.request_id] = num_computed_tokens
             return external, load
 
         def update_state_after_alloc(self, request, blocks, num_external_tokens):
+            synced = self._sync.pop(request.request_id, None)
+            if num_external_tokens and synced is not None and self._rng.random() < 0.3:
+                # a synchronous load failing at one of its blocks: reported this step, the
+                # scheduler recomputes from that block on
+                ids, size = blocks.get_block_ids()[0], self._block_size
+                first, end = synced // size, -(-(synced + num_external_tokens) // size)
+                self._invalid.add(ids[self._rng.randrange(first, end)])
             local = self._loading.pop(request.request_id, None)
             if not num_external_tokens or local is None:
                 return
@@ -108,8 +125,8 @@ def _build():
             self._receiving -= set(connector_output.finished_recving or ())
 
         def build_connector_meta(self, scheduler_output):
-            meta = FakeMetadata(self._started, self._sending)
-            self._started, self._sending = {}, set()
+            meta = FakeMetadata(self._started, self._sending, self._invalid)
+            self._started, self._sending, self._invalid = {}, set(), set()
             return meta
 
         def request_finished(self, request, block_ids):
@@ -152,7 +169,7 @@ class FakeWorker:
     from its own stream seeded by `seed`; `aborted` counts them."""
 
     def __init__(self, seed: int = 0, aborts: float = 0.0):
-        self.loads = self.stores = self.failures = self.aborted = 0
+        self.loads = self.stores = self.failures = self.aborted = self.sync_failures = 0
         self._rng, self._aborts = random.Random(f"kvfuzz fake worker {seed}"), aborts
         self.in_flight: dict[str, int] = {}
         self.sending: set[str] = set()
@@ -167,9 +184,10 @@ class FakeWorker:
         self.stores += len(meta.sending)
         self.in_flight.update(meta.loads)
         received = {rid for rid, (left, _, _) in self.in_flight.items() if left <= 1}
-        invalid = {self.in_flight[rid][1] for rid in received} - {None}
+        invalid = ({self.in_flight[rid][1] for rid in received} | meta.invalid) - {None}
         failed = {rid for rid in received if self.in_flight[rid][2]}
         self.failures += len(invalid) + len(failed)
+        self.sync_failures += len(meta.invalid)
         self.in_flight = {rid: (left - 1, *rest) for rid, (left, *rest) in
                           self.in_flight.items() if rid not in received}
         sent, self.sending = self.sending, set(meta.sending)

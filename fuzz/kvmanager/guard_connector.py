@@ -16,6 +16,9 @@
   `loaded(rid, n)`; `free(request)` of it, not finished: it failed with nothing valid,
   `loaded(rid, 0)` (under the "recompute" policy for load failures); finished (an abort during
   its load, freed when the load is reported): `finish(rid)`;
+- a running request whose computed tokens the scheduler cut to a block after its synchronous
+  load failed (no call, "recompute" policy), seen at its next `allocate_slots`: `loaded(rid,
+  n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) and `remove_skipped_blocks`
@@ -25,9 +28,8 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: a failed synchronous load (the scheduler rewinds a running request's
-computed tokens; the trace has no op for it), zeroing (`record_blocks_for_zeroing`, after a failed load too), `pop_blocks_for_free`
-(deferred frees), a connector that loads some groups only.
+Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too),
+`pop_blocks_for_free` (deferred frees), a connector that loads some groups only.
 """
 
 from __future__ import annotations
@@ -96,6 +98,22 @@ class ConnectorCalls:
             tracked.loading, tracked.computed = False, 0
         return result
 
+    def _sync_load_failed(self, tracked, request) -> None:
+        """At a running request's next allocation after its synchronous load: computed tokens
+        the scheduler cut to a block at or past the local hit (a failed load, "recompute"
+        policy: no call to the manager, its blocks stay cached) are `loaded(rid, n)`."""
+        sync, tracked.sync_load = tracked.sync_load, None
+        n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
+        if not tracked.running or sync is None or n >= tracked.computed:
+            return
+        hit, end, computed = sync
+        if computed != tracked.computed or n % size or not hit // size * size <= n < end:
+            self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
+                         f"{tracked.computed}: not a failed synchronous load's valid prefix "
+                         f"(its hit {hit}, loaded to {end})")
+        self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+        tracked.computed = n
+
     def finalize_partial_tail_offloads(self, request):
         """Mamba "align" groups' tails alone (the guard refuses Mamba groups): nothing here."""
         return self._kvfuzz_object.finalize_partial_tail_offloads(request)
@@ -144,6 +162,8 @@ class ConnectorCalls:
                 tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
             else:
                 tracked.computed, tracked.running = hit + external + n, True
+                tracked.sync_load = (hit, hit + external, tracked.computed) if external \
+                    else None
         return Connect(rid, 0 if load else n, external, load, reserve), expected, done
 
     def _resumption(self, tracked, request, n: int, given):

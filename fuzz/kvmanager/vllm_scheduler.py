@@ -52,6 +52,7 @@ class Workload:
     offload_bytes: int = 0  # CPU bytes of vLLM's CPU offloading connector (0: no connector)
     fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
     abort_loads: float = 0.0  # with it: each step, the chance a load in flight is aborted
+    sync_load_failures: bool = False  # with it: three synchronous loads in ten fail at a block
 
 
 @dataclass
@@ -67,6 +68,7 @@ class SessionResult:
     loads: int = 0                      # the offloading connector's transfer jobs, if any
     stores: int = 0
     aborted: int = 0                    # the fake connector's requests aborted during a load
+    sync_failures: int = 0              # and its synchronous loads failed
     notes: list[str] = field(default_factory=list)
 
 
@@ -140,7 +142,7 @@ def _connector(workload: Workload, seed: int) -> dict:
     if workload.fake_connector:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
-        return {"kv_transfer_config": fake_config(seed)}
+        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures)}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 
@@ -268,6 +270,7 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     result.preemptions = sum(request.num_preemptions for request in requests)
     result.loads, result.stores = worker.loads, worker.stores
     result.aborted = getattr(worker, "aborted", 0)
+    result.sync_failures = getattr(worker, "sync_failures", 0)
     if wrap_pool is not None:
         result.pool = scheduler.kv_cache_manager.block_pool
     return result

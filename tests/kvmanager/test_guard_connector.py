@@ -41,6 +41,20 @@ def test_a_request_resumed_after_its_load_must_fit_whole():
     assert found.status == DIVERGE and found.divergence.step == 5, found
 
 
+def test_a_failed_synchronous_load_rewinds_the_request_and_keeps_its_blocks_cached():
+    """`loaded` with a failure right after a synchronous load's admission: r1 loaded 12
+    external tokens and computed 2 (14, its 4 blocks cached to 3 whole); failed from token 6,
+    it is cut to 4 and computes again into the same blocks, still cached. A manager evicting
+    them diverges at that allocation."""
+    ops = (Arrive(1, tuple(range(1, 21))), Connect(1, 2, 12), Loaded(1, 6), Schedule(1, 4),
+           Schedule(1, 10), Arrive(2, tuple(range(1, 21))), Schedule(2, 8))
+    trace = Trace(16, 4, 0, 100, ops)
+    assert KVMANAGER.check(trace, impl_of(None)).status == AGREE
+    broken = double("kvmanager", f"{__name__}:EvictsRewoundBlocks")
+    found = KVMANAGER.check(trace, broken)
+    assert found.status == DIVERGE and found.divergence.step == 3, found
+
+
 # -- vLLM's scheduler with the fake connector, guarded ----------------------------------------
 def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
@@ -201,11 +215,26 @@ def doubles() -> dict:
             if loaded and request.is_finished():
                 KVCacheManager.cache_blocks(self, request, loaded)
             super().free(request)
-    return {"CachesFailedLoads": CachesFailedLoads, "CachesAbortedLoads": CachesAbortedLoads}
+
+    class EvictsRewoundBlocks(KVCacheManager):
+        """A running request whose computed tokens went back (a failed synchronous load) has
+        its cached blocks past them evicted, as the "fail" policy would: under "recompute"
+        vLLM keeps them cached (they are computed again)."""
+
+        @functools.wraps(KVCacheManager.allocate_slots)
+        def allocate_slots(self, request, *args, **kwargs):
+            group = self.coordinator.single_type_managers[0]
+            cached = group.num_cached_block.get(request.request_id, 0)
+            start = -(-request.num_computed_tokens // group.block_size)
+            if cached > start and not request.is_finished():
+                self.evict_blocks(set(self.get_block_ids(request.request_id)[0][start:cached]))
+            return super().allocate_slots(request, *args, **kwargs)
+    return {"CachesFailedLoads": CachesFailedLoads, "CachesAbortedLoads": CachesAbortedLoads,
+            "EvictsRewoundBlocks": EvictsRewoundBlocks}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_connector:...
-    if name in ("CachesFailedLoads", "CachesAbortedLoads"):
+    if name in ("CachesFailedLoads", "CachesAbortedLoads", "EvictsRewoundBlocks"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -298,6 +327,48 @@ def test_aborts_during_a_load_run_guarded_and_a_manager_caching_them_raises(tmp_
         raise AssertionError("CachesAbortedLoads: no divergence in 5 sessions")
     assert load_aborts(found.input.ops[:found.step + 1]) > load_aborts(
         found.input.ops[:found.step]), found.report()
+    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+
+
+def sync_failing_session(seed: int, wrap, manager_class=None):
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+
+    return run_session(seed, wrap, workload=replace(FAKE_CONNECTOR, sync_load_failures=True),
+                       manager_class=manager_class)
+
+
+@pytest.mark.slow
+def test_failed_synchronous_loads_run_guarded_and_a_manager_evicting_them_raises(tmp_path):
+    """The fake connector fails synchronous loads at a block (reported in their step): the
+    scheduler rewinds the running request's computed tokens with no call, the guard records
+    it as a `loaded` failure before the request's next allocation, checked; the record is the
+    guard's trace and replays. A manager that evicts the rewound blocks is caught there."""
+    rewinds = 0
+    for seed in range(3):
+        session = sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings))
+        guarded = session.manager.kvfuzz_session
+        assert guarded.divergence is None and session.finished == session.requests
+        rewinds += sum(isinstance(op, Loaded) and isinstance(before, Connect) and not before.load
+                       and op.valid >= 0 for before, op in zip(guarded.ops, guarded.ops[1:]))
+        recorded = sync_failing_session(seed, lambda manager, **settings: kvfuzz.record(
+            manager, "kvmanager", **settings)).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert rewinds, "no synchronous load failed right after its admission in 3 sessions"
+    broken = double("kvmanager", f"{__name__}:EvictsRewoundBlocks")
+    for seed in range(5):
+        try:
+            sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
+                broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError("EvictsRewoundBlocks: no divergence in 5 sessions")
+    assert any(isinstance(op, Loaded) and op.valid >= 0 for op in found.input.ops[:found.step])
     assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
     assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
