@@ -77,6 +77,8 @@ class ConnectorOps:
         if load:
             request.status, request.in_flight = LOADING, 0
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
+        elif external:
+            request.sync_load = (hit, hit + external, request.computed)
         return problems
 
     def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve):
@@ -124,6 +126,9 @@ class ConnectorOps:
     @handles(Loaded)
     def loaded(self, op: Loaded):
         request, model = self.requests.get(op.rid), self.model
+        if request is not None and request.status == "running" and op.valid >= 0 and \
+                request.sync_load and request.sync_load[2] == request.computed:
+            return (yield from self._sync_load_failed(op, request))
         if request is None or request.status != LOADING:
             return
         rid, hashes = op.rid, self._hashes(request)
@@ -159,6 +164,19 @@ class ConnectorOps:
             request.computed -= 1
         request.status = "waiting"
         yield Call("", "set_computed", (rid, request.computed, "waiting"), oracle=None)
+
+    def _sync_load_failed(self, op: Loaded, request):
+        """A synchronous load failed, reported in the step of its admission: the scheduler
+        (`_update_requests_with_invalid_blocks`, "recompute" policy) cuts the request's
+        computed tokens to its first failed block, at or past the local hit, and skips its
+        output; the manager is not called (the blocks stay, cached: they are recomputed)."""
+        hit, end, _ = request.sync_load
+        size = self.trace.scheduler_block_size
+        request.computed = max(hit // size * size, min(op.valid, end) // size * size)
+        # not counted as an edge class: kvfuzz's own streams never make it (the guard's
+        # recordings do), and every declared class must be reached by the seeded traces
+        request.sync_load, request.in_flight = None, 0
+        yield Call("", "set_computed", (op.rid, request.computed, "running"), oracle=None)
 
     # -- the properties -----------------------------------------------------------------------
     def _own_start(self, group: int, hit_blocks, computed: int) -> int:

@@ -11,7 +11,9 @@ three steps (several at once, so the scheduler reserves blocks for the prefills 
 whole prompts loaded (their last token recomputed), failed loads (one in seven fails whole,
 `failed_recving`; one in five at a block of its external ones, `invalid_block_ids`: the
 scheduler keeps the prefix before it), and frees held back for a transfer (`request_finished`
-delays three in ten).
+delays three in ten, never one whose load is in flight: its free waits for the load).
+`FakeWorker(seed, aborts=p)` also aborts a request whose load is in flight, each step with
+probability `p` (the scheduler frees it when its load is reported).
 
 The class is built on first use (the module's `__getattr__`): importing this module imports no
 vLLM.
@@ -24,8 +26,10 @@ import random
 NAME = "KvfuzzFakeConnector"
 
 
-def connector_config(seed: int):
-    """The engine's setting for the fake connector, its answers seeded by `seed`."""
+def connector_config(seed: int, sync_failures: bool = False):
+    """The engine's setting for the fake connector, its answers seeded by `seed`;
+    `sync_failures`: three synchronous loads in ten fail at a block (drawn only then, so the
+    other sessions stay as they were)."""
     from vllm.config import KVTransferConfig
 
     # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
@@ -33,7 +37,8 @@ def connector_config(seed: int):
     return KVTransferConfig(kv_connector=NAME, kv_connector_module_path=__name__,
                             kv_role="kv_both", engine_id="kvfuzz",
                             kv_load_failure_policy="recompute",
-                            kv_connector_extra_config={"seed": seed})
+                            kv_connector_extra_config={"seed": seed,
+                                                       "sync_failures": sync_failures})
 
 
 def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
@@ -56,11 +61,11 @@ def _build():
 
     class FakeMetadata(KVConnectorMetadata):
         """The step's transfers: loads started (request id -> (steps they take, the block that
-        fails or None, whether the whole load fails)) and requests whose free waits for a
-        transfer."""
+        fails or None, whether the whole load fails), requests whose free waits for a
+        transfer, and the failed blocks of this step's synchronous loads."""
 
-        def __init__(self, loads: dict[str, tuple], sending: set[str]):
-            self.loads, self.sending = loads, sending
+        def __init__(self, loads: dict[str, tuple], sending: set[str], invalid: set[int]):
+            self.loads, self.sending, self.invalid = loads, sending, invalid
 
     class KvfuzzFakeConnector(KVConnectorBase_V1):
         def __init__(self, vllm_config, role, kv_cache_config=None):
@@ -72,6 +77,11 @@ def _build():
                                                   # request id -> its local hit
             self._started: dict[str, tuple] = {}  # loads allocated this step
             self._sending: set[str] = set()       # frees held back since the last step
+            self._receiving: set[str] = set()     # loads started, not reported yet
+            self._sync_failures = bool(extra.get("sync_failures"))
+            self._sync: dict[str, int] = {}       # answered "synchronous": id -> its local hit
+            self._invalid: set[int] = set()       # blocks of this step's synchronous loads
+                                                  # that failed
 
         @property
         def supports_divergent_local_hybrid_hits(self) -> bool:
@@ -85,11 +95,21 @@ def _build():
             external, load = matched_tokens(self._rng, request.num_tokens,
                                             num_computed_tokens, self._block_size)
             self._loading.pop(request.request_id, None)
+            self._sync.pop(request.request_id, None)
             if load:
                 self._loading[request.request_id] = num_computed_tokens
+            elif external and self._sync_failures:
+                self._sync[request.request_id] = num_computed_tokens
             return external, load
 
         def update_state_after_alloc(self, request, blocks, num_external_tokens):
+            synced = self._sync.pop(request.request_id, None)
+            if num_external_tokens and synced is not None and self._rng.random() < 0.3:
+                # a synchronous load failing at one of its blocks: reported this step, the
+                # scheduler recomputes from that block on
+                ids, size = blocks.get_block_ids()[0], self._block_size
+                first, end = synced // size, -(-(synced + num_external_tokens) // size)
+                self._invalid.add(ids[self._rng.randrange(first, end)])
             local = self._loading.pop(request.request_id, None)
             if not num_external_tokens or local is None:
                 return
@@ -98,14 +118,21 @@ def _build():
             first, end = local // size, -(-(local + num_external_tokens) // size)
             failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 else None
             self._started[request.request_id] = (rng.randint(1, 3), failed_block, draw < 0.15)
+            self._receiving.add(request.request_id)
+
+        def update_connector_output(self, connector_output):
+            super().update_connector_output(connector_output)
+            self._receiving -= set(connector_output.finished_recving or ())
 
         def build_connector_meta(self, scheduler_output):
-            meta = FakeMetadata(self._started, self._sending)
-            self._started, self._sending = {}, set()
+            meta = FakeMetadata(self._started, self._sending, self._invalid)
+            self._started, self._sending, self._invalid = {}, set(), set()
             return meta
 
         def request_finished(self, request, block_ids):
-            delay = self._rng.random() < 0.3
+            # a request aborted during its load is freed when the load is reported (the
+            # scheduler's finish_requests): no transfer of its own holds it back then
+            delay = self._rng.random() < 0.3 and request.request_id not in self._receiving
             if delay:
                 self._sending.add(request.request_id)
             return delay, None
@@ -137,10 +164,13 @@ class FakeWorker:
     """The fake connector's worker: a load is received after the steps it takes (counting the
     step it started in), with its failure if it has one; a held-back free is sent at the next
     step. `loads`, `stores` and `failures` count the loads started, the frees held back and the
-    loads that failed."""
+    loads that failed. With `aborts` > 0, after each step it aborts each request whose load
+    is in flight with that probability (`finish_requests`, as a client's disconnect), drawn
+    from its own stream seeded by `seed`; `aborted` counts them."""
 
-    def __init__(self):
-        self.loads = self.stores = self.failures = 0
+    def __init__(self, seed: int = 0, aborts: float = 0.0):
+        self.loads = self.stores = self.failures = self.aborted = self.sync_failures = 0
+        self._rng, self._aborts = random.Random(f"kvfuzz fake worker {seed}"), aborts
         self.in_flight: dict[str, int] = {}
         self.sending: set[str] = set()
 
@@ -154,9 +184,10 @@ class FakeWorker:
         self.stores += len(meta.sending)
         self.in_flight.update(meta.loads)
         received = {rid for rid, (left, _, _) in self.in_flight.items() if left <= 1}
-        invalid = {self.in_flight[rid][1] for rid in received} - {None}
+        invalid = ({self.in_flight[rid][1] for rid in received} | meta.invalid) - {None}
         failed = {rid for rid in received if self.in_flight[rid][2]}
         self.failures += len(invalid) + len(failed)
+        self.sync_failures += len(meta.invalid)
         self.in_flight = {rid: (left - 1, *rest) for rid, (left, *rest) in
                           self.in_flight.items() if rid not in received}
         sent, self.sending = self.sending, set(meta.sending)
@@ -165,4 +196,12 @@ class FakeWorker:
                                  invalid_block_ids=invalid, failed_recving=failed)
 
     def after(self, scheduler, requests) -> None:
-        pass
+        if not self._aborts:
+            return
+        from vllm.v1.request import RequestStatus
+
+        # the load stays in flight here: the scheduler frees the request when it is received
+        for rid in sorted(self.in_flight):
+            if self._rng.random() < self._aborts and not scheduler.requests[rid].is_finished():
+                scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+                self.aborted += 1

@@ -57,6 +57,9 @@ class _Tracked:
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
         self.hit = 0  # the local hit of its last connector admission
+        # a synchronous load's (local hit, end, computed tokens after its admission) until the
+        # request's next allocation: a failure reported in between rewinds its computed tokens
+        self.sync_load = None
 
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
@@ -141,6 +144,7 @@ class GuardedManager(ConnectorCalls, GuardedObject):
             if name in given and given[name] not in (value, None, [], ()):
                 self._refuse(f"allocate_slots with {name}={given[name]!r}")
         tracked = self._request(request)
+        self._sync_load_failed(tracked, request)
         if request.num_computed_tokens != tracked.computed or tracked.loading:
             self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
                          f"computed tokens where the trace has {tracked.computed}"

@@ -14,7 +14,11 @@
   load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
   `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
   `loaded(rid, n)`; `free(request)` of it, not finished: it failed with nothing valid,
-  `loaded(rid, 0)` (under the "recompute" policy for load failures);
+  `loaded(rid, 0)` (under the "recompute" policy for load failures); finished (an abort during
+  its load, freed when the load is reported): `finish(rid)`;
+- a running request whose computed tokens the scheduler cut to a block after its synchronous
+  load failed (no call, "recompute" policy), seen at its next `allocate_slots`: `loaded(rid,
+  n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) and `remove_skipped_blocks`
@@ -24,16 +28,15 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: an abort during a load (`free` of a finished request whose load is
-in flight), zeroing (`record_blocks_for_zeroing`, after a failed load too), `pop_blocks_for_free`
-(deferred frees), a connector that loads some groups only.
+Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too),
+`pop_blocks_for_free` (deferred frees), a connector that loads some groups only.
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import Schedule
+from kvfuzz.strategies.kvmanager.trace import Finish, Schedule
 
 # allocate_slots' connector arguments and their values without a connector admission.
 CONNECTOR_ARGS = {"num_external_computed_tokens": 0, "delay_cache_blocks": False,
@@ -76,19 +79,40 @@ class ConnectorCalls:
         return result
 
     def _failed_load(self, tracked, request):
-        """`free` of a request whose load failed with nothing valid (the scheduler's
-        `_update_waiting_for_remote_kv`): `loaded(rid, 0)`; it is admitted again from the
-        start. A finished one (an abort during its load) is refused."""
-        if request.is_finished():
-            self._refuse(f"free of request {request.request_id!r}, finished during its KV load "
-                         f"(an abort): not modelled by the guard yet")
+        """`free` of a request whose load is in flight. Not finished: its load failed with
+        nothing valid (the scheduler's `_update_waiting_for_remote_kv`), `loaded(rid, 0)`, and
+        it is admitted again from the start. Finished: it was aborted during its load
+        (`finish_requests`, or the "fail" policy for load failures), freed once the load is
+        reported, `finish(rid)`: its blocks go uncached."""
         manager, rid = self._kvfuzz_object, tracked.rid
+        finished = request.is_finished()
         self._kvfuzz_lookups.clear()
-        result = self._run(Loaded(rid, 0), "free", lambda: manager.free(request),
-                           lambda args: None if tuple(args) == (rid, False) else
-                           f"the lock step frees {args}, the engine r{rid} after its load")
-        tracked.loading, tracked.computed = False, 0
+        result = self._run(Finish(rid) if finished else Loaded(rid, 0), "free",
+                           lambda: manager.free(request),
+                           lambda args: None if tuple(args) == (rid, finished) else
+                           f"the lock step frees {args}, the engine r{rid} during or after "
+                           f"its load (finished: {finished})")
+        if finished:
+            del self._kvfuzz_requests[request.request_id]
+        else:
+            tracked.loading, tracked.computed = False, 0
         return result
+
+    def _sync_load_failed(self, tracked, request) -> None:
+        """At a running request's next allocation after its synchronous load: computed tokens
+        the scheduler cut to a block at or past the local hit (a failed load, "recompute"
+        policy: no call to the manager, its blocks stay cached) are `loaded(rid, n)`."""
+        sync, tracked.sync_load = tracked.sync_load, None
+        n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
+        if not tracked.running or sync is None or n >= tracked.computed:
+            return
+        hit, end, computed = sync
+        if computed != tracked.computed or n % size or not hit // size * size <= n < end:
+            self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
+                         f"{tracked.computed}: not a failed synchronous load's valid prefix "
+                         f"(its hit {hit}, loaded to {end})")
+        self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+        tracked.computed = n
 
     def finalize_partial_tail_offloads(self, request):
         """Mamba "align" groups' tails alone (the guard refuses Mamba groups): nothing here."""
@@ -138,6 +162,8 @@ class ConnectorCalls:
                 tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
             else:
                 tracked.computed, tracked.running = hit + external + n, True
+                tracked.sync_load = (hit, hit + external, tracked.computed) if external \
+                    else None
         return Connect(rid, 0 if load else n, external, load, reserve), expected, done
 
     def _resumption(self, tracked, request, n: int, given):

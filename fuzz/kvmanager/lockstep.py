@@ -65,6 +65,9 @@ class _Request:
         self.in_flight = 0  # its last allocation's tokens, in flight at the next (async)
         # a connector admission's local hit, and each group's first block past it
         self.hit, self.held = 0, []
+        # a synchronous load's (local hit, end, computed tokens after its admission), until the
+        # request moves on: a `loaded` failure then rewinds it
+        self.sync_load = None
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int) -> list[int]:
@@ -195,6 +198,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.count("finish" if finish else "preempt")
         yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid, finish),
                    oracle=lambda: self.model.free(op.rid))
+        request.sync_load = None
         if finish:
             del self.requests[op.rid]
             yield Call("", "forget", (op.rid,), oracle=None, compare=_ignored)

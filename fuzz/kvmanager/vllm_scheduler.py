@@ -51,6 +51,8 @@ class Workload:
     max_steps: int = 5000
     offload_bytes: int = 0  # CPU bytes of vLLM's CPU offloading connector (0: no connector)
     fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
+    abort_loads: float = 0.0  # with it: each step, the chance a load in flight is aborted
+    sync_load_failures: bool = False  # with it: three synchronous loads in ten fail at a block
 
 
 @dataclass
@@ -65,6 +67,8 @@ class SessionResult:
     pool: object = None                 # the wrapped pool, when one was
     loads: int = 0                      # the offloading connector's transfer jobs, if any
     stores: int = 0
+    aborted: int = 0                    # the fake connector's requests aborted during a load
+    sync_failures: int = 0              # and its synchronous loads failed
     notes: list[str] = field(default_factory=list)
 
 
@@ -138,7 +142,7 @@ def _connector(workload: Workload, seed: int) -> dict:
     if workload.fake_connector:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
-        return {"kv_transfer_config": fake_config(seed)}
+        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures)}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 
@@ -244,7 +248,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
     # the connector's worker side, when there is one
-    worker = FakeWorker() if workload.fake_connector else InstantWorker()
+    worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else \
+        InstantWorker()
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -264,6 +269,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     result.loads, result.stores = worker.loads, worker.stores
+    result.aborted = getattr(worker, "aborted", 0)
+    result.sync_failures = getattr(worker, "sync_failures", 0)
     if wrap_pool is not None:
         result.pool = scheduler.kv_cache_manager.block_pool
     return result

@@ -40,7 +40,9 @@ class Loaded:
     (its blocks cached up to its computed tokens); else failed with the first `valid` tokens
     good (cut to the scheduler block, and to what the request had): 0 frees the request (it is
     admitted again through the cache), more caches that prefix and records the blocks after it
-    for zeroing. Resolves to nothing for a request not loading."""
+    for zeroing. Right after a synchronous load's admission, a failure (`valid` >= 0) rewinds
+    the running request's computed tokens to that prefix (no call: its blocks stay cached and
+    are computed again). Resolves to nothing for a request neither loading nor so."""
 
     rid: int
     valid: int = -1

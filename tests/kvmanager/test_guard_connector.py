@@ -41,6 +41,20 @@ def test_a_request_resumed_after_its_load_must_fit_whole():
     assert found.status == DIVERGE and found.divergence.step == 5, found
 
 
+def test_a_failed_synchronous_load_rewinds_the_request_and_keeps_its_blocks_cached():
+    """`loaded` with a failure right after a synchronous load's admission: r1 loaded 12
+    external tokens and computed 2 (14, its 4 blocks cached to 3 whole); failed from token 6,
+    it is cut to 4 and computes again into the same blocks, still cached. A manager evicting
+    them diverges at that allocation."""
+    ops = (Arrive(1, tuple(range(1, 21))), Connect(1, 2, 12), Loaded(1, 6), Schedule(1, 4),
+           Schedule(1, 10), Arrive(2, tuple(range(1, 21))), Schedule(2, 8))
+    trace = Trace(16, 4, 0, 100, ops)
+    assert KVMANAGER.check(trace, impl_of(None)).status == AGREE
+    broken = double("kvmanager", f"{__name__}:EvictsRewoundBlocks")
+    found = KVMANAGER.check(trace, broken)
+    assert found.status == DIVERGE and found.divergence.step == 3, found
+
+
 # -- vLLM's scheduler with the fake connector, guarded ----------------------------------------
 def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
@@ -97,22 +111,14 @@ def test_a_connector_mutant_raises_under_the_fake_connector_with_a_file_that_rep
 # -- kvfuzz's own connector traces, made through the guard ------------------------------------
 def connector_models(trace):
     """A "connector" profile trace as far as the guard models it: full attention, or beside a
-    sliding window; no zeroing, KV events or stats; every request reading the cache; no request
-    finished while it may be loading (an abort); None otherwise."""
-    from kvfuzz.strategies.kvmanager.trace import Arrive, Finish, Schedule
+    sliding window; no zeroing, KV events or stats; every request reading the cache; None
+    otherwise. (A request finished during its load is an abort, modelled.)"""
+    from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule
 
     if trace.local_chunk or trace.zeroing or trace.events or trace.stats:
         return None
-    ops, loading = [], set()
-    for op in trace.ops:
-        if isinstance(op, Connect) and op.load and op.external:
-            loading.add(op.rid)
-        elif isinstance(op, Loaded):
-            loading.discard(op.rid)
-        if isinstance(op, Schedule) and op.chunk == 0 or \
-                isinstance(op, Finish) and op.rid in loading:
-            continue
-        ops.append(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op)
+    ops = [replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
+           for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0)]
     return replace(trace, ops=tuple(ops))
 
 
@@ -133,15 +139,18 @@ def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_
 
 def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
     """A load that leaves some groups to zeroing, a cache_blocks that is neither a load done nor
-    a failed one's valid prefix (a whole block at or past the hit), an abort during a load:
-    refused, never made."""
+    a failed one's valid prefix (a whole block at or past the hit): refused, never made. An
+    abort during a load (the free of a finished request whose load is in flight) is a
+    `finish`, checked."""
     from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+    from kvfuzz.strategies.kvmanager.trace import Finish
 
     driver = KVManagerDriver(impl_of(None).load(), 12, 4, 0, 64)
     manager = driver.manager
     guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
-    driver.arrive(1, list(range(1, 11)))
-    request = driver.requests[1]
+    for rid in (1, 2):
+        driver.arrive(rid, list(range(rid, rid + 10)))
+    request, aborted = driver.requests[1], driver.requests[2]
     RequestStatus = type(request.status)
     blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
     free = manager.block_pool.get_num_free_blocks()
@@ -149,21 +158,23 @@ def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call
         guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
                                delay_cache_blocks=True, skip_zeroing_group_ids=())
     assert manager.block_pool.get_num_free_blocks() == free  # never made
-    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
-    guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
-                           delay_cache_blocks=True, skip_zeroing_group_ids=(0,))
+    for each in (request, aborted):
+        blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(each)
+        guarded.allocate_slots(each, 0, hit, blocks, num_external_computed_tokens=8,
+                               delay_cache_blocks=True, skip_zeroing_group_ids=(0,))
     request.num_computed_tokens = 5  # not on a block: no failed load's valid prefix
     with pytest.raises(kvfuzz.GuardUnsupported, match="nor a failed one's valid prefix"):
         guarded.cache_blocks(request, 5)
-    request.status = RequestStatus.FINISHED_ABORTED
-    with pytest.raises(kvfuzz.GuardUnsupported, match="finished during its KV load"):
-        guarded.free(request)
-    assert manager.block_pool.get_num_free_blocks() == free - 2 and not manager.block_pool.\
+    assert manager.block_pool.get_num_free_blocks() == free - 4 and not manager.block_pool.\
         cached_block_hash_to_block
-    request.status, request.num_computed_tokens = RequestStatus.WAITING_FOR_REMOTE_KVS, 4
+    request.num_computed_tokens = 4
     guarded.cache_blocks(request, 4)  # failed past its first block: checked, and agrees
+    aborted.status = RequestStatus.FINISHED_ABORTED
+    guarded.free(aborted)  # aborted during its load: its blocks go back uncached
     assert guarded.kvfuzz_session.divergence is None
-    assert guarded.kvfuzz_session.ops[1:] == [Connect(0, 0, 8, True), Loaded(0, 4)]
+    assert [op for op in guarded.kvfuzz_session.ops if not isinstance(op, Arrive)] == [
+        Connect(0, 0, 8, True), Connect(1, 0, 8, True), Loaded(0, 4), Finish(1)]
+    assert manager.block_pool.get_num_free_blocks() == free - 2
 
 
 @functools.cache
@@ -190,11 +201,40 @@ def doubles() -> dict:
         def cache_blocks(self, request, num_computed_tokens):
             loaded = vars(self).get("loading", {}).pop(request.request_id, 0)
             super().cache_blocks(request, max(num_computed_tokens, loaded))
-    return {"CachesFailedLoads": CachesFailedLoads}
+
+    class CachesAbortedLoads(CachesFailedLoads):
+        """A request aborted during its load has what was loading cached as it is freed (as
+        if the load had finished), not returned uncached."""
+
+        def cache_blocks(self, request, num_computed_tokens):
+            vars(self).get("loading", {}).pop(request.request_id, 0)
+            KVCacheManager.cache_blocks(self, request, num_computed_tokens)
+
+        def free(self, request):
+            loaded = vars(self).get("loading", {}).pop(request.request_id, 0)
+            if loaded and request.is_finished():
+                KVCacheManager.cache_blocks(self, request, loaded)
+            super().free(request)
+
+    class EvictsRewoundBlocks(KVCacheManager):
+        """A running request whose computed tokens went back (a failed synchronous load) has
+        its cached blocks past them evicted, as the "fail" policy would: under "recompute"
+        vLLM keeps them cached (they are computed again)."""
+
+        @functools.wraps(KVCacheManager.allocate_slots)
+        def allocate_slots(self, request, *args, **kwargs):
+            group = self.coordinator.single_type_managers[0]
+            cached = group.num_cached_block.get(request.request_id, 0)
+            start = -(-request.num_computed_tokens // group.block_size)
+            if cached > start and not request.is_finished():
+                self.evict_blocks(set(self.get_block_ids(request.request_id)[0][start:cached]))
+            return super().allocate_slots(request, *args, **kwargs)
+    return {"CachesFailedLoads": CachesFailedLoads, "CachesAbortedLoads": CachesAbortedLoads,
+            "EvictsRewoundBlocks": EvictsRewoundBlocks}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_connector:...
-    if name == "CachesFailedLoads":
+    if name in ("CachesFailedLoads", "CachesAbortedLoads", "EvictsRewoundBlocks"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -224,6 +264,111 @@ def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_p
     else:
         raise AssertionError("CachesFailedLoads: no divergence in 5 sessions")
     assert isinstance(found.input.ops[found.step], Loaded), found.report()
+    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+
+
+# The fake connector's sessions with aborts: each step, each load in flight is aborted at 3 in
+# 10.
+
+
+def aborting_session(seed: int, wrap, manager_class=None):
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+
+    return run_session(seed, wrap, workload=replace(FAKE_CONNECTOR, abort_loads=0.3),
+                       manager_class=manager_class)
+
+
+def load_aborts(ops) -> int:
+    """How many requests of a guard's ops finished while their load was in flight (a refused
+    admission is admitted again: its last `connect` counts)."""
+    from kvfuzz.strategies.kvmanager.trace import Finish
+
+    loading, aborts = set(), 0
+    for op in ops:
+        if isinstance(op, Connect):
+            (loading.add if op.load else loading.discard)(op.rid)
+        elif isinstance(op, Loaded):
+            loading.discard(op.rid)
+        elif isinstance(op, Finish) and op.rid in loading:
+            aborts += 1
+    return aborts
+
+
+@pytest.mark.slow
+def test_aborts_during_a_load_run_guarded_and_a_manager_caching_them_raises(tmp_path):
+    """The fake worker aborts requests whose loads are in flight (the scheduler frees them when
+    the load is reported): each free is a `finish` of a loading request, checked; the record
+    is the guard's trace and replays. A manager that caches an aborted load's blocks is caught
+    at that finish, with a file that replays."""
+    aborts = 0
+    for seed in range(3):
+        session = aborting_session(seed, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings))
+        guarded = session.manager.kvfuzz_session
+        assert guarded.divergence is None and session.finished == session.requests
+        assert load_aborts(guarded.ops) == session.aborted
+        aborts += session.aborted
+        recorded = aborting_session(seed, lambda manager, **settings: kvfuzz.record(
+            manager, "kvmanager", **settings)).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert aborts, "no load aborted in 3 sessions"
+    broken = double("kvmanager", f"{__name__}:CachesAbortedLoads")
+    for seed in range(5):
+        try:
+            aborting_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
+                broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError("CachesAbortedLoads: no divergence in 5 sessions")
+    assert load_aborts(found.input.ops[:found.step + 1]) > load_aborts(
+        found.input.ops[:found.step]), found.report()
+    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
+    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+
+
+def sync_failing_session(seed: int, wrap, manager_class=None):
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+
+    return run_session(seed, wrap, workload=replace(FAKE_CONNECTOR, sync_load_failures=True),
+                       manager_class=manager_class)
+
+
+@pytest.mark.slow
+def test_failed_synchronous_loads_run_guarded_and_a_manager_evicting_them_raises(tmp_path):
+    """The fake connector fails synchronous loads at a block (reported in their step): the
+    scheduler rewinds the running request's computed tokens with no call, the guard records
+    it as a `loaded` failure before the request's next allocation, checked; the record is the
+    guard's trace and replays. A manager that evicts the rewound blocks is caught there."""
+    rewinds = 0
+    for seed in range(3):
+        session = sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings))
+        guarded = session.manager.kvfuzz_session
+        assert guarded.divergence is None and session.finished == session.requests
+        rewinds += sum(isinstance(op, Loaded) and isinstance(before, Connect) and not before.load
+                       and op.valid >= 0 for before, op in zip(guarded.ops, guarded.ops[1:]))
+        recorded = sync_failing_session(seed, lambda manager, **settings: kvfuzz.record(
+            manager, "kvmanager", **settings)).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert rewinds, "no synchronous load failed right after its admission in 3 sessions"
+    broken = double("kvmanager", f"{__name__}:EvictsRewoundBlocks")
+    for seed in range(5):
+        try:
+            sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
+                broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            break
+    else:
+        raise AssertionError("EvictsRewoundBlocks: no divergence in 5 sessions")
+    assert any(isinstance(op, Loaded) and op.valid >= 0 for op in found.input.ops[:found.step])
     assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
     assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
