@@ -98,7 +98,9 @@ class SWALockstep(UnifiedLockstep):
             return
         request.filled += len(got.actual)
 
-    def _checkpoint(self, rid: int, request: Held):
+    def _checkpoint(self, rid: int, request: Held, finishing: bool = False):
+        # `finishing` tells a pre-0.5.22 RadixCache's finish apart (radix/lockstep.py); the
+        # unified cache has only today's contract: a finish checkpoints like any other.
         self.count("checkpoint")
         protected, cursor, filled, _, branch = self.snap["swa"]["requests"][rid]
         expected = checkpoint_cursor(filled, branch, cursor, protected, self.model.window,
