@@ -245,7 +245,6 @@ def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_p
     before it); a manager that caches the whole load is caught where it caches."""
     from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
 
-    broken = double("kvmanager", f"{__name__}:CachesFailedLoads")
     kinds = Counter()
     for seed in range(3):
         session = fake_session(seed, None, tmp_path)
@@ -253,23 +252,49 @@ def test_a_failed_loads_blocks_cached_whole_raise_under_the_fake_connector(tmp_p
                      for op in session.manager.kvfuzz_session.ops
                      if isinstance(op, Loaded) and op.valid >= 0)
     assert kinds["loaded, prefix valid"] and kinds["loaded, none valid"], kinds
-    for seed in range(5):
-        try:
-            run_session(seed, lambda manager, **settings: kvfuzz.guard(
-                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
-                workload=FAKE_CONNECTOR, manager_class=broken.load())
-        except kvfuzz.Mismatch as raised:
-            found = raised.divergence
-            break
-    else:
-        raise AssertionError("CachesFailedLoads: no divergence in 5 sessions")
+    found = first_mismatch(lambda seed, wrap, manager_class: run_session(
+        seed, wrap, workload=FAKE_CONNECTOR, manager_class=manager_class),
+        "CachesFailedLoads", tmp_path)
     assert isinstance(found.input.ops[found.step], Loaded), found.report()
-    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
-    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
 
 # The fake connector's sessions with aborts: each step, each load in flight is aborted at 3 in
 # 10.
+
+
+def guarded_and_recorded(make_session, tmp_path, seeds: int = 3, aborts: bool = False) -> list:
+    """Each seed's session guarded (no divergence, every request finished) and recorded (the
+    same trace, which replays clean on the release): the guarded sessions."""
+    sessions = []
+    for seed in range(seeds):
+        session = make_session(seed, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings))
+        guarded = session.manager.kvfuzz_session
+        assert guarded.divergence is None and session.finished == session.requests
+        if aborts:  # every abort of the fake worker is a finish of a loading request
+            assert load_aborts(guarded.ops) == session.aborted
+        recorded = make_session(seed, lambda manager, **settings: kvfuzz.record(
+            manager, "kvmanager", **settings)).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+        sessions.append(guarded)
+    return sessions
+
+
+def first_mismatch(make_session, name: str, tmp_path, seeds: int = 5):
+    """The first divergence of the test double `name` guarded in sessions of `make_session`."""
+    broken = double("kvmanager", f"{__name__}:{name}")
+    for seed in range(seeds):
+        try:
+            make_session(seed, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings), broken.load())
+        except kvfuzz.Mismatch as raised:
+            found = raised.divergence
+            assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == \
+                found.signature
+            assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
+            return found
+    raise AssertionError(f"{name}: no divergence in {seeds} sessions")
 
 
 def aborting_session(seed: int, wrap, manager_class=None):
@@ -301,34 +326,11 @@ def test_aborts_during_a_load_run_guarded_and_a_manager_caching_them_raises(tmp_
     the load is reported): each free is a `finish` of a loading request, checked; the record
     is the guard's trace and replays. A manager that caches an aborted load's blocks is caught
     at that finish, with a file that replays."""
-    aborts = 0
-    for seed in range(3):
-        session = aborting_session(seed, lambda manager, **settings: kvfuzz.guard(
-            manager, "kvmanager", corpus=tmp_path, **settings))
-        guarded = session.manager.kvfuzz_session
-        assert guarded.divergence is None and session.finished == session.requests
-        assert load_aborts(guarded.ops) == session.aborted
-        aborts += session.aborted
-        recorded = aborting_session(seed, lambda manager, **settings: kvfuzz.record(
-            manager, "kvmanager", **settings)).manager.kvfuzz_session
-        assert recorded.trace() == guarded.trace()
-        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
-    assert aborts, "no load aborted in 3 sessions"
-    broken = double("kvmanager", f"{__name__}:CachesAbortedLoads")
-    for seed in range(5):
-        try:
-            aborting_session(seed, lambda manager, **settings: kvfuzz.guard(
-                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
-                broken.load())
-        except kvfuzz.Mismatch as raised:
-            found = raised.divergence
-            break
-    else:
-        raise AssertionError("CachesAbortedLoads: no divergence in 5 sessions")
+    guarded = guarded_and_recorded(aborting_session, tmp_path, aborts=True)
+    assert sum(load_aborts(g.ops) for g in guarded), "no load aborted in 3 sessions"
+    found = first_mismatch(aborting_session, "CachesAbortedLoads", tmp_path)
     assert load_aborts(found.input.ops[:found.step + 1]) > load_aborts(
         found.input.ops[:found.step]), found.report()
-    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
-    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
 
 def sync_failing_session(seed: int, wrap, manager_class=None):
@@ -344,33 +346,13 @@ def test_failed_synchronous_loads_run_guarded_and_a_manager_evicting_them_raises
     scheduler rewinds the running request's computed tokens with no call, the guard records
     it as a `loaded` failure before the request's next allocation, checked; the record is the
     guard's trace and replays. A manager that evicts the rewound blocks is caught there."""
-    rewinds = 0
-    for seed in range(3):
-        session = sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
-            manager, "kvmanager", corpus=tmp_path, **settings))
-        guarded = session.manager.kvfuzz_session
-        assert guarded.divergence is None and session.finished == session.requests
-        rewinds += sum(isinstance(op, Loaded) and isinstance(before, Connect) and not before.load
-                       and op.valid >= 0 for before, op in zip(guarded.ops, guarded.ops[1:]))
-        recorded = sync_failing_session(seed, lambda manager, **settings: kvfuzz.record(
-            manager, "kvmanager", **settings)).manager.kvfuzz_session
-        assert recorded.trace() == guarded.trace()
-        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    rewinds = sum(isinstance(op, Loaded) and isinstance(before, Connect) and not before.load
+                  and op.valid >= 0 for guarded in guarded_and_recorded(sync_failing_session,
+                                                                       tmp_path)
+                  for before, op in zip(guarded.ops, guarded.ops[1:]))
     assert rewinds, "no synchronous load failed right after its admission in 3 sessions"
-    broken = double("kvmanager", f"{__name__}:EvictsRewoundBlocks")
-    for seed in range(5):
-        try:
-            sync_failing_session(seed, lambda manager, **settings: kvfuzz.guard(
-                manager, "kvmanager", impl=broken, corpus=tmp_path, **settings),
-                broken.load())
-        except kvfuzz.Mismatch as raised:
-            found = raised.divergence
-            break
-    else:
-        raise AssertionError("EvictsRewoundBlocks: no divergence in 5 sessions")
+    found = first_mismatch(sync_failing_session, "EvictsRewoundBlocks", tmp_path)
     assert any(isinstance(op, Loaded) and op.valid >= 0 for op in found.input.ops[:found.step])
-    assert kvfuzz.replay(found.saved_path, broken).divergences[0].signature == found.signature
-    assert kvfuzz.replay(found.saved_path, "vllm.kvmanager").ok
 
 
 def test_the_fake_connectors_answers_are_seeded_and_leave_a_sync_load_a_token():
