@@ -8,6 +8,12 @@ from __future__ import annotations
 CURRENT_CALLS = ("lock", "unlock", "checkpoint", "touch_prefix", "free_kv_row")
 
 
+def current(obj) -> bool:
+    """Whether a cache (class or instance) has today's calls: the one test of which contract
+    and which calls a release gets (legacy.py)."""
+    return all(callable(getattr(obj, name, None)) for name in CURRENT_CALLS)
+
+
 class Calls:
     def __init__(self, cache, allocator, rows):
         self.cache, self.allocator, self.rows = cache, allocator, rows

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import inspect
 
-from kvfuzz.impl.radix.calls import CURRENT_CALLS, Calls
+from kvfuzz.impl.radix.calls import Calls, current
 
 
 def calls_for(cache, allocator, rows) -> Calls:
-    if all(callable(getattr(cache, name, None)) for name in CURRENT_CALLS):
+    if current(cache):
         return Calls(cache, allocator, rows)
     return LegacyCalls(cache, allocator, rows)
 
@@ -25,7 +25,7 @@ def contract_names(cls) -> tuple[str, ...]:
     """What the oracle reads from a class's API (oracle/radix/contract.py, `BY_NAME`): () for
     0.5.22's calls; else `legacy_calls`, and `finish_splits_prompt` where its finish re-inserts
     the prompt (RadixCache 0.5.20 and 0.5.21; PureSWARadixCache never did)."""
-    if all(callable(getattr(cls, name, None)) for name in ("lock", "unlock", "checkpoint")):
+    if current(cls):  # as calls_for decides: the contract follows the calls driven
         return ()
     finish = getattr(cls, "insert_req", None) or getattr(cls, "cache_finished_req", None)
     try:

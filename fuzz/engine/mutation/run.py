@@ -251,11 +251,10 @@ def _also_run(chosen, done, results, options, out) -> int:
             if count % 10 == 0:
                 print(f"mutate: --also-run {count}/{len(todo)}", file=out)
     except KeyboardInterrupt:
-        tests.stop()
         print(f"mutate: interrupted; the same command resumes from {results.path}", file=out)
         return INTERRUPTED
     finally:
-        tests.stop()
+        tests.stop()  # the commands in flight killed, interrupted or not
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
         tests.close()
