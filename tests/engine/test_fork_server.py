@@ -41,10 +41,11 @@ def test_a_server_that_lies_about_its_processes_is_refused(tmp_path):
     assert "what      corrupted the worker protocol: a fork server's" in result.stderr
     assert summary_rows(result.stderr)["torch.vectorized"][:4] == ["30", "30", "0", "no"]
     # The lie is refused wherever it arrives: as the answer to a fork request (then for the pid
-    # alone: `test_a_pid_that_is_not_the_servers_child_is_refused`), or out of turn after the
-    # true answer came first (the thread and the server race on one socket).
-    assert "with 3 descriptor(s)" in result.stderr or \
-        "a fork server's message b'spawned" in result.stderr, result.stderr[-3000:]
+    # alone: `test_a_pid_that_is_not_the_servers_child_is_refused`), out of turn after the true
+    # answer came first (the thread and the server race on one socket), or, where the thread
+    # wins the race at the server's start, in place of its "ok".
+    refused = ("a fork server's answer b'spawned", "a fork server's message b'spawned")
+    assert any(where in result.stderr for where in refused), result.stderr[-3000:]
 
 
 def test_a_pid_that_is_not_the_servers_child_is_refused():
