@@ -12,7 +12,8 @@ from functools import partial
 from kvfuzz.impl.radix.pure_swa_mutants import MUTATIONS as PURE_SWA_MUTATIONS
 from kvfuzz.impl.radix.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, PREFILL_AWARE, WINDOW
+from kvfuzz.strategies.radix.profile import (KEEPS_KEY, NO_PRIORITIES, NO_RESET_IN_FLIGHT,
+                                             PREFILL_AWARE, WINDOW)
 
 RELEASED = "sglang.srt.mem_cache.radix_cache:RadixCache"
 RELEASED_PURE_SWA = "sglang.srt.mem_cache.pure_swa_radix_cache:PureSWARadixCache"
@@ -20,7 +21,8 @@ UPSTREAM_DECLARES = (NO_RESET_IN_FLIGHT, KEEPS_KEY)
 WINDOW_DECLARES = UPSTREAM_DECLARES + (WINDOW, PREFILL_AWARE)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
-              "swa_window": WINDOW, "prefill_aware": PREFILL_AWARE}
+              "swa_window": WINDOW, "prefill_aware": PREFILL_AWARE,
+              "no_priorities": NO_PRIORITIES}
 _entry = partial(entry, "radix", __name__)
 
 IMPLEMENTATIONS = (
@@ -35,6 +37,12 @@ IMPLEMENTATIONS = (
                    "SGLang's PureSWARadixCache with its sliding window, prefill-aware, on "
                    "PureSWATokenToKVPoolAllocator", UPSTREAM, preconditions=WINDOW_DECLARES,
                    requires="sglang"),
+    # Not by default, and not a contract: a history pass that sees past a release's dropped
+    # priority (0.5.15-0.5.20, docs/release-history.md Q) on the same traces, priorities 0.
+    Implementation("sglang.radix.pure_swa.unprioritized", "radix", RELEASED_PURE_SWA,
+                   "SGLang's PureSWARadixCache on the radix traces without priorities (a "
+                   "history pass behind finding Q)", UPSTREAM,
+                   preconditions=UPSTREAM_DECLARES + (NO_PRIORITIES,), requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.radix.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang", preconditions=UPSTREAM_DECLARES)

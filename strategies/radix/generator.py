@@ -9,7 +9,8 @@ page edges, requests finished cached and not, probes that only match, touch or p
 inserts with the caller's tensor, direct evictions of exactly, one fewer and one more than the
 evictable tokens, namespaces and priorities, every eviction policy, events on and off; and,
 unless an implementation declares it does not support it (`generator_for`), resets with
-requests in flight. Since `radix/2`, one trace in eight also has long prompts (hundreds of
+requests in flight; an entry that declares it runs without priorities gets the same traces
+with every priority 0. Since `radix/2`, one trace in eight also has long prompts (hundreds of
 tokens, past CPython's cache of small ints, where an `is` between two lengths stops meaning
 `==`), prefilled in a few large chunks with a checkpoint between, in a pool that holds two of
 them. `build(..., long_prompts=False)` is the `radix/1` stream (the unified target's).
@@ -20,12 +21,12 @@ from __future__ import annotations
 import functools
 import random
 
-from kvfuzz.strategies.radix.trace import (POLICIES, RESET_IN_FLIGHT, Admit, Checkpoint, Evict,
-                                           Extend, Finish, Insert, Match, Pin, Reset, Touch,
-                                           Trace)
+from kvfuzz.strategies.radix.trace import (POLICIES, PRIORITIES, RESET_IN_FLIGHT, Admit,
+                                           Checkpoint, Evict, Extend, Finish, Insert, Match, Pin,
+                                           Reset, Touch, Trace)
 from kvfuzz.strategies.sources import TraceGenerator, misuse_stream
 
-ALL_MISUSE = frozenset((RESET_IN_FLIGHT,))
+ALL_MISUSE = frozenset((RESET_IN_FLIGHT, PRIORITIES))
 VOCABULARY = 5  # tokens 1..5: random tails often agree with a family for a while
 
 
@@ -95,7 +96,10 @@ class _Generator:
         return 0 if self.rng.random() < 0.85 else self.rng.randint(1, 2)
 
     def priority(self) -> int:
-        return 0 if self.rng.random() < 0.7 else self.rng.randint(0, 3)
+        # Drawn whether or not the stream keeps it: from the same randomness, a build without
+        # priorities is the build with them, op for op, every priority 0.
+        drawn = 0 if self.rng.random() < 0.7 else self.rng.randint(0, 3)
+        return drawn if PRIORITIES in self.allowed else 0
 
     def admit(self) -> None:
         rng = self.rng

@@ -24,6 +24,9 @@ from kvfuzz.strategies.inputs import Origin, dataclass_op_to_json, document_id, 
 FORMAT = "kvfuzz-radix-trace/1"
 POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru")
 RESET_IN_FLIGHT = "reset with requests in flight"
+# Not a misuse: a stream may leave request priorities out ("radix/2[no priorities]") for an
+# entry that declares it runs without them (`profile.NO_PRIORITIES`).
+PRIORITIES = "priorities"
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,11 @@ class Trace:
             window = f"pure SWA, window {self.swa_window} ({floor}), "
         return (f"{window}{self.size} slots in pages of {self.page_size}, {self.policy} "
                 f"eviction, events {'on' if self.events else 'off'}, {len(self.ops)} ops")
+
+
+def prioritized(trace: Trace) -> int:
+    """How many ops carry a request or insert priority other than 0."""
+    return sum(bool(getattr(op, "priority", 0)) for op in trace.ops)
 
 
 def resets_in_flight(trace: Trace) -> int:

@@ -2,6 +2,7 @@
 generator (and its byte-fed twin) that reaches what it aims at, and what a declaration leaves
 out. Plain Python: nothing here needs SGLang."""
 
+import dataclasses
 import json
 import random
 
@@ -10,9 +11,11 @@ import pytest
 from kvfuzz.impl.radix import UPSTREAM_DECLARES
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.radix import codec, generator, uniform
-from kvfuzz.strategies.radix.profile import NO_RESET_IN_FLIGHT, broken, unsupported
-from kvfuzz.strategies.radix.trace import (FORMAT, Admit, Finish, Reset, Trace, resets_in_flight,
-                                           to_json)
+from kvfuzz.strategies.radix.profile import (NO_PRIORITIES, NO_RESET_IN_FLIGHT, broken,
+                                             unsupported)
+from kvfuzz.strategies.radix.trace import (FORMAT, PRIORITIES, Admit, Finish, Insert, Reset,
+                                           Trace, prioritized, resets_in_flight, to_json)
+from kvfuzz.strategies.sources import seeded_random
 from tests.helpers import dumps, loads
 
 
@@ -50,6 +53,28 @@ def test_a_declared_precondition_gets_its_own_stream_without_resets_in_flight():
     assert broken(in_flight, ()) == []
     idle = Trace(1, 8, "lru", False, (Admit(1, (1, 2), 2), Finish(1), Reset()))
     assert resets_in_flight(idle) == 0 and broken(idle, UPSTREAM_DECLARES) == []
+
+
+def test_a_pass_without_priorities_is_the_same_build_with_every_priority_0():
+    """The history entry behind finding Q (`sglang.radix.pure_swa.unprioritized`): its stream
+    leaves priorities out and nothing else, and a prioritized trace is outside its contract."""
+    def zeroed(op):
+        return dataclasses.replace(op, priority=0) if hasattr(op, "priority") else op
+
+    stream = generator.generator_for(unsupported(UPSTREAM_DECLARES + (NO_PRIORITIES,)))
+    assert stream.name == "radix/2[no priorities,no reset with requests in flight]"
+    without = generator.ALL_MISUSE - {PRIORITIES}
+    had = 0
+    for index in range(60):
+        full = generator.build(seeded_random("radix/2", 0, index), 120, long_prompts=True)
+        bare = generator.build(seeded_random("radix/2", 0, index), 120, allowed=without,
+                               long_prompts=True)
+        assert bare.ops == tuple(zeroed(op) for op in full.ops), index
+        assert not prioritized(bare)
+        had += bool(prioritized(full))
+    assert had > 30  # the pass does leave something out
+    trace = Trace(1, 8, "lru", False, (Insert((1, 2), 0, 2),))
+    assert broken(trace, (NO_PRIORITIES,)) == [NO_PRIORITIES] and broken(trace, ()) == []
 
 
 def test_bytes_feed_the_same_generator_and_never_fail():
