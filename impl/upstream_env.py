@@ -30,14 +30,16 @@ _library = None  # kept alive: the schemas live as long as this Library object
 def prepare_import(module_name: str):
     """Around kvfuzz's imports of an implementation's module: SGLang's and vLLM's get torchvision
     prepared, and their import-time warnings about CUDA-only quantization methods (two per
-    process, about code no allocator runs) are not shown."""
+    process, about code no allocator runs) and vLLM's missing compiled kernels are not shown."""
     package = module_name.split(".")[0]
     engines = {package} & set(UPSTREAM_PACKAGES) or engines_named_by(module_name)
     if not engines:
         yield
         return
-    if "vllm" in engines:  # it warns on every refused reset_prefix_cache, an outcome here
-        logging.getLogger("vllm").setLevel(logging.ERROR)
+    # vLLM warns on every refused reset_prefix_cache, an outcome here; and SGLang's modules
+    # import vLLM's platform, which warns that its compiled kernels (vllm._C) are missing, once
+    # a worker process: kvfuzz installs no engine's compiled packages, and no allocator uses them.
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     prepare()
     tolerated = registrations_tolerated() if "sglang" in engines else contextlib.nullcontext()
     with warnings.catch_warnings(), tolerated:

@@ -133,3 +133,18 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
 def test_evicting_more_than_is_cached_frees_what_there_is():
     trace = Trace(2, 16, "fifo", True, (Insert((1, 2, 3, 4)), Insert((5, 6)), Evict(2, True)))
     assert RADIX.check(trace, SGLANG).status == AGREE
+
+
+def test_an_engines_import_time_warnings_stay_out_of_a_run(tmp_path):
+    """SGLang's modules import vLLM's platform, which warns in every worker that its compiled
+    kernels are missing, and SGLang warns about CUDA-only quantization: lines about code no
+    allocator runs, which buried a run's progress (`kvfuzz diff --upstream`, one per worker)."""
+    from tests.engine.test_isolation import kvfuzz
+
+    ran = kvfuzz("diff", "radix", "--impl", "sglang.radix", "--cases", 2, "--jobs", 1,
+                 "--corpus", tmp_path)
+    # The run ended with its summary (its workers imported SGLang): what its verdict was is
+    # other tests' business, and a loaded machine may time an input out.
+    assert "summary: radix" in ran.stderr, (ran.returncode, ran.stderr[:3000])
+    noise = [line for line in ran.stderr.splitlines() if "vllm._C" in line or "Only CUDA" in line]
+    assert not noise, noise
