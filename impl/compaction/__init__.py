@@ -9,6 +9,9 @@ from kvfuzz.impl.registry import BASELINE, MUTANT, UPSTREAM, entry
 _entry = partial(entry, "compaction", __name__)
 # What the upstream entries adapt, for `kvfuzz mutate` (the adapter itself is kvfuzz's).
 UPSTREAM_POOL = "sglang.srt.mem_cache.allocator.unified_sub_pool:MultiEndedAllocator"
+# Where the adapter finds the class, in order: where an earlier release kept it (0.5.15-0.5.19)
+# is tried only where today's module is not there (`registry.load_first`).
+UPSTREAM_POOLS = (UPSTREAM_POOL, "sglang.srt.mem_cache.multi_ended_allocator:MultiEndedAllocator")
 
 
 IMPLEMENTATIONS = (
@@ -38,6 +41,10 @@ IMPLEMENTATIONS = (
     _entry("sglang.compaction.eager", "upstream:eager",
            "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", UPSTREAM,
            requires="sglang", mutates=(UPSTREAM_POOL,)),
+    # The same for eager: its vacated pages come back unzeroed on 0.5.15-0.5.22 as well (N).
+    _entry("sglang.compaction.eager.unzeroed", "upstream:eager_unzeroed",
+           "upstream MultiEndedAllocator, eager, without the fresh-page check (needs sglang)",
+           UPSTREAM, requires="sglang", mutates=(UPSTREAM_POOL,)),
 ) + tuple(
     _entry(f"mutant.sglang.compaction.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang")
