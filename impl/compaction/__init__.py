@@ -3,15 +3,12 @@
 
 from functools import partial
 
+# UPSTREAM_POOL: what the upstream entries adapt, for `kvfuzz mutate` (the adapter is kvfuzz's).
+from kvfuzz.impl.compaction.released import UPSTREAM_POOL
 from kvfuzz.impl.compaction.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import BASELINE, MUTANT, UPSTREAM, entry
 
 _entry = partial(entry, "compaction", __name__)
-# What the upstream entries adapt, for `kvfuzz mutate` (the adapter itself is kvfuzz's).
-UPSTREAM_POOL = "sglang.srt.mem_cache.allocator.unified_sub_pool:MultiEndedAllocator"
-# Where the adapter finds the class, in order: where an earlier release kept it (0.5.15-0.5.19)
-# is tried only where today's module is not there (`registry.load_first`).
-UPSTREAM_POOLS = (UPSTREAM_POOL, "sglang.srt.mem_cache.multi_ended_allocator:MultiEndedAllocator")
 
 
 IMPLEMENTATIONS = (

@@ -12,7 +12,12 @@ are upstream's bytes: `write` tiles each kvfuzz byte K times, `read_live` reads 
 
 Events and streams: a forward's event is a host object whose `query()` says whether `fire`
 happened; upstream's `torch.cuda.current_stream().wait_event` calls are no-ops during each call
-(CPU torch has no CUDA streams). Private names used (pinned to 0.5.23) are checked at import.
+(CPU torch has no CUDA streams). Private names used (those every release since 0.5.15 has) are
+checked at import.
+
+Releases: written for 0.5.23; 0.5.15-0.5.19 kept the class in `mem_cache/multi_ended_allocator.py`
+and had no public urgent flush (`urgent_flush`), and what else differs is read from the class
+(`hole_take`) or is a finding (docs/release-history.md G, N). Before 0.5.15: one line, not there.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ import importlib
 
 import torch
 
+from kvfuzz.impl.compaction.released import UPSTREAM_POOLS
 from kvfuzz.impl.driver_calls import POISON
-from kvfuzz.impl.compaction import UPSTREAM_POOLS
 from kvfuzz.impl.registry import ImplementationError, installed_release, load_first
 from kvfuzz.impl.upstream_env import prepare_import
 from kvfuzz.strategies.compaction.trace import PoolSnapshot

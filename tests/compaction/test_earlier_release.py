@@ -1,6 +1,6 @@
 """`MultiEndedAllocator` as SGLang 0.5.15-0.5.19 shipped it, through the same adapter
 (impl/compaction/upstream.py): the class is found where those releases kept it
-(`mem_cache/multi_ended_allocator.py`, `UPSTREAM_POOLS`), and their interface lacks the public
+(`mem_cache/multi_ended_allocator.py`, `released.UPSTREAM_POOLS`), and their interface lacks the public
 urgent flush (`flush_for_allocation` is 0.5.20's), so the adapter runs the pass those releases
 ran themselves, `_flush(urgent=True)`. Quick tests use a stand-in: today's class without that
 method. The releases themselves: the slow test at the bottom (docs/release-history.md)."""
@@ -11,7 +11,7 @@ import pytest
 
 from kvfuzz.fuzz.compaction.target import COMPACTION
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.impl.compaction import UPSTREAM_POOLS
+from kvfuzz.impl.compaction.released import UPSTREAM_POOLS
 from kvfuzz.strategies.compaction.trace import Params
 from tests.compaction.sides import run_trace
 from tests.conftest import CORPUS
@@ -129,3 +129,24 @@ def test_params_of_a_single_ended_pool_build_on_the_stand_in():
     vids = side.alloc("up", 3)
     side.free("up", vids[:1])
     assert side.flush("up", urgent=True) == 1  # the top page moved into the hole, uncapped
+
+
+def test_0_5_17s_class_runs_and_its_findings_diverge_there_and_0_5_14_says_why_not():
+    # The releases themselves, each first on the path of a `kvfuzz` process as a user runs one,
+    # installed from kvfuzz's wheel cache or the registry (skipped, and said, without either).
+    from tests.radix.test_legacy_release import folder_of, kvfuzz_with
+
+    old = folder_of("0.5.17")
+    pending = kvfuzz_with(old, "replay", str(G_PENDING), "--impl",
+                          "sglang.compaction.lazy.unzeroed")
+    assert pending.returncode == 1, pending.stdout[-2000:] + pending.stderr[-2000:]
+    assert "field pending at op 4 of 5" in pending.stdout
+    fresh = kvfuzz_with(old, "replay", str(N_EAGER), "--impl", "sglang.compaction.eager")
+    assert fresh.returncode == 1 and "fresh page at op 2 of 3" in fresh.stdout, fresh.stdout
+    behind = kvfuzz_with(old, "replay", str(N_EAGER), "--impl", "sglang.compaction.eager.unzeroed")
+    assert behind.returncode == 0, behind.stdout[-2000:] + behind.stderr[-2000:]
+    none = kvfuzz_with(folder_of("0.5.14"), "diff", "compaction", "--impl",
+                       "sglang.compaction.lazy", "--cases", "1")
+    assert none.returncode == 2
+    assert ("not supported: sglang 0.5.14 has no module sglang.srt.mem_cache.allocator."
+            "unified_sub_pool, nor sglang.srt.mem_cache.multi_ended_allocator") in none.stderr
