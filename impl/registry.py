@@ -176,9 +176,10 @@ def load_first(paths: tuple[str, ...], requires: str | None = None):
     """The first of `paths` whose module exists, loaded (an earlier release's place is tried
     only where the current one is missing). When it is not there at all, for a class of a
     released engine (`requires`), one line says which release cannot be driven."""
-    path = paths[0]
+    path, nowhere = paths[0], False
     if len(paths) > 1 and not module_exists(path.partition(":")[0]):
-        path = next((p for p in paths[1:] if module_exists(p.partition(":")[0])), path)
+        path = next((p for p in paths[1:] if module_exists(p.partition(":")[0])), None)
+        nowhere, path = path is None, path or paths[0]
     try:
         return load_attribute(path)
     except ImplementationError as error:
@@ -186,6 +187,10 @@ def load_first(paths: tuple[str, ...], requires: str | None = None):
         needs = getattr(error, "needs", None)
         if release is None or not (needs or isinstance(error, NotThere)):
             raise
+        if nowhere:  # none of the places the class was kept: each named
+            modules = [p.partition(":")[0] for p in paths]
+            raise ImplementationError(f"not supported: {requires} {release} has no module "
+                                      f"{modules[0]}, nor {', nor '.join(modules[1:])}") from None
         # (a plain ImplementationError: it crosses back from the process that loads it apart)
         if needs:
             raise ImplementationError(
@@ -224,6 +229,8 @@ def load_attribute(path: str):
     try:
         with prepare_import(module_name):
             obj = importlib.import_module(module_name)
+    except ImplementationError:  # an adapter of kvfuzz's refusing the release: its own line
+        raise
     except Exception as error:  # a broken outside module is the user's to fix: one line
         text = f"import path {path!r}: cannot import {module_name!r}: {safe_text(error)}"
         absent = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None

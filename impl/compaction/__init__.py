@@ -3,12 +3,12 @@
 
 from functools import partial
 
+# UPSTREAM_POOL: what the upstream entries adapt, for `kvfuzz mutate` (the adapter is kvfuzz's).
+from kvfuzz.impl.compaction.released import UPSTREAM_POOL
 from kvfuzz.impl.compaction.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import BASELINE, MUTANT, UPSTREAM, entry
 
 _entry = partial(entry, "compaction", __name__)
-# What the upstream entries adapt, for `kvfuzz mutate` (the adapter itself is kvfuzz's).
-UPSTREAM_POOL = "sglang.srt.mem_cache.allocator.unified_sub_pool:MultiEndedAllocator"
 
 
 IMPLEMENTATIONS = (
@@ -38,6 +38,10 @@ IMPLEMENTATIONS = (
     _entry("sglang.compaction.eager", "upstream:eager",
            "upstream MultiEndedAllocator, lazy_compaction=False (needs sglang)", UPSTREAM,
            requires="sglang", mutates=(UPSTREAM_POOL,)),
+    # The same for eager: its vacated pages come back unzeroed on 0.5.15-0.5.22 as well (N).
+    _entry("sglang.compaction.eager.unzeroed", "upstream:eager_unzeroed",
+           "upstream MultiEndedAllocator, eager, without the fresh-page check (needs sglang)",
+           UPSTREAM, requires="sglang", mutates=(UPSTREAM_POOL,)),
 ) + tuple(
     _entry(f"mutant.sglang.compaction.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang")

@@ -12,33 +12,42 @@ are upstream's bytes: `write` tiles each kvfuzz byte K times, `read_live` reads 
 
 Events and streams: a forward's event is a host object whose `query()` says whether `fire`
 happened; upstream's `torch.cuda.current_stream().wait_event` calls are no-ops during each call
-(CPU torch has no CUDA streams). Private names used (pinned to 0.5.23) are checked at import.
+(CPU torch has no CUDA streams). Private names used (those every release since 0.5.15 has) are
+checked at import.
+
+Releases: written for 0.5.23; 0.5.15-0.5.19 kept the class in `mem_cache/multi_ended_allocator.py`
+and had no public urgent flush (`urgent_flush`), and what else differs is read from the class
+(`hole_take`) or is a finding (docs/release-history.md G, N). Before 0.5.15: one line, not there.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 
 import torch
 
+from kvfuzz.impl.compaction.released import UPSTREAM_POOLS
 from kvfuzz.impl.driver_calls import POISON
-from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.registry import ImplementationError, installed_release, load_first
 from kvfuzz.impl.upstream_env import prepare_import
 from kvfuzz.strategies.compaction.trace import PoolSnapshot
 
+# Where the class is: 0.5.20 on in allocator/unified_sub_pool.py, 0.5.15-0.5.19 in
+# mem_cache/multi_ended_allocator.py (the first found; neither: one "not supported" line).
+MultiEndedAllocator = load_first(UPSTREAM_POOLS, "sglang")
 with prepare_import("sglang"):
-    _usp = importlib.import_module("sglang.srt.mem_cache.allocator.unified_sub_pool")
     _ump = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
 
 K = 32  # upstream bytes per kvfuzz byte
-_PRIVATE = ("_drain_pending_reuse", "flush_for_allocation", "flush_opportunistic",
-            "set_inflight_forward", "set_latest_forward_done_event", "translate_kv_loc",
-            "_allocated_pages")
-_missing = [name for name in _PRIVATE if not hasattr(_usp.MultiEndedAllocator, name)]
+# Private names the adapter reads, which every release with the class has (0.5.15 on).
+_PRIVATE = ("_drain_pending_reuse", "flush_opportunistic", "set_inflight_forward",
+            "set_latest_forward_done_event", "translate_kv_loc", "_allocated_pages", "_flush")
+_missing = [name for name in _PRIVATE if not hasattr(MultiEndedAllocator, name)]
 if _missing:
-    raise ImplementationError(f"sglang MultiEndedAllocator has no {', '.join(_missing)}: the "
-                              f"adapter is written for sglang 0.5.23")
+    raise ImplementationError(f"not supported: sglang {installed_release('sglang')}: "
+                              f"MultiEndedAllocator has no {', '.join(_missing)}")
 
 
 class _Event:
@@ -83,6 +92,14 @@ def hole_take(allocator_class) -> str:
     return "base_end" if hasattr(allocator_class, "_take_free_pages_from_end") else "front"
 
 
+def urgent_flush(pool):
+    """The pool's urgent flush: `flush_for_allocation` (0.5.20 on); before, the release called
+    `_flush(urgent=True)` itself, as its peer's allocation-pressure path does (0.5.15-0.5.19).
+    The same pass either way: 0.5.20's public method only wraps it."""
+    public = getattr(pool, "flush_for_allocation", None)
+    return public if public is not None else functools.partial(pool._flush, urgent=True)
+
+
 class UpstreamCompaction:
     # Its pool is an MHA pool, whose pages `_maybe_zero_pages` zeroes as they are handed out
     # (0.5.23; before, MLA pools only: docs/release-history.md N).
@@ -93,7 +110,7 @@ class UpstreamCompaction:
         """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it).
         `zeroes=False`: the fresh-page property not claimed (`lazy_unzeroed`)."""
         self.params, self.lazy, self.device = params, lazy, device
-        allocator_class = allocator_class or _usp.MultiEndedAllocator
+        allocator_class = allocator_class or MultiEndedAllocator
         self.hole_take = hole_take(allocator_class)
         self.zeroes_new_pages = zeroes
         epp = {"up": params.epp_up, "down": params.epp_down}
@@ -135,7 +152,7 @@ class UpstreamCompaction:
     def flush(self, name: str, urgent: bool) -> int:
         pool = self.pools[name]
         with _no_streams():
-            return int(pool.flush_for_allocation() if urgent else pool.flush_opportunistic())
+            return int(urgent_flush(pool)() if urgent else pool.flush_opportunistic())
 
     def drain(self, name: str, urgent: bool) -> None:
         if self.lazy:
@@ -225,3 +242,9 @@ def lazy_unzeroed(params, device: str = "cpu") -> UpstreamCompaction:
 
 def eager(params, device: str = "cpu") -> UpstreamCompaction:
     return UpstreamCompaction(params, False, device)
+
+
+def eager_unzeroed(params, device: str = "cpu") -> UpstreamCompaction:
+    """The eager class without the fresh-page check: on 0.5.15-0.5.22 an eager free hands the
+    vacated pages back with their rows too (N), and every eager trace stops there."""
+    return UpstreamCompaction(params, False, device, zeroes=False)

@@ -86,9 +86,9 @@ def test_an_allocator_that_keeps_the_callers_freed_ids_is_caught():
     # The adapter writes -99 over the tensor it passed to free() once the call returns, as a
     # scheduler reuses its buffers; this allocator adopts that tensor as its free-id list when
     # the list was empty (a "no concatenation needed" shortcut).
-    from kvfuzz.impl.compaction.upstream import UpstreamCompaction, _usp
+    from kvfuzz.impl.compaction.upstream import MultiEndedAllocator, UpstreamCompaction
 
-    class AdoptsFreedIds(_usp.MultiEndedAllocator):
+    class AdoptsFreedIds(MultiEndedAllocator):
         def free(self, free_index):
             empty = self.free_virtual_ids.numel() == 0
             super().free(free_index)
@@ -107,9 +107,9 @@ def test_an_allocator_that_keeps_the_callers_freed_ids_is_caught():
 def test_which_holes_an_allocation_takes_is_read_from_the_release():
     # 0.5.20-0.5.22 drain `_free_phys_pages` from the front, in free order (the spec's policy);
     # 0.5.23 sorts and takes from the pool's own end (`_take_free_pages_from_end`).
-    from kvfuzz.impl.compaction.upstream import _usp, hole_take
+    from kvfuzz.impl.compaction.upstream import MultiEndedAllocator, hole_take
 
-    assert hole_take(_usp.MultiEndedAllocator) == "base_end"
+    assert hole_take(MultiEndedAllocator) == "base_end"
     assert hole_take(type("Release0522", (), {"_flush_impl": None})) == "front"
     params = COMPACTION.generator.generate(0, 0).params
     assert COMPACTION.catalogue.resolve("sglang.compaction.lazy").load()(params).hole_take \

@@ -86,6 +86,26 @@ def test_a_release_whose_module_imports_a_package_not_installed_is_one_line(fake
         load_first(("fakeeng.mem.kernels:Cache",))  # not a released engine's: the plain error
 
 
+def test_a_class_in_none_of_the_places_its_releases_kept_it_names_each_place(fakeeng):
+    # MultiEndedAllocator: allocator/unified_sub_pool.py from 0.5.20, multi_ended_allocator.py
+    # in 0.5.15-0.5.19, neither before (impl/compaction UPSTREAM_POOLS)
+    with pytest.raises(ImplementationError, match=r"^not supported: fakeeng 1\.0 has no module "
+                                                   r"fakeeng\.mem\.allocator\.pool, nor "
+                                                   r"fakeeng\.mem\.pool$"):
+        load_first(("fakeeng.mem.allocator.pool:Pool", "fakeeng.mem.pool:Pool"), "fakeeng")
+
+
+def test_an_adapters_own_refusal_of_a_release_is_its_line_unwrapped(fakeeng, tmp_path):
+    # an adapter of kvfuzz's that reads the release at import and refuses it (the compaction
+    # adapter: no private name it reads) says so in its own line, not inside "cannot import"
+    (tmp_path / "fakeeng" / "mem" / "adapter.py").write_text(
+        "from kvfuzz.impl.registry import ImplementationError\n"
+        "raise ImplementationError('not supported: fakeeng 1.0: Pool has no _flush')\n")
+    with pytest.raises(ImplementationError, match=r"^not supported: fakeeng 1\.0: Pool has no "
+                                                   r"_flush$"):
+        load_first(("fakeeng.mem.adapter:make",), "fakeeng")
+
+
 def test_an_earlier_releases_class_declares_what_it_lacks_and_gets_only_what_it_has(fakeeng):
     catalogue = TARGETS["allocator"].catalogue
     entry = _entry(preconditions=TARGETS["allocator"].catalogue.resolve(
