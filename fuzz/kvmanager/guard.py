@@ -12,6 +12,9 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   left: `schedule(rid, n)`;
 - `free(request)`: `finish` when the request has finished, `preempt` when it was running
   (after a `sample` of the token it sampled and never asked a slot for, if any);
+  `pop_blocks_for_free(request)` (a free the scheduler defers past a step in flight): the same
+  with `defer`, and the scheduler's `block_pool.free_blocks(reversed(blocks))` of what it
+  returned (through the manager's `block_pool`, once that step is processed): `release`;
 - `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`;
 - a KV connector's calls (`get_computed_blocks_for_connector`, admissions with external tokens,
   asynchronous loads, `cache_blocks` of a load done, the allocation that resumes it):
@@ -27,13 +30,15 @@ trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
 from __future__ import annotations
 
 import inspect
+import sys
 
-from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
+from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
+                                      open_session)
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
+                                               Reset, Sample, Schedule)
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -92,6 +97,7 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
         state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
         state["_kvfuzz_next_rid"] = 0
+        state["_kvfuzz_deferred"]: list = []   # (rid, blocks popped), until the pool frees them
         state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
         # allocate_slots' parameters, read once: the installed version's names and defaults
         state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
@@ -174,29 +180,89 @@ class GuardedManager(ConnectorCalls, GuardedObject):
 
     @modelled
     def free(self, request):
+        return self._free(request, defer=False)
+
+    @modelled
+    def pop_blocks_for_free(self, request):
+        """A free the scheduler defers (`_free_request_blocks` while a step in flight may
+        still write the blocks): `finish` or `preempt` with `defer`; the blocks it returns are
+        kept to be matched when the scheduler frees them on the pool (`block_pool`)."""
+        return self._free(request, defer=True)
+
+    def _free(self, request, defer: bool):
         manager = self._kvfuzz_object
+        method = "pop_blocks_for_free" if defer else "free"
         tracked = self._kvfuzz_requests.get(request.request_id)
         if tracked is None:  # a request the manager never saw
-            return manager.free(request)
+            return getattr(manager, method)(request)
         self._kvfuzz_lookups.clear()
         if tracked.loading:  # its load failed, nothing valid (or it was aborted)
+            if defer:
+                self._refuse(f"pop_blocks_for_free of request {request.request_id!r} during "
+                             f"its KV load (a deferred failed load is not modelled)")
             return self._failed_load(tracked, request)
         if request.is_finished():
-            op = Finish(tracked.rid)
+            op = Finish(tracked.rid, defer)
         elif tracked.running:
             self._sampled(tracked, request)
-            op = Preempt(tracked.rid)
+            op = Preempt(tracked.rid, defer)
         else:
-            self._refuse(f"free of request {request.request_id!r}, waiting and not finished")
+            self._refuse(f"{method} of request {request.request_id!r}, waiting and not finished")
         finished = isinstance(op, Finish)
-        result = self._run(op, "free", lambda: manager.free(request),
+        result = self._run(op, method, lambda: getattr(manager, method)(request),
                            lambda args: None if args[1] == finished else
                            f"the lock step frees {args}, the engine's request finished: {finished}")
+        if defer and result:  # the scheduler keeps a non-empty list only
+            self._kvfuzz_deferred.append((tracked.rid, list(result)))
         if finished:
             del self._kvfuzz_requests[request.request_id]
         else:
             tracked.computed, tracked.running = 0, False
         return result
+
+    @property
+    def block_pool(self):
+        """The manager's pool as the scheduler reaches it through the manager: its
+        `free_blocks` of a deferred free's blocks is that free's `release` (every other use goes
+        straight to the pool)."""
+        return _DrainedPool(self)
+
+    def _release(self, ordered_blocks):
+        """`block_pool.free_blocks(blocks)` from the scheduler: the blocks of a deferred free,
+        last popped first (`_drain_deferred_frees`), are `release(rid)`; any other list is
+        refused (the trace frees blocks through the manager alone)."""
+        session, pool = self.kvfuzz_session, self._kvfuzz_object.block_pool
+        if not session.recording:
+            return pool.free_blocks(ordered_blocks)
+        blocks = list(ordered_blocks)
+        try:
+            rid = self._deferred_owner(blocks)
+        except GuardUnsupported as refused:
+            if session.on_unsupported != "stop":
+                raise
+            session.spent = True
+            print(f"{refused}; the guard stops here, calls go through unchecked",
+                  file=sys.stderr)
+            return pool.free_blocks(blocks)
+        self._kvfuzz_lookups.clear()
+        try:
+            return self._run(Release(rid), "release", lambda: pool.free_blocks(blocks),
+                             lambda args: None if tuple(args) == (rid,) else
+                             f"the lock step releases {args}, the engine r{rid}'s blocks")
+        finally:
+            vars(self)["_kvfuzz_made"] = False
+
+    def _deferred_owner(self, blocks) -> int:
+        """The rid whose oldest deferred free `blocks` are, reversed (and forgotten here)."""
+        popped = blocks[::-1]
+        for index, (rid, held) in enumerate(self._kvfuzz_deferred):
+            if len(held) == len(popped) and all(a is b for a, b in zip(held, popped)):
+                if any(owner == rid for owner, _ in self._kvfuzz_deferred[:index]):
+                    break  # an older deferred free of the request is still pending
+                del self._kvfuzz_deferred[index]
+                return rid
+        self._refuse(f"block_pool.free_blocks of {len(blocks)} blocks that are not a deferred "
+                     f"free's, last popped first (the trace frees blocks through the manager)")
 
     @modelled
     def evict_blocks(self, block_ids):
@@ -343,3 +409,21 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         if list(request.all_token_ids) != tracked.tokens:
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
+
+
+class _DrainedPool:
+    """The pool the guarded manager hands the scheduler (`GuardedManager.block_pool`): its
+    `free_blocks` goes through the guard (a deferred free's release); every other attribute
+    is the pool's own."""
+
+    def __init__(self, guarded: GuardedManager):
+        vars(self)["_kvfuzz_guarded"] = guarded
+
+    def free_blocks(self, ordered_blocks):
+        return self._kvfuzz_guarded._release(ordered_blocks)
+
+    def __getattr__(self, name: str):
+        return getattr(self._kvfuzz_guarded._kvfuzz_object.block_pool, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._kvfuzz_guarded._kvfuzz_object.block_pool, name, value)

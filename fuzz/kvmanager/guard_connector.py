@@ -28,8 +28,9 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too),
-`pop_blocks_for_free` (deferred frees), a connector that loads some groups only.
+Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too), a
+connector that loads some groups only. Deferred frees (`pop_blocks_for_free`) are mapped in
+`guard.py`.
 """
 
 from __future__ import annotations

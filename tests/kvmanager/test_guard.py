@@ -153,9 +153,9 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match=r"cache_blocks of request '1', whose "
                                                       r"KV load is not in flight"):
         guarded.cache_blocks(request, 4)
-    with pytest.raises(kvfuzz.GuardUnsupported, match=r"pop_blocks_for_free\(\) is not "
-                                                      r"modelled"):
-        guarded.pop_blocks_for_free(request)
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"take_new_block_ids|record_blocks_for"
+                                                      r"_zeroing\(\) is not modelled"):
+        guarded.record_blocks_for_zeroing(request.request_id, 0)
     assert guarded.usage == manager.usage  # reads go through
     # A manager used before it was guarded: the oracle would start from another state.
     blocks, hit, _ = manager.get_computed_blocks(request)
