@@ -60,6 +60,7 @@ class _Tracked:
 
     def __init__(self, rid: int, tokens: list[int]):
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
+        self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
         self.hit = 0  # the local hit of its last connector admission
         # a synchronous load's (local hit, end, computed tokens after its admission) until the

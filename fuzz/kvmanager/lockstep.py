@@ -25,7 +25,7 @@ from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUND
                                                   NO_COMPUTED_IDS, NO_COPIES, NO_ESTIMATE,
                                                   NO_HIT_ALONE, NO_RECORD, NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
-                                               Reset, Sample, Schedule)
+                                               RemoveSkipped, Reset, Sample, Schedule)
 
 WAITING, RUNNING = "waiting", "running"
 # The manager's configurations a trace may set, each counted once per trace.
@@ -94,7 +94,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
-              "deferred free released", *MARKS, *connector.EVENTS,
+              "deferred free released", "skipped blocks removed before request_finished", *MARKS, *connector.EVENTS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -222,6 +222,18 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.count("deferred free released")
         yield Call(f"block_pool.free_blocks(reversed(r{op.rid}'s popped blocks))", "release",
                    (op.rid,), oracle=lambda: self.model.release(op.rid))
+
+    @handles(RemoveSkipped)
+    def remove_skipped(self, op: RemoveSkipped):
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        processed = max(0, request.computed - (request.in_flight if self.trace.async_scheduling
+                                               else 0))
+        self.count("skipped blocks removed before request_finished")
+        yield Call(f"remove_skipped_blocks(r{op.rid}, {processed})", "remove_skipped_blocks",
+                   (op.rid, processed),
+                   oracle=lambda: self.model.remove_skipped_blocks(op.rid, processed))
 
     @handles(Evict)
     def evict(self, op: Evict):

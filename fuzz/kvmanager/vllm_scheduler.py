@@ -282,7 +282,7 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     result.aborted = getattr(worker, "aborted", 0)
     result.sync_failures = getattr(worker, "sync_failures", 0)
     if wrap_pool is not None:
-        result.pool = scheduler.kv_cache_manager.block_pool
+        result.pool = scheduler.kv_cache_manager.coordinator.block_pool
     return result
 
 

@@ -286,6 +286,11 @@ class KVManagerDriver(ManagerReads):
             request.status = self._status.FINISHED_STOPPED
         self.manager.free(request)
 
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        request = self.requests[rid]
+        self.manager.remove_skipped_blocks(request.request_id, processed,
+                                           request.num_prompt_tokens)
+
     def pop_blocks_for_free(self, rid: int, finished: bool = True) -> list[int]:
         """A free the scheduler defers: `pop_blocks_for_free(request)`, the blocks it gives
         kept (in the order popped) for the `release` that frees them; their ids."""

@@ -67,6 +67,9 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
         return [int(block.block_id)
                 for block in self._perform("pop_blocks_for_free", (rid, finished))]
 
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        self._perform("remove_skipped_blocks", (rid, processed))
+
     def release(self, rid: int) -> None:
         self._perform("release", (rid,))
 

@@ -238,6 +238,12 @@ MUTATIONS = {
         "for manager in self.single_type_managers[:1]:",
         "a deferred free pops the full-attention group's blocks alone: the sliding-window "
         "group's stay in its table, never freed")),
+    "finished_window_kept": (MANAGER, Mutation(
+        "KVCacheManager.remove_skipped_blocks",
+        "request_id, processed_computed_tokens, num_prompt_tokens",
+        "request_id, 0, num_prompt_tokens",
+        "the scheduler's remove_skipped_blocks before a connector's request_finished frees "
+        "nothing: the connector reads (and sends) blocks the window skips")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -339,6 +339,12 @@ class KVManagerModel(ConnectorRules, HybridRules):
             lead = next((i for i, b in enumerate(table) if b), len(table))
             self.pool.free_blocks(table[lead:][::-1])
 
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        """The scheduler's own call before a connector reads a finishing request's table: the
+        second group's blocks that `processed` tokens skip freed, as an allocation's window
+        move frees them (`_free_out_of_window`)."""
+        self._free_out_of_window(rid, processed)
+
     def pop_blocks_for_free(self, rid: int) -> list[int]:
         """The request's tables emptied without a free: its blocks, group after group, each
         group's in table order past its leading null blocks (a window's skipped head). They stay

@@ -9,7 +9,10 @@ reversed(blocks))`), oldest first. Standard library only.
 Here most frees and preemptions are deferred (`defer`), and `release` ops return them, mostly
 oldest first as the scheduler's queue does, sometimes out of order (a shrinker's drop, or the
 queue's head still pending); requests are admitted again, and hit their own deferred blocks,
-while those are held; resets come with frees pending (refused: blocks are held).
+while those are held; resets come with frees pending (refused: blocks are held). Before most
+finishes the scheduler's `remove_skipped_blocks` of the request (`remove_skipped`: with a
+connector `_connector_finished` frees what the window skips before `request_finished` reads
+the table).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import random
 
 from kvfuzz.strategies.kvmanager import connector
 from kvfuzz.strategies.kvmanager.connector import _Connected
-from kvfuzz.strategies.kvmanager.trace import Finish, Preempt, Release, Trace
+from kvfuzz.strategies.kvmanager.trace import Finish, Preempt, Release, RemoveSkipped, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "deferred frees"
@@ -47,6 +50,8 @@ class _Deferring(_Connected):
 
     def finish(self) -> None:
         super().finish()
+        if self.rng.random() < 0.8:  # the scheduler's call before request_finished (most)
+            self.ops.insert(len(self.ops) - 1, RemoveSkipped(self.ops[-1].rid))
         self._deferred(Finish)
 
     def _deferred(self, kind) -> None:

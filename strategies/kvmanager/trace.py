@@ -99,6 +99,17 @@ class Release:
 
 
 @dataclass(frozen=True)
+class RemoveSkipped:
+    """`remove_skipped_blocks(request_id, computed tokens, prompt tokens)` of a live request:
+    the blocks its second group's window (or chunk) skips freed now, as the scheduler does
+    before a KV connector's `request_finished` reads the block table (`_connector_finished`,
+    at every finish with a connector). The computed tokens are the request's, less those in
+    flight. Resolves to nothing for a request that is not live."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
 class Evict:
     """`evict_blocks(set(block_ids))`: ids outside the pool are dropped at run time."""
 
@@ -110,10 +121,11 @@ class Reset:
     """`reset_prefix_cache()`: refused (False) while any block is held."""
 
 
-Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | Evict | Reset | Connect | \
-    Loaded
+Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | RemoveSkipped | Evict | \
+    Reset | Connect | Loaded
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
-         "preempt": Preempt, "finish": Finish, "release": Release, "evict": Evict,
+         "preempt": Preempt, "finish": Finish, "release": Release,
+         "remove_skipped": RemoveSkipped, "evict": Evict,
          "reset": Reset,
          **connector_ops.OPS}
 NAMES = {cls: name for name, cls in KINDS.items()}
@@ -260,6 +272,8 @@ def describe_op(op: Op) -> str:
         return f"finish r{op.rid}{deferred}"
     if isinstance(op, Release):
         return f"release r{op.rid}'s deferred blocks to the pool"
+    if isinstance(op, RemoveSkipped):
+        return f"remove r{op.rid}'s skipped blocks (before a connector's request_finished)"
     if isinstance(op, (Connect, Loaded)):
         return connector_ops.describe(op)
     if isinstance(op, Evict):

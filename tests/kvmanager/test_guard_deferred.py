@@ -2,7 +2,9 @@
 request's blocks (`pop_blocks_for_free`) while a step that may write them is in flight, and
 frees them on the pool (`block_pool.free_blocks(reversed(blocks))`) once the step is processed.
 The guard maps both (`finish`/`preempt` with `defer`, `release`), checked; a pool free that is
-no deferred free's is refused before it is made. Skips without vLLM."""
+no deferred free's is refused before it is made. And the scheduler's `remove_skipped_blocks`
+before a connector's `request_finished`, with a sliding window: `remove_skipped`. Skips without
+vLLM."""
 
 import random
 from collections import Counter
@@ -12,14 +14,15 @@ import pytest
 
 import kvfuzz
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.strategies.kvmanager.trace import Finish, Preempt, Release
+from kvfuzz.strategies.kvmanager.trace import Finish, Preempt, Release, RemoveSkipped
 from tests import guarding
 from tests.helpers import needs_engine
 from tests.kvmanager.test_guard import impl_of, released_manager
 from tests.kvmanager.test_guard_connector import connector_models
 
 pytestmark = needs_engine("vllm")
-DEFERRED_MUTANTS = ("deferred_free_reversed", "deferred_free_first_group_only")
+DEFERRED_MUTANTS = ("deferred_free_reversed", "deferred_free_first_group_only",
+                    "finished_window_kept")
 
 
 def test_a_deferred_free_is_checked_and_a_stray_pool_free_refused(tmp_path):
@@ -48,6 +51,32 @@ def test_a_deferred_free_is_checked_and_a_stray_pool_free_refused(tmp_path):
     ops = guarded.kvfuzz_session.ops
     assert ops[-2:] == [Finish(0, defer=True), Release(0)] and \
         guarded.kvfuzz_session.divergence is None
+    assert kvfuzz.replay(guarded.kvfuzz_session.save(tmp_path / "saved"), "vllm.kvmanager").ok
+
+
+def test_remove_skipped_blocks_with_a_window_is_checked(tmp_path):
+    """By hand, beside a sliding window of 6 tokens: the scheduler's `remove_skipped_blocks` of
+    a request at its computed tokens is `remove_skipped` (the window's head freed, checked);
+    at other tokens than the trace's it is refused, with nothing freed."""
+    driver = released_manager(blocks=20, window=6)
+    manager = driver.manager
+    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(30)))
+    request = driver.requests[1]
+    blocks, hit, _ = guarded.get_computed_blocks(request)
+    guarded.allocate_slots(request, 16, hit, blocks)
+    request.num_computed_tokens = 16
+    guarded.allocate_slots(request, 14, 0, None)
+    request.num_computed_tokens = 30
+    free = manager.block_pool.get_num_free_blocks()
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"remove_skipped_blocks of request '1' "
+                                                      r"at 29 tokens"):
+        guarded.remove_skipped_blocks(request.request_id, 29, 30)
+    assert manager.block_pool.get_num_free_blocks() == free  # never made
+    guarded.remove_skipped_blocks(request.request_id, 30, 30)
+    assert manager.block_pool.get_num_free_blocks() > free
+    assert guarded.kvfuzz_session.ops[-1] == RemoveSkipped(0)
+    assert guarded.kvfuzz_session.divergence is None
     assert kvfuzz.replay(guarded.kvfuzz_session.save(tmp_path / "saved"), "vllm.kvmanager").ok
 
 
@@ -98,7 +127,8 @@ def deferred_trace(index: int, impl):
 def test_on_kvfuzzs_deferred_traces_the_guards_verdict_is_the_batch_judges(tmp_path):
     """The "deferred frees" profile's traces (as far as the guard models them: no zeroing,
     events, stats or chunked-local groups) made through the guard: it diverges where the batch
-    judge does, on both mutants (the group's one beside a sliding window)."""
+    judge does, on each mutant (the group's one and the window's removal beside a sliding
+    window)."""
     caught = guarding.assert_guard_verdicts_are_the_batch_judges(
         KVMANAGER, impl_of(None), [impl_of(name) for name in DEFERRED_MUTANTS], tmp_path,
         traces=40, settings=lambda kwargs: {"max_in_flight_tokens": kwargs.get(

@@ -71,6 +71,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # blocks left in their table.
     "deferred_free_reversed": r"deferred free:? +pop_blocks_for_free: expected blocks",
     "deferred_free_first_group_only": r"deferred free:? +pop_blocks_for_free: expected blocks",
+    # The window's skipped blocks left in a finishing request's table (its remove_skipped op).
+    "finished_window_kept": r"block table:? +r\d+: expected|num free|free queue",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -87,6 +89,7 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # the "deferred frees" profile's first trace of seed 0
                         PREFIX + "deferred_free_reversed": 20,
                         PREFIX + "deferred_free_first_group_only": 20,
+                        PREFIX + "finished_window_kept": 20,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
@@ -96,7 +99,8 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
 @pytest.mark.slow
 @pytest.mark.parametrize("name, profile", [("eagle_margin_dropped", "eagle window"),
                                            ("cross_sized_by_decoder", "cross attention"),
-                                           ("deferred_free_reversed", "deferred frees")])
+                                           ("deferred_free_reversed", "deferred frees"),
+                                           ("finished_window_kept", "deferred frees")])
 def test_a_configurations_mutant_is_caught_by_its_profile_alone(name, profile):
     """The hybrid coordinator's EAGLE margin runs only with EAGLE beside another group, the
     cross-attention group's static allocation only with such a group: of the first 60 seeded
