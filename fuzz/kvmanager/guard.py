@@ -420,6 +420,11 @@ class _DrainedPool:
     def __init__(self, guarded: GuardedManager):
         vars(self)["_kvfuzz_guarded"] = guarded
 
+    @property
+    def __class__(self):
+        """The pool's class (an engine's isinstance checks hold, as for the guard itself)."""
+        return type(self._kvfuzz_guarded._kvfuzz_object.block_pool)
+
     def free_blocks(self, ordered_blocks):
         return self._kvfuzz_guarded._release(ordered_blocks)
 
