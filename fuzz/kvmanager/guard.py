@@ -226,7 +226,9 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         """The manager's pool as the scheduler reaches it through the manager: its
         `free_blocks` of a deferred free's blocks is that free's `release` (every other use goes
         straight to the pool)."""
-        return _DrainedPool(self)
+        if "_kvfuzz_pool" not in vars(self):
+            vars(self)["_kvfuzz_pool"] = _DrainedPool(self)
+        return self._kvfuzz_pool
 
     def _release(self, ordered_blocks):
         """`block_pool.free_blocks(blocks)` from the scheduler: the blocks of a deferred free,
