@@ -30,15 +30,14 @@ trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
 from __future__ import annotations
 
 import inspect
-import sys
 
-from kvfuzz.fuzz.engine.guard import (GuardedObject, GuardUnsupported, Session, modelled,
-                                      open_session)
+from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
+from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
-                                               Reset, Sample, Schedule)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
+                                               Sample, Schedule)
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -86,7 +85,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedManager(manager, session, driver)
 
 
-class GuardedManager(ConnectorCalls, GuardedObject):
+class GuardedManager(DeferredFrees, ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -99,6 +98,7 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
         state["_kvfuzz_next_rid"] = 0
         state["_kvfuzz_deferred"]: list = []   # (rid, blocks popped), until the pool frees them
+                                               # (guard_deferred.py)
         state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
         # allocate_slots' parameters, read once: the installed version's names and defaults
         state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
@@ -183,13 +183,6 @@ class GuardedManager(ConnectorCalls, GuardedObject):
     def free(self, request):
         return self._free(request, defer=False)
 
-    @modelled
-    def pop_blocks_for_free(self, request):
-        """A free the scheduler defers (`_free_request_blocks` while a step in flight may
-        still write the blocks): `finish` or `preempt` with `defer`; the blocks it returns are
-        kept to be matched when the scheduler frees them on the pool (`block_pool`)."""
-        return self._free(request, defer=True)
-
     def _free(self, request, defer: bool):
         manager = self._kvfuzz_object
         method = "pop_blocks_for_free" if defer else "free"
@@ -220,52 +213,6 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         else:
             tracked.computed, tracked.running = 0, False
         return result
-
-    @property
-    def block_pool(self):
-        """The manager's pool as the scheduler reaches it through the manager: its
-        `free_blocks` of a deferred free's blocks is that free's `release` (every other use goes
-        straight to the pool)."""
-        if "_kvfuzz_pool" not in vars(self):
-            vars(self)["_kvfuzz_pool"] = _DrainedPool(self)
-        return self._kvfuzz_pool
-
-    def _release(self, ordered_blocks):
-        """`block_pool.free_blocks(blocks)` from the scheduler: the blocks of a deferred free,
-        last popped first (`_drain_deferred_frees`), are `release(rid)`; any other list is
-        refused (the trace frees blocks through the manager alone)."""
-        session, pool = self.kvfuzz_session, self._kvfuzz_object.block_pool
-        if not session.recording:
-            return pool.free_blocks(ordered_blocks)
-        blocks = list(ordered_blocks)
-        try:
-            rid = self._deferred_owner(blocks)
-        except GuardUnsupported as refused:
-            if session.on_unsupported != "stop":
-                raise
-            session.spent = True
-            print(f"{refused}; the guard stops here, calls go through unchecked",
-                  file=sys.stderr)
-            return pool.free_blocks(blocks)
-        self._kvfuzz_lookups.clear()
-        try:
-            return self._run(Release(rid), "release", lambda: pool.free_blocks(blocks),
-                             lambda args: None if tuple(args) == (rid,) else
-                             f"the lock step releases {args}, the engine r{rid}'s blocks")
-        finally:
-            vars(self)["_kvfuzz_made"] = False
-
-    def _deferred_owner(self, blocks) -> int:
-        """The rid whose oldest deferred free `blocks` are, reversed (and forgotten here)."""
-        popped = blocks[::-1]
-        for index, (rid, held) in enumerate(self._kvfuzz_deferred):
-            if len(held) == len(popped) and all(a is b for a, b in zip(held, popped)):
-                if any(owner == rid for owner, _ in self._kvfuzz_deferred[:index]):
-                    break  # an older deferred free of the request is still pending
-                del self._kvfuzz_deferred[index]
-                return rid
-        self._refuse(f"block_pool.free_blocks of {len(blocks)} blocks that are not a deferred "
-                     f"free's, last popped first (the trace frees blocks through the manager)")
 
     @modelled
     def evict_blocks(self, block_ids):
@@ -413,25 +360,3 @@ class GuardedManager(ConnectorCalls, GuardedObject):
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
 
-
-class _DrainedPool:
-    """The pool the guarded manager hands the scheduler (`GuardedManager.block_pool`): its
-    `free_blocks` goes through the guard (a deferred free's release); every other attribute
-    is the pool's own."""
-
-    def __init__(self, guarded: GuardedManager):
-        vars(self)["_kvfuzz_guarded"] = guarded
-
-    @property
-    def __class__(self):
-        """The pool's class (an engine's isinstance checks hold, as for the guard itself)."""
-        return type(self._kvfuzz_guarded._kvfuzz_object.block_pool)
-
-    def free_blocks(self, ordered_blocks):
-        return self._kvfuzz_guarded._release(ordered_blocks)
-
-    def __getattr__(self, name: str):
-        return getattr(self._kvfuzz_guarded._kvfuzz_object.block_pool, name)
-
-    def __setattr__(self, name: str, value) -> None:
-        setattr(self._kvfuzz_guarded._kvfuzz_object.block_pool, name, value)
