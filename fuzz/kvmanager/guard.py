@@ -12,6 +12,9 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   left: `schedule(rid, n)`;
 - `free(request)`: `finish` when the request has finished, `preempt` when it was running
   (after a `sample` of the token it sampled and never asked a slot for, if any);
+  `pop_blocks_for_free(request)` (a free the scheduler defers past a step in flight): the same
+  with `defer`, and the scheduler's `block_pool.free_blocks(reversed(blocks))` of what it
+  returned (through the manager's `block_pool`, once that step is processed): `release`;
 - `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`;
 - a KV connector's calls (`get_computed_blocks_for_connector`, admissions with external tokens,
   asynchronous loads, `cache_blocks` of a load done, the allocation that resumes it):
@@ -30,6 +33,7 @@ import inspect
 
 from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
+from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
@@ -55,6 +59,7 @@ class _Tracked:
 
     def __init__(self, rid: int, tokens: list[int]):
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
+        self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
         self.hit = 0  # the local hit of its last connector admission
         # a synchronous load's (local hit, end, computed tokens after its admission) until the
@@ -80,7 +85,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedManager(manager, session, driver)
 
 
-class GuardedManager(ConnectorCalls, GuardedObject):
+class GuardedManager(DeferredFrees, ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -92,6 +97,8 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
         state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
         state["_kvfuzz_next_rid"] = 0
+        state["_kvfuzz_deferred"]: list = []   # (rid, blocks popped), until the pool frees them
+                                               # (guard_deferred.py)
         state["_kvfuzz_whole"] = None          # full_sequence_must_fit of the admissions
         # allocate_slots' parameters, read once: the installed version's names and defaults
         state["_kvfuzz_signature"] = inspect.signature(manager.allocate_slots)
@@ -174,24 +181,33 @@ class GuardedManager(ConnectorCalls, GuardedObject):
 
     @modelled
     def free(self, request):
+        return self._free(request, defer=False)
+
+    def _free(self, request, defer: bool):
         manager = self._kvfuzz_object
+        method = "pop_blocks_for_free" if defer else "free"
         tracked = self._kvfuzz_requests.get(request.request_id)
         if tracked is None:  # a request the manager never saw
-            return manager.free(request)
+            return getattr(manager, method)(request)
         self._kvfuzz_lookups.clear()
         if tracked.loading:  # its load failed, nothing valid (or it was aborted)
+            if defer:
+                self._refuse(f"pop_blocks_for_free of request {request.request_id!r} during "
+                             f"its KV load (a deferred failed load is not modelled)")
             return self._failed_load(tracked, request)
         if request.is_finished():
-            op = Finish(tracked.rid)
+            op = Finish(tracked.rid, defer)
         elif tracked.running:
             self._sampled(tracked, request)
-            op = Preempt(tracked.rid)
+            op = Preempt(tracked.rid, defer)
         else:
-            self._refuse(f"free of request {request.request_id!r}, waiting and not finished")
+            self._refuse(f"{method} of request {request.request_id!r}, waiting and not finished")
         finished = isinstance(op, Finish)
-        result = self._run(op, "free", lambda: manager.free(request),
+        result = self._run(op, method, lambda: getattr(manager, method)(request),
                            lambda args: None if args[1] == finished else
                            f"the lock step frees {args}, the engine's request finished: {finished}")
+        if defer and result:  # the scheduler keeps a non-empty list only
+            self._kvfuzz_deferred.append((tracked.rid, list(result)))
         if finished:
             del self._kvfuzz_requests[request.request_id]
         else:
@@ -343,3 +359,4 @@ class GuardedManager(ConnectorCalls, GuardedObject):
         if list(request.all_token_ids) != tracked.tokens:
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
+

@@ -21,22 +21,23 @@
   n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`);
-- `finalize_partial_tail_offloads` (at a finish, for a producer) and `remove_skipped_blocks`
-  (before the connector's `request_finished`) change nothing here: the former finalizes Mamba
-  "align" tails alone (the guard refuses Mamba groups), the latter frees what a sliding window
-  skips (full attention skips nothing; with a window it is refused).
+- `finalize_partial_tail_offloads` (at a finish, for a producer) changes nothing here: it
+  finalizes Mamba "align" tails alone (the guard refuses Mamba groups);
+- `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding
+  window skips: `remove_skipped(rid)` with a window (full attention skips nothing: no op).
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too),
-`pop_blocks_for_free` (deferred frees), a connector that loads some groups only.
+Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too), a
+connector that loads some groups only. Deferred frees (`pop_blocks_for_free`) are mapped in
+`guard.py`.
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import Finish, Schedule
+from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Schedule
 
 # allocate_slots' connector arguments and their values without a connector admission.
 CONNECTOR_ARGS = {"num_external_computed_tokens": 0, "delay_cache_blocks": False,
@@ -118,15 +119,30 @@ class ConnectorCalls:
         """Mamba "align" groups' tails alone (the guard refuses Mamba groups): nothing here."""
         return self._kvfuzz_object.finalize_partial_tail_offloads(request)
 
+    @modelled
     def remove_skipped_blocks(self, request_id, processed_computed_tokens,
                               num_prompt_tokens=None):
-        """What a sliding window skips, freed before the connector reads the block table:
-        nothing with full attention alone (it skips no tokens); refused with a window."""
-        if self.kvfuzz_session.recording and self.kvfuzz_session.header.window:
-            self._refuse("remove_skipped_blocks with a sliding window (before a connector's "
-                         "request_finished) is not modelled by the guard yet")
-        return self._kvfuzz_object.remove_skipped_blocks(request_id, processed_computed_tokens,
-                                                         num_prompt_tokens)
+        """What a sliding window skips, freed before the connector reads the block table
+        (`_connector_finished`): nothing with full attention alone (it skips no tokens, and no
+        op is written); with a window, `remove_skipped(rid)` of a request whose computed tokens
+        are the trace's."""
+        manager = self._kvfuzz_object
+        perform = lambda: manager.remove_skipped_blocks(  # noqa: E731
+            request_id, processed_computed_tokens, num_prompt_tokens)
+        tracked = self._kvfuzz_requests.get(request_id)
+        if not self.kvfuzz_session.header.window or tracked is None:
+            return perform()  # nothing skipped, or a request the manager never saw
+        processed = int(processed_computed_tokens)
+        if processed != tracked.computed or \
+                num_prompt_tokens not in (None, tracked.prompt):
+            self._refuse(f"remove_skipped_blocks of request {request_id!r} at {processed} "
+                         f"tokens (prompt {num_prompt_tokens}), where the trace has "
+                         f"{tracked.computed} computed")
+        self._kvfuzz_lookups.clear()
+        rid = tracked.rid
+        return self._run(RemoveSkipped(rid), "remove_skipped_blocks", perform,
+                         lambda args: None if tuple(args) == (rid, processed) else
+                         f"the lock step removes {args}, the engine r{rid}'s at {processed}")
 
     # -- mapping (from GuardedManager.allocate_slots) ----------------------------------------
     def _no_connector_args(self, connector: dict) -> None:

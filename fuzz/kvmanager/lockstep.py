@@ -24,8 +24,8 @@ from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY,
                                                   NO_COMPUTED_IDS, NO_COPIES, NO_ESTIMATE,
                                                   NO_HIT_ALONE, NO_RECORD, NO_TRUNCATE)
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
+                                               RemoveSkipped, Reset, Sample, Schedule)
 
 WAITING, RUNNING = "waiting", "running"
 # The manager's configurations a trace may set, each counted once per trace.
@@ -93,7 +93,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "arrive, skipping the prefix cache", "allocate_slots of a hit alone",
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
-              "window frees blocks with tokens in flight", *MARKS, *connector.EVENTS,
+              "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
+              "deferred free released", "skipped blocks removed before request_finished", *MARKS, *connector.EVENTS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -196,8 +197,15 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if request is None or (not finish and request.status != RUNNING):
             return
         self.count("finish" if finish else "preempt")
-        yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free", (op.rid, finish),
-                   oracle=lambda: self.model.free(op.rid))
+        if op.defer:  # the free deferred: the tables emptied, the blocks still held
+            self.count("free deferred (pop_blocks_for_free)")
+            yield Call(f"pop_blocks_for_free(r{op.rid}){'' if finish else ': preempted'}",
+                       "pop_blocks_for_free", (op.rid, finish),
+                       oracle=lambda: self.model.pop_blocks_for_free(op.rid),
+                       compare=_popped_compare)
+        else:
+            yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free",
+                       (op.rid, finish), oracle=lambda: self.model.free(op.rid))
         request.sync_load = None
         if finish:
             del self.requests[op.rid]
@@ -206,6 +214,26 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             request.computed, request.status, request.preempted = 0, WAITING, True
             request.in_flight = 0  # its stale output drained before it is admitted again
             yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
+
+    @handles(Release)
+    def release(self, op: Release):
+        if not self.model.deferring(op.rid):
+            return
+        self.count("deferred free released")
+        yield Call(f"block_pool.free_blocks(reversed(r{op.rid}'s popped blocks))", "release",
+                   (op.rid,), oracle=lambda: self.model.release(op.rid))
+
+    @handles(RemoveSkipped)
+    def remove_skipped(self, op: RemoveSkipped):
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        processed = max(0, request.computed - (request.in_flight if self.trace.async_scheduling
+                                               else 0))
+        self.count("skipped blocks removed before request_finished")
+        yield Call(f"remove_skipped_blocks(r{op.rid}, {processed})", "remove_skipped_blocks",
+                   (op.rid, processed),
+                   oracle=lambda: self.model.remove_skipped_blocks(op.rid, processed))
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -422,6 +450,14 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
 
 def _ignored(expected, rejected, actual, raised) -> list:
     return []  # forgetting a finished request's bookkeeping: nothing to compare
+
+
+def _popped_compare(expected, rejected, actual, raised) -> list:
+    if raised is not None:
+        return crash_problems(raised)
+    return [] if actual == expected else [
+        ("deferred free", f"pop_blocks_for_free: expected blocks {short(expected)}, actual "
+                          f"{short(actual)}")]
 
 
 def _boundary_of(actual, otherwise):

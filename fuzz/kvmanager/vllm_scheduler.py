@@ -53,6 +53,10 @@ class Workload:
     fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
     abort_loads: float = 0.0  # with it: each step, the chance a load in flight is aborted
     sync_load_failures: bool = False  # with it: three synchronous loads in ten fail at a block
+    # The scheduler's frees deferred past a step in flight (`defer_block_free`, as vLLM sets it
+    # with overlapping batches and a consumer connector), and the chance a step has one of the
+    # requests it scheduled aborted before its output comes (which defers that request's free)
+    deferred_aborts: float = 0.0
 
 
 @dataclass
@@ -68,6 +72,7 @@ class SessionResult:
     loads: int = 0                      # the offloading connector's transfer jobs, if any
     stores: int = 0
     aborted: int = 0                    # the fake connector's requests aborted during a load
+    deferred: int = 0                   # requests aborted during their step (deferred frees)
     sync_failures: int = 0              # and its synchronous loads failed
     notes: list[str] = field(default_factory=list)
 
@@ -250,6 +255,9 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     # the connector's worker side, when there is one
     worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else \
         InstantWorker()
+    if workload.deferred_aborts:
+        scheduler.defer_block_free = True
+    aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -262,6 +270,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
         # One sampled token for each request whose prompt is done, none for a prefill chunk.
         sampled = [[] if scheduler.requests[rid].is_prefill_chunk else [rng.randrange(3, 1000)]
                    for rid in ids]
+        if ids and aborts.random() < workload.deferred_aborts:
+            result.deferred += _abort_in_flight(scheduler, aborts.choice(ids))
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled, kv_connector_output=worker.output(output)))
@@ -272,8 +282,20 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     result.aborted = getattr(worker, "aborted", 0)
     result.sync_failures = getattr(worker, "sync_failures", 0)
     if wrap_pool is not None:
-        result.pool = scheduler.kv_cache_manager.block_pool
+        result.pool = scheduler.kv_cache_manager.coordinator.block_pool
     return result
+
+
+def _abort_in_flight(scheduler, request_id: str) -> int:
+    """A request aborted while its step is in flight (a client's abort between the step's
+    scheduling and its output): with `defer_block_free` the scheduler pops its blocks
+    (`pop_blocks_for_free`) and frees them once the step is processed. 1 if it was live."""
+    from vllm.v1.request import RequestStatus
+
+    if request_id not in scheduler.requests:
+        return 0
+    scheduler.finish_requests(request_id, RequestStatus.FINISHED_ABORTED)
+    return 1
 
 
 def replace_pool(manager, wrap_pool) -> None:

@@ -114,6 +114,7 @@ class KVManagerDriver(ManagerReads):
         self.requests: dict[int, object] = {}
         self.hits: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup (kept:
         # truncate_computed_blocks reads it after the admission)
+        self.deferred: list[tuple[int, list]] = []  # (rid, blocks popped) until released
 
     def arrive(self, rid: int, tokens, no_cache_read: bool = False,
                report: bool = False) -> None:
@@ -284,6 +285,29 @@ class KVManagerDriver(ManagerReads):
         if finished:
             request.status = self._status.FINISHED_STOPPED
         self.manager.free(request)
+
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        request = self.requests[rid]
+        self.manager.remove_skipped_blocks(request.request_id, processed,
+                                           request.num_prompt_tokens)
+
+    def pop_blocks_for_free(self, rid: int, finished: bool = True) -> list[int]:
+        """A free the scheduler defers: `pop_blocks_for_free(request)`, the blocks it gives
+        kept (in the order popped) for the `release` that frees them; their ids."""
+        request = self.requests[rid]
+        if finished:
+            request.status = self._status.FINISHED_STOPPED
+        blocks = list(self.manager.pop_blocks_for_free(request))
+        if blocks:  # as the scheduler, which keeps a non-empty list only
+            self.deferred.append((rid, blocks))
+        return [int(block.block_id) for block in blocks]
+
+    def release(self, rid: int) -> None:
+        """The oldest deferred free of `rid` done as the scheduler's `_drain_deferred_frees`
+        does it: the pool frees the popped blocks, last first."""
+        index = next(i for i, (owner, _) in enumerate(self.deferred) if owner == rid)
+        _, blocks = self.deferred.pop(index)
+        self.manager.block_pool.free_blocks(reversed(blocks))
 
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)

@@ -63,6 +63,16 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
     def free(self, rid: int, finished: bool = True) -> None:
         self._perform("free", (rid, finished))
 
+    def pop_blocks_for_free(self, rid: int, finished: bool = True) -> list[int]:
+        return [int(block.block_id)
+                for block in self._perform("pop_blocks_for_free", (rid, finished))]
+
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        self._perform("remove_skipped_blocks", (rid, processed))
+
+    def release(self, rid: int) -> None:
+        self._perform("release", (rid,))
+
     def evict_blocks(self, ids) -> None:
         self._perform("evict_blocks", (sorted(ids),))
 

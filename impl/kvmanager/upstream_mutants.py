@@ -227,6 +227,23 @@ MUTATIONS = {
         "return *self.get_computed_blocks(request, max_cache_hit_length), True\n\n        if",
         "the connector's lookup says the hit diverged without a Mamba group (the scheduler "
         "then looks again)")),
+    "deferred_free_reversed": (MANAGER, Mutation(
+        "KVCacheManager.pop_blocks_for_free",
+        "return self.coordinator.pop_blocks_for_free(request.request_id)",
+        "return self.coordinator.pop_blocks_for_free(request.request_id)[::-1]",
+        "a deferred free's blocks come back tail first: the scheduler's reversed drain then "
+        "frees the prefix first")),
+    "deferred_free_first_group_only": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.pop_blocks_for_free", "for manager in self.single_type_managers:",
+        "for manager in self.single_type_managers[:1]:",
+        "a deferred free pops the full-attention group's blocks alone: the sliding-window "
+        "group's stay in its table, never freed")),
+    "finished_window_kept": (MANAGER, Mutation(
+        "KVCacheManager.remove_skipped_blocks",
+        "request_id, processed_computed_tokens, num_prompt_tokens",
+        "request_id, 0, num_prompt_tokens",
+        "the scheduler's remove_skipped_blocks before a connector's request_finished frees "
+        "nothing: the connector reads (and sends) blocks the window skips")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

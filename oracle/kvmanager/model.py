@@ -110,6 +110,9 @@ class KVManagerModel(ConnectorRules, HybridRules):
         # precision: every group here is an attention group)
         self.zeroing = zeroing
         self.to_zero: list[list[int]] = [[] for _ in self.groups]
+        # Deferred frees (`pop_blocks_for_free`): (rid, blocks) in the order they were popped,
+        # each held until its `release` hands it back to the pool.
+        self.deferred: list[tuple[int, list[int]]] = []
 
     def skipped_tokens(self, group: int, computed: int) -> int:
         if group == 0:
@@ -335,6 +338,37 @@ class KVManagerModel(ConnectorRules, HybridRules):
             self.num_cached[group].pop(rid, None)
             lead = next((i for i, b in enumerate(table) if b), len(table))
             self.pool.free_blocks(table[lead:][::-1])
+
+    def remove_skipped_blocks(self, rid: int, processed: int) -> None:
+        """The scheduler's own call before a connector reads a finishing request's table: the
+        second group's blocks that `processed` tokens skip freed, as an allocation's window
+        move frees them (`_free_out_of_window`)."""
+        self._free_out_of_window(rid, processed)
+
+    def pop_blocks_for_free(self, rid: int) -> list[int]:
+        """The request's tables emptied without a free: its blocks, group after group, each
+        group's in table order past its leading null blocks (a window's skipped head). They stay
+        held (the scheduler frees them later, `release`); a request with none defers nothing
+        (the scheduler keeps only a non-empty list)."""
+        blocks = []
+        for group in self.groups:
+            table = self.tables[group].pop(rid, [])
+            self.num_cached[group].pop(rid, None)
+            lead = next((i for i, b in enumerate(table) if b), len(table))
+            blocks += table[lead:]
+        if blocks:
+            self.deferred.append((rid, blocks))
+        return blocks
+
+    def release(self, rid: int) -> None:
+        """The oldest deferred free of `rid` done: its blocks freed as one list, last popped
+        first (one reversal over every group's blocks, not a reversal per group as `free`)."""
+        index = next(i for i, (owner, _) in enumerate(self.deferred) if owner == rid)
+        _, blocks = self.deferred.pop(index)
+        self.pool.free_blocks(blocks[::-1])
+
+    def deferring(self, rid: int) -> bool:
+        return any(owner == rid for owner, _ in self.deferred)
 
     def reset_prefix_cache(self) -> bool:
         done = self.pool.reset_prefix_cache()

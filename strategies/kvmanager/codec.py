@@ -142,6 +142,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
                                                   most=MAX_LIST)
         elif f.name == "chunk":  # 0: a step that adopts a hit alone (or a caller's bug)
             values["chunk"] = reader.integer(raw.get("chunk"), at, low=0, high=MAX_LEN)
+        elif f.name == "defer":  # a free deferred past the pool (pop_blocks_for_free)
+            values["defer"] = reader.boolean(raw.get("defer", False), at)
         elif f.name == "load":  # a connector's asynchronous load
             values["load"] = reader.boolean(raw.get("load", False), at)
         elif f.name in ("external", "reserve"):

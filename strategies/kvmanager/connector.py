@@ -22,7 +22,8 @@ from kvfuzz.strategies.kvmanager.trace import Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+def build(rng: random.Random, num_ops: int, kind=None, profile: str = "connector") -> Trace:
+    """A connector trace; `kind` the generator class (the deferred-frees profile's subclass)."""
     size = rng.choice((1, 2, 4, 4, 8))
     second = rng.choice(("none", "window", "window", "local"))
     window = rng.randint(2, 4 * size) if second == "window" else 0
@@ -30,7 +31,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
     observed = rng.random() < 0.3
-    gen = _Connected(rng, size, max_model_len)
+    gen = (kind or _Connected)(rng, size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(blocks, size, window, max_model_len, tuple(gen.ops[:num_ops]),
@@ -38,7 +39,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
                  full_sequence_must_fit=rng.random() < 0.3,
                  watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
                  events=observed, stats=observed, local_chunk=local,
-                 zeroing=second != "none" and rng.random() < 0.7, note="profile connector")
+                 zeroing=second != "none" and rng.random() < 0.7, note=f"profile {profile}")
 
 
 class _Connected(_Generator):

@@ -13,7 +13,7 @@ bytes pick it with the seeded draw's shares, the rest feed it.
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager import connector, generator, hybrid
+from kvfuzz.strategies.kvmanager import connector, deferred, generator, hybrid
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -22,7 +22,7 @@ MIX = "kvmanager/mix"
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
            (hybrid.CROSS, 0.46, 0.51), (hybrid.MAMBA_ALIGN, 0.51, 0.55),
-           (connector.GENERATOR, 0.55, 0.62))
+           (connector.GENERATOR, 0.55, 0.62), (deferred.GENERATOR, 0.62, 0.66))
 
 
 class MixedStreams:
@@ -58,4 +58,5 @@ GENERATOR = MixedStreams(generator.GENERATOR, STREAMS)
 def profiles() -> tuple[str, ...]:
     """Every profile a `kvmanager` trace comes from (its `note` is "profile NAME"): what the
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
-    return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES)
+    return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
+            *deferred.PROFILES)

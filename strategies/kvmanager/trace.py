@@ -71,14 +71,40 @@ class Sample:
 @dataclass(frozen=True)
 class Preempt:
     """`free(request)` of a running request, which goes back to waiting with
-    `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache)."""
+    `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache).
+    `defer`: the scheduler defers the free (`pop_blocks_for_free(request)`, as vLLM's does while
+    a step in flight may still write the blocks): the request's tables are emptied, its blocks
+    stay held until a `release` of it returns them to the pool."""
+
+    rid: int
+    defer: bool = field(default=False, metadata=LATER)
+
+
+@dataclass(frozen=True)
+class Finish:
+    """`free(request)`: the request is done (waiting or running). `defer`: as `preempt`'s."""
+
+    rid: int
+    defer: bool = field(default=False, metadata=LATER)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The oldest deferred free of request `rid` (a `preempt` or `finish` with `defer`) done:
+    the scheduler's `block_pool.free_blocks(reversed(blocks))` of the blocks that
+    `pop_blocks_for_free` gave it (`_drain_deferred_frees`, once the step that may write them is
+    processed). Resolves to nothing when none of `rid` is pending."""
 
     rid: int
 
 
 @dataclass(frozen=True)
-class Finish:
-    """`free(request)`: the request is done (waiting or running)."""
+class RemoveSkipped:
+    """`remove_skipped_blocks(request_id, computed tokens, prompt tokens)` of a live request:
+    the blocks its second group's window (or chunk) skips freed now, as the scheduler does
+    before a KV connector's `request_finished` reads the block table (`_connector_finished`,
+    at every finish with a connector). The computed tokens are the request's, less those in
+    flight. Resolves to nothing for a request that is not live."""
 
     rid: int
 
@@ -95,9 +121,12 @@ class Reset:
     """`reset_prefix_cache()`: refused (False) while any block is held."""
 
 
-Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Evict | Reset | Connect | Loaded
+Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | RemoveSkipped | Evict | \
+    Reset | Connect | Loaded
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
-         "preempt": Preempt, "finish": Finish, "evict": Evict, "reset": Reset,
+         "preempt": Preempt, "finish": Finish, "release": Release,
+         "remove_skipped": RemoveSkipped, "evict": Evict,
+         "reset": Reset,
          **connector_ops.OPS}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
@@ -236,10 +265,15 @@ def describe_op(op: Op) -> str:
         return f"decode r{op.rid} (token {op.token})"
     if isinstance(op, Sample):
         return f"r{op.rid} samples token {op.token}, no slot asked"
+    deferred = ", its free deferred" if getattr(op, "defer", False) else ""
     if isinstance(op, Preempt):
-        return f"preempt r{op.rid}"
+        return f"preempt r{op.rid}{deferred}"
     if isinstance(op, Finish):
-        return f"finish r{op.rid}"
+        return f"finish r{op.rid}{deferred}"
+    if isinstance(op, Release):
+        return f"release r{op.rid}'s deferred blocks to the pool"
+    if isinstance(op, RemoveSkipped):
+        return f"remove r{op.rid}'s skipped blocks (before a connector's request_finished)"
     if isinstance(op, (Connect, Loaded)):
         return connector_ops.describe(op)
     if isinstance(op, Evict):

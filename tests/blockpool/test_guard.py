@@ -92,7 +92,10 @@ def test_the_pool_and_its_manager_guarded_at_once(tmp_path):
         manager, "kvmanager", corpus=tmp_path, **settings))
     assert session.manager.kvfuzz_session.divergence is None
     assert session.pool.kvfuzz_session.divergence is None
-    assert session.manager.block_pool is session.pool  # the manager's guard reads through it
+    # the manager's guard reads through it (its `block_pool`, what the scheduler reaches through
+    # the manager, a proxy that maps a deferred free's release onto the same pool)
+    assert session.manager.coordinator.block_pool is session.pool
+    assert session.manager.block_pool.kvfuzz_session is session.pool.kvfuzz_session
 
 
 @pytest.mark.parametrize("name", SCHEDULER_REACHES)

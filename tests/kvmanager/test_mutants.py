@@ -67,6 +67,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "loaded_blocks_zeroed": r"zeroing:? +take_new_block_ids: expected",
     "zeroing_skips_first_block": r"zeroing:? +take_new_block_ids: expected",
     "connector_hit_diverged": r"hit_diverged expected False, actual True",
+    # Deferred frees (the "deferred frees" profile): the popped blocks' order, or a group's
+    # blocks left in their table.
+    "deferred_free_reversed": r"deferred free:? +pop_blocks_for_free: expected blocks",
+    "deferred_free_first_group_only": r"deferred free:? +pop_blocks_for_free: expected blocks",
+    # The window's skipped blocks left in a finishing request's table (its remove_skipped op).
+    "finished_window_kept": r"block table:? +r\d+: expected|num free|free queue",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -80,6 +86,10 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                  # its first divergence of seed 0: index 43, a "mamba align" trace with draft
                  # tokens (the 42 traces before it take some 4 s of CI)
                  first={PREFIX + "mamba_align_lookahead_state": 43, **CONNECTOR,
+                        # the "deferred frees" profile's first trace of seed 0
+                        PREFIX + "deferred_free_reversed": 20,
+                        PREFIX + "deferred_free_first_group_only": 20,
+                        PREFIX + "finished_window_kept": 20,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
@@ -88,7 +98,9 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, profile", [("eagle_margin_dropped", "eagle window"),
-                                           ("cross_sized_by_decoder", "cross attention")])
+                                           ("cross_sized_by_decoder", "cross attention"),
+                                           ("deferred_free_reversed", "deferred frees"),
+                                           ("finished_window_kept", "deferred frees")])
 def test_a_configurations_mutant_is_caught_by_its_profile_alone(name, profile):
     """The hybrid coordinator's EAGLE margin runs only with EAGLE beside another group, the
     cross-attention group's static allocation only with such a group: of the first 60 seeded

@@ -182,3 +182,25 @@ def test_the_connector_stream_agrees_and_reaches_its_edge_classes():
         "config: KV connector", "config: blocks zeroed (mixed precision)",
         "config: sliding window", "config: chunked local attention"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
+
+
+@pytest.mark.slow
+def test_the_deferred_frees_stream_agrees_and_reaches_its_edge_classes():
+    """The "deferred frees" profile (strategies/kvmanager/deferred.py) runs clean on the
+    released class to its last op: frees and preemptions deferred (`pop_blocks_for_free`) and
+    their blocks released to the pool later, and the window's skipped blocks removed before a
+    finish (`remove_skipped_blocks`), beside a sliding window or chunked-local group and full
+    attention alone."""
+    from collections import Counter
+
+    from kvfuzz.strategies.kvmanager import deferred
+
+    events = Counter()
+    for index in range(12):
+        outcome = KVMANAGER.check(deferred.GENERATOR.generate(0, index), VLLM)
+        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+    wanted = ["free deferred (pop_blocks_for_free)", "deferred free released", "reset refused",
+              "skipped blocks removed before request_finished",
+              "config: sliding window", "config: chunked local attention"]
+    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
