@@ -37,6 +37,7 @@ import torch
 
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import snapshot
@@ -70,7 +71,7 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         if core is not None and _takes_backend():
             options["tree_core_backend"] = core
         elif core is not None:  # 0.5.20: the core is the environment's choice
-            chosen = _environment(BACKEND_VARIABLE, core)
+            chosen = backend_in_environment(core)
         with chosen:
             super().__init__(cls, page_size, size, policy, events, rows, context, device,
                              poison_keys, **options)
@@ -216,27 +217,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         return snapshot(self)
 
 
-BACKEND_VARIABLE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
-
-
 def _takes_backend() -> bool:
     """Whether `CacheInitParams` names the tree core (0.5.21 on)."""
     params = _sglang("cache_init_params", "CacheInitParams")
     return any(field.name == "tree_core_backend" for field in dataclasses.fields(params))
-
-
-@contextlib.contextmanager
-def _environment(name: str, value: str):
-    """`name` set to `value` while the cache is built, as it was before."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 def _fallback_reason(params) -> str:
