@@ -35,26 +35,7 @@ def _shape(path, obj):
                 cls=True, methods=METHODS)
 
 
-# The scheduler calls every trace makes that SGLang before 0.5.22 does not have (it locked with
-# inc_lock_ref/dec_lock_ref and cached with cache_finished_req/cache_unfinished_req). The radix
-# target maps those onto the release's own calls (impl/radix/legacy.py, the oracle's side in
-# oracle/radix/contract.py); the unified target has no such map, and says so.
-REQUIRED = ("lock", "unlock", "checkpoint", "touch_prefix")
-
-
-def scheduler_calls(impl, obj):
-    """A class without the scheduler calls every trace makes cannot be driven: one line (the
-    unified target's classes)."""
-    missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
-    if missing:
-        raise ImplementationError(
-            f"not supported: {_release(impl)}: {getattr(obj, '__name__', impl.path)} "
-            f"has no {', '.join(missing)} (the scheduler's calls before 0.5.22 were "
-            f"inc_lock_ref, dec_lock_ref and cache_finished_req; no trace model of those)")
-    return impl
-
-
-def _release(impl) -> str:
+def release_name(impl) -> str:
     return f"{impl.requires} {installed_release(impl.requires) or 'this release'}"
 
 
@@ -70,7 +51,7 @@ def release_calls(impl, obj):
     missing = legacy_gaps(obj)
     if missing:
         raise ImplementationError(
-            f"not supported: {_release(impl)}: {getattr(obj, '__name__', impl.path)} has "
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has "
             f"neither lock, unlock, checkpoint (0.5.22 on) nor {', '.join(missing)} (before)")
     return replace(impl, preconditions=tuple(dict.fromkeys(
         impl.preconditions + tuple(BY_NAME[name] for name in names))))

@@ -36,7 +36,8 @@ class UnifiedLockstep(RadixLockstep):
     MODEL = UnifiedModel
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None,
-                   poison_mamba: bool = True):
+                   poison_mamba: bool = True, contract=None):
+        """(`contract`: the model's; the driver reads the release's calls from the class.)"""
         from kvfuzz.impl.unified.driver import UnifiedDriver  # imports torch and SGLang
         from kvfuzz.impl.unified.twin import TwinDriver
 

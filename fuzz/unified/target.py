@@ -5,7 +5,10 @@ the oracle (`lockstep.py`), the Rust core against the Python core too.
     kvfuzz diff unified --cases 500 --jobs 2
     kvfuzz diff unified --impl sglang.unified.python
 Each implementation gets the traces it supports (strategies/unified/profile.py), and every report
-and summary says which tree core ran. Imports torch and SGLang only when a trace runs.
+and summary says which tree core ran. A release before 0.5.22 (0.5.20, 0.5.21) is driven through
+its own scheduler calls, as the radix target drives one (`release_calls`, impl/radix/legacy.py,
+the oracle told their contract, oracle/radix/contract.py), with full attention alone. Imports
+torch and SGLang only when a trace runs.
 """
 
 from __future__ import annotations
@@ -13,12 +16,13 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.radix.target import METHODS, scheduler_calls, smaller_pool
+from kvfuzz.fuzz.radix.target import METHODS, release_calls, release_name, smaller_pool
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
 from kvfuzz.fuzz.unified.judges import ByComponents
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
+from kvfuzz.oracle.radix.contract import LEGACY_CALLS, contract_of
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of, mamba_of, swa_of,
                                               unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -31,6 +35,23 @@ def _shape(path, obj):
                                    "claim_kv_row", "root_node_handle"))
 
 
+def scheduler_calls(impl, obj):
+    """Today's calls, or those of a release before 0.5.22 read from the class as the radix target
+    reads them (one line where it has neither). Before 0.5.22 only full attention: the SWA and
+    Mamba components under the old calls (their locks released by `dec_swa_lock_only`, the
+    window's cursor set by `cache_unfinished_req`) have no trace model."""
+    impl = release_calls(impl, obj)
+    if LEGACY_CALLS in impl.preconditions and (swa_of(impl.preconditions) or
+                                                mamba_of(impl.preconditions)):
+        component = "SWA" if swa_of(impl.preconditions) else "Mamba"
+        raise ImplementationError(
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has no "
+            f"lock, unlock, checkpoint, touch_prefix; it is driven through the scheduler's "
+            f"calls before 0.5.22 with full attention alone (no trace model of the "
+            f"{component} component under those calls)")
+    return impl
+
+
 def _generator_for(impls):
     return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
                                                        for impl in impls)),
@@ -41,7 +62,8 @@ def _generator_for(impls):
 def _options(impl) -> dict:
     return {"poison_keys": KEEPS_KEY not in impl.preconditions,
             "core": core_of(impl.preconditions),
-            "poison_mamba": KEEPS_MAMBA_VALUE not in impl.preconditions}
+            "poison_mamba": KEEPS_MAMBA_VALUE not in impl.preconditions,
+            "contract": contract_of(impl.preconditions)}
 
 
 UNIFIED = trace_target(

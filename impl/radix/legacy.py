@@ -5,14 +5,35 @@ finished one with `insert_req(req, up_to=...)` (0.5.21; the release frees the re
 `cache_finished_req(req, kv_len_to_handle=...)` (0.5.18-0.5.20; before, it read
 `req.pop_committed_kv_cache()`), which also frees the rest and drops the lock; `touch_prefix`
 is a `match_prefix` (the same walk); `free_kv_row` (0.5.20 on) or the allocator's `free`.
+`UnifiedRadixCache` (0.5.20, 0.5.21) has the same calls, but its `dec_lock_ref(node, params)`
+takes the receipt its `inc_lock_ref` returned (`IncLockRefResult.to_dec_params()`), and its
+request calls read the request's lock as `req.last_node` with `req.lock_receipt`: a lock is then
+a `Held` (node, receipt), handed to the request before each request call (`_hand_over`).
 What the oracle must follow from that is read here (`contract_names`) and modelled in
 oracle/radix/contract.py."""
 
 from __future__ import annotations
 
 import inspect
+from typing import Any, NamedTuple
 
 from kvfuzz.impl.radix.calls import Calls, current
+
+
+class Held(NamedTuple):
+    """A lock of a release whose `dec_lock_ref` takes the receipt `inc_lock_ref` gave."""
+    node: Any
+    receipt: Any
+
+
+def takes_receipt(cache) -> bool:
+    """Whether `dec_lock_ref` needs the receipt (UnifiedRadixCache; RadixCache's is optional)."""
+    try:
+        params = inspect.signature(cache.dec_lock_ref).parameters
+    except (TypeError, ValueError):
+        return False
+    found = params.get("params")
+    return found is not None and found.default is inspect.Parameter.empty
 
 
 def calls_for(cache, allocator, rows) -> Calls:
@@ -47,20 +68,35 @@ def legacy_gaps(cls) -> list[str]:
 
 
 class LegacyCalls(Calls):
+    def __init__(self, cache, allocator, rows):
+        super().__init__(cache, allocator, rows)
+        self.receipts = takes_receipt(cache)
+
     def lock(self, node):
-        self.cache.inc_lock_ref(node)
-        return node
+        result = self.cache.inc_lock_ref(node)
+        return Held(node, result.to_dec_params()) if self.receipts else node
 
     def unlock(self, lock) -> None:
-        if lock is not None:
+        if isinstance(lock, Held):
+            self.cache.dec_lock_ref(lock.node, lock.receipt)
+        elif lock is not None:
             self.cache.dec_lock_ref(lock)
 
+    def _hand_over(self, request) -> None:
+        """Where the release reads the request's lock as `last_node` + `lock_receipt`
+        (UnifiedRadixCache's `_dec_req_lock`), the lock held is put there."""
+        if isinstance(request.lock, Held):
+            request.last_node, request.lock_receipt = request.lock
+            request.swa_prefix_lock_released = False
+
     def checkpoint(self, request, finishing: bool) -> int:
+        self._hand_over(request)
         if not finishing:
             # the scheduler's chunked prefill: insert, free the duplicates, match again,
             # repoint the row, move the lock from req.last_node to the key's node
             self.cache.cache_unfinished_req(request, chunked=True)
-            request.lock = request.last_node
+            request.lock = Held(request.last_node, request.lock_receipt) if self.receipts \
+                else request.last_node
             return int(request.kv.cache_protected_len)
         if callable(getattr(self.cache, "insert_req", None)):  # 0.5.21
             self.cache.insert_req(request, up_to=request.filled)

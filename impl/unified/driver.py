@@ -15,17 +15,31 @@ tensors poisoned after each call) where the interface is the same, and where it 
   returns is recorded with the tokens of its path (`_seen`), and the state is read through the
   core's public calls by path (`reader.py`), never through its node objects alone.
 
+SGLang 0.5.20 and 0.5.21 are driven through their own calls (`impl/radix/legacy.py`: the
+scheduler's `inc_lock_ref`/`dec_lock_ref` with the receipt, `cache_unfinished_req`,
+`cache_finished_req` or `insert_req`), the path read without `collect_path_info` (`paths.py`),
+the core asked for by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` where `CacheInitParams` has no
+`tree_core_backend` (0.5.20), and `claim_kv_row` and `on_release` called where the release has
+them (0.5.21 names `on_release`'s flag `inserted`).
+
 The bundled Rust extension is what runs (`SGLANG_RUST_BUILD_MODE=never`, unless set)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
+import inspect
 import os
+from array import array
 
 import torch
 
 from kvfuzz.impl.driver_calls import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
+from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import snapshot
 
 os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")
@@ -40,7 +54,9 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         kinds = _sglang("unified_cache.component_type", "ComponentType")
         self.FULL, self.SWA = kinds.FULL, (kinds.SWA if window else None)
         self.MAMBA = kinds.MAMBA if mamba_slots else None
-        self.TreeLock = _sglang("base_prefix_cache", "TreeLock")
+        # (no TreeLock before 0.5.22: a lock is dropped with dec_lock_ref and its receipt)
+        self.TreeLock = getattr(importlib.import_module(
+            "sglang.srt.mem_cache.base_prefix_cache"), "TreeLock", None)
         self.asked = core
         self.paths: dict[int, tuple] = {}  # node handle -> (extra_key, tokens root..its end)
         options = {"tree_components": (self.FULL,)}
@@ -51,10 +67,14 @@ class UnifiedDriver(MambaCalls, RadixDriver):
             self.pool = mamba_pool(page_size, mamba_slots, rows, context, device)
             options = {"tree_components": (self.FULL, self.MAMBA), "req_to_token_pool": self.pool,
                        "enable_mamba_extra_buffer": page_size > 1}
-        if core is not None:
+        chosen = contextlib.nullcontext()
+        if core is not None and _takes_backend():
             options["tree_core_backend"] = core
-        super().__init__(cls, page_size, size, policy, events, rows, context, device,
-                         poison_keys, **options)
+        elif core is not None:  # 0.5.20: the core is the environment's choice
+            chosen = backend_in_environment(core)
+        with chosen:
+            super().__init__(cls, page_size, size, policy, events, rows, context, device,
+                             poison_keys, **options)
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         """With the SWA component: SGLang's `SWATokenToKVPoolAllocator`, both pools `size`
@@ -70,8 +90,29 @@ class UnifiedDriver(MambaCalls, RadixDriver):
     def _seen(self, node, tokens, extra) -> None:
         if node is None or node == self.cache.root_node_handle():
             return
-        for info in self.cache.tree_core.collect_path_info([node])[0]:
+        for info in path_info(self, node, tokens, extra):
             self.paths.setdefault(int(info.node_id), (extra, tuple(tokens[:info.path_end])))
+
+    def checkpoint(self, rid: int, finishing: bool = False) -> int:
+        """Before 0.5.22 a finish's insert (`insert_req`, `cache_finished_req`) answers no node:
+        the node its key ends at is named by the core's read-only walk
+        (`match_full_device_prefix`), so that the state read sees it."""
+        protected = super().checkpoint(rid, finishing)
+        if finishing and not callable(getattr(self.cache, "checkpoint", None)):
+            request = self.requests[rid]
+            tokens = request.tokens[:request.filled]
+            key = self.Key(array("q", tokens), request.extra_key)
+            _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
+            self._seen(node, tokens, request.extra_key)
+        return protected
+
+    def path(self, node):
+        """`path_device_indices`, or before 0.5.22 what it reads: the core's
+        `collect_full_device_indices` from the node up to the root."""
+        if callable(getattr(self.cache, "path_device_indices", None)):
+            return self.cache.path_device_indices(node)
+        return self.cache.tree_core.collect_full_device_indices(node,
+                                                                self.cache.root_node_handle())
 
     # -- which core runs ------------------------------------------------------------------------
     def core(self) -> dict:
@@ -126,10 +167,15 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         """`release_kv_cache` after the checkpoint: `claim_kv_row` (no session: the row stays
         ours), `free_kv_row`, `unlock`, `on_release`, the row freed."""
         request = self.requests[rid]
-        if self.cache.claim_kv_row(request):
+        claim = getattr(self.cache, "claim_kv_row", None)  # (0.5.20: cache_finished_req's own)
+        if callable(claim) and claim(request):
             raise RuntimeError("claim_kv_row took the row of a request with no session")
         super().release(rid, checkpointed)
-        self.cache.on_release(request, checkpointed=checkpointed)
+        on_release = getattr(self.cache, "on_release", None)
+        if callable(on_release):
+            flag = "checkpointed" if "checkpointed" in inspect.signature(on_release).parameters \
+                else "inserted"  # 0.5.21's name for it
+            on_release(request, **{flag: checkpointed})
 
     def match(self, tokens, ns: int) -> list:
         """[matched length, the path's slots], and with the Mamba component the match's
@@ -155,7 +201,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         protected = int(self.cache.protected_size())
         mamba = [int(self.cache.mamba_protected_size())] if self.MAMBA is not None else \
             [int(self.cache.swa_protected_size())] if self.SWA is not None else []
-        self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
+        if self.TreeLock is None:  # before 0.5.22
+            self.cache.dec_lock_ref(node, result.to_dec_params())
+        else:
+            self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
         return [int(result.delta or 0), protected] + mamba
 
     def reset(self) -> None:
@@ -166,6 +215,12 @@ class UnifiedDriver(MambaCalls, RadixDriver):
 
     def snapshot(self) -> dict:
         return snapshot(self)
+
+
+def _takes_backend() -> bool:
+    """Whether `CacheInitParams` names the tree core (0.5.21 on)."""
+    params = _sglang("cache_init_params", "CacheInitParams")
+    return any(field.name == "tree_core_backend" for field in dataclasses.fields(params))
 
 
 def _fallback_reason(params) -> str:

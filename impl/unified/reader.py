@@ -1,7 +1,8 @@
 """The state of a `UnifiedRadixCache`, read after every call through its tree core's public calls,
 as plain data. Node handles differ between the cores, so nodes are named by path: every handle
 a call returned (`UnifiedDriver.paths`) is looked up with `collect_path_info` (its ancestors
-too; a handle that raises `KeyError` is gone), its slots with `get_component_device_value`.
+too; a handle that raises `KeyError` is gone; before 0.5.22 the same read another way:
+`paths.py`), its slots with `get_component_device_value`.
 Which slots are locked comes from the KV-canary walk (`walk_for_kv_canary`, unlocked only), the
 walk itself is read whole, and then the sizes, the allocator's free pages in order, the rows and
 the KV events with their hashes. Where the core exposes its node objects (`node_by_id`: the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import int_list, staged_of
 from kvfuzz.impl.radix.reader import aliases, event, plain
+from kvfuzz.impl.unified.paths import path_info
 
 
 def snapshot(driver) -> dict:
@@ -94,12 +96,12 @@ def _nodes(driver) -> tuple[list, list, list]:
     core, root = driver.cache.tree_core, driver.cache.root_node_handle()
     found: dict[int, tuple] = {}
     for handle in list(driver.paths):
+        extra, tokens = driver.paths[handle]
         try:
-            path = core.collect_path_info([handle])[0]
+            path = path_info(driver, handle, tokens, extra)
         except KeyError:  # evicted, or a tree before a reset
             del driver.paths[handle]
             continue
-        extra, tokens = driver.paths[handle]
         for info in path:
             node = int(info.node_id)
             driver.paths.setdefault(node, (extra, tokens[:info.path_end]))

@@ -17,6 +17,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from kvfuzz.impl.registry import load_attribute
+from kvfuzz.impl.unified.backend import backend_in_environment, environment_backend
 from kvfuzz.impl.source_mutation import Mutation, mutant_module
 
 CACHE = "sglang.srt.mem_cache.unified_radix_cache"
@@ -249,10 +250,22 @@ def where_python_core(name: str, change: dict, doc: str) -> type:
     released = load_attribute(RELEASED)
 
     def __init__(self, params):
+        if not hasattr(params, "tree_core_backend"):  # SGLang 0.5.20: the environment's core
+            return _built_by_environment(self, released, params, change)
         if params.tree_core_backend == "python":
             params = replace(params, **change)
         released.__init__(self, params)
     return type(name, (released,), {"__init__": __init__, "__doc__": doc})
+
+
+def _built_by_environment(cache, released, params, change: dict) -> None:
+    """SGLang 0.5.20 names the core in the environment (the driver sets it,
+    `backend.py`): an edited core's backend goes there, the rest into the parameters."""
+    if environment_backend() != "python":
+        return released.__init__(cache, params)
+    fields = {key: value for key, value in change.items() if key != "tree_core_backend"}
+    with backend_in_environment(change.get("tree_core_backend", "python")):
+        released.__init__(cache, replace(params, **fields))
 
 
 def _backend(name: str, core: type) -> str:

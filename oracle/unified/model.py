@@ -9,7 +9,8 @@ where the two caches' contracts differ:
   part), where `RadixCache.insert` leaves them to the caller. A checkpoint passes the request's
   protected length, so what it frees is what `RadixCache.checkpoint` frees itself.
 - `checkpoint` moves the lock to the node its insert ended at and reads that path's slots;
-  `RadixCache` matches the key again, which stamps the path's access times.
+  `RadixCache` matches the key again, which stamps the path's access times. Before 0.5.22
+  (`oracle/radix/contract.py`) a chunk's `cache_unfinished_req` matches the key again too.
 - `inc_lock_ref`'s delta counts the tokens that became protected, positive (`RadixCache`'s is
   negated); the pin probe reads it and the protected size while the lock is held (the Rust core
   exposes no per-node lock count).
@@ -31,7 +32,10 @@ class UnifiedModel(RadixModel):
 
     def key_node(self, ns: int, key, inserted):
         """A checkpoint takes the node its insert ended at (`InsertResult.last_device_node`) and
-        reads that path's slots: no second match, no access times stamped."""
+        reads that path's slots: no second match, no access times stamped. Before 0.5.22,
+        `cache_unfinished_req` matched the key again (stamping the path)."""
+        if self.contract.legacy:
+            return super().key_node(ns, key, inserted)
         return self.tree.path_value(inserted), inserted
 
     def pin(self, tokens, ns: int) -> list[int]:

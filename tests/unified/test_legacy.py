@@ -1,0 +1,203 @@
+"""`UnifiedRadixCache` of SGLang 0.5.20 and 0.5.21 without a wheel: driven through the scheduler's
+calls of its day as RadixCache is (impl/radix/legacy.py), a lock carrying the receipt its
+`dec_lock_ref` takes; a node's path read without `collect_path_info` (impl/unified/paths.py);
+the unified model under the old contract (a chunk matches its key again); what the unified
+target reads from a class, and the one line for the SWA and Mamba profiles there. Each check
+beside a deliberately broken variant it catches. The release itself: test_legacy_release.py
+(slow)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from kvfuzz.fuzz.unified.target import UNIFIED
+from kvfuzz.impl.radix.legacy import Held, LegacyCalls, calls_for, takes_receipt
+from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.unified.paths import PathNodeInfo, path_info
+from kvfuzz.oracle.radix.contract import (CURRENT, FINISH_SPLITS_PROMPT, LEGACY_CALLS, Contract,
+                                          contract_of)
+from kvfuzz.oracle.unified.model import UnifiedModel
+
+
+class Receipt:
+    def __init__(self, node):
+        self.node = node
+
+    def to_dec_params(self):
+        return f"receipt of {self.node}"
+
+
+class OldUnified:
+    """UnifiedRadixCache 0.5.21's scheduler calls, recorded: `dec_lock_ref` takes the receipt,
+    `cache_unfinished_req` releases `req.last_node` with `req.lock_receipt` and locks the key's
+    node, `insert_req` keeps the lock."""
+
+    page_size = 2
+
+    def __init__(self):
+        self.calls = []
+
+    def inc_lock_ref(self, node_id, skip_lock_components=()):
+        self.calls.append(("inc", node_id))
+        return Receipt(node_id)
+
+    def dec_lock_ref(self, node_id, params, skip_swa=False):
+        self.calls.append(("dec", node_id, params))
+
+    def match_prefix(self, params):
+        pass
+
+    def cache_unfinished_req(self, req, chunked=False, **kwargs):
+        self.dec_lock_ref(req.last_node, req.lock_receipt)  # as its _dec_req_lock does
+        req.last_node = "key node"
+        req.lock_receipt = self.inc_lock_ref("key node").to_dec_params()
+        req.kv.cache_protected_len = 4
+
+    def insert_req(self, req, *, up_to, **kwargs):
+        prompt_key = None  # noqa: F841 - its finish splits the prompt: contract_names reads it
+        req.kv.cache_protected_len = up_to // 2 * 2
+
+    def free_kv_row(self, kv, ranges):
+        self.calls.append(("free_kv_row", ranges))
+
+
+def admitted(calls):
+    request = SimpleNamespace(filled=5, last_node="admission node", lock=None,
+                              kv=SimpleNamespace(cache_protected_len=2, req_pool_idx=1))
+    request.lock = calls.lock(request.last_node)
+    return request
+
+
+def test_a_release_whose_unlock_takes_the_receipt_gets_each_lock_with_its_receipt():
+    cache = OldUnified()
+    calls = calls_for(cache, None, None)
+    assert type(calls) is LegacyCalls and calls.receipts
+    request = admitted(calls)
+    assert request.lock == Held("admission node", "receipt of admission node")
+    assert calls.checkpoint(request, finishing=False) == 4
+    # the chunk released the admission lock with its own receipt and moved onto the key's node
+    assert cache.calls[1] == ("dec", "admission node", "receipt of admission node")
+    assert request.lock == Held("key node", "receipt of key node")
+    calls.checkpoint(request, finishing=True)  # insert_req keeps the lock, as 0.5.21's does
+    calls.release(request)
+    assert cache.calls[-2:] == [("free_kv_row", [(4, 5)]),
+                                ("dec", "key node", "receipt of key node")]
+
+
+def test_a_lock_not_handed_to_the_request_is_caught():
+    class Forgetful(LegacyCalls):  # broken: the request's own fields never set
+        def _hand_over(self, request):
+            pass
+
+    cache = OldUnified()
+    request = admitted(Forgetful(cache, None, None))
+    del request.last_node  # what a request whose lock was not handed over lacks
+    with pytest.raises(AttributeError):
+        Forgetful(cache, None, None).checkpoint(request, finishing=False)
+    request = admitted(LegacyCalls(cache, None, None))
+    del request.last_node
+    LegacyCalls(cache, None, None).checkpoint(request, finishing=False)  # handed over: runs
+
+
+def test_radix_caches_unlock_with_the_node_alone():
+    class OldRadix:  # RadixCache 0.5.20: the receipt is optional, the node is the lock
+        def dec_lock_ref(self, node, params=None): pass
+
+    assert takes_receipt(OldUnified()) and not takes_receipt(OldRadix())
+
+
+class Core:
+    """A tree core of 0.5.20/0.5.21 with no `collect_path_info`: nodes by id, each with its
+    parent, tokens and full-attention slots; `match_full_device_prefix` is its read-only walk."""
+
+    ROOT = 0
+
+    def __init__(self, nodes):
+        self.nodes = nodes  # id -> (parent, tokens of its own key, its slots)
+
+    def _path(self, node):
+        found = []
+        while node != self.ROOT:
+            parent, tokens, slots = self.nodes[node]
+            found.append((node, tokens, slots))
+            node = parent
+        return found[::-1]
+
+    def collect_full_device_indices(self, node, until):
+        return [s for _, _, slots in self._path(node) for s in slots]
+
+    def get_component_device_value(self, node, component):
+        return self.nodes[node][2]
+
+    def match_full_device_prefix(self, key):
+        tokens, _ = key
+        node, matched = self.ROOT, 0
+        while True:
+            child = next((c for c, (p, t, _) in self.nodes.items() if p == node and
+                          tokens[matched:matched + len(t)] == t), None)
+            if child is None:
+                return matched, node, matched
+            node, matched = child, matched + len(self.nodes[child][1])
+
+
+def driver_over(core):
+    cache = SimpleNamespace(tree_core=core, root_node_handle=lambda: Core.ROOT)
+    return SimpleNamespace(cache=cache, FULL="full", Key=lambda tokens, extra: (list(tokens),
+                                                                               extra))
+
+
+def test_a_path_is_read_without_collect_path_info_ancestors_included():
+    # [1 2] -> [3 4 5]: the upper node is one no call named (a split's, say)
+    core = Core({7: (0, [1, 2], [10, 11]), 9: (7, [3, 4, 5], [12, 13, 14])})
+    found = path_info(driver_over(core), 9, [1, 2, 3, 4, 5, 6], None)
+    assert found == [PathNodeInfo(7, 0, 0, 2), PathNodeInfo(9, 7, 2, 5)]
+    with pytest.raises(KeyError):  # gone: as collect_path_info says it
+        path_info(driver_over(core), 4, [1, 2], None)
+    # broken: a core whose walk finds no node ending where the node starts
+    core.match_full_device_prefix = lambda key: (1, 7, 2)
+    with pytest.raises(RuntimeError, match="no node of the tree ends at its start 2"):
+        path_info(driver_over(core), 9, [1, 2, 3, 4, 5], None)
+    # where the core has collect_path_info (0.5.22 on), it is what is read
+    core.collect_path_info = lambda nodes: [["asked"]]
+    assert path_info(driver_over(core), 9, [], None) == ["asked"]
+
+
+def test_before_0_5_22_a_chunk_matches_its_key_again_in_the_unified_model():
+    def ticks(contract, model_class=UnifiedModel):
+        """The clock's ticks a chunk checkpoint takes: its insert's, and its match's."""
+        model = model_class(1, 16, "lru", contract)
+        model.admit_match(1, [1, 2, 3, 4], 4, 0, 0)
+        model.admit_lock(1)
+        model.grant(1, [1, 2, 3])
+        before = model.tree.clock
+        model.checkpoint(1)
+        assert model.requests[1].node.access == model.tree.clock or not contract.legacy
+        return model.tree.clock - before
+
+    class NoRematch(UnifiedModel):  # broken: 0.5.23's checkpoint under the old contract
+        def key_node(self, ns, key, inserted):
+            return self.tree.path_value(inserted), inserted
+
+    legacy = Contract(legacy=True)
+    assert ticks(legacy) == ticks(CURRENT) + 2  # the second match's
+    assert ticks(legacy, NoRematch) == ticks(CURRENT)  # what the access times then differ on
+
+
+class Unified0521(OldUnified):
+    def __init__(self, params):
+        super().__init__()
+
+
+def test_the_unified_target_reads_the_old_calls_from_the_class():
+    entry = UNIFIED.catalogue.resolve("sglang.unified.rust")
+    old = UNIFIED.catalogue.declare(entry, Unified0521)
+    assert {LEGACY_CALLS, FINISH_SPLITS_PROMPT} <= set(old.preconditions)
+    assert UNIFIED.judge.options(old)["contract"] == contract_of(old.preconditions) == \
+        Contract(legacy=True)
+    assert UNIFIED.judge.options(entry)["contract"] is CURRENT
+    for name, component in (("sglang.unified.swa.python", "SWA"),
+                            ("sglang.unified.mamba.rust", "Mamba")):
+        with pytest.raises(ImplementationError, match=rf"^not supported: sglang .*: Unified0521 "
+                                                      rf"has no lock, .*no trace model of the "
+                                                      rf"{component} component"):
+            UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve(name), Unified0521)
