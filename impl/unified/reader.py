@@ -11,7 +11,7 @@ Python core) each node's edge, lock count, hit count, priority and times are rea
 from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import int_list, staged_of
-from kvfuzz.impl.radix.reader import aliases, event, plain
+from kvfuzz.impl.radix.reader import aliases, event, plain, rows_of
 
 
 def snapshot(driver) -> dict:
@@ -19,8 +19,6 @@ def snapshot(driver) -> dict:
     nodes, values, handles = _nodes(driver)
     walk = core.walk_for_kv_canary(False, False)
     unlocked = core.walk_for_kv_canary(True, False).slot_indices
-    rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
-            for rid, r in driver.requests.items() if rid in driver.live}
     return {"nodes": nodes, "inner": _inner(core, handles),
             "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                              int_list(walk.prev_slot_indices))),
@@ -31,7 +29,7 @@ def snapshot(driver) -> dict:
             "total": [int(n) for n in cache.total_size()],
             "available": int(_pool(allocator).available_size()),
             "free": _free(_pool(allocator)),
-            "rows": rows, "events": [event(e) for e in cache.take_events()],
+            "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
             "aliases": aliases(values, driver), "swa": _swa(driver, handles),
             "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
 
@@ -93,12 +91,7 @@ def _nodes(driver) -> tuple[list, list, list]:
     parents first; each node's value tensor; each node's handle."""
     core, root = driver.cache.tree_core, driver.cache.root_node_handle()
     found: dict[int, tuple] = {}
-    for handle in list(driver.paths):
-        try:
-            path = core.collect_path_info([handle])[0]
-        except KeyError:  # evicted, or a tree before a reset
-            del driver.paths[handle]
-            continue
+    for handle, path in _live_paths(core, driver.paths):
         extra, tokens = driver.paths[handle]
         for info in path:
             node = int(info.node_id)
@@ -117,6 +110,24 @@ def _nodes(driver) -> tuple[list, list, list]:
                       list(tokens), start, None if value is None else int_list(value),
                       children))
     return nodes, values, order
+
+
+def _live_paths(core, paths: dict) -> list[tuple[int, tuple]]:
+    """(handle, its path) of every handle in `paths` still in the tree, the others taken out
+    of `paths`: one `collect_path_info` call for all, and one a handle only where a handle is
+    gone (it raises `KeyError` for the whole call)."""
+    handles = list(paths)
+    try:
+        return list(zip(handles, core.collect_path_info(handles), strict=True))
+    except KeyError:  # evicted, or a tree before a reset
+        pass
+    found = []
+    for handle in handles:
+        try:
+            found.append((handle, core.collect_path_info([handle])[0]))
+        except KeyError:
+            del paths[handle]
+    return found
 
 
 def children_of(info) -> int | None:
