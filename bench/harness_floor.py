@@ -26,6 +26,7 @@ from kvfuzz.impl.registry import set_loader
 # (target, implementation, traces, --quick's): the upstream class of every trace target.
 ROWS = (("allocator", "sglang.paged", 60, 6), ("swa", "sglang.swa", 60, 6),
         ("mamba", "sglang.mamba", 100, 10), ("radix", "sglang.radix", 60, 6),
+        ("radix", "sglang.radix.pure_swa", 60, 6),
         ("unified", "sglang.unified.rust", 30, 3), ("unified", "sglang.unified.python", 30, 3),
         ("compaction", "sglang.compaction.lazy", 10, 2),
         ("blockpool", "vllm.blockpool", 60, 6), ("kvmanager", "vllm.kvmanager", 60, 6),

@@ -13,14 +13,29 @@ def snapshot(driver) -> dict:
     cache, allocator = driver.cache, driver.allocator
     pool = getattr(driver, "free_pool", None) or allocator  # a pure-SWA allocator's one pool
     nodes, values = _nodes(cache, driver.rows.req_to_token.shape[1] * 64 + 64)
-    rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
-            for rid, r in driver.requests.items() if rid in driver.live}
     return {"nodes": nodes, "evictable": int(cache.evictable_size()),
             "protected": int(cache.protected_size()),
             "available": int(allocator.available_size()),
             "free": int_list(pool.free_pages) + staged_of(pool),
-            "rows": rows, "events": [event(e) for e in cache.take_events()],
+            "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
             "aliases": aliases(values, driver)}
+
+
+def rows_of(driver) -> dict:
+    """Each live request's row, [0, filled): the table's filled columns read in one call and
+    cut per row (one read instead of one per request; a row index or length of another kind
+    reads as the request's own slice did)."""
+    table = driver.rows.req_to_token
+    height, width = table.shape
+    live = [(rid, request.kv.req_pool_idx, request.filled)
+            for rid, request in driver.requests.items() if rid in driver.live]
+    if not all(type(row) is int and 0 <= row < height and type(filled) is int and filled >= 0
+               for _, row, filled in live):
+        return {rid: int_list(table[row, :filled].long()) for rid, row, filled in live}
+    longest = min(width, max((filled for _, _, filled in live), default=0))
+    flat = int_list(table[:, :longest].long().reshape(-1)) if longest else []
+    return {rid: flat[row * longest:row * longest + min(filled, width)]
+            for rid, row, filled in live}
 
 
 def _nodes(cache, most: int) -> tuple[list, list]:

@@ -12,7 +12,7 @@ Python core) each node's edge, lock count, hit count, priority and times are rea
 from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import int_list, staged_of
-from kvfuzz.impl.radix.reader import aliases, event, plain
+from kvfuzz.impl.radix.reader import aliases, event, plain, rows_of
 from kvfuzz.impl.unified.paths import path_info
 
 
@@ -21,8 +21,6 @@ def snapshot(driver) -> dict:
     nodes, values, handles = _nodes(driver)
     walk = core.walk_for_kv_canary(False, False)
     unlocked = core.walk_for_kv_canary(True, False).slot_indices
-    rows = {rid: int_list(driver.rows.req_to_token[r.kv.req_pool_idx, :r.filled].long())
-            for rid, r in driver.requests.items() if rid in driver.live}
     return {"nodes": nodes, "inner": _inner(core, handles),
             "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                              int_list(walk.prev_slot_indices))),
@@ -33,7 +31,7 @@ def snapshot(driver) -> dict:
             "total": [int(n) for n in cache.total_size()],
             "available": int(_pool(allocator).available_size()),
             "free": _free(_pool(allocator)),
-            "rows": rows, "events": [event(e) for e in cache.take_events()],
+            "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
             "aliases": aliases(values, driver), "swa": _swa(driver, handles),
             "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
 
