@@ -168,7 +168,22 @@ class PoolReader(ChangedReads):
             previous, node = node, node.next_free_block
         if tail.prev_free_block is not previous:
             return order, "the tail's prev link does not point at the last block"
-        return order, _readers_disagree(queue, order)
+        return order, _stale_links(self.pool.blocks, order) or _readers_disagree(queue, order)
+
+
+def _stale_links(blocks, order: list[int]) -> str | None:
+    """A block off the free queue must hold no link into it: the queue unlinks every block it
+    hands out (`popleft`, `popleft_n`, `remove`), and `remove()` tells a block that is not free
+    (a caller's misuse) by its missing links. None when every such block is unlinked."""
+    free = set(order)
+    for block in blocks:
+        if int(block.block_id) not in free:
+            kept = [name for name in ("prev", "next")
+                    if getattr(block, f"{name}_free_block") is not None]
+            if kept:
+                return (f"block {block.block_id} is off the free queue but keeps its "
+                        f"{' and '.join(kept)} link")
+    return None
 
 
 def _readers_disagree(queue, order: list[int]) -> str | None:

@@ -70,7 +70,8 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
 
 
 # Faults no source mutant makes, for the checks only they can fail: a broken link in the free
-# queue, its readers (`iter_blocks_after`, `get_all_free_blocks`) disagreeing with its links, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
+# queue, a block handed out that keeps a link into it, its readers (`iter_blocks_after`,
+# `get_all_free_blocks`) disagreeing with its links, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
 # released class, so built on first use (never at collection).
 @functools.cache
 def doubles() -> dict:
@@ -93,6 +94,17 @@ def doubles() -> dict:
             super().__init__(*args, **kwargs)
             walk = self.free_block_queue.iter_blocks_after
             self.free_block_queue.iter_blocks_after = lambda cursor: islice(walk(cursor), 1, None)
+
+    class StaleNext(BlockPool):
+        """Hands out blocks that keep their link to the next free block."""
+
+        def get_new_blocks(self, num_blocks):
+            following = [block.next_free_block for block in
+                         self.free_block_queue.iter_blocks_after(None)][:num_blocks]
+            blocks = super().get_new_blocks(num_blocks)
+            for block, after in zip(blocks, following):
+                block.next_free_block = after
+            return blocks
 
     class StaleCensus(BlockPool):
         """Its free queue's `get_all_free_blocks()` leaves out the last free block."""
@@ -136,14 +148,14 @@ def doubles() -> dict:
 
         def cache_partial_block(self, *args, **kwargs):
             return super().cache_partial_block(*args, **kwargs)
-    return {cls.__name__: cls for cls in (BrokenLinks, SkippingReader, StaleCensus, DeafWatcher,
-                                          NullNotZero, Unmetered, BoundaryAsserting,
+    return {cls.__name__: cls for cls in (BrokenLinks, SkippingReader, StaleNext, StaleCensus,
+                                          DeafWatcher, NullNotZero, Unmetered, BoundaryAsserting,
                                           BoundaryRefusing)}
 
 
 def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
-    if name in ("BrokenLinks", "SkippingReader", "StaleCensus", "DeafWatcher", "NullNotZero",
-                "Unmetered", "BoundaryAsserting", "BoundaryRefusing"):
+    if name in ("BrokenLinks", "SkippingReader", "StaleNext", "StaleCensus", "DeafWatcher",
+                "NullNotZero", "Unmetered", "BoundaryAsserting", "BoundaryRefusing"):
         return doubles()[name]
     if name == "Undeclared":
         return undeclared(RELEASED)
@@ -153,6 +165,7 @@ def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstr
 @pytest.mark.parametrize("attr, ops, label", [
     ("BrokenLinks", (Alloc(1, 2), Free((1,))), "free queue links"),
     ("SkippingReader", (Alloc(1, 1),), "free queue links"),
+    ("StaleNext", (Alloc(1, 1),), "free queue links"),
     ("StaleCensus", (Alloc(1, 1),), "free queue links"),
     ("DeafWatcher", (Alloc(1, 2), Unpin((1,)), Alloc(2, 2)), "reuse watcher"),
     ("NullNotZero", (Alloc(1, 1),), "null block"),
