@@ -17,8 +17,11 @@ from tests.helpers import needs_engine
 
 pytestmark = needs_engine("vllm")  # (the slow tier)
 MODULE = "vllm.v1.core.kv_cache_utils"
-DECLARED = ("298:58:NumberReplacer:38", "299:32:ReplaceComparisonOperator_Gt_NotEq:1",
-            "299:34:NumberReplacer:41", "357:16:NumberReplacer:55", "358:12:RemoveStatement:74",
+DECLARED = ("297:57:ReplaceUnaryOperator_USub_Invert:2", "297:57:ReplaceUnaryOperator_USub_Not:2",
+            "298:58:NumberReplacer:38", "299:32:ReplaceComparisonOperator_Gt_NotEq:1",
+            "299:34:NumberReplacer:41", "357:13:ReplaceComparisonOperator_Eq_Lt:2",
+            "357:13:ReplaceComparisonOperator_Eq_LtE:2", "357:16:NumberReplacer:55",
+            "358:12:RemoveStatement:74", "359:8:RemoveStatement:75",
             "363:13:ReplaceComparisonOperator_Eq_Lt:3", "363:16:NumberReplacer:57")
 
 
