@@ -5,11 +5,12 @@ ints and `strategies.blockpool.events` records.
 
 The state is read the way a debugger would, from the structures the contract names: each block's
 `ref_cnt`, `block_hash` (and extra entries) and `block_hash_num_tokens`, the free queue walked
-link by link from its head (so a broken list is reported, not followed forever), and the
-hash-to-block map."""
+link by link from its head (so a broken list is reported, not followed forever) and then through
+its own readers, which must agree with the links, and the hash-to-block map."""
 
 from __future__ import annotations
 
+from itertools import islice
 from types import SimpleNamespace
 
 from kvfuzz.impl.changed_reads import ChangedReads
@@ -167,7 +168,46 @@ class PoolReader(ChangedReads):
             previous, node = node, node.next_free_block
         if tail.prev_free_block is not previous:
             return order, "the tail's prev link does not point at the last block"
-        return order, None
+        return order, _stale_links(self.pool.blocks, order) or _readers_disagree(queue, order)
+
+
+def _stale_links(blocks, order: list[int]) -> str | None:
+    """A block off the free queue must hold no link into it: the queue unlinks every block it
+    hands out (`popleft`, `popleft_n`, `remove`), and `remove()` tells a block that is not free
+    (a caller's misuse) by its missing links. None when every such block is unlinked."""
+    free = set(order)
+    for block in blocks:
+        if int(block.block_id) not in free:
+            kept = [name for name in ("prev", "next")
+                    if getattr(block, f"{name}_free_block") is not None]
+            if kept:
+                return (f"block {block.block_id} is off the free queue but keeps its "
+                        f"{' and '.join(kept)} link")
+    return None
+
+
+def _readers_disagree(queue, order: list[int]) -> str | None:
+    """What the queue's own readers say that its links do not: `get_all_free_blocks()` (the
+    census vLLM's tests read) and `iter_blocks_after(cursor)` (the walk in eviction order vLLM's
+    simple CPU offloading manager resumes from a cursor), from the head and from the middle
+    block. None when they agree; a reader a release lacks is left out."""
+    census = getattr(queue, "get_all_free_blocks", None)
+    if census is not None and (found := [int(b.block_id) for b in census()]) != order:
+        return f"get_all_free_blocks() gives {found}, the links {order}"
+    walk = getattr(queue, "iter_blocks_after", None)
+    if walk is None:
+        return None
+    starts = [("None", None, order)]
+    if order:  # and after the middle block, reached by the links walked above
+        middle, cursor = len(order) // 2, queue.fake_free_list_head.next_free_block
+        for _ in range(middle):
+            cursor = cursor.next_free_block
+        starts.append((f"block {order[middle]}", cursor, order[middle + 1:]))
+    for name, start, expected in starts:
+        found = [int(b.block_id) for b in islice(walk(start), len(order) + 1)]  # no cycle
+        if found != expected:
+            return f"iter_blocks_after({name}) gives {found}, the links {expected}"
+    return None
 
 
 class BlockPoolDriver(PoolReader):

@@ -3,6 +3,7 @@ its last op, the corpus replays clean on it, and an outside class of the wrong s
 in one line before anything runs. Skips without vLLM."""
 
 import functools
+from itertools import islice
 from dataclasses import replace
 
 import pytest
@@ -69,7 +70,8 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
 
 
 # Faults no source mutant makes, for the checks only they can fail: a broken link in the free
-# queue, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
+# queue, a block handed out that keeps a link into it, its readers (`iter_blocks_after`,
+# `get_all_free_blocks`) disagreeing with its links, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
 # released class, so built on first use (never at collection).
 @functools.cache
 def doubles() -> dict:
@@ -83,6 +85,34 @@ def doubles() -> dict:
             first = self.free_block_queue.fake_free_list_head.next_free_block
             if first is not self.free_block_queue.fake_free_list_tail:
                 first.prev_free_block = None
+
+    class SkippingReader(BlockPool):
+        """Keeps its free queue right, but its `iter_blocks_after` passes over the first block
+        after the cursor (what a simple-offloading scan from a cursor would miss)."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            walk = self.free_block_queue.iter_blocks_after
+            self.free_block_queue.iter_blocks_after = lambda cursor: islice(walk(cursor), 1, None)
+
+    class StaleNext(BlockPool):
+        """Hands out blocks that keep their link to the next free block."""
+
+        def get_new_blocks(self, num_blocks):
+            following = [block.next_free_block for block in
+                         self.free_block_queue.iter_blocks_after(None)][:num_blocks]
+            blocks = super().get_new_blocks(num_blocks)
+            for block, after in zip(blocks, following):
+                block.next_free_block = after
+            return blocks
+
+    class StaleCensus(BlockPool):
+        """Its free queue's `get_all_free_blocks()` leaves out the last free block."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            census = self.free_block_queue.get_all_free_blocks
+            self.free_block_queue.get_all_free_blocks = lambda: census()[:-1]
 
     class DeafWatcher(BlockPool):
         """Hands unpinned blocks out again without telling their watcher."""
@@ -118,13 +148,14 @@ def doubles() -> dict:
 
         def cache_partial_block(self, *args, **kwargs):
             return super().cache_partial_block(*args, **kwargs)
-    return {cls.__name__: cls for cls in (BrokenLinks, DeafWatcher, NullNotZero, Unmetered,
-                                          BoundaryAsserting, BoundaryRefusing)}
+    return {cls.__name__: cls for cls in (BrokenLinks, SkippingReader, StaleNext, StaleCensus,
+                                          DeafWatcher, NullNotZero, Unmetered, BoundaryAsserting,
+                                          BoundaryRefusing)}
 
 
 def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstream:BrokenLinks
-    if name in ("BrokenLinks", "DeafWatcher", "NullNotZero", "Unmetered", "BoundaryAsserting",
-                "BoundaryRefusing"):
+    if name in ("BrokenLinks", "SkippingReader", "StaleNext", "StaleCensus", "DeafWatcher",
+                "NullNotZero", "Unmetered", "BoundaryAsserting", "BoundaryRefusing"):
         return doubles()[name]
     if name == "Undeclared":
         return undeclared(RELEASED)
@@ -133,6 +164,9 @@ def __getattr__(name):  # the doubles by import path: tests.blockpool.test_upstr
 
 @pytest.mark.parametrize("attr, ops, label", [
     ("BrokenLinks", (Alloc(1, 2), Free((1,))), "free queue links"),
+    ("SkippingReader", (Alloc(1, 1),), "free queue links"),
+    ("StaleNext", (Alloc(1, 1),), "free queue links"),
+    ("StaleCensus", (Alloc(1, 1),), "free queue links"),
     ("DeafWatcher", (Alloc(1, 2), Unpin((1,)), Alloc(2, 2)), "reuse watcher"),
     ("NullNotZero", (Alloc(1, 1),), "null block"),
     ("Unmetered", (Alloc(1, 1),), "residency metrics"),
