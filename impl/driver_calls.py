@@ -3,6 +3,7 @@ their shape checked, and the caller's tensors overwritten after each call."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -30,13 +31,28 @@ def int_list(result):
 
 def taken(fn, **settings) -> dict:
     """Those of `settings` that `fn` (a callable, or a class's constructor) takes by name."""
+    fn = getattr(fn, "__func__", fn)  # a bound method: its function's names (and `self`)
+    try:
+        names = _names(fn)
+    except TypeError:  # not hashable: read afresh
+        names = _names.__wrapped__(fn)
+    if names is None:
+        return settings
+    return {name: value for name, value in settings.items() if name in names}
+
+
+@functools.lru_cache(maxsize=256)
+def _names(fn) -> frozenset | None:
+    """The names `fn` takes (None: any name, or no signature to read). Cached: a driver asks
+    on every call of a method (`allocate_slots`, a thousand times a trace), and reading a
+    signature was a tenth of a trace's time in the implementation's process."""
     try:
         parameters = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return settings
+        return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return settings
-    return {name: value for name, value in settings.items() if name in parameters}
+        return None
+    return frozenset(parameters)
 
 
 def then_poison(result, *passed: torch.Tensor):

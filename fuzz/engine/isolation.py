@@ -13,6 +13,7 @@ message per case.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -170,6 +171,7 @@ def _serve(conn, state, parent: int, timeout: float, memory: int) -> None:
     install(state, timeout, memory)
     from kvfuzz.fuzz.targets import TARGETS
 
+    gc.freeze()  # torch and kvfuzz, imported for good: no collection walks them again
     while True:
         try:
             task = conn.recv()

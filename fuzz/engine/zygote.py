@@ -15,6 +15,7 @@ The server and its processes stay below the worker, so the worker's end takes th
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import re
@@ -236,6 +237,11 @@ def _serve_forks(control, impl, parent: int, memory: int, crash: CrashLog, other
         control.send(b"usage " + str(error).encode("utf-8", "replace")[:MAX_MESSAGE - 6])
         os._exit(0)
     warm_up(TARGETS[impl.target], loaded)
+    # What the import built lives as long as the server and its forks: kept out of the cyclic
+    # collector's scans (an upstream engine and torch are some 600,000 objects a full
+    # collection walks, and writes to, copying the forks' shared pages).
+    gc.collect()
+    gc.freeze()
     limit_data(memory)  # a backstop, as in its processes: between inputs nobody watches it
     control.send(b"ok")
     context = multiprocessing.get_context("fork")

@@ -10,6 +10,7 @@ hashes, the hash map, invariants).
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
@@ -129,7 +130,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing)
 
     def initial_problems(self):
-        return pool_problems(self.impl, self.model.pool, "constructor")
+        return pool_problems(self.impl, self.model.pool, "constructor", writable=False,
+                             lock=self)
 
     # -- ops ----------------------------------------------------------------------------------
     @handles(Arrive)
@@ -387,10 +389,13 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
-        problems = []
-        for rid in self.requests:
-            tables = self.read("block_ids", rid)
-            expected = self.model.block_ids(rid)
+        problems, rids = [], list(self.requests)
+        # every request's tables in one read of what changed since the op before
+        read = self.read_changed("block_tables", rids).get("tables") if rids else []
+        if not isinstance(read, list):
+            return [("block table", f"block_tables answered {short(read)}, not a list")]
+        for rid, tables in itertools.zip_longest(rids, read[:len(rids) + 1]):
+            expected = self.model.block_ids(rid) if rid is not None else "(no request)"
             if tables != expected:
                 problems.append(("block table", f"r{rid}: expected {short(expected)}, actual "
                                                 f"{short(tables)}"))
@@ -400,8 +405,9 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             problems += self._reads(op.rid, request)
         problems += self._observed() + self.connector_problems()
         view = self.view if self.trace.events and not self.trace.report else None
+        # the pool in one read of what changed since the op before (`Lockstep.read_changed`)
         return problems + pool_problems(self.impl, self.model.pool, "state read", view,
-                                        writable=False)
+                                        writable=False, lock=self)
 
     def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
         model, problems = self.model, []

@@ -30,6 +30,12 @@ class ManagerReads(PoolReader):
         return [[int(b) for b in ids]
                 for ids in self.manager.get_block_ids(self.requests[rid].request_id)]
 
+    def block_tables(self, since: int, rids) -> tuple:
+        """`block_ids` of each of `rids`, in one answer of what changed since read `since`
+        (`ChangedReads`): the lock step reads every request's tables after every op."""
+        return self.changed("block_tables", since,
+                            {"tables": [self.block_ids(rid) for rid in rids]})
+
     def truncate(self, rid: int, tokens: int):
         return _ids(self.manager.truncate_computed_blocks(self.hits[rid], tokens))
 

@@ -13,7 +13,7 @@ from kvfuzz.impl.kvmanager import RELEASED
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Finish, Preempt, Schedule, Trace
 from kvfuzz.impl.registry import load_attribute
 from tests.helpers import (assert_corpus_replays_clean, assert_refused_in_one_line,
-                           assert_seeded_traces_agree, divergence, needs_engine)
+                           assert_seeded_traces_agree, divergence, double, needs_engine)
 
 pytestmark = needs_engine("vllm")
 VLLM = KVMANAGER.catalogue.resolve("vllm.kvmanager")
@@ -81,11 +81,35 @@ def doubles() -> dict:
 
         def get_block_ids(self, request_id):
             return tuple(ids[::-1] for ids in super().get_block_ids(request_id))
-    return {"TablesReversed": TablesReversed}
+    class TablesDropped(KVCacheManager):
+        """A correct manager that, in its own process, patches kvfuzz's driver so that the one
+        read of every request's tables (`ManagerReads.block_tables`, answered as what changed)
+        leaves out the last request's: the judge holds the count of requests it asked for."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            from kvfuzz.impl.kvmanager import driver
+
+            def block_tables(reads, since, rids):
+                return reads.changed("block_tables", since, {
+                    "tables": [reads.block_ids(rid) for rid in list(rids)[:-1]]})
+            driver.ManagerReads.block_tables = block_tables
+
+    class TablesNotAList(TablesDropped):
+        """The same read answered as a part that is not a list of tables."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            from kvfuzz.impl.kvmanager import driver
+
+            driver.ManagerReads.block_tables = lambda reads, since, rids: reads.changed(
+                "block_tables", since, {"tables": 7})
+    return {"TablesReversed": TablesReversed, "TablesDropped": TablesDropped,
+            "TablesNotAList": TablesNotAList}
 
 
 def __getattr__(name):  # the double by import path: tests.kvmanager.test_upstream:TablesReversed
-    if name == "TablesReversed":
+    if name in ("TablesReversed", "TablesDropped", "TablesNotAList"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -95,6 +119,31 @@ def test_a_wrong_block_table_is_caught():
     found = divergence("kvmanager", trace, f"{__name__}:TablesReversed")
     assert found is not None and found.what.startswith("block table"), found and found.report()
     assert KVMANAGER.check(trace, VLLM).status == AGREE
+
+
+@pytest.mark.slow
+def test_the_tables_read_as_changes_are_judged_across_processes():
+    """In a worker, the tables and the pool cross as what changed since the op before
+    (`Lockstep.read_changed`): a wrong table is still caught there, and so is a tables read
+    that leaves a request out or is not a list, patched into kvfuzz's driver in the
+    implementation's own process (the judge's process is never touched)."""
+    from kvfuzz.fuzz.engine.isolation import Checker
+
+    trace = Trace(10, 2, 0, 100, (Arrive(1, (1, 2, 3, 4, 5)), Schedule(1, 99),
+                                  Arrive(2, (6, 7, 8)), Schedule(2, 99), Decode(1, 9)))
+    checker = Checker()
+    try:
+        for name, shows in (("TablesReversed", "r1: expected [[1, 2, 3]]"),
+                            ("TablesDropped", "r1: expected [[]], actual None"),
+                            ("TablesNotAList", "block_tables answered 7, not a list")):
+            outcome = checker.check(KVMANAGER, trace, double("kvmanager", f"{__name__}:{name}"))
+            found = outcome.divergence
+            assert found is not None and found.what.startswith("block table"), \
+                (name, found and found.report())
+            assert shows in found.report(), (name, found.report())
+        assert checker.check(KVMANAGER, trace, VLLM).status == AGREE
+    finally:
+        checker.close()
 
 
 def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
