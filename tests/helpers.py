@@ -297,3 +297,29 @@ def assert_refused_in_one_line(target: str, path: str, shows: str, interface: st
         TARGETS[target].catalogue.resolve(path)
     message = str(error.value)
     assert shows in message and interface in message and "\n" not in message, message
+
+
+def mutant_module(module_name: str, mutant_id: str):
+    """The released module `module_name` with `kvfuzz mutate`'s mutant `mutant_id` applied,
+    compiled under a name of its own beside the released one (whose file it keeps, so the
+    mutant's line numbers are the release's)."""
+    import importlib
+    import sys
+    import types
+
+    from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
+    from kvfuzz.impl.upstream_env import prepare_import
+
+    with prepare_import(module_name):
+        released = importlib.import_module(module_name)
+    source = open(released.__file__).read()
+    mutant = next(m for m in enumerate_mutants(module_name, released.__file__, source)
+                  if m.id == mutant_id)
+    name = f"{module_name}_mutant"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # (dataclasses look their module up)
+    try:
+        exec(compile(apply(source, mutant)[0], released.__file__, "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    return module

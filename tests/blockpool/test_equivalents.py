@@ -8,12 +8,10 @@ Skips without vLLM."""
 from __future__ import annotations
 
 import random
-import sys
-import types
 
 import pytest
 
-from tests.helpers import needs_engine
+from tests.helpers import mutant_module, needs_engine
 
 pytestmark = needs_engine("vllm")  # (the slow tier)
 MODULE = "vllm.v1.core.kv_cache_utils"
@@ -26,25 +24,8 @@ DECLARED = ("297:57:ReplaceUnaryOperator_USub_Invert:2", "297:57:ReplaceUnaryOpe
 
 
 def compiled(mutant_id: str):
-    """The queue class of a mutant's module, compiled from the edited source under a name of its
-    own, beside the released one."""
-    from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
-    from kvfuzz.impl.upstream_env import prepare_import
-
-    with prepare_import(MODULE):
-        from vllm.v1.core import kv_cache_utils
-
-    source = open(kv_cache_utils.__file__).read()
-    mutant = next(m for m in enumerate_mutants(MODULE, kv_cache_utils.__file__, source)
-                  if m.id == mutant_id)
-    name = f"{MODULE}_mutant"
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # (dataclasses look their module up)
-    try:
-        exec(compile(apply(source, mutant)[0], kv_cache_utils.__file__, "exec"), module.__dict__)
-    finally:
-        del sys.modules[name]
-    return module.FreeKVCacheBlockQueue
+    """The queue class of a mutant's module, beside the released one."""
+    return mutant_module(MODULE, mutant_id).FreeKVCacheBlockQueue
 
 
 def named(queue, block):

@@ -143,13 +143,19 @@ def released_manager(blocks: int = 8, window: int = 0):
     return KVManagerDriver(load_attribute(VLLM.path), blocks, 4, window, 64)
 
 
-def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
-    driver = released_manager()
-    manager = driver.manager
-    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
-    driver.arrive(1, list(range(9)))
+def guarded_arrival(tmp_path, tokens: int, blocks: int = 8, window: int = 0, **options):
+    """The released manager guarded, and request 1 of `tokens` tokens arrived and looked up:
+    (the manager, its guard, the request, the hit's blocks, the hit's length)."""
+    driver = released_manager(blocks, window)
+    guarded = kvfuzz.guard(driver.manager, "kvmanager", corpus=tmp_path, **options)
+    driver.arrive(1, list(range(tokens)))
     request = driver.requests[1]
-    blocks, hit, _ = guarded.get_computed_blocks(request)
+    hit_blocks, hit, _ = guarded.get_computed_blocks(request)
+    return driver.manager, guarded, request, hit_blocks, hit
+
+
+def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 9)
     free = manager.block_pool.get_num_free_blocks()
     with pytest.raises(kvfuzz.GuardUnsupported, match="num_lookahead_tokens=2"):
         guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
@@ -235,12 +241,8 @@ def test_kvfuzz_guard_switches_it_on_inside_an_unchanged_engine(record, tmp_path
 
 
 def test_with_unsupported_stop_an_unmodelled_call_goes_through_once_said(tmp_path, capsys):
-    driver = released_manager()
-    manager = driver.manager
-    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path, on_unsupported="stop")
-    driver.arrive(1, list(range(9)))
-    request = driver.requests[1]
-    blocks, hit, _ = guarded.get_computed_blocks(request)
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 9,
+                                                             on_unsupported="stop")
     free = manager.block_pool.get_num_free_blocks()
     got = guarded.allocate_slots(request, 9, hit, blocks, num_lookahead_tokens=2)
     assert got is not None and manager.block_pool.get_num_free_blocks() < free  # made, once

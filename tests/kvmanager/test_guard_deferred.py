@@ -17,7 +17,7 @@ from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt, Release, RemoveSkipped
 from tests import guarding
 from tests.helpers import needs_engine
-from tests.kvmanager.test_guard import impl_of, released_manager
+from tests.kvmanager.test_guard import guarded_arrival, impl_of
 from tests.kvmanager.test_guard_connector import connector_models
 
 pytestmark = needs_engine("vllm")
@@ -29,12 +29,7 @@ def test_a_deferred_free_is_checked_and_a_stray_pool_free_refused(tmp_path):
     """By hand: a request's free deferred, then its blocks freed on the pool through the
     manager, each an op of the guard's trace; a pool free of other blocks is refused with
     nothing freed."""
-    driver = released_manager()
-    manager = driver.manager
-    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
-    driver.arrive(1, list(range(9)))
-    request = driver.requests[1]
-    blocks, hit, _ = guarded.get_computed_blocks(request)
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 9)
     guarded.allocate_slots(request, 9, hit, blocks)
     held = list(manager.block_pool.blocks[5:7])
     free = manager.block_pool.get_num_free_blocks()
@@ -58,12 +53,7 @@ def test_remove_skipped_blocks_with_a_window_is_checked(tmp_path):
     """By hand, beside a sliding window of 6 tokens: the scheduler's `remove_skipped_blocks` of
     a request at its computed tokens is `remove_skipped` (the window's head freed, checked);
     at other tokens than the trace's it is refused, with nothing freed."""
-    driver = released_manager(blocks=20, window=6)
-    manager = driver.manager
-    guarded = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path)
-    driver.arrive(1, list(range(30)))
-    request = driver.requests[1]
-    blocks, hit, _ = guarded.get_computed_blocks(request)
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 30, blocks=20, window=6)
     guarded.allocate_slots(request, 16, hit, blocks)
     request.num_computed_tokens = 16
     guarded.allocate_slots(request, 14, 0, None)

@@ -8,37 +8,18 @@ vLLM."""
 from __future__ import annotations
 
 import random
-import sys
-import types
 
 import pytest
 
-from tests.helpers import needs_engine
+from tests.helpers import mutant_module, needs_engine
 
 pytestmark = needs_engine("vllm")
 MUTANT = "vllm.v1.kv_offload.cpu.policies.lru:184:43:ReplaceComparisonOperator_Lt_NotEq:1"
 
 
 def compiled(mutant_id: str):
-    """The LRU policy class of a mutant's module, compiled from the edited source under a name
-    of its own, beside the released one."""
-    from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
-    from kvfuzz.impl.upstream_env import prepare_import
-
-    with prepare_import("vllm.v1.kv_offload.cpu.policies.lru"):
-        from vllm.v1.kv_offload.cpu.policies import lru
-
-    source = open(lru.__file__).read()
-    mutant = next(m for m in enumerate_mutants(lru.__name__, lru.__file__, source)
-                  if m.id == mutant_id)
-    name = f"{lru.__name__}_mutant"
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # (dataclasses look their module up)
-    try:
-        exec(compile(apply(source, mutant)[0], lru.__file__, "exec"), module.__dict__)
-    finally:
-        del sys.modules[name]
-    return module.LRUCachePolicy
+    """The LRU policy class of a mutant's module, beside the released one."""
+    return mutant_module("vllm.v1.kv_offload.cpu.policies.lru", mutant_id).LRUCachePolicy
 
 
 @pytest.fixture(scope="module")
