@@ -1,13 +1,15 @@
-"""Seeded scheduler-like block-pool traces (`blockpool/3`): trace `index` of `seed` is the same
+"""Seeded scheduler-like block-pool traces (`blockpool/4`): trace `index` of `seed` is the same
 forever; a change to what this produces must bump the version (`blockpool/1` had no pins and no
-double frees; `blockpool/2`, one profile).
+double frees; `blockpool/2`, one profile; `blockpool/3`, no pool past 64 blocks).
 
 Aimed where a block pool's bugs live: requests over a few prompt families (so prefix hits and
-the same hash cached by two blocks are common), pools of 2 to 64 blocks run to exactly full and
-one past it, blocks freed in the manager's reverse order or in table order, cached blocks coming
+the same hash cached by two blocks are common), pools of 2 to 64 blocks (a few larger: below)
+run to exactly full and one past it, blocks freed in the manager's reverse order or in table order, cached blocks coming
 back from the free queue (`touch` of a block with no references), null blocks in tables, reuse
 watchers (`unpin_blocks`), evictions of held and free blocks, and resets with and without blocks
-held; the same block twice in one `free_blocks` call, once per reference (a pinned request), and,
+held; since `blockpool/4`, one pool in fifty of 258 to 300 blocks, past CPython's cache of small
+ints, where an `is` between two block counts stops meaning `==` (the free queue links its
+blocks by their count at construction); the same block twice in one `free_blocks` call, once per reference (a pinned request), and,
 unless an implementation declares its callers never do it (`generator_for`), a double free.
 Pools without prefix caching get no cache ops (the manager makes none).
 
@@ -69,11 +71,17 @@ LACKS = {NO_REPLACE: "no-replace", NO_BOUNDARY: "no-boundary", NO_LOOKAHEAD: "no
          NO_MOVE: "no-move", NO_REPORT: "no-report", NO_SCALE: "no-scale", NO_MASK: "no-mask"}
 
 
+LARGE_SHARE = 1 / 50
+LARGE_MIN, LARGE_MAX = 258, 300  # block ids and counts past 256: fresh int objects
+
+
 def build(rng: random.Random, num_ops: int, double_free: bool = True,
           unpin: bool = True, lacks: frozenset = frozenset()) -> Trace:
     profile = rng.choices(list(PROFILES), list(PROFILES.values()))[0]
     blocks = rng.choice((rng.randint(2, 8), rng.randint(8, 32), rng.randint(32, 64)))
     blocks = 1 if rng.random() < 0.04 else blocks  # the null block alone: nothing to hand out
+    if rng.random() < LARGE_SHARE:  # each op compares every block: large pools are few
+        blocks = rng.randint(LARGE_MIN, LARGE_MAX)
     caching = rng.random() < (0.85 if profile == "manager" else 0.95)
     chosen = settings(rng, profile)
     if NO_LOOKAHEAD in lacks and "lookahead" in chosen:  # drawn all the same: the rest of the
@@ -248,7 +256,7 @@ class _Generator:
         self.ops.append(Reset())
 
 
-NAME = "blockpool/3"
+NAME = "blockpool/4"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 
@@ -256,7 +264,7 @@ generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
 @functools.cache
 def generator_for(preconditions: frozenset) -> TraceGenerator:
     """The generator of an implementation that declares `preconditions` (`profile.py`): its own
-    stream, e.g. "blockpool/3[no double free]" where its callers never double-free, so a
+    stream, e.g. "blockpool/4[no double free]" where its callers never double-free, so a
     (generator, seed, index) still names one trace forever."""
     double_free, unpin = double_frees_allowed(preconditions), unpins_allowed(preconditions)
     lacks = frozenset(text for text in LACKS if text in preconditions)

@@ -21,7 +21,7 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "evict_spares_held": r"block hash|hash map",
     "free_dedups": r"num free|ref_cnt|free queue",
     "stored_parent_is_itself": r"KV events:? +cache_full_blocks: event \d+ of \d+ expected",
-    "reuse_not_published": r"KV events:? +get_new_blocks: .*Removed",
+    "reuse_not_published": r"KV events:? +(get_new_blocks|evict_blocks): .*Removed",
     "reset_not_published": r"KV events:? +reset_prefix_cache: .*Cleared",
     "partial_entry_one_unit_long": r"result|crash|hash map|block hash",
     "copy_forgets_token_count": r"block hash tokens:? +block \d+'s entry covers: expected \d+ "

@@ -197,7 +197,16 @@ def test_generated_traces_round_trip():
     for index in range(10):
         trace = generate(0, index)
         assert loads(dumps(trace)) == trace and len(trace.ops) == 200
-        assert 2 <= trace.blocks <= 64
+        assert 1 <= trace.blocks <= 64  # (1: the null block alone, one pool in 25)
+
+
+def test_a_few_pools_are_past_cpythons_small_ints():
+    """blockpool/4: some pools of 258 blocks and more, where a block count is a fresh int object
+    (the free queue's construction compares counts: `is not` for `<` there links the last block
+    past the list), and the rest at most 64 (each op compares every block)."""
+    sizes = [generate(0, index).blocks for index in range(300)]
+    large = [size for size in sizes if size > 64]
+    assert 1 <= len(large) <= 15 and all(258 <= size <= 300 for size in large), large
 
 
 GOOD = {"format": FORMAT, "blocks": 8, "caching": True,

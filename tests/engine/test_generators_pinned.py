@@ -17,7 +17,7 @@ PINNED = {
                                     "9b9f95c3778b9c02"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/3", ["e18f06e4ea50030f", "d3973f9c8bcbe312", "1d552d28ead0bcd5"]),
-    "blockpool": ("blockpool/3", ["4f7080e1a2a4577b", "afa2c60590c7d9ae", "8641a8800370d4aa"]),
+    "blockpool": ("blockpool/4", ["f1cd9b45588a6523", "eabed024bd8511ac", "b9007003572295fb"]),
     "kvmanager": ("kvmanager/5", ["1de931cdd1f3aa98", "9d189dd393ccbb21", "7ccd125c98953deb"]),
     "radix": ("radix/2", ["27315acd65912a30", "daf5bf33ccaa4dcb", "512fe39e67281b37"]),
     "offload": ("offload/2", ["8651bc0dd8f995c3", "7b572cacbf0b6451", "b54a94b4d2c2a0fc"]),
