@@ -22,20 +22,10 @@ def snapshot(driver) -> dict:
 
 
 def rows_of(driver) -> dict:
-    """Each live request's row, [0, filled): the table's filled columns read in one call and
-    cut per row (one read instead of one per request; a row index or length of another kind
-    reads as the request's own slice did)."""
+    """Each live request's row, [0, filled), as plain data (the radix and unified readers')."""
     table = driver.rows.req_to_token
-    height, width = table.shape
-    live = [(rid, request.kv.req_pool_idx, request.filled)
-            for rid, request in driver.requests.items() if rid in driver.live]
-    if not all(type(row) is int and 0 <= row < height and type(filled) is int and filled >= 0
-               for _, row, filled in live):
-        return {rid: int_list(table[row, :filled].long()) for rid, row, filled in live}
-    longest = min(width, max((filled for _, _, filled in live), default=0))
-    flat = int_list(table[:, :longest].long().reshape(-1)) if longest else []
-    return {rid: flat[row * longest:row * longest + min(filled, width)]
-            for rid, row, filled in live}
+    return {rid: int_list(table[r.kv.req_pool_idx, :r.filled].long())
+            for rid, r in driver.requests.items() if rid in driver.live}
 
 
 def _nodes(cache, most: int) -> tuple[list, list]:
