@@ -4,14 +4,15 @@ double frees; `blockpool/2`, one profile; `blockpool/3`, no pool past 64 blocks)
 
 Aimed where a block pool's bugs live: requests over a few prompt families (so prefix hits and
 the same hash cached by two blocks are common), pools of 2 to 64 blocks (a few larger: below)
-run to exactly full and one past it, blocks freed in the manager's reverse order or in table order, cached blocks coming
-back from the free queue (`touch` of a block with no references), null blocks in tables, reuse
-watchers (`unpin_blocks`), evictions of held and free blocks, and resets with and without blocks
-held; since `blockpool/4`, one pool in fifty of 258 to 300 blocks, past CPython's cache of small
-ints, where an `is` between two block counts stops meaning `==` (the free queue links its
-blocks by their count at construction); the same block twice in one `free_blocks` call, once per reference (a pinned request), and,
-unless an implementation declares its callers never do it (`generator_for`), a double free.
-Pools without prefix caching get no cache ops (the manager makes none).
+run to exactly full and one past it, blocks freed in the manager's reverse order or in table
+order, cached blocks coming back from the free queue (`touch` of a block with no references),
+null blocks in tables, reuse watchers (`unpin_blocks`), evictions of held and free blocks, and
+resets with and without blocks held; since `blockpool/4`, one pool in fifty of 258 to 300
+blocks, past CPython's cache of small ints, where an `is` between two block counts stops meaning
+`==` (the free queue links its blocks by their count at construction); the same block twice in
+one `free_blocks` call, once per reference (a pinned request), and, unless an implementation
+declares its callers never do it (`generator_for`), a double free. Pools without prefix caching
+get no cache ops (the manager makes none).
 
 Each trace comes from one named profile (its `note` says which; the summary counts each
 configuration, `config: ...`):

@@ -71,8 +71,9 @@ def test_an_outside_class_of_the_wrong_shape_is_one_line(attr, shows):
 
 # Faults no source mutant makes, for the checks only they can fail: a broken link in the free
 # queue, a block handed out that keeps a link into it, its readers (`iter_blocks_after`,
-# `get_all_free_blocks`) disagreeing with its links, a watcher never told of a reuse, a null block that is not block 0. Subclasses of the
-# released class, so built on first use (never at collection).
+# `get_all_free_blocks`) disagreeing with its links, a watcher never told of a reuse, a null block
+# that is not block 0. Subclasses of the released class, so built on first use (never at
+# collection).
 @functools.cache
 def doubles() -> dict:
     BlockPool = load_attribute("vllm.v1.core.block_pool:BlockPool")

@@ -1,9 +1,10 @@
 """`MultiEndedAllocator` as SGLang 0.5.15-0.5.19 shipped it, through the same adapter
 (impl/compaction/upstream.py): the class is found where those releases kept it
-(`mem_cache/multi_ended_allocator.py`, `released.UPSTREAM_POOLS`), and their interface lacks the public
-urgent flush (`flush_for_allocation` is 0.5.20's), so the adapter runs the pass those releases
-ran themselves, `_flush(urgent=True)`. Quick tests use a stand-in: today's class without that
-method. The releases themselves: the slow test at the bottom (docs/release-history.md)."""
+(`mem_cache/multi_ended_allocator.py`, `released.UPSTREAM_POOLS`), and their interface lacks the
+public urgent flush (`flush_for_allocation` is 0.5.20's), so the adapter runs the pass those
+releases ran themselves, `_flush(urgent=True)`. Quick tests use a stand-in: today's class
+without that method. The releases themselves: the slow test at the bottom
+(docs/release-history.md)."""
 
 from __future__ import annotations
 
@@ -85,7 +86,8 @@ def test_a_release_without_the_public_urgent_flush_agrees_through_its_own(lazy):
     for index in range(6):
         found = run_trace(COMPACTION.generator.generate(0, index), adapter(stand_in, lazy))
         assert found is None, (index, found)
-    assert stand_in.counted.urgent_passes > 0  # the urgent flushes of the traces ran `_flush` itself
+    # the urgent flushes of the traces ran `_flush` itself
+    assert stand_in.counted.urgent_passes > 0
 
 
 def test_the_urgent_flush_mapped_onto_the_non_urgent_one_is_caught(monkeypatch):
