@@ -136,16 +136,18 @@ def test_params_of_a_single_ended_pool_build_on_the_stand_in():
 def test_0_5_17s_class_runs_and_its_findings_diverge_there_and_0_5_14_says_why_not():
     # The releases themselves, each first on the path of a `kvfuzz` process as a user runs one,
     # installed from kvfuzz's wheel cache or the registry (skipped, and said, without either).
-    from tests.radix.test_legacy_release import folder_of, kvfuzz_with
+    # 0.5.17's three replays in one process (`kvfuzz_commands`: the release imported once),
+    # 0.5.14's refusal a `kvfuzz` process of its own.
+    from tests.radix.test_legacy_release import folder_of, kvfuzz_commands, kvfuzz_with
 
-    old = folder_of("0.5.17")
-    pending = kvfuzz_with(old, "replay", str(G_PENDING), "--impl",
-                          "sglang.compaction.lazy.unzeroed")
+    pending, fresh, behind = kvfuzz_commands(
+        folder_of("0.5.17"),
+        ("replay", G_PENDING, "--impl", "sglang.compaction.lazy.unzeroed"),
+        ("replay", N_EAGER, "--impl", "sglang.compaction.eager"),
+        ("replay", N_EAGER, "--impl", "sglang.compaction.eager.unzeroed"))
     assert pending.returncode == 1, pending.stdout[-2000:] + pending.stderr[-2000:]
     assert "field pending at op 4 of 5" in pending.stdout
-    fresh = kvfuzz_with(old, "replay", str(N_EAGER), "--impl", "sglang.compaction.eager")
     assert fresh.returncode == 1 and "fresh page at op 2 of 3" in fresh.stdout, fresh.stdout
-    behind = kvfuzz_with(old, "replay", str(N_EAGER), "--impl", "sglang.compaction.eager.unzeroed")
     assert behind.returncode == 0, behind.stdout[-2000:] + behind.stderr[-2000:]
     none = kvfuzz_with(folder_of("0.5.14"), "diff", "compaction", "--impl",
                        "sglang.compaction.lazy", "--cases", "1")

@@ -1,10 +1,12 @@
 """RadixCache and PureSWARadixCache of SGLang 0.5.20 and 0.5.21 for real (slow), driven through
-their own scheduler calls (impl/radix/legacy.py), each release first on the path of a `kvfuzz`
-process as a user runs one: finding Q's saved trace (`corpus/history/sglang-0.5.20/`: the
-finish of PureSWARadixCache drops the request's priority) diverges on 0.5.20 and replays clean
-on 0.5.21, and 0.5.21's classes agree on seeded traces. Each release is installed from
-kvfuzz's wheel cache (`~/.cache/kvfuzz/history/wheels`, as `kvfuzz history` fills it) or, on a
-fresh machine, from the registry; only without either does the test skip, and say so."""
+their own scheduler calls (impl/radix/legacy.py), each release first on the path of a process
+running `kvfuzz`'s commands as a user's `PYTHONPATH=<release> kvfuzz ...` does
+(`kvfuzz_commands`: one process a test, the release imported once for its commands): finding
+Q's saved trace (`corpus/history/sglang-0.5.20/`: the finish of PureSWARadixCache drops the
+request's priority) diverges on 0.5.20 and replays clean on 0.5.21, and 0.5.21's classes agree
+on seeded traces. Each release is installed from kvfuzz's wheel cache
+(`~/.cache/kvfuzz/history/wheels`, as `kvfuzz history` fills it) or, on a fresh machine, from the
+registry; only without either does the test skip, and say so."""
 
 from __future__ import annotations
 
@@ -44,12 +46,72 @@ def kvfuzz_with(folder, *argv, timeout: int = 400) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout)
 
 
+# One process per release for a test's commands: kvfuzz's `main` (what `python -m kvfuzz.fuzz.cli`
+# runs, a subreaper as that program is) once per command, the release first on the path as a
+# user's `PYTHONPATH=... kvfuzz` has it. The release's SGLang is imported once, before the
+# commands, so every command's workers and fork servers are forked with it: in a process per
+# command each of them imported it again (some 8 to 10 s of CPU each, most of these tests' time).
+SESSION = """
+import contextlib, importlib, importlib.util, io, json, sys
+from kvfuzz.fuzz.cli.main import main
+from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.upstream_env import prepare_import
+become_subreaper()
+commands, out_file = json.loads(sys.argv[1]), sys.argv[2]
+# The release's memory pools (the bulk of any of its allocators' imports) and the modules the
+# commands' implementations name (their classes', what kvfuzz's adapters wrap), where the
+# release has them: what each command's workers would import again otherwise.
+names = {argv[i + 1] for argv in commands for i, word in enumerate(argv[:-1]) if word == "--impl"}
+modules = {"sglang.srt.mem_cache.memory_pool"}
+for impl in (i for t in TARGETS.values() for i in t.catalogue.implementations if i.name in names):
+    modules |= {path.split(":")[0] for path in (*impl.paths, *impl.mutates)
+                if path.startswith(f"{impl.requires}.")}
+for module in sorted(modules):
+    with prepare_import(module):  # (finding it imports its packages)
+        if importlib.util.find_spec(module):
+            importlib.import_module(module)
+results = []
+for argv in commands:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as stop:
+            status = stop.code
+    sweep()
+    results.append([status, out.getvalue(), err.getvalue()])
+with open(out_file, "w") as handle:
+    json.dump(results, handle)
+"""
+
+
+def kvfuzz_commands(folder, *commands, timeout: int = 580) -> list[subprocess.CompletedProcess]:
+    """Each of `commands` (argv lists) run by `kvfuzz` with the release at `folder` on its path,
+    in one process (`SESSION`): its exit status and output, as `kvfuzz_with` gives them."""
+    import json
+    import tempfile
+
+    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    argvs = [[str(arg) for arg in argv] for argv in commands]
+    with tempfile.TemporaryDirectory() as scratch:
+        out_file = os.path.join(scratch, "results.json")
+        done = subprocess.run([sys.executable, "-c", SESSION, json.dumps(argvs), out_file],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with open(out_file) as handle:
+            results = json.load(handle)
+    return [subprocess.CompletedProcess(argv, status, out, err)
+            for argv, (status, out, err) in zip(argvs, results)]
+
+
 def test_finding_q_diverges_on_0_5_20_and_replays_clean_on_0_5_21():
-    old = kvfuzz_with(folder_of("0.5.20"), "replay", str(Q), "--impl", "sglang.radix.pure_swa")
+    old, = kvfuzz_commands(folder_of("0.5.20"),
+                           ("replay", Q, "--impl", "sglang.radix.pure_swa"))
     assert old.returncode == 1, old.stderr[-2000:]
     assert "node [4]: priority expected 2, actual 0" in old.stdout + old.stderr
-    fixed = kvfuzz_with(folder_of("0.5.21"), "replay", str(Q), "--impl",
-                        "sglang.radix.pure_swa", "--impl", "sglang.radix")
+    fixed, = kvfuzz_commands(folder_of("0.5.21"), ("replay", Q, "--impl", "sglang.radix.pure_swa",
+                                                   "--impl", "sglang.radix"))
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
 
 
@@ -57,8 +119,9 @@ def test_0_5_21s_prefix_caches_agree_on_seeded_traces(tmp_path):
     # traces 0 and 1 of seed 0: chunk checkpoints, finishes with and without caching, probes,
     # inserts, evictions and a flush, through the old calls; trace 2 reaches finding D (the
     # paged allocator's kernel), not this adapter, and is left to docs/release-history.md
-    done = kvfuzz_with(folder_of("0.5.21"), "diff", "radix", "--impl", "sglang.radix", "--impl",
-                       "sglang.radix.pure_swa", "--cases", "2", "--corpus", str(tmp_path))
+    done, = kvfuzz_commands(folder_of("0.5.21"), ("diff", "radix", "--impl", "sglang.radix",
+                                                  "--impl", "sglang.radix.pure_swa", "--cases",
+                                                  "2", "--corpus", tmp_path))
     text = done.stdout + done.stderr
     assert done.returncode == 0, text[-3000:]
     assert text.count("ran to the last op: 2/2") == 2 and "finish cached" in text

@@ -1,6 +1,7 @@
 """`UnifiedRadixCache` of SGLang 0.5.20 and 0.5.21 for real (slow), driven through their own
 scheduler calls (impl/radix/legacy.py, the unified driver's reads of those releases), each
-release first on the path of a `kvfuzz` process as a user runs one, installed as
+release first on the path of the process running `kvfuzz` as a user's does
+(`tests.radix.test_legacy_release.kvfuzz_commands`), installed as
 tests/radix/test_legacy_release.py installs it (the wheel cache, else the registry; skipped, and
 said, only without either): each core agrees on seeded traces that reach chunk checkpoints and
 finishes (0.5.21: the Rust core with the Python core beside it; 0.5.20: the Python core, every
@@ -12,7 +13,7 @@ from __future__ import annotations
 import re
 
 from tests.helpers import needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_with
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -24,9 +25,9 @@ def rows(text: str) -> dict[str, list[str]]:
 
 
 def run(version: str, entry: str, mutant: str, tmp_path) -> str:
-    done = kvfuzz_with(folder_of(version), "diff", "unified", "--impl", entry, "--impl",
-                       f"mutant.sglang.unified.{mutant}", "--cases", "2", "--timeout", "200",
-                       "--corpus", str(tmp_path), timeout=580)
+    done, = kvfuzz_commands(folder_of(version), (
+        "diff", "unified", "--impl", entry, "--impl", f"mutant.sglang.unified.{mutant}",
+        "--cases", "2", "--timeout", "200", "--corpus", tmp_path))
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]  # the mutant's divergence
     return text
