@@ -28,9 +28,9 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too), a
-connector that loads some groups only. Deferred frees (`pop_blocks_for_free`) are mapped in
-`guard.py`.
+Refused, not modelled yet: a connector that loads some groups only. Deferred frees
+(`pop_blocks_for_free`) are mapped in `guard_deferred.py`, zeroing (`take_new_block_ids`, a
+failed load's `record_blocks_for_zeroing`) in `guard_zeroing.py`.
 """
 
 from __future__ import annotations

@@ -60,6 +60,15 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
     def cache_blocks(self, rid: int, computed: int) -> None:
         self._perform("cache_blocks", (rid, computed))
 
+    def record_blocks_for_zeroing(self, rid: int, start: int) -> None:
+        pass  # the engine's own next call after a failed load's cache_blocks (guard_zeroing.py)
+
+    def pending_new_block_ids(self) -> list[int]:
+        """The zeroing records not yet taken, group after group, read without emptying them
+        (the engine's scheduler takes them: `take_new_block_ids`)."""
+        return [int(block) for group in self.manager.coordinator.single_type_managers
+                for block in getattr(group, "new_block_ids", ())]
+
     def free(self, rid: int, finished: bool = True) -> None:
         self._perform("free", (rid, finished))
 

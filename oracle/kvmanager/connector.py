@@ -53,7 +53,11 @@ class ConnectorRules:
         for group in self.groups:
             self.to_zero[group] += self.tables[group].get(rid, [])[start // self.sizes[group]:]
 
+    def new_block_ids(self) -> list[int]:
+        """The records not yet taken, group after group (read, not emptied)."""
+        return [block for records in self.to_zero for block in records]
+
     def take_new_block_ids(self) -> list[int]:
-        taken = [block for records in self.to_zero for block in records]
+        taken = self.new_block_ids()
         self.to_zero = [[] for _ in self.groups]
         return taken
