@@ -197,10 +197,13 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
             return getattr(manager, method)(request)
         self._kvfuzz_lookups.clear()
         if tracked.loading:  # its load failed, nothing valid (or it was aborted)
-            if defer:
+            if not defer:
+                return self._failed_load(tracked, request)
+            if not request.is_finished():  # the scheduler frees a failed load at once
                 self._refuse(f"pop_blocks_for_free of request {request.request_id!r} during "
-                             f"its KV load (a deferred failed load is not modelled)")
-            return self._failed_load(tracked, request)
+                             f"its KV load, not finished (a deferred failed load)")
+            # aborted during its load while a step that wrote its blocks is in flight: a
+            # `finish` with `defer`, below
         if request.is_finished():
             op = Finish(tracked.rid, defer)
         elif tracked.running:

@@ -202,6 +202,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.count("finish" if finish else "preempt")
         if op.defer:  # the free deferred: the tables emptied, the blocks still held
             self.count("free deferred (pop_blocks_for_free)")
+            if request.status == connector.LOADING:
+                self.count("free deferred during its KV load")
             yield Call(f"pop_blocks_for_free(r{op.rid}){'' if finish else ': preempted'}",
                        "pop_blocks_for_free", (op.rid, finish),
                        oracle=lambda: self.model.pop_blocks_for_free(op.rid),
