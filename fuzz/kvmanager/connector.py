@@ -27,7 +27,7 @@ EVENTS = ("connector admission", "connector admission, asynchronous load",
           "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
           "a whole prompt loaded: its last token recomputed", "resumed after its load",
           "zeroing records compared", "blocks recorded for zeroing again",
-          "external tokens outside the window", "free deferred during its KV load")
+          "external tokens outside the window")
 
 
 class ConnectorOps:

@@ -95,7 +95,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
-              "deferred free released", "skipped blocks removed before request_finished",
+              "free deferred during its KV load", "deferred free released",
+              "skipped blocks removed before request_finished",
               *MARKS, *connector.EVENTS,
               *(f"config: {name}" for name in CONFIGS))
 
