@@ -18,7 +18,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
 
 LOADING = "loading"  # a request whose asynchronous KV load is in flight
 EVENTS = ("connector admission", "connector admission, asynchronous load",
@@ -27,7 +27,7 @@ EVENTS = ("connector admission", "connector admission, asynchronous load",
           "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
           "a whole prompt loaded: its last token recomputed", "resumed after its load",
           "zeroing records compared", "blocks recorded for zeroing again",
-          "external tokens outside the window")
+          "external tokens outside the window", "load of some groups only")
 
 
 class ConnectorOps:
@@ -73,7 +73,7 @@ class ConnectorOps:
                    f"{', delayed caching' if load else ''}"
                    f"{f', {reserve} reserved' if reserve else ''})")
         got, problems = yield from self._connect_allocation(rid, request, new, hit, hit_blocks,
-                                                            external, load, reserve)
+                                                            external, load, reserve, op.written)
         if got is None or problems:
             return problems
         request.hit = hit
@@ -87,19 +87,29 @@ class ConnectorOps:
             request.sync_load = (hit, hit + external, request.computed)
         return problems
 
-    def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve):
+    def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve,
+                            written=EVERY_GROUP):
         """The admission's allocate_slots on both sides: its result (None when refused) and
         the problems of what it consumed."""
         model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         others = any(r.status == "running" for other, r in self.requests.items() if other != rid)
         whole = trace.full_sequence_must_fit
+        groups = range(len(model.sizes))
+        # the groups an asynchronous load writes are left out of zeroing (a load of some
+        # groups only: the others' external blocks are zeroed)
+        written = set(groups) if written == EVERY_GROUP else \
+            {g for g in groups if written >> g & 1}
+        zero_external = frozenset(groups) - written if load else True
         args = (rid, new, hit, external, load, reserve, whole, others)
+        if load and written != set(groups):
+            self.count("load of some groups only")
+            args += (tuple(sorted(written)),)
         try:
             expected = model.allocate_slots(
                 rid, self._hashes(request), len(request.tokens), 0, new, hit, hit_blocks, whole,
                 request.prompt, request.boundary, others, request.tokens, 0, external=external,
-                delay=load, reserve=reserve, zero_external=not load,
+                delay=load, reserve=reserve, zero_external=zero_external,
                 lookahead=0 if load else None)
         except NothingToAllocate as refused:
             self.count("allocate_slots of nothing refused")

@@ -50,9 +50,10 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
                                                      others_running, in_flight)))
 
     def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
-                reserve: int, whole: bool, others_running: bool):
+                reserve: int, whole: bool, others_running: bool, written=None):
+        more = () if written is None else (tuple(written),)
         return _ids(self._perform("connect", (rid, new, hit_tokens, external, load, reserve,
-                                              whole, others_running)))
+                                              whole, others_running, *more)))
 
     def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
         return _ids(self._perform("resume", (rid, new, others_running, whole)))

@@ -216,6 +216,12 @@ MUTATIONS = {
         "record_for_zeroing=i not in skip_zeroing_group_ids",
         "record_for_zeroing=True",
         "the blocks an asynchronous load writes are recorded for zeroing too (a race)")),
+    "partial_load_skips_all_zeroing": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_computed_blocks",
+        "record_for_zeroing=i not in skip_zeroing_group_ids",
+        "record_for_zeroing=not skip_zeroing_group_ids",
+        "a load of some groups leaves every group's external blocks unzeroed (the groups it "
+        "does not write keep stale bytes)")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",

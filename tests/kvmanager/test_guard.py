@@ -80,7 +80,8 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "deferred_free_reversed", "deferred_free_first_group_only",
                "finished_window_kept",
                # zeroing: the corner traces are of one precision (test_guard_zeroing.py)
-               "new_block_not_zeroed", "zeroing_records_kept")
+               "new_block_not_zeroed", "zeroing_records_kept",
+               "partial_load_skips_all_zeroing")
 
 
 def corner_trace(index: int, impl):
