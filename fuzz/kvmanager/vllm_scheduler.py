@@ -152,7 +152,8 @@ def _connector(workload: Workload, seed: int) -> dict:
     if workload.fake_connector:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
-        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures)}
+        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures,
+                                                  hybrid=bool(workload.window))}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 
@@ -331,6 +332,8 @@ FAKE_CONNECTOR = Workload(fake_connector=True, blocks=24)
 # Zeroing: full attention and a 48-token window in two precisions (each request holds blocks
 # in both groups: 60 blocks, so that sessions still preempt, not all the time)
 ZEROING = Workload(window=48, zeroing=True, blocks=60)
+# Zeroing with the fake connector over both groups: loads that write some groups only
+ZEROING_CONNECTOR = Workload(window=48, zeroing=True, blocks=48, fake_connector=True)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False):

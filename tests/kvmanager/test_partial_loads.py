@@ -80,3 +80,43 @@ def test_the_guard_maps_a_load_of_some_groups_and_checks_its_records(tmp_path):
 def test_a_partial_load_that_zeroes_no_group_raises_under_the_guard(tmp_path):
     with pytest.raises(kvfuzz.Mismatch, match=r"zeroing +new_block_ids: expected \[\d"):
         loading_some_groups(tmp_path, "partial_load_skips_all_zeroing")
+
+
+def partial_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    """Session `seed` of vLLM's scheduler over full attention and a window in two precisions
+    with the fake connector over both groups (`ZEROING_CONNECTOR`), guarded (or recorded)."""
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import ZEROING_CONNECTOR, run_session
+    from tests.kvmanager.test_guard import impl_of
+
+    wrap = kvfuzz.guard if check else kvfuzz.record
+    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
+    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
+                                                              **options),
+                       workload=ZEROING_CONNECTOR,
+                       manager_class=None if name is None else impl_of(name).load())
+
+
+@with_vllm
+def test_vllms_scheduler_loading_some_groups_runs_guarded_and_replays(tmp_path):
+    partial = 0
+    for seed in range(3):
+        session = partial_session(seed, None, tmp_path)
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10 and guarded.divergence is None
+        partial += sum(isinstance(op, Connect) and op.written != EVERY_GROUP
+                       for op in guarded.ops)
+        recorded = partial_session(seed, None, tmp_path, check=False).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert partial, "no load of some groups only"
+    assert not list(tmp_path.glob("*.json"))
+
+
+@with_vllm
+def test_the_partial_load_mutant_raises_in_vllms_scheduler_with_a_file_that_replays(tmp_path):
+    from tests import guarding
+
+    name = "partial_load_skips_all_zeroing"
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: partial_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=3)
