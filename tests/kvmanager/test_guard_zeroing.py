@@ -54,6 +54,27 @@ def test_a_new_block_left_out_of_the_records_raises_at_its_allocation(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 
+def test_a_take_that_drops_a_record_raises_at_the_take(tmp_path):
+    """The records the manager holds are right, but its take hands the scheduler one short:
+    caught by the guard's comparison of the take (no op of its own: reported at the last)."""
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    released = impl_of(None).load()
+
+    class DropsATakenRecord(released):
+        def take_new_block_ids(self):
+            return super().take_new_block_ids()[1:]
+
+    driver = KVManagerDriver(DropsATakenRecord, 16, 4, 8, 64, zeroing=True)
+    guarded = kvfuzz.guard(driver.manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(10)))
+    request = driver.requests[1]
+    blocks, hit, _ = guarded.get_computed_blocks(request)
+    guarded.allocate_slots(request, 10, hit, blocks)
+    with pytest.raises(kvfuzz.Mismatch, match=r"zeroing +take_new_block_ids: expected \[1, "):
+        guarded.take_new_block_ids()
+
+
 def zeroing_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler over full attention and a window in two precisions
     (`ZEROING`), its manager of `name` (None: the released class), guarded (or recorded)."""
