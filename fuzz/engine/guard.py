@@ -138,6 +138,12 @@ class Session:
             self.ops.append(op)
             self._report(problems, True, None)
 
+    def report_last(self, problems) -> None:
+        """`problems` found by the guard after the last op, in a call the trace has no op for
+        (its replay finds them at that op or before): reported as that op's."""
+        if self.checking:
+            self._report(problems, True, None)
+
     def _report(self, problems, call, where) -> None:
         self.spent = True
         item = self.trace()

@@ -18,7 +18,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
 
 LOADING = "loading"  # a request whose asynchronous KV load is in flight
 EVENTS = ("connector admission", "connector admission, asynchronous load",
@@ -27,11 +27,17 @@ EVENTS = ("connector admission", "connector admission, asynchronous load",
           "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
           "a whole prompt loaded: its last token recomputed", "resumed after its load",
           "zeroing records compared", "blocks recorded for zeroing again",
-          "external tokens outside the window")
+          "external tokens outside the window", "load of some groups only")
 
 
 class ConnectorOps:
     """Mixed into `KVManagerLockstep`."""
+
+    # Under the guard the engine's scheduler takes the zeroing records itself
+    # (`guard_zeroing.py`): the lock step then compares them without emptying either list, and
+    # a failed load's `record_blocks_for_zeroing` is the engine's next call, owed until made.
+    zeroing_read_only = False
+    zeroing_owed: tuple[int, int] | None = None
 
     @handles(Connect)
     def connect(self, op: Connect):
@@ -67,7 +73,7 @@ class ConnectorOps:
                    f"{', delayed caching' if load else ''}"
                    f"{f', {reserve} reserved' if reserve else ''})")
         got, problems = yield from self._connect_allocation(rid, request, new, hit, hit_blocks,
-                                                            external, load, reserve)
+                                                            external, load, reserve, op.written)
         if got is None or problems:
             return problems
         request.hit = hit
@@ -81,19 +87,29 @@ class ConnectorOps:
             request.sync_load = (hit, hit + external, request.computed)
         return problems
 
-    def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve):
+    def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve,
+                            written=EVERY_GROUP):
         """The admission's allocate_slots on both sides: its result (None when refused) and
         the problems of what it consumed."""
         model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         others = any(r.status == "running" for other, r in self.requests.items() if other != rid)
         whole = trace.full_sequence_must_fit
+        groups = range(len(model.sizes))
+        # the groups an asynchronous load writes are left out of zeroing (a load of some
+        # groups only: the others' external blocks are zeroed)
+        written = set(groups) if written == EVERY_GROUP else \
+            {g for g in groups if written >> g & 1}
+        zero_external = frozenset(groups) - written if load else True
         args = (rid, new, hit, external, load, reserve, whole, others)
+        if load and written != set(groups):
+            self.count("load of some groups only")
+            args += (tuple(sorted(written)),)
         try:
             expected = model.allocate_slots(
                 rid, self._hashes(request), len(request.tokens), 0, new, hit, hit_blocks, whole,
                 request.prompt, request.boundary, others, request.tokens, 0, external=external,
-                delay=load, reserve=reserve, zero_external=not load,
+                delay=load, reserve=reserve, zero_external=zero_external,
                 lookahead=0 if load else None)
         except NothingToAllocate as refused:
             self.count("allocate_slots of nothing refused")
@@ -156,6 +172,8 @@ class ConnectorOps:
                                                      request.prompt, request.boundary))
         if valid > 0 and self.trace.zeroing:
             self.count("blocks recorded for zeroing again")
+            if self.zeroing_read_only:
+                self.zeroing_owed = (rid, computed)
             yield Call(f"record_blocks_for_zeroing(r{rid}, {computed})",
                        "record_blocks_for_zeroing", (rid, computed),
                        oracle=lambda: model.record_blocks_for_zeroing(rid, computed))
@@ -215,13 +233,24 @@ class ConnectorOps:
                         problems.append(("cached before the load", f"r{rid}'s load is in "
                                          f"flight; group {group}'s blocks {short(cached)} "
                                          f"already cached"))
-        if self.trace.zeroing:
-            self.count("zeroing records compared")
-            expected, actual = model.take_new_block_ids(), self.read("take_new_block_ids")
-            if actual != expected:
-                problems.append(("zeroing", f"take_new_block_ids: expected {short(expected)}, "
-                                            f"actual {short(actual)}"))
-        return problems
+        return problems + self.zeroing_problems()
+
+    def zeroing_problems(self) -> list[tuple[str, str]]:
+        """The zeroing records against the oracle's: taken from both, as the scheduler drains
+        them every step; under the guard read without emptying them (the engine's scheduler
+        takes them), and not while a record the engine makes next is owed."""
+        if not self.trace.zeroing or self.zeroing_owed is not None:
+            return []
+        self.count("zeroing records compared")
+        if self.zeroing_read_only:
+            expected = self.model.new_block_ids()
+            actual, what = self.read("pending_new_block_ids"), "new_block_ids"
+        else:
+            expected = self.model.take_new_block_ids()
+            actual, what = self.read("take_new_block_ids"), "take_new_block_ids"
+        if actual != expected:
+            return [("zeroing", f"{what}: expected {short(expected)}, actual {short(actual)}")]
+        return []
 
     def _lookup_compare(self, expected, rejected, actual, raised) -> list:
         """The connector's lookup: `get_computed_blocks`' answer, then the divergence flag."""

@@ -24,17 +24,22 @@ from __future__ import annotations
 import random
 
 NAME = "KvfuzzFakeConnector"
+# The same over several KV-cache groups (vLLM's hybrid manager: `SupportsHMA`): its loads write
+# some groups only at times (`get_loaded_kv_cache_group_ids`), and fail whole or not at all
+# (vLLM's scheduler refuses a failed block beside several groups: block ids are per group).
+HYBRID_NAME = "KvfuzzFakeHybridConnector"
 
 
-def connector_config(seed: int, sync_failures: bool = False):
+def connector_config(seed: int, sync_failures: bool = False, hybrid: bool = False):
     """The engine's setting for the fake connector, its answers seeded by `seed`;
     `sync_failures`: three synchronous loads in ten fail at a block (drawn only then, so the
-    other sessions stay as they were)."""
+    other sessions stay as they were); `hybrid`: the one over several groups."""
     from vllm.config import KVTransferConfig
 
     # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
     # the request with an error: an abort during its load)
-    return KVTransferConfig(kv_connector=NAME, kv_connector_module_path=__name__,
+    return KVTransferConfig(kv_connector=HYBRID_NAME if hybrid else NAME,
+                            kv_connector_module_path=__name__,
                             kv_role="kv_both", engine_id="kvfuzz",
                             kv_load_failure_policy="recompute",
                             kv_connector_extra_config={"seed": seed,
@@ -57,7 +62,8 @@ def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
 
 def _build():
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1,
-                                                                   KVConnectorMetadata)
+                                                                   KVConnectorMetadata,
+                                                                   SupportsHMA)
 
     class FakeMetadata(KVConnectorMetadata):
         """The step's transfers: loads started (request id -> (steps they take, the block that
@@ -82,6 +88,7 @@ def _build():
             self._sync: dict[str, int] = {}       # answered "synchronous": id -> its local hit
             self._invalid: set[int] = set()       # blocks of this step's synchronous loads
                                                   # that failed
+            self._failed_blocks = True            # loads may fail at a block (one group)
 
         @property
         def supports_divergent_local_hybrid_hits(self) -> bool:
@@ -116,7 +123,8 @@ def _build():
             rng, size = self._rng, self._block_size
             (ids, *_), draw = blocks.get_block_ids(), rng.random()
             first, end = local // size, -(-(local + num_external_tokens) // size)
-            failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 else None
+            failed_block = ids[rng.randrange(first, end)] if 0.15 <= draw < 0.35 and \
+                self._failed_blocks else None
             self._started[request.request_id] = (rng.randint(1, 3), failed_block, draw < 0.15)
             self._receiving.add(request.request_id)
 
@@ -150,13 +158,31 @@ def _build():
         def wait_for_save(self):
             pass
 
-    return KvfuzzFakeConnector
+    class KvfuzzFakeHybridConnector(SupportsHMA, KvfuzzFakeConnector):
+        """Over several groups: three loads in ten write some groups only (seeded apart)."""
+
+        def __init__(self, vllm_config, role, kv_cache_config=None):
+            super().__init__(vllm_config, role, kv_cache_config)
+            extra = self._kv_transfer_config.kv_connector_extra_config
+            self._groups_rng = random.Random(f"kvfuzz fake groups {extra.get('seed', 0)}")
+            self._failed_blocks = False
+
+        def get_loaded_kv_cache_group_ids(self, request):
+            groups = tuple(range(len(self._kv_cache_config.kv_cache_groups)))
+            if self._groups_rng.random() < 0.3:
+                return tuple(g for g in groups if self._groups_rng.random() < 0.5)
+            return groups
+
+        def request_finished_all_groups(self, request, block_ids):
+            return self.request_finished(request, block_ids[0])
+
+    return {NAME: KvfuzzFakeConnector, HYBRID_NAME: KvfuzzFakeHybridConnector}
 
 
 def __getattr__(name: str):
-    if name == NAME:
-        cls = globals()[NAME] = _build()
-        return cls
+    if name in (NAME, HYBRID_NAME):
+        globals().update(_build())
+        return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -18,7 +18,10 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - `evict_blocks(ids)`: `evict`; `reset_prefix_cache()`: `reset`;
 - a KV connector's calls (`get_computed_blocks_for_connector`, admissions with external tokens,
   asynchronous loads, `cache_blocks` of a load done, the allocation that resumes it):
-  `connect`, `loaded` and `schedule` (`guard_connector.py`).
+  `connect`, `loaded` and `schedule` (`guard_connector.py`);
+- zeroing (mixed precision): `take_new_block_ids()` (the scheduler's drain every step) and a
+  failed load's `record_blocks_for_zeroing`, checked against the oracle's records and part of
+  no op of their own (`guard_zeroing.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
 speculative lookahead, encoder tokens, LoRA, cache salts, multimodal inputs, requests that skip the prefix cache, a second
@@ -35,6 +38,7 @@ from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_sess
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
+from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
                                                Sample, Schedule)
@@ -43,7 +47,7 @@ from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Pr
 READS = frozenset({
     "usage", "get_block_ids", "get_blocks", "get_num_common_prefix_blocks", "take_events",
     "make_prefix_cache_stats", "record_prefix_cache_stats", "prefix_cache_lookup_enabled",
-    "create_kv_cache_blocks", "take_new_block_ids", "new_step_starts",
+    "create_kv_cache_blocks", "new_step_starts",
     "get_block_ids_for_computed_tokens", "take_kv_cache_block_copies",
     "take_boundary_state_offloads", "estimate_cached_tokens", "truncate_computed_blocks"})
 # allocate_slots' arguments the trace has no field for, and the value each must have (a
@@ -82,10 +86,12 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     session = open_session("kvmanager", manager, trace, driver, impl, corpus, on_unsupported)
     if driver is not None:
         driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(trace.block_size)
+        if session.lock is not None:  # the scheduler takes the zeroing records itself
+            session.lock.zeroing_read_only = True
     return GuardedManager(manager, session, driver)
 
 
-class GuardedManager(DeferredFrees, ConnectorCalls, GuardedObject):
+class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -191,10 +197,13 @@ class GuardedManager(DeferredFrees, ConnectorCalls, GuardedObject):
             return getattr(manager, method)(request)
         self._kvfuzz_lookups.clear()
         if tracked.loading:  # its load failed, nothing valid (or it was aborted)
-            if defer:
+            if not defer:
+                return self._failed_load(tracked, request)
+            if not request.is_finished():  # the scheduler frees a failed load at once
                 self._refuse(f"pop_blocks_for_free of request {request.request_id!r} during "
-                             f"its KV load (a deferred failed load is not modelled)")
-            return self._failed_load(tracked, request)
+                             f"its KV load, not finished (a deferred failed load)")
+            # aborted during its load while a step that wrote its blocks is in flight: a
+            # `finish` with `defer`, below
         if request.is_finished():
             op = Finish(tracked.rid, defer)
         elif tracked.running:

@@ -28,15 +28,16 @@
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
-Refused, not modelled yet: zeroing (`record_blocks_for_zeroing`, after a failed load too), a
-connector that loads some groups only. Deferred frees (`pop_blocks_for_free`) are mapped in
-`guard.py`.
+A connector that loads some groups only (`skip_zeroing_group_ids` a part of the groups) is a
+`connect` with those groups `written`. Deferred frees
+(`pop_blocks_for_free`) are mapped in `guard_deferred.py`, zeroing (`take_new_block_ids`, a
+failed load's `record_blocks_for_zeroing`) in `guard_zeroing.py`.
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Schedule
 
 # allocate_slots' connector arguments and their values without a connector admission.
@@ -157,21 +158,25 @@ class ConnectorCalls:
         external = int(connector["num_external_computed_tokens"])
         load = bool(connector["delay_cache_blocks"])
         reserve = int(connector["reserved_blocks"] or 0)
+        written, skipped = EVERY_GROUP, set()
         if load:
             groups = len(self._kvfuzz_object.kv_cache_config.kv_cache_groups)
             skipped = set(connector["skip_zeroing_group_ids"] or ())
-            if n or not 1 <= external <= left or skipped != set(range(groups)):
+            if n or not 1 <= external <= left or not skipped <= set(range(groups)):
                 self._refuse(f"an asynchronous load of {external} external tokens with {n} new "
                              f"and groups {sorted(skipped)} loaded, of {groups} (the trace's "
-                             f"loads take no new tokens and load every group)")
+                             f"loads take no new tokens and name groups the manager has)")
+            if skipped != set(range(groups)):  # a load of some groups only
+                written = sum(1 << group for group in skipped)
         elif reserve or not 1 <= n <= left - external:
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
         engine = (0 if load else n, hit, external, load, reserve, whole)
+        some = () if written == EVERY_GROUP else (tuple(sorted(skipped)),)
 
         def expected(args):
-            if tuple(args[1:7]) != engine:
-                return f"the lock step connects with {args}, the engine with {engine}"
+            if tuple(args[1:7]) != engine or tuple(args[8:]) != some:
+                return f"the lock step connects with {args}, the engine with {engine + some}"
 
         def done():
             if load:  # the request waits for its load: computed tokens, not running
@@ -180,7 +185,7 @@ class ConnectorCalls:
                 tracked.computed, tracked.running = hit + external + n, True
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
-        return Connect(rid, 0 if load else n, external, load, reserve), expected, done
+        return Connect(rid, 0 if load else n, external, load, reserve, written), expected, done
 
     def _resumption(self, tracked, request, n: int, given):
         """The first allocation after a KV load: waiting, with computed tokens, no lookup."""

@@ -39,10 +39,15 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
     if pool.get_num_free_blocks() != blocks - 1 or held:
         refuse("the manager has been used: guard it before its first call (the oracle starts "
                "from an empty pool)")
+    # vLLM records new attention blocks for zeroing where the cache mixes precisions (or holds
+    # Mamba layers, refused above): in the trace, the window group in another precision
+    zeroing = bool(getattr(config, "needs_kv_cache_zeroing", False))
+    if zeroing and not window:
+        refuse("zeroing with one group: the trace's zeroing is its second group's precision")
     watermark_blocks = int(getattr(manager, "watermark_blocks", 0))
     trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
                   retention=getattr(config, "prefix_cache_retention_interval", None),
-                  max_in_flight_tokens=max_in_flight_tokens,
+                  max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
     from kvfuzz.strategies.kvmanager.codec import from_json

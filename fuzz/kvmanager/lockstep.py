@@ -95,7 +95,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "allocate_slots of nothing refused", "hit truncated", "hit reported",
               "events published", "event: block removed", "stats recorded",
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
-              "deferred free released", "skipped blocks removed before request_finished",
+              "free deferred during its KV load", "deferred free released",
+              "skipped blocks removed before request_finished",
               *MARKS, *connector.EVENTS,
               *(f"config: {name}" for name in CONFIGS))
 
@@ -202,6 +203,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.count("finish" if finish else "preempt")
         if op.defer:  # the free deferred: the tables emptied, the blocks still held
             self.count("free deferred (pop_blocks_for_free)")
+            if request.status == connector.LOADING:
+                self.count("free deferred during its KV load")
             yield Call(f"pop_blocks_for_free(r{op.rid}){'' if finish else ': preempted'}",
                        "pop_blocks_for_free", (op.rid, finish),
                        oracle=lambda: self.model.pop_blocks_for_free(op.rid),

@@ -57,6 +57,11 @@ class Workload:
     # with overlapping batches and a consumer connector), and the chance a step has one of the
     # requests it scheduled aborted before its output comes (which defers that request's free)
     deferred_aborts: float = 0.0
+    # A second KV-cache group: a sliding window of `window` tokens (0: full attention alone),
+    # in bfloat16 beside full attention's float16 with `zeroing` (mixed precision: vLLM then
+    # records every new attention block for the worker to zero, `needs_kv_cache_zeroing`)
+    window: int = 0
+    zeroing: bool = False
 
 
 @dataclass
@@ -147,7 +152,8 @@ def _connector(workload: Workload, seed: int) -> dict:
     if workload.fake_connector:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
-        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures)}
+        return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures,
+                                                  hybrid=bool(workload.window))}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 
@@ -157,7 +163,8 @@ def _connector(workload: Workload, seed: int) -> dict:
 
 def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_class=None,
                     seed: int = 0):
-    """vLLM's v1 Scheduler over one full-attention group of `workload.blocks` blocks, with
+    """vLLM's v1 Scheduler over one full-attention group (and a window's with `workload.window`)
+    of `workload.blocks` blocks, with
     prefix caching and chunked prefill (the engine's defaults otherwise); its manager an
     instance of `manager_class` (default: vLLM's `KVCacheManager`), its pool one of
     `pool_class` (default: vLLM's `BlockPool`)."""
@@ -192,8 +199,16 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
         config.cache_config.num_gpu_blocks = workload.blocks
         spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
                                  dtype=torch.float16)
+        groups = [KVCacheGroupSpec(["layer0"], spec)]
+        if workload.window:
+            from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+            dtype = torch.bfloat16 if workload.zeroing else torch.float16
+            groups.append(KVCacheGroupSpec(["layer1"], SlidingWindowSpec(
+                block_size=workload.block_size, num_kv_heads=1, head_size=8, dtype=dtype,
+                sliding_window=workload.window)))
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
-                                  kv_cache_groups=[KVCacheGroupSpec(["layer0"], spec)])
+                                  kv_cache_groups=groups)
         with _built_by(scheduler_module, "KVCacheManager", manager_class), \
                 _built_by(kv_cache_coordinator, "BlockPool", pool_class):
             return scheduler_module.Scheduler(
@@ -314,6 +329,11 @@ def replace_pool(manager, wrap_pool) -> None:
 # The fake connector's sessions in tests and corpus/: a pool tight enough that loads wait on
 # the blocks reserved for the prefills in flight.
 FAKE_CONNECTOR = Workload(fake_connector=True, blocks=24)
+# Zeroing: full attention and a 48-token window in two precisions (each request holds blocks
+# in both groups: 60 blocks, so that sessions still preempt, not all the time)
+ZEROING = Workload(window=48, zeroing=True, blocks=60)
+# Zeroing with the fake connector over both groups: loads that write some groups only
+ZEROING_CONNECTOR = Workload(window=48, zeroing=True, blocks=48, fake_connector=True)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False):

@@ -174,17 +174,18 @@ class KVManagerDriver(ManagerReads):
         return _ids(blocks), int(hit), int(boundary), bool(diverged)
 
     def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
-                reserve: int, whole: bool, others_running: bool):
+                reserve: int, whole: bool, others_running: bool, written=None):
         """The scheduler's admission with a KV connector: the external tokens counted as
         computed; an asynchronous load (`load`) allocates no slots of its own, delays caching,
-        leaves `reserve` blocks free and skips zeroing its groups' external blocks (a
-        connector that loads every group)."""
+        leaves `reserve` blocks free and skips zeroing the external blocks of the groups it
+        writes (`written`; None: every group)."""
         request, method = self.requests[rid], self.manager.allocate_slots
         settings = {**taken(method, has_scheduled_reqs=others_running),
                     **asked(method, full_sequence_must_fit=whole)}
         if load:
             settings |= asked(method, delay_cache_blocks=True, reserved_blocks=reserve,
-                              skip_zeroing_group_ids=tuple(range(len(request_groups(self)))))
+                              skip_zeroing_group_ids=tuple(range(len(request_groups(self))))
+                              if written is None else tuple(written))
         elif self.lookahead:
             settings["num_lookahead_tokens"] = self.lookahead
         got = method(request, new, num_new_computed_tokens=hit_tokens,

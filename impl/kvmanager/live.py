@@ -50,15 +50,25 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
                                                      others_running, in_flight)))
 
     def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
-                reserve: int, whole: bool, others_running: bool):
+                reserve: int, whole: bool, others_running: bool, written=None):
+        more = () if written is None else (tuple(written),)
         return _ids(self._perform("connect", (rid, new, hit_tokens, external, load, reserve,
-                                              whole, others_running)))
+                                              whole, others_running, *more)))
 
     def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
         return _ids(self._perform("resume", (rid, new, others_running, whole)))
 
     def cache_blocks(self, rid: int, computed: int) -> None:
         self._perform("cache_blocks", (rid, computed))
+
+    def record_blocks_for_zeroing(self, rid: int, start: int) -> None:
+        pass  # the engine's own next call after a failed load's cache_blocks (guard_zeroing.py)
+
+    def pending_new_block_ids(self) -> list[int]:
+        """The zeroing records not yet taken, group after group, read without emptying them
+        (the engine's scheduler takes them: `take_new_block_ids`)."""
+        return [int(block) for group in self.manager.coordinator.single_type_managers
+                for block in getattr(group, "new_block_ids", ())]
 
     def free(self, rid: int, finished: bool = True) -> None:
         self._perform("free", (rid, finished))

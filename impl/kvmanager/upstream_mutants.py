@@ -216,11 +216,31 @@ MUTATIONS = {
         "record_for_zeroing=i not in skip_zeroing_group_ids",
         "record_for_zeroing=True",
         "the blocks an asynchronous load writes are recorded for zeroing too (a race)")),
+    "partial_load_skips_all_zeroing": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_computed_blocks",
+        "record_for_zeroing=i not in skip_zeroing_group_ids",
+        "record_for_zeroing=not skip_zeroing_group_ids",
+        "a load of some groups leaves every group's external blocks unzeroed (the groups it "
+        "does not write keep stale bytes)")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",
         "start_idx = start_token // mgr.block_size + 1",
         "after a failed load the first block past the valid prefix is not zeroed")),
+    # Zeroing under vLLM's own scheduler (mixed precision, guarded): a new block left out of
+    # the records, or the records kept after the scheduler took them (zeroed again later,
+    # while the request's KV is in them).
+    "new_block_not_zeroed": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_new_blocks",
+        "self.new_block_ids.extend(b.block_id for b in new_blocks)",
+        "self.new_block_ids.extend(b.block_id for b in new_blocks[1:])",
+        "an allocation's first new block is not recorded for zeroing (another precision's "
+        "stale bytes read as KV)")),
+    "zeroing_records_kept": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.take_new_block_ids", "self.new_block_ids = []",
+        "self.new_block_ids = list(ids)",
+        "the records stay after the scheduler takes them: written blocks are zeroed again at "
+        "the next step")),
     "connector_hit_diverged": (MANAGER, Mutation(
         "KVCacheManager.get_computed_blocks_for_connector",
         "return *self.get_computed_blocks(request, max_cache_hit_length), False\n\n        if",

@@ -26,9 +26,11 @@ from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 
 class ConnectorRules:
-    def allocate_external(self, rid: int, total: int, external: int, zero: bool) -> None:
+    def allocate_external(self, rid: int, total: int, external: int, zero) -> None:
         """Each group's blocks for the external tokens of an admission with `total` computed
-        tokens (local hit and external), after every group adopted its hit."""
+        tokens (local hit and external), after every group adopted its hit; recorded for
+        zeroing where `zero` is True, or for the groups it names (those the load does not
+        write)."""
         for group in self.groups:
             skipped = self.skipped_tokens(group, total)
             kept = min(total - skipped, external) if skipped else external
@@ -39,7 +41,7 @@ class ConnectorRules:
             count = cdiv(total, self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
-            if zero:
+            if zero is True or (zero is not False and group in zero):
                 self.record_for_zeroing(group, got)
 
     def record_for_zeroing(self, group: int, blocks: list[int]) -> None:
@@ -53,7 +55,11 @@ class ConnectorRules:
         for group in self.groups:
             self.to_zero[group] += self.tables[group].get(rid, [])[start // self.sizes[group]:]
 
+    def new_block_ids(self) -> list[int]:
+        """The records not yet taken, group after group (read, not emptied)."""
+        return [block for records in self.to_zero for block in records]
+
     def take_new_block_ids(self) -> list[int]:
-        taken = [block for records in self.to_zero for block in records]
+        taken = self.new_block_ids()
         self.to_zero = [[] for _ in self.groups]
         return taken

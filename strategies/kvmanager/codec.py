@@ -148,6 +148,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             values["load"] = reader.boolean(raw.get("load", False), at)
         elif f.name in ("external", "reserve"):
             values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_LEN)
+        elif f.name == "written":  # the groups a load writes, a bit each (-1: every group)
+            values["written"] = reader.integer(raw.get("written", -1), at, low=-1, high=255)
         elif f.name == "valid":  # -1: the load was done; else its valid tokens
             values["valid"] = reader.integer(raw.get("valid", -1), at, low=-1, high=MAX_LEN)
         elif f.name == "token":

@@ -15,6 +15,7 @@ stats in some.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.generator import _Generator
@@ -34,12 +35,26 @@ def build(rng: random.Random, num_ops: int, kind=None, profile: str = "connector
     gen = (kind or _Connected)(rng, size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(blocks, size, window, max_model_len, tuple(gen.ops[:num_ops]),
-                 rng.choice((None, 0)) if window else None,
-                 full_sequence_must_fit=rng.random() < 0.3,
-                 watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
-                 events=observed, stats=observed, local_chunk=local,
-                 zeroing=second != "none" and rng.random() < 0.7, note=f"profile {profile}")
+    trace = Trace(blocks, size, window, max_model_len, tuple(gen.ops[:num_ops]),
+                  rng.choice((None, 0)) if window else None,
+                  full_sequence_must_fit=rng.random() < 0.3,
+                  watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
+                  events=observed, stats=observed, local_chunk=local,
+                  zeroing=second != "none" and rng.random() < 0.7, note=f"profile {profile}")
+    # one draw more, after all the others: every trace keeps its ops and settings
+    return some_groups(trace, random.Random(rng.random()))
+
+
+def some_groups(trace: Trace, rng: random.Random) -> Trace:
+    """Where blocks are zeroed, three asynchronous loads in ten write some groups only (the
+    connector's `get_loaded_kv_cache_group_ids`: the full-attention group, the second, or
+    none), so the other groups' external blocks are zeroed."""
+    if not trace.zeroing:
+        return trace
+    ops = tuple(replace(op, written=rng.choice((0, 1, 2)))
+                if isinstance(op, Connect) and op.load and rng.random() < 0.3 else op
+                for op in trace.ops)
+    return replace(trace, ops=ops)
 
 
 class _Connected(_Generator):

@@ -14,7 +14,9 @@ frees the request)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+EVERY_GROUP = -1  # `Connect.written`: the load writes every group (the connector's default)
 
 
 @dataclass(frozen=True)
@@ -25,13 +27,17 @@ class Connect:
     admission). `load`: the load is asynchronous (the request waits for it, nothing past the
     hit is cached until `loaded`); `reserve`: the free blocks it must leave to prefills in
     flight (`reserved_blocks`, asynchronous loads only). A synchronous load schedules up to
-    `chunk` new tokens with it."""
+    `chunk` new tokens with it. `written`: the groups an asynchronous load writes, a bit per
+    group (the connector's `get_loaded_kv_cache_group_ids`, passed as
+    `skip_zeroing_group_ids`): where blocks are zeroed, the external blocks of the other
+    groups are recorded for zeroing; -1, every group (a file without it reads so)."""
 
     rid: int
     chunk: int
     external: int
     load: bool = False
     reserve: int = 0
+    written: int = field(default=EVERY_GROUP, metadata={"later": True})
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,9 @@ def describe(op) -> str:
     if isinstance(op, Connect):
         how = "asynchronously" if op.load else f"with up to {op.chunk} new tokens"
         reserve = f", {op.reserve} blocks reserved" if op.load and op.reserve else ""
+        if op.load and op.written != EVERY_GROUP:
+            groups = [g for g in range(op.written.bit_length()) if op.written >> g & 1]
+            reserve += f", writing groups {groups or 'none'}"
         return f"r{op.rid} admitted with up to {op.external} external tokens, {how}{reserve}"
     if op.valid < 0:
         return f"r{op.rid}'s load done"

@@ -138,7 +138,7 @@ def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_
 
 
 def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
-    """A load that leaves some groups to zeroing, a cache_blocks that is neither a load done nor
+    """A load naming a group the manager lacks, a cache_blocks that is neither a load done nor
     a failed one's valid prefix (a whole block at or past the hit): refused, never made. An
     abort during a load (the free of a finished request whose load is in flight) is a
     `finish`, checked."""
@@ -154,9 +154,9 @@ def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call
     RequestStatus = type(request.status)
     blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(request)
     free = manager.block_pool.get_num_free_blocks()
-    with pytest.raises(kvfuzz.GuardUnsupported, match="load every group"):
+    with pytest.raises(kvfuzz.GuardUnsupported, match="name groups the manager has"):
         guarded.allocate_slots(request, 0, hit, blocks, num_external_computed_tokens=8,
-                               delay_cache_blocks=True, skip_zeroing_group_ids=())
+                               delay_cache_blocks=True, skip_zeroing_group_ids=(3,))
     assert manager.block_pool.get_num_free_blocks() == free  # never made
     for each in (request, aborted):
         blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(each)

@@ -66,6 +66,11 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "reserved_blocks_ignored": r"None vs success:? +expected None",
     "loaded_blocks_zeroed": r"zeroing:? +take_new_block_ids: expected",
     "zeroing_skips_first_block": r"zeroing:? +take_new_block_ids: expected",
+    # Zeroing's records: a new block left out, or the records kept after they were taken.
+    "new_block_not_zeroed": r"zeroing:? +take_new_block_ids: expected",
+    "zeroing_records_kept": r"zeroing:? +take_new_block_ids: expected",
+    # A load of some groups only: the groups it does not write left unzeroed too.
+    "partial_load_skips_all_zeroing": r"zeroing:? +take_new_block_ids: expected",
     "connector_hit_diverged": r"hit_diverged expected False, actual True",
     # Deferred frees (the "deferred frees" profile): the popped blocks' order, or a group's
     # blocks left in their table.
@@ -78,7 +83,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
     "external_on_null_block", "delayed_load_cached", "reserved_blocks_ignored",
-    "loaded_blocks_zeroed", "zeroing_skips_first_block", "connector_hit_diverged")}
+    "loaded_blocks_zeroed", "zeroing_skips_first_block", "connector_hit_diverged",
+    "new_block_not_zeroed", "zeroing_records_kept", "partial_load_skips_all_zeroing")}
 
 
 test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \

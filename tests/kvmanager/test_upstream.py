@@ -250,6 +250,7 @@ def test_the_deferred_frees_stream_agrees_and_reaches_its_edge_classes():
         assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
         events.update(outcome.features)
     wanted = ["free deferred (pop_blocks_for_free)", "deferred free released", "reset refused",
+              "free deferred during its KV load",
               "skipped blocks removed before request_finished",
               "config: sliding window", "config: chunked local attention"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
