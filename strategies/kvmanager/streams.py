@@ -22,7 +22,12 @@ MIX = "kvmanager/mix"
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
            (hybrid.CROSS, 0.46, 0.51), (hybrid.MAMBA_ALIGN, 0.51, 0.55),
-           (connector.GENERATOR, 0.55, 0.62), (deferred.GENERATOR, 0.62, 0.66))
+           (connector.GENERATOR, 0.55, 0.62), (deferred.GENERATOR, 0.62, 0.66),
+           # a second share for "mamba align" (2026-12-04, from kvmanager/5's rest; indices 0
+           # to 2 kept): with 4% alone, 2 of seed 0's first 200 were align traces, neither with
+           # a Mamba hit inside a block, so `kvfuzz mutate`'s 200 cases killed no mutant of
+           # MambaManager's fine-grained lookup; now 11, three with such hits
+           (hybrid.MAMBA_ALIGN, 0.74, 0.785))
 
 
 class MixedStreams:
