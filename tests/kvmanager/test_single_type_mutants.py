@@ -69,7 +69,13 @@ def test_a_fine_grained_mamba_lookup_mutant_is_killed(mutant, index):
     assert outcome.status != AGREE, mutant
 
 
-def test_the_equivalent_survivor_is_declared():
+# The sample's survivors declared equivalent, each with its reason (impl/equivalent_mutants.json)
+DECLARED = ("1063:41:NumberReplacer:139", "1655:48:ReplaceComparisonOperator_NotEq_Eq:12",
+            "1853:34:ReplaceComparisonOperator_Lt_IsNot:5")
+
+
+@pytest.mark.parametrize("mutant", DECLARED)
+def test_the_equivalent_survivors_are_declared(mutant):
     from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
 
-    assert declared_equivalents().get(f"{MODULE}:1063:41:NumberReplacer:139")
+    assert declared_equivalents().get(f"{MODULE}:{mutant}")
