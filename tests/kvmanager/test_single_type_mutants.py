@@ -71,7 +71,8 @@ def test_a_fine_grained_mamba_lookup_mutant_is_killed(mutant, index):
 
 # The sample's survivors declared equivalent, each with its reason (impl/equivalent_mutants.json)
 DECLARED = ("1063:41:NumberReplacer:139", "1655:48:ReplaceComparisonOperator_NotEq_Eq:12",
-            "1853:34:ReplaceComparisonOperator_Lt_IsNot:5")
+            "1853:34:ReplaceComparisonOperator_Lt_IsNot:5",
+            "2107:21:ReplaceComparisonOperator_GtE_Is:11")
 
 
 @pytest.mark.parametrize("mutant", DECLARED)
