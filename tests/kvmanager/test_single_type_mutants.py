@@ -42,8 +42,8 @@ def placed(mutant_id: str):
             function.__code__ = saved[key]
 
 
-# (mutant, the seeded index of seed 0 that kills it): MambaManager's fine-grained lookup
-# (alignment below the Mamba block), reached by the mix's second "mamba align" share.
+# (mutant, the seeded index of seed 0 that kills it): MambaManager's, on "mamba align" traces
+# of the mix's second share (indices 60, 126) or its first (86).
 KILLED = [
     # scale_factor = block_size & hash_block_size: zero for two powers of two, and the hit's
     # block index divides by it (a crash at the first Mamba hit inside a block)
@@ -51,12 +51,16 @@ KILLED = [
     # num_tokens = (fine_idx + 1) // hash_block_size: the hit's length in hash units, not
     # tokens (the same at hash block 1: index 126 hashes per 2 tokens)
     (f"{MODULE}:1509:44:ReplaceBinaryOperator_Mul_FloorDiv:22", 126),
+    # Mamba's get_num_blocks_to_allocate adding the table's length: a block counted for a
+    # decode that needs none, refused in a full pool (the reduced mode's refusal check,
+    # fuzz/kvmanager/align_refusal.py)
+    (f"{MODULE}:1746:16:ReplaceBinaryOperator_Sub_Add:40", 86),
 ]
 
 
 def test_the_mix_reaches_mamba_align_lookups_in_its_first_200():
     indices = [i for i in range(200) if streams.GENERATOR.stream(0, i) is hybrid.MAMBA_ALIGN]
-    assert len(indices) >= 10 and {60, 126} <= set(indices)
+    assert len(indices) >= 10 and {60, 86, 126} <= set(indices)
 
 
 @pytest.mark.parametrize("mutant, index", KILLED)
@@ -80,3 +84,17 @@ def test_the_equivalent_survivors_are_declared(mutant):
     from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
 
     assert declared_equivalents().get(f"{MODULE}:{mutant}")
+
+
+def test_the_refusal_check_judges_only_steps_that_need_no_block():
+    """`align_refusal.needless_refusal` on plain data (no vLLM): blocks of 4, tables of 3."""
+    from kvfuzz.fuzz.kvmanager.align_refusal import needless_refusal, rekeyed
+
+    assert needless_refusal(4, 0, 10, 1, (3, 3), False)  # 11 tokens fit both tables
+    assert needless_refusal(4, 0, 12, 1, (3, 3), False) is None  # 13: a new block each
+    assert needless_refusal(4, 2, 10, 1, (3, 3), False) is None  # lookahead: full attention's
+    assert needless_refusal(4, 0, 10, 1, (3, 3), True) is None  # a copy-on-write pending
+    assert needless_refusal(4, 0, 10, 1, None, False) is None
+    keys = [None, ("h", 1), None, None]
+    assert not rekeyed(keys, list(keys), [0, 1, 2]) and rekeyed(keys, [None, None, None, None],
+                                                                [1])
