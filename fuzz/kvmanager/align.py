@@ -28,14 +28,16 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
-their retention), full attention's null positions, refusals for want of blocks (the admission count),
-KV events and stats (the profile observes none) and the scheduler's reads.
+their retention), full attention's null positions, refusals for want of blocks (the admission
+count; but a running request's step that needs no new block is never refused:
+`align_refusal.py`), KV events and stats (the profile observes none) and the scheduler's reads.
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
+from kvfuzz.fuzz.kvmanager.align_refusal import needless_refusal, rekeyed
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
@@ -71,6 +73,10 @@ class AlignLockstep(KVManagerLockstep):
         self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
         self.stepped = None                        # the request this op allocated for
         self.cached_upto: dict[int, int] = {}     # rid -> boundary its blocks were cached to
+        # rid -> its tables' lengths at the last read, and whether its last step re-keyed a block
+        # of its Mamba table (`align_refusal.py`)
+        self.lengths: dict[int, tuple | None] = {}
+        self.rekeyed: dict[int, bool] = {}
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -176,7 +182,10 @@ class AlignLockstep(KVManagerLockstep):
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
         if got.actual is None:
             self.count("allocate_slots refused")
-            return []
+            wrong = None if admission else needless_refusal(
+                self.trace.block_size, self.trace.lookahead, request.computed, new,
+                self.lengths.get(rid), self.rekeyed.get(rid, True))
+            return [("refusal", wrong)] if wrong else []
         self.count("allocate_slots ok")
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = [("result", f"allocate_slots: group {group}'s new blocks {short(fresh)} are "
@@ -252,6 +261,7 @@ class AlignLockstep(KVManagerLockstep):
         if request is not None and self.stepped == rid:
             # whether this step cached its partial tail (a finish then hands it off; an op
             # that allocated nothing changes nothing, even if an eviction dropped the entry)
+            self.rekeyed[rid] = rekeyed(before, self.keys, self.mamba_tables.get(rid, []))
             self.tails[rid] = boundary.tail_keyed(
                 request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
                 self.trace.hash_size)
@@ -275,6 +285,7 @@ class AlignLockstep(KVManagerLockstep):
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
             self.mamba_tables[rid] = tables[-1] if tables else []
+            self.lengths[rid] = tuple(map(len, tables)) if len(tables) == 2 else None
             problems += self._kept_problems(rid, request, tables)
             states.update((b, rid) for b in tables[-1] if b)
             for group, table in enumerate(tables):

@@ -46,7 +46,8 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
                lambda t: t.mamba_mode == "align",
            "cross attention": lambda t: t.encoder_tokens > 0,
            "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
-           "blocks zeroed (mixed precision)": lambda t: t.zeroing}
+           "blocks zeroed (mixed precision)": lambda t: t.zeroing,
+           "decode context parallel": lambda t: t.dcp > 1}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -129,7 +130,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
-                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing)
+                    trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
+                    trace.dcp)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,
@@ -418,7 +420,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         reads = (("estimate_cached_tokens", (rid,), NO_ESTIMATE,
                   lambda: model.estimate_cached_tokens(rid)),
                  ("block_ids_for_computed_tokens", (rid, request.computed), NO_COMPUTED_IDS,
-                  lambda: model.block_ids_for_computed_tokens(rid, request.computed)),
+                  lambda: model.block_ids_for_computed_tokens(rid, _clipped_at(self.trace,
+                                                                             request.computed))),
                  ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
                   lambda: [0] * len(model.groups)))
         for method, args, lacking, expect in reads:
@@ -456,6 +459,15 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                                        f"requests, queries, hits, reset): "
                                                        f"expected {expected}, actual {actual}"))
         return problems
+
+
+def _clipped_at(trace, computed: int) -> int:
+    """The tokens vLLM 0.33's `get_block_ids_for_computed_tokens` keeps blocks for, in the
+    manager's blocks: it clips by the spec's block size, which under DCP is a rank's share of
+    the manager's block (`dcp` times smaller), so it keeps up to `dcp` times the blocks that
+    cover `computed` (a block past them included; docs/upstream-vllm.md, "DCP"). The oracle
+    follows the release's rule, which a fix would change."""
+    return computed * trace.dcp if trace.dcp > 1 else computed
 
 
 def _ignored(expected, rejected, actual, raised) -> list:

@@ -61,7 +61,7 @@ class KVManagerDriver(ManagerReads):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False):
+                 zeroing: bool = False, dcp: int = 0):
         import math
 
         import torch
@@ -72,7 +72,9 @@ class KVManagerDriver(ManagerReads):
         from vllm.v1.request import Request, RequestStatus
 
         shape = dict(num_kv_heads=1, head_size=8, dtype=torch.float16)
-        specs = [FullAttentionSpec(block_size=block_size, **shape)]
+        # Under DCP (`dcp` ranks) each rank holds block_size // dcp tokens of a block: the spec's
+        # block size; the manager's blocks are block_size tokens (`dcp_world_size`).
+        specs = [FullAttentionSpec(block_size=block_size // max(dcp, 1), **shape)]
         if zeroing:  # the second group in another precision: vLLM then zeroes new blocks
             shape = dict(shape, dtype=torch.bfloat16)
         if window:  # extra_retained_tokens only where set: a release before it has no such field
@@ -96,7 +98,7 @@ class KVManagerDriver(ManagerReads):
         # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size
-        scheduler_size = math.lcm(*(spec.block_size for spec in specs))
+        scheduler_size = math.lcm(block_size, *(spec.block_size for spec in specs[1:]))
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
                                kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
                                                 for i, spec in enumerate(specs)],
@@ -114,7 +116,8 @@ class KVManagerDriver(ManagerReads):
                                cls, scheduler_block_size=scheduler_size),
                            **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
                                    watermark=watermark, enable_kv_cache_events=events,
-                                   log_stats=stats, use_eagle=eagle))
+                                   log_stats=stats, use_eagle=eagle),
+                           **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}))
         super().__init__(self.manager.block_pool, blocks)
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}

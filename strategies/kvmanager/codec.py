@@ -91,6 +91,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     # Zeroing: the second attention group in another precision than full attention's.
     reader.expect(not values["zeroing"] or window or local, "zeroing",
                   "expected false without a sliding-window or chunked-local group", True)
+    values["dcp"] = _dcp(reader, data, values, window)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -101,6 +102,18 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
     return values
+
+
+def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:
+    """Decode context parallelism: 0 (off) or 2 to 8 ranks, one full-attention group only (the
+    oracle models the unitary coordinator's view: blocks of block_size, hashed per block);
+    block_size's divisibility is checked with the sizes."""
+    dcp = reader.integer(data.get("dcp", 0), "dcp", low=0, high=8)
+    reader.expect(dcp != 1, "dcp", "expected 0 (off) or 2 to 8 ranks", dcp)
+    reader.expect(not dcp or not (window or values["local_chunk"] or values["mamba_mode"] or
+                                  values["encoder_tokens"]), "dcp",
+                  "expected 0 with a second group (one full-attention group under DCP)", dcp)
+    return dcp
 
 
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
@@ -121,6 +134,9 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",
                   "expected 0 or block_size with one group (vLLM's unitary coordinator)",
                   hashed)
+    reader.expect(not values["dcp"] or block_size % values["dcp"] == 0, "dcp",
+                  f"expected a divisor of block_size {block_size} (each rank's share of a "
+                  f"block)", values["dcp"])
     scheduler = math.lcm(*sizes)
     reader.expect(not retention or retention % scheduler == 0, "retention",
                   f"expected a multiple of the scheduler block size {scheduler}", retention)

@@ -13,7 +13,7 @@ bytes pick it with the seeded draw's shares, the rest feed it.
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager import connector, deferred, generator, hybrid
+from kvfuzz.strategies.kvmanager import connector, dcp, deferred, generator, hybrid
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -22,7 +22,14 @@ MIX = "kvmanager/mix"
 STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (hybrid.MAMBA, 0.82, 0.875), (hybrid.EAGLE, 0.40, 0.46),
            (hybrid.CROSS, 0.46, 0.51), (hybrid.MAMBA_ALIGN, 0.51, 0.55),
-           (connector.GENERATOR, 0.55, 0.62), (deferred.GENERATOR, 0.62, 0.66))
+           (connector.GENERATOR, 0.55, 0.62), (deferred.GENERATOR, 0.62, 0.66),
+           # a second share for "mamba align" (2026-12-04, from kvmanager/5's rest; indices 0
+           # to 2 kept): with 4% alone, 2 of seed 0's first 200 were align traces, neither with
+           # a Mamba hit inside a block, so `kvfuzz mutate`'s 200 cases killed no mutant of
+           # MambaManager's fine-grained lookup; now 11, three with such hits
+           (hybrid.MAMBA_ALIGN, 0.74, 0.785),
+           # decode context parallelism (2026-12-04, from kvmanager/5's rest): 7 of the first 200
+           (dcp.GENERATOR, 0.785, 0.81))
 
 
 class MixedStreams:
@@ -59,4 +66,4 @@ def profiles() -> tuple[str, ...]:
     """Every profile a `kvmanager` trace comes from (its `note` is "profile NAME"): what the
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
-            *deferred.PROFILES)
+            *deferred.PROFILES, *dcp.PROFILES)

@@ -182,7 +182,12 @@ class Trace:
     `zeroing` gives the second group (a sliding window or chunked-local one) another precision
     than full attention's, which makes vLLM record every new attention block for zeroing
     (`KVCacheConfig.needs_kv_cache_zeroing`, mixed precision), read back every op
-    (`take_new_block_ids`)."""
+    (`take_new_block_ids`).
+
+    Decode context parallelism (`kvmanager/5[dcp]`, `strategies/kvmanager/dcp.py`): `dcp` > 1
+    shards each block's KV over that many ranks: the one full-attention group's spec has blocks
+    of `block_size // dcp` tokens, and the manager (`dcp_world_size`) schedules, hashes and
+    allocates in blocks of `block_size`, the manager's view the oracle models."""
 
     blocks: int
     block_size: int
@@ -207,6 +212,7 @@ class Trace:
     mamba_mode: str = ""
     encoder_tokens: int = 0
     zeroing: bool = False
+    dcp: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -249,7 +255,8 @@ class Trace:
             (f"{self.lookahead} lookahead tokens", self.lookahead), ("EAGLE", self.eagle),
             ("asynchronous scheduling", self.async_scheduling),
             (f"{self.retained} extra retained tokens", self.retained),
-            ("blocks zeroed (mixed precision)", self.zeroing)) if on]
+            ("blocks zeroed (mixed precision)", self.zeroing),
+            (f"decode context parallel over {self.dcp} ranks", self.dcp)) if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -306,4 +313,4 @@ def _settings(trace: Trace) -> dict:
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
-                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False}
+                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0}
