@@ -38,6 +38,9 @@ class MixedStreams:
     def __init__(self, base: TraceGenerator, streams):
         self.base, self.streams = base, tuple(streams)
         self.name, self.build = base.name, base.build
+        # Which stream each index draws: a results file of `kvfuzz mutate` holds verdicts for one
+        # layout, and a share moved to a new stream changes the traces under the same name.
+        self.layout = ";".join(f"{stream.name}@{low}-{high}" for stream, low, high in self.streams)
         self.num_ops, self.max_fuzz_ops = base.num_ops, base.max_fuzz_ops
 
     def stream(self, seed: int, index: int) -> TraceGenerator:

@@ -187,6 +187,13 @@ def test_a_new_generator_version_starts_the_results_over(tmp_path):
 
     assert _stream(target("toy/1"), None) == "toy/1"
     assert _stream(target("toy/1", picked="toy/2[no-replace]"), None) == "toy/2[no-replace]"
+    # a mix of streams under one name: its layout is part of the identity, so moving a share to a
+    # new stream (kvmanager's mix, 2026-12-04) starts the file over
+    from kvfuzz.strategies.kvmanager.streams import GENERATOR, MixedStreams
+    mixed = _stream(SimpleNamespace(generator=GENERATOR), None)
+    fewer = MixedStreams(GENERATOR.base, GENERATOR.streams[:-1])
+    assert mixed.startswith("kvmanager/5 [") and mixed != _stream(
+        SimpleNamespace(generator=fewer), None)
     path = tmp_path / "r.jsonl"
     results = ResultsFile(path, {"cases": 5, "stream": "toy/1"})
     results.load()

@@ -106,7 +106,10 @@ def _stream(target, impl) -> str:
     generator, and a new version (new ops, new edge classes) must not resume an old file."""
     inputs = target.generator
     generator = inputs.generator_for([impl]) if hasattr(inputs, "generator_for") else inputs
-    return str(getattr(generator, "name", "") or type(generator).__name__)
+    name = str(getattr(generator, "name", "") or type(generator).__name__)
+    # a mix of streams (kvmanager's) names its layout too: the same name, other shares, other cases
+    layout = getattr(generator, "layout", None)
+    return f"{name} [{layout}]" if isinstance(layout, str) and layout else name
 
 
 def _named(path: str, obj) -> str:
