@@ -461,7 +461,7 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
         return answers[method]
 
     lock = KVManagerLockstep.__new__(KVManagerLockstep)
-    lock.read = read
+    lock.read, lock.trace = read, SimpleNamespace(dcp=1)  # no decode context parallelism
     lock.model = SimpleNamespace(estimate_cached_tokens=lambda rid: 5, groups=[0],
                                  block_ids_for_computed_tokens=lambda rid, computed: [[1]])
     lock.unread = unread((NO_ESTIMATE, COUNTS_COMMON_PREFIX, "something else"))
