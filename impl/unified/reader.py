@@ -101,10 +101,12 @@ def _swa_locks(core, handles: list, swa) -> list[int] | None:
         return None
 
 
-def _nodes(driver) -> tuple[list, list, list]:
-    """(extra_key, path tokens, parent index or -1, start, slots or None, children or None),
-    parents first; each node's value tensor; each node's handle."""
-    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+def track(driver) -> dict[int, tuple]:
+    """{node: (parent, path start, path end, children)} of every node on the path of a handle
+    a call returned, each of them named by path from now on (`driver.paths`: a node a split
+    made above a named one is named here, before a later op evicts the one below); a handle
+    that is gone is forgotten. After every op, also where the state is not read whole (the
+    twin's: `twin.py`)."""
     found: dict[int, tuple] = {}
     for handle, path in _paths(driver, list(driver.paths)):
         extra, tokens = driver.paths[handle]
@@ -116,6 +118,14 @@ def _nodes(driver) -> tuple[list, list, list]:
             driver.paths.setdefault(node, (extra, tokens[:info.path_end]))
             found[node] = (int(info.parent_id), int(info.path_start), int(info.path_end),
                            children_of(info))
+    return found
+
+
+def _nodes(driver) -> tuple[list, list, list]:
+    """(extra_key, path tokens, parent index or -1, start, slots or None, children or None),
+    parents first; each node's value tensor; each node's handle."""
+    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+    found = track(driver)
     order = sorted(found, key=lambda node: (found[node][2], node))
     index = {node: i for i, node in enumerate(order)}
     nodes, values = [], []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
-from kvfuzz.impl.unified.reader import sizes
+from kvfuzz.impl.unified.reader import sizes, track
 from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE, WHOLE_EVERY
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
@@ -97,6 +97,7 @@ class TwinDriver(ChangedReads):
         try:
             found[SIZES] = sizes(self.twin)
             if not whole and self.reads % WHOLE_EVERY:
+                track(self.twin)  # its nodes named by path as the primary's are, every op
                 found[STATE] = ("sizes", self.reads)
                 return found
             state = self.twin.snapshot(compared_only=True)
