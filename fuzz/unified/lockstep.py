@@ -10,9 +10,11 @@ falls back silently) diverges at its first op, saying why."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.remote import make
+from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.radix.lockstep import RadixLockstep, rows_needed
 from kvfuzz.fuzz.unified import state
 from kvfuzz.fuzz.unified.twin import twin_problems
+from kvfuzz.impl.unified.twin_parts import STATE
 from kvfuzz.oracle.unified.model import UnifiedModel
 
 RUST, PYTHON = "ran on the Rust core", "ran on the Python core"
@@ -60,7 +62,22 @@ class UnifiedLockstep(RadixLockstep):
         return state.views(snap, ps), state.exposed(self.model.views(), snap)
 
     def more_problems(self, snap, nodes):
-        return state.walk_problems(snap, self.model.views()) + twin_problems(snap)
+        return state.walk_problems(snap, self.model.views()) + \
+            twin_problems(snap, self.twin_events)
+
+    @property
+    def twin_events(self) -> list:
+        """The Rust core's KV events since the twin's last whole state (`twin.py`)."""
+        return self.__dict__.setdefault("_twin_events", [])
+
+    def finish(self):
+        """After the last op, the twin's whole state where the last read had only its sizes
+        (the twin driver reads it whole every few reads: `impl/unified/twin_parts.py`)."""
+        last = self.__dict__.get("_held_reads", {}).get("snapshot_since", (0, None))[1]
+        if not last or (last.get(STATE) or ("",))[0] != "sizes":
+            return []
+        snap = self.read_changed("snapshot_since", True)
+        return [] if recording() else twin_problems(snap, self.twin_events)
 
     def context_lines(self):
         core = getattr(self, "core", None)  # unread when the constructor raised

@@ -124,7 +124,7 @@ class MambaLockstep(SWALockstep):
         problems += mamba_problems(snap, nodes, self.ends)
         for check in checks:
             problems += self._after(check, snap, nodes)
-        return problems + twin_problems(snap)
+        return problems + twin_problems(snap, self.twin_events)
 
     def _after(self, check: tuple, snap: dict, nodes) -> list[tuple[str, str]]:
         kind, ns, key, answer, extra = check

@@ -224,7 +224,7 @@ class SWALockstep(UnifiedLockstep):
                 problems.append(("swa cursor", f"r{rid}'s SWA cursor went from {before} to "
                                                f"{actual} at its checkpoint, expected {expected}"
                                                f" (window {self.model.window})"))
-        return problems + twin_problems(snap)
+        return problems + twin_problems(snap, self.twin_events)
 
     @staticmethod
     def _full_hit(nodes, ns: int, key) -> int:

@@ -9,13 +9,36 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE
 
 LABEL = "cores differ"
 SAME = ("evictable", "protected", "total", "available", "free", "rows", "swa", "mamba")
 
 
-def twin_problems(snap: dict) -> list[tuple[str, str]]:
-    twin = snap.get("twin")
+def twin_of(snap: dict) -> dict | None:
+    """{"pairs": ..., "sizes": the twin's sizes or None, "state": None, ("answered", the twin's
+    state), ("sizes",) (a read without the twin's whole state) or the raise} from a snapshot,
+    where the twin driver sends its parts flat (`impl/unified/twin_parts.py`), or as one
+    "twin" part."""
+    if "twin" in snap:
+        return {"sizes": None, **snap["twin"]}
+    if PAIRS not in snap:
+        return None
+    state = snap[STATE]
+    if state is not None and state[0] == "answered":
+        state = ("answered", {key[len(PREFIX):]: value for key, value in snap.items()
+                              if key.startswith(PREFIX) and key not in (PAIRS, STATE, SIZES)})
+    elif state is not None and state[0] == "sizes":
+        state = ("sizes",)
+    return {"pairs": snap[PAIRS], "sizes": snap[SIZES], "state": state}
+
+
+def twin_problems(snap: dict, held: list | None = None) -> list[tuple[str, str]]:
+    """The cores' answers since the last read, their sizes, and where the read has the twin's
+    whole state, that state. `held`: the Rust core's KV events of the reads since the twin's
+    last whole state (the lock step's list, kept here), compared page by page with the twin's,
+    which it publishes once a whole read; None: `snap`'s events are the ones to compare."""
+    twin = twin_of(snap)
     if twin is None:
         return []
     for method, rust, python in twin["pairs"]:
@@ -27,7 +50,18 @@ def twin_problems(snap: dict) -> list[tuple[str, str]]:
         return []
     if state[0] == "raised":
         return [(LABEL, f"the Python core's state could not be read: {state[2]}")]
-    return state_problems(snap, state[1])
+    if held is not None:
+        held += snap["events"]
+    ours = [snap.get(name) for name in ("evictable", "protected", "total", "available")]
+    if twin["sizes"] is not None and twin["sizes"] != ours:
+        return [(LABEL, f"(evictable, protected, total, available) sizes: the Rust core "
+                        f"{short(ours, 70)}, the Python core {short(twin['sizes'], 70)}")]
+    if state[0] != "answered":
+        return []
+    if held is None:
+        return state_problems(snap, state[1])
+    events, held[:] = list(held), []
+    return state_problems({**snap, "events": events}, state[1])
 
 
 def _comparable(part):

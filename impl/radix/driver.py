@@ -17,7 +17,7 @@ from array import array
 import torch
 
 from kvfuzz.impl.changed_reads import ChangedReads
-from kvfuzz.impl.driver_calls import int_list
+from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.radix.legacy import calls_for
 from kvfuzz.impl.radix.reader import snapshot

@@ -6,7 +6,8 @@ share memory (a tree value that aliases another node, a row, or a tensor the cal
 
 from __future__ import annotations
 
-from kvfuzz.impl.driver_calls import int_list, staged_of
+from kvfuzz.impl.driver_calls import staged_of
+from kvfuzz.impl.radix.ints import EXACT_TENSOR, int_list, row_lists
 
 
 def snapshot(driver) -> dict:
@@ -23,9 +24,9 @@ def snapshot(driver) -> dict:
 
 def rows_of(driver) -> dict:
     """Each live request's row, [0, filled), as plain data (the radix and unified readers')."""
-    table = driver.rows.req_to_token
-    return {rid: int_list(table[r.kv.req_pool_idx, :r.filled].long())
-            for rid, r in driver.requests.items() if rid in driver.live}
+    return row_lists(driver.rows.req_to_token, {rid: (r.kv.req_pool_idx, r.filled)
+                                                for rid, r in driver.requests.items()
+                                                if rid in driver.live})
 
 
 def _nodes(cache, most: int) -> tuple[list, list]:
@@ -72,6 +73,10 @@ def event(raw) -> tuple:
 
 def _span(tensor) -> tuple[int, int] | None:
     """The bytes a tensor's elements occupy, [start, end)."""
+    if type(tensor) is EXACT_TENSOR and tensor.is_contiguous():  # most: no stride sum (as below)
+        size = tensor.numel() * tensor.element_size()
+        start = tensor.data_ptr()
+        return (start, start + size) if size else None
     if tensor is None or not hasattr(tensor, "data_ptr") or tensor.numel() == 0:
         return None
     last = sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))

@@ -35,7 +35,7 @@ from array import array
 
 import torch
 
-from kvfuzz.impl.driver_calls import int_list
+from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
@@ -213,8 +213,8 @@ class UnifiedDriver(MambaCalls, RadixDriver):
             self.pool.clear()
         self.paths.clear()  # every handle of the old tree is gone (and never minted again)
 
-    def snapshot(self) -> dict:
-        return snapshot(self)
+    def snapshot(self, compared_only: bool = False) -> dict:
+        return snapshot(self, compared_only)
 
 
 def _takes_backend() -> bool:

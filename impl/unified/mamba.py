@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from kvfuzz.impl.driver_calls import int_list
+from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.poison import POISON
 from kvfuzz.strategies.unified.trace import mamba_chunk
 

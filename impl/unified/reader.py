@@ -11,17 +11,21 @@ Python core) each node's edge, lock count, hit count, priority and times are rea
 
 from __future__ import annotations
 
-from kvfuzz.impl.driver_calls import int_list, staged_of
+from kvfuzz.impl.driver_calls import staged_of
+from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.reader import aliases, event, plain, rows_of
 from kvfuzz.impl.unified.paths import path_info
 
 
-def snapshot(driver) -> dict:
+def snapshot(driver, compared_only: bool = False) -> dict:
+    """`compared_only`: the twin's state, which is only compared with the primary's
+    (`fuzz/unified/twin.py`): without the nodes' inner fields and the aliases, which the judge
+    reads of the primary alone."""
     cache, allocator, core = driver.cache, driver.allocator, driver.cache.tree_core
     nodes, values, handles = _nodes(driver)
     walk = core.walk_for_kv_canary(False, False)
     unlocked = core.walk_for_kv_canary(True, False).slot_indices
-    return {"nodes": nodes, "inner": _inner(core, handles),
+    return {"nodes": nodes, "inner": None if compared_only else _inner(core, handles),
             "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                              int_list(walk.prev_slot_indices))),
             "unlocked": sorted(int_list(unlocked)),
@@ -32,8 +36,17 @@ def snapshot(driver) -> dict:
             "available": int(_pool(allocator).available_size()),
             "free": _free(_pool(allocator)),
             "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
-            "aliases": aliases(values, driver), "swa": _swa(driver, handles),
+            "aliases": [] if compared_only else aliases(values, driver),
+            "swa": _swa(driver, handles),
             "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
+
+
+def sizes(driver) -> list:
+    """(evictable, protected, total, available): the counts a whole read has too (the twin's,
+    read after every op where its whole state is not)."""
+    cache = driver.cache
+    return [int(cache.evictable_size()), int(cache.protected_size()),
+            [int(n) for n in cache.total_size()], int(_pool(driver.allocator).available_size())]
 
 
 def _pool(allocator):
@@ -88,16 +101,16 @@ def _swa_locks(core, handles: list, swa) -> list[int] | None:
         return None
 
 
-def _nodes(driver) -> tuple[list, list, list]:
-    """(extra_key, path tokens, parent index or -1, start, slots or None, children or None),
-    parents first; each node's value tensor; each node's handle."""
-    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+def track(driver) -> dict[int, tuple]:
+    """{node: (parent, path start, path end, children)} of every node on the path of a handle
+    a call returned, each of them named by path from now on (`driver.paths`: a node a split
+    made above a named one is named here, before a later op evicts the one below); a handle
+    that is gone is forgotten. After every op, also where the state is not read whole (the
+    twin's: `twin.py`)."""
     found: dict[int, tuple] = {}
-    for handle in list(driver.paths):
+    for handle, path in _paths(driver, list(driver.paths)):
         extra, tokens = driver.paths[handle]
-        try:
-            path = path_info(driver, handle, tokens, extra)
-        except KeyError:  # evicted, or a tree before a reset
+        if path is None:  # evicted, or a tree before a reset
             del driver.paths[handle]
             continue
         for info in path:
@@ -105,6 +118,14 @@ def _nodes(driver) -> tuple[list, list, list]:
             driver.paths.setdefault(node, (extra, tokens[:info.path_end]))
             found[node] = (int(info.parent_id), int(info.path_start), int(info.path_end),
                            children_of(info))
+    return found
+
+
+def _nodes(driver) -> tuple[list, list, list]:
+    """(extra_key, path tokens, parent index or -1, start, slots or None, children or None),
+    parents first; each node's value tensor; each node's handle."""
+    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+    found = track(driver)
     order = sorted(found, key=lambda node: (found[node][2], node))
     index = {node: i for i, node in enumerate(order)}
     nodes, values = [], []
@@ -117,6 +138,28 @@ def _nodes(driver) -> tuple[list, list, list]:
                       list(tokens), start, None if value is None else int_list(value),
                       children))
     return nodes, values, order
+
+
+def _paths(driver, handles: list) -> list[tuple]:
+    """(handle, its path, or None where it is gone) for each handle: one `collect_path_info`
+    call for them all where the core has it (a call a handle, each crossing into the core, was a
+    fifth of a state read), else, or where one of them is gone (`KeyError`), one a handle."""
+    core = driver.cache.tree_core
+    if handles and callable(getattr(core, "collect_path_info", None)):
+        try:
+            paths = core.collect_path_info(handles)
+        except KeyError:
+            paths = None
+        if paths is not None and len(paths) == len(handles):
+            return [(handle, list(path)) for handle, path in zip(handles, paths)]
+    found = []
+    for handle in handles:
+        extra, tokens = driver.paths[handle]
+        try:
+            found.append((handle, path_info(driver, handle, tokens, extra)))
+        except KeyError:
+            found.append((handle, None))
+    return found
 
 
 def children_of(info) -> int | None:

@@ -6,13 +6,16 @@ Each call goes to the primary, then to the twin; the primary's answer (or except
 lock step gets, and both answers are kept (`pairs`) for the judge. The twin gets the same
 arguments, except the slots the caller passes back: those the twin's own allocator handed out for
 the same call (an insert's value, from `alloc_slots`), so that the twin never frees the primary's
-slots. `snapshot()` carries the twin's whole public state and the pairs since the last read."""
+slots. `snapshot()` carries the pairs since the last read, the twin's sizes, and every few reads
+(and after the last op) the twin's whole public state."""
 
 from __future__ import annotations
 
 from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
+from kvfuzz.impl.unified.reader import sizes, track
+from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE, WHOLE_EVERY
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
          "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
@@ -32,6 +35,7 @@ class TwinDriver(ChangedReads):
         self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY, window=window,
                                      mamba_slots=mamba, poison_mamba=poison)
         self.pairs: list[tuple] = []
+        self.reads = 0  # snapshots taken: the twin's whole state every WHOLE_EVERY
         self.slots: dict[tuple, list] = {}  # the primary's alloc_slots answer -> the twin's
         self.states: dict[int, int] = {}  # the primary's Mamba state slot -> the twin's
         # The twin's keys are left alone: the Python core keeps a caller's key (a declared
@@ -75,21 +79,37 @@ class TwinDriver(ChangedReads):
         twin = self.twin.core() if self.twin is not None else {"error": self.twin_error}
         return {**self.primary.core(), "twin": twin}
 
-    def snapshot(self) -> dict:
+    def snapshot(self, whole: bool = False) -> dict:
+        """The primary's state, the pairs since the last read (`twin pairs`), the twin's sizes
+        (`twin sizes`), and every `WHOLE_EVERY`th read or when asked (`whole`, the read after
+        the last op) the twin's public state, one part a key (`twin <part>`; `twin state` says
+        which read this is). Flat, so that only what changed crosses (`ChangedReads`); the
+        twin's whole state not after every op, since reading it (the Python core's walks, every
+        node by path) was a third of a Rust trace's time, and a difference between the cores
+        that lasts is still seen at the next whole read. `fuzz/unified/twin.py` puts it back
+        together (`twin_of`)."""
         found = self.primary.snapshot()
-        public = None
-        if self.twin is not None:
-            try:
-                public = ("answered", self.twin.snapshot())
-            except Exception as error:  # noqa: BLE001 - a difference, judged
-                public = _raised(error)
-        found["twin"] = {"pairs": self.pairs, "state": public}
+        self.reads += 1
+        found[PAIRS], found[STATE], found[SIZES] = self.pairs, None, None
         self.pairs = []
+        if self.twin is None:
+            return found
+        try:
+            found[SIZES] = sizes(self.twin)
+            if not whole and self.reads % WHOLE_EVERY:
+                track(self.twin)  # its nodes named by path as the primary's are, every op
+                found[STATE] = ("sizes", self.reads)
+                return found
+            state = self.twin.snapshot(compared_only=True)
+            found[STATE] = ("answered", self.reads)
+            found.update((PREFIX + key, value) for key, value in state.items())
+        except Exception as error:  # noqa: BLE001 - a difference, judged
+            found[STATE] = _raised(error)
         return found
 
-    def snapshot_since(self, since: int):
+    def snapshot_since(self, since: int, whole: bool = False):
         """`snapshot()` as what changed since read `since` (`ChangedReads`)."""
-        return self.changed("snapshot", since, self.snapshot())
+        return self.changed("snapshot", since, self.snapshot(whole))
 
 
 def _outcome(call, *args) -> tuple:

@@ -11,6 +11,7 @@ from kvfuzz.fuzz.unified import state
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST, core_problems, describe_core
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.fuzz.unified.twin import twin_problems
+from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE
 from kvfuzz.oracle.unified.model import UnifiedModel
 
 
@@ -113,6 +114,33 @@ def test_the_rust_core_is_set_against_the_python_core_without_their_handles():
     locked = deepcopy(snap)
     locked["unlocked"] = []
     assert twin_problems(twin(snap, other=locked))[0][1].startswith("node ")
+
+
+def flat(snap: dict, kind: str, other=None, sizes=None, pairs=()) -> dict:
+    """`snap` with the twin driver's flat parts (`impl/unified/twin_parts.py`): a read with its
+    whole state ("answered") or only its sizes ("sizes")."""
+    ours = [snap.get(name) for name in ("evictable", "protected", "total", "available")]
+    found = {**snap, PAIRS: list(pairs), STATE: (kind, 1), SIZES: sizes or ours}
+    found.update((PREFIX + key, value) for key, value in (other or {}).items())
+    return found
+
+
+def test_the_twins_sizes_are_judged_every_read_its_state_where_read_whole_with_the_events_between():
+    snap = model_snapshot(tree())
+    held = []
+    first = {**snap, "events": [("stored", [5], None, [1], 1)]}
+    assert twin_problems(flat(first, "sizes"), held) == [] and len(held) == 1
+    assert "sizes: the Rust core" in twin_problems(flat(snap, "sizes", sizes=[0, 0, 0, 0]),
+                                                   [])[0][1]
+    # the twin's state, read whole, has its events of both reads: the Rust core's held match
+    later = {**snap, "events": [("stored", [6], 5, [2], 1)]}
+    both = {**snap, "events": [("stored", [5, 6], None, [1, 2], 1)]}
+    assert twin_problems(flat(later, "answered", other=both), held) == [] and held == []
+    twin_problems(flat(first, "sizes"), held)
+    assert "KV events, page by page" in twin_problems(
+        flat(later, "answered", other={**both, "events": []}), held)[0][1]
+    assert "free: the Rust core [7, 8]" in twin_problems(
+        flat(snap, "answered", other={**snap, "free": [8, 7]}), [])[0][1]
 
 
 def test_kv_events_are_compared_page_by_page_whatever_each_core_batches():

@@ -13,7 +13,7 @@ from kvfuzz.fuzz.unified.lockstep import MAMBA_EVENTS, PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
 from kvfuzz.impl.unified import DECLARES, MAMBA_DECLARES, RELEASED, SWA_DECLARES
-from kvfuzz.strategies.radix.trace import Insert, Match
+from kvfuzz.strategies.radix.trace import Evict, Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
 from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
@@ -138,3 +138,14 @@ def test_the_swa_judge_checks_eviction_and_sizes_itself(name, label, found):
                          "test double", YOURS, preconditions=SWA_DECLARES["python"])
     outcome = UNIFIED.check(UNIFIED.generator.generate(0, found, [swa]), swa)
     assert outcome.status == "diverge" and outcome.divergence.signature[-1] == label
+
+
+def test_a_cores_difference_the_last_op_makes_is_caught_at_the_end_of_the_trace():
+    # The twin's whole state is read every few reads (impl/unified/twin_parts.py); what differs
+    # only in it (the free list's order: no call answers it) after the last op is read after it.
+    trace = Trace(1, 3, "lru", False, (Insert((1, 2, 3)), Evict(3)))
+    assert UNIFIED.check(trace, RUST_ENTRY).status == "agree"
+    found = divergence("unified", trace, "mutant.sglang.unified.evict_frees_reversed")
+    assert found is not None and "cores differ at the end of the trace" in found.report() and \
+        "free: the Rust core [1, 2, 3], the Python core [3, 2, 1]" in found.report(), \
+        found and found.report()
