@@ -97,10 +97,15 @@ def plain(value, depth: int = 0) -> int:
     if kind in (list, tuple, set, frozenset):
         if _all_int(value):  # the common case, slots and pages: checked at C speed
             return len(value) + 1
-        return 1 + sum([plain(item, depth + 1) for item in value])
+        count = 1
+        for item in value:
+            count += plain(item, depth + 1)
+        return count
     if isinstance(value, dict) and kind.__module__ in ("builtins", "collections"):
-        return 1 + sum([plain(key, depth + 1) + plain(item, depth + 1)
-                        for key, item in value.items()])
+        count = 1
+        for key, item in value.items():
+            count += plain(key, depth + 1) + plain(item, depth + 1)
+        return count
     if dataclasses.is_dataclass(value) and kind.__module__.startswith("kvfuzz."):
         hints, count = _hints(kind), 1
         for field in dataclasses.fields(value):
