@@ -159,7 +159,7 @@ def cmd_diff(args, out=None) -> int:
 
     out = out or sys.stderr  # looked up now: a test may have replaced it
     names = list(TARGETS) if args.target == "all" else [args.target]
-    check_profile(args.target, getattr(args, "profile", None))
+    check_profile(args.target, args.profile)
     with_upstream = args.upstream and not args.impl and upstream.ensure(out)
     # Resolve every --impl of every target first: a typo fails in one line before any run.
     # A target named on its own with nothing to run (its packages missing) is a usage error;
@@ -179,7 +179,10 @@ def cmd_diff(args, out=None) -> int:
             continue
         options = RunOptions(args.cases or target.settings.default_cases, args.seed,
                              args.start, args.jobs, args.device, args.timeout, args.corpus,
-                             args.memory, args.keep_going, getattr(args, "profile", None))
+                             args.memory, args.keep_going, args.profile)
+        if args.profile is not None:  # said first: the summary's counts are of it alone
+            print(f"{target.name}: profile {args.profile!r} alone (generator "
+                  f"{target.alone(args.profile).generator.generator.name})", file=out)
         status = max(status, diff_target(target, impls, options, out))
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
