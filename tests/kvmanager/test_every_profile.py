@@ -17,6 +17,10 @@ from tests.helpers import fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")
 PER_PROFILE, SHARD, START = 1500, 250, 1000
+# Divergences of the released class found here and not analyzed yet (docs/upstream-vllm.md,
+# "Speed"), by (profile, index): each must still diverge with the problem named (a fix on either
+# side shows here), and its shard goes on past it.
+FOUND = {("mamba align", 2268): "boundary offload", ("mamba align", 2306): "boundary offload"}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD)]
 
@@ -33,6 +37,11 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
         outcome = KVMANAGER.check(trace, release)
+        if (profile, index) in FOUND:
+            found = outcome.divergence
+            assert found is not None and found.what.startswith(FOUND[profile, index]), \
+                (index, outcome.status, found and found.report())
+            continue
         if outcome.status != AGREE:
             assert outcome.divergence is not None, (index, outcome.outside)
             fail_with(outcome.divergence)
