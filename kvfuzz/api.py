@@ -51,20 +51,22 @@ def implementation(target: str, impl: Impl) -> Implementation:
 def diff(target: str, impl: Impl | Iterable[Impl] | None = None, *, cases: int | None = None,
          seed: int = 0, start: int = 0, jobs: int = 1, corpus: str | Path | None = None,
          timeout: float = DEFAULT_TIMEOUT, memory: int = DEFAULT_MEMORY, device: str = "cpu",
-         keep_going: bool = False, out=None) -> DiffResult:
+         keep_going: bool = False, profile: str | None = None, out=None) -> DiffResult:
     """Seeded inputs `start`..`start + cases` of `seed` through `impl` (default: the bundled
     implementations) and the oracle, in supervised worker processes (each implementation in a
     process of its own, `memory` bytes at most): what `kvfuzz diff` does, returned rather than
     printed. Divergences are shrunk; with `corpus`, saved there too. Each implementation stops
     at its first divergence, unless `keep_going` (`--keep-going`): then every input is checked
-    and each distinct divergence signature is one of `divergences`."""
+    and each distinct divergence signature is one of `divergences`. `profile`: the inputs of
+    that generator profile alone (`--profile`; a ValueError naming the profiles otherwise)."""
     owner = _target(target)
+    owner.alone(profile)  # a profile it does not have: a ValueError before anything runs
     impls = [implementation(target, one) for one in _many(impl)] or \
         owner.catalogue.defaults_or_error()
     if corpus is not None:
         corpus_files.check_writable(corpus)
     options = RunOptions(cases or owner.settings.default_cases, seed, start, jobs, device, timeout,
-                         None if corpus is None else str(corpus), memory, keep_going)
+                         None if corpus is None else str(corpus), memory, keep_going, profile)
     result = run_diff(owner, impls, options, out or io.StringIO())
     if result.interrupted:
         raise KeyboardInterrupt

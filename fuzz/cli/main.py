@@ -48,6 +48,14 @@ TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence (
                 f"(default {DEFAULT_TIMEOUT:g})")
 
 
+PROFILE_HELP = (
+    "the inputs of this generator profile alone, from a seeded stream of its own (input I of "
+    "seed S: --profile NAME --seed S --start I --cases 1), where the target's mix draws each "
+    "input's profile; a report's replay line names it; one target only; " + "; ".join(
+        f"{name}'s profiles: {', '.join(map(repr, target.profiles()))}"
+        for name, target in TARGETS.items() if target.profiles()))
+
+
 class _Version(argparse.Action):
     """--version, read when asked (the engines' metadata), not each time the parser is built."""
 
@@ -77,6 +85,7 @@ def parser() -> argparse.ArgumentParser:
     diff.add_argument("--start", type=index, default=0,
                       help="first case index (with --cases 1: regenerate one reported case)")
     diff.add_argument("--jobs", type=jobs, default=1, help="worker processes (1 to 64)")
+    diff.add_argument("--profile", metavar="NAME", help=PROFILE_HELP)
     diff.add_argument("--corpus", default=corpus.DEFAULT_DIR, help="where divergences are saved")
     diff.add_argument("--device", default="cpu", help="torch device for implementations")
     diff.add_argument("--timeout", type=seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
@@ -150,6 +159,7 @@ def cmd_diff(args, out=None) -> int:
 
     out = out or sys.stderr  # looked up now: a test may have replaced it
     names = list(TARGETS) if args.target == "all" else [args.target]
+    check_profile(args.target, args.profile)
     with_upstream = args.upstream and not args.impl and upstream.ensure(out)
     # Resolve every --impl of every target first: a typo fails in one line before any run.
     # A target named on its own with nothing to run (its packages missing) is a usage error;
@@ -169,11 +179,27 @@ def cmd_diff(args, out=None) -> int:
             continue
         options = RunOptions(args.cases or target.settings.default_cases, args.seed,
                              args.start, args.jobs, args.device, args.timeout, args.corpus,
-                             args.memory, args.keep_going)
+                             args.memory, args.keep_going, args.profile)
+        if args.profile is not None:  # said first: the summary's counts are of it alone
+            print(f"{target.name}: profile {args.profile!r} alone (generator "
+                  f"{target.alone(args.profile).generator.generator.name})", file=out)
         status = max(status, diff_target(target, impls, options, out))
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
     return status
+
+
+def check_profile(target: str, profile: str | None) -> None:
+    """`--profile` names a profile of the one target named (a `UsageError` otherwise)."""
+    if profile is None:
+        return
+    if target == "all":
+        raise UsageError(f"--profile {profile!r} names a profile of one target: kvfuzz diff "
+                         f"TARGET --profile NAME")
+    try:
+        TARGETS[target].alone(profile)
+    except ValueError as error:
+        raise UsageError(f"--profile: {error}") from None
 
 
 def cmd_replay(args) -> int:

@@ -80,38 +80,40 @@ def remote_error(name: str, message: str, frames: list[str], at: str) -> RemoteR
 
 
 # -- plain data ---------------------------------------------------------------------------------
-def plain(value, depth: int = 0) -> None:
+def plain(value, depth: int = 0) -> int:
     """Raise `NotPlain` unless `value` is plain data: None, bool, int (64 bits), float, str,
     bytes, lists, tuples, sets and dicts of them, and kvfuzz's own data classes whose fields are
-    plain and of their declared types."""
+    plain and of their declared types. Returns how many values it holds, roughly (a container
+    counts its items and itself): what a transcript weighs it by, in the same walk."""
     if depth > MAX_DEPTH:
         raise NotPlain("nested too deep")
     kind = type(value)
     if value is None or kind in (bool, float, str, bytes):
-        return
+        return 1
     if kind is int:
         if not INT_RANGE[0] <= value < INT_RANGE[1]:
             raise NotPlain(f"an int past 64 bits: {value}")
-        return
+        return 1
     if kind in (list, tuple, set, frozenset):
         if _all_int(value):  # the common case, slots and pages: checked at C speed
-            return
+            return len(value) + 1
+        count = 1
         for item in value:
-            plain(item, depth + 1)
-        return
+            count += plain(item, depth + 1)
+        return count
     if isinstance(value, dict) and kind.__module__ in ("builtins", "collections"):
+        count = 1
         for key, item in value.items():
-            plain(key, depth + 1)
-            plain(item, depth + 1)
-        return
+            count += plain(key, depth + 1) + plain(item, depth + 1)
+        return count
     if dataclasses.is_dataclass(value) and kind.__module__.startswith("kvfuzz."):
-        hints = _hints(kind)
+        hints, count = _hints(kind), 1
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
-            plain(item, depth + 1)
+            count += plain(item, depth + 1)
             if not _fits(item, hints.get(field.name, typing.Any)):
                 raise NotPlain(f"{kind.__name__}.{field.name} is a {type(item).__name__}")
-        return
+        return count
     raise NotPlain(f"a {kind.__module__}.{kind.__qualname__}")
 
 

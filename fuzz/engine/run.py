@@ -50,20 +50,23 @@ class RunOptions:
     # Go on after a divergence: every input is checked, and the first input of each distinct
     # divergence signature (`Divergence.signature`) is a finding of its own.
     keep_going: bool = False
+    # The generator profile whose inputs alone run (`Target.alone`; None: the generator's mix).
+    profile: str | None = None
 
 
 def run_chunk(target_name: str, impl, seed: int, start: int, stop: int,
               device: str = "cpu", report_every: float = REPORT_EVERY, keep_going: bool = False,
-              state=None, report=None) -> Tally:
+              profile: str | None = None, state=None, report=None) -> Tally:
     """Inputs [start, stop) of `seed` against one implementation (an `Implementation`, or a name
     or import path); stops at the first divergence unless `keep_going`. In a worker, `state`
     says which input runs since when (`isolation.mark`) and `report` sends ("progress", name,
-    tally) deltas, at once when one holds a divergence of a signature new to the chunk."""
+    tally) deltas, at once when one holds a divergence of a signature new to the chunk.
+    `profile`: the inputs of that generator profile alone (`Target.alone`)."""
     if state is not None:
         # A crash (or a hang past the grace) while loading the implementation is put on the
         # first input; each input's own clock starts after the load.
         mark(state, start, grace=LOAD_GRACE)
-    target = TARGETS[target_name]
+    target = TARGETS[target_name].alone(profile)
     impl = target.catalogue.resolve(impl) if isinstance(impl, str) else impl
     spec = impl.name
     preload(impl)
@@ -109,7 +112,8 @@ class SeededRun:
 
     def __init__(self, target, impls: list, options: RunOptions, out,
                  on_found=lambda name, d: None):
-        self.target, self.options, self.on_found = target, options, on_found
+        self.target, self.options, self.on_found = target.alone(options.profile), options, \
+            on_found
         self.timeout = options.timeout
         self.impls = {impl.name: impl for impl in impls}
         self.tallies = {name: Tally() for name in self.impls}
@@ -172,7 +176,8 @@ class SeededRun:
                 self.tasks[worker] = task
                 worker.give(("call", run_chunk, (self.target.name, self.impls[spec],
                                                  self.options.seed, lo, hi, self.options.device,
-                                                 every, self.options.keep_going)), lo)
+                                                 every, self.options.keep_going,
+                                                 self.options.profile)), lo)
                 return
 
     def _settle(self, worker: Worker, lose_dead: bool = True) -> bool:

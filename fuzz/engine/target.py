@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import importlib
 import json
+import shlex
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Iterator, Protocol
 
 from kvfuzz.fuzz.engine.catalogue import Catalogue
@@ -150,9 +151,26 @@ class Target:
     def dumps(self, item) -> str:
         return json.dumps(self.codec.to_json(item), indent=1) + "\n"
 
+    def profiles(self) -> tuple[str, ...]:
+        """The generator's profiles, each of which `alone` runs alone (`--profile`)."""
+        return getattr(self.generator, "profiles", tuple)()
+
+    def alone(self, profile: str | None) -> "Target":
+        """This target with inputs of generator profile `profile` alone (None: as it is); a
+        ValueError naming the profiles where it has no such one."""
+        if profile is None:
+            return self
+        if profile not in self.profiles():
+            raise ValueError(f"{self.name} has no generator profile {profile!r}" + (
+                f"; its profiles: {', '.join(self.profiles())}" if self.profiles() else ""))
+        return replace(self, generator=self.generator.alone(profile))
+
     def regenerate_command(self, item, impl_name: str) -> str | None:
         origin = item.origin
         if origin is None:
             return None
-        return (f"kvfuzz diff {self.name} --seed {origin.seed} --start {origin.index} --cases 1 "
-                f"--impl {impl_name}")
+        find = getattr(self.generator, "profile_of", None)
+        profile = find(origin) if find else None
+        return (f"kvfuzz diff {self.name}"
+                + (f" --profile {shlex.quote(profile)}" if profile else "")
+                + f" --seed {origin.seed} --start {origin.index} --cases 1 --impl {impl_name}")

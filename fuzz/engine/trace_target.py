@@ -49,6 +49,18 @@ class TraceInputs:
     pick: Callable | None = None
     uniform: Callable | None = None  # uniform(rng, preconditions): the detection baseline trace
 
+    def profiles(self) -> tuple[str, ...]:
+        """The generator's profiles that `alone` runs one at a time (none: it has none)."""
+        return getattr(self.generator, "profiles", tuple)()
+
+    def alone(self, profile: str) -> "TraceInputs":
+        return replace(self, generator=self.generator.alone(profile))
+
+    def profile_of(self, origin) -> str | None:
+        """The profile a generated input's `origin` must be regenerated under, or None."""
+        find = getattr(self.generator, "profile_of", None)
+        return find(origin.generator) if find else None
+
     def generator_for(self, impls):
         return self.pick(impls) if self.pick and impls else self.generator
 

@@ -109,12 +109,13 @@ class Recorder:
         return RemoteObject(self, self.request("load", 0, impl.path, impl)[1])
 
     def request(self, kind: str, oid: int, *body) -> tuple:
+        self.weighed = 0  # a value answer's weight, from the walk that checks it (`_value`)
         try:
             answer = self._answer(kind, oid, body)
         except BaseException as error:  # noqa: BLE001 - whatever it raises is its outcome
             answer = _raised(error)
         self.records.append((kind, oid, _key(kind, body), answer))
-        self.weight += weight(answer)
+        self.weight += self.weighed if answer[0] == "value" else weight(answer)
         if self.flush is not None and self.weight >= BATCH:
             self.flush(self.records)
             self.records, self.weight = [], 0
@@ -130,17 +131,23 @@ class Recorder:
         target = self.objects[oid]
         if kind == "getattr":
             value = getattr(target, body[0])
-            return ("callable",) if callable(value) else ("value", _plain(value))
+            return ("callable",) if callable(value) else self._value(value)
         if kind == "call":
             name, args, kwargs = body
-            return "value", _plain(getattr(target, name)(*args, **kwargs))
+            return self._value(getattr(target, name)(*args, **kwargs))
         if kind == "new":
             return "object", self._keep(target(*body[0], **body[1]))
         if kind == "build":
             return "object", self._keep(body[0](target, *body[1]))
         if kind == "apply":
-            return "value", _plain(body[0](target, *body[1]))
+            return self._value(body[0](target, *body[1]))
         raise ValueError(f"no request {kind!r}")
+
+    def _value(self, value) -> tuple:
+        """("value", `value`) if it is plain data (else the implementation's TypeError), weighed
+        by the same walk (`weighed`): one walk of each answer, not two."""
+        self.weighed = _plain(value) + 1
+        return "value", value
 
     def _load_here(self, impl):
         """Another implementation this check needs (compaction's eager one, for I12)."""
@@ -270,13 +277,13 @@ def _stopped(error: BaseException) -> str:
         return type(error).__name__
 
 
-def _plain(value):
-    """`value`, if it is plain data; else the implementation's TypeError."""
+def _plain(value) -> int:
+    """How many values `value` holds (`plain`), if it is plain data; else the implementation's
+    TypeError."""
     try:
-        plain(value)
+        return plain(value)
     except NotPlain as error:
         raise TypeError(f"returned {error}: not plain data (ints, lists, dicts)") from None
-    return value
 
 
 def _raised(error: BaseException) -> tuple:

@@ -424,11 +424,18 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                                                              request.computed))),
                  ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
                   lambda: [0] * len(model.groups)))
-        for method, args, lacking, expect in reads:
-            if lacking in self.unread:
-                continue
+        asked = [(method, expect) for method, args, lacking, expect in reads
+                 if lacking not in self.unread]
+        if not asked:
+            return problems
+        # one read of them all (one transcript record, not three)
+        answers = self.read("scheduler_reads", rid, request.computed,
+                            [method for method, _ in asked])
+        if not isinstance(answers, list) or len(answers) != len(asked):
+            return [("scheduler reads", f"r{rid}: {len(asked)} answers expected, actual "
+                                        f"{short(answers)}")]
+        for (method, expect), actual in zip(asked, answers):
             expected = expect()
-            actual = self.read(method, *args)
             if actual != expected:
                 problems.append((method, f"r{rid}: expected {short(expected)}, actual "
                                          f"{short(actual)}"))
@@ -440,20 +447,27 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         the pending copy-on-write copies, none without partial hits). Never in a live guard's
         trace: the engine's own consumers drain them."""
         problems, trace = [], self.trace
-        if trace.events or trace.stats:
-            self.read("new_step_starts")
-            copies = ([], []) if NO_COPIES in self.unread else self.read("block_copies")
-            if copies != ([], []):
-                problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
-                                                  f"copies (no partial hits), actual "
-                                                  f"{short(copies)}"))
+        if not (trace.events or trace.stats):
+            return problems
+        asked = (NO_COPIES not in self.unread, trace.events,
+                 trace.stats and NO_RECORD not in self.unread)
+        # one read of them all (one transcript record, not four)
+        answers = self.read("observed", *asked)
+        if not isinstance(answers, list) or len(answers) != sum(asked):
+            return [("observed", f"new_step_starts and its drains: {sum(asked)} answers "
+                                 f"expected, actual {short(answers)}")]
+        answered = iter(answers)
+        copies, published, actual = (next(answered) if on else None for on in asked)
+        if asked[0] and copies != ([], []):
+            problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
+                                              f"copies (no partial hits), actual "
+                                              f"{short(copies)}"))
         if trace.events:
-            published = self.read("take_events")
             self.view = replay(self.view, published)
             problems += events_problems("the op", self.model.take_events(), published,
                                         self.count)
-        if trace.stats and NO_RECORD not in self.unread:
-            expected, actual = self.model.make_prefix_cache_stats(), self.read("stats")
+        if asked[2]:
+            expected = self.model.make_prefix_cache_stats()
             if actual != expected:
                 problems.append(("prefix cache stats", f"(requests, queries, hits, preempted "
                                                        f"requests, queries, hits, reset): "

@@ -68,9 +68,22 @@ def request(prompt):
 
 
 def decode_key(key) -> tuple[int, int]:
-    """(hash, group) of a `BlockHashWithGroupId`, as the driver encoded it."""
+    """(hash, group) of a `BlockHashWithGroupId`, as the driver encoded it. Each key once: the
+    pool is read after every op, its keys decoded again and again (`_DECODED`, bounded)."""
+    if type(key) is bytes:  # the common case: hashable, and equal only to the same bytes
+        found = _DECODED.get(key)
+        if found is not None:
+            return found
     raw = bytes(key)
-    return int.from_bytes(raw[:-GROUP_BYTES], "big"), int.from_bytes(raw[-GROUP_BYTES:], "big")
+    found = int.from_bytes(raw[:-GROUP_BYTES], "big"), int.from_bytes(raw[-GROUP_BYTES:], "big")
+    if type(key) is bytes:
+        if len(_DECODED) >= 1 << 16:
+            _DECODED.clear()
+        _DECODED[key] = found
+    return found
+
+
+_DECODED: dict[bytes, tuple[int, int]] = {}
 
 
 class PoolReader(ChangedReads):
@@ -176,8 +189,9 @@ def _stale_links(blocks, order: list[int]) -> str | None:
     hands out (`popleft`, `popleft_n`, `remove`), and `remove()` tells a block that is not free
     (a caller's misuse) by its missing links. None when every such block is unlinked."""
     free = set(order)
-    for block in blocks:
-        if int(block.block_id) not in free:
+    for block in blocks:  # (the links first: most blocks have none, and then nothing to ask)
+        if (block.prev_free_block is not None or block.next_free_block is not None) and \
+                int(block.block_id) not in free:
             kept = [name for name in ("prev", "next")
                     if getattr(block, f"{name}_free_block") is not None]
             if kept:

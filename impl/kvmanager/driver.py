@@ -53,6 +53,15 @@ class ManagerReads(PoolReader):
         return [int(n) for n in self.manager.get_num_common_prefix_blocks(
             self.requests[rid].request_id)]
 
+    def scheduler_reads(self, rid: int, computed: int, names) -> list:
+        """The reads `names` (of estimate_cached_tokens, block_ids_for_computed_tokens,
+        common_prefix_blocks) of request `rid`, in that order, in one answer: the lock step
+        makes them after every op of a request, and one answer is one transcript record where
+        three cost three (each checked, weighed, pickled and replayed)."""
+        return [self.block_ids_for_computed_tokens(rid, computed)
+                if name == "block_ids_for_computed_tokens" else getattr(self, name)(rid)
+                for name in names]
+
 
 class KVManagerDriver(ManagerReads):
     def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int,
@@ -231,6 +240,15 @@ class KVManagerDriver(ManagerReads):
 
     def new_step_starts(self) -> None:
         self.manager.new_step_starts()
+
+    def observed(self, copies: bool, events: bool, stats: bool) -> list:
+        """What the scheduler drains every step, in its order and in one answer (one
+        transcript record): `new_step_starts()`, then those asked of `block_copies`,
+        `take_events` and `stats`."""
+        self.new_step_starts()
+        return [read() for read, asked in ((self.block_copies, copies),
+                                           (self.take_events, events), (self.stats, stats))
+                if asked]
 
     def block_copies(self):
         """`take_kv_cache_block_copies()`: the copies as (source, destination) ids, and the

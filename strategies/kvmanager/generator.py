@@ -24,6 +24,7 @@ scheduler-shaped traces; `kvmanager/4` one corner profile.)
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import replace
 
@@ -46,10 +47,22 @@ PROFILES = {"corners": 0.4, "observed": 0.15, "no caching": 0.1, "spec decode": 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
     if rng.random() < SCHEDULER_SHARE:
-        shaped = scheduler_shape.build(rng, num_ops)
-        observed = rng.random() < 0.5
-        return replace(shaped, events=observed, stats=observed, note="profile scheduler")
+        return build_scheduler(rng, num_ops)
     profile = rng.choices(list(PROFILES), list(PROFILES.values()))[0]
+    return build_profile(rng, num_ops, profile)
+
+
+def build_scheduler(rng: random.Random, num_ops: int) -> Trace:
+    """A "scheduler" trace: shaped as vLLM's scheduler calls, half of them observed."""
+    shaped = scheduler_shape.build(rng, num_ops)
+    observed = rng.random() < 0.5
+    return replace(shaped, events=observed, stats=observed, note="profile scheduler")
+
+
+def build_profile(rng: random.Random, num_ops: int, profile: str) -> Trace:
+    """A trace of `profile` (one of PROFILES, or "scheduler")."""
+    if profile == "scheduler":
+        return build_scheduler(rng, num_ops)
     return replace(build_corners(rng, num_ops, profile), note=f"profile {profile}")
 
 
@@ -158,3 +171,10 @@ class _Generator:
 NAME = "kvmanager/5"
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes
+# Each of this generator's profiles alone (`kvfuzz diff kvmanager --profile NAME`): a stream of
+# its own name, so that input `index` of `seed` is a trace of that profile whatever the mix
+# would have drawn there.
+ALONE = {profile: TraceGenerator(f"{NAME}[{profile}]",
+                                 functools.partial(build_profile, profile=profile),
+                                 num_ops=200, max_fuzz_ops=200)
+         for profile in ("scheduler", *PROFILES)}

@@ -9,6 +9,11 @@ names the stream it came from, with the seed and index that `kvfuzz diff kvmanag
 --start I` regenerates it from. Fuzzer bytes (`from_bytes`, which atheris and the public
 Hypothesis strategy `kvfuzz.kvmanager_traces()` decode) reach every stream too: their first two
 bytes pick it with the seeded draw's shares, the rest feed it.
+
+One profile alone (`kvfuzz diff kvmanager --profile NAME`, `ALONE`): the stream that makes it
+in the mix, or for `kvmanager/5`'s own profiles a stream of each (`kvmanager/5[corners]`, ...);
+every index of it is that profile's, and its origin names that stream, which the replay line
+turns back into `--profile NAME` (`MixedStreams.profile_of`).
 """
 
 from __future__ import annotations
@@ -33,15 +38,36 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
 
 
 class MixedStreams:
-    """A `TraceGenerator` in what the engine asks of one (`generate`, `from_bytes`)."""
+    """A `TraceGenerator` in what the engine asks of one (`generate`, `from_bytes`); `alone`
+    maps each profile to the stream that makes it alone (`kvfuzz diff --profile`)."""
 
-    def __init__(self, base: TraceGenerator, streams):
+    def __init__(self, base: TraceGenerator, streams, alone: dict | None = None):
         self.base, self.streams = base, tuple(streams)
         self.name, self.build = base.name, base.build
         # Which stream each index draws: a results file of `kvfuzz mutate` holds verdicts for one
         # layout, and a share moved to a new stream changes the traces under the same name.
         self.layout = ";".join(f"{stream.name}@{low}-{high}" for stream, low, high in self.streams)
         self.num_ops, self.max_fuzz_ops = base.num_ops, base.max_fuzz_ops
+        self.alone_streams = dict(alone or {})
+
+    def profiles(self) -> tuple[str, ...]:
+        return tuple(self.alone_streams)
+
+    def alone(self, profile: str) -> "MixedStreams":
+        """Traces of `profile` alone: input `index` of `seed` is its stream's (a ValueError
+        naming the profiles where there is no such profile)."""
+        if profile not in self.alone_streams:
+            raise ValueError(f"no profile {profile!r}; the profiles: "
+                             f"{', '.join(self.alone_streams)}")
+        return MixedStreams(self.alone_streams[profile], (), self.alone_streams)
+
+    def profile_of(self, generator: str) -> str | None:
+        """The profile whose stream alone is `generator` (an input's origin), or None (the
+        mix's `kvmanager/5`, whose index draws the profile): what `--profile` a replay
+        line needs. A profile's own stream in the mix is the same stream, so its inputs
+        regenerate with `--profile` too."""
+        return next((profile for profile, stream in self.alone_streams.items()
+                     if stream.name == generator), None)
 
     def stream(self, seed: int, index: int) -> TraceGenerator:
         """The stream input `index` of `seed` comes from."""
@@ -62,7 +88,13 @@ class MixedStreams:
         return self._picked(pick).from_bytes(data[2:])
 
 
-GENERATOR = MixedStreams(generator.GENERATOR, STREAMS)
+# Each profile's stream alone: the corner and scheduler profiles of `kvmanager/5` by streams
+# of their own (`generator.ALONE`), every other profile by the stream that makes it in the mix
+ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": hybrid.LOCAL,
+         "mamba": hybrid.MAMBA, "eagle window": hybrid.EAGLE, "cross attention": hybrid.CROSS,
+         "mamba align": hybrid.MAMBA_ALIGN, "connector": connector.GENERATOR,
+         "deferred frees": deferred.GENERATOR}
+GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
 def profiles() -> tuple[str, ...]:

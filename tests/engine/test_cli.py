@@ -180,6 +180,12 @@ BAD_INPUTS = {
     "raw triton kernel": (["diff", "extend", "--impl",
                            "kvfuzz.impl.paged.triton_kernels:extend_kernel"],
                           "raw Triton kernel"),
+    "unknown profile": (["diff", "kvmanager", "--profile", "nope"],
+                        "--profile: kvmanager has no generator profile 'nope'; its profiles: "),
+    "profile of a target without profiles": (["diff", "extend", "--profile", "corners"],
+                                             "extend has no generator profile 'corners'"),
+    "profile of every target": (["diff", "--profile", "corners"],
+                                "names a profile of one target"),
 }
 
 

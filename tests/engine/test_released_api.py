@@ -456,9 +456,10 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
     answers = {"block_ids_for_computed_tokens": [[1]], "common_prefix_blocks": [2],
                "estimate_cached_tokens": 5}
 
-    def read(method, *args):
-        asked.append(method)
-        return answers[method]
+    def read(method, rid, computed, names):  # the reads in one answer, in order
+        assert method == "scheduler_reads" and names
+        asked.extend(names)
+        return [answers[name] for name in names]
 
     lock = KVManagerLockstep.__new__(KVManagerLockstep)
     lock.read, lock.trace = read, SimpleNamespace(dcp=1)  # no decode context parallelism

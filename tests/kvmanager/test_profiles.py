@@ -8,6 +8,7 @@ needed."""
 from __future__ import annotations
 
 import random
+import shlex
 from collections import Counter
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -58,3 +59,67 @@ def test_the_hypothesis_strategy_produces_every_profile():
 
     draw()
     assert set(made) == set(NOTES), made
+
+
+# -- one profile alone (`kvfuzz diff kvmanager --profile NAME`) ----------------------------------
+def test_each_profile_alone_makes_only_its_own_traces():
+    assert set(KVMANAGER.profiles()) == set(streams.profiles())
+    for profile in KVMANAGER.profiles():
+        alone = KVMANAGER.alone(profile).generator
+        made = [alone.generate(0, index) for index in range(8)]
+        assert {trace.note for trace in made} == {f"profile {profile}"}, profile
+        assert {KVMANAGER.generator.profile_of(trace.origin) for trace in made} == {profile}
+        assert [trace.origin.index for trace in made] == list(range(8))
+
+
+def test_the_replay_line_regenerates_a_trace_of_each_profile_and_of_the_mix():
+    """A report's `original` line (`Target.regenerate_command`), parsed as the command line
+    parses it, makes the same trace again: with `--profile` for a profile alone and for a
+    trace of a profile's own stream in the mix, without it for the mix's `kvmanager/5`."""
+    from kvfuzz.fuzz.cli.main import parse
+
+    def regenerated(line):
+        args = parse(shlex.split(line)[1:])
+        assert (args.cases, args.impl) == (1, ["vllm.kvmanager"])
+        return KVMANAGER.alone(args.profile).generator.generate(args.seed, args.start), args
+
+    traces = [KVMANAGER.alone(p).generator.generate(3, 41) for p in KVMANAGER.profiles()]
+    mixed = [KVMANAGER.generator.generate(3, index) for index in range(12)]
+    for trace in traces + mixed:
+        line = KVMANAGER.regenerate_command(trace, "vllm.kvmanager")
+        again, args = regenerated(line)
+        assert again == trace and again.origin == trace.origin, line
+        in_mix = trace.origin.generator == "kvmanager/5"
+        assert (args.profile is None) == in_mix, line
+        assert in_mix or args.profile == trace.note.removeprefix("profile "), line
+    assert any(t.origin.generator == "kvmanager/5" for t in mixed)
+    assert any(t.origin.generator != "kvmanager/5" for t in mixed)
+
+
+def test_the_mix_is_unchanged_by_the_profiles_alone():
+    """The mix draws the same traces as before (tests/engine/test_generators_pinned.py pins
+    three); a corner profile alone is a stream of its own name, not the mix's indices."""
+    alone = KVMANAGER.alone("corners").generator.generate(0, 0)
+    assert alone.origin.generator == "kvmanager/5[corners]"
+    assert KVMANAGER.generator.generate(0, 0).origin.generator == "kvmanager/5"
+
+
+def test_a_profile_it_does_not_have_is_a_value_error_naming_the_profiles():
+    import pytest
+
+    with pytest.raises(ValueError, match="kvmanager has no generator profile 'nope'; its "
+                                         "profiles: scheduler, corners"):
+        KVMANAGER.alone("nope")
+    assert KVMANAGER.alone(None) is KVMANAGER
+
+
+def test_diff_help_explains_profile_and_names_every_profile(capsys):
+    import pytest
+
+    from kvfuzz.fuzz.cli.main import parse
+
+    with pytest.raises(SystemExit):
+        parse(["diff", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--profile NAME" in text and "from a seeded stream of its own" in text
+    assert all(repr(profile) in text for profile in streams.profiles())
