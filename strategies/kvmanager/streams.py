@@ -93,7 +93,7 @@ class MixedStreams:
 ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": hybrid.LOCAL,
          "mamba": hybrid.MAMBA, "eagle window": hybrid.EAGLE, "cross attention": hybrid.CROSS,
          "mamba align": hybrid.MAMBA_ALIGN, "connector": connector.GENERATOR,
-         "deferred frees": deferred.GENERATOR}
+         "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
