@@ -4,7 +4,8 @@ each trace to its last op: PER_PROFILE traces of each, in shards of SHARD (pytes
 them). In place of seeded traces of the mix, whose index draws the profile (the rarest, "no
 caching", is 3% of it): here each profile gets the same count. From index START, past the
 indices the stream tests of `test_upstream.py` run, so no trace runs twice. Why PER_PROFILE and
-not 2,000: `docs/upstream-vllm.md`, "Speed". Skips without vLLM."""
+not 2,000: `docs/upstream-vllm.md`, "Speed" (CI's 30 minutes). The divergences found past them
+(FOUND) run on their own. Skips without vLLM."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
 
-pytestmark = needs_engine("vllm")
-PER_PROFILE, SHARD, START = 1500, 250, 1000
+pytestmark = needs_engine("vllm")  # and the slow tier
+PER_PROFILE, SHARD, START = 500, 250, 1000
 # Divergences of the released class found here and not analyzed yet (docs/upstream-vllm.md,
 # "Speed"), by (profile, index): each must still diverge with the problem named (a fix on either
 # side shows here), and its shard goes on past it.
@@ -38,10 +39,21 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
         assert trace.note == f"profile {profile}"
         outcome = KVMANAGER.check(trace, release)
         if (profile, index) in FOUND:
-            found = outcome.divergence
-            assert found is not None and found.what.startswith(FOUND[profile, index]), \
-                (index, outcome.status, found and found.report())
+            _still_found(profile, index, outcome)
             continue
         if outcome.status != AGREE:
             assert outcome.divergence is not None, (index, outcome.outside)
             fail_with(outcome.divergence)
+
+
+@pytest.mark.parametrize("profile, index", sorted(FOUND))
+def test_each_divergence_found_on_a_profile_still_shows(profile, index):
+    release = KVMANAGER.catalogue.resolve(RELEASED)
+    trace = KVMANAGER.alone(profile).generator.generate(0, index)
+    _still_found(profile, index, KVMANAGER.check(trace, release))
+
+
+def _still_found(profile, index, outcome):
+    found = outcome.divergence
+    assert found is not None and found.what.startswith(FOUND[profile, index]), \
+        (index, outcome.status, found and found.report())
