@@ -91,12 +91,13 @@ def run_property(prop, save: bool = True):
 
 def assert_machine_catches(machine, impl_name: str, match: str, steps: int) -> None:
     """A hypothesis state machine run on a mutant fails with `match` (generation only: finding
-    it is the claim, shrinking would take seconds more)."""
+    it is the claim, shrinking would take seconds more). Derandomized in every profile: with
+    random draws the compaction machine missed `p2v_not_cleared` about one run in eight."""
     broken = type("Broken", (machine,), {"impl_name": impl_name})
     with pytest.raises(AssertionError, match=match):
         run_state_machine_as_test(broken, settings=settings(
             max_examples=200, stateful_step_count=steps, deadline=None, database=None,
-            phases=[Phase.generate]))
+            derandomize=True, phases=[Phase.generate]))
 
 
 @dataclass
