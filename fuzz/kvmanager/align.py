@@ -71,6 +71,7 @@ class AlignLockstep(KVManagerLockstep):
         self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
         self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
         self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
+        self.tail_tokens: dict[int, int] = {}      # rid -> the tokens of that tail
         self.stepped = None                        # the request this op allocated for
         self.cached_upto: dict[int, int] = {}     # rid -> boundary its blocks were cached to
         # rid -> its tables' lengths at the last read, and whether its last step re-keyed a block
@@ -135,6 +136,7 @@ class AlignLockstep(KVManagerLockstep):
                        oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+            self.tail_tokens.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
         return (yield from super().free(op))
 
@@ -258,6 +260,8 @@ class AlignLockstep(KVManagerLockstep):
         problems = self._pool_problems()  # (reads the keys afresh)
         rid = getattr(op, "rid", None)
         request = self.requests.get(rid)
+        # the tail the request's step before cached, if this op copied it (`offload_problems`)
+        evicted_tail = self.tail_tokens.get(rid) if copies else None
         if request is not None and self.stepped == rid:
             # whether this step cached its partial tail (a finish then hands it off; an op
             # that allocated nothing changes nothing, even if an eviction dropped the entry)
@@ -265,6 +269,10 @@ class AlignLockstep(KVManagerLockstep):
             self.tails[rid] = boundary.tail_keyed(
                 request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
                 self.trace.hash_size)
+            if self.tails[rid]:
+                self.tail_tokens[rid] = request.computed
+            else:
+                self.tail_tokens.pop(rid, None)
         self.stepped = None
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
@@ -272,7 +280,7 @@ class AlignLockstep(KVManagerLockstep):
             self.cached_upto[rid] = max(since, request.computed - request.computed % size)
         return problems + boundary.offload_problems(
             offloads, rid, request, before, self.keys, self.trace.block_size,
-            self.trace.hash_size, since)
+            self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()))
 
     def _pool_problems(self) -> list[tuple[str, str]]:
         size = self.trace.blocks

@@ -37,7 +37,8 @@ MAMBA_GROUP = 1
 
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,
-                     hash_size: int, since: int = 0) -> list[tuple[str, str]]:
+                     hash_size: int, since: int = 0, evicted_tail=None,
+                     table=()) -> list[tuple[str, str]]:
     """What is wrong with one op's offers (`offloads`: (rid, group, block, tokens) entries, as
     the driver reads them; None: the manager has no such method) after an op that stepped
     request `rid` (`request`, the lock step's, its tokens computed after the op; None for an op
@@ -46,12 +47,21 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     computed tokens at its last step, cut to the block, or its hit): only a boundary past it is
     expected offered. (A state block cached before, whose entry `evict_blocks` dropped, is keyed
     again by the partial-tail path when the prompt's last hash boundary is that block's end, and
-    the release does not offer it again: `mamba align` trace 476, op 154.)"""
+    the release does not offer it again: `mamba align` trace 476, op 154.)
+    `evicted_tail`: in an op that took copy-on-write copies, the tokens at which the request's
+    step before cached its partial tail (else None). Its copy is offered at that boundary even
+    when `evict_blocks` dropped the tail's entry in between: `move_block_hashes` then moves
+    nothing, so the copy, which holds the right state, is cached under no hash (a connector keys
+    the offload by the request's hash, or drops a block with none: nothing wrong is stored;
+    `mamba align` traces 2268 and 2306, docs/upstream-vllm.md). Only such a block, under no
+    entry at all and in none of the request's Mamba table `table`, is let through."""
     if offloads is None:
         return []
     units = request.hashes(hash_size) if request is not None else []
     for entry in offloads:
         wrong = _entry_problem(entry, rid, request, units, after, hash_size)
+        if wrong and _evicted_tail_copy(entry, after, block_size, evicted_tail, table):
+            continue
         if wrong:
             return [("boundary offload", f"take_boundary_state_offloads: {short_entry(entry)} "
                                          f"{wrong}")]
@@ -150,6 +160,19 @@ def _entry_problem(entry, rid, request, units, after, hash_size) -> str | None:
         return (f"names block {block}, which is not cached under r{rid}'s hash of its first "
                 f"{tokens} tokens in the Mamba group (what a connector would offload it as)")
     return None
+
+
+def _evicted_tail_copy(entry, after, block_size: int, evicted_tail, table) -> bool:
+    """Whether `entry` is the copy of a partial tail whose cache entry an eviction dropped:
+    `offload_problems`'s `evicted_tail`."""
+    if evicted_tail is None:
+        return False
+    try:
+        _, _, block, tokens = entry
+    except (TypeError, ValueError):
+        return False
+    return (tokens == evicted_tail and tokens % block_size != 0 and not _entries(after, block)
+            and block not in table)
 
 
 def _entries(keys: list, block: int) -> list:

@@ -79,6 +79,25 @@ def test_a_partial_entry_is_not_expected_offered():
     assert check([], computed=6, after=after) == []
 
 
+def test_the_copy_of_a_tail_whose_entry_was_evicted_passes_and_nothing_else_does():
+    """`mamba align` traces 2268 and 2306: the step before cached r1's partial tail at 6 tokens,
+    `evict_blocks` dropped that entry, and this op's copy-on-write copy (block 2, the right
+    state, cached under no hash since there was no entry to move) is offered at 6 tokens. Let
+    through only so: copies taken, that tail's tokens, a block under no entry, outside the
+    request's Mamba table."""
+    def copied(entry, evicted_tail=6, table=(3,), after=AFTER):
+        return offload_problems([entry], 1, _Request(8, UNITS), BEFORE, after, 4, 2, 8,
+                                evicted_tail, table)
+
+    assert copied((1, 1, 2, 6)) == []
+    assert copied((1, 1, 2, 6), evicted_tail=None)  # no copies taken this op
+    assert copied((1, 1, 2, 4), evicted_tail=4)  # a block boundary: never a partial tail
+    assert copied((1, 1, 2, 6), evicted_tail=2)  # another boundary than the tail's
+    assert copied((1, 1, 2, 6), table=(2, 3))  # the request's own state block
+    cached_else = [None, ("x", 0), ("y", 1), hit_key(UNITS, 8, 2), None]
+    assert copied((1, 1, 2, 6), after=cached_else)  # cached under another entry
+
+
 def test_an_op_of_no_request_offers_nothing():
     assert offload_problems([], None, None, BEFORE, AFTER, 4, 2) == []
     problems = offload_problems(GOOD, None, None, BEFORE, AFTER, 4, 2)
