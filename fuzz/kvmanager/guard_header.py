@@ -28,6 +28,13 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
     window = specs[1].sliding_window if len(specs) > 1 else 0
     if len(specs) > 1 and getattr(specs[1], "extra_retained_tokens", 0):
         refuse("a sliding window with extra retained tokens is not modelled")
+    # decode/prefill context parallelism: each rank holds a share of a manager's block (the
+    # single-type managers' block is the spec's times the ranks); the live header has no `dcp`
+    ranks = {(getattr(m, "dcp_world_size", 1), getattr(m, "pcp_world_size", 1))
+             for m in manager.coordinator.single_type_managers}
+    if ranks != {(1, 1)}:
+        refuse(f"context parallelism (dcp, pcp world sizes {sorted(ranks)}) is not modelled "
+               f"by the guard (kvfuzz's own traces: the 'dcp' profile)")
     hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
     if hash_block_size != block_size:
         refuse(f"hash block size {hash_block_size} below the block size {block_size}")

@@ -50,13 +50,14 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups; the KV connector's calls, zeroing) or one it does not check (KV events and stats:
+    groups; the KV connector's calls, zeroing, decode context parallelism) or one it does not check (KV events and stats:
     the engine's own consumers drain them); else without its steps of no tokens and with every
     request reading the cache."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
             trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
-            trace.zeroing or any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
+            trace.zeroing or trace.dcp > 1 or \
+            any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
         return None
     ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
                 for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
@@ -106,14 +107,19 @@ def test_the_released_manager_runs_guarded_and_its_record_replays(tmp_path):
                                                                  settings, modelled=guard_models)
 
 
-def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True):
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
+def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = True,
+                      workload: str | None = None):
+    """Session `seed` of vLLM's scheduler (`workload`: the name of one in `vllm_scheduler`, None
+    its default), its manager an instance of `name` (None: the released class), guarded (or
+    recorded)."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
 
     wrap = kvfuzz.guard if check else kvfuzz.record
     options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
-    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
-                                                              **options),
-                       manager_class=None if name is None else impl_of(name).load())
+    more = {} if workload is None else {"workload": getattr(vllm_scheduler, workload)}
+    return vllm_scheduler.run_session(
+        seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings, **options),
+        manager_class=None if name is None else impl_of(name).load(), **more)
 
 
 def test_vllms_scheduler_runs_its_sessions_guarded_with_no_divergence(tmp_path):
@@ -172,6 +178,13 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
     manager.allocate_slots(request, 9, hit, blocks)
     with pytest.raises(kvfuzz.GuardUnsupported, match="guard it before its first call"):
         kvfuzz.guard(manager, "kvmanager")
+    # A manager of decode context parallelism: the live header has no ranks.
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    dcp_manager = KVManagerDriver(VLLM.load(), 8, 4, 0, 64, dcp=2).manager
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"context parallelism \(dcp, pcp world "
+                                                      r"sizes \[\(2, 1\)\]\)"):
+        kvfuzz.guard(dcp_manager, "kvmanager")
 
 
 def test_a_target_without_a_guard_says_which_have_one():

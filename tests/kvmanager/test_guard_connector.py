@@ -60,14 +60,9 @@ def fake_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler with the seeded fake connector over a tight pool (24
     blocks: loads wait on blocks reserved for the prefills in flight), its manager an instance
     of `name` (None: the released class), guarded (or recorded)."""
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import FAKE_CONNECTOR, run_session
+    from tests.kvmanager.test_guard import scheduler_session
 
-    wrap = kvfuzz.guard if check else kvfuzz.record
-    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
-    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
-                                                              **options),
-                       workload=FAKE_CONNECTOR,
-                       manager_class=None if name is None else impl_of(name).load())
+    return scheduler_session(seed, name, corpus_dir, check, workload="FAKE_CONNECTOR")
 
 
 @pytest.mark.slow

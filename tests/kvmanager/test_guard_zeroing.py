@@ -14,7 +14,7 @@ import kvfuzz
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from tests import guarding
 from tests.helpers import needs_engine
-from tests.kvmanager.test_guard import impl_of, settings
+from tests.kvmanager.test_guard import impl_of, scheduler_session, settings
 from tests.kvmanager.test_guard_connector import connector_models, connector_trace
 
 pytestmark = needs_engine("vllm")
@@ -76,16 +76,8 @@ def test_a_take_that_drops_a_record_raises_at_the_take(tmp_path):
 
 
 def zeroing_session(seed: int, name: str | None, corpus_dir, check: bool = True):
-    """Session `seed` of vLLM's scheduler over full attention and a window in two precisions
-    (`ZEROING`), its manager of `name` (None: the released class), guarded (or recorded)."""
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import ZEROING, run_session
-
-    wrap = kvfuzz.guard if check else kvfuzz.record
-    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
-    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
-                                                              **options),
-                       workload=ZEROING,
-                       manager_class=None if name is None else impl_of(name).load())
+    """A session over full attention and a window in two precisions (`ZEROING`)."""
+    return scheduler_session(seed, name, corpus_dir, check, workload="ZEROING")
 
 
 @pytest.mark.slow

@@ -85,15 +85,9 @@ def test_a_partial_load_that_zeroes_no_group_raises_under_the_guard(tmp_path):
 def partial_session(seed: int, name: str | None, corpus_dir, check: bool = True):
     """Session `seed` of vLLM's scheduler over full attention and a window in two precisions
     with the fake connector over both groups (`ZEROING_CONNECTOR`), guarded (or recorded)."""
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import ZEROING_CONNECTOR, run_session
-    from tests.kvmanager.test_guard import impl_of
+    from tests.kvmanager.test_guard import scheduler_session
 
-    wrap = kvfuzz.guard if check else kvfuzz.record
-    options = dict(impl=impl_of(name).name, corpus=corpus_dir) if check else {}
-    return run_session(seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings,
-                                                              **options),
-                       workload=ZEROING_CONNECTOR,
-                       manager_class=None if name is None else impl_of(name).load())
+    return scheduler_session(seed, name, corpus_dir, check, workload="ZEROING_CONNECTOR")
 
 
 @with_vllm
