@@ -227,9 +227,10 @@ class KVManagerModel(ConnectorRules, HybridRules):
         scheduled but not processed yet. A KV connector's (`connector.py`): `external` tokens
         past the hit, with blocks of their own; `delay`: nothing cached (the load is
         asynchronous); `reserve`: blocks left free beyond the count; `zero_external`: whether
-        the external tokens' blocks are recorded for zeroing (or the groups whose are); `waiting`: the request waits (the
-        watermark holds; default: an admission); `lookahead`: the draft slots, where the
-        scheduler asks other than the engine's (none for an asynchronous load)."""
+        the external tokens' blocks are recorded for zeroing (or the groups whose are);
+        `waiting`: the request waits (the watermark holds; default: an admission); `lookahead`:
+        the draft slots, where the scheduler asks other than the engine's (none for an
+        asynchronous load)."""
         if new == 0 and external == 0 and (hit_tokens == 0 or not self.adopts_hit_alone):
             raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
         hits = hit if hit is not None else [[] for _ in self.groups]

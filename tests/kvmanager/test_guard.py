@@ -50,9 +50,9 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups; the KV connector's calls, zeroing, decode context parallelism) or one it does not check (KV events and stats:
-    the engine's own consumers drain them); else without its steps of no tokens and with every
-    request reading the cache."""
+    groups; the KV connector's calls, zeroing, decode context parallelism) or one it does not
+    check (KV events and stats: the engine's own consumers drain them); else without its steps
+    of no tokens and with every request reading the cache."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
             trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
