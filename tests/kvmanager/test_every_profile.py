@@ -17,7 +17,7 @@ from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")  # and the slow tier
-PER_PROFILE, SHARD, START = 500, 250, 1000
+PER_PROFILE, SHARD, START = 1000, 250, 1000
 # Divergences of the released class found here, by (profile, index): each must still diverge
 # with the problem named (a fix on either side shows here), and its shard goes on past it. None
 # now: "mamba align" 2268 and 2306 were the check's (boundary.py's `evicted_tail`), and run to
