@@ -70,8 +70,8 @@ class AlignLockstep(KVManagerLockstep):
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
         self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
         self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
-        self.tails: dict[int, bool] = {}           # rid -> its last step cached its tail
-        self.tail_tokens: dict[int, int] = {}      # rid -> the tokens of that tail
+        self.tails: dict[int, int] = {}            # rid -> the tokens of the partial tail
+        #                                            its last step cached (absent: none)
         self.stepped = None                        # the request this op allocated for
         self.cached_upto: dict[int, int] = {}     # rid -> boundary its blocks were cached to
         # rid -> its tables' lengths at the last read, and whether its last step re-keyed a block
@@ -123,7 +123,7 @@ class AlignLockstep(KVManagerLockstep):
         if self.align and isinstance(op, Finish) and request is not None:
             table = (yield Call("", "block_ids", (op.rid,), oracle=None,
                                 compare=state_read)).actual
-            keyed = self.tails.get(op.rid, False)
+            keyed = op.rid in self.tails
 
             def compare(expected, rejected, actual, raised):
                 if raised is not None:
@@ -136,7 +136,6 @@ class AlignLockstep(KVManagerLockstep):
                        oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
-            self.tail_tokens.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
         return (yield from super().free(op))
 
@@ -261,18 +260,16 @@ class AlignLockstep(KVManagerLockstep):
         rid = getattr(op, "rid", None)
         request = self.requests.get(rid)
         # the tail the request's step before cached, if this op copied it (`offload_problems`)
-        evicted_tail = self.tail_tokens.get(rid) if copies else None
+        evicted_tail = self.tails.get(rid) if copies else None
         if request is not None and self.stepped == rid:
             # whether this step cached its partial tail (a finish then hands it off; an op
             # that allocated nothing changes nothing, even if an eviction dropped the entry)
             self.rekeyed[rid] = rekeyed(before, self.keys, self.mamba_tables.get(rid, []))
-            self.tails[rid] = boundary.tail_keyed(
-                request, self.mamba_tables.get(rid, []), self.keys, self.trace.block_size,
-                self.trace.hash_size)
-            if self.tails[rid]:
-                self.tail_tokens[rid] = request.computed
+            if boundary.tail_keyed(request, self.mamba_tables.get(rid, []), self.keys,
+                                   self.trace.block_size, self.trace.hash_size):
+                self.tails[rid] = request.computed
             else:
-                self.tail_tokens.pop(rid, None)
+                self.tails.pop(rid, None)
         self.stepped = None
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
