@@ -4,8 +4,8 @@ each trace to its last op: PER_PROFILE traces of each, in shards of SHARD (pytes
 them). In place of seeded traces of the mix, whose index draws the profile (the rarest, "no
 caching", is 3% of it): here each profile gets the same count. From index START, past the
 indices the stream tests of `test_upstream.py` run, so no trace runs twice. Why PER_PROFILE and
-not 2,000: `docs/upstream-vllm.md`, "Speed" (CI's 30 minutes). The divergences found past them
-(FOUND) run on their own. Skips without vLLM."""
+not 2,000: `docs/upstream-vllm.md`, "Speed" (CI's 30 minutes). The two traces found past them
+(SETTLED) run on their own. Skips without vLLM."""
 
 from __future__ import annotations
 
@@ -18,11 +18,8 @@ from tests.helpers import fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")  # and the slow tier
 PER_PROFILE, SHARD, START = 1000, 250, 1000
-# Divergences of the released class found here, by (profile, index): each must still diverge
-# with the problem named (a fix on either side shows here), and its shard goes on past it. None
-# now: "mamba align" 2268 and 2306 were the check's (boundary.py's `evicted_tail`), and run to
-# their last op in `test_the_traces_the_check_was_wrong_on_run_to_their_last_op`.
-FOUND: dict = {}
+# Found past the shards with 1,500 of each profile, the check's fault (boundary.py's
+# `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD)]
@@ -40,9 +37,6 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
         outcome = KVMANAGER.check(trace, release)
-        if (profile, index) in FOUND:
-            _still_found(profile, index, outcome)
-            continue
         if outcome.status != AGREE:
             assert outcome.divergence is not None, (index, outcome.outside)
             fail_with(outcome.divergence)
@@ -58,8 +52,3 @@ def test_the_traces_the_check_was_wrong_on_run_to_their_last_op(profile, index):
     if outcome.status != AGREE:
         fail_with(outcome.divergence)
 
-
-def _still_found(profile, index, outcome):
-    found = outcome.divergence
-    assert found is not None and found.what.startswith(FOUND[profile, index]), \
-        (index, outcome.status, found and found.report())
