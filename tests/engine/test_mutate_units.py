@@ -277,6 +277,25 @@ def test_a_declared_equivalent_relabels_a_survivor_never_a_kill():
     assert relabel({"status": "survived"}, None)["status"] == "survived"
 
 
+def test_a_resumed_survivor_declared_since_its_run_is_reported_equivalent():
+    # The order a user works in: run, read a survivor, declare it, run the same command again.
+    # The rerun resumes every verdict from the results file; the report must still apply today's
+    # list (it used to relabel only mutants run in that process).
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.engine.mutation.run import report_records
+
+    chosen = [SimpleNamespace(id=name, module="m", line=1, function="f", operator="Op")
+              for name in ("m:1:0:Op:0", "m:2:0:Op:0", "m:3:0:Op:0")]
+    done = {"m:1:0:Op:0": {"id": "m:1:0:Op:0", "status": "survived"},
+            "m:2:0:Op:0": {"id": "m:2:0:Op:0", "status": "killed"}}
+    declared = {"m:1:0:Op:0": "same state", "m:2:0:Op:0": "wrongly declared"}
+    records = report_records(chosen, done, declared)
+    assert [r["status"] for r in records] == ["equivalent", "killed", "not run"]
+    assert records[0]["what"] == "declared: same state"
+    assert done["m:1:0:Op:0"]["status"] == "survived"  # the results file's record is untouched
+
+
 def test_a_malformed_equivalents_file_is_one_line(tmp_path):
     from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
     from kvfuzz.fuzz.engine.mutation.supervisor import MutationError

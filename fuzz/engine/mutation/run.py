@@ -75,6 +75,14 @@ def relabel(result: dict, reason: str | None) -> dict:
     return result
 
 
+def report_records(chosen, done: dict, declared: dict) -> list:
+    """The report's record of each chosen mutant. A verdict read back from the results file is
+    relabelled by today's declared list too: a survivor declared equivalent after its run (the
+    usual order: run, read the survivor, declare it) is reported so without running it again."""
+    return [relabel(done[m.id], declared.get(m.id)) if m.id in done
+            else _record(m, {"status": "not run"}) for m in chosen]
+
+
 def _record(mutant, result: dict) -> dict:
     return {"id": mutant.id, "module": mutant.module, "line": mutant.line,
             "function": mutant.function, "operator": mutant.operator, **result}
@@ -143,8 +151,7 @@ def mutate(options: Options, out=None) -> int:
             zygote.stop()
         if results is not None:
             results.close()
-    records = [done[m.id] for m in chosen if m.id in done]
-    records += [_record(m, {"status": "not run"}) for m in chosen if m.id not in done]
+    records = report_records(chosen, done, options.declared)
     meta = {"target": options.target, "impl": options.impl, "cases": options.cases,
             "seed": options.seed, "mutants": len(plan.mutants), "run": len(chosen),
             "scopes": plan.scopes, "seconds": round(time.monotonic() - began, 1)}
