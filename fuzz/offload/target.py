@@ -19,7 +19,8 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
                                              TraceShrinker, trace_target)
 from kvfuzz.fuzz.offload.lockstep import OffloadLockstep
 from kvfuzz.impl.offload import DECLARABLE, IMPLEMENTATIONS
-from kvfuzz.impl.registry import UPSTREAM, check_shape, load_attribute
+from kvfuzz.impl.registry import (UPSTREAM, ImplementationError, check_shape, installed_release,
+                                  load_attribute)
 from kvfuzz.oracle.offload.contract import contract_of
 from kvfuzz.strategies.offload import codec, generator, uniform
 from kvfuzz.strategies.offload.profile import broken
@@ -45,6 +46,12 @@ def release_contract(impl, obj):
     contract itself (`@legacy_policies`, DECLARABLE)."""
     if impl.kind != UPSTREAM or len(impl.mutates) < 2:
         return impl
+    missing = [name for name in METHODS if not callable(getattr(obj, name, None))]
+    if missing:  # vLLM 0.20: no requests, no reset, no stats (a manager of another interface)
+        release = installed_release(impl.requires) or "this release"
+        raise ImplementationError(
+            f"not supported: {impl.requires} {release}: {getattr(obj, '__name__', obj)} has no "
+            f"{', '.join(missing)}")
     return with_contract(impl, obj, load_attribute(impl.mutates[1]))
 
 

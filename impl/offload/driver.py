@@ -41,6 +41,13 @@ def offload_key(key) -> bytes:
     return hash_.to_bytes(8, "big") + group.to_bytes(4, "big")
 
 
+def answer_name(answer) -> str:
+    """A lookup's answer by `LookupResult`'s name; before vLLM 0.25 it was True (a hit), None
+    (being stored: "retry later") or False (a miss)."""
+    named = {True: "HIT", None: "HIT_PENDING", False: "MISS"}
+    return named[answer] if answer is None or isinstance(answer, bool) else str(answer.name)
+
+
 def plain_key(raw) -> tuple[int, int]:
     raw = bytes(raw)
     return int.from_bytes(raw[:-4], "big"), int.from_bytes(raw[-4:], "big")
@@ -78,7 +85,7 @@ class OffloadDriver:
         """The answers' names, space-separated."""
         context, lookup = self.contexts[rid], self.manager.lookup
         with self.lock:  # held across them, as the connector holds it
-            return " ".join(str(lookup(offload_key(k), context).name) for k in keys)
+            return " ".join(answer_name(lookup(offload_key(k), context)) for k in keys)
 
     def probe(self, keys) -> str:
         """Lookups outside any request: whether the caller can find what it stored. A probe

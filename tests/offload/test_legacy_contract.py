@@ -256,3 +256,26 @@ def test_a_class_of_one_s_own_keeps_what_it_declares():
     assert release_contract(own, Manager029) is own
     assert TARGETS["offload"].catalogue.preconditions_named("x", ["legacy_policies"]) == (
         with_contract(entry, Manager030, Policy030).preconditions[-1],)
+
+
+def test_a_manager_of_another_interface_is_one_line():
+    # vLLM 0.20: no on_new_request, on_request_finished, reset_cache, get_stats
+    from kvfuzz.impl.registry import ImplementationError
+
+    class CPUOffloadingManager:
+        def lookup(self, key, req_context): pass
+
+    entry = TARGETS["offload"].catalogue.implementations[0]
+    with pytest.raises(ImplementationError, match=r"^not supported: vllm .*: CPUOffloadingManager "
+                                                  r"has no on_new_request, prepare_load, touch"):
+        release_contract(entry, CPUOffloadingManager)
+
+
+def test_a_lookup_answer_before_0_25_is_read_by_name():
+    from enum import Enum
+
+    from kvfuzz.impl.offload.driver import answer_name
+
+    LookupResult = Enum("LookupResult", "MISS HIT HIT_PENDING")
+    assert [answer_name(a) for a in (True, None, False)] == ["HIT", "HIT_PENDING", "MISS"]
+    assert answer_name(LookupResult.HIT_PENDING) == "HIT_PENDING"
