@@ -90,7 +90,7 @@ class OffloadDriver:
     def probe(self, keys) -> str:
         """Lookups outside any request: whether the caller can find what it stored. A probe
         changes nothing it reads: where a lookup counts towards the store threshold (vLLM
-        0.25-0.28), the counts are put back as they were."""
+        0.24-0.28), the counts are put back as they were."""
         counts = getattr(self.manager, "counts", None)
         kept = None if counts is None else counts.copy()
         try:

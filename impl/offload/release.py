@@ -1,6 +1,6 @@
 """What an offloading manager's release promises, read from its API (no vLLM import here: the
 classes are handed in). vLLM before 0.31 has cache policies without request hooks, and its store
-threshold counted otherwise (0.29: each key of an offer, `_record_access`; 0.25-0.28: each
+threshold counted otherwise (0.29: each key of an offer, `_record_access`; 0.24-0.28: each
 lookup, inside `lookup`). The names are those of `DECLARABLE` (impl/offload/__init__.py); the
 oracle's variant is oracle/offload/contract.py."""
 
@@ -24,7 +24,7 @@ def contract_names(manager, policy) -> tuple[str, ...]:
 
 
 def counts_lookups(manager) -> bool:
-    """Whether `lookup` itself counts towards the store threshold (vLLM 0.25-0.28: it updates
+    """Whether `lookup` itself counts towards the store threshold (vLLM 0.24-0.28: it updates
     the tracker, `self.counts`)."""
     try:
         source = inspect.getsource(manager.lookup)

@@ -12,7 +12,7 @@ strategies/offload/profile.py).
 |                        |                                    | under it counts as skipped)      |
 | the threshold counts   | each offer (`offer`)               | each offer (0.30), each key of   |
 |                        |                                    | an offer (`key`, 0.29), each     |
-|                        |                                    | lookup (`lookup`, 0.25-0.28)     |
+|                        |                                    | lookup (`lookup`, 0.24-0.28)     |
 | a failed store's event | a metadata-only removal (0.33)     | none                             |
 
 (0.31 and 0.32 rank by recency and publish no failed store's event: kept on 0.33's contract,

@@ -1,4 +1,4 @@
-"""The LRU policy of vLLM's CPU offloading manager before 0.31 (`cpu/policies/lru.py`, 0.25-0.30)
+"""The LRU policy of vLLM's CPU offloading manager before 0.31 (`cpu/policies/lru.py`, 0.24-0.30)
 as one recency list of the evictable chunks (stored, no load in flight), least recent first.
 
 - A chunk joins the recent end when it becomes evictable: its store completes, or its last

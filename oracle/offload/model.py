@@ -89,7 +89,7 @@ class OffloadModel:
                 for key in keys]
 
     def looked_up(self, rid: int, keys) -> list[str]:
-        """A caller's lookups: their answers, and (vLLM 0.25-0.28) each counted towards the
+        """A caller's lookups: their answers, and (vLLM 0.24-0.28) each counted towards the
         store threshold."""
         if self.offers is not None:
             self.offers.looked_up(keys)

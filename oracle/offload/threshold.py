@@ -7,7 +7,7 @@ the threshold. What counts, by release (oracle/offload/contract.py):
 | offer    | 0.30 on   | an offer (prepare_store) of a key  | its oldest key outside this offer; |
 |          |           |                                    | none left: the new key is not kept |
 | key      | 0.29      | the same, one key at a time        | its oldest key, even of this offer |
-| lookup   | 0.25-0.28 | a lookup of a key                  | its oldest key                     |
+| lookup   | 0.24-0.28 | a lookup of a key                  | its oldest key                     |
 
 A key seen again moves to the newest end."""
 

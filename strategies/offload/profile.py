@@ -24,7 +24,7 @@ LEGACY_POLICIES = ("its cache policies have no request hooks (vLLM before 0.31):
 THRESHOLD_PER_KEY = ("its store threshold counts each key of an offer in turn, a full tracker "
                      "dropping its oldest key even one of that offer (vLLM 0.29)")
 THRESHOLD_PER_LOOKUP = ("its store threshold counts each lookup of a key, not the offers "
-                        "(vLLM 0.25-0.28)")
+                        "(vLLM 0.24-0.28)")
 
 
 def policies(preconditions) -> tuple[str, ...]:

@@ -536,7 +536,7 @@ def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
 
 
 def test_an_offloading_manager_whose_policy_has_no_request_hook_gets_its_release_s_contract():
-    # vLLM 0.25-0.30: the cache policies have no on_request_finished (no request ranks, a
+    # vLLM 0.24-0.30: the cache policies have no on_request_finished (no request ranks, a
     # recency order alone): judged by that release's contract (oracle/offload/contract.py),
     # where it was one "not supported" line (tests/offload/test_legacy_contract.py: the rest)
     from kvfuzz.fuzz.offload.target import release_contract, with_contract

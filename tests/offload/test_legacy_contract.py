@@ -1,7 +1,7 @@
 """vLLM's CPU offloading manager before 0.31 (no vLLM needed): the older contract the oracle
 follows there (oracle/offload/contract.py) on worked examples, each beside 0.33's answer (the
 LRU of recency alone, nothing at a request's end, no ARC store-miss hook, the store threshold as
-0.25-0.28, 0.29 and 0.30 counted it, no failed store's event); the recency LRU against a tiny
+0.24-0.28, 0.29 and 0.30 counted it, no failed store's event); the recency LRU against a tiny
 fake of 0.30's `LRUCachePolicy` on random calls, with broken fakes the comparison catches; the
 contract read from a release's classes (impl/offload/release.py) and handed to the judge."""
 
@@ -237,7 +237,7 @@ class Manager028:
      Contract(legacy=True, counting="key")),
     (Manager028, Policy030, ("legacy_policies", "threshold_per_lookup"),
      Contract(legacy=True, counting="lookup")),
-], ids=["0.31 on", "0.30", "0.29", "0.25-0.28"])
+], ids=["0.31 on", "0.30", "0.29", "0.24-0.28"])
 def test_the_contract_is_read_from_the_release_s_classes(manager_cls, policy, names, contract):
     assert contract_names(manager_cls, policy) == names
     entry = TARGETS["offload"].catalogue.implementations[0]     # vllm.offload.lru
