@@ -16,6 +16,7 @@ from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles,
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.fuzz.offload import checks
 from kvfuzz.fuzz.offload.counting import EVENTS, Counting
+from kvfuzz.oracle.offload.contract import CURRENT
 from kvfuzz.oracle.offload.model import HIT_PENDING, MISS, OffloadModel
 from kvfuzz.strategies.offload import trace as offload
 from kvfuzz.strategies.offload.trace import (CompleteLoad, CompleteStore, Events, Finish, Load,
@@ -45,9 +46,9 @@ class OffloadLockstep(Counting, Lockstep):
         self.published: set = set()  # stored, as the events told (cleared by a reset)
         self.evicted: set = set()    # ever evicted
         return OffloadModel(trace.policy, trace.chunks, trace.events, trace.store_threshold,
-                            trace.tracker_size)
+                            trace.tracker_size, self.options.get("contract", CURRENT))
 
-    def build_impl(self, trace, cls, device):
+    def build_impl(self, trace, cls, device, contract=None):
         from kvfuzz.impl.offload.driver import OffloadDriver  # imports vLLM
 
         return make(OffloadDriver, cls, trace.policy, trace.chunks, trace.events,
@@ -97,7 +98,8 @@ class OffloadLockstep(Counting, Lockstep):
             return found + ([("result", f"lookup: {list_diff(expected, answers)}")]
                             if expected != answers else [])
         self.count_lookups(keys, self.evicted)
-        return Call(f"lookup x{len(keys)}", "lookup", (rid, keys), compare=compare)
+        return Call(f"lookup x{len(keys)}", "lookup", (rid, keys), compare=compare,
+                    oracle=lambda: self.model.looked_up(rid, keys))
 
     @handles(Lookup)
     def lookup(self, op: Lookup):

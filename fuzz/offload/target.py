@@ -21,6 +21,7 @@ from kvfuzz.fuzz.offload.lockstep import OffloadLockstep
 from kvfuzz.impl.offload import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.impl.registry import (UPSTREAM, ImplementationError, check_shape, installed_release,
                                   load_attribute)
+from kvfuzz.oracle.offload.contract import contract_of
 from kvfuzz.strategies.offload import codec, generator, uniform
 from kvfuzz.strategies.offload.profile import broken
 from kvfuzz.strategies.offload.trace import CREATES, FORMAT, describe_op, to_json
@@ -37,34 +38,29 @@ def _shape(path, obj):
                 methods=METHODS, keywords=KEYWORDS)
 
 
-# What 0.33's cache policies have and those of vLLM 0.29 and earlier lack (0.30-0.32 not run):
-# a hook told of each request's end. Behind it, a policy that ranks a request's chunks (LRU) or
-# reorders them at the end (ARC), and a store threshold counted over whole offers; before it, a
-# recency order alone and a threshold counted per lookup (0.25-0.28) or per key (0.29). kvfuzz's
-# oracle models 0.33's: every trace of an earlier release diverges on one of those changes of
-# policy (docs/release-history.md, K), not on a bug, so such a release is one line.
-POLICY_HOOK = "on_request_finished"
-
-
-def policy_hooks(impl, obj):
-    """A released manager whose cache policy has no request hook cannot be judged: one line.
-    The policy is the entry's second class (`Implementation.mutates`); a class of one's own
-    given by import path is not refused."""
+def release_contract(impl, obj):
+    """A released manager whose cache policies have no request hooks (vLLM before 0.31) is
+    judged by the contract of its release (oracle/offload/contract.py), read from its classes
+    (impl/offload/release.py) into its preconditions. The policy is the entry's second class
+    (`Implementation.mutates`); a class of one's own given by import path declares the older
+    contract itself (`@legacy_policies`, DECLARABLE)."""
     if impl.kind != UPSTREAM or len(impl.mutates) < 2:
         return impl
-    return policy_supported(impl, load_attribute(impl.mutates[1]))
+    missing = [name for name in METHODS if not callable(getattr(obj, name, None))]
+    if missing:  # vLLM 0.20: no requests, no reset, no stats (a manager of another interface)
+        release = installed_release(impl.requires) or "this release"
+        raise ImplementationError(
+            f"not supported: {impl.requires} {release}: {getattr(obj, '__name__', obj)} has no "
+            f"{', '.join(missing)}")
+    return with_contract(impl, obj, load_attribute(impl.mutates[1]))
 
 
-def policy_supported(impl, policy):
-    if callable(getattr(policy, POLICY_HOOK, None)):
-        return impl
-    release = installed_release(impl.requires) or "this release"
-    raise ImplementationError(
-        f"not supported: {impl.requires} {release}: {getattr(policy, '__name__', policy)} has "
-        f"no {POLICY_HOOK} (the policies then ranked no request's chunks, reordered none at "
-        f"its end and, before 0.30, counted the store threshold per lookup or key; kvfuzz "
-        f"models 0.33's policies: no trace model of the earlier ones, "
-        f"docs/release-history.md K)")
+def with_contract(impl, manager, policy):
+    from kvfuzz.impl.offload.release import contract_names  # no vLLM import
+
+    names = contract_names(manager, policy)
+    return replace(impl, preconditions=tuple(dict.fromkeys(
+        impl.preconditions + tuple(DECLARABLE[name] for name in names))))
 
 
 def _generator_for(impls):
@@ -86,8 +82,9 @@ OFFLOAD = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(OffloadLockstep, describe_op, broken),
-    catalogue=Catalogue("offload", IMPLEMENTATIONS, _shape, policy_hooks,
+    judge=LockstepJudge(OffloadLockstep, describe_op, broken,
+                        lambda impl: {"contract": contract_of(impl.preconditions)}),
+    catalogue=Catalogue("offload", IMPLEMENTATIONS, _shape, release_contract,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.chunks, item.groups), CREATES,
                            smaller),

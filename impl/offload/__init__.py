@@ -12,11 +12,14 @@ from functools import partial
 
 from kvfuzz.impl.offload.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.offload.profile import EVENTS_DRAINED, ONLY
+from kvfuzz.strategies.offload.profile import (EVENTS_DRAINED, LEGACY_POLICIES, ONLY,
+                                               THRESHOLD_PER_KEY, THRESHOLD_PER_LOOKUP)
 
 RELEASED = "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager"
 DECLARABLE = {"events_drained_before_reset": EVENTS_DRAINED, "lru_only": ONLY["lru"],
-              "arc_only": ONLY["arc"]}
+              "arc_only": ONLY["arc"], "legacy_policies": LEGACY_POLICIES,
+              "threshold_per_key": THRESHOLD_PER_KEY,
+              "threshold_per_lookup": THRESHOLD_PER_LOOKUP}
 _entry = partial(entry, "offload", __name__)
 
 

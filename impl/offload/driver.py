@@ -41,6 +41,13 @@ def offload_key(key) -> bytes:
     return hash_.to_bytes(8, "big") + group.to_bytes(4, "big")
 
 
+def answer_name(answer) -> str:
+    """A lookup's answer by `LookupResult`'s name; before vLLM 0.25 it was True (a hit), None
+    (being stored: "retry later") or False (a miss)."""
+    named = {True: "HIT", None: "HIT_PENDING", False: "MISS"}
+    return named[answer] if answer is None or isinstance(answer, bool) else str(answer.name)
+
+
 def plain_key(raw) -> tuple[int, int]:
     raw = bytes(raw)
     return int.from_bytes(raw[:-4], "big"), int.from_bytes(raw[-4:], "big")
@@ -78,11 +85,19 @@ class OffloadDriver:
         """The answers' names, space-separated."""
         context, lookup = self.contexts[rid], self.manager.lookup
         with self.lock:  # held across them, as the connector holds it
-            return " ".join(str(lookup(offload_key(k), context).name) for k in keys)
+            return " ".join(answer_name(lookup(offload_key(k), context)) for k in keys)
 
     def probe(self, keys) -> str:
-        """Lookups outside any request: whether the caller can find what it stored."""
-        return self.lookup(None, keys)
+        """Lookups outside any request: whether the caller can find what it stored. A probe
+        changes nothing it reads: where a lookup counts towards the store threshold (vLLM
+        0.24-0.28), the counts are put back as they were."""
+        counts = getattr(self.manager, "counts", None)
+        kept = None if counts is None else counts.copy()
+        try:
+            return self.lookup(None, keys)
+        finally:
+            if kept is not None:
+                self.manager.counts = kept
 
     def prepare_load(self, rid: int, keys) -> list[int]:
         spec = self._call("prepare_load", [offload_key(k) for k in keys], self.contexts[rid])
@@ -170,10 +185,9 @@ class OffloadDriver:
             return {"t1": self.flat_keys(policy.t1), "t2": self.flat_keys(policy.t2),
                     "b1": self.flat_keys(policy.b1), "b2": self.flat_keys(policy.b2),
                     "target": float(policy.target_t1_size)}
-        if not hasattr(policy, "_ranks"):  # vLLM before 0.30: a recency list of the evictable
-            # blocks, no ranks (its order is not 0.33's, which kvfuzz models: not read)
-            return {"evictable": self.flat_keys(sorted(bytes(k) for k in
-                                                       policy.evictable_blocks))}
+        if not hasattr(policy, "_ranks"):  # vLLM before 0.31: a recency list of the evictable
+            # chunks, least recent first, no ranks (oracle/offload/lru_recency.py)
+            return {"evictable": self.flat_keys(getattr(policy, f"evictable_{self.unit}s"))}
         ranks = policy._ranks
         order = sorted((_rank(ranks[k]), bytes(k)) for k in policy.chunks)
         return {"order": self.flat_keys(k for _, k in order),
@@ -186,8 +200,9 @@ class OffloadDriver:
         if hasattr(policy, "t1"):
             kept = {*policy.t1, *policy.t2}
         else:
-            # (an LRU policy of vLLM before 0.30 has no ranks)
-            kept = {*policy.chunks, *getattr(policy, "_ranks", ()),
+            # (an LRU policy of vLLM before 0.31 has no ranks; before 0.30 its chunks were
+            # blocks)
+            kept = {*getattr(policy, f"{self.unit}s"), *getattr(policy, "_ranks", ()),
                     *getattr(policy, "_evictable", ())}
         return self.flat_keys(sorted(bytes(k) for k in kept))
 

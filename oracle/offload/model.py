@@ -1,6 +1,9 @@
 """Reference model of vLLM's CPU offloading manager (vllm 0.33.0,
 `vllm/v1/kv_offload/cpu/manager.py` with `base.py`'s contract), in plain dicts; the policy is
-`lru.py` or `arc.py`. A key is (hash, group). The contract, from the released source and its docstrings:
+`lru.py` or `arc.py`, the store threshold's tracker `threshold.py`. A key is (hash, group).
+Releases before 0.31 promise less (`contract.py`: no request hooks, the threshold as it counted
+then, no failed store's event; their LRU policy is `lru_recency.py`). The contract, from the
+released source and its docstrings:
 
 - Each key in the cache has a reference count: -1 while its store is in flight, 0 stored and
   evictable, n > 0 while n loads of it are in flight. Chunks in use = keys in the cache.
@@ -28,16 +31,19 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from kvfuzz.oracle.offload.arc import ARCPolicy
+from kvfuzz.oracle.offload.contract import CURRENT, Contract
 from kvfuzz.oracle.offload.lru import LRUPolicy
+from kvfuzz.oracle.offload.lru_recency import RecencyLRUPolicy
+from kvfuzz.oracle.offload.threshold import Tracker
 
 Key = tuple[int, int]
 HIT, HIT_PENDING, MISS = "HIT", "HIT_PENDING", "MISS"
 STORED, REMOVED, FAILED = "stored", "removed", "removed (failed store, metadata only)"
 POLICIES = {"lru": LRUPolicy, "arc": ARCPolicy}
+LEGACY_POLICIES = {"lru": RecencyLRUPolicy, "arc": ARCPolicy}  # before vLLM 0.31
 
 
 @dataclass
@@ -57,12 +63,14 @@ class Access:
 
 class OffloadModel:
     def __init__(self, policy: str, chunks: int, events: bool, store_threshold: int,
-                 tracker_size: int):
+                 tracker_size: int, contract: Contract = CURRENT):
         self.chunks, self.threshold, self.tracker_size = chunks, store_threshold, tracker_size
-        self.policy = POLICIES[policy](chunks)
+        self.contract = contract
+        self.policy = (LEGACY_POLICIES if contract.legacy else POLICIES)[policy](chunks)
         self.ref: dict[Key, int] = {}
         self.events: list | None = [] if events else None
-        self.offers: OrderedDict | None = OrderedDict() if store_threshold >= 2 else None
+        self.offers: Tracker | None = Tracker(tracker_size, contract.counting) \
+            if store_threshold >= 2 else None
         self.skipped, self.allocations = 0, []   # since the last stats()
         self.generation = 0
         self.access: dict[int, Access] = {}
@@ -75,8 +83,17 @@ class OffloadModel:
         return "chunk_level"
 
     def lookup(self, rid: int, keys) -> list[str]:
+        """The answers; changes nothing (the lock step asks it to plan: `looked_up` is the
+        call's own effect)."""
         return [MISS if key not in self.ref else HIT_PENDING if self.ref[key] < 0 else HIT
                 for key in keys]
+
+    def looked_up(self, rid: int, keys) -> list[str]:
+        """A caller's lookups: their answers, and (vLLM 0.24-0.28) each counted towards the
+        store threshold."""
+        if self.offers is not None:
+            self.offers.looked_up(keys)
+        return self.lookup(rid, keys)
 
     def prepare_load(self, rid: int, keys) -> None:
         for key in keys:
@@ -98,19 +115,10 @@ class OffloadModel:
     def prepare_store(self, rid: int, keys):
         keys = list(keys)
         if self.offers is not None:
-            self._count_offers(keys)
-        new = [key for key in keys if key not in self.ref]
-        stored = [key for key in keys if self.ref.get(key, -1) >= 0]
-        if self.offers is not None:
-            counted = [key for key in new if self.offers.get(key, 0) >= self.threshold]
-            self.skipped += len(new) - len(counted)
-            new = counted
-        access = self._access(rid)
-        misses = [key for key in new if key not in access.store_misses]
-        if misses:
-            self.policy.on_store_miss(misses, self.ref)
-            access.store_misses.update(misses)
-        self._record(rid, [key for key in keys if key in set(new) | set(stored)], reused=stored)
+            self.offers.offered(keys)
+        new = self._admitted(keys)
+        if self.contract.request_hooks:
+            self._store_accesses(rid, keys, new)
         if not new:
             return [], []
         self.allocations.append(len(new))
@@ -128,8 +136,30 @@ class OffloadModel:
         for key in new:
             self.ref[key] = -1
             self.policy.insert(key, rid, self.positions[rid])
-        access.inserted.update(new)
+        self._access(rid).inserted.update(new)
         return new, evicted
+
+    def _admitted(self, keys: list) -> list:
+        """The keys of an offer not in the cache that the store threshold lets in. Before vLLM
+        0.31 the threshold filters the whole offer first: a stored key under it counts as a
+        skipped store too."""
+        if self.offers is None:
+            return [key for key in keys if key not in self.ref]
+        candidates = keys if self.contract.legacy else [k for k in keys if k not in self.ref]
+        counted = [key for key in candidates if self.offers.get(key) >= self.threshold]
+        self.skipped += len(candidates) - len(counted)
+        return [key for key in counted if key not in self.ref]
+
+    def _store_accesses(self, rid: int, keys: list, new: list) -> None:
+        """What a request's offer shows its policy (vLLM 0.31 on): new store misses, once per
+        request, then its first accesses."""
+        stored = [key for key in keys if self.ref.get(key, -1) >= 0]
+        access = self._access(rid)
+        misses = [key for key in new if key not in access.store_misses]
+        if misses:
+            self.policy.on_store_miss(misses, self.ref)
+            access.store_misses.update(misses)
+        self._record(rid, [key for key in keys if key in set(new) | set(stored)], reused=stored)
 
     def complete_store(self, rid: int, keys, success: bool = True) -> None:
         done = [key for key in keys if self.ref.get(key) == -1]
@@ -140,11 +170,13 @@ class OffloadModel:
             else:
                 del self.ref[key]
                 self.policy.remove(key)
-        self._event(STORED if success else FAILED, done)
+        if success or self.contract.failed_store_event:
+            self._event(STORED if success else FAILED, done)
 
     def finish(self, rid: int) -> None:
         access = self.access.get(rid)
-        if access is None or access.generation != self.generation or access.finished:
+        if access is None or access.generation != self.generation or access.finished or \
+                not self.contract.request_hooks:
             return
         access.finished = True
         where = self.positions[rid]
@@ -195,6 +227,8 @@ class OffloadModel:
         return access
 
     def _record(self, rid: int, keys, reused) -> None:
+        if not self.contract.request_hooks:
+            return  # (before vLLM 0.31 nothing records a request's accesses)
         access = self._access(rid)
         new = []
         for key in keys:
@@ -205,24 +239,6 @@ class OffloadModel:
         if new:
             self.policy.on_request_access(rid, new, self.positions[rid])
         access.reused.update(key for key in reused if key not in access.inserted)
-
-    def _count_offers(self, keys) -> None:
-        """The store threshold's tracker: counts of offers, oldest first, at most tracker_size
-        keys; a key offered again moves to the end, and is never the one pushed out."""
-        again = [key for key in keys if key in self.offers]
-        for key in again:
-            self.offers[key] += 1
-            self.offers.move_to_end(key)
-        room_to_drop = len(self.offers) - len(set(again))
-        for key in keys:
-            if key in self.offers:
-                continue
-            if len(self.offers) >= self.tracker_size:
-                if room_to_drop == 0:
-                    continue
-                self.offers.popitem(last=False)
-                room_to_drop -= 1
-            self.offers[key] = 1
 
     def _event(self, kind: str, keys: list) -> None:
         if keys and self.events is not None:

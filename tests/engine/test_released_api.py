@@ -535,27 +535,31 @@ def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
                 model.allocate_slots(*args)
 
 
-def test_an_offloading_manager_whose_policy_has_no_request_hook_is_one_line():
-    # vLLM 0.25-0.29: the cache policies have no on_request_finished (no request ranks, a
-    # recency order alone); kvfuzz models 0.33's, so every trace diverged on a change of policy.
-    from kvfuzz.fuzz.offload.target import policy_hooks, policy_supported
+def test_an_offloading_manager_whose_policy_has_no_request_hook_gets_its_release_s_contract():
+    # vLLM 0.24-0.30: the cache policies have no on_request_finished (no request ranks, a
+    # recency order alone): judged by that release's contract (oracle/offload/contract.py),
+    # where it was one "not supported" line (tests/offload/test_legacy_contract.py: the rest)
+    from kvfuzz.fuzz.offload.target import release_contract, with_contract
+    from kvfuzz.oracle.offload.contract import CURRENT, contract_of
 
     target = TARGETS["offload"]
     entry = target.catalogue.resolve("vllm.offload.lru")
-    assert target.catalogue.declare is policy_hooks
+    assert target.catalogue.declare is release_contract
 
-    class LRUCachePolicy:  # 0.29's methods
+    class LRUCachePolicy:  # 0.30's methods
         def touch(self, keys, req_context): pass
         def evict(self, n, protected): pass
 
-    with pytest.raises(ImplementationError, match=r"^not supported: vllm .*: LRUCachePolicy has "
-                                                   r"no on_request_finished \(the policies then "
-                                                   r"ranked no request's chunks.*K\)$"):
-        policy_supported(entry, LRUCachePolicy)
+    class CPUOffloadingManager:
+        def _record_accesses(self, keys): pass
+
+    judged = with_contract(entry, CPUOffloadingManager, LRUCachePolicy)
+    assert contract_of(judged.preconditions).legacy
     later = type("LRUCachePolicy", (LRUCachePolicy,), {"on_request_finished": lambda s, r: 0})
-    assert policy_supported(entry, later) is entry
-    own = replace(entry, kind=YOURS, mutates=())  # a class of one's own: not refused
-    assert policy_hooks(own, object) is own
+    assert with_contract(entry, CPUOffloadingManager, later) == entry
+    assert contract_of(entry.preconditions) is CURRENT
+    own = replace(entry, kind=YOURS, mutates=())  # a class of one's own: as it declares
+    assert release_contract(own, object) is own
 
 
 def test_an_lru_policy_that_ranks_by_recency_alone_is_read_in_its_order():

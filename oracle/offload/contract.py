@@ -1,0 +1,54 @@
+"""What vLLM's CPU offloading manager promises, by release: 0.31 on (the model's default), and
+before it, where its cache policies had no request hooks. Plain Python; read from the release by
+the target (impl/offload/release.py says what it found), carried as preconditions (the texts of
+strategies/offload/profile.py).
+
+| what                   | 0.31 on (`CURRENT`)                | before 0.31 (`legacy`)           |
+|------------------------|------------------------------------|----------------------------------|
+| LRU order              | by request and position (0.33)     | recency of the evictable chunks  |
+| a request's end        | its keys reordered (LRU, ARC)      | nothing                          |
+| a store miss (ARC)     | a ghost hit, once per request      | nothing (a touch still is one)   |
+| the threshold filters  | the keys not in the cache          | the whole offer (a stored key    |
+|                        |                                    | under it counts as skipped)      |
+| the threshold counts   | each offer (`offer`)               | each offer (0.30), each key of   |
+|                        |                                    | an offer (`key`, 0.29), each     |
+|                        |                                    | lookup (`lookup`, 0.24-0.28)     |
+| a failed store's event | a metadata-only removal (0.33)     | none                             |
+
+(0.31 and 0.32 rank by recency and publish no failed store's event: kept on 0.33's contract,
+those are finding K of docs/release-history.md.) What every release promises alike (a stored
+key offered again stays in the cache, a store refused only when too few chunks are evictable)
+is not a variant: where a release breaks it, that is a finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvfuzz.strategies.offload.profile import (LEGACY_POLICIES, THRESHOLD_PER_KEY,
+                                               THRESHOLD_PER_LOOKUP)
+
+
+@dataclass(frozen=True)
+class Contract:
+    legacy: bool = False        # the policies before 0.31 (the table above)
+    counting: str = "offer"     # how the store threshold counts: offer, key, lookup
+
+    @property
+    def request_hooks(self) -> bool:
+        return not self.legacy
+
+    @property
+    def failed_store_event(self) -> bool:
+        return not self.legacy
+
+
+CURRENT = Contract()
+
+
+def contract_of(preconditions) -> Contract:
+    if LEGACY_POLICIES not in preconditions:
+        return CURRENT
+    counting = "lookup" if THRESHOLD_PER_LOOKUP in preconditions else \
+        "key" if THRESHOLD_PER_KEY in preconditions else "offer"
+    return Contract(legacy=True, counting=counting)
