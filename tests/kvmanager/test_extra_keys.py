@@ -4,7 +4,9 @@ value is a one-line error (exit 2 from `kvfuzz replay`); the oracle's rule of wh
 carries (`oracle/kvmanager/extra_keys.py`) on worked examples, and what it means for sharing:
 equal tokens with other keys share nothing, equal keys share. With vLLM (slow): the released
 manager runs the profile clean to its edge classes, and an oracle that leaves a key out (or
-puts the salt on every block, or a LoRA name in no event) is told apart from it."""
+puts the salt on every block, or a LoRA name in no event) is told apart from it; vLLM's own
+scheduler with salted and LoRA requests, guarded clean (a guard dropping the keys caught), a
+multimodal request refused."""
 
 from __future__ import annotations
 
@@ -182,3 +184,72 @@ def test_a_keyed_trace_is_short_work_for_the_shrinker():
     for o in smaller:  # each still a valid file
         trace = Trace(8, 2, 0, 64, (o, Schedule(1, 4)))
         assert codec.from_json(json.loads(json.dumps(to_json(trace)))) == trace
+
+
+# -- vLLM's own scheduler, guarded (slow) --------------------------------------------------------
+@with_vllm
+def test_salted_and_lora_requests_of_vllms_scheduler_are_guarded_clean_and_recorded(tmp_path):
+    """Sessions whose requests carry cache salts and LoRA adapters (`EXTRA_KEYS`): each
+    request's keys go into its `arrive`, and the guarded session agrees, as its recording does
+    replayed. Before, the guard refused such a request."""
+    import kvfuzz
+    from tests.kvmanager.test_guard import scheduler_session
+
+    keyed = 0
+    for seed in range(2):
+        session = scheduler_session(seed, None, tmp_path, workload="EXTRA_KEYS")
+        guarded = session.manager.kvfuzz_session
+        assert guarded.divergence is None and session.finished == session.requests
+        arrivals = [op for op in guarded.ops if isinstance(op, Arrive)]
+        keyed += sum(bool(op.salt) + bool(op.lora) for op in arrivals)
+        recorded = scheduler_session(seed, None, tmp_path, check=False,
+                                     workload="EXTRA_KEYS").manager.kvfuzz_session
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert keyed > 4
+
+
+@with_vllm
+def test_a_guarded_hasher_mutant_raises_in_vllms_scheduler(tmp_path):
+    """The salt on every block (`salt_on_every_block`): the scheduler's requests are hashed by
+    the engine's hasher, not the manager's, so the guard sees the released hashes there; the
+    mutant's hasher reaches the oracle only through kvfuzz's own driver, so the guarded session
+    of the released hasher agrees, and the mutant is caught by the batch judge on the file."""
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+    from tests.kvmanager.test_guard import scheduler_session
+
+    session = scheduler_session(0, None, tmp_path, check=False, workload="EXTRA_KEYS")
+    trace = session.manager.kvfuzz_session.trace()
+    mutant = KVMANAGER.catalogue.resolve("mutant.vllm.kvmanager.salt_on_every_block")
+    assert KVMANAGER.check(trace, mutant).status != AGREE
+
+
+@with_vllm
+def test_the_guard_refuses_a_request_with_images_and_maps_a_salted_lora_one(tmp_path):
+    """A multimodal request is refused before its lookup is made (the live sessions here have
+    no multimodal model); a salted LoRA request arrives with its keys."""
+    import kvfuzz
+    from tests.kvmanager.test_guard import released_manager
+
+    driver = released_manager()
+    guarded = kvfuzz.guard(driver.manager, "kvmanager", corpus=tmp_path)
+    driver.arrive(1, list(range(9)), images=(("x", 2, 3),))
+    with pytest.raises(kvfuzz.GuardUnsupported, match="multimodal inputs"):
+        guarded.get_computed_blocks(driver.requests[1])
+    driver.arrive(2, list(range(9)), lora="a", lora_path="/a", salt="s")
+    guarded.get_computed_blocks(driver.requests[2])
+    arrived = guarded.kvfuzz_session.ops[-1]
+    assert isinstance(arrived, Arrive) and arrived.tokens == tuple(range(9))
+    assert arrived.keys == RequestKeys("a", "/a", "s")
+
+
+@with_vllm
+def test_a_guard_that_drops_the_keys_is_caught(monkeypatch, tmp_path):
+    """The mapping is load-bearing: with each request's keys left out of its `arrive`, the
+    oracle shares salted and LoRA blocks the live manager keeps apart (a prefix hit differs)."""
+    import kvfuzz
+    from kvfuzz.fuzz.kvmanager import guard
+    from tests.kvmanager.test_guard import scheduler_session
+
+    monkeypatch.setattr(guard, "_extra_keys", lambda request: {})
+    with pytest.raises(kvfuzz.Mismatch, match="prefix hit"):
+        scheduler_session(0, None, tmp_path, workload="EXTRA_KEYS")
