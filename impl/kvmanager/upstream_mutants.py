@@ -287,6 +287,12 @@ MUTATIONS = {
         'extra_keys.append(("mm", mm_feature.identifier, 0))',
         "an image's key leaves out where it starts in the block: the same image one token "
         "later over the same placeholder tokens shares the block")),
+    # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
+    "event_keys_from_step_start": (POOL, Mutation(
+        "BlockPool.cache_full_blocks", "block_start = i * block_size",
+        "block_start = (i - num_cached_blocks) * block_size",
+        "a Stored event's extra keys are read as if its first block started the request: a "
+        "later step's first block carries the salt, its images at the wrong offsets")),
 }
 
 
