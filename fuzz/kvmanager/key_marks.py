@@ -12,6 +12,8 @@ chain without extra keys) with the keys that applied up to that block.
 
 from __future__ import annotations
 
+import weakref
+
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 
@@ -29,6 +31,9 @@ class KeyMarks:
         self.count, self.size = count, hash_size
         # token-only hash -> {keyed hash: the keys that applied up to that block}
         self.twins: dict[int, dict[int, tuple]] = {}
+        # per request: its token-only chain and each block's keys so far, extended as its
+        # hashes are (recomputing them at every admission is quadratic in a long request)
+        self.chains: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     def arrived(self, keys, num_tokens: int) -> None:
         """An image whose placeholders cross a hash block's boundary: blocks on both sides
@@ -41,10 +46,7 @@ class KeyMarks:
     def admitted(self, request, hashes: list[int], hit: int, pool) -> None:
         if not request.keys and not self.twins:
             return
-        plain = chain_from(None, request.tokens[:len(hashes) * self.size], self.size)
-        signatures = self._signatures(request.keys, len(hashes))
-        for token_hash, keyed, signature in zip(plain, hashes, signatures):
-            self.twins.setdefault(token_hash, {})[keyed] = signature
+        plain, signatures = self._extended(request, hashes)
         if hit and request.keys:
             self._hit_kinds(request.keys, hit)
         stop = hit // self.size
@@ -53,22 +55,29 @@ class KeyMarks:
         if (hashes[stop], 0) in pool.map:
             return  # its own block is cached: the hit stopped for another reason
         mine = signatures[stop]
-        for keyed, theirs in self.twins.get(plain[stop], {}).items():
-            if keyed != hashes[stop] and (keyed, 0) in pool.map:
-                for kind, ours, other in zip(KINDS, mine, theirs):
-                    if ours != other:
-                        self.count(f"{kind} hit refused")
-                return
+        # of the cached twins, the nearest (the fewest kinds of key apart) says why
+        differences = [[kind for kind, ours, other in zip(KINDS, mine, theirs) if ours != other]
+                       for keyed, theirs in self.twins.get(plain[stop], {}).items()
+                       if keyed != hashes[stop] and (keyed, 0) in pool.map]
+        for kind in min(differences, key=len, default=()):
+            self.count(f"{kind} hit refused")
 
-    def _signatures(self, keys, count: int) -> list[tuple]:
-        """Per hash block, (LoRA, salt, the images' keys so far): what its hash carries
-        besides its tokens."""
-        lora, salt, images, out = (keys.lora, keys.lora_path), keys.salt, (), []
-        for index in range(count):
-            found = block_extra_keys(keys, index * self.size, (index + 1) * self.size) or ()
-            images += tuple(key for key in found if key[0] == "mm")
-            out.append((lora, salt, images))
-        return out
+    def _extended(self, request, hashes: list[int]) -> tuple[list[int], list[tuple]]:
+        """The request's token-only hashes and per-block signatures (LoRA, salt, a digest of
+        the images' keys so far: what its hash carries besides its tokens), as far as its
+        hashes go, each new block recorded as a twin of its token-only hash."""
+        plain, signatures = self.chains.setdefault(request, ([], []))
+        done, size, keys = len(plain), self.size, request.keys
+        if done < len(hashes):
+            plain += chain_from(plain[-1] if plain else None,
+                                request.tokens[done * size:len(hashes) * size], size, done * size)
+            images = signatures[-1][2] if signatures else 0
+            for index in range(done, len(hashes)):
+                found = block_extra_keys(keys, index * size, (index + 1) * size) or ()
+                images = hash((images, tuple(key for key in found if key[0] == "mm")))
+                signatures.append(((keys.lora, keys.lora_path), keys.salt, images))
+                self.twins.setdefault(plain[index], {})[hashes[index]] = signatures[index]
+        return plain, signatures
 
     def _hit_kinds(self, keys, hit: int) -> None:
         if keys.lora:

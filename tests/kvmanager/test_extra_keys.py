@@ -253,3 +253,36 @@ def test_a_guard_that_drops_the_keys_is_caught(monkeypatch, tmp_path):
     monkeypatch.setattr(guard, "_extra_keys", lambda request: {})
     with pytest.raises(kvfuzz.Mismatch, match="prefix hit"):
         scheduler_session(0, None, tmp_path, workload="EXTRA_KEYS")
+
+
+class _Request:
+    """What the edge-class counter reads of the lock step's request."""
+
+    def __init__(self, tokens, keys):
+        self.tokens, self.keys, self.skip = list(tokens), keys, False
+
+
+def test_a_refused_hit_is_counted_by_the_key_that_differs():
+    from collections import Counter
+
+    from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
+
+    counted, model, tokens = Counter(), KVManagerModel(8, 2, 0, 64), (9, 9, 9, 9, 5)
+    marks = KeyMarks(lambda name: counted.update([name]), 2)
+
+    def admit(rid, keys):
+        request, chain = _Request(tokens, keys), hashes(tokens, keys)
+        _, hit, _ = model.get_computed_blocks(chain, len(tokens))
+        marks.admitted(request, chain, hit, model.pool)  # at the lookup, as the lock step
+        model.request_keys[rid] = keys
+        model.allocate_slots(rid, chain, len(tokens), 0, len(tokens) - hit, hit,
+                             model.get_computed_blocks(chain, len(tokens))[0])
+        return hit
+
+    salted = RequestKeys(salt="s")
+    assert admit(1, salted) == 0 and not counted
+    assert admit(2, RequestKeys()) == 0 and counted == {"salted hit refused": 1}
+    assert admit(3, salted) == 4 and counted["salted hit"] == 1
+    counted.clear()
+    image = RequestKeys(images=(("x", 2, 2),))
+    assert admit(4, image) == 2 and counted == {"multimodal hit refused": 1}
