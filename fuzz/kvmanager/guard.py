@@ -24,10 +24,10 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   no op of their own (`guard_zeroing.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
-speculative lookahead, encoder tokens, multimodal inputs, requests that skip the prefix cache, a second
-group other than one sliding window, a hash block size other than the block size, a manager
-already used before it was guarded, and a scheduler whose request state is not the one the
-trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens). A request's LoRA
+speculative lookahead, encoder tokens, multimodal inputs, requests that skip the prefix
+cache, a second group other than one sliding window, a hash block size other than the block
+size, a manager already used before it was guarded, and a scheduler whose request state is not
+the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens). A request's LoRA
 adapter (its name and path) and cache salt go into its `arrive` (`Arrive.keys`), as strings of
 at most `codec.MAX_KEY` characters (else refused); its images are refused (vLLM's scheduler
 builds none without a multimodal model, which the CPU sessions here do not load).
