@@ -24,10 +24,13 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   no op of their own (`guard_zeroing.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
-speculative lookahead, encoder tokens, LoRA, cache salts, multimodal inputs, requests that skip the prefix cache, a second
-group other than one sliding window, a hash block size other than the block size, a manager
-already used before it was guarded, and a scheduler whose request state is not the one the
-trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens).
+speculative lookahead, encoder tokens, multimodal inputs, requests that skip the prefix
+cache, a second group other than one sliding window, a hash block size other than the block
+size, a manager already used before it was guarded, and a scheduler whose request state is not
+the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens). A request's LoRA
+adapter (its name and path) and cache salt go into its `arrive` (`Arrive.keys`), as strings of
+at most `codec.MAX_KEY` characters (else refused); its images are refused (vLLM's scheduler
+builds none without a multimodal model, which the CPU sessions here do not load).
 """
 
 from __future__ import annotations
@@ -344,9 +347,9 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
             self._refuse(f"request {request.request_id!r} reaches the manager before its "
                          f"get_computed_blocks")
         tokens = [int(t) for t in request.all_token_ids]
+        keys = _extra_keys(request)
         reasons = [name for name, bad in (
-            ("LoRA", getattr(request, "lora_request", None) is not None),
-            ("a cache salt", getattr(request, "cache_salt", None) is not None),
+            ("a LoRA adapter or cache salt the trace cannot hold", keys is None),
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("no prefix-cache read", getattr(request, "skip_reading_prefix_cache", False)),
             ("output tokens before its admission",
@@ -361,7 +364,7 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         self._kvfuzz_requests[request.request_id] = tracked
         if self._kvfuzz_driver is not None:
             self._kvfuzz_driver.requests[tracked.rid] = request
-        self.kvfuzz_session.step(Arrive(tracked.rid, tuple(tokens)))
+        self.kvfuzz_session.step(Arrive(tracked.rid, tuple(tokens), **(keys or {})))
         return tracked
 
     def _same_tokens(self, request, tracked) -> None:
@@ -369,3 +372,20 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
 
+
+
+def _extra_keys(request) -> dict | None:
+    """The request's LoRA adapter and cache salt as `arrive` fields (none: {}), or None where
+    the trace cannot hold them (not strings, too long, a LoRA adapter without a path)."""
+    from kvfuzz.strategies.kvmanager.codec import MAX_KEY
+
+    keys, lora = {}, getattr(request, "lora_request", None)
+    if lora is not None:
+        keys = {"lora": getattr(lora, "lora_name", None), "lora_path": getattr(lora, "lora_path",
+                                                                               None)}
+    salt = getattr(request, "cache_salt", None)
+    if salt is not None and salt != "":  # (vLLM hashes an empty salt as none)
+        keys["salt"] = salt
+    if not all(isinstance(value, str) and 0 < len(value) <= MAX_KEY for value in keys.values()):
+        return None
+    return keys

@@ -17,8 +17,12 @@ from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import connector
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
+from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
+from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
+from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
+from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
 from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
@@ -47,7 +51,7 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "cross attention": lambda t: t.encoder_tokens > 0,
            "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
            "blocks zeroed (mixed precision)": lambda t: t.zeroing,
-           "decode context parallel": lambda t: t.dcp > 1}
+           "decode context parallel": lambda t: t.dcp > 1, **KEY_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -59,8 +63,9 @@ MARKS = ("hit cut to the scheduler block size",
 
 
 class _Request:
-    def __init__(self, tokens, skip: bool = False):
+    def __init__(self, tokens, skip: bool = False, keys=kvmanager.NO_KEYS):
         self.tokens, self.computed, self.status = list(tokens), 0, WAITING
+        self.keys = keys  # its extra hash keys (LoRA, cache salt, images)
         self.prompt, self.skip = len(self.tokens), skip  # skip: it never reads the cache
         self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
         self.preempted = False  # preempted before (its admissions count as such in the stats)
@@ -80,8 +85,12 @@ class _Request:
             # The chain restarts from the last known hash: hash the new blocks only.
             full = (len(self.tokens) // block_size) * block_size
             self._hashes += chain_from(self._hashes[-1] if self._hashes else None,
-                                       self.tokens[done:full], block_size)
+                                       self.tokens[done:full], block_size, done,
+                                       self._extra_keys if self.keys else None)
         return self._hashes
+
+    def _extra_keys(self, start: int, end: int):
+        return block_extra_keys(self.keys, start, end)
 
 
 class KVManagerLockstep(ConnectorOps, Lockstep):
@@ -98,13 +107,14 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              *MARKS, *connector.EVENTS,
+              *MARKS, *connector.EVENTS, *KEY_MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
         self.requests: dict[int, _Request] = {}
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
+        self.key_marks = KeyMarks(self.count, trace.hash_size)
         self.count_configs(trace)
         model = KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                                trace.retention, trace.max_in_flight_tokens, trace.watermark,
@@ -143,10 +153,16 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if op.rid in self.seen or len(op.tokens) > self.trace.max_model_len:
             return
         self.seen.add(op.rid)
-        self.requests[op.rid] = _Request(op.tokens, op.no_cache_read)
+        keys = op.keys
+        self.requests[op.rid] = _Request(op.tokens, op.no_cache_read, keys)
         self.count("arrive, skipping the prefix cache" if op.no_cache_read else "arrive")
+        # the extra keys passed only where the request has some (older transcripts unchanged)
+        more = (keys.lora, keys.lora_path, keys.salt, keys.images) if keys else ()
+        if keys:
+            self.model.request_keys[op.rid] = keys
+            self.key_marks.arrived(keys, len(op.tokens))
         yield Call(f"r{op.rid} arrives ({len(op.tokens)} tokens)", "arrive",
-                   (op.rid, op.tokens, op.no_cache_read, self.trace.report), oracle=None)
+                   (op.rid, op.tokens, op.no_cache_read, self.trace.report, *more), oracle=None)
 
     @handles(Schedule)
     def schedule(self, op: Schedule):
@@ -272,7 +288,9 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
     def _admit(self, rid: int, request: _Request, chunk: int):
         report = self.trace.report
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
-                                                  request.tokens, request.skip, report)
+                                                  request.tokens, request.skip, report,
+                                                  request.keys)
+        self.key_marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
                    "get_computed_blocks", (rid,), oracle=lambda: expected,
                    compare=self._hit_compare)

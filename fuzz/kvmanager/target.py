@@ -45,17 +45,33 @@ def _declare(impl, obj):
 
 
 def _smaller(item):
-    """A smaller pool, then shorter prompts."""
+    """A smaller pool, then shorter prompts and fewer extra keys."""
     yield from smaller_pool(item)
     for op in item.ops:
-        if isinstance(op, Arrive) and len(op.tokens) > 1:
-            shorter = replace(op, tokens=op.tokens[:-1])
-            yield replace(item, ops=tuple(shorter if o is op else o for o in item.ops))
+        if isinstance(op, Arrive):
+            for smaller in _smaller_arrival(op):
+                yield replace(item, ops=tuple(smaller if o is op else o for o in item.ops))
+
+
+def _smaller_arrival(op: Arrive):
+    """The prompt a token shorter (its images that no longer fit left out: a placeholder
+    lies within its prompt), then without its LoRA adapter, its salt, or one of its images."""
+    if len(op.tokens) > 1:
+        end = len(op.tokens) - 1
+        yield replace(op, tokens=op.tokens[:end],
+                      images=tuple(image for image in op.images if image[1] + image[2] <= end))
+    if op.lora:
+        yield replace(op, lora="", lora_path="")
+    if op.salt:
+        yield replace(op, salt="")
+    for index in range(len(op.images)):
+        yield replace(op, images=op.images[:index] + op.images[index + 1:])
 
 
 def _size(item):
-    return len(item.ops), item.blocks, sum(len(op.tokens) for op in item.ops
-                                           if isinstance(op, Arrive))
+    arrivals = [op for op in item.ops if isinstance(op, Arrive)]
+    return len(item.ops), item.blocks, sum(len(op.tokens) for op in arrivals), \
+        sum(bool(op.lora) + bool(op.salt) + len(op.images) for op in arrivals)
 
 
 KVMANAGER = trace_target(

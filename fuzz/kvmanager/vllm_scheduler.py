@@ -62,6 +62,11 @@ class Workload:
     # records every new attention block for the worker to zero, `needs_kv_cache_zeroing`)
     window: int = 0
     zeroing: bool = False
+    # The share of requests with a cache salt, and of those with a LoRA adapter (of two, the
+    # engine's LoRA config unset: the scheduler then schedules them as any other), drawn from
+    # a stream of their own (the prompts stay the session's)
+    salts: float = 0.0
+    loras: float = 0.0
 
 
 @dataclass
@@ -236,13 +241,26 @@ def _requests(scheduler, workload: Workload, rng: random.Random):
     prompts += [[token() for _ in range(rng.randint(1, workload.max_prompt))]
                 for _ in range(workload.loners)]
     rng.shuffle(prompts)
-    made = []
+    made, keyed = [], random.Random(f"extra keys {len(prompts)}")
     for index, prompt in enumerate(prompts):
         params = SamplingParams(max_tokens=rng.randint(1, workload.max_tokens), ignore_eos=True)
         request = Request(f"req-{index}", prompt, params, None, arrival_time=float(index),
-                          block_hasher=hasher)
+                          block_hasher=hasher, **_extra_keys(workload, keyed))
         made.append((0 if index < len(prompts) // 2 else rng.randint(1, 12), request))
     return sorted(made, key=lambda pair: pair[0])
+
+
+def _extra_keys(workload: Workload, rng: random.Random) -> dict:
+    """A request's cache salt and LoRA adapter, as the workload's shares draw them."""
+    keys = {}
+    if workload.salts and rng.random() < workload.salts:
+        keys["cache_salt"] = rng.choice(("tenant-1", "tenant-2"))
+    if workload.loras and rng.random() < workload.loras:
+        from vllm.lora.request import LoRARequest
+
+        number = rng.randint(1, 2)
+        keys["lora_request"] = LoRARequest(f"adapter-{number}", number, f"/adapters/{number}")
+    return keys
 
 
 def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
@@ -334,6 +352,9 @@ FAKE_CONNECTOR = Workload(fake_connector=True, blocks=24)
 ZEROING = Workload(window=48, zeroing=True, blocks=60)
 # Zeroing with the fake connector over both groups: loads that write some groups only
 ZEROING_CONNECTOR = Workload(window=48, zeroing=True, blocks=48, fake_connector=True)
+# Extra hash keys: requests that share prefixes, half of them salted, a third with a LoRA
+# adapter, so equal prompts differ in their keys alone
+EXTRA_KEYS = Workload(salts=0.5, loras=0.35)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False):

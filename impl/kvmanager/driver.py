@@ -115,7 +115,9 @@ class KVManagerDriver(ManagerReads):
                                        prefix_cache_retention_interval=retention))
         init_none_hash(block_hash)
         _seed_none_hash()
-        self._hasher = get_request_block_hasher(hash_size, block_hash)
+        # (a mutant of vLLM's hashing utilities brings its own edited hasher factory)
+        hasher_factory = getattr(cls, "request_block_hasher", None) or get_request_block_hasher
+        self._hasher = hasher_factory(hash_size, block_hash)
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
@@ -135,18 +137,45 @@ class KVManagerDriver(ManagerReads):
         self.deferred: list[tuple[int, list]] = []  # (rid, blocks popped) until released
 
     def arrive(self, rid: int, tokens, no_cache_read: bool = False,
-               report: bool = False) -> None:
+               report: bool = False, lora: str = "", lora_path: str = "", salt: str = "",
+               images=()) -> None:
         """A new request; `no_cache_read`: it skips reading the prefix cache (as prompt
-        logprobs make it); `report`: it asks its hits reported (kv_cache_report_mode)."""
+        logprobs make it); `report`: it asks its hits reported (kv_cache_report_mode); `lora`
+        (its adapter's name, loaded from `lora_path`), `salt` (its cache salt) and `images`
+        ((identifier, offset, length) of each multimodal input): what the engine puts on the
+        request and vLLM's block hasher folds into its hashes, passed only where set."""
         request = self._request_cls(
             str(rid), prompt_token_ids=list(tokens),
             sampling_params=self._params(max_tokens=1 << 20), pooling_params=None,
-            block_hasher=self._hasher)
+            block_hasher=self._hasher, **self._extra_keys(lora, lora_path, salt, images))
         if no_cache_read:
             request.skip_reading_prefix_cache = True
         if report:
             request.kv_cache_report_mode = "full"
         self.requests[rid] = request
+
+    def _extra_keys(self, lora: str, lora_path: str, salt: str, images) -> dict:
+        """The Request's LoRA adapter, cache salt and multimodal inputs (placeholders only: the
+        manager reads their identifier and range, never their data)."""
+        more = {}
+        if lora:
+            from vllm.lora.request import LoRARequest
+
+            # an adapter's id: one per name, from 1 (vLLM refuses 0); the hashes read the
+            # name and path, the KV events the name
+            ids = self.__dict__.setdefault("_lora_ids", {})
+            more["lora_request"] = LoRARequest(lora, ids.setdefault(lora, len(ids) + 1),
+                                               lora_path)
+        if salt:
+            more["cache_salt"] = salt
+        if images:
+            from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+            more["mm_features"] = [MultiModalFeatureSpec(
+                data=None, modality="image", identifier=ident,
+                mm_position=PlaceholderRange(offset=offset, length=length))
+                for ident, offset, length in images]
+        return more
 
     def get_computed_blocks(self, rid: int):
         blocks, hit, *boundary = self.manager.get_computed_blocks(self.requests[rid])

@@ -30,8 +30,8 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
 
     # -- the engine's calls, when the lock step reaches them (`LiveCalls._perform`) ---------
     def arrive(self, rid: int, tokens, no_cache_read: bool = False,
-               report: bool = False) -> None:
-        pass  # the engine's Request is registered by the guard before the op
+               report: bool = False, *extra_keys) -> None:
+        pass  # the engine's Request (its extra keys with it) is registered by the guard first
 
     def get_computed_blocks(self, rid: int):
         return self.lookups.pop(rid)[:3]  # the engine looked up before allocating

@@ -11,9 +11,11 @@ its callers on the coordinator can."""
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import types
+from pathlib import Path
 
 from kvfuzz.impl.source_mutation import Mutation, mutant_module
 from kvfuzz.impl.upstream_env import prepare_import
@@ -22,6 +24,8 @@ MANAGER = "vllm.v1.core.kv_cache_manager"
 COORDINATOR = "vllm.v1.core.kv_cache_coordinator"
 SINGLE = "vllm.v1.core.single_type_kv_cache_manager"
 POOL = "vllm.v1.core.block_pool"
+# vLLM's hashing utilities: the request block hasher the engine builds (not the manager's part)
+UTILS = "vllm.v1.core.kv_cache_utils"
 
 # name -> (module, mutation)
 MUTATIONS = {
@@ -267,6 +271,28 @@ MUTATIONS = {
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),
+    # Requests with extra hash keys (the "extra keys" profile): vLLM's request block hasher
+    # (`get_request_block_hasher`), which the engine builds and the driver too.
+    "lora_key_dropped": (UTILS, Mutation(
+        "_gen_lora_extra_hash_keys", "if not lora_request:", "if True:",
+        "a LoRA request's blocks hash as the base model's: requests of different adapters (or "
+        "none) share KV")),
+    "salt_on_every_block": (UTILS, Mutation(
+        "generate_block_hash_extra_keys", "if (start_token_idx == 0 and request.cache_salt)",
+        "if request.cache_salt",
+        "the cache salt goes into every block's extra keys, not the first block's alone")),
+    "mm_offset_ignored": (UTILS, Mutation(
+        "_gen_mm_extra_hash_keys",
+        'extra_keys.append(("mm", mm_feature.identifier, offset - start_token_idx))',
+        'extra_keys.append(("mm", mm_feature.identifier, 0))',
+        "an image's key leaves out where it starts in the block: the same image one token "
+        "later over the same placeholder tokens shares the block")),
+    # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
+    "event_keys_from_step_start": (POOL, Mutation(
+        "BlockPool.cache_full_blocks", "block_start = i * block_size",
+        "block_start = (i - num_cached_blocks) * block_size",
+        "a Stored event's extra keys are read as if its first block started the request: a "
+        "later step's first block carries the salt, its images at the wrong offsets")),
 }
 
 
@@ -280,9 +306,47 @@ def _rebind(function, original_module, original_class):
                               function.__defaults__, tuple(cells) or None)
 
 
+# The hasher's call chain, rebound to see the edited function: the factory, its extra keys'
+# gatherer and the gatherer's parts (every other name stays the released module's)
+HASHER_CHAIN = ("get_request_block_hasher", "generate_block_hash_extra_keys",
+                "_gen_mm_extra_hash_keys", "_gen_lora_extra_hash_keys",
+                "_gen_prompt_embeds_extra_hash_keys")
+
+
+def _hasher_mutant(name: str, mutation: Mutation):
+    """The released manager with an edited request block hasher factory
+    (`request_block_hasher`, which the driver builds its requests' hasher with, as the engine
+    builds its own with `get_request_block_hasher`): the edited function from the edited copy,
+    the chain that calls it rebound to a namespace where it is found, every other name (the
+    hash of a block, NONE_HASH) the released module's own."""
+    with prepare_import(UTILS):
+        original = importlib.import_module(UTILS)
+        manager_module = importlib.import_module(MANAGER)
+    scope = dict(vars(original))
+    for part in HASHER_CHAIN:
+        source = vars(original)[part]
+        scope[part] = types.FunctionType(source.__code__, scope, part, source.__defaults__,
+                                         source.__closure__)
+    # the edited function alone compiled into that namespace (the module's own top level,
+    # its dataclasses, never run twice)
+    path = Path(original.__file__)
+    tree = ast.parse(mutation.apply(path.read_text(), str(path)))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and
+                n.name == mutation.scope)
+    exec(compile(ast.Module([node], []), f"<{name} of {path}>", "exec"), scope)
+
+    class Mutant(manager_module.KVCacheManager):
+        request_block_hasher = staticmethod(scope["get_request_block_hasher"])
+
+    Mutant.__name__ = Mutant.__qualname__ = f"KVCacheManager_{name}"
+    return Mutant
+
+
 @functools.cache
 def _mutant_class(name: str):
     module_name, mutation = MUTATIONS[name]
+    if module_name == UTILS:
+        return _hasher_mutant(name, mutation)
     class_name, method = mutation.scope.split(".")
     with prepare_import(module_name):
         original = importlib.import_module(module_name)

@@ -31,12 +31,15 @@ def block_hashes(prompt: Prompt, scale: int) -> list:
 
 
 def extra_keys(prompt: Prompt, start: int, end: int):
-    """The extra keys of tokens [start, end) as an event publishes them: each multimodal input
-    that overlaps them, (identifier, its offset from `start`), in order, then the cache salt if
-    they start the request; None for none."""
-    keys = [(IMAGE.format(i), offset - start) for i, (offset, length) in enumerate(prompt.images)
-            if offset < end and offset + length > start]
-    keys += [SALT] if prompt.salt and start == 0 else []
+    """The extra keys of tokens [start, end) as an event publishes them: the LoRA adapter's
+    name, each multimodal input that overlaps them, (identifier, its offset from `start`), in
+    order, then the cache salt if they start the request; None for none."""
+    ids = prompt.image_ids or [IMAGE.format(i) for i in range(len(prompt.images))]
+    keys = [prompt.lora] if prompt.lora else []
+    keys += [(ids[i], offset - start) for i, (offset, length) in enumerate(prompt.images)
+             if offset < end and offset + length > start]
+    if prompt.salt and start == 0:
+        keys.append(SALT if prompt.salt is True else prompt.salt)
     return tuple(keys) or None
 
 

@@ -8,8 +8,6 @@ classes it reaches (`self.marks`)."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.blockpool.events import Prompt
-
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -123,5 +121,6 @@ class HybridRules:
             block, key = table[boundary // self.bs], (hashes[boundary // self.h - 1], 0)
             if self.pool.key[block] != key and block not in self.pool.map.get(key, ()):
                 self.marks.append("partial entry registered")
-            self.pool.cache_partial_block(Prompt(hashes, tokens), table[boundary // self.bs],
+            self.pool.cache_partial_block(self.prompt(rid, hashes, tokens),
+                                          table[boundary // self.bs],
                                           boundary // self.h, 0, self.bs)

@@ -50,9 +50,10 @@ from dataclasses import replace
 
 from kvfuzz.oracle.blockpool.model import BlockPoolModel
 from kvfuzz.oracle.kvmanager.connector import ConnectorRules
+from kvfuzz.oracle.kvmanager.extra_keys import prompt
 from kvfuzz.oracle.kvmanager.hybrid import HybridRules, cdiv
 from kvfuzz.oracle.kvmanager.stats import PrefixStats
-from kvfuzz.strategies.blockpool.events import Prompt, Stored
+from kvfuzz.strategies.blockpool.events import Stored
 
 KINDS = ("full_attention", "sliding_window")  # a Stored event's group kind, by group
 LOCAL = "chunked_local_attention"  # group 1's kind where it is chunked-local
@@ -113,6 +114,13 @@ class KVManagerModel(ConnectorRules, HybridRules):
         # Deferred frees (`pop_blocks_for_free`): (rid, blocks) in the order they were popped,
         # each held until its `release` hands it back to the pool.
         self.deferred: list[tuple[int, list[int]]] = []
+        # Each request's extra hash keys (LoRA, cache salt, images), which its KV events
+        # publish (its hashes, computed by the caller, carry them already)
+        self.request_keys: dict = {}
+
+    def prompt(self, rid: int, hashes, tokens):
+        """Request `rid` as the pool reads it for its KV events."""
+        return prompt(hashes, tokens, self.request_keys.get(rid))
 
     def skipped_tokens(self, group: int, computed: int) -> int:
         if group == 0:
@@ -135,16 +143,17 @@ class KVManagerModel(ConnectorRules, HybridRules):
     # get_computed_blocks
 
     def get_computed_blocks(self, hashes: list[int], num_tokens: int, tokens=(),
-                            skip: bool = False, report: bool = False):
+                            skip: bool = False, report: bool = False, keys=None):
         """The hit; `skip`: the request skips reading the cache; `report`: it asks its hit
-        reported (KV events of the hit blocks of each group)."""
+        reported (KV events of the hit blocks of each group, with the request's extra `keys`)."""
         found = self._hit(hashes, num_tokens, skip)
         blocks, hit, _ = found
         if report and hit:
             for group, group_blocks in enumerate(blocks):
                 if group_blocks:
-                    self.pool.emit_cached_block_events(Prompt(hashes, tokens), len(group_blocks),
-                                                       self.sizes[group], group)
+                    self.pool.emit_cached_block_events(prompt(hashes, tokens, keys),
+                                                       len(group_blocks), self.sizes[group],
+                                                       group)
         return found
 
     def group_hashes(self, hashes: list[int], group: int) -> list[int]:
@@ -297,8 +306,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
                     if self.retention is None and any(
                             b and not kept for b, kept in zip(held, table[cached:num_full])):
                         self.marks.append("dense window: blocks between hit points uncached")
-                self.pool.cache_full_blocks(Prompt(hashes, tokens), table, cached, num_full,
-                                            group, size)
+                self.pool.cache_full_blocks(self.prompt(rid, hashes, tokens), table, cached,
+                                            num_full, group, size)
                 self.num_cached[group][rid] = num_full
             if group == 0 and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)

@@ -15,13 +15,17 @@ IMAGE = "kvfuzz-image-{}"  # the identifier of a request's multimodal input i (`
 @dataclass(frozen=True)
 class Prompt:
     """A request as the pool reads it: its hashes, one per hash block of tokens (vLLM's
-    `block_hashes`), its tokens, whether it has a cache salt, and its multimodal inputs
-    ((token offset, length), in order)."""
+    `block_hashes`), its tokens, its cache salt (False: none; True: `SALT`; or the salt), and
+    its multimodal inputs ((token offset, length), in order), with their identifiers
+    (`image_ids`; none given: `IMAGE` of each one's place), and the name of its LoRA adapter
+    (`lora`; "" none)."""
 
     hashes: tuple[int, ...]
     tokens: tuple[int, ...]
-    salt: bool = False
+    salt: bool | str = False
     images: tuple[tuple[int, int], ...] = ()
+    image_ids: tuple[str, ...] = ()
+    lora: str = ""
 
 
 @dataclass(frozen=True)

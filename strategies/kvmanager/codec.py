@@ -15,6 +15,7 @@ from kvfuzz.strategies.kvmanager.trace import (FORMAT, KINDS, LATER_SETTINGS, Ar
 MAX_BLOCKS, MAX_OPS, MAX_BLOCK_SIZE, MAX_LEN, MAX_LIST = 2**11, 2**11, 64, 2**14, 2**10
 MAX_LOOKAHEAD = 16  # draft tokens a step (vLLM's num_speculative_tokens is a handful)
 TOKEN_MAX = 2**31 - 1
+MAX_KEY, MAX_IMAGES = 256, 64  # a request's extra keys: a LoRA name, path or salt; its images
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
@@ -149,6 +150,10 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
         at = f"{where}.{f.name}"
         if kind is Arrive and f.name == "no_cache_read":
             values[f.name] = reader.boolean(raw.get(f.name, False), at)
+        elif kind is Arrive and f.name in ("lora", "lora_path", "salt"):
+            values[f.name] = _key_text(reader, raw.get(f.name, ""), at)
+        elif kind is Arrive and f.name == "images":
+            values["images"] = _images(reader, raw.get("images", []), at)
         elif kind is Arrive and f.name == "tokens":
             values["tokens"] = reader.int_list(raw.get("tokens"), at, low=0, high=TOKEN_MAX,
                                                most=MAX_LEN)
@@ -172,7 +177,51 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             values["token"] = reader.integer(raw.get("token"), at, low=0, high=TOKEN_MAX)
         else:  # rid
             values[f.name] = reader.integer(raw.get(f.name), at, low=0, high=2**31)
-    return kind(**values)
+    op = kind(**values)
+    if kind is Arrive:
+        _check_keys(reader, op, where)
+    return op
+
+
+def _key_text(reader: FieldReader, value: object, at: str) -> str:
+    """A LoRA name or path, or a cache salt: a string ("" for none), short (it is hashed into
+    every block of the request)."""
+    reader.expect(isinstance(value, str) and len(value) <= MAX_KEY, at,
+                  f"expected a string of at most {MAX_KEY} characters", value)
+    return value
+
+
+def _images(reader: FieldReader, value: object, at: str) -> tuple:
+    """A request's multimodal inputs: [identifier, offset, length] each."""
+    reader.expect(isinstance(value, list), at, "expected a list of [identifier, offset, length]",
+                  value)
+    reader.at_most(len(value), at, MAX_IMAGES, "images")
+    images = []
+    for i, item in enumerate(value):
+        where = f"{at}[{i}]"
+        reader.expect(isinstance(item, list) and len(item) == 3, where,
+                      "expected [identifier, offset, length]", item)
+        ident = _key_text(reader, item[0], f"{where}[0]")
+        reader.expect(ident != "", f"{where}[0]", "expected a non-empty identifier", ident)
+        offset = reader.integer(item[1], f"{where}[1]", low=0, high=MAX_LEN)
+        length = reader.integer(item[2], f"{where}[2]", low=1, high=MAX_LEN)
+        images.append((ident, offset, length))
+    return tuple(images)
+
+
+def _check_keys(reader: FieldReader, op: Arrive, where: str) -> None:
+    """What vLLM assumes of a request's extra keys: a LoRA adapter has a path (LoRARequest
+    asserts it) and a path belongs to one; placeholders lie in the prompt, in order, apart."""
+    reader.expect(bool(op.lora) == bool(op.lora_path), f"{where}.lora_path",
+                  "expected a path with a LoRA name and none without", op.lora_path)
+    end = 0
+    for i, (_, offset, length) in enumerate(op.images):
+        reader.expect(offset >= end, f"{where}.images[{i}]",
+                      "expected images sorted by offset and not overlapping", list(op.images[i]))
+        end = offset + length
+        reader.expect(end <= len(op.tokens), f"{where}.images[{i}]",
+                      f"expected within the prompt's {len(op.tokens)} tokens",
+                      list(op.images[i]))
 
 
 def worst_input() -> dict:

@@ -19,6 +19,10 @@ def block_hash(value) -> bytes:
     if not isinstance(value, tuple):  # init_none_hash's seed
         return NONE_HASH
     parent, tokens, extra = value
+    # The extra keys as a set (sorted by their text): what identifies a block is which keys
+    # apply to it, not the order vLLM lists them in (an equivalent reordering stays equal).
+    if isinstance(extra, tuple) and all(isinstance(key, tuple) for key in extra):
+        extra = tuple(sorted(extra, key=repr))
     data = b"%s|%s|%r" % (bytes(parent), ",".join(map(str, tokens)).encode(), extra)
     return hashlib.sha256(data).digest()[:8]
 
@@ -28,11 +32,15 @@ def chain(tokens, block_size: int) -> list[int]:
     return chain_from(None, tokens, block_size)
 
 
-def chain_from(parent: int | None, tokens, block_size: int) -> list[int]:
+def chain_from(parent: int | None, tokens, block_size: int, start: int = 0,
+               extra_keys=None) -> list[int]:
     """The hashes of the full blocks of `tokens`, which follow a block whose hash is `parent`
-    (None: they start the request)."""
+    (None: they start the request) and start at token `start` of the request;
+    `extra_keys(first, end)`: the extra keys of the request's tokens [first, end) (None: none
+    for any block)."""
     hashes, previous = [], NONE_HASH if parent is None else parent.to_bytes(8, "big")
     for end in range(block_size, len(tokens) + 1, block_size):
-        previous = block_hash((previous, tuple(tokens[end - block_size:end]), None))
+        keys = extra_keys(start + end - block_size, start + end) if extra_keys else None
+        previous = block_hash((previous, tuple(tokens[end - block_size:end]), keys))
         hashes.append(int.from_bytes(previous, "big"))
     return hashes

@@ -18,7 +18,7 @@ turns back into `--profile NAME` (`MixedStreams.profile_of`).
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager import connector, dcp, deferred, generator, hybrid
+from kvfuzz.strategies.kvmanager import connector, dcp, deferred, extra_keys, generator, hybrid
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -34,7 +34,11 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # MambaManager's fine-grained lookup; now 11, three with such hits
            (hybrid.MAMBA_ALIGN, 0.74, 0.785),
            # decode context parallelism (2026-12-04, from kvmanager/5's rest): 7 of the first 200
-           (dcp.GENERATOR, 0.785, 0.81))
+           (dcp.GENERATOR, 0.785, 0.81),
+           # requests with extra hash keys: LoRA, cache salts, images (2026-12-04, from
+           # kvmanager/5's rest, a range none of the pinned or tests' indices draw): 4 of the
+           # first 300
+           (extra_keys.GENERATOR, 0.30, 0.325))
 
 
 class MixedStreams:
@@ -93,7 +97,8 @@ class MixedStreams:
 ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": hybrid.LOCAL,
          "mamba": hybrid.MAMBA, "eagle window": hybrid.EAGLE, "cross attention": hybrid.CROSS,
          "mamba align": hybrid.MAMBA_ALIGN, "connector": connector.GENERATOR,
-         "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR}
+         "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR,
+         "extra keys": extra_keys.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -101,4 +106,4 @@ def profiles() -> tuple[str, ...]:
     """Every profile a `kvmanager` trace comes from (its `note` is "profile NAME"): what the
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
-            *deferred.PROFILES, *dcp.PROFILES)
+            *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES)

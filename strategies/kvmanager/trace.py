@@ -24,14 +24,43 @@ FORMAT = "kvfuzz-kvmanager-trace/1"
 
 
 @dataclass(frozen=True)
+class RequestKeys:
+    """What a request carries besides its tokens that vLLM folds into its block hashes (the
+    "extra keys" of `generate_block_hash_extra_keys`): a LoRA adapter (`lora` its name,
+    `lora_path` where it is loaded from; "" none), a cache salt (`salt`; "" none), and its
+    multimodal inputs, `images`: (identifier, offset, length) each, the placeholder tokens
+    [offset, offset + length) of the prompt, sorted and not overlapping (as vLLM assumes)."""
+
+    lora: str = ""
+    lora_path: str = ""
+    salt: str = ""
+    images: tuple[tuple[str, int, int], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.lora or self.salt or self.images)
+
+
+NO_KEYS = RequestKeys()
+
+
+@dataclass(frozen=True)
 class Arrive:
     """A new request with prompt `tokens` (waiting; nothing is called); `no_cache_read`: it
     skips reading the prefix cache (vLLM's `skip_reading_prefix_cache`, e.g. prompt logprobs):
-    its lookups hit nothing."""
+    its lookups hit nothing. `lora`, `lora_path`, `salt`, `images`: its extra hash keys
+    (`RequestKeys`; the "extra keys" profile)."""
 
     rid: int
     tokens: tuple[int, ...]
     no_cache_read: bool = field(default=False, metadata=LATER)
+    lora: str = field(default="", metadata=LATER)
+    lora_path: str = field(default="", metadata=LATER)
+    salt: str = field(default="", metadata=LATER)
+    images: tuple[tuple[str, int, int], ...] = field(default=(), metadata=LATER)
+
+    @property
+    def keys(self) -> RequestKeys:
+        return RequestKeys(self.lora, self.lora_path, self.salt, self.images)
 
 
 @dataclass(frozen=True)
@@ -264,8 +293,12 @@ class Trace:
 
 def describe_op(op: Op) -> str:
     if isinstance(op, Arrive):
+        keys = ([f"LoRA {op.lora!r}"] if op.lora else []) + \
+            ([f"salt {op.salt!r}"] if op.salt else []) + \
+            [f"{ident!r} at {offset}+{length}" for ident, offset, length in op.images]
         return (f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
-                f"{', skipping the prefix cache' if op.no_cache_read else ''}")
+                f"{', skipping the prefix cache' if op.no_cache_read else ''}"
+                f"{' (' + ', '.join(keys) + ')' if keys else ''}")
     if isinstance(op, Schedule):
         return f"schedule r{op.rid}, up to {op.chunk} tokens"
     if isinstance(op, Decode):

@@ -52,14 +52,15 @@ def guard_models(trace):
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
     groups; the KV connector's calls, zeroing, decode context parallelism) or one it does not
     check (KV events and stats: the engine's own consumers drain them); else without its steps
-    of no tokens and with every request reading the cache."""
+    of no tokens, with every request reading the cache and without images (the guard maps a
+    request's LoRA adapter and salt, refuses its multimodal inputs)."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
             trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
             trace.zeroing or trace.dcp > 1 or \
             any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
         return None
-    ops = tuple(replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
+    ops = tuple(replace(op, no_cache_read=False, images=()) if isinstance(op, Arrive) else op
                 for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0))
     return replace(trace, ops=ops)
 

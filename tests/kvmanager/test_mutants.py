@@ -78,6 +78,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "deferred_free_first_group_only": r"deferred free:? +pop_blocks_for_free: expected blocks",
     # The window's skipped blocks left in a finishing request's table (its remove_skipped op).
     "finished_window_kept": r"block table:? +r\d+: expected|num free|free queue",
+    # Requests with extra hash keys (the "extra keys" profile): a block's hash without its
+    # LoRA adapter, with the salt past the first block, or an image's key without its offset.
+    "lora_key_dropped": r"block hash|hash map|prefix hit",
+    "salt_on_every_block": r"block hash|hash map|prefix hit",
+    "mm_offset_ignored": r"block hash|hash map|prefix hit",
+    "event_keys_from_step_start": r"KV events:? +the op",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -96,6 +102,12 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         PREFIX + "deferred_free_reversed": 20,
                         PREFIX + "deferred_free_first_group_only": 20,
                         PREFIX + "finished_window_kept": 20,
+                        # the "extra keys" profile's first trace of seed 0
+                        **{PREFIX + name: 49 for name in ("lora_key_dropped",
+                                                          "salt_on_every_block",
+                                                          "mm_offset_ignored")},
+                        # its second, the first with events that reach a later step's keys
+                        PREFIX + "event_keys_from_step_start": 186,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)

@@ -45,7 +45,8 @@ def test_a_stream_left_out_of_the_byte_decoder_is_seen():
     made = {base.from_bytes(rng.randbytes(rng.randint(0, 4096))).note for _ in range(300)}
     assert set(NOTES) - made == {f"profile {name}" for name in
                                  (*streams.hybrid.PROFILES, *streams.connector.PROFILES,
-                                  *streams.deferred.PROFILES, *streams.dcp.PROFILES)}
+                                  *streams.deferred.PROFILES, *streams.dcp.PROFILES,
+                                  *streams.extra_keys.PROFILES)}
 
 
 def test_the_hypothesis_strategy_produces_every_profile():
