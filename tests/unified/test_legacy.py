@@ -2,17 +2,20 @@
 calls of its day as RadixCache is (impl/radix/legacy.py), a lock carrying the receipt its
 `dec_lock_ref` takes; a node's path read without `collect_path_info` (impl/unified/paths.py);
 the unified model under the old contract (a chunk matches its key again); what the unified
-target reads from a class, and the one line for the SWA and Mamba profiles there. Each check
+target reads from a class, for the SWA and Mamba profiles too, and the SWA judge's finish
+through the release's own call. Each check
 beside a deliberately broken variant it catches. The release itself: test_legacy_release.py
 (slow)."""
 
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 
+from kvfuzz.fuzz.unified.swa_lockstep import Held as Running
+from kvfuzz.fuzz.unified.swa_lockstep import SWALockstep
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.radix.legacy import Held, LegacyCalls, calls_for, takes_receipt
-from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.unified.paths import PathNodeInfo, path_info
 from kvfuzz.oracle.radix.contract import (CURRENT, FINISH_SPLITS_PROMPT, LEGACY_CALLS, Contract,
                                           contract_of)
@@ -195,9 +198,32 @@ def test_the_unified_target_reads_the_old_calls_from_the_class():
     assert UNIFIED.judge.options(old)["contract"] == contract_of(old.preconditions) == \
         Contract(legacy=True)
     assert UNIFIED.judge.options(entry)["contract"] is CURRENT
-    for name, component in (("sglang.unified.swa.python", "SWA"),
-                            ("sglang.unified.mamba.rust", "Mamba")):
-        with pytest.raises(ImplementationError, match=rf"^not supported: sglang .*: Unified0521 "
-                                                      rf"has no lock, .*no trace model of the "
-                                                      rf"{component} component"):
-            UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve(name), Unified0521)
+    # the SWA and Mamba entries too: the same calls, the same contract (they were one line,
+    # "not supported", before the SWA judge drove a release's finish through its own call)
+    for name in ("sglang.unified.swa.python", "sglang.unified.mamba.rust"):
+        component = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve(name), Unified0521)
+        assert LEGACY_CALLS in component.preconditions
+        assert UNIFIED.judge.options(component)["contract"] == Contract(legacy=True)
+
+
+def finish_call(judge_class, contract):
+    """The call an SWA judge makes for a cached finish: (method, args)."""
+    judge = object.__new__(judge_class)
+    judge.options, judge.events = {"contract": contract}, Counter()
+    judge.model = judge.build_model(SimpleNamespace(page_size=4, window=8))
+    judge.snap = {"swa": {"requests": {3: (4, 0, 9, [], None)}}}
+    call = next(judge._checkpoint(3, Running((1,) * 9, 9, 0, filled=9), finishing=True))
+    return call.method, call.args
+
+
+def test_the_swa_judge_drives_a_release_finish_through_its_own_call():
+    # before 0.5.22: insert_req / cache_finished_req (the driver told `finishing`), not the
+    # chunk's cache_unfinished_req; 0.5.22 on: a checkpoint like any other
+    assert finish_call(SWALockstep, Contract(legacy=True)) == ("checkpoint", (3, True))
+    assert finish_call(SWALockstep, CURRENT) == ("checkpoint", (3,))
+
+    class FinishAsChunk(SWALockstep):  # broken: the judge as it was, every finish a chunk
+        def _checkpoint(self, rid, request, finishing=False):
+            return super()._checkpoint(rid, request, False)
+
+    assert finish_call(FinishAsChunk, Contract(legacy=True)) == ("checkpoint", (3,))
