@@ -13,16 +13,18 @@ torch and SGLang only when a trace runs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.radix.target import METHODS, release_calls, release_name, smaller_pool
+from kvfuzz.fuzz.radix.target import METHODS, release_calls, smaller_pool
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
 from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import contract_of
+from kvfuzz.oracle.radix.contract import LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of, mamba_of, swa_of,
                                               unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -40,8 +42,15 @@ def scheduler_calls(impl, obj):
     reads them (one line where it has neither), for every component: the SWA judge drives a
     finish as the release's own call (`swa_lockstep.py`), and the Mamba traces hold tree ops
     alone, whose old calls (a touch as `match_prefix`, a pin's `inc_lock_ref`/`dec_lock_ref`) the
-    driver maps."""
-    return release_calls(impl, obj)
+    driver maps. With SWA, where the release's window free lifts the request's cursor before
+    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`)."""
+    from kvfuzz.impl.unified.release_window import lifts_swa_cursor  # no torch, no SGLang
+
+    impl = release_calls(impl, obj)
+    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
+            lifts_swa_cursor():
+        impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
+    return impl
 
 
 def _generator_for(impls):

@@ -95,17 +95,18 @@ class UnifiedDriver(MambaCalls, RadixDriver):
             self.paths.setdefault(int(info.node_id), (extra, tuple(tokens[:info.path_end])))
 
     def checkpoint(self, rid: int, finishing: bool = False) -> int:
-        """Before 0.5.22 a checkpoint's insert (`cache_unfinished_req`, `insert_req`,
-        `cache_finished_req`) answers no node, and a chunk's rematch may end above it (an SWA
-        window cut): the node its key ends at is named by the core's read-only walk
-        (`match_full_device_prefix`), so that the state read sees it."""
+        """The node a checkpoint's insert ends at is named by the core's read-only walk
+        (`match_full_device_prefix`), so that the state read sees it: before 0.5.22 the insert
+        (`cache_unfinished_req`, `insert_req`, `cache_finished_req`) answers no node, and
+        before 0.5.23 the lock moves to a rematch of the key, which an SWA window may cut
+        above the insert (the request's lock then on a node above it: finding U,
+        docs/release-history.md)."""
         protected = super().checkpoint(rid, finishing)
-        if not callable(getattr(self.cache, "checkpoint", None)):
-            request = self.requests[rid]
-            tokens = request.tokens[:request.filled]
-            key = self.Key(array("q", tokens), request.extra_key)
-            _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
-            self._seen(node, tokens, request.extra_key)
+        request = self.requests[rid]
+        tokens = request.tokens[:request.filled]
+        key = self.Key(array("q", tokens), request.extra_key)
+        _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
+        self._seen(node, tokens, request.extra_key)
         return protected
 
     def swa_cursor(self, kv) -> int:
