@@ -20,7 +20,8 @@ scheduler's `inc_lock_ref`/`dec_lock_ref` with the receipt, `cache_unfinished_re
 `cache_finished_req` or `insert_req`), the path read without `collect_path_info` (`paths.py`),
 the core asked for by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` where `CacheInitParams` has no
 `tree_core_backend` (0.5.20), and `claim_kv_row` and `on_release` called where the release has
-them (0.5.21 names `on_release`'s flag `inserted`).
+them (0.5.21 names `on_release`'s flag `inserted`); with SWA the request's cursor read where the
+release keeps it (`swa_cursor`), with Mamba a match's length from its `device_indices`.
 
 The bundled Rust extension is what runs (`SGLANG_RUST_BUILD_MODE=never`, unless set)."""
 
