@@ -18,10 +18,10 @@ from dataclasses import replace
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.radix.target import METHODS, release_calls, smaller_pool
+from kvfuzz.fuzz.radix.target import METHODS, release_calls, release_name, smaller_pool
 from kvfuzz.fuzz.unified.lockstep import PYTHON, RUST
 from kvfuzz.fuzz.unified.judges import ByComponents
-from kvfuzz.impl.registry import check_shape
+from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
 from kvfuzz.oracle.radix.contract import LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
@@ -47,6 +47,12 @@ def scheduler_calls(impl, obj):
     from kvfuzz.impl.unified.release_window import lifts_swa_cursor  # no torch, no SGLang
 
     impl = release_calls(impl, obj)
+    if LEGACY_CALLS in impl.preconditions and \
+            not callable(getattr(obj, "root_node_handle", None)):
+        raise ImplementationError(  # SGLang 0.5.11's: nodes of its own, no tree core
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has "
+            f"no root_node_handle (no tree core: kvfuzz reads a unified cache through its "
+            f"core's public calls)")
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
             lifts_swa_cursor():
         impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))

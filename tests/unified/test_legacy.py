@@ -18,6 +18,7 @@ from kvfuzz.fuzz.unified.swa_lockstep import SWALockstep
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.radix.legacy import Held, LegacyCalls, calls_for, takes_receipt
 from kvfuzz.impl.radix.requests import KvRecord
+from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.unified.release_window import COMMON, lifts_swa_cursor
 from kvfuzz.impl.unified.paths import PathNodeInfo, path_info
 from kvfuzz.oracle.radix.contract import (CURRENT, FINISH_SPLITS_PROMPT, LEGACY_CALLS,
@@ -194,6 +195,16 @@ class Unified0521(OldUnified):
     def __init__(self, params):
         super().__init__()
 
+    def root_node_handle(self):
+        return 0
+
+
+class Unified0511(OldUnified):
+    """0.5.11's class: the old calls, but nodes of its own and no tree core."""
+
+    def __init__(self, params):
+        super().__init__()
+
 
 def test_the_unified_target_reads_the_old_calls_from_the_class():
     entry = UNIFIED.catalogue.resolve("sglang.unified.rust")
@@ -202,6 +213,9 @@ def test_the_unified_target_reads_the_old_calls_from_the_class():
     assert UNIFIED.judge.options(old)["contract"] == contract_of(old.preconditions) == \
         Contract(legacy=True)
     assert UNIFIED.judge.options(entry)["contract"] is CURRENT
+    with pytest.raises(ImplementationError, match=r"^not supported: sglang .*: Unified0511 has "
+                                                  r"no root_node_handle \(no tree core"):
+        UNIFIED.catalogue.declare(entry, Unified0511)
     # the SWA and Mamba entries too: the same calls, the same contract (they were one line,
     # "not supported", before the SWA judge drove a release's finish through its own call)
     for name in ("sglang.unified.swa.python", "sglang.unified.mamba.rust"):
