@@ -7,8 +7,8 @@ the oracle (`lockstep.py`), the Rust core against the Python core too.
 Each implementation gets the traces it supports (strategies/unified/profile.py), and every report
 and summary says which tree core ran. A release before 0.5.22 (0.5.20, 0.5.21) is driven through
 its own scheduler calls, as the radix target drives one (`release_calls`, impl/radix/legacy.py,
-the oracle told their contract, oracle/radix/contract.py), the SWA and Mamba components too. Imports
-torch and SGLang only when a trace runs.
+the oracle told their contract, oracle/radix/contract.py), the SWA and Mamba components too;
+one without a tree core (0.5.11) is one line. Imports torch and SGLang only when a trace runs.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ def scheduler_calls(impl, obj):
     finish as the release's own call (`swa_lockstep.py`), and the Mamba traces hold tree ops
     alone, whose old calls (a touch as `match_prefix`, a pin's `inc_lock_ref`/`dec_lock_ref`) the
     driver maps. With SWA, where the release's window free lifts the request's cursor before
-    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`)."""
+    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`). A class of the old
+    calls without `root_node_handle` has no tree core to read (0.5.11's): one line."""
     from kvfuzz.impl.unified.release_window import lifts_swa_cursor  # no torch, no SGLang
 
     impl = release_calls(impl, obj)
