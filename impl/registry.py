@@ -14,6 +14,7 @@ import inspect
 import sys
 from dataclasses import dataclass
 
+from kvfuzz.impl import sgl_kernel_stand_in
 from kvfuzz.impl.upstream_env import prepare_import
 
 OURS = "ours"          # kvfuzz's own implementation: run by default
@@ -232,8 +233,10 @@ def load_attribute(path: str):
     except ImplementationError:  # an adapter of kvfuzz's refusing the release: its own line
         raise
     except Exception as error:  # a broken outside module is the user's to fix: one line
-        text = f"import path {path!r}: cannot import {module_name!r}: {safe_text(error)}"
         absent = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+        if absent in sgl_kernel_stand_in.SERVED and sgl_kernel_stand_in.install():
+            return load_attribute(path)  # an earlier SGLang's host kernels: the stand-in, once
+        text = f"import path {path!r}: cannot import {module_name!r}: {safe_text(error)}"
         if absent and f"{module_name}.".startswith(f"{absent}."):  # it, or a package above it
             raise NotThere(text, f"module {module_name}") from None
         if absent and "." in absent and module_exists(absent.partition(".")[0]):

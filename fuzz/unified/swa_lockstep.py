@@ -26,6 +26,7 @@ from kvfuzz.fuzz.unified.lockstep import CURSOR, TOMBSTONE, WINDOW_CUT, UnifiedL
 from kvfuzz.fuzz.unified.swa_state import (key_namespace, match_problems, pin_problems,
                                            swa_problems)
 from kvfuzz.fuzz.unified.twin import twin_problems
+from kvfuzz.oracle.radix.contract import CURRENT
 from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.unified.swa import checkpoint_cursor
 from kvfuzz.strategies.radix.trace import Admit, Evict, Extend, Insert, Match, Pin, Reset, Touch
@@ -63,6 +64,9 @@ class SWALockstep(UnifiedLockstep):
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
         self.pinned, self.evicting = None, False
+        # the calls of the release (oracle/radix/contract.py): before 0.5.22 a finish is a call
+        # of its own, which the driver must be told
+        self.contract = self.options.get("contract", CURRENT)
         return Book(trace.page_size, trace.window)
 
     # -- ops ------------------------------------------------------------------------------------
@@ -99,15 +103,19 @@ class SWALockstep(UnifiedLockstep):
         request.filled += len(got.actual)
 
     def _checkpoint(self, rid: int, request: Held, finishing: bool = False):
-        # `finishing` tells a pre-0.5.22 RadixCache's finish apart (radix/lockstep.py); the
-        # unified cache has only today's contract: a finish checkpoints like any other.
+        # Before 0.5.22 a finish is `insert_req` (0.5.21) or `cache_finished_req` (0.5.20), not
+        # the chunk's `cache_unfinished_req`: the driver is told, as the radix judge tells it.
+        # Its cursor is never read after it (the release follows in the same op); a chunk's
+        # is, under either contract (the same SWA component frees the window in both).
         self.count("checkpoint")
+        legacy_finish = finishing and self.contract.legacy
         protected, cursor, filled, _, branch = self.snap["swa"]["requests"][rid]
         expected = checkpoint_cursor(filled, branch, cursor, protected, self.model.window,
-                                     self.model.page_size)
+                                     self.model.page_size, self.contract.lifts_swa_cursor)
         self.cursor = (rid, cursor, expected)
-        got = yield Call(f"checkpoint(r{rid}, up_to={request.filled}) -> cache_protected_len",
-                         "checkpoint", (rid,), oracle=None)
+        got = yield Call(f"{'finish' if legacy_finish else 'checkpoint'}(r{rid}, up_to="
+                         f"{request.filled}) -> cache_protected_len", "checkpoint",
+                         (rid, True) if legacy_finish else (rid,), oracle=None)
         request.protected = got.actual
 
     @handles(Match, Touch, Pin)

@@ -7,11 +7,13 @@ the oracle (`lockstep.py`), the Rust core against the Python core too.
 Each implementation gets the traces it supports (strategies/unified/profile.py), and every report
 and summary says which tree core ran. A release before 0.5.22 (0.5.20, 0.5.21) is driven through
 its own scheduler calls, as the radix target drives one (`release_calls`, impl/radix/legacy.py,
-the oracle told their contract, oracle/radix/contract.py), with full attention alone. Imports
-torch and SGLang only when a trace runs.
+the oracle told their contract, oracle/radix/contract.py), the SWA and Mamba components too;
+one without a tree core (0.5.11) is one line. Imports torch and SGLang only when a trace runs.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
@@ -22,7 +24,7 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import LEGACY_CALLS, contract_of
+from kvfuzz.oracle.radix.contract import LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of, mamba_of, swa_of,
                                               unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -37,18 +39,24 @@ def _shape(path, obj):
 
 def scheduler_calls(impl, obj):
     """Today's calls, or those of a release before 0.5.22 read from the class as the radix target
-    reads them (one line where it has neither). Before 0.5.22 only full attention: the SWA and
-    Mamba components under the old calls (their locks released by `dec_swa_lock_only`, the
-    window's cursor set by `cache_unfinished_req`) have no trace model."""
+    reads them (one line where it has neither), for every component: the SWA judge drives a
+    finish as the release's own call (`swa_lockstep.py`), and the Mamba traces hold tree ops
+    alone, whose old calls (a touch as `match_prefix`, a pin's `inc_lock_ref`/`dec_lock_ref`) the
+    driver maps. With SWA, where the release's window free lifts the request's cursor before
+    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`). A class of the old
+    calls without `root_node_handle` has no tree core to read (0.5.11's): one line."""
+    from kvfuzz.impl.unified.release_window import lifts_swa_cursor  # no torch, no SGLang
+
     impl = release_calls(impl, obj)
-    if LEGACY_CALLS in impl.preconditions and (swa_of(impl.preconditions) or
-                                                mamba_of(impl.preconditions)):
-        component = "SWA" if swa_of(impl.preconditions) else "Mamba"
-        raise ImplementationError(
-            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has no "
-            f"lock, unlock, checkpoint, touch_prefix; it is driven through the scheduler's "
-            f"calls before 0.5.22 with full attention alone (no trace model of the "
-            f"{component} component under those calls)")
+    if LEGACY_CALLS in impl.preconditions and \
+            not callable(getattr(obj, "root_node_handle", None)):
+        raise ImplementationError(  # SGLang 0.5.11's: nodes of its own, no tree core
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has "
+            f"no root_node_handle (no tree core: kvfuzz reads a unified cache through its "
+            f"core's public calls)")
+    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
+            lifts_swa_cursor():
+        impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
     return impl
 
 

@@ -222,7 +222,12 @@ class RadixDriver(ChangedReads):
         return int_list(self.allocator.alloc(count))
 
     def insert(self, tokens, ns: int, priority: int, slots) -> int:
-        """`insert(key, value)` with the caller's tensor of `slots`: the length already cached."""
+        """`insert(key, value)` with the caller's tensor of `slots`: the length already cached.
+        A release whose `RadixKey` has no `page_aligned` (0.5.10) inserts the key as given, and
+        its callers cut it to whole pages first (`page_align_keys`): so does the driver there."""
+        if not hasattr(self.Key, "page_aligned"):
+            aligned = len(tokens) // self.page_size * self.page_size
+            tokens, slots = tokens[:aligned], list(slots)[:aligned]
         value = torch.tensor(list(slots), dtype=torch.int64, device=self.device)
         self.passed.append(value)
         key = self._key(tokens, ns)

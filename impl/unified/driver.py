@@ -20,7 +20,8 @@ scheduler's `inc_lock_ref`/`dec_lock_ref` with the receipt, `cache_unfinished_re
 `cache_finished_req` or `insert_req`), the path read without `collect_path_info` (`paths.py`),
 the core asked for by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` where `CacheInitParams` has no
 `tree_core_backend` (0.5.20), and `claim_kv_row` and `on_release` called where the release has
-them (0.5.21 names `on_release`'s flag `inserted`).
+them (0.5.21 names `on_release`'s flag `inserted`); with SWA the request's cursor read where the
+release keeps it (`swa_cursor`), with Mamba a match's length from its `device_indices`.
 
 The bundled Rust extension is what runs (`SGLANG_RUST_BUILD_MODE=never`, unless set)."""
 
@@ -36,7 +37,7 @@ from array import array
 import torch
 
 from kvfuzz.impl.radix.ints import int_list
-from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.radix.driver import RadixDriver, _sglang, matched_len
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
 from kvfuzz.impl.unified.paths import path_info
@@ -58,6 +59,7 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         self.TreeLock = getattr(importlib.import_module(
             "sglang.srt.mem_cache.base_prefix_cache"), "TreeLock", None)
         self.asked = core
+        self.cursor_by_component = None  # where the release keeps the SWA cursor: swa_cursor
         self.paths: dict[int, tuple] = {}  # node handle -> (extra_key, tokens root..its end)
         options = {"tree_components": (self.FULL,)}
         if window:  # the SWA component beside full attention, on the hybrid allocator
@@ -94,17 +96,32 @@ class UnifiedDriver(MambaCalls, RadixDriver):
             self.paths.setdefault(int(info.node_id), (extra, tuple(tokens[:info.path_end])))
 
     def checkpoint(self, rid: int, finishing: bool = False) -> int:
-        """Before 0.5.22 a finish's insert (`insert_req`, `cache_finished_req`) answers no node:
-        the node its key ends at is named by the core's read-only walk
-        (`match_full_device_prefix`), so that the state read sees it."""
+        """The node a checkpoint's insert ends at is named by the core's read-only walk
+        (`match_full_device_prefix`), so that the state read sees it: before 0.5.22 the insert
+        (`cache_unfinished_req`, `insert_req`, `cache_finished_req`) answers no node, and
+        before 0.5.23 the lock moves to a rematch of the key, which an SWA window may cut
+        above the insert (the request's lock then on a node above it: finding U,
+        docs/release-history.md)."""
         protected = super().checkpoint(rid, finishing)
-        if finishing and not callable(getattr(self.cache, "checkpoint", None)):
-            request = self.requests[rid]
-            tokens = request.tokens[:request.filled]
-            key = self.Key(array("q", tokens), request.extra_key)
-            _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
-            self._seen(node, tokens, request.extra_key)
+        request = self.requests[rid]
+        tokens = request.tokens[:request.filled]
+        key = self.Key(array("q", tokens), request.extra_key)
+        _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
+        self._seen(node, tokens, request.extra_key)
         return protected
+
+    def swa_cursor(self, kv) -> int:
+        """A request's SWA cursor (how far its window has freed its SWA slots) where the
+        release keeps it: `ReqKvInfo.get_evicted_seqlen(SWA)` from 0.5.21 on, the field
+        `swa_evicted_seqlen` in 0.5.20 (read from `free_swa_out_of_window_slots`, which writes
+        it: it takes a `component_type` from 0.5.21 on)."""
+        if self.cursor_by_component is None:
+            common = importlib.import_module("sglang.srt.mem_cache.common")
+            self.cursor_by_component = "component_type" in inspect.signature(
+                common.free_swa_out_of_window_slots).parameters
+        if self.cursor_by_component:
+            return int(kv.get_evicted_seqlen(self.SWA))
+        return int(kv.swa_evicted_seqlen)
 
     def path(self, node):
         """`path_device_indices`, or before 0.5.22 what it reads: the core's
@@ -187,7 +204,7 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         self._poison_key(key)
         self._seen(result.last_device_node, tokens, key.extra_key)
         branch = result.mamba_branching_seqlen
-        return [int(result.device_prefix_len), int_list(self.path(result.last_device_node)),
+        return [matched_len(result), int_list(self.path(result.last_device_node)),
                 None if branch is None else int(branch)]
 
     def pin(self, tokens, ns: int) -> list[int]:

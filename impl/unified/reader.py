@@ -78,10 +78,11 @@ def _swa(driver, handles: list) -> dict | None:
         if rid not in driver.live:
             continue
         kv = request.kv
-        start = max(kv.cache_protected_len, kv.get_evicted_seqlen(driver.SWA))
+        cursor = driver.swa_cursor(kv)
+        start = max(kv.cache_protected_len, cursor)
         row = driver.rows.req_to_token[kv.req_pool_idx, start:request.filled].long()
         branch = request.swa_branching_seqlen
-        requests[rid] = (int(kv.cache_protected_len), int(kv.get_evicted_seqlen(driver.SWA)),
+        requests[rid] = (int(kv.cache_protected_len), int(cursor),
                          int(request.filled), int_list(mapping[row]),
                          None if branch is None else int(branch))
     return {"values": values, "mapped": mapped, "requests": requests,

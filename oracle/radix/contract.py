@@ -23,6 +23,12 @@ LEGACY_CALLS = ("drives SGLang's scheduler calls from before 0.5.22 (inc_lock_re
                 "oracle/radix/contract.py")
 FINISH_SPLITS_PROMPT = ("its finish re-inserts the prompt's pages (priority + 1), so that the "
                         "prompt and the output are nodes of their own")
+# An SWA cache's window free before SGLang 0.5.21 (read by the unified target): the request's
+# SWA cursor first rises to its protected length, whether or not the window has moved past a
+# token (`free_swa_out_of_window_slots` without `eviction_interval`; oracle/unified/swa.py).
+LIFTS_SWA_CURSOR = ("its window free lifts the request's SWA cursor to the protected length "
+                    "even where the window has not moved (free_swa_out_of_window_slots "
+                    "without eviction_interval)")
 # the names impl/radix/legacy.py reads a release's API into
 BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT}
 
@@ -31,6 +37,7 @@ BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_P
 class Contract:
     legacy: bool = False             # the calls before 0.5.22 (the table above)
     finish_splits_prompt: bool = True
+    lifts_swa_cursor: bool = False   # LIFTS_SWA_CURSOR (SGLang 0.5.20)
 
     def chunk_inserted_len(self, inserted: int, key_len: int) -> int:
         """What a chunk checkpoint's insert counts hits past: none before 0.5.22."""
@@ -52,4 +59,5 @@ CURRENT = Contract()
 def contract_of(preconditions) -> Contract:
     if LEGACY_CALLS not in preconditions:
         return CURRENT
-    return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions)
+    return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions,
+                    lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions)

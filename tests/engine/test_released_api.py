@@ -74,7 +74,8 @@ def test_what_a_release_does_not_have_is_one_line_naming_the_release(fakeeng):
 
 
 def test_a_release_whose_module_imports_a_package_not_installed_is_one_line(fakeeng, tmp_path):
-    # SGLang 0.5.11's unified_radix_cache imports the compiled sgl_kernel, which no lock holds
+    # a compiled package no lock holds (sgl_kernel, which SGLang 0.5.10-0.5.11 import, has a
+    # stand-in for its host kernels: test_sgl_kernel_stand_in.py)
     (tmp_path / "fakeeng" / "mem" / "kernels.py").write_text("import fake_kernel_absent\n")
     with pytest.raises(ImplementationError, match=r"^not supported: fakeeng 1\.0: fakeeng\.mem"
                                                    r"\.kernels imports fake_kernel_absent, which "

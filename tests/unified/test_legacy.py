@@ -2,21 +2,29 @@
 calls of its day as RadixCache is (impl/radix/legacy.py), a lock carrying the receipt its
 `dec_lock_ref` takes; a node's path read without `collect_path_info` (impl/unified/paths.py);
 the unified model under the old contract (a chunk matches its key again); what the unified
-target reads from a class, and the one line for the SWA and Mamba profiles there. Each check
-beside a deliberately broken variant it catches. The release itself: test_legacy_release.py
-(slow)."""
+target reads from a class, for the SWA and Mamba profiles too (0.5.20's window free, which
+lifts the SWA cursor); the SWA judge's finish through the release's own call; the SWA cursor
+read where the release keeps it. Each check beside a deliberately broken variant it catches.
+The release itself: test_legacy_release.py (slow)."""
 
+import sys
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
 
+from kvfuzz.fuzz.unified.swa_lockstep import Held as Running
+from kvfuzz.fuzz.unified.swa_lockstep import SWALockstep
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.radix.legacy import Held, LegacyCalls, calls_for, takes_receipt
+from kvfuzz.impl.radix.requests import KvRecord
 from kvfuzz.impl.registry import ImplementationError
+from kvfuzz.impl.unified.release_window import COMMON, lifts_swa_cursor
 from kvfuzz.impl.unified.paths import PathNodeInfo, path_info
-from kvfuzz.oracle.radix.contract import (CURRENT, FINISH_SPLITS_PROMPT, LEGACY_CALLS, Contract,
-                                          contract_of)
+from kvfuzz.oracle.radix.contract import (CURRENT, FINISH_SPLITS_PROMPT, LEGACY_CALLS,
+                                          LIFTS_SWA_CURSOR, Contract, contract_of)
 from kvfuzz.oracle.unified.model import UnifiedModel
+from kvfuzz.oracle.unified.swa import checkpoint_cursor, out_of_window_cursor
 
 
 class Receipt:
@@ -187,6 +195,16 @@ class Unified0521(OldUnified):
     def __init__(self, params):
         super().__init__()
 
+    def root_node_handle(self):
+        return 0
+
+
+class Unified0511(OldUnified):
+    """0.5.11's class: the old calls, but nodes of its own and no tree core."""
+
+    def __init__(self, params):
+        super().__init__()
+
 
 def test_the_unified_target_reads_the_old_calls_from_the_class():
     entry = UNIFIED.catalogue.resolve("sglang.unified.rust")
@@ -195,9 +213,93 @@ def test_the_unified_target_reads_the_old_calls_from_the_class():
     assert UNIFIED.judge.options(old)["contract"] == contract_of(old.preconditions) == \
         Contract(legacy=True)
     assert UNIFIED.judge.options(entry)["contract"] is CURRENT
-    for name, component in (("sglang.unified.swa.python", "SWA"),
-                            ("sglang.unified.mamba.rust", "Mamba")):
-        with pytest.raises(ImplementationError, match=rf"^not supported: sglang .*: Unified0521 "
-                                                      rf"has no lock, .*no trace model of the "
-                                                      rf"{component} component"):
-            UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve(name), Unified0521)
+    with pytest.raises(ImplementationError, match=r"^not supported: sglang .*: Unified0511 has "
+                                                  r"no root_node_handle \(no tree core"):
+        UNIFIED.catalogue.declare(entry, Unified0511)
+    # the SWA and Mamba entries too: the same calls, the same contract (they were one line,
+    # "not supported", before the SWA judge drove a release's finish through its own call)
+    for name in ("sglang.unified.swa.python", "sglang.unified.mamba.rust"):
+        component = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve(name), Unified0521)
+        assert LEGACY_CALLS in component.preconditions
+        assert UNIFIED.judge.options(component)["contract"] == Contract(legacy=True)
+
+
+def finish_call(judge_class, contract):
+    """The call an SWA judge makes for a cached finish: (method, args)."""
+    judge = object.__new__(judge_class)
+    judge.options, judge.events = {"contract": contract}, Counter()
+    judge.model = judge.build_model(SimpleNamespace(page_size=4, window=8))
+    judge.snap = {"swa": {"requests": {3: (4, 0, 9, [], None)}}}
+    call = next(judge._checkpoint(3, Running((1,) * 9, 9, 0, filled=9), finishing=True))
+    return call.method, call.args
+
+
+def test_the_swa_judge_drives_a_release_finish_through_its_own_call():
+    # before 0.5.22: insert_req / cache_finished_req (the driver told `finishing`), not the
+    # chunk's cache_unfinished_req; 0.5.22 on: a checkpoint like any other
+    assert finish_call(SWALockstep, Contract(legacy=True)) == ("checkpoint", (3, True))
+    assert finish_call(SWALockstep, CURRENT) == ("checkpoint", (3,))
+
+    class FinishAsChunk(SWALockstep):  # broken: the judge as it was, every finish a chunk
+        def _checkpoint(self, rid, request, finishing=False):
+            return super()._checkpoint(rid, request, False)
+
+    assert finish_call(FinishAsChunk, Contract(legacy=True)) == ("checkpoint", (3,))
+
+
+def test_0_5_20s_window_free_lifts_the_cursor_to_the_protected_length():
+    # window 1, pages of 1: r filled 1 token, its match's branch at 1 (found by seeded trace 0
+    # on 0.5.20): the insert up to the branch frees nothing; the second free, protected 1, has
+    # nothing past the window either, and 0.5.20 lifts the cursor to 1 all the same
+    assert out_of_window_cursor(0, 0, 1, 1, 1, lifted=True) == 1
+    assert out_of_window_cursor(0, 0, 1, 1, 1) == 0  # 0.5.21 on: returns at its interval check
+    assert checkpoint_cursor(1, 1, 0, 0, 1, 1, lifted=True) == 1
+    assert checkpoint_cursor(1, 1, 0, 0, 1, 1) == 0
+    # where the window has moved, the two agree
+    assert out_of_window_cursor(13, 0, 4, 1, 4, lifted=True) == out_of_window_cursor(13, 0, 4,
+                                                                                     1, 4) == 8
+
+
+def free_with(*parameters):
+    """A stand-in for a release's `free_swa_out_of_window_slots` with these keyword parameters."""
+    namespace = {}
+    exec(f"def free(req, pre_len, *, {', '.join(parameters)}): pass", namespace)
+    return namespace["free"]
+
+
+def test_the_window_free_is_read_from_the_release_and_told_to_the_swa_judge(monkeypatch):
+    common = SimpleNamespace(free_swa_out_of_window_slots=free_with("sliding_window_size"))
+    monkeypatch.setitem(sys.modules, COMMON, common)  # 0.5.20's: no eviction_interval
+    assert lifts_swa_cursor()
+    swa = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.rust"),
+                                    Unified0521)
+    assert LIFTS_SWA_CURSOR in swa.preconditions
+    assert UNIFIED.judge.options(swa)["contract"].lifts_swa_cursor
+    full = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.python"),
+                                     Unified0521)
+    assert LIFTS_SWA_CURSOR not in full.preconditions  # no window: nothing to tell
+    # 0.5.21 on: the interval checked first
+    common.free_swa_out_of_window_slots = free_with("sliding_window_size", "eviction_interval")
+    assert not lifts_swa_cursor()
+    swa = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.rust"),
+                                    Unified0521)
+    assert not UNIFIED.judge.options(swa)["contract"].lifts_swa_cursor
+    monkeypatch.delitem(sys.modules, COMMON)  # no SGLang loaded: nothing read
+    assert not lifts_swa_cursor()
+
+
+def test_the_swa_cursor_is_read_where_the_release_keeps_it():
+    from kvfuzz.impl.unified.driver import UnifiedDriver  # torch, no SGLang
+
+    kv = KvRecord(1)
+    kv.swa_evicted_seqlen = 8  # 0.5.20 writes the field
+    kv.set_evicted_seqlen("swa", 4)  # 0.5.21 on: by component
+    old = SimpleNamespace(cursor_by_component=False, SWA="swa")
+    new = SimpleNamespace(cursor_by_component=True, SWA="swa")
+    assert UnifiedDriver.swa_cursor(old, kv) == 8 and UnifiedDriver.swa_cursor(new, kv) == 4
+
+    class ByComponentAlways(UnifiedDriver):  # broken: the reader as it was, on every release
+        def swa_cursor(self, kv):
+            return int(kv.get_evicted_seqlen(self.SWA))
+
+    assert ByComponentAlways.swa_cursor(old, kv) == 4  # 0.5.20's cursor missed

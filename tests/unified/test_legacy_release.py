@@ -6,16 +6,23 @@ tests/radix/test_legacy_release.py installs it (the wheel cache, else the regist
 said, only without either): each core agrees on seeded traces that reach chunk checkpoints and
 finishes (0.5.21: the Rust core with the Python core beside it; 0.5.20: the Python core, every
 node's hit count, priority and times compared, the core chosen by the environment), and a
-mutant of the full-attention component or of the tree core diverges on the same release."""
+mutant of the full-attention component or of the tree core diverges on the same release; the
+SWA and Mamba entries agree there too, and a mutant of each component diverges; finding U's
+saved trace (`corpus/history/sglang-0.5.20/`: a chunk's SWA window leaves its leaf less than a
+window, the rematch ends above it, and the request's own KV is the tree's, unlocked) diverges
+on 0.5.20 and replays clean on 0.5.23, which fixed it."""
 
 from __future__ import annotations
 
 import re
 
+from tests.conftest import CORPUS
 from tests.helpers import needs_engine
 from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
+
+U = CORPUS / "history" / "sglang-0.5.20" / "unified-a84330ea906d1671.json"
 
 
 def rows(text: str) -> dict[str, list[str]]:
@@ -48,3 +55,35 @@ def test_0_5_20_agrees_on_the_python_core_and_a_stale_edge_is_caught(tmp_path):
     assert found["mutant.sglang.unified.split_child_stale_key"][3] == "yes"
     assert "tree core kvfuzz-mutant-split_child_stale_key" in text  # its core, by environment
     assert "finish cached" in text
+
+
+def test_0_5_21s_swa_and_mamba_entries_agree_and_a_mutant_of_each_component_is_caught(tmp_path):
+    # (without the adapter each entry was one line there: "not supported ... no trace model")
+    pairs = (("sglang.unified.swa.python", "swa_window_keeps_a_page_more"),
+             ("sglang.unified.mamba.rust", "mamba_exist_unsaid"))
+    commands = [("diff", "unified", "--impl", entry, "--impl", f"mutant.sglang.unified.{mutant}",
+                 "--cases", "2", "--timeout", "200", "--corpus", tmp_path)
+                for entry, mutant in pairs]
+    swa, mamba = kvfuzz_commands(folder_of("0.5.21"), *commands)
+    for done, (entry, mutant) in zip((swa, mamba), pairs):
+        text = done.stdout + done.stderr
+        assert done.returncode == 1, text[-3000:]  # the mutant's divergence
+        found = rows(text)
+        assert found[entry][:4] == ["2", "2", "0", "no"], text[-3000:]
+        assert found[f"mutant.sglang.unified.{mutant}"][3] == "yes", text[-3000:]
+    assert "finish cached" in swa.stdout + swa.stderr
+    assert "swa cursor moved at a checkpoint" in swa.stdout + swa.stderr
+
+
+def test_finding_u_diverges_on_0_5_20_and_replays_clean_on_0_5_23():
+    old, = kvfuzz_commands(folder_of("0.5.20"),
+                           ("replay", U, "--impl", "sglang.unified.swa.python"))
+    text = old.stdout + old.stderr
+    assert old.returncode == 1, text[-2000:]
+    assert "allocator at op 3 of 4: checkpoint r1" in text and "16 tokens counted twice" in text
+    assert "r1's SWA cursor went from 0 to 8 at its checkpoint, expected 4" in text
+    assert "the nodes hold 0" not in text  # the insert's nodes named, though the lock is above
+    fixed, = kvfuzz_commands(folder_of("0.5.23"), ("replay", U, "--impl",
+                                                   "sglang.unified.swa.python", "--impl",
+                                                   "sglang.unified.swa.rust"))
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]

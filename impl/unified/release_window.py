@@ -1,0 +1,27 @@
+"""What the unified target reads of a release's SWA window free (`free_swa_out_of_window_slots`
+in `sglang/srt/mem_cache/common.py`), for the oracle's contract (oracle/radix/contract.py,
+`LIFTS_SWA_CURSOR`): from SGLang 0.5.21 on it returns at once where the window has not moved
+past `eviction_interval` tokens; in 0.5.20, which has no such parameter, it first raises the
+request's SWA cursor to its protected length, moved or not. Read from the module the loaded
+class's release has imported already (nothing is imported here: a class that is not SGLang's
+has nothing to read)."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+
+COMMON = "sglang.srt.mem_cache.common"
+
+
+def lifts_swa_cursor() -> bool:
+    """Whether the loaded release's window free lifts the cursor before its interval check."""
+    common = sys.modules.get(COMMON)
+    free = getattr(common, "free_swa_out_of_window_slots", None)
+    if not callable(free):
+        return False
+    try:
+        parameters = inspect.signature(free).parameters
+    except (TypeError, ValueError):
+        return False
+    return "eviction_interval" not in parameters

@@ -1,0 +1,33 @@
+"""SGLang 0.5.10 and 0.5.11 for real (slow), with kvfuzz's stand-in for `sgl_kernel`'s
+host-transfer kernels (impl/sgl_kernel_stand_in.py), each release first on the path of a process
+running `kvfuzz` as a user's does and installed as tests/radix/test_legacy_release.py installs it
+(skipped, and said, only where neither the wheel cache nor the registry has it): 0.5.10's
+`RadixCache`, whose module did not import without the stand-in ("not supported ... imports
+sgl_kernel"), agrees on seeded traces through its old calls, a load-back's insert handed whole
+pages; 0.5.11's `UnifiedRadixCache` imports and is one line (no tree core)."""
+
+from __future__ import annotations
+
+from tests.helpers import needs_engine
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+
+pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
+
+
+def test_0_5_10s_radix_cache_imports_with_the_stand_in_and_agrees(tmp_path):
+    # traces 0 and 1 of seed 0 (trace 2 reaches finding D, the paged allocator's kernel)
+    done, = kvfuzz_commands(folder_of("0.5.10"), ("diff", "radix", "--impl", "sglang.radix",
+                                                  "--cases", "2", "--corpus", tmp_path))
+    text = done.stdout + done.stderr
+    assert done.returncode == 0, text[-3000:]
+    assert "ran to the last op: 2/2" in text and "finish cached" in text
+
+
+def test_0_5_11s_unified_cache_imports_and_is_one_line(tmp_path):
+    done, = kvfuzz_commands(folder_of("0.5.11"), ("diff", "unified", "--impl",
+                                                  "sglang.unified.rust", "--cases", "1",
+                                                  "--corpus", tmp_path))
+    text = done.stdout + done.stderr
+    assert done.returncode == 2, text[-3000:]
+    assert "not supported: sglang 0.5.11: UnifiedRadixCache has no root_node_handle" in text
+    assert "sgl_kernel" not in text  # it imported
