@@ -9,7 +9,8 @@ their end (a stray process holding them keeps the caller waiting, as with `subpr
 and its exit status (negative: the signal that ended it). The claims of the tests that use it
 are about what a command does with hostile implementations, not about starting Python; the
 tests about start-up and signals at start (`test_interrupts.py`, `test_cli.py`'s process tests)
-keep starting real interpreters.
+keep starting real interpreters, as do tests of `--memory`: a fork starts with the test process's
+resident memory, which the limit would count.
 """
 
 from __future__ import annotations
