@@ -19,6 +19,7 @@ from kvfuzz.impl.paged import POW2
 from kvfuzz.impl.registry import YOURS, Implementation, ImplementationError
 from kvfuzz.strategies.allocator.profile import PAGE_SIZE_2_UP
 from tests.engine.outside import declares
+from tests.forked import kvfuzz_forked
 from tests.helpers import needs_engine, summary_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,19 +78,19 @@ def kvfuzz(*args):
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.slow  # kvfuzz processes
+@pytest.mark.slow  # kvfuzz processes (forked from this one: the declarations, not start-up)
 @pytest.mark.parametrize("spec, status", [
     ("declares:NoPageSizeOne", 0),             # declared: no page-size-1 trace, agrees
     ("declares:Undeclared", 1),                # the same class, not declared: diverges
     ("declares:Undeclared@page_size_2_up", 0),  # declared on the command line
     ("declares:DedupBugDeclared", 1)])         # a declaration hides no real bug
 def test_what_a_class_declares_decides_its_traces(spec, status, tmp_path):
-    result = kvfuzz("diff", "allocator", "--impl", f"{OUTSIDE}.{spec}", "--cases", 100,
-                    "--corpus", tmp_path)
+    result = kvfuzz_forked("diff", "allocator", "--impl", f"{OUTSIDE}.{spec}", "--cases", 100,
+                           "--corpus", tmp_path)
     assert result.returncode == status, result.stderr[-3000:]
     if status:  # the replay line keeps the declaration
         saved = next(tmp_path.iterdir())
-        again = kvfuzz("replay", saved, "--impl", f"{OUTSIDE}.{spec}")
+        again = kvfuzz_forked("replay", saved, "--impl", f"{OUTSIDE}.{spec}")
         assert again.returncode == 1, again.stdout
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked import kvfuzz_forked
 from tests.helpers import summary_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,6 +28,14 @@ FAULTS = {"segfault": "crashed: SIGSEGV", "aborts": "crashed: SIGABRT",
 
 
 def kvfuzz(*args):
+    """The command in a process of its own, forked from this one (`tests.forked`: its imports
+    already done; the claims here are about the run, not Python's start-up)."""
+    return kvfuzz_forked(*args, timeout=300)
+
+
+def kvfuzz_fresh(*args):
+    """The command in a fresh interpreter: the atheris campaigns, whose libFuzzer workers and
+    their signals start from the program as a user starts it, and the --memory runs."""
     return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
@@ -83,7 +92,7 @@ def test_a_campaign_worker_ended_or_stalled_by_its_input_is_a_finding(fault, exp
     finding: `os._exit(0)` read as a clean end, a hang with SIGALRM taken ran out the clock;
     the campaign exited 0 with nothing saved."""
     hostile = f"tests.engine.hostile:{fault}"
-    result = kvfuzz("fuzz", "extend", "--impl", hostile, "--time", "8s", "--timeout", 2,
+    result = kvfuzz_fresh("fuzz", "extend", "--impl", hostile, "--time", "8s", "--timeout", 2,
                     "--jobs", 1, "--corpus", tmp_path / "corpus", "--work", tmp_path / "work")
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"found: extend {hostile}: {expected}" in result.stderr, result.stderr[-3000:]
@@ -149,10 +158,8 @@ def test_nothing_an_implementation_starts_outlives_the_run(hostile, tmp_path):
     running; a Pool works (workers were daemonic: "not allowed to have children")."""
     mark = f"{600 + os.getpid() % 1000}.{len(hostile)}{os.getpid()}"
     env = dict(os.environ, KVFUZZ_TEST_MARK=mark)
-    result = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "diff", "extend", "--impl",
-                             f"tests.engine.hostile:{hostile}", "--cases", "30", "--corpus",
-                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                            env=env)
+    result = kvfuzz_forked("diff", "extend", "--impl", f"tests.engine.hostile:{hostile}",
+                           "--cases", 30, "--corpus", tmp_path, env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     left = _marked_processes(mark)
     for pid in left:
@@ -181,7 +188,7 @@ def test_a_campaign_judges_apart_too(tmp_path):
     """The atheris worker runs the implementation (its coverage guides libFuzzer) but does not
     judge: patches_the_judge once passed a whole campaign, 0 failures."""
     hostile = "tests.engine.hostile_judge:patches_the_judge"
-    result = kvfuzz("fuzz", "extend", "--impl", hostile, "--time", "10s", "--jobs", 1,
+    result = kvfuzz_fresh("fuzz", "extend", "--impl", hostile, "--time", "10s", "--jobs", 1,
                     "--corpus", tmp_path / "corpus", "--work", tmp_path / "work")
     assert result.returncode == 1, result.stderr[-3000:]
     assert f"found: extend {hostile}: wrong slot at output slot" in result.stderr
@@ -203,13 +210,15 @@ def test_memory_past_the_limit_is_the_implementations_divergence(hostile, tmp_pa
     """256 MiB kept per call (it once grew a worker to 4.4 GB), or one allocation of a TiB:
     either is the input's divergence under --memory, and the run goes on for the others."""
     path = f"tests.engine.hostile:{hostile}"
-    result = kvfuzz("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
-                    "--cases", 60, "--memory", "1G", "--corpus", tmp_path)
+    # A fresh interpreter: a fork of this process would start with this process's resident
+    # memory (a pytest worker's, upstream engines imported), counted against the 1 GiB.
+    result = kvfuzz_fresh("diff", "extend", "--impl", path, "--impl", "torch.vectorized",
+                          "--cases", 60, "--memory", "1G", "--corpus", tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
     assert "what      exceeded the memory limit of 1 GiB (--memory; " in result.stderr
     assert summary_rows(result.stderr)["torch.vectorized"][:4] == ["60", "60", "0", "no"]
     saved = list(tmp_path.iterdir())
     assert len(saved) == 1
     if hostile == "allocates_too_much":  # one input is enough to breach it again
-        again = kvfuzz("replay", saved[0], "--impl", path, "--memory", "1G")
+        again = kvfuzz_fresh("replay", saved[0], "--impl", path, "--memory", "1G")
         assert again.returncode == 1 and "exceeded the memory limit" in again.stdout

@@ -13,13 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.forked import kvfuzz_forked
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 OURS = "kvfuzz.impl.mamba.slot_allocator"
 
 
-def kvfuzz(*args, cwd):
+def kvfuzz(*args, cwd, forked=False):
+    """`kvfuzz mutate ARGS` in a fresh interpreter, or `forked` from this process (tests.forked:
+    its imports done; for the usage errors, whose claim is the one line, not start-up)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    if forked:
+        return kvfuzz_forked("mutate", *args, cwd=cwd, env=env, timeout=600)
     return subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "mutate", *args],
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
@@ -67,7 +73,7 @@ def test_the_results_file_resumes_and_fail_under_gates(tmp_path):
     (("--impl", "mamba.torch", "--scope", f"{OURS}:Nope"), "defines no function or class"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
-    ran = kvfuzz("mamba", *args, "--cases", "5", cwd=tmp_path)
+    ran = kvfuzz("mamba", *args, "--cases", "5", cwd=tmp_path, forked=True)
     assert ran.returncode == 2 and message in ran.stderr and "Traceback" not in ran.stderr, \
         ran.stderr
 
