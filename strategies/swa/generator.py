@@ -37,7 +37,7 @@ CHECKED_RATE = 0.2    # a trace with the debug checks on; the same for the stric
 CACHE_RATE = 0.3      # of finishes: into the prefix cache
 # What a class may lack (an earlier release's calls), by the name `generator_for` takes: it then
 # gets none of those ops (a finish into the cache is then a plain finish).
-OPTIONAL = ("reclaim", "resize", "offload", "tail")
+OPTIONAL = ("reclaim", "resize", "offload", "tail", "group")
 
 
 PAGE_SIZES = (1, 1, 2, 3, 4, 8)  # 3: a page size no power of two (no bit tricks)
@@ -79,9 +79,11 @@ class _Generator:
 
     def step(self) -> None:
         full = sum(self.live.values()) / (self.pages * self.P)
+        grouped = "group" not in self.lacking
         actions = [(self.admit, 1.0 if len(self.live) < 8 else 0.1), (self.extend, 2.0),
                    (self.decode, 2.0), (self.evict, 1.0), (self.finish, 0.3 + 2 * full),
-                   (self.batch, 0.6), (self.clear, 0.03), (self.stray_end, 0.05),
+                   (self.batch, 0.6 * grouped), (self.clear, 0.03),
+                   (self.stray_end, 0.05 * grouped),
                    (self.reclaim, 0.5 * ("reclaim" not in self.lacking)),
                    (self.offload, 0.1 * ("offload" not in self.lacking)),
                    (self.misuse, self.misuse_rate)]

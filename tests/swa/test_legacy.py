@@ -17,7 +17,9 @@ from kvfuzz.impl.swa.legacy import contract_names
 from kvfuzz.impl.swa.swa_allocator import SWAAllocator
 from kvfuzz.oracle.swa.contract import ROW_FREE, SWA_AT_ONCE
 from kvfuzz.strategies.swa.profile import LACKING, NO_SEGMENT
-from kvfuzz.strategies.swa.trace import ExtendTail, Finish
+from kvfuzz.strategies.swa.scheduler_ops import Misuse
+from kvfuzz.strategies.swa.trace import (Admit, Evict, Extend, ExtendTail, Finish, GroupBegin,
+                                         GroupEnd, Trace)
 from tests.helpers import double
 
 INDICES = range(8)
@@ -147,3 +149,33 @@ def test_each_old_release_fault_is_caught():
                       if outcome.status == "diverge"), None)
         assert found is not None, f"{name} agreed on 40 traces"
         assert re.match(expected, found.what), found.headline()
+
+
+def test_a_misuse_through_a_call_the_class_lacks_is_not_made():
+    # strict checks: a free_full of mapped slots is the misuse, but the class has no free_full;
+    # made anyway, the missing method's TypeError would pass for the expected rejection
+    trace = Trace(2, 16, 16, False, (Admit(1), Extend((1,), (5,)), Evict(1, 1),
+                                     Misuse("full_while_mapped", 0)), strict=True)
+    impl = declared("LegacySWA")
+    outcome = SWA.check(trace, impl)
+    assert outcome.status == "agree" and outcome.features["free_swa"] == 1
+    assert not outcome.features["misuse rejected: full_while_mapped"]
+    today = SWA.check(trace, replace(impl, preconditions=tuple(
+        text for text in impl.preconditions if text != ROW_FREE)))
+    assert today.features["misuse rejected: full_while_mapped"] == 1  # (the accident)
+
+
+def test_the_history_pass_behind_f_runs_the_same_builds_without_free_groups():
+    # `sglang.swa.ungrouped`: F (and C) need a free group; what lies behind them is still seen
+    group = LACKING["group"][0]
+    impl = declared("FreeReadsMappingAtGroupEnd")
+    ungrouped = replace(impl, preconditions=impl.preconditions + (group,))
+    assert SWA.catalogue.resolve("sglang.swa.ungrouped").preconditions[-1] == group
+    traces = [(trace, outcome) for trace, outcome in outcomes(ungrouped, range(6))]
+    assert "no-group" in traces[0][0].origin.generator
+    assert not any(isinstance(op, (GroupBegin, GroupEnd)) for trace, _ in traces
+                   for op in trace.ops)
+    assert all(outcome.status == "agree" for _, outcome in traces)
+    padded = declared("RowFreeReleasesPadding")
+    padded = replace(padded, preconditions=padded.preconditions + (group,))
+    assert any(outcome.status == "diverge" for _, outcome in outcomes(padded, range(40)))
