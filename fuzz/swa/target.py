@@ -65,7 +65,8 @@ def _declare(impl, obj):
         return all(callable(getattr(obj, name, None)) for name in calls)
 
     declared = [NO_SEGMENT] if not has(SEGMENT_CALLS) else []
-    declared += [text for text, calls, _ in LACKING.values() if not has(calls)]
+    declared += [text for name, (text, calls, _) in LACKING.items()
+                 if name != "group" and not has(calls)]  # (groups: a history pass's, by entry)
     declared += [POW2_PAGES] if kernels_only(obj) else []
     declared += [BY_NAME[name] for name in contract_names(obj)]
     added = tuple(text for text in declared if text not in impl.preconditions)
