@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import CORPUS
 from tests.helpers import needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands, kvfuzz_with
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -35,10 +35,12 @@ def test_finding_f_diverges_on_0_5_17_through_the_calls_of_its_day_and_not_on_0_
 
 
 def test_finding_s_diverges_on_0_5_10_and_not_on_0_5_11():
-    old, = kvfuzz_commands(folder_of("0.5.10"), ("replay", S, "--impl", "sglang.swa"))
+    # a process a command (`kvfuzz_with`): the session's imports look for the SWA class's
+    # module under `mem_cache.allocator`, which before 0.5.13 is a module, not a package
+    old = kvfuzz_with(folder_of("0.5.10"), "replay", S, "--impl", "sglang.swa")
     text = old.stdout + old.stderr
     assert old.returncode == 1 and "None vs success at op 7 of 8" in text, text[-2000:]
-    fixed, = kvfuzz_commands(folder_of("0.5.11"), ("replay", S, "--impl", "sglang.swa"))
+    fixed = kvfuzz_with(folder_of("0.5.11"), "replay", S, "--impl", "sglang.swa")
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
 
 
