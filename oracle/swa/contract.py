@@ -5,14 +5,14 @@ models, full_to_swa_index_mapping prevents SWA double-free": the window's passed
 unmapped, so `free` finds no SWA peer for them). Plain Python; read from the release by the
 target (impl/swa/legacy.py says what it found), carried as preconditions (the texts below).
 
-| call                        | 0.5.19 on                         | before                          |
-|-----------------------------|-----------------------------------|---------------------------------|
-| a finish                    | free_full(passed), free(window)   | free(whole row): 0.5.10-0.5.18  |
-| free_swa of unmapped slots  | page size 1: slot 0 released (a  | skipped at every page size      |
-|                             | caller's bug; strict rejects it)  | (the row's passed tokens)       |
-| free_swa (by itself) in a   | unmapped at the call, released at | unmapped and released at the    |
-| free group                  | the group's end                   | call: 0.5.10-0.5.17 (the class  |
-|                             |                                   | had no SWA group of its own)    |
+| call                       | 0.5.19 on                        | before                          |
+|----------------------------|----------------------------------|---------------------------------|
+| a finish                   | free_full(passed), free(window)  | free(whole row): 0.5.10-0.5.18  |
+| free_swa of unmapped slots | page size 1: slot 0 released (a  | skipped at every page size      |
+|                            | caller's bug; strict rejects it) | (the row's passed tokens)       |
+| free_swa (by itself) in a  | unmapped at the call, released   | unmapped and released at the    |
+| free group                 | at the group's end               | call: 0.5.10-0.5.17 (the class  |
+|                            |                                  | had no SWA group of its own)    |
 
 Neither is a fault: a row's passed tokens have no SWA peer, so one `free` releases what the two
 calls release; a window's SWA slots released at once inside a group are slots no one reads

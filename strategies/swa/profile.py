@@ -1,8 +1,8 @@
 """What an SWA allocator may declare (`Implementation.preconditions`): that it is only called
 after the scheduler's memory check (its generator then checks every decode, and a trace with an
 unchecked decode is outside its contract: `broken`), and, for an earlier release's class read
-as installed, that it has no segment releases, or no reclaim, resize, offload or tail calls. Standard
-library only."""
+as installed, that it has no segment releases, or no reclaim, resize, offload or tail calls.
+Standard library only."""
 
 from __future__ import annotations
 

@@ -77,6 +77,29 @@ class FreeReadsMappingAtGroupEnd(LegacySWA):
         super().clear()
 
 
+class WindowHeldToGroupEnd(LegacySWA):
+    """F's window side as 0.5.18 shipped it: `free_swa` inside a group holds the index to the
+    group's end, the mapping kept until then (0.5.17 released at once, 0.5.19 resolves)."""
+
+    windows: list = []
+
+    def free_swa(self, free_index):
+        if self.group_open and free_index.numel():
+            self.windows = [*self.windows, free_index.clone()]
+            return
+        super().free_swa(free_index)
+
+    def free_group_end(self):
+        windows, self.windows = self.windows, []
+        super().free_group_end()
+        if windows:
+            self.free_swa(torch.cat(windows))
+
+    def clear(self):
+        self.windows = []
+        super().clear()
+
+
 class RowFreeReleasesPadding(LegacySWA):
     """At page size 1 the whole row's `free` releases the passed tokens' peer too: slot 0 (what
     today's `free_swa` does with an unmapped slot, where the caller should have used free_full)."""
@@ -144,6 +167,8 @@ def test_without_the_old_contract_the_same_class_diverges():
 
 def test_each_old_release_fault_is_caught():
     for name, expected in (("FreeReadsMappingAtGroupEnd", r"mapping at op \d+ of \d+: finish"),
+                           ("WindowHeldToGroupEnd",
+                            r"(mapping|(swa_)?available_size) at op \d+ of \d+: evict"),
                            ("RowFreeReleasesPadding", r"(swa_)?available_size|swa free list")):
         found = next((outcome.divergence for _, outcome in outcomes(declared(name), range(40))
                       if outcome.status == "diverge"), None)
