@@ -16,6 +16,7 @@ from kvfuzz.fuzz.swa import scheduler_calls
 from kvfuzz.fuzz.swa.scheduler_calls import SchedulerCalls
 from kvfuzz.fuzz.swa.slot_calls import SlotCalls
 from kvfuzz.fuzz.swa.state import StateChecks
+from kvfuzz.oracle.swa.contract import CURRENT
 from kvfuzz.oracle.swa.model import Rejected, SWAModel
 from kvfuzz.strategies.swa import trace as swa
 from kvfuzz.strategies.swa.trace import (Admit, Clear, Decode, Evict, Extend, ExtendTail, Finish,
@@ -54,10 +55,14 @@ class SWALockstep(SlotCalls, SchedulerCalls, StateChecks, Lockstep):
         # slots, then its SWA peers, reading the mapping), else they are a free slot's peer.
         self.freed_mapped: tuple = (None, set())
         self.allowed: dict = {}
+        # The calls of the class's day (oracle/swa/contract.py), and the release calls it has
+        # none of (target.absent_calls): a caller bug through one of those is not made.
+        self.contract = self.options.get("contract", CURRENT)
+        self.absent = self.options.get("absent", frozenset())
         return SWAModel(trace.size, trace.size_swa, trace.page_size, trace.need_sort,
-                        trace.debug, trace.strict)
+                        trace.debug, trace.strict, self.contract)
 
-    def build_impl(self, trace, cls, device):
+    def build_impl(self, trace, cls, device, contract=None, absent=None):
         from kvfuzz.impl.swa.driver import SWADriver  # imports torch
 
         return make(SWADriver, cls, trace.size, trace.size_swa, trace.page_size, trace.need_sort,
@@ -168,6 +173,12 @@ class SWALockstep(SlotCalls, SchedulerCalls, StateChecks, Lockstep):
         if not row:  # nothing to release: the scheduler only forgets it
             del self.rows[op.rid], self.evicted[op.rid]
             yield Call(f"finish r{op.rid} (no tokens)")
+            return
+        if self.contract.row_free:  # before free_full: one free of the whole row
+            self.count("finish" + (" in a group" if self.model.group_open else ""))
+            yield Call(f"finish r{op.rid}: free({short(row, 60)}) (the whole row; its first "
+                       f"{start} tokens have no SWA peer)", "free", (row,))
+            del self.rows[op.rid], self.evicted[op.rid]
             return
         segment = op.how == "segment"
         names = ("free_full_segment", "free_segment") if segment else ("free_full", "free")

@@ -10,6 +10,15 @@ from kvfuzz.strategies.swa.scheduler_ops import Misuse
 
 
 def misuse_call(lock, op: Misuse) -> Call | None:
+    """The wrong call, or None; never one through a call the class does not have
+    (`lock.absent`): its AttributeError would pass for the rejection the oracle expects."""
+    call = _misuse_call(lock, op)
+    if call is not None and call.method in getattr(lock, "absent", ()):
+        return None
+    return call
+
+
+def _misuse_call(lock, op: Misuse) -> Call | None:
     P, trace, salt = lock.P, lock.trace, op.salt
     rows = {rid: row for rid, row in lock.rows.items() if row and rid not in lock.cached}
     if op.kind == "alloc_paged":

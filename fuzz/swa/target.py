@@ -20,15 +20,17 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.fuzz.swa.lockstep import SWALockstep
 from kvfuzz.impl.registry import ImplementationError, check_shape, installed_release
 from kvfuzz.impl.swa import DECLARABLE, IMPLEMENTATIONS
+from kvfuzz.oracle.swa.contract import BY_NAME, contract_of
 from kvfuzz.strategies.swa import codec, generator, uniform
 from kvfuzz.strategies.swa.profile import (LACKING, NO_SEGMENT, POW2_PAGES, SEGMENT_CALLS,
                                            broken, checked_only, lacking, pow2_only)
 from kvfuzz.strategies.swa.trace import FORMAT, Decode, describe_op, to_json
 
-METHODS = ("alloc", "alloc_extend", "alloc_extend_swa_tail", "alloc_decode", "free", "free_swa",
-           "free_full", "free_segment", "free_swa_segment", "free_full_segment",
-           "free_group_begin", "free_group_end", "clear", "available_size",
-           "full_available_size", "swa_available_size")
+# What every SGLang release's class has (0.5.10 on); what a class lacks beyond these it declares
+# (`_declare`): no segment releases, no tail allocation, no free_full (the calls of its day).
+METHODS = ("alloc", "alloc_extend", "alloc_decode", "free", "free_swa", "free_group_begin",
+           "free_group_end", "clear", "available_size", "full_available_size",
+           "swa_available_size")
 
 
 def _shape(path, obj):
@@ -46,8 +48,12 @@ def _every_decode_checked(item):
 
 def _declare(impl, obj):
     """A class without the segment releases (an earlier SGLang release's) gets none, and one
-    without the reclaim, resize or offload calls none of those; one without a call every trace
-    makes (`free_full`, before SGLang 0.5.19) cannot be driven."""
+    without the reclaim, resize, offload or tail calls none of those; one without `free_full`
+    (before SGLang 0.5.19) is driven through the calls of its day, the oracle told what they
+    promise (impl/swa/legacy.py reads it, oracle/swa/contract.py models it); one without a call
+    every trace makes cannot be driven."""
+    from kvfuzz.impl.swa.legacy import contract_names  # no torch, no SGLang
+
     missing = [name for name in REQUIRED if not callable(getattr(obj, name, None))]
     if missing:
         release = installed_release(impl.requires) or "this release"
@@ -59,8 +65,10 @@ def _declare(impl, obj):
         return all(callable(getattr(obj, name, None)) for name in calls)
 
     declared = [NO_SEGMENT] if not has(SEGMENT_CALLS) else []
-    declared += [text for text, calls, _ in LACKING.values() if not has(calls)]
+    declared += [text for name, (text, calls, _) in LACKING.items()
+                 if name != "group" and not has(calls)]  # (groups: a history pass's, by entry)
     declared += [POW2_PAGES] if kernels_only(obj) else []
+    declared += [BY_NAME[name] for name in contract_names(obj)]
     added = tuple(text for text in declared if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + added) if added else impl
 
@@ -89,14 +97,29 @@ def _generator_for(impls):
                                    lacks, any(pow2_only(impl.preconditions) for impl in impls))
 
 
-# What every trace calls (a finish releases the full pool's slots with `free_full`).
-REQUIRED = ("free_full", "free_swa", "alloc_extend_swa_tail")
+# What every trace calls: a finish releases with `free` (and `free_full` where the class has it),
+# a window with `free_swa`.
+REQUIRED = ("free", "free_swa")
+
+
+def absent_calls(preconditions) -> frozenset[str]:
+    """The release calls a class declared it lacks: a caller bug made through one of them
+    (`fuzz/swa/misuse.py`) is not made (else the missing method's AttributeError would pass
+    for the rejection the oracle expects)."""
+    absent = set(SEGMENT_CALLS) if NO_SEGMENT in preconditions else set()
+    for name in lacking(preconditions):
+        absent.update(LACKING[name][1])
+    if contract_of(preconditions).row_free:
+        absent.add("free_full")
+    return frozenset(absent)
 
 SWA = trace_target(
     "swa",
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "pools"),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(SWALockstep, describe_op, broken),
+    judge=LockstepJudge(SWALockstep, describe_op, broken,
+                        lambda impl: {"contract": contract_of(impl.preconditions),
+                                      "absent": absent_calls(impl.preconditions)}),
     catalogue=Catalogue("swa", IMPLEMENTATIONS, _shape, _declare, declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size + item.size_swa),
                            extra=_every_decode_checked),

@@ -7,7 +7,7 @@ from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.swa.upstream_mutants import MUTATIONS
-from kvfuzz.strategies.swa.profile import CHECKED_DECODE, POW2_PAGES
+from kvfuzz.strategies.swa.profile import CHECKED_DECODE, LACKING, POW2_PAGES
 
 RELEASED = "sglang.srt.mem_cache.allocator.swa:SWATokenToKVPoolAllocator"
 UPSTREAM_DECLARES = (CHECKED_DECODE,)
@@ -36,6 +36,13 @@ IMPLEMENTATIONS = (
                    "upstream SWATokenToKVPoolAllocator (needs sglang)", UPSTREAM,
                    preconditions=UPSTREAM_DECLARES, requires="sglang",
                    # before 0.5.13, beside SGLang's SWA memory pool
+                   earlier=("sglang.srt.mem_cache.swa_memory_pool:SWATokenToKVPoolAllocator",)),
+    # Not by default, and not a contract: a history pass that sees past findings F and C (free
+    # groups, SGLang up to 0.5.19) on the same builds without free groups.
+    Implementation("sglang.swa.ungrouped", "swa", RELEASED,
+                   "upstream SWATokenToKVPoolAllocator on the swa traces without free groups (a "
+                   "history pass behind findings F and C)", UPSTREAM,
+                   preconditions=UPSTREAM_DECLARES + (LACKING["group"][0],), requires="sglang",
                    earlier=("sglang.srt.mem_cache.swa_memory_pool:SWATokenToKVPoolAllocator",)),
 ) + tuple(
     _entry(f"mutant.sglang.swa.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,

@@ -17,7 +17,8 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
   - free_full: the full side only; free = free_swa then free_full; *_segment likewise;
   - free groups: SWA releases are resolved (unmapped) at the call and released at the end, page
     ids first, then the set-shaped ones, then the full pool's own group; a nested begin is
-    rejected with nothing changed, an end with none open does nothing;
+    rejected with nothing changed, an end with none open does nothing (before SGLang 0.5.18
+    `free_swa` released at once inside a group: `contract.py`);
   - set_full_to_swa_mapping / clear_full_to_swa_mapping (a prefix cache's re-pairing): the
     mapping of those full slots set or cleared, nothing allocated or released;
   - clear(): both pools fresh, mapping empty, group closed; resize(size, size_swa) the same
@@ -36,6 +37,7 @@ full-to-SWA mapping: full slot -> SWA slot, absent meaning 0 (no SWA peer). What
 from __future__ import annotations
 
 from kvfuzz.oracle.allocator.model import AllocatorModel, Rejected, page_disjoint
+from kvfuzz.oracle.swa.contract import CURRENT, Contract
 from kvfuzz.strategies.inputs import ceil_pages
 
 __all__ = ["Rejected", "SWAModel"]
@@ -43,8 +45,10 @@ __all__ = ["Rejected", "SWAModel"]
 
 class SWAModel:
     def __init__(self, size: int, size_swa: int, page_size: int, need_sort: bool,
-                 debug: bool = False, strict: bool = False):
+                 debug: bool = False, strict: bool = False, contract: Contract = CURRENT):
+        """`contract`: what the release's calls promise where it differs (contract.py)."""
         self.P, self.need_sort, self.debug, self.strict = page_size, need_sort, debug, strict
+        self.contract = contract
         self.resize(size, size_swa)
 
     def resize(self, size: int, size_swa: int) -> None:
@@ -179,13 +183,25 @@ class SWAModel:
         """The SWA peers of `slots` (0 where none), their mapping cleared."""
         return [self.mapping.pop(slot, 0) for slot in slots]
 
-    def free_swa(self, slots: list[int]) -> None:
+    def _defers(self, direct: bool) -> bool:
+        """Whether an SWA release waits for the group's end: inside a group, unless the class
+        had no SWA group of its own and `free_swa` was called directly (contract.py: its `free`
+        was deferred whole by the base's group, whose SWA side is modelled as today's)."""
+        return self.group_open and (self.contract.swa_group or not direct)
+
+    def free_swa(self, slots: list[int], direct: bool = True) -> None:
         if not slots:
             return
-        if self.P == 1:
-            return self.free_swa_segment(slots, 0)
-        peers = self._unmap(self._whole_pages(slots))
-        if self.group_open:
+        if self.P > 1:
+            peers = self._unmap(self._whole_pages(slots))
+        elif self.contract.row_free:
+            # before free_full, `free_swa` skipped unmapped slots at page size 1 too (a whole
+            # row's `free` passes the window's passed tokens, which have no peer), releasing
+            # the peers in the caller's order (contract.py)
+            peers = self._unmap(slots)
+        else:
+            return self.free_swa_segment(slots, 0, direct)
+        if self._defers(direct):
             self.swa_free_group += peers
             return
         self._release_swa(peers)
@@ -193,7 +209,7 @@ class SWAModel:
     def _release_swa(self, peers: list[int]) -> None:
         self.swa.free_slots([s for s in peers if s > 0])
 
-    def free_swa_segment(self, slots: list[int], start_pos: int) -> None:
+    def free_swa_segment(self, slots: list[int], start_pos: int, direct: bool = True) -> None:
         if not slots:
             return
         if start_pos % self.P:
@@ -206,7 +222,7 @@ class SWAModel:
                            f"slot {unmapped[0]}")
         pages = [peer // self.P for peer in peers]
         self._unmap(self._whole_pages(reps))
-        if self.group_open:
+        if self._defers(direct):
             self.swa_page_ids_group += pages
             return
         self.swa.free_page_ids(pages)
@@ -224,12 +240,12 @@ class SWAModel:
 
     def free(self, slots: list[int]) -> None:
         if slots:
-            self.free_swa(slots)
+            self.free_swa(slots, direct=False)
             self.free_full(slots)
 
     def free_segment(self, slots: list[int], start_pos: int) -> None:
         if slots:
-            self.free_swa_segment(slots, start_pos)
+            self.free_swa_segment(slots, start_pos, direct=False)
             self.full.free_segment(slots, start_pos)
 
     def free_full_segment(self, slots: list[int], start_pos: int) -> None:

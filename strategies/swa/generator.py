@@ -14,7 +14,7 @@ nested begin, a stray end); SGLang's debug and strict invariant checks on in som
 there the caller bugs they reject (`scheduler_ops.MISUSES`), with the ones rejected in every mode
 now and then everywhere. Unless an implementation declares that it is only called after the
 scheduler's memory check (`generator_for`), some decodes run unchecked; one that lacks the
-reclaim, resize or offload calls gets none, and one that takes only a power-of-two page size
+reclaim, resize, offload or tail calls gets none, and one that takes only a power-of-two page size
 (an earlier release launching the Triton kernels) gets no page size 3. A change to what this
 produces must bump the version.
 """
@@ -37,7 +37,7 @@ CHECKED_RATE = 0.2    # a trace with the debug checks on; the same for the stric
 CACHE_RATE = 0.3      # of finishes: into the prefix cache
 # What a class may lack (an earlier release's calls), by the name `generator_for` takes: it then
 # gets none of those ops (a finish into the cache is then a plain finish).
-OPTIONAL = ("reclaim", "resize", "offload")
+OPTIONAL = ("reclaim", "resize", "offload", "tail", "group")
 
 
 PAGE_SIZES = (1, 1, 2, 3, 4, 8)  # 3: a page size no power of two (no bit tricks)
@@ -79,9 +79,11 @@ class _Generator:
 
     def step(self) -> None:
         full = sum(self.live.values()) / (self.pages * self.P)
+        grouped = "group" not in self.lacking
         actions = [(self.admit, 1.0 if len(self.live) < 8 else 0.1), (self.extend, 2.0),
                    (self.decode, 2.0), (self.evict, 1.0), (self.finish, 0.3 + 2 * full),
-                   (self.batch, 0.6), (self.clear, 0.03), (self.stray_end, 0.05),
+                   (self.batch, 0.6 * grouped), (self.clear, 0.03),
+                   (self.stray_end, 0.05 * grouped),
                    (self.reclaim, 0.5 * ("reclaim" not in self.lacking)),
                    (self.offload, 0.1 * ("offload" not in self.lacking)),
                    (self.misuse, self.misuse_rate)]
@@ -96,7 +98,9 @@ class _Generator:
         self.next_rid += 1
         self.live[self.next_rid] = 0
         self.ops.append(Admit(self.next_rid))
-        if self.P > 1 and self.rng.random() < 0.2:  # a transferred prefill, SWA for its tail
+        # (the draw is made whatever the class lacks: a stream without "tail" stays as it was)
+        if self.P > 1 and self.rng.random() < 0.2 and "tail" not in self.lacking:
+            # a transferred prefill, SWA for its tail
             # (now and then none: a request with nothing to fill, which SGLang's decode
             # server also hands to the tail call, with a tail of 0)
             n = self.rng.randint(1, 12 * self.P) if self.rng.random() < 0.95 else 0

@@ -1,13 +1,14 @@
 """What an SWA allocator may declare (`Implementation.preconditions`): that it is only called
 after the scheduler's memory check (its generator then checks every decode, and a trace with an
 unchecked decode is outside its contract: `broken`), and, for an earlier release's class read
-as installed, that it has no segment releases, or no reclaim, resize or offload calls. Standard
-library only."""
+as installed, that it has no segment releases, or no reclaim, resize, offload or tail calls.
+Standard library only."""
 
 from __future__ import annotations
 
 from kvfuzz.strategies.swa.scheduler_ops import Cache, Offload, Reclaim, Resize
-from kvfuzz.strategies.swa.trace import FreeSegments, Trace, unchecked_decodes
+from kvfuzz.strategies.swa.trace import (ExtendTail, FreeSegments, GroupBegin, GroupEnd, Trace,
+                                         unchecked_decodes)
 
 CHECKED_DECODE = ("alloc_decode only after the scheduler checked both pools have room "
                   "(SGLang's check_decode_mem retracts requests first)")
@@ -29,6 +30,15 @@ LACKING = {
                (Resize,)),
     "offload": ("no get_cpu_copy or load_cpu_copy: no KV offload", ("get_cpu_copy",
                                                                     "load_cpu_copy"), (Offload,)),
+    # Never read from a class (every release has the calls): declared by the history pass
+    # `sglang.swa.ungrouped`, which sees past F and C (docs/release-history.md) on the same
+    # builds without free groups. Not a contract.
+    "group": ("no free groups: releases are not batched (a history pass behind findings F and "
+              "C, not a contract)", ("free_group_begin", "free_group_end"),
+              (GroupBegin, GroupEnd)),
+    # (SGLang before 0.5.12: a decode server's admission allocated both pools in full)
+    "tail": ("no alloc_extend_swa_tail: no request is admitted with SWA slots for its tail "
+             "only", ("alloc_extend_swa_tail",), (ExtendTail,)),
 }
 
 

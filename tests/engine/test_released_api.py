@@ -268,6 +268,7 @@ class PagedTokenToKVPoolAllocator:
 
 
 class SWATokenToKVPoolAllocator:
+    def free(self): pass
     def free_full(self): pass
     def free_swa(self): pass
     def alloc_extend_swa_tail(self): pass
