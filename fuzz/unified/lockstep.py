@@ -36,6 +36,7 @@ class UnifiedLockstep(RadixLockstep):
     CALLER_FREES_DUPLICATES = False
     VALUE_COVERS_PARTIAL_PAGE = False
     MODEL = UnifiedModel
+    LIGHT = False
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None,
                    poison_mamba: bool = True, contract=None):
