@@ -9,7 +9,9 @@ from the nodes before and after the op only unlocked leaves gone and a pin's loc
 their baseline (what a judge without the model still sees), whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
 sign, available + evictable + protected + held = capacity), then the model's exact state (pages
 evicted in policy order, every node, free pages, rows) and, with events on, that the events'
-stored minus removed pages are the cached ones.
+stored minus removed pages are the cached ones. The state is read whole every few reads, after
+the last op and where a light read (sizes, rows, events and a digest of every node, checked
+after every op) differs from the model (`FULL_EVERY`, `state`).
 """
 
 from __future__ import annotations
@@ -265,7 +267,11 @@ class RadixLockstep(Lockstep):
 
     def step(self, op):
         self.at = self.__dict__.get("at", -1) + 1  # the op's index in the trace
-        return super().step(op)
+        self.note = None
+        line, problems = super().step(op)
+        if problems and self.note and problems[0] is self.note[0]:  # the whole read's find
+            problems.append(self.note[1])
+        return line, problems
 
     def state(self, op) -> list[tuple[str, str]]:
         reads = self.__dict__.get("reads", 0)
@@ -274,13 +280,27 @@ class RadixLockstep(Lockstep):
         if self.LIGHT and op is not None and reads % self.FULL_EVERY and \
                 self.at < len(self.trace.ops) - 1:
             expected = self.model.views()
-            light = state.light_problems(self.model, self.read_changed("light_since"), expected)
+            read = self.read_changed("light_since")
+            light = self.light_problems(read, expected)
+            if not light:  # the events, against the model's pages (the tree's, it says)
+                light = self._event_problems(read["events"], self.as_read(expected))
             if not light:  # the tree is the model's: its nodes stand for the implementation's
-                self.nodes_before = self.before_views = expected
+                self.nodes_before = self.before_views = self.as_read(expected)
                 self.pages_before = self.expected_before = None
                 self.evicting = False
                 return []
         return self._whole(op, located=bool(light)) or light
+
+    def light_problems(self, light: dict, expected: list) -> list[tuple[str, str]]:
+        return state.light_problems(self.model, light, expected)
+
+    def whole_args(self) -> tuple:
+        """More arguments of the whole read (`snapshot_since`)."""
+        return ()
+
+    def as_read(self, expected: list) -> list:
+        """The model's nodes as the implementation's whole read shows them."""
+        return expected
 
     def _whole(self, op, located: bool = False) -> list[tuple[str, str]]:
         """The whole read's problems, saying which ops they may come from where the read before
@@ -288,19 +308,21 @@ class RadixLockstep(Lockstep):
         at, since = self.__dict__.get("at", -1), self.__dict__.get("full_at", -1)
         self.last_full, self.full_at = self.reads, at
         problems = self.whole_state(op)
+        self.note = None
         if problems and self.LIGHT and not located and since < at - 1:
-            problems.append(("whole read", f"the state is read whole every {self.FULL_EVERY} "
-                                           f"reads, after the last op and where the light read "
-                                           f"(sizes, rows, every node's digest) differs; the "
-                                           f"one before this was after op {since}: what it "
-                                           f"shows may have changed in any op from {since + 1} "
-                                           f"to {at}"))
+            self.note = (problems[0], ("whole read", f"read whole every {self.FULL_EVERY} reads "
+                                                     f"(between: sizes, rows, digests, events); "
+                                                     f"this may have changed in any op from "
+                                                     f"{since + 1} to {at}"))
         return problems
 
     def whole_state(self, op) -> list[tuple[str, str]]:
-        model, snap = self.model, self.read_changed("snapshot_since")  # only changes cross
+        # only changes cross
+        model, snap = self.model, self.read_changed("snapshot_since", *self.whole_args())
         if recording():  # the implementation's side: the judge compares, from its replay
             self.evicting = False
+            # (the ledger as the judge's, which the light reads' checks read on both sides)
+            self.ledger.fold(snap["events"]) if self.trace.events else None
             return []
         ps = model.page_size
         nodes, expected = self.views(snap)
@@ -328,7 +350,8 @@ class RadixLockstep(Lockstep):
         """The whole state after the last op, where the last op called nothing and the read
         before was a light one."""
         if self.LIGHT and self.__dict__.get("last_full") != self.__dict__.get("reads"):
-            return self._whole(None)
+            problems = self._whole(None)
+            return problems + [self.note[1]] if self.note else problems
         return []
 
     def views(self, snap) -> tuple[list, list]:

@@ -208,8 +208,19 @@ def view_digest(nodes: list[NodeView], page_size: int) -> int:
 
 
 def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
-    """An op between two whole reads: the size counters and the live rows against the model's,
-    and the digest of every node against the model's nodes' (`view_digest`)."""
+    """An op between two whole reads: the size counters and the live rows against the model's
+    (`counter_problems`), and the digest of every node against the model's nodes'
+    (`view_digest`)."""
+    problems = counter_problems(model, light)
+    if light["num_nodes"] != len(expected) or \
+            light["digest"] != view_digest(expected, model.page_size):
+        problems.append(("tree", f"the tree's digest differs from the model's "
+                                 f"({light['num_nodes']} nodes, expected {len(expected)})"))
+    return problems
+
+
+def counter_problems(model, light: dict) -> list[tuple[str, str]]:
+    """The size counters and the live rows of a light read against the model's."""
     problems = []
     tree = model.tree
     for name, total in (("evictable_size", tree.evictable_size()),
@@ -223,8 +234,4 @@ def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[s
             problems.append(("row", f"r{rid}'s row: expected {_short(request.row)}, actual "
                                     f"{_short(rows.get(rid))}"))
             break
-    if light["num_nodes"] != len(expected) or \
-            light["digest"] != view_digest(expected, model.page_size):
-        problems.append(("tree", f"the tree's digest differs from the model's ({light['num_nodes']} "
-                                 f"nodes, expected {len(expected)})"))
     return problems

@@ -7,12 +7,13 @@ The digest is the sum (mod 2**64) of one hash per node over ints only (a str's h
 between processes): (namespace, where its key starts, its edge as (namespace, first page), key,
 slots, lock, hit count, priority, the ranks of its access and creation times). A sum, so that
 the order nodes are walked in (each cache's own) does not matter; the judge computes the same
-from the model's nodes (`fuzz/radix/state.py:view_digest`)."""
+from the model's nodes (`fuzz/radix/state.py:view_digest`). The KV events published since the
+last read are taken too, as the whole read takes them."""
 
 from __future__ import annotations
 
 from kvfuzz.impl.radix.ints import int_list
-from kvfuzz.impl.radix.reader import rows_of
+from kvfuzz.impl.radix.reader import event, rows_of
 
 MASK = (1 << 64) - 1
 
@@ -74,4 +75,5 @@ def light(driver) -> dict:
     rows = node_rows(cache, driver.rows.req_to_token.shape[1] * 64 + 64)
     return {"digest": digest(rows), "num_nodes": len(rows),
             "evictable": int(cache.evictable_size()), "protected": int(cache.protected_size()),
-            "available": int(driver.allocator.available_size()), "rows": rows_of(driver)}
+            "available": int(driver.allocator.available_size()), "rows": rows_of(driver),
+            "events": [event(e) for e in cache.take_events()]}
