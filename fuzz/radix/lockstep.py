@@ -282,10 +282,12 @@ class RadixLockstep(Lockstep):
             expected = self.model.views()
             read = self.read_changed("light_since")
             light = self.light_problems(read, expected)
-            if not light:  # the events, against the model's pages (the tree's, it says)
-                light = self._event_problems(read["events"], self.as_read(expected))
+            if not light and (self.trace.events or read["events"]):  # against the model's
+                light = self._event_problems(read["events"], self.as_read(expected))  # pages
             if not light:  # the tree is the model's: its nodes stand for the implementation's
-                self.nodes_before = self.before_views = self.as_read(expected)
+                # (on the implementation's side nothing reads them: `whole_state`)
+                before = None if recording() else self.as_read(expected)
+                self.nodes_before = self.before_views = before
                 self.pages_before = self.expected_before = None
                 self.evicting = False
                 return []
