@@ -9,12 +9,12 @@ from the nodes before and after the op only unlocked leaves gone and a pin's loc
 their baseline (what a judge without the model still sees), whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
 sign, available + evictable + protected + held = capacity), then the model's exact state (pages
 evicted in policy order, every node, free pages, rows) and, with events on, that the events'
-stored minus removed pages are the cached ones.
+stored minus removed pages are the cached ones. The state is read whole every few reads, after
+the last op and where a light read (sizes, rows, events and a digest of every node, checked
+after every op) differs from the model (`FULL_EVERY`, `state`).
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.engine.transcript import recording
@@ -74,7 +74,9 @@ class RadixLockstep(Lockstep):
         self.ledger = EventLedger(self.names)
         self.seen: set[int] = set()
         self.pages_before = None  # the implementation's pages after the last op
+        self.expected_before = None  # the model's
         self.nodes_before = None  # and its nodes
+        self.before_views = None  # the model's nodes after the last op, where it was light
         self.evicting = False
         self.contract = self.options.get("contract", CURRENT)
         if self.contract is CURRENT:  # (the unified model takes no contract)
@@ -89,7 +91,6 @@ class RadixLockstep(Lockstep):
                     rows, context, device, poison_keys)
 
     def initial_problems(self):
-        self.expected_before = Counter()
         return self.state(None)
 
     # -- ops ----------------------------------------------------------------------------------
@@ -257,10 +258,73 @@ class RadixLockstep(Lockstep):
                               f"({len(taken)} such pages)")]
         return []
 
+    # The whole state is read every FULL_EVERY reads, after the last op and where the light
+    # read (sizes, rows, every node's digest: `impl/radix/digest.py`) differs from the model;
+    # between them only the light read crosses. Both sides check the light read, so that both
+    # ask for the same whole reads (the judge's replay follows the recorded requests).
+    FULL_EVERY = 8
+    LIGHT = True  # whether the driver has the light read (`light_since`)
+
+    def step(self, op):
+        self.at = self.__dict__.get("at", -1) + 1  # the op's index in the trace
+        self.note = None
+        line, problems = super().step(op)
+        if problems and self.note and problems[0] is self.note[0]:  # the whole read's find
+            problems.append(self.note[1])
+        return line, problems
+
     def state(self, op) -> list[tuple[str, str]]:
-        model, snap = self.model, self.read_changed("snapshot_since")  # only changes cross
+        reads = self.__dict__.get("reads", 0)
+        self.reads = reads + 1
+        light = []
+        if self.LIGHT and op is not None and reads % self.FULL_EVERY and \
+                self.at < len(self.trace.ops) - 1:
+            expected = self.model.views()
+            read = self.read_changed("light_since")
+            light = self.light_problems(read, expected)
+            if not light and (self.trace.events or read["events"]):  # against the model's
+                light = self._event_problems(read["events"], self.as_read(expected))  # pages
+            if not light:  # the tree is the model's: its nodes stand for the implementation's
+                # (on the implementation's side nothing reads them: `whole_state`)
+                before = None if recording() else self.as_read(expected)
+                self.nodes_before = self.before_views = before
+                self.pages_before = self.expected_before = None
+                self.evicting = False
+                return []
+        return self._whole(op, located=bool(light)) or light
+
+    def light_problems(self, light: dict, expected: list) -> list[tuple[str, str]]:
+        return state.light_problems(self.model, light, expected)
+
+    def whole_args(self) -> tuple:
+        """More arguments of the whole read (`snapshot_since`)."""
+        return ()
+
+    def as_read(self, expected: list) -> list:
+        """The model's nodes as the implementation's whole read shows them."""
+        return expected
+
+    def _whole(self, op, located: bool = False) -> list[tuple[str, str]]:
+        """The whole read's problems, saying which ops they may come from where the read before
+        it was not after the op before (`located`: this op's light read saw them: this op)."""
+        at, since = self.__dict__.get("at", -1), self.__dict__.get("full_at", -1)
+        self.last_full, self.full_at = self.reads, at
+        problems = self.whole_state(op)
+        self.note = None
+        if problems and self.LIGHT and not located and since < at - 1:
+            self.note = (problems[0], ("whole read", f"read whole every {self.FULL_EVERY} reads "
+                                                     f"(between: sizes, rows, digests, events); "
+                                                     f"this may have changed in any op from "
+                                                     f"{since + 1} to {at}"))
+        return problems
+
+    def whole_state(self, op) -> list[tuple[str, str]]:
+        # only changes cross
+        model, snap = self.model, self.read_changed("snapshot_since", *self.whole_args())
         if recording():  # the implementation's side: the judge compares, from its replay
             self.evicting = False
+            # (the ledger as the judge's, which the light reads' checks read on both sides)
+            self.ledger.fold(snap["events"]) if self.trace.events else None
             return []
         ps = model.page_size
         nodes, expected = self.views(snap)
@@ -270,6 +334,9 @@ class RadixLockstep(Lockstep):
         problems += [("tree", text) for text in tree_violations(nodes, ps)]
         problems += state.lock_problems(op, lambda: self.nodes_before, nodes, ps, self.evicting)
         problems += state.pool_problems(model, snap, nodes)
+        if self.evicting and self.expected_before is None and self.nodes_before is not None:
+            # the op before was a light one: the model's nodes then were the implementation's
+            self.pages_before = self.expected_before = self.names.count(self.before_views, ps)
         if self.evicting and self.pages_before is not None:
             problems += state.eviction_problems(
                 self.names, self.expected_before - expected_pages, self.pages_before - pages,
@@ -280,6 +347,14 @@ class RadixLockstep(Lockstep):
         self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
         self.nodes_before = nodes
         return problems
+
+    def finish(self) -> list[tuple[str, str]]:
+        """The whole state after the last op, where the last op called nothing and the read
+        before was a light one."""
+        if self.LIGHT and self.__dict__.get("last_full") != self.__dict__.get("reads"):
+            problems = self._whole(None)
+            return problems + [self.note[1]] if self.note else problems
+        return []
 
     def views(self, snap) -> tuple[list, list]:
         """(the implementation's nodes, the model's), as `NodeView`s to set side by side."""

@@ -187,3 +187,51 @@ def poisoned_nodes(nodes: list[NodeView]) -> list[tuple[str, str]]:
 def _short(value, width: int = 70) -> str:
     text = repr(value)
     return text if len(text) <= width else text[:width - 3] + "..."
+
+
+MASK = (1 << 64) - 1
+
+
+def view_digest(nodes: list[NodeView], page_size: int) -> int:
+    """What `impl/radix/digest.py` computes of a tree, from `NodeView`s (the model's): the sum
+    of one hash a node over (namespace, start, the edge it should be filed under, key, slots,
+    lock, hits, priority, the ranks of its access and creation times)."""
+    access = {t: i for i, t in enumerate(sorted({n.access for n in nodes}))}
+    created = {t: i for i, t in enumerate(sorted({n.created for n in nodes}))}
+    total = 0
+    for n in nodes:
+        ns, tokens = n.path
+        key = tuple(n.key)
+        total += hash((ns, len(tokens) - len(key), (ns, key[:page_size]), key, tuple(n.value),
+                       n.lock, n.hits, n.priority, access[n.access], created[n.created]))
+    return total & MASK
+
+
+def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
+    """An op between two whole reads: the size counters and the live rows against the model's
+    (`counter_problems`), and the digest of every node against the model's nodes'
+    (`view_digest`)."""
+    problems = counter_problems(model, light)
+    if light["num_nodes"] != len(expected) or \
+            light["digest"] != view_digest(expected, model.page_size):
+        problems.append(("tree", f"the tree's digest differs from the model's "
+                                 f"({light['num_nodes']} nodes, expected {len(expected)})"))
+    return problems
+
+
+def counter_problems(model, light: dict) -> list[tuple[str, str]]:
+    """The size counters and the live rows of a light read against the model's."""
+    problems = []
+    tree = model.tree
+    for name, total in (("evictable_size", tree.evictable_size()),
+                        ("protected_size", tree.protected_size()),
+                        ("available_size", model.available_size())):
+        if light[name.split("_")[0]] != total:
+            problems.append((name, f"expected {total}, actual {light[name.split('_')[0]]}"))
+    rows = light["rows"]
+    for rid, request in model.requests.items():
+        if not request.stale and rows.get(rid) != request.row:
+            problems.append(("row", f"r{rid}'s row: expected {_short(request.row)}, actual "
+                                    f"{_short(rows.get(rid))}"))
+            break
+    return problems

@@ -27,6 +27,7 @@ WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS)
 class WindowLockstep(RadixLockstep):
     EVENTS = RadixLockstep.TREE_EVENTS + WINDOW_EVENTS
     ALLOC_EVICT = "evict_for_shortfall"  # what evict_to_free_tokens asks of a pure-SWA cache
+    LIGHT = False  # the window's reads (cursors, SWA sizes) are whole reads, after every op
 
     def build_model(self, trace):
         super().build_model(trace)  # the page names, the event ledger, what the checks keep

@@ -59,7 +59,23 @@ class UnifiedLockstep(RadixLockstep):
 
     def views(self, snap):
         ps = self.model.page_size
+        self.inner = snap["inner"] is not None  # whether the core shows its nodes' fields
         return state.views(snap, ps), state.exposed(self.model.views(), snap)
+
+    def as_read(self, expected):
+        # (unread on the implementation's side, which judges nothing of it)
+        return state.exposed(expected, {"inner": True if getattr(self, "inner", 0) else None})
+
+    def light_problems(self, light, expected):
+        if self.core.get("twin") is not None:  # the Rust core's, for the cores' comparison
+            self.twin_events.extend(light["events"])
+        return state.light_problems(self.model, light, expected) + \
+            twin_problems({**light, STATE: ("sizes", 0), "events": []})
+
+    def whole_args(self) -> tuple:
+        """The twin's whole state in every whole read of the Rust entry (a whole read is every
+        few ops already)."""
+        return (True,) if self.core.get("twin") is not None else ()
 
     def more_problems(self, snap, nodes):
         return state.walk_problems(snap, self.model.views()) + \
@@ -71,8 +87,12 @@ class UnifiedLockstep(RadixLockstep):
         return self.__dict__.setdefault("_twin_events", [])
 
     def finish(self):
-        """After the last op, the twin's whole state where the last read had only its sizes
-        (the twin driver reads it whole every few reads: `impl/unified/twin_parts.py`)."""
+        """After the last op, the whole state where the last read was a light one, and the
+        twin's whole state where the last read had only its sizes (the twin driver reads it
+        whole every few reads: `impl/unified/twin_parts.py`)."""
+        problems = super().finish()
+        if problems:
+            return problems
         last = self.__dict__.get("_held_reads", {}).get("snapshot_since", (0, None))[1]
         if not last or (last.get(STATE) or ("",))[0] != "sizes":
             return []

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from kvfuzz.fuzz.radix.state import edge_of, namespace
+from kvfuzz.fuzz.radix.state import MASK, edge_of, namespace
+from kvfuzz.fuzz.radix.state import counter_problems
 from kvfuzz.oracle.radix.invariants import NodeView
 from kvfuzz.oracle.counts import same_counts
 
@@ -46,18 +47,43 @@ def exposed(expected: list[NodeView], snap: dict) -> list[NodeView]:
             for node in expected]
 
 
-def walk_problems(snap: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
-    """The KV-canary walk (every cached slot with its position from the root and the slot before
-    it) against the model's tree, and the tree's own counts against its nodes."""
-    want, last = Counter(), {}  # last: a node's path -> its last slot
+def expected_walk(expected: list[NodeView]) -> list[tuple[int, int, int]]:
+    """(slot, position from the root, the slot before it) of every slot of the model's tree:
+    what `walk_for_kv_canary` answers of it."""
+    want, last = [], {}  # last: a node's path -> its last slot
     for node in expected:
         prev = last.get(node.parent, -1) if node.parent is not None else -1
         depth = len(node.path[1]) - len(node.key)
-        # (slot, position, slot before) for every slot of the node, zipped (the judge walks
-        # every cached slot after every op)
-        want.update(zip(node.value, range(depth, depth + len(node.value)),
+        want.extend(zip(node.value, range(depth, depth + len(node.value)),
                         [prev] + node.value[:-1]))
         last[node.path] = node.value[-1] if node.value else prev
+    return want
+
+
+def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
+    """An op between two whole reads: the sizes and rows (as the radix judge's light read), the
+    digests of the walk and of the unlocked slots against the model's tree's, `total_size()`."""
+    problems = counter_problems(model, light)
+    want = expected_walk(expected)
+    unlocked = [s for node in expected if not node.lock for s in node.value]
+    if (light["num_walk"], light["walk"]) != (len(want), sum(map(hash, want)) & MASK):
+        problems.append(("walk", f"the walk's digest differs from the model's tree's "
+                                 f"({light['num_walk']} slots walked, expected {len(want)})"))
+    elif (light["num_unlocked"], light["unlocked"]) != \
+            (len(unlocked), sum(map(hash, unlocked)) & MASK):
+        problems.append(("tree", f"the unlocked slots' digest differs from the model's "
+                                 f"({light['num_unlocked']} unlocked, expected {len(unlocked)})"))
+    total = light["total"]
+    if total[0] != len(want) or total[1:] != [0] * (len(total) - 1):
+        problems.append(("total_size", f"total_size() says {tuple(total)}, the model's tree "
+                                       f"holds {len(want)} full-attention slots"))
+    return problems
+
+
+def walk_problems(snap: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
+    """The KV-canary walk (every cached slot with its position from the root and the slot before
+    it) against the model's tree, and the tree's own counts against its nodes."""
+    want = Counter(expected_walk(expected))
     got = Counter(map(tuple, snap["walk"]))
     problems = []
     if not same_counts(got, want):

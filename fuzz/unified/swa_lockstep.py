@@ -61,6 +61,8 @@ class Book:
 
 
 class SWALockstep(UnifiedLockstep):
+    LIGHT = False  # the SWA and Mamba reads are whole, after every op (their own `state`)
+
     def build_model(self, trace):
         self.seen, self.snap, self.probed, self.cursor = set(), None, None, None
         self.pinned, self.evicting = None, False

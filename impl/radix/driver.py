@@ -17,6 +17,7 @@ from array import array
 import torch
 
 from kvfuzz.impl.changed_reads import ChangedReads
+from kvfuzz.impl.radix.digest import light
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.radix.legacy import calls_for
@@ -257,6 +258,10 @@ class RadixDriver(ChangedReads):
     def snapshot_since(self, since: int):
         """`snapshot()` as what changed since read `since` (`ChangedReads`)."""
         return self.changed("snapshot", since, self.snapshot())
+
+    def light_since(self, since: int):
+        """The light read (`digest.light`: sizes, rows, the nodes' digest) as what changed."""
+        return self.changed("light", since, light(self))
 
 
 def warm_up(cls) -> None:

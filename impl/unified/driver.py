@@ -41,7 +41,7 @@ from kvfuzz.impl.radix.driver import RadixDriver, _sglang, matched_len
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
 from kvfuzz.impl.unified.paths import path_info
-from kvfuzz.impl.unified.reader import snapshot
+from kvfuzz.impl.unified.reader import light, snapshot
 
 os.environ.setdefault("SGLANG_RUST_BUILD_MODE", "never")
 RUST_CORE = "sglang.srt.mem_cache.rust_tree_core.adapter.RustUnifiedTreeCore"
@@ -232,6 +232,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
 
     def snapshot(self, compared_only: bool = False) -> dict:
         return snapshot(self, compared_only)
+
+    def light_since(self, since: int):
+        """The light read (`reader.light`) as what changed (`ChangedReads`)."""
+        return self.changed("light", since, light(self))
 
 
 def _takes_backend() -> bool:

@@ -188,3 +188,26 @@ def _inner(core, handles: list) -> list | None:
                       int(node.priority), float(node.last_access_time),
                       float(node.creation_time)))
     return found
+
+
+def light(driver) -> dict:
+    """The light read between two whole ones (`fuzz/radix/lockstep.py`): the sizes, the rows,
+    and digests of the KV-canary walk (every cached slot with its position and the slot before
+    it: the tree's slots and shape) and of the unlocked slots, each the sum (mod 2**64) of one
+    hash a row; the KV events since the last read. The nodes are tracked by path as after every
+    read (`track`)."""
+    cache, core = driver.cache, driver.cache.tree_core
+    track(driver)
+    walk = core.walk_for_kv_canary(False, False)
+    rows = list(zip(int_list(walk.slot_indices), int_list(walk.positions),
+                    int_list(walk.prev_slot_indices)))
+    unlocked = int_list(core.walk_for_kv_canary(True, False).slot_indices)
+    return {"walk": sum(map(hash, rows)) & MASK, "num_walk": len(rows),
+            "unlocked": sum(map(hash, unlocked)) & MASK, "num_unlocked": len(unlocked),
+            "evictable": int(cache.evictable_size()), "protected": int(cache.protected_size()),
+            "available": int(_pool(driver.allocator).available_size()),
+            "total": [int(n) for n in cache.total_size()], "rows": rows_of(driver),
+            "events": [event(e) for e in cache.take_events()]}
+
+
+MASK = (1 << 64) - 1

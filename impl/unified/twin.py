@@ -14,7 +14,7 @@ from __future__ import annotations
 from kvfuzz.impl.changed_reads import ChangedReads
 from kvfuzz.impl.registry import safe_text
 from kvfuzz.impl.unified.driver import UnifiedDriver
-from kvfuzz.impl.unified.reader import sizes, track
+from kvfuzz.impl.unified.reader import light, sizes, track
 from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE, WHOLE_EVERY
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
@@ -106,6 +106,19 @@ class TwinDriver(ChangedReads):
         except Exception as error:  # noqa: BLE001 - a difference, judged
             found[STATE] = _raised(error)
         return found
+
+    def light_since(self, since: int):
+        """The primary's light read (`reader.light`), the pairs since the last read and the
+        twin's sizes (its nodes tracked by path), as what changed."""
+        found = light(self.primary)
+        found[PAIRS], found[SIZES], self.pairs = self.pairs, None, []
+        if self.twin is not None:
+            try:
+                found[SIZES] = sizes(self.twin)
+                track(self.twin)
+            except Exception as error:  # noqa: BLE001 - a difference, judged
+                found[SIZES] = ["raised", type(error).__name__, safe_text(error)]
+        return self.changed("light", since, found)
 
     def snapshot_since(self, since: int, whole: bool = False):
         """`snapshot()` as what changed since read `since` (`ChangedReads`)."""

@@ -140,12 +140,14 @@ def test_the_swa_judge_checks_eviction_and_sizes_itself(name, label, found):
     assert outcome.status == "diverge" and outcome.divergence.signature[-1] == label
 
 
-def test_a_cores_difference_the_last_op_makes_is_caught_at_the_end_of_the_trace():
-    # The twin's whole state is read every few reads (impl/unified/twin_parts.py); what differs
-    # only in it (the free list's order: no call answers it) after the last op is read after it.
+def test_a_cores_difference_the_last_op_makes_is_caught_at_the_last_op():
+    # The twin's whole state is read with every whole read (fuzz/radix/lockstep.py: every few
+    # reads and after the last op); what differs only in it (the free list's order: no call
+    # answers it) after the last op is read there, the report naming the ops it covers.
     trace = Trace(1, 3, "lru", False, (Insert((1, 2, 3)), Evict(3)))
     assert UNIFIED.check(trace, RUST_ENTRY).status == "agree"
     found = divergence("unified", trace, "mutant.sglang.unified.evict_frees_reversed")
-    assert found is not None and "cores differ at the end of the trace" in found.report() and \
-        "free: the Rust core [1, 2, 3], the Python core [3, 2, 1]" in found.report(), \
-        found and found.report()
+    report = found and found.report()
+    assert found is not None and found.what.startswith("cores differ at op 1 of 2"), report
+    assert "free: the Rust core [1, 2, 3], the Python core [3, 2, 1]" in report, report
+    assert "may have changed in any op from 0 to 1" in report, report

@@ -1,0 +1,95 @@
+"""The unified judge's light reads (`impl/unified/reader.py:light`: sizes, rows, events, digests
+of the KV-canary walk and of the unlocked slots) between whole ones: a cache that writes where
+the op it was called for does not reach (another request's row, the allocator) is caught, at the
+op of the write where the light read shows it, else at the next whole read, which says which
+ops it covers. Test doubles of the released `UnifiedRadixCache`, on each core; skips without
+SGLang."""
+
+import functools
+
+import pytest
+
+from kvfuzz.fuzz.radix.lockstep import RadixLockstep
+from kvfuzz.fuzz.unified.target import UNIFIED
+from kvfuzz.impl.registry import YOURS, Implementation, load_attribute
+from kvfuzz.impl.unified import DECLARES, RELEASED
+from kvfuzz.strategies.radix.trace import Admit, Checkpoint, Extend, Insert, Match
+from kvfuzz.strategies.unified.trace import Trace
+from tests.helpers import divergence, needs_engine
+
+pytestmark = needs_engine("sglang")
+
+# As tests/radix/test_light_reads.py: r1 holds [1 2 3 4] (slots 1-4), [7 8] holds slots 5-6;
+# the third miss, op 6, is a light read, where each double writes.
+TRACE = Trace(1, 32, "lru", False, (
+    Admit(1, (1, 2, 3, 4, 5), 5), Extend(1, 4), Checkpoint(1), Insert((7, 8)),
+    Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,))))
+WRITE_AT = 6
+
+
+def __getattr__(name):  # by import path: tests.unified.test_light_reads:OtherRow, ...
+    if name in doubles():
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@functools.cache
+def doubles() -> dict:
+    UnifiedRadixCache = load_attribute(RELEASED)
+    import torch
+
+    class Hostile(UnifiedRadixCache):
+        misses = 0
+
+        def match_prefix(self, params):
+            result = super().match_prefix(params)
+            if params.req is None and list(params.key) == [9]:
+                self.misses += 1
+                if self.misses == 3:
+                    self.write()
+            return result
+
+    class OtherRow(Hostile):
+        def write(self):
+            self.req_to_token_pool.req_to_token[1:, 0] += 1
+
+    class PoolCount(Hostile):
+        def write(self):  # slot 5, the cached [7 8]'s first, handed back
+            self.token_to_kv_pool_allocator.free(torch.tensor([5]))
+
+    class PoolSwap(Hostile):
+        def write(self):  # slot 5 in place of a free one: the count stays
+            self.token_to_kv_pool_allocator.free_pages[0] = 5
+
+    return {"OtherRow": OtherRow, "PoolCount": PoolCount, "PoolSwap": PoolSwap}
+
+
+def double(attr: str, core: str) -> Implementation:
+    return Implementation(attr, "unified", f"{__name__}:{attr}", "test double", YOURS,
+                          preconditions=DECLARES[core])
+
+
+@pytest.mark.parametrize("core", ["rust", "python"])
+@pytest.mark.parametrize("attr, label, shows", [
+    ("OtherRow", "row", "r1's row: expected [1, 2, 3, 4], actual [2, 2, 3, 4]"),
+    ("PoolCount", "allocator", "1 pages both in the tree and on the free list"),
+])
+def test_a_write_the_light_read_shows_is_caught_at_its_op(core, attr, label, shows):
+    assert UNIFIED.check(TRACE, UNIFIED.catalogue.resolve(f"sglang.unified.{core}")).status == \
+        "agree"
+    found = divergence("unified", TRACE, double(attr, core))
+    assert found is not None and found.what.startswith(f"{label} at op {WRITE_AT} "), \
+        found and found.report()
+    report = found.report()
+    assert shows in report and "whole read" not in report, report
+
+
+@pytest.mark.parametrize("core", ["rust", "python"])
+def test_a_write_only_the_whole_read_shows_is_caught_there_saying_which_ops(core):
+    found = divergence("unified", TRACE, double("PoolSwap", core))
+    whole = RadixLockstep.FULL_EVERY - 1
+    assert found is not None and found.what.startswith(f"allocator at op {whole} "), \
+        found and found.report()
+    report = found.report()
+    assert "1 pages both in the tree and on the free list" in report, report
+    assert f"may have changed in any op from 0 to {whole}" in report, report
