@@ -13,18 +13,15 @@ from kvfuzz.fuzz.radix.lockstep import RadixLockstep
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation, load_attribute
 from kvfuzz.impl.unified import DECLARES, RELEASED
-from kvfuzz.strategies.radix.trace import Admit, Checkpoint, Extend, Insert, Match
 from kvfuzz.strategies.unified.trace import Trace
 from tests.helpers import divergence, needs_engine
+from tests.radix.test_light_reads import TRACE as RADIX_TRACE, WRITE_AT
 
 pytestmark = needs_engine("sglang")
 
-# As tests/radix/test_light_reads.py: r1 holds [1 2 3 4] (slots 1-4), [7 8] holds slots 5-6;
-# the third miss, op 6, is a light read, where each double writes.
-TRACE = Trace(1, 32, "lru", False, (
-    Admit(1, (1, 2, 3, 4, 5), 5), Extend(1, 4), Checkpoint(1), Insert((7, 8)),
-    Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,)), Match((9,))))
-WRITE_AT = 6
+# tests/radix/test_light_reads.py's ops on a unified cache: r1 holds [1 2 3 4] (slots 1-4),
+# [7 8] holds slots 5-6; the third miss, op 6, is a light read, where each double writes.
+TRACE = Trace(1, 32, "lru", False, RADIX_TRACE.ops)
 
 
 def __getattr__(name):  # by import path: tests.unified.test_light_reads:OtherRow, ...
