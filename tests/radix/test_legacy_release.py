@@ -63,17 +63,19 @@ commands, out_file = json.loads(sys.argv[1]), sys.argv[2]
 # commands' implementations name (their classes', what kvfuzz's adapters wrap), where the
 # release has them: what each command's workers would import again otherwise.
 names = {argv[i + 1] for argv in commands for i, word in enumerate(argv[:-1]) if word == "--impl"}
-modules = {"sglang.srt.mem_cache.memory_pool"}
-for impl in (i for t in TARGETS.values() for i in t.catalogue.implementations if i.name in names):
+chosen = [i for t in TARGETS.values() for i in t.catalogue.implementations if i.name in names]
+modules = {"sglang.srt.mem_cache.memory_pool"} if any(i.requires == "sglang" for i in chosen) \
+    else set()
+for impl in chosen:
     modules |= {path.split(":")[0] for path in (*impl.paths, *impl.mutates)
                 if path.startswith(f"{impl.requires}.")}
 for module in sorted(modules):
     with prepare_import(module):  # (finding it imports its packages)
-        if importlib.util.find_spec(module):
-            try:
+        try:  # (find_spec raises where a parent is a module, as allocator.py before 0.5.13)
+            if importlib.util.find_spec(module):
                 importlib.import_module(module)
-            except ImportError:  # the command's own import says why (or, for want of
-                pass             # sgl_kernel, retries with kvfuzz's stand-in)
+        except ImportError:  # the command's own import says why (or, for want of
+            pass             # sgl_kernel, retries with kvfuzz's stand-in)
 results = []
 for argv in commands:
     out, err = io.StringIO(), io.StringIO()

@@ -2,9 +2,10 @@
 `free_full` driven through the calls of its day (impl/swa/legacy.py, the oracle's old contract in
 oracle/swa/contract.py), each release first on the path of a process running `kvfuzz`'s commands
 as a user's `PYTHONPATH=<release> kvfuzz ...` does (tests/radix/test_legacy_release.py's
-`kvfuzz_commands`). Finding F's saved trace diverges on 0.5.17 through one `free` of the whole
-row and replays clean on 0.5.20 (the fix); finding T's on 0.5.10 and clean on 0.5.11; and a
-trace of windows moved and rows released, at page sizes 1 and 2, agrees on 0.5.17. Without the
+`kvfuzz_commands`, one process a release). Finding F's saved trace diverges on 0.5.17 through
+one `free` of the whole row and replays clean on 0.5.20 (the fix); finding T's on 0.5.10 and
+clean on 0.5.11; and a trace of windows moved and rows released, at page sizes 1 and 2, agrees
+on 0.5.17. Without the
 adapter each release is one "not supported" line (exit status 2), and every test here fails.
 Each release is installed from kvfuzz's wheel cache or the registry; only without either does
 the test skip, and say so."""
@@ -13,11 +14,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.conftest import CORPUS
 from tests.helpers import needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_commands, kvfuzz_with
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -25,22 +24,11 @@ F = CORPUS / "history" / "sglang-0.5.19" / "swa-2a3bbb37db7d167b.json"
 T = CORPUS / "history" / "sglang-0.5.10" / "swa-31780f9cead4fc76.json"
 
 
-def test_finding_f_diverges_on_0_5_17_through_the_calls_of_its_day_and_not_on_0_5_20():
-    old, = kvfuzz_commands(folder_of("0.5.17"), ("replay", F, "--impl", "sglang.swa"))
-    text = old.stdout + old.stderr
-    assert old.returncode == 1, text[-2000:]
-    assert "mapping at op 3 of 4: finish r2" in text and "free([2, 3, 4]) (the whole row" in text
-    fixed, = kvfuzz_commands(folder_of("0.5.20"), ("replay", F, "--impl", "sglang.swa"))
-    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
-
-
 def test_finding_t_diverges_on_0_5_10_and_not_on_0_5_11():
-    # a process a command (`kvfuzz_with`): the session's imports look for the SWA class's
-    # module under `mem_cache.allocator`, which before 0.5.13 is a module, not a package
-    old = kvfuzz_with(folder_of("0.5.10"), "replay", T, "--impl", "sglang.swa")
+    old, = kvfuzz_commands(folder_of("0.5.10"), ("replay", T, "--impl", "sglang.swa"))
     text = old.stdout + old.stderr
     assert old.returncode == 1 and "None vs success at op 7 of 8" in text, text[-2000:]
-    fixed = kvfuzz_with(folder_of("0.5.11"), "replay", T, "--impl", "sglang.swa")
+    fixed, = kvfuzz_commands(folder_of("0.5.11"), ("replay", T, "--impl", "sglang.swa"))
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
 
 
@@ -60,10 +48,21 @@ def rows_released(page_size: int) -> dict:
             "size_swa": 16 * page_size, "need_sort": False, "ops": ops}
 
 
-@pytest.mark.parametrize("page_size", [1, 2])
-def test_windows_and_rows_released_agree_on_0_5_17(page_size, tmp_path):
-    path = tmp_path / f"swa-rows-{page_size}.json"
-    path.write_text(json.dumps(rows_released(page_size)))
-    done, = kvfuzz_commands(folder_of("0.5.17"), ("replay", path, "--impl", "sglang.swa"))
-    text = done.stdout + done.stderr
-    assert done.returncode == 0 and "no divergence" in text, text[-3000:]
+def test_0_5_17_diverges_on_finding_f_and_agrees_on_windows_and_rows_released(tmp_path):
+    # One process for the release's three commands (its SGLang imported once): F's file, which
+    # diverges through one `free` of the whole row, and windows moved and rows released at page
+    # sizes 1 and 2, which agree. F's fix, 0.5.20, replays the file clean.
+    rows = []
+    for page_size in (1, 2):
+        rows.append(tmp_path / f"swa-rows-{page_size}.json")
+        rows[-1].write_text(json.dumps(rows_released(page_size)))
+    old, *released = kvfuzz_commands(folder_of("0.5.17"), ("replay", F, "--impl", "sglang.swa"),
+                                     *(("replay", path, "--impl", "sglang.swa") for path in rows))
+    text = old.stdout + old.stderr
+    assert old.returncode == 1, text[-2000:]
+    assert "mapping at op 3 of 4: finish r2" in text and "free([2, 3, 4]) (the whole row" in text
+    for page_size, done in zip((1, 2), released):
+        text = done.stdout + done.stderr
+        assert done.returncode == 0 and "no divergence" in text, (page_size, text[-3000:])
+    fixed, = kvfuzz_commands(folder_of("0.5.20"), ("replay", F, "--impl", "sglang.swa"))
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
