@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from tests.conftest import CORPUS
-from tests.helpers import needs_engine
+from tests.helpers import kvfuzz_here, needs_engine
 from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
@@ -83,7 +83,7 @@ def test_finding_u_diverges_on_0_5_20_and_replays_clean_on_0_5_23():
     assert "allocator at op 3 of 4: checkpoint r1" in text and "16 tokens counted twice" in text
     assert "r1's SWA cursor went from 0 to 8 at its checkpoint, expected 4" in text
     assert "the nodes hold 0" not in text  # the insert's nodes named, though the lock is above
-    fixed, = kvfuzz_commands(folder_of("0.5.23"), ("replay", U, "--impl",
-                                                   "sglang.unified.swa.python", "--impl",
-                                                   "sglang.unified.swa.rust"))
+    # 0.5.23 is the locked release: replayed here, not installed again as a history folder
+    fixed = kvfuzz_here("replay", U, "--impl", "sglang.unified.swa.python", "--impl",
+                        "sglang.unified.swa.rust")
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
