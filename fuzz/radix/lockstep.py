@@ -264,9 +264,13 @@ class RadixLockstep(Lockstep):
     # ask for the same whole reads (the judge's replay follows the recorded requests).
     FULL_EVERY = 8
     LIGHT = True  # whether the driver has the light read (`light_since`)
+    # Where the reads stand (class defaults: the SWA and Mamba lock steps build their own
+    # models, not this one's, and read whole every op): the op's index in the trace, reads
+    # made, the op and the read of the last whole one, the note a whole read's find carries.
+    at, reads, full_at, last_full, note = -1, 0, -1, None, None
 
     def step(self, op):
-        self.at = self.__dict__.get("at", -1) + 1  # the op's index in the trace
+        self.at += 1
         self.note = None
         line, problems = super().step(op)
         if problems and self.note and problems[0] is self.note[0]:  # the whole read's find
@@ -274,7 +278,7 @@ class RadixLockstep(Lockstep):
         return line, problems
 
     def state(self, op) -> list[tuple[str, str]]:
-        reads = self.__dict__.get("reads", 0)
+        reads = self.reads
         self.reads = reads + 1
         light = []
         if self.LIGHT and op is not None and reads % self.FULL_EVERY and \
@@ -307,7 +311,7 @@ class RadixLockstep(Lockstep):
     def _whole(self, op, located: bool = False) -> list[tuple[str, str]]:
         """The whole read's problems, saying which ops they may come from where the read before
         it was not after the op before (`located`: this op's light read saw them: this op)."""
-        at, since = self.__dict__.get("at", -1), self.__dict__.get("full_at", -1)
+        at, since = self.at, self.full_at
         self.last_full, self.full_at = self.reads, at
         problems = self.whole_state(op)
         self.note = None
@@ -351,7 +355,7 @@ class RadixLockstep(Lockstep):
     def finish(self) -> list[tuple[str, str]]:
         """The whole state after the last op, where the last op called nothing and the read
         before was a light one."""
-        if self.LIGHT and self.__dict__.get("last_full") != self.__dict__.get("reads"):
+        if self.LIGHT and self.last_full != self.reads:
             problems = self._whole(None)
             return problems + [self.note[1]] if self.note else problems
         return []

@@ -35,23 +35,25 @@ def __getattr__(name):  # by import path: tests.radix.test_light_reads:OffPath, 
     raise AttributeError(name)
 
 
+class WritesOnThirdMiss:
+    """Mixed into a released cache: on the third miss it answers (op 6, `WRITE_AT`), it writes
+    where no miss reaches (`write`)."""
+
+    misses = 0
+
+    def match_prefix(self, params):
+        result = super().match_prefix(params)
+        if params.req is None and list(params.key) == [9]:
+            self.misses += 1
+            if self.misses == 3:
+                self.write()
+        return result
+
+
 @functools.cache
 def doubles() -> dict:
-    RadixCache = load_attribute(RELEASED)
-
-    class Hostile(RadixCache):
-        """The released cache that, on the third miss it answers, writes where no miss
-        reaches (`write`)."""
-
-        misses = 0
-
-        def match_prefix(self, params):
-            result = super().match_prefix(params)
-            if params.req is None and list(params.key) == [9]:
-                self.misses += 1
-                if self.misses == 3:
-                    self.write()
-            return result
+    class Hostile(WritesOnThirdMiss, load_attribute(RELEASED)):
+        pass
 
     class OffPath(Hostile):
         """Swaps the two slots of the cached [7 8], a node the miss never walks."""

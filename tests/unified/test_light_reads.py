@@ -15,7 +15,7 @@ from kvfuzz.impl.registry import YOURS, Implementation, load_attribute
 from kvfuzz.impl.unified import DECLARES, RELEASED
 from kvfuzz.strategies.unified.trace import Trace
 from tests.helpers import divergence, needs_engine
-from tests.radix.test_light_reads import TRACE as RADIX_TRACE, WRITE_AT
+from tests.radix.test_light_reads import TRACE as RADIX_TRACE, WRITE_AT, WritesOnThirdMiss
 
 pytestmark = needs_engine("sglang")
 
@@ -35,16 +35,8 @@ def doubles() -> dict:
     UnifiedRadixCache = load_attribute(RELEASED)
     import torch
 
-    class Hostile(UnifiedRadixCache):
-        misses = 0
-
-        def match_prefix(self, params):
-            result = super().match_prefix(params)
-            if params.req is None and list(params.key) == [9]:
-                self.misses += 1
-                if self.misses == 3:
-                    self.write()
-            return result
+    class Hostile(WritesOnThirdMiss, UnifiedRadixCache):
+        pass
 
     class OtherRow(Hostile):
         def write(self):
@@ -67,13 +59,17 @@ def double(attr: str, core: str) -> Implementation:
 
 
 @pytest.mark.parametrize("core", ["rust", "python"])
+def test_the_released_cache_agrees_on_the_trace(core):
+    assert UNIFIED.check(TRACE, UNIFIED.catalogue.resolve(f"sglang.unified.{core}")).status == \
+        "agree"
+
+
+@pytest.mark.parametrize("core", ["rust", "python"])
 @pytest.mark.parametrize("attr, label, shows", [
     ("OtherRow", "row", "r1's row: expected [1, 2, 3, 4], actual [2, 2, 3, 4]"),
     ("PoolCount", "allocator", "1 pages both in the tree and on the free list"),
 ])
 def test_a_write_the_light_read_shows_is_caught_at_its_op(core, attr, label, shows):
-    assert UNIFIED.check(TRACE, UNIFIED.catalogue.resolve(f"sglang.unified.{core}")).status == \
-        "agree"
     found = divergence("unified", TRACE, double(attr, core))
     assert found is not None and found.what.startswith(f"{label} at op {WRITE_AT} "), \
         found and found.report()
