@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import logging
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,8 +71,15 @@ def mutant_module(module: str, mutation: Mutation, tag: str):
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"kvfuzz._mutants.{tag}", path)
     loaded = importlib.util.module_from_spec(spec)
-    with second_copy(module):
-        spec.loader.exec_module(loaded)
+    # In sys.modules while it runs, as an import has it: a dataclass of a module with postponed
+    # annotations looks its module up there (SGLang 0.5.12's memory_pool.MambaPool.State).
+    sys.modules[spec.name] = loaded
+    try:
+        with second_copy(module):
+            spec.loader.exec_module(loaded)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
     if isinstance(getattr(original, "logger", None), logging.Logger):
         # The copy logs as the original does: under its name, at its level (vLLM's modules
         # make a logger named after the module, which the copy's name would leave unconfigured).

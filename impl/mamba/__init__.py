@@ -1,6 +1,7 @@
 """Mamba state-slot allocators (target "mamba"): the catalogue of classes with upstream
 `MambaSlotAllocator`'s constructor `(size, device)`, the released upstream class with what it
-declares (strategies/mamba/profile.py), and mutants. Nothing heavy is imported here."""
+declares (strategies/mamba/profile.py; before 0.5.13 the slots were SGLang's `MambaPool`, read as
+installed: `state_pool.py`), and mutants. Nothing heavy is imported here."""
 
 from functools import partial
 
@@ -9,6 +10,8 @@ from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.strategies.mamba.profile import NO_CLEAR_IN_GROUP, NO_NESTED, NO_STRAY_END
 
 RELEASED = "sglang.srt.mem_cache.allocator.mamba:MambaSlotAllocator"
+# Before 0.5.13 (no allocator package): the free list inside the state pool (`state_pool.py`).
+EARLIER = ("sglang.srt.mem_cache.memory_pool:MambaPool",)
 UPSTREAM_DECLARES = (NO_NESTED, NO_CLEAR_IN_GROUP)
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_nested_groups": NO_NESTED, "no_clear_in_group": NO_CLEAR_IN_GROUP,
@@ -26,7 +29,7 @@ IMPLEMENTATIONS = (
            "free into an empty free list keeps the caller's tensor", MUTANT),
     Implementation("sglang.mamba", "mamba", RELEASED,
                    "upstream MambaSlotAllocator (needs sglang installed)", UPSTREAM,
-                   preconditions=UPSTREAM_DECLARES, requires="sglang"),
+                   preconditions=UPSTREAM_DECLARES, requires="sglang", earlier=EARLIER),
 ) + tuple(
     _entry(f"mutant.sglang.mamba.{name}", f"upstream_mutants:{name}", mutation.why, MUTANT,
            requires="sglang", preconditions=UPSTREAM_DECLARES)

@@ -1,16 +1,18 @@
 """Calls a Mamba slot allocator with upstream `MambaSlotAllocator`'s interface in plain ints: lists
 go in as tensors, results come out with one `.tolist()` after each call. Tensors stay here.
-After every call the driver writes `POISON` over each tensor it passed in (the caller owns it)."""
+After every call the driver writes `POISON` over each tensor it passed in (the caller owns it).
+A class built as a state pool (SGLang's `MambaPool` before 0.5.13) is built by `state_pool.py`."""
 
 from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import TensorDriver, int_list
+from kvfuzz.impl.mamba.state_pool import build
 
 
 class MambaDriver(TensorDriver):
     def __init__(self, cls, size: int, device: str = "cpu"):
         self.device = device
-        self.allocator = cls(size, device)
+        self.allocator = build(cls, size, device)
 
     def free_slots(self, slots) -> None:
         self._release("free", slots)

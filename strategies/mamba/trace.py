@@ -17,6 +17,9 @@ from kvfuzz.strategies.inputs import (Origin, dataclass_op_to_json, document_id,
 
 FORMAT = "kvfuzz-mamba-trace/1"
 NESTED, CLEAR_IN_GROUP, STRAY_END = "nested group begin", "clear in a group", "stray group end"
+# Not a misuse: the group ops themselves, which a class without alloc groups (SGLang's MambaPool
+# before 0.5.13) cannot take (`group_calls`).
+GROUPS = "alloc groups"
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,11 @@ def protocol_misuse(trace: Trace) -> set[str]:
             found |= {CLEAR_IN_GROUP} if open_ else set()
             open_ = False
     return found
+
+
+def group_calls(trace: Trace) -> set[str]:
+    """{GROUPS} where `trace` has a group op at all, else nothing."""
+    return {GROUPS} if any(isinstance(op, (GroupBegin, GroupEnd)) for op in trace.ops) else set()
 
 
 def describe_op(op: Op) -> str:
