@@ -28,10 +28,16 @@ MAMBA_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.rust")
 MAMBA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.python")
 
 
-@pytest.mark.parametrize("entry, indices", [(RUST_ENTRY, range(0, 30)),
-                                            (RUST_ENTRY, range(30, 60)),
-                                            (PYTHON_ENTRY, range(60, 100))],
-                         ids=["rust-0", "rust-30", "python-60"])
+# 2,000 seeded traces with each core (issue 21), in shards of 500 that xdist spreads over CI's
+# two workers; the Python core's indices follow the Rust core's.
+SHARDS, SHARD = 4, 500
+
+
+@pytest.mark.parametrize("entry, indices", [
+    (entry, range(start, start + SHARD))
+    for entry, first in ((RUST_ENTRY, 0), (PYTHON_ENTRY, SHARDS * SHARD))
+    for start in range(first, first + SHARDS * SHARD, SHARD)],
+    ids=[f"{core}-{shard}" for core in ("rust", "python") for shard in range(SHARDS)])
 def test_every_seeded_trace_runs_to_its_last_op_on_each_core(entry, indices):
     assert UNIFIED.catalogue.resolve(RELEASED) is RUST_ENTRY
     assert_seeded_traces_agree("unified", entry, indices)
