@@ -38,7 +38,10 @@ def snapshot(driver, compared_only: bool = False) -> dict:
             "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
             "aliases": [] if compared_only else aliases(values, driver),
             "swa": _swa(driver, handles),
-            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
+            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None,
+            # the unified memory pool's full side (the Full donor's): its allocated tokens
+            **({"full_allocated": int(_pool(allocator).allocated_count())}
+               if getattr(driver, "donor", False) else {})}
 
 
 def sizes(driver) -> list:
@@ -55,6 +58,10 @@ def _pool(allocator):
 
 
 def _free(pool) -> list[int]:
+    if hasattr(pool, "virtual_to_physical"):  # a unified-memory sub-pool: no free list
+        from kvfuzz.impl.unified.mamba import unmapped
+
+        return unmapped(pool)
     return int_list(pool.free_pages) + staged_of(pool)
 
 
