@@ -7,6 +7,9 @@ the donor walk stopped at the first sufficient victim."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from kvfuzz.fuzz.radix.state import namespace
 from kvfuzz.oracle.unified.donor import overshoot, shared_full_problems, victim_bytes
 
 
@@ -18,11 +21,17 @@ def full_side_problems(snap: dict, nodes, page_size: int) -> list[tuple[str, str
         cached, snap["free"], snap["full_allocated"], tokens)]
 
 
-def eviction_problems(before_nodes, before: dict, nodes, after: dict, answer: list,
-                      made_room: bool, page_size: int) -> list[tuple[str, str]]:
-    """`answer`: `mamba_slot`'s [slot, states evicted, tokens evicted, the buffer before the
-    eviction]; `made_room`: the op evicted for its full slots first (then what left the tree
-    is not this call's alone)."""
+class Brief(NamedTuple):
+    path: tuple
+    value: list
+
+
+def eviction_problems(nodes, after: dict, answer: list, inserted: tuple | None,
+                      page_size: int) -> list[tuple[str, str]]:
+    """`answer`: `mamba_slot`'s [slot, states evicted, tokens evicted, the buffer and the tree
+    just before the eviction]; `nodes`, `after`: the tree after the op; `inserted`: (path,
+    mamba_exist) of the insert that followed (None: none): a state it put where the eviction
+    took one is the insert's, so that node kept its state only if the insert found one."""
     slot, states, tokens, buffer = answer
     if buffer is None:  # no eviction
         return []
@@ -31,11 +40,12 @@ def eviction_problems(before_nodes, before: dict, nodes, after: dict, answer: li
         return [("mamba donor", f"no Mamba state after evict_for_alloc(mamba_num=1), with "
                                 f"{after['full_evictable']} full tokens and "
                                 f"{mamba['evictable']} states still evictable")]
-    if made_room:
-        return []
     now = {node.path: (node, state) for node, state in zip(nodes, mamba["states"])}
-    was = list(zip(before_nodes, before["mamba"]["states"]))
+    was = [(Brief((namespace(extra), tuple(path)), slots), state)
+           for extra, path, slots, state in buffer["nodes"]]
     kept = {node.path: now[node.path][1] for node, _ in was if _same(node, now.get(node.path))}
+    if inserted is not None and inserted[0] in kept:
+        kept[inserted[0]] = kept[inserted[0]] if inserted[1] else None
     gone = [(node, state) for node, state in was if node.path not in kept]
     stripped = [node for node, state in was
                 if state is not None and node.path in kept and kept[node.path] is None]
@@ -46,11 +56,11 @@ def eviction_problems(before_nodes, before: dict, nodes, after: dict, answer: li
                                 f"{states} states evicted; {gone_tokens} tokens and "
                                 f"{gone_states} states left the tree")]
     need = max(0, buffer["state"] - buffer["gap"])
-    fundable = before["full_evictable"] // page_size * buffer["page"] >= need
+    fundable = buffer["full_evictable"] // page_size * buffer["page"] >= need
     if buffer["ids"] and fundable and stripped:
         return [("mamba donor", f"evict_for_alloc(mamba_num=1) took the state of "
                                 f"{len(stripped)} node(s) that stay, with {buffer['ids']} Mamba "
-                                f"ids free and {before['full_evictable']} full tokens evictable "
+                                f"ids free and {buffer['full_evictable']} full tokens evictable "
                                 f"to fund its {need} missing bytes: Full is the donor")]
     victims = [victim_bytes(len(node.value), state is not None, page_size, buffer["page"],
                             buffer["state"]) for node, state in gone]

@@ -27,11 +27,12 @@ STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING, FULL_DONOR = (
     "mamba state evicted for an insert", "mamba insert where a state was",
     "mamba match cut short of the full hit", "mamba branching point",
     "mamba state funded by the Full donor")
-MAMBA_EVENTS = (STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING, FULL_DONOR)
+MAMBA_EVENTS = (STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING)
 
 
 class UnifiedLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.TREE_EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS
+    EVENTS = RadixLockstep.TREE_EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS + \
+        (FULL_DONOR,)  # (the Mamba profile on the unified memory pool only)
 
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False

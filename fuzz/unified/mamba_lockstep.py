@@ -79,13 +79,15 @@ class MambaLockstep(SWALockstep):
                                 "is free) -> [slot, states evicted, tokens evicted]",
                                 "mamba_slot", (), oracle=None)
         slot, states, tokens = state_slot.actual[:3]
-        self.slot_taken = (state_slot.actual, evicted)  # judged after the op (donor_state.py)
+        self.slot_taken = [state_slot.actual, None]  # judged after the op (donor_state.py)
         if states:
             self.count(STATE_EVICTED)
         buffer = state_slot.actual[3]
         if buffer is not None and buffer["ids"] and tokens:  # bytes from Full, an id free
             self.count(FULL_DONOR)
         if slot is None and self.donor:  # the shared buffer can be short: judged after the op
+            yield Call(f"free the insert's {len(key)} slots (no state for it)", "free_slots",
+                       (got.actual[:len(key)],), oracle=None)
             return
         if slot is None:
             return [("mamba pool", f"no Mamba state slot for the insert: the pool of "
@@ -97,6 +99,8 @@ class MambaLockstep(SWALockstep):
                           (op.tokens, op.ns, op.priority, got.actual[:len(key)], slot),
                           oracle=None)
         self.ends.add((ns, key))
+        if self.slot_taken is not None:
+            self.slot_taken[1] = ((ns, key), bool(done.actual[1]))
         if done.actual[1]:
             self.count(MAMBA_EXIST)
         # whether the tree had a state at the key's end, known when nothing was evicted since
@@ -149,8 +153,7 @@ class MambaLockstep(SWALockstep):
                                              f"with {snap['full_evictable']} full tokens still "
                                              f"evictable"))
             if taken is not None:
-                problems += eviction_problems(self._nodes(before), before, nodes, snap, *taken,
-                                              ps)
+                problems += eviction_problems(nodes, snap, *taken, ps)
         else:
             problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)

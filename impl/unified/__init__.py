@@ -76,7 +76,7 @@ IMPLEMENTATIONS = (
 ) + tuple(
     _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
            requires="sglang",
-           preconditions=(SWA_DECLARES if broken.swa else MAMBA_DECLARES if broken.mamba
-                          else DECLARES)[broken.core])
+           preconditions=(SWA_DECLARES if broken.swa else DONOR_DECLARES if broken.donor
+                          else MAMBA_DECLARES if broken.mamba else DECLARES)[broken.core])
     for name, broken in MUTATIONS.items()
 )

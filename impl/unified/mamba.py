@@ -22,6 +22,7 @@ import torch
 
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.poison import POISON
+from kvfuzz.impl.unified.reader import tree_nodes, unmapped
 from kvfuzz.strategies.unified.trace import mamba_chunk
 
 
@@ -53,6 +54,9 @@ def unified_pools(page_size: int, size: int, slots: int, rows: int, context: int
 
     _server_args(page_size)
 
+    # SGLang refuses a buffer under one request's floor (3 states and the sink, about a state:
+    # `_check_bs1_feasibility_floor`): the states' share is raised to 4 at least.
+    slots = max(slots, 4)
     bundle = init_unified_mamba_pools(
         device=device, kv_cache_dtype=torch.bfloat16, head_num=1, head_dim=8,
         page_size=page_size, start_layer=0, end_layer=1, is_draft_worker=False,
@@ -81,13 +85,6 @@ def _shape():
                                    num_heads=1, head_dim=16, state_size=4, conv_kernel=2)
 
 
-def unmapped(sub_pool) -> list[int]:
-    """A unified sub-pool's free virtual pages (no physical page), the sink page 0 aside: it
-    keeps no free list."""
-    return [page for page, physical in enumerate(int_list(sub_pool.virtual_to_physical))
-            if physical < 0 and 0 < page < sub_pool.num_virtual_ids]
-
-
 class MambaCalls:
     """The driver's Mamba calls (mixed into `UnifiedDriver`; `self.pool` is the hybrid pool)."""
 
@@ -105,14 +102,29 @@ class MambaCalls:
         return [None if slot is None else int(slot[0]), states, tokens, before]
 
     def donor_bytes(self) -> dict | None:
-        """With the Full donor, the shared buffer in bytes: the gap between the two ends, a
-        full page's and a state's bytes, and the Mamba ids free (None: no donor)."""
+        """With the Full donor, before a Mamba allocation's eviction: the shared buffer in
+        bytes (the gap between the two ends, a full page's and a state's bytes), the Mamba ids
+        free, the full tokens evictable, and the tree (`tree_brief`) to set against the tree
+        after it (None: no donor)."""
         if not self.donor:
             return None
         full, mamba = self.allocator.full_attn_allocator, self.allocator.mamba_allocator
         return {"gap": int(mamba._current_gap_bytes()),  # eager: no holes, the gap is all
                 "page": int(full.entry_bytes_per_page), "state": int(mamba.entry_bytes_per_page),
-                "ids": int(self.pool.mamba_allocator.available_size())}
+                "ids": int(self.pool.mamba_allocator.available_size()),
+                "full_evictable": int(self.cache.full_evictable_size()),
+                "nodes": self.tree_brief()}
+
+    def tree_brief(self) -> list:
+        """Each node as [extra key, path tokens, full slots, state slot or None], by path: the
+        same for both cores (no handles, no order of theirs)."""
+        nodes, _, handles = tree_nodes(self)
+        core, brief = self.cache.tree_core, []
+        for (_, extra, tokens, _, slots, _), handle in zip(nodes, handles):
+            state = core.get_component_device_value(handle, self.MAMBA)
+            brief.append([extra, tokens, slots or [], None if state is None else
+                          int_list(state)[0]])
+        return sorted(brief, key=lambda node: (len(node[1]), node[1], str(node[0])))
 
     def insert_mamba(self, tokens, ns: int, priority: int, slots, state: int) -> list:
         """`insert(key, value, mamba_value=[state])`: [cached length, mamba_exist]; the state

@@ -59,10 +59,15 @@ def _pool(allocator):
 
 def _free(pool) -> list[int]:
     if hasattr(pool, "virtual_to_physical"):  # a unified-memory sub-pool: no free list
-        from kvfuzz.impl.unified.mamba import unmapped
-
         return unmapped(pool)
     return int_list(pool.free_pages) + staged_of(pool)
+
+
+def unmapped(sub_pool) -> list[int]:
+    """A unified sub-pool's free virtual pages (no physical page), the sink page 0 aside: it
+    keeps no free list."""
+    return [page for page, physical in enumerate(int_list(sub_pool.virtual_to_physical))
+            if physical < 0 and 0 < page < sub_pool.num_virtual_ids]
 
 
 def _swa(driver, handles: list) -> dict | None:
@@ -127,6 +132,11 @@ def track(driver) -> dict[int, tuple]:
             found[node] = (int(info.parent_id), int(info.path_start), int(info.path_end),
                            children_of(info))
     return found
+
+
+def tree_nodes(driver) -> tuple[list, list, list]:
+    """The tree's nodes as a whole read has them (`_nodes`), for the driver's own reads."""
+    return _nodes(driver)
 
 
 def _nodes(driver) -> tuple[list, list, list]:

@@ -19,7 +19,7 @@ from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE, WHOLE_EV
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
          "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
-         "insert", "reset", "mamba_slot", "insert_mamba")
+         "insert", "reset", "mamba_slot", "insert_mamba", "free_slots")
 
 
 class TwinDriver(ChangedReads):
@@ -68,6 +68,8 @@ class TwinDriver(ChangedReads):
         return answer
 
     def _twin_args(self, method: str, args: tuple) -> tuple:
+        if method == "free_slots":  # the twin's own slots of an abandoned insert
+            return (self.slots.pop(tuple(args[0]), args[0]),)
         if method in ("insert", "insert_mamba") and args[3]:
             tokens, ns, priority, slots = args[:4]
             slots = self.slots.pop(tuple(slots), slots)
