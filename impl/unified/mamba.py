@@ -48,12 +48,10 @@ def unified_pools(page_size: int, size: int, slots: int, rows: int, context: int
     full side of one layer (one head of 8 bf16: 32 bytes a token) and the Mamba state above
     (304 bytes: a state costs some 10 full tokens), eager compaction (no lazy holes: CPU has
     no forward events), as the model runner calls it with the unified pool on."""
+    from sglang.srt.configs.mamba_utils import Mamba2CacheParams
     from sglang.srt.mem_cache.unified_memory_pool import init_unified_mamba_pools
 
-    from sglang.srt.configs.mamba_utils import Mamba2CacheParams
-
     _server_args(page_size)
-
     # SGLang refuses a buffer under one request's floor (3 states and the sink, about a state:
     # `_check_bs1_feasibility_floor`): the states' share is raised to 4 at least.
     slots = max(slots, 4)
