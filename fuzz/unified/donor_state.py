@@ -26,6 +26,15 @@ class Brief(NamedTuple):
     value: list
 
 
+def refusal_problems(refused: int | None, snap: dict) -> list[tuple[str, str]]:
+    """An insert's `alloc(refused)` refused after its `evict_for_alloc`: on the shared buffer the
+    eviction runs to an availability target, so only with nothing evictable left."""
+    if not refused or not snap["full_evictable"]:
+        return []
+    return [("eviction", f"alloc({refused}) refused after evict_for_alloc, with "
+                         f"{snap['full_evictable']} full tokens still evictable")]
+
+
 def eviction_problems(nodes, after: dict, answer: list, inserted: tuple | None,
                       page_size: int) -> list[tuple[str, str]]:
     """`answer`: `mamba_slot`'s [slot, states evicted, tokens evicted, the buffer and the tree

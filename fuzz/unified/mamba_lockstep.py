@@ -20,7 +20,8 @@ from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.radix import state as radix_state
 from kvfuzz.fuzz.unified import state
-from kvfuzz.fuzz.unified.donor_state import eviction_problems, full_side_problems
+from kvfuzz.fuzz.unified.donor_state import (eviction_problems, full_side_problems,
+                                             refusal_problems)
 from kvfuzz.fuzz.unified.lockstep import (BRANCHING, FULL_DONOR, MAMBA_CUT, MAMBA_EXIST,
                                           STATE_EVICTED)
 from kvfuzz.fuzz.unified.mamba_state import (insert_problems, mamba_problems, match_problems,
@@ -148,10 +149,7 @@ class MambaLockstep(SWALockstep):
         if self.donor:  # the unified memory pool: both sides of one buffer
             problems += full_side_problems(snap, nodes, ps)
             refused, self.refused = self.refused, None
-            if refused and snap["full_evictable"]:
-                problems.append(("eviction", f"alloc({refused}) refused after evict_for_alloc, "
-                                             f"with {snap['full_evictable']} full tokens still "
-                                             f"evictable"))
+            problems += refusal_problems(refused, snap)
             if taken is not None:
                 problems += eviction_problems(nodes, snap, *taken, ps)
         else:

@@ -93,6 +93,12 @@ MUTATIONS = {
         "evict_for_alloc", "{ComponentType.FULL: mamba_target},", "None,",
         "the Full donor's walk has no Mamba capacity target: it evicts every evictable Full "
         "leaf for one state", profile="donor"),
+    "donor_target_is_now": _cache(
+        "evict_for_alloc", "ct: (ct, self._component_available_size(ct) + request_cnt)",
+        "ct: (ct, self._component_available_size(ct) + (request_cnt if ct == "
+        "ComponentType.MAMBA else 0))",
+        "a full allocation's eviction on the shared buffer aims at what is available already: "
+        "it evicts nothing and the allocation is refused", profile="donor"),
     "donor_tokens_unsaid": _cache(
         "evict_for_alloc", "result.num_tokens_evicted += donor_result.num_tokens_evicted",
         "pass", "the Full donor's evicted tokens are left out of evict_for_alloc's answer",

@@ -7,7 +7,8 @@ from copy import deepcopy
 
 import pytest
 
-from kvfuzz.fuzz.unified.donor_state import eviction_problems, full_side_problems
+from kvfuzz.fuzz.unified.donor_state import (eviction_problems, full_side_problems,
+                                             refusal_problems)
 from kvfuzz.fuzz.unified.state import views
 from kvfuzz.oracle.unified.donor import overshoot, shared_full_problems, victim_bytes
 
@@ -93,3 +94,11 @@ def test_a_split_above_a_node_keeps_it():
              [[5], [1], [3]])
     assert _problems([2, 1, 1], nodes) == []
     assert deepcopy(BUFFER) == BUFFER
+
+
+def test_an_allocation_is_refused_only_with_nothing_evictable_left():
+    assert refusal_problems(None, {"full_evictable": 8}) == []
+    assert refusal_problems(8, {"full_evictable": 0}) == []
+    found = refusal_problems(8, {"full_evictable": 12})
+    assert found == [("eviction", "alloc(8) refused after evict_for_alloc, with 12 full tokens "
+                                  "still evictable")]

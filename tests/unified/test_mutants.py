@@ -73,6 +73,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "donor_walks_on": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) evicted \d+ nodes, \d+ "
                       r"bytes, for a state missing \d+ bytes: at least \d+ bytes past the "
                       r"first sufficient victim" + PYTHON,
+    "donor_target_is_now": r"eviction:? +alloc\(\d+\) refused after evict_for_alloc, with \d+ "
+                           r"full tokens still evictable" + PYTHON,
     "donor_tokens_unsaid": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) answered 0 tokens and "
                            r"\d+ states evicted; \d+ tokens and \d+ states left the tree"
                            + PYTHON,
