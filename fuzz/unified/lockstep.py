@@ -23,14 +23,16 @@ TOMBSTONE, WINDOW_CUT, CURSOR = ("swa tombstone in the tree", "swa match cut by 
                                  "swa cursor moved at a checkpoint")
 SWA_EVENTS = (TOMBSTONE, WINDOW_CUT, CURSOR)
 # What only a cache with the Mamba component reaches (`mamba_lockstep.py`).
-STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING = (
+STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING, FULL_DONOR = (
     "mamba state evicted for an insert", "mamba insert where a state was",
-    "mamba match cut short of the full hit", "mamba branching point")
+    "mamba match cut short of the full hit", "mamba branching point",
+    "mamba state funded by the Full donor")
 MAMBA_EVENTS = (STATE_EVICTED, MAMBA_EXIST, MAMBA_CUT, BRANCHING)
 
 
 class UnifiedLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.TREE_EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS
+    EVENTS = RadixLockstep.TREE_EVENTS + (RUST, PYTHON) + SWA_EVENTS + MAMBA_EVENTS + \
+        (FULL_DONOR,)  # (the Mamba profile on the unified memory pool only)
 
     ALLOC_EVICT = "evict_for_alloc"
     CALLER_FREES_DUPLICATES = False
@@ -38,15 +40,16 @@ class UnifiedLockstep(RadixLockstep):
     MODEL = UnifiedModel
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, core: str | None = None,
-                   poison_mamba: bool = True, contract=None):
-        """(`contract`: the model's; the driver reads the release's calls from the class.)"""
+                   poison_mamba: bool = True, contract=None, donor: bool = False):
+        """(`contract`: the model's; the driver reads the release's calls from the class.
+        `donor`: the Mamba pools on the unified memory pool, `impl/unified/mamba.py`.)"""
         from kvfuzz.impl.unified.driver import UnifiedDriver  # imports torch and SGLang
         from kvfuzz.impl.unified.twin import TwinDriver
 
         rows, context = rows_needed(trace)
         args = (trace.page_size, trace.size, trace.policy, trace.events, rows, context, device,
                 poison_keys)
-        mamba = (getattr(trace, "mamba_slots", 0), poison_mamba)
+        mamba = (getattr(trace, "mamba_slots", 0), poison_mamba, donor)
         if core == "rust":  # the Python core runs beside it
             return make(TwinDriver, cls, *args, trace.window, *mamba)
         return make(UnifiedDriver, cls, *args, core, trace.window, *mamba)

@@ -5,7 +5,9 @@ Rust core against the Python core (`twin.py`, the states and the state pool incl
 every op it checks what the Mamba contract promises (`oracle.unified.mamba`): the tree's shape,
 aliasing and kept tensors as for full attention; only unlocked leaves gone, and a pin's lock
 counts back at their baseline (no model of the locks here: the full component's locks are
-judged by these and the monotone counts alone); the full pool conserved and its sizes; the state
+judged by these and the monotone counts alone); the full pool conserved and its sizes (on the
+unified memory pool, the shared buffer's full side, and a state's eviction by the Full donor:
+`donor_state.py`); the state
 pool conserved (no slot in two nodes, none both cached and free, free + cached = the pool);
 the Mamba sizes against the states, with their sign, and nothing protected once the op's locks
 are gone; `total_size()`; a state only where an insert ended; an insert leaving a state at its
@@ -18,7 +20,10 @@ from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.engine.transcript import recording
 from kvfuzz.fuzz.radix import state as radix_state
 from kvfuzz.fuzz.unified import state
-from kvfuzz.fuzz.unified.lockstep import BRANCHING, MAMBA_CUT, MAMBA_EXIST, STATE_EVICTED
+from kvfuzz.fuzz.unified.donor_state import (eviction_problems, full_side_problems,
+                                             refusal_problems)
+from kvfuzz.fuzz.unified.lockstep import (BRANCHING, FULL_DONOR, MAMBA_CUT, MAMBA_EXIST,
+                                          STATE_EVICTED)
 from kvfuzz.fuzz.unified.mamba_state import (insert_problems, mamba_problems, match_problems,
                                              segments)
 from kvfuzz.fuzz.unified.swa_lockstep import Book, SWALockstep
@@ -33,6 +38,7 @@ from kvfuzz.strategies.unified.trace import mamba_chunk
 class MambaLockstep(SWALockstep):
     def build_model(self, trace):
         self.snap, self.checks, self.ends, self.evicting = None, [], set(), False
+        self.donor, self.slot_taken, self.refused = self.options.get("donor", False), None, None
         self.grid = checkpoint_grid(mamba_chunk(trace.page_size), trace.page_size)
         return Book(trace.page_size, 0)
 
@@ -67,14 +73,23 @@ class MambaLockstep(SWALockstep):
                          oracle=None)
         if got.actual is None:
             self.count("insert refused")
+            self.refused = len(key) if self.donor else None
             return
         self.evicting = True  # a state's eviction may take its leaf
         state_slot = yield Call("a Mamba state slot (evict_for_alloc(mamba_num=1) when none "
                                 "is free) -> [slot, states evicted, tokens evicted]",
                                 "mamba_slot", (), oracle=None)
-        slot, states, tokens = state_slot.actual
+        slot, states, tokens = state_slot.actual[:3]
+        self.slot_taken = [state_slot.actual, None]  # judged after the op (donor_state.py)
         if states:
             self.count(STATE_EVICTED)
+        buffer = state_slot.actual[3]
+        if buffer is not None and buffer["ids"] and tokens:  # bytes from Full, an id free
+            self.count(FULL_DONOR)
+        if slot is None and self.donor:  # the shared buffer can be short: judged after the op
+            yield Call(f"free the insert's {len(key)} slots (no state for it)", "free_slots",
+                       (got.actual[:len(key)],), oracle=None)
+            return
         if slot is None:
             return [("mamba pool", f"no Mamba state slot for the insert: the pool of "
                                    f"{before['mamba']['capacity']} had none free, and the "
@@ -85,6 +100,8 @@ class MambaLockstep(SWALockstep):
                           (op.tokens, op.ns, op.priority, got.actual[:len(key)], slot),
                           oracle=None)
         self.ends.add((ns, key))
+        if self.slot_taken is not None:
+            self.slot_taken[1] = ((ns, key), bool(done.actual[1]))
         if done.actual[1]:
             self.count(MAMBA_EXIST)
         # whether the tree had a state at the key's end, known when nothing was evicted since
@@ -99,7 +116,15 @@ class MambaLockstep(SWALockstep):
             return False
         self.count("evict for an allocation")
         need, evictable = demand - self.snap["available"], self.snap["evictable"]
-        yield from self._evict(need, evictable, "evict_for_alloc")
+        if not self.donor:
+            yield from self._evict(need, evictable, "evict_for_alloc")
+            return True
+        # On the shared buffer the shortfall is an availability target: a state freed with its
+        # leaf gives the full side its bytes too, so fewer tokens may do (judged after the op:
+        # the allocation refused while something was still evictable).
+        self.evicting = True
+        yield Call(f"evict_for_alloc({need}) -> tokens evicted", "evict_for_alloc", (need,),
+                   oracle=None, compare=lambda *answers: [])
         return True
 
     @handles(Reset)
@@ -120,7 +145,15 @@ class MambaLockstep(SWALockstep):
         evicted, self.evicting = self.evicting, False
         problems += radix_state.lock_problems(
             op, lambda: before and self._nodes(before), nodes, ps, evicted)
-        problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
+        taken, self.slot_taken = self.slot_taken, None
+        if self.donor:  # the unified memory pool: both sides of one buffer
+            problems += full_side_problems(snap, nodes, ps)
+            refused, self.refused = self.refused, None
+            problems += refusal_problems(refused, snap)
+            if taken is not None:
+                problems += eviction_problems(nodes, snap, *taken, ps)
+        else:
+            problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)
         for check in checks:
             problems += self._after(check, snap, nodes)

@@ -25,8 +25,8 @@ from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
 from kvfuzz.oracle.radix.contract import LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
-from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of, mamba_of, swa_of,
-                                              unsupported)
+from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
+                                              donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
@@ -71,7 +71,8 @@ def _options(impl) -> dict:
     return {"poison_keys": KEEPS_KEY not in impl.preconditions,
             "core": core_of(impl.preconditions),
             "poison_mamba": KEEPS_MAMBA_VALUE not in impl.preconditions,
-            "contract": contract_of(impl.preconditions)}
+            "contract": contract_of(impl.preconditions),
+            "donor": donor_of(impl.preconditions)}
 
 
 UNIFIED = trace_target(

@@ -7,14 +7,16 @@ SGLang for its Rust core (and runs the Python core beside it, to compare the two
 `sglang.unified.swa.rust` and `sglang.unified.swa.python` build it with the SWA component too
 (profile `unified-swa/1`, not run by default), `sglang.unified.mamba.rust` and
 `sglang.unified.mamba.python` with the Mamba component (profile `unified-mamba/1`, tree ops
-only, not run by default). Nothing heavy is imported here."""
+only, not run by default), and `sglang.unified.mamba.donor.rust` and `.python` with it on
+SGLang's unified memory pool (full KV and Mamba states in one buffer: the Full donor of
+`evict_for_alloc`; the same traces, not run by default). Nothing heavy is imported here."""
 
 from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
 from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE,
-                                              MAMBA_COMPONENT,
+                                              MAMBA_COMPONENT, MAMBA_DONOR,
                                               NO_RESET_IN_FLIGHT, SWA_COMPONENT)
 
 RELEASED = "sglang.srt.mem_cache.unified_radix_cache:UnifiedRadixCache"
@@ -26,11 +28,12 @@ DECLARES = {"rust": (CORES["rust"], KEEPS_MAMBA_VALUE),
             "python": (KEEPS_KEY, CORES["python"], KEEPS_MAMBA_VALUE)}
 SWA_DECLARES = {core: declared + (SWA_COMPONENT,) for core, declared in DECLARES.items()}
 MAMBA_DECLARES = {core: declared + (MAMBA_COMPONENT,) for core, declared in DECLARES.items()}
+DONOR_DECLARES = {core: declared + (MAMBA_DONOR,) for core, declared in MAMBA_DECLARES.items()}
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
               "rust_core": CORES["rust"], "python_core": CORES["python"],
               "swa_component": SWA_COMPONENT, "mamba_component": MAMBA_COMPONENT,
-              "keeps_mamba_value": KEEPS_MAMBA_VALUE}
+              "keeps_mamba_value": KEEPS_MAMBA_VALUE, "mamba_donor": MAMBA_DONOR}
 _entry = partial(entry, "unified", __name__)
 
 IMPLEMENTATIONS = (
@@ -60,10 +63,20 @@ IMPLEMENTATIONS = (
     Implementation("sglang.unified.mamba.python", "unified", RELEASED,
                    "SGLang's UnifiedRadixCache with the Mamba component, Python tree core, tree "
                    "ops", UPSTREAM, preconditions=MAMBA_DECLARES["python"], requires="sglang"),
+    # The Mamba profile on the unified memory pool (`init_unified_mamba_pools`): the allocator
+    # is a Full donor, so a state short of bytes evicts Full leaves; not run by default.
+    Implementation("sglang.unified.mamba.donor.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the Mamba component on the unified memory "
+                   "pool (the Full donor), Rust tree core (checked against the Python core too), "
+                   "tree ops", UPSTREAM, preconditions=DONOR_DECLARES["rust"], requires="sglang"),
+    Implementation("sglang.unified.mamba.donor.python", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with the Mamba component on the unified memory "
+                   "pool (the Full donor), Python tree core, tree ops", UPSTREAM,
+                   preconditions=DONOR_DECLARES["python"], requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
            requires="sglang",
-           preconditions=(SWA_DECLARES if broken.swa else MAMBA_DECLARES if broken.mamba
-                          else DECLARES)[broken.core])
+           preconditions=(SWA_DECLARES if broken.swa else DONOR_DECLARES if broken.donor
+                          else MAMBA_DECLARES if broken.mamba else DECLARES)[broken.core])
     for name, broken in MUTATIONS.items()
 )

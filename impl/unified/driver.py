@@ -39,7 +39,7 @@ import torch
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, matched_len
 from kvfuzz.impl.unified.backend import backend_in_environment
-from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool
+from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import light, snapshot
 
@@ -51,7 +51,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
     def __init__(self, cls, page_size: int, size: int, policy: str, events: bool, rows: int,
                  context: int, device: str = "cpu", poison_keys: bool = True,
                  core: str | None = None, window: int = 0, mamba_slots: int = 0,
-                 poison_mamba: bool = True):
+                 poison_mamba: bool = True, donor: bool = False):
+        """`donor`: with the Mamba component, the unified memory pool's allocator (the Full
+        donor, `mamba.unified_pools`) for both pools, in place of the released allocator and
+        `HybridReqToTokenPool`."""
         kinds = _sglang("unified_cache.component_type", "ComponentType")
         self.FULL, self.SWA = kinds.FULL, (kinds.SWA if window else None)
         self.MAMBA = kinds.MAMBA if mamba_slots else None
@@ -65,8 +68,13 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         if window:  # the SWA component beside full attention, on the hybrid allocator
             options = {"tree_components": (self.FULL, self.SWA), "sliding_window_size": window}
         self.pool, self.poison_mamba = None, poison_mamba
-        if mamba_slots:  # the Mamba component, over a hybrid pool of Mamba states
+        self.donor, self.shared = bool(donor and mamba_slots), None
+        if self.donor:  # both pools in one byte buffer: the allocator is built with it
+            self.shared, self.pool = unified_pools(page_size, size, mamba_slots, rows, context,
+                                                   device)
+        elif mamba_slots:  # the Mamba component, over a hybrid pool of Mamba states
             self.pool = mamba_pool(page_size, mamba_slots, rows, context, device)
+        if mamba_slots:
             options = {"tree_components": (self.FULL, self.MAMBA), "req_to_token_pool": self.pool,
                        "enable_mamba_extra_buffer": page_size > 1}
         chosen = contextlib.nullcontext()
@@ -81,6 +89,8 @@ class UnifiedDriver(MambaCalls, RadixDriver):
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         """With the SWA component: SGLang's `SWATokenToKVPoolAllocator`, both pools `size`
         slots, over the stand-in KV pool the swa target builds it with (`impl/swa/kvcache.py`)."""
+        if self.shared is not None:  # the unified memory pool's, built with the Mamba pool
+            return self.shared
         if self.SWA is None:
             return super()._build_allocator(cls, size, page_size, device)
         from kvfuzz.impl.swa.kvcache import stand_in_kvcache

@@ -38,7 +38,10 @@ def snapshot(driver, compared_only: bool = False) -> dict:
             "rows": rows_of(driver), "events": [event(e) for e in cache.take_events()],
             "aliases": [] if compared_only else aliases(values, driver),
             "swa": _swa(driver, handles),
-            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None}
+            "mamba": driver.mamba_state(handles) if driver.MAMBA is not None else None,
+            # the unified memory pool's full side (the Full donor's): its allocated tokens
+            **({"full_allocated": int(_pool(allocator).allocated_count())}
+               if getattr(driver, "donor", False) else {})}
 
 
 def sizes(driver) -> list:
@@ -55,7 +58,16 @@ def _pool(allocator):
 
 
 def _free(pool) -> list[int]:
+    if hasattr(pool, "virtual_to_physical"):  # a unified-memory sub-pool: no free list
+        return unmapped(pool)
     return int_list(pool.free_pages) + staged_of(pool)
+
+
+def unmapped(sub_pool) -> list[int]:
+    """A unified sub-pool's free virtual pages (no physical page), the sink page 0 aside: it
+    keeps no free list."""
+    return [page for page, physical in enumerate(int_list(sub_pool.virtual_to_physical))
+            if physical < 0 and 0 < page < sub_pool.num_virtual_ids]
 
 
 def _swa(driver, handles: list) -> dict | None:
@@ -120,6 +132,11 @@ def track(driver) -> dict[int, tuple]:
             found[node] = (int(info.parent_id), int(info.path_start), int(info.path_end),
                            children_of(info))
     return found
+
+
+def tree_nodes(driver) -> tuple[list, list, list]:
+    """The tree's nodes as a whole read has them (`_nodes`), for the driver's own reads."""
+    return _nodes(driver)
 
 
 def _nodes(driver) -> tuple[list, list, list]:

@@ -19,7 +19,7 @@ from kvfuzz.impl.unified.twin_parts import PAIRS, PREFIX, SIZES, STATE, WHOLE_EV
 
 CALLS = ("admit_match", "admit_lock", "evict", "evict_for_alloc", "evict_for_demand", "extend",
          "checkpoint", "release", "release_stale", "match", "touch", "pin", "alloc_slots",
-         "insert", "reset", "mamba_slot", "insert_mamba")
+         "insert", "reset", "mamba_slot", "insert_mamba", "free_slots")
 
 
 class TwinDriver(ChangedReads):
@@ -29,11 +29,12 @@ class TwinDriver(ChangedReads):
 
     def __init__(self, cls, *args):
         """`args`: `UnifiedDriver`'s, up to `poison_keys`, then the SWA window (0: none), the
-        Mamba slots (0: no Mamba component) and whether to poison a Mamba value."""
-        args, (window, mamba, poison) = args[:8], (tuple(args[8:11]) + (0, 0, True)[
-            len(args[8:11]):])
+        Mamba slots (0: no Mamba component), whether to poison a Mamba value and whether the
+        Mamba pools are the unified memory pool's (the Full donor)."""
+        args, (window, mamba, poison, donor) = args[:8], (tuple(args[8:12]) + (
+            0, 0, True, False)[len(args[8:12]):])
         self.primary = UnifiedDriver(cls, *args, core=self.PRIMARY, window=window,
-                                     mamba_slots=mamba, poison_mamba=poison)
+                                     mamba_slots=mamba, poison_mamba=poison, donor=donor)
         self.pairs: list[tuple] = []
         self.reads = 0  # snapshots taken: the twin's whole state every WHOLE_EVERY
         self.slots: dict[tuple, list] = {}  # the primary's alloc_slots answer -> the twin's
@@ -44,7 +45,7 @@ class TwinDriver(ChangedReads):
         try:
             self.twin, self.twin_error = UnifiedDriver(cls, *twin_args, core=self.TWIN,
                                                        window=window, mamba_slots=mamba,
-                                                       poison_mamba=False), None
+                                                       poison_mamba=False, donor=donor), None
         except Exception as error:  # noqa: BLE001 - reported as a difference, not a crash
             self.twin, self.twin_error = None, safe_text(error)
             self.pairs.append(("constructor", ("answered", None), _raised(error)))
@@ -67,6 +68,8 @@ class TwinDriver(ChangedReads):
         return answer
 
     def _twin_args(self, method: str, args: tuple) -> tuple:
+        if method == "free_slots":  # the twin's own slots of an abandoned insert
+            return (self.slots.pop(tuple(args[0]), args[0]),)
         if method in ("insert", "insert_mamba") and args[3]:
             tokens, ns, priority, slots = args[:4]
             slots = self.slots.pop(tuple(slots), slots)

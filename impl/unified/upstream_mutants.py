@@ -46,7 +46,13 @@ class Broken:
     @property
     def mamba(self) -> bool:
         """Whether its entry runs the Mamba profile (it edits the Mamba component)."""
-        return self.profile == "mamba" or not self.profile and self.module == MAMBA
+        return self.profile in ("mamba", "donor") or not self.profile and self.module == MAMBA
+
+    @property
+    def donor(self) -> bool:
+        """Whether its entry runs the Mamba profile on the unified memory pool (the Full
+        donor of a Mamba allocation's eviction)."""
+        return self.profile == "donor"
 
     @property
     def why(self) -> str:
@@ -69,11 +75,34 @@ def _mamba(scope, old, new, why, core="python"):
     return Broken(MAMBA, Mutation(f"MambaComponent.{scope}", old, new, why), core)
 
 
-def _cache(scope, old, new, why, core="python"):
-    return Broken(CACHE, Mutation(f"UnifiedRadixCache.{scope}", old, new, why), core)
+def _cache(scope, old, new, why, core="python", profile=""):
+    return Broken(CACHE, Mutation(f"UnifiedRadixCache.{scope}", old, new, why), core, profile)
 
 
 MUTATIONS = {
+    # the Full donor of a Mamba allocation (the unified memory pool: profile "donor")
+    "donor_never_asked": _cache(
+        "evict_for_alloc", "if mamba_free_ids >= mamba_target[1] and mamba_capacity < "
+        "mamba_target[1]:", "if False:", "a Mamba allocation short of bytes with an id free "
+        "evicts nothing: no state for the request", profile="donor"),
+    "donor_evicts_states_first": _cache(
+        "evict_for_alloc", "mamba_num=mamba_id_shortfall,", "mamba_num=params.mamba_num,",
+        "a Mamba allocation short of bytes evicts a state although an id is free and Full "
+        "could fund it", profile="donor"),
+    "donor_walks_on": _cache(
+        "evict_for_alloc", "{ComponentType.FULL: mamba_target},", "None,",
+        "the Full donor's walk has no Mamba capacity target: it evicts every evictable Full "
+        "leaf for one state", profile="donor"),
+    "donor_target_is_now": _cache(
+        "evict_for_alloc", "ct: (ct, self._component_available_size(ct) + request_cnt)",
+        "ct: (ct, self._component_available_size(ct) + (request_cnt if ct == "
+        "ComponentType.MAMBA else 0))",
+        "a full allocation's eviction on the shared buffer aims at what is available already: "
+        "it evicts nothing and the allocation is refused", profile="donor"),
+    "donor_tokens_unsaid": _cache(
+        "evict_for_alloc", "result.num_tokens_evicted += donor_result.num_tokens_evicted",
+        "pass", "the Full donor's evicted tokens are left out of evict_for_alloc's answer",
+        profile="donor"),
     # match length and device indices
     "match_split_drops_slots": _core(
         "_match_prefix_helper", "value.append(node.component_data[BASE_COMPONENT_TYPE].value)",

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, broken, unsupported
 
-__all__ = ["CORES", "KEEPS_KEY", "KEEPS_MAMBA_VALUE", "MAMBA_COMPONENT", "NO_RESET_IN_FLIGHT", "SWA_COMPONENT",
-           "broken", "core_of", "mamba_of", "swa_of", "unsupported"]
+__all__ = ["CORES", "KEEPS_KEY", "KEEPS_MAMBA_VALUE", "MAMBA_COMPONENT", "MAMBA_DONOR",
+           "NO_RESET_IN_FLIGHT", "SWA_COMPONENT", "broken", "core_of", "donor_of", "mamba_of",
+           "swa_of", "unsupported"]
 
 CORES = {
     "rust": "runs the Rust tree core (tree_core_backend='rust': the extension bundled in the "
@@ -32,6 +33,15 @@ MAMBA_COMPONENT = ("builds the cache with the Mamba component beside full attent
                    "slots): it runs the unified-mamba traces")
 
 
+# The Mamba component on SGLang's unified memory pool (`init_unified_mamba_pools`, what a hybrid
+# Mamba model's scheduler builds with the unified pool): full KV pages and Mamba states share one
+# byte buffer, so a state can be short of bytes while ids are free, and `evict_for_alloc` takes
+# Full leaves as the donor (`UnifiedMambaTokenToKVPoolAllocator.mamba_full_cache_donor`).
+MAMBA_DONOR = ("builds the Mamba component's pools as SGLang's unified memory pool does "
+               "(init_unified_mamba_pools: full KV and Mamba states in one byte buffer, the "
+               "allocator a Full donor for Mamba allocations): it runs the unified-mamba traces")
+
+
 # Both cores keep the caller's Mamba value tensor as the node's state (the full value is copied):
 # every in-tree caller hands over a fresh one (`MambaComponent.prepare_for_caching_req`: a clone
 # of the request's slot, or a slot donated for the tree), so the entries declare it.
@@ -41,6 +51,10 @@ KEEPS_MAMBA_VALUE = ("keeps the caller's Mamba value tensor (InsertParams.mamba_
 
 def mamba_of(preconditions) -> bool:
     return MAMBA_COMPONENT in preconditions
+
+
+def donor_of(preconditions) -> bool:
+    return MAMBA_DONOR in preconditions
 
 
 def swa_of(preconditions) -> bool:

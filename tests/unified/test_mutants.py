@@ -65,6 +65,19 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                           + PYTHON,
     "mamba_lock_protects_nothing": r"mamba lock:? +pin\(.*\) protected 0 Mamba states while "
                                    r"locked, expected 1" + PYTHON,
+    "donor_never_asked": r"mamba donor:? +no Mamba state after evict_for_alloc\(mamba_num=1\), "
+                         r"with \d+ full tokens and \d+ states still evictable" + PYTHON,
+    "donor_evicts_states_first": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) took the state "
+                                 r"of \d+ node\(s\) that stay, with \d+ Mamba ids free"
+                                 + PYTHON,
+    "donor_walks_on": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) evicted \d+ nodes, \d+ "
+                      r"bytes, for a state missing \d+ bytes: at least \d+ bytes past the "
+                      r"first sufficient victim" + PYTHON,
+    "donor_target_is_now": r"eviction:? +alloc\(\d+\) refused after evict_for_alloc, with \d+ "
+                           r"full tokens still evictable" + PYTHON,
+    "donor_tokens_unsaid": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) answered 0 tokens and "
+                           r"\d+ states evicted; \d+ tokens and \d+ states left the tree"
+                           + PYTHON,
     "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
                            r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
                            r"fell back from Rust",
@@ -75,7 +88,8 @@ def _original(name: str) -> str:
     """The released entry with the core (and the SWA or Mamba profile) the mutant's entry asks
     for."""
     broken = MUTATIONS[name[len(PREFIX):]]
-    profile = "swa." if broken.swa else "mamba." if broken.mamba else ""
+    profile = "swa." if broken.swa else "mamba.donor." if broken.donor else \
+        "mamba." if broken.mamba else ""
     return f"sglang.unified.{profile}{broken.core}"
 
 

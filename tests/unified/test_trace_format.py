@@ -13,7 +13,7 @@ from kvfuzz.strategies.radix import generator as radix_generator
 from kvfuzz.strategies.sources import seeded_random
 from kvfuzz.strategies.unified import codec, generator, uniform
 from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE, core_of,
-                                              mamba_of, swa_of, unsupported)
+                                              donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import FORMAT, from_radix, resets_in_flight, to_json
 from tests.helpers import dumps, loads
 
@@ -41,8 +41,9 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
     assert {name: core_of(p) for name, p in declared.items()} == {
         "sglang.unified.rust": "rust", "sglang.unified.python": "python",
         "sglang.unified.swa.rust": "rust", "sglang.unified.swa.python": "python",
-        "sglang.unified.mamba.rust": "rust", "sglang.unified.mamba.python": "python"}
-    for profile in ("", "swa.", "mamba."):
+        "sglang.unified.mamba.rust": "rust", "sglang.unified.mamba.python": "python",
+        "sglang.unified.mamba.donor.rust": "rust", "sglang.unified.mamba.donor.python": "python"}
+    for profile in ("", "swa.", "mamba.", "mamba.donor."):
         assert KEEPS_KEY in declared[f"sglang.unified.{profile}python"]
         assert KEEPS_KEY not in declared[f"sglang.unified.{profile}rust"]
     # both cores keep the caller's Mamba value, whatever the profile (it matters on Mamba traces)
@@ -50,7 +51,11 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
     assert [name for name, p in declared.items() if swa_of(p)] == [
         "sglang.unified.swa.rust", "sglang.unified.swa.python"]
     assert [name for name, p in declared.items() if mamba_of(p)] == [
-        "sglang.unified.mamba.rust", "sglang.unified.mamba.python"]
+        "sglang.unified.mamba.rust", "sglang.unified.mamba.python",
+        "sglang.unified.mamba.donor.rust", "sglang.unified.mamba.donor.python"]
+    # the unified memory pool (the Full donor) is a Mamba profile of its own
+    assert [name for name, p in declared.items() if donor_of(p)] == [
+        "sglang.unified.mamba.donor.rust", "sglang.unified.mamba.donor.python"]
     assert core_of(()) is None and set(CORES) == {"rust", "python"}
 
 

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.unified.lockstep import MAMBA_EVENTS, PYTHON, RUST, SWA_EVENTS
+from kvfuzz.fuzz.unified.lockstep import FULL_DONOR, MAMBA_EVENTS, PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
 from kvfuzz.impl.unified import DECLARES, MAMBA_DECLARES, RELEASED, SWA_DECLARES
@@ -26,6 +26,8 @@ SWA_RUST = UNIFIED.catalogue.resolve("sglang.unified.swa.rust")
 SWA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.swa.python")
 MAMBA_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.rust")
 MAMBA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.python")
+DONOR_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.donor.rust")
+DONOR_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.donor.python")
 
 
 # 2,000 seeded traces with each core (issue 21), in shards of 500 that xdist spreads over CI's
@@ -52,7 +54,7 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
         events.update(UNIFIED.check(UNIFIED.generator.generate(0, index, [entry]), entry).features)
     assert events[ran] == traces and events[other] == 0
     missing = set(UNIFIED.judge.lockstep.EVENTS) - {other} - set(SWA_EVENTS) - \
-        set(MAMBA_EVENTS) - set(events)
+        set(MAMBA_EVENTS) - {FULL_DONOR} - set(events)
     assert not missing, sorted(missing)
 
 
@@ -60,14 +62,17 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
     (SWA_RUST, range(0, 12), RUST, "full+swa", SWA_EVENTS),
     (SWA_PYTHON, range(20, 45), PYTHON, "full+swa", SWA_EVENTS),
     (MAMBA_RUST, range(0, 10), RUST, "full+mamba", MAMBA_EVENTS),
-    (MAMBA_PYTHON, range(10, 25), PYTHON, "full+mamba", MAMBA_EVENTS)],
-    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python"])
+    (MAMBA_PYTHON, range(10, 25), PYTHON, "full+mamba", MAMBA_EVENTS),
+    (DONOR_RUST, range(0, 3), RUST, "full+mamba", (FULL_DONOR,)),
+    (DONOR_PYTHON, range(3, 15), PYTHON, "full+mamba", MAMBA_EVENTS + (FULL_DONOR,))],
+    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python", "donor-rust", "donor-python"])
 def test_a_components_seeded_traces_run_to_their_last_op_on_each_core_and_reach_its_edges(
         entry, indices, ran, components, reached):
     # The SWA profile: each trace is a "unified-swa/1" trace with its window, on the hybrid
     # allocator; the Mamba profile: "unified-mamba/1" tree ops over a hybrid pool of Mamba
-    # states. The Rust core's entry runs the Python core beside it, the component's state
-    # (SWA slots and pool; each node's state and the state pool) compared.
+    # states, and on the unified memory pool (the donor entries: a state short of bytes is
+    # funded by Full leaves). The Rust core's entry runs the Python core beside it, the
+    # component's state (SWA slots and pool; each node's state and the state pool) compared.
     events = Counter()
     for index in indices:
         trace = UNIFIED.generator.generate(0, index, [entry])
