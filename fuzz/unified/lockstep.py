@@ -77,6 +77,9 @@ class UnifiedLockstep(RadixLockstep):
         return state.exposed(expected, {"inner": True if getattr(self, "inner", 0) else None})
 
     def light_problems(self, light, expected):
+        # the resolution the model's nodes stand for the core's at, until the next whole read
+        # (`as_read`): the one this read's digest of the nodes was checked at
+        self.inner = light["inner"]
         if self.core.get("twin") is not None:  # the Rust core's, for the cores' comparison
             self.twin_events.extend(light["events"])
         return state.light_problems(self.model, light, expected) + \
