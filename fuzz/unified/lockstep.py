@@ -54,16 +54,6 @@ class UnifiedLockstep(RadixLockstep):
             return make(TwinDriver, cls, *args, trace.window, *mamba)
         return make(UnifiedDriver, cls, *args, core, trace.window, *mamba)
 
-    @property
-    def LIGHT(self) -> bool:
-        """Light reads on the Python entry only. On the Rust entry (the Python core beside it)
-        a light read let a false "lock baseline" through: the fuzz campaign's trace
-        corpus/unified-0921415beb6ed09a.json agrees read whole every op and diverged at a pin
-        read light, cause not found yet (docs/upstream-sglang.md, "Speed"); the Rust entry's
-        gain from them was some 6%."""
-        core = self.__dict__.get("core")
-        return core is not None and core.get("twin") is None
-
     def initial_problems(self):
         self.core = self.read("core")
         self.count(RUST if self.core["rust"] else PYTHON)
@@ -80,6 +70,9 @@ class UnifiedLockstep(RadixLockstep):
         return state.exposed(expected, {"inner": True if getattr(self, "inner", 0) else None})
 
     def light_problems(self, light, expected):
+        # the resolution the model's nodes stand for the core's at, until the next whole read
+        # (`as_read`): the one this read's digest of the nodes was checked at
+        self.inner = light["inner"]
         if self.core.get("twin") is not None:  # the Rust core's, for the cores' comparison
             self.twin_events.extend(light["events"])
         return state.light_problems(self.model, light, expected) + \

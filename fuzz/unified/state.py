@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from kvfuzz.fuzz.radix.state import MASK, edge_of, namespace
+from kvfuzz.fuzz.radix.state import MASK, edge_of, namespace, ranks
 from kvfuzz.fuzz.radix.state import counter_problems
 from kvfuzz.oracle.radix.invariants import NodeView
 from kvfuzz.oracle.counts import same_counts
@@ -62,10 +62,15 @@ def expected_walk(expected: list[NodeView]) -> list[tuple[int, int, int]]:
 
 def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[str, str]]:
     """An op between two whole reads: the sizes and rows (as the radix judge's light read), the
-    digests of the walk and of the unlocked slots against the model's tree's, `total_size()`."""
+    digests of the walk, of the unlocked slots and of the nodes (at the resolution the core
+    shows them: `light["inner"]`) against the model's tree's, `total_size()`. The nodes' digest
+    is what lets the judge's eviction and pin checks take the model's nodes for the core's after
+    a light read: the walk and the unlocked slots alone do not show a lock count that changed on
+    a node that stays locked, nor where nodes split."""
     problems = counter_problems(model, light)
     want = expected_walk(expected)
     unlocked = [s for node in expected if not node.lock for s in node.value]
+    shown = exposed(expected, {"inner": [] if light["inner"] else None})
     if (light["num_walk"], light["walk"]) != (len(want), sum(map(hash, want)) & MASK):
         problems.append(("walk", f"the walk's digest differs from the model's tree's "
                                  f"({light['num_walk']} slots walked, expected {len(want)})"))
@@ -73,11 +78,33 @@ def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[s
             (len(unlocked), sum(map(hash, unlocked)) & MASK):
         problems.append(("tree", f"the unlocked slots' digest differs from the model's "
                                  f"({light['num_unlocked']} unlocked, expected {len(unlocked)})"))
+    elif (light["num_nodes"], light["nodes"]) != (len(shown), node_digest(shown, light["inner"])):
+        what = "locks, keys, slots" + (", hit counts, priorities, times" if light["inner"] else "")
+        problems.append(("tree", f"the nodes' digest ({what}) differs from the model's "
+                                 f"({light['num_nodes']} nodes, expected {len(shown)})"))
     total = light["total"]
     if total[0] != len(want) or total[1:] != [0] * (len(total) - 1):
         problems.append(("total_size", f"total_size() says {tuple(total)}, the model's tree "
                                        f"holds {len(want)} full-attention slots"))
     return problems
+
+
+def node_digest(nodes: list[NodeView], inner: bool) -> int:
+    """What `impl/unified/reader.py:node_digest` computes of a core's nodes, of `NodeView`s (the
+    model's, cut to what the core shows: `exposed`): the sum of one hash a node of (namespace,
+    path, key, slots, lock) and, where the core shows its node objects (`inner`), (hit count,
+    priority, the ranks of its access and creation times)."""
+    access = ranks(n.access for n in nodes)
+    created = ranks(n.created for n in nodes)
+    total = 0
+    for n in nodes:
+        ns, tokens = n.path
+        row = (ns if type(ns) is int else -1, tuple(tokens), tuple(n.key), tuple(n.value),
+               n.lock)
+        if inner:
+            row += (n.hits, n.priority, access[n.access], created[n.created])
+        total += hash(row)
+    return total & MASK
 
 
 def walk_problems(snap: dict, expected: list[NodeView]) -> list[tuple[str, str]]:

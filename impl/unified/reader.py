@@ -12,6 +12,7 @@ Python core) each node's edge, lock count, hit count, priority and times are rea
 from __future__ import annotations
 
 from kvfuzz.impl.driver_calls import staged_of
+from kvfuzz.impl.radix.digest import namespace_int
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.reader import aliases, event, plain, rows_of
 from kvfuzz.impl.unified.paths import path_info
@@ -25,7 +26,8 @@ def snapshot(driver, compared_only: bool = False) -> dict:
     nodes, values, handles = _nodes(driver)
     walk = core.walk_for_kv_canary(False, False)
     unlocked = core.walk_for_kv_canary(True, False).slot_indices
-    return {"nodes": nodes, "inner": None if compared_only else _inner(core, handles),
+    inner = None if compared_only else _inner(core, handles, cache.root_node_handle())
+    return {"nodes": nodes, "inner": inner,
             "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                              int_list(walk.prev_slot_indices))),
             "unlocked": sorted(int_list(unlocked)),
@@ -190,15 +192,26 @@ def children_of(info) -> int | None:
     return None if children is None else int(children)
 
 
-def _inner(core, handles: list) -> list | None:
+def exposes_nodes(core, root) -> bool:
+    """Whether the core shows its node objects (`node_by_id`; the Rust core raises
+    `NotImplementedError`), asked of the root: asked only of the nodes a call named, an empty
+    tree (the read before the first op) said "shown" on the Rust core too, and the judge then
+    took the model's lock counts, not locked or not, for the Rust core's nodes after a light
+    read (issue 21's false "lock baseline")."""
+    try:
+        core.node_by_id(root)
+    except NotImplementedError:
+        return False
+    return True
+
+
+def _inner(core, handles: list, root) -> list | None:
     """(edge key, key tokens, lock_ref, hit_count, priority, last_access_time, creation_time)
     of each node, where the core exposes its node objects; None where it does not."""
-    try:
-        objects = [core.node_by_id(handle) for handle in handles]
-    except NotImplementedError:
+    if not exposes_nodes(core, root):
         return None
     found = []
-    for node in objects:
+    for node in (core.node_by_id(handle) for handle in handles):
         edge = next((key for key, child in node.parent.children.items() if child is node), None)
         data = node.component_data[0]  # ComponentType.FULL
         found.append((plain(edge), list(node.key), int(data.lock_ref), int(node.hit_count),
@@ -209,22 +222,49 @@ def _inner(core, handles: list) -> list | None:
 
 def light(driver) -> dict:
     """The light read between two whole ones (`fuzz/radix/lockstep.py`): the sizes, the rows,
-    and digests of the KV-canary walk (every cached slot with its position and the slot before
-    it: the tree's slots and shape) and of the unlocked slots, each the sum (mod 2**64) of one
-    hash a row; the KV events since the last read. The nodes are tracked by path as after every
-    read (`track`)."""
+    the KV events since the last read, and digests, each the sum (mod 2**64) of one hash a row:
+    of the KV-canary walk (every cached slot with its position and the slot before it), of the
+    unlocked slots, and of the nodes as the whole read shows them (`node_digest`): what the
+    judge's eviction and pin checks take from the model's nodes after a light read."""
     cache, core = driver.cache, driver.cache.tree_core
-    track(driver)
+    nodes, _, handles = _nodes(driver)  # (the nodes tracked by path, as after every read)
+    inner = _inner(core, handles, cache.root_node_handle())
     walk = core.walk_for_kv_canary(False, False)
     rows = list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                     int_list(walk.prev_slot_indices)))
     unlocked = int_list(core.walk_for_kv_canary(True, False).slot_indices)
     return {"walk": sum(map(hash, rows)) & MASK, "num_walk": len(rows),
             "unlocked": sum(map(hash, unlocked)) & MASK, "num_unlocked": len(unlocked),
+            "nodes": node_digest(nodes, inner, set(unlocked)), "num_nodes": len(nodes),
+            "inner": inner is not None,
             "evictable": int(cache.evictable_size()), "protected": int(cache.protected_size()),
             "available": int(_pool(driver.allocator).available_size()),
             "total": [int(n) for n in cache.total_size()], "rows": rows_of(driver),
             "events": [event(e) for e in cache.take_events()]}
+
+
+def node_digest(nodes: list, inner: list | None, unlocked: set) -> int:
+    """The sum (mod 2**64) of one hash a node over what the judge's node comparison reads of it
+    (`fuzz/unified/state.py:views`): (namespace, path, key, slots, lock) and, where the core
+    shows its node objects, (hit count, priority, the ranks of its access and creation times);
+    the lock count where shown, else whether a slot of the node is locked (the walk). Ints only
+    (a str's hash differs between processes); the judge computes the same of the model's nodes
+    (`fuzz/unified/state.py:node_digest`)."""
+    if inner is not None:
+        access = {t: i for i, t in enumerate(sorted({row[5] for row in inner}))}
+        created = {t: i for i, t in enumerate(sorted({row[6] for row in inner}))}
+    total = 0
+    for i, (_, extra, tokens, start, value, _) in enumerate(nodes):
+        value = tuple(value or ())
+        if inner is None:
+            row = (namespace_int(extra), tuple(tokens), tuple(tokens[start:]), value,
+                   int(bool(value) and not set(value) <= unlocked))
+        else:
+            _, key, lock, hits, priority, when, made = inner[i]
+            row = (namespace_int(extra), tuple(tokens), tuple(key), value, lock, hits, priority,
+                   access[when], created[made])
+        total += hash(row)
+    return total & MASK
 
 
 MASK = (1 << 64) - 1

@@ -57,6 +57,41 @@ def test_a_rust_like_snapshot_reads_locks_from_the_walk_and_cuts_the_model_to_ma
     assert state.exposed(model.views(), {**snap, "inner": []}) == model.views()
 
 
+def test_an_empty_tree_is_read_at_its_cores_resolution():
+    # issue 21: the read before the first op (no node named) took the Rust core for one that
+    # shows its nodes' lock counts; the resolution is asked of the root
+    from kvfuzz.impl.unified.reader import _inner
+
+    class Hidden:  # the Rust core: no node objects
+        def node_by_id(self, handle):
+            raise NotImplementedError
+
+    class Shown:  # the Python core
+        def node_by_id(self, handle):
+            return object()
+
+    assert _inner(Hidden(), [], 0) is None and _inner(Shown(), [], 0) == []
+
+
+def test_the_light_reads_node_digest_is_the_models_at_the_cores_resolution():
+    from kvfuzz.impl.unified.reader import node_digest
+
+    model = tree()
+    for inner in (False, True):
+        snap = model_snapshot(model, inner)
+        shown = state.exposed(model.views(), snap)
+        assert node_digest(snap["nodes"], snap["inner"], set(snap["unlocked"])) == \
+            state.node_digest(shown, inner)
+    # a second lock on the locked [1 2]: the walk and the unlocked slots stay the same; the
+    # Python core shows the count, the Rust core only that the node is locked
+    model.tree.lock(model.tree.match(0, [1, 2, 9])[1])
+    for inner, differs in ((False, False), (True, True)):
+        snap = model_snapshot(tree(), inner)
+        shown = state.exposed(model.views(), snap)
+        assert (node_digest(snap["nodes"], snap["inner"], set(snap["unlocked"])) !=
+                state.node_digest(shown, inner)) is differs
+
+
 def test_the_walk_and_the_trees_own_counts_are_checked_against_the_tree():
     model = tree()
     snap = model_snapshot(model)
