@@ -70,7 +70,7 @@ class KVManagerDriver(ManagerReads):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False, dcp: int = 0):
+                 zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0):
         import math
 
         import torch
@@ -117,7 +117,11 @@ class KVManagerDriver(ManagerReads):
         _seed_none_hash()
         # (a mutant of vLLM's hashing utilities brings its own edited hasher factory)
         hasher_factory = getattr(cls, "request_block_hasher", None) or get_request_block_hasher
-        self._hasher = hasher_factory(hash_size, block_hash)
+        # lookahead hashing: the hasher and the manager (its pool's events) told alike, and
+        # only where set (a release before it has neither keyword)
+        self._hasher = hasher_factory(hash_size, block_hash,
+                                      **({"num_hash_lookahead_tokens": hash_lookahead}
+                                         if hash_lookahead else {}))
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
@@ -128,7 +132,9 @@ class KVManagerDriver(ManagerReads):
                            **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
                                    watermark=watermark, enable_kv_cache_events=events,
                                    log_stats=stats, use_eagle=eagle),
-                           **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}))
+                           **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}),
+                           **(asked(cls, num_hash_lookahead_tokens=hash_lookahead)
+                              if hash_lookahead else {}))
         super().__init__(self.manager.block_pool, blocks)
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}

@@ -287,6 +287,14 @@ MUTATIONS = {
         'extra_keys.append(("mm", mm_feature.identifier, 0))',
         "an image's key leaves out where it starts in the block: the same image one token "
         "later over the same placeholder tokens shares the block")),
+    # Lookahead hashing (the "lookahead hashes" profile): a block hashed before the tokens
+    # after it that its hash covers exist.
+    "lookahead_hash_early": (UTILS, Mutation(
+        "get_request_block_hasher",
+        "num_tokens = request.num_tokens - num_hash_lookahead_tokens",
+        "num_tokens = request.num_tokens",
+        "a block is hashed as soon as it is full, over the lookahead tokens there are so far: "
+        "its hash misses the ones still to come")),
     # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
     "event_keys_from_step_start": (POOL, Mutation(
         "BlockPool.cache_full_blocks", "block_start = i * block_size",

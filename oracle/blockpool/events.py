@@ -48,8 +48,9 @@ def stored(prompt: Prompt, hashes: list[int], parent: int | None, start: int, en
     """One `Stored`: `hashes` (of the blocks starting at `starts`) over tokens [start, end);
     a block's extra keys cover its lookahead tokens too, as its hash does."""
     keys = tuple(extra_keys(prompt, s, s + block_size + lookahead) for s in starts) or None
-    ahead = tuple(prompt.tokens[s + block_size:s + block_size + lookahead] for s in starts) \
-        if lookahead else None
+    # (each a tuple, as the implementation's events read: a caller's tokens may be a list)
+    ahead = tuple(tuple(prompt.tokens[s + block_size:s + block_size + lookahead])
+                  for s in starts) if lookahead else None
     return Stored(tuple(hashes), parent, tuple(prompt.tokens[start:end]), block_size, group,
                   keys, ahead)
 

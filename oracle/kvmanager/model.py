@@ -74,7 +74,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False):
+                 zeroing: bool = False, hash_lookahead: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
         self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
@@ -85,8 +85,12 @@ class KVManagerModel(ConnectorRules, HybridRules):
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
         self.h, self.align = hash_block_size or block_size, math.lcm(*self.sizes)
+        # Lookahead hashing: a request's hashes (the caller's) exist for a block once
+        # `hash_lookahead` tokens follow it, so a lookup or a step's caching reaches no further;
+        # its events carry those tokens.
         self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=self.h,
-                                   events=events)
+                                   events=events, lookahead=hash_lookahead)
+        self.hash_lookahead = hash_lookahead
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention, self.caching, self.eagle = retention, caching, eagle
         self.lookahead, self.retained = lookahead, retained
@@ -295,6 +299,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
             size = self.sizes[group]
             to_cache = self.cacheable(written, group)
             num_full = min(to_cache, len(hashes) * self.h) // size
+            if self.hash_lookahead and to_cache // size > num_full:
+                self.marks.append("lookahead hashing: a computed block waits for its next tokens")
             cached = self.num_cached[group].get(rid, 0)
             if cached < num_full:
                 table = self.tables[group][rid]

@@ -93,6 +93,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not values["zeroing"] or window or local, "zeroing",
                   "expected false without a sliding-window or chunked-local group", True)
     values["dcp"] = _dcp(reader, data, values, window)
+    values["hash_lookahead"] = _hash_lookahead(reader, data, values)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -117,6 +118,21 @@ def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:
     return dcp
 
 
+def _hash_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
+    """Lookahead hashing: 0 (off) or the tokens past a block its hash covers. vLLM's config sets
+    it only with prefix caching, and the scheduler then passes `use_eagle` false; the oracle
+    models it over attention groups hashed per block (no Mamba, cross-attention or DCP)."""
+    ahead = reader.integer(data.get("hash_lookahead", 0), "hash_lookahead", low=0,
+                           high=MAX_LOOKAHEAD)
+    reader.expect(not ahead or (values["caching"] and not values["eagle"]), "hash_lookahead",
+                  "expected 0 with caching off or EAGLE (the scheduler clears use_eagle when "
+                  "hashes look ahead)", ahead)
+    reader.expect(not ahead or not (values["mamba_mode"] or values["encoder_tokens"] or
+                                    values["dcp"]), "hash_lookahead",
+                  "expected 0 with a Mamba or cross-attention group or DCP", ahead)
+    return ahead
+
+
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
            retention: int | None) -> None:
     """The hybrid stream's block sizes: what vLLM's coordinators accept (the unitary one, one
@@ -138,6 +154,9 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(not values["dcp"] or block_size % values["dcp"] == 0, "dcp",
                   f"expected a divisor of block_size {block_size} (each rank's share of a "
                   f"block)", values["dcp"])
+    reader.expect(not values["hash_lookahead"] or set(sizes) == {hashed or block_size},
+                  "hash_lookahead", f"expected 0 unless every group's blocks {sizes} are hashed "
+                  f"per block (the oracle's lookahead hashing)", values["hash_lookahead"])
     scheduler = math.lcm(*sizes)
     reader.expect(not retention or retention % scheduler == 0, "retention",
                   f"expected a multiple of the scheduler block size {scheduler}", retention)

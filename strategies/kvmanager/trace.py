@@ -216,7 +216,13 @@ class Trace:
     Decode context parallelism (`kvmanager/5[dcp]`, `strategies/kvmanager/dcp.py`): `dcp` > 1
     shards each block's KV over that many ranks: the one full-attention group's spec has blocks
     of `block_size // dcp` tokens, and the manager (`dcp_world_size`) schedules, hashes and
-    allocates in blocks of `block_size`, the manager's view the oracle models."""
+    allocates in blocks of `block_size`, the manager's view the oracle models.
+
+    Lookahead hashing (`kvmanager/5[lookahead hashes]`): `hash_lookahead` > 0 is the engine's
+    `num_hash_lookahead_tokens` (EAGLE's drafter reads that many tokens past a block, so a
+    block's hash covers them: it exists only once they do, and equal blocks followed by other
+    tokens differ), passed to the manager and to vLLM's request block hasher; the scheduler then
+    clears `use_eagle` (no block dropped), so `eagle` is false."""
 
     blocks: int
     block_size: int
@@ -242,6 +248,7 @@ class Trace:
     encoder_tokens: int = 0
     zeroing: bool = False
     dcp: int = 0
+    hash_lookahead: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -285,7 +292,9 @@ class Trace:
             ("asynchronous scheduling", self.async_scheduling),
             (f"{self.retained} extra retained tokens", self.retained),
             ("blocks zeroed (mixed precision)", self.zeroing),
-            (f"decode context parallel over {self.dcp} ranks", self.dcp)) if on]
+            (f"decode context parallel over {self.dcp} ranks", self.dcp),
+            (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead))
+            if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -346,4 +355,5 @@ def _settings(trace: Trace) -> dict:
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
-                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0}
+                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
+                  "hash_lookahead": 0}

@@ -84,6 +84,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "salt_on_every_block": r"block hash|hash map|prefix hit",
     "mm_offset_ignored": r"block hash|hash map|prefix hit",
     "event_keys_from_step_start": r"KV events:? +the op",
+    # Lookahead hashing (the "lookahead hashes" profile): a block hashed before the tokens its
+    # hash covers exist.
+    "lookahead_hash_early": r"block hash|hash map|prefix hit|KV events|estimate_cached_tokens",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -108,6 +111,8 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                                                           "mm_offset_ignored")},
                         # its second, the first with events that reach a later step's keys
                         PREFIX + "event_keys_from_step_start": 186,
+                        # the "lookahead hashes" profile's first trace of seed 0
+                        PREFIX + "lookahead_hash_early": 101,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
