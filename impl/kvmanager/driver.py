@@ -70,7 +70,8 @@ class KVManagerDriver(ManagerReads):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0):
+                 zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
+                 eagle_groups=()):
         import math
 
         import torch
@@ -108,9 +109,14 @@ class KVManagerDriver(ManagerReads):
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size
         scheduler_size = math.lcm(block_size, *(spec.block_size for spec in specs[1:]))
+        # a draft model's groups flagged `is_eagle_group` (only where the trace flags some: a
+        # release before the flag has no such field)
+        flags = [{"is_eagle_group": i in eagle_groups} if eagle_groups else {}
+                 for i in range(len(specs))]
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
-                                                for i, spec in enumerate(specs)],
+                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec, **flag)
+                                                for i, (spec, flag) in
+                                                enumerate(zip(specs, flags))],
                                **asked(KVCacheConfig,
                                        prefix_cache_retention_interval=retention))
         init_none_hash(block_hash)

@@ -295,6 +295,20 @@ MUTATIONS = {
         "num_tokens = request.num_tokens",
         "a block is hashed as soon as it is full, over the lookahead tokens there are so far: "
         "its hash misses the ones still to come")),
+    # EAGLE groups flagged apart (the "eagle groups" profile): the drop, or the peek block a
+    # step caches for it, taken by every group when only the flagged ones should.
+    "eagle_drop_every_group": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "drop_eagle_block = use_eagle and idx not in eagle_verified",
+        "drop_eagle_block = bool(self.drop_eagle_group_ids) and idx not in eagle_verified",
+        "with a draft model's group flagged, every group's hit drops a block, not the flagged "
+        "group's alone")),
+    "eagle_peek_every_group": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.get_num_cacheable_tokens",
+        "if manager.use_eagle and cached_num_computed_tokens > 0:",
+        "if self.drop_eagle_group_ids and cached_num_computed_tokens > 0:",
+        "with a draft model's group flagged, every group caches the block past the scheduler "
+        "grid that only the flagged group's lookup peeks at")),
     # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
     "event_keys_from_step_start": (POOL, Mutation(
         "BlockPool.cache_full_blocks", "block_start = i * block_size",

@@ -94,6 +94,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected false without a sliding-window or chunked-local group", True)
     values["dcp"] = _dcp(reader, data, values, window)
     values["hash_lookahead"] = _hash_lookahead(reader, data, values)
+    values["eagle_groups"] = _eagle_groups(reader, data, values, window)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -131,6 +132,21 @@ def _hash_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
                                     values["dcp"]), "hash_lookahead",
                   "expected 0 with a Mamba or cross-attention group or DCP", ahead)
     return ahead
+
+
+def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) -> tuple:
+    """The groups flagged `is_eagle_group`: distinct, sorted indices of the groups there are
+    (0: full attention, 1: a sliding window); modelled beside a window or alone (not beside a
+    chunked-local, Mamba or cross-attention group)."""
+    flagged = reader.int_list(data.get("eagle_groups", []), "eagle_groups", low=0,
+                              high=1 if window else 0, most=2)
+    reader.expect(list(flagged) == sorted(set(flagged)), "eagle_groups",
+                  "expected distinct group indices in order", list(flagged))
+    reader.expect(not flagged or not (values["local_chunk"] or values["mamba_mode"] or
+                                      values["encoder_tokens"]), "eagle_groups",
+                  "expected [] with a chunked-local, Mamba or cross-attention group",
+                  list(flagged))
+    return flagged
 
 
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,

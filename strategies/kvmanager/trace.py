@@ -222,7 +222,12 @@ class Trace:
     `num_hash_lookahead_tokens` (EAGLE's drafter reads that many tokens past a block, so a
     block's hash covers them: it exists only once they do, and equal blocks followed by other
     tokens differ), passed to the manager and to vLLM's request block hasher; the scheduler then
-    clears `use_eagle` (no block dropped), so `eagle` is false."""
+    clears `use_eagle` (no block dropped), so `eagle` is false.
+
+    EAGLE groups flagged apart (`kvmanager/5[eagle groups]`): `eagle_groups` lists the groups
+    (0 full attention, 1 the sliding window) whose `KVCacheGroupSpec` has `is_eagle_group`
+    (a draft model's layers): with `eagle` only they take EAGLE's drop, where with none
+    flagged every group does."""
 
     blocks: int
     block_size: int
@@ -249,6 +254,7 @@ class Trace:
     zeroing: bool = False
     dcp: int = 0
     hash_lookahead: int = 0
+    eagle_groups: tuple[int, ...] = ()
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -293,7 +299,8 @@ class Trace:
             (f"{self.retained} extra retained tokens", self.retained),
             ("blocks zeroed (mixed precision)", self.zeroing),
             (f"decode context parallel over {self.dcp} ranks", self.dcp),
-            (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead))
+            (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead),
+            (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups))
             if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
@@ -346,8 +353,9 @@ def _settings(trace: Trace) -> dict:
     if trace.max_in_flight_tokens is not None:
         data["max_in_flight_tokens"] = trace.max_in_flight_tokens
     data |= {"watermark": trace.watermark} if trace.watermark else {}
-    return data | {name: getattr(trace, name) for name, default in LATER_SETTINGS.items()
-                   if getattr(trace, name) != default}
+    return data | {name: list(value) if isinstance(value, tuple) else value
+                   for name, default in LATER_SETTINGS.items()
+                   if (value := getattr(trace, name)) != default}
 
 
 # Settings added with `kvmanager/5` (and the hybrid stream's two sizes), and their defaults (a
@@ -356,4 +364,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
-                  "hash_lookahead": 0}
+                  "hash_lookahead": 0, "eagle_groups": ()}

@@ -87,6 +87,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # Lookahead hashing (the "lookahead hashes" profile): a block hashed before the tokens its
     # hash covers exist.
     "lookahead_hash_early": r"block hash|hash map|prefix hit|KV events|estimate_cached_tokens",
+    # EAGLE groups flagged apart (the "eagle groups" profile): every group drops, or caches
+    # the peek block, where only the flagged one should.
+    "eagle_drop_every_group": r"prefix hit|shared prefix boundary|block hash|hash map",
+    "eagle_peek_every_group": r"block hash|hash map|KV events|prefix hit",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -113,6 +117,11 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         PREFIX + "event_keys_from_step_start": 186,
                         # the "lookahead hashes" profile's first trace of seed 0
                         PREFIX + "lookahead_hash_early": 101,
+                        # the "eagle groups" profile's fifth trace of seed 0 (the first four,
+                        # from index 13, reach neither mutant; every other profile flags
+                        # all groups or none, where both mutants are equivalent)
+                        PREFIX + "eagle_drop_every_group": 367,
+                        PREFIX + "eagle_peek_every_group": 367,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
