@@ -25,7 +25,8 @@ from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
-from kvfuzz.oracle.kvmanager.model import EAGLE_APART, KVManagerModel, NothingToAllocate
+from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
+                                           NothingToAllocate)
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY,
@@ -56,7 +57,9 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "decode context parallel": lambda t: t.dcp > 1,
            "lookahead hashing": lambda t: t.hash_lookahead > 0,
            "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <
-           len(t.sizes), **KEY_CONFIGS}
+           len(t.sizes),
+           "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
+           **KEY_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -113,7 +116,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART,
+              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -130,7 +133,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                                trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
-                               trace.eagle_groups)
+                               trace.eagle_groups, trace.prefill_lookahead)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -150,7 +153,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
-                    trace.dcp, trace.hash_lookahead, trace.eagle_groups)
+                    trace.dcp, trace.hash_lookahead, trace.eagle_groups,
+                    trace.prefill_lookahead)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

@@ -71,7 +71,7 @@ class KVManagerDriver(ManagerReads):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
-                 eagle_groups=()):
+                 eagle_groups=(), prefill_lookahead: int = 0):
         import math
 
         import torch
@@ -140,7 +140,9 @@ class KVManagerDriver(ManagerReads):
                                    log_stats=stats, use_eagle=eagle),
                            **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}),
                            **(asked(cls, num_hash_lookahead_tokens=hash_lookahead)
-                              if hash_lookahead else {}))
+                              if hash_lookahead else {}),
+                           **(asked(cls, num_prefill_lookahead=prefill_lookahead)
+                              if prefill_lookahead else {}))
         super().__init__(self.manager.block_pool, blocks)
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}

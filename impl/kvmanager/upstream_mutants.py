@@ -309,6 +309,19 @@ MUTATIONS = {
         "if self.drop_eagle_group_ids and cached_num_computed_tokens > 0:",
         "with a draft model's group flagged, every group caches the block past the scheduler "
         "grid that only the flagged group's lookup peeks at")),
+    # Multi-token prediction (the "mtp" profile): the re-prefillable tokens cached.
+    "mtp_reprefillable_cached": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.get_num_cacheable_tokens",
+        "return max(0, num_computed_tokens - self.num_reprefillable_tokens)",
+        "return num_computed_tokens",
+        "with multi-token prediction, the unitary coordinator caches the last computed tokens "
+        "the drafter may re-prefill")),
+    "mtp_peek_past_finalized": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.get_num_cacheable_tokens",
+        "0, num_computed_tokens - self.num_reprefillable_tokens",
+        "0, num_computed_tokens",
+        "with multi-token prediction, a group that takes EAGLE's drop caches its peek block "
+        "over tokens the drafter may re-prefill")),
     # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
     "event_keys_from_step_start": (POOL, Mutation(
         "BlockPool.cache_full_blocks", "block_start = i * block_size",
@@ -364,6 +377,16 @@ def _hasher_mutant(name: str, mutation: Mutation):
     return Mutant
 
 
+# Mutants of a base class's method that a subclass overrides: bound only to the parts whose own
+# class does not override it (one edit: the subclass's method stays as released)
+KEEPS_OVERRIDES = {"mtp_reprefillable_cached"}
+
+
+def _defines(part, method: str, owner) -> bool:
+    """Whether `part`'s `method` is `owner`'s (not a subclass's override)."""
+    return next(cls for cls in type(part).__mro__ if method in vars(cls)) is owner
+
+
 @functools.cache
 def _mutant_class(name: str):
     module_name, mutation = MUTATIONS[name]
@@ -390,7 +413,8 @@ def _mutant_class(name: str):
             coordinator = self.coordinator
             for part in (self, coordinator, self.block_pool,
                          *coordinator.single_type_managers):
-                if isinstance(part, owner):
+                if isinstance(part, owner) and (name not in KEEPS_OVERRIDES or
+                                                _defines(part, method, owner)):
                     setattr(part, method, bind(part))
 
     Mutant.__name__ = Mutant.__qualname__ = f"KVCacheManager_{name}"

@@ -60,6 +60,8 @@ LOCAL = "chunked_local_attention"  # group 1's kind where it is chunked-local
 # Edge classes of EAGLE with a draft model's group flagged apart (`is_eagle_group`): a hit
 # where one group takes the drop and the other does not, and a step that caches the flagged
 # group's peek block but not this group's.
+# Multi-token prediction: a step whose re-prefillable tokens held a block back from caching.
+MTP_HELD = "MTP: a block held back from caching, its tokens re-prefillable"
 EAGLE_APART = ("EAGLE flagged apart: a hit, full attention drops, the window does not",
                "EAGLE flagged apart: a hit, the window drops, full attention does not",
                "EAGLE flagged apart: no peek block cached for the unflagged group")
@@ -80,7 +82,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=()):
+                 zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
+                 prefill_lookahead: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
         self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
@@ -104,6 +107,9 @@ class KVManagerModel(ConnectorRules, HybridRules):
         # without `use_eagle` (the scheduler clears it under lookahead hashing)
         flagged = set(eagle_groups) or set(self.groups)
         self.dropping = tuple(eagle and group in flagged for group in self.groups)
+        # Multi-token prediction: the last prefill_lookahead - 1 computed tokens may be
+        # re-prefilled (the coordinator's num_reprefillable_tokens), not cached yet
+        self.reprefillable = max(0, prefill_lookahead - 1)
         self.lookahead, self.retained = lookahead, retained
         self.stats = PrefixStats() if stats else None
         self.watermark_blocks = int(watermark * blocks)  # as KVCacheManager computes it
@@ -336,15 +342,25 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
 
     def cacheable(self, written: int, group: int) -> int:
-        """What a step that has `written` tokens caches of `group`: cut to the scheduler block
-        size (the hybrid coordinator's; a no-op where every group has one block size), and with
-        EAGLE beside another group one of the group's blocks past that, for the peek a later
-        hit takes and drops (`get_num_cacheable_tokens`)."""
+        """What a step that has `written` tokens caches of `group` (`get_num_cacheable_tokens`):
+        the unitary coordinator, the tokens less the re-prefillable ones (multi-token
+        prediction); the hybrid one, cut to the scheduler block size, and for a group that takes
+        EAGLE's drop one of its blocks past that (the peek a later hit takes and drops), both
+        within the tokens less the re-prefillable ones (a group without the drop holds none
+        back: the released rule)."""
+        size, finalized = self.sizes[group], max(0, written - self.reprefillable)
+        if len(self.groups) == 1:  # the unitary coordinator: the finalized tokens
+            if finalized // size < written // size:
+                self.marks.append(MTP_HELD)
+            return finalized
         aligned = written // self.align * self.align
-        if self.drops(group) and len(self.groups) > 1 and aligned:
-            peek = min(written, aligned + self.sizes[group])
-            if peek // self.sizes[group] > aligned // self.sizes[group]:
+        if self.drops(group) and aligned:
+            # (multi-token prediction: the peek within the finalized tokens)
+            peek = min(finalized, finalized // self.align * self.align + size)
+            if peek // size > aligned // size:
                 self.marks.append("EAGLE: a block past the scheduler grid cached")
+            if peek // size < min(written, aligned + size) // size:
+                self.marks.append(MTP_HELD)
             return peek
         if any(self.dropping) and aligned and written > aligned:
             self.marks.append(EAGLE_APART[2])  # the flagged group's peek, not this group's

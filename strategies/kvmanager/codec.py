@@ -95,6 +95,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values["dcp"] = _dcp(reader, data, values, window)
     values["hash_lookahead"] = _hash_lookahead(reader, data, values)
     values["eagle_groups"] = _eagle_groups(reader, data, values, window)
+    values["prefill_lookahead"] = _prefill_lookahead(reader, data, values)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -149,6 +150,18 @@ def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) ->
     return flagged
 
 
+def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
+    """Multi-token prediction's prefill lookahead: 0 (off) or the drafter's tokens past a
+    chunk; modelled beside a window or alone, hashed per block (checked with the sizes)."""
+    ahead = reader.integer(data.get("prefill_lookahead", 0), "prefill_lookahead", low=0,
+                           high=MAX_LOOKAHEAD)
+    reader.expect(not ahead or not (values["local_chunk"] or values["mamba_mode"] or
+                                    values["encoder_tokens"] or values["dcp"]),
+                  "prefill_lookahead",
+                  "expected 0 with a chunked-local, Mamba or cross-attention group or DCP", ahead)
+    return ahead
+
+
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
            retention: int | None) -> None:
     """The hybrid stream's block sizes: what vLLM's coordinators accept (the unitary one, one
@@ -174,6 +187,16 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
                   "hash_lookahead", f"expected 0 unless every group's blocks {sizes} are hashed "
                   f"per block (the oracle's lookahead hashing)", values["hash_lookahead"])
     scheduler = math.lcm(*sizes)
+    mtp = values["prefill_lookahead"]
+    reader.expect(not mtp or set(sizes) == {hashed or block_size}, "prefill_lookahead",
+                  f"expected 0 unless every group's blocks {sizes} are hashed per block (the "
+                  f"oracle's MTP)", mtp)
+    # vLLM's coordinator raises ValueError with EAGLE groups and caching when the scheduler
+    # block is below the prefill lookahead (the dropped tail must hold the drafter's tokens)
+    reader.expect(not (mtp > scheduler and values["caching"] and
+                       (values["eagle"] or values["eagle_groups"])), "prefill_lookahead",
+                  f"expected at most the scheduler block size {scheduler} with EAGLE and "
+                  f"caching (vLLM refuses it)", mtp)
     reader.expect(not retention or retention % scheduler == 0, "retention",
                   f"expected a multiple of the scheduler block size {scheduler}", retention)
 

@@ -227,7 +227,13 @@ class Trace:
     EAGLE groups flagged apart (`kvmanager/5[eagle groups]`): `eagle_groups` lists the groups
     (0 full attention, 1 the sliding window) whose `KVCacheGroupSpec` has `is_eagle_group`
     (a draft model's layers): with `eagle` only they take EAGLE's drop, where with none
-    flagged every group does."""
+    flagged every group does.
+
+    Multi-token prediction (`kvmanager/5[mtp]`): `prefill_lookahead` is the engine's
+    `num_prefill_lookahead` (MTP's `num_speculative_tokens`: the drafter reads that many prompt
+    tokens past a chunk), so the last `prefill_lookahead - 1` computed tokens may be re-prefilled
+    and are held back from caching (the unitary coordinator's every group, the hybrid one's
+    groups that take EAGLE's drop)."""
 
     blocks: int
     block_size: int
@@ -255,6 +261,7 @@ class Trace:
     dcp: int = 0
     hash_lookahead: int = 0
     eagle_groups: tuple[int, ...] = ()
+    prefill_lookahead: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -300,7 +307,8 @@ class Trace:
             ("blocks zeroed (mixed precision)", self.zeroing),
             (f"decode context parallel over {self.dcp} ranks", self.dcp),
             (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead),
-            (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups))
+            (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups),
+            (f"MTP: {self.prefill_lookahead} prefill lookahead tokens", self.prefill_lookahead))
             if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
@@ -364,4 +372,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
-                  "hash_lookahead": 0, "eagle_groups": ()}
+                  "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0}

@@ -91,6 +91,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # the peek block, where only the flagged one should.
     "eagle_drop_every_group": r"prefix hit|shared prefix boundary|block hash|hash map",
     "eagle_peek_every_group": r"block hash|hash map|KV events|prefix hit",
+    # Multi-token prediction (the "mtp" profile): re-prefillable tokens cached.
+    "mtp_reprefillable_cached": r"block hash|hash map|KV events|prefix hit",
+    "mtp_peek_past_finalized": r"block hash|hash map|KV events|prefix hit",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -122,6 +125,9 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # all groups or none, where both mutants are equivalent)
                         PREFIX + "eagle_drop_every_group": 367,
                         PREFIX + "eagle_peek_every_group": 367,
+                        # the "mtp" profile's traces of seed 0 that reach each (206 first)
+                        PREFIX + "mtp_reprefillable_cached": 423,
+                        PREFIX + "mtp_peek_past_finalized": 242,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
