@@ -20,6 +20,9 @@ from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
 from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
+from kvfuzz.fuzz.kvmanager.embeds_marks import CONFIGS as EMBEDS_CONFIGS
+from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
+from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.engine.remote import make
@@ -59,7 +62,7 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <
            len(t.sizes),
            "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
-           **KEY_CONFIGS}
+           **KEY_CONFIGS, **EMBEDS_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -116,7 +119,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
+              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD, *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -126,6 +129,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.key_marks = KeyMarks(self.count, trace.hash_size)
         self.lookahead_marks = LookaheadMarks(self.count, trace.hash_size) \
             if trace.hash_lookahead else None
+        self.embeds_marks = EmbedsMarks(self.count, trace.hash_size) \
+            if EMBEDS_CONFIGS["prompt embeddings"](trace) else None
         self.count_configs(trace)
         model = KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                                trace.retention, trace.max_in_flight_tokens, trace.watermark,
@@ -167,10 +172,12 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             return
         self.seen.add(op.rid)
         keys = op.keys
-        self.requests[op.rid] = _Request(op.tokens, op.no_cache_read, keys)
+        # (a prompt of embeddings: its token ids zeros, its embeddings in its keys)
+        self.requests[op.rid] = _Request(op.token_ids, op.no_cache_read, keys)
         self.count("arrive, skipping the prefix cache" if op.no_cache_read else "arrive")
         # the extra keys passed only where the request has some (older transcripts unchanged)
         more = (keys.lora, keys.lora_path, keys.salt, keys.images) if keys else ()
+        more += (True,) if op.embeds else ()
         if keys:
             self.model.request_keys[op.rid] = keys
             self.key_marks.arrived(keys, len(op.tokens))
@@ -305,9 +312,9 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                                   request.tokens, request.skip, report,
                                                   request.keys)
         self.key_marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
-        if self.lookahead_marks:
-            self.lookahead_marks.admitted(request, self._hashes(request), expected[1],
-                                          self.model.pool)
+        for marks in (self.lookahead_marks, self.embeds_marks):
+            if marks:
+                marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
                    "get_computed_blocks", (rid,), oracle=lambda: expected,
                    compare=self._hit_compare)

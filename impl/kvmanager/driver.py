@@ -152,14 +152,18 @@ class KVManagerDriver(ManagerReads):
 
     def arrive(self, rid: int, tokens, no_cache_read: bool = False,
                report: bool = False, lora: str = "", lora_path: str = "", salt: str = "",
-               images=()) -> None:
+               images=(), embeds: bool = False) -> None:
         """A new request; `no_cache_read`: it skips reading the prefix cache (as prompt
         logprobs make it); `report`: it asks its hits reported (kv_cache_report_mode); `lora`
         (its adapter's name, loaded from `lora_path`), `salt` (its cache salt) and `images`
         ((identifier, offset, length) of each multimodal input): what the engine puts on the
         request and vLLM's block hasher folds into its hashes, passed only where set."""
+        # a prompt of embeddings (`embeds`): no token ids, each position's embedding one
+        # float32 value (the trace's token)
+        prompt = {"prompt_token_ids": None, "prompt_embeds": _embeddings(tokens)} if embeds \
+            else {"prompt_token_ids": list(tokens)}
         request = self._request_cls(
-            str(rid), prompt_token_ids=list(tokens),
+            str(rid), **prompt,
             sampling_params=self._params(max_tokens=1 << 20), pooling_params=None,
             block_hasher=self._hasher, **self._extra_keys(lora, lora_path, salt, images))
         if no_cache_read:
@@ -404,6 +408,13 @@ def _seed_none_hash() -> None:
 
     if bytes(kv_cache_utils.NONE_HASH) != NONE_HASH:
         kv_cache_utils.NONE_HASH = kv_cache_utils.BlockHash(NONE_HASH)
+
+
+def _embeddings(values):
+    """A prompt's embeddings: one float32 value a position (what a block's hash digests)."""
+    import torch
+
+    return torch.tensor([[float(v)] for v in values], dtype=torch.float32)
 
 
 def asked(fn, **settings) -> dict:

@@ -322,6 +322,12 @@ MUTATIONS = {
         "0, num_computed_tokens",
         "with multi-token prediction, a group that takes EAGLE's drop caches its peek block "
         "over tokens the drafter may re-prefill")),
+    # Prompt embeddings (the "prompt embeds" profile): a block's embeddings left out of its
+    # hash.
+    "embeds_key_dropped": (UTILS, Mutation(
+        "_gen_prompt_embeds_extra_hash_keys", "if request.prompt_embeds is None:", "if True:",
+        "a prompt given as embeddings hashes as its token ids (zeros): prompts of other "
+        "embeddings share KV")),
     # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
     "event_keys_from_step_start": (POOL, Mutation(
         "BlockPool.cache_full_blocks", "block_start = i * block_size",

@@ -206,7 +206,7 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
     values = {}
     for f in fields(kind):
         at = f"{where}.{f.name}"
-        if kind is Arrive and f.name == "no_cache_read":
+        if kind is Arrive and f.name in ("no_cache_read", "embeds"):
             values[f.name] = reader.boolean(raw.get(f.name, False), at)
         elif kind is Arrive and f.name in ("lora", "lora_path", "salt"):
             values[f.name] = _key_text(reader, raw.get(f.name, ""), at)

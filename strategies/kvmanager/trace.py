@@ -35,9 +35,12 @@ class RequestKeys:
     lora_path: str = ""
     salt: str = ""
     images: tuple[tuple[str, int, int], ...] = ()
+    # prompt embeddings: each prompt position's embedding (one float32 value, the arrival's
+    # token); () none (the "prompt embeds" profile)
+    embeds: tuple[int, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.lora or self.salt or self.images)
+        return bool(self.lora or self.salt or self.images or self.embeds)
 
 
 NO_KEYS = RequestKeys()
@@ -48,7 +51,9 @@ class Arrive:
     """A new request with prompt `tokens` (waiting; nothing is called); `no_cache_read`: it
     skips reading the prefix cache (vLLM's `skip_reading_prefix_cache`, e.g. prompt logprobs):
     its lookups hit nothing. `lora`, `lora_path`, `salt`, `images`: its extra hash keys
-    (`RequestKeys`; the "extra keys" profile)."""
+    (`RequestKeys`; the "extra keys" profile). `embeds`: the prompt comes as embeddings
+    (`prompt_embeds`, one float32 value a position: `tokens`), its token ids zeros (the
+    "prompt embeds" profile)."""
 
     rid: int
     tokens: tuple[int, ...]
@@ -57,10 +62,18 @@ class Arrive:
     lora_path: str = field(default="", metadata=LATER)
     salt: str = field(default="", metadata=LATER)
     images: tuple[tuple[str, int, int], ...] = field(default=(), metadata=LATER)
+    embeds: bool = field(default=False, metadata=LATER)
 
     @property
     def keys(self) -> RequestKeys:
-        return RequestKeys(self.lora, self.lora_path, self.salt, self.images)
+        return RequestKeys(self.lora, self.lora_path, self.salt, self.images,
+                           self.tokens if self.embeds else ())
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The prompt's token ids as vLLM's request holds them: zeros for a prompt given as
+        embeddings (`embeds`: `tokens` are then each position's embedding value)."""
+        return (0,) * len(self.tokens) if self.embeds else self.tokens
 
 
 @dataclass(frozen=True)
@@ -320,6 +333,7 @@ def describe_op(op: Op) -> str:
         keys = ([f"LoRA {op.lora!r}"] if op.lora else []) + \
             ([f"salt {op.salt!r}"] if op.salt else []) + \
             [f"{ident!r} at {offset}+{length}" for ident, offset, length in op.images]
+        keys += ["as embeddings"] if op.embeds else []
         return (f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
                 f"{', skipping the prefix cache' if op.no_cache_read else ''}"
                 f"{' (' + ', '.join(keys) + ')' if keys else ''}")

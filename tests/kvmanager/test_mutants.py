@@ -94,6 +94,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # Multi-token prediction (the "mtp" profile): re-prefillable tokens cached.
     "mtp_reprefillable_cached": r"block hash|hash map|KV events|prefix hit",
     "mtp_peek_past_finalized": r"block hash|hash map|KV events|prefix hit",
+    # Prompt embeddings (the "prompt embeds" profile): the embeddings left out of the hash.
+    "embeds_key_dropped": r"block hash|hash map|prefix hit",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -128,6 +130,8 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # the "mtp" profile's traces of seed 0 that reach each (206 first)
                         PREFIX + "mtp_reprefillable_cached": 423,
                         PREFIX + "mtp_peek_past_finalized": 242,
+                        # the "prompt embeds" profile's first trace of seed 0
+                        PREFIX + "embeds_key_dropped": 10,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
