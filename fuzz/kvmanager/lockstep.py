@@ -119,7 +119,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD, *EMBEDS_MARKS,
+              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
+              *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
