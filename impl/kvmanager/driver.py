@@ -429,7 +429,7 @@ def asked(fn, **settings) -> dict:
 def released_api(cls) -> dict[str, bool]:
     """Which of the engine's settings a manager class (and the installed vLLM's KV-cache
     config) takes: what a trace may ask of it."""
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 
     return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
@@ -445,6 +445,9 @@ def released_api(cls) -> dict[str, bool]:
                 "get_computed_blocks_for_connector", "record_blocks_for_zeroing")) and len(
                 taken(cls.allocate_slots, reserved_blocks=0, skip_zeroing_group_ids=())) == 2,
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
+            "hash_lookahead": bool(taken(cls, num_hash_lookahead_tokens=0)),
+            "prefill_lookahead": bool(taken(cls, num_prefill_lookahead=0)),
+            "eagle_groups": bool(taken(KVCacheGroupSpec, is_eagle_group=False)),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(
                 getattr(cls.allocate_slots, "__code__", None), "co_consts", ())

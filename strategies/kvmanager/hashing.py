@@ -21,6 +21,11 @@ def block_hash(value) -> bytes:
     parent, tokens, extra = value
     # The extra keys as a set (sorted by their text): what identifies a block is which keys
     # apply to it, not the order vLLM lists them in (an equivalent reordering stays equal).
+    # A bare digest is an earlier release's spelling of a prompt-embeds key (vLLM 0.29 keys a
+    # block's embeddings untagged, 0.33 as ("prompt_embeds", digest)): read as the same key.
+    if isinstance(extra, tuple) and any(isinstance(key, bytes) for key in extra):
+        extra = tuple(("prompt_embeds", key) if isinstance(key, bytes) else key
+                      for key in extra)
     if isinstance(extra, tuple) and all(isinstance(key, tuple) for key in extra):
         extra = tuple(sorted(extra, key=repr))
     data = b"%s|%s|%r" % (bytes(parent), ",".join(map(str, tokens)).encode(), extra)
