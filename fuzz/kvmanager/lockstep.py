@@ -20,10 +20,16 @@ from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
 from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
+from kvfuzz.fuzz.kvmanager.embeds_marks import CONFIGS as EMBEDS_CONFIGS
+from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
+from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
+from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
+from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
-from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
+from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
+                                           NothingToAllocate)
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY,
@@ -51,7 +57,12 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "cross attention": lambda t: t.encoder_tokens > 0,
            "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
            "blocks zeroed (mixed precision)": lambda t: t.zeroing,
-           "decode context parallel": lambda t: t.dcp > 1, **KEY_CONFIGS}
+           "decode context parallel": lambda t: t.dcp > 1,
+           "lookahead hashing": lambda t: t.hash_lookahead > 0,
+           "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <
+           len(t.sizes),
+           "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
+           **KEY_CONFIGS, **EMBEDS_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
 MARKS = ("hit cut to the scheduler block size",
@@ -77,16 +88,17 @@ class _Request:
         self.sync_load = None
         self._hashes: list[int] = []
 
-    def hashes(self, block_size: int) -> list[int]:
+    def hashes(self, block_size: int, lookahead: int = 0) -> list[int]:
         """The block hashes of every full block so far, extended as tokens come (as vLLM's
-        request does): rehashing every token on every step is quadratic in a long request."""
-        done = len(self._hashes) * block_size
-        if len(self.tokens) - done >= block_size:
+        request does): rehashing every token on every step is quadratic in a long request.
+        With `lookahead` (lookahead hashing) a block is hashed once that many tokens follow it."""
+        done, known = len(self._hashes) * block_size, len(self.tokens) - lookahead
+        if known - done >= block_size:
             # The chain restarts from the last known hash: hash the new blocks only.
-            full = (len(self.tokens) // block_size) * block_size
+            full = (known // block_size) * block_size
             self._hashes += chain_from(self._hashes[-1] if self._hashes else None,
-                                       self.tokens[done:full], block_size, done,
-                                       self._extra_keys if self.keys else None)
+                                       self.tokens[done:full + lookahead], block_size, done,
+                                       self._extra_keys if self.keys else None, lookahead)
         return self._hashes
 
     def _extra_keys(self, start: int, end: int):
@@ -107,7 +119,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              *MARKS, *connector.EVENTS, *KEY_MARKS,
+              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
+              *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):
@@ -115,13 +128,18 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
         self.key_marks = KeyMarks(self.count, trace.hash_size)
+        self.lookahead_marks = LookaheadMarks(self.count, trace.hash_size) \
+            if trace.hash_lookahead else None
+        self.embeds_marks = EmbedsMarks(self.count, trace.hash_size) \
+            if EMBEDS_CONFIGS["prompt embeddings"](trace) else None
         self.count_configs(trace)
         model = KVManagerModel(trace.blocks, trace.block_size, trace.window, trace.max_model_len,
                                trace.retention, trace.max_in_flight_tokens, trace.watermark,
                                trace.caching, trace.events, trace.stats, trace.lookahead,
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
-                               trace.encoder_tokens, trace.zeroing)
+                               trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
+                               trace.eagle_groups, trace.prefill_lookahead)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -141,7 +159,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.watermark, trace.caching, trace.events, trace.stats, trace.lookahead,
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
-                    trace.dcp)
+                    trace.dcp, trace.hash_lookahead, trace.eagle_groups,
+                    trace.prefill_lookahead)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,
@@ -154,10 +173,12 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             return
         self.seen.add(op.rid)
         keys = op.keys
-        self.requests[op.rid] = _Request(op.tokens, op.no_cache_read, keys)
+        # (a prompt of embeddings: its token ids zeros, its embeddings in its keys)
+        self.requests[op.rid] = _Request(op.token_ids, op.no_cache_read, keys)
         self.count("arrive, skipping the prefix cache" if op.no_cache_read else "arrive")
         # the extra keys passed only where the request has some (older transcripts unchanged)
         more = (keys.lora, keys.lora_path, keys.salt, keys.images) if keys else ()
+        more += (True,) if op.embeds else ()
         if keys:
             self.model.request_keys[op.rid] = keys
             self.key_marks.arrived(keys, len(op.tokens))
@@ -283,7 +304,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
 
     # -- admission and allocation -------------------------------------------------------------
     def _hashes(self, request: _Request) -> list[int]:
-        return request.hashes(self.trace.hash_size)  # per hash unit, as vLLM's request
+        # per hash unit, as vLLM's request (each covering the tokens after it it looks ahead to)
+        return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
     def _admit(self, rid: int, request: _Request, chunk: int):
         report = self.trace.report
@@ -291,6 +313,9 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                                   request.tokens, request.skip, report,
                                                   request.keys)
         self.key_marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
+        for marks in (self.lookahead_marks, self.embeds_marks):
+            if marks:
+                marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
         yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
                    "get_computed_blocks", (rid,), oracle=lambda: expected,
                    compare=self._hit_compare)

@@ -70,7 +70,8 @@ class KVManagerDriver(ManagerReads):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False, dcp: int = 0):
+                 zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
+                 eagle_groups=(), prefill_lookahead: int = 0):
         import math
 
         import torch
@@ -108,16 +109,25 @@ class KVManagerDriver(ManagerReads):
         # least common multiple (as vLLM's engine config derives them for a hybrid model).
         hash_size = hash_block_size or block_size
         scheduler_size = math.lcm(block_size, *(spec.block_size for spec in specs[1:]))
+        # a draft model's groups flagged `is_eagle_group` (only where the trace flags some: a
+        # release before the flag has no such field)
+        flags = [{"is_eagle_group": i in eagle_groups} if eagle_groups else {}
+                 for i in range(len(specs))]
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec)
-                                                for i, spec in enumerate(specs)],
+                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec, **flag)
+                                                for i, (spec, flag) in
+                                                enumerate(zip(specs, flags))],
                                **asked(KVCacheConfig,
                                        prefix_cache_retention_interval=retention))
         init_none_hash(block_hash)
         _seed_none_hash()
         # (a mutant of vLLM's hashing utilities brings its own edited hasher factory)
         hasher_factory = getattr(cls, "request_block_hasher", None) or get_request_block_hasher
-        self._hasher = hasher_factory(hash_size, block_hash)
+        # lookahead hashing: the hasher and the manager (its pool's events) told alike, and
+        # only where set (a release before it has neither keyword)
+        self._hasher = hasher_factory(hash_size, block_hash,
+                                      **({"num_hash_lookahead_tokens": hash_lookahead}
+                                         if hash_lookahead else {}))
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
@@ -128,7 +138,11 @@ class KVManagerDriver(ManagerReads):
                            **asked(cls, max_in_flight_tokens=max_in_flight_tokens,
                                    watermark=watermark, enable_kv_cache_events=events,
                                    log_stats=stats, use_eagle=eagle),
-                           **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}))
+                           **(asked(cls, dcp_world_size=dcp) if dcp > 1 else {}),
+                           **(asked(cls, num_hash_lookahead_tokens=hash_lookahead)
+                              if hash_lookahead else {}),
+                           **(asked(cls, num_prefill_lookahead=prefill_lookahead)
+                              if prefill_lookahead else {}))
         super().__init__(self.manager.block_pool, blocks)
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}
@@ -138,14 +152,18 @@ class KVManagerDriver(ManagerReads):
 
     def arrive(self, rid: int, tokens, no_cache_read: bool = False,
                report: bool = False, lora: str = "", lora_path: str = "", salt: str = "",
-               images=()) -> None:
+               images=(), embeds: bool = False) -> None:
         """A new request; `no_cache_read`: it skips reading the prefix cache (as prompt
         logprobs make it); `report`: it asks its hits reported (kv_cache_report_mode); `lora`
         (its adapter's name, loaded from `lora_path`), `salt` (its cache salt) and `images`
         ((identifier, offset, length) of each multimodal input): what the engine puts on the
         request and vLLM's block hasher folds into its hashes, passed only where set."""
+        # a prompt of embeddings (`embeds`): no token ids, each position's embedding one
+        # float32 value (the trace's token)
+        prompt = {"prompt_token_ids": None, "prompt_embeds": _embeddings(tokens)} if embeds \
+            else {"prompt_token_ids": list(tokens)}
         request = self._request_cls(
-            str(rid), prompt_token_ids=list(tokens),
+            str(rid), **prompt,
             sampling_params=self._params(max_tokens=1 << 20), pooling_params=None,
             block_hasher=self._hasher, **self._extra_keys(lora, lora_path, salt, images))
         if no_cache_read:
@@ -392,6 +410,13 @@ def _seed_none_hash() -> None:
         kv_cache_utils.NONE_HASH = kv_cache_utils.BlockHash(NONE_HASH)
 
 
+def _embeddings(values):
+    """A prompt's embeddings: one float32 value a position (what a block's hash digests)."""
+    import torch
+
+    return torch.tensor([[float(v)] for v in values], dtype=torch.float32)
+
+
 def asked(fn, **settings) -> dict:
     """The trace's `settings` for `fn`: all it takes, and any other that is not at its neutral
     value (None, 0, False): a class that cannot take a setting a trace asks for fails on it,
@@ -404,7 +429,7 @@ def asked(fn, **settings) -> dict:
 def released_api(cls) -> dict[str, bool]:
     """Which of the engine's settings a manager class (and the installed vLLM's KV-cache
     config) takes: what a trace may ask of it."""
-    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
 
     return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
@@ -420,6 +445,9 @@ def released_api(cls) -> dict[str, bool]:
                 "get_computed_blocks_for_connector", "record_blocks_for_zeroing")) and len(
                 taken(cls.allocate_slots, reserved_blocks=0, skip_zeroing_group_ids=())) == 2,
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
+            "hash_lookahead": bool(taken(cls, num_hash_lookahead_tokens=0)),
+            "prefill_lookahead": bool(taken(cls, num_prefill_lookahead=0)),
+            "eagle_groups": bool(taken(KVCacheGroupSpec, is_eagle_group=False)),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(
                 getattr(cls.allocate_slots, "__code__", None), "co_consts", ())

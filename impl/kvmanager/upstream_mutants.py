@@ -287,6 +287,47 @@ MUTATIONS = {
         'extra_keys.append(("mm", mm_feature.identifier, 0))',
         "an image's key leaves out where it starts in the block: the same image one token "
         "later over the same placeholder tokens shares the block")),
+    # Lookahead hashing (the "lookahead hashes" profile): a block hashed before the tokens
+    # after it that its hash covers exist.
+    "lookahead_hash_early": (UTILS, Mutation(
+        "get_request_block_hasher",
+        "num_tokens = request.num_tokens - num_hash_lookahead_tokens",
+        "num_tokens = request.num_tokens",
+        "a block is hashed as soon as it is full, over the lookahead tokens there are so far: "
+        "its hash misses the ones still to come")),
+    # EAGLE groups flagged apart (the "eagle groups" profile): the drop, or the peek block a
+    # step caches for it, taken by every group when only the flagged ones should.
+    "eagle_drop_every_group": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "drop_eagle_block = use_eagle and idx not in eagle_verified",
+        "drop_eagle_block = bool(self.drop_eagle_group_ids) and idx not in eagle_verified",
+        "with a draft model's group flagged, every group's hit drops a block, not the flagged "
+        "group's alone")),
+    "eagle_peek_every_group": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.get_num_cacheable_tokens",
+        "if manager.use_eagle and cached_num_computed_tokens > 0:",
+        "if self.drop_eagle_group_ids and cached_num_computed_tokens > 0:",
+        "with a draft model's group flagged, every group caches the block past the scheduler "
+        "grid that only the flagged group's lookup peeks at")),
+    # Multi-token prediction (the "mtp" profile): the re-prefillable tokens cached.
+    "mtp_reprefillable_cached": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.get_num_cacheable_tokens",
+        "return max(0, num_computed_tokens - self.num_reprefillable_tokens)",
+        "return num_computed_tokens",
+        "with multi-token prediction, the unitary coordinator caches the last computed tokens "
+        "the drafter may re-prefill")),
+    "mtp_peek_past_finalized": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.get_num_cacheable_tokens",
+        "0, num_computed_tokens - self.num_reprefillable_tokens",
+        "0, num_computed_tokens",
+        "with multi-token prediction, a group that takes EAGLE's drop caches its peek block "
+        "over tokens the drafter may re-prefill")),
+    # Prompt embeddings (the "prompt embeds" profile): a block's embeddings left out of its
+    # hash.
+    "embeds_key_dropped": (UTILS, Mutation(
+        "_gen_prompt_embeds_extra_hash_keys", "if request.prompt_embeds is None:", "if True:",
+        "a prompt given as embeddings hashes as its token ids (zeros): prompts of other "
+        "embeddings share KV")),
     # ... and the pool's KV events of them (the hashes stay right: only a consumer sees it)
     "event_keys_from_step_start": (POOL, Mutation(
         "BlockPool.cache_full_blocks", "block_start = i * block_size",
@@ -342,6 +383,16 @@ def _hasher_mutant(name: str, mutation: Mutation):
     return Mutant
 
 
+# Mutants of a base class's method that a subclass overrides: bound only to the parts whose own
+# class does not override it (one edit: the subclass's method stays as released)
+KEEPS_OVERRIDES = {"mtp_reprefillable_cached"}
+
+
+def _defines(part, method: str, owner) -> bool:
+    """Whether `part`'s `method` is `owner`'s (not a subclass's override)."""
+    return next(cls for cls in type(part).__mro__ if method in vars(cls)) is owner
+
+
 @functools.cache
 def _mutant_class(name: str):
     module_name, mutation = MUTATIONS[name]
@@ -368,7 +419,8 @@ def _mutant_class(name: str):
             coordinator = self.coordinator
             for part in (self, coordinator, self.block_pool,
                          *coordinator.single_type_managers):
-                if isinstance(part, owner):
+                if isinstance(part, owner) and (name not in KEEPS_OVERRIDES or
+                                                _defines(part, method, owner)):
                     setattr(part, method, bind(part))
 
     Mutant.__name__ = Mutant.__qualname__ = f"KVCacheManager_{name}"

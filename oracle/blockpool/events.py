@@ -19,6 +19,8 @@ events gives exactly the entries the pool holds.
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from collections import Counter
 
 from kvfuzz.oracle.counts import same_counts
@@ -40,7 +42,17 @@ def extra_keys(prompt: Prompt, start: int, end: int):
              if offset < end and offset + length > start]
     if prompt.salt and start == 0:
         keys.append(SALT if prompt.salt is True else prompt.salt)
+    if prompt.embeds:
+        keys.append(embeds_digest(prompt.embeds, start, end))
     return tuple(keys) or None
+
+
+def embeds_digest(embeds, start: int, end: int) -> bytes:
+    """vLLM's key of a block of a request with prompt embeddings: SHA-256 of the raw bytes of
+    the prompt's embeddings at positions [start, end) (fewer, or none, past the prompt's end:
+    the slice of the prompt tensor), here one little-endian float32 a position."""
+    values = embeds[start:end]
+    return hashlib.sha256(struct.pack(f"<{len(values)}f", *values)).digest()
 
 
 def stored(prompt: Prompt, hashes: list[int], parent: int | None, start: int, end: int,
@@ -48,8 +60,9 @@ def stored(prompt: Prompt, hashes: list[int], parent: int | None, start: int, en
     """One `Stored`: `hashes` (of the blocks starting at `starts`) over tokens [start, end);
     a block's extra keys cover its lookahead tokens too, as its hash does."""
     keys = tuple(extra_keys(prompt, s, s + block_size + lookahead) for s in starts) or None
-    ahead = tuple(prompt.tokens[s + block_size:s + block_size + lookahead] for s in starts) \
-        if lookahead else None
+    # (each a tuple, as the implementation's events read: a caller's tokens may be a list)
+    ahead = tuple(tuple(prompt.tokens[s + block_size:s + block_size + lookahead])
+                  for s in starts) if lookahead else None
     return Stored(tuple(hashes), parent, tuple(prompt.tokens[start:end]), block_size, group,
                   keys, ahead)
 

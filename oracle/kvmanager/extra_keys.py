@@ -8,7 +8,8 @@
   overlap its placeholder range [offset, offset + length), in order;
 - a cache salt: ("cache_salt", salt) on the request's first block only (the chain carries it
   to every later hash);
-- prompt embeddings (a digest per block): not driven (the trace has token prompts only).
+- prompt embeddings: ("prompt_embeds", SHA-256 of the block's embedding bytes) on every block
+  of such a request (the "prompt embeds" profile), whose token ids are zeros.
 
 Two requests share a cached block exactly when their tokens and the extra keys of every block up
 to it are equal: the hash chains each block to its parent's. The order of the keys within a
@@ -17,6 +18,7 @@ block is vLLM's (LoRA, images, salt); kvfuzz's hash function reads them as a set
 
 from __future__ import annotations
 
+from kvfuzz.oracle.blockpool.events import embeds_digest
 from kvfuzz.strategies.blockpool.events import Prompt
 from kvfuzz.strategies.kvmanager.trace import RequestKeys
 
@@ -27,6 +29,9 @@ def block_extra_keys(keys: RequestKeys, start: int, end: int) -> tuple | None:
     found += [("mm", ident, offset - start) for ident, offset, length in keys.images
               if offset < end and offset + length > start]
     found += [("cache_salt", keys.salt)] if keys.salt and start == 0 else []
+    # prompt embeddings: a digest of the block's (every block of such a request: past the
+    # prompt, of the embeddings there are, none)
+    found += [("prompt_embeds", embeds_digest(keys.embeds, start, end))] if keys.embeds else []
     return tuple(found) or None
 
 
@@ -37,4 +42,5 @@ def prompt(hashes, tokens, keys: RequestKeys | None) -> Prompt:
         return Prompt(hashes, tokens)
     return Prompt(hashes, tokens, salt=keys.salt or False,
                   images=tuple((offset, length) for _, offset, length in keys.images),
-                  image_ids=tuple(ident for ident, _, _ in keys.images), lora=keys.lora)
+                  image_ids=tuple(ident for ident, _, _ in keys.images), lora=keys.lora,
+                  embeds=keys.embeds)

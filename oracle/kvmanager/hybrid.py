@@ -19,7 +19,7 @@ class HybridRules:
         whose right edge is on a scheduler block boundary (the nulls before it), else the run
         from block 0. With EAGLE the run is a block longer and its right edge one block past
         the boundary, then that block is dropped (and the hit cut back to the grid)."""
-        size, eagle = self.sizes[1], self.eagle
+        size, eagle = self.sizes[1], self.drops(1)
         need, limit = cdiv(self.window - 1, size) + eagle, limit_tokens // size
         out, run = [0] * limit, 0
         for index in range(limit - 1, -1, -1):
@@ -71,7 +71,7 @@ class HybridRules:
         retention set, the same before each boundary a later hit can stop at (the prompt's
         last token, the shared-prefix junction), each cut to the scheduler block size; every
         block when a window spans a segment."""
-        size, eagle = self.sizes[1], self.eagle
+        size, eagle = self.sizes[1], self.drops(1)
         # With EAGLE a hit's run is a block longer and ends a block past the boundary (shift)
         need, shift = cdiv(self.window - 1, size) + eagle, int(eagle)
         segment = self.align if self.retention is None else self.retention
@@ -92,9 +92,10 @@ class HybridRules:
 
     def _replay_boundaries(self, prompt_tokens: int, shared_boundary: int) -> list[int]:
         """Where a later hit of this prompt can stop: a resend's num_tokens - 1; with EAGLE
-        a scheduler block below a resend's and a longer sibling's aligned ends (each drops a
-        block); and the shared-prefix junction (with EAGLE also a window block below it: a
-        sibling diverging right after it has no block to peek at)."""
+        (any group dropping: the coordinator's rule) a scheduler block below a resend's and a
+        longer sibling's aligned ends (each drops a block); and the shared-prefix junction
+        (with the window's group dropping also a window block below it: a sibling diverging
+        right after it has no block to peek at)."""
         if self.eagle:
             align = self.align
             stops = {max(0, (prompt_tokens - 1) // align * align - align),
@@ -102,7 +103,7 @@ class HybridRules:
         else:
             stops = {prompt_tokens - 1}
         if shared_boundary:
-            stops |= {shared_boundary} | ({shared_boundary - self.sizes[1]} if self.eagle
+            stops |= {shared_boundary} | ({shared_boundary - self.sizes[1]} if self.drops(1)
                                           else set())
         return sorted(stops)
 
@@ -112,7 +113,7 @@ class HybridRules:
         prompt's last token, where it falls inside a block the step has cached, also names
         that block (a partial entry; every step that caches registers it, once)."""
         # (an EAGLE lookup reads the whole prompt before it drops a hash unit)
-        limit = prompt_tokens if self.eagle else prompt_tokens - 1
+        limit = prompt_tokens if self.drops(0) else prompt_tokens - 1
         boundary = min(limit // self.h, len(hashes)) * self.h
         if boundary == 0 or boundary > cacheable or boundary % self.bs == 0:
             return

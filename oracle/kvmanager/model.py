@@ -57,6 +57,14 @@ from kvfuzz.strategies.blockpool.events import Stored
 
 KINDS = ("full_attention", "sliding_window")  # a Stored event's group kind, by group
 LOCAL = "chunked_local_attention"  # group 1's kind where it is chunked-local
+# Edge classes of EAGLE with a draft model's group flagged apart (`is_eagle_group`): a hit
+# where one group takes the drop and the other does not, and a step that caches the flagged
+# group's peek block but not this group's.
+# Multi-token prediction: a step whose re-prefillable tokens held a block back from caching.
+MTP_HELD = "MTP: a block held back from caching, its tokens re-prefillable"
+EAGLE_APART = ("EAGLE flagged apart: a hit, full attention drops, the window does not",
+               "EAGLE flagged apart: a hit, the window drops, full attention does not",
+               "EAGLE flagged apart: no peek block cached for the unflagged group")
 
 
 class NothingToAllocate(Exception):
@@ -74,7 +82,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  stats: bool = False, lookahead: int = 0, eagle: bool = False,
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
-                 zeroing: bool = False):
+                 zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
+                 prefill_lookahead: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none.
         self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
@@ -85,10 +94,22 @@ class KVManagerModel(ConnectorRules, HybridRules):
         # scheduler block size (the least common multiple of the groups').
         self.sizes = (block_size, window_block_size or block_size)[:len(self.groups)]
         self.h, self.align = hash_block_size or block_size, math.lcm(*self.sizes)
+        # Lookahead hashing: a request's hashes (the caller's) exist for a block once
+        # `hash_lookahead` tokens follow it, so a lookup or a step's caching reaches no further;
+        # its events carry those tokens.
         self.pool = BlockPoolModel(blocks, caching=caching, hash_block_size=self.h,
-                                   events=events)
+                                   events=events, lookahead=hash_lookahead)
+        self.hash_lookahead = hash_lookahead
         self.bs, self.window, self.max_len = block_size, window, max_model_len
         self.retention, self.caching, self.eagle = retention, caching, eagle
+        # The groups that take EAGLE's last-block drop: those flagged `is_eagle_group` (a draft
+        # model's), or with none flagged every group (the coordinator's fallback); none
+        # without `use_eagle` (the scheduler clears it under lookahead hashing)
+        flagged = set(eagle_groups) or set(self.groups)
+        self.dropping = tuple(eagle and group in flagged for group in self.groups)
+        # Multi-token prediction: the last prefill_lookahead - 1 computed tokens may be
+        # re-prefilled (the coordinator's num_reprefillable_tokens), not cached yet
+        self.reprefillable = max(0, prefill_lookahead - 1)
         self.lookahead, self.retained = lookahead, retained
         self.stats = PrefixStats() if stats else None
         self.watermark_blocks = int(watermark * blocks)  # as KVCacheManager computes it
@@ -133,6 +154,10 @@ class KVManagerModel(ConnectorRules, HybridRules):
             return 0
         return max(0, computed - self.window + 1 - self.retained)
 
+    def drops(self, group: int) -> bool:
+        """Whether `group`'s manager takes EAGLE's drop (its `use_eagle`)."""
+        return self.dropping[group]
+
     def take_marks(self) -> list[str]:
         marks, self.marks = self.marks, []
         return marks
@@ -165,9 +190,9 @@ class KVManagerModel(ConnectorRules, HybridRules):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
-        hybrid_eagle = self.eagle and len(self.groups) > 1
-        # The hybrid coordinator's EAGLE margin: each group looks one of its blocks further,
-        # then drops one (the unitary coordinator looks no further).
+        hybrid_eagle = self.drops(0) and len(self.groups) > 1
+        # The hybrid coordinator's EAGLE margin: each group that drops looks one of its blocks
+        # further, then drops one (the unitary coordinator looks no further).
         reach = longest + (bs if hybrid_eagle else 0)
         full = []
         for block_hash in self.group_hashes(hashes, 0)[:reach // bs]:
@@ -176,7 +201,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 break
             full.append(found[0])
         if len(self.groups) == 1:
-            full = full[:-1] if self.eagle else full  # EAGLE recomputes the last block
+            full = full[:-1] if self.drops(0) else full  # EAGLE recomputes the last block
             return [full], len(full) * bs, 0
         # The hybrid coordinator: full attention's run (less EAGLE's block) cut to the
         # scheduler block size, the window's hit within it, full attention cut to that.
@@ -185,10 +210,12 @@ class KVManagerModel(ConnectorRules, HybridRules):
         if full_length < run:
             self.marks.append("hit cut to the scheduler block size")
         window_reach = min(full_length + self.sizes[1], len(hashes) * self.h) \
-            if hybrid_eagle else full_length
+            if self.drops(1) else full_length
         windowed = (self._local_hit if self.local else self._window_hit)(
             self.group_hashes(hashes, 1), window_reach)
         length = len(windowed) * self.sizes[1]
+        if length and self.drops(0) != self.drops(1):  # a draft model's group flagged apart
+            self.marks.append(EAGLE_APART[self.drops(1)])
         return [full[:cdiv(length, bs)], windowed], length, \
             full_length if full_length > length else 0
 
@@ -295,6 +322,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
             size = self.sizes[group]
             to_cache = self.cacheable(written, group)
             num_full = min(to_cache, len(hashes) * self.h) // size
+            if self.hash_lookahead and to_cache // size > num_full:
+                self.marks.append("lookahead hashing: a computed block waits for its next tokens")
             cached = self.num_cached[group].get(rid, 0)
             if cached < num_full:
                 table = self.tables[group][rid]
@@ -313,16 +342,28 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
 
     def cacheable(self, written: int, group: int) -> int:
-        """What a step that has `written` tokens caches of `group`: cut to the scheduler block
-        size (the hybrid coordinator's; a no-op where every group has one block size), and with
-        EAGLE beside another group one of the group's blocks past that, for the peek a later
-        hit takes and drops (`get_num_cacheable_tokens`)."""
+        """What a step that has `written` tokens caches of `group` (`get_num_cacheable_tokens`):
+        the unitary coordinator, the tokens less the re-prefillable ones (multi-token
+        prediction); the hybrid one, cut to the scheduler block size, and for a group that takes
+        EAGLE's drop one of its blocks past that (the peek a later hit takes and drops), both
+        within the tokens less the re-prefillable ones (a group without the drop holds none
+        back: the released rule)."""
+        size, finalized = self.sizes[group], max(0, written - self.reprefillable)
+        if len(self.groups) == 1:  # the unitary coordinator: the finalized tokens
+            if finalized // size < written // size:
+                self.marks.append(MTP_HELD)
+            return finalized
         aligned = written // self.align * self.align
-        if self.eagle and len(self.groups) > 1 and aligned:
-            peek = min(written, aligned + self.sizes[group])
-            if peek // self.sizes[group] > aligned // self.sizes[group]:
+        if self.drops(group) and aligned:
+            # (multi-token prediction: the peek within the finalized tokens)
+            peek = min(finalized, finalized // self.align * self.align + size)
+            if peek // size > aligned // size:
                 self.marks.append("EAGLE: a block past the scheduler grid cached")
+            if peek // size < min(written, aligned + size) // size:
+                self.marks.append(MTP_HELD)
             return peek
+        if any(self.dropping) and aligned and written > aligned:
+            self.marks.append(EAGLE_APART[2])  # the flagged group's peek, not this group's
         return aligned
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:

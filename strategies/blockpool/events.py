@@ -26,6 +26,9 @@ class Prompt:
     images: tuple[tuple[int, int], ...] = ()
     image_ids: tuple[str, ...] = ()
     lora: str = ""
+    # prompt embeddings: each prompt position's value (float32; () none): each block's digest
+    # of them is an extra key
+    embeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not values["zeroing"] or window or local, "zeroing",
                   "expected false without a sliding-window or chunked-local group", True)
     values["dcp"] = _dcp(reader, data, values, window)
+    values["hash_lookahead"] = _hash_lookahead(reader, data, values)
+    values["eagle_groups"] = _eagle_groups(reader, data, values, window)
+    values["prefill_lookahead"] = _prefill_lookahead(reader, data, values)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -117,6 +120,48 @@ def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:
     return dcp
 
 
+def _hash_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
+    """Lookahead hashing: 0 (off) or the tokens past a block its hash covers. vLLM's config sets
+    it only with prefix caching, and the scheduler then passes `use_eagle` false; the oracle
+    models it over attention groups hashed per block (no Mamba, cross-attention or DCP)."""
+    ahead = reader.integer(data.get("hash_lookahead", 0), "hash_lookahead", low=0,
+                           high=MAX_LOOKAHEAD)
+    reader.expect(not ahead or (values["caching"] and not values["eagle"]), "hash_lookahead",
+                  "expected 0 with caching off or EAGLE (the scheduler clears use_eagle when "
+                  "hashes look ahead)", ahead)
+    reader.expect(not ahead or not (values["mamba_mode"] or values["encoder_tokens"] or
+                                    values["dcp"]), "hash_lookahead",
+                  "expected 0 with a Mamba or cross-attention group or DCP", ahead)
+    return ahead
+
+
+def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) -> tuple:
+    """The groups flagged `is_eagle_group`: distinct, sorted indices of the groups there are
+    (0: full attention, 1: a sliding window); modelled beside a window or alone (not beside a
+    chunked-local, Mamba or cross-attention group)."""
+    flagged = reader.int_list(data.get("eagle_groups", []), "eagle_groups", low=0,
+                              high=1 if window else 0, most=2)
+    reader.expect(list(flagged) == sorted(set(flagged)), "eagle_groups",
+                  "expected distinct group indices in order", list(flagged))
+    reader.expect(not flagged or not (values["local_chunk"] or values["mamba_mode"] or
+                                      values["encoder_tokens"]), "eagle_groups",
+                  "expected [] with a chunked-local, Mamba or cross-attention group",
+                  list(flagged))
+    return flagged
+
+
+def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
+    """Multi-token prediction's prefill lookahead: 0 (off) or the drafter's tokens past a
+    chunk; modelled beside a window or alone, hashed per block (checked with the sizes)."""
+    ahead = reader.integer(data.get("prefill_lookahead", 0), "prefill_lookahead", low=0,
+                           high=MAX_LOOKAHEAD)
+    reader.expect(not ahead or not (values["local_chunk"] or values["mamba_mode"] or
+                                    values["encoder_tokens"] or values["dcp"]),
+                  "prefill_lookahead",
+                  "expected 0 with a chunked-local, Mamba or cross-attention group or DCP", ahead)
+    return ahead
+
+
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
            retention: int | None) -> None:
     """The hybrid stream's block sizes: what vLLM's coordinators accept (the unitary one, one
@@ -138,7 +183,20 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(not values["dcp"] or block_size % values["dcp"] == 0, "dcp",
                   f"expected a divisor of block_size {block_size} (each rank's share of a "
                   f"block)", values["dcp"])
+    reader.expect(not values["hash_lookahead"] or set(sizes) == {hashed or block_size},
+                  "hash_lookahead", f"expected 0 unless every group's blocks {sizes} are hashed "
+                  f"per block (the oracle's lookahead hashing)", values["hash_lookahead"])
     scheduler = math.lcm(*sizes)
+    mtp = values["prefill_lookahead"]
+    reader.expect(not mtp or set(sizes) == {hashed or block_size}, "prefill_lookahead",
+                  f"expected 0 unless every group's blocks {sizes} are hashed per block (the "
+                  f"oracle's MTP)", mtp)
+    # vLLM's coordinator raises ValueError with EAGLE groups and caching when the scheduler
+    # block is below the prefill lookahead (the dropped tail must hold the drafter's tokens)
+    reader.expect(not (mtp > scheduler and values["caching"] and
+                       (values["eagle"] or values["eagle_groups"])), "prefill_lookahead",
+                  f"expected at most the scheduler block size {scheduler} with EAGLE and "
+                  f"caching (vLLM refuses it)", mtp)
     reader.expect(not retention or retention % scheduler == 0, "retention",
                   f"expected a multiple of the scheduler block size {scheduler}", retention)
 
@@ -148,7 +206,7 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
     values = {}
     for f in fields(kind):
         at = f"{where}.{f.name}"
-        if kind is Arrive and f.name == "no_cache_read":
+        if kind is Arrive and f.name in ("no_cache_read", "embeds"):
             values[f.name] = reader.boolean(raw.get(f.name, False), at)
         elif kind is Arrive and f.name in ("lora", "lora_path", "salt"):
             values[f.name] = _key_text(reader, raw.get(f.name, ""), at)

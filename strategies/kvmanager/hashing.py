@@ -21,6 +21,11 @@ def block_hash(value) -> bytes:
     parent, tokens, extra = value
     # The extra keys as a set (sorted by their text): what identifies a block is which keys
     # apply to it, not the order vLLM lists them in (an equivalent reordering stays equal).
+    # A bare digest is an earlier release's spelling of a prompt-embeds key (vLLM 0.29 keys a
+    # block's embeddings untagged, 0.33 as ("prompt_embeds", digest)): read as the same key.
+    if isinstance(extra, tuple) and any(isinstance(key, bytes) for key in extra):
+        extra = tuple(("prompt_embeds", key) if isinstance(key, bytes) else key
+                      for key in extra)
     if isinstance(extra, tuple) and all(isinstance(key, tuple) for key in extra):
         extra = tuple(sorted(extra, key=repr))
     data = b"%s|%s|%r" % (bytes(parent), ",".join(map(str, tokens)).encode(), extra)
@@ -33,14 +38,21 @@ def chain(tokens, block_size: int) -> list[int]:
 
 
 def chain_from(parent: int | None, tokens, block_size: int, start: int = 0,
-               extra_keys=None) -> list[int]:
+               extra_keys=None, lookahead: int = 0) -> list[int]:
     """The hashes of the full blocks of `tokens`, which follow a block whose hash is `parent`
     (None: they start the request) and start at token `start` of the request;
     `extra_keys(first, end)`: the extra keys of the request's tokens [first, end) (None: none
-    for any block)."""
+    for any block). `lookahead` (vLLM's `num_hash_lookahead_tokens`): a block's hash also
+    covers that many tokens after it, so it is made only once they are in `tokens`: its extra
+    keys are (the keys of the block and those tokens, *those tokens)."""
     hashes, previous = [], NONE_HASH if parent is None else parent.to_bytes(8, "big")
-    for end in range(block_size, len(tokens) + 1, block_size):
-        keys = extra_keys(start + end - block_size, start + end) if extra_keys else None
+    for end in range(block_size, len(tokens) - lookahead + 1, block_size):
+        first = start + end - block_size
+        if lookahead:
+            keys = (extra_keys(first, start + end + lookahead) if extra_keys else None,
+                    *tokens[end:end + lookahead])
+        else:
+            keys = extra_keys(first, start + end) if extra_keys else None
         previous = block_hash((previous, tuple(tokens[end - block_size:end]), keys))
         hashes.append(int.from_bytes(previous, "big"))
     return hashes

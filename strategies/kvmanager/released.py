@@ -14,6 +14,11 @@ NO_WHOLE_CHECK = "no full_sequence_must_fit in allocate_slots (an earlier vLLM r
 NO_SCHEDULER_BLOCK = "no scheduler_block_size (an earlier vLLM release)"
 NO_CONNECTOR = ("no KV-connector calls of vLLM 0.33 (get_computed_blocks_for_connector, "
                 "reserved_blocks, record_blocks_for_zeroing: an earlier vLLM release)")
+# Speculative decoding's settings of vLLM 0.33 (the "lookahead hashes", "mtp" and "eagle
+# groups" profiles)
+NO_HASH_LOOKAHEAD = "no num_hash_lookahead_tokens (an earlier vLLM release)"
+NO_PREFILL_LOOKAHEAD = "no num_prefill_lookahead (an earlier vLLM release)"
+NO_EAGLE_GROUPS = "no KVCacheGroupSpec.is_eagle_group (an earlier vLLM release)"
 # The scheduler's reads a class may not have: each is then left out of the judge's checks (no
 # trace needs them; `unread`), never a crash of every trace.
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
@@ -41,7 +46,8 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "truncate": NO_TRUNCATE, "copies": NO_COPIES, "record": NO_RECORD,
          "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
          "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS,
-         "connector": NO_CONNECTOR}
+         "connector": NO_CONNECTOR, "hash_lookahead": NO_HASH_LOOKAHEAD,
+         "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS}
 
 
 def unread(preconditions) -> frozenset:
@@ -59,6 +65,9 @@ def broken(trace, preconditions) -> list[str]:
             # groups of different block sizes: a scheduler block above the block size
             NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size,
             # the connector's ops (strategies/kvmanager/connector_ops.py)
-            NO_CONNECTOR: any(isinstance(op, (Connect, Loaded)) for op in trace.ops)}
+            NO_CONNECTOR: any(isinstance(op, (Connect, Loaded)) for op in trace.ops),
+            NO_HASH_LOOKAHEAD: trace.hash_lookahead > 0,
+            NO_PREFILL_LOOKAHEAD: trace.prefill_lookahead > 0,
+            NO_EAGLE_GROUPS: bool(trace.eagle_groups)}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

@@ -18,7 +18,9 @@ turns back into `--profile NAME` (`MixedStreams.profile_of`).
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager import connector, dcp, deferred, extra_keys, generator, hybrid
+from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
+                                         generator, hybrid, lookahead_hashes, mtp,
+                                         prompt_embeds)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -38,7 +40,16 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # requests with extra hash keys: LoRA, cache salts, images (2026-12-04, from
            # kvmanager/5's rest, a range none of the pinned or tests' indices draw): 4 of the
            # first 300
-           (extra_keys.GENERATOR, 0.30, 0.325))
+           (extra_keys.GENERATOR, 0.30, 0.325),
+           # lookahead hashing (2026-12-04, from kvmanager/5's rest, a range none of the pinned
+           # or tests' indices draw): 5 of the first 300, from index 101
+           (lookahead_hashes.GENERATOR, 0.81, 0.82),
+           # EAGLE groups flagged apart (2026-12-04, the same): 4 of the first 300, from 13
+           (eagle_groups.GENERATOR, 0.165, 0.18),
+           # multi-token prediction (2026-12-04, the same): 3 of the first 300, from 206
+           (mtp.GENERATOR, 0.195, 0.21),
+           # prompt embeddings (2026-12-04, the same): 2 of the first 300, from 10
+           (prompt_embeds.GENERATOR, 0.34, 0.355))
 
 
 class MixedStreams:
@@ -98,7 +109,9 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "mamba": hybrid.MAMBA, "eagle window": hybrid.EAGLE, "cross attention": hybrid.CROSS,
          "mamba align": hybrid.MAMBA_ALIGN, "connector": connector.GENERATOR,
          "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR,
-         "extra keys": extra_keys.GENERATOR}
+         "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
+         "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
+         "prompt embeds": prompt_embeds.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -106,4 +119,5 @@ def profiles() -> tuple[str, ...]:
     """Every profile a `kvmanager` trace comes from (its `note` is "profile NAME"): what the
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
-            *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES)
+            *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
+            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES)

@@ -35,9 +35,12 @@ class RequestKeys:
     lora_path: str = ""
     salt: str = ""
     images: tuple[tuple[str, int, int], ...] = ()
+    # prompt embeddings: each prompt position's embedding (one float32 value, the arrival's
+    # token); () none (the "prompt embeds" profile)
+    embeds: tuple[int, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.lora or self.salt or self.images)
+        return bool(self.lora or self.salt or self.images or self.embeds)
 
 
 NO_KEYS = RequestKeys()
@@ -48,7 +51,9 @@ class Arrive:
     """A new request with prompt `tokens` (waiting; nothing is called); `no_cache_read`: it
     skips reading the prefix cache (vLLM's `skip_reading_prefix_cache`, e.g. prompt logprobs):
     its lookups hit nothing. `lora`, `lora_path`, `salt`, `images`: its extra hash keys
-    (`RequestKeys`; the "extra keys" profile)."""
+    (`RequestKeys`; the "extra keys" profile). `embeds`: the prompt comes as embeddings
+    (`prompt_embeds`, one float32 value a position: `tokens`), its token ids zeros (the
+    "prompt embeds" profile)."""
 
     rid: int
     tokens: tuple[int, ...]
@@ -57,10 +62,18 @@ class Arrive:
     lora_path: str = field(default="", metadata=LATER)
     salt: str = field(default="", metadata=LATER)
     images: tuple[tuple[str, int, int], ...] = field(default=(), metadata=LATER)
+    embeds: bool = field(default=False, metadata=LATER)
 
     @property
     def keys(self) -> RequestKeys:
-        return RequestKeys(self.lora, self.lora_path, self.salt, self.images)
+        return RequestKeys(self.lora, self.lora_path, self.salt, self.images,
+                           self.tokens if self.embeds else ())
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """The prompt's token ids as vLLM's request holds them: zeros for a prompt given as
+        embeddings (`embeds`: `tokens` are then each position's embedding value)."""
+        return (0,) * len(self.tokens) if self.embeds else self.tokens
 
 
 @dataclass(frozen=True)
@@ -216,7 +229,24 @@ class Trace:
     Decode context parallelism (`kvmanager/5[dcp]`, `strategies/kvmanager/dcp.py`): `dcp` > 1
     shards each block's KV over that many ranks: the one full-attention group's spec has blocks
     of `block_size // dcp` tokens, and the manager (`dcp_world_size`) schedules, hashes and
-    allocates in blocks of `block_size`, the manager's view the oracle models."""
+    allocates in blocks of `block_size`, the manager's view the oracle models.
+
+    Lookahead hashing (`kvmanager/5[lookahead hashes]`): `hash_lookahead` > 0 is the engine's
+    `num_hash_lookahead_tokens` (EAGLE's drafter reads that many tokens past a block, so a
+    block's hash covers them: it exists only once they do, and equal blocks followed by other
+    tokens differ), passed to the manager and to vLLM's request block hasher; the scheduler then
+    clears `use_eagle` (no block dropped), so `eagle` is false.
+
+    EAGLE groups flagged apart (`kvmanager/5[eagle groups]`): `eagle_groups` lists the groups
+    (0 full attention, 1 the sliding window) whose `KVCacheGroupSpec` has `is_eagle_group`
+    (a draft model's layers): with `eagle` only they take EAGLE's drop, where with none
+    flagged every group does.
+
+    Multi-token prediction (`kvmanager/5[mtp]`): `prefill_lookahead` is the engine's
+    `num_prefill_lookahead` (MTP's `num_speculative_tokens`: the drafter reads that many prompt
+    tokens past a chunk), so the last `prefill_lookahead - 1` computed tokens may be re-prefilled
+    and are held back from caching (the unitary coordinator's every group, the hybrid one's
+    groups that take EAGLE's drop)."""
 
     blocks: int
     block_size: int
@@ -242,6 +272,9 @@ class Trace:
     encoder_tokens: int = 0
     zeroing: bool = False
     dcp: int = 0
+    hash_lookahead: int = 0
+    eagle_groups: tuple[int, ...] = ()
+    prefill_lookahead: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -285,7 +318,11 @@ class Trace:
             ("asynchronous scheduling", self.async_scheduling),
             (f"{self.retained} extra retained tokens", self.retained),
             ("blocks zeroed (mixed precision)", self.zeroing),
-            (f"decode context parallel over {self.dcp} ranks", self.dcp)) if on]
+            (f"decode context parallel over {self.dcp} ranks", self.dcp),
+            (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead),
+            (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups),
+            (f"MTP: {self.prefill_lookahead} prefill lookahead tokens", self.prefill_lookahead))
+            if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
                 f"{len(self.ops)} ops")
@@ -296,6 +333,7 @@ def describe_op(op: Op) -> str:
         keys = ([f"LoRA {op.lora!r}"] if op.lora else []) + \
             ([f"salt {op.salt!r}"] if op.salt else []) + \
             [f"{ident!r} at {offset}+{length}" for ident, offset, length in op.images]
+        keys += ["as embeddings"] if op.embeds else []
         return (f"r{op.rid} arrives with {len(op.tokens)} prompt tokens"
                 f"{', skipping the prefix cache' if op.no_cache_read else ''}"
                 f"{' (' + ', '.join(keys) + ')' if keys else ''}")
@@ -337,8 +375,9 @@ def _settings(trace: Trace) -> dict:
     if trace.max_in_flight_tokens is not None:
         data["max_in_flight_tokens"] = trace.max_in_flight_tokens
     data |= {"watermark": trace.watermark} if trace.watermark else {}
-    return data | {name: getattr(trace, name) for name, default in LATER_SETTINGS.items()
-                   if getattr(trace, name) != default}
+    return data | {name: list(value) if isinstance(value, tuple) else value
+                   for name, default in LATER_SETTINGS.items()
+                   if (value := getattr(trace, name)) != default}
 
 
 # Settings added with `kvmanager/5` (and the hybrid stream's two sizes), and their defaults (a
@@ -346,4 +385,5 @@ def _settings(trace: Trace) -> dict:
 LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": False,
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
-                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0}
+                  "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
+                  "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0}

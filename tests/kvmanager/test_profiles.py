@@ -39,14 +39,17 @@ def test_fuzzer_bytes_reach_every_profile_and_no_other():
 def test_a_stream_left_out_of_the_byte_decoder_is_seen():
     """The check above can fail: a decoder that feeds `kvmanager/5` alone (as it did before)
     reaches none of the hybrid coordinator's profiles, nor the connector's (nor its deferred
-    frees'), nor decode context parallelism's."""
+    frees'), nor decode context parallelism's, nor the streams added since."""
     rng = random.Random(0)
     base = streams.MixedStreams(streams.generator.GENERATOR, ())
     made = {base.from_bytes(rng.randbytes(rng.randint(0, 4096))).note for _ in range(300)}
     assert set(NOTES) - made == {f"profile {name}" for name in
                                  (*streams.hybrid.PROFILES, *streams.connector.PROFILES,
                                   *streams.deferred.PROFILES, *streams.dcp.PROFILES,
-                                  *streams.extra_keys.PROFILES)}
+                                  *streams.extra_keys.PROFILES,
+                                  *streams.lookahead_hashes.PROFILES,
+                                  *streams.eagle_groups.PROFILES, *streams.mtp.PROFILES,
+                                  *streams.prompt_embeds.PROFILES)}
 
 
 def test_the_hypothesis_strategy_produces_every_profile():

@@ -1,0 +1,49 @@
+"""The "lookahead hashes" profile (`kvmanager/5[lookahead hashes]`, a stream of its own): the
+engine's lookahead hashing (`num_hash_lookahead_tokens`, vLLM 0.33.0's default with EAGLE and
+prefix caching): a block's hash also covers the 1 to 3 tokens after it (the drafter's KV at the
+block's last position reads them), so a block is hashed, looked up and cached only once they
+exist, and equal blocks followed by other tokens are different blocks. The scheduler then clears
+`use_eagle` (no block dropped from a hit); draft tokens get slots (1 to 4 with one token of
+lookahead, EAGLE's; as many as the lookahead with more, multi-token prediction's).
+
+The corner generator's requests (`generator._Generator`): prompt families cut at, one before and
+one after block boundaries, then their own tokens, so siblings often share a block and differ in
+the token right after it. Full attention alone or (30%) beside a sliding window of the same
+block size, hashed per block; KV events in half (their lookahead tokens compared), hits
+reported in some, stats, tokens in flight in a fifth. Standard library only.
+"""
+
+from __future__ import annotations
+
+import random
+
+from kvfuzz.strategies.kvmanager import generator
+from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.sources import TraceGenerator
+
+PROFILE = "lookahead hashes"
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
+    block_size = rng.choice((1, 2, 4, 4, 8))
+    window = 0 if rng.random() < 0.7 else rng.randint(2, 4 * block_size)
+    blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(4, 12) * block_size + rng.randint(0, 3)))
+    ahead = rng.choice((1, 1, 2, 3))
+    events = rng.random() < 0.5
+    settings = {"events": events, "report": events and rng.random() < 0.3,
+                "stats": rng.random() < 0.3, "async_scheduling": rng.random() < 0.2,
+                "lookahead": rng.randint(1, 4) if ahead == 1 else ahead,
+                "full_sequence_must_fit": rng.random() < 0.5,
+                "retention": rng.choice((None, 0, 0))}
+    gen = generator._Generator(rng, block_size, max_model_len)
+    while len(gen.ops) < num_ops:
+        gen.step()
+    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]),
+                 hash_lookahead=ahead, **settings, note=f"profile {PROFILE}")
+
+
+PROFILES = (PROFILE,)
+# 130 ops a trace (the older profiles' 200 cost some 23 ms of CPU a trace on the released
+# class, 1,000 of them in CI 23 s; at 130 about 15 ms)
+GENERATOR = TraceGenerator("kvmanager/5[lookahead hashes]", build, num_ops=130, max_fuzz_ops=200)
