@@ -488,7 +488,7 @@ def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
     # vLLM before 0.30: the constructor takes num_blocks (0.33: num_chunks), and 0.25's stats
     # have the usage gauge alone, read as the model's pinned and being-stored chunks together.
     from kvfuzz.fuzz.offload.checks import as_read, state_of
-    from kvfuzz.impl.offload.driver import pool_keyword
+    from kvfuzz.impl.offload.release_api import pool_keyword
 
     class Old:
         def __init__(self, num_blocks, cache_policy="lru", enable_events=False):

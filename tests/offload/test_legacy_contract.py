@@ -209,8 +209,25 @@ class Policy033:
 class Policy030:
     def touch(self, keys, req_context): pass
 
+    def mark_evictable(self, key): pass
 
-class Manager030:
+
+class Manager024:
+    """What every release from 0.24 has that 0.20-0.23 lack (`early_names`)."""
+
+    def __init__(self, num_blocks, cache_policy="lru", enable_events=False, store_threshold=1,
+                 max_tracker_size=64_000): pass
+
+    def on_new_request(self, req_context): pass
+
+    def on_request_finished(self, req_context): pass
+
+    def reset_cache(self): pass
+
+    def get_stats(self): pass
+
+
+class Manager030(Manager024):
     def _record_accesses(self, keys): pass
 
     def lookup(self, key, req_context):
@@ -223,7 +240,7 @@ class Manager029(Manager030):
     def _record_access(self, key): pass
 
 
-class Manager028:
+class Manager028(Manager024):
     def lookup(self, key, req_context):
         if self.counts is not None:
             self.counts[key] = self.counts.get(key, 0) + 1
