@@ -56,6 +56,12 @@ class Manager020:
 
 
 class Manager021(Manager020):
+    def touch(self, keys, req_context): pass
+
+    def complete_load(self, keys, req_context): pass
+
+    def complete_store(self, keys, req_context, success=True): pass
+
     def lookup(self, key, req_context):
         block = self._policy.get(key)
         if block is None:
@@ -276,3 +282,40 @@ def test_a_release_without_reset_or_threshold_gets_neither_and_refuses_both():
     reset = Trace("lru", 2, 1, True, 2, 4, (New(1, (1,)), Reset()))
     assert profile.broken(reset, declared) == [profile.NO_RESET, profile.NO_THRESHOLD]
     assert profile.broken(reset, frozenset(ENTRY.preconditions)) == []
+
+
+# -- the driver's side: the API read from the classes (no vLLM) -------------------------------
+def test_an_early_manager_is_built_and_called_as_its_signatures_say():
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.offload.driver import OffloadDriver, offload_key
+    from kvfuzz.impl.offload.release_api import (constructor_keywords, request_context,
+                                                 takes_context)
+
+    assert constructor_keywords(Manager020, 4, "lru", True, 1, 64_000) == {
+        "num_blocks": 4, "cache_policy": "lru", "enable_events": True}
+    assert set(constructor_keywords(Manager022, 4, "arc", False, 2, 8)) == {
+        "num_blocks", "cache_policy", "enable_events", "store_threshold", "max_tracker_size"}
+    assert not takes_context(Manager020.touch) and takes_context(Manager021.touch)
+
+    @dataclass
+    class Context020:
+        kv_transfer_params: dict | None = None
+
+    @dataclass
+    class Context022:
+        req_id: str
+        kv_transfer_params: dict | None = None
+
+    assert request_context(SimpleNamespace(ReqContext=Context020), "r1") == Context020()
+    assert request_context(SimpleNamespace(ReqContext=Context022), "r1").req_id == "r1"
+    # 0.20-0.23's LRU: every block in one ordered dict, read in its order; no evictable count
+    blocks = OrderedDict((offload_key(k), SimpleNamespace(ref_cnt=0, block_id=i))
+                         for i, k in enumerate([(2, 0), (1, 0)]))
+    driver = object.__new__(OffloadDriver)
+    driver.manager, driver.plain, driver.unit = SimpleNamespace(
+        _policy=SimpleNamespace(blocks=blocks), _get_num_free_blocks=lambda: 3), {}, "block"
+    assert driver.policy_view() == {"order": [2, 0, 1, 0]}
+    assert driver.sizes() == {"free": 3, "evictable": None, "writing": 0}
+    assert driver.stats() == {"pinned": -1, "writing": -1, "allocations": None, "used": -1}
