@@ -21,13 +21,25 @@ def contract_names(manager, policy) -> tuple[str, ...]:
     """() for the policies with request hooks (vLLM 0.31 on); else `legacy_policies` and how
     the store threshold counts where it is not per offer."""
     if callable(getattr(policy, REQUEST_HOOK, None)):
-        return ()
+        return ranked_names(manager, policy)
     if callable(getattr(manager, "_record_accesses", None)):
         return ("legacy_policies",)  # 0.30: whole offers, as 0.33
     if callable(getattr(manager, "_record_access", None)):
         return ("legacy_policies", "threshold_per_key")
     return ("legacy_policies",) + (("threshold_per_lookup",) if counts_lookups(manager) else
                                    ()) + early_names(manager, policy)
+
+
+def ranked_names(manager, policy) -> tuple[str, ...]:
+    """What the policies with request hooks lacked before 0.33 (vLLM 0.31, 0.32), each read from
+    the classes: a request's accesses (`on_request_access`: the LRU's request positions), and a
+    failed store's event (`complete_store` publishes no `metadata_only` removal)."""
+    names = () if callable(getattr(policy, "on_request_access", None)) else ("recency_ranks",)
+    try:
+        source = inspect.getsource(manager.complete_store)
+    except (OSError, TypeError):
+        return names
+    return names + (() if "metadata_only" in source else ("no_failed_store_event",))
 
 
 def early_names(manager, policy) -> tuple[str, ...]:

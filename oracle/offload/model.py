@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from kvfuzz.oracle.offload.arc import ARCPolicy
 from kvfuzz.oracle.offload.contract import CURRENT, Contract
-from kvfuzz.oracle.offload.lru import LRUPolicy
+from kvfuzz.oracle.offload.lru import LRUPolicy, RecencyRankLRUPolicy
 from kvfuzz.oracle.offload.lru_insertion import InsertionLRUPolicy
 from kvfuzz.oracle.offload.lru_recency import RecencyLRUPolicy
 from kvfuzz.oracle.offload.threshold import Tracker
@@ -47,6 +47,7 @@ STORED, REMOVED, FAILED = "stored", "removed", "removed (failed store, metadata 
 POLICIES = {"lru": LRUPolicy, "arc": ARCPolicy}
 LEGACY_POLICIES = {"lru": RecencyLRUPolicy, "arc": ARCPolicy}  # before vLLM 0.31
 EARLY_POLICIES = {"lru": InsertionLRUPolicy, "arc": ARCPolicy}  # before vLLM 0.24
+RECENCY_RANKED = {"lru": RecencyRankLRUPolicy, "arc": ARCPolicy}  # vLLM 0.31, 0.32
 
 
 @dataclass
@@ -70,7 +71,8 @@ class OffloadModel:
         self.chunks, self.threshold, self.tracker_size = chunks, store_threshold, tracker_size
         self.contract = contract
         self.policy = (EARLY_POLICIES if contract.lru_by_insertion else LEGACY_POLICIES
-                       if contract.legacy else POLICIES)[policy](chunks)
+                       if contract.legacy else POLICIES if contract.positions else
+                       RECENCY_RANKED)[policy](chunks)
         self.ref: dict[Key, int] = {}
         self.events: list | None = [] if events else None
         self.offers: Tracker | None = Tracker(tracker_size, contract.counting) \

@@ -25,6 +25,12 @@ THRESHOLD_PER_KEY = ("its store threshold counts each key of an offer in turn, a
                      "dropping its oldest key even one of that offer (vLLM 0.29)")
 THRESHOLD_PER_LOOKUP = ("its store threshold counts each lookup of a key, not the offers "
                         "(vLLM 0.24-0.28)")
+# vLLM 0.31 and 0.32: request hooks, but neither request positions nor a failed store's event
+# (read by impl/offload/release.py; the oracle follows them, oracle/offload/contract.py).
+RECENCY_RANKS = ("its policy takes no request access (no on_request_access, vLLM 0.31, 0.32): "
+                 "the LRU ranks every chunk by recency alone, no request positions")
+NO_FAILED_EVENT = ("a failed store publishes no event (vLLM before 0.33: no metadata-only "
+                   "removal)")
 # The manager of vLLM 0.20-0.23 (read from its classes by impl/offload/release.py): what its
 # API lacks. The first two keep a trace out (`broken`); the others change what the oracle
 # expects or leave a read out (oracle/offload/contract.py).
