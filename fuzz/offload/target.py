@@ -46,13 +46,23 @@ def release_contract(impl, obj):
     contract itself (`@legacy_policies`, DECLARABLE)."""
     if impl.kind != UPSTREAM or len(impl.mutates) < 2:
         return impl
+    from kvfuzz.impl.offload.release import LACKING  # no vLLM import
+
     missing = [name for name in METHODS if not callable(getattr(obj, name, None))]
-    if missing:  # vLLM 0.20: no requests, no reset, no stats (a manager of another interface)
+
+    def unsupported():
         release = installed_release(impl.requires) or "this release"
-        raise ImplementationError(
+        return ImplementationError(
             f"not supported: {impl.requires} {release}: {getattr(obj, '__name__', obj)} has no "
             f"{', '.join(missing)}")
-    return with_contract(impl, obj, load_attribute(impl.mutates[1]))
+    if set(missing) - set(LACKING):  # a manager of another interface
+        raise unsupported()
+    judged = with_contract(impl, obj, load_attribute(impl.mutates[1]))
+    # what vLLM 0.20-0.23 lack (stats, reset, the request calls) is declared there, each by a
+    # name of its own; anything else missing is another interface
+    if any(DECLARABLE[LACKING[name]] not in judged.preconditions for name in missing):
+        raise unsupported()
+    return judged
 
 
 def with_contract(impl, manager, policy):

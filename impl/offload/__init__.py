@@ -12,14 +12,23 @@ from functools import partial
 
 from kvfuzz.impl.offload.upstream_mutants import MUTATIONS
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
-from kvfuzz.strategies.offload.profile import (EVENTS_DRAINED, LEGACY_POLICIES, ONLY,
+from kvfuzz.strategies.offload.profile import (EVENTS_DRAINED, LEGACY_POLICIES, LRU_BY_INSERTION,
+                                               NO_FAILED_EVENT, NO_REQUEST_CALLS, NO_RESET,
+                                               NO_STATS, RECENCY_RANKS,
+                                               NO_THRESHOLD, ONLY, PENDING_AS_MISS,
                                                THRESHOLD_PER_KEY, THRESHOLD_PER_LOOKUP)
 
 RELEASED = "vllm.v1.kv_offload.cpu.manager:CPUOffloadingManager"
 DECLARABLE = {"events_drained_before_reset": EVENTS_DRAINED, "lru_only": ONLY["lru"],
               "arc_only": ONLY["arc"], "legacy_policies": LEGACY_POLICIES,
               "threshold_per_key": THRESHOLD_PER_KEY,
-              "threshold_per_lookup": THRESHOLD_PER_LOOKUP}
+              "threshold_per_lookup": THRESHOLD_PER_LOOKUP,
+              # vLLM 0.31, 0.32 (impl/offload/release.py, `ranked_names`)
+              "recency_ranks": RECENCY_RANKS, "no_failed_store_event": NO_FAILED_EVENT,
+              # vLLM 0.20-0.23 (impl/offload/release.py, `early_names`)
+              "no_stats": NO_STATS, "no_reset": NO_RESET, "no_request_calls": NO_REQUEST_CALLS,
+              "no_threshold": NO_THRESHOLD, "pending_as_miss": PENDING_AS_MISS,
+              "lru_by_insertion": LRU_BY_INSERTION}
 _entry = partial(entry, "offload", __name__)
 
 

@@ -88,3 +88,15 @@ class LRUPolicy:
         """Every key in rank order (eviction order among the evictable), and the evictable."""
         return {"order": [key for _, key in sorted((r, k) for k, r in self.rank.items())],
                 "evictable": sorted(self.evictable)}
+
+
+class RecencyRankLRUPolicy(LRUPolicy):
+    """vLLM 0.31 and 0.32's LRU: the same ranks, but no request positions (its `insert` takes no
+    request context, it has no `on_request_access`): a stored key takes a fresh n, as 0.33 gives
+    a key without a position; a touch and a finished request's keys as above."""
+
+    def insert(self, key: Key, rid: int, positions: dict) -> None:
+        self.rank[key] = self._fresh()
+
+    def on_request_access(self, rid: int, keys, positions: dict) -> None:
+        pass

@@ -2,8 +2,9 @@
 `vllm/v1/kv_offload/cpu/manager.py` with `base.py`'s contract), in plain dicts; the policy is
 `lru.py` or `arc.py`, the store threshold's tracker `threshold.py`. A key is (hash, group).
 Releases before 0.31 promise less (`contract.py`: no request hooks, the threshold as it counted
-then, no failed store's event; their LRU policy is `lru_recency.py`). The contract, from the
-released source and its docstrings:
+then, no failed store's event; their LRU policy is `lru_recency.py`, before 0.24
+`lru_insertion.py`; before 0.23 no request calls; on 0.20 no "retry later" lookup answer). The
+contract, from the released source and its docstrings:
 
 - Each key in the cache has a reference count: -1 while its store is in flight, 0 stored and
   evictable, n > 0 while n loads of it are in flight. Chunks in use = keys in the cache.
@@ -35,7 +36,8 @@ from dataclasses import dataclass, field
 
 from kvfuzz.oracle.offload.arc import ARCPolicy
 from kvfuzz.oracle.offload.contract import CURRENT, Contract
-from kvfuzz.oracle.offload.lru import LRUPolicy
+from kvfuzz.oracle.offload.lru import LRUPolicy, RecencyRankLRUPolicy
+from kvfuzz.oracle.offload.lru_insertion import InsertionLRUPolicy
 from kvfuzz.oracle.offload.lru_recency import RecencyLRUPolicy
 from kvfuzz.oracle.offload.threshold import Tracker
 
@@ -44,6 +46,8 @@ HIT, HIT_PENDING, MISS = "HIT", "HIT_PENDING", "MISS"
 STORED, REMOVED, FAILED = "stored", "removed", "removed (failed store, metadata only)"
 POLICIES = {"lru": LRUPolicy, "arc": ARCPolicy}
 LEGACY_POLICIES = {"lru": RecencyLRUPolicy, "arc": ARCPolicy}  # before vLLM 0.31
+EARLY_POLICIES = {"lru": InsertionLRUPolicy, "arc": ARCPolicy}  # before vLLM 0.24
+RECENCY_RANKED = {"lru": RecencyRankLRUPolicy, "arc": ARCPolicy}  # vLLM 0.31, 0.32
 
 
 @dataclass
@@ -66,7 +70,9 @@ class OffloadModel:
                  tracker_size: int, contract: Contract = CURRENT):
         self.chunks, self.threshold, self.tracker_size = chunks, store_threshold, tracker_size
         self.contract = contract
-        self.policy = (LEGACY_POLICIES if contract.legacy else POLICIES)[policy](chunks)
+        self.policy = (EARLY_POLICIES if contract.lru_by_insertion else LEGACY_POLICIES
+                       if contract.legacy else POLICIES if contract.positions else
+                       RECENCY_RANKED)[policy](chunks)
         self.ref: dict[Key, int] = {}
         self.events: list | None = [] if events else None
         self.offers: Tracker | None = Tracker(tracker_size, contract.counting) \
@@ -77,15 +83,18 @@ class OffloadModel:
         self.positions: dict[int, dict[Key, int]] = {}
 
     # -- the manager's calls ---------------------------------------------------------------
-    def new_request(self, rid: int, keys, positions) -> str:
+    def new_request(self, rid: int, keys, positions) -> str | None:
+        """The request's offloading policy; None where the manager is not told of a request
+        (vLLM before 0.23)."""
         self.positions[rid] = dict(zip(keys, positions)) if positions is not None else {}
         self._access(rid)
-        return "chunk_level"
+        return "chunk_level" if self.contract.request_calls else None
 
     def lookup(self, rid: int, keys) -> list[str]:
         """The answers; changes nothing (the lock step asks it to plan: `looked_up` is the
         call's own effect)."""
-        return [MISS if key not in self.ref else HIT_PENDING if self.ref[key] < 0 else HIT
+        pending = HIT_PENDING if self.contract.pending_answer else MISS  # (vLLM 0.20: a miss)
+        return [MISS if key not in self.ref else pending if self.ref[key] < 0 else HIT
                 for key in keys]
 
     def looked_up(self, rid: int, keys) -> list[str]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import random
 
-from kvfuzz.strategies.offload.profile import drains_events, policies
+from kvfuzz.strategies.offload.profile import drains_events, policies, resets, thresholds
 from kvfuzz.strategies.offload.trace import (POLICIES, CompleteLoad, CompleteStore, Events,
                                              Finish, Load, Lookup, New, Reset, Store, Touch,
                                              Trace)
@@ -26,7 +26,7 @@ DEFAULT_TRACKER = 64_000  # vLLM's max_tracker_size
 
 
 def build(rng: random.Random, num_ops: int, allowed: tuple[str, ...] = POLICIES,
-          drain: bool = False) -> Trace:
+          drain: bool = False, resets: bool = True, thresholds: bool = True) -> Trace:
     policy = rng.choice(allowed)
     chunks = rng.choice((rng.randint(1, 4), rng.randint(4, 12), rng.randint(12, 40)))
     if rng.random() < 0.04:
@@ -37,7 +37,9 @@ def build(rng: random.Random, num_ops: int, allowed: tuple[str, ...] = POLICIES,
     events = rng.random() < 0.85
     threshold = 1 if rng.random() < 0.8 else rng.randint(2, 3)
     tracker = rng.randint(1, 6) if rng.random() < 0.5 else DEFAULT_TRACKER
-    gen = _Generator(rng, events, drain)
+    if not thresholds:  # (drawn all the same: the rest of the trace is the stream's own)
+        threshold, tracker = 1, DEFAULT_TRACKER
+    gen = _Generator(rng, events, drain, resets)
     while len(gen.ops) < num_ops:
         gen.step()
     return Trace(policy, chunks, groups, events, threshold, tracker, tuple(gen.ops[:num_ops]))
@@ -53,8 +55,8 @@ class _Generator:
     """A rough picture of the requests and their transfers steers the mix; whether a store
     stores anything or a load loads is the harness's business at run time."""
 
-    def __init__(self, rng: random.Random, events: bool, drain: bool):
-        self.rng, self.events, self.drain = rng, events, drain
+    def __init__(self, rng: random.Random, events: bool, drain: bool, resets: bool = True):
+        self.rng, self.events, self.drain, self.resets = rng, events, drain, resets
         self.families = [tuple(f * 1000 + i + 1 for i in range(rng.randint(3, 14)))
                          for f in range(1, rng.randint(1, 4) + 1)]
         self.live: dict[int, _Request] = {}     # not finished
@@ -74,7 +76,8 @@ class _Generator:
                    (self.take_events, 0.5 if self.events else 0),
                    (self.touch, 0.4 if self.live else 0),
                    (self.lookup, 0.4 if self.live else 0),
-                   (self.reset, 0.03), (self.finish_again, 0.05 if self.done else 0)]
+                   (self.reset, 0.03 if self.resets else 0),
+                   (self.finish_again, 0.05 if self.done else 0)]
         funcs, weights = zip(*actions)
         self.rng.choices(funcs, weights)[0]()
 
@@ -176,10 +179,13 @@ def generator_for(preconditions: frozenset) -> TraceGenerator:
     """The generator for an implementation declaring `preconditions`: its own stream of traces,
     e.g. "offload/2[arc, events drained]"."""
     allowed, drain = policies(preconditions), drains_events(preconditions)
-    if allowed == POLICIES and not drain:
+    reset, threshold = resets(preconditions), thresholds(preconditions)
+    if allowed == POLICIES and not drain and reset and threshold:
         return GENERATOR
     tags = ([f"{allowed[0]} only"] if len(allowed) == 1 else []) + \
-        (["events drained"] if drain else [])
+        (["events drained"] if drain else []) + ([] if reset else ["no reset"]) + \
+        ([] if threshold else ["no threshold"])
     return TraceGenerator(f"{NAME}[{', '.join(tags)}]",
-                          functools.partial(build, allowed=allowed, drain=drain),
+                          functools.partial(build, allowed=allowed, drain=drain, resets=reset,
+                                            thresholds=threshold),
                           num_ops=200, max_fuzz_ops=200)

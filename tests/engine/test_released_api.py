@@ -488,7 +488,7 @@ def test_an_offloading_manager_is_built_and_read_by_the_names_its_release_has():
     # vLLM before 0.30: the constructor takes num_blocks (0.33: num_chunks), and 0.25's stats
     # have the usage gauge alone, read as the model's pinned and being-stored chunks together.
     from kvfuzz.fuzz.offload.checks import as_read, state_of
-    from kvfuzz.impl.offload.driver import pool_keyword
+    from kvfuzz.impl.offload.release_api import pool_keyword
 
     class Old:
         def __init__(self, num_blocks, cache_policy="lru", enable_events=False):
@@ -555,9 +555,13 @@ def test_an_offloading_manager_whose_policy_has_no_request_hook_gets_its_release
     class CPUOffloadingManager:
         def _record_accesses(self, keys): pass
 
+        def complete_store(self, keys, req_context, success=True):
+            return "metadata_only"  # 0.33 publishes a failed store's removal
+
     judged = with_contract(entry, CPUOffloadingManager, LRUCachePolicy)
     assert contract_of(judged.preconditions).legacy
-    later = type("LRUCachePolicy", (LRUCachePolicy,), {"on_request_finished": lambda s, r: 0})
+    later = type("LRUCachePolicy", (LRUCachePolicy,), {"on_request_finished": lambda s, r: 0,
+                                                       "on_request_access": lambda s, k, r: 0})
     assert with_contract(entry, CPUOffloadingManager, later) == entry
     assert contract_of(entry.preconditions) is CURRENT
     own = replace(entry, kind=YOURS, mutates=())  # a class of one's own: as it declares

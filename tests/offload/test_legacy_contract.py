@@ -202,19 +202,50 @@ def test_a_broken_old_policy_differs_from_the_recency_lru(fake):
 
 
 # -- the contract read from a release -----------------------------------------------------------
-class Policy033:
+class Policy031:
     def on_request_finished(self, key_groups, inserted, reused, req_context): pass
+
+
+class Policy033(Policy031):
+    def on_request_access(self, keys, req_context): pass
 
 
 class Policy030:
     def touch(self, keys, req_context): pass
 
+    def mark_evictable(self, key): pass
 
-class Manager030:
+
+class Manager024:
+    """What every release from 0.24 has that 0.20-0.23 lack (`early_names`)."""
+
+    def __init__(self, num_blocks, cache_policy="lru", enable_events=False, store_threshold=1,
+                 max_tracker_size=64_000): pass
+
+    def on_new_request(self, req_context): pass
+
+    def on_request_finished(self, req_context): pass
+
+    def reset_cache(self): pass
+
+    def get_stats(self): pass
+
+
+class Manager030(Manager024):
     def _record_accesses(self, keys): pass
 
     def lookup(self, key, req_context):
         return self._policy.get(key)
+
+
+class Manager031(Manager030):
+    def complete_store(self, keys, req_context, success=True):
+        self.events.append(OffloadingEvent(keys=keys, removed=True))
+
+
+class Manager033(Manager031):
+    def complete_store(self, keys, req_context, success=True):
+        self.events.append(OffloadingEvent(keys=keys, removed=True, metadata_only=True))
 
 
 class Manager029(Manager030):
@@ -223,7 +254,7 @@ class Manager029(Manager030):
     def _record_access(self, key): pass
 
 
-class Manager028:
+class Manager028(Manager024):
     def lookup(self, key, req_context):
         if self.counts is not None:
             self.counts[key] = self.counts.get(key, 0) + 1
@@ -231,13 +262,15 @@ class Manager028:
 
 
 @pytest.mark.parametrize("manager_cls, policy, names, contract", [
-    (Manager030, Policy033, (), CURRENT),
+    (Manager033, Policy033, (), CURRENT),
+    (Manager031, Policy031, ("recency_ranks", "no_failed_store_event"),
+     Contract(positions=False, failed_event=False)),
     (Manager030, Policy030, ("legacy_policies",), LEGACY),
     (Manager029, Policy030, ("legacy_policies", "threshold_per_key"),
      Contract(legacy=True, counting="key")),
     (Manager028, Policy030, ("legacy_policies", "threshold_per_lookup"),
      Contract(legacy=True, counting="lookup")),
-], ids=["0.31 on", "0.30", "0.29", "0.24-0.28"])
+], ids=["0.33", "0.31, 0.32", "0.30", "0.29", "0.24-0.28"])
 def test_the_contract_is_read_from_the_release_s_classes(manager_cls, policy, names, contract):
     assert contract_names(manager_cls, policy) == names
     entry = TARGETS["offload"].catalogue.implementations[0]     # vllm.offload.lru
@@ -279,3 +312,30 @@ def test_a_lookup_answer_before_0_25_is_read_by_name():
     LookupResult = Enum("LookupResult", "MISS HIT HIT_PENDING")
     assert [answer_name(a) for a in (True, None, False)] == ["HIT", "HIT_PENDING", "MISS"]
     assert answer_name(LookupResult.HIT_PENDING) == "HIT_PENDING"
+
+
+# -- 0.31 and 0.32: request hooks, no positions, no failed store's event ----------------------
+RANKED = Contract(positions=False, failed_event=False)
+
+
+def test_0_31_s_lru_ranks_a_request_s_chunks_as_stored_not_by_position():
+    then, now = manager(chunks=2, contract=RANKED), manager(chunks=2, contract=CURRENT)
+    for model in (then, now):
+        a, b = stored(model, 1, (1, 2))
+    assert then.policy.view()["order"] == [a, b]     # stored first, least recent
+    assert now.policy.view()["order"] == [b, a]      # 0.33: the later position goes first
+    c, = new(then, 2, (3,))
+    new(now, 2, (3,))
+    assert then.prepare_store(2, [c]) == ([c], [a]) and now.prepare_store(2, [c]) == ([c], [b])
+    then.finish(1)                                   # a finished request's keys: touched
+    assert then.policy.view()["order"] == [c, b]     # (head to tail: the head ends last)
+
+
+def test_0_31_publishes_no_failed_store_event_and_still_reorders_at_a_finish():
+    for contract, events in ((RANKED, []), (CURRENT, [(FAILED, [(1, 0)])])):
+        model = manager(contract=contract)
+        a, = new(model, 1, (1,))
+        model.prepare_store(1, [a])
+        model.complete_store(1, [a], success=False)
+        assert model.take_events() == events
+    assert RANKED.request_hooks and not RANKED.failed_store_event

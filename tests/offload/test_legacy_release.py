@@ -1,4 +1,4 @@
-"""vLLM's CPU offloading manager as 0.29 and 0.30 shipped it, for real (slow): each release first
+"""vLLM's CPU offloading manager as 0.29, 0.30 and 0.31 shipped it, for real (slow): each release first
 on the path of one process running `kvfuzz`'s commands (tests/radix/test_legacy_release.py's
 `kvfuzz_commands`), as a user's `PYTHONPATH=<release> kvfuzz ...` has it, judged
 by its release's contract (oracle/offload/contract.py, read from its classes). Finding R's saved
@@ -7,8 +7,10 @@ diverges on 0.29 and replays clean on 0.30; finding S's (`corpus/history/vllm-0.
 key offered again under the store threshold evicted by that offer) diverges on 0.30 and replays
 clean on the released 0.33 (it was fixed in 0.31: docs/release-history.md); 0.30's classes (no
 request hooks, the threshold counted per offer) and 0.29's (counted per key) agree on seeded
-traces. Two releases only: a vLLM release is some 400 MB to fetch and 800 MB installed, where an
-SGLang one is 7 and 180, and CI fetches what these tests name. 0.28's per-lookup counting is
+traces; 0.31's (request hooks, no request positions, no failed store's event) agree on them and
+on K's two files, and a mutant of its LRU is caught in process (`test_0_31_...`). Three
+releases only: a vLLM release is some 400 MB to fetch and 800 MB installed, where an SGLang one
+is 7 and 180, and CI fetches what these tests name. 0.28's per-lookup counting is
 checked against fakes in test_legacy_contract.py. Each release is installed as `kvfuzz history`
 installs it (a no-op where it is there already); without the release in the cache nor a
 registry, the test skips and says so."""
@@ -61,6 +63,48 @@ def test_0_30_replays_r_clean_diverges_on_finding_s_and_agrees_on_seeded_traces(
 def test_finding_s_replays_clean_on_the_release():
     fixed = kvfuzz_here("replay", S, "--impl", "vllm.offload.lru")  # 0.33 as locked; 0.31 fixed it
     assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-2000:]
+
+
+# K's files: 0.33's LRU order by position and its failed store's event, which 0.31 and 0.32
+# lack (a change of policy): clean there under their own contract, as on 0.33.
+K = [CORPUS / "offload-f857e84050b2c49d.json", CORPUS / "offload-56a03752478bd9f3.json"]
+# A mutant of 0.31's LRU (touch in order: the last key ends most recent), in process.
+TOUCH_IN_ORDER = """
+import importlib, sys
+from kvfuzz.fuzz.cli.main import main
+from kvfuzz.impl.upstream_env import prepare_import
+with prepare_import("vllm.v1.kv_offload.cpu.policies.lru"):
+    lru = importlib.import_module("vllm.v1.kv_offload.cpu.policies.lru")
+if sys.argv[2] == "mutant":
+    lru.LRUCachePolicy.touch = lambda self, keys, req_context: self._update_recency(list(keys))
+sys.exit(main(["replay", sys.argv[1], "--impl", "vllm.offload.lru", "--in-process"]))
+"""
+
+
+def test_0_31_replays_k_clean_agrees_on_seeded_traces_and_catches_a_mutant(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.offload.test_early_release import TOUCHED
+
+    folder = folder_of("0.31.0")
+    k_lru, k_event, seeded = kvfuzz_commands(
+        folder, ("replay", K[0], "--impl", "vllm.offload.lru"),
+        ("replay", K[1], "--impl", "vllm.offload.lru"), SEEDED + ("--corpus", tmp_path))
+    for done in (k_lru, k_event):
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert_agrees(seeded)
+    path = tmp_path / "touched.json"
+    path.write_text(json.dumps(TOUCHED))
+    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    released, mutant = (subprocess.run([sys.executable, "-c", TOUCH_IN_ORDER, str(path), kind],
+                                       env=env, capture_output=True, text=True, timeout=300)
+                        for kind in ("release", "mutant"))
+    assert released.returncode == 0, released.stdout[-2000:] + released.stderr[-2000:]
+    assert mutant.returncode == 1, mutant.stdout[-2000:] + mutant.stderr[-2000:]
+    assert "policy order at op 3 of 4: touch r1 chunks [0:3)" in mutant.stdout + mutant.stderr
 
 
 # 0.30's classes have no request hooks and count the threshold per offer, 0.29's per key.
