@@ -40,8 +40,14 @@ def views(snap: dict, page_size: int) -> list[NodeView]:
 
 
 def exposed(expected: list[NodeView], snap: dict) -> list[NodeView]:
-    """The model's views at the resolution the core exposes."""
-    if snap["inner"] is not None:
+    """The model's views at the resolution the core exposes: a field no node has (SGLang
+    0.5.11's nodes keep no priority and no creation time: None) is left out of both."""
+    inner = snap["inner"]
+    if isinstance(inner, list) and inner:
+        absent = {name: None for name, at in (("priority", 4), ("created", 6))
+                  if all(row[at] is None for row in inner)}
+        return [replace(node, **absent) for node in expected] if absent else expected
+    if inner is not None:
         return expected
     return [replace(node, lock=min(node.lock, 1), hits=0, priority=0, access=0.0, created=0.0)
             for node in expected]

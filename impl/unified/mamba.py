@@ -75,7 +75,7 @@ class MambaCalls:
 
     def mamba_state(self, handles: list) -> dict:
         """Each node's state slot (None: none), the pool's free slots in order, the sizes."""
-        core, allocator = self.cache.tree_core, self.pool.mamba_allocator
+        core, allocator = self.tree_core, self.pool.mamba_allocator
         states = []
         for handle in handles:
             value = core.get_component_device_value(handle, self.MAMBA)
