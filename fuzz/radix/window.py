@@ -31,7 +31,8 @@ class WindowLockstep(RadixLockstep):
 
     def build_model(self, trace):
         super().build_model(trace)  # the page names, the event ledger, what the checks keep
-        return WindowModel(trace.page_size, trace.size, trace.policy, trace.swa_window)
+        return WindowModel(trace.page_size, trace.size, trace.policy, trace.swa_window,
+                           self.contract)  # (the release's calls': set by the radix build)
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, contract=None):
         from kvfuzz.impl.radix.window import WindowDriver  # imports torch and SGLang
@@ -80,6 +81,7 @@ class WindowLockstep(RadixLockstep):
                                   f"{r.floor})")]
 
     def _checkpoint(self, rid: int, request, finishing: bool = False):
+        self.model.finishing = finishing  # (the floor cuts only a finish under the old calls)
         limit = self.model.key_limit(request)
         if limit is not None and limit < request.filled:
             self.count(CUT)
@@ -102,8 +104,8 @@ class WindowLockstep(RadixLockstep):
         for name, expected in self.model.swa_sizes().items():
             if reads[name] != expected and not problems:
                 problems.append((f"{name}_size", f"expected {expected}, actual {reads[name]}"))
-        draft, retain = snap["draft_retain"]
-        if retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
+        draft, retain = snap["draft_retain"] or (None, None)  # None: no draft window (< 0.5.23)
+        if draft is not None and retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
             problems.append(("swa_retain_window", f"built with window {self.model.window} and "
                              f"draft_swa_window {draft} it keeps {retain}, expected "
                              f"{max(self.model.window, draft)}"))

@@ -35,7 +35,22 @@ def mamba_pool(page_size: int, slots: int, rows: int, context: int, device: str)
         size=rows, mamba_size=slots, mamba_spec_state_size=rows, max_context_len=context,
         device=device, enable_memory_saver=False,
         cache_params=Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
-        enable_mamba_extra_buffer=page_size > 1, speculative_num_draft_tokens=3)
+        enable_mamba_extra_buffer=page_size > 1,
+        speculative_num_draft_tokens=None if _drafts_on_cuda() else 3)
+
+
+def _drafts_on_cuda() -> bool:
+    """Whether the release's `MambaPool` puts its draft-token state caches on "cuda" whatever
+    the device (SGLang 0.5.11): there the pool is built without draft tokens (no trace runs a
+    speculative verify, and on a machine without CUDA those caches cannot be made)."""
+    import inspect
+
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    try:
+        return 'device="cuda"' in inspect.getsource(MambaPool.__init__)
+    except (OSError, TypeError):
+        return False
 
 
 class MambaCalls:
