@@ -56,13 +56,20 @@ def _drafts_on_cuda() -> bool:
 class MambaCalls:
     """The driver's Mamba calls (mixed into `UnifiedDriver`; `self.pool` is the hybrid pool)."""
 
+    @property
+    def mamba_allocator(self):
+        """The pool of state slots: `mamba_allocator`, named `mamba_pool` in SGLang 0.5.11."""
+        found = getattr(self.pool, "mamba_allocator", None)
+        return found if found is not None else self.pool.mamba_pool
+
     def mamba_slot(self) -> list:
         """A state slot for an insert: [slot or None (refused), states evicted, tokens evicted]
         (`evict_for_alloc(mamba_num=1)` only when the pool is empty)."""
-        allocator = self.pool.mamba_allocator
+        allocator = self.mamba_allocator
         slot, states, tokens = allocator.alloc(1), 0, 0
-        if slot is None:
-            result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=0, mamba_num=1))
+        if slot is None:  # (0.5.11 has no evict_for_alloc: its scheduler called evict)
+            evict = getattr(self.cache, "evict_for_alloc", None) or self.cache.evict
+            result = evict(self.EvictParams(num_tokens=0, mamba_num=1))
             states, tokens = int(result.mamba_num_evicted), int(result.num_tokens_evicted)
             slot = allocator.alloc(1)
         return [None if slot is None else int(slot[0]), states, tokens]
@@ -78,19 +85,22 @@ class MambaCalls:
                                                      mamba_value=mamba))
         exist = bool(getattr(result, "mamba_exist", False))
         if exist:
-            self.pool.mamba_allocator.free(mamba.clone())
+            self.mamba_allocator.free(mamba.clone())
         value.fill_(POISON)
         # Both cores keep the caller's Mamba tensor as the node's state: declared
         # (`keeps_mamba_value`), since every in-tree caller hands over a fresh one.
         if self.poison_mamba:
             mamba.fill_(POISON)
         self._poison_key(key)
-        self._seen(result.last_device_node, tokens, key.extra_key)
+        if hasattr(result, "last_device_node"):
+            self._seen(result.last_device_node, tokens, key.extra_key)
+        else:  # 0.5.11's InsertResult names no node: the read-only walk names it
+            self._seen_by_walk(list(tokens), key.extra_key)
         return [int(result.prefix_len), exist]
 
     def mamba_state(self, handles: list) -> dict:
         """Each node's state slot (None: none), the pool's free slots in order, the sizes."""
-        core, allocator = self.tree_core, self.pool.mamba_allocator
+        core, allocator = self.tree_core, self.mamba_allocator
         states = []
         for handle in handles:
             value = core.get_component_device_value(handle, self.MAMBA)

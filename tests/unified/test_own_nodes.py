@@ -137,6 +137,11 @@ def test_what_the_class_promises_is_read_from_its_sources(tmp_path, monkeypatch)
                                       contract.lock_delta)
     with pytest.raises(ImplementationError, match="has no tree core"):  # no Rust core to ask
         UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.rust"), old)
+    with pytest.raises(ImplementationError, match="SWA component is slid by the scheduler"):
+        UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.python"), old)
+    mamba = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.mamba.python"),
+                                      old)
+    assert LRU_ONLY in mamba.preconditions
     for name in ("kvfuzz_test_unified_0511", "kvfuzz_test_unified_later"):
         monkeypatch.delitem(sys.modules, name)
 
