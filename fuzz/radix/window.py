@@ -16,12 +16,13 @@ from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.fuzz.radix.lockstep import RadixLockstep, extend_plan, rows_needed
 from kvfuzz.oracle.radix.invariants import size_problems
 from kvfuzz.oracle.radix.window import WindowModel, dead_lo
-from kvfuzz.strategies.radix.trace import Extend, Finish
+from kvfuzz.strategies.radix.trace import Checkpoint, Extend, Finish
 
-SLIDES, FREES, FLOOR, CUT, SKIPS = (
+SLIDES, FREES, FLOOR, CUT, SKIPS, NO_CALL = (
     "window slides", "window frees slots", "floor set after a prefill chunk",
-    "checkpoint cut at the floor", "release skips what the window freed")
-WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS)
+    "checkpoint cut at the floor", "release skips what the window freed",
+    "checkpoint in decode: no such call before 0.5.22")
+WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS, NO_CALL)
 
 
 class WindowLockstep(RadixLockstep):
@@ -86,6 +87,20 @@ class WindowLockstep(RadixLockstep):
         if limit is not None and limit < request.filled:
             self.count(CUT)
         yield from RadixLockstep._checkpoint(self, rid, request, finishing)
+
+    @handles(Checkpoint)
+    def checkpoint(self, op: Checkpoint):
+        """Under the calls before 0.5.22 a running request is cached (`cache_unfinished_req`)
+        only at its prefill's chunks and end, never during its decode (SGLang 0.5.21's
+        `stash_chunked_request` and the prefill result's `maybe_cache_unfinished_req`): there
+        the call RadixCache's would make caches slots the window already freed. A trace's
+        checkpoint of a decoding request is a call that scheduler never made: not made."""
+        request = self.model.requests.get(op.rid)
+        if self.contract.legacy and request is not None and not request.stale and \
+                request.filled > request.prompt:
+            self.count(NO_CALL)
+            return
+        return (yield from RadixLockstep.checkpoint(self, op))
 
     @handles(Finish)
     def finish_request(self, op: Finish):

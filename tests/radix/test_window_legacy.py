@@ -7,6 +7,7 @@ RadixCache's), and no draft probe where `CacheInitParams` has no `draft_swa_wind
 beside a deliberately broken variant it catches."""
 
 import sys
+from collections import Counter
 from types import SimpleNamespace
 
 from kvfuzz.impl.radix.requests import KvRecord
@@ -91,3 +92,63 @@ def test_under_the_old_calls_the_floor_cuts_only_a_finish():
     model.admit_lock(1)
     model.grant(1, [1, 2, 3, 4])
     assert model.checkpoint(1, False) == 2  # a 0.5.20 chunk's 4 tokens missed
+
+
+def test_under_the_old_calls_a_decoding_requests_checkpoint_is_not_made():
+    from kvfuzz.fuzz.radix.window import NO_CALL, WindowLockstep
+    from kvfuzz.strategies.radix.trace import Checkpoint
+
+    def calls(contract, judge_class=WindowLockstep):
+        judge = object.__new__(judge_class)
+        judge.options, judge.events = {"contract": contract}, Counter()
+        judge.model = judge.build_model(SimpleNamespace(page_size=1, size=16, policy="lru",
+                                                        events=False, swa_window=2))
+        judge.model.admit_match(1, [1, 2, 3, 4, 5, 6], 3, 0, 0)
+        judge.model.grant(1, [1, 2, 3, 4])  # past its prompt of 3: decoding
+        made = [call.method for call in judge.checkpoint(Checkpoint(1))]
+        return made, judge.events[NO_CALL]
+
+    assert calls(Contract(legacy=True)) == ([], 1)  # 0.5.21's scheduler never makes it
+    assert calls(CURRENT) == (["checkpoint"], 0)  # 0.5.23's checkpoint: made
+
+    from kvfuzz.fuzz.engine.lockstep import handles
+    from kvfuzz.fuzz.radix.lockstep import RadixLockstep
+
+    class MadeAlways(WindowLockstep):  # broken: the judge as it was
+        @handles(Checkpoint)
+        def checkpoint(self, op):
+            return (yield from RadixLockstep.checkpoint(self, op))
+
+    assert calls(Contract(legacy=True), MadeAlways)[0] == ["checkpoint"]
+
+
+def test_0_5_20s_release_of_a_finish_not_cached_is_its_cache_finished_req():
+    from kvfuzz.impl.radix.legacy import LegacyCalls
+
+    class Cache0520:  # 0.5.18-0.5.20: release_kv_cache always calls cache_finished_req
+        def __init__(self):
+            self.calls = []
+
+        def cache_finished_req(self, req, is_insert=True, *, kv_len_to_handle):
+            self.calls.append(("cache_finished_req", is_insert, kv_len_to_handle))
+
+        def free_kv_row(self, kv, ranges):
+            self.calls.append(("free_kv_row", ranges))
+
+        def dec_lock_ref(self, node, params=None):
+            self.calls.append(("dec_lock_ref", node))
+
+    request = SimpleNamespace(kv=KvRecord(1), filled=7, lock="node")
+    cache = Cache0520()
+    LegacyCalls(cache, None, None).release(request)
+    assert cache.calls == [("cache_finished_req", False, 7)]  # it frees and unlocks itself
+
+    class RowFreed(LegacyCalls):  # broken: the mapping as it was (free_kv_row, unlock)
+        def release(self, request):
+            kv = request.kv
+            self.cache.free_kv_row(kv, [(kv.cache_protected_len, request.filled)])
+            self.unlock(request.lock)
+
+    cache = Cache0520()
+    RowFreed(cache, None, None).release(request)
+    assert ("cache_finished_req", False, 7) not in cache.calls  # 0.5.20's window free skipped
