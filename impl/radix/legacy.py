@@ -122,6 +122,7 @@ class LegacyCalls(Calls):
             # cache_finished_req(is_insert=False) too, which frees the row's own slots and
             # drops the lock (the pure-SWA cache's frees [protected, floor) there, which
             # free_kv_row skips as the window's)
+            self._hand_over(request)
             finish(request, is_insert=False, kv_len_to_handle=request.filled)
             return
         kv = request.kv
