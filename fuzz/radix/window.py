@@ -22,11 +22,11 @@ SLIDES, FREES, FLOOR, CUT, SKIPS, NO_CALL = (
     "window slides", "window frees slots", "floor set after a prefill chunk",
     "checkpoint cut at the floor", "release skips what the window freed",
     "checkpoint in decode: no such call before 0.5.22")
-WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS, NO_CALL)
+WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS)  # (NO_CALL: only under the old calls)
 
 
 class WindowLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.TREE_EVENTS + WINDOW_EVENTS
+    EVENTS = RadixLockstep.TREE_EVENTS + WINDOW_EVENTS + (NO_CALL,)
     ALLOC_EVICT = "evict_for_shortfall"  # what evict_to_free_tokens asks of a pure-SWA cache
     LIGHT = False  # the window's reads (cursors, SWA sizes) are whole reads, after every op
 
