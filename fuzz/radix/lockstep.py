@@ -79,6 +79,9 @@ class RadixLockstep(Lockstep):
         self.before_views = None  # the model's nodes after the last op, where it was light
         self.evicting = False
         self.contract = self.options.get("contract", CURRENT)
+        # whether the cache publishes KV events: the trace's switch, unless it publishes none
+        # whatever the switch (contract.py: SGLang 0.5.11's unified cache)
+        self.events_on = trace.events and self.contract.kv_events
         if self.contract is CURRENT:  # (the unified model takes no contract)
             return self.MODEL(trace.page_size, trace.size, trace.policy)
         return self.MODEL(trace.page_size, trace.size, trace.policy, self.contract)
@@ -286,7 +289,7 @@ class RadixLockstep(Lockstep):
             expected = self.model.views()
             read = self.read_changed("light_since")
             light = self.light_problems(read, expected)
-            if not light and (self.trace.events or read["events"]):  # against the model's
+            if not light and (self.events_on or read["events"]):  # against the model's
                 light = self._event_problems(read["events"], self.as_read(expected))  # pages
             if not light:  # the tree is the model's: its nodes stand for the implementation's
                 # (on the implementation's side nothing reads them: `whole_state`)
@@ -328,7 +331,7 @@ class RadixLockstep(Lockstep):
         if recording():  # the implementation's side: the judge compares, from its replay
             self.evicting = False
             # (the ledger as the judge's, which the light reads' checks read on both sides)
-            self.ledger.fold(snap["events"]) if self.trace.events else None
+            self.ledger.fold(snap["events"]) if self.events_on else None
             return []
         ps = model.page_size
         nodes, expected = self.views(snap)
@@ -369,7 +372,7 @@ class RadixLockstep(Lockstep):
         return []
 
     def _event_problems(self, events, nodes) -> list[tuple[str, str]]:
-        if not self.trace.events:
+        if not self.events_on:
             return [("events", f"{len(events)} KV events published with events off")] \
                 if events else []
         cached = self.names.count(nodes, self.model.page_size, namespaces=False)

@@ -16,22 +16,24 @@ from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.fuzz.radix.lockstep import RadixLockstep, extend_plan, rows_needed
 from kvfuzz.oracle.radix.invariants import size_problems
 from kvfuzz.oracle.radix.window import WindowModel, dead_lo
-from kvfuzz.strategies.radix.trace import Extend, Finish
+from kvfuzz.strategies.radix.trace import Checkpoint, Extend, Finish
 
-SLIDES, FREES, FLOOR, CUT, SKIPS = (
+SLIDES, FREES, FLOOR, CUT, SKIPS, NO_CALL = (
     "window slides", "window frees slots", "floor set after a prefill chunk",
-    "checkpoint cut at the floor", "release skips what the window freed")
-WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS)
+    "checkpoint cut at the floor", "release skips what the window freed",
+    "checkpoint in decode: no such call before 0.5.22")
+WINDOW_EVENTS = (SLIDES, FREES, FLOOR, CUT, SKIPS)  # (NO_CALL: only under the old calls)
 
 
 class WindowLockstep(RadixLockstep):
-    EVENTS = RadixLockstep.TREE_EVENTS + WINDOW_EVENTS
+    EVENTS = RadixLockstep.TREE_EVENTS + WINDOW_EVENTS + (NO_CALL,)
     ALLOC_EVICT = "evict_for_shortfall"  # what evict_to_free_tokens asks of a pure-SWA cache
     LIGHT = False  # the window's reads (cursors, SWA sizes) are whole reads, after every op
 
     def build_model(self, trace):
         super().build_model(trace)  # the page names, the event ledger, what the checks keep
-        return WindowModel(trace.page_size, trace.size, trace.policy, trace.swa_window)
+        return WindowModel(trace.page_size, trace.size, trace.policy, trace.swa_window,
+                           self.contract)  # (the release's calls': set by the radix build)
 
     def build_impl(self, trace, cls, device, poison_keys: bool = True, contract=None):
         from kvfuzz.impl.radix.window import WindowDriver  # imports torch and SGLang
@@ -80,10 +82,25 @@ class WindowLockstep(RadixLockstep):
                                   f"{r.floor})")]
 
     def _checkpoint(self, rid: int, request, finishing: bool = False):
+        self.model.finishing = finishing  # (the floor cuts only a finish under the old calls)
         limit = self.model.key_limit(request)
         if limit is not None and limit < request.filled:
             self.count(CUT)
         yield from RadixLockstep._checkpoint(self, rid, request, finishing)
+
+    @handles(Checkpoint)
+    def checkpoint(self, op: Checkpoint):
+        """Under the calls before 0.5.22 a running request is cached (`cache_unfinished_req`)
+        only at its prefill's chunks and end, never during its decode (SGLang 0.5.21's
+        `stash_chunked_request` and the prefill result's `maybe_cache_unfinished_req`): there
+        the call RadixCache's would make caches slots the window already freed. A trace's
+        checkpoint of a decoding request is a call that scheduler never made: not made."""
+        request = self.model.requests.get(op.rid)
+        if self.contract.legacy and request is not None and not request.stale and \
+                request.filled > request.prompt:
+            self.count(NO_CALL)
+            return
+        return (yield from RadixLockstep.checkpoint(self, op))
 
     @handles(Finish)
     def finish_request(self, op: Finish):
@@ -102,8 +119,8 @@ class WindowLockstep(RadixLockstep):
         for name, expected in self.model.swa_sizes().items():
             if reads[name] != expected and not problems:
                 problems.append((f"{name}_size", f"expected {expected}, actual {reads[name]}"))
-        draft, retain = snap["draft_retain"]
-        if retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
+        draft, retain = snap["draft_retain"] or (None, None)  # None: no draft window (< 0.5.23)
+        if draft is not None and retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
             problems.append(("swa_retain_window", f"built with window {self.model.window} and "
                              f"draft_swa_window {draft} it keeps {retain}, expected "
                              f"{max(self.model.window, draft)}"))

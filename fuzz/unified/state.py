@@ -40,8 +40,14 @@ def views(snap: dict, page_size: int) -> list[NodeView]:
 
 
 def exposed(expected: list[NodeView], snap: dict) -> list[NodeView]:
-    """The model's views at the resolution the core exposes."""
-    if snap["inner"] is not None:
+    """The model's views at the resolution the core exposes: a field no node has (SGLang
+    0.5.11's nodes keep no priority and no creation time: None) is left out of both."""
+    inner = snap["inner"]
+    if isinstance(inner, list) and inner:
+        absent = {name: None for name, at in (("priority", 4), ("created", 6))
+                  if all(row[at] is None for row in inner)}
+        return [replace(node, **absent) for node in expected] if absent else expected
+    if inner is not None:
         return expected
     return [replace(node, lock=min(node.lock, 1), hits=0, priority=0, access=0.0, created=0.0)
             for node in expected]
@@ -71,6 +77,8 @@ def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[s
     want = expected_walk(expected)
     unlocked = [s for node in expected if not node.lock for s in node.value]
     shown = exposed(expected, {"inner": [] if light["inner"] else None})
+    absent = {name: None for name in light.get("absent", ())}  # (fields no node has: 0.5.11)
+    shown = [replace(node, **absent) for node in shown] if absent else shown
     if (light["num_walk"], light["walk"]) != (len(want), sum(map(hash, want)) & MASK):
         problems.append(("walk", f"the walk's digest differs from the model's tree's "
                                  f"({light['num_walk']} slots walked, expected {len(want)})"))
@@ -102,7 +110,8 @@ def node_digest(nodes: list[NodeView], inner: bool) -> int:
         row = (ns if type(ns) is int else -1, tuple(tokens), tuple(n.key), tuple(n.value),
                n.lock)
         if inner:
-            row += (n.hits, n.priority, access[n.access], created[n.created])
+            row += (n.hits, -1 if n.priority is None else n.priority, access[n.access],
+                    created[n.created])  # (None: a field no node has, as the reader's -1)
         total += hash(row)
     return total & MASK
 

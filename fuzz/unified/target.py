@@ -24,17 +24,29 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
+from kvfuzz.oracle.radix.contract import BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
                                               donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
+# What an outside class of the scheduler's calls before 0.5.22 must have (`release_calls` reads
+# the rest from it; 0.5.11's has no tree core, `evict_for_alloc` or `root_node_handle`).
+OLD_METHODS = ("match_prefix", "insert", "evict", "inc_lock_ref", "dec_lock_ref",
+               "cache_unfinished_req", "reset", "evictable_size", "protected_size")
+
+
 def _shape(path, obj):
+    """Today's interface, or, for a class of the calls before 0.5.22 (a subclass or mutant of
+    an old release's), that release's (`OLD_METHODS`)."""
+    from kvfuzz.impl.radix.legacy import contract_names  # no torch, no SGLang
+
+    methods = METHODS + ("evict_for_alloc", "inc_lock_ref", "on_release", "claim_kv_row",
+                         "root_node_handle")
+    if isinstance(obj, type) and contract_names(obj):
+        methods = OLD_METHODS
     check_shape(path, obj, 1, "a class with SGLang UnifiedRadixCache's interface "
-                              "(CacheInitParams)", cls=True,
-                methods=METHODS + ("evict_for_alloc", "inc_lock_ref", "on_release",
-                                   "claim_kv_row", "root_node_handle"))
+                              "(CacheInitParams)", cls=True, methods=methods)
 
 
 def scheduler_calls(impl, obj):
@@ -44,20 +56,39 @@ def scheduler_calls(impl, obj):
     alone, whose old calls (a touch as `match_prefix`, a pin's `inc_lock_ref`/`dec_lock_ref`) the
     driver maps. With SWA, where the release's window free lifts the request's cursor before
     its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`). A class of the old
-    calls without `root_node_handle` has no tree core to read (0.5.11's): one line."""
-    from kvfuzz.impl.unified.release_window import lifts_swa_cursor  # no torch, no SGLang
+    calls without `root_node_handle` has no tree core (0.5.11's): `own_nodes`."""
+    from kvfuzz.impl.unified.node_tree import has_own_nodes  # no torch, no SGLang
+    from kvfuzz.impl.unified.release_window import lifts_swa_cursor
 
     impl = release_calls(impl, obj)
-    if LEGACY_CALLS in impl.preconditions and \
-            not callable(getattr(obj, "root_node_handle", None)):
-        raise ImplementationError(  # SGLang 0.5.11's: nodes of its own, no tree core
-            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has "
-            f"no root_node_handle (no tree core: kvfuzz reads a unified cache through its "
-            f"core's public calls)")
+    if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
+        impl = own_nodes(impl, obj)
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
             lifts_swa_cursor():
         impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
     return impl
+
+
+def own_nodes(impl, obj):
+    """SGLang 0.5.11's class keeps its tree in nodes of its own, read as they are
+    (impl/unified/node_tree.py), the oracle told what the class promises (read from its
+    sources); an entry that asks for the Rust core is one line: there is no core to ask for."""
+    from kvfuzz.impl.unified.node_tree import contract_names  # no torch, no SGLang
+
+    if core_of(impl.preconditions) == "rust":
+        raise ImplementationError(
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has no "
+            f"tree core, Rust or Python (its tree is nodes of its own: the .python entries "
+            f"read them)")
+    if swa_of(impl.preconditions):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)}'s SWA "
+            f"component is slid by the scheduler of its day (ScheduleBatch._evict_swa on "
+            f"req.swa_evicted_seqlen) over the SWATokenToKVPoolAllocator of swa_memory_pool: "
+            f"kvfuzz drives neither on this release yet (the full-attention and Mamba entries "
+            f"run)")
+    return replace(impl, preconditions=tuple(dict.fromkeys(
+        impl.preconditions + tuple(BY_NAME[name] for name in contract_names(obj)))))
 
 
 def _generator_for(impls):

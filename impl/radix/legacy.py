@@ -115,6 +115,16 @@ class LegacyCalls(Calls):
     def release(self, request) -> None:
         if getattr(request, "done_by_finish", False):
             return
+        finish = getattr(self.cache, "cache_finished_req", None)
+        if not callable(getattr(self.cache, "insert_req", None)) and callable(finish) and \
+                "kv_len_to_handle" in inspect.signature(finish).parameters:
+            # 0.5.18-0.5.20: release_kv_cache releases a finish it does not cache through
+            # cache_finished_req(is_insert=False) too, which frees the row's own slots and
+            # drops the lock (the pure-SWA cache's frees [protected, floor) there, which
+            # free_kv_row skips as the window's)
+            self._hand_over(request)
+            finish(request, is_insert=False, kv_len_to_handle=request.filled)
+            return
         kv = request.kv
         if callable(getattr(self.cache, "free_kv_row", None)):
             self.cache.free_kv_row(kv, [(kv.cache_protected_len, request.filled)])

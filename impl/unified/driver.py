@@ -23,6 +23,11 @@ the core asked for by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` where `CacheInitP
 them (0.5.21 names `on_release`'s flag `inserted`); with SWA the request's cursor read where the
 release keeps it (`swa_cursor`), with Mamba a match's length from its `device_indices`.
 
+SGLang 0.5.11's class has no tree core: its own nodes are read through a core's read calls
+(`node_tree.py`: `tree_core`, handles are node ids), an eviction for an allocation is its `evict`
+(no `evict_for_alloc`: its scheduler evicted so), and a pin's lock is dropped with the receipt
+its `inc_lock_ref` result holds (`swa_uuid_for_lock`).
+
 The bundled Rust extension is what runs (`SGLANG_RUST_BUILD_MODE=never`, unless set)."""
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ from array import array
 import torch
 
 from kvfuzz.impl.radix.ints import int_list
-from kvfuzz.impl.radix.driver import RadixDriver, _sglang, matched_len
+from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
+from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import light, snapshot
 
@@ -55,7 +61,7 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         """`donor`: with the Mamba component, the unified memory pool's allocator (the Full
         donor, `mamba.unified_pools`) for both pools, in place of the released allocator and
         `HybridReqToTokenPool`."""
-        kinds = _sglang("unified_cache.component_type", "ComponentType")
+        kinds = _component_types(cls)
         self.FULL, self.SWA = kinds.FULL, (kinds.SWA if window else None)
         self.MAMBA = kinds.MAMBA if mamba_slots else None
         # (no TreeLock before 0.5.22: a lock is dropped with dec_lock_ref and its receipt)
@@ -85,6 +91,20 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         with chosen:
             super().__init__(cls, page_size, size, policy, events, rows, context, device,
                              poison_keys, **options)
+        # where the class has no tree core (0.5.11), its own nodes read as one (node_tree.py)
+        self.own_nodes = NodeTree(self.cache, self.FULL) if has_own_nodes(cls) else None
+
+    @property
+    def tree_core(self):
+        """The tree core the state is read through."""
+        return self.own_nodes or self.cache.tree_core
+
+    def root_handle(self):
+        return (self.own_nodes or self.cache).root_node_handle()
+
+    def handle(self, node):
+        """What a call returned, as the handle the reads take (0.5.11: a node object)."""
+        return node if self.own_nodes is None or node is None else self.own_nodes.handle(node)
 
     def _build_allocator(self, cls, size: int, page_size: int, device: str):
         """With the SWA component: SGLang's `SWATokenToKVPoolAllocator`, both pools `size`
@@ -100,7 +120,8 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                       False)
 
     def _seen(self, node, tokens, extra) -> None:
-        if node is None or node == self.cache.root_node_handle():
+        node = self.handle(node)
+        if node is None or node == self.root_handle():
             return
         for info in path_info(self, node, tokens, extra):
             self.paths.setdefault(int(info.node_id), (extra, tuple(tokens[:info.path_end])))
@@ -114,11 +135,21 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         docs/release-history.md)."""
         protected = super().checkpoint(rid, finishing)
         request = self.requests[rid]
-        tokens = request.tokens[:request.filled]
-        key = self.Key(array("q", tokens), request.extra_key)
-        _, node, _ = self.cache.tree_core.match_full_device_prefix(key)
-        self._seen(node, tokens, request.extra_key)
+        self._seen_by_walk(request.tokens[:request.filled], request.extra_key)
         return protected
+
+    def _seen_by_walk(self, tokens, extra) -> None:
+        """The deepest node whose path `tokens` cover whole is named (the read-only walk)."""
+        _, node, _ = self.tree_core.match_full_device_prefix(self.Key(array("q", tokens), extra))
+        self._seen(node, tokens, extra)
+
+    def insert(self, tokens, ns: int, priority: int, slots) -> int:
+        """Where the release's `InsertResult` names no node (0.5.11), the insert's node is
+        named by the read-only walk, as a checkpoint's is."""
+        cached = super().insert(tokens, ns, priority, slots)
+        if self.own_nodes is not None:
+            self._seen_by_walk(list(tokens), extra_key(ns))
+        return cached
 
     def swa_cursor(self, kv) -> int:
         """A request's SWA cursor (how far its window has freed its SWA slots) where the
@@ -138,13 +169,17 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         `collect_full_device_indices` from the node up to the root."""
         if callable(getattr(self.cache, "path_device_indices", None)):
             return self.cache.path_device_indices(node)
-        return self.cache.tree_core.collect_full_device_indices(node,
-                                                                self.cache.root_node_handle())
+        return self.tree_core.collect_full_device_indices(self.handle(node), self.root_handle())
 
     # -- which core runs ------------------------------------------------------------------------
     def core(self) -> dict:
         """What was asked for, what SGLang built, and why it fell back from Rust (None: no
         fallback, or Rust was not asked for)."""
+        if self.own_nodes is not None:  # 0.5.11: the cache's own nodes, no core to ask for
+            node = type(self.cache.root_node)
+            return {"asked": self.asked, "backend": "python (no tree core)",
+                    "built": f"{node.__module__}.{node.__qualname__}", "rust": False,
+                    "fallback": None, "build_mode": ""}
         core = self.cache.tree_core
         built = f"{type(core).__module__}.{type(core).__qualname__}"
         backend = str(self.cache._tree_core_backend)
@@ -157,7 +192,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
 
     # -- the scheduler's calls that differ ----------------------------------------------------
     def evict_for_alloc(self, num_tokens: int) -> int:
-        result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
+        """`evict_for_alloc`, or where the release has none (0.5.11) `evict`, which its
+        scheduler called before an allocation."""
+        evict = getattr(self.cache, "evict_for_alloc", None) or self.cache.evict
+        result = evict(self.EvictParams(num_tokens=num_tokens))
         return int(result.num_tokens_evicted)
 
     def evict_for_demand(self, demand: int) -> list[int]:
@@ -229,9 +267,11 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         mamba = [int(self.cache.mamba_protected_size())] if self.MAMBA is not None else \
             [int(self.cache.swa_protected_size())] if self.SWA is not None else []
         if self.TreeLock is None:  # before 0.5.22
-            self.cache.dec_lock_ref(node, result.to_dec_params())
+            self.cache.dec_lock_ref(node, _dec_params(result))
         else:
             self.cache.unlock(self.TreeLock(node, result.to_dec_params()))
+        if self.own_nodes is not None:  # 0.5.11: the delta as answered (the oracle: None)
+            return [None if result.delta is None else int(result.delta), protected] + mamba
         return [int(result.delta or 0), protected] + mamba
 
     def reset(self) -> None:
@@ -246,6 +286,24 @@ class UnifiedDriver(MambaCalls, RadixDriver):
     def light_since(self, since: int):
         """The light read (`reader.light`) as what changed (`ChangedReads`)."""
         return self.changed("light", since, light(self))
+
+
+def _component_types(cls):
+    """`ComponentType`: in `unified_cache.component_type` from 0.5.17 on; 0.5.11 kept it in
+    `unified_cache_components`, which its class's module imports it from."""
+    try:
+        return _sglang("unified_cache.component_type", "ComponentType")
+    except ModuleNotFoundError:
+        return _sglang("unified_cache_components", "ComponentType")
+
+
+def _dec_params(result):
+    """The receipt `dec_lock_ref` takes: `to_dec_params()`, or before it (0.5.11) the
+    `DecLockRefParams` its own callers build from the result."""
+    if callable(getattr(result, "to_dec_params", None)):
+        return result.to_dec_params()
+    params = _sglang("base_prefix_cache", "DecLockRefParams")
+    return params(swa_uuid_for_lock=getattr(result, "swa_uuid_for_lock", None))
 
 
 def _takes_backend() -> bool:

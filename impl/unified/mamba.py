@@ -38,7 +38,22 @@ def mamba_pool(page_size: int, slots: int, rows: int, context: int, device: str)
         size=rows, mamba_size=slots, mamba_spec_state_size=rows, max_context_len=context,
         device=device, enable_memory_saver=False,
         cache_params=Mamba2CacheParams(shape=shape, layers=[0]), mamba_layer_ids=[0],
-        enable_mamba_extra_buffer=page_size > 1, speculative_num_draft_tokens=3)
+        enable_mamba_extra_buffer=page_size > 1,
+        speculative_num_draft_tokens=None if _drafts_on_cuda() else 3)
+
+
+def _drafts_on_cuda() -> bool:
+    """Whether the release's `MambaPool` puts its draft-token state caches on "cuda" whatever
+    the device (SGLang 0.5.11): there the pool is built without draft tokens (no trace runs a
+    speculative verify, and on a machine without CUDA those caches cannot be made)."""
+    import inspect
+
+    from sglang.srt.mem_cache.memory_pool import MambaPool
+
+    try:
+        return 'device="cuda"' in inspect.getsource(MambaPool.__init__)
+    except (OSError, TypeError):
+        return False
 
 
 def unified_pools(page_size: int, size: int, slots: int, rows: int, context: int,
@@ -86,15 +101,22 @@ def _shape():
 class MambaCalls:
     """The driver's Mamba calls (mixed into `UnifiedDriver`; `self.pool` is the hybrid pool)."""
 
+    @property
+    def mamba_allocator(self):
+        """The pool of state slots: `mamba_allocator`, named `mamba_pool` in SGLang 0.5.11."""
+        found = getattr(self.pool, "mamba_allocator", None)
+        return found if found is not None else self.pool.mamba_pool
+
     def mamba_slot(self) -> list:
         """A state slot for an insert: [slot or None (refused), states evicted, tokens evicted,
         the shared buffer before the eviction (None: no eviction, or no Full donor)]
         (`evict_for_alloc(mamba_num=1)` only when the pool is empty)."""
-        allocator = self.pool.mamba_allocator
+        allocator = self.mamba_allocator
         slot, states, tokens, before = allocator.alloc(1), 0, 0, None
-        if slot is None:
+        if slot is None:  # (0.5.11 has no evict_for_alloc: its scheduler called evict)
             before = self.donor_bytes()
-            result = self.cache.evict_for_alloc(self.EvictParams(num_tokens=0, mamba_num=1))
+            evict = getattr(self.cache, "evict_for_alloc", None) or self.cache.evict
+            result = evict(self.EvictParams(num_tokens=0, mamba_num=1))
             states, tokens = int(result.mamba_num_evicted), int(result.num_tokens_evicted)
             slot = allocator.alloc(1)
         return [None if slot is None else int(slot[0]), states, tokens, before]
@@ -135,19 +157,22 @@ class MambaCalls:
                                                      mamba_value=mamba))
         exist = bool(getattr(result, "mamba_exist", False))
         if exist:
-            self.pool.mamba_allocator.free(mamba.clone())
+            self.mamba_allocator.free(mamba.clone())
         value.fill_(POISON)
         # Both cores keep the caller's Mamba tensor as the node's state: declared
         # (`keeps_mamba_value`), since every in-tree caller hands over a fresh one.
         if self.poison_mamba:
             mamba.fill_(POISON)
         self._poison_key(key)
-        self._seen(result.last_device_node, tokens, key.extra_key)
+        if hasattr(result, "last_device_node"):
+            self._seen(result.last_device_node, tokens, key.extra_key)
+        else:  # 0.5.11's InsertResult names no node: the read-only walk names it
+            self._seen_by_walk(list(tokens), key.extra_key)
         return [int(result.prefix_len), exist]
 
     def mamba_state(self, handles: list) -> dict:
         """Each node's state slot (None: none), the pool's free slots in order, the sizes."""
-        core, allocator = self.cache.tree_core, self.pool.mamba_allocator
+        core, allocator = self.tree_core, self.mamba_allocator
         states = []
         for handle in handles:
             value = core.get_component_device_value(handle, self.MAMBA)

@@ -26,7 +26,7 @@ class PathNodeInfo(NamedTuple):
 
 def path_info(driver, node, tokens, extra) -> list:
     """The nodes from below the root down to `node` (`tokens`: its path's, or longer)."""
-    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+    core, root = driver.tree_core, driver.root_handle()
     if callable(getattr(core, "collect_path_info", None)):
         return list(core.collect_path_info([node])[0])
     found, end = [], _path_len(core, node, root)

@@ -2,7 +2,8 @@
 as plain data. Node handles differ between the cores, so nodes are named by path: every handle
 a call returned (`UnifiedDriver.paths`) is looked up with `collect_path_info` (its ancestors
 too; a handle that raises `KeyError` is gone; before 0.5.22 the same read another way:
-`paths.py`), its slots with `get_component_device_value`.
+`paths.py`), its slots with `get_component_device_value`. SGLang 0.5.11's class has no core:
+its own nodes are read through the same calls (`node_tree.py`, the driver's `tree_core`).
 Which slots are locked comes from the KV-canary walk (`walk_for_kv_canary`, unlocked only), the
 walk itself is read whole, and then the sizes, the allocator's free pages in order, the rows and
 the KV events with their hashes. Where the core exposes its node objects (`node_by_id`: the
@@ -22,11 +23,11 @@ def snapshot(driver, compared_only: bool = False) -> dict:
     """`compared_only`: the twin's state, which is only compared with the primary's
     (`fuzz/unified/twin.py`): without the nodes' inner fields and the aliases, which the judge
     reads of the primary alone."""
-    cache, allocator, core = driver.cache, driver.allocator, driver.cache.tree_core
+    cache, allocator, core = driver.cache, driver.allocator, driver.tree_core
     nodes, values, handles = _nodes(driver)
     walk = core.walk_for_kv_canary(False, False)
     unlocked = core.walk_for_kv_canary(True, False).slot_indices
-    inner = None if compared_only else _inner(core, handles, cache.root_node_handle())
+    inner = None if compared_only else _inner(core, handles, driver.root_handle())
     return {"nodes": nodes, "inner": inner,
             "walk": list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                              int_list(walk.prev_slot_indices))),
@@ -78,7 +79,7 @@ def _swa(driver, handles: list) -> dict | None:
     sizes, and the cache's SWA sizes."""
     if driver.SWA is None:
         return None
-    cache, allocator, core = driver.cache, driver.allocator, driver.cache.tree_core
+    cache, allocator, core = driver.cache, driver.allocator, driver.tree_core
     values, mapped = [], []
     mapping = allocator.full_to_swa_index_mapping
     for handle in handles:
@@ -144,7 +145,7 @@ def tree_nodes(driver) -> tuple[list, list, list]:
 def _nodes(driver) -> tuple[list, list, list]:
     """(extra_key, path tokens, parent index or -1, start, slots or None, children or None),
     parents first; each node's value tensor; each node's handle."""
-    core, root = driver.cache.tree_core, driver.cache.root_node_handle()
+    core, root = driver.tree_core, driver.root_handle()
     found = track(driver)
     order = sorted(found, key=lambda node: (found[node][2], node))
     index = {node: i for i, node in enumerate(order)}
@@ -164,7 +165,7 @@ def _paths(driver, handles: list) -> list[tuple]:
     """(handle, its path, or None where it is gone) for each handle: one `collect_path_info`
     call for them all where the core has it (a call a handle, each crossing into the core, was a
     fifth of a state read), else, or where one of them is gone (`KeyError`), one a handle."""
-    core = driver.cache.tree_core
+    core = driver.tree_core
     if handles and callable(getattr(core, "collect_path_info", None)):
         try:
             paths = core.collect_path_info(handles)
@@ -207,16 +208,19 @@ def exposes_nodes(core, root) -> bool:
 
 def _inner(core, handles: list, root) -> list | None:
     """(edge key, key tokens, lock_ref, hit_count, priority, last_access_time, creation_time)
-    of each node, where the core exposes its node objects; None where it does not."""
+    of each node, where the core exposes its node objects; None where it does not. A field the
+    nodes do not have is None (SGLang 0.5.11's keep no priority and no creation time)."""
     if not exposes_nodes(core, root):
         return None
     found = []
     for node in (core.node_by_id(handle) for handle in handles):
         edge = next((key for key, child in node.parent.children.items() if child is node), None)
         data = node.component_data[0]  # ComponentType.FULL
+        priority, created = (getattr(node, name, None) for name in ("priority",
+                                                                     "creation_time"))
         found.append((plain(edge), list(node.key), int(data.lock_ref), int(node.hit_count),
-                      int(node.priority), float(node.last_access_time),
-                      float(node.creation_time)))
+                      None if priority is None else int(priority),
+                      float(node.last_access_time), None if created is None else float(created)))
     return found
 
 
@@ -226,9 +230,9 @@ def light(driver) -> dict:
     of the KV-canary walk (every cached slot with its position and the slot before it), of the
     unlocked slots, and of the nodes as the whole read shows them (`node_digest`): what the
     judge's eviction and pin checks take from the model's nodes after a light read."""
-    cache, core = driver.cache, driver.cache.tree_core
+    cache, core = driver.cache, driver.tree_core
     nodes, _, handles = _nodes(driver)  # (the nodes tracked by path, as after every read)
-    inner = _inner(core, handles, cache.root_node_handle())
+    inner = _inner(core, handles, driver.root_handle())
     walk = core.walk_for_kv_canary(False, False)
     rows = list(zip(int_list(walk.slot_indices), int_list(walk.positions),
                     int_list(walk.prev_slot_indices)))
@@ -236,11 +240,20 @@ def light(driver) -> dict:
     return {"walk": sum(map(hash, rows)) & MASK, "num_walk": len(rows),
             "unlocked": sum(map(hash, unlocked)) & MASK, "num_unlocked": len(unlocked),
             "nodes": node_digest(nodes, inner, set(unlocked)), "num_nodes": len(nodes),
-            "inner": inner is not None,
+            "inner": inner is not None, "absent": absent_fields(inner),
             "evictable": int(cache.evictable_size()), "protected": int(cache.protected_size()),
             "available": int(_pool(driver.allocator).available_size()),
             "total": [int(n) for n in cache.total_size()], "rows": rows_of(driver),
             "events": [event(e) for e in cache.take_events()]}
+
+
+def absent_fields(inner: list | None) -> list[str]:
+    """The node fields no node has (SGLang 0.5.11's nodes keep no priority and no creation
+    time): the judge leaves them out of the model's side of the digest too (`exposed`)."""
+    if not inner:
+        return []
+    return [name for name, at in (("priority", 4), ("created", 6))
+            if all(row[at] is None for row in inner)]
 
 
 def node_digest(nodes: list, inner: list | None, unlocked: set) -> int:
@@ -261,8 +274,8 @@ def node_digest(nodes: list, inner: list | None, unlocked: set) -> int:
                    int(bool(value) and not set(value) <= unlocked))
         else:
             _, key, lock, hits, priority, when, made = inner[i]
-            row = (namespace_int(extra), tuple(tokens), tuple(key), value, lock, hits, priority,
-                   access[when], created[made])
+            row = (namespace_int(extra), tuple(tokens), tuple(key), value, lock, hits,
+                   -1 if priority is None else priority, access[when], created[made])
         total += hash(row)
     return total & MASK
 

@@ -29,8 +29,18 @@ FINISH_SPLITS_PROMPT = ("its finish re-inserts the prompt's pages (priority + 1)
 LIFTS_SWA_CURSOR = ("its window free lifts the request's SWA cursor to the protected length "
                     "even where the window has not moved (free_swa_out_of_window_slots "
                     "without eviction_interval)")
-# the names impl/radix/legacy.py reads a release's API into
-BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT}
+# SGLang 0.5.11's UnifiedRadixCache, whose tree is nodes of its own (no tree core), read from its
+# module's and components' sources (impl/unified/node_tree.py): one LRU list a component, no hit
+# counts, no KV events, a lock's result without a delta.
+LRU_ONLY = ("evicts least recently used first whatever the eviction_policy (nothing reads it: "
+            "one UnifiedLRUList a component)")
+NO_HIT_COUNTS = "keeps no hit counts (no node's hit_count is ever raised)"
+NO_KV_EVENTS = "publishes no KV events (take_events is BasePrefixCache's: [])"
+NO_LOCK_DELTA = "inc_lock_ref answers no delta (IncLockRefResult.delta stays None)"
+# the names impl/radix/legacy.py (and impl/unified/node_tree.py) read a release's API into
+BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT,
+           "lru_only": LRU_ONLY, "no_hit_counts": NO_HIT_COUNTS, "no_kv_events": NO_KV_EVENTS,
+           "no_lock_delta": NO_LOCK_DELTA}
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,14 @@ class Contract:
     legacy: bool = False             # the calls before 0.5.22 (the table above)
     finish_splits_prompt: bool = True
     lifts_swa_cursor: bool = False   # LIFTS_SWA_CURSOR (SGLang 0.5.20)
+    lru_only: bool = False           # LRU_ONLY, and the three below: SGLang 0.5.11's unified
+    counts_hits: bool = True
+    kv_events: bool = True
+    lock_delta: bool = True
+
+    def policy(self, asked: str) -> str:
+        """The eviction order the cache keeps for the policy it was built with."""
+        return "lru" if self.lru_only else asked
 
     def chunk_inserted_len(self, inserted: int, key_len: int) -> int:
         """What a chunk checkpoint's insert counts hits past: none before 0.5.22."""
@@ -60,4 +78,8 @@ def contract_of(preconditions) -> Contract:
     if LEGACY_CALLS not in preconditions:
         return CURRENT
     return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions,
-                    lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions)
+                    lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions,
+                    lru_only=LRU_ONLY in preconditions,
+                    counts_hits=NO_HIT_COUNTS not in preconditions,
+                    kv_events=NO_KV_EVENTS not in preconditions,
+                    lock_delta=NO_LOCK_DELTA not in preconditions)

@@ -50,7 +50,8 @@ class RadixModel:
 
     def __init__(self, page_size: int, size: int, policy: str, contract: Contract = CURRENT):
         self.page_size, self.size, self.contract = page_size, size, contract
-        self.tree = self.TREE(page_size, policy)
+        self.tree = self.TREE(page_size, contract.policy(policy))
+        self.tree.counts_hits = contract.counts_hits  # (none kept: SGLang 0.5.11's unified)
         self.free = set(range(1, size // page_size + 1))
         self.requests: dict[int, Request] = {}
 

@@ -59,6 +59,8 @@ class Node:
 
 
 class RadixTree:
+    counts_hits = True  # whether an insert raises its nodes' hit counts (contract.py)
+
     def __init__(self, page_size: int, policy: str):
         self.page_size, self.order = page_size, POLICIES[policy]
         self.clock = 0
@@ -131,11 +133,12 @@ class RadixTree:
             if shared < len(node.key):
                 node = self.split(node, shared)
             node.priority = max(node.priority, priority)
-            if done > inserted_len:
+            if done > inserted_len and self.counts_hits:
                 node.hits += 1
         if key:
             leaf = Node(ns, key, value, node, self.tick())
-            leaf.priority, leaf.hits = priority, int(done + len(key) > inserted_len)
+            leaf.priority = priority
+            leaf.hits = int(done + len(key) > inserted_len and self.counts_hits)
             node.children[self.edge(ns, key)] = leaf
             node = leaf
         return done, node

@@ -33,6 +33,7 @@ names it."""
 from __future__ import annotations
 
 from kvfuzz.oracle.radix.model import RadixModel
+from kvfuzz.oracle.radix.contract import CURRENT, Contract
 
 
 def ceil_align(n: int, page_size: int) -> int:
@@ -80,8 +81,10 @@ class WindowModel(RadixModel):
     """The radix model with each request's window cursor and floor (`RadixModel`'s requests
     gain `cursor` and `floor`)."""
 
-    def __init__(self, page_size: int, size: int, policy: str, window: int):
-        super().__init__(page_size, size, policy)
+    def __init__(self, page_size: int, size: int, policy: str, window: int,
+                 contract: Contract = CURRENT):
+        """`contract`: the scheduler calls' (contract.py; before 0.5.22, the old calls')."""
+        super().__init__(page_size, size, policy, contract)
         self.window = window
 
     def admit_match(self, rid: int, tokens, prompt: int, ns: int, priority: int) -> list:
@@ -101,7 +104,16 @@ class WindowModel(RadixModel):
         r.cursor = end
         return end
 
+    def checkpoint(self, rid: int, finishing: bool = False) -> int:
+        self.finishing = finishing  # (what `key_limit` reads under the old calls)
+        return super().checkpoint(rid, finishing)
+
     def key_limit(self, request) -> int | None:
+        """The floor cuts a checkpoint's key; under the calls before 0.5.22 (contract.py) only a
+        finish's (`cache_finished_req`, `insert_req`): a chunk's `cache_unfinished_req` is
+        RadixCache's own, which caches the whole key (SGLang 0.5.15-0.5.21)."""
+        if self.contract.legacy and not getattr(self, "finishing", False):
+            return None
         return key_limit(request.floor, self.page_size)
 
     def _own(self, r) -> list[int]:

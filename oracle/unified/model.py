@@ -39,9 +39,11 @@ class UnifiedModel(RadixModel):
         return self.tree.path_value(inserted), inserted
 
     def pin(self, tokens, ns: int) -> list[int]:
-        """[tokens the lock made protected, the protected size while it is held]."""
+        """[tokens the lock made protected (None where `inc_lock_ref` answers no delta: SGLang
+        0.5.11), the protected size while it is held]."""
         _, node = self.tree.match(ns, tokens)
         delta = -self.tree.lock(node)
+        delta = delta if self.contract.lock_delta else None
         protected = self.tree.protected_size()
         self.tree.unlock(node)
         return [delta, protected]

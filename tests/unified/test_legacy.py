@@ -150,8 +150,8 @@ class Core:
 
 def driver_over(core):
     cache = SimpleNamespace(tree_core=core, root_node_handle=lambda: Core.ROOT)
-    return SimpleNamespace(cache=cache, FULL="full", Key=lambda tokens, extra: (list(tokens),
-                                                                               extra))
+    return SimpleNamespace(cache=cache, tree_core=core, root_handle=cache.root_node_handle,
+                           FULL="full", Key=lambda tokens, extra: (list(tokens), extra))
 
 
 def test_a_path_is_read_without_collect_path_info_ancestors_included():
@@ -200,7 +200,8 @@ class Unified0521(OldUnified):
 
 
 class Unified0511(OldUnified):
-    """0.5.11's class: the old calls, but nodes of its own and no tree core."""
+    """0.5.11's class: the old calls, but nodes of its own and no tree core (test_own_nodes.py
+    reads such a tree)."""
 
     def __init__(self, params):
         super().__init__()
@@ -213,8 +214,9 @@ def test_the_unified_target_reads_the_old_calls_from_the_class():
     assert UNIFIED.judge.options(old)["contract"] == contract_of(old.preconditions) == \
         Contract(legacy=True)
     assert UNIFIED.judge.options(entry)["contract"] is CURRENT
+    # 0.5.11's (no tree core): its own nodes are read (test_own_nodes.py); no Rust core to ask
     with pytest.raises(ImplementationError, match=r"^not supported: sglang .*: Unified0511 has "
-                                                  r"no root_node_handle \(no tree core"):
+                                                  r"no tree core"):
         UNIFIED.catalogue.declare(entry, Unified0511)
     # the SWA and Mamba entries too: the same calls, the same contract (they were one line,
     # "not supported", before the SWA judge drove a release's finish through its own call)

@@ -1,0 +1,39 @@
+"""`UnifiedRadixCache` of SGLang 0.5.11 for real (slow): a class whose tree is nodes of its own (no
+tree core), its nodes read through a core's read calls (impl/unified/node_tree.py), driven
+through the scheduler's calls of its day (impl/radix/legacy.py), the oracle told what the class
+promises (read from its sources: one LRU order, no hit counts, no KV events, no lock delta).
+The release first on the path of the process running `kvfuzz`, installed as
+tests/radix/test_legacy_release.py installs it (skipped, and said, only where it cannot be):
+the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
+and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
+Rust entries are one line (no core to ask for). Before the reader, every unified entry was
+`not supported: ... has no root_node_handle` there."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers import needs_engine
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+
+pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
+
+MUTANT = "kvfuzz.impl.unified.own_nodes_mutants:split_child_stale_key@python_core+keeps_key"
+
+
+def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
+    done, rust = kvfuzz_commands(folder_of("0.5.11"), (
+        "diff", "unified", "--impl", "sglang.unified.python", "--impl", MUTANT, "--cases", "2",
+        "--timeout", "200", "--corpus", tmp_path), (
+        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"))
+    text = done.stdout + done.stderr
+    assert done.returncode == 1, text[-3000:]  # the mutant's divergence
+    found = {m.group(1): m.group(2).split() for m in
+             re.finditer(r"^  (\S*unified\S*)\s+(\d.*)$", text, re.M)}
+    assert found["sglang.unified.python"][:4] == ["2", "2", "0", "no"], text[-3000:]
+    assert found[MUTANT][3] == "yes", text[-3000:]
+    assert "is filed under edge" in text  # the stale edge, read from the nodes
+    assert "finish cached" in text and "checkpoint" in text
+    assert "not supported" not in text
+    line = rust.stdout + rust.stderr
+    assert rust.returncode == 2 and "UnifiedRadixCache has no tree core" in line, line[-2000:]
