@@ -55,8 +55,10 @@ def test_a_stream_left_out_of_the_byte_decoder_is_seen():
 def test_the_hypothesis_strategy_produces_every_profile():
     made = Counter()
 
+    # derandomized: the newest profiles take 1-1.5% of the mix each, and 300 random draws
+    # missed one about one run in twenty (the quick tier failed so once, 2026-12-05)
     @settings(database=None, max_examples=300, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+              derandomize=True, suppress_health_check=list(HealthCheck))
     @given(kvfuzz.kvmanager_traces())
     def draw(trace):
         made[trace.note] += 1
