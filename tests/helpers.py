@@ -154,6 +154,27 @@ def needs_engine(engine: str):
             pytest.mark.slow]  # the quick tier never imports an engine (`by_tier`)
 
 
+def with_engine(engine: str):
+    """A decorator giving one test `needs_engine(engine)`'s marks, in a module whose other tests
+    need no engine."""
+    def marked(test):
+        for mark in needs_engine(engine):
+            test = mark(test)
+        return test
+    return marked
+
+
+def agreeing_features(target: str, impl, inputs) -> Counter:
+    """The features (edge classes, configurations, marks) counted over `inputs`, each of which
+    must agree with `impl` to its last op: a divergence fails with its report."""
+    owner, events = TARGETS[target], Counter()
+    for item in inputs:
+        outcome = owner.check(item, impl)
+        assert outcome.status == "agree", outcome.divergence and outcome.divergence.report()
+        events.update(outcome.features)
+    return events
+
+
 def dumps(item, target: str | None = None) -> str:
     """`item` as its target writes a corpus file (any target of its format: they share it)."""
     owner = TARGETS[target] if target else next(

@@ -4,25 +4,21 @@ partial hits and copy-on-write; each property of that mode catches a broken mana
 of the released source, or a test double here) on those traces. Skips without vLLM."""
 
 import functools
-from collections import Counter
 
 import pytest
 
-from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.kvmanager import hybrid
-from tests.helpers import divergence, needs_engine
+from tests.helpers import agreeing_features, divergence, needs_engine
 
 pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
 
 
 def test_the_released_class_runs_200_align_traces_clean():
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), Counter()
-    for index in range(200):
-        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = agreeing_features("kvmanager", vllm, (hybrid.MAMBA_ALIGN.generate(0, index)
+                                                   for index in range(200)))
     wanted = ("admission with a hit", "partial hit: inside a block",
               "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
               "allocate_slots refused", "allocate_slots of nothing refused",

@@ -15,7 +15,7 @@ import pytest
 from kvfuzz.fuzz.kvmanager.boundary import offload_problems, tail_keyed, tail_problems
 from kvfuzz.oracle.kvmanager.mamba_align import hit_key
 from kvfuzz.strategies.kvmanager import hybrid
-from tests.helpers import divergence, needs_engine
+from tests.helpers import divergence, with_engine
 
 
 class _Request:
@@ -143,11 +143,7 @@ def test_each_wrong_tail_is_named(entries, says):
 
 # -- the released class and doubles of it -----------------------------------------------------
 INDICES = 100  # of the "mamba align" stream: a finished producer's tail is rarer than offers
-def with_vllm(test):
-    """The marks of a test that imports vLLM (skipped without it; the slow tier)."""
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 @functools.cache

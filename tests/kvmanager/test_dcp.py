@@ -16,14 +16,10 @@ from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec, dcp, streams
 from kvfuzz.strategies.kvmanager.trace import to_json
-from tests.helpers import divergence, double, needs_engine
+from tests.helpers import agreeing_features, divergence, double, with_engine
 from tests.kvmanager.test_single_type_mutants import placed
 
-def with_vllm(test):
-    """The marks of a test that imports vLLM (skipped without it; the slow tier)."""
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 4, "window": 0,
@@ -43,11 +39,9 @@ def test_the_field_round_trips_and_bad_values_are_one_line_errors():
 
 @with_vllm
 def test_the_released_manager_runs_dcp_traces_clean():
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), set()
-    for index in range(12):
-        outcome = KVMANAGER.check(dcp.GENERATOR.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events |= {name for name, count in outcome.features.items() if count}
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = set(+agreeing_features("kvmanager", vllm, (dcp.GENERATOR.generate(0, index)
+                                                        for index in range(12))))
     assert {"admission with a hit", "config: decode context parallel",
             "config: lookahead tokens"} <= events
 

@@ -8,8 +8,6 @@ hybrid coordinator (`eagle_drop_every_group`, `eagle_peek_every_group`) are caug
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
@@ -19,16 +17,13 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager import eagle_groups as profile
 from kvfuzz.strategies.kvmanager.trace import to_json
-from tests.helpers import needs_engine
+from tests.helpers import agreeing_features, with_engine
 
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 2, "window": 4,
         "max_model_len": 64, "ops": [], "eagle": True, "eagle_groups": [1]}
 
 
-def with_vllm(test):
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 def test_the_field_round_trips_and_bad_values_are_one_line_errors():
@@ -62,11 +57,9 @@ def test_a_step_caches_the_peek_block_for_the_flagged_group_alone():
 
 @with_vllm
 def test_the_released_manager_runs_the_profile_clean_to_its_edge_classes():
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), Counter()
-    for index in range(16):
-        outcome = KVMANAGER.check(profile.GENERATOR.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = agreeing_features("kvmanager", vllm, (profile.GENERATOR.generate(0, index)
+                                                   for index in range(16)))
     wanted = [*EAGLE_APART, "config: EAGLE groups flagged apart",
               "EAGLE: a window hit drops its last block"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}

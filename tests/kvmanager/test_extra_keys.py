@@ -26,17 +26,14 @@ from kvfuzz.strategies.kvmanager import extra_keys as profile
 from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.trace import (Arrive, RequestKeys, Schedule, Trace, describe_op,
                                                to_json)
-from tests.helpers import needs_engine
+from tests.helpers import agreeing_features, with_engine
 
 LORA = RequestKeys(lora="a", lora_path="/adapters/a")
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 2, "window": 0,
         "max_model_len": 64}
 
 
-def with_vllm(test):
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 def arrival(**fields) -> dict:
@@ -133,11 +130,9 @@ def test_the_events_publish_the_adapters_name_the_images_and_the_salt():
 def test_the_released_manager_runs_the_profile_clean_to_its_edge_classes():
     from kvfuzz.fuzz.kvmanager.key_marks import MARKS
 
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), set()
-    for index in range(12):
-        outcome = KVMANAGER.check(profile.GENERATOR.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events |= {name for name, count in outcome.features.items() if count}
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = set(+agreeing_features("kvmanager", vllm, (profile.GENERATOR.generate(0, index)
+                                                        for index in range(12))))
     wanted = {*MARKS, "config: LoRA", "config: cache salt", "config: multimodal inputs",
               "config: KV events", "hit reported", "config: sliding window"}
     assert wanted <= events, sorted(wanted - events)

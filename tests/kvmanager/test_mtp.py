@@ -8,8 +8,6 @@ that holds nothing back is told apart from it. The mutants (`mtp_reprefillable_c
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
@@ -19,16 +17,13 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager import mtp as profile
 from kvfuzz.strategies.kvmanager.trace import to_json
-from tests.helpers import needs_engine
+from tests.helpers import agreeing_features, with_engine
 
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 4, "window": 0,
         "max_model_len": 64, "ops": [], "eagle": True, "prefill_lookahead": 3}
 
 
-def with_vllm(test):
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 def test_the_field_round_trips_and_bad_values_are_one_line_errors():
@@ -60,11 +55,9 @@ def test_the_reprefillable_tokens_are_held_back():
 
 @with_vllm
 def test_the_released_manager_runs_the_profile_clean_to_its_edge_classes():
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), Counter()
-    for index in range(16):
-        outcome = KVMANAGER.check(profile.GENERATOR.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = agreeing_features("kvmanager", vllm, (profile.GENERATOR.generate(0, index)
+                                                   for index in range(16)))
     wanted = [MTP_HELD, "config: multi-token prediction (prefill lookahead)",
               "config: lookahead hashing", "config: EAGLE", "config: sliding window"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}

@@ -11,15 +11,11 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect
 from kvfuzz.strategies.kvmanager.trace import Arrive, Trace, to_json
-from tests.helpers import needs_engine
+from tests.helpers import with_engine
 
 
 
-def with_vllm(test):
-    """The vLLM tests' marks (skipped without it; the slow tier)."""
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 OPS = (Arrive(1, tuple(range(1, 11))), Connect(1, 0, 8, load=True, written=1))

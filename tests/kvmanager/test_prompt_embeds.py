@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections import Counter
 
 import pytest
 
@@ -21,16 +20,13 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager import prompt_embeds as profile
 from kvfuzz.strategies.kvmanager.trace import Arrive, RequestKeys, describe_op, to_json
-from tests.helpers import needs_engine
+from tests.helpers import agreeing_features, with_engine
 
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 2, "window": 0,
         "max_model_len": 64}
 
 
-def with_vllm(test):
-    for mark in needs_engine("vllm"):
-        test = mark(test)
-    return test
+with_vllm = with_engine("vllm")  # (the module's other tests need no vLLM)
 
 
 def test_the_field_round_trips_and_a_bad_value_is_one_line():
@@ -60,11 +56,9 @@ def test_each_block_carries_a_digest_of_its_embeddings():
 
 @with_vllm
 def test_the_released_manager_runs_the_profile_clean_to_its_edge_classes():
-    vllm, events = KVMANAGER.catalogue.resolve("vllm.kvmanager"), Counter()
-    for index in range(12):
-        outcome = KVMANAGER.check(profile.GENERATOR.generate(0, index), vllm)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    events = agreeing_features("kvmanager", vllm, (profile.GENERATOR.generate(0, index)
+                                                   for index in range(12)))
     wanted = [*MARKS, "config: prompt embeddings", "events published", "config: sliding window"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
