@@ -120,7 +120,8 @@ class WindowLockstep(RadixLockstep):
             if reads[name] != expected and not problems:
                 problems.append((f"{name}_size", f"expected {expected}, actual {reads[name]}"))
         draft, retain = snap["draft_retain"] or (None, None)  # None: no draft window (< 0.5.23)
-        if draft is not None and retain != max(self.model.window, draft):  # swa_retain_window with a draft's window
+        # swa_retain_window with a draft's window
+        if draft is not None and retain != max(self.model.window, draft):
             problems.append(("swa_retain_window", f"built with window {self.model.window} and "
                              f"draft_swa_window {draft} it keeps {retain}, expected "
                              f"{max(self.model.window, draft)}"))

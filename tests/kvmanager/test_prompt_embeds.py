@@ -1,5 +1,6 @@
 """Prompts given as embeddings (`kvmanager/5[prompt embeds]`,
-`strategies/kvmanager/prompt_embeds.py`): the `embeds` field of an arrival round trips and refuses a bad value in one line; the oracle's
+`strategies/kvmanager/prompt_embeds.py`): the `embeds` field of an arrival round trips and
+refuses a bad value in one line; the oracle's
 rule (token ids zeros, a digest of each block's embeddings in its extra keys) on worked
 examples; with vLLM (slow), the released manager runs the profile clean to its edge classes,
 and an oracle that leaves the digest out is told apart from it. The mutant of vLLM's hasher

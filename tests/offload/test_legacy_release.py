@@ -1,5 +1,5 @@
-"""vLLM's CPU offloading manager as 0.29, 0.30 and 0.31 shipped it, for real (slow): each release first
-on the path of one process running `kvfuzz`'s commands (tests/radix/test_legacy_release.py's
+"""vLLM's CPU offloading manager as 0.29, 0.30 and 0.31 shipped it, for real (slow): each release
+first on the path of one process running `kvfuzz`'s commands (tests/radix/test_legacy_release.py's
 `kvfuzz_commands`), as a user's `PYTHONPATH=<release> kvfuzz ...` has it, judged
 by its release's contract (oracle/offload/contract.py, read from its classes). Finding R's saved
 trace (`corpus/history/vllm-0.29.0/`: ARC refuses a store while T1 holds an evictable chunk)

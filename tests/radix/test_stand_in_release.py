@@ -30,5 +30,6 @@ def test_0_5_11s_unified_cache_imports_and_is_one_line(tmp_path):
     text = done.stdout + done.stderr
     assert done.returncode == 2, text[-3000:]
     # (the .python entries read its own nodes since 2026-12-05: test_own_nodes_release.py)
-    assert "not supported: sglang 0.5.11: UnifiedRadixCache has no tree core, Rust or Python" in text
+    assert ("not supported: sglang 0.5.11: UnifiedRadixCache has no tree core, Rust or Python"
+            in text)
     assert "sgl_kernel" not in text  # it imported

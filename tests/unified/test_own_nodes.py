@@ -16,8 +16,8 @@ from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.unified.node_tree import NodeTree, PathInfo, contract_names
 from kvfuzz.fuzz.unified.lockstep import UnifiedLockstep
-from kvfuzz.oracle.radix.contract import (LEGACY_CALLS, LRU_ONLY, NO_HIT_COUNTS, NO_KV_EVENTS, NO_LOCK_DELTA,
-                                          Contract, contract_of)
+from kvfuzz.oracle.radix.contract import (LEGACY_CALLS, LRU_ONLY, NO_HIT_COUNTS, NO_KV_EVENTS,
+                                          NO_LOCK_DELTA, Contract, contract_of)
 from kvfuzz.oracle.unified.model import UnifiedModel
 
 FULL = 0
