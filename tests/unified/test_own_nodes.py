@@ -7,6 +7,7 @@ test_own_nodes_release.py (slow)."""
 
 import importlib.util
 import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -194,3 +195,32 @@ def test_the_judge_expects_no_kv_events_of_a_class_that_publishes_none():
     assert silent._event_problems([("stored", [1], None, [1], 1)], []) == [
         ("events", "1 KV events published with events off")]
     assert judge(Contract(legacy=True)).events_on  # the trace's switch, as before
+
+
+def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
+    """The grid a match's `mamba_branching_seqlen` is floored to, as the judge gets it: a
+    component's `mamba_checkpoint_grid` (0.5.23), or where it keeps none (0.5.11) the chunk size
+    of the server arguments its own module reads (0.5.11's: max(64, page), whatever kvfuzz
+    asked). The broken variant, the grid kvfuzz asks for (`mamba_chunk`), expects a branching
+    point 0.5.11 never gives."""
+    from kvfuzz.impl.unified.mamba import MambaCalls
+    from kvfuzz.oracle.unified.mamba import branching_seqlen, checkpoint_grid
+    from kvfuzz.strategies.unified.trace import mamba_chunk
+
+    module = types.ModuleType("fake_0_5_11_mamba_component")
+    module.get_global_server_args = lambda: SimpleNamespace(mamba_cache_chunk_size=64)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    old = type("MambaComponent", (), {"__module__": module.__name__})
+    new = type("MambaComponent", (), {"mamba_checkpoint_grid": 12})
+
+    def driver(component):
+        made = MambaCalls()
+        made.MAMBA, made.cache = "mamba", SimpleNamespace(components={"mamba": component})
+        return made
+
+    assert driver(old()).mamba_grid() == 64
+    assert driver(new()).mamba_grid() == 12
+    # a 4-token page, a full hit of 8 past no state: 0.5.11 floors 8 to its 64-token chunks
+    asked, read = checkpoint_grid(mamba_chunk(4), 4), driver(old()).mamba_grid()
+    assert branching_seqlen(8, 0, read) is None  # what 0.5.11 answers
+    assert branching_seqlen(8, 0, asked) == 8  # the judge on the asked grid: a false divergence

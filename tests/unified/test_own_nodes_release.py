@@ -6,7 +6,8 @@ The release first on the path of the process running `kvfuzz`, installed as
 tests/radix/test_legacy_release.py installs it (skipped, and said, only where it cannot be):
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
-Rust entries are one line (no core to ask for). Before the reader, every unified entry was
+Rust entries are one line (no core to ask for); the Mamba entry agrees on seeded traces, its
+judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the reader, every unified entry was
 `not supported: ... has no root_node_handle` there."""
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ MUTANT = "kvfuzz.impl.unified.own_nodes_mutants:split_child_stale_key@python_cor
 
 
 def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
-    done, rust = kvfuzz_commands(folder_of("0.5.11"), (
+    done, rust, mamba = kvfuzz_commands(folder_of("0.5.11"), (
         "diff", "unified", "--impl", "sglang.unified.python", "--impl", MUTANT, "--cases", "2",
         "--timeout", "200", "--corpus", tmp_path), (
-        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"))
+        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"), (
+        "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "4"))
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]  # the mutant's divergence
     found = {m.group(1): m.group(2).split() for m in
@@ -37,3 +39,8 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     assert "not supported" not in text
     line = rust.stdout + rust.stderr
     assert rust.returncode == 2 and "UnifiedRadixCache has no tree core" in line, line[-2000:]
+    # The Mamba entry, its judge's grid read from the cache built (0.5.11's chunk size is
+    # max(64, page), not the 4 kvfuzz asks for): its fourth trace diverged on the grid asked.
+    line = mamba.stdout + mamba.stderr
+    assert mamba.returncode == 0, line[-3000:]
+    assert re.search(r"^  sglang\.unified\.mamba\.python\s+4\s+4\s+0\s+no", line, re.M), line[-3000:]
