@@ -30,7 +30,7 @@ from kvfuzz.fuzz.unified.swa_lockstep import Book, SWALockstep
 from kvfuzz.fuzz.unified.swa_state import full_pool_problems, key_namespace
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
-from kvfuzz.oracle.unified.mamba import accepted_length, checkpoint_grid
+from kvfuzz.oracle.unified.mamba import accepted_length, checkpoint_grid, grid_problems
 from kvfuzz.strategies.radix.trace import Insert, Match, Pin, Reset, Touch
 from kvfuzz.strategies.unified.trace import mamba_chunk
 
@@ -49,6 +49,7 @@ class MambaLockstep(SWALockstep):
             # is max(64, page) whatever the server arguments ask): the judge's grid above is
             # what kvfuzz asks for, kept only where the driver cannot be asked.
             self.grid = int(self.read("mamba_grid"))
+            problems = grid_problems(self.grid, self.trace.page_size)
         return problems
 
     # -- ops ------------------------------------------------------------------------------------

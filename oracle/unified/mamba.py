@@ -31,6 +31,17 @@ def checkpoint_grid(chunk: int, page_size: int) -> int:
     return lcm(chunk, page_size)
 
 
+def grid_problems(grid: int, page_size: int) -> list[tuple[str, str]]:
+    """The grid the cache floors a branching point to (read from the release, since 0.5.11's
+    chunk size is fixed whatever is asked) still has to be whole pages: a branching point off a
+    page edge is a depth no node of the tree can end at."""
+    if grid < 1 or grid % page_size:
+        return [("mamba grid", f"the cache's checkpoint grid is {grid} tokens, not a whole "
+                               f"number of {page_size}-token pages: a branching point on it "
+                               f"can fall inside a page, where no node ends")]
+    return []
+
+
 def accepted_length(segments: list[tuple[int, bool]]) -> int:
     """What a match along `segments` ((tokens, holds a state) of each node its key reaches in
     full, root first) reports: the length up to the deepest node with a state, 0 for none."""

@@ -204,7 +204,7 @@ def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
     asked). The broken variant, the grid kvfuzz asks for (`mamba_chunk`), expects a branching
     point 0.5.11 never gives."""
     from kvfuzz.impl.unified.mamba import MambaCalls
-    from kvfuzz.oracle.unified.mamba import branching_seqlen, checkpoint_grid
+    from kvfuzz.oracle.unified.mamba import branching_seqlen, checkpoint_grid, grid_problems
     from kvfuzz.strategies.unified.trace import mamba_chunk
 
     module = types.ModuleType("fake_0_5_11_mamba_component")
@@ -224,3 +224,10 @@ def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
     asked, read = checkpoint_grid(mamba_chunk(4), 4), driver(old()).mamba_grid()
     assert branching_seqlen(8, 0, read) is None  # what 0.5.11 answers
     assert branching_seqlen(8, 0, asked) == 8  # the judge on the asked grid: a false divergence
+    # what is read is still held to whole pages: a grid of the chunk alone on a wider page
+    assert grid_problems(read, 4) == [] and grid_problems(12, 4) == []
+    broken = driver(type("MambaComponent", (), {"mamba_checkpoint_grid": 6})()).mamba_grid()
+    assert grid_problems(broken, 4) == [("mamba grid", "the cache's checkpoint grid is 6 tokens, "
+                                         "not a whole number of 4-token pages: a branching "
+                                         "point on it can fall inside a page, where no node "
+                                         "ends")]

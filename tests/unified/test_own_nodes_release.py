@@ -7,8 +7,8 @@ tests/radix/test_legacy_release.py installs it (skipped, and said, only where it
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
 Rust entries are one line (no core to ask for); the Mamba entry agrees on seeded traces, its
-judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the reader, every unified entry was
-`not supported: ... has no root_node_handle` there."""
+judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the
+reader, every unified entry was `not supported: ... has no root_node_handle` there."""
 
 from __future__ import annotations
 
@@ -43,4 +43,5 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     # max(64, page), not the 4 kvfuzz asks for): its fourth trace diverged on the grid asked.
     line = mamba.stdout + mamba.stderr
     assert mamba.returncode == 0, line[-3000:]
-    assert re.search(r"^  sglang\.unified\.mamba\.python\s+4\s+4\s+0\s+no", line, re.M), line[-3000:]
+    agreed = r"^  sglang\.unified\.mamba\.python\s+4\s+4\s+0\s+no"
+    assert re.search(agreed, line, re.M), line[-3000:]
