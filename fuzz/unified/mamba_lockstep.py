@@ -179,7 +179,9 @@ class MambaLockstep(SWALockstep):
             self.count(MAMBA_CUT)
         if extra is not None:
             self.count(BRANCHING)
-        return match_problems(nodes, states, ns, key, answer, extra, self.grid)
+        contract = self.options.get("contract")  # 0.5.11's rule, read from its source
+        before = bool(contract is not None and contract.branches_before_match)
+        return match_problems(nodes, states, ns, key, answer, extra, self.grid, before)
 
     def _nodes(self, snap):
         return state.views(snap, self.model.page_size)

@@ -53,10 +53,15 @@ def accepted_length(segments: list[tuple[int, bool]]) -> int:
     return best
 
 
-def branching_seqlen(full_hit: int, matched: int, grid: int) -> int | None:
+def branching_seqlen(full_hit: int, matched: int, grid: int,
+                     before_match: bool = False) -> int | None:
     """Where the request's recurrence must branch from the tree: the full-attention hit floored
-    to the grid, where that lies past the match."""
+    to the grid, where that lies past the match; `before_match` (SGLang 0.5.11,
+    `BRANCHES_BEFORE_MATCH`): wherever the full hit runs past the match and the floor is past 0,
+    at or before the match too (its scheduler skips such a point)."""
     aligned = full_hit // grid * grid
+    if before_match:
+        return aligned if full_hit > matched and aligned > 0 else None
     return aligned if aligned > matched else None
 
 
