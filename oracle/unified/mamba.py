@@ -9,7 +9,8 @@ the implementation shows after each tree call (insert, match, eviction):
   (`create_match_validator`): the scheduler resumes the recurrence from that state, and can
   from no other point. Where the full hit runs past it, `mamba_branching_seqlen` is the hit
   floored to the checkpoint grid (`lcm(mamba_cache_chunk_size, page_size)`), when that is
-  still past the match, else None (`finalize_match_result_in_tree_core`).
+  still past the match, else None (`finalize_match_result_in_tree_core`); SGLang 0.5.11 names
+  it wherever the full hit runs past the match and the floor is past 0 (`before_match`).
 - An insert that ends at a node which already holds a state answers `mamba_exist` (the caller
   then frees its own slot, as `cleanup_after_caching_req` does), and the tree keeps its state.
 - The state pool is conserved: free slots + states in the tree = the pool (slots 1..n; slot 0
