@@ -30,7 +30,7 @@ from kvfuzz.fuzz.unified.swa_lockstep import Book, SWALockstep
 from kvfuzz.fuzz.unified.swa_state import full_pool_problems, key_namespace
 from kvfuzz.fuzz.unified.twin import twin_problems
 from kvfuzz.oracle.radix.invariants import tree_violations
-from kvfuzz.oracle.unified.mamba import accepted_length, checkpoint_grid
+from kvfuzz.oracle.unified.mamba import accepted_length, checkpoint_grid, grid_problems
 from kvfuzz.strategies.radix.trace import Insert, Match, Pin, Reset, Touch
 from kvfuzz.strategies.unified.trace import mamba_chunk
 
@@ -41,6 +41,16 @@ class MambaLockstep(SWALockstep):
         self.donor, self.slot_taken, self.refused = self.options.get("donor", False), None, None
         self.grid = checkpoint_grid(mamba_chunk(trace.page_size), trace.page_size)
         return Book(trace.page_size, 0)
+
+    def initial_problems(self):
+        problems = super().initial_problems()
+        if not problems:
+            # The grid the release cuts to, read from the cache it built (0.5.11's chunk size
+            # is max(64, page) whatever the server arguments ask): the judge's grid above is
+            # what kvfuzz asks for, kept only where the driver cannot be asked.
+            self.grid = int(self.read("mamba_grid"))
+            problems = grid_problems(self.grid, self.trace.page_size)
+        return problems
 
     # -- ops ------------------------------------------------------------------------------------
     @handles(Match, Touch, Pin)
@@ -169,7 +179,9 @@ class MambaLockstep(SWALockstep):
             self.count(MAMBA_CUT)
         if extra is not None:
             self.count(BRANCHING)
-        return match_problems(nodes, states, ns, key, answer, extra, self.grid)
+        contract = self.options.get("contract")  # 0.5.11's rule, read from its source
+        before = bool(contract is not None and contract.branches_before_match)
+        return match_problems(nodes, states, ns, key, answer, extra, self.grid, before)
 
     def _nodes(self, snap):
         return state.views(snap, self.model.page_size)

@@ -64,7 +64,7 @@ def insert_problems(nodes, states: list, ns, key, exist: bool,
 
 
 def match_problems(nodes, states: list, ns, key, matched: int, branch: int | None,
-                   grid: int) -> list[tuple[str, str]]:
+                   grid: int, before_match: bool = False) -> list[tuple[str, str]]:
     """A match of `key` (page-aligned, no limit) said `matched` tokens and `branch`."""
     found = segments(nodes, states, ns, key)
     expected, full = accepted_length(found), sum(tokens for tokens, _ in found)
@@ -72,7 +72,7 @@ def match_problems(nodes, states: list, ns, key, matched: int, branch: int | Non
         return [("mamba match", f"match({short(key, 30)}) matched {matched} tokens; the deepest "
                                 f"node with a Mamba state on its {full}-token full hit ends at "
                                 f"{expected}")]
-    wanted = branching_seqlen(full, matched, grid)
+    wanted = branching_seqlen(full, matched, grid, before_match)
     if branch != wanted:
         return [("mamba branching", f"match({short(key, 30)}): mamba_branching_seqlen {branch}, "
                                     f"expected {wanted} (full hit {full}, matched {matched}, "

@@ -18,6 +18,8 @@ donor (`UnifiedMambaTokenToKVPoolAllocator.mamba_full_cache_donor`)."""
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from kvfuzz.impl.radix.ints import int_list
@@ -106,6 +108,20 @@ class MambaCalls:
         """The pool of state slots: `mamba_allocator`, named `mamba_pool` in SGLang 0.5.11."""
         found = getattr(self.pool, "mamba_allocator", None)
         return found if found is not None else self.pool.mamba_pool
+
+    def mamba_grid(self) -> int:
+        """The grid the release floors a match's `mamba_branching_seqlen` to, read from the
+        Mamba component the cache built, not from what kvfuzz asked for: its
+        `mamba_checkpoint_grid` (`lcm(mamba_cache_chunk_size, page_size)`, 0.5.23), or where
+        the component keeps none (0.5.11) the `mamba_cache_chunk_size` of the server
+        arguments its own module reads at each match (0.5.11's is a property,
+        `max(FLA_CHUNK_SIZE=64, page_size)`, which ignores `_mamba_cache_chunk_size`)."""
+        component = self.cache.components[self.MAMBA]
+        grid = getattr(component, "mamba_checkpoint_grid", None)
+        if grid is None:
+            module = sys.modules[type(component).__module__]
+            grid = module.get_global_server_args().mamba_cache_chunk_size
+        return int(grid)
 
     def mamba_slot(self) -> list:
         """A state slot for an insert: [slot or None (refused), states evicted, tokens evicted,

@@ -145,7 +145,9 @@ def contract_names(cls) -> tuple[str, ...]:
     oracle/radix/contract.py's `BY_NAME`): `lru_only` where nothing reads `eviction_policy`
     (one `UnifiedLRUList` a component), `no_hit_counts` where no node's `hit_count` is ever
     raised, `no_kv_events` where `take_events` is `BasePrefixCache`'s (it answers []),
-    `no_lock_delta` where no component's `acquire_component_lock` sets the result's `delta`."""
+    `no_lock_delta` where no component's `acquire_component_lock` sets the result's `delta`,
+    `branches_before_match` where the Mamba component's branching point is the floored full hit
+    wherever it is past 0 (`aligned_seqlen > 0`), not past the match."""
     module = sys.modules.get(getattr(cls, "__module__", ""))
     components = tuple(getattr(module, "COMPONENT_REGISTRY", {}).values())
     sources = [_source(module)] + [_source(sys.modules.get(c.__module__)) for c in components]
@@ -161,6 +163,8 @@ def contract_names(cls) -> tuple[str, ...]:
     if not any("delta" in _source(getattr(c, "acquire_component_lock", None))
                for c in components):
         names.append("no_lock_delta")
+    if "aligned_seqlen if aligned_seqlen > 0" in text:
+        names.append("branches_before_match")
     return tuple(names)
 
 

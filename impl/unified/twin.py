@@ -78,6 +78,10 @@ class TwinDriver(ChangedReads):
             return tokens, ns, priority, slots, self.states.pop(args[4], args[4])
         return args
 
+    def mamba_grid(self) -> int:
+        """The primary's (the twin's cache is built with the same server arguments)."""
+        return self.primary.mamba_grid()
+
     def core(self) -> dict:
         twin = self.twin.core() if self.twin is not None else {"error": self.twin_error}
         return {**self.primary.core(), "twin": twin}

@@ -37,10 +37,15 @@ LRU_ONLY = ("evicts least recently used first whatever the eviction_policy (noth
 NO_HIT_COUNTS = "keeps no hit counts (no node's hit_count is ever raised)"
 NO_KV_EVENTS = "publishes no KV events (take_events is BasePrefixCache's: [])"
 NO_LOCK_DELTA = "inc_lock_ref answers no delta (IncLockRefResult.delta stays None)"
+# ... and its Mamba component names a branching point wherever the floored full hit is past 0,
+# at or before the match too (its scheduler skips one not past the prefix; from 0.5.17 the tree
+# names one past the match alone: oracle/unified/mamba.py).
+BRANCHES_BEFORE_MATCH = ("names a Mamba branching point at or before the match (the full hit "
+                         "floored to the grid, where past 0)")
 # the names impl/radix/legacy.py (and impl/unified/node_tree.py) read a release's API into
 BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT,
            "lru_only": LRU_ONLY, "no_hit_counts": NO_HIT_COUNTS, "no_kv_events": NO_KV_EVENTS,
-           "no_lock_delta": NO_LOCK_DELTA}
+           "no_lock_delta": NO_LOCK_DELTA, "branches_before_match": BRANCHES_BEFORE_MATCH}
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Contract:
     counts_hits: bool = True
     kv_events: bool = True
     lock_delta: bool = True
+    branches_before_match: bool = False  # BRANCHES_BEFORE_MATCH (SGLang 0.5.11's Mamba)
 
     def policy(self, asked: str) -> str:
         """The eviction order the cache keeps for the policy it was built with."""
@@ -82,4 +88,5 @@ def contract_of(preconditions) -> Contract:
                     lru_only=LRU_ONLY in preconditions,
                     counts_hits=NO_HIT_COUNTS not in preconditions,
                     kv_events=NO_KV_EVENTS not in preconditions,
-                    lock_delta=NO_LOCK_DELTA not in preconditions)
+                    lock_delta=NO_LOCK_DELTA not in preconditions,
+                    branches_before_match=BRANCHES_BEFORE_MATCH in preconditions)

@@ -9,7 +9,8 @@ the implementation shows after each tree call (insert, match, eviction):
   (`create_match_validator`): the scheduler resumes the recurrence from that state, and can
   from no other point. Where the full hit runs past it, `mamba_branching_seqlen` is the hit
   floored to the checkpoint grid (`lcm(mamba_cache_chunk_size, page_size)`), when that is
-  still past the match, else None (`finalize_match_result_in_tree_core`).
+  still past the match, else None (`finalize_match_result_in_tree_core`); SGLang 0.5.11 names
+  it wherever the full hit runs past the match and the floor is past 0 (`before_match`).
 - An insert that ends at a node which already holds a state answers `mamba_exist` (the caller
   then frees its own slot, as `cleanup_after_caching_req` does), and the tree keeps its state.
 - The state pool is conserved: free slots + states in the tree = the pool (slots 1..n; slot 0
@@ -31,6 +32,17 @@ def checkpoint_grid(chunk: int, page_size: int) -> int:
     return lcm(chunk, page_size)
 
 
+def grid_problems(grid: int, page_size: int) -> list[tuple[str, str]]:
+    """The grid the cache floors a branching point to (read from the release, since 0.5.11's
+    chunk size is fixed whatever is asked) still has to be whole pages: a branching point off a
+    page edge is a depth no node of the tree can end at."""
+    if grid < 1 or grid % page_size:
+        return [("mamba grid", f"the cache's checkpoint grid is {grid} tokens, not a whole "
+                               f"number of {page_size}-token pages: a branching point on it "
+                               f"can fall inside a page, where no node ends")]
+    return []
+
+
 def accepted_length(segments: list[tuple[int, bool]]) -> int:
     """What a match along `segments` ((tokens, holds a state) of each node its key reaches in
     full, root first) reports: the length up to the deepest node with a state, 0 for none."""
@@ -42,10 +54,15 @@ def accepted_length(segments: list[tuple[int, bool]]) -> int:
     return best
 
 
-def branching_seqlen(full_hit: int, matched: int, grid: int) -> int | None:
+def branching_seqlen(full_hit: int, matched: int, grid: int,
+                     before_match: bool = False) -> int | None:
     """Where the request's recurrence must branch from the tree: the full-attention hit floored
-    to the grid, where that lies past the match."""
+    to the grid, where that lies past the match; `before_match` (SGLang 0.5.11,
+    `BRANCHES_BEFORE_MATCH`): wherever the full hit runs past the match and the floor is past 0,
+    at or before the match too (its scheduler skips such a point)."""
     aligned = full_hit // grid * grid
+    if before_match:
+        return aligned if full_hit > matched and aligned > 0 else None
     return aligned if aligned > matched else None
 
 

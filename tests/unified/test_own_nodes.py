@@ -7,6 +7,7 @@ test_own_nodes_release.py (slow)."""
 
 import importlib.util
 import sys
+import types
 from types import SimpleNamespace
 
 import pytest
@@ -97,15 +98,22 @@ class FullComponent:
         return result
 
 
-COMPONENT_REGISTRY = {0: FullComponent}
+class MambaComponent:
+    def finalize_match_result(self, aligned_seqlen):
+        branching_seqlen = aligned_seqlen if aligned_seqlen > 0 else None
+        return branching_seqlen
+
+
+COMPONENT_REGISTRY = {0: FullComponent, 1: MambaComponent}
 
 
 class UnifiedRadixCache(BasePrefixCache):
     def __init__(self, params):
         self.lru_lists = {}
 '''
-# a class that reads the policy, counts hits, publishes events and answers a delta
-SOURCE_LATER = SOURCE_0511.replace("self.lru_lists = {}", "self.policy = params.eviction_policy"
+# a class that reads the policy, counts hits, publishes events, answers a delta and names a
+# Mamba branching point past the match alone
+SOURCE_LATER = SOURCE_0511.replace("aligned_seqlen > 0", "aligned_seqlen > boundary").replace("self.lru_lists = {}", "self.policy = params.eviction_policy"
                                    "\n        node.hit_count += 1").replace(
     "return result", "result.delta = 1\n        return result").replace(
     "class UnifiedRadixCache(BasePrefixCache):", "class UnifiedRadixCache(BasePrefixCache):\n"
@@ -124,7 +132,8 @@ def load(tmp_path, name, source):
 
 def test_what_the_class_promises_is_read_from_its_sources(tmp_path, monkeypatch):
     old = load(tmp_path, "kvfuzz_test_unified_0511", SOURCE_0511)
-    assert contract_names(old) == ("lru_only", "no_hit_counts", "no_kv_events", "no_lock_delta")
+    assert contract_names(old) == ("lru_only", "no_hit_counts", "no_kv_events", "no_lock_delta",
+                                   "branches_before_match")
     later = load(tmp_path, "kvfuzz_test_unified_later", SOURCE_LATER)
     assert contract_names(later) == ()
     # the catalogue: the Python entry gets them as preconditions, the oracle follows them
@@ -142,6 +151,7 @@ def test_what_the_class_promises_is_read_from_its_sources(tmp_path, monkeypatch)
     mamba = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.mamba.python"),
                                       old)
     assert LRU_ONLY in mamba.preconditions
+    assert UNIFIED.judge.options(mamba)["contract"].branches_before_match
     for name in ("kvfuzz_test_unified_0511", "kvfuzz_test_unified_later"):
         monkeypatch.delitem(sys.modules, name)
 
@@ -194,3 +204,45 @@ def test_the_judge_expects_no_kv_events_of_a_class_that_publishes_none():
     assert silent._event_problems([("stored", [1], None, [1], 1)], []) == [
         ("events", "1 KV events published with events off")]
     assert judge(Contract(legacy=True)).events_on  # the trace's switch, as before
+
+
+def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
+    """The grid a match's `mamba_branching_seqlen` is floored to, as the judge gets it: a
+    component's `mamba_checkpoint_grid` (0.5.23), or where it keeps none (0.5.11) the chunk size
+    of the server arguments its own module reads (0.5.11's: max(64, page), whatever kvfuzz
+    asked). The broken variant, the grid kvfuzz asks for (`mamba_chunk`), expects a branching
+    point 0.5.11 never gives."""
+    from kvfuzz.impl.unified.mamba import MambaCalls
+    from kvfuzz.oracle.unified.mamba import branching_seqlen, checkpoint_grid, grid_problems
+    from kvfuzz.strategies.unified.trace import mamba_chunk
+
+    module = types.ModuleType("fake_0_5_11_mamba_component")
+    module.get_global_server_args = lambda: SimpleNamespace(mamba_cache_chunk_size=64)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    old = type("MambaComponent", (), {"__module__": module.__name__})
+    new = type("MambaComponent", (), {"mamba_checkpoint_grid": 12})
+
+    def driver(component):
+        made = MambaCalls()
+        made.MAMBA, made.cache = "mamba", SimpleNamespace(components={"mamba": component})
+        return made
+
+    assert driver(old()).mamba_grid() == 64
+    assert driver(new()).mamba_grid() == 12
+    # a 4-token page, a full hit of 8 past no state: 0.5.11 floors 8 to its 64-token chunks
+    asked, read = checkpoint_grid(mamba_chunk(4), 4), driver(old()).mamba_grid()
+    assert branching_seqlen(8, 0, read) is None  # what 0.5.11 answers
+    assert branching_seqlen(8, 0, asked) == 8  # the judge on the asked grid: a false divergence
+    # 0.5.11 names the floored hit wherever it is past 0 (`branches_before_match`): a full hit
+    # of 96 past a state at 80 branches at 64 there; the later rule (past the match) says None
+    assert branching_seqlen(96, 80, 64, before_match=True) == 64
+    assert branching_seqlen(96, 80, 64) is None
+    assert branching_seqlen(64, 64, 64, before_match=True) is None  # the hit not past the match
+    assert branching_seqlen(60, 0, 64, before_match=True) is None  # the floor at 0
+    # what is read is still held to whole pages: a grid of the chunk alone on a wider page
+    assert grid_problems(read, 4) == [] and grid_problems(12, 4) == []
+    broken = driver(type("MambaComponent", (), {"mamba_checkpoint_grid": 6})()).mamba_grid()
+    assert grid_problems(broken, 4) == [("mamba grid", "the cache's checkpoint grid is 6 tokens, "
+                                         "not a whole number of 4-token pages: a branching "
+                                         "point on it can fall inside a page, where no node "
+                                         "ends")]

@@ -6,11 +6,13 @@ The release first on the path of the process running `kvfuzz`, installed as
 tests/radix/test_legacy_release.py installs it (skipped, and said, only where it cannot be):
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
-Rust entries are one line (no core to ask for). Before the reader, every unified entry was
-`not supported: ... has no root_node_handle` there."""
+Rust entries are one line (no core to ask for); the Mamba entry agrees on seeded traces, its
+judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the
+reader, every unified entry was `not supported: ... has no root_node_handle` there."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from tests.helpers import needs_engine
@@ -18,14 +20,28 @@ from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
+# A full hit of 96 (pages of 4) past a state at 80: on 0.5.11's 64-token grid the floored hit
+# (64) is at or before the match; the seeded keys stay under 64 tokens and never reach it.
+_KEY = list(range(1, 101))
+BRANCH_BEFORE_MATCH = {
+    "format": "kvfuzz-unified-trace/1", "components": "full+mamba", "mamba_slots": 8,
+    "page_size": 4, "size": 512, "policy": "lru", "events": False, "ops": [
+        {"op": "insert", "tokens": _KEY, "ns": 0, "priority": 0},
+        {"op": "insert", "tokens": _KEY[:80] + list(range(200, 220)), "ns": 0, "priority": 0},
+        {"op": "insert", "tokens": _KEY[:80], "ns": 0, "priority": 0},
+        {"op": "match", "tokens": _KEY[:96] + [300, 301, 302, 303], "ns": 0}]}
 MUTANT = "kvfuzz.impl.unified.own_nodes_mutants:split_child_stale_key@python_core+keeps_key"
 
 
 def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
-    done, rust = kvfuzz_commands(folder_of("0.5.11"), (
+    probe = tmp_path / "branch_before_match.json"
+    probe.write_text(json.dumps(BRANCH_BEFORE_MATCH))
+    done, rust, mamba, branch = kvfuzz_commands(folder_of("0.5.11"), (
         "diff", "unified", "--impl", "sglang.unified.python", "--impl", MUTANT, "--cases", "2",
         "--timeout", "200", "--corpus", tmp_path), (
-        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"))
+        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"), (
+        "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "4"), (
+        "replay", probe, "--impl", "sglang.unified.mamba.python"))
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]  # the mutant's divergence
     found = {m.group(1): m.group(2).split() for m in
@@ -37,3 +53,13 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     assert "not supported" not in text
     line = rust.stdout + rust.stderr
     assert rust.returncode == 2 and "UnifiedRadixCache has no tree core" in line, line[-2000:]
+    # The Mamba entry, its judge's grid read from the cache built (0.5.11's chunk size is
+    # max(64, page), not the 4 kvfuzz asks for): its fourth trace diverged on the grid asked.
+    line = mamba.stdout + mamba.stderr
+    assert mamba.returncode == 0, line[-3000:]
+    agreed = r"^  sglang\.unified\.mamba\.python\s+4\s+4\s+0\s+no"
+    assert re.search(agreed, line, re.M), line[-3000:]
+    # 0.5.11 names a branching point before the match (64, the match ending at 80): its rule,
+    # read from its source (`branches_before_match`), where 0.5.23's wants None
+    line = branch.stdout + branch.stderr
+    assert branch.returncode == 0 and "no divergence" in line, line[-3000:]
