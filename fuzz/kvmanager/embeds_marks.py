@@ -6,21 +6,17 @@ map, the events)."""
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager.block_twins import BlockTwins
+
 CONFIGS = {"prompt embeddings": lambda t: any(getattr(op, "embeds", False) for op in t.ops)}
 MARKS = ("prompt embeds hit",
          "prompt embeds hit refused: the same token ids cached under other embeddings")
 
 
-class EmbedsMarks:
-    def __init__(self, count, block_size: int):
-        self.count, self.size = count, block_size
-        # (parent hash, block token ids) -> the hashes seen for that block
-        self.twins: dict[tuple, set[int]] = {}
-
+class EmbedsMarks(BlockTwins):
     def admitted(self, request, hashes: list[int], hit: int, pool) -> None:
         size, tokens = self.size, request.tokens
-        for index, block_hash in enumerate(hashes):
-            self.twins.setdefault(self._key(hashes, tokens, index), set()).add(block_hash)
+        self.record(tokens, hashes)
         if not request.keys.embeds:
             return
         if hit:
@@ -28,12 +24,5 @@ class EmbedsMarks:
         stop = hit // size
         if request.skip or stop >= min(len(hashes), (len(tokens) - 1) // size):
             return
-        if (hashes[stop], 0) not in pool.map and any(
-                (other, 0) in pool.map and other != hashes[stop]
-                for other in self.twins.get(self._key(hashes, tokens, stop), ())):
+        if self.cached_as_a_twin(tokens, hashes, stop, pool):
             self.count(MARKS[1])
-
-    def _key(self, hashes: list[int], tokens, index: int) -> tuple:
-        size = self.size
-        return (hashes[index - 1] if index else None,
-                tuple(tokens[index * size:(index + 1) * size]))

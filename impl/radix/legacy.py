@@ -14,6 +14,7 @@ oracle/radix/contract.py."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, NamedTuple
 
@@ -135,3 +136,18 @@ class LegacyCalls(Calls):
 
     def touch(self, key, match_params) -> None:
         self.cache.match_prefix(match_params(key=key))
+
+
+def read_swa_cursor(driver, kv) -> int:
+    """A request's SWA window cursor (how far its window has freed its SWA slots) where the
+    release keeps it: `ReqKvInfo.get_evicted_seqlen(SWA)` from 0.5.21 on, the field
+    `swa_evicted_seqlen` in 0.5.20 (read from `free_swa_out_of_window_slots`, which writes it:
+    it takes a `component_type` from 0.5.21 on). `driver.cursor_by_component` keeps the answer
+    (None until first read); `driver.SWA` is the release's SWA component type."""
+    if driver.cursor_by_component is None:
+        common = importlib.import_module("sglang.srt.mem_cache.common")
+        driver.cursor_by_component = "component_type" in inspect.signature(
+            common.free_swa_out_of_window_slots).parameters
+    if driver.cursor_by_component:
+        return int(kv.get_evicted_seqlen(driver.SWA))
+    return int(kv.swa_evicted_seqlen)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import inspect
 
 import torch
 
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang
+from kvfuzz.impl.radix.legacy import read_swa_cursor
 from kvfuzz.impl.radix.reader import snapshot
 
 
@@ -91,17 +91,8 @@ class WindowDriver(RadixDriver):
             retain_floor=self.cache.swa_retain_floor(request))
 
     def cursor(self, kv) -> int:
-        """A request's window cursor where the release keeps it: `get_evicted_seqlen(SWA)` from
-        0.5.21 on, the field `swa_evicted_seqlen` in 0.5.20 (read from
-        `free_swa_out_of_window_slots`, which writes it: it takes a `component_type` from 0.5.21
-        on)."""
-        if self.cursor_by_component is None:
-            common = importlib.import_module("sglang.srt.mem_cache.common")
-            self.cursor_by_component = "component_type" in inspect.signature(
-                common.free_swa_out_of_window_slots).parameters
-        if self.cursor_by_component:
-            return int(kv.get_evicted_seqlen(self.SWA))
-        return int(kv.swa_evicted_seqlen)
+        """A request's window cursor where the release keeps it (`legacy.read_swa_cursor`)."""
+        return read_swa_cursor(self, kv)
 
     def evict(self, num_tokens: int) -> int:
         """As an all-SWA scheduler asks (`reclaim_for_prealloc`): `swa_num_tokens` alone."""

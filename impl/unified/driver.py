@@ -43,6 +43,7 @@ import torch
 
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
+from kvfuzz.impl.radix.legacy import read_swa_cursor
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
 from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes
@@ -152,17 +153,8 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         return cached
 
     def swa_cursor(self, kv) -> int:
-        """A request's SWA cursor (how far its window has freed its SWA slots) where the
-        release keeps it: `ReqKvInfo.get_evicted_seqlen(SWA)` from 0.5.21 on, the field
-        `swa_evicted_seqlen` in 0.5.20 (read from `free_swa_out_of_window_slots`, which writes
-        it: it takes a `component_type` from 0.5.21 on)."""
-        if self.cursor_by_component is None:
-            common = importlib.import_module("sglang.srt.mem_cache.common")
-            self.cursor_by_component = "component_type" in inspect.signature(
-                common.free_swa_out_of_window_slots).parameters
-        if self.cursor_by_component:
-            return int(kv.get_evicted_seqlen(self.SWA))
-        return int(kv.swa_evicted_seqlen)
+        """A request's SWA cursor where the release keeps it (`legacy.read_swa_cursor`)."""
+        return read_swa_cursor(self, kv)
 
     def path(self, node):
         """`path_device_indices`, or before 0.5.22 what it reads: the core's
