@@ -307,8 +307,12 @@ class KVManagerDriver(ManagerReads):
     def release_copies(self) -> int:
         """What the scheduler does every step: take the pending copy-on-write copies and free
         the blocks they retain once the copies ran (`_free_cow_retained_blocks`, synchronous
-        scheduling). The number of copies."""
-        copies, retained = self.manager.take_kv_cache_block_copies()
+        scheduling). The number of copies; 0 for a manager without copy-on-write (vLLM
+        before 0.26 has no `take_kv_cache_block_copies`: nothing is ever pending)."""
+        take = getattr(self.manager, "take_kv_cache_block_copies", None)
+        if take is None:
+            return 0
+        copies, retained = take()
         if retained:
             self.manager.block_pool.free_blocks(retained)
         return len(copies)
