@@ -57,10 +57,16 @@ def scheduler_calls(impl, obj):
     driver maps. With SWA, where the release's window free lifts the request's cursor before
     its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`). A class of the old
     calls without `root_node_handle` has no tree core (0.5.11's): `own_nodes`."""
-    from kvfuzz.impl.unified.node_tree import has_own_nodes  # no torch, no SGLang
+    from kvfuzz.impl.unified.backend import rust_core_absent  # no torch, no SGLang
+    from kvfuzz.impl.unified.node_tree import has_own_nodes
     from kvfuzz.impl.unified.release_window import lifts_swa_cursor
 
     impl = release_calls(impl, obj)
+    if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
+        absent = rust_core_absent()
+        if absent:
+            raise ImplementationError(f"not supported: {release_name(impl)}: "
+                                      f"{getattr(obj, '__name__', impl.path)}: {absent}")
     if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
         impl = own_nodes(impl, obj)
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \

@@ -1,13 +1,18 @@
 """Which tree core a `UnifiedRadixCache` builds: `CacheInitParams.tree_core_backend` from SGLang
 0.5.21 on; in 0.5.20 the environment's `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` (default
-"python"), read when the cache is built. No torch, no SGLang imported here."""
+"python"), read when the cache is built; whether the installed release registers a Rust core
+at all (`rust_core_absent`: 0.5.17 and 0.5.18 register only the Python one, and their cache's
+constructor raises for "rust"). Nothing imported at this module's import; `rust_core_absent`
+imports the release's registry module, asked where the class (so SGLang) is loaded already."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 
 BACKEND_VARIABLE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
+REGISTRY = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
 
 
 @contextlib.contextmanager
@@ -27,3 +32,22 @@ def backend_in_environment(backend: str):
 def environment_backend() -> str:
     """The core a 0.5.20 cache built now would get."""
     return os.environ.get(BACKEND_VARIABLE, "python")
+
+
+def rust_core_absent() -> str | None:
+    """Why the installed release cannot build a Rust tree core, or None where it may (its
+    registry names a "rust" backend; whether that one builds here is the driver's to read) or
+    where there is no registry to ask (a release without the pluggable core: other checks
+    say)."""
+    try:
+        registry = importlib.import_module(REGISTRY)
+    except ImportError:
+        return None
+    names = getattr(registry, "registered_tree_core_backends", None)
+    if not callable(names):
+        return None
+    backends = [str(name) for name in names()]
+    if "rust" in backends:
+        return None
+    return (f"its tree core registry has no 'rust' backend (registered: "
+            f"{', '.join(backends) or 'none'}; the .python entries run its core)")
