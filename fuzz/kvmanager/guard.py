@@ -22,12 +22,19 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - zeroing (mixed precision): `take_new_block_ids()` (the scheduler's drain every step) and a
   failed load's `record_blocks_for_zeroing`, checked against the oracle's records and part of
   no op of their own (`guard_zeroing.py`).
+- speculative decoding: its settings read from the manager (`guard_header.speculation`), the
+  draft slots of every allocation given to the guard (`num_lookahead_tokens`), and the
+  scheduler's `cache_blocks(request, computed)` after an output with draft tokens: `settle`
+  (after a `sample` of the token it appended).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
-speculative lookahead, encoder tokens, multimodal inputs, requests that skip the prefix
-cache, a second group other than one sliding window, a hash block size other than the block
-size, a manager already used before it was guarded, and a scheduler whose request state is not
-the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens). A request's LoRA
+draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that
+skip the prefix cache, a second group other than one sliding window, a hash block size other
+than the block size, a manager already used before it was guarded, and a scheduler whose
+request state is not the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight
+tokens). A prompt given as embeddings (`prompt_embeds`, no token ids) arrives with
+`embeds`, its tokens the embedding values, where each position's embedding is one integral
+float32 value (else refused). A request's LoRA
 adapter (its name and path) and cache salt go into its `arrive` (`Arrive.keys`), as strings of
 at most `codec.MAX_KEY` characters (else refused); its images are refused (vLLM's scheduler
 builds none without a multimodal model, which the CPU sessions here do not load).
