@@ -2,12 +2,12 @@
 vLLM 0.33.0 builds on the CPU from a draft "checkpoint" that is a `config.json` alone, and the
 prompts given as embeddings. What each setting makes of the scheduler's manager:
 
-| Workload                            | drafter                  | manager                               |
-|-------------------------------------|--------------------------|---------------------------------------|
-| speculative="eagle" (k tokens)      | EAGLE head (a Llama)     | lookahead hashes of 1 token, no drop  |
-| ... with lookahead_hashes=False     |                          | `use_eagle`: the last-block drop      |
-| speculative="mtp" (k tokens)        | k DeepSeek MTP modules   | hashes and prefill lookahead of k     |
-| ... with lookahead_hashes=False     |                          | prefill lookahead of k and the drop   |
+| Workload                         | drafter                | manager                              |
+|----------------------------------|------------------------|--------------------------------------|
+| speculative="eagle" (k tokens)   | EAGLE head (a Llama)   | lookahead hashes of 1 token, no drop |
+| ... with lookahead_hashes=False  |                        | `use_eagle`: the last-block drop     |
+| speculative="mtp" (k tokens)     | k DeepSeek MTP modules | hashes and prefill lookahead of k    |
+| ... with lookahead_hashes=False  |                        | prefill lookahead of k, the drop     |
 
 Every allocation reserves the k draft tokens' slots (`num_lookahead_tokens`); the sessions
 feed no draft tokens back (the fake model proposes none), so a step still computes one token.

@@ -43,7 +43,8 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     while len(gen.ops) < num_ops:
         gen.step()
     ops = with_keys(rng, gen.ops[:num_ops], block_size)
-    return Trace(blocks, block_size, window, max_model_len, ops, hash_lookahead=ahead, **settings, note=f"profile {PROFILE}")
+    return Trace(blocks, block_size, window, max_model_len, ops, hash_lookahead=ahead,
+                 **settings, note=f"profile {PROFILE}")
 
 
 PROFILES = (PROFILE,)

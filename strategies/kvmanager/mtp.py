@@ -50,7 +50,8 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     if window and not hashes_look_ahead and rng.random() < 0.4:
         settings["hash_block_size"] = rng.choice([size for size in (1, 2, 4)
                                                   if size < block_size])
-    return Trace(blocks, block_size, window, max_model_len, ops, **settings, note=f"profile {PROFILE}")
+    return Trace(blocks, block_size, window, max_model_len, ops, **settings,
+                 note=f"profile {PROFILE}")
 
 
 PROFILES = (PROFILE,)
