@@ -62,8 +62,14 @@ def dataclass_op_to_json(op, name: str) -> dict:
         value = getattr(op, f.name)
         if f.metadata.get("later") and value == f.default:
             continue
-        data[f.name] = list(value) if isinstance(value, tuple) else value
+        data[f.name] = _listed(value)
     return data
+
+
+def _listed(value):
+    """Tuples as lists, nested ones too (an arrival's images): what JSON gives back, so that a
+    decoder reading lists takes the encoder's output as it is, not only after a dump and load."""
+    return [_listed(item) for item in value] if isinstance(value, tuple) else value
 
 
 

@@ -22,12 +22,19 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - zeroing (mixed precision): `take_new_block_ids()` (the scheduler's drain every step) and a
   failed load's `record_blocks_for_zeroing`, checked against the oracle's records and part of
   no op of their own (`guard_zeroing.py`).
+- speculative decoding: its settings read from the manager (`guard_header.speculation`), the
+  draft slots of every allocation given to the guard (`num_lookahead_tokens`), and the
+  scheduler's `cache_blocks(request, computed)` after an output with draft tokens: `settle`
+  (after a `sample` of the token it appended).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
-speculative lookahead, encoder tokens, multimodal inputs, requests that skip the prefix
-cache, a second group other than one sliding window, a hash block size other than the block
-size, a manager already used before it was guarded, and a scheduler whose request state is not
-the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight tokens). A request's LoRA
+draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that
+skip the prefix cache, a second group other than one sliding window, a hash block size other
+than the block size, a manager already used before it was guarded, and a scheduler whose
+request state is not the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight
+tokens). A prompt given as embeddings (`prompt_embeds`, no token ids) arrives with
+`embeds`, its tokens the embedding values, where each position's embedding is one integral
+float32 value (else refused). A request's LoRA
 adapter (its name and path) and cache salt go into its `arrive` (`Arrive.keys`), as strings of
 at most `codec.MAX_KEY` characters (else refused); its images are refused (vLLM's scheduler
 builds none without a multimodal model, which the CPU sessions here do not load).
@@ -41,10 +48,12 @@ from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_sess
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
+from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_values
+from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule)
+                                               Sample, Schedule, Settle)
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -55,7 +64,7 @@ READS = frozenset({
     "take_boundary_state_offloads", "estimate_cached_tokens", "truncate_computed_blocks"})
 # allocate_slots' arguments the trace has no field for, and the value each must have (a
 # connector's, CONNECTOR_ARGS, are modelled at a connector admission alone).
-UNMODELLED = {"num_lookahead_tokens": 0, "num_encoder_tokens": 0}
+UNMODELLED = {"num_encoder_tokens": 0}
 MAX_TOKEN = (1 << 31) - 1
 # Where vLLM builds the manager (`kvfuzz guard kvmanager -- COMMAND`: fuzz/engine/autoguard/).
 SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
@@ -64,8 +73,10 @@ SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
 class _Tracked:
     """One request as the trace's ops have moved it (the scheduler must agree)."""
 
-    def __init__(self, rid: int, tokens: list[int]):
+    def __init__(self, rid: int, tokens: list[int], embedded: int = 0):
+        # `tokens` as the trace has them: a prompt of `embedded` embeddings as their values
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
+        self.embedded = embedded
         self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
         self.hit = 0  # the local hit of its last connector admission
@@ -73,14 +84,21 @@ class _Tracked:
         # request's next allocation: a failure reported in between rewinds its computed tokens
         self.sync_load = None
 
+    def engine_ids(self) -> list[int]:
+        """The token ids the engine's request holds (0 for each embedded position)."""
+        return [0] * self.embedded + self.tokens[self.embedded:]
+
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
-          on_unsupported: str = "raise", max_in_flight_tokens: int | None = None):
+          on_unsupported: str = "raise", max_in_flight_tokens: int | None = None,
+          num_lookahead_tokens: int = 0):
     """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
-    is said once on stderr and goes through, and so does every call after it, unchecked."""
-    trace = header(manager, max_in_flight_tokens)
+    is said once on stderr and goes through, and so does every call after it, unchecked.
+    `num_lookahead_tokens`: the draft tokens' slots the scheduler asks on every allocation
+    (its own `num_lookahead_tokens`; an allocation with another number is refused)."""
+    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens)
     driver = None
     if check:
         from kvfuzz.impl.kvmanager.live import LiveManagerDriver
@@ -88,7 +106,8 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
         driver = LiveManagerDriver(manager, trace.blocks)
     session = open_session("kvmanager", manager, trace, driver, impl, corpus, on_unsupported)
     if driver is not None:
-        driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(trace.block_size)
+        driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(
+            trace.block_size, trace.hash_lookahead)
         if session.lock is not None:  # the scheduler takes the zeroing records itself
             session.lock.zeroing_read_only = True
     return GuardedManager(manager, session, driver)
@@ -159,6 +178,12 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         for name, value in UNMODELLED.items():
             if name in given and given[name] not in (value, None, [], ()):
                 self._refuse(f"allocate_slots with {name}={given[name]!r}")
+        # (an asynchronous KV load's admission asks no draft slots: they come with its resumption)
+        lookahead = 0 if given.get("delay_cache_blocks") else self.kvfuzz_session.header.lookahead
+        if int(given.get("num_lookahead_tokens") or 0) != lookahead:
+            self._refuse(f"allocate_slots where the guard was given {lookahead} draft slots "
+                         f"(kvfuzz.guard(..., num_lookahead_tokens=)), with "
+                         f"num_lookahead_tokens={given.get('num_lookahead_tokens')!r}")
         tracked = self._request(request)
         self._sync_load_failed(tracked, request)
         if request.num_computed_tokens != tracked.computed or tracked.loading:
@@ -246,6 +271,21 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         self._kvfuzz_lookups.clear()
         return self._run(Reset(), "reset_prefix_cache", manager.reset_prefix_cache)
 
+    def _settle(self, tracked, request, n: int):
+        """The scheduler's `cache_blocks(request, computed)` after a running request's output
+        (with draft tokens): a `settle`, after the `sample` of the token it appended."""
+        if n != tracked.computed or request.num_computed_tokens != n:
+            self._refuse(f"cache_blocks of {n} tokens of running request "
+                         f"{request.request_id!r}, which has {request.num_computed_tokens} "
+                         f"computed (the trace {tracked.computed})")
+        self._sampled(tracked, request)
+        self._kvfuzz_lookups.clear()
+        rid = tracked.rid
+        return self._run(Settle(rid), "cache_blocks",
+                         lambda: self._kvfuzz_object.cache_blocks(request, n),
+                         lambda args: None if tuple(args) == (rid, n) else
+                         f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
+
     # -- mapping -----------------------------------------------------------------------------
     def _admission(self, tracked, request, n, given, lookup, connector):
         if lookup is None:
@@ -298,15 +338,15 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
     def _step(self, tracked, request, n, given):
         self._no_hit(given)
         tokens = list(request.all_token_ids)
-        known = tracked.tokens
-        if len(tokens) == len(known) + 1 and tokens[:-1] == known and \
+        known, seen = tracked.tokens, tracked.engine_ids()
+        if len(tokens) == len(known) + 1 and tokens[:-1] == seen and \
                 tracked.computed == len(known):
             if n != 1 or len(known) >= self.kvfuzz_session.header.max_model_len or \
                     not 0 <= tokens[-1] <= MAX_TOKEN:
                 self._refuse(f"a decode step of {n} tokens at {len(known)} tokens")
             known.append(tokens[-1])
             op = Decode(tracked.rid, tokens[-1])
-        elif tokens == known and 1 <= n <= len(known) - tracked.computed:
+        elif tokens == seen and 1 <= n <= len(known) - tracked.computed:
             op = Schedule(tracked.rid, n)
         else:
             self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
@@ -328,10 +368,10 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         """The token a running request sampled and never asked a slot for (it is preempted
         before its next step): a `sample` op, so that its admission again sees it."""
         tokens = list(request.all_token_ids)
-        known = tracked.tokens
-        if tokens == known:
+        known, seen = tracked.tokens, tracked.engine_ids()
+        if tokens == seen:
             return
-        if len(tokens) != len(known) + 1 or tokens[:-1] != known or \
+        if len(tokens) != len(known) + 1 or tokens[:-1] != seen or \
                 tracked.computed != len(known) or not 0 <= tokens[-1] <= MAX_TOKEN:
             self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "
                          f"tokens, the trace has {len(known)} ({tracked.computed} computed)")
@@ -348,44 +388,32 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
                          f"get_computed_blocks")
         tokens = [int(t) for t in request.all_token_ids]
         keys = _extra_keys(request)
+        embeds = _embedding_values(request)
+        if embeds:  # the trace's tokens are then its embedding values (the engine's ids: 0)
+            tokens[:len(embeds)] = embeds
+        prompt = getattr(request, "prompt_token_ids", tokens) or embeds or ()
         reasons = [name for name, bad in (
             ("a LoRA adapter or cache salt the trace cannot hold", keys is None),
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("no prefix-cache read", getattr(request, "skip_reading_prefix_cache", False)),
-            ("output tokens before its admission",
-             len(tokens) != len(getattr(request, "prompt_token_ids", tokens) or ())),
+            ("prompt embeddings other than one integral value a position below 2^24, or "
+             "mixed with token ids", embeds is None),
+            ("output tokens before its admission", len(tokens) != len(prompt)),
             ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in tokens)),
             ("more tokens than max_model_len",
              not 1 <= len(tokens) <= self.kvfuzz_session.header.max_model_len)) if bad]
         if reasons:
             self._refuse(f"request {request.request_id!r} has {', '.join(reasons)}")
-        tracked = _Tracked(self._kvfuzz_next_rid, tokens)
+        tracked = _Tracked(self._kvfuzz_next_rid, tokens, len(embeds))
         vars(self)["_kvfuzz_next_rid"] += 1
         self._kvfuzz_requests[request.request_id] = tracked
         if self._kvfuzz_driver is not None:
             self._kvfuzz_driver.requests[tracked.rid] = request
-        self.kvfuzz_session.step(Arrive(tracked.rid, tuple(tokens), **(keys or {})))
+        self.kvfuzz_session.step(Arrive(tracked.rid, tuple(tokens), embeds=bool(embeds),
+                                        **(keys or {})))
         return tracked
 
     def _same_tokens(self, request, tracked) -> None:
-        if list(request.all_token_ids) != tracked.tokens:
+        if list(request.all_token_ids) != tracked.engine_ids():
             self._refuse(f"request {request.request_id!r} has tokens the trace has not seen "
                          f"({request.num_tokens} tokens, the trace {len(tracked.tokens)})")
-
-
-
-def _extra_keys(request) -> dict | None:
-    """The request's LoRA adapter and cache salt as `arrive` fields (none: {}), or None where
-    the trace cannot hold them (not strings, too long, a LoRA adapter without a path)."""
-    from kvfuzz.strategies.kvmanager.codec import MAX_KEY
-
-    keys, lora = {}, getattr(request, "lora_request", None)
-    if lora is not None:
-        keys = {"lora": getattr(lora, "lora_name", None), "lora_path": getattr(lora, "lora_path",
-                                                                               None)}
-    salt = getattr(request, "cache_salt", None)
-    if salt is not None and salt != "":  # (vLLM hashes an empty salt as none)
-        keys["salt"] = salt
-    if not all(isinstance(value, str) and 0 < len(value) <= MAX_KEY for value in keys.values()):
-        return None
-    return keys

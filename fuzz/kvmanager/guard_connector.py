@@ -57,6 +57,8 @@ class ConnectorCalls:
     def cache_blocks(self, request, num_computed_tokens):
         manager = self._kvfuzz_object
         tracked = self._kvfuzz_requests.get(request.request_id)
+        if tracked is not None and tracked.running and not tracked.loading:
+            return self._settle(tracked, request, int(num_computed_tokens))
         if tracked is None or not tracked.loading:
             self._refuse(f"cache_blocks of request {request.request_id!r}, whose KV load is not "
                          f"in flight (the trace caches with its allocations)")

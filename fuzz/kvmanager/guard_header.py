@@ -9,9 +9,10 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.trace import Trace, to_json
 
 
-def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
+def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0) -> Trace:
     """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
-    it: the engine passes what it gave the constructor; None is the manager's default)."""
+    it: the engine passes what it gave the constructor; None is the manager's default; nor is
+    `lookahead`, the draft tokens' slots the scheduler asks on every allocation)."""
     def refuse(why: str):
         raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
 
@@ -38,8 +39,8 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
     hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
     if hash_block_size != block_size:
         refuse(f"hash block size {hash_block_size} below the block size {block_size}")
-    if not manager.enable_caching or getattr(manager, "use_eagle", False):
-        refuse("the trace models prefix caching on, without EAGLE groups")
+    if not manager.enable_caching:
+        refuse("the trace models prefix caching on")
     blocks = int(pool.num_gpu_blocks)
     held = [m for m in manager.coordinator.single_type_managers
             if getattr(m, "req_to_blocks", None)]
@@ -55,6 +56,7 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
     trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
                   retention=getattr(config, "prefix_cache_retention_interval", None),
                   max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
+                  lookahead=lookahead, **speculation(manager),
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
     from kvfuzz.strategies.kvmanager.codec import from_json
@@ -64,3 +66,19 @@ def header(manager, max_in_flight_tokens: int | None = None) -> Trace:
     except FormatError as error:
         refuse(f"its settings are outside what a kvmanager trace holds ({error})")
     return trace
+
+
+def speculation(manager) -> dict:
+    """Speculative decoding's settings as the manager holds them: `use_eagle` (EAGLE's
+    last-block drop), the pool's lookahead hashing, the coordinator's re-prefillable tokens
+    (multi-token prediction's prefill lookahead k holds k - 1 back) and the groups flagged
+    `is_eagle_group` (0.33.0's names; an earlier release without them reads as none)."""
+    coordinator = manager.coordinator
+    reprefillable = int(getattr(coordinator, "num_reprefillable_tokens", 0))
+    groups = manager.kv_cache_config.kv_cache_groups
+    return {"eagle": bool(getattr(manager, "use_eagle", False)),
+            "hash_lookahead": int(getattr(manager.block_pool, "num_hash_lookahead_tokens", 0)),
+            # k = 1 (EAGLE's) holds nothing back: the trace's 0 and 1 are the same manager
+            "prefill_lookahead": reprefillable + 1 if reprefillable else 0,
+            "eagle_groups": tuple(index for index, group in enumerate(groups)
+                                  if getattr(group, "is_eagle_group", False))}

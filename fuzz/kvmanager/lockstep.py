@@ -36,7 +36,7 @@ from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUND
                                                   NO_COMPUTED_IDS, NO_COPIES, NO_ESTIMATE,
                                                   NO_HIT_ALONE, NO_RECORD, NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
-                                               RemoveSkipped, Reset, Sample, Schedule)
+                                               RemoveSkipped, Reset, Sample, Schedule, Settle)
 
 WAITING, RUNNING = "waiting", "running"
 # The manager's configurations a trace may set, each counted once per trace.
@@ -279,6 +279,18 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         yield Call(f"remove_skipped_blocks(r{op.rid}, {processed})", "remove_skipped_blocks",
                    (op.rid, processed),
                    oracle=lambda: self.model.remove_skipped_blocks(op.rid, processed))
+
+    @handles(Settle)
+    def settle(self, op: Settle):
+        request = self.requests.get(op.rid)
+        if request is None or request.status != RUNNING:
+            return
+        # (no edge class: kvfuzz's own streams never make it, only the guard's recordings)
+        rid, computed, hashes = op.rid, request.computed, self._hashes(request)
+        yield Call(f"cache_blocks(r{rid}, {computed}) after its output", "cache_blocks",
+                   (rid, computed),
+                   oracle=lambda: self.model.cache_blocks(rid, hashes, computed, request.tokens,
+                                                          request.prompt, request.boundary))
 
     @handles(Evict)
     def evict(self, op: Evict):

@@ -67,6 +67,14 @@ class Workload:
     # a stream of their own (the prompts stay the session's)
     salts: float = 0.0
     loras: float = 0.0
+    # Speculative decoding (vllm_speculative.py): "eagle" or "mtp" with `num_speculative` draft
+    # tokens, lookahead block hashes (vLLM's default) or, without, EAGLE's last-block drop; the
+    # groups flagged `is_eagle_group`; the share of prompts given as embeddings
+    speculative: str = ""
+    num_speculative: int = 0
+    lookahead_hashes: bool = True
+    eagle_groups: tuple = ()
+    embeds: float = 0.0
 
 
 @dataclass
@@ -187,10 +195,14 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                                                 KVCacheGroupSpec)
         from vllm.v1.structured_output import StructuredOutputManager
 
+        from kvfuzz.fuzz.kvmanager.vllm_speculative import speculative_config
+
         _cpu_platform()
         with _inspection_answered():
             model = ModelConfig(model=_model_folder(), dtype="float16", seed=0,
                                 skip_tokenizer_init=True, max_model_len=workload.max_model_len)
+            # (the draft's model class is inspected too)
+            speculative = speculative_config(workload, model)
         config = VllmConfig(
             model_config=model,
             scheduler_config=SchedulerConfig(
@@ -200,18 +212,18 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=workload.block_size,
                                      enable_prefix_caching=True),
-            **_connector(workload, seed))
+            **_connector(workload, seed), **speculative)
         config.cache_config.num_gpu_blocks = workload.blocks
         spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
                                  dtype=torch.float16)
-        groups = [KVCacheGroupSpec(["layer0"], spec)]
+        groups = [KVCacheGroupSpec(["layer0"], spec, is_eagle_group=0 in workload.eagle_groups)]
         if workload.window:
             from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
             dtype = torch.bfloat16 if workload.zeroing else torch.float16
             groups.append(KVCacheGroupSpec(["layer1"], SlidingWindowSpec(
                 block_size=workload.block_size, num_kv_heads=1, head_size=8, dtype=dtype,
-                sliding_window=workload.window)))
+                sliding_window=workload.window), is_eagle_group=1 in workload.eagle_groups))
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
         with _built_by(scheduler_module, "KVCacheManager", manager_class), \
@@ -222,8 +234,11 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 block_size=workload.block_size, log_stats=True)
 
 
-def _requests(scheduler, workload: Workload, rng: random.Random):
-    """(arrival step, Request) pairs: prefixes of whole blocks shared within each group."""
+def _requests(scheduler, workload: Workload, rng: random.Random, manager_class=None):
+    """(arrival step, Request) pairs: prefixes of whole blocks shared within each group. Their
+    block hasher is the engine's (`get_request_block_hasher`), or `manager_class`'s where it
+    names one (`request_block_hasher`: a mutant of the hasher, which the engine would build
+    from the edited module as it builds the released one)."""
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -231,7 +246,8 @@ def _requests(scheduler, workload: Workload, rng: random.Random):
 
     hash_fn = get_hash_fn_by_name(scheduler.vllm_config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    hasher = get_request_block_hasher(workload.block_size, hash_fn)
+    factory = getattr(manager_class, "request_block_hasher", get_request_block_hasher)
+    hasher = factory(workload.block_size, hash_fn, scheduler.num_hash_lookahead_tokens)
     token = lambda: rng.randrange(3, 1000)  # noqa: E731 - below the vocabulary's size
     prefixes = [[token() for _ in range(workload.block_size * rng.randint(1, 5))]
                 for _ in range(workload.groups)]
@@ -242,10 +258,17 @@ def _requests(scheduler, workload: Workload, rng: random.Random):
                 for _ in range(workload.loners)]
     rng.shuffle(prompts)
     made, keyed = [], random.Random(f"extra keys {len(prompts)}")
+    embedded = random.Random(f"embeds {len(prompts)}")  # a stream of its own, as the keys'
     for index, prompt in enumerate(prompts):
         params = SamplingParams(max_tokens=rng.randint(1, workload.max_tokens), ignore_eos=True)
-        request = Request(f"req-{index}", prompt, params, None, arrival_time=float(index),
-                          block_hasher=hasher, **_extra_keys(workload, keyed))
+        given = {"prompt_token_ids": prompt}
+        if workload.embeds and embedded.random() < workload.embeds:
+            from kvfuzz.fuzz.kvmanager.vllm_speculative import embeddings
+
+            given = {"prompt_token_ids": None, "prompt_embeds": embeddings(prompt)}
+        request = Request(f"req-{index}", sampling_params=params, pooling_params=None,
+                          arrival_time=float(index), block_hasher=hasher, **given,
+                          **_extra_keys(workload, keyed))
         made.append((0 if index < len(prompts) // 2 else rng.randint(1, 12), request))
     return sorted(made, key=lambda pair: pair[0])
 
@@ -267,7 +290,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
                 manager_class=None, wrap_pool=None, pool_class=None) -> SessionResult:
     """One seeded scheduler session, every request run to its end (at most
     `workload.max_steps` steps). `wrap(manager, **settings)` stands in for the scheduler's
-    manager, given what the manager does not keep (`max_in_flight_tokens`); `wrap_pool(pool)`
+    manager, given what the manager does not keep (`max_in_flight_tokens`, and
+    `num_lookahead_tokens` where there are draft tokens); `wrap_pool(pool)`
     for the block pool the manager's coordinator built, wherever it is held."""
     rng = random.Random(seed)
     scheduler = build_scheduler(workload, manager_class, pool_class, seed)  # prepares vLLM
@@ -279,10 +303,13 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if wrap_pool is not None:
         replace_pool(scheduler.kv_cache_manager, wrap_pool)
     if wrap is not None:
+        # the draft tokens' slots every allocation reserves: given only where there are some
+        lookahead = {"num_lookahead_tokens": scheduler.num_lookahead_tokens} \
+            if scheduler.num_lookahead_tokens else {}
         scheduler.kv_cache_manager = wrap(
             scheduler.kv_cache_manager,
-            max_in_flight_tokens=scheduler.vllm_config.max_in_flight_tokens)
-    arrivals = _requests(scheduler, workload, rng)
+            max_in_flight_tokens=scheduler.vllm_config.max_in_flight_tokens, **lookahead)
+    arrivals = _requests(scheduler, workload, rng, manager_class)
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
     # the connector's worker side, when there is one
@@ -355,19 +382,31 @@ ZEROING_CONNECTOR = Workload(window=48, zeroing=True, blocks=48, fake_connector=
 # Extra hash keys: requests that share prefixes, half of them salted, a third with a LoRA
 # adapter, so equal prompts differ in their keys alone
 EXTRA_KEYS = Workload(salts=0.5, loras=0.35)
+# Speculative decoding (vllm_speculative.py), each setting of the manager it makes: EAGLE's
+# lookahead hashes (vLLM's default), EAGLE's last-block drop in the window's group alone (the
+# draft's group flagged, lookahead hashes off), multi-module MTP of 3 tokens (its hashes and
+# prefill lookahead); and prompts given as embeddings, 60% of them
+LOOKAHEAD_HASHES = Workload(speculative="eagle", num_speculative=2)
+EAGLE_GROUPS = Workload(speculative="eagle", num_speculative=1, lookahead_hashes=False,
+                        window=48, eagle_groups=(1,), blocks=60)
+MTP = Workload(speculative="mtp", num_speculative=3)
+PROMPT_EMBEDS = Workload(embeds=0.6)
 
 
-def recording(seed: int, target: str = "kvmanager", connector: bool = False):
+def recording(seed: int, target: str = "kvmanager", connector: bool = False,
+              workload: str | None = None):
     """Session `seed`'s calls on the manager (`target` "kvmanager") or on its pool
     ("blockpool"), recorded (`kvfuzz.record`) as a trace that names where it came from: what
     corpus/ keeps of vLLM's own scheduler, regenerated by this call; `connector`: with the fake
-    KV connector (`FAKE_CONNECTOR`)."""
+    KV connector (`FAKE_CONNECTOR`); `workload`: the name of one of this module's (e.g.
+    "MTP")."""
     from dataclasses import replace
 
     from kvfuzz.fuzz.engine.guard import live_guard
 
     guard = live_guard(target)
-    workload = FAKE_CONNECTOR if connector else Workload()
+    named = workload
+    workload = FAKE_CONNECTOR if connector else globals()[named] if named else Workload()
     if target == "blockpool":
         session = run_session(seed, wrap_pool=lambda pool: guard(pool, check=False),
                               workload=workload)
@@ -378,6 +417,7 @@ def recording(seed: int, target: str = "kvmanager", connector: bool = False):
                               workload=workload)
         recorded = session.manager.kvfuzz_session
     with_connector = ", connector=True" if connector else ""
+    with_connector += f", workload={named!r}" if named else ""
     return replace(recorded.trace(), note=(
         f"recorded (kvfuzz.record) from vLLM's v1 Scheduler: "
         f"kvfuzz.fuzz.kvmanager.vllm_scheduler.recording({seed}, {target!r}{with_connector})"))

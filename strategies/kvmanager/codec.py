@@ -188,8 +188,10 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
                   f"per block (the oracle's lookahead hashing)", values["hash_lookahead"])
     scheduler = math.lcm(*sizes)
     mtp = values["prefill_lookahead"]
-    reader.expect(not mtp or set(sizes) == {hashed or block_size}, "prefill_lookahead",
-                  f"expected 0 unless every group's blocks {sizes} are hashed per block (the "
+    # (MTP holds computed tokens back from caching, in tokens: any hash block size vLLM takes;
+    # groups of different block sizes are not modelled with it)
+    reader.expect(not mtp or len(set(sizes)) == 1, "prefill_lookahead",
+                  f"expected 0 unless every group has one block size (got {sizes}; the "
                   f"oracle's MTP)", mtp)
     # vLLM's coordinator raises ValueError with EAGLE groups and caching when the scheduler
     # block is below the prefill lookahead (the dropped tail must hold the drafter's tokens)

@@ -5,8 +5,8 @@ EAGLE's drop (its lookup looks one of its blocks further and drops it, it caches
 for the peek, its window's retention shifts a block), the other looks and caches as without
 EAGLE; the coordinator's replay boundaries still drop a scheduler block (any group dropping).
 One of the two groups flagged; in a fifth both (the same as none: every group drops). The
-"eagle window" profile's sizes and engine settings (`hybrid.build_eagle`). Standard library
-only.
+"eagle window" profile's sizes and engine settings (`hybrid.build_eagle`); half of the requests
+with extra keys (LoRA, salt, images: `extra_keys.with_keys`). Standard library only.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import hybrid
+from kvfuzz.strategies.kvmanager.extra_keys import with_keys
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -23,7 +24,8 @@ PROFILE = "eagle groups"
 
 def build(rng: random.Random, num_ops: int) -> Trace:
     flagged = (0, 1) if rng.random() < 0.2 else (rng.choice((0, 1)),)
-    return replace(hybrid.build_eagle(rng, num_ops), eagle_groups=flagged,
+    trace = hybrid.build_eagle(rng, num_ops)
+    return replace(trace, ops=with_keys(rng, trace.ops, trace.block_size), eagle_groups=flagged,
                    note=f"profile {PROFILE}")
 
 

@@ -16,6 +16,7 @@ block.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import generator
 from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
@@ -76,30 +77,55 @@ class _Keyed(generator._Generator):
             self.ops.append(Schedule(self.next_rid, self.chunk()))
 
     def keys(self, tokens: list[int], slot) -> dict:
-        """Some of a LoRA adapter, a salt and images, each drawn from two or three."""
-        rng, keys = self.rng, {}
-        if rng.random() < 0.4:
-            name = rng.choice(ADAPTERS)
-            # the same name re-pointed at another adapter (a tenth)
-            version = 2 if rng.random() < 0.1 else 1
-            keys |= {"lora": name, "lora_path": f"/adapters/{name}/v{version}"}
-        if rng.random() < 0.35:
-            keys["salt"] = rng.choice(SALTS)
-        images = []
-        if slot and rng.random() < 0.8:
-            offset, length = slot
-            offset += rng.choice((0, 0, 0, -1, 1))  # the same image, one token off
-            offset = max(0, offset)
-            if offset + length <= len(tokens):
-                images.append((rng.choice(IMAGES[:2]), offset, length))
-        end = images[-1][1] + images[-1][2] if images else 0
-        if len(tokens) - end >= 2 and rng.random() < 0.3:  # another image after it
-            offset = rng.randrange(end, len(tokens) - 1)
-            length = rng.randint(1, min(2 * self.block_size, len(tokens) - offset))
-            images.append((rng.choice(IMAGES), offset, length))
-        if images:
-            keys["images"] = tuple(images)
-        return keys
+        return draw_keys(self.rng, self.block_size, tokens, slot)
+
+
+def draw_keys(rng: random.Random, block_size: int, tokens: list[int], slot) -> dict:
+    """Some of a LoRA adapter, a salt and images, each drawn from two or three; `slot`: where
+    the request's family has its image placeholders, (offset, length), or None."""
+    keys = {}
+    if rng.random() < 0.4:
+        name = rng.choice(ADAPTERS)
+        # the same name re-pointed at another adapter (a tenth)
+        version = 2 if rng.random() < 0.1 else 1
+        keys |= {"lora": name, "lora_path": f"/adapters/{name}/v{version}"}
+    if rng.random() < 0.35:
+        keys["salt"] = rng.choice(SALTS)
+    images = []
+    if slot and rng.random() < 0.8:
+        offset, length = slot
+        offset += rng.choice((0, 0, 0, -1, 1))  # the same image, one token off
+        offset = max(0, offset)
+        if offset + length <= len(tokens):
+            images.append((rng.choice(IMAGES[:2]), offset, length))
+    end = images[-1][1] + images[-1][2] if images else 0
+    if len(tokens) - end >= 2 and rng.random() < 0.3:  # another image after it
+        offset = rng.randrange(end, len(tokens) - 1)
+        length = rng.randint(1, min(2 * block_size, len(tokens) - offset))
+        images.append((rng.choice(IMAGES), offset, length))
+    if images:
+        keys["images"] = tuple(images)
+    return keys
+
+
+def with_keys(rng: random.Random, ops, block_size: int) -> tuple:
+    """`ops` with half of their requests given extra keys, drawn as this profile draws them
+    (an adapter, a salt, images of two or three), from a stream of their own seeded by one
+    draw of `rng` (the ops stay as `rng` made them): what the newer profiles ("lookahead
+    hashes", "eagle groups", "mtp", "prompt embeds") combine with their own hashing rule. Images
+    sit at one of two places per trace, so that siblings' equal images share blocks."""
+    keyed = random.Random(rng.random())
+    slots = [(keyed.randrange(4 * block_size), keyed.randint(1, 2 * block_size + 1))
+             for _ in range(2)]
+    drawn = []
+    for op in ops:
+        if isinstance(op, Arrive) and keyed.random() < 0.5:
+            slot = keyed.choice(slots)
+            fits = slot[0] + slot[1] <= len(op.tokens)
+            op = replace(op, **draw_keys(keyed, block_size, list(op.tokens),
+                                         slot if fits else None))
+        drawn.append(op)
+    return tuple(drawn)
 
 
 PROFILES = (PROFILE,)

@@ -10,7 +10,9 @@ The corner generator's requests (`generator._Generator`): prompt families cut at
 one after block boundaries, then their own tokens, so siblings often share a block and differ in
 the token right after it. Full attention alone or (30%) beside a sliding window of the same
 block size, hashed per block; KV events in half (their lookahead tokens compared), hits
-reported in some, stats, tokens in flight in a fifth. Standard library only.
+reported in some, stats, tokens in flight in a fifth; half of the requests carry extra keys
+(LoRA, salt, images: `extra_keys.with_keys`), which the lookahead tokens' keys join. Standard
+library only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import random
 
 from kvfuzz.strategies.kvmanager import generator
+from kvfuzz.strategies.kvmanager.extra_keys import with_keys
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -39,8 +42,9 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     gen = generator._Generator(rng, block_size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]),
-                 hash_lookahead=ahead, **settings, note=f"profile {PROFILE}")
+    ops = with_keys(rng, gen.ops[:num_ops], block_size)
+    return Trace(blocks, block_size, window, max_model_len, ops, hash_lookahead=ahead,
+                 **settings, note=f"profile {PROFILE}")
 
 
 PROFILES = (PROFILE,)

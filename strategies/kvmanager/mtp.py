@@ -6,8 +6,11 @@ its default, lookahead hashing over the same k tokens (`hash_lookahead`, the sch
 clearing `use_eagle`), in 60%; or lookahead hashes disabled, EAGLE's last-block drop instead
 (`eagle`). Full attention alone or (40%) beside a sliding window of the same block size
 (blocks of at least k tokens: vLLM refuses a smaller scheduler block with EAGLE), hashed per
-block; with EAGLE and a window, the draft's group flagged apart in half. The corner generator's
-requests (`generator._Generator`); KV events in half. Standard library only.
+block, or, beside a window with EAGLE's drop, in 40% per a hash block below the block size
+(its partial tail cached over the finalized tokens alone); with EAGLE and a window, the
+draft's group flagged apart in half. The corner generator's requests
+(`generator._Generator`), half of them with extra keys (LoRA, salt, images:
+`extra_keys.with_keys`); KV events in half. Standard library only.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import random
 
 from kvfuzz.strategies.kvmanager import generator
+from kvfuzz.strategies.kvmanager.extra_keys import with_keys
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -40,8 +44,14 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     gen = generator._Generator(rng, block_size, max_model_len)
     while len(gen.ops) < num_ops:
         gen.step()
-    return Trace(blocks, block_size, window, max_model_len, tuple(gen.ops[:num_ops]),
-                 **settings, note=f"profile {PROFILE}")
+    ops = with_keys(rng, gen.ops[:num_ops], block_size)
+    # beside a window, with EAGLE's drop, a hash block below the block size in 40% (drawn last:
+    # the ops stay those of the same seed without it)
+    if window and not hashes_look_ahead and rng.random() < 0.4:
+        settings["hash_block_size"] = rng.choice([size for size in (1, 2, 4)
+                                                  if size < block_size])
+    return Trace(blocks, block_size, window, max_model_len, ops, **settings,
+                 note=f"profile {PROFILE}")
 
 
 PROFILES = (PROFILE,)

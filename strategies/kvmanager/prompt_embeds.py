@@ -7,7 +7,8 @@ generator's requests (`generator._Generator`: prompt families cut around block b
 60% of them given as embeddings (each position's embedding one value, the family's token), the
 rest as the same tokens; full attention alone or (30%) beside a sliding window, one block size
 hashed per block; KV events in half (their digests compared), hits reported in some, lookahead
-hashing in a fifth. Standard library only.
+hashing in a fifth; half of the requests (embedded or not) carry extra keys besides (LoRA, salt,
+images: `extra_keys.with_keys`), joined with the embeddings' digest. Standard library only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import generator
+from kvfuzz.strategies.kvmanager.extra_keys import with_keys
 from kvfuzz.strategies.kvmanager.trace import Arrive, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -37,6 +39,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
         gen.step()
     ops = tuple(replace(op, embeds=True) if isinstance(op, Arrive) and rng.random() < 0.6
                 else op for op in gen.ops[:num_ops])
+    ops = with_keys(rng, ops, block_size)
     return Trace(blocks, block_size, window, max_model_len, ops, **settings,
                  note=f"profile {PROFILE}")
 

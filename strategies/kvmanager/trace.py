@@ -152,6 +152,17 @@ class RemoveSkipped:
 
 
 @dataclass(frozen=True)
+class Settle:
+    """`cache_blocks(request, num_computed_tokens)` of a running request after its step's
+    output, as vLLM's scheduler makes it with draft tokens (speculative decoding), the sampled
+    token appended first (a `sample`): a block whose lookahead hash waited for that token is
+    cached now, not at the request's next allocation. Resolves to nothing for a request that
+    is not running. Only the guard's recordings of vLLM's scheduler make it."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
 class Evict:
     """`evict_blocks(set(block_ids))`: ids outside the pool are dropped at run time."""
 
@@ -164,11 +175,11 @@ class Reset:
 
 
 Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | RemoveSkipped | Evict | \
-    Reset | Connect | Loaded
+    Reset | Connect | Loaded | Settle
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
          "preempt": Preempt, "finish": Finish, "release": Release,
          "remove_skipped": RemoveSkipped, "evict": Evict,
-         "reset": Reset,
+         "reset": Reset, "settle": Settle,
          **connector_ops.OPS}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
@@ -352,6 +363,8 @@ def describe_op(op: Op) -> str:
         return f"release r{op.rid}'s deferred blocks to the pool"
     if isinstance(op, RemoveSkipped):
         return f"remove r{op.rid}'s skipped blocks (before a connector's request_finished)"
+    if isinstance(op, Settle):
+        return f"cache r{op.rid}'s blocks after its step's output"
     if isinstance(op, (Connect, Loaded)):
         return connector_ops.describe(op)
     if isinstance(op, Evict):

@@ -281,3 +281,25 @@ def test_a_refused_hit_is_counted_by_the_key_that_differs():
     counted.clear()
     image = RequestKeys(images=(("x", 2, 2),))
     assert admit(4, image) == 2 and counted == {"multimodal hit refused": 1}
+
+
+# -- the newer profiles' requests carry extra keys too (no vllm needed) --------------------------
+@pytest.mark.parametrize("name", ["lookahead_hashes", "eagle_groups", "mtp", "prompt_embeds"])
+def test_a_newer_profile_draws_extra_keys_over_the_ops_it_makes_without_them(name, monkeypatch):
+    """Each of the four draws LoRA adapters, salts and images on some of its arrivals
+    (`extra_keys.with_keys`), from a stream of its own: the ops of a seed are those it makes
+    with the keys left off (so its seeded indices keep their meaning)."""
+    import importlib
+    from dataclasses import replace
+
+    module = importlib.import_module(f"kvfuzz.strategies.kvmanager.{name}")
+    keyed = [module.GENERATOR.generate(0, index) for index in range(6)]
+    arrivals = [op for trace in keyed for op in trace.ops if isinstance(op, Arrive)]
+    assert all(any(getattr(op, key) for op in arrivals) for key in ("lora", "salt", "images"))
+    assert any(not (op.lora or op.salt or op.images) for op in arrivals)  # some left bare
+    monkeypatch.setattr(module, "with_keys", lambda rng, ops, block_size: (rng.random(),
+                                                                           tuple(ops))[1])
+    bare = [module.GENERATOR.generate(0, index) for index in range(6)]
+    unkeyed = [tuple(replace(op, lora="", lora_path="", salt="", images=())
+                     if isinstance(op, Arrive) else op for op in trace.ops) for trace in keyed]
+    assert unkeyed == [trace.ops for trace in bare]

@@ -2,9 +2,10 @@
 its one-line refusals (vLLM's own: a scheduler block below the prefill lookahead with EAGLE);
 the oracle's rule (the last prefill_lookahead - 1 computed tokens held back from caching: every
 group of the unitary coordinator, the dropping groups of the hybrid one) on the model; with
-vLLM (slow), the released manager runs the profile clean to its edge classes, and an oracle
-that holds nothing back is told apart from it. The mutants (`mtp_reprefillable_cached`,
-`mtp_peek_past_finalized`) are caught in `test_mutants.py`."""
+vLLM (slow), the released manager runs the profile clean to its edge classes (and with a hash
+block below the block size), and an oracle that holds nothing back is told apart from it. The
+mutants (`mtp_reprefillable_cached`, `mtp_peek_past_finalized`) are caught in
+`test_mutants.py`."""
 
 from __future__ import annotations
 
@@ -33,8 +34,11 @@ def test_the_field_round_trips_and_bad_values_are_one_line_errors():
     # a scheduler block below the lookahead: refused with EAGLE (vLLM's ValueError), not with
     # lookahead hashes (the scheduler cleared use_eagle)
     assert codec.from_json(BASE | {"block_size": 2, "eagle": False, "hash_lookahead": 3})
+    # beside a window of the same block size, hashed per 2 tokens (vLLM takes it)
+    assert codec.from_json(BASE | {"window": 4, "hash_block_size": 2}).hash_block_size == 2
     for change in ({"prefill_lookahead": -1}, {"prefill_lookahead": 17}, {"block_size": 2},
-                   {"window": 4, "hash_block_size": 2}, {"mamba_mode": "align", "eagle": False}):
+                   {"window": 4, "window_block_size": 8},
+                   {"mamba_mode": "align", "eagle": False}):
         with pytest.raises(FormatError) as error:
             codec.from_json(BASE | change)
         assert "\n" not in str(error.value) and "prefill_lookahead" in str(error.value)
@@ -80,3 +84,18 @@ def test_an_oracle_holding_nothing_back_is_told_apart():
     finally:
         KVManagerModel.__init__ = original
     assert KVMANAGER.check(trace, vllm).status == AGREE
+
+
+@with_vllm
+def test_a_hash_block_below_the_block_size_runs_clean_and_its_peek_mutant_is_caught():
+    """MTP beside a window per a hash block below the block size (the profile's 40% of its
+    windowed EAGLE traces): the released manager agrees on the first six, and the dropping
+    group's peek over re-prefillable tokens (`mtp_peek_past_finalized`) is caught on one."""
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    mutant = KVMANAGER.catalogue.resolve("mutant.vllm.kvmanager.mtp_peek_past_finalized")
+    finer = [trace for trace in (profile.GENERATOR.generate(0, index) for index in range(101))
+             if trace.hash_block_size][:6]  # indices 9 to 100
+    assert len(finer) == 6 and all(t.hash_block_size < t.block_size for t in finer)
+    assert all(KVMANAGER.check(trace, vllm).status == AGREE for trace in finer)
+    assert any(KVMANAGER.check(trace, mutant).status != AGREE for trace in finer)
+
