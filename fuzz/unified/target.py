@@ -60,6 +60,8 @@ def scheduler_calls(impl, obj):
     from kvfuzz.impl.unified.node_tree import has_own_nodes  # no torch, no SGLang
     from kvfuzz.impl.unified.release_window import lifts_swa_cursor
 
+    if donor_of(impl.preconditions):
+        no_memory_pool(impl)
     impl = release_calls(impl, obj)
     if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
         impl = own_nodes(impl, obj)
@@ -67,6 +69,23 @@ def scheduler_calls(impl, obj):
             lifts_swa_cursor():
         impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
     return impl
+
+
+# Where the Full donor lives: the unified memory pool's `init_unified_mamba_pools` builds the
+# allocator whose Mamba side evicts Full leaves (impl/unified/mamba.py:unified_pools).
+MEMORY_POOL = "sglang.srt.mem_cache.unified_memory_pool"
+
+
+def no_memory_pool(impl) -> None:
+    """An entry on the unified memory pool is one line on a release without that module (before
+    0.5.15): the Full donor it judges does not exist there."""
+    from kvfuzz.impl.registry import module_exists
+
+    if impl.requires == "sglang" and not module_exists(MEMORY_POOL):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)} has no module {MEMORY_POOL} (no unified "
+            f"memory pool: the Full donor of a Mamba state does not exist there; the "
+            f"sglang.unified.mamba entries run)")
 
 
 def own_nodes(impl, obj):

@@ -8,7 +8,8 @@ every call is a read of the nodes' fields, never a call of the cache's helpers (
 `_match_prefix_helper` splits nodes and stamps times).
 
 What the class promises the scheduler that the oracle must follow (oracle/radix/contract.py) is
-read from its module and its components' sources here (`contract_names`)."""
+read from its module and its components' sources here (`contract_names`). The same reads serve
+the Python tree core of 0.5.17-0.5.19, which has no read-only path read (`CoreNodeReads`)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,31 @@ class NodeTree:
 
         return Walk(*(torch.tensor(column, dtype=torch.int64)
                       for column in (slots, positions, before)))
+
+
+class CoreNodeReads:
+    """A Python tree core without a read-only path read (SGLang 0.5.17-0.5.19: neither
+    `collect_path_info` nor `match_full_device_prefix`; 0.5.20 added the walk): those two read
+    from its node objects (`root_node`, each node's `parent`, `children`, `key`), as `NodeTree`
+    reads 0.5.11's, every other call the core's own."""
+
+    def __init__(self, core, full):
+        self.core, self.nodes = core, NodeTree(core, full)  # (the core has root_node, page_size)
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+    def collect_path_info(self, handles):
+        return self.nodes.collect_path_info(handles)
+
+    def match_full_device_prefix(self, key):
+        return self.nodes.match_full_device_prefix(key)
+
+
+def lacks_path_reads(core) -> bool:
+    """A tree core with neither read-only path read (0.5.17-0.5.19)."""
+    return not any(callable(getattr(core, name, None))
+                   for name in ("collect_path_info", "match_full_device_prefix"))
 
 
 def has_own_nodes(cls) -> bool:
