@@ -24,7 +24,8 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
+from kvfuzz.oracle.radix.contract import (BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, NO_FULL_DONOR,
+                                          contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
                                               donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -63,6 +64,9 @@ def scheduler_calls(impl, obj):
     if donor_of(impl.preconditions):
         no_memory_pool(impl)
     impl = release_calls(impl, obj)
+    if donor_of(impl.preconditions) and LEGACY_CALLS in impl.preconditions and \
+            not has_full_donor(obj):
+        impl = replace(impl, preconditions=impl.preconditions + (NO_FULL_DONOR,))
     if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
         impl = own_nodes(impl, obj)
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
@@ -86,6 +90,18 @@ def no_memory_pool(impl) -> None:
             f"not supported: {release_name(impl)} has no module {MEMORY_POOL} (no unified "
             f"memory pool: the Full donor of a Mamba state does not exist there; the "
             f"sglang.unified.mamba entries run)")
+
+
+def has_full_donor(cls) -> bool:
+    """Whether the cache's eviction asks the allocator for a Full donor (0.5.20 on: its module
+    names `mamba_full_cache_donor`), read from the source of the class's module."""
+    import inspect
+    import sys
+
+    try:
+        return "mamba_full_cache_donor" in inspect.getsource(sys.modules[cls.__module__])
+    except (KeyError, OSError, TypeError):
+        return True  # nothing to read: today's contract
 
 
 def own_nodes(impl, obj):
