@@ -63,6 +63,8 @@ def scheduler_calls(impl, obj):
 
     if donor_of(impl.preconditions):
         no_memory_pool(impl)
+    if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
+        no_rust_reads(impl)
     impl = release_calls(impl, obj)
     if donor_of(impl.preconditions) and LEGACY_CALLS in impl.preconditions and \
             not has_full_donor(obj):
@@ -90,6 +92,39 @@ def no_memory_pool(impl) -> None:
             f"not supported: {release_name(impl)} has no module {MEMORY_POOL} (no unified "
             f"memory pool: the Full donor of a Mamba state does not exist there; the "
             f"sglang.unified.mamba entries run)")
+
+
+RUST_ADAPTER = "sglang.srt.mem_cache.rust_tree_core.adapter"
+PATH_READS = ("def collect_path_info", "def match_full_device_prefix")
+
+
+def no_rust_reads(impl) -> None:
+    """A Rust entry is one line where the release has no Rust tree core (0.5.17, 0.5.18), or
+    one without a read-only path read (0.5.19: its adapter has neither `collect_path_info` nor
+    `match_full_device_prefix`, and `node_by_id` raises): a node's parent, and the nodes a
+    split makes, cannot be read there without a match that stamps the tree. Read from the
+    adapter's source file, nothing imported."""
+    import importlib.util
+
+    from kvfuzz.impl.registry import module_exists
+
+    if impl.requires != "sglang":
+        return
+    if not module_exists(RUST_ADAPTER):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)} has no Rust tree core (no module "
+            f"{RUST_ADAPTER}; the .python entries run)")
+    try:
+        with open(importlib.util.find_spec(RUST_ADAPTER).origin, encoding="utf-8") as source:
+            text = source.read()
+    except (OSError, TypeError, AttributeError):
+        return  # nothing to read: tried as it is
+    if not any(name in text for name in PATH_READS):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)}: its Rust tree core has no read-only path "
+            f"read (neither collect_path_info nor match_full_device_prefix, and node_by_id "
+            f"raises), so a node's parent cannot be read without a match that stamps the tree "
+            f"(the .python entries run)")
 
 
 def has_full_donor(cls) -> bool:
