@@ -99,21 +99,17 @@ PATH_READS = ("def collect_path_info", "def match_full_device_prefix")
 
 
 def no_rust_reads(impl) -> None:
-    """A Rust entry is one line where the release has no Rust tree core (0.5.17, 0.5.18), or
-    one without a read-only path read (0.5.19: its adapter has neither `collect_path_info` nor
-    `match_full_device_prefix`, and `node_by_id` raises): a node's parent, and the nodes a
-    split makes, cannot be read there without a match that stamps the tree. Read from the
-    adapter's source file, nothing imported."""
+    """A Rust entry is one line where the release's Rust tree core has no read-only path read
+    (0.5.19: its adapter has neither `collect_path_info` nor `match_full_device_prefix`, and
+    `node_by_id` raises): a node's parent, and the nodes a split makes, cannot be read there
+    without a match that stamps the tree. Read from the adapter's source file, nothing
+    imported; a release without the adapter (0.5.17, 0.5.18: no Rust core) is another line's."""
     import importlib.util
 
     from kvfuzz.impl.registry import module_exists
 
-    if impl.requires != "sglang":
+    if impl.requires != "sglang" or not module_exists(RUST_ADAPTER):
         return
-    if not module_exists(RUST_ADAPTER):
-        raise ImplementationError(
-            f"not supported: {release_name(impl)} has no Rust tree core (no module "
-            f"{RUST_ADAPTER}; the .python entries run)")
     try:
         with open(importlib.util.find_spec(RUST_ADAPTER).origin, encoding="utf-8") as source:
             text = source.read()

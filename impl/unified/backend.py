@@ -1,5 +1,5 @@
 """Which tree core a `UnifiedRadixCache` builds: `CacheInitParams.tree_core_backend` from SGLang
-0.5.21 on; in 0.5.17-0.5.20 the environment's `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` (default
+0.5.21 on; in 0.5.20 the environment's `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` (default
 "python"), read when the cache is built. No torch, no SGLang imported here."""
 
 from __future__ import annotations

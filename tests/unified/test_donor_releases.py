@@ -172,3 +172,30 @@ def test_a_python_core_without_path_reads_is_read_from_its_nodes():
                            Key=lambda tokens, extra: _Key(array("q", tokens), extra))
     with pytest.raises(AttributeError, match="match_full_device_prefix"):
         path_info(bare, 2, [1, 2, 3, 4, 5], None)
+
+
+def test_a_rust_entry_is_one_line_without_its_cores_path_reads(monkeypatch, tmp_path):
+    """0.5.19: an adapter with neither path read, one line; 0.5.20 on:
+    `match_full_device_prefix` (then `collect_path_info`), driven. Read from the file."""
+    import importlib.util
+
+    import kvfuzz.fuzz.radix.target as radix_target
+    import kvfuzz.impl.registry as registry
+    from kvfuzz.fuzz.unified.target import no_rust_reads
+
+    impl = SimpleNamespace(requires="sglang", path="x:UnifiedRadixCache")
+    monkeypatch.setattr(radix_target, "installed_release", lambda package: "0.5.19")
+    monkeypatch.setattr(registry, "module_exists", lambda name: False)
+    no_rust_reads(impl)  # 0.5.17, 0.5.18: no adapter (their registry's line says so)
+    adapter = tmp_path / "adapter.py"
+    monkeypatch.setattr(registry, "module_exists", lambda name: True)
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name: SimpleNamespace(origin=str(adapter)))
+    adapter.write_text("class RustUnifiedTreeCore:\n    def node_by_id(self, node_id): ...\n")
+    with pytest.raises(ImplementationError) as said:
+        no_rust_reads(impl)
+    assert str(said.value).startswith("not supported: sglang 0.5.19: its Rust tree core has no "
+                                      "read-only path read")
+    adapter.write_text("class RustUnifiedTreeCore:\n    def match_full_device_prefix(self): ...\n")
+    no_rust_reads(impl)  # 0.5.20: driven
+    no_rust_reads(SimpleNamespace(requires=None, path="mine:Cache"))  # an outside class: as is
