@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import re
 
+from tests.conftest import CORPUS
 from tests.helpers import needs_engine
 from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
 DONOR = "sglang.unified.mamba.donor.python"
+V = CORPUS / "history" / "sglang-0.5.16" / "unified-84e51c74206b5da8.json"
 
 
 def _agreed(done, entry: str, cases: int) -> None:
@@ -40,13 +42,13 @@ def test_before_0_5_15_a_donor_entry_is_one_line():
     assert "Traceback" not in line
 
 
-def test_0_5_16s_pools_are_built_with_its_own_signature_and_its_mamba_grid_read(tmp_path):
+def test_finding_v_diverges_on_0_5_16_and_its_mamba_entry_agrees(tmp_path):
     """0.5.16's own `UnifiedHybridReqToTokenPool._init_mamba_pool` takes no
     `enable_gdn_replayssm_spec`, which its parent passes (finding V): the crash is the
     release's, in its frame, no longer kvfuzz's keyword. Its Mamba entry agrees, the grid read
-    through `get_server_args`."""
+    through `get_server_args` and each insert's node named by the walk."""
     donor, mamba = kvfuzz_commands(folder_of("0.5.16"), (
-        "replay", _one_op(tmp_path), "--impl", DONOR), (
+        "replay", V, "--impl", DONOR), (
         "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "2",
         "--timeout", "200", "--corpus", tmp_path))
     text = donor.stdout + donor.stderr
@@ -58,13 +60,16 @@ def test_0_5_16s_pools_are_built_with_its_own_signature_and_its_mamba_grid_read(
 
 def test_0_5_17s_donor_and_mamba_entries_agree_on_its_python_core(tmp_path):
     """0.5.17's Python core has no read-only path read (read from its nodes) and its pool no
-    Full donor (`NO_FULL_DONOR`): seeded case 1 diverged on "Full is the donor" before."""
-    donor, mamba = kvfuzz_commands(folder_of("0.5.17"), (
+    Full donor (`NO_FULL_DONOR`): seeded case 1 diverged on "Full is the donor" before. V's
+    file replays clean there (0.5.17's `_init_mamba_pool` takes the parent's switch)."""
+    donor, mamba, fixed = kvfuzz_commands(folder_of("0.5.17"), (
         "diff", "unified", "--impl", DONOR, "--cases", "2", "--timeout", "200",
         "--corpus", tmp_path), (
         "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "2",
-        "--timeout", "200", "--corpus", tmp_path))
+        "--timeout", "200", "--corpus", tmp_path), (
+        "replay", V, "--impl", DONOR))
     _agreed(donor, DONOR, 2)
+    assert fixed.returncode == 0, (fixed.stdout + fixed.stderr)[-2000:]  # V: fixed in 0.5.17
     _agreed(mamba, "sglang.unified.mamba.python", 2)
 
 
@@ -86,15 +91,3 @@ def test_0_5_21s_donor_entries_agree(tmp_path):
         "--timeout", "200", "--corpus", tmp_path))
     _agreed(python, DONOR, 2)
     _agreed(rust, "sglang.unified.mamba.donor.rust", 2)
-
-
-def _one_op(tmp_path):
-    """The shrunk trace of 0.5.16's donor crash (any trace crashes there: the constructor)."""
-    import json
-
-    path = tmp_path / "one_op.json"
-    path.write_text(json.dumps({
-        "format": "kvfuzz-unified-trace/1", "components": "full+mamba", "mamba_slots": 3,
-        "page_size": 1, "size": 1, "policy": "lru", "events": False,
-        "ops": [{"op": "match", "tokens": [2, 1, 5], "ns": 0}]}))
-    return path
