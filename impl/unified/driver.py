@@ -19,7 +19,7 @@ SGLang 0.5.20 and 0.5.21 are driven through their own calls (`impl/radix/legacy.
 scheduler's `inc_lock_ref`/`dec_lock_ref` with the receipt, `cache_unfinished_req`,
 `cache_finished_req` or `insert_req`), the path read without `collect_path_info` (`paths.py`),
 the core asked for by `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` where `CacheInitParams` has no
-`tree_core_backend` (0.5.17-0.5.20), and `claim_kv_row` and `on_release` called where the release has
+`tree_core_backend` (0.5.20), and `claim_kv_row` and `on_release` called where the release has
 them (0.5.21 names `on_release`'s flag `inserted`); with SWA the request's cursor read where the
 release keeps it (`swa_cursor`), with Mamba a match's length from its `device_indices`.
 
@@ -44,10 +44,9 @@ import torch
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
 from kvfuzz.impl.radix.legacy import read_swa_cursor
-from kvfuzz.impl.unified.backend import backend_in_environment, environment_backend
+from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
-from kvfuzz.impl.unified.node_tree import (CoreNodeReads, NodeTree, has_own_nodes,
-                                           lacks_path_reads)
+from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes, walkable
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import light, snapshot
 
@@ -95,20 +94,18 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                              poison_keys, **options)
         # where the class has no tree core (0.5.11), its own nodes read as one (node_tree.py)
         self.own_nodes = NodeTree(self.cache, self.FULL) if has_own_nodes(cls) else None
-        self.path_reads = None  # a core without read-only path reads: read from its nodes
+        self._walked = None  # (the core, it as read: `tree_core`)
 
     @property
     def tree_core(self):
-        """The tree core the state is read through (0.5.17-0.5.19's Python core with the path
-        reads it lacks made from its nodes: `CoreNodeReads`)."""
+        """The tree core the state is read through (0.5.17-0.5.19's Python core with the
+        read-only walk it lacks, `node_tree.walkable`)."""
         if self.own_nodes is not None:
             return self.own_nodes
         core = self.cache.tree_core
-        if lacks_path_reads(core):
-            if self.path_reads is None or self.path_reads.core is not core:
-                self.path_reads = CoreNodeReads(core, self.FULL)
-            return self.path_reads
-        return core
+        if self._walked is None or self._walked[0] is not core:
+            self._walked = (core, walkable(core, self.FULL))
+        return self._walked[1]
 
     def root_handle(self):
         return (self.own_nodes or self.cache).root_node_handle()
@@ -184,8 +181,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                     "fallback": None, "build_mode": ""}
         core = self.cache.tree_core
         built = f"{type(core).__module__}.{type(core).__qualname__}"
-        # (0.5.17, 0.5.18 keep no name of the core they built: the environment's choice)
-        backend = str(getattr(self.cache, "_tree_core_backend", None) or environment_backend())
+        # (0.5.17 and 0.5.18 keep no `_tree_core_backend`: the environment chose, and their one
+        # core is Python's)
+        backend = str(getattr(self.cache, "_tree_core_backend", None) or
+                      ("rust" if built == RUST_CORE else "python"))
         reason = None
         if self.asked in (None, "rust") and built != RUST_CORE:
             reason = _fallback_reason(self.params)

@@ -8,8 +8,7 @@ every call is a read of the nodes' fields, never a call of the cache's helpers (
 `_match_prefix_helper` splits nodes and stamps times).
 
 What the class promises the scheduler that the oracle must follow (oracle/radix/contract.py) is
-read from its module and its components' sources here (`contract_names`). The same reads serve
-the Python tree core of 0.5.17-0.5.19, which has no read-only path read (`CoreNodeReads`)."""
+read from its module and its components' sources here (`contract_names`)."""
 
 from __future__ import annotations
 
@@ -136,29 +135,28 @@ class NodeTree:
                       for column in (slots, positions, before)))
 
 
-class CoreNodeReads:
-    """A Python tree core without a read-only path read (SGLang 0.5.17-0.5.19: neither
-    `collect_path_info` nor `match_full_device_prefix`; 0.5.20 added the walk): those two read
-    from its node objects (`root_node`, each node's `parent`, `children`, `key`), as `NodeTree`
-    reads 0.5.11's, every other call the core's own."""
+class WalkOverCore:
+    """A Python tree core of SGLang 0.5.17-0.5.19: its own read calls as they are, and the
+    read-only walk it lacks (`match_full_device_prefix`, 0.5.20 on) read from its nodes
+    (`root_node`, `children`, `key`, `id`) as `NodeTree` reads 0.5.11's."""
 
     def __init__(self, core, full):
-        self.core, self.nodes = core, NodeTree(core, full)  # (the core has root_node, page_size)
+        self.core, self._nodes = core, NodeTree(core, full)
 
     def __getattr__(self, name):
         return getattr(self.core, name)
 
-    def collect_path_info(self, handles):
-        return self.nodes.collect_path_info(handles)
-
-    def match_full_device_prefix(self, key):
-        return self.nodes.match_full_device_prefix(key)
+    def match_full_device_prefix(self, key) -> tuple[int, int, int]:
+        return self._nodes.match_full_device_prefix(key)
 
 
-def lacks_path_reads(core) -> bool:
-    """A tree core with neither read-only path read (0.5.17-0.5.19)."""
-    return not any(callable(getattr(core, name, None))
-                   for name in ("collect_path_info", "match_full_device_prefix"))
+def walkable(core, full):
+    """The core, or where it has no read-only walk but nodes to walk (0.5.17-0.5.19's Python
+    core), the core with one (`WalkOverCore`)."""
+    if callable(getattr(core, "match_full_device_prefix", None)) or \
+            not hasattr(core, "root_node"):
+        return core
+    return WalkOverCore(core, full)
 
 
 def has_own_nodes(cls) -> bool:

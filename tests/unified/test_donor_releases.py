@@ -3,8 +3,8 @@
 `init_unified_mamba_pools` given a switch only where its signature names it (0.5.15-0.5.21 have
 no `enable_mamba_extra_buffer_lazy`), the Mamba checkpoint grid read where each release keeps it
 (0.5.17's component field, 0.5.16's `get_server_args`), a donor entry one line where the release
-has no unified memory pool (before 0.5.15), a Python tree core without read-only path reads
-(0.5.17-0.5.19) read from its nodes, and the donor's order not judged where the release has no
+has no unified memory pool (before 0.5.15), a Python tree core without the read-only walk
+(0.5.17-0.5.19) walked on its nodes, and the donor's order not judged where the release has no
 Full donor (before 0.5.20), each beside the broken variant it replaces."""
 
 from __future__ import annotations
@@ -144,30 +144,31 @@ def _node(node_id, tokens, parent):
     return node
 
 
-def test_a_python_core_without_path_reads_is_read_from_its_nodes():
-    """0.5.17's core: `root_node`, nodes with `parent`/`children`/`key`, no `collect_path_info`
-    or `match_full_device_prefix` (0.5.20 added the walk); every other call the core's own."""
-    from kvfuzz.impl.unified.node_tree import CoreNodeReads, lacks_path_reads
+def test_a_python_core_without_the_walk_is_walked_on_its_nodes():
+    """0.5.17's core: `root_node`, nodes with `parent`/`children`/`key`, no
+    `match_full_device_prefix` (0.5.20 added it; `node_tree.walkable`, as unified012's branch
+    has it); every other call the core's own, and the path read made with it."""
+    from kvfuzz.impl.unified.node_tree import walkable
     from kvfuzz.impl.unified.paths import path_info
 
     root = _node(0, [], None)
     upper = _node(1, [1, 2], root)
-    lower = _node(2, [3, 4, 5], upper)
+    _node(2, [3, 4, 5], upper)
+    lengths = {0: 0, 1: 2, 2: 5}
     core = SimpleNamespace(root_node=root, page_size=1, size=lambda: 5,
-                           get_component_device_value=lambda h, c: [9])
-    assert lacks_path_reads(core)
-    assert not lacks_path_reads(SimpleNamespace(match_full_device_prefix=print))
-    reads = CoreNodeReads(core, "full")
-    assert [tuple(info[:4]) for info in reads.collect_path_info([2])[0]] == [
-        (1, 0, 0, 2), (2, 1, 2, 5)]
+                           get_component_device_value=lambda h, c: [9] * (lengths[h] - (
+                               0 if h < 2 else 2)),
+                           collect_full_device_indices=lambda h, r: [0] * lengths[h])
+    reads = walkable(core, "full")
+    assert reads is not core and walkable(reads, "full") is reads
     assert reads.match_full_device_prefix(_Key([1, 2, 3, 4, 5, 6])) == (5, 2, 5)
     assert reads.match_full_device_prefix(_Key([1, 2, 3])) == (2, 1, 2)  # whole nodes only
-    assert reads.size() == 5 and reads.get_component_device_value(2, "full") == [9]
+    assert reads.size() == 5
     driver = SimpleNamespace(tree_core=reads, root_handle=lambda: 0, FULL="full",
                              Key=lambda tokens, extra: _Key(tokens, extra))
-    assert [info.node_id for info in path_info(driver, 2, [1, 2, 3, 4, 5], None)] == [1, 2]
+    assert [tuple(info) for info in path_info(driver, 2, [1, 2, 3, 4, 5], None)] == [
+        (1, 0, 0, 2), (2, 1, 2, 5)]
     # the core as it is (the broken variant): the path read fails as it did on 0.5.17
-    core.collect_full_device_indices = lambda handle, root: [0] * 5
     bare = SimpleNamespace(tree_core=core, root_handle=lambda: 0, FULL="full",
                            Key=lambda tokens, extra: _Key(array("q", tokens), extra))
     with pytest.raises(AttributeError, match="match_full_device_prefix"):
