@@ -2,7 +2,7 @@
 Mamba entry beside them on earlier SGLang releases for real (slow), each release first on the
 path of the process running `kvfuzz`, installed as tests/radix/test_legacy_release.py installs
 it (skipped, and said, only where it cannot be). Before these reads (`impl/unified/mamba.py`,
-`node_tree.CoreNodeReads`, `fuzz/unified/target.py`) each cell crashed in the constructor:
+`node_tree.walkable`, `fuzz/unified/target.py`) each cell crashed in the constructor:
 0.5.11-0.5.14 `ModuleNotFoundError: ... unified_memory_pool`, 0.5.15-0.5.21
 `init_unified_mamba_pools() got an unexpected keyword argument 'enable_mamba_extra_buffer_lazy'`,
 0.5.16's Mamba entry `... has no attribute 'get_global_server_args'`, 0.5.17-0.5.19's
