@@ -36,11 +36,14 @@ def refusal_problems(refused: int | None, snap: dict) -> list[tuple[str, str]]:
 
 
 def eviction_problems(nodes, after: dict, answer: list, inserted: tuple | None,
-                      page_size: int) -> list[tuple[str, str]]:
+                      page_size: int, full_donor: bool = True) -> list[tuple[str, str]]:
     """`answer`: `mamba_slot`'s [slot, states evicted, tokens evicted, the buffer and the tree
     just before the eviction]; `nodes`, `after`: the tree after the op; `inserted`: (path,
     mamba_exist) of the insert that followed (None: none): a state it put where the eviction
-    took one is the insert's, so that node kept its state only if the insert found one."""
+    took one is the insert's, so that node kept its state only if the insert found one.
+    Without a Full donor (`full_donor` False: before 0.5.20) a state's eviction is the only
+    way to its bytes: the donor's order and its walk are not judged; the answer against what
+    left the tree, and a state obtained while something is evictable, are."""
     slot, states, tokens, buffer = answer
     if buffer is None:  # no eviction
         return []
@@ -64,6 +67,8 @@ def eviction_problems(nodes, after: dict, answer: list, inserted: tuple | None,
         return [("mamba donor", f"evict_for_alloc(mamba_num=1) answered {tokens} tokens and "
                                 f"{states} states evicted; {gone_tokens} tokens and "
                                 f"{gone_states} states left the tree")]
+    if not full_donor:
+        return []
     need = max(0, buffer["state"] - buffer["gap"])
     fundable = buffer["full_evictable"] // page_size * buffer["page"] >= need
     if buffer["ids"] and fundable and stripped:

@@ -161,7 +161,9 @@ class MambaLockstep(SWALockstep):
             refused, self.refused = self.refused, None
             problems += refusal_problems(refused, snap)
             if taken is not None:
-                problems += eviction_problems(nodes, snap, *taken, ps)
+                contract = self.options.get("contract")  # no Full donor before 0.5.20
+                problems += eviction_problems(nodes, snap, *taken, ps, full_donor=bool(
+                    contract is None or contract.full_donor))
         else:
             problems += full_pool_problems(snap, nodes, set(), ps, self.trace.size)
         problems += mamba_problems(snap, nodes, self.ends)

@@ -24,7 +24,8 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, contract_of
+from kvfuzz.oracle.radix.contract import (BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, NO_FULL_DONOR,
+                                          contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
                                               donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -61,18 +62,83 @@ def scheduler_calls(impl, obj):
     from kvfuzz.impl.unified.node_tree import has_own_nodes
     from kvfuzz.impl.unified.release_window import lifts_swa_cursor
 
-    impl = release_calls(impl, obj)
     if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
-        absent = rust_core_absent()
+        absent = rust_core_absent()  # 0.5.17, 0.5.18: no Rust core to build at all
         if absent:
             raise ImplementationError(f"not supported: {release_name(impl)}: "
                                       f"{getattr(obj, '__name__', impl.path)}: {absent}")
+    if donor_of(impl.preconditions):
+        no_memory_pool(impl)
+    if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
+        no_rust_reads(impl)
+    impl = release_calls(impl, obj)
+    if donor_of(impl.preconditions) and LEGACY_CALLS in impl.preconditions and \
+            not has_full_donor(obj):
+        impl = replace(impl, preconditions=impl.preconditions + (NO_FULL_DONOR,))
     if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
         impl = own_nodes(impl, obj)
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
             lifts_swa_cursor():
         impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
     return impl
+
+
+# Where the Full donor lives: the unified memory pool's `init_unified_mamba_pools` builds the
+# allocator whose Mamba side evicts Full leaves (impl/unified/mamba.py:unified_pools).
+MEMORY_POOL = "sglang.srt.mem_cache.unified_memory_pool"
+
+
+def no_memory_pool(impl) -> None:
+    """An entry on the unified memory pool is one line on a release without that module (before
+    0.5.15): the Full donor it judges does not exist there."""
+    from kvfuzz.impl.registry import module_exists
+
+    if impl.requires == "sglang" and not module_exists(MEMORY_POOL):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)} has no module {MEMORY_POOL} (no unified "
+            f"memory pool: the Full donor of a Mamba state does not exist there; the "
+            f"sglang.unified.mamba entries run)")
+
+
+RUST_ADAPTER = "sglang.srt.mem_cache.rust_tree_core.adapter"
+PATH_READS = ("def collect_path_info", "def match_full_device_prefix")
+
+
+def no_rust_reads(impl) -> None:
+    """A Rust entry is one line where the release's Rust tree core has no read-only path read
+    (0.5.19: its adapter has neither `collect_path_info` nor `match_full_device_prefix`, and
+    `node_by_id` raises): a node's parent, and the nodes a split makes, cannot be read there
+    without a match that stamps the tree. Read from the adapter's source file, nothing
+    imported; a release without the adapter (0.5.17, 0.5.18: no Rust core) is another line's."""
+    import importlib.util
+
+    from kvfuzz.impl.registry import module_exists
+
+    if impl.requires != "sglang" or not module_exists(RUST_ADAPTER):
+        return
+    try:
+        with open(importlib.util.find_spec(RUST_ADAPTER).origin, encoding="utf-8") as source:
+            text = source.read()
+    except (OSError, TypeError, AttributeError):
+        return  # nothing to read: tried as it is
+    if not any(name in text for name in PATH_READS):
+        raise ImplementationError(
+            f"not supported: {release_name(impl)}: its Rust tree core has no read-only path "
+            f"read (neither collect_path_info nor match_full_device_prefix, and node_by_id "
+            f"raises), so a node's parent cannot be read without a match that stamps the tree "
+            f"(the .python entries run)")
+
+
+def has_full_donor(cls) -> bool:
+    """Whether the cache's eviction asks the allocator for a Full donor (0.5.20 on: its module
+    names `mamba_full_cache_donor`), read from the source of the class's module."""
+    import inspect
+    import sys
+
+    try:
+        return "mamba_full_cache_donor" in inspect.getsource(sys.modules[cls.__module__])
+    except (KeyError, OSError, TypeError):
+        return True  # nothing to read: today's contract
 
 
 def own_nodes(impl, obj):

@@ -18,6 +18,7 @@ donor (`UnifiedMambaTokenToKVPoolAllocator.mamba_full_cache_donor`)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import torch
@@ -48,7 +49,6 @@ def _drafts_on_cuda() -> bool:
     """Whether the release's `MambaPool` puts its draft-token state caches on "cuda" whatever
     the device (SGLang 0.5.11): there the pool is built without draft tokens (no trace runs a
     speculative verify, and on a machine without CUDA those caches cannot be made)."""
-    import inspect
 
     from sglang.srt.mem_cache.memory_pool import MambaPool
 
@@ -72,16 +72,30 @@ def unified_pools(page_size: int, size: int, slots: int, rows: int, context: int
     # SGLang refuses a buffer under one request's floor (3 states and the sink, about a state:
     # `_check_bs1_feasibility_floor`): the states' share is raised to 4 at least.
     slots = max(slots, 4)
-    bundle = init_unified_mamba_pools(
+    arguments = dict(
         device=device, kv_cache_dtype=torch.bfloat16, head_num=1, head_dim=8,
         page_size=page_size, start_layer=0, end_layer=1, is_draft_worker=False,
         use_mla_backend=False, mamba_layer_ids=[0], full_attention_layer_ids=[1],
         mamba2_cache_params=Mamba2CacheParams(shape=_shape(), layers=[0]),
         model_context_len=context, extra_max_context_len=0, max_total_num_tokens=size,
         max_mamba_cache_size=slots, max_num_reqs=rows, enable_memory_saver=False,
-        enable_mamba_extra_buffer=page_size > 1, enable_mamba_extra_buffer_lazy=False,
-        speculative_num_draft_tokens=3, disable_overlap_schedule=True, need_sort=False)
+        enable_mamba_extra_buffer=page_size > 1, speculative_num_draft_tokens=3,
+        disable_overlap_schedule=True, need_sort=False)
+    arguments.update(_switched_off(init_unified_mamba_pools))
+    bundle = init_unified_mamba_pools(**arguments)
     return bundle.token_to_kv_pool_allocator, bundle.req_to_token_pool
+
+
+# Switches a release may take that kvfuzz turns off, each passed only where the release's
+# `init_unified_mamba_pools` names it: a release without it has no such mode, so leaving it out
+# asks the same (`enable_mamba_extra_buffer_lazy` came in 0.5.22).
+OFF_WHERE_NAMED = {"enable_mamba_extra_buffer_lazy": False}
+
+
+def _switched_off(function) -> dict:
+    """The `OFF_WHERE_NAMED` switches `function`'s signature names."""
+    names = inspect.signature(function).parameters
+    return {name: value for name, value in OFF_WHERE_NAMED.items() if name in names}
 
 
 def _server_args(page_size: int) -> None:
@@ -112,16 +126,18 @@ class MambaCalls:
     def mamba_grid(self) -> int:
         """The grid the release floors a match's `mamba_branching_seqlen` to, read from the
         Mamba component the cache built, not from what kvfuzz asked for: its
-        `mamba_checkpoint_grid` (`lcm(mamba_cache_chunk_size, page_size)`, 0.5.23), or where
-        the component keeps none (0.5.11) the `mamba_cache_chunk_size` of the server
-        arguments its own module reads at each match (0.5.11's is a property,
+        `mamba_checkpoint_grid` (`lcm(mamba_cache_chunk_size, page_size)`, 0.5.18 on), else
+        its `mamba_cache_chunk_size` (read once at construction, 0.5.17), or where the component
+        keeps neither (0.5.11-0.5.16) the `mamba_cache_chunk_size` of the server arguments its
+        own module reads at each match (0.5.11's is a property,
         `max(FLA_CHUNK_SIZE=64, page_size)`, which ignores `_mamba_cache_chunk_size`)."""
         component = self.cache.components[self.MAMBA]
-        grid = getattr(component, "mamba_checkpoint_grid", None)
-        if grid is None:
-            module = sys.modules[type(component).__module__]
-            grid = module.get_global_server_args().mamba_cache_chunk_size
-        return int(grid)
+        for kept in ("mamba_checkpoint_grid", "mamba_cache_chunk_size"):
+            grid = getattr(component, kept, None)
+            if grid is not None:
+                return int(grid)
+        module = sys.modules[type(component).__module__]
+        return int(_server_args_reader(module)().mamba_cache_chunk_size)
 
     def mamba_slot(self) -> list:
         """A state slot for an insert: [slot or None (refused), states evicted, tokens evicted,
@@ -155,7 +171,7 @@ class MambaCalls:
         """Each node as [extra key, path tokens, full slots, state slot or None], by path: the
         same for both cores (no handles, no order of theirs)."""
         nodes, _, handles = tree_nodes(self)
-        core, brief = self.cache.tree_core, []
+        core, brief = self.tree_core, []
         for (_, extra, tokens, _, slots, _), handle in zip(nodes, handles):
             state = core.get_component_device_value(handle, self.MAMBA)
             brief.append([extra, tokens, slots or [], None if state is None else
@@ -180,10 +196,11 @@ class MambaCalls:
         if self.poison_mamba:
             mamba.fill_(POISON)
         self._poison_key(key)
-        if hasattr(result, "last_device_node"):
-            self._seen(result.last_device_node, tokens, key.extra_key)
-        else:  # 0.5.11's InsertResult names no node: the read-only walk names it
-            self._seen_by_walk(list(tokens), key.extra_key)
+        node = getattr(result, "last_device_node", None)
+        if node is not None:
+            self._seen(node, tokens, key.extra_key)
+        else:  # 0.5.11's InsertResult names no node, 0.5.12-0.5.16's leaves it None: the
+            self._seen_by_walk(list(tokens), key.extra_key)  # read-only walk names it
         return [int(result.prefix_len), exist]
 
     def mamba_state(self, handles: list) -> dict:
@@ -200,3 +217,14 @@ class MambaCalls:
                 "available": int(allocator.available_size()), "capacity": int(allocator.size),
                 "evictable": int(self.cache.mamba_evictable_size()),
                 "protected": int(self.cache.mamba_protected_size())}
+
+
+def _server_args_reader(module):
+    """The function a component's module reads the server arguments with: 0.5.11-0.5.15 import
+    `get_global_server_args` from `server_args`, 0.5.16 `get_server_args` from
+    `runtime_context` (the same slot: the former is a shim over the latter there)."""
+    for name in ("get_global_server_args", "get_server_args"):
+        if callable(getattr(module, name, None)):
+            return getattr(module, name)
+    raise RuntimeError(f"{module.__name__} keeps no Mamba checkpoint grid and imports neither "
+                       f"get_global_server_args nor get_server_args: its grid cannot be read")

@@ -42,6 +42,11 @@ NO_LOCK_DELTA = "inc_lock_ref answers no delta (IncLockRefResult.delta stays Non
 # names one past the match alone: oracle/unified/mamba.py).
 BRANCHES_BEFORE_MATCH = ("names a Mamba branching point at or before the match (the full hit "
                          "floored to the grid, where past 0)")
+# The unified memory pool before SGLang 0.5.20 (read by the unified target's donor entries): no
+# Full donor (`mamba_full_cache_donor` came in 0.5.20), a Mamba allocation short of bytes evicts
+# Mamba states alone (oracle/unified/donor.py).
+NO_FULL_DONOR = ("has no Full donor: evict_for_alloc(mamba_num=1) takes Mamba states alone, never "
+                 "Full leaves for a state's bytes (no mamba_full_cache_donor)")
 # the names impl/radix/legacy.py (and impl/unified/node_tree.py) read a release's API into
 BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT,
            "lru_only": LRU_ONLY, "no_hit_counts": NO_HIT_COUNTS, "no_kv_events": NO_KV_EVENTS,
@@ -58,6 +63,7 @@ class Contract:
     kv_events: bool = True
     lock_delta: bool = True
     branches_before_match: bool = False  # BRANCHES_BEFORE_MATCH (SGLang 0.5.11's Mamba)
+    full_donor: bool = True          # NO_FULL_DONOR (the unified memory pool before 0.5.20)
 
     def policy(self, asked: str) -> str:
         """The eviction order the cache keeps for the policy it was built with."""
@@ -89,4 +95,5 @@ def contract_of(preconditions) -> Contract:
                     counts_hits=NO_HIT_COUNTS not in preconditions,
                     kv_events=NO_KV_EVENTS not in preconditions,
                     lock_delta=NO_LOCK_DELTA not in preconditions,
-                    branches_before_match=BRANCHES_BEFORE_MATCH in preconditions)
+                    branches_before_match=BRANCHES_BEFORE_MATCH in preconditions,
+                    full_donor=NO_FULL_DONOR not in preconditions)
