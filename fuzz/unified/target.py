@@ -24,8 +24,8 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import (BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR, NO_FULL_DONOR,
-                                          contract_of)
+from kvfuzz.oracle.radix.contract import (BY_NAME, KEEPS_WINDOW_AT_CHECKPOINT, LEGACY_CALLS,
+                                          LIFTS_SWA_CURSOR, NO_FULL_DONOR, contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
                                               donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -60,7 +60,7 @@ def scheduler_calls(impl, obj):
     calls without `root_node_handle` has no tree core (0.5.11's): `own_nodes`."""
     from kvfuzz.impl.unified.backend import rust_core_absent  # no torch, no SGLang
     from kvfuzz.impl.unified.node_tree import has_own_nodes
-    from kvfuzz.impl.unified.release_window import lifts_swa_cursor
+    from kvfuzz.impl.unified.release_window import checkpoint_frees_window, lifts_swa_cursor
 
     if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
         absent = rust_core_absent()  # 0.5.17, 0.5.18: no Rust core to build at all
@@ -80,6 +80,9 @@ def scheduler_calls(impl, obj):
     if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
             lifts_swa_cursor():
         impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
+    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
+            not checkpoint_frees_window():  # 0.5.17: its switch off by default
+        impl = replace(impl, preconditions=impl.preconditions + (KEEPS_WINDOW_AT_CHECKPOINT,))
     return impl
 
 

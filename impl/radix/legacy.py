@@ -9,13 +9,19 @@ is a `match_prefix` (the same walk); `free_kv_row` (0.5.20 on) or the allocator'
 takes the receipt its `inc_lock_ref` returned (`IncLockRefResult.to_dec_params()`), and its
 request calls read the request's lock as `req.last_node` with `req.lock_receipt`: a lock is then
 a `Held` (node, receipt), handed to the request before each request call (`_hand_over`).
+SGLang 0.5.17-0.5.19's `UnifiedRadixCache` takes the receipt too (its `params` is optional, but
+without it an SWA lock is never dropped), and reads it off the request as the receipt's own
+fields (`req.swa_uuid_for_lock`, `req.skip_lock_node_ids`: `request_lock_fields`), which its
+`cache_unfinished_req` writes back there.
 What the oracle must follow from that is read here (`contract_names`) and modelled in
 oracle/radix/contract.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
+import re
 from typing import Any, NamedTuple
 
 from kvfuzz.impl.radix.calls import Calls, current
@@ -35,6 +41,18 @@ def takes_receipt(cache) -> bool:
         return False
     found = params.get("params")
     return found is not None and found.default is inspect.Parameter.empty
+
+
+def request_lock_fields(cls) -> tuple[str, ...]:
+    """What the class's `_dec_req_lock` (UnifiedRadixCache before 0.5.22) reads of the request's
+    lock besides `last_node`, read from its source: ('lock_receipt',) in 0.5.20 and 0.5.21,
+    the receipt's fields ('skip_lock_node_ids', 'swa_uuid_for_lock') in 0.5.17-0.5.19; () where
+    the class has no such call (it reads no lock off the request)."""
+    try:
+        source = inspect.getsource(cls._dec_req_lock)
+    except (AttributeError, OSError, TypeError):
+        return ()
+    return tuple(sorted(set(re.findall(r"\breq\.(\w+)", source)) - {"last_node"}))
 
 
 def calls_for(cache, allocator, rows) -> Calls:
@@ -71,7 +89,10 @@ def legacy_gaps(cls) -> list[str]:
 class LegacyCalls(Calls):
     def __init__(self, cache, allocator, rows):
         super().__init__(cache, allocator, rows)
-        self.receipts = takes_receipt(cache)
+        self.lock_fields = request_lock_fields(type(cache))
+        # a release that reads the lock off the request takes its receipt back (0.5.17-0.5.19:
+        # `params` optional, but an SWA lock is dropped by its uuid alone)
+        self.receipts = takes_receipt(cache) or bool(self.lock_fields)
 
     def lock(self, node):
         result = self.cache.inc_lock_ref(node)
@@ -88,7 +109,21 @@ class LegacyCalls(Calls):
         (UnifiedRadixCache's `_dec_req_lock`), the lock held is put there."""
         if isinstance(request.lock, Held):
             request.last_node, request.lock_receipt = request.lock
+            for name in self.lock_fields:  # 0.5.17-0.5.19: the receipt's fields, one by one
+                if name != "lock_receipt":
+                    setattr(request, name, getattr(request.lock_receipt, name))
             request.swa_prefix_lock_released = False
+
+    def _receipt_back(self, request):
+        """The receipt of the lock a request call moved (`cache_unfinished_req`), where the
+        release wrote it: `req.lock_receipt`, or (0.5.17-0.5.19) the receipt's fields, which
+        make up the `DecLockRefParams` its `_dec_req_lock` builds from them."""
+        if "lock_receipt" in self.lock_fields or not self.lock_fields:
+            return request.lock_receipt
+        receipt = request.lock_receipt
+        names = {field.name for field in dataclasses.fields(receipt)}
+        return dataclasses.replace(receipt, **{name: getattr(request, name)
+                                               for name in self.lock_fields if name in names})
 
     def checkpoint(self, request, finishing: bool) -> int:
         self._hand_over(request)
@@ -96,8 +131,8 @@ class LegacyCalls(Calls):
             # the scheduler's chunked prefill: insert, free the duplicates, match again,
             # repoint the row, move the lock from req.last_node to the key's node
             self.cache.cache_unfinished_req(request, chunked=True)
-            request.lock = Held(request.last_node, request.lock_receipt) if self.receipts \
-                else request.last_node
+            request.lock = Held(request.last_node, self._receipt_back(request)) \
+                if self.receipts else request.last_node
             return int(request.kv.cache_protected_len)
         if callable(getattr(self.cache, "insert_req", None)):  # 0.5.21
             self.cache.insert_req(request, up_to=request.filled)

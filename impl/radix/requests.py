@@ -82,6 +82,10 @@ class Request:
         # what the unified cache's checkpoint reads: no streaming session, no KV sharding
         self.session = self.session_id = self.kv_rotation_base = None
         self.swa_branching_seqlen = None  # an SWA cache's match sets it, its checkpoint reads it
+        # the lock's receipt as UnifiedRadixCache 0.5.17-0.5.19 read it off the request (Req's
+        # defaults: no SWA lock, nothing skipped, its SWA part not yet dropped by a decode)
+        self.swa_uuid_for_lock, self.skip_lock_node_ids = None, {}
+        self.swa_prefix_lock_released = False
 
     # what the releases before 0.5.20 read on the request itself (later: on `req.kv`), and the
     # finish of those before 0.5.18 (impl/radix/legacy.py)

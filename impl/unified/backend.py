@@ -2,14 +2,14 @@
 0.5.21 on; in 0.5.20 the environment's `SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND` (default
 "python"), read when the cache is built; whether the installed release registers a Rust core
 at all (`rust_core_absent`: 0.5.17 and 0.5.18 register only the Python one, and their cache's
-constructor raises for "rust"). Nothing imported at this module's import; `rust_core_absent`
-imports the release's registry module, asked where the class (so SGLang) is loaded already."""
+constructor raises for "rust"). Nothing imported here; `rust_core_absent` reads the registry
+module the loaded class's module imported."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
+import sys
 
 BACKEND_VARIABLE = "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND"
 REGISTRY = "sglang.srt.mem_cache.unified_cache.tree_core_registry"
@@ -38,10 +38,11 @@ def rust_core_absent() -> str | None:
     """Why the installed release cannot build a Rust tree core, or None where it may (its
     registry names a "rust" backend; whether that one builds here is the driver's to read) or
     where there is no registry to ask (a release without the pluggable core: other checks
-    say)."""
-    try:
-        registry = importlib.import_module(REGISTRY)
-    except ImportError:
+    say). Read from the registry the loaded class's module has imported (every release with
+    one imports it at the top of unified_radix_cache.py): nothing is imported here, so a class
+    that is not SGLang's (a quick test's fake) loads no SGLang, which raised KeyError there."""
+    registry = sys.modules.get(REGISTRY)
+    if registry is None:
         return None
     names = getattr(registry, "registered_tree_core_backends", None)
     if not callable(names):

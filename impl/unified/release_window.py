@@ -25,3 +25,20 @@ def lifts_swa_cursor() -> bool:
     except (TypeError, ValueError):
         return False
     return "eviction_interval" not in parameters
+
+
+ENVIRON = "sglang.srt.environ"
+WINDOW_FREE_SWITCH = "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
+
+
+def checkpoint_frees_window() -> bool:
+    """Whether the loaded release's `cache_unfinished_req` frees the request's out-of-window SWA
+    slots at a checkpoint: its switch `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`, read as
+    the release reads it (`envs.<switch>.get()`: the environment, else the release's default,
+    off in 0.5.17, on from 0.5.18). A release without the switch frees there (it has no other
+    way); nothing loaded, nothing read: True."""
+    envs = getattr(sys.modules.get(ENVIRON), "envs", None)
+    switch = getattr(envs, WINDOW_FREE_SWITCH, None)
+    if switch is None or not callable(getattr(switch, "get", None)):
+        return True
+    return bool(switch.get())

@@ -29,6 +29,12 @@ FINISH_SPLITS_PROMPT = ("its finish re-inserts the prompt's pages (priority + 1)
 LIFTS_SWA_CURSOR = ("its window free lifts the request's SWA cursor to the protected length "
                     "even where the window has not moved (free_swa_out_of_window_slots "
                     "without eviction_interval)")
+# An SWA cache whose checkpoint frees no window (SGLang 0.5.17: the switch
+# SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS off by default; read by the unified target):
+# the request's SWA cursor stays where it was at `cache_unfinished_req` (oracle/unified/swa.py).
+KEEPS_WINDOW_AT_CHECKPOINT = ("its checkpoint frees no out-of-window SWA slots "
+                              "(SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS off): the "
+                              "request's SWA cursor stays where it was")
 # SGLang 0.5.11's UnifiedRadixCache, whose tree is nodes of its own (no tree core), read from its
 # module's and components' sources (impl/unified/node_tree.py): one LRU list a component, no hit
 # counts, no KV events, a lock's result without a delta.
@@ -58,6 +64,7 @@ class Contract:
     legacy: bool = False             # the calls before 0.5.22 (the table above)
     finish_splits_prompt: bool = True
     lifts_swa_cursor: bool = False   # LIFTS_SWA_CURSOR (SGLang 0.5.20)
+    frees_window: bool = True        # KEEPS_WINDOW_AT_CHECKPOINT (SGLang 0.5.17)
     lru_only: bool = False           # LRU_ONLY, and the three below: SGLang 0.5.11's unified
     counts_hits: bool = True
     kv_events: bool = True
@@ -91,6 +98,7 @@ def contract_of(preconditions) -> Contract:
         return CURRENT
     return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions,
                     lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions,
+                    frees_window=KEEPS_WINDOW_AT_CHECKPOINT not in preconditions,
                     lru_only=LRU_ONLY in preconditions,
                     counts_hits=NO_HIT_COUNTS not in preconditions,
                     kv_events=NO_KV_EVENTS not in preconditions,

@@ -7,6 +7,7 @@ lifts the SWA cursor); the SWA judge's finish through the release's own call; th
 read where the release keeps it. Each check beside a deliberately broken variant it catches.
 The release itself: test_legacy_release.py (slow)."""
 
+import dataclasses
 import sys
 from collections import Counter
 from types import SimpleNamespace
@@ -16,7 +17,8 @@ import pytest
 from kvfuzz.fuzz.unified.swa_lockstep import Held as Running
 from kvfuzz.fuzz.unified.swa_lockstep import SWALockstep
 from kvfuzz.fuzz.unified.target import UNIFIED
-from kvfuzz.impl.radix.legacy import Held, LegacyCalls, calls_for, takes_receipt
+from kvfuzz.impl.radix.legacy import (Held, LegacyCalls, calls_for, request_lock_fields,
+                                      takes_receipt)
 from kvfuzz.impl.radix.requests import KvRecord
 from kvfuzz.impl.registry import ImplementationError
 from kvfuzz.impl.unified.release_window import COMMON, lifts_swa_cursor
@@ -112,6 +114,93 @@ def test_radix_caches_unlock_with_the_node_alone():
         def dec_lock_ref(self, node, params=None): pass
 
     assert takes_receipt(OldUnified()) and not takes_receipt(OldRadix())
+
+
+
+@dataclasses.dataclass
+class Params:  # 0.5.17-0.5.19's DecLockRefParams
+    swa_uuid_for_lock: object = None
+    skip_lock_node_ids: dict = dataclasses.field(default_factory=dict)
+
+
+class Unified0517:
+    """UnifiedRadixCache 0.5.17's scheduler calls, recorded: `dec_lock_ref`'s receipt optional,
+    `_dec_req_lock` builds it from the request's own fields, which `cache_unfinished_req`
+    writes back after locking the key's node."""
+
+    page_size = 2
+
+    def __init__(self):
+        self.calls, self.uuid = [], 0
+
+    def inc_lock_ref(self, node_id, skip_lock_components=()):
+        self.uuid += 1
+        result = SimpleNamespace(swa_uuid_for_lock=self.uuid, skip_lock_node_ids={"swa": {self.uuid}})
+        result.to_dec_params = lambda: Params(result.swa_uuid_for_lock, result.skip_lock_node_ids)
+        return result
+
+    def dec_lock_ref(self, node_id, params=None, skip_swa=False):
+        self.calls.append(("dec", node_id, params, skip_swa))
+
+    def _dec_req_lock(self, req, *, skip_swa=False):
+        self.dec_lock_ref(req.last_node, Params(swa_uuid_for_lock=req.swa_uuid_for_lock,
+                                                skip_lock_node_ids=req.skip_lock_node_ids),
+                          skip_swa=skip_swa)
+
+    def cache_unfinished_req(self, req, chunked=False, **kwargs):
+        self._dec_req_lock(req)
+        lock = self.inc_lock_ref("key node")
+        req.last_node, req.swa_uuid_for_lock = "key node", lock.swa_uuid_for_lock
+        req.skip_lock_node_ids = lock.skip_lock_node_ids
+        req.kv.cache_protected_len = 4
+
+    def cache_finished_req(self, req, is_insert=True, *, kv_len_to_handle):
+        self._dec_req_lock(req, skip_swa=req.swa_prefix_lock_released)
+
+
+def test_0_5_17s_lock_fields_are_read_from_the_class():
+    assert request_lock_fields(Unified0517) == ("skip_lock_node_ids", "swa_uuid_for_lock")
+    assert request_lock_fields(OldUnified) == ()  # no _dec_req_lock: it reads no request lock
+
+    class Unified0520:
+        def _dec_req_lock(self, req, *, skip_swa=False):
+            self.dec_lock_ref(req.last_node, req.lock_receipt, skip_swa=skip_swa)
+
+    assert request_lock_fields(Unified0520) == ("lock_receipt",)
+
+
+def test_0_5_17s_request_carries_its_locks_receipt_fields_each_call():
+    cache = Unified0517()
+    calls = calls_for(cache, None, None)
+    assert calls.receipts  # its params optional, but the SWA lock needs its uuid
+    request = admitted(calls)
+    assert request.lock == Held("admission node", Params(1, {"swa": {1}}))
+    calls.checkpoint(request, finishing=False)
+    # the chunk dropped the admission lock with its uuid, and the key node's came back
+    assert cache.calls[0] == ("dec", "admission node", Params(1, {"swa": {1}}), False)
+    assert request.lock == Held("key node", Params(2, {"swa": {2}}))
+    calls.checkpoint(request, finishing=True)
+    assert cache.calls[1] == ("dec", "key node", Params(2, {"swa": {2}}), False)
+
+    class NodeOnly(LegacyCalls):  # broken: the lock as RadixCache's, its receipt never kept
+        def __init__(self, cache, allocator, rows):
+            super().__init__(cache, allocator, rows)
+            self.receipts = False
+
+    cache = Unified0517()
+    request = admitted(NodeOnly(cache, None, None))
+    request.swa_prefix_lock_released = False
+    with pytest.raises(AttributeError, match="swa_uuid_for_lock"):  # 0.5.17's crash at op 5
+        NodeOnly(cache, None, None).checkpoint(request, finishing=False)
+
+    class StaleReceipt(LegacyCalls):  # broken: the receipt handed over kept after the chunk
+        def _receipt_back(self, request):
+            return request.lock_receipt
+
+    cache = Unified0517()
+    request = admitted(StaleReceipt(cache, None, None))
+    StaleReceipt(cache, None, None).checkpoint(request, finishing=False)
+    assert request.lock == Held("key node", Params(1, {"swa": {1}}))  # the admission's uuid
 
 
 class Core:

@@ -1,0 +1,37 @@
+"""`UnifiedRadixCache` of SGLang 0.5.17 for real (slow): the release with the pluggable tree core
+(`tree_core`, `create_tree_core`, a registry of the Python core alone) but the scheduler calls of
+its day, first on the path of one process running `kvfuzz` for every command
+(`tests.radix.test_legacy_release.kvfuzz_commands`), installed as that module installs it. Its
+full-attention and SWA entries agree on seeded traces that reach chunk checkpoints and finishes.
+Before the reads this tests each crashed or diverged on every trace: the lock's receipt read off
+the request's own fields (`'Request' object has no attribute 'swa_uuid_for_lock'` at a
+checkpoint, `swa_prefix_lock_released` at a finish: impl/radix/legacy.py:request_lock_fields),
+the window its checkpoint does not free (`swa cursor ... expected 1`: KEEPS_WINDOW_AT_CHECKPOINT),
+and the path reads its Python core lacks (`match_full_device_prefix`: node_tree.CoreNodeReads,
+branch donorold). Seeded cases 4 and 5 of the full-attention entry stop on finding D (the paged
+allocator's Triton kernel, docs/release-history.md), so the first four are run."""
+
+from __future__ import annotations
+
+import re
+
+from tests.helpers import needs_engine
+from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+
+pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
+
+
+def test_0_5_17s_full_and_swa_entries_agree_on_its_python_core(tmp_path):
+    commands = [("diff", "unified", "--impl", entry, "--cases", str(cases), "--timeout", "200",
+                 "--corpus", tmp_path)
+                for entry, cases in (("sglang.unified.python", 4),
+                                     ("sglang.unified.swa.python", 3))]
+    full, swa = kvfuzz_commands(folder_of("0.5.17"), *commands)
+    for done, entry, cases in ((full, "sglang.unified.python", 4),
+                               (swa, "sglang.unified.swa.python", 3)):
+        text = done.stdout + done.stderr
+        assert done.returncode == 0, text[-3000:]
+        assert re.search(rf"^  {re.escape(entry)}\s+{cases}\s+{cases}\s+0\s+(no|0)\b", text,
+                         re.M), text[-3000:]
+        assert "finish cached" in text and "checkpoint" in text
+        assert "tree core: python on" in text
