@@ -53,6 +53,7 @@ class AlignLockstep(KVManagerLockstep):
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
     EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
+                                         "Mamba prefill checkpoint block",
                                          "partial hit: inside a block",
                                          "boundary states offered",
                                          "partial tail handed off at finish")
@@ -78,6 +79,7 @@ class AlignLockstep(KVManagerLockstep):
         # of its Mamba table (`align_refusal.py`)
         self.lengths: dict[int, tuple | None] = {}
         self.rekeyed: dict[int, bool] = {}
+        self.checkpoints: dict[int, int] = {}     # rid -> its last step's checkpoint position
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -136,6 +138,7 @@ class AlignLockstep(KVManagerLockstep):
                        oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+            self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
         return (yield from super().free(op))
 
@@ -183,6 +186,8 @@ class AlignLockstep(KVManagerLockstep):
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
         if got.actual is None:
             self.count("allocate_slots refused")
+            # (a refused step has freed every state but the last: its checkpoint too)
+            self.checkpoints.pop(rid, None)
             wrong = None if admission else needless_refusal(
                 self.trace.block_size, self.trace.lookahead, request.computed, new,
                 self.lengths.get(rid), self.rekeyed.get(rid, True))
@@ -198,9 +203,25 @@ class AlignLockstep(KVManagerLockstep):
             self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
+        self._checkpoint(rid, request)
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return problems
+
+    def _checkpoint(self, rid, request) -> None:
+        """Note the checkpoint block the step just allocated takes (`mamba_align`), if any."""
+        trace = self.trace
+        # the coordinator passes the prompt's end only under retention 0
+        prefill_end = max(request.prompt, len(request.tokens) - 1) if trace.retention == 0 \
+            else 0
+        index = mamba_align.checkpoint_index(self.read_from[rid], request.computed, prefill_end,
+                                             trace.block_size, trace.hash_size,
+                                             trace.mamba_checkpoint)
+        if index is None:
+            self.checkpoints.pop(rid, None)
+        else:
+            self.checkpoints[rid] = index
+            self.count("Mamba prefill checkpoint block")
 
     def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
         if raised is not None:
@@ -340,7 +361,7 @@ class AlignLockstep(KVManagerLockstep):
             wrong = mamba and f"holds {short(mamba)} while it waits: expected nothing"
         else:
             wrong = mamba_align.table_problems(mamba, self.read_from[rid], request.computed,
-                                               self.trace.block_size)
+                                               self.trace.block_size, self.checkpoints.get(rid))
         return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []
 
 
