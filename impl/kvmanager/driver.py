@@ -71,7 +71,8 @@ class KVManagerDriver(ManagerReads):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
-                 eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0):
+                 eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
+                 mamba_speculative: int = 0):
         import math
 
         import torch
@@ -99,14 +100,14 @@ class KVManagerDriver(ManagerReads):
         if mamba_mode:
             from vllm.v1.kv_cache_interface import MambaSpec
 
-            # one prefill checkpoint block, aligned to `mamba_checkpoint` tokens (only where
-            # set: a release before it has no such fields)
-            checkpoint = {"num_prefill_checkpoint_blocks": 1,
-                          "prefill_checkpoint_alignment": mamba_checkpoint} \
-                if mamba_checkpoint else {}
+            # one prefill checkpoint block, aligned to `mamba_checkpoint` tokens, and MTP's
+            # speculative blocks (only where set: a release before them has no such fields)
+            more = {"num_prefill_checkpoint_blocks": 1,
+                    "prefill_checkpoint_alignment": mamba_checkpoint} if mamba_checkpoint else {}
+            more |= {"num_speculative_blocks": mamba_speculative} if mamba_speculative else {}
             specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
                                    dtypes=(torch.float16,), mamba_cache_mode=mamba_mode,
-                                   **checkpoint))
+                                   **more))
         if encoder_tokens:
             from vllm.v1.kv_cache_interface import CrossAttentionSpec
 

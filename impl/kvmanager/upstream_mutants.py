@@ -207,6 +207,12 @@ MUTATIONS = {
         "and query_end >= prefill_end\n", "\n",
         "under retention 0 every prefill chunk takes a checkpoint block, not only the one that "
         "ends the prefill (the others' states are never kept)")),
+    "mamba_align_speculative_dropped": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",
+        "cdiv(num_tokens, self.block_size)",
+        "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
+        "states), though it counted them")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

@@ -97,6 +97,10 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values["eagle_groups"] = _eagle_groups(reader, data, values, window)
     values["prefill_lookahead"] = _prefill_lookahead(reader, data, values)
     values["mamba_checkpoint"] = _mamba_checkpoint(reader, data, values)
+    values["mamba_speculative"] = speculative = reader.integer(
+        data.get("mamba_speculative", 0), "mamba_speculative", low=0, high=MAX_LOOKAHEAD)
+    reader.expect(not speculative or values["mamba_mode"] == "align", "mamba_speculative",
+                  'expected 0 without a Mamba group in mode "align"', speculative)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)

@@ -24,7 +24,8 @@ def test_the_released_class_runs_200_align_traces_clean():
               "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
               "allocate_slots refused", "allocate_slots of nothing refused",
               "config: Mamba align mode, prefix caching on (reduced checks)",
-              "config: Mamba prefill checkpoint blocks", "Mamba prefill checkpoint block")
+              "config: Mamba prefill checkpoint blocks", "Mamba prefill checkpoint block",
+              "config: speculative Mamba blocks")
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
 
@@ -81,6 +82,7 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     ("mutant.vllm.kvmanager.mamba_align_state_kept", "mamba states"),
     ("mutant.vllm.kvmanager.mamba_align_checkpoint_not_taken", "mamba states"),
     ("mutant.vllm.kvmanager.mamba_align_checkpoint_every_chunk", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_speculative_dropped", "mamba states"),
     ("mutant.vllm.kvmanager.free_first_group_only", "mamba states"),
     ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
     ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),

@@ -61,3 +61,16 @@ def test_a_checkpoint_without_mamba_align_is_refused_in_one_line():
     with pytest.raises(FormatError, match="mamba_checkpoint.*Mamba group in mode"):
         from_json(trace, "t.json")
     assert from_json(trace | {"mamba_mode": "align"}, "t.json").mamba_checkpoint == 4
+
+
+def test_speculative_blocks_follow_the_written_state_and_are_never_null():
+    assert kept_positions(5, 13, 4, speculative=2) == {1, 3, 4, 5}
+    assert table_problems([0, 7, 0, 9, 10, 11], 5, 13, 4, speculative=2) is None
+    assert "4 blocks after 13 computed tokens in blocks of 4 and 2 speculative: expected 6" in \
+        table_problems([0, 7, 0, 9], 5, 13, 4, speculative=2)
+    assert "one of its 2 speculative blocks is the null block" in \
+        table_problems([0, 7, 0, 9, 10, 0], 5, 13, 4, speculative=2)
+    assert "state of token 12 is the null block" in \
+        table_problems([0, 7, 0, 0, 10, 11], 5, 13, 4, speculative=2)
+    # a checkpoint on what was a speculative block (the release's third clause): kept too
+    assert table_problems([0, 7, 8, 9, 10], 5, 13, 4, checkpoint=2, speculative=1) is None

@@ -61,6 +61,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                         r"checkpoint block",
     "mamba_align_checkpoint_every_chunk": r"mamba states:? +r\d+'s Mamba table holds states "
                                           r"at positions",
+    # its speculative blocks (`Trace.mamba_speculative`) counted but never allocated
+    "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
+                                       r"\d+ computed tokens in blocks of \d+ and \d+ "
+                                       r"speculative",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -139,9 +143,11 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # the "prompt embeds" profile's first trace of seed 0
                         PREFIX + "embeds_key_dropped": 10,
                         # the first "mamba align" traces of seed 0 with a prefill checkpoint
-                        # block (index 7), and with one under retention 0 (index 50)
+                        # block (index 7), and with one under retention 0 (index 22)
                         PREFIX + "mamba_align_checkpoint_not_taken": 7,
-                        PREFIX + "mamba_align_checkpoint_every_chunk": 50,
+                        PREFIX + "mamba_align_checkpoint_every_chunk": 22,
+                        # and the first with speculative Mamba blocks (index 22)
+                        PREFIX + "mamba_align_speculative_dropped": 22,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
