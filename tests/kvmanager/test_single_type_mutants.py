@@ -89,7 +89,9 @@ def test_a_fine_grained_mamba_lookup_mutant_is_killed(mutant, index):
 # The sample's survivors declared equivalent, each with its reason (impl/equivalent_mutants.json)
 DECLARED = ("1063:41:NumberReplacer:139", "1655:48:ReplaceComparisonOperator_NotEq_Eq:12",
             "1853:34:ReplaceComparisonOperator_Lt_IsNot:5",
-            "2107:21:ReplaceComparisonOperator_GtE_Is:11")
+            "2107:21:ReplaceComparisonOperator_GtE_Is:11",
+            # reached since the "mamba align" profile's checkpoint and speculative blocks
+            "471:37:ReplaceComparisonOperator_Is_Eq:0")
 
 
 @pytest.mark.parametrize("mutant", DECLARED)
@@ -108,6 +110,9 @@ def test_the_refusal_check_judges_only_steps_that_need_no_block():
     assert needless_refusal(4, 2, 10, 1, (3, 3), False) is None  # lookahead: full attention's
     assert needless_refusal(4, 0, 10, 1, (3, 3), True) is None  # a copy-on-write pending
     assert needless_refusal(4, 0, 10, 1, None, False) is None
+    # with 2 speculative blocks the Mamba table must hold 3 + 2 for 11 tokens
+    assert needless_refusal(4, 0, 10, 1, (3, 5), False, speculative=2)
+    assert needless_refusal(4, 0, 10, 1, (3, 4), False, speculative=2) is None
     keys = [None, ("h", 1), None, None]
     assert not rekeyed(keys, list(keys), [0, 1, 2]) and rekeyed(keys, [None, None, None, None],
                                                                 [1])
