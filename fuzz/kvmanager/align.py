@@ -53,6 +53,7 @@ class AlignLockstep(KVManagerLockstep):
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
     EVENTS = KVManagerLockstep.EVENTS + ("copy-on-write copies taken",
+                                         "Mamba prefill checkpoint block",
                                          "partial hit: inside a block",
                                          "boundary states offered",
                                          "partial tail handed off at finish")
@@ -69,7 +70,8 @@ class AlignLockstep(KVManagerLockstep):
         self.reset_done = False                    # whether the last op reset the cache
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
         self.states: dict[int, int] = {}           # block -> rid: the Mamba states last read
-        self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read
+        self.mamba_tables: dict[int, list] = {}    # rid -> its Mamba table at the last read,
+        #                                            up to its last state (no scratch blocks)
         self.tails: dict[int, int] = {}            # rid -> the tokens of the partial tail
         #                                            its last step cached (absent: none)
         self.stepped = None                        # the request this op allocated for
@@ -78,6 +80,7 @@ class AlignLockstep(KVManagerLockstep):
         # of its Mamba table (`align_refusal.py`)
         self.lengths: dict[int, tuple | None] = {}
         self.rekeyed: dict[int, bool] = {}
+        self.checkpoints: dict[int, int] = {}     # rid -> its last step's checkpoint position
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -130,12 +133,14 @@ class AlignLockstep(KVManagerLockstep):
                     return crash_problems(raised)
                 if actual:
                     self.count("partial tail handed off at finish")
-                return boundary.tail_problems(actual, op.rid, request, table[-1], keyed,
-                                              self.trace.block_size, self.trace.hash_size)
+                return boundary.tail_problems(actual, op.rid, request, self._states(table[-1]),
+                                              keyed, self.trace.block_size,
+                                              self.trace.hash_size)
             yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail", (op.rid,),
                        oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
+            self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
         return (yield from super().free(op))
 
@@ -183,9 +188,12 @@ class AlignLockstep(KVManagerLockstep):
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
         if got.actual is None:
             self.count("allocate_slots refused")
+            # (a refused step has freed every state but the last: its checkpoint too)
+            self.checkpoints.pop(rid, None)
             wrong = None if admission else needless_refusal(
                 self.trace.block_size, self.trace.lookahead, request.computed, new,
-                self.lengths.get(rid), self.rekeyed.get(rid, True))
+                self.lengths.get(rid), self.rekeyed.get(rid, True),
+                self.trace.mamba_speculative)
             return [("refusal", wrong)] if wrong else []
         self.count("allocate_slots ok")
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
@@ -198,9 +206,25 @@ class AlignLockstep(KVManagerLockstep):
             self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
         request.computed += (hit or 0) + new
+        self._checkpoint(rid, request)
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return problems
+
+    def _checkpoint(self, rid, request) -> None:
+        """Note the checkpoint block the step just allocated takes (`mamba_align`), if any."""
+        trace = self.trace
+        # the coordinator passes the prompt's end only under retention 0
+        prefill_end = max(request.prompt, len(request.tokens) - 1) if trace.retention == 0 \
+            else 0
+        index = mamba_align.checkpoint_index(self.read_from[rid], request.computed, prefill_end,
+                                             trace.block_size, trace.hash_size,
+                                             trace.mamba_checkpoint)
+        if index is None:
+            self.checkpoints.pop(rid, None)
+        else:
+            self.checkpoints[rid] = index
+            self.count("Mamba prefill checkpoint block")
 
     def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
         if raised is not None:
@@ -264,7 +288,11 @@ class AlignLockstep(KVManagerLockstep):
         if request is not None and self.stepped == rid:
             # whether this step cached its partial tail (a finish then hands it off; an op
             # that allocated nothing changes nothing, even if an eviction dropped the entry)
-            self.rekeyed[rid] = rekeyed(before, self.keys, self.mamba_tables.get(rid, []))
+            # (a prefill checkpoint's block is re-keyed or dropped with no copy-on-write
+            # pending: `_cache_partial_tail_block` returns before it records one)
+            checkpoint = self.checkpoints.get(rid)
+            self.rekeyed[rid] = rekeyed(before, self.keys, [
+                b for i, b in enumerate(self.mamba_tables.get(rid, [])) if i != checkpoint])
             if boundary.tail_keyed(request, self.mamba_tables.get(rid, []), self.keys,
                                    self.trace.block_size, self.trace.hash_size):
                 self.tails[rid] = request.computed
@@ -289,7 +317,7 @@ class AlignLockstep(KVManagerLockstep):
         self.mamba_tables = {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
-            self.mamba_tables[rid] = tables[-1] if tables else []
+            self.mamba_tables[rid] = self._states(tables[-1]) if tables else []
             self.lengths[rid] = tuple(map(len, tables)) if len(tables) == 2 else None
             problems += self._kept_problems(rid, request, tables)
             states.update((b, rid) for b in tables[-1] if b)
@@ -328,6 +356,11 @@ class AlignLockstep(KVManagerLockstep):
         self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
         return problems
 
+    def _states(self, table: list) -> list:
+        """A Mamba table without its speculative scratch blocks: its last block the state of
+        the last computed token (what the boundary hand-offs name)."""
+        return table[:len(table) - self.trace.mamba_speculative]
+
     def _kept_problems(self, rid, request, tables) -> list[tuple[str, str]]:
         """The Mamba group's table against the blocks its contract keeps
         (`oracle/kvmanager/mamba_align.py`): none while the request waits, else the state
@@ -340,7 +373,8 @@ class AlignLockstep(KVManagerLockstep):
             wrong = mamba and f"holds {short(mamba)} while it waits: expected nothing"
         else:
             wrong = mamba_align.table_problems(mamba, self.read_from[rid], request.computed,
-                                               self.trace.block_size)
+                                               self.trace.block_size, self.checkpoints.get(rid),
+                                               self.trace.mamba_speculative)
         return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []
 
 

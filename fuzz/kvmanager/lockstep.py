@@ -62,6 +62,8 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <
            len(t.sizes),
            "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
+           "Mamba prefill checkpoint blocks": lambda t: t.mamba_checkpoint > 0,
+           "speculative Mamba blocks": lambda t: t.mamba_speculative > 0,
            **KEY_CONFIGS, **EMBEDS_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.
@@ -160,7 +162,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.eagle, trace.retained, trace.window_block_size, trace.hash_block_size,
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
-                    trace.prefill_lookahead)
+                    trace.prefill_lookahead, trace.mamba_checkpoint,
+                    trace.mamba_speculative)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

@@ -71,7 +71,8 @@ class KVManagerDriver(ManagerReads):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
-                 eagle_groups=(), prefill_lookahead: int = 0):
+                 eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
+                 mamba_speculative: int = 0):
         import math
 
         import torch
@@ -99,8 +100,14 @@ class KVManagerDriver(ManagerReads):
         if mamba_mode:
             from vllm.v1.kv_cache_interface import MambaSpec
 
+            # one prefill checkpoint block, aligned to `mamba_checkpoint` tokens, and MTP's
+            # speculative blocks (only where set: a release before them has no such fields)
+            more = {"num_prefill_checkpoint_blocks": 1,
+                    "prefill_checkpoint_alignment": mamba_checkpoint} if mamba_checkpoint else {}
+            more |= {"num_speculative_blocks": mamba_speculative} if mamba_speculative else {}
             specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
-                                   dtypes=(torch.float16,), mamba_cache_mode=mamba_mode))
+                                   dtypes=(torch.float16,), mamba_cache_mode=mamba_mode,
+                                   **more))
         if encoder_tokens:
             from vllm.v1.kv_cache_interface import CrossAttentionSpec
 
@@ -433,7 +440,7 @@ def asked(fn, **settings) -> dict:
 def released_api(cls) -> dict[str, bool]:
     """Which of the engine's settings a manager class (and the installed vLLM's KV-cache
     config) takes: what a trace may ask of it."""
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
     return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
@@ -452,6 +459,7 @@ def released_api(cls) -> dict[str, bool]:
             "hash_lookahead": bool(taken(cls, num_hash_lookahead_tokens=0)),
             "prefill_lookahead": bool(taken(cls, num_prefill_lookahead=0)),
             "eagle_groups": bool(taken(KVCacheGroupSpec, is_eagle_group=False)),
+            "mamba_checkpoint": bool(taken(MambaSpec, num_prefill_checkpoint_blocks=0)),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(
                 getattr(cls.allocate_slots, "__code__", None), "co_consts", ())

@@ -195,6 +195,24 @@ MUTATIONS = {
         "MambaManager.allocate_new_blocks",
         "num_tokens = num_tokens_main_model", "num_tokens = num_tokens",
         "in align mode a step places its state past its last token (lookahead tokens counted)")),
+    # Mamba "align"'s prefill checkpoint blocks (`Trace.mamba_checkpoint`, issue 25's gap).
+    "mamba_align_checkpoint_not_taken": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "if not self._needs_internal_checkpoint(",
+        "if True or not self._needs_internal_checkpoint(",
+        "a chunk past a valid prefill checkpoint takes no checkpoint block for the state it "
+        "exports there")),
+    "mamba_align_checkpoint_every_chunk": (SINGLE, Mutation(
+        "MambaManager._needs_internal_checkpoint",
+        "and query_end >= prefill_end\n", "\n",
+        "under retention 0 every prefill chunk takes a checkpoint block, not only the one that "
+        "ends the prefill (the others' states are never kept)")),
+    "mamba_align_speculative_dropped": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",
+        "cdiv(num_tokens, self.block_size)",
+        "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
+        "states), though it counted them")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

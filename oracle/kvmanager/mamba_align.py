@@ -1,6 +1,6 @@
 """Which blocks a Mamba group in "align" mode keeps, per request and step (vllm 0.33.0,
-`MambaManager` in `single_type_kv_cache_manager.py`, without speculative or prefill-checkpoint
-blocks, as the "mamba align" profile builds it). Facts read in the released source:
+`MambaManager` in `single_type_kv_cache_manager.py`, as the "mamba align" profile builds it).
+Facts read in the released source:
 
 - a step of a request that had computed `c` tokens first frees the states before the one of
   its last computed token (`get_num_skipped_tokens` = c - 1: every block below (c - 1) // b
@@ -13,6 +13,16 @@ blocks, as the "mamba align" profile builds it). Facts read in the released sour
   copy-on-write block takes the read state's place (`_apply_cow`), or is handed to the pool
   (`move_block_hashes`) and is in no table.
 
+- with a prefill checkpoint block (`MambaSpec.num_prefill_checkpoint_blocks` 1, the trace's
+  `mamba_checkpoint` its `prefill_checkpoint_alignment`), a step that reaches past a valid
+  checkpoint (`checkpoint_index`) takes one more block, at table position cdiv(c', b) - 2, the
+  state its chunk exports at the checkpoint: three states then, freed with the read one at the
+  request's next step (or its next refused one, which frees all but the last).
+- with `s` speculative blocks (`num_speculative_blocks`, multi-token prediction's draft
+  tokens) the table is `s` blocks longer and the `s` past the written state are scratch blocks,
+  never null: a step moving blocks on turns the first of them into its state (or its
+  checkpoint) and relocates the rest to the end (`_relocate_speculative_block`).
+
 A hit is the state of its last token: the block at (hit - 1) // b, cached under the request's
 hash of the first `hit` tokens in the Mamba group (group 1), a partial entry where the hit ends
 inside the block.
@@ -23,31 +33,67 @@ from __future__ import annotations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 
-def kept_positions(read_from: int, computed: int, block_size: int) -> set[int]:
+def checkpoint_position(end: int, hash_size: int) -> int:
+    """Where a chunk ending at `end` tokens exports its checkpoint: the last hash boundary that
+    leaves a token to recompute (`get_mamba_prefill_checkpoint_position`, no EAGLE drop or
+    lookahead hashing; the manager's alignment is the hash block in this profile)."""
+    return max((end - 1) // hash_size * hash_size, 0)
+
+
+def checkpoint_index(start: int, end: int, prefill_end: int, block_size: int, hash_size: int,
+                     alignment: int) -> int | None:
+    """The table position of the checkpoint block a step computing tokens [start, end) takes, or
+    None (`_needs_internal_checkpoint` with `is_mamba_prefill_checkpoint_valid`). `alignment`:
+    the spec's `prefill_checkpoint_alignment` (0: no checkpoint blocks); `prefill_end`: the
+    prompt's end (past its output tokens but one), or 0 where retention is not 0 (the
+    coordinator then passes 0: every chunk may export one). The table's length before the step,
+    cdiv(start, b), is always at most the index here, so that clause always holds."""
+    position, index = checkpoint_position(end, hash_size), cdiv(end, block_size) - 2
+    valid = (start % hash_size == 0 and index > (start - 1) // block_size
+             and start + hash_size <= position and start < position < end
+             and (position - start) % alignment == 0) if alignment else False
+    return index if valid and end >= prefill_end and index >= 0 else None
+
+
+def kept_positions(read_from: int, computed: int, block_size: int,
+                   checkpoint: int | None = None, speculative: int = 0) -> set[int]:
     """The table positions that may hold a state after a step from `read_from` computed tokens
-    to `computed`: the state read (none for a step from 0) and the state written."""
-    kept = {cdiv(computed, block_size) - 1}
+    to `computed`: the state read (none for a step from 0), the state written, the
+    `speculative` scratch blocks past it and the step's checkpoint, if it took one."""
+    written = cdiv(computed, block_size) - 1
+    kept = set(range(written, written + 1 + speculative))
     if read_from > 0:
         kept.add((read_from - 1) // block_size)
+    if checkpoint is not None:
+        kept.add(checkpoint)
     return kept
 
 
-def table_problems(table: list[int], read_from: int, computed: int,
-                   block_size: int) -> str | None:
+def table_problems(table: list[int], read_from: int, computed: int, block_size: int,
+                   checkpoint: int | None = None, speculative: int = 0) -> str | None:
     """What is wrong with a live request's Mamba table (block ids, 0 the null block) after its
-    last step went from `read_from` to `computed` tokens; None when nothing."""
-    length = cdiv(computed, block_size)
+    last step went from `read_from` to `computed` tokens (taking a checkpoint block at position
+    `checkpoint`, or None), with `speculative` scratch blocks; None when nothing."""
+    length = cdiv(computed, block_size) + speculative
     if len(table) != length:
         return (f"{len(table)} blocks after {computed} computed tokens in blocks of "
-                f"{block_size}: expected {length}")
-    if not table[-1]:
-        return f"its last block (the state of token {computed - 1}) is the null block"
-    kept = kept_positions(read_from, computed, block_size)
+                f"{block_size}{f' and {speculative} speculative' if speculative else ''}: "
+                f"expected {length}")
+    if not table[length - 1 - speculative]:
+        return f"its block of the state of token {computed - 1} is the null block" \
+            if speculative else \
+            f"its last block (the state of token {computed - 1}) is the null block"
+    if not all(table[length - speculative:]):
+        return f"one of its {speculative} speculative blocks is the null block"
+    if checkpoint is not None and not table[checkpoint]:
+        return (f"holds no checkpoint block at position {checkpoint} after a step from "
+                f"{read_from} to {computed} tokens past a valid prefill checkpoint")
+    kept = kept_positions(read_from, computed, block_size, checkpoint, speculative)
     stale = [index for index, block in enumerate(table) if block and index not in kept]
     if stale:
         return (f"holds states at positions {stale[:4]} after a step from {read_from} to "
-                f"{computed} tokens: expected only positions {sorted(kept)} (the state read and "
-                f"the state written)")
+                f"{computed} tokens: expected only positions {sorted(kept)} (the state read, "
+                f"the state written and a prefill checkpoint's)")
     return None
 
 

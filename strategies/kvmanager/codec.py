@@ -96,6 +96,11 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values["hash_lookahead"] = _hash_lookahead(reader, data, values)
     values["eagle_groups"] = _eagle_groups(reader, data, values, window)
     values["prefill_lookahead"] = _prefill_lookahead(reader, data, values)
+    values["mamba_checkpoint"] = _mamba_checkpoint(reader, data, values)
+    values["mamba_speculative"] = speculative = reader.integer(
+        data.get("mamba_speculative", 0), "mamba_speculative", low=0, high=MAX_LOOKAHEAD)
+    reader.expect(not speculative or values["mamba_mode"] == "align", "mamba_speculative",
+                  'expected 0 without a Mamba group in mode "align"', speculative)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
@@ -160,6 +165,15 @@ def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
                   "prefill_lookahead",
                   "expected 0 with a chunked-local, Mamba or cross-attention group or DCP", ahead)
     return ahead
+
+
+def _mamba_checkpoint(reader: FieldReader, data: dict, values: dict) -> int:
+    """Mamba "align"'s prefill checkpoint block: 0 (none) or its alignment in tokens."""
+    alignment = reader.integer(data.get("mamba_checkpoint", 0), "mamba_checkpoint", low=0,
+                               high=MAX_LEN)
+    reader.expect(not alignment or values["mamba_mode"] == "align", "mamba_checkpoint",
+                  'expected 0 without a Mamba group in mode "align"', alignment)
+    return alignment
 
 
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,

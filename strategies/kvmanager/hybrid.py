@@ -29,8 +29,10 @@ its blocks further and drops one, a window hit needs a block more, a step caches
 the scheduler grid, the sparse window keeps its runs a block later.
 
 "mamba align" (`kvmanager/5[mamba align]`): full attention beside a Mamba group in mode
-"align" with prefix caching, hashed per fewer tokens than a block in most (partial hits),
-judged in the reduced mode (`fuzz/kvmanager/align.py`).
+"align" with prefix caching, hashed per fewer tokens than a block in most (partial hits), one
+prefill checkpoint block in 85% (`Trace.mamba_checkpoint`), speculative Mamba blocks in 70%
+(`Trace.mamba_speculative`), judged in the reduced mode
+(`fuzz/kvmanager/align.py`).
 
 "cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
 attention beside a cross-attention group, prefix caching off: each admission also takes the
@@ -155,16 +157,27 @@ def build_cross(rng: random.Random, num_ops: int) -> Trace:
 def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
     caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
-    partial hits on; no events, stats, EAGLE or tokens in flight (the reduced mode's)."""
+    partial hits on; no events, stats, EAGLE or tokens in flight (the reduced mode's); a prefill
+    checkpoint block in 85%, multi-token prediction's speculative blocks in 70%."""
     size = rng.choice((2, 4, 4, 8))
     hashed = rng.choice([d for d in (1, 2, 4) if d < size]) if rng.random() < 0.75 else size
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
     settings = _engine(rng, size) | {"events": False, "stats": False,
                                      "async_scheduling": False}
-    return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
-                 rng.choice((None, 0)), **settings, mamba_mode="align",
-                 hash_block_size=hashed if hashed != size else 0, note="profile mamba align")
+    ops = _ops(rng, size, max_model_len, num_ops)
+    retention = rng.choice((None, 0))
+    # a prefill checkpoint block in 85% (drawn last: the other draws are as before it), its
+    # alignment a hash block or a token; 85% and 70% below so that seed 0's first 200 traces
+    # of the mix hold a step whose checkpoint is a speculative block (index 91)
+    checkpoint = rng.choice((hashed, 1)) if rng.random() < 0.85 else 0
+    # multi-token prediction in 70%: 1 or 2 draft tokens' speculative Mamba blocks (the
+    # lookahead slots as drawn above)
+    speculative = rng.randint(1, 2) if rng.random() < 0.7 else 0
+    return Trace(blocks, size, 0, max_model_len, ops, retention, **settings,
+                 mamba_mode="align", hash_block_size=hashed if hashed != size else 0,
+                 mamba_checkpoint=checkpoint, mamba_speculative=speculative,
+                 note="profile mamba align")
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

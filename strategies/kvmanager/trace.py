@@ -224,6 +224,12 @@ class Trace:
     caching on): a request keeps only the state of its last computed token. "align"
     (`kvmanager/5[mamba align]`), with prefix caching, is judged in a reduced mode
     (`fuzz/kvmanager/align.py`): the oracle does not model its checkpoints.
+    `mamba_checkpoint` > 0 gives that group one prefill checkpoint block
+    (`MambaSpec.num_prefill_checkpoint_blocks=1`, `prefill_checkpoint_alignment` this many
+    tokens): a chunk that reaches past a valid checkpoint holds its state in one more block.
+    `mamba_speculative` > 0 is that group's `num_speculative_blocks` (multi-token prediction's
+    draft tokens; the profile passes as many lookahead slots): its table holds that many scratch
+    blocks past the state of the last computed token.
 
     Cross-attention (`kvmanager/5[cross attention]`): `encoder_tokens` > 0 makes the second group
     a `CrossAttentionSpec` (an encoder-decoder model's, Whisper's), with prefix caching off
@@ -286,6 +292,8 @@ class Trace:
     hash_lookahead: int = 0
     eagle_groups: tuple[int, ...] = ()
     prefill_lookahead: int = 0
+    mamba_checkpoint: int = 0
+    mamba_speculative: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -332,7 +340,10 @@ class Trace:
             (f"decode context parallel over {self.dcp} ranks", self.dcp),
             (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead),
             (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups),
-            (f"MTP: {self.prefill_lookahead} prefill lookahead tokens", self.prefill_lookahead))
+            (f"MTP: {self.prefill_lookahead} prefill lookahead tokens", self.prefill_lookahead),
+            (f"Mamba prefill checkpoints aligned to {self.mamba_checkpoint} tokens",
+             self.mamba_checkpoint),
+            (f"{self.mamba_speculative} speculative Mamba blocks", self.mamba_speculative))
             if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
@@ -399,4 +410,5 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "lookahead": 0, "eagle": False, "async_scheduling": False, "retained": 0,
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
-                  "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0}
+                  "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
+                  "mamba_checkpoint": 0, "mamba_speculative": 0}

@@ -1,7 +1,8 @@
 """Mamba "align" mode with prefix caching (the "mamba align" profile), judged in the reduced mode
 of `fuzz/kvmanager/align.py`: the released class runs the seeded traces clean and reaches
-partial hits and copy-on-write; each property of that mode catches a broken manager (a mutant
-of the released source, or a test double here) on those traces. Skips without vLLM."""
+partial hits, copy-on-write and prefill checkpoint blocks; each property of that mode catches a
+broken manager (a mutant of the released source, or a test double here) on those traces. Skips
+without vLLM."""
 
 import functools
 
@@ -22,7 +23,9 @@ def test_the_released_class_runs_200_align_traces_clean():
     wanted = ("admission with a hit", "partial hit: inside a block",
               "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
               "allocate_slots refused", "allocate_slots of nothing refused",
-              "config: Mamba align mode, prefix caching on (reduced checks)")
+              "config: Mamba align mode, prefix caching on (reduced checks)",
+              "config: Mamba prefill checkpoint blocks", "Mamba prefill checkpoint block",
+              "config: speculative Mamba blocks")
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
 
@@ -77,6 +80,9 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     (f"{__name__}:MambaHitWrongState", "prefix hit"),
     ("mutant.vllm.kvmanager.mamba_align_lookahead_state", "mamba states"),
     ("mutant.vllm.kvmanager.mamba_align_state_kept", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_checkpoint_not_taken", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_checkpoint_every_chunk", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_speculative_dropped", "mamba states"),
     ("mutant.vllm.kvmanager.free_first_group_only", "mamba states"),
     ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
     ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),

@@ -55,6 +55,16 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_align_state_kept": r"mamba states:? +states that left their tables still referenced"
                               r"|ref_cnt:? +reference counts against the live tables",
     "mamba_align_lookahead_state": r"mamba states:? +r\d+'s Mamba table \d+ blocks after",
+    # its prefill checkpoint block (`Trace.mamba_checkpoint`): missing where the rule takes
+    # one, or taken by a chunk that does not end the prefill (retention 0)
+    "mamba_align_checkpoint_not_taken": r"mamba states:? +r\d+'s Mamba table holds no "
+                                        r"checkpoint block",
+    "mamba_align_checkpoint_every_chunk": r"mamba states:? +r\d+'s Mamba table holds states "
+                                          r"at positions",
+    # its speculative blocks (`Trace.mamba_speculative`) counted but never allocated
+    "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
+                                       r"\d+ computed tokens in blocks of \d+ and \d+ "
+                                       r"speculative",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -132,6 +142,12 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         PREFIX + "mtp_peek_past_finalized": 242,
                         # the "prompt embeds" profile's first trace of seed 0
                         PREFIX + "embeds_key_dropped": 10,
+                        # the first "mamba align" traces of seed 0 with a prefill checkpoint
+                        # block (index 7), and with one under retention 0 (index 22)
+                        PREFIX + "mamba_align_checkpoint_not_taken": 7,
+                        PREFIX + "mamba_align_checkpoint_every_chunk": 22,
+                        # and the first with speculative Mamba blocks (index 22)
+                        PREFIX + "mamba_align_speculative_dropped": 22,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)

@@ -1,6 +1,7 @@
 """`kvfuzz mutate kvmanager --scope vllm.v1.core.single_type_kv_cache_manager` (issue 25): the
-survivors of its seed-0 sample that were reach gaps of the seeded mix are killed on the seeded
-case that reaches them now, and the one declared equivalent is declared. Each mutant is put in
+survivors of its seed-0 sample that were reach gaps of the seeded mix, and the 5 that only vLLM's
+own tests killed (Mamba's prefill checkpoint blocks), are killed on the seeded case that reaches
+them now, and the ones declared equivalent are declared. Each mutant is put in
 place in this process as `kvfuzz mutate` puts it (`placing.place`), and taken out after.
 Skips without vLLM."""
 
@@ -43,11 +44,12 @@ def placed(mutant_id: str):
 
 
 # (mutant, the seeded index of seed 0 that kills it): MambaManager's, on "mamba align" traces
-# of the mix's second share (indices 60, 126) or its first (86).
+# of the mix's second share (index 126) or its first (22, 86, 91).
 KILLED = [
     # scale_factor = block_size & hash_block_size: zero for two powers of two, and the hit's
-    # block index divides by it (a crash at the first Mamba hit inside a block)
-    (f"{MODULE}:1504:38:ReplaceBinaryOperator_FloorDiv_BitAnd:19", 60),
+    # block index divides by it (a crash at the first Mamba hit inside a block; index 60 since
+    # has speculative blocks, and no such hit)
+    (f"{MODULE}:1504:38:ReplaceBinaryOperator_FloorDiv_BitAnd:19", 22),
     # num_tokens = (fine_idx + 1) // hash_block_size: the hit's length in hash units, not
     # tokens (the same at hash block 1: index 126 hashes per 2 tokens)
     (f"{MODULE}:1509:44:ReplaceBinaryOperator_Mul_FloorDiv:22", 126),
@@ -55,6 +57,17 @@ KILLED = [
     # decode that needs none, refused in a full pool (the reduced mode's refusal check,
     # fuzz/kvmanager/align_refusal.py)
     (f"{MODULE}:1746:16:ReplaceBinaryOperator_Sub_Add:40", 86),
+    # Mamba "align"'s prefill checkpoint blocks (`Trace.mamba_checkpoint`), the 5 mutants
+    # only vLLM's own tests killed before: a checkpoint taken only at table position 0 (the
+    # kept-state rule: a checkpoint block missing); one on a speculative block skipped (the
+    # same, with `Trace.mamba_speculative`); the bound of a checkpoint step's new blocks as
+    # `(1 + partial) | checkpoint` (vLLM's own assertion); the checkpoint index's assertion
+    # inverted; `reachable_block_mask` given a float end under retention 0 (a TypeError)
+    (f"{MODULE}:1681:31:ReplaceComparisonOperator_GtE_Eq:9", 22),
+    (f"{MODULE}:1687:54:ReplaceBinaryOperator_Sub_Pow:38", 91),
+    (f"{MODULE}:1875:58:ReplaceBinaryOperator_Add_BitOr:25", 22),
+    (f"{MODULE}:2040:21:ReplaceComparisonOperator_LtE_Gt:7", 22),
+    (f"{MODULE}:2059:30:ReplaceBinaryOperator_Add_Div:27", 22),
 ]
 
 
@@ -76,7 +89,9 @@ def test_a_fine_grained_mamba_lookup_mutant_is_killed(mutant, index):
 # The sample's survivors declared equivalent, each with its reason (impl/equivalent_mutants.json)
 DECLARED = ("1063:41:NumberReplacer:139", "1655:48:ReplaceComparisonOperator_NotEq_Eq:12",
             "1853:34:ReplaceComparisonOperator_Lt_IsNot:5",
-            "2107:21:ReplaceComparisonOperator_GtE_Is:11")
+            "2107:21:ReplaceComparisonOperator_GtE_Is:11",
+            # reached since the "mamba align" profile's checkpoint and speculative blocks
+            "471:37:ReplaceComparisonOperator_Is_Eq:0")
 
 
 @pytest.mark.parametrize("mutant", DECLARED)
@@ -95,6 +110,9 @@ def test_the_refusal_check_judges_only_steps_that_need_no_block():
     assert needless_refusal(4, 2, 10, 1, (3, 3), False) is None  # lookahead: full attention's
     assert needless_refusal(4, 0, 10, 1, (3, 3), True) is None  # a copy-on-write pending
     assert needless_refusal(4, 0, 10, 1, None, False) is None
+    # with 2 speculative blocks the Mamba table must hold 3 + 2 for 11 tokens
+    assert needless_refusal(4, 0, 10, 1, (3, 5), False, speculative=2)
+    assert needless_refusal(4, 0, 10, 1, (3, 4), False, speculative=2) is None
     keys = [None, ("h", 1), None, None]
     assert not rekeyed(keys, list(keys), [0, 1, 2]) and rekeyed(keys, [None, None, None, None],
                                                                 [1])
