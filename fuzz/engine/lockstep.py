@@ -42,6 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, is_dataclass
 from typing import Callable, NamedTuple
 
+from kvfuzz.fuzz.engine.remote import RemoteObject
 from kvfuzz.fuzz.engine.report import note_raised
 from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.registry import safe_text
@@ -146,6 +147,9 @@ class Lockstep:
         self.returned: list = []  # what the implementation returned during the current op
         # The implementation first: an oracle may follow what it declares (e.g. lazy or eager).
         self.impl, raised = guarded(lambda: self.build_impl(trace, impl, device, **options))
+        # a driver in this process (no proxy: a test's `Target.check`): its state reads come
+        # whole (`read_changed`), as no process boundary is crossed
+        self.in_process = raised is None and not isinstance(self.impl, RemoteObject)
         self.model = self.build_model(trace)
         self.broken = crash_problems(raised, "constructor") if raised else []
         if not self.broken:
@@ -185,10 +189,12 @@ class Lockstep:
         """The whole state a driver's `impl.changed_reads.ChangedReads` read answers (its
         parts by name), from what changed since this lock step's last read of it: only the
         changes cross from the implementation's process. A malformed answer is the
-        implementation's raise in the state read."""
+        implementation's raise in the state read. A driver in this process (`in_process`) is
+        asked for the whole state (`since` None: `ChangedReads.changed`), with the same checks
+        of its answer."""
         held = self.__dict__.setdefault("_held_reads", {})
         number, parts = held.get(method, (0, None))
-        answer = self.read(method, number, *args)
+        answer = self.read(method, None if self.__dict__.get("in_process") else number, *args)
         try:
             parts = _changed_parts(answer, number, parts)
         except (TypeError, ValueError, IndexError) as error:

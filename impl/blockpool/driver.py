@@ -11,6 +11,7 @@ its own readers, which must agree with the links, and the hash-to-block map."""
 from __future__ import annotations
 
 from itertools import islice
+from operator import attrgetter
 from types import SimpleNamespace
 
 from kvfuzz.impl.changed_reads import ChangedReads
@@ -84,6 +85,9 @@ def decode_key(key) -> tuple[int, int]:
 
 
 _DECODED: dict[bytes, tuple[int, int]] = {}
+# A block's fields, read over the whole pool after every op (map, not a Python loop per block)
+_BLOCK_ID, _REF_CNT = attrgetter("block_id"), attrgetter("ref_cnt")
+_NUM_TOKENS = attrgetter("block_hash_num_tokens")
 
 
 class PoolReader(ChangedReads):
@@ -115,7 +119,7 @@ class PoolReader(ChangedReads):
         return int(self.pool.null_block.block_id)
 
     def ref_counts(self) -> list[int]:
-        return [int(block.ref_cnt) for block in self.pool.blocks]
+        return list(map(int, map(_REF_CNT, self.pool.blocks)))
 
     def hash_tokens(self) -> list | None:
         """The prefix tokens each block's primary entry covers (None: no entry). None for the
@@ -123,7 +127,7 @@ class PoolReader(ChangedReads):
         its whole block), so that view is left out."""
         if not hasattr(type(self.pool.null_block), "block_hash_num_tokens"):
             return None
-        return [block.block_hash_num_tokens for block in self.pool.blocks]
+        return list(map(_NUM_TOKENS, self.pool.blocks))
 
     def tracked(self) -> dict[int, int] | None:
         """The blocks a residency metrics collector tracks, with the accesses it keeps of each
@@ -145,12 +149,17 @@ class PoolReader(ChangedReads):
             return None
         return [int(block.block_id) for block in self.pool.blocks if is_writable(block)]
 
+    def _decoder(self):
+        """`decode_key`: the module's function itself where this reader does not translate keys
+        (a method call less for every key of every read)."""
+        return decode_key if type(self).decode_key is PoolReader.decode_key else self.decode_key
+
     def keys(self) -> list:
         """Each block's (hash, group), or None; a block with more than one entry (vLLM's partial
         entries) shows them all as a list, the primary first."""
         extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
-        decode = self.decode_key
-        keys = [None if block.block_hash is None else decode(block.block_hash)
+        decode = self._decoder()
+        keys = [None if (key := block.block_hash) is None else decode(key)
                 for block in self.pool.blocks]
         for block_id, more in extra.items():  # only blocks with more than one entry
             if more:
@@ -158,10 +167,10 @@ class PoolReader(ChangedReads):
         return keys
 
     def cache_map(self) -> dict[tuple[int, int], list[int]]:
-        entries = {}
+        entries, decode = {}, self._decoder()
         for key, value in self.pool.cached_block_hash_to_block._cache.items():
-            blocks = value.values() if isinstance(value, dict) else [value]
-            entries[self.decode_key(key)] = [int(block.block_id) for block in blocks]
+            entries[decode(key)] = [int(block.block_id) for block in value.values()] \
+                if isinstance(value, dict) else [int(value.block_id)]
         return entries
 
     def free_queue(self) -> tuple[list[int], str | None]:
@@ -206,7 +215,7 @@ def _readers_disagree(queue, order: list[int]) -> str | None:
     simple CPU offloading manager resumes from a cursor), from the head and from the middle
     block. None when they agree; a reader a release lacks is left out."""
     census = getattr(queue, "get_all_free_blocks", None)
-    if census is not None and (found := [int(b.block_id) for b in census()]) != order:
+    if census is not None and (found := list(map(int, map(_BLOCK_ID, census())))) != order:
         return f"get_all_free_blocks() gives {found}, the links {order}"
     walk = getattr(queue, "iter_blocks_after", None)
     if walk is None:
@@ -218,7 +227,7 @@ def _readers_disagree(queue, order: list[int]) -> str | None:
             cursor = cursor.next_free_block
         starts.append((f"block {order[middle]}", cursor, order[middle + 1:]))
     for name, start, expected in starts:
-        found = [int(b.block_id) for b in islice(walk(start), len(order) + 1)]  # no cycle
+        found = list(map(int, map(_BLOCK_ID, islice(walk(start), len(order) + 1))))  # no cycle
         if found != expected:
             return f"iter_blocks_after({name}) gives {found}, the links {expected}"
     return None

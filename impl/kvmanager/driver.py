@@ -18,7 +18,7 @@ from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash
 
 def _ids(blocks) -> list[list[int]] | None:
     """A `KVCacheBlocks` (or None) as block ids per group."""
-    return None if blocks is None else [[int(b) for b in ids] for ids in blocks.get_block_ids()]
+    return None if blocks is None else [list(map(int, ids)) for ids in blocks.get_block_ids()]
 
 
 class ManagerReads(PoolReader):
@@ -27,7 +27,7 @@ class ManagerReads(PoolReader):
     `truncate_computed_blocks` of its last lookup (`self.hits[rid]`, the KVCacheBlocks)."""
 
     def block_ids(self, rid: int) -> list[list[int]]:
-        return [[int(b) for b in ids]
+        return [list(map(int, ids))
                 for ids in self.manager.get_block_ids(self.requests[rid].request_id)]
 
     def block_tables(self, since: int, rids) -> tuple:
@@ -46,7 +46,7 @@ class ManagerReads(PoolReader):
         return int(self.manager.estimate_cached_tokens(self.requests[rid]))
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        return [[int(b) for b in ids] for ids in self.manager.get_block_ids_for_computed_tokens(
+        return [list(map(int, ids)) for ids in self.manager.get_block_ids_for_computed_tokens(
             self.requests[rid].request_id, computed)]
 
     def common_prefix_blocks(self, rid: int) -> list[int]:

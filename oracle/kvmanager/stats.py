@@ -5,7 +5,7 @@ it queried and those that hit; `reset` once the cache was reset since the stats 
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 
 @dataclass
@@ -29,4 +29,7 @@ class PrefixStats:
             self.hits += hits
 
     def as_tuple(self) -> tuple:
-        return astuple(self)
+        # (field by field: `dataclasses.astuple` deep-copies each value, and the stats are made
+        # after every op of a trace that records them)
+        return (self.requests, self.queries, self.hits, self.preempted_requests,
+                self.preempted_queries, self.preempted_hits, self.reset)

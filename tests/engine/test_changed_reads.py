@@ -1,7 +1,8 @@
 """State reads that cross as what changed (`impl/changed_reads.py`, `Lockstep.read_changed`): the
 judge holds the driver's whole answer after every read, whatever changed and however (a 6 that
 became 6.0, a list that grew or shrank, a part that became None), a new or out-of-step judge gets
-the whole state, and a malformed answer is the implementation's raise in the state read."""
+the whole state, and a malformed answer is the implementation's raise in the state read. A judge
+in the driver's own process asks for the whole state each time (nothing encoded or kept)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,11 @@ class Driver(ChangedReads):
 
 
 class Judge(Lockstep):
-    """Only `read_changed` is used: no ops, built by hand."""
+    """Only `read_changed` is used: no ops, built by hand; as a worker's judge (its driver
+    behind a proxy) unless `in_process`."""
 
-    def __init__(self, impl):
-        self.impl, self.returned = impl, []
+    def __init__(self, impl, in_process: bool = False):
+        self.impl, self.returned, self.in_process = impl, [], in_process
 
 
 def _mutate(rng: random.Random, state: dict) -> None:
@@ -71,6 +73,45 @@ def test_only_the_changed_items_cross():
     assert not whole and list(sent) == ["ints"]
     assert sent["ints"] == ("items", 40, ((6, 6.0), (7, 6.0)))
     assert judge.returned[-1]["ints"][6] == 6.0 and type(judge.returned[-1]["ints"][6]) is float
+
+
+def test_a_judge_in_the_drivers_process_reads_the_whole_state_and_nothing_is_kept():
+    state = {"ints": list(range(40)), "other": "same"}
+    driver = Driver(state)
+    judge = Judge(driver, in_process=True)
+    for value in (6, 6.0):
+        state["ints"] = state["ints"][:6] + [value] + state["ints"][7:]
+        held = judge.read_changed("read_state")
+        assert repr(held) == repr(state)
+        number, whole, sent = judge.returned[-2]
+        assert whole and sent == {"ints": ("=", state["ints"]), "other": ("=", "same")}
+        assert "state" not in driver._changed_reads  # no marshal bytes kept
+    # a worker's judge over the same driver after it: the whole state, then changes
+    worker = Judge(driver)
+    assert worker.read_changed("read_state") == state and worker.returned[-2][1] is True
+    state["other"] = "changed"
+    assert worker.read_changed("read_state") == state
+    assert worker.returned[-2][2] == {"other": ("=", "changed")}
+
+
+def test_a_check_in_process_reads_whole_and_a_workers_reads_changes():
+    """`Lockstep.__init__` tells the two apart by the driver: a proxy (`RemoteObject`) or not."""
+    from kvfuzz.fuzz.engine.remote import RemoteObject
+
+    class Built(Judge):
+        KINDS = {}
+
+        def build_impl(self, trace, impl, device, **options):
+            return impl
+
+        def build_model(self, trace):
+            return None
+
+    built = Built.__new__(Built)
+    Lockstep.__init__(built, None, Driver({}))
+    assert built.in_process is True
+    Lockstep.__init__(built, None, RemoteObject(None, 0))  # a worker's: behind a proxy
+    assert built.in_process is False
 
 
 def test_a_new_or_out_of_step_judge_gets_the_whole_state():

@@ -1,8 +1,8 @@
 """Mamba "align" mode with prefix caching (the "mamba align" profile), judged in the reduced mode
-of `fuzz/kvmanager/align.py`: the released class runs the seeded traces clean and reaches
-partial hits, copy-on-write and prefill checkpoint blocks; each property of that mode catches a
-broken manager (a mutant of the released source, or a test double here) on those traces. Skips
-without vLLM."""
+of `fuzz/kvmanager/align.py` (the released class runs the seeded traces clean and reaches
+partial hits, copy-on-write and prefill checkpoint blocks: `test_every_profile.py`): each
+property of that mode catches a broken manager (a mutant of the released source, or a test
+double here) on those traces. Skips without vLLM."""
 
 import functools
 
@@ -11,22 +11,9 @@ import pytest
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.kvmanager import hybrid
-from tests.helpers import agreeing_features, divergence, needs_engine
+from tests.helpers import divergence, needs_engine
 
 pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
-
-
-def test_the_released_class_runs_200_align_traces_clean():
-    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
-    events = agreeing_features("kvmanager", vllm, (hybrid.MAMBA_ALIGN.generate(0, index)
-                                                   for index in range(200)))
-    wanted = ("admission with a hit", "partial hit: inside a block",
-              "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
-              "allocate_slots refused", "allocate_slots of nothing refused",
-              "config: Mamba align mode, prefix caching on (reduced checks)",
-              "config: Mamba prefill checkpoint blocks", "Mamba prefill checkpoint block",
-              "config: speculative Mamba blocks")
-    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
 
 @functools.cache

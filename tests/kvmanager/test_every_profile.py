@@ -1,28 +1,74 @@
 """Every `kvmanager` generator profile on its own seeded stream (`KVMANAGER.alone`, what
 `kvfuzz diff kvmanager --profile NAME` runs) through the released vLLM 0.33.0 `KVCacheManager`,
-each trace to its last op: PER_PROFILE traces of each, in shards of SHARD (pytest -n spreads
-them). In place of seeded traces of the mix, whose index draws the profile (the rarest, "no
-caching", is 3% of it): here each profile gets the same count. From index START, past the
-indices the stream tests of `test_upstream.py` run, so no trace runs twice. Why PER_PROFILE and
-not 2,000: `docs/upstream-vllm.md`, "Speed" (CI's 30 minutes). The two traces found past them
-(SETTLED) run on their own. Skips without vLLM."""
+each trace to its last op: indices 0 to PER_PROFILE - 1 of each, in shards of SHARD (pytest -n
+spreads them; a worker imports vLLM once, whatever the shards). In place of seeded traces of the
+mix, whose index draws the profile (the rarest is 1% of it): here each profile gets the same
+count. The first shard of a profile also reaches the edge classes its traces exist for
+(`REACHES`: the stream tests that ran those indices apart before, now one run of each trace).
+Why 1,500 and not 2,000: `docs/upstream-vllm.md`, "Speed" (what fits CI's 30 minutes). The two
+traces the check was wrong on (SETTLED) run on their own. Skips without vLLM."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.fuzz.kvmanager import connector
+from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")  # and the slow tier
-PER_PROFILE, SHARD, START = 1000, 250, 1000
-# Found past the shards with 1,500 of each profile, the check's fault (boundary.py's
-# `evicted_tail`): (profile, index)
+PER_PROFILE, SHARD = 1500, 250
+# Found past the shards with 1,500 of each profile from index 1000, the check's fault
+# (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD)]
+
+_LOCAL = "chunked-local hit: blocks before the chunk null"
+_WINDOW = [mark for mark in MARKS if mark != _LOCAL]  # every mark of a sliding window's
+_HYBRID = [mark for mark in _WINDOW if not mark.startswith("EAGLE")]
+_CONFIGS = lambda *names: [f"config: {name}" for name in names]  # noqa: E731
+# What a profile's first SHARD traces reach, each at least once: the hybrid coordinator's hits
+# and caching cut to the scheduler block, a window's run passing a block off that grid, a dense
+# window leaving blocks uncached, partial entries; chunked-local hits with null blocks before the
+# chunk; Mamba states freed as a request moves on; with EAGLE beside a window, window hits
+# dropping their last block and blocks cached past the scheduler grid for the lookup's peek;
+# with a cross-attention group, preemptions and whole-request refusals counting the encoder's
+# blocks; Mamba "align" mode's partial hits and copy-on-write; the connector's loads done and
+# failed; frees deferred and released later.
+REACHES = {
+    "hybrid sizes": _HYBRID + ["window frees blocks"] + _CONFIGS(
+        "groups of different block sizes", "hash block below the block size"),
+    "chunked local": [_LOCAL, "window frees blocks"] + _CONFIGS("chunked local attention"),
+    "mamba": ["window frees blocks"] + _CONFIGS("Mamba"),
+    "eagle window": _WINDOW + ["window frees blocks"] + _CONFIGS(
+        "EAGLE", "sliding window", "groups of different block sizes",
+        "hash block below the block size", "sparse retention"),
+    "cross attention": ["preempt", "allocate_slots refused: the whole request does not fit"]
+    + _CONFIGS("cross attention", "caching off", "whole request must fit"),
+    "mamba align": ["admission with a hit", "partial hit: inside a block",
+                    "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
+                    "allocate_slots refused", "allocate_slots of nothing refused",
+                    "Mamba prefill checkpoint block"]
+    + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
+               "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
+    "connector": [event for event in connector.EVENTS if event != "connector admission refused"]
+    + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
+               "chunked local attention"),
+    "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
+                       "reset refused", "free deferred during its KV load",
+                       "skipped blocks removed before request_finished"]
+    + _CONFIGS("sliding window", "chunked local attention"),
+}
+
+
+def test_every_profile_an_edge_class_table_names_is_a_profile():
+    assert set(REACHES) <= set(KVMANAGER.profiles()), set(REACHES) - set(KVMANAGER.profiles())
 
 
 @pytest.mark.parametrize("profile, shard", SHARDS,
@@ -32,7 +78,7 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
     release = KVMANAGER.catalogue.resolve(RELEASED)
     assert release.name == "vllm.kvmanager"
     stream = KVMANAGER.alone(profile).generator
-    first = START + shard * SHARD
+    first, events = shard * SHARD, Counter()
     for index in range(first, first + SHARD):
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
@@ -40,15 +86,18 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
         if outcome.status != AGREE:
             assert outcome.divergence is not None, (index, outcome.outside)
             fail_with(outcome.divergence)
+        events.update(outcome.features)
+    wanted = REACHES.get(profile, []) if shard == 0 else []
+    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
 
 @pytest.mark.parametrize("profile, index", SETTLED)
 def test_the_traces_the_check_was_wrong_on_run_to_their_last_op(profile, index):
-    """Found past the indices above with 1,500 of each profile (docs/upstream-vllm.md, "Speed"):
-    the release offered the copy of a partial tail whose entry `evict_blocks` had dropped."""
+    """Found past the indices above, with 1,500 of each profile from index 1000
+    (docs/upstream-vllm.md, "Speed"): the release offered the copy of a partial tail whose
+    entry `evict_blocks` had dropped."""
     release = KVMANAGER.catalogue.resolve(RELEASED)
     trace = KVMANAGER.alone(profile).generator.generate(0, index)
     outcome = KVMANAGER.check(trace, release)
     if outcome.status != AGREE:
         fail_with(outcome.divergence)
-

@@ -1,5 +1,5 @@
 """The released vLLM `KVCacheManager` (vllm 0.33.0) through the lock step (its seeded traces, each
-profile's alike: `test_every_profile.py`): each stream's traces reach their edge classes, the
+profile's alike, and the edge classes each stream's traces reach: `test_every_profile.py`): the
 corpus replays clean on it, the oracle's hand-made cases hold on it too, and
 an outside class of the wrong shape is refused in one line before anything runs. Skips without
 vLLM."""
@@ -164,86 +164,3 @@ def test_scheduler_shaped_traces_agree_and_look_like_the_recorded_session():
     _, recorded = corpus.load(CORPUS / "kvmanager-ebf8ecc276af2472.json")
     recorded_share = sum(isinstance(op, Decode) for op in recorded.ops) / len(recorded.ops)
     assert abs(decodes / ops - recorded_share) < 0.15, (decodes / ops, recorded_share)
-
-
-@pytest.mark.parametrize("stream, count, configs", [
-    ("GENERATOR", 30, ("groups of different block sizes", "hash block below the block size")),
-    ("LOCAL", 20, ("chunked local attention",)),
-    ("MAMBA", 10, ("Mamba",)),
-    ("EAGLE", 200, ("EAGLE", "sliding window", "groups of different block sizes",
-                    "hash block below the block size", "sparse retention")),
-    ("CROSS", 200, ("cross attention", "caching off", "whole request must fit")),
-], ids=["hybrid sizes", "chunked local", "mamba", "eagle window", "cross attention"])
-def test_each_hybrid_stream_agrees_and_reaches_its_edge_classes(stream, count, configs):
-    """The hybrid coordinator's profiles (strategies/kvmanager/hybrid.py) run clean on the
-    released class and reach what they exist for: hits and caching cut to the scheduler
-    block, a window's run passing a block off that grid, a dense window leaving blocks
-    uncached, partial entries; chunked-local hits with null blocks before the chunk; Mamba
-    states freed as a request moves on; with EAGLE beside a window (200 traces: the CI's run
-    of that configuration), window hits dropping their last block and blocks cached past the
-    scheduler grid for the lookup's peek, besides every hybrid edge class; with a
-    cross-attention group (200 traces), preemptions and whole-request refusals counting the
-    encoder's blocks."""
-    from collections import Counter
-
-    from kvfuzz.fuzz.kvmanager.lockstep import MARKS
-    from kvfuzz.strategies.kvmanager import hybrid
-
-    events = Counter()
-    for index in range(count):
-        outcome = KVMANAGER.check(getattr(hybrid, stream).generate(0, index), VLLM)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
-    local = "chunked-local hit: blocks before the chunk null"
-    windowed = [m for m in MARKS if m != local]  # every mark of a sliding window's
-    wanted = {"LOCAL": [local], "MAMBA": [], "EAGLE": windowed,
-              "CROSS": ["preempt", "allocate_slots refused: the whole request does not fit"]
-              }.get(stream, [m for m in windowed if not m.startswith("EAGLE")])
-    wanted += [f"config: {name}" for name in configs]
-    wanted += ["window frees blocks"] if stream != "CROSS" else []  # nothing leaves a window
-    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
-
-
-@pytest.mark.slow
-def test_the_connector_stream_agrees_and_reaches_its_edge_classes():
-    """The KV-connector profile (strategies/kvmanager/connector.py) runs clean on the released
-    class to its last op: external tokens with a synchronous and an asynchronous load, blocks
-    reserved, loads done and failed (a prefix valid and nothing valid), the first allocation
-    after a load, and the blocks recorded for zeroing under mixed precision."""
-    from collections import Counter
-
-    from kvfuzz.fuzz.kvmanager import connector as judge
-    from kvfuzz.strategies.kvmanager import connector
-
-    events = Counter()
-    for index in range(16):
-        outcome = KVMANAGER.check(connector.GENERATOR.generate(0, index), VLLM)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
-    wanted = [e for e in judge.EVENTS if e != "connector admission refused"] + [
-        "config: KV connector", "config: blocks zeroed (mixed precision)",
-        "config: sliding window", "config: chunked local attention"]
-    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
-
-
-@pytest.mark.slow
-def test_the_deferred_frees_stream_agrees_and_reaches_its_edge_classes():
-    """The "deferred frees" profile (strategies/kvmanager/deferred.py) runs clean on the
-    released class to its last op: frees and preemptions deferred (`pop_blocks_for_free`) and
-    their blocks released to the pool later, and the window's skipped blocks removed before a
-    finish (`remove_skipped_blocks`), beside a sliding window or chunked-local group and full
-    attention alone."""
-    from collections import Counter
-
-    from kvfuzz.strategies.kvmanager import deferred
-
-    events = Counter()
-    for index in range(12):
-        outcome = KVMANAGER.check(deferred.GENERATOR.generate(0, index), VLLM)
-        assert outcome.status == AGREE, outcome.divergence and outcome.divergence.report()
-        events.update(outcome.features)
-    wanted = ["free deferred (pop_blocks_for_free)", "deferred free released", "reset refused",
-              "free deferred during its KV load",
-              "skipped blocks removed before request_finished",
-              "config: sliding window", "config: chunked local attention"]
-    assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
