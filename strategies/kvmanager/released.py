@@ -19,6 +19,11 @@ NO_CONNECTOR = ("no KV-connector calls of vLLM 0.33 (get_computed_blocks_for_con
 NO_HASH_LOOKAHEAD = "no num_hash_lookahead_tokens (an earlier vLLM release)"
 NO_PREFILL_LOOKAHEAD = "no num_prefill_lookahead (an earlier vLLM release)"
 NO_EAGLE_GROUPS = "no KVCacheGroupSpec.is_eagle_group (an earlier vLLM release)"
+# The attention specs' fields (read from their constructors: `CONSTRUCTOR_FIELDS`)
+NO_RETAINED = "no SlidingWindowSpec.extra_retained_tokens (vLLM before 0.28)"
+NO_LOCAL_CHUNK = "no ChunkedLocalAttentionSpec(attention_chunk_size) (an earlier vLLM release)"
+NO_MAMBA_MODE = "no MambaSpec.mamba_cache_mode (an earlier vLLM release)"
+NO_CROSS = "no CrossAttentionSpec (an earlier vLLM release)"
 # The scheduler's reads a class may not have: each is then left out of the judge's checks (no
 # trace needs them; `unread`), never a crash of every trace.
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
@@ -47,7 +52,9 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "zero_common_prefix": COUNTS_COMMON_PREFIX, "boundary": NO_BOUNDARY,
          "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS,
          "connector": NO_CONNECTOR, "hash_lookahead": NO_HASH_LOOKAHEAD,
-         "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS}
+         "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS,
+         "retained": NO_RETAINED, "local_chunk": NO_LOCAL_CHUNK, "mamba_mode": NO_MAMBA_MODE,
+         "cross": NO_CROSS}
 
 
 def unread(preconditions) -> frozenset:
@@ -68,6 +75,10 @@ def broken(trace, preconditions) -> list[str]:
             NO_CONNECTOR: any(isinstance(op, (Connect, Loaded)) for op in trace.ops),
             NO_HASH_LOOKAHEAD: trace.hash_lookahead > 0,
             NO_PREFILL_LOOKAHEAD: trace.prefill_lookahead > 0,
-            NO_EAGLE_GROUPS: bool(trace.eagle_groups)}
+            NO_EAGLE_GROUPS: bool(trace.eagle_groups),
+            NO_RETAINED: trace.retained > 0,
+            NO_LOCAL_CHUNK: trace.local_chunk > 0,
+            NO_MAMBA_MODE: bool(trace.mamba_mode),
+            NO_CROSS: trace.encoder_tokens > 0}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]
