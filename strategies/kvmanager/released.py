@@ -24,6 +24,11 @@ NO_RETAINED = "no SlidingWindowSpec.extra_retained_tokens (vLLM before 0.28)"
 NO_LOCAL_CHUNK = "no ChunkedLocalAttentionSpec(attention_chunk_size) (an earlier vLLM release)"
 NO_MAMBA_MODE = "no MambaSpec.mamba_cache_mode (an earlier vLLM release)"
 NO_CROSS = "no CrossAttentionSpec (an earlier vLLM release)"
+# The block pool of vLLM before 0.24 keys a block of several hash units by the units' hashes
+# joined (`BlockHashListWithBlockSize`; 0.24 on, by the last unit's hash, as kvfuzz models):
+# read from the pool's module (`fuzz/blockpool/target.joins_units`).
+NO_UNIT_KEYS = ("keys a block of several hash units by their hashes joined (vLLM before "
+                "0.24): no hash block below a group's block size")
 # The scheduler's reads a class may not have: each is then left out of the judge's checks (no
 # trace needs them; `unread`), never a crash of every trace.
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
@@ -79,6 +84,7 @@ def broken(trace, preconditions) -> list[str]:
             NO_RETAINED: trace.retained > 0,
             NO_LOCAL_CHUNK: trace.local_chunk > 0,
             NO_MAMBA_MODE: bool(trace.mamba_mode),
-            NO_CROSS: trace.encoder_tokens > 0}
+            NO_CROSS: trace.encoder_tokens > 0,
+            NO_UNIT_KEYS: max(trace.block_size, trace.window_block_size) > trace.hash_size}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

@@ -623,3 +623,26 @@ def test_a_spec_field_an_earlier_release_lacks_makes_the_trace_outside_its_contr
     assert TARGETS["kvmanager"].check(replace(trace, retained=2), impl).status == \
         "outside contract"
 
+
+
+def test_a_manager_whose_pool_joins_hash_units_gets_no_hash_block_below_its_block_size(
+        monkeypatch):
+    # vLLM 0.21-0.23: a block of several hash units is keyed by their hashes joined (a 32-byte
+    # key), which crashed the state read ("an int past 64 bits"); read from the pool's module.
+    from kvfuzz.fuzz.kvmanager import target as kvmanager_target
+
+    entry = replace(TARGETS["kvmanager"].catalogue.resolve("vllm.kvmanager"), preconditions=())
+    monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: True)
+    import kvfuzz.impl.kvmanager.driver as driver
+
+    monkeypatch.setattr(driver, "released_api", lambda cls: {})
+    declared = kvmanager_target._declare(entry, object)
+    assert declared.preconditions == (released.NO_UNIT_KEYS,)
+    monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: False)
+    assert kvmanager_target._declare(entry, object).preconditions == ()
+    trace = next(trace for trace in (TARGETS["kvmanager"].generator.generate(0, index)
+                                     for index in range(200)) if trace.block_size > 1)
+    units = replace(trace, hash_block_size=1)
+    assert released.broken(units, declared.preconditions) == [
+        f"a trace with a setting the class does not take: {released.NO_UNIT_KEYS}"]
+    assert released.broken(replace(trace, hash_block_size=0), declared.preconditions) == []
