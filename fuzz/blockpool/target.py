@@ -50,7 +50,7 @@ def _declare(impl, obj):
         (NO_REPLACE, _takes(getattr(obj, "cache_partial_block", None),
                             "replace_existing_hashes")),
         (NO_BOUNDARY, not _asserts_inside(getattr(obj, "cache_partial_block", None))),
-        (NO_SCALE, not _joins_units(obj)),
+        (NO_SCALE, not joins_units(obj)),
         (NO_MASK, _takes(getattr(obj, "cache_full_blocks", None), "block_mask"))) if not has]
     added = tuple(text for text in lacks if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + added) if added else impl
@@ -71,7 +71,7 @@ def _asserts_inside(call) -> bool:
         return False
 
 
-def _joins_units(obj) -> bool:
+def joins_units(obj) -> bool:
     """Whether the pool's module keys a block of two hash units by both units' hashes joined
     (vLLM 0.20's `BlockHashListWithBlockSize`), asked of that class on two 8-byte hashes. A
     module without it (0.25 on imports none) keys as it keys: the judge compares."""

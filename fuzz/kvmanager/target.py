@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from kvfuzz.fuzz.blockpool.target import joins_units
 from kvfuzz.fuzz.blockpool.target import smaller_pool
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
@@ -18,7 +19,7 @@ from kvfuzz.fuzz.kvmanager.align import AlignLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import UPSTREAM, check_shape
 from kvfuzz.strategies.kvmanager import codec, streams, uniform
-from kvfuzz.strategies.kvmanager.released import LACKS, broken, unread
+from kvfuzz.strategies.kvmanager.released import LACKS, NO_UNIT_KEYS, broken, unread
 from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
@@ -34,14 +35,24 @@ def _shape(path, obj):
 
 
 def _declare(impl, obj):
-    """A released manager (an earlier vLLM's) declares the settings it does not take."""
+    """A released manager (an earlier vLLM's) declares the settings it does not take, and
+    whether its pool keys a block of several hash units by their hashes joined."""
     if impl.kind != UPSTREAM:
         return impl
     from kvfuzz.impl.kvmanager.driver import released_api  # imports vLLM
 
-    lacks = tuple(LACKS[name] for name, takes in released_api(obj).items()
-                  if not takes and LACKS[name] not in impl.preconditions)
+    lacking = [LACKS[name] for name, takes in released_api(obj).items() if not takes]
+    lacking += [NO_UNIT_KEYS] if pool_joins_units() else []
+    lacks = tuple(text for text in lacking if text not in impl.preconditions)
     return replace(impl, preconditions=impl.preconditions + lacks) if lacks else impl
+
+
+def pool_joins_units() -> bool:
+    """Whether the installed vLLM's block pool keys a block of several hash units by their
+    hashes joined (before 0.24), as the blockpool target reads it."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    return joins_units(BlockPool)
 
 
 def _smaller(item):

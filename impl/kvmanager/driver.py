@@ -88,10 +88,11 @@ class KVManagerDriver(ManagerReads):
         specs = [FullAttentionSpec(block_size=block_size // max(dcp, 1), **shape)]
         if zeroing:  # the second group in another precision: vLLM then zeroes new blocks
             shape = dict(shape, dtype=torch.bfloat16)
-        if window:  # extra_retained_tokens only where set: a release before it has no such field
-            more = {"extra_retained_tokens": retained} if retained else {}
+        if window:  # extra_retained_tokens only where set: a release before 0.28 has no such
+            # field (`released_api`: such a trace is outside its contract, never run)
             specs.append(SlidingWindowSpec(block_size=window_block_size or block_size, **shape,
-                                           sliding_window=window, **more))
+                                           sliding_window=window, **asked(
+                                               SlidingWindowSpec, extra_retained_tokens=retained)))
         if local_chunk:
             from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec
 
@@ -373,9 +374,10 @@ class KVManagerDriver(ManagerReads):
         self.manager.free(request)
 
     def remove_skipped_blocks(self, rid: int, processed: int) -> None:
-        request = self.requests[rid]
-        self.manager.remove_skipped_blocks(request.request_id, processed,
-                                           request.num_prompt_tokens)
+        request, method = self.requests[rid], self.manager.remove_skipped_blocks
+        # the prompt's length only where taken: before vLLM 0.25 there is no R-SWA gap to evict
+        method(request.request_id, processed,
+               **taken(method, num_prompt_tokens=request.num_prompt_tokens))
 
     def pop_blocks_for_free(self, rid: int, finished: bool = True) -> list[int]:
         """A free the scheduler defers: `pop_blocks_for_free(request)`, the blocks it gives
@@ -440,9 +442,9 @@ def asked(fn, **settings) -> dict:
 def released_api(cls) -> dict[str, bool]:
     """Which of the engine's settings a manager class (and the installed vLLM's KV-cache
     config) takes: what a trace may ask of it."""
-    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MambaSpec
+    from vllm.v1 import kv_cache_interface
 
-    return {"retention": bool(taken(KVCacheConfig, prefix_cache_retention_interval=None)),
+    return {**constructors_take(kv_cache_interface),
             "in_flight": bool(taken(cls, max_in_flight_tokens=None)),
             "watermark": bool(taken(cls, watermark=0.0)),
             "whole": bool(taken(cls.allocate_slots, full_sequence_must_fit=False)),
@@ -458,12 +460,36 @@ def released_api(cls) -> dict[str, bool]:
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
             "hash_lookahead": bool(taken(cls, num_hash_lookahead_tokens=0)),
             "prefill_lookahead": bool(taken(cls, num_prefill_lookahead=0)),
-            "eagle_groups": bool(taken(KVCacheGroupSpec, is_eagle_group=False)),
-            "mamba_checkpoint": bool(taken(MambaSpec, num_prefill_checkpoint_blocks=0)),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(
                 getattr(cls.allocate_slots, "__code__", None), "co_consts", ())
                 if isinstance(c, str))}
+
+
+# The config and spec constructors the driver calls, and the field of each that a trace's
+# setting needs (`released_api`'s key -> (class, field)): an earlier release's constructor may
+# lack the field, or the module the class. A field every trace passes (block_size, the
+# shapes) is in every release kvfuzz drives.
+CONSTRUCTOR_FIELDS = {
+    "retention": ("KVCacheConfig", "prefix_cache_retention_interval"),
+    "eagle_groups": ("KVCacheGroupSpec", "is_eagle_group"),
+    "retained": ("SlidingWindowSpec", "extra_retained_tokens"),
+    "local_chunk": ("ChunkedLocalAttentionSpec", "attention_chunk_size"),
+    "mamba_mode": ("MambaSpec", "mamba_cache_mode"),
+    "mamba_checkpoint": ("MambaSpec", "num_prefill_checkpoint_blocks"),
+    "mamba_speculative": ("MambaSpec", "num_speculative_blocks"),
+    "cross": ("CrossAttentionSpec", "block_size")}
+
+
+def constructors_take(module) -> dict[str, bool]:
+    """Whether `module` (the installed `vllm.v1.kv_cache_interface`) has each of
+    `CONSTRUCTOR_FIELDS`' classes, its constructor taking that field: read from the
+    signatures, as `taken` reads them."""
+    takes = {}
+    for key, (name, field) in CONSTRUCTOR_FIELDS.items():
+        cls = getattr(module, name, None)
+        takes[key] = cls is not None and bool(taken(cls, **{field: None}))
+    return takes
 
 
 def returns_boundary(method) -> bool:

@@ -20,6 +20,17 @@ NO_HASH_LOOKAHEAD = "no num_hash_lookahead_tokens (an earlier vLLM release)"
 NO_PREFILL_LOOKAHEAD = "no num_prefill_lookahead (an earlier vLLM release)"
 NO_EAGLE_GROUPS = "no KVCacheGroupSpec.is_eagle_group (an earlier vLLM release)"
 NO_MAMBA_CHECKPOINT = "no MambaSpec.num_prefill_checkpoint_blocks (an earlier vLLM release)"
+NO_MAMBA_SPECULATIVE = "no MambaSpec.num_speculative_blocks (an earlier vLLM release)"
+# The attention specs' fields (read from their constructors: `CONSTRUCTOR_FIELDS`)
+NO_RETAINED = "no SlidingWindowSpec.extra_retained_tokens (vLLM before 0.28)"
+NO_LOCAL_CHUNK = "no ChunkedLocalAttentionSpec(attention_chunk_size) (an earlier vLLM release)"
+NO_MAMBA_MODE = "no MambaSpec.mamba_cache_mode (an earlier vLLM release)"
+NO_CROSS = "no CrossAttentionSpec (an earlier vLLM release)"
+# The block pool of vLLM before 0.24 keys a block of several hash units by the units' hashes
+# joined (`BlockHashListWithBlockSize`; 0.24 on, by the last unit's hash, as kvfuzz models):
+# read from the pool's module (`fuzz/blockpool/target.joins_units`).
+NO_UNIT_KEYS = ("keys a block of several hash units by their hashes joined (vLLM before "
+                "0.24): no hash block below a group's block size")
 # The scheduler's reads a class may not have: each is then left out of the judge's checks (no
 # trace needs them; `unread`), never a crash of every trace.
 NO_ESTIMATE = "no estimate_cached_tokens (vLLM 0.25): not read"
@@ -49,7 +60,9 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS,
          "connector": NO_CONNECTOR, "hash_lookahead": NO_HASH_LOOKAHEAD,
          "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS,
-         "mamba_checkpoint": NO_MAMBA_CHECKPOINT}
+         "mamba_checkpoint": NO_MAMBA_CHECKPOINT, "mamba_speculative": NO_MAMBA_SPECULATIVE,
+         "retained": NO_RETAINED, "local_chunk": NO_LOCAL_CHUNK, "mamba_mode": NO_MAMBA_MODE,
+         "cross": NO_CROSS}
 
 
 def unread(preconditions) -> frozenset:
@@ -71,6 +84,12 @@ def broken(trace, preconditions) -> list[str]:
             NO_HASH_LOOKAHEAD: trace.hash_lookahead > 0,
             NO_PREFILL_LOOKAHEAD: trace.prefill_lookahead > 0,
             NO_EAGLE_GROUPS: bool(trace.eagle_groups),
-            NO_MAMBA_CHECKPOINT: trace.mamba_checkpoint > 0}
+            NO_MAMBA_CHECKPOINT: trace.mamba_checkpoint > 0,
+            NO_MAMBA_SPECULATIVE: trace.mamba_speculative > 0,
+            NO_RETAINED: trace.retained > 0,
+            NO_LOCAL_CHUNK: trace.local_chunk > 0,
+            NO_MAMBA_MODE: bool(trace.mamba_mode),
+            NO_CROSS: trace.encoder_tokens > 0,
+            NO_UNIT_KEYS: max(trace.block_size, trace.window_block_size) > trace.hash_size}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

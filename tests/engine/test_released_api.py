@@ -588,3 +588,61 @@ def test_an_lru_policy_that_ranks_by_recency_alone_is_read_in_its_order():
     assert recency == {"order": [1002, 0, 2001, 1, 1001, 0], "evictable": [1001, 0]}
     ranked = view({(1001, 0): (2, -1), (1002, 0): (2, -3), (2001, 1): (1, 0)})
     assert ranked["order"] == [2001, 1, 1002, 0, 1001, 0]
+
+
+def test_a_spec_field_an_earlier_release_lacks_makes_the_trace_outside_its_contract():
+    # vLLM 0.24's SlidingWindowSpec has no extra_retained_tokens: a trace that sets it crashed
+    # in the driver's constructor call; read from the signatures, it is outside the contract.
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.kvmanager.driver import CONSTRUCTOR_FIELDS, constructors_take
+
+    @dataclass
+    class SlidingWindowSpec:  # 0.24's fields (no extra_retained_tokens)
+        block_size: int
+        sliding_window: int
+
+    @dataclass
+    class KVCacheConfig:
+        num_blocks: int
+        prefix_cache_retention_interval: int | None = None
+
+    old = SimpleNamespace(SlidingWindowSpec=SlidingWindowSpec, KVCacheConfig=KVCacheConfig)
+    takes = constructors_take(old)
+    assert set(takes) == set(CONSTRUCTOR_FIELDS) and takes["retention"]
+    assert not takes["retained"] and not takes["cross"]  # a class the module lacks: False
+    lacks = tuple(released.LACKS[key] for key, ok in takes.items() if not ok)
+    trace = next(trace for trace in (TARGETS["kvmanager"].generator.generate(0, index)
+                                     for index in range(200)) if trace.window)
+    assert released.broken(replace(trace, retained=2), lacks) == [
+        f"a trace with a setting the class does not take: {released.NO_RETAINED}"]
+    assert released.broken(replace(trace, retained=0), lacks) == []
+    impl = replace(TARGETS["kvmanager"].catalogue.resolve("vllm.kvmanager"),
+                   preconditions=lacks)
+    assert TARGETS["kvmanager"].check(replace(trace, retained=2), impl).status == \
+        "outside contract"
+
+
+
+def test_a_manager_whose_pool_joins_hash_units_gets_no_hash_block_below_its_block_size(
+        monkeypatch):
+    # vLLM 0.21-0.23: a block of several hash units is keyed by their hashes joined (a 32-byte
+    # key), which crashed the state read ("an int past 64 bits"); read from the pool's module.
+    from kvfuzz.fuzz.kvmanager import target as kvmanager_target
+
+    entry = replace(TARGETS["kvmanager"].catalogue.resolve("vllm.kvmanager"), preconditions=())
+    monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: True)
+    import kvfuzz.impl.kvmanager.driver as driver
+
+    monkeypatch.setattr(driver, "released_api", lambda cls: {})
+    declared = kvmanager_target._declare(entry, object)
+    assert declared.preconditions == (released.NO_UNIT_KEYS,)
+    monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: False)
+    assert kvmanager_target._declare(entry, object).preconditions == ()
+    trace = next(trace for trace in (TARGETS["kvmanager"].generator.generate(0, index)
+                                     for index in range(200)) if trace.block_size > 1)
+    units = replace(trace, hash_block_size=1)
+    assert released.broken(units, declared.preconditions) == [
+        f"a trace with a setting the class does not take: {released.NO_UNIT_KEYS}"]
+    assert released.broken(replace(trace, hash_block_size=0), declared.preconditions) == []
