@@ -44,7 +44,7 @@ import torch
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
 from kvfuzz.impl.radix.legacy import read_swa_cursor
-from kvfuzz.impl.unified.backend import backend_in_environment
+from kvfuzz.impl.unified.backend import backend_in_environment, environment_backend
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
 from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes, walkable
 from kvfuzz.impl.unified.paths import path_info
@@ -181,10 +181,9 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                     "fallback": None, "build_mode": ""}
         core = self.cache.tree_core
         built = f"{type(core).__module__}.{type(core).__qualname__}"
-        # (0.5.17 and 0.5.18 keep no `_tree_core_backend`: the environment chose, and their one
-        # core is Python's)
-        backend = str(getattr(self.cache, "_tree_core_backend", None) or
-                      ("rust" if built == RUST_CORE else "python"))
+        # 0.5.17 and 0.5.18 keep no `_tree_core_backend`: they build the core the environment
+        # names (a mutant's backend of its own too: upstream_mutants.py)
+        backend = str(getattr(self.cache, "_tree_core_backend", None) or environment_backend())
         reason = None
         if self.asked in (None, "rust") and built != RUST_CORE:
             reason = _fallback_reason(self.params)

@@ -236,8 +236,9 @@ def test_blocks_that_keep_no_token_count_are_read_without_that_check():
         return PoolReader(SimpleNamespace(blocks=blocks, null_block=blocks[0]), 3)
 
     assert reader(Old).hash_tokens() is None and reader(New).hash_tokens() == [4, 4, 4]
+    # (no block holds a second entry: each block's entry is its primary key, `key`)
     model = SimpleNamespace(ref=[0, 0, 0], size=3, tokens=[4, 4, 4], entries=lambda b: None,
-                            writable=lambda: [])
+                            extra=[[], [], []], key=[None] * 3, writable=lambda: [])
     assert _per_block(model, [0, 0, 0], [None] * 3, None, None) == []
     assert _per_block(model, [0, 0, 0], [None] * 3, [4, 4, 4], None) == []
     wrong, = _per_block(model, [0, 0, 0], [None] * 3, [4, 3, 4], None)  # a wrong count: caught

@@ -8,7 +8,8 @@ the request's own fields (`'Request' object has no attribute 'swa_uuid_for_lock'
 checkpoint, `swa_prefix_lock_released` at a finish: impl/radix/legacy.py:request_lock_fields),
 the window its checkpoint does not free (`swa cursor ... expected 1`: KEEPS_WINDOW_AT_CHECKPOINT),
 and the path reads its Python core lacks (`match_full_device_prefix`: node_tree.CoreNodeReads,
-branch donorold). Seeded cases 4 and 5 of the full-attention entry stop on finding D (the paged
+branch donorold). The Rust entry is one line there (impl/unified/backend.py:rust_core_absent).
+Seeded cases 4 and 5 of the full-attention entry stop on finding D (the paged
 allocator's Triton kernel, docs/release-history.md), so the first four are run."""
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ def test_0_5_17s_full_and_swa_entries_agree_on_its_python_core(tmp_path):
                  "--corpus", tmp_path)
                 for entry, cases in (("sglang.unified.python", 4),
                                      ("sglang.unified.swa.python", 3))]
-    full, swa = kvfuzz_commands(folder_of("0.5.17"), *commands)
+    full, swa, rust = kvfuzz_commands(folder_of("0.5.17"), *commands, (
+        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"))
+    # a registry of the Python core alone: the Rust entry is one line, not a crash per trace
+    assert rust.returncode == 2, rust.stdout[-2000:] + rust.stderr[-2000:]
+    assert ("not supported: sglang 0.5.17: UnifiedRadixCache: its tree core registry has no "
+            "'rust' backend (registered: python") in rust.stderr
     for done, entry, cases in ((full, "sglang.unified.python", 4),
                                (swa, "sglang.unified.swa.python", 3)):
         text = done.stdout + done.stderr
