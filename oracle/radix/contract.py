@@ -34,7 +34,8 @@ LIFTS_SWA_CURSOR = ("its window free lifts the request's SWA cursor to the prote
 # counts, no KV events, a lock's result without a delta.
 LRU_ONLY = ("evicts least recently used first whatever the eviction_policy (nothing reads it: "
             "one UnifiedLRUList a component)")
-NO_HIT_COUNTS = "keeps no hit counts (no node's hit_count is ever raised)"
+NO_HIT_COUNTS = ("keeps no hit counts (no node's hit_count is raised without HiCache, which kvfuzz "
+                 "does not build)")
 NO_KV_EVENTS = "publishes no KV events (take_events is BasePrefixCache's: [])"
 NO_LOCK_DELTA = "inc_lock_ref answers no delta (IncLockRefResult.delta stays None)"
 # ... and its Mamba component names a branching point wherever the floored full hit is past 0,

@@ -156,6 +156,31 @@ def test_what_the_class_promises_is_read_from_its_sources(tmp_path, monkeypatch)
         monkeypatch.delitem(sys.modules, name)
 
 
+# 0.5.12-0.5.16: a node's hit count rises in `_inc_hit_count` alone, which returns at once where
+# the cache has no HiCache controller (as kvfuzz builds it)
+SOURCE_0512 = SOURCE_0511.replace("        self.lru_lists = {}\n", """        self.lru_lists = {}
+        self.cache_controller = None
+
+    def _inc_hit_count(self, node, chunked=False):
+        if self.cache_controller is None:
+            return
+        node.hit_count += 1
+""")
+
+
+def test_hits_raised_for_hicache_alone_are_no_hit_counts(tmp_path, monkeypatch):
+    """0.5.12 diverged at its first insert ('hits expected 1, actual 0') while the reader took any
+    `hit_count +=` in the module for counted hits; the same method without the HiCache gate (a
+    release that counts hits) still reads as counting them."""
+    gated = load(tmp_path, "kvfuzz_test_unified_0512", SOURCE_0512)
+    assert "no_hit_counts" in contract_names(gated)
+    ungated = load(tmp_path, "kvfuzz_test_unified_ungated", SOURCE_0512.replace(
+        "        if self.cache_controller is None:\n            return\n", ""))
+    assert "no_hit_counts" not in contract_names(ungated)
+    for name in ("kvfuzz_test_unified_0512", "kvfuzz_test_unified_ungated"):
+        monkeypatch.delitem(sys.modules, name)
+
+
 def evicted_first(contract, model_class=UnifiedModel):
     """Two nodes, the older one inserted first and then used again: the first pages a 'fifo'
     cache evicts."""

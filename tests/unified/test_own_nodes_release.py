@@ -63,3 +63,31 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     # read from its source (`branches_before_match`), where 0.5.23's wants None
     line = branch.stdout + branch.stderr
     assert branch.returncode == 0 and "no divergence" in line, line[-3000:]
+
+
+# SGLang 0.5.12-0.5.16 raise a node's hit count only for HiCache's write through
+# (`_inc_hit_count` returns where there is no cache controller): read from the source as no hit
+# counts. Before, 0.5.12 diverged on both of these (the table's shrunk files): "node [2 5 3]: hits
+# expected 1, actual 0" at its first insert, and the same at a finish.
+FIRST_INSERT = {"format": "kvfuzz-unified-trace/1", "components": "full", "page_size": 1,
+                "size": 3, "policy": "mru", "events": False,
+                "ops": [{"op": "insert", "tokens": [2, 5, 3], "ns": 0, "priority": 2}]}
+_PROMPT = [3, 4, 3, 1, 5, 2, 5, 1, 2, 2, 2, 5, 4, 3, 4, 2, 3, 3, 5]
+FINISH = {"format": "kvfuzz-unified-trace/1", "components": "full", "page_size": 8, "size": 24,
+          "policy": "filo", "events": False, "ops": [
+              {"op": "admit", "rid": 4, "tokens": _PROMPT, "prompt": 19, "ns": 0, "priority": 0},
+              {"op": "extend", "rid": 4, "count": 19},
+              {"op": "finish", "rid": 4, "cache": True}]}
+
+
+def test_0_5_12_counts_no_hits_without_hicache(tmp_path):
+    files = []
+    for name, trace in (("first_insert", FIRST_INSERT), ("finish", FINISH)):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(trace))
+    done = kvfuzz_commands(folder_of("0.5.12"), *(
+        ("replay", path, "--impl", "sglang.unified.python") for path in files))
+    for result in done:
+        text = result.stdout + result.stderr
+        assert result.returncode == 0 and "no divergence" in text, text[-3000:]
+        assert "hits expected" not in text
