@@ -145,7 +145,8 @@ def contract_names(cls) -> tuple[str, ...]:
     """What such a class promises, read from its module's and components' sources (the names of
     oracle/radix/contract.py's `BY_NAME`): `lru_only` where nothing reads `eviction_policy`
     (one `UnifiedLRUList` a component), `no_hit_counts` where no node's `hit_count` is raised
-    without HiCache (0.5.11: never; 0.5.12-0.5.16: for its write through alone), `no_kv_events` where `take_events` is `BasePrefixCache`'s (it answers []),
+    without HiCache (0.5.11: never; 0.5.12: for its write through alone; 0.5.13 on count them),
+    `no_kv_events` where `take_events` is `BasePrefixCache`'s (it answers []),
     `no_lock_delta` where no component's `acquire_component_lock` sets the result's `delta`,
     `branches_before_match` where the Mamba component's branching point is the floored full hit
     wherever it is past 0 (`aligned_seqlen > 0`), not past the match."""
@@ -169,8 +170,9 @@ def contract_names(cls) -> tuple[str, ...]:
     return tuple(names)
 
 
-# 0.5.12-0.5.16 raise a node's hit count in `_inc_hit_count` alone, and only for HiCache's write
-# through: it returns at once where the cache has no `cache_controller`, as kvfuzz builds it.
+# 0.5.12 raises a node's hit count in `_inc_hit_count` alone, and only for HiCache's write
+# through: it returns at once where the cache has no `cache_controller`, as kvfuzz builds it
+# (0.5.13 on count the hit whatever, and return only under a write-back controller).
 _HICACHE_ONLY = re.compile(r"if self\.cache_controller is None:\s*return\b")
 
 

@@ -65,7 +65,7 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     assert branch.returncode == 0 and "no divergence" in line, line[-3000:]
 
 
-# SGLang 0.5.12-0.5.16 raise a node's hit count only for HiCache's write through
+# SGLang 0.5.12 raises a node's hit count only for HiCache's write through
 # (`_inc_hit_count` returns where there is no cache controller): read from the source as no hit
 # counts. Before, 0.5.12 diverged on both of these (the table's shrunk files): "node [2 5 3]: hits
 # expected 1, actual 0" at its first insert, and the same at a finish.

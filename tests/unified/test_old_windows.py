@@ -1,0 +1,127 @@
+"""The SWA window of `UnifiedRadixCache` before 0.5.18, read from the release and told to the SWA
+judge (no SGLang: stand-ins for what the target reads): a checkpoint that frees nothing out of
+the window (0.5.11-0.5.13 have no such free; 0.5.14-0.5.17 call it only where
+`SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS` says so, False by default), 0.5.14's extra
+page kept past the window (`drop_page_margin`), the request's cursor where releases before 0.5.16
+write it (on the request), and the both-pools page check where the allocator has no
+`new_pages_available` (before 0.5.14). Each beside a deliberately broken variant it catches.
+The releases themselves: test_own_nodes_release.py (slow)."""
+
+import sys
+from types import SimpleNamespace
+
+from kvfuzz.fuzz.unified.target import UNIFIED
+from kvfuzz.impl.radix.legacy import read_swa_cursor
+from kvfuzz.impl.radix.requests import Request
+from kvfuzz.impl.unified.release_window import (COMMON, frees_window_at_checkpoint,
+                                                keeps_page_margin)
+from kvfuzz.oracle.radix.contract import NO_CHECKPOINT_WINDOW_FREE, SWA_PAGE_MARGIN
+from kvfuzz.oracle.unified.swa import checkpoint_cursor, out_of_window_cursor
+from tests.unified.test_legacy import Unified0521, free_with
+
+ENVIRON = "sglang.srt.environ"
+
+
+def flag(value):
+    return SimpleNamespace(get=lambda: value)
+
+
+def swa_contract():
+    entry = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.python"),
+                                      Unified0521)
+    return entry.preconditions, UNIFIED.judge.options(entry)["contract"]
+
+
+def test_a_checkpoint_that_frees_no_window_keeps_the_cursor(monkeypatch):
+    # 0.5.14's trace (window 1, pages of 1, 3 tokens, 1 protected): the default checkpoint frees
+    # nothing and the cursor stays at 0, where the free (0.5.18 on by default) lifts it to 1
+    assert checkpoint_cursor(3, None, 0, 1, 1, 1, lifted=True, frees=False) == 0
+    assert checkpoint_cursor(3, None, 0, 1, 1, 1, lifted=True) == 1
+    # read from the release's environment: False (0.5.14-0.5.17's default) or no such switch
+    # (0.5.11-0.5.13, which have no free at a checkpoint): the judge is told
+    monkeypatch.setitem(sys.modules, COMMON, SimpleNamespace(
+        free_swa_out_of_window_slots=free_with("sliding_window_size")))
+    for envs in (SimpleNamespace(SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=flag(False)),
+                 SimpleNamespace()):
+        monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=envs))
+        assert not frees_window_at_checkpoint()
+        preconditions, contract = swa_contract()
+        assert NO_CHECKPOINT_WINDOW_FREE in preconditions
+        assert not contract.checkpoint_frees_window
+    # set (0.5.18 on by default, or a user's choice): the free is expected
+    monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=SimpleNamespace(
+        SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=flag(True))))
+    preconditions, contract = swa_contract()
+    assert NO_CHECKPOINT_WINDOW_FREE not in preconditions and contract.checkpoint_frees_window
+    monkeypatch.delitem(sys.modules, ENVIRON)  # no SGLang loaded: today's contract
+    assert frees_window_at_checkpoint()
+
+    def frees_always():  # broken: the reader as it was, every release freeing at a checkpoint
+        return True
+
+    monkeypatch.setattr("kvfuzz.impl.unified.release_window.frees_window_at_checkpoint",
+                        frees_always)
+    monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=SimpleNamespace()))
+    assert NO_CHECKPOINT_WINDOW_FREE not in swa_contract()[0]
+
+
+def test_0_5_14s_window_free_keeps_a_page_past_the_window(monkeypatch):
+    # pre_len 2, window 1, pages of 1: 0.5.14 keeps 2 tokens (the cursor stays at 0), 0.5.15 on 1
+    assert out_of_window_cursor(2, 0, 0, 1, 1, margin=True) == 0
+    assert out_of_window_cursor(2, 0, 0, 1, 1) == 1
+    # pages of 4, window 4, pre_len 16: 0.5.14's threshold 8, later 12
+    assert out_of_window_cursor(16, 0, 0, 4, 4, margin=True) == 8
+    assert out_of_window_cursor(16, 0, 0, 4, 4) == 12
+    monkeypatch.setitem(sys.modules, COMMON, SimpleNamespace(
+        free_swa_out_of_window_slots=free_with("sliding_window_size", "drop_page_margin")))
+    monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=SimpleNamespace(
+        SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=flag(True))))
+    assert keeps_page_margin()
+    preconditions, contract = swa_contract()
+    assert SWA_PAGE_MARGIN in preconditions and contract.swa_page_margin
+    # the environment's switch drops it; 0.5.15 on have no such parameter
+    monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=SimpleNamespace(
+        SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=flag(True),
+        SGLANG_OPT_SWA_EVICT_DROP_PAGE_MARGIN=flag(True))))
+    assert not keeps_page_margin()
+    sys.modules[COMMON].free_swa_out_of_window_slots = free_with("sliding_window_size")
+    monkeypatch.setitem(sys.modules, ENVIRON, SimpleNamespace(envs=SimpleNamespace(
+        SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS=flag(True))))
+    assert not keeps_page_margin()
+    assert not swa_contract()[1].swa_page_margin
+
+
+def test_the_cursor_an_old_release_writes_on_the_request_is_read(monkeypatch):
+    """Before 0.5.16 the window free writes `req.swa_evicted_seqlen` (and reads
+    `req.swa_evict_floor`); the driver reads `req.kv`'s."""
+    request = Request(1, [1, 2, 3], 3, None, 0, row=1)
+    request.swa_evicted_seqlen = 2  # as 0.5.14's free_swa_out_of_window_slots writes it
+    request.kv.swa_evict_floor = 1  # as the driver sets the floor
+    assert request.kv.swa_evicted_seqlen == 2 and request.swa_evict_floor == 1
+    # before 0.5.14 there is no free to read the place from: the field, read through `kv`
+    monkeypatch.setitem(sys.modules, COMMON, SimpleNamespace())
+    driver = SimpleNamespace(cursor_by_component=None, SWA="swa")
+    assert read_swa_cursor(driver, request.kv) == 2 and driver.cursor_by_component is False
+
+    class FieldOfItsOwn(Request):  # broken: the request as it was, a field of its own (0)
+        swa_evicted_seqlen = 0
+
+    request = FieldOfItsOwn(1, [1, 2, 3], 3, None, 0, row=1)
+    request.swa_evicted_seqlen = 2
+    assert read_swa_cursor(driver, request.kv) == 0  # the cursor written, never read
+
+
+def test_both_pools_page_check_without_new_pages_available():
+    from kvfuzz.impl.unified.driver import UnifiedDriver  # torch, no SGLang
+
+    def driver(full, swa):
+        allocator = SimpleNamespace(full_available_size=lambda: full,
+                                    swa_available_size=lambda: swa)
+        return SimpleNamespace(allocator=allocator, page_size=4)
+
+    assert UnifiedDriver._both_have_a_page(driver(8, 4))
+    assert not UnifiedDriver._both_have_a_page(driver(8, 3))  # the SWA pool has no page
+    assert not UnifiedDriver._both_have_a_page(driver(3, 8))
+    later = driver(0, 0)
+    later.allocator.new_pages_available = lambda full, swa: True  # 0.5.14 on: asked
+    assert UnifiedDriver._both_have_a_page(later)
