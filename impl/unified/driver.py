@@ -43,10 +43,11 @@ import torch
 
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
-from kvfuzz.impl.radix.legacy import read_swa_cursor
+from kvfuzz.impl.radix.legacy import LegacyCalls, read_swa_cursor
 from kvfuzz.impl.unified.backend import backend_in_environment
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
-from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes
+from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes, walkable
+from kvfuzz.impl.unified.old_locks import UnifiedLegacyCalls
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import light, snapshot
 
@@ -94,11 +95,20 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                              poison_keys, **options)
         # where the class has no tree core (0.5.11), its own nodes read as one (node_tree.py)
         self.own_nodes = NodeTree(self.cache, self.FULL) if has_own_nodes(cls) else None
+        if isinstance(self.calls, LegacyCalls):  # every lock with its receipt (old_locks.py)
+            self.calls = UnifiedLegacyCalls(self.cache, self.allocator, self.rows, _dec_params)
+        self._walked = None  # (the core, it as read: `tree_core`)
 
     @property
     def tree_core(self):
-        """The tree core the state is read through."""
-        return self.own_nodes or self.cache.tree_core
+        """The tree core the state is read through (0.5.17-0.5.19's Python core with the
+        read-only walk it lacks, `node_tree.walkable`)."""
+        if self.own_nodes is not None:
+            return self.own_nodes
+        core = self.cache.tree_core
+        if self._walked is None or self._walked[0] is not core:
+            self._walked = (core, walkable(core, self.FULL))
+        return self._walked[1]
 
     def root_handle(self):
         return (self.own_nodes or self.cache).root_node_handle()
@@ -174,7 +184,10 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                     "fallback": None, "build_mode": ""}
         core = self.cache.tree_core
         built = f"{type(core).__module__}.{type(core).__qualname__}"
-        backend = str(self.cache._tree_core_backend)
+        # (0.5.17 and 0.5.18 keep no `_tree_core_backend`: the environment chose, and their one
+        # core is Python's)
+        backend = str(getattr(self.cache, "_tree_core_backend", None) or
+                      ("rust" if built == RUST_CORE else "python"))
         reason = None
         if self.asked in (None, "rust") and built != RUST_CORE:
             reason = _fallback_reason(self.params)

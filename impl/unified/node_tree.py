@@ -136,6 +136,30 @@ class NodeTree:
                       for column in (slots, positions, before)))
 
 
+class WalkOverCore:
+    """A Python tree core of SGLang 0.5.17-0.5.19: its own read calls as they are, and the
+    read-only walk it lacks (`match_full_device_prefix`, 0.5.20 on) read from its nodes
+    (`root_node`, `children`, `key`, `id`) as `NodeTree` reads 0.5.11's."""
+
+    def __init__(self, core, full):
+        self.core, self._nodes = core, NodeTree(core, full)
+
+    def __getattr__(self, name):
+        return getattr(self.core, name)
+
+    def match_full_device_prefix(self, key) -> tuple[int, int, int]:
+        return self._nodes.match_full_device_prefix(key)
+
+
+def walkable(core, full):
+    """The core, or where it has no read-only walk but nodes to walk (0.5.17-0.5.19's Python
+    core), the core with one (`WalkOverCore`)."""
+    if callable(getattr(core, "match_full_device_prefix", None)) or \
+            not hasattr(core, "root_node"):
+        return core
+    return WalkOverCore(core, full)
+
+
 def has_own_nodes(cls) -> bool:
     """A unified cache of the old calls with no tree core (no `root_node_handle`): 0.5.11's."""
     return not callable(getattr(cls, "root_node_handle", None))
