@@ -4,9 +4,12 @@ the window (0.5.11-0.5.13 have no such free; 0.5.14-0.5.17 call it only where
 `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS` says so, False by default), 0.5.14's extra
 page kept past the window (`drop_page_margin`), the request's cursor where releases before 0.5.16
 write it (on the request), and the both-pools page check where the allocator has no
-`new_pages_available` (before 0.5.14). Each beside a deliberately broken variant it catches.
+`new_pages_available` (before 0.5.14); the request's lock with its SWA mark where
+`dec_lock_ref` takes the receipt as an option (before 0.5.20), and 0.5.17-0.5.19's Python core
+walked on its nodes. Each beside a deliberately broken variant it catches.
 The releases themselves: test_own_nodes_release.py (slow)."""
 
+import dataclasses
 import sys
 from types import SimpleNamespace
 
@@ -125,3 +128,80 @@ def test_both_pools_page_check_without_new_pages_available():
     later = driver(0, 0)
     later.allocator.new_pages_available = lambda full, swa: True  # 0.5.14 on: asked
     assert UnifiedDriver._both_have_a_page(later)
+
+
+# -- the request's lock before 0.5.20 (impl/unified/old_locks.py) -------------------------------
+
+@dataclasses.dataclass
+class Receipt:  # `DecLockRefParams`
+    swa_uuid_for_lock: int | None = None
+    skip_lock_node_ids: dict = dataclasses.field(default_factory=dict)
+
+
+class Cache0517:
+    """0.5.17's request calls, recorded: `dec_lock_ref(node, params=None)` (the receipt an
+    option), `_dec_req_lock` reading the mark off the request, `cache_unfinished_req` moving the
+    lock and writing the new mark there."""
+
+    page_size = 1
+
+    def __init__(self):
+        self.dropped = []
+
+    def inc_lock_ref(self, node):
+        return SimpleNamespace(to_dec_params=lambda: Receipt(swa_uuid_for_lock=7))
+
+    def dec_lock_ref(self, node, params=None, skip_swa=False):
+        self.dropped.append((node, params.swa_uuid_for_lock if params else None))
+
+    def cache_unfinished_req(self, req, chunked=False):
+        self.dec_lock_ref(req.last_node, Receipt(swa_uuid_for_lock=req.swa_uuid_for_lock,
+                                                 skip_lock_node_ids=req.skip_lock_node_ids))
+        req.last_node, req.swa_uuid_for_lock, req.skip_lock_node_ids = "key node", 9, {}
+        req.kv.cache_protected_len = 2
+
+    def match_prefix(self, params):
+        pass
+
+
+def test_an_old_releases_lock_keeps_its_swa_mark():
+    from kvfuzz.impl.radix.legacy import LegacyCalls
+    from kvfuzz.impl.unified.old_locks import UnifiedLegacyCalls
+
+    cache = Cache0517()
+    calls = UnifiedLegacyCalls(cache, None, None, lambda result: result.to_dec_params())
+    request = Request(1, [1, 2, 3], 3, None, 0, row=1)
+    request.lock = calls.lock("admitted")
+    calls.checkpoint(request, finishing=False)  # the release reads the mark off the request
+    assert cache.dropped == [("admitted", 7)]
+    assert request.lock.node == "key node" and request.lock.receipt.swa_uuid_for_lock == 9
+    calls.unlock(request.lock)  # the moved lock dropped with the mark the release wrote
+    assert cache.dropped[-1] == ("key node", 9)
+    # broken: the old calls as they were (a bare node where the receipt is an option): the
+    # mark is lost, and the SWA lock walks to the root
+    cache, request = Cache0517(), Request(1, [1, 2, 3], 3, None, 0, row=1)
+    bare = LegacyCalls(cache, None, None)
+    request.lock = bare.lock("admitted")
+    request.last_node, request.swa_uuid_for_lock, request.skip_lock_node_ids = \
+        "admitted", None, {}  # what the driver left on the request
+    bare.checkpoint(request, finishing=False)
+    bare.unlock(request.lock)
+    assert cache.dropped == [("admitted", None), ("key node", None)]
+
+
+def test_a_core_without_the_read_only_walk_is_walked_on_its_nodes():
+    """0.5.17-0.5.19's Python core has no `match_full_device_prefix` (0.5.20 on): the driver
+    crashed at its first checkpoint; its nodes are walked as 0.5.11's are."""
+    from kvfuzz.impl.unified.node_tree import WalkOverCore, walkable
+    from tests.unified.test_own_nodes import Key, tree
+
+    core, upper = tree()
+    core.collect_full_device_indices = lambda node, root: "its own"
+    walked = walkable(core, 0)
+    assert isinstance(walked, WalkOverCore)
+    assert walked.match_full_device_prefix(Key([1, 2, 4])) == (2, 7, 2)
+    assert walked.collect_full_device_indices(9, 0) == "its own"  # the core's own calls kept
+    core.match_full_device_prefix = lambda key: "the core's"  # 0.5.20 on: its own
+    assert walkable(core, 0) is core
+    rust = SimpleNamespace(collect_full_device_indices=None)  # no nodes to walk: as it is
+    assert walkable(rust, 0) is rust
