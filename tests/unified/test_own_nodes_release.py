@@ -7,7 +7,9 @@ tests/radix/test_legacy_release.py installs it (skipped, and said, only where it
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
 Rust entries are one line (no core to ask for); the Mamba entry agrees on seeded traces, its
-judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the
+judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Later releases
+of such nodes and of the first tree cores: 0.5.12's hits (HiCache's alone), the SWA entry on
+0.5.11 and 0.5.14 (its window contract, test_old_windows.py), 0.5.17's Python core. Before the
 reader, every unified entry was `not supported: ... has no root_node_handle` there."""
 
 from __future__ import annotations
@@ -91,3 +93,46 @@ def test_0_5_12_counts_no_hits_without_hicache(tmp_path):
         text = result.stdout + result.stderr
         assert result.returncode == 0 and "no divergence" in text, text[-3000:]
         assert "hits expected" not in text
+
+
+def _agreed(result, entry: str, cases: int) -> None:
+    text = result.stdout + result.stderr
+    assert result.returncode == 0 and "not supported" not in text, text[-3000:]
+    assert re.search(rf"^  {re.escape(entry)}\s+{cases}\s+{cases}\s+0\s+0", text, re.M), \
+        text[-3000:]
+
+
+def test_the_swa_entry_runs_on_0_5_11s_own_nodes():
+    """Before: `not supported: ... SWA component is slid by the scheduler` (one line); then, run,
+    the SWA lock dropped without its mark (`release_component_lock(swa) on node with
+    lock_ref=0`) and the SWA cursor read off `kv` where 0.5.11 writes it on the request."""
+    swa, = kvfuzz_commands(folder_of("0.5.11"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(swa, "sglang.unified.swa.python", 3)
+
+
+def test_0_5_14s_window_free_with_its_extra_page(monkeypatch):
+    """0.5.14's checkpoint frees the window only where SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_
+    WINDOW_SLOTS says so (False by default: `swa cursor ... expected 1` before the judge was
+    told), and then keeps a page past the window (`SWA_PAGE_MARGIN`)."""
+    default, = kvfuzz_commands(folder_of("0.5.14"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(default, "sglang.unified.swa.python", 3)
+    monkeypatch.setenv("SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS", "1")
+    freed, = kvfuzz_commands(folder_of("0.5.14"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(freed, "sglang.unified.swa.python", 3)
+    assert "swa cursor moved at a checkpoint" in freed.stdout + freed.stderr
+
+
+def test_0_5_17s_python_core_is_read():
+    """0.5.17's core has no read-only walk (`match_full_device_prefix`) and its cache no
+    `_tree_core_backend`: every trace crashed at its first op."""
+    full, swa = kvfuzz_commands(folder_of("0.5.17"), *(
+        ("diff", "unified", "--impl", entry, "--cases", "3", "--keep-going", "--timeout", "200")
+        for entry in ("sglang.unified.python", "sglang.unified.swa.python")))
+    _agreed(full, "sglang.unified.python", 3)
+    _agreed(swa, "sglang.unified.swa.python", 3)
