@@ -180,10 +180,11 @@ class MambaCalls:
         if self.poison_mamba:
             mamba.fill_(POISON)
         self._poison_key(key)
-        if hasattr(result, "last_device_node"):
-            self._seen(result.last_device_node, tokens, key.extra_key)
-        else:  # 0.5.11's InsertResult names no node: the read-only walk names it
-            self._seen_by_walk(list(tokens), key.extra_key)
+        node = getattr(result, "last_device_node", None)
+        if node is not None:
+            self._seen(node, tokens, key.extra_key)
+        else:  # 0.5.11's InsertResult names no node, 0.5.15's and 0.5.16's leave it None: the
+            self._seen_by_walk(list(tokens), key.extra_key)  # read-only walk names it
         return [int(result.prefix_len), exist]
 
     def mamba_state(self, handles: list) -> dict:

@@ -272,3 +272,29 @@ def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
                                          "not a whole number of 4-token pages: a branching "
                                          "point on it can fall inside a page, where no node "
                                          "ends")]
+
+
+def test_an_insert_whose_result_names_no_node_is_walked():
+    """0.5.15's and 0.5.16's `InsertResult` has a `last_device_node` their unified cache leaves
+    None: the Mamba entry's insert never named its node, and every trace diverged at its first
+    insert ('evictable_size() says 4, its unlocked nodes hold 0'). The read-only walk names it,
+    as for 0.5.11's result, which has no such field."""
+    from kvfuzz.impl.unified.mamba import MambaCalls
+
+    named = []
+    for result in (SimpleNamespace(prefix_len=0, last_device_node=None),  # 0.5.15, 0.5.16
+                   SimpleNamespace(prefix_len=0),  # 0.5.11
+                   SimpleNamespace(prefix_len=0, last_device_node=5)):  # named: as it is
+        driver = SimpleNamespace(
+            device="cpu", passed=[], poison_mamba=True, _key=lambda tokens, ns: SimpleNamespace(extra_key=None),
+            _poison_key=lambda key: None, InsertParams=lambda **kw: kw,
+            cache=SimpleNamespace(insert=lambda params, result=result: result),
+            _seen=lambda node, tokens, extra: named.append(("seen", node)),
+            _seen_by_walk=lambda tokens, extra: named.append(("walked", tuple(tokens))))
+        assert MambaCalls.insert_mamba(driver, [1, 2], 0, 0, [3, 4], 1) == [0, False]
+    assert named == [("walked", (1, 2)), ("walked", (1, 2)), ("seen", 5)]
+
+    def named_if_there(result):  # broken: the check as it was, a field that is there is a node
+        return "seen" if hasattr(result, "last_device_node") else "walked"
+
+    assert named_if_there(SimpleNamespace(last_device_node=None)) == "seen"  # never walked

@@ -136,3 +136,20 @@ def test_0_5_17s_python_core_is_read():
         for entry in ("sglang.unified.python", "sglang.unified.swa.python")))
     _agreed(full, "sglang.unified.python", 3)
     _agreed(swa, "sglang.unified.swa.python", 3)
+
+
+# 0.5.15's and 0.5.16's InsertResult carries a last_device_node their cache leaves None: the
+# Mamba entry never named the insert's node ("evictable_size() says 4, its unlocked nodes hold
+# 0" at this trace's one op, shrunk from seeded trace 0 on 0.5.15)
+MAMBA_INSERT = {"format": "kvfuzz-unified-trace/1", "components": "full+mamba", "mamba_slots": 7,
+                "page_size": 4, "size": 4, "policy": "priority", "events": False,
+                "ops": [{"op": "insert", "tokens": [3, 2, 1, 1, 5, 1], "ns": 0, "priority": 0}]}
+
+
+def test_0_5_15s_mamba_insert_names_its_node(tmp_path):
+    path = tmp_path / "mamba_insert.json"
+    path.write_text(json.dumps(MAMBA_INSERT))
+    done, = kvfuzz_commands(folder_of("0.5.15"),
+                            ("replay", path, "--impl", "sglang.unified.mamba.python"))
+    text = done.stdout + done.stderr
+    assert done.returncode == 0 and "no divergence" in text, text[-3000:]
