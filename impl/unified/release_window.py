@@ -6,9 +6,9 @@ request's SWA cursor to its protected length, moved or not. And (`SWA_PAGE_MARGI
 keeps one page past the window (`pre_len - sliding_window_size - page_size`) unless told not to
 (its `drop_page_margin` parameter, which a radix cache never passes, or the environment's
 `SGLANG_OPT_SWA_EVICT_DROP_PAGE_MARGIN`); 0.5.15 on keep `max(window, page)`. And
-(`NO_CHECKPOINT_WINDOW_FREE`) whether a checkpoint calls that free at all. Read from the module the loaded
-class's release has imported already (nothing is imported here: a class that is not SGLang's
-has nothing to read)."""
+(`NO_CHECKPOINT_WINDOW_FREE`) whether a checkpoint calls that free at all. Read from the modules
+the loaded class's release has imported already (nothing is imported here: a class that is not
+SGLang's has nothing to read)."""
 
 from __future__ import annotations
 

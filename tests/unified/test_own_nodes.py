@@ -286,7 +286,8 @@ def test_an_insert_whose_result_names_no_node_is_walked():
                    SimpleNamespace(prefix_len=0),  # 0.5.11
                    SimpleNamespace(prefix_len=0, last_device_node=5)):  # named: as it is
         driver = SimpleNamespace(
-            device="cpu", passed=[], poison_mamba=True, _key=lambda tokens, ns: SimpleNamespace(extra_key=None),
+            device="cpu", passed=[], poison_mamba=True,
+            _key=lambda tokens, ns: SimpleNamespace(extra_key=None),
             _poison_key=lambda key: None, InsertParams=lambda **kw: kw,
             cache=SimpleNamespace(insert=lambda params, result=result: result),
             _seen=lambda node, tokens, extra: named.append(("seen", node)),
