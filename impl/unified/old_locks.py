@@ -38,7 +38,8 @@ class UnifiedLegacyCalls(LegacyCalls):
         handed = request.lock.receipt if isinstance(request.lock, Held) else None
         protected = super().checkpoint(request, finishing)
         lock = request.lock
-        if isinstance(lock, Held) and handed is not None and lock.receipt is handed:
+        if not finishing and isinstance(lock, Held) and handed is not None and \
+                lock.receipt is handed:
             # the release moved the lock without writing `lock_receipt` (before 0.5.20): the
             # new lock's receipt is in the fields it wrote
             request.lock = Held(lock.node, _rewritten(handed, request))
@@ -50,7 +51,11 @@ def _rewritten(receipt, request):
     the request."""
     if not dataclasses.is_dataclass(receipt):  # nothing of its fields to rewrite
         return receipt
-    fields = {"swa_uuid_for_lock": getattr(request, "swa_uuid_for_lock", None)}
-    if hasattr(receipt, "skip_lock_node_ids"):
-        fields["skip_lock_node_ids"] = getattr(request, "skip_lock_node_ids", {})
+    fields = {name: getattr(request, name, None) for name in ("swa_uuid_for_lock",
+                                                             "skip_lock_node_ids")
+              if hasattr(receipt, name)}  # (0.5.20 on name neither: nothing to rewrite)
+    if not fields:
+        return receipt
+    if fields.get("skip_lock_node_ids", {}) is None:
+        fields["skip_lock_node_ids"] = {}
     return dataclasses.replace(receipt, **fields)

@@ -205,3 +205,31 @@ def test_a_core_without_the_read_only_walk_is_walked_on_its_nodes():
     assert walkable(core, 0) is core
     rust = SimpleNamespace(collect_full_device_indices=None)  # no nodes to walk: as it is
     assert walkable(rust, 0) is rust
+
+
+def test_a_later_releases_receipt_is_left_as_it_is():
+    """0.5.20's and 0.5.21's `DecLockRefParams` has neither field, and 0.5.21's finish
+    (`insert_req`) keeps the lock with the receipt handed: rewriting it crashed their entries
+    (`unexpected keyword argument 'swa_uuid_for_lock'`)."""
+    from kvfuzz.impl.radix.legacy import Held
+    from kvfuzz.impl.unified.old_locks import UnifiedLegacyCalls
+
+    @dataclasses.dataclass
+    class Receipt0521:
+        node_ids: tuple = ()
+
+    handed = Receipt0521((1,))
+
+    class Cache0521(Cache0517):
+        def insert_req(self, req, up_to):  # keeps the lock
+            req.kv.cache_protected_len = 2
+
+        def cache_unfinished_req(self, req, chunked=False):  # keeps the lock on the same node
+            req.kv.cache_protected_len = 2
+
+    calls = UnifiedLegacyCalls(Cache0521(), None, None, lambda result: handed)
+    for finishing in (True, False):
+        request = Request(1, [1, 2, 3], 3, None, 0, row=1)
+        request.lock = Held("admitted", handed)
+        calls.checkpoint(request, finishing)
+        assert request.lock.receipt is handed
