@@ -113,8 +113,9 @@ class SWALockstep(UnifiedLockstep):
         legacy_finish = finishing and self.contract.legacy
         protected, cursor, filled, _, branch = self.snap["swa"]["requests"][rid]
         expected = checkpoint_cursor(filled, branch, cursor, protected, self.model.window,
-                                     self.model.page_size, self.contract.lifts_swa_cursor) \
-            if self.contract.frees_window else cursor  # 0.5.17: the switch off, nothing freed
+                                     self.model.page_size, self.contract.lifts_swa_cursor,
+                                     self.contract.swa_page_margin,
+                                     self.contract.checkpoint_frees_window)
         self.cursor = (rid, cursor, expected)
         got = yield Call(f"{'finish' if legacy_finish else 'checkpoint'}(r{rid}, up_to="
                          f"{request.filled}) -> cache_protected_len", "checkpoint",

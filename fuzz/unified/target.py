@@ -24,8 +24,9 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import (BY_NAME, KEEPS_WINDOW_AT_CHECKPOINT, LEGACY_CALLS,
-                                          LIFTS_SWA_CURSOR, NO_FULL_DONOR, contract_of)
+from kvfuzz.oracle.radix.contract import (BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR,
+                                          NO_CHECKPOINT_WINDOW_FREE, NO_FULL_DONOR,
+                                          SWA_PAGE_MARGIN, contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
                                               donor_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
@@ -56,11 +57,14 @@ def scheduler_calls(impl, obj):
     finish as the release's own call (`swa_lockstep.py`), and the Mamba traces hold tree ops
     alone, whose old calls (a touch as `match_prefix`, a pin's `inc_lock_ref`/`dec_lock_ref`) the
     driver maps. With SWA, where the release's window free lifts the request's cursor before
-    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`). A class of the old
-    calls without `root_node_handle` has no tree core (0.5.11's): `own_nodes`."""
+    its interval check (0.5.20), the oracle is told (`LIFTS_SWA_CURSOR`), and where it keeps a
+    page past the window (0.5.14), that too (`SWA_PAGE_MARGIN`), and where its checkpoint
+    frees no window at all (before 0.5.18 by default), that (`NO_CHECKPOINT_WINDOW_FREE`). A
+    class of the old calls without `root_node_handle` has no tree core (0.5.11's): `own_nodes`."""
     from kvfuzz.impl.unified.backend import rust_core_absent  # no torch, no SGLang
     from kvfuzz.impl.unified.node_tree import has_own_nodes
-    from kvfuzz.impl.unified.release_window import checkpoint_frees_window, lifts_swa_cursor
+    from kvfuzz.impl.unified.release_window import (frees_window_at_checkpoint,
+                                                    keeps_page_margin, lifts_swa_cursor)
 
     if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
         absent = rust_core_absent()  # 0.5.17, 0.5.18: no Rust core to build at all
@@ -77,12 +81,11 @@ def scheduler_calls(impl, obj):
         impl = replace(impl, preconditions=impl.preconditions + (NO_FULL_DONOR,))
     if LEGACY_CALLS in impl.preconditions and has_own_nodes(obj):
         impl = own_nodes(impl, obj)
-    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
-            lifts_swa_cursor():
-        impl = replace(impl, preconditions=impl.preconditions + (LIFTS_SWA_CURSOR,))
-    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions) and \
-            not checkpoint_frees_window():  # 0.5.17: its switch off by default
-        impl = replace(impl, preconditions=impl.preconditions + (KEEPS_WINDOW_AT_CHECKPOINT,))
+    if LEGACY_CALLS in impl.preconditions and swa_of(impl.preconditions):
+        told = (LIFTS_SWA_CURSOR,) if lifts_swa_cursor() else ()
+        told += (SWA_PAGE_MARGIN,) if keeps_page_margin() else ()
+        told += () if frees_window_at_checkpoint() else (NO_CHECKPOINT_WINDOW_FREE,)
+        impl = replace(impl, preconditions=tuple(dict.fromkeys(impl.preconditions + told)))
     return impl
 
 
@@ -155,13 +158,6 @@ def own_nodes(impl, obj):
             f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)} has no "
             f"tree core, Rust or Python (its tree is nodes of its own: the .python entries "
             f"read them)")
-    if swa_of(impl.preconditions):
-        raise ImplementationError(
-            f"not supported: {release_name(impl)}: {getattr(obj, '__name__', impl.path)}'s SWA "
-            f"component is slid by the scheduler of its day (ScheduleBatch._evict_swa on "
-            f"req.swa_evicted_seqlen) over the SWATokenToKVPoolAllocator of swa_memory_pool: "
-            f"kvfuzz drives neither on this release yet (the full-attention and Mamba entries "
-            f"run)")
     return replace(impl, preconditions=tuple(dict.fromkeys(
         impl.preconditions + tuple(BY_NAME[name] for name in contract_names(obj)))))
 

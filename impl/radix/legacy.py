@@ -176,13 +176,15 @@ class LegacyCalls(Calls):
 def read_swa_cursor(driver, kv) -> int:
     """A request's SWA window cursor (how far its window has freed its SWA slots) where the
     release keeps it: `ReqKvInfo.get_evicted_seqlen(SWA)` from 0.5.21 on, the field
-    `swa_evicted_seqlen` in 0.5.20 (read from `free_swa_out_of_window_slots`, which writes it:
-    it takes a `component_type` from 0.5.21 on). `driver.cursor_by_component` keeps the answer
-    (None until first read); `driver.SWA` is the release's SWA component type."""
+    `swa_evicted_seqlen` before (read from `free_swa_out_of_window_slots`, which writes it: it
+    takes a `component_type` from 0.5.21 on; there is none before 0.5.14; before 0.5.16 the
+    field is the request's, which `Request` keeps on `kv`). `driver.cursor_by_component` keeps
+    the answer (None until first read); `driver.SWA` is the release's SWA component type."""
     if driver.cursor_by_component is None:
         common = importlib.import_module("sglang.srt.mem_cache.common")
-        driver.cursor_by_component = "component_type" in inspect.signature(
-            common.free_swa_out_of_window_slots).parameters
+        free = getattr(common, "free_swa_out_of_window_slots", None)  # (none before 0.5.14)
+        driver.cursor_by_component = free is not None and \
+            "component_type" in inspect.signature(free).parameters
     if driver.cursor_by_component:
         return int(kv.get_evicted_seqlen(driver.SWA))
     return int(kv.swa_evicted_seqlen)

@@ -105,7 +105,23 @@ class Request:
     def output_ids(self):
         return array("q", self.tokens[len(self.origin_input_ids):self.filled])
 
-    swa_evict_floor = swa_evicted_seqlen = 0  # no window eviction in a radix trace
+    # (the SWA window's cursor and floor: 0 in a radix trace; an SWA cache before 0.5.16 writes
+    # and reads them on the request itself, later ones on `req.kv`, where the driver reads them)
+    @property
+    def swa_evicted_seqlen(self) -> int:
+        return self.kv.swa_evicted_seqlen
+
+    @swa_evicted_seqlen.setter
+    def swa_evicted_seqlen(self, length: int) -> None:
+        self.kv.swa_evicted_seqlen = length
+
+    @property
+    def swa_evict_floor(self) -> int:
+        return self.kv.swa_evict_floor
+
+    @swa_evict_floor.setter
+    def swa_evict_floor(self, floor: int) -> None:
+        self.kv.swa_evict_floor = floor
 
     def pop_committed_kv_cache(self) -> int:
         return self.kv.kv_committed_len

@@ -43,10 +43,11 @@ import torch
 
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.radix.driver import RadixDriver, _sglang, extra_key, matched_len
-from kvfuzz.impl.radix.legacy import read_swa_cursor
+from kvfuzz.impl.radix.legacy import LegacyCalls, read_swa_cursor
 from kvfuzz.impl.unified.backend import backend_in_environment, environment_backend
 from kvfuzz.impl.unified.mamba import MambaCalls, mamba_pool, unified_pools
 from kvfuzz.impl.unified.node_tree import NodeTree, has_own_nodes, walkable
+from kvfuzz.impl.unified.old_locks import UnifiedLegacyCalls
 from kvfuzz.impl.unified.paths import path_info
 from kvfuzz.impl.unified.reader import light, snapshot
 
@@ -94,6 +95,8 @@ class UnifiedDriver(MambaCalls, RadixDriver):
                              poison_keys, **options)
         # where the class has no tree core (0.5.11), its own nodes read as one (node_tree.py)
         self.own_nodes = NodeTree(self.cache, self.FULL) if has_own_nodes(cls) else None
+        if isinstance(self.calls, LegacyCalls):  # every lock with its receipt (old_locks.py)
+            self.calls = UnifiedLegacyCalls(self.cache, self.allocator, self.rows, _dec_params)
         self._walked = None  # (the core, it as read: `tree_core`)
 
     @property
@@ -123,7 +126,7 @@ class UnifiedDriver(MambaCalls, RadixDriver):
             return super()._build_allocator(cls, size, page_size, device)
         from kvfuzz.impl.swa.kvcache import stand_in_kvcache
 
-        hybrid = _sglang("allocator.swa", "SWATokenToKVPoolAllocator")
+        hybrid = _swa_allocator()
         return hybrid(size, size, page_size, torch.float16, device, stand_in_kvcache(hybrid),
                       False)
 
@@ -216,10 +219,18 @@ class UnifiedDriver(MambaCalls, RadixDriver):
         hybrid allocator's `alloc_decode` takes one pool's page for good when the other has
         none (docs/upstream-sglang.md, the swa target), and the scheduler checks first."""
         if self.SWA is not None and decode and self.page_size > 1 and \
-                self.requests[rid].filled % self.page_size == 0 and \
-                not self.allocator.new_pages_available(1, 1):
+                self.requests[rid].filled % self.page_size == 0 and not self._both_have_a_page():
             return None
         return super().extend(rid, count, decode)
+
+    def _both_have_a_page(self) -> bool:
+        """`new_pages_available(1, 1)`, or before 0.5.14, which has none, what it reads: a whole
+        page free in each pool."""
+        check = getattr(self.allocator, "new_pages_available", None)
+        if callable(check):
+            return bool(check(1, 1))
+        return min(self.allocator.full_available_size(),
+                   self.allocator.swa_available_size()) >= self.page_size
 
     def alloc_slots(self, count: int):
         """A load-back's slots; the hybrid allocator's `alloc` is for page size 1 only."""
@@ -296,6 +307,15 @@ def _component_types(cls):
         return _sglang("unified_cache.component_type", "ComponentType")
     except ModuleNotFoundError:
         return _sglang("unified_cache_components", "ComponentType")
+
+
+def _swa_allocator():
+    """`SWATokenToKVPoolAllocator`: in `allocator/swa.py` from 0.5.13 on; 0.5.11 and 0.5.12 kept
+    it in `swa_memory_pool` (same constructor)."""
+    try:
+        return _sglang("allocator.swa", "SWATokenToKVPoolAllocator")
+    except ModuleNotFoundError:
+        return _sglang("swa_memory_pool", "SWATokenToKVPoolAllocator")
 
 
 def _dec_params(result):

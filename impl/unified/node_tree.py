@@ -13,6 +13,7 @@ read from its module and its components' sources here (`contract_names`)."""
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from typing import NamedTuple
 
@@ -167,19 +168,20 @@ def has_own_nodes(cls) -> bool:
 def contract_names(cls) -> tuple[str, ...]:
     """What such a class promises, read from its module's and components' sources (the names of
     oracle/radix/contract.py's `BY_NAME`): `lru_only` where nothing reads `eviction_policy`
-    (one `UnifiedLRUList` a component), `no_hit_counts` where no node's `hit_count` is ever
-    raised, `no_kv_events` where `take_events` is `BasePrefixCache`'s (it answers []),
+    (one `UnifiedLRUList` a component), `no_hit_counts` where no node's `hit_count` is raised
+    without HiCache (0.5.11: never; 0.5.12: for its write through alone; 0.5.13 on count them),
+    `no_kv_events` where `take_events` is `BasePrefixCache`'s (it answers []),
     `no_lock_delta` where no component's `acquire_component_lock` sets the result's `delta`,
     `branches_before_match` where the Mamba component's branching point is the floored full hit
     wherever it is past 0 (`aligned_seqlen > 0`), not past the match."""
     module = sys.modules.get(getattr(cls, "__module__", ""))
     components = tuple(getattr(module, "COMPONENT_REGISTRY", {}).values())
-    sources = [_source(module)] + [_source(sys.modules.get(c.__module__)) for c in components]
-    text = "\n".join(sources)
+    modules = dict.fromkeys([module] + [sys.modules.get(c.__module__) for c in components])
+    text = "\n".join(_source(each) for each in modules)  # each module once: raises are counted
     names = []
     if "eviction_policy" not in text:
         names.append("lru_only")
-    if "hit_count +=" not in text and "hit_count = node.hit_count" not in text:
+    if not _counts_hits(cls, text):
         names.append("no_hit_counts")
     take = getattr(cls, "take_events", None)
     if getattr(take, "__qualname__", "").startswith("BasePrefixCache."):
@@ -190,6 +192,22 @@ def contract_names(cls) -> tuple[str, ...]:
     if "aligned_seqlen if aligned_seqlen > 0" in text:
         names.append("branches_before_match")
     return tuple(names)
+
+
+# 0.5.12 raises a node's hit count in `_inc_hit_count` alone, and only for HiCache's write
+# through: it returns at once where the cache has no `cache_controller`, as kvfuzz builds it
+# (0.5.13 on count the hit whatever, and return only under a write-back controller).
+_HICACHE_ONLY = re.compile(r"if self\.cache_controller is None:\s*return\b")
+
+
+def _counts_hits(cls, text: str) -> bool:
+    """Whether a node's hit count rises in the cache kvfuzz builds (no HiCache): some raise of
+    `hit_count` outside an `_inc_hit_count` that returns where there is no cache controller."""
+    raises = text.count("hit_count +=") + text.count("hit_count = node.hit_count")
+    gated = _source(getattr(cls, "_inc_hit_count", None))
+    if _HICACHE_ONLY.search(gated):
+        raises -= gated.count("hit_count +=")
+    return raises > 0
 
 
 def _source(obj) -> str:

@@ -2,9 +2,13 @@
 in `sglang/srt/mem_cache/common.py`), for the oracle's contract (oracle/radix/contract.py,
 `LIFTS_SWA_CURSOR`): from SGLang 0.5.21 on it returns at once where the window has not moved
 past `eviction_interval` tokens; in 0.5.20, which has no such parameter, it first raises the
-request's SWA cursor to its protected length, moved or not. Read from the module the loaded
-class's release has imported already (nothing is imported here: a class that is not SGLang's
-has nothing to read)."""
+request's SWA cursor to its protected length, moved or not. And (`SWA_PAGE_MARGIN`) 0.5.14's
+keeps one page past the window (`pre_len - sliding_window_size - page_size`) unless told not to
+(its `drop_page_margin` parameter, which a radix cache never passes, or the environment's
+`SGLANG_OPT_SWA_EVICT_DROP_PAGE_MARGIN`); 0.5.15 on keep `max(window, page)`. And
+(`NO_CHECKPOINT_WINDOW_FREE`) whether a checkpoint calls that free at all. Read from the modules
+the loaded class's release has imported already (nothing is imported here: a class that is not
+SGLang's has nothing to read)."""
 
 from __future__ import annotations
 
@@ -16,29 +20,39 @@ COMMON = "sglang.srt.mem_cache.common"
 
 def lifts_swa_cursor() -> bool:
     """Whether the loaded release's window free lifts the cursor before its interval check."""
-    common = sys.modules.get(COMMON)
-    free = getattr(common, "free_swa_out_of_window_slots", None)
-    if not callable(free):
-        return False
-    try:
-        parameters = inspect.signature(free).parameters
-    except (TypeError, ValueError):
-        return False
-    return "eviction_interval" not in parameters
+    parameters = _parameters()
+    return parameters is not None and "eviction_interval" not in parameters
 
 
-ENVIRON = "sglang.srt.environ"
-WINDOW_FREE_SWITCH = "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS"
-
-
-def checkpoint_frees_window() -> bool:
-    """Whether the loaded release's `cache_unfinished_req` frees the request's out-of-window SWA
-    slots at a checkpoint: its switch `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS`, read as
-    the release reads it (`envs.<switch>.get()`: the environment, else the release's default,
-    off in 0.5.17, on from 0.5.18). A release without the switch frees there (it has no other
-    way); nothing loaded, nothing read: True."""
-    envs = getattr(sys.modules.get(ENVIRON), "envs", None)
-    switch = getattr(envs, WINDOW_FREE_SWITCH, None)
-    if switch is None or not callable(getattr(switch, "get", None)):
+def frees_window_at_checkpoint() -> bool:
+    """Whether the loaded release's checkpoint frees the request's SWA slots out of the window:
+    where the environment's `SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS` says so (it came
+    with that free, in 0.5.14; False by default until 0.5.18); never before it (0.5.11-0.5.13:
+    the scheduler's `_evict_swa` alone slid the window). With no SGLang environment loaded
+    there is nothing to read: today's contract (it frees)."""
+    environ = getattr(sys.modules.get("sglang.srt.environ"), "envs", None)
+    if environ is None:
         return True
-    return bool(switch.get())
+    flag = getattr(environ, "SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS", None)
+    return callable(getattr(flag, "get", None)) and bool(flag.get())
+
+
+def keeps_page_margin() -> bool:
+    """Whether the loaded release's window free keeps a page past the window (0.5.14)."""
+    parameters = _parameters()
+    if parameters is None or "drop_page_margin" not in parameters:
+        return False
+    environ = getattr(sys.modules.get("sglang.srt.environ"), "envs", None)
+    flag = getattr(environ, "SGLANG_OPT_SWA_EVICT_DROP_PAGE_MARGIN", None)
+    return not (callable(getattr(flag, "get", None)) and flag.get())
+
+
+def _parameters():
+    """The parameters of the loaded release's `free_swa_out_of_window_slots` (None: none)."""
+    free = getattr(sys.modules.get(COMMON), "free_swa_out_of_window_slots", None)
+    if not callable(free):
+        return None
+    try:
+        return inspect.signature(free).parameters
+    except (TypeError, ValueError):
+        return None

@@ -29,18 +29,26 @@ FINISH_SPLITS_PROMPT = ("its finish re-inserts the prompt's pages (priority + 1)
 LIFTS_SWA_CURSOR = ("its window free lifts the request's SWA cursor to the protected length "
                     "even where the window has not moved (free_swa_out_of_window_slots "
                     "without eviction_interval)")
-# An SWA cache whose checkpoint frees no window (SGLang 0.5.17: the switch
-# SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS off by default; read by the unified target):
-# the request's SWA cursor stays where it was at `cache_unfinished_req` (oracle/unified/swa.py).
-KEEPS_WINDOW_AT_CHECKPOINT = ("its checkpoint frees no out-of-window SWA slots "
-                              "(SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS off): the "
-                              "request's SWA cursor stays where it was")
+# ... and SGLang 0.5.14's keeps one page more: its threshold is `pre_len - window - page_size`
+# (`drop_page_margin`, which its radix caches never pass), where 0.5.15 on keep max(window, page).
+SWA_PAGE_MARGIN = ("its window free keeps one page past the window (evict_threshold = pre_len "
+                   "- sliding_window_size - page_size: free_swa_out_of_window_slots with "
+                   "drop_page_margin)")
+# ... and before SGLang 0.5.18 its checkpoint frees nothing out of the window by default: 0.5.11-
+# 0.5.13's SWA component has no window free, 0.5.14-0.5.17 call it only where the environment's
+# SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS says so (False by default until 0.5.18): the
+# scheduler's ScheduleBatch._evict_swa slides the window before a decode, which unified traces
+# do not drive. The request's SWA cursor stays where it is at a checkpoint.
+NO_CHECKPOINT_WINDOW_FREE = ("its checkpoint frees no SWA slots out of the window (no "
+                             "free_out_of_window_slots, or SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_"
+                             "WINDOW_SLOTS false): the request's SWA cursor stays")
 # SGLang 0.5.11's UnifiedRadixCache, whose tree is nodes of its own (no tree core), read from its
 # module's and components' sources (impl/unified/node_tree.py): one LRU list a component, no hit
 # counts, no KV events, a lock's result without a delta.
 LRU_ONLY = ("evicts least recently used first whatever the eviction_policy (nothing reads it: "
             "one UnifiedLRUList a component)")
-NO_HIT_COUNTS = "keeps no hit counts (no node's hit_count is ever raised)"
+NO_HIT_COUNTS = ("keeps no hit counts (no node's hit_count is raised without HiCache, which kvfuzz "
+                 "does not build)")
 NO_KV_EVENTS = "publishes no KV events (take_events is BasePrefixCache's: [])"
 NO_LOCK_DELTA = "inc_lock_ref answers no delta (IncLockRefResult.delta stays None)"
 # ... and its Mamba component names a branching point wherever the floored full hit is past 0,
@@ -64,7 +72,8 @@ class Contract:
     legacy: bool = False             # the calls before 0.5.22 (the table above)
     finish_splits_prompt: bool = True
     lifts_swa_cursor: bool = False   # LIFTS_SWA_CURSOR (SGLang 0.5.20)
-    frees_window: bool = True        # KEEPS_WINDOW_AT_CHECKPOINT (SGLang 0.5.17)
+    swa_page_margin: bool = False    # SWA_PAGE_MARGIN (SGLang 0.5.14)
+    checkpoint_frees_window: bool = True  # not NO_CHECKPOINT_WINDOW_FREE (SGLang 0.5.11-0.5.17)
     lru_only: bool = False           # LRU_ONLY, and the three below: SGLang 0.5.11's unified
     counts_hits: bool = True
     kv_events: bool = True
@@ -98,7 +107,8 @@ def contract_of(preconditions) -> Contract:
         return CURRENT
     return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions,
                     lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions,
-                    frees_window=KEEPS_WINDOW_AT_CHECKPOINT not in preconditions,
+                    swa_page_margin=SWA_PAGE_MARGIN in preconditions,
+                    checkpoint_frees_window=NO_CHECKPOINT_WINDOW_FREE not in preconditions,
                     lru_only=LRU_ONLY in preconditions,
                     counts_hits=NO_HIT_COUNTS not in preconditions,
                     kv_events=NO_KV_EVENTS not in preconditions,

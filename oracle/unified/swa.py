@@ -28,31 +28,40 @@ def page_ceil(n: int, page_size: int) -> int:
 
 
 def out_of_window_cursor(pre_len: int, cursor: int, protected: int, window: int,
-                         page_size: int, lifted: bool = False) -> int:
+                         page_size: int, lifted: bool = False, margin: bool = False) -> int:
     """The request's SWA cursor after a checkpoint whose key is `pre_len + 1` tokens long
     (everything below it is freed SWA-side, or the tree's). `lifted`: SGLang 0.5.20's window
     free, which raises the cursor to the protected length first, moved or not (the same
-    slots: the tree's; oracle/radix/contract.py, LIFTS_SWA_CURSOR)."""
+    slots: the tree's; oracle/radix/contract.py, LIFTS_SWA_CURSOR). `margin`: 0.5.14's, which
+    keeps a page past the window (SWA_PAGE_MARGIN)."""
     if pre_len - window < cursor + 1:  # SGLANG_SWA_EVICTION_INTERVAL is 1 at a checkpoint
         return max(cursor, protected) if lifted else cursor
     cursor = max(cursor, protected)
-    threshold = pre_len - page_ceil(max(window, page_size), page_size)
+    threshold = pre_len - (window + page_size if margin else
+                           page_ceil(max(window, page_size), page_size))
     moved = max(cursor, threshold) // page_size * page_size
     return max(moved, cursor)
 
 
 def checkpoint_cursor(filled: int, branch: int | None, cursor: int, protected: int,
-                      window: int, page_size: int, lifted: bool = False) -> int:
+                      window: int, page_size: int, lifted: bool = False,
+                      margin: bool = False, frees: bool = True) -> int:
     """The request's SWA cursor after `checkpoint(up_to=filled)`. Where its match named a branch
     (`swa_branching_seqlen`: the full-attention hit ran past the last live window) above the
     protected length, the checkpoint inserts up to the branch first, frees what that key's
     window left, then, the branch inserted and protected, frees again for the whole row
-    (`SWAComponent.prepare_for_caching_req`, `cleanup_after_caching_req`)."""
+    (`SWAComponent.prepare_for_caching_req`, `cleanup_after_caching_req`). `frees` False: a
+    checkpoint that frees nothing out of the window (before 0.5.18 by default,
+    NO_CHECKPOINT_WINDOW_FREE): the cursor stays."""
+    if not frees:
+        return cursor
     if branch is None or not protected < branch <= filled:
-        return out_of_window_cursor(filled - 1, cursor, protected, window, page_size, lifted)
-    cursor = out_of_window_cursor(branch - 1, cursor, protected, window, page_size, lifted)
+        return out_of_window_cursor(filled - 1, cursor, protected, window, page_size, lifted,
+                                    margin)
+    cursor = out_of_window_cursor(branch - 1, cursor, protected, window, page_size, lifted,
+                                  margin)
     return out_of_window_cursor(filled - 1, cursor, branch // page_size * page_size, window,
-                                page_size, lifted)
+                                page_size, lifted, margin)
 
 
 def window_covered(segments: list[tuple[int, bool]], window: int) -> bool:

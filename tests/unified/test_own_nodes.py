@@ -146,13 +146,39 @@ def test_what_the_class_promises_is_read_from_its_sources(tmp_path, monkeypatch)
                                       contract.lock_delta)
     with pytest.raises(ImplementationError, match="has no tree core"):  # no Rust core to ask
         UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.rust"), old)
-    with pytest.raises(ImplementationError, match="SWA component is slid by the scheduler"):
-        UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.python"), old)
+    # the SWA entry runs on its nodes too (its window contract: test_legacy.py)
+    swa = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.swa.python"), old)
+    assert {LRU_ONLY, NO_HIT_COUNTS} <= set(swa.preconditions)
     mamba = UNIFIED.catalogue.declare(UNIFIED.catalogue.resolve("sglang.unified.mamba.python"),
                                       old)
     assert LRU_ONLY in mamba.preconditions
     assert UNIFIED.judge.options(mamba)["contract"].branches_before_match
     for name in ("kvfuzz_test_unified_0511", "kvfuzz_test_unified_later"):
+        monkeypatch.delitem(sys.modules, name)
+
+
+# 0.5.12: a node's hit count rises in `_inc_hit_count` alone, which returns at once where
+# the cache has no HiCache controller (as kvfuzz builds it)
+SOURCE_0512 = SOURCE_0511.replace("        self.lru_lists = {}\n", """        self.lru_lists = {}
+        self.cache_controller = None
+
+    def _inc_hit_count(self, node, chunked=False):
+        if self.cache_controller is None:
+            return
+        node.hit_count += 1
+""")
+
+
+def test_hits_raised_for_hicache_alone_are_no_hit_counts(tmp_path, monkeypatch):
+    """0.5.12 diverged at its first insert ('hits expected 1, actual 0') while the reader took any
+    `hit_count +=` in the module for counted hits; the same method without the HiCache gate (a
+    release that counts hits) still reads as counting them."""
+    gated = load(tmp_path, "kvfuzz_test_unified_0512", SOURCE_0512)
+    assert "no_hit_counts" in contract_names(gated)
+    ungated = load(tmp_path, "kvfuzz_test_unified_ungated", SOURCE_0512.replace(
+        "        if self.cache_controller is None:\n            return\n", ""))
+    assert "no_hit_counts" not in contract_names(ungated)
+    for name in ("kvfuzz_test_unified_0512", "kvfuzz_test_unified_ungated"):
         monkeypatch.delitem(sys.modules, name)
 
 
@@ -246,3 +272,30 @@ def test_the_mamba_grid_is_read_from_the_component_the_cache_built(monkeypatch):
                                          "not a whole number of 4-token pages: a branching "
                                          "point on it can fall inside a page, where no node "
                                          "ends")]
+
+
+def test_an_insert_whose_result_names_no_node_is_walked():
+    """0.5.15's and 0.5.16's `InsertResult` has a `last_device_node` their unified cache leaves
+    None: the Mamba entry's insert never named its node, and every trace diverged at its first
+    insert ('evictable_size() says 4, its unlocked nodes hold 0'). The read-only walk names it,
+    as for 0.5.11's result, which has no such field."""
+    from kvfuzz.impl.unified.mamba import MambaCalls
+
+    named = []
+    for result in (SimpleNamespace(prefix_len=0, last_device_node=None),  # 0.5.15, 0.5.16
+                   SimpleNamespace(prefix_len=0),  # 0.5.11
+                   SimpleNamespace(prefix_len=0, last_device_node=5)):  # named: as it is
+        driver = SimpleNamespace(
+            device="cpu", passed=[], poison_mamba=True,
+            _key=lambda tokens, ns: SimpleNamespace(extra_key=None),
+            _poison_key=lambda key: None, InsertParams=lambda **kw: kw,
+            cache=SimpleNamespace(insert=lambda params, result=result: result),
+            _seen=lambda node, tokens, extra: named.append(("seen", node)),
+            _seen_by_walk=lambda tokens, extra: named.append(("walked", tuple(tokens))))
+        assert MambaCalls.insert_mamba(driver, [1, 2], 0, 0, [3, 4], 1) == [0, False]
+    assert named == [("walked", (1, 2)), ("walked", (1, 2)), ("seen", 5)]
+
+    def named_if_there(result):  # broken: the check as it was, a field that is there is a node
+        return "seen" if hasattr(result, "last_device_node") else "walked"
+
+    assert named_if_there(SimpleNamespace(last_device_node=None)) == "seen"  # never walked

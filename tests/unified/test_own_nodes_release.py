@@ -7,7 +7,9 @@ tests/radix/test_legacy_release.py installs it (skipped, and said, only where it
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
 Rust entries are one line (no core to ask for); the Mamba entry agrees on seeded traces, its
-judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Before the
+judge's checkpoint grid read from the cache it built (`MambaCalls.mamba_grid`). Later releases
+of such nodes and of the first tree cores: 0.5.12's hits (HiCache's alone), the SWA entry on
+0.5.11 and 0.5.14 (its window contract, test_old_windows.py), 0.5.17's Python core. Before the
 reader, every unified entry was `not supported: ... has no root_node_handle` there."""
 
 from __future__ import annotations
@@ -63,3 +65,91 @@ def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
     # read from its source (`branches_before_match`), where 0.5.23's wants None
     line = branch.stdout + branch.stderr
     assert branch.returncode == 0 and "no divergence" in line, line[-3000:]
+
+
+# SGLang 0.5.12 raises a node's hit count only for HiCache's write through
+# (`_inc_hit_count` returns where there is no cache controller): read from the source as no hit
+# counts. Before, 0.5.12 diverged on both of these (the table's shrunk files): "node [2 5 3]: hits
+# expected 1, actual 0" at its first insert, and the same at a finish.
+FIRST_INSERT = {"format": "kvfuzz-unified-trace/1", "components": "full", "page_size": 1,
+                "size": 3, "policy": "mru", "events": False,
+                "ops": [{"op": "insert", "tokens": [2, 5, 3], "ns": 0, "priority": 2}]}
+_PROMPT = [3, 4, 3, 1, 5, 2, 5, 1, 2, 2, 2, 5, 4, 3, 4, 2, 3, 3, 5]
+FINISH = {"format": "kvfuzz-unified-trace/1", "components": "full", "page_size": 8, "size": 24,
+          "policy": "filo", "events": False, "ops": [
+              {"op": "admit", "rid": 4, "tokens": _PROMPT, "prompt": 19, "ns": 0, "priority": 0},
+              {"op": "extend", "rid": 4, "count": 19},
+              {"op": "finish", "rid": 4, "cache": True}]}
+
+
+def test_0_5_12_counts_no_hits_without_hicache(tmp_path):
+    files = []
+    for name, trace in (("first_insert", FIRST_INSERT), ("finish", FINISH)):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(trace))
+    done = kvfuzz_commands(folder_of("0.5.12"), *(
+        ("replay", path, "--impl", "sglang.unified.python") for path in files))
+    for result in done:
+        text = result.stdout + result.stderr
+        assert result.returncode == 0 and "no divergence" in text, text[-3000:]
+        assert "hits expected" not in text
+
+
+def _agreed(result, entry: str, cases: int) -> None:
+    text = result.stdout + result.stderr
+    assert result.returncode == 0 and "not supported" not in text, text[-3000:]
+    assert re.search(rf"^  {re.escape(entry)}\s+{cases}\s+{cases}\s+0\s+0", text, re.M), \
+        text[-3000:]
+
+
+def test_the_swa_entry_runs_on_0_5_11s_own_nodes():
+    """Before: `not supported: ... SWA component is slid by the scheduler` (one line); then, run,
+    the SWA lock dropped without its mark (`release_component_lock(swa) on node with
+    lock_ref=0`) and the SWA cursor read off `kv` where 0.5.11 writes it on the request."""
+    swa, = kvfuzz_commands(folder_of("0.5.11"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(swa, "sglang.unified.swa.python", 3)
+
+
+def test_0_5_14s_window_free_with_its_extra_page(monkeypatch):
+    """0.5.14's checkpoint frees the window only where SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_
+    WINDOW_SLOTS says so (False by default: `swa cursor ... expected 1` before the judge was
+    told), and then keeps a page past the window (`SWA_PAGE_MARGIN`)."""
+    default, = kvfuzz_commands(folder_of("0.5.14"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(default, "sglang.unified.swa.python", 3)
+    monkeypatch.setenv("SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS", "1")
+    freed, = kvfuzz_commands(folder_of("0.5.14"), (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"))
+    _agreed(freed, "sglang.unified.swa.python", 3)
+    assert "swa cursor moved at a checkpoint" in freed.stdout + freed.stderr
+
+
+def test_0_5_17s_python_core_is_read():
+    """0.5.17's core has no read-only walk (`match_full_device_prefix`) and its cache no
+    `_tree_core_backend`: every trace crashed at its first op."""
+    full, swa = kvfuzz_commands(folder_of("0.5.17"), *(
+        ("diff", "unified", "--impl", entry, "--cases", "3", "--keep-going", "--timeout", "200")
+        for entry in ("sglang.unified.python", "sglang.unified.swa.python")))
+    _agreed(full, "sglang.unified.python", 3)
+    _agreed(swa, "sglang.unified.swa.python", 3)
+
+
+# 0.5.15's and 0.5.16's InsertResult carries a last_device_node their cache leaves None: the
+# Mamba entry never named the insert's node ("evictable_size() says 4, its unlocked nodes hold
+# 0" at this trace's one op, shrunk from seeded trace 0 on 0.5.15)
+MAMBA_INSERT = {"format": "kvfuzz-unified-trace/1", "components": "full+mamba", "mamba_slots": 7,
+                "page_size": 4, "size": 4, "policy": "priority", "events": False,
+                "ops": [{"op": "insert", "tokens": [3, 2, 1, 1, 5, 1], "ns": 0, "priority": 0}]}
+
+
+def test_0_5_15s_mamba_insert_names_its_node(tmp_path):
+    path = tmp_path / "mamba_insert.json"
+    path.write_text(json.dumps(MAMBA_INSERT))
+    done, = kvfuzz_commands(folder_of("0.5.15"),
+                            ("replay", path, "--impl", "sglang.unified.mamba.python"))
+    text = done.stdout + done.stderr
+    assert done.returncode == 0 and "no divergence" in text, text[-3000:]

@@ -6,7 +6,7 @@ full-attention and SWA entries agree on seeded traces that reach chunk checkpoin
 Before the reads this tests each crashed or diverged on every trace: the lock's receipt read off
 the request's own fields (`'Request' object has no attribute 'swa_uuid_for_lock'` at a
 checkpoint, `swa_prefix_lock_released` at a finish: impl/radix/legacy.py:request_lock_fields),
-the window its checkpoint does not free (`swa cursor ... expected 1`: KEEPS_WINDOW_AT_CHECKPOINT),
+the window its checkpoint does not free (`swa cursor ... expected 1`: NO_CHECKPOINT_WINDOW_FREE),
 and the path reads its Python core lacks (`match_full_device_prefix`: node_tree.CoreNodeReads,
 branch donorold). The Rust entry is one line there (impl/unified/backend.py:rust_core_absent).
 Seeded cases 4 and 5 of the full-attention entry stop on finding D (the paged
