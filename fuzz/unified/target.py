@@ -24,7 +24,8 @@ from kvfuzz.fuzz.unified.judges import ByComponents
 from kvfuzz.impl.registry import ImplementationError, check_shape
 from kvfuzz.impl.unified import DECLARABLE, IMPLEMENTATIONS
 from kvfuzz.strategies.unified import codec, generator, uniform
-from kvfuzz.oracle.radix.contract import (BY_NAME, LEGACY_CALLS, LIFTS_SWA_CURSOR,
+from kvfuzz.oracle.radix.contract import (BY_NAME, CHECKPOINT_REMATCHES, LEGACY_CALLS,
+                                          LIFTS_SWA_CURSOR,
                                           NO_CHECKPOINT_WINDOW_FREE, NO_FULL_DONOR,
                                           SWA_PAGE_MARGIN, contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
@@ -76,6 +77,8 @@ def scheduler_calls(impl, obj):
     if core_of(impl.preconditions) == "rust" and not has_own_nodes(obj):
         no_rust_reads(impl)
     impl = release_calls(impl, obj)
+    if LEGACY_CALLS not in impl.preconditions and rematches_at_checkpoint(obj):
+        impl = replace(impl, preconditions=impl.preconditions + (CHECKPOINT_REMATCHES,))
     if donor_of(impl.preconditions) and LEGACY_CALLS in impl.preconditions and \
             not has_full_donor(obj):
         impl = replace(impl, preconditions=impl.preconditions + (NO_FULL_DONOR,))
@@ -133,6 +136,14 @@ def no_rust_reads(impl) -> None:
             f"read (neither collect_path_info nor match_full_device_prefix, and node_by_id "
             f"raises), so a node's parent cannot be read without a match that stamps the tree "
             f"(the .python entries run)")
+
+
+def rematches_at_checkpoint(cls) -> bool:
+    """Whether the class's checkpoint matches the key again after its insert (SGLang 0.5.22:
+    `checkpoint_into_tree` calls `_match_tree`; 0.5.23 takes the insert's node): read from the
+    method's code names."""
+    method = getattr(cls, "checkpoint_into_tree", None)
+    return "_match_tree" in getattr(getattr(method, "__code__", None), "co_names", ())
 
 
 def has_full_donor(cls) -> bool:

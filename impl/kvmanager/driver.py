@@ -466,29 +466,33 @@ def released_api(cls) -> dict[str, bool]:
                 if isinstance(c, str))}
 
 
-# The config and spec constructors the driver calls, and the field of each that a trace's
-# setting needs (`released_api`'s key -> (class, field)): an earlier release's constructor may
-# lack the field, or the module the class. A field every trace passes (block_size, the
-# shapes) is in every release kvfuzz drives.
+# The config and spec constructors the driver calls, and the fields of each that a trace's
+# setting needs (`released_api`'s key -> (class, fields)): an earlier release's constructor may
+# lack a field, or the module the class. A setting may need several fields: vLLM 0.29's
+# MambaSpec takes `num_prefill_checkpoint_blocks` but not the `prefill_checkpoint_alignment`
+# the driver passes beside it (0.30 added it), so each field is read. A field every trace
+# passes (block_size, the shapes) is in every release kvfuzz drives.
 CONSTRUCTOR_FIELDS = {
-    "retention": ("KVCacheConfig", "prefix_cache_retention_interval"),
-    "eagle_groups": ("KVCacheGroupSpec", "is_eagle_group"),
-    "retained": ("SlidingWindowSpec", "extra_retained_tokens"),
-    "local_chunk": ("ChunkedLocalAttentionSpec", "attention_chunk_size"),
-    "mamba_mode": ("MambaSpec", "mamba_cache_mode"),
-    "mamba_checkpoint": ("MambaSpec", "num_prefill_checkpoint_blocks"),
-    "mamba_speculative": ("MambaSpec", "num_speculative_blocks"),
-    "cross": ("CrossAttentionSpec", "block_size")}
+    "retention": ("KVCacheConfig", ("prefix_cache_retention_interval",)),
+    "eagle_groups": ("KVCacheGroupSpec", ("is_eagle_group",)),
+    "retained": ("SlidingWindowSpec", ("extra_retained_tokens",)),
+    "local_chunk": ("ChunkedLocalAttentionSpec", ("attention_chunk_size",)),
+    "mamba_mode": ("MambaSpec", ("mamba_cache_mode",)),
+    "mamba_checkpoint": ("MambaSpec", ("num_prefill_checkpoint_blocks",
+                                       "prefill_checkpoint_alignment")),
+    "mamba_speculative": ("MambaSpec", ("num_speculative_blocks",)),
+    "cross": ("CrossAttentionSpec", ("block_size",))}
 
 
 def constructors_take(module) -> dict[str, bool]:
     """Whether `module` (the installed `vllm.v1.kv_cache_interface`) has each of
-    `CONSTRUCTOR_FIELDS`' classes, its constructor taking that field: read from the
-    signatures, as `taken` reads them."""
+    `CONSTRUCTOR_FIELDS`' classes, its constructor taking every field named there: read from
+    the signatures, as `taken` reads them."""
     takes = {}
-    for key, (name, field) in CONSTRUCTOR_FIELDS.items():
+    for key, (name, fields) in CONSTRUCTOR_FIELDS.items():
         cls = getattr(module, name, None)
-        takes[key] = cls is not None and bool(taken(cls, **{field: None}))
+        takes[key] = cls is not None and all(bool(taken(cls, **{field: None}))
+                                             for field in fields)
     return takes
 
 

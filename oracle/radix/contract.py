@@ -61,6 +61,14 @@ BRANCHES_BEFORE_MATCH = ("names a Mamba branching point at or before the match (
 # Mamba states alone (oracle/unified/donor.py).
 NO_FULL_DONOR = ("has no Full donor: evict_for_alloc(mamba_num=1) takes Mamba states alone, never "
                  "Full leaves for a state's bytes (no mamba_full_cache_donor)")
+# SGLang 0.5.22's UnifiedRadixCache: its checkpoint (`checkpoint_into_tree`, chunk and finish)
+# matches the key again after the insert (`_match_tree`) and moves the lock to what that match
+# ends at: a match, so it stamps the path's access times (the deepest node newest). 0.5.23 takes
+# the insert's own node and stamps nothing more (read by the unified target from the release's
+# code; the lock's node is finding U's, docs/release-history.md: the model keeps 0.5.23's).
+CHECKPOINT_REMATCHES = ("its checkpoint matches the key again after the insert "
+                        "(checkpoint_into_tree's _match_tree): the path's access times are "
+                        "stamped as a match stamps them")
 # the names impl/radix/legacy.py (and impl/unified/node_tree.py) read a release's API into
 BY_NAME = {"legacy_calls": LEGACY_CALLS, "finish_splits_prompt": FINISH_SPLITS_PROMPT,
            "lru_only": LRU_ONLY, "no_hit_counts": NO_HIT_COUNTS, "no_kv_events": NO_KV_EVENTS,
@@ -80,6 +88,7 @@ class Contract:
     lock_delta: bool = True
     branches_before_match: bool = False  # BRANCHES_BEFORE_MATCH (SGLang 0.5.11's Mamba)
     full_donor: bool = True          # NO_FULL_DONOR (the unified memory pool before 0.5.20)
+    checkpoint_rematches: bool = False  # CHECKPOINT_REMATCHES (SGLang 0.5.22's unified cache)
 
     def policy(self, asked: str) -> str:
         """The eviction order the cache keeps for the policy it was built with."""
@@ -104,7 +113,8 @@ CURRENT = Contract()
 
 def contract_of(preconditions) -> Contract:
     if LEGACY_CALLS not in preconditions:
-        return CURRENT
+        return Contract(checkpoint_rematches=True) if CHECKPOINT_REMATCHES in preconditions \
+            else CURRENT
     return Contract(legacy=True, finish_splits_prompt=FINISH_SPLITS_PROMPT in preconditions,
                     lifts_swa_cursor=LIFTS_SWA_CURSOR in preconditions,
                     swa_page_margin=SWA_PAGE_MARGIN in preconditions,

@@ -33,9 +33,13 @@ class UnifiedModel(RadixModel):
     def key_node(self, ns: int, key, inserted):
         """A checkpoint takes the node its insert ended at (`InsertResult.last_device_node`) and
         reads that path's slots: no second match, no access times stamped. Before 0.5.22,
-        `cache_unfinished_req` matched the key again (stamping the path)."""
+        `cache_unfinished_req` matched the key again (stamping the path); 0.5.22's checkpoint
+        matches it again too, for the access times alone here (the lock stays on the insert's
+        node, 0.5.23's contract: where an SWA window cuts the match above it, finding U)."""
         if self.contract.legacy:
             return super().key_node(ns, key, inserted)
+        if self.contract.checkpoint_rematches:
+            self.tree.match(ns, key)
         return self.tree.path_value(inserted), inserted
 
     def pin(self, tokens, ns: int) -> list[int]:

@@ -19,7 +19,8 @@ NO_CONNECTOR = ("no KV-connector calls of vLLM 0.33 (get_computed_blocks_for_con
 NO_HASH_LOOKAHEAD = "no num_hash_lookahead_tokens (an earlier vLLM release)"
 NO_PREFILL_LOOKAHEAD = "no num_prefill_lookahead (an earlier vLLM release)"
 NO_EAGLE_GROUPS = "no KVCacheGroupSpec.is_eagle_group (an earlier vLLM release)"
-NO_MAMBA_CHECKPOINT = "no MambaSpec.num_prefill_checkpoint_blocks (an earlier vLLM release)"
+NO_MAMBA_CHECKPOINT = ("no MambaSpec.num_prefill_checkpoint_blocks with "
+                       "prefill_checkpoint_alignment (vLLM before 0.30)")
 NO_MAMBA_SPECULATIVE = "no MambaSpec.num_speculative_blocks (an earlier vLLM release)"
 # The attention specs' fields (read from their constructors: `CONSTRUCTOR_FIELDS`)
 NO_RETAINED = "no SlidingWindowSpec.extra_retained_tokens (vLLM before 0.28)"

@@ -626,6 +626,33 @@ def test_a_spec_field_an_earlier_release_lacks_makes_the_trace_outside_its_contr
 
 
 
+def test_a_setting_whose_fields_a_release_takes_only_in_part_is_outside_its_contract():
+    # vLLM 0.29's MambaSpec takes num_prefill_checkpoint_blocks but not the
+    # prefill_checkpoint_alignment passed beside it (0.30 added it): reading the first field
+    # alone, a "mamba align" checkpoint trace crashed the constructor on every trace.
+    from dataclasses import dataclass
+    from types import SimpleNamespace
+
+    from kvfuzz.impl.kvmanager.driver import constructors_take
+
+    @dataclass
+    class MambaSpec:  # 0.29's checkpoint field, without the alignment
+        block_size: int
+        mamba_cache_mode: str = "none"
+        num_prefill_checkpoint_blocks: int = 0
+        num_speculative_blocks: int = 0
+
+    @dataclass
+    class MambaSpecAligned(MambaSpec):  # 0.30's
+        prefill_checkpoint_alignment: int = 0
+
+    takes = constructors_take(SimpleNamespace(MambaSpec=MambaSpec))
+    assert takes["mamba_mode"] and takes["mamba_speculative"]
+    assert not takes["mamba_checkpoint"]
+    assert constructors_take(SimpleNamespace(MambaSpec=MambaSpecAligned))["mamba_checkpoint"]
+    assert released.LACKS["mamba_checkpoint"]
+
+
 def test_a_manager_whose_pool_joins_hash_units_gets_no_hash_block_below_its_block_size(
         monkeypatch):
     # vLLM 0.21-0.23: a block of several hash units is keyed by their hashes joined (a 32-byte
