@@ -86,6 +86,24 @@ def legacy_gaps(cls) -> list[str]:
     return missing
 
 
+# The receipt's fields a release before 0.5.20 reads off the request (`req.swa_uuid_for_lock`,
+# and 0.5.17-0.5.19's `req.skip_lock_node_ids`), with what a receipt without one stands for.
+MARK_DEFAULTS = {"skip_lock_node_ids": {}, "swa_uuid_for_lock": None}
+
+
+def rewritten(receipt, request, names):
+    """`receipt` with those of `names` it has as the release wrote them on the request (a
+    receipt that is no dataclass has no fields to rewrite)."""
+    if not dataclasses.is_dataclass(receipt):
+        return receipt
+    own = {field.name for field in dataclasses.fields(receipt)}
+    fields = {name: getattr(request, name, MARK_DEFAULTS.get(name)) for name in names
+              if name in own}
+    if fields.get("skip_lock_node_ids", {}) is None:
+        fields["skip_lock_node_ids"] = {}
+    return dataclasses.replace(receipt, **fields) if fields else receipt
+
+
 class LegacyCalls(Calls):
     def __init__(self, cache, allocator, rows):
         super().__init__(cache, allocator, rows)
@@ -106,12 +124,15 @@ class LegacyCalls(Calls):
 
     def _hand_over(self, request) -> None:
         """Where the release reads the request's lock as `last_node` + `lock_receipt`
-        (UnifiedRadixCache's `_dec_req_lock`), the lock held is put there."""
+        (UnifiedRadixCache's `_dec_req_lock`), the lock held is put there, and where it reads
+        the receipt's own fields off the request (0.5.17-0.5.19), each of them (a receipt
+        without one hands over its default)."""
         if isinstance(request.lock, Held):
             request.last_node, request.lock_receipt = request.lock
-            for name in self.lock_fields:  # 0.5.17-0.5.19: the receipt's fields, one by one
+            for name in self.lock_fields:
                 if name != "lock_receipt":
-                    setattr(request, name, getattr(request.lock_receipt, name))
+                    setattr(request, name, getattr(request.lock_receipt, name,
+                                                   MARK_DEFAULTS.get(name)))
             request.swa_prefix_lock_released = False
 
     def _receipt_back(self, request):
@@ -120,10 +141,7 @@ class LegacyCalls(Calls):
         make up the `DecLockRefParams` its `_dec_req_lock` builds from them."""
         if "lock_receipt" in self.lock_fields or not self.lock_fields:
             return request.lock_receipt
-        receipt = request.lock_receipt
-        names = {field.name for field in dataclasses.fields(receipt)}
-        return dataclasses.replace(receipt, **{name: getattr(request, name)
-                                               for name in self.lock_fields if name in names})
+        return rewritten(request.lock_receipt, request, self.lock_fields)
 
     def checkpoint(self, request, finishing: bool) -> int:
         self._hand_over(request)
