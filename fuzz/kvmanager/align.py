@@ -25,10 +25,12 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   `evict_blocks` leaves none of the blocks it named cached.
 - the boundary-state hand-offs a KV connector takes (`take_boundary_state_offloads` every op,
   `finalize_partial_tail_offloads` at a finish): `fuzz/kvmanager/boundary.py`.
+- under retention 0, the state a resend resumes from cached once a step writes it (prefill
+  chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
-their retention), full attention's null positions, refusals for want of blocks (the admission
+their retention, but for the replay boundary's state above), full attention's null positions, refusals for want of blocks (the admission
 count; but a running request's step that needs no new block is never refused:
 `align_refusal.py`), KV events and stats (the profile observes none) and the scheduler's reads.
 """
@@ -38,6 +40,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import needless_refusal, rekeyed
+from kvfuzz.fuzz.kvmanager import align_retention
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
@@ -56,7 +59,8 @@ class AlignLockstep(KVManagerLockstep):
                                          "Mamba prefill checkpoint block",
                                          "partial hit: inside a block",
                                          "boundary states offered",
-                                         "partial tail handed off at finish")
+                                         "partial tail handed off at finish",
+                                         align_retention.CUT, align_retention.WRITTEN)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -103,12 +107,13 @@ class AlignLockstep(KVManagerLockstep):
             self.count("admission with a hit" if hit else "admission, no hit")
             if hit % self.trace.block_size:
                 self.count("partial hit: inside a block")
-            return (yield from self._allocate(op.rid, request,
-                                              min(op.chunk, len(request.tokens) - hit), hit))
+            return (yield from self._allocate(op.rid, request, self._chunk(
+                request, hit, min(op.chunk, len(request.tokens) - hit)), hit))
         pending = len(request.tokens) - request.computed
         if pending > 0:
             self.count("prefill chunk")
-            return (yield from self._allocate(op.rid, request, min(op.chunk, pending), None))
+            return (yield from self._allocate(op.rid, request, self._chunk(
+                request, request.computed, min(op.chunk, pending)), None))
 
     @handles(Decode, Sample)
     def decode(self, op):
@@ -172,6 +177,15 @@ class AlignLockstep(KVManagerLockstep):
         self.count("reset" if self.reset_done else "reset refused")
 
     # -- allocation ---------------------------------------------------------------------------
+    def _chunk(self, request, start: int, new: int) -> int:
+        """A prefill chunk of `new` tokens from `start`: under retention 0 cut as vLLM's
+        scheduler cuts it, where the state a resend resumes from is written
+        (`align_retention.py`)."""
+        cut = align_retention.chunk(self.trace, request, start, new)
+        if cut != new:
+            self.count(align_retention.CUT)
+        return cut
+
     def _allocate(self, rid, request, new, hit):
         admission = hit is not None
         args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
@@ -298,6 +312,7 @@ class AlignLockstep(KVManagerLockstep):
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
+            problems += self._retention_problems(rid, request)
         self.stepped = None
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
@@ -306,6 +321,16 @@ class AlignLockstep(KVManagerLockstep):
         return problems + boundary.offload_problems(
             offloads, rid, request, before, self.keys, self.trace.block_size,
             self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()))
+
+    def _retention_problems(self, rid, request) -> list[tuple[str, str]]:
+        """Under retention 0, the state a resend resumes from cached once written
+        (`align_retention.py`)."""
+        written, wrong = align_retention.step_problem(self.trace, request,
+                                                      self.mamba_tables.get(rid, []),
+                                                      self._entries)
+        if written:
+            self.count(align_retention.WRITTEN)
+        return [("retention", f"r{rid}: {wrong}")] if wrong else []
 
     def _pool_problems(self) -> list[tuple[str, str]]:
         size = self.trace.blocks

@@ -213,6 +213,12 @@ MUTATIONS = {
         "cdiv(num_tokens, self.block_size)",
         "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
         "states), though it counted them")),
+    # Mamba "align" under sparse retention (`fuzz/kvmanager/align_retention.py`).
+    "mamba_align_replay_state_dropped": (SINGLE, Mutation(
+        "MambaManager.reachable_block_mask",
+        "for boundary_tokens in reachable_boundaries:", "for boundary_tokens in ():",
+        "under retention 0 a Mamba group keeps no state at the replay boundary: a resend of a "
+        "prompt finds nothing to resume from")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

@@ -70,6 +70,7 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     ("mutant.vllm.kvmanager.mamba_align_checkpoint_not_taken", "mamba states"),
     ("mutant.vllm.kvmanager.mamba_align_checkpoint_every_chunk", "mamba states"),
     ("mutant.vllm.kvmanager.mamba_align_speculative_dropped", "mamba states"),
+    ("mutant.vllm.kvmanager.mamba_align_replay_state_dropped", "retention"),
     ("mutant.vllm.kvmanager.free_first_group_only", "mamba states"),
     ("mutant.vllm.kvmanager.hit_not_touched", "ref_cnt"),
     ("mutant.vllm.kvmanager.last_token_hit", "prefix hit"),

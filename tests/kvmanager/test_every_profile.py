@@ -54,7 +54,9 @@ REACHES = {
     "mamba align": ["admission with a hit", "partial hit: inside a block",
                     "copy-on-write copies taken", "preempt", "reset", "reset refused", "evict",
                     "allocate_slots refused", "allocate_slots of nothing refused",
-                    "Mamba prefill checkpoint block"]
+                    "Mamba prefill checkpoint block",
+                    "sparse retention: a chunk cut at the last cacheable block",
+                    "sparse retention: a replay boundary's state written"]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"]

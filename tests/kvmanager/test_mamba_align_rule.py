@@ -74,3 +74,25 @@ def test_speculative_blocks_follow_the_written_state_and_are_never_null():
         table_problems([0, 7, 0, 0, 10, 11], 5, 13, 4, speculative=2)
     # a checkpoint on what was a speculative block (the release's third clause): kept too
     assert table_problems([0, 7, 8, 9, 10], 5, 13, 4, checkpoint=2, speculative=1) is None
+
+
+def test_sparse_retention_keeps_the_state_a_resend_resumes_from():
+    from kvfuzz.fuzz.kvmanager.align_retention import (replay_state_end, replay_state_problem,
+                                                       scheduler_cut)
+
+    # the replay boundary P - 1, aligned to the hash block, then to the Mamba block
+    assert replay_state_end(22, 4, 1) == 20 and replay_state_end(13, 4, 4) == 12
+    assert replay_state_end(4, 4, 2) == 0          # below one block: nothing kept
+    entries = {6: [(120, 1)], 7: [(120, 0)]}.get   # block -> its (hash, group) entries
+    hashes = list(range(101, 123))                 # one a token: 20 tokens, hash 120
+    assert replay_state_problem(22, 20, [0, 0, 0, 0, 6], entries, hashes, 4, 1) is None
+    # the block cached in full attention's group only, or not cached at all: named
+    assert "did not cache it under the request's hash of 20 tokens" in replay_state_problem(
+        22, 20, [0, 0, 0, 0, 7], entries, hashes, 4, 1)
+    assert replay_state_problem(22, 20, [0, 0, 0, 0, 9], lambda b: [None], hashes, 4, 1)
+    assert replay_state_problem(22, 21, [0, 0, 0, 0, 9], lambda b: [None], hashes, 4, 1) \
+        is None                                    # a step that ends elsewhere: not judged
+    # the scheduler's cut at the last cacheable block boundary, not with a checkpoint
+    assert scheduler_cut(22, 0, 22, 4, False) == 20
+    assert scheduler_cut(22, 0, 22, 4, True) == 22
+    assert scheduler_cut(22, 20, 2, 4, False) == 2 and scheduler_cut(22, 0, 8, 4, False) == 8

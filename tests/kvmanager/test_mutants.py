@@ -65,6 +65,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
                                        r"\d+ computed tokens in blocks of \d+ and \d+ "
                                        r"speculative",
+    # under retention 0, no state kept at the replay boundary a resend resumes from
+    "mamba_align_replay_state_dropped": r"retention:? +r\d+: a step to \d+ tokens of a "
+                                        r"\d+-token prompt wrote the state at its replay",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -148,6 +151,9 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         PREFIX + "mamba_align_checkpoint_every_chunk": 22,
                         # and the first with speculative Mamba blocks (index 22)
                         PREFIX + "mamba_align_speculative_dropped": 22,
+                        # and the first with a chunk ending at the replay state under
+                        # retention 0 (index 22)
+                        PREFIX + "mamba_align_replay_state_dropped": 22,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)

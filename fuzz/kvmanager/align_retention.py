@@ -1,0 +1,99 @@
+"""What sparse retention must keep in Mamba "align" mode (`align.py`'s reduced mode): the state a
+resend of a prompt resumes from.
+
+Under `prefix_cache_retention_interval=0` a Mamba group caches no state of a prompt but the
+ones at its reachable boundaries. The scheduler relies on one of them: a resend of a finished
+prompt (its last token recomputed for logits, so a hit of at most P - 1 tokens) resumes from
+the replay boundary, `replay_boundaries(P, ...)` = (P - 1,) without EAGLE, aligned down to the
+manager's hit alignment (the hash block in this profile): A = (P - 1) // h * h. The released
+docstring of `MambaManager.reachable_block_mask` promises that "their boundary state is always
+kept so sparse retention does not defeat reuse", and its block rule keeps the state block that
+ends on or below A: block A // b - 1, the state after e = A // b * b tokens (vllm 0.33.0,
+`single_type_kv_cache_manager.py`, facts only).
+
+So, judged here: a step of a request that ends exactly at e > 0 (its state written to block
+e // b - 1 of its Mamba table, a full block) must leave that block cached under the request's
+hash of its first e tokens in the Mamba group (group 1). Without it a resend hits shorter (or
+not at all) though nothing was evicted. Where the step could not have written that state (a
+chunk that steps over e; vLLM's scheduler cuts chunks at those positions, kvfuzz's traces do
+not) nothing is judged, and neither is whether the state stays cached later (evictions follow
+the free queue, which the reduced mode does not model).
+
+Caught: vLLM's line 1601 (`boundary_tokens // alignment_tokens` as `%`: the state kept is at
+another block, or none) and the catalogue's `mamba_align_replay_state_dropped`.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.oracle.kvmanager import mamba_align
+
+CUT = "sparse retention: a chunk cut at the last cacheable block"
+WRITTEN = "sparse retention: a replay boundary's state written"
+
+
+def judged(trace) -> bool:
+    """Whether the rule applies: retention 0, and the replay boundary P - 1 (no EAGLE drop, no
+    lookahead hashing, which move it)."""
+    return trace.retention == 0 and not trace.eagle and not trace.hash_lookahead
+
+
+def chunk(trace, request, start: int, new: int) -> int:
+    """A prefill chunk of `new` tokens from `start` as the reduced mode schedules it: cut as
+    vLLM's scheduler cuts it (`scheduler_cut`) where the rule is judged, else as drawn."""
+    if not judged(trace):
+        return new
+    prefill_end = max(request.prompt, len(request.tokens) - 1)
+    checkpoint = mamba_align.checkpoint_index(start, start + new, prefill_end, trace.block_size,
+                                              trace.hash_size, trace.mamba_checkpoint)
+    return scheduler_cut(len(request.tokens), start, new, trace.block_size,
+                         checkpoint is not None)
+
+
+def step_problem(trace, request, mamba_table: list, entries) -> tuple[bool, str | None]:
+    """After a step of `request`: (whether it wrote its replay state, what is wrong or None)."""
+    if not judged(trace):
+        return False, None
+    size, hashed = trace.block_size, trace.hash_size
+    end = replay_state_end(request.prompt, size, hashed)
+    return (end > 0 and request.computed == end,
+            replay_state_problem(request.prompt, request.computed, mamba_table, entries,
+                                 request.hashes(hashed), size, hashed))
+
+
+def replay_state_end(prompt: int, block_size: int, hash_size: int) -> int:
+    """The tokens whose state sparse retention keeps for a resend of a `prompt`-token prompt:
+    the replay boundary P - 1 aligned down to the hash block, then to the Mamba block."""
+    aligned = (prompt - 1) // hash_size * hash_size
+    return aligned // block_size * block_size
+
+
+def replay_state_problem(prompt: int, computed: int, mamba_table: list, entries,
+                         hashes: list[int], block_size: int, hash_size: int) -> str | None:
+    """Why the Mamba state a step just wrote breaks the rule above, or None (`computed`: the
+    request's tokens after the step; `mamba_table`: its Mamba table after it, without scratch
+    blocks; `entries(block)`: that block's cache entries (hash, group); `hashes`: the request's
+    hash per `hash_size` tokens)."""
+    end = replay_state_end(prompt, block_size, hash_size)
+    if end <= 0 or computed != end or len(mamba_table) < end // block_size:
+        return None
+    block = mamba_table[end // block_size - 1]
+    key = (hashes[end // hash_size - 1], 1)
+    if block and key in entries(block):
+        return None
+    return (f"a step to {computed} tokens of a {prompt}-token prompt wrote the state at its "
+            f"replay boundary (tokens {prompt - 1} aligned to {hash_size}, then to blocks of "
+            f"{block_size}), block {block}, and sparse retention (interval 0) did not cache it "
+            f"under the request's hash of {end} tokens: a resend would not resume there")
+
+
+def scheduler_cut(num_tokens: int, start: int, new: int, block_size: int,
+                  checkpoint: bool) -> int:
+    """A prefill chunk of `new` tokens from `start` cut where vLLM's scheduler cuts it in align
+    mode (`Scheduler._mamba_block_aligned_split`: "never run past the last cacheable block
+    boundary mid-chunk", (num_tokens - 1) // b * b, unless the chunk exports its state through
+    a prefill checkpoint block, `checkpoint`). For a new request that boundary is the replay
+    state's end above, so the state a resend resumes from is written. The scheduler's other
+    cuts (block-aligned chunk ends, the partial tail's boundary, shared-prefix junctions) are
+    not modelled: the manager accepts any chunk, and no check depends on them."""
+    last = (num_tokens - 1) // block_size * block_size
+    return last - start if not checkpoint and start < last < start + new else new
