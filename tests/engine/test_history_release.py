@@ -18,19 +18,24 @@ import pytest
 from kvfuzz.fuzz.history import releases
 from kvfuzz.fuzz.history.releases import Release
 from tests.conftest import CORPUS
-from tests.helpers import kvfuzz_here, needs_engine
+from tests.helpers import kvfuzz_here, needs_engine, with_engine
 
 pytestmark = needs_engine("sglang")  # the lock's other packages, which the release imports
 
 OLD = Release("sglang", "0.5.10")
+OLD_VLLM = Release("vllm", "0.27.0")  # a 313 MB wheel, 775 MB installed
+
+
+def _install(release):
+    try:
+        return releases.install(release)
+    except releases.ReleaseError as error:  # no registry here: said, not failed
+        pytest.skip(f"cannot install {release}: {error}")
 
 
 @pytest.fixture(scope="module")
 def installed():
-    try:
-        return releases.install(OLD)
-    except releases.ReleaseError as error:  # no registry here: said, not failed
-        pytest.skip(f"cannot install {OLD}: {error}")
+    return _install(OLD)
 
 
 def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path):
@@ -62,3 +67,24 @@ def test_an_older_release_runs_apart_and_its_finding_is_kept(installed, tmp_path
     assert again.returncode == 0 and "1 cells (1 done before" in again.stderr
     assert "[1/1]" not in again.stderr and "DIVERGES" in again.stdout
 
+
+@with_engine("vllm")
+def test_an_older_vllm_release_runs_apart_and_its_finding_still_diverges_there(tmp_path):
+    # vLLM 0.27.0's BlockPool frees blocks to the queue's tail with caching off (finding H); its
+    # saved file (corpus/history/vllm-0.27.0/) diverges on 0.27's class, replayed by the cell,
+    # and passes on the pinned release (test_corpus_replay.py). One cell of 2 traces.
+    folder = _install(OLD_VLLM)
+    argv = ["--vllm", OLD_VLLM.version, "--impl", "vllm.blockpool", "--cases", "2",
+            "--results", str(tmp_path / "results.jsonl"), "--json", str(tmp_path / "table.json"),
+            "--findings", str(CORPUS / "history"), "--picture", str(tmp_path / "table.png")]
+    done = subprocess.run([sys.executable, "-m", "kvfuzz.fuzz.cli", "history", *argv],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[1/1] vllm 0.27.0 blockpool/vllm.blockpool: " in done.stderr
+    cell, = json.loads((tmp_path / "table.json").read_text())["cells"]
+    assert cell["result"]["folder"] == str(folder)
+    replayed = cell["result"]["replayed"]
+    assert replayed["files"] == sorted(p.name for p in (CORPUS / "history" / "vllm-0.27.0")
+                                       .glob("blockpool-*.json")) and replayed["files"]
+    assert {o["result"] for o in replayed["outcomes"]} == {"still diverges"}
+    assert "free queue" in " ".join(o["what"] for o in replayed["outcomes"])
