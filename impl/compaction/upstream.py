@@ -176,6 +176,16 @@ class UpstreamCompaction:
             self.pools[name].clear()
         self._eager_inflight.pop(name, None)  # the adapter's stand-in for eager's write set
 
+    def free_group_begin(self, name: str) -> None:
+        """The scheduler's per-step group: frees are deferred (cloned) until its end; a nested
+        begin raises (`AssertionError`, nothing changed)."""
+        with _no_streams():
+            self.pools[name].free_group_begin()
+
+    def free_group_end(self, name: str) -> None:
+        with _no_streams():
+            self.pools[name].free_group_end()
+
     def _pages(self, name: str) -> torch.Tensor:
         pool = self.pools[name]
         per_page = pool.entry_bytes_per_page
@@ -227,7 +237,18 @@ class UpstreamCompaction:
             inflight=tuple(written.tolist() if torch.is_tensor(written) else written),
             free_vids=tuple(pool.free_virtual_ids.tolist()),
             v2p=tuple(pool.virtual_to_physical.tolist()),
-            p2v=tuple(pool.physical_to_virtual.tolist()))
+            p2v=tuple(pool.physical_to_virtual.tolist()),
+            group=_group(pool))
+
+
+def _group(pool):
+    """The open free group's deferred vids (page size 1: token ids are vids), None if none is
+    open. Its two lists, `free_group` (frees) and `free_page_reps_group` (`free_segment`'s page
+    representatives), are opened and closed together: either open is a group open."""
+    parts = [getattr(pool, name, None) for name in ("free_group", "free_page_reps_group")]
+    if all(part is None for part in parts):
+        return None
+    return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
 
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:
