@@ -49,7 +49,8 @@ class CompactionLockstep(Lockstep):
         impl = self.impl  # built first: the model follows what it declares (lazy, take)
         self.zeroes = bool(getattr(impl, "zeroes", False))
         return CompactionModel(trace.params, lazy=getattr(impl, "lazy", True),
-                               take=getattr(impl, "take", "front"))
+                               take=getattr(impl, "take", "front"),
+                               nesting=getattr(impl, "nesting", "refused"))
 
     def initial_problems(self):
         """The state as built, compared and checked like the state after an op: ops resolve

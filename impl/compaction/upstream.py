@@ -131,6 +131,7 @@ class UpstreamCompaction:
         if params.two_ended:
             self.pools["up"].bind_peer(self.pools["down"])
             self.pools["down"].bind_peer(self.pools["up"])
+        self.group_nesting = group_nesting(self.pools["up"])
 
     def _ids(self, values) -> torch.Tensor:
         return torch.tensor(list(values), dtype=torch.int64, device=self.device)
@@ -243,12 +244,33 @@ class UpstreamCompaction:
 
 def _group(pool):
     """The open free group's deferred vids (page size 1: token ids are vids), None if none is
-    open. Its two lists, `free_group` (frees) and `free_page_reps_group` (`free_segment`'s page
-    representatives), are opened and closed together: either open is a group open."""
-    parts = [getattr(pool, name, None) for name in ("free_group", "free_page_reps_group")]
+    open. From 0.5.19 a group is open while `free_group` (frees) or `free_page_reps_group`
+    (`free_segment`'s page representatives, 0.5.20 on) is a list: they open and close together,
+    so either open is a group open; 0.5.15-0.5.17 keep `free_group` a list always and say
+    whether a group is open by `is_not_in_free_group`."""
+    if hasattr(pool, "is_not_in_free_group"):
+        parts = [None if pool.is_not_in_free_group else pool.free_group]
+    else:
+        parts = [getattr(pool, name, None) for name in ("free_group", "free_page_reps_group")]
     if all(part is None for part in parts):
         return None
     return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
+
+
+def group_nesting(pool) -> str:
+    """What a `free_group_begin` with a group open does, tried on a pool as built (the oracle's
+    `NESTINGS`): 0.5.20 on asserts ("refused", nothing changes); 0.5.15-0.5.19 start the group
+    afresh ("restarts": what the open one deferred is dropped, its vids never freed). The
+    group is closed again empty, leaving the pool as it was built."""
+    with _no_streams():
+        pool.free_group_begin()
+        try:
+            pool.free_group_begin()
+        except AssertionError:
+            return "refused"
+        finally:
+            pool.free_group_end()
+    return "restarts"
 
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:
