@@ -49,8 +49,7 @@ class CompactionLockstep(Lockstep):
         impl = self.impl  # built first: the model follows what it declares (lazy, take)
         self.zeroes = bool(getattr(impl, "zeroes", False))
         return CompactionModel(trace.params, lazy=getattr(impl, "lazy", True),
-                               take=getattr(impl, "take", "front"),
-                               nesting=getattr(impl, "nesting", "refused"))
+                               take=getattr(impl, "take", "front"))
 
     def initial_problems(self):
         """The state as built, compared and checked like the state after an op: ops resolve

@@ -5,7 +5,7 @@ picks resolve against)."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import ImplementationRaised
-from kvfuzz.oracle.compaction.model import NESTINGS, TAKES
+from kvfuzz.oracle.compaction.model import TAKES
 from kvfuzz.strategies.compaction.trace import PoolSnapshot
 
 
@@ -26,11 +26,6 @@ class CheckedSide:
         if self.take not in TAKES:
             raise ImplementationRaised(ValueError(f"hole_take is {self.take!r}, expected one of "
                                                   f"{', '.join(TAKES)}"))
-        # What a nested free_group_begin does, if not refused (the oracle's NESTINGS).
-        self.nesting = _implementation(getattr, self._side, "group_nesting", "refused")
-        if self.nesting not in NESTINGS:
-            raise ImplementationRaised(ValueError(f"group_nesting is {self.nesting!r}, expected "
-                                                  f"one of {', '.join(NESTINGS)}"))
         # Whether a page handed out reads zero before it is written (SGLang's MHA and MLA pools
         # promise it: attention kernels load whole pages, and a NaN past seq_len still counts);
         # a side that declares it has `read_vids(name, vids)`, the rows of those vids.

@@ -131,7 +131,6 @@ class UpstreamCompaction:
         if params.two_ended:
             self.pools["up"].bind_peer(self.pools["down"])
             self.pools["down"].bind_peer(self.pools["up"])
-        self.group_nesting = group_nesting(self.pools["up"])
 
     def _ids(self, values) -> torch.Tensor:
         return torch.tensor(list(values), dtype=torch.int64, device=self.device)
@@ -256,21 +255,6 @@ def _group(pool):
         return None
     return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
 
-
-def group_nesting(pool) -> str:
-    """What a `free_group_begin` with a group open does, tried on a pool as built (the oracle's
-    `NESTINGS`): 0.5.20 on asserts ("refused", nothing changes); 0.5.15-0.5.19 start the group
-    afresh ("restarts": what the open one deferred is dropped, its vids never freed). The
-    group is closed again empty, leaving the pool as it was built."""
-    with _no_streams():
-        pool.free_group_begin()
-        try:
-            pool.free_group_begin()
-        except AssertionError:
-            return "refused"
-        finally:
-            pool.free_group_end()
-    return "restarts"
 
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:

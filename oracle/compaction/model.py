@@ -25,7 +25,8 @@ Design note (kvfuzz issue 4)
 - Free groups (SGLang's `free_group_begin` / `free_group_end`, the scheduler's batching of a
   step's frees): a free inside a group is deferred, the vids kept in order; the end frees them
   all in one free (eager: one compaction of all of them); a nested begin is refused (`Refused`,
-  nothing changes; before SGLang 0.5.20 it restarts the group, `NESTINGS`), an end with no group open does nothing, and a `clear` forgets the group
+  nothing changes; SGLang 0.5.15-0.5.19 started the group afresh instead, finding C of
+  docs/release-history.md), an end with no group open does nothing, and a `clear` forgets the group
   (what it deferred is free anyway). From the released class (sglang 0.5.23), not the spec.
 """
 
@@ -43,12 +44,6 @@ from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 # the rest kept sorted (upstream sglang 0.5.23, `_take_free_pages_from_end`). All of them when n
 # covers the holes, in either.
 TAKES = ("front", "base_end")
-
-
-# What a `free_group_begin` does with a group open: "refused" (SGLang 0.5.20 on asserts; nothing
-# changes) or "restarts" (0.5.15-0.5.19: a new empty group, what the open one deferred dropped,
-# its vids left bound for good).
-NESTINGS = ("refused", "restarts")
 
 
 class Refused(Exception):
@@ -116,15 +111,11 @@ class ModelPool:
 class CompactionModel:
     """The whole allocator: alloc, free, flush, drain, forward, fire, clear, write and read."""
 
-    def __init__(self, params: Params, lazy: bool, take: str = "front",
-                 nesting: str = "refused"):
-        """`take`: which freed pages a lazy allocation reuses (`TAKES`); `nesting`: what a
-        nested `free_group_begin` does (`NESTINGS`)."""
+    def __init__(self, params: Params, lazy: bool, take: str = "front"):
+        """`take`: which freed pages a lazy allocation reuses (`TAKES`)."""
         if take not in TAKES:
             raise ValueError(f"take {take!r}: expected one of {', '.join(TAKES)}")
-        if nesting not in NESTINGS:
-            raise ValueError(f"nesting {nesting!r}: expected one of {', '.join(NESTINGS)}")
-        self.params, self.lazy, self.take, self.nesting = params, lazy, take, nesting
+        self.params, self.lazy, self.take = params, lazy, take
         self.pools = {name: ModelPool(geo, lazy) for name, geo in geometries(params).items()}
         self.kv = bytearray(params.total_bytes)
         self.events: dict[int, bool] = {}  # event id -> fired
@@ -210,7 +201,7 @@ class CompactionModel:
 
     def free_group_begin(self, name: str) -> None:
         pool = self.pools[name]
-        if pool.group is not None and self.nesting == "refused":
+        if pool.group is not None:
             raise Refused(f"{name}: free_group_begin with a free group open (groups cannot nest)")
         pool.group = []
 

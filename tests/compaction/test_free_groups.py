@@ -78,8 +78,8 @@ def _frees_at_once(params, device="cpu"):
     return side
 
 
-def _restarts_unsaid(params, device="cpu"):
-    """Restarts on a nested begin, as 0.5.19 does, but leaves `group_nesting` at "refused"."""
+def _nested_restarts(params, device="cpu"):
+    """Restarts the group on a nested begin, as SGLang 0.5.15-0.5.19 did (finding C)."""
     from kvfuzz.impl.compaction.allocator import lazy
 
     side = lazy(params, device)
@@ -87,14 +87,8 @@ def _restarts_unsaid(params, device="cpu"):
     return side
 
 
-def _restarts_said(params, device="cpu"):
-    side = _restarts_unsaid(params, device)
-    side.group_nesting = "restarts"
-    return side
-
-
 @pytest.mark.parametrize("factory, op_index, label", [
-    (_frees_at_once, 2, "field live"), (_restarts_unsaid, 4, "expected the call to be rejected")])
+    (_frees_at_once, 2, "field live"), (_nested_restarts, 4, "expected the call to be rejected")])
 def test_a_group_contract_broken_is_caught(factory, op_index, label):
     problems = run_trace(Trace(SINGLE, GROUPED.ops[:op_index + 1]), factory)
     assert problems is not None and any(label in text for text in problems), problems
@@ -113,22 +107,3 @@ def test_version_3_is_version_2_wherever_it_has_no_group():
         assert len(trace.ops) == 300
     assert 0 < grouped < 12
     assert generator.generate(0, 0).origin.generator == "compaction/3"
-
-
-def test_a_release_whose_nested_begin_restarts_the_group_is_modelled_so():
-    # SGLang 0.5.15-0.5.19: a second begin starts an empty group; the first one's frees are
-    # dropped (their vids stay bound). The model follows the side's `group_nesting`.
-    model = CompactionModel(SINGLE, lazy=True, nesting="restarts")
-    vids = model.alloc("up", 3)
-    model.free_group_begin("up")
-    model.free("up", vids[:1])
-    model.free_group_begin("up")
-    model.free("up", vids[1:2])
-    model.free_group_end("up")
-    assert model.snapshot("up").live == 2 and model.pools["up"].v2p[vids[0]] > 0
-
-
-def test_the_nesting_a_side_declares_is_the_one_checked():
-    assert run_trace(GROUPED, _restarts_said) is None
-    problems = run_trace(GROUPED, _restarts_unsaid)
-    assert problems and any("expected the call to be rejected" in text for text in problems)
