@@ -17,12 +17,12 @@ from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems,
                                          handles, short)
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
-from kvfuzz.oracle.compaction.model import CompactionModel, geometries
+from kvfuzz.oracle.compaction.model import CompactionModel, Refused, geometries
 from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violations,
                                                   flush_violations)
 from kvfuzz.strategies.compaction import trace as compaction
 from kvfuzz.strategies.compaction.trace import (Alloc, Clear, Drain, Fire, Flush, Forward, Free,
-                                                PoolSnapshot)
+                                                GroupBegin, GroupEnd, PoolSnapshot)
 
 
 class CompactionLockstep(Lockstep):
@@ -30,7 +30,10 @@ class CompactionLockstep(Lockstep):
     EVENTS = ("alloc", "free", "flush", "drain", "forward", "fire", "alloc refused",
               "alloc took holes", *(f"{u}flush moved {n}" for u in ("", "urgent ") for n in
                                     ("0", "1", "2+")), "pages pending", "holes",
-              "forward unfired", "clear", "clear with pages pending", "clear with holes")
+              "forward unfired", "clear", "clear with pages pending", "clear with holes",
+              "free group", "free in a group", "free group nested", "free group end unopened",
+              "clear in a free group")
+    REJECTIONS = (Refused,)  # a nested free_group_begin: the implementation must refuse it too
 
     def build_impl(self, trace, factory, device, eager=None):
         """`eager`: the factory I12 compares a lazy implementation with (None: no I12)."""
@@ -87,14 +90,38 @@ class CompactionLockstep(Lockstep):
 
     @handles(Free)
     def free(self, op: Free):
-        vids = op.pick.resolve(depth_order(self.snaps[op.pool], self.geos[op.pool].up))
+        """Picks resolve against the live vids not already freed in an open free group (those
+        stay bound, and their stamps kept, until the group ends)."""
+        group = self.snaps[op.pool].group
+        live = depth_order(self.snaps[op.pool], self.geos[op.pool].up)
+        vids = op.pick.resolve([vid for vid in live if vid not in set(group or ())])
         self.count("free")
-        yield Call(f"free {op.pool} vids {short(vids, 60)}")
+        if group is not None:
+            self.count("free in a group")
+        yield Call(f"free {op.pool} vids {short(vids, 60)}"
+                   + (" (deferred: free group open)" if group is not None else ""))
         if vids:
             yield Call("", "free", (op.pool, vids),
                        oracle=lambda: self.model.free(op.pool, vids))
-            for vid in vids:
-                del self.stamps[op.pool][vid]
+            if group is None:
+                for vid in vids:
+                    del self.stamps[op.pool][vid]
+
+    @handles(GroupBegin)
+    def group_begin(self, op: GroupBegin):
+        nested = self.snaps[op.pool].group is not None
+        self.count("free group nested" if nested else "free group")
+        yield Call(f"free_group_begin {op.pool}", "free_group_begin", (op.pool,))
+
+    @handles(GroupEnd)
+    def group_end(self, op: GroupEnd):
+        deferred = self.model.pools[op.pool].group
+        if deferred is None:
+            self.count("free group end unopened")
+        yield Call(f"free_group_end {op.pool} frees {short(deferred or [], 60)}",
+                   "free_group_end", (op.pool,))
+        for vid in deferred or ():
+            del self.stamps[op.pool][vid]
 
     @handles(Flush, Drain)
     def flush(self, op):
@@ -149,6 +176,8 @@ class CompactionLockstep(Lockstep):
                              ("clear with holes", "holes")):
             if any(getattr(self.snaps[name], field) for name in names):
                 self.count(event)
+        if any(self.snaps[name].group is not None for name in names):
+            self.count("clear in a free group")
         yield Call(f"clear {', '.join(names)}")
         for name in names:
             yield Call("", "clear", (name,), oracle=lambda name=name: self.model.clear(name))

@@ -25,6 +25,8 @@ IMPLEMENTATIONS = (
            "commit remaps the tables, never copies KV rows", MUTANT),
     _entry("mutant.compaction.clear_keeps_pending", "mutants:clear_keeps_pending",
            "clear() keeps the pages pending on an unfired event", MUTANT),
+    _entry("mutant.compaction.clear_keeps_group", "mutants:clear_keeps_group",
+           "clear() keeps the open free group", MUTANT),
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,

@@ -65,6 +65,9 @@ class TorchCompaction:
 
     def free_tensor(self, name: str, vids: torch.Tensor) -> None:
         pool = self.pools[name]
+        if pool.group is not None:  # deferred: a copy, so the caller may reuse its tensor
+            pool.group.append(vids.clone())
+            return
         if self.lazy:
             pool.free(vids)
         else:
@@ -98,6 +101,20 @@ class TorchCompaction:
     def clear(self, name: str) -> None:
         self.pools[name].clear()
 
+    def free_group_begin(self, name: str) -> None:
+        """Frees of this pool are deferred to `free_group_end` (the scheduler's one free per
+        step); groups do not nest (SGLang asserts so, and so do we, changing nothing)."""
+        pool = self.pools[name]
+        if pool.group is not None:
+            raise AssertionError("free groups cannot be nested")
+        pool.group = []
+
+    def free_group_end(self, name: str) -> None:
+        pool = self.pools[name]
+        deferred, pool.group = pool.group, None
+        if deferred:
+            self.free_tensor(name, torch.cat(deferred))
+
     def write(self, name: str, vids: list[int], payloads: list[bytes]) -> None:
         pool = self.pools[name]
         pages = pool.v2p[pool.to_device(vids)].clamp_min(0)  # translate
@@ -118,7 +135,9 @@ class TorchCompaction:
             pending_set=tuple(sorted(pool.pending_pages)),
             inflight=() if event is None or event.query() else tuple(writes.tolist()),
             free_vids=tuple(pool.free_vids.tolist()), v2p=tuple(pool.v2p.tolist()),
-            p2v=tuple(pool.p2v.tolist()))
+            p2v=tuple(pool.p2v.tolist()),
+            group=None if pool.group is None else tuple(torch.cat(pool.group).tolist()
+                                                        if pool.group else ()))
 
 
 # The catalogue's factories (kvfuzz.impl.compaction): `factory(params, device) -> TorchCompaction`.

@@ -52,6 +52,17 @@ class _ClearKeepsPendingPool(LazyPool):
         self.pending, self.pending_pages = pending, pages
 
 
+class _ClearKeepsGroupPool(LazyPool):
+    """`clear()` resets the pool but keeps its open free group: the frees deferred before the
+    clear are freed again at the group's end (vids the cleared pool no longer holds), and the
+    frees after it stay deferred where the scheduler's group is gone."""
+
+    def clear(self) -> None:
+        group = getattr(self, "group", None)
+        super().clear()
+        self.group = group
+
+
 def pending_replaced(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool, device=device)
 
@@ -66,3 +77,7 @@ def kv_not_moved(params, device: str = "cpu") -> TorchCompaction:
 
 def clear_keeps_pending(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsPendingPool, device=device)
+
+
+def clear_keeps_group(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsGroupPool, device=device)

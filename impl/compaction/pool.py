@@ -31,7 +31,8 @@ class LazyPool:
         self.clear()
 
     def clear(self) -> None:
-        """The pool as built: every page free, nothing pending or in flight. The KV rows stay."""
+        """The pool as built: every page free, nothing pending or in flight, no free group
+        open (what it deferred is free now anyway). The KV rows stay."""
         num_pages = self.num_pages
         self.wm = self.reserved if self.up else num_pages - 1
         self.live = 0
@@ -47,6 +48,7 @@ class LazyPool:
         self.pending_pages: set[int] = set()  # host mirror of the pending batches
         self.inflight: tuple[SimEvent, torch.Tensor] | None = None
         self.latest_event: SimEvent | None = None
+        self.group: list[torch.Tensor] | None = None  # an open free group's deferred frees
 
     def to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=I64, device=self.device)

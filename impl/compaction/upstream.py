@@ -176,6 +176,16 @@ class UpstreamCompaction:
             self.pools[name].clear()
         self._eager_inflight.pop(name, None)  # the adapter's stand-in for eager's write set
 
+    def free_group_begin(self, name: str) -> None:
+        """The scheduler's per-step group: frees are deferred (cloned) until its end; a nested
+        begin raises (`AssertionError`, nothing changed)."""
+        with _no_streams():
+            self.pools[name].free_group_begin()
+
+    def free_group_end(self, name: str) -> None:
+        with _no_streams():
+            self.pools[name].free_group_end()
+
     def _pages(self, name: str) -> torch.Tensor:
         pool = self.pools[name]
         per_page = pool.entry_bytes_per_page
@@ -227,7 +237,24 @@ class UpstreamCompaction:
             inflight=tuple(written.tolist() if torch.is_tensor(written) else written),
             free_vids=tuple(pool.free_virtual_ids.tolist()),
             v2p=tuple(pool.virtual_to_physical.tolist()),
-            p2v=tuple(pool.physical_to_virtual.tolist()))
+            p2v=tuple(pool.physical_to_virtual.tolist()),
+            group=_group(pool))
+
+
+def _group(pool):
+    """The open free group's deferred vids (page size 1: token ids are vids), None if none is
+    open. From 0.5.19 a group is open while `free_group` (frees) or `free_page_reps_group`
+    (`free_segment`'s page representatives, 0.5.20 on) is a list: they open and close together,
+    so either open is a group open; 0.5.15-0.5.17 keep `free_group` a list always and say
+    whether a group is open by `is_not_in_free_group`."""
+    if hasattr(pool, "is_not_in_free_group"):
+        parts = [None if pool.is_not_in_free_group else pool.free_group]
+    else:
+        parts = [getattr(pool, name, None) for name in ("free_group", "free_page_reps_group")]
+    if all(part is None for part in parts):
+        return None
+    return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
+
 
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:

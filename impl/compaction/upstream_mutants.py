@@ -28,6 +28,10 @@ MUTATIONS = {
         f"{CLASS}.clear", "self._pending_reuse.clear()", "pass",
         "clear() keeps the move batches pending on an unfired event (their pages come back "
         "as holes of the emptied pool when it fires)"),
+    "clear_keeps_group": Mutation(
+        f"{CLASS}.clear", "self.free_group = None", "pass",
+        "clear() keeps the open free group: what it deferred is freed again at its end, and "
+        "frees after the clear stay deferred"),
 }
 
 

@@ -22,6 +22,12 @@ Design note (kvfuzz issue 4)
   I1-I8, I10 per state (`invariants.py`), I9-I11 per op
   (`transitions.py`). I12 (eager vs lazy) lives in `fuzz/compaction/i12.py`.
 - The flush walk and eager compaction live in `flush.py`.
+- Free groups (SGLang's `free_group_begin` / `free_group_end`, the scheduler's batching of a
+  step's frees): a free inside a group is deferred, the vids kept in order; the end frees them
+  all in one free (eager: one compaction of all of them); a nested begin is refused (`Refused`,
+  nothing changes; SGLang 0.5.15-0.5.19 started the group afresh instead, finding C of
+  docs/release-history.md), an end with no group open does nothing, and a `clear` forgets the group
+  (what it deferred is free anyway). From the released class (sglang 0.5.23), not the spec.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 # the rest kept sorted (upstream sglang 0.5.23, `_take_free_pages_from_end`). All of them when n
 # covers the holes, in either.
 TAKES = ("front", "base_end")
+
+
+class Refused(Exception):
+    """The released contract refuses this call (a nested `free_group_begin`); nothing changed."""
 
 
 def _take_holes(pool, n: int, take: str) -> tuple[list[int], list[int]]:
@@ -80,6 +90,7 @@ class ModelPool:
         self.pending: dict[int, list[int]] = {}
         self.inflight: tuple[int, list[int]] | None = None
         self.latest_event: int | None = None
+        self.group: list[int] | None = None  # vids freed inside the open free group, in order
 
     @property
     def span(self) -> int:
@@ -172,6 +183,12 @@ class CompactionModel:
         unbound = [vid for vid in vids if not 0 < vid < len(pool.v2p) - 1 or pool.v2p[vid] < 0]
         if unbound or len(set(vids)) != len(vids):
             raise ValueError(f"{name}: free of unbound or repeated vids {unbound or vids}")
+        if pool.group is not None:  # deferred to the group's end (the vids stay bound till then)
+            if set(vids) & set(pool.group):
+                raise ValueError(f"{name}: vids {sorted(set(vids) & set(pool.group))} freed "
+                                 f"twice in one free group")
+            pool.group += vids
+            return
         if not self.lazy:
             eager_free(pool, vids, self.kv)
             return
@@ -181,6 +198,19 @@ class CompactionModel:
             pool.holes.append(page)
         pool.free_vids.extend(vids)
         pool.live -= len(vids)
+
+    def free_group_begin(self, name: str) -> None:
+        pool = self.pools[name]
+        if pool.group is not None:
+            raise Refused(f"{name}: free_group_begin with a free group open (groups cannot nest)")
+        pool.group = []
+
+    def free_group_end(self, name: str) -> None:
+        """The group's frees as one free, in the order they came; nothing if no group is open."""
+        pool = self.pools[name]
+        deferred, pool.group = pool.group, None
+        if deferred:
+            self.free(name, deferred)
 
     def flush(self, name: str, urgent: bool) -> int:
         if not self.lazy:
@@ -201,7 +231,8 @@ class CompactionModel:
 
     def clear(self, name: str) -> None:
         """The pool as built: every vid free in order, the frontier at the base, no hole, no
-        pending page, no forward in flight, no move counted. Pending pages are dropped, not
+        pending page, no forward in flight, no move counted, no free group open (what one
+        deferred is dropped: every page is free after the clear). Pending pages are dropped, not
         made holes: after a clear every page above the frontier is free whatever an unfired
         event still reads (the caller flushes a cache only when idle). The KV bytes are left as
         they are (a clear frees pages, it does not wipe them); events keep their state."""
@@ -237,4 +268,5 @@ class CompactionModel:
             pending=tuple((e, tuple(sorted(pages))) for e, pages in sorted(pool.pending.items())),
             pending_set=tuple(sorted(pool.pending_set())),
             inflight=() if self.fired(event) else tuple(writes),
-            free_vids=tuple(pool.free_vids), v2p=tuple(pool.v2p), p2v=tuple(pool.p2v))
+            free_vids=tuple(pool.free_vids), v2p=tuple(pool.v2p), p2v=tuple(pool.p2v),
+            group=None if pool.group is None else tuple(pool.group))

@@ -5,17 +5,23 @@ frontier, in the middle and of everything, move caps of 1 and 2, forwards left u
 quarter of the traces, a few times each) a `clear` of one pool or all of them, often with holes and
 pending pages, as a cache flush may come while a forward's event has not fired yet.
 
-Version 2 added `clear`; version 1 ("compaction/1") had none (and drew differently throughout:
-trace `index` of the two versions are unrelated).
+Version 3 added free groups (SGLang's `free_group_begin` / `free_group_end` around a run of ops
+whose frees it defers), in a quarter of the traces: a few groups each, some with a `clear` inside
+(which forgets the group), a nested begin (refused) or an end with no group open. It draws as
+version 2 did and decides on groups after: trace `index` of "compaction/3" is "compaction/2"'s
+whenever it has no group (3 in 4). Version 2 added `clear`; version 1 ("compaction/1") had none
+(and drew differently throughout: trace `index` of those two versions are unrelated).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.compaction.trace import (Alloc, Clear, Drain, Fire, Flush, Forward, Free,
-                                                Op, Params, Pick, Trace)
-from kvfuzz.strategies.sources import TraceGenerator
+                                                GroupBegin, GroupEnd, Op, Params, Pick, Trace)
+from kvfuzz.strategies.inputs import Origin
+from kvfuzz.strategies.sources import TraceGenerator, seeded_random
 
 _EPPS = ((8, 8), (8, 8), (4, 4), (4, 6), (8, 12), (6, 4))
 _OPS = (("alloc", 30), ("free", 24), ("flush", 16), ("forward", 10), ("fire", 10), ("drain", 10))
@@ -24,7 +30,38 @@ _OPS = (("alloc", 30), ("free", 24), ("flush", 16), ("forward", 10), ("fire", 10
 _CLEAR_WEIGHT = 1  # of 100: about 3 clears in a trace of 300 ops that has them
 
 
+_GROUP_SHARE = 0.25  # of traces: groups change a trace, and 3 in 4 stay version 2's
+
+
 def build(rng: random.Random, num_ops: int) -> Trace:
+    """Version 2's trace, then (drawn after all of its draws) the free groups, if any."""
+    trace = _build_v2(rng, num_ops)
+    if rng.random() >= _GROUP_SHARE:
+        return trace
+    return replace(trace, ops=tuple(_with_groups(rng, list(trace.ops))[:num_ops]))
+
+
+def _with_groups(rng: random.Random, ops: list[Op]) -> list[Op]:
+    """Two to eight free groups, each opened just before a free and closed after 1 to 10 ops of
+    the trace (its frees of that pool deferred to the end), now and then with a clear inside it
+    (the group is then forgotten, and the end finds none open), a nested begin (refused), or a
+    second end (no group open). Groups may overlap: what the release does then is the model's."""
+    frees = [i for i, op in enumerate(ops) if isinstance(op, Free)]
+    for start in sorted(rng.sample(frees, min(len(frees), rng.randint(2, 8))), reverse=True):
+        pool, span = ops[start].pool, rng.randint(1, 10)
+        inner = ops[start:start + span]
+        twist = rng.random()
+        if twist < 0.3:  # a cache flush inside the step: every pool, or this one
+            inner.insert(rng.randint(0, len(inner)), Clear(None if rng.random() < 0.7 else pool))
+        elif twist < 0.4:
+            inner.insert(rng.randint(0, len(inner)), GroupBegin(pool))
+        elif twist < 0.5:
+            inner.append(GroupEnd(pool))
+        ops[start:start + span] = [GroupBegin(pool), *inner, GroupEnd(pool)]
+    return ops
+
+
+def _build_v2(rng: random.Random, num_ops: int) -> Trace:
     params = _params(rng)
     # Most traces never clear: a clear empties both pools, and deep states find the other faults.
     clears = rng.random() < 0.25
@@ -85,5 +122,14 @@ def _pick(rng: random.Random, wheres: tuple[str, ...], most: int = 4) -> Pick:
     return Pick(where, rng.randint(1, most), rng.randrange(1000) if where == "random" else 0)
 
 
-GENERATOR = TraceGenerator("compaction/2", build, num_ops=300, max_fuzz_ops=300)
+class _DrawsAsV2(TraceGenerator):
+    """Trace `index` seeded as version 2's was, so that a trace with no group is version 2's."""
+
+    def generate(self, seed: int, index: int, num_ops: int | None = None):
+        rng = seeded_random("compaction/2", seed, index)
+        return replace(self.build(rng, num_ops or self.num_ops),
+                       origin=Origin(self.name, seed, index))
+
+
+GENERATOR = _DrawsAsV2("compaction/3", build, num_ops=300, max_fuzz_ops=300)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

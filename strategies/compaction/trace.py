@@ -109,9 +109,27 @@ class Clear:
     pool: str | None = None
 
 
-Op = Alloc | Free | Flush | Drain | Forward | Fire | Clear
+@dataclass(frozen=True)
+class GroupBegin:
+    """Open a free group on the pool (SGLang's `free_group_begin`): its frees are deferred to the
+    group's end. One at a time: a second begin while one is open is refused (the released class
+    asserts) and changes nothing."""
+
+    pool: str
+
+
+@dataclass(frozen=True)
+class GroupEnd:
+    """Close the pool's free group (`free_group_end`): what its frees named is freed now, in one
+    free, in the order they came. With no group open (never begun, or forgotten by a `clear`)
+    it does nothing."""
+
+    pool: str
+
+
+Op = Alloc | Free | Flush | Drain | Forward | Fire | Clear | GroupBegin | GroupEnd
 KINDS = {"alloc": Alloc, "free": Free, "flush": Flush, "drain": Drain, "forward": Forward,
-          "fire": Fire, "clear": Clear}
+          "fire": Fire, "clear": Clear, "group_begin": GroupBegin, "group_end": GroupEnd}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -142,6 +160,9 @@ class PoolSnapshot:
     free_vids: tuple[int, ...]                         # FIFO order
     v2p: tuple[int, ...]
     p2v: tuple[int, ...]
+    # The vids freed inside the pool's open free group, in order (their frees deferred to its
+    # end); None: no group open. Defaulted, so a side that has no free groups need not say.
+    group: tuple[int, ...] | None = None
 
 
 def describe_op(op: Op) -> str:
@@ -156,6 +177,8 @@ def describe_op(op: Op) -> str:
         return f"forward up={_describe_pick(op.up)}, down={_describe_pick(op.down)}"
     if isinstance(op, Clear):
         return f"clear {op.pool or 'all'}"
+    if isinstance(op, (GroupBegin, GroupEnd)):
+        return f"free_{NAMES[type(op)]} {op.pool}"
     return f"fire {op.which}"
 
 

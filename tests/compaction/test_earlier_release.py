@@ -23,6 +23,7 @@ pytestmark = needs_engine("sglang")
 N = CORPUS / "history" / "sglang-0.5.22" / "compaction-f230049eabf30eaa.json"
 G_PENDING = CORPUS / "history" / "sglang-0.5.21" / "compaction-1f554ee7d06ac2a3.json"
 N_EAGER = CORPUS / "history" / "sglang-0.5.17" / "compaction-081ba77616b7eb54.json"
+B_GROUP = CORPUS / "history" / "sglang-0.5.17" / "compaction-dea75cd868d8b3bf.json"
 
 
 class OldInterface:
@@ -140,15 +141,18 @@ def test_0_5_17s_class_runs_and_its_findings_diverge_there_and_0_5_14_says_why_n
     # 0.5.14's refusal a `kvfuzz` process of its own.
     from tests.radix.test_legacy_release import folder_of, kvfuzz_commands, kvfuzz_with
 
-    pending, fresh, behind = kvfuzz_commands(
+    pending, fresh, behind, kept = kvfuzz_commands(
         folder_of("0.5.17"),
         ("replay", G_PENDING, "--impl", "sglang.compaction.lazy.unzeroed"),
         ("replay", N_EAGER, "--impl", "sglang.compaction.eager"),
-        ("replay", N_EAGER, "--impl", "sglang.compaction.eager.unzeroed"))
+        ("replay", N_EAGER, "--impl", "sglang.compaction.eager.unzeroed"),
+        ("replay", B_GROUP, "--impl", "sglang.compaction.eager.unzeroed"))
     assert pending.returncode == 1, pending.stdout[-2000:] + pending.stderr[-2000:]
     assert "field pending at op 4 of 5" in pending.stdout
     assert fresh.returncode == 1 and "fresh page at op 2 of 3" in fresh.stdout, fresh.stdout
     assert behind.returncode == 0, behind.stdout[-2000:] + behind.stderr[-2000:]
+    # B: a free inside a free group kept the caller's tensor (fixed in 0.5.18)
+    assert kept.returncode == 1 and "expected [5], actual [-99]" in kept.stdout, kept.stdout
     none = kvfuzz_with(folder_of("0.5.14"), "diff", "compaction", "--impl",
                        "sglang.compaction.lazy", "--cases", "1")
     assert none.returncode == 2

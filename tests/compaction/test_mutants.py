@@ -51,7 +51,8 @@ def test_the_targeted_traces_pass_on_correct_implementations(impl):
 
 @pytest.mark.parametrize("impl", ["mutant.compaction.pending_replaced",
                                   "mutant.compaction.p2v_not_cleared",
-                                  "mutant.compaction.clear_keeps_pending"])
+                                  "mutant.compaction.clear_keeps_pending",
+                                  "mutant.compaction.clear_keeps_group"])
 def test_seeded_traces_kill_the_mutant(impl):
     killed = any(op_by_op(generate(0, index), impl) for index in range(40))  # the first will do
     assert killed, f"{impl} survived 40 seeded traces"

@@ -74,7 +74,7 @@ def test_invalid_json_text_is_a_format_error():
         loads("{")
 
 
-PINNED_ID = "738bc4f00d36939a"  # compaction/2
+PINNED_ID = "738bc4f00d36939a"  # compaction/2, and /3 (its trace 0 has no free group)
 
 
 def test_a_clear_of_every_pool_is_null_or_left_out():

@@ -67,6 +67,7 @@ def test_upstream_told_to_follow_the_spec_order_is_caught_on_the_holes():
     ("mutant.sglang.compaction.takes_from_the_far_end", "field holes"),
     ("mutant.sglang.compaction.pages_not_zeroed", "fresh page"),
     ("mutant.sglang.compaction.clear_keeps_pending", "field pending"),
+    ("mutant.sglang.compaction.clear_keeps_group", "field group"),
 ])
 def test_upstream_mutant_is_caught_with_a_shrunk_report(name, label):
     impl = COMPACTION.catalogue.resolve(name)
