@@ -501,14 +501,14 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
 
     def _scheduler_reads(self) -> list[str]:
         """The scheduler's reads of a request the class has (`unread`: those it lacks), in
-        their order; the same for every op of a trace, so worked out once."""
-        asked = self.__dict__.get("_asked_reads")
-        if asked is None:
-            asked = self.__dict__["_asked_reads"] = [
-                method for method, lacking in (("estimate_cached_tokens", NO_ESTIMATE),
-                                               ("block_ids_for_computed_tokens", NO_COMPUTED_IDS),
-                                               ("common_prefix_blocks", COUNTS_COMMON_PREFIX))
-                if lacking not in self.unread]
+        their order; the same for every op of a trace, so worked out once for its `unread`."""
+        unread, asked = self.__dict__.get("_asked_reads", (None, None))
+        if unread is not self.unread:
+            asked = [method for method, lacking in (
+                ("estimate_cached_tokens", NO_ESTIMATE),
+                ("block_ids_for_computed_tokens", NO_COMPUTED_IDS),
+                ("common_prefix_blocks", COUNTS_COMMON_PREFIX)) if lacking not in self.unread]
+            self.__dict__["_asked_reads"] = (self.unread, asked)
         return asked
 
     def _observed(self) -> list[tuple[str, str]]:
