@@ -68,6 +68,9 @@ REACHES = {
 }
 
 
+_FROZEN: list[str] = []  # the release whose imports this process froze (once)
+
+
 def _released():
     """The released class; the first time in a process, loaded and what loading it imported
     (torch and vLLM, some 600,000 objects) frozen out of the cyclic collector's walks
@@ -81,9 +84,6 @@ def _released():
         gc.freeze()
         _FROZEN.append(release.name)
     return release
-
-
-_FROZEN: list[str] = []
 
 
 def test_every_profile_an_edge_class_table_names_is_a_profile():
