@@ -14,12 +14,14 @@ is not plain data) is always sent, and the transcript refuses it as before.
 The answer: (read number, whole, parts). `whole` when the judge holds nothing of this read or
 holds an older read than this driver's last answer (a new judge over the same live driver);
 else each changed part is ("=", value), or ("items", length, ((index, item), ...)) for a list
-whose length or some items changed.
+whose length or some items changed. `whole` None: `parts` is the whole state, each part as it
+is (the answer to a judge in this process).
 
 A judge in the driver's own process (`Lockstep.read_changed` over a driver that is no proxy: a
 test's `Target.check`) asks with `since` None: nothing crosses a process there, so the answer is
 the whole state, each part as it is, with nothing encoded or kept (the marshal walk of every
-part after every op was a tenth of such a check's time)."""
+part after every op was a tenth of such a check's time; since 2026-12-05 not even wrapped as
+("=", value) to be unwrapped again: two reads an op)."""
 
 from __future__ import annotations
 
@@ -40,9 +42,9 @@ class ChangedReads:
 
     def changed(self, name: str, since: int | None, parts: dict) -> tuple[int, bool, dict]:
         held = self.__dict__.setdefault("_changed_reads", {})
-        if since is None:  # a judge in this process: the whole state, nothing kept
+        if since is None:  # a judge in this process: the whole state as it is, nothing kept
             held.pop(name, None)  # (a numbered read after it is answered whole)
-            return 0, True, {key: ("=", value) for key, value in parts.items()}
+            return 0, None, parts
         number, last = held.get(name, (0, None))
         whole = last is None or since != number
         sent, kept = {}, {}

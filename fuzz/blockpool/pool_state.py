@@ -114,7 +114,7 @@ def _per_block(model: BlockPoolModel, ref, keys, tokens, writable) -> list[tuple
     """Each block's reference count, entries and token count, and the writable blocks (each
     list compared whole first: a state read happens after every op)."""
     problems = []
-    if ref[1:] != model.ref[1:]:
+    if ref != model.ref and ref[1:] != model.ref[1:]:  # (the null block's count aside)
         wrong = [b for b in range(1, model.size) if ref[b] != model.ref[b]]
         b = wrong[0]
         problems.append(("ref_cnt", f"block {b}: expected {model.ref[b]}, actual {ref[b]} "
@@ -128,7 +128,7 @@ def _per_block(model: BlockPoolModel, ref, keys, tokens, writable) -> list[tuple
                                        f"{_key(keys[b])} ({len(wrong)} blocks differ)"))
     # a count of tokens, never 6.0 (which == 6); None: the release keeps no count (vLLM 0.20)
     if tokens is not None and (tokens != model.tokens or
-                               not set(map(type, tokens)) <= {int, type(None)}):
+                               not set(map(type, tokens)) <= _COUNTS):
         b = next(b for b in range(model.size) if tokens[b] != model.tokens[b] or
                  type(tokens[b]) not in (int, type(None)))
         problems.append(("block hash tokens", f"block {b}'s entry covers: expected "
@@ -137,6 +137,9 @@ def _per_block(model: BlockPoolModel, ref, keys, tokens, writable) -> list[tuple
         problems.append(("writable blocks", f"is_block_writable: "
                                             f"{list_diff(model.writable(), writable)}"))
     return problems
+
+
+_COUNTS = frozenset((int, type(None)))  # what a block's token count may be
 
 
 def _tracked(accesses) -> str:

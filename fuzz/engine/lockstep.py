@@ -321,10 +321,14 @@ def integers(value, depth: int = 4):
 
 def _changed_parts(answer, since: int, held: dict | None) -> dict:
     """`held` (the parts after read number `since`) with `answer`'s changes put on it: a new
-    dict, and a new list for each list part that changed (what was held stays as it was)."""
+    dict, and a new list for each list part that changed (what was held stays as it was); an
+    answer whose `whole` is None is the whole state as it is (`ChangedReads.changed`)."""
     number, whole, sent = answer
-    if type(number) is not int or type(whole) is not bool or type(sent) is not dict:
+    if type(number) is not int or type(sent) is not dict or \
+            (whole is not None and type(whole) is not bool):
         raise TypeError("expected (read number, whole, parts)")
+    if whole is None:  # the whole state, its parts as they are (a driver in this process)
+        return sent
     if not whole and (held is None or number != since + 1):
         raise ValueError(f"changes to read {since}, numbered {number}")
     parts = {} if whole else dict(held)

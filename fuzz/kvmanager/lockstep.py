@@ -459,7 +459,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if not isinstance(read, list):
             return [("block table", f"block_tables answered {short(read)}, not a list")]
         model = self.model  # (every table compared at once first: all agree, most ops)
-        differ = read != [model.block_ids(rid) for rid in rids]
+        tables = model.tables  # (the model's own lists, compared, not copied)
+        differ = read != [[table.get(rid, []) for table in tables] for rid in rids]
         for rid, tables in itertools.zip_longest(rids, read[:len(rids) + 1]) if differ else ():
             expected = model.block_ids(rid) if rid is not None else "(no request)"
             if tables != expected:
@@ -476,30 +477,39 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                         writable=False, lock=self)
 
     def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
-        model, problems = self.model, []
-        reads = (("estimate_cached_tokens", (rid,), NO_ESTIMATE,
-                  lambda: model.estimate_cached_tokens(rid)),
-                 ("block_ids_for_computed_tokens", (rid, request.computed), NO_COMPUTED_IDS,
-                  lambda: model.block_ids_for_computed_tokens(rid, _clipped_at(self.trace,
-                                                                             request.computed))),
-                 ("common_prefix_blocks", (rid,), COUNTS_COMMON_PREFIX,
-                  lambda: [0] * len(model.groups)))
-        asked = [(method, expect) for method, args, lacking, expect in reads
-                 if lacking not in self.unread]
+        asked = self._scheduler_reads()
         if not asked:
-            return problems
+            return []
         # one read of them all (one transcript record, not three)
-        answers = self.read("scheduler_reads", rid, request.computed,
-                            [method for method, _ in asked])
+        answers = self.read("scheduler_reads", rid, request.computed, list(asked))
         if not isinstance(answers, list) or len(answers) != len(asked):
             return [("scheduler reads", f"r{rid}: {len(asked)} answers expected, actual "
                                         f"{short(answers)}")]
-        for (method, expect), actual in zip(asked, answers):
-            expected = expect()
+        model, problems = self.model, []
+        for method, actual in zip(asked, answers):
+            if method == "estimate_cached_tokens":
+                expected = model.estimate_cached_tokens(rid)
+            elif method == "block_ids_for_computed_tokens":
+                expected = model.block_ids_for_computed_tokens(
+                    rid, _clipped_at(self.trace, request.computed))
+            else:  # common_prefix_blocks
+                expected = [0] * len(model.groups)
             if actual != expected:
                 problems.append((method, f"r{rid}: expected {short(expected)}, actual "
                                          f"{short(actual)}"))
         return problems
+
+    def _scheduler_reads(self) -> list[str]:
+        """The scheduler's reads of a request the class has (`unread`: those it lacks), in
+        their order; the same for every op of a trace, so worked out once for its `unread`."""
+        unread, asked = self.__dict__.get("_asked_reads", (None, None))
+        if unread is not self.unread:
+            asked = [method for method, lacking in (
+                ("estimate_cached_tokens", NO_ESTIMATE),
+                ("block_ids_for_computed_tokens", NO_COMPUTED_IDS),
+                ("common_prefix_blocks", COUNTS_COMMON_PREFIX)) if lacking not in self.unread]
+            self.__dict__["_asked_reads"] = (self.unread, asked)
+        return asked
 
     def _observed(self) -> list[tuple[str, str]]:
         """What the scheduler drains every step: the KV events and the prefix-cache stats, and,

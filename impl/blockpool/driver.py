@@ -190,7 +190,20 @@ class PoolReader(ChangedReads):
             previous, node = node, node.next_free_block
         if tail.prev_free_block is not previous:
             return order, "the tail's prev link does not point at the last block"
-        return order, _stale_links(self.pool.blocks, order) or _readers_disagree(queue, order)
+        stale = _stale_links(self.pool.blocks, order)
+        if stale:
+            return order, stale
+        # The readers walk the links just walked: on the same chain (the same queue, the same
+        # blocks in the same order) they answer as they did, so they are asked again only when
+        # the chain differs from the last one they agreed with (most ops leave the queue as it
+        # was; a reader wrong on some chain is wrong on the first read of that chain).
+        chain = (queue, head, list(order))  # (a copy: the caller may change the list)
+        held = self.__dict__.get("_readers_agreed")
+        if held is not None and held[0] is queue and held[1] is head and held[2] == order:
+            return order, None
+        disagree = _readers_disagree(queue, order)
+        self.__dict__["_readers_agreed"] = None if disagree else chain
+        return order, disagree
 
 
 def _stale_links(blocks, order: list[int]) -> str | None:

@@ -19,6 +19,26 @@ def block_hash(value) -> bytes:
     if not isinstance(value, tuple):  # init_none_hash's seed
         return NONE_HASH
     parent, tokens, extra = value
+    # Each block is hashed twice at least (vLLM's request and the oracle's chain) and shared
+    # prefixes more: a block of plain token ids under no extra keys is hashed once (`_MEMO`,
+    # bounded). Only exact ints as tokens: True == 1 and 1.0 == 1 as keys, not as text.
+    plain = extra is None and type(parent) is bytes and type(tokens) is tuple and \
+        set(map(type, tokens)) <= _INT
+    if plain and (found := _MEMO.get((parent, tokens))) is not None:
+        return found
+    digest = _digest(parent, tokens, extra)
+    if plain:
+        if len(_MEMO) >= 1 << 16:
+            _MEMO.clear()
+        _MEMO[parent, tokens] = digest
+    return digest
+
+
+_MEMO: dict[tuple[bytes, tuple], bytes] = {}
+_INT = frozenset((int,))
+
+
+def _digest(parent, tokens, extra) -> bytes:
     # The extra keys as a set (sorted by their text): what identifies a block is which keys
     # apply to it, not the order vLLM lists them in (an equivalent reordering stays equal).
     # A bare digest is an earlier release's spelling of a prompt-embeds key (vLLM 0.29 keys a
