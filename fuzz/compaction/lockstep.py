@@ -94,7 +94,8 @@ class CompactionLockstep(Lockstep):
         stay bound, and their stamps kept, until the group ends)."""
         group = self.snaps[op.pool].group
         live = depth_order(self.snaps[op.pool], self.geos[op.pool].up)
-        vids = op.pick.resolve([vid for vid in live if vid not in set(group or ())])
+        deferred = set(group or ())
+        vids = op.pick.resolve([vid for vid in live if vid not in deferred])
         self.count("free")
         if group is not None:
             self.count("free in a group")

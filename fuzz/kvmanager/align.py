@@ -30,9 +30,10 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
-their retention, but for the replay boundary's state above), full attention's null positions, refusals for want of blocks (the admission
-count; but a running request's step that needs no new block is never refused:
-`align_refusal.py`), KV events and stats (the profile observes none) and the scheduler's reads.
+their retention, but for the replay boundary's state above), full attention's null positions,
+refusals for want of blocks (the admission count; but a running request's step that needs no
+new block is never refused: `align_refusal.py`), KV events and stats (the profile observes
+none) and the scheduler's reads.
 """
 
 from __future__ import annotations

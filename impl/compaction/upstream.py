@@ -256,7 +256,6 @@ def _group(pool):
     return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
 
 
-
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:
     return UpstreamCompaction(params, True, device)
 
