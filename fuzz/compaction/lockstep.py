@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import fields
 
+from kvfuzz.fuzz.compaction import loadback
 from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems,
@@ -25,14 +26,14 @@ from kvfuzz.strategies.compaction.trace import (Alloc, Clear, Drain, Fire, Flush
                                                 GroupBegin, GroupEnd, PoolSnapshot)
 
 
-class CompactionLockstep(Lockstep):
+class CompactionLockstep(loadback.LoadBackOps, Lockstep):
     KINDS = compaction.KINDS
     EVENTS = ("alloc", "free", "flush", "drain", "forward", "fire", "alloc refused",
               "alloc took holes", *(f"{u}flush moved {n}" for u in ("", "urgent ") for n in
                                     ("0", "1", "2+")), "pages pending", "holes",
               "forward unfired", "clear", "clear with pages pending", "clear with holes",
               "free group", "free in a group", "free group nested", "free group end unopened",
-              "clear in a free group")
+              "clear in a free group", *loadback.EVENTS)
     REJECTIONS = (Refused,)  # a nested free_group_begin: the implementation must refuse it too
 
     def build_impl(self, trace, factory, device, eager=None):
@@ -129,6 +130,8 @@ class CompactionLockstep(Lockstep):
         kind = type(op).__name__.lower()
 
         def answer():
+            if kind == "flush" and self.model.lazy and self.model.pools[op.pool].reservations:
+                self.count("flush blocked by a reservation")
             expected = getattr(self.model, kind)(op.pool, op.urgent)
             self.count(kind)
             if kind == "flush":
@@ -174,7 +177,8 @@ class CompactionLockstep(Lockstep):
         names = [op.pool] if op.pool else list(self.geos)
         self.count("clear")
         for event, field in (("clear with pages pending", "pending_set"),
-                             ("clear with holes", "holes")):
+                             ("clear with holes", "holes"),
+                             ("clear with pages reserved", "reserved")):
             if any(getattr(self.snaps[name], field) for name in names):
                 self.count(event)
         if any(self.snaps[name].group is not None for name in names):
@@ -211,7 +215,8 @@ class CompactionLockstep(Lockstep):
                          for label, text in compare_snapshots(expected[name], self.snaps[name])]
         for event, on in (("pages pending", any(s.pending_set for s in expected.values())),
                           ("holes", any(s.holes for s in expected.values())),
-                          ("forward unfired", any(s.inflight for s in expected.values()))):
+                          ("forward unfired", any(s.inflight for s in expected.values())),
+                          ("pages reserved", any(s.reserved for s in expected.values()))):
             if on:
                 self.count(event)
         found = []

@@ -8,7 +8,8 @@ for a lazy implementation.
 
 from __future__ import annotations
 
-from dataclasses import fields
+import sys
+from dataclasses import fields, replace
 
 from kvfuzz.fuzz.compaction.lockstep import CompactionLockstep
 from kvfuzz.fuzz.engine.catalogue import Catalogue
@@ -17,9 +18,12 @@ from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInp
 from kvfuzz.impl.compaction import IMPLEMENTATIONS
 from kvfuzz.impl.registry import check_shape
 from kvfuzz.strategies.compaction import codec, generator, uniform
-from kvfuzz.strategies.compaction.trace import FORMAT, describe_op, to_json
+from kvfuzz.strategies.compaction.trace import FORMAT, Release, Reserve, describe_op, to_json
 
 EAGER = "compaction.eager"  # I12's reference side
+# A side without HiCache load-back reservations (`reserve`, `release`): SGLang before 0.5.22
+# has no `alloc_physical`; such a side gets version 3's traces, which make none.
+NO_LOAD_BACK = "no HiCache load-back reservations (alloc_physical)"
 
 
 class CompactionCodec(TraceCodec):
@@ -33,14 +37,39 @@ def _shape(path, obj):
                 "allocator (kvfuzz/impl/compaction/allocator.py)")
 
 
-CATALOGUE = Catalogue("compaction", IMPLEMENTATIONS, _shape, fuzz_defaults=("compaction.lazy",))
+def _declare(impl, obj):
+    """An upstream entry at another release: the adapted class read for `alloc_physical`."""
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    allocator = getattr(module, "MultiEndedAllocator", None)
+    if allocator is None or hasattr(allocator, "alloc_physical") or \
+            NO_LOAD_BACK in impl.preconditions:
+        return impl
+    return replace(impl, preconditions=impl.preconditions + (NO_LOAD_BACK,))
+
+
+def _generator_for(impls):
+    lacking = any(NO_LOAD_BACK in impl.preconditions for impl in impls)
+    return generator.VERSION_3 if lacking else generator.GENERATOR
+
+
+def _broken(trace, preconditions) -> list[str]:
+    """A trace with reservations, for a side that declares it has none (a corpus file)."""
+    if NO_LOAD_BACK in preconditions and any(isinstance(op, (Reserve, Release))
+                                             for op in trace.ops):
+        return [f"{NO_LOAD_BACK}: the trace reserves pages"]
+    return []
+
+
+CATALOGUE = Catalogue("compaction", IMPLEMENTATIONS, _shape, _declare,
+                      fuzz_defaults=("compaction.lazy",),
+                      declarable={"no-load-back": NO_LOAD_BACK})
 
 COMPACTION = trace_target(
     "compaction",
     codec=CompactionCodec(FORMAT, codec.from_json, to_json, codec.worst_input),
-    inputs=TraceInputs(generator.GENERATOR, uniform=uniform.uniform_trace),
+    inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
     # Op for op (I1-I11), then I12 against the bundled eager side if the implementation is lazy.
-    judge=LockstepJudge(CompactionLockstep, describe_op,
+    judge=LockstepJudge(CompactionLockstep, describe_op, _broken,
                         options=lambda impl: {"eager": CATALOGUE.resolve(EAGER).load()},
                         checked=("  checked: every observable after every op, invariants "
                                  "I1-I11; I12 per trace of a lazy implementation",),
@@ -50,4 +79,4 @@ COMPACTION = trace_target(
     default_cases=100, chunk_sizes=(2, 8),
     coverage_modules=("kvfuzz.fuzz.compaction.lockstep", "kvfuzz.oracle.compaction.model",
                       "kvfuzz.oracle.compaction.flush", "kvfuzz.oracle.compaction.invariants",
-                      "kvfuzz.oracle.compaction.transitions"))
+                      "kvfuzz.oracle.compaction.transitions", "kvfuzz.fuzz.compaction.loadback"))

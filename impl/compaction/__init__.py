@@ -27,6 +27,8 @@ IMPLEMENTATIONS = (
            "clear() keeps the pages pending on an unfired event", MUTANT),
     _entry("mutant.compaction.clear_keeps_group", "mutants:clear_keeps_group",
            "clear() keeps the open free group", MUTANT),
+    _entry("mutant.compaction.clear_keeps_reservations", "mutants:clear_keeps_reservations",
+           "clear() keeps the HiCache load-back reservations", MUTANT),
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,

@@ -63,6 +63,23 @@ class TorchCompaction:
         pool.bind(vids, pages)
         return vids
 
+    def reserve(self, name: str, n: int) -> list[int] | None:
+        """A HiCache load-back reservation (lazy): `n` pages taken as an allocation takes them
+        (the same ladder), bound to no vid; None: nothing taken."""
+        pool, other = self.pools[name], self._neighbour(name)
+        if n > self.avail(name) and other is not None:
+            other.flush(urgent=True)
+        pages = pool.take(n, self._extension_room(name)) if n <= self.avail(name) else None
+        if pages is None:
+            return None
+        pool.reservations.append(pages)
+        pool.loading += n
+        return pages.tolist()
+
+    def release(self, name: str, which: str) -> None:
+        """Roll back the oldest or newest reservation (its pages become holes)."""
+        self.pools[name].release(0 if which == "oldest" else -1)
+
     def free_tensor(self, name: str, vids: torch.Tensor) -> None:
         pool = self.pools[name]
         if pool.group is not None:  # deferred: a copy, so the caller may reuse its tensor
@@ -137,7 +154,10 @@ class TorchCompaction:
             free_vids=tuple(pool.free_vids.tolist()), v2p=tuple(pool.v2p.tolist()),
             p2v=tuple(pool.p2v.tolist()),
             group=None if pool.group is None else tuple(torch.cat(pool.group).tolist()
-                                                        if pool.group else ()))
+                                                        if pool.group else ()),
+            reserved=tuple(sorted(torch.cat(pool.reservations).tolist()
+                                  if pool.reservations else ())),
+            loading=pool.loading)
 
 
 # The catalogue's factories (kvfuzz.impl.compaction): `factory(params, device) -> TorchCompaction`.

@@ -63,6 +63,17 @@ class _ClearKeepsGroupPool(LazyPool):
         self.group = group
 
 
+class _ClearKeepsReservationsPool(LazyPool):
+    """`clear()` resets the pool but keeps its HiCache load-back reservations: their pages stay
+    out of use in the emptied pool (and may lie above its frontier), and no page moves again
+    until they are rolled back."""
+
+    def clear(self) -> None:
+        held, loading = getattr(self, "reservations", []), getattr(self, "loading", 0)
+        super().clear()
+        self.reservations, self.loading = held, loading
+
+
 def pending_replaced(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool, device=device)
 
@@ -81,3 +92,8 @@ def clear_keeps_pending(params, device: str = "cpu") -> TorchCompaction:
 
 def clear_keeps_group(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsGroupPool, device=device)
+
+
+def clear_keeps_reservations(params, device: str = "cpu") -> TorchCompaction:
+    return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsReservationsPool,
+                           device=device)

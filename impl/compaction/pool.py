@@ -31,8 +31,8 @@ class LazyPool:
         self.clear()
 
     def clear(self) -> None:
-        """The pool as built: every page free, nothing pending or in flight, no free group
-        open (what it deferred is free now anyway). The KV rows stay."""
+        """The pool as built: every page free, nothing pending, reserved or in flight, no free
+        group open (what it deferred is free now anyway). The KV rows stay."""
         num_pages = self.num_pages
         self.wm = self.reserved if self.up else num_pages - 1
         self.live = 0
@@ -49,6 +49,10 @@ class LazyPool:
         self.inflight: tuple[SimEvent, torch.Tensor] | None = None
         self.latest_event: SimEvent | None = None
         self.group: list[torch.Tensor] | None = None  # an open free group's deferred frees
+        # HiCache load-back reservations (pages bound to no vid), oldest first, and their page
+        # count: while it is above 0 no page moves (the queued copy names their pages).
+        self.reservations: list[torch.Tensor] = []
+        self.loading = 0
 
     def to_device(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=I64, device=self.device)
@@ -79,6 +83,13 @@ class LazyPool:
         self.live += n
         return pages
 
+    def release(self, index: int) -> None:
+        """Roll back reservation `index`: its pages become holes, in the order taken."""
+        pages = self.reservations.pop(index)
+        self.loading -= pages.numel()
+        self.holes = torch.cat((self.holes, pages))
+        self.live -= pages.numel()
+
     def bind(self, vids: torch.Tensor, pages: torch.Tensor) -> None:
         self.v2p[vids] = pages
         self.p2v[pages] = vids
@@ -105,6 +116,9 @@ class LazyPool:
     def flush(self, urgent: bool) -> int:
         """§3.6: one batched compaction pass; returns the number of pages moved."""
         if not self.lazy:
+            return 0
+        if self.loading:  # moves blocked by a load-back reservation: fired batches only
+            self.drain(False)
             return 0
         self.drain(urgent)
         sorted_holes = torch.sort(self.holes).values

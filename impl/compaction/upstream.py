@@ -120,6 +120,9 @@ class UpstreamCompaction:
         for name in epp:  # the reserved floor: ceil(sink_bytes / epp) pages
             self.buf._min_slot_index[name] = -(-params.sink_bytes // epp[name])
         self.pools, self.events, self._eager_inflight = {}, {}, {}
+        # The load-back reservations this caller holds, per pool (the class keeps only their
+        # count, `_pending_hicache_load_pages`): what `release` gives back, what a clear voids.
+        self.reservations: dict[str, list[list[int]]] = {name: [] for name in params.pools()}
         for name in params.pools():  # single-ended: no down allocator, no peer
             kvcache = _ump.UnifiedMHATokenToKVPool(unified_buffer=self.buf, sub_pool_name=name,
                                                    page_size=1)
@@ -167,6 +170,26 @@ class UpstreamCompaction:
             pool.set_inflight_forward(done, self._ids(written) if written else None)
             self._eager_inflight[name] = (done, written)  # eager upstream keeps none
 
+    def reserve(self, name: str, n: int):
+        """HiCache's load-back reservation (`alloc_physical`, 0.5.22 on): page size 1, so its
+        slots are pages."""
+        with _no_streams():
+            out = self.pools[name].alloc_physical(n)
+        if out is None:
+            return None
+        pages = out.tolist()
+        self.reservations[name].append(pages)
+        return pages
+
+    def release(self, name: str, which: str) -> None:
+        """Roll the reservation back (`cancel_physical_reservation`), as HiCache does when a
+        load-back cannot go ahead."""
+        pages = self.reservations[name].pop(0 if which == "oldest" else -1)
+        index = self._ids(pages)
+        with _no_streams():
+            self.pools[name].cancel_physical_reservation(index)
+        index.fill_(POISON)
+
     def fire(self, event: int) -> None:
         self.events[event].fired = True
 
@@ -175,6 +198,7 @@ class UpstreamCompaction:
         with _no_streams():
             self.pools[name].clear()
         self._eager_inflight.pop(name, None)  # the adapter's stand-in for eager's write set
+        self.reservations[name] = []  # what the pool reserved is free after its clear
 
     def free_group_begin(self, name: str) -> None:
         """The scheduler's per-step group: frees are deferred (cloned) until its end; a nested
@@ -238,7 +262,9 @@ class UpstreamCompaction:
             free_vids=tuple(pool.free_virtual_ids.tolist()),
             v2p=tuple(pool.virtual_to_physical.tolist()),
             p2v=tuple(pool.physical_to_virtual.tolist()),
-            group=_group(pool))
+            group=_group(pool),
+            reserved=tuple(sorted(page for pages in self.reservations[name] for page in pages)),
+            loading=int(getattr(pool, "_pending_hicache_load_pages", 0)))
 
 
 def _group(pool):

@@ -32,6 +32,10 @@ MUTATIONS = {
         f"{CLASS}.clear", "self.free_group = None", "pass",
         "clear() keeps the open free group: what it deferred is freed again at its end, and "
         "frees after the clear stay deferred"),
+    "clear_keeps_load_count": Mutation(
+        f"{CLASS}.clear", "self._pending_hicache_load_pages = 0", "pass",
+        "clear() keeps the count of pages reserved for HiCache load-backs: the emptied pool "
+        "moves no page until a load event resets it"),
 }
 
 

@@ -80,7 +80,8 @@ def _containment(geo: Geometry, snap: PoolSnapshot) -> list[str]:
     outside = [p for p in range(1, geo.num_pages) if p not in span and snap.p2v[p] != -1]
     if outside:
         problems.append(f"I3 pages outside the span {_range(span)} still bound: {outside[:8]}")
-    for label, pages in (("hole", snap.holes), ("pending page", snap.pending_set)):
+    for label, pages in (("hole", snap.holes), ("pending page", snap.pending_set),
+                         ("reserved page", snap.reserved)):
         stray = [p for p in pages if p not in span]
         if stray:
             problems.append(f"I3 {label}s outside the span {_range(span)}: {stray[:8]}")
@@ -101,18 +102,28 @@ def _partition(geo: Geometry, snap: PoolSnapshot, lazy: bool) -> list[str]:
     both = sorted(set(holes) & pending)
     if both:
         problems.append(f"I4 pages both hole and pending: {both[:8]}")
-    bound = sorted(p for p in set(holes) | pending if 0 <= p < len(snap.p2v) and snap.p2v[p] != -1)
+    reserved = set(snap.reserved)
+    handed = sorted(reserved & (set(holes) | pending))  # a reservation is no one else's
+    if handed or len(reserved) != len(snap.reserved):
+        problems.append(f"I4 reserved pages {list(snap.reserved)[:8]} repeated, or also holes "
+                        f"or pending: {handed[:8]}")
+    bound = sorted(p for p in set(holes) | pending | reserved
+                   if 0 <= p < len(snap.p2v) and snap.p2v[p] != -1)
     if bound:
-        problems.append(f"I4 hole or pending pages still bound in p2v: "
+        problems.append(f"I4 hole, pending or reserved pages bound in p2v: "
                         f"{[(p, snap.p2v[p]) for p in bound[:8]]}")
     span = span_pages(geo, snap)
     live_pages = sum(1 for p in span if snap.p2v[p] >= 0)
-    if len(span) != live_pages + len(holes) + len(pending):
+    if len(span) != live_pages + len(holes) + len(pending) + len(reserved):
         problems.append(f"I5 span {len(span)} != live pages {live_pages} + holes {len(holes)} "
-                        f"+ pending {len(pending)}")
+                        f"+ pending {len(pending)} + reserved {len(reserved)}")
     live_vids = sum(1 for page in snap.v2p[1:-1] if page != -1)
-    if snap.live != live_vids:
-        problems.append(f"I5 live counter {snap.live} != {live_vids} vids bound in v2p")
+    if snap.live != live_vids + len(reserved):  # a reservation's pages are in use, vid or not
+        problems.append(f"I5 live counter {snap.live} != {live_vids} vids bound in v2p + "
+                        f"{len(reserved)} reserved pages")
+    if snap.loading != len(snap.reserved):
+        problems.append(f"I5 {snap.loading} pages wait for a load-back, {len(snap.reserved)} "
+                        f"are reserved")
     if not lazy and (holes or pending or len(span) != snap.live):
         problems.append(f"I5 eager band not hole-free: span {len(span)}, live {snap.live}, "
                         f"holes {len(holes)}, pending {len(pending)}")

@@ -28,6 +28,11 @@ Design note (kvfuzz issue 4)
   nothing changes; SGLang 0.5.15-0.5.19 started the group afresh instead, finding C of
   docs/release-history.md), an end with no group open does nothing, and a `clear` forgets the group
   (what it deferred is free anyway). From the released class (sglang 0.5.23), not the spec.
+- HiCache load-back reservations (SGLang's `alloc_physical` / `cancel_physical_reservation`,
+  lazy pools): pages taken as an allocation takes them but bound to no vid (counted `live`, in
+  the span, never a hole) until rolled back, when they become holes; while any is held the pool
+  moves no page (a flush only drains fired pending batches, as a non-urgent drain), and a
+  `clear` drops them all. From the released class (sglang 0.5.23), not the spec.
 """
 
 from __future__ import annotations
@@ -91,6 +96,12 @@ class ModelPool:
         self.inflight: tuple[int, list[int]] | None = None
         self.latest_event: int | None = None
         self.group: list[int] | None = None  # vids freed inside the open free group, in order
+        self.reservations: list[list[int]] = []  # HiCache load-back reservations, oldest first
+
+    @property
+    def loading(self) -> int:
+        """Pages reserved for a load-back (no page moves while there are any)."""
+        return sum(len(pages) for pages in self.reservations)
 
     @property
     def span(self) -> int:
@@ -106,6 +117,9 @@ class ModelPool:
 
     def pending_set(self) -> set[int]:
         return {page for pages in self.pending.values() for page in pages}
+
+    def reserved_set(self) -> set[int]:
+        return {page for pages in self.reservations for page in pages}
 
 
 class CompactionModel:
@@ -178,6 +192,26 @@ class CompactionModel:
         run = list(range(pool.wm + 1, old + 1))
         return run[::-1] if descending else run
 
+    def reserve(self, name: str, n: int) -> list[int] | None:
+        """A load-back reservation of `n` pages (lazy): taken as `alloc` takes them, with the
+        same shortfall ladder, but bound to no vid and needing no free vid; None: nothing
+        changed but a neighbour flush."""
+        other = self.neighbour(name)
+        if n > self.avail(name) and other is not None:
+            self.flush(other.geo.name, urgent=True)
+        pages = self._take(self.pools[name], n) if n <= self.avail(name) else None
+        if pages is not None:
+            self.pools[name].reservations.append(pages)
+        return pages
+
+    def release(self, name: str, which: str) -> list[int]:
+        """Roll back the oldest or newest reservation: its pages become holes, in its order."""
+        pool = self.pools[name]
+        pages = pool.reservations.pop(0 if which == "oldest" else -1)
+        pool.holes += pages
+        pool.live -= len(pages)
+        return pages
+
     def free(self, name: str, vids: list[int]) -> None:
         pool = self.pools[name]
         unbound = [vid for vid in vids if not 0 < vid < len(pool.v2p) - 1 or pool.v2p[vid] < 0]
@@ -213,7 +247,12 @@ class CompactionModel:
             self.free(name, deferred)
 
     def flush(self, name: str, urgent: bool) -> int:
+        """The lazy flush; with a load-back reservation held, no page moves: fired pending
+        batches alone rejoin the holes, urgent or not."""
         if not self.lazy:
+            return 0
+        if self.pools[name].reservations:
+            lazy_drain(self.pools[name], False, self.fired)
             return 0
         return lazy_flush(self.pools[name], urgent, self.fired, self.kv, self.params.move_cap)
 
@@ -232,10 +271,11 @@ class CompactionModel:
     def clear(self, name: str) -> None:
         """The pool as built: every vid free in order, the frontier at the base, no hole, no
         pending page, no forward in flight, no move counted, no free group open (what one
-        deferred is dropped: every page is free after the clear). Pending pages are dropped, not
-        made holes: after a clear every page above the frontier is free whatever an unfired
-        event still reads (the caller flushes a cache only when idle). The KV bytes are left as
-        they are (a clear frees pages, it does not wipe them); events keep their state."""
+        deferred is dropped: every page is free after the clear), no load-back reservation (its
+        pages are free too, and nothing blocks moves). Pending pages are dropped, not made
+        holes: after a clear every page above the frontier is free whatever an unfired event
+        still reads (the caller flushes a cache only when idle). The KV bytes are left as they
+        are (a clear frees pages, it does not wipe them); events keep their state."""
         self.pools[name] = ModelPool(self.pools[name].geo, self.lazy)
 
     def unfired(self) -> list[int]:
@@ -269,4 +309,5 @@ class CompactionModel:
             pending_set=tuple(sorted(pool.pending_set())),
             inflight=() if self.fired(event) else tuple(writes),
             free_vids=tuple(pool.free_vids), v2p=tuple(pool.v2p), p2v=tuple(pool.p2v),
-            group=None if pool.group is None else tuple(pool.group))
+            group=None if pool.group is None else tuple(pool.group),
+            reserved=tuple(sorted(pool.reserved_set())), loading=pool.loading)

@@ -20,7 +20,15 @@ def _span(geo: Geometry, snap: PoolSnapshot) -> int:
 
 def flush_violations(geo: Geometry, before: PoolSnapshot, after: PoolSnapshot, moves: int,
                      urgent: bool, move_cap: int) -> list[str]:
-    """I9. Data stability (I7) is checked after every op anyway."""
+    """I9. Data stability (I7) is checked after every op anyway. With a load-back reservation
+    held, a flush moves nothing and changes nothing but fired pending batches into holes."""
+    if before.loading:
+        if moves or (after.wm, after.v2p, after.num_moves) != (before.wm, before.v2p,
+                                                               before.num_moves):
+            return [f"I9 flush moved {moves} pages (wm {before.wm} -> {after.wm}, move counter "
+                    f"{before.num_moves} -> {after.num_moves}) while {before.loading} pages "
+                    f"were reserved for a load-back"]
+        return []
     problems = []
     live_before, live_after = _live(before), _live(after)
     if after.live != before.live or set(live_after) != set(live_before):
@@ -70,6 +78,9 @@ def alloc_violations(before: PoolSnapshot, after: PoolSnapshot, n: int,
     reused = sorted(set(pages) & set(before.pending_set))
     if reused:
         problems.append(f"I11 alloc handed out pending pages {reused} before their event fired")
+    taken = sorted(set(pages) & set(before.reserved))
+    if taken:
+        problems.append(f"I11 alloc handed out pages {taken} reserved for a load-back")
     if len(set(pages)) != len(pages) or min(pages, default=0) < 0:
         problems.append(f"I2 alloc bound vids {list(result)[:8]} to pages {pages[:8]}")
     return problems

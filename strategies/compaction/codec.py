@@ -3,8 +3,9 @@ naming the source, the field and the value."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.compaction.trace import (FORMAT, KINDS, WHERE, WHICH, Alloc, Clear, Fire,
-                                                Forward, Op, Params, Pick, Trace)
+from kvfuzz.strategies.compaction.trace import (FORMAT, HELD, KINDS, WHERE, WHICH, Alloc, Clear,
+                                                Fire, Forward, Op, Params, Pick, Release,
+                                                Reserve, Trace)
 from kvfuzz.strategies.inputs import FieldReader
 
 _INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
@@ -51,11 +52,13 @@ def _op(reader: FieldReader, raw: object, where: str, params: Params) -> Op:
     for name in ("urgent", "relative"):
         if name in names:
             fields[name] = reader.boolean(fields.get(name, False), f"{where}.{name}")
-    if kind is Alloc:
+    if kind in (Alloc, Reserve):
         low = -MAX_N if fields["relative"] else 1
         reader.integer(fields.get("n"), f"{where}.n", low, MAX_N)
     if kind is Fire:
         reader.choice(fields.get("which", "oldest"), f"{where}.which", WHICH)
+    if kind is Release:
+        reader.choice(fields.get("which", "oldest"), f"{where}.which", HELD)
     for name in ("pick", "up", "down"):
         if name in fields and (name == "pick" or fields[name] is not None):
             fields[name] = _pick(reader, fields[name], f"{where}.{name}")

@@ -11,6 +11,12 @@ whose frees it defers), in a quarter of the traces: a few groups each, some with
 version 2 did and decides on groups after: trace `index` of "compaction/3" is "compaction/2"'s
 whenever it has no group (3 in 4). Version 2 added `clear`; version 1 ("compaction/1") had none
 (and drew differently throughout: trace `index` of those two versions are unrelated).
+
+Version 4 added HiCache load-back reservations (SGLang's `alloc_physical`, rolled back by
+`cancel_physical_reservation`), in a quarter of the traces: a few each, most given back some ops
+later, some held until a `clear` (one is made just before half of the trace's clears) or the
+end. It draws as version 3 did and decides on them after: trace `index` of "compaction/4" is
+"compaction/3"'s whenever it has no reservation (3 in 4).
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.compaction.trace import (Alloc, Clear, Drain, Fire, Flush, Forward, Free,
-                                                GroupBegin, GroupEnd, Op, Params, Pick, Trace)
+                                                GroupBegin, GroupEnd, Op, Params, Pick, Release,
+                                                Reserve, Trace)
 from kvfuzz.strategies.inputs import Origin
 from kvfuzz.strategies.sources import TraceGenerator, seeded_random
 
@@ -33,12 +40,45 @@ _CLEAR_WEIGHT = 1  # of 100: about 3 clears in a trace of 300 ops that has them
 _GROUP_SHARE = 0.25  # of traces: groups change a trace, and 3 in 4 stay version 2's
 
 
+_LOAD_BACK_SHARE = 0.25  # of traces: 3 in 4 stay version 3's
+
+
 def build(rng: random.Random, num_ops: int) -> Trace:
+    """Version 3's trace, then (drawn after all of its draws) the load-back reservations, if
+    any."""
+    trace = build_v3(rng, num_ops)
+    if rng.random() >= _LOAD_BACK_SHARE:
+        return trace
+    ops = _with_load_backs(rng, list(trace.ops), trace.params)
+    return replace(trace, ops=tuple(ops[:num_ops]))
+
+
+def build_v3(rng: random.Random, num_ops: int) -> Trace:
     """Version 2's trace, then (drawn after all of its draws) the free groups, if any."""
     trace = _build_v2(rng, num_ops)
     if rng.random() >= _GROUP_SHARE:
         return trace
     return replace(trace, ops=tuple(_with_groups(rng, list(trace.ops))[:num_ops]))
+
+
+def _with_load_backs(rng: random.Random, ops: list[Op], params: Params) -> list[Op]:
+    """Two to six reservations at random places, each rolled back 1 to 12 ops later (4 in 5)
+    or held on; and one just before half of the clears (a cache flush with a load-back in
+    progress), so a clear finds reservations to drop."""
+    clears = [i for i, op in enumerate(ops) if isinstance(op, Clear)]
+    starts = [rng.randrange(len(ops) + 1) for _ in range(rng.randint(2, 6))]
+    before_clears = [i for i in clears if rng.random() < 0.5]
+    for start in sorted(starts + before_clears, reverse=True):
+        pool = ops[start].pool if start in before_clears and ops[start].pool else \
+            rng.choice(params.pools())
+        reserve = (Reserve(pool, rng.choice((0, -1, -2)), relative=True) if rng.random() < 0.2
+                   else Reserve(pool, rng.choice((1, 1, 2, 2, 3, 4))))
+        tail: list[Op] = []
+        if start not in before_clears and rng.random() < 0.8:
+            tail = [Release(pool, "oldest" if rng.random() < 0.7 else "newest")]
+        span = rng.randint(1, 12)
+        ops[start:start + span] = [reserve, *ops[start:start + span], *tail]
+    return ops
 
 
 def _with_groups(rng: random.Random, ops: list[Op]) -> list[Op]:
@@ -123,7 +163,8 @@ def _pick(rng: random.Random, wheres: tuple[str, ...], most: int = 4) -> Pick:
 
 
 class _DrawsAsV2(TraceGenerator):
-    """Trace `index` seeded as version 2's was, so that a trace with no group is version 2's."""
+    """Trace `index` seeded as version 2's was, so that a trace with no group (and, in version
+    4, no reservation) is version 2's."""
 
     def generate(self, seed: int, index: int, num_ops: int | None = None):
         rng = seeded_random("compaction/2", seed, index)
@@ -131,5 +172,6 @@ class _DrawsAsV2(TraceGenerator):
                        origin=Origin(self.name, seed, index))
 
 
-GENERATOR = _DrawsAsV2("compaction/3", build, num_ops=300, max_fuzz_ops=300)
+GENERATOR = _DrawsAsV2("compaction/4", build, num_ops=300, max_fuzz_ops=300)
+VERSION_3 = _DrawsAsV2("compaction/3", build_v3, num_ops=300, max_fuzz_ops=300)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

@@ -17,6 +17,7 @@ FORMAT = "kvfuzz-compaction-trace/1"
 POOLS = ("up", "down")
 WHERE = ("top", "bottom", "middle", "random", "all")  # top = the pages nearest the frontier
 WHICH = ("oldest", "newest", "all")                   # which unfired event a Fire completes
+HELD = ("oldest", "newest")                           # which reservation a Release gives back
 
 
 @dataclass(frozen=True)
@@ -127,9 +128,35 @@ class GroupEnd:
     pool: str
 
 
-Op = Alloc | Free | Flush | Drain | Forward | Fire | Clear | GroupBegin | GroupEnd
+@dataclass(frozen=True)
+class Reserve:
+    """HiCache's load-back reservation (SGLang's `alloc_physical`): `n` pages taken as an
+    allocation takes them (holes first, then the frontier; the same shortfall ladder) but bound
+    to no vid, handed to no one else until given back; while one is held the pool moves no
+    page (the queued copy carries their physical ids). `relative`: `n` is added to the pool's
+    `avail()`, as for `Alloc`. Binding them into the tree and queueing the copy (a non-owner
+    SWA pool's, on the full pool's vids) is not modelled: this trace's pools own their vids."""
+
+    pool: str
+    n: int
+    relative: bool = False
+
+
+@dataclass(frozen=True)
+class Release:
+    """Roll one reservation of the pool back ("oldest" or "newest"; none held: nothing), as
+    HiCache does when a load-back cannot go ahead (`cancel_physical_reservation`): its pages
+    become holes, and the pool may move pages again once none is held."""
+
+    pool: str
+    which: str = "oldest"
+
+
+Op = (Alloc | Free | Flush | Drain | Forward | Fire | Clear | GroupBegin | GroupEnd | Reserve
+      | Release)
 KINDS = {"alloc": Alloc, "free": Free, "flush": Flush, "drain": Drain, "forward": Forward,
-          "fire": Fire, "clear": Clear, "group_begin": GroupBegin, "group_end": GroupEnd}
+          "fire": Fire, "clear": Clear, "group_begin": GroupBegin, "group_end": GroupEnd,
+          "reserve": Reserve, "release": Release}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
 
@@ -163,6 +190,11 @@ class PoolSnapshot:
     # The vids freed inside the pool's open free group, in order (their frees deferred to its
     # end); None: no group open. Defaulted, so a side that has no free groups need not say.
     group: tuple[int, ...] | None = None
+    # HiCache load-back reservations: the pages held (sorted), and how many pages wait for
+    # their load (SGLang's `_pending_hicache_load_pages`: while above 0 no page moves).
+    # Defaulted, so a side without reservations need not say.
+    reserved: tuple[int, ...] = ()
+    loading: int = 0
 
 
 def describe_op(op: Op) -> str:
@@ -179,6 +211,10 @@ def describe_op(op: Op) -> str:
         return f"clear {op.pool or 'all'}"
     if isinstance(op, (GroupBegin, GroupEnd)):
         return f"free_{NAMES[type(op)]} {op.pool}"
+    if isinstance(op, Reserve):
+        return f"reserve {op.pool} {'avail' + format(op.n, '+d') if op.relative else op.n}"
+    if isinstance(op, Release):
+        return f"release {op.pool} {op.which}"
     return f"fire {op.which}"
 
 

@@ -99,11 +99,11 @@ def test_version_3_is_version_2_wherever_it_has_no_group():
     version_2 = TraceGenerator("compaction/2", generator._build_v2, 300, 300)
     grouped = 0
     for index in range(12):
-        trace = generator.generate(0, index)
+        trace = generator.VERSION_3.generate(0, index)
         has_group = any(isinstance(op, GroupBegin) for op in trace.ops)
         grouped += has_group
         if not has_group:
             assert trace.ops == version_2.generate(0, index).ops, index
         assert len(trace.ops) == 300
     assert 0 < grouped < 12
-    assert generator.generate(0, 0).origin.generator == "compaction/3"
+    assert generator.VERSION_3.generate(0, 0).origin.generator == "compaction/3"

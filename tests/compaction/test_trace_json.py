@@ -21,7 +21,7 @@ def test_generation_is_a_pure_function_of_seed_and_index():
 
 def test_trace_zero_never_changes():
     # Pinned: a change here means every stored seed now names a different trace. Bump the
-    # generator version (compaction/3) instead of editing this number.
+    # generator version (compaction/4) instead of editing this number.
     assert generate_trace(0, 0).trace_id() == PINNED_ID
 
 
@@ -74,7 +74,7 @@ def test_invalid_json_text_is_a_format_error():
         loads("{")
 
 
-PINNED_ID = "738bc4f00d36939a"  # compaction/2, and /3 (its trace 0 has no free group)
+PINNED_ID = "738bc4f00d36939a"  # compaction/2, /3 and /4 (its trace 0 has no group, no reservation)
 
 
 def test_a_clear_of_every_pool_is_null_or_left_out():
