@@ -62,7 +62,7 @@ def _broken(trace, preconditions) -> list[str]:
 
 CATALOGUE = Catalogue("compaction", IMPLEMENTATIONS, _shape, _declare,
                       fuzz_defaults=("compaction.lazy",),
-                      declarable={"no-load-back": NO_LOAD_BACK})
+                      declarable={"no_load_back": NO_LOAD_BACK})
 
 COMPACTION = trace_target(
     "compaction",
