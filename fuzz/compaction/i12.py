@@ -15,9 +15,9 @@ from kvfuzz.strategies.compaction.trace import Alloc, Clear, Drain, Flush, Free,
 
 def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> list[tuple[str, str]]:
     """I12: the alloc/free/clear projection of `trace` run eager and lazy, lazy ending with an
-    urgent flush, gives the same vids, live set, data per vid and span == live; the problems, labelled
-    "I12" (none: it holds). Forwards and fires are dropped (they make pending pages that lazy
-    may not count), and so are free groups (every free is at once) and load-back reservations
+    urgent flush, gives the same vids, live set, data per vid and span == live; the problems,
+    labelled "I12" (none: it holds). Forwards and fires are dropped (they make pending pages that
+    lazy may not count), and so are free groups (every free is at once) and load-back reservations
     (the eager side takes none); frees are sorted, so both modes recycle vids in the same order;
     picks resolve against the lazy side's layout."""
     sides = {"lazy": CheckedSide(lazy, trace.params, device),
