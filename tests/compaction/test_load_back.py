@@ -145,3 +145,23 @@ def test_the_released_class_keeps_the_load_back_contract_and_its_clear_mutant_is
     trace = corpus.load(CORPUS / CORPUS_FILE)[1]
     found = divergence("compaction", trace, "mutant.sglang.compaction.clear_keeps_load_count")
     assert found is not None and "field loading" in found.report()
+
+
+def test_a_release_without_alloc_physical_declares_no_load_back(monkeypatch):
+    """What `as_installed` reads from an earlier release's adapted class (0.5.15-0.5.21)."""
+    import sys
+    import types
+
+    from kvfuzz.fuzz.compaction import target
+
+    impl = COMPACTION.catalogue.resolve("compaction.lazy")
+    for has_it, expected in ((False, (NO_LOAD_BACK,)), (True, ())):
+        module = types.ModuleType("kvfuzz_test_adapter")
+        module.MultiEndedAllocator = type("MultiEndedAllocator", (), {
+            "alloc_physical": (lambda self, n: None)} if has_it else {})
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+
+        def factory(params, device="cpu"):
+            return None
+        factory.__module__ = module.__name__
+        assert target._declare(impl, factory).preconditions == expected
