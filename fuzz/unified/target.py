@@ -29,7 +29,7 @@ from kvfuzz.oracle.radix.contract import (BY_NAME, CHECKPOINT_REMATCHES, LEGACY_
                                           NO_CHECKPOINT_WINDOW_FREE, NO_FULL_DONOR,
                                           SWA_PAGE_MARGIN, contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
-                                              donor_of, mamba_of, swa_of, unsupported)
+                                              donor_of, host_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
@@ -177,7 +177,8 @@ def _generator_for(impls):
     return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
                                                        for impl in impls)),
                                    swa=any(swa_of(impl.preconditions) for impl in impls),
-                                   mamba=any(mamba_of(impl.preconditions) for impl in impls))
+                                   mamba=any(mamba_of(impl.preconditions) for impl in impls),
+                                   host=any(host_of(impl.preconditions) for impl in impls))
 
 
 def _options(impl) -> dict:
@@ -199,7 +200,8 @@ UNIFIED = trace_target(
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
-    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.swa_lockstep",
+    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.host_lockstep",
+                      "kvfuzz.oracle.unified.host", "kvfuzz.fuzz.unified.swa_lockstep",
                       "kvfuzz.fuzz.unified.swa_state", "kvfuzz.oracle.unified.swa",
                       "kvfuzz.fuzz.unified.mamba_lockstep", "kvfuzz.oracle.unified.mamba",
                       "kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.unified.tree",

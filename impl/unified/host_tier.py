@@ -1,0 +1,247 @@
+"""The host tier of SGLang's `UnifiedRadixCache` (HiCache, `--hicache-write-policy write_back`, host
+memory mode "cache") with kvfuzz's stand-ins for what needs a GPU: the host KV pool and the
+D<->H copy engine (`HybridCacheController`), both synchronous on the CPU. Everything else is the
+released code: the cache's own HiCache orchestration (`_evict_components`' deferred write-back
+backup then demote, `_drop_subtree_no_host`, `evict_host`, `load_back`, `writing_check`,
+`loading_check`) and the tree core's host calls it makes (`evict_device_leaf`, `commit_backup`,
+`finish_write_through`, `demote`, `drive_host_eviction` with its settled-duplicate reclaim,
+`build_load_back_spec`, `commit_load_back`, `finish_load_back`, `inc_host_lock_ref`/`dec`).
+
+Why stand-ins: `init_hicache` builds a host pool mirroring the device KV pool's layers in pinned
+memory and a controller whose transfers run on device streams with events; kvfuzz's device pool
+is a stand-in without layers, and a copy's bytes are no part of the tree's contract. The
+stand-in controller hands out host slots from a free list (`HostSlots`), acks every write and
+load at once (the cache still drains the acks through its own `writing_check`/`loading_check`),
+and allocates a load-back's device slots from the released allocator, as the controller's
+`load` does. The load-back threshold is 1 token, not the release's 10, so that the short keys
+of a trace load back too (a tuning constant, not a contract).
+
+`HostDriver` is the unified driver (`driver.py`) with this tier installed and the calls the
+"full+host" traces make (`fuzz/unified/host_lockstep.py`); `host_state` reads every node's Full
+device and host slots, locks and duplicates through the Python core's nodes."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import torch
+
+from kvfuzz.impl.poison import POISON
+from kvfuzz.impl.radix.ints import int_list
+from kvfuzz.impl.unified.driver import UnifiedDriver
+
+
+class HostSlots:
+    """kvfuzz's host KV pool: slot ids 0..size-1 and a free list (what `HostKVCache`'s allocator
+    keeps); `alloc` answers None when short, as the host pool does."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.free_slots = list(range(size))
+
+    def available_size(self) -> int:
+        return len(self.free_slots)
+
+    def alloc(self, count: int):
+        if count > len(self.free_slots):
+            return None
+        taken, self.free_slots = self.free_slots[:count], self.free_slots[count:]
+        return torch.tensor(taken, dtype=torch.int64)
+
+    def free(self, indices, pool=None) -> None:
+        self.free_slots.extend(int_list(indices))
+
+    def clear(self) -> None:
+        self.free_slots = list(range(self.size))
+
+
+class _Done:
+    """A finished copy's event."""
+
+    @staticmethod
+    def synchronize() -> None:
+        return None
+
+
+def _ack(node_id: int):
+    return SimpleNamespace(node_ids=[node_id], finish_event=_Done(), start_event=_Done(),
+                           num_tokens_by_pool=None, num_bytes=0, timing_enabled=False)
+
+
+class StandInController:
+    """The calls `UnifiedRadixCache` makes of its `HybridCacheController` on the write-back and
+    load-back paths, done at once on the CPU."""
+
+    write_policy = "write_back"
+    enable_storage = False
+    pp_prefetch_command_group = None
+    prefetch_tokens_occupied = 0
+
+    def __init__(self, slots: HostSlots, allocator):
+        self.slots, self.allocator = slots, allocator
+        # `_execute_kv_backup` reads the anchor entry's pool for a shared allocation domain
+        anchor = SimpleNamespace(host_pool=SimpleNamespace(shared_allocation_domain=None),
+                                 host_evict_fn=None)
+        self.mem_pool_host = SimpleNamespace(anchor_entry=anchor,
+                                             available_size=slots.available_size,
+                                             clear=slots.clear, free=slots.free)
+        self.ack_write_queue, self.ack_load_queue = [], []
+
+    def write(self, device_indices, node_id, extra_pools=None, flush=True, **_):
+        host = self.slots.alloc(len(device_indices))
+        if host is not None:
+            self.ack_write_queue.append(_ack(node_id))
+        return host
+
+    def start_writing(self) -> None:
+        return None
+
+    def load(self, host_indices, node_id, extra_pools=None, **_):
+        device = self.allocator.alloc(len(host_indices))
+        if device is not None:
+            self.ack_load_queue.append(_ack(node_id))
+        return device
+
+    def reset(self) -> None:
+        self.ack_write_queue.clear()
+        self.ack_load_queue.clear()
+
+
+class StandInPoolGroup:
+    """`host_pool_group`: the Full component frees its host values through it."""
+
+    def __init__(self, slots: HostSlots):
+        self.slots, self.entry_map = slots, {}
+
+    def free(self, indices, pool=None) -> None:
+        self.slots.free(indices)
+
+    def get_pool(self, name):
+        return None  # no Mamba or SWA host pool: full attention alone
+
+    def destroy(self) -> None:
+        return None
+
+
+def install(cache, allocator, host_size: int) -> HostSlots:
+    """What `init_hicache` sets for write-back in cache mode, with the stand-ins."""
+    slots = HostSlots(host_size)
+    cache.cache_controller = StandInController(slots, allocator)
+    cache.host_pool_group = StandInPoolGroup(slots)
+    full = cache.components[next(iter(cache.components))]
+    full._full_kv_pool_host = slots
+    cache.tree_core.set_hicache_enabled()
+    cache.host_memory_mode = "cache"
+    cache.write_through_threshold = 2
+    cache.is_write_back = True
+    cache.load_back_threshold = 1
+    # a write-back drop under host pressure is logged as a warning each time: the judge counts it
+    logging.getLogger(type(cache).__module__).setLevel(logging.ERROR)
+    return slots
+
+
+class HostDriver(UnifiedDriver):
+    """The unified driver with the host tier installed (`host_size` host slots)."""
+
+    def __init__(self, cls, page_size, size, policy, events, rows, context, device="cpu",
+                 poison_keys=True, core=None, host_size: int = 0):
+        super().__init__(cls, page_size, size, policy, events, rows, context, device,
+                         poison_keys, core)
+        self.host = install(self.cache, self.allocator, host_size)
+
+    def _aligned(self, tokens) -> list:
+        return list(tokens)[:len(tokens) // self.page_size * self.page_size]
+
+    def host_insert(self, tokens, ns: int):
+        """Slots for the key's whole pages (the allocator's shortfall evicted first, as its
+        `evict_to_free_tokens` does), then `insert`: the length the tree had, or None when
+        the slots could not be had."""
+        tokens = self._aligned(tokens)
+        if not tokens:
+            return 0
+        short = len(tokens) - int(self.allocator.available_size())
+        if short > 0:
+            self.cache.evict_for_alloc(self.EvictParams(num_tokens=short))
+        slots = self.allocator.alloc(len(tokens))
+        if slots is None:
+            return None
+        return self.insert(tokens, ns, 0, int_list(slots))
+
+    def host_match(self, tokens, ns: int, load: bool) -> list:
+        """[device hit, host hit, loaded, device hit after]: `match_prefix`, and with `load` the
+        host part loaded back (`load_back` of the match's last host node, its ack drained by
+        `loading_check`) and the key matched again."""
+        tokens = self._aligned(tokens)
+        key = self._key(tokens, ns)
+        result = self.cache.match_prefix(self.MatchParams(key=key))
+        device, host = int(result.device_prefix_len), int(result.host_hit_length)
+        loaded = False
+        if load and host:  # the scheduler's `init_load_back`: the match's deepest node
+            loaded = bool(self.cache.load_back(result.best_match_node))
+            self.cache.loading_check(finish_count=len(self.cache.cache_controller.ack_load_queue))
+        after = int(self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
+                    .device_prefix_len)
+        return [device, host, loaded, after]
+
+    def host_pin(self, tokens, ns: int, num_tokens: int) -> list:
+        """A host lock on the match's last node (`inc_host_lock_ref`, as a load-back anchors
+        it), host pressure of `num_tokens` while it is held, then the lock dropped:
+        [the node's path length, whether it had host KV, whether it kept it, tokens freed]."""
+        tokens = self._aligned(tokens)
+        result = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
+        node = result.best_match_node
+        if self.cache.tree_core.is_root(node):
+            return [0, False, False, 0]
+        core_node = self.cache.tree_core.node_by_id(node)
+        had = core_node.component_data[self.FULL].host_value is not None
+        receipt = self.cache.inc_host_lock_ref(node).to_dec_params()
+        freed = int(self.cache.evict_host(num_tokens))
+        kept = core_node.component_data[self.FULL].host_value is not None
+        self.cache.dec_host_lock_ref(node, receipt)
+        return [len(_path_tokens(core_node)), had, kept, freed]
+
+    def host_evict(self, num_tokens: int) -> int:
+        """`evict_for_alloc`: under write-back, each device leaf backed up then demoted."""
+        return int(self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
+                   .num_tokens_evicted)
+
+    def host_pressure(self, num_tokens: int) -> int:
+        """`evict_host`: settled duplicates reclaimed first, then host leaves."""
+        return int(self.cache.evict_host(num_tokens))
+
+    def reset(self) -> None:
+        super().reset()  # the cache's reset clears the controller and the host pool too
+
+    def host_state(self) -> dict:
+        """Every node (not the root) by its path: its Full device and host slots, locks, child
+        count, whether the core tracks it as a settled duplicate; the host pool's free slots
+        and size, the device pool's size and free count, the Full sizes."""
+        core = self.cache.tree_core
+        nodes = []
+        stack = list(core.root_node.children.values())
+        while stack:
+            node = stack.pop()
+            data = node.component_data[self.FULL]
+            nodes.append({
+                "path": [node.key.extra_key, _path_tokens(node)],
+                "device": None if data.value is None else int_list(data.value),
+                "host": None if data.host_value is None else int_list(data.host_value),
+                "lock": int(data.lock_ref), "host_lock": int(data.host_lock_ref),
+                "children": len(node.children), "tracked": node.id in core.full_host_duplicates,
+                "parent_device": node.parent is core.root_node or
+                node.parent.component_data[self.FULL].value is not None})
+            stack.extend(node.children.values())
+        return {"nodes": nodes, "host_free": list(self.host.free_slots),
+                "host_size": self.host.size, "device_free": int(self.allocator.available_size()),
+                "device_size": int(self.allocator.size),
+                "evictable": int(self.cache.evictable_size()),
+                "protected": int(self.cache.protected_size()), "poison": POISON}
+
+
+def _path_tokens(node) -> list:
+    parts = []
+    while node.parent is not None:
+        parts.append(list(node.key.token_ids))
+        node = node.parent
+    return [token for part in reversed(parts) for token in part]
