@@ -181,6 +181,15 @@ def _generator_for(impls):
                                    host=any(host_of(impl.preconditions) for impl in impls))
 
 
+def _broken(item, preconditions) -> list:
+    """The radix profile's, and a host-tier trace ("full+host") on an entry not built with the
+    host tier: its judge drives HiCache's calls the entry's cache does not have."""
+    if getattr(item, "host_size", 0) and not host_of(preconditions):
+        return ["a trace for a cache with HiCache's host tier (host_size), and this entry is "
+                "not built with one"]
+    return broken(item, preconditions)
+
+
 def _options(impl) -> dict:
     return {"poison_keys": KEEPS_KEY not in impl.preconditions,
             "core": core_of(impl.preconditions),
@@ -194,7 +203,7 @@ UNIFIED = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(ByComponents, describe_op, broken, _options,
+    judge=LockstepJudge(ByComponents, describe_op, _broken, _options,
                         variants=("tree core", (("rust", RUST), ("python", PYTHON)))),
     catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, scheduler_calls,
                         declarable=DECLARABLE),

@@ -27,7 +27,6 @@ from types import SimpleNamespace
 
 import torch
 
-from kvfuzz.impl.poison import POISON
 from kvfuzz.impl.radix.ints import int_list
 from kvfuzz.impl.unified.driver import UnifiedDriver
 
@@ -236,7 +235,7 @@ class HostDriver(UnifiedDriver):
                 "host_size": self.host.size, "device_free": int(self.allocator.available_size()),
                 "device_size": int(self.allocator.size),
                 "evictable": int(self.cache.evictable_size()),
-                "protected": int(self.cache.protected_size()), "poison": POISON}
+                "protected": int(self.cache.protected_size())}
 
 
 def _path_tokens(node) -> list:
