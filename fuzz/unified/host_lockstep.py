@@ -14,7 +14,10 @@ tier promises (`oracle.unified.host`), with the read before the op for what an o
     Reset()          the scheduler's flush
 
 After every op: both pools accounted (no slot twice, none lost), the Full sizes, no lock left,
-no node with neither tier, no device node under a parent that is not on the device."""
+no node with neither tier, no device node under a parent that is not on the device. With the
+Rust core the driver runs the Python core beside it (`impl/unified/host_tier.py`): the checks
+read the Python core's nodes, and the Rust core must answer every call alike and hold both
+pools in the same order."""
 
 from __future__ import annotations
 
@@ -117,7 +120,8 @@ class HostLockstep(Lockstep):
     # -- after every op -------------------------------------------------------------------------
     def state(self, op):
         after = self.read("host_state")
-        problems = host.accounting_problems(after) + host.tier_problems(after)
+        problems = host.core_problems(after["cores"]) if "cores" in after else []
+        problems = problems or host.accounting_problems(after) + host.tier_problems(after)
         pending, self.pending = self.__dict__.get("pending"), None
         if pending is not None and not problems:
             problems = host.pressure_problems(self.before, after, *pending)

@@ -9,8 +9,8 @@ SGLang for its Rust core (and runs the Python core beside it, to compare the two
 `sglang.unified.mamba.python` with the Mamba component (profile `unified-mamba/1`, tree ops
 only, not run by default), and `sglang.unified.mamba.donor.rust` and `.python` with it on
 SGLang's unified memory pool (full KV and Mamba states in one buffer: the Full donor of
-`evict_for_alloc`; the same traces, not run by default); `sglang.unified.host.python` with
-HiCache's host tier (write-back, `unified-host/1`, not run by default). Nothing heavy is imported here."""
+`evict_for_alloc`; the same traces, not run by default); `sglang.unified.host.rust` and
+`.python` with HiCache's host tier (write-back, `unified-host/1`, not run by default). Nothing heavy is imported here."""
 
 from functools import partial
 
@@ -30,7 +30,7 @@ DECLARES = {"rust": (CORES["rust"], KEEPS_MAMBA_VALUE),
 SWA_DECLARES = {core: declared + (SWA_COMPONENT,) for core, declared in DECLARES.items()}
 MAMBA_DECLARES = {core: declared + (MAMBA_COMPONENT,) for core, declared in DECLARES.items()}
 DONOR_DECLARES = {core: declared + (MAMBA_DONOR,) for core, declared in MAMBA_DECLARES.items()}
-HOST_DECLARES = {"python": DECLARES["python"] + (HOST_TIER,)}
+HOST_DECLARES = {core: declared + (HOST_TIER,) for core, declared in DECLARES.items()}
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
               "rust_core": CORES["rust"], "python_core": CORES["python"],
@@ -77,7 +77,13 @@ IMPLEMENTATIONS = (
                    "pool (the Full donor), Python tree core, tree ops", UPSTREAM,
                    preconditions=DONOR_DECLARES["python"], requires="sglang"),
     # HiCache's host tier (write-back) over kvfuzz's synchronous host pool and copy engine
-    # (impl/unified/host_tier.py), Python core alone: the judge reads the core's nodes.
+    # (impl/unified/host_tier.py): the judge reads the Python core's nodes, so the Rust entry
+    # runs the Python core beside it and is held to it; not run by default.
+    Implementation("sglang.unified.host.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with HiCache's host tier (write-back; kvfuzz's "
+                   "stand-in host pool and copy engine), Rust tree core (checked against the "
+                   "Python core too), tree ops", UPSTREAM, preconditions=HOST_DECLARES["rust"],
+                   requires="sglang"),
     Implementation("sglang.unified.host.python", "unified", RELEASED,
                    "SGLang's UnifiedRadixCache with HiCache's host tier (write-back; kvfuzz's "
                    "stand-in host pool and copy engine), Python tree core, tree ops", UPSTREAM,

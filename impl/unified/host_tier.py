@@ -13,8 +13,8 @@ is a stand-in without layers, and a copy's bytes are no part of the tree's contr
 stand-in controller hands out host slots from a free list (`HostSlots`), acks every write and
 load at once (the cache still drains the acks through its own `writing_check`/`loading_check`),
 and allocates a load-back's device slots from the released allocator, as the controller's
-`load` does. The load-back threshold is 1 token, not the release's 10, so that the short keys
-of a trace load back too (a tuning constant, not a contract).
+`load` does. The load-back threshold is the release's (10 tokens: a shorter host hit is
+recomputed, not loaded).
 
 `HostDriver` is the unified driver (`driver.py`) with this tier installed and the calls the
 "full+host" traces make (`fuzz/unified/host_lockstep.py`); `host_state` reads every node's Full
@@ -134,25 +134,68 @@ def install(cache, allocator, host_size: int) -> HostSlots:
     cache.host_memory_mode = "cache"
     cache.write_through_threshold = 2
     cache.is_write_back = True
-    cache.load_back_threshold = 1
+    cache.load_back_threshold = 10  # init_hicache's
     # a write-back drop under host pressure is logged as a warning each time: the judge counts it
     logging.getLogger(type(cache).__module__).setLevel(logging.ERROR)
     return slots
 
 
 class HostDriver(UnifiedDriver):
-    """The unified driver with the host tier installed (`host_size` host slots)."""
+    """The unified driver with the host tier installed (`host_size` host slots). With the Rust
+    core, a second cache with the Python core (`twin`) gets the same calls: the node read the
+    judge checks is the Python core's (the Rust core shows no nodes), and the Rust core is held
+    to it by every answer and both pools in order (`host_state`'s "cores")."""
 
     def __init__(self, cls, page_size, size, policy, events, rows, context, device="cpu",
                  poison_keys=True, core=None, host_size: int = 0):
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
                          poison_keys, core)
         self.host = install(self.cache, self.allocator, host_size)
+        self.twin, self.answers = None, []
+        if core == "rust":
+            self.twin = HostDriver(cls, page_size, size, policy, events, rows, context, device,
+                                   poison_keys, "python", host_size)
+
+    def core(self) -> dict:
+        core = super().core()
+        if self.twin is not None:
+            twin = self.twin.core()
+            core["twin"] = {"backend": twin["backend"], "built": twin["built"],
+                            "rust": twin["rust"]}
+        return core
+
+    def _both(self, method: str, *args):
+        """The call on this cache, and on the twin where there is one (its answer kept for
+        the next state read)."""
+        answer = getattr(self, f"_{method}")(*args)
+        if self.twin is not None:
+            self.answers.append([method, answer, getattr(self.twin, f"_{method}")(*args)])
+        return answer
+
+    def host_insert(self, tokens, ns: int):
+        return self._both("host_insert", tokens, ns)
+
+    def host_match(self, tokens, ns: int, load: bool) -> list:
+        return self._both("host_match", tokens, ns, load)
+
+    def host_pin(self, tokens, ns: int, num_tokens: int) -> list:
+        return self._both("host_pin", tokens, ns, num_tokens)
+
+    def host_evict(self, num_tokens: int) -> int:
+        return self._both("host_evict", num_tokens)
+
+    def host_pressure(self, num_tokens: int) -> int:
+        return self._both("host_pressure", num_tokens)
+
+    def reset(self) -> None:
+        super().reset()  # the cache's reset clears the controller and the host pool too
+        if self.twin is not None:
+            self.twin.reset()
 
     def _aligned(self, tokens) -> list:
         return list(tokens)[:len(tokens) // self.page_size * self.page_size]
 
-    def host_insert(self, tokens, ns: int):
+    def _host_insert(self, tokens, ns: int):
         """Slots for the key's whole pages (the allocator's shortfall evicted first, as its
         `evict_to_free_tokens` does), then `insert`: the length the tree had, or None when
         the slots could not be had."""
@@ -167,55 +210,68 @@ class HostDriver(UnifiedDriver):
             return None
         return self.insert(tokens, ns, 0, int_list(slots))
 
-    def host_match(self, tokens, ns: int, load: bool) -> list:
+    def _host_match(self, tokens, ns: int, load: bool) -> list:
         """[device hit, host hit, loaded, device hit after]: `match_prefix`, and with `load` the
-        host part loaded back (`load_back` of the match's last host node, its ack drained by
-        `loading_check`) and the key matched again."""
+        host part loaded back as `init_load_back` does (`load_back` of the match's deepest
+        node, its ack drained by `loading_check`) and the key matched again."""
         tokens = self._aligned(tokens)
-        key = self._key(tokens, ns)
-        result = self.cache.match_prefix(self.MatchParams(key=key))
+        result = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
         device, host = int(result.device_prefix_len), int(result.host_hit_length)
         loaded = False
-        if load and host:  # the scheduler's `init_load_back`: the match's deepest node
+        if load and host:
             loaded = bool(self.cache.load_back(result.best_match_node))
             self.cache.loading_check(finish_count=len(self.cache.cache_controller.ack_load_queue))
         after = int(self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
                     .device_prefix_len)
         return [device, host, loaded, after]
 
-    def host_pin(self, tokens, ns: int, num_tokens: int) -> list:
-        """A host lock on the match's last node (`inc_host_lock_ref`, as a load-back anchors
+    def _host_pin(self, tokens, ns: int, num_tokens: int) -> list:
+        """A host lock on the match's deepest node (`inc_host_lock_ref`, as a load-back anchors
         it), host pressure of `num_tokens` while it is held, then the lock dropped:
         [the node's path length, whether it had host KV, whether it kept it, tokens freed]."""
         tokens = self._aligned(tokens)
         result = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
-        node = result.best_match_node
-        if self.cache.tree_core.is_root(node):
+        node, core = result.best_match_node, self.cache.tree_core
+        length = int(result.device_prefix_len) + int(result.host_hit_length)
+        if not length or core.is_root(node):
             return [0, False, False, 0]
-        core_node = self.cache.tree_core.node_by_id(node)
-        had = core_node.component_data[self.FULL].host_value is not None
+        had = bool(core.is_backuped(node))
         receipt = self.cache.inc_host_lock_ref(node).to_dec_params()
         freed = int(self.cache.evict_host(num_tokens))
-        kept = core_node.component_data[self.FULL].host_value is not None
+        kept = bool(core.is_backuped(node))
         self.cache.dec_host_lock_ref(node, receipt)
-        return [len(_path_tokens(core_node)), had, kept, freed]
+        return [length, had, kept, freed]
 
-    def host_evict(self, num_tokens: int) -> int:
+    def _host_evict(self, num_tokens: int) -> int:
         """`evict_for_alloc`: under write-back, each device leaf backed up then demoted."""
         return int(self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
                    .num_tokens_evicted)
 
-    def host_pressure(self, num_tokens: int) -> int:
+    def _host_pressure(self, num_tokens: int) -> int:
         """`evict_host`: settled duplicates reclaimed first, then host leaves."""
         return int(self.cache.evict_host(num_tokens))
 
-    def reset(self) -> None:
-        super().reset()  # the cache's reset clears the controller and the host pool too
+    def pools(self) -> dict:
+        """What either core shows of both pools: the host and device free lists in order, the
+        Full sizes. (Not the duplicate-reclaim digest: it hashes node ids, which differ between
+        the cores.)"""
+        return {"host_free": list(self.host.free_slots),
+                "device_free": int_list(self.allocator.free_pages),
+                "evictable": int(self.cache.evictable_size()),
+                "protected": int(self.cache.protected_size())}
 
     def host_state(self) -> dict:
         """Every node (not the root) by its path: its Full device and host slots, locks, child
-        count, whether the core tracks it as a settled duplicate; the host pool's free slots
-        and size, the device pool's size and free count, the Full sizes."""
+        count, whether its parent is on the device; the host pool's free slots and size, the
+        device pool's size and free count, the Full sizes. With a twin: the twin's nodes and
+        pools (this core shows no nodes), and "cores": both cores' pools and the answers since
+        the last read."""
+        if self.twin is not None:
+            state = self.twin.host_state()
+            state["cores"] = {"answers": self.answers, "rust": self.pools(),
+                              "python": self.twin.pools()}
+            self.answers = []
+            return state
         core = self.cache.tree_core
         nodes = []
         stack = list(core.root_node.children.values())
@@ -227,7 +283,7 @@ class HostDriver(UnifiedDriver):
                 "device": None if data.value is None else int_list(data.value),
                 "host": None if data.host_value is None else int_list(data.host_value),
                 "lock": int(data.lock_ref), "host_lock": int(data.host_lock_ref),
-                "children": len(node.children), "tracked": node.id in core.full_host_duplicates,
+                "children": len(node.children),
                 "parent_device": node.parent is core.root_node or
                 node.parent.component_data[self.FULL].value is not None})
             stack.extend(node.children.values())
@@ -235,7 +291,8 @@ class HostDriver(UnifiedDriver):
                 "host_size": self.host.size, "device_free": int(self.allocator.available_size()),
                 "device_size": int(self.allocator.size),
                 "evictable": int(self.cache.evictable_size()),
-                "protected": int(self.cache.protected_size())}
+                "protected": int(self.cache.protected_size()),
+                "load_back_threshold": int(self.cache.load_back_threshold)}
 
 
 def _path_tokens(node) -> list:

@@ -12,16 +12,21 @@ Standard library only; every function answers a list of (label, text) problems.
   parent there too (device eviction takes leaves only, load-back and insert restore a path);
 - a match: its device hit is the deepest device node on the key, device + host hit the deepest
   node of either tier (a device eviction of a backed node keeps it matchable through the host);
-  a load-back makes the whole hit device-resident, a refused one changes nothing;
+  a load-back makes the whole hit device-resident, a refused one changes nothing, and a host
+  hit shorter than the cache's load-back threshold is not loaded (`_load_back_transfers`);
 - host pressure (`evict_host`): a settled duplicate (Full KV on both tiers, no host lock) is
-  reclaimed before a sole host copy is evicted; short of the tokens asked only when nothing
+  reclaimed before a sole host copy is evicted, an inner one before an evictable device leaf
+  (`_reclaim_full_host_duplicates`' first pass spares imminent demotes); short of the tokens asked only when nothing
   reclaimable is left; what it answers is what left the host pool;
-- a host lock: the locked node keeps its host copy through host pressure."""
+- a host lock: the locked node keeps its host copy through host pressure;
+- with the Rust core, the Python core run beside it answering every call alike and holding both
+  pools in the same order (the checks above read the Python core's nodes)."""
 
 from __future__ import annotations
 
-LEAKED, TOMBSTONE, MATCH, RECLAIM_ORDER, HOST_LOCK = (
-    "host accounting", "host tombstone", "host match", "host reclaim order", "host lock")
+LEAKED, TOMBSTONE, MATCH, RECLAIM_ORDER, HOST_LOCK, CORES = (
+    "host accounting", "host tombstone", "host match", "host reclaim order", "host lock",
+    "cores differ")
 
 
 def _floor(length: int, page: int) -> int:
@@ -96,6 +101,9 @@ def match_problems(before: dict, ns, key: list, page: int, answer: list) -> list
         return [(MATCH, f"match of {len(key)} tokens: device hit {device}, host hit {host}; "
                         f"expected {want_device} and {want_total - want_device} (the deepest "
                         f"device node, the deepest node of either tier)")]
+    if loaded and host < before["load_back_threshold"]:
+        return [(MATCH, f"a host hit of {host} tokens was loaded back, under the cache's "
+                        f"load-back threshold of {before['load_back_threshold']}")]
     if host and after != (want_total if loaded else device):
         return [(MATCH, f"load-back {'made' if loaded else 'refused'}: device hit after "
                         f"{after}, expected {want_total if loaded else device}")]
@@ -104,6 +112,18 @@ def match_problems(before: dict, ns, key: list, page: int, answer: list) -> list
 
 def _by_path(state: dict) -> dict:
     return {(node["path"][0], tuple(node["path"][1])): node for node in state["nodes"]}
+
+
+def _device_leaf(nodes: dict, path) -> bool:
+    """Whether the node at `path` is an evictable device leaf: on the device, unlocked, and no
+    node below it on the device."""
+    node = nodes[path]
+    if node["device"] is None or node["lock"]:
+        return False
+    ns, tokens = path
+    return not any(other[0] == ns and len(other[1]) > len(tokens) and
+                   other[1][:len(tokens)] == tokens and below["device"] is not None
+                   for other, below in nodes.items())
 
 
 def pressure_problems(before: dict, after: dict, asked: int, freed: int,
@@ -127,6 +147,16 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
         return [(RECLAIM_ORDER, f"evict_host({asked}) evicted the sole host copy of "
                                 f"{list(sole_lost[0][1])} while the settled duplicate "
                                 f"{list(kept[0][1])} kept its host copy")]
+    # the first pass spares duplicates that are evictable device leaves (a device eviction
+    # would soon demote them, needing their host copy): they go only when the rest do not do
+    taken = [path for path, node in old.items() if reclaimable(path, node) and
+             (path not in new or new[path]["host"] is None)]
+    inner_kept = [path for path in kept if not _device_leaf(old, path)]
+    leaf_taken = [path for path in taken if _device_leaf(old, path)]
+    if leaf_taken and inner_kept:
+        return [(RECLAIM_ORDER, f"evict_host({asked}) reclaimed the device leaf "
+                                f"{list(leaf_taken[0][1])}'s host copy while the inner "
+                                f"duplicate {list(inner_kept[0][1])} kept its own")]
     if freed < asked:
         left = [path for path, node in new.items() if path != pinned and
                 node["host"] is not None and not node["host_lock"] and
@@ -134,6 +164,19 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
         if left:
             return [(RECLAIM_ORDER, f"evict_host({asked}) freed {freed} while "
                                     f"{list(left[0][1])}'s host copy was reclaimable")]
+    return []
+
+
+def core_problems(cores: dict) -> list:
+    """The Rust core against the Python core run beside it: every answer since the last read
+    (`answers`: [call, Rust's, Python's]) and both pools in order, the Full sizes."""
+    for call, rust, python in cores["answers"]:
+        if rust != python:
+            return [(CORES, f"{call}: the Rust core answered {rust}, the Python core {python}")]
+    for part, rust in cores["rust"].items():
+        if rust != cores["python"][part]:
+            return [(CORES, f"{part}: the Rust core's {rust}, the Python core's "
+                            f"{cores['python'][part]}")]
     return []
 
 

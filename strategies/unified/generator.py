@@ -65,18 +65,40 @@ MAMBA = TraceGenerator("unified-mamba/1", build_mamba, num_ops=80,
 
 
 def build_host(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
-    """Tree ops for a cache with HiCache's host tier (write-back): the radix stream's keys,
-    inserts, matches (each loading its host hit back), host pressure (a touch), host locks under
+    """Tree ops for a cache with HiCache's host tier (write-back): the radix stream's keys and
+    follow-up turns (an earlier key and more: chains long enough for the release's load-back
+    threshold), inserts, matches (each loading its host hit back), repeats of earlier keys,
+    host pressure (a touch), host locks under
     pressure (a pin), evictions (half of them of everything evictable: `relative`), over a device
-    pool of 8 to 20 pages and a host pool of 2 to 12, small enough that a backup often finds the
+    pool of 12 to 30 pages and a host pool of 2 to 12, small enough that a backup often finds the
     host full and reclaims or drops. No request runs, so `allowed` changes nothing."""
     page = rng.choice((1, 1, 2, 4))
     gen = radix._Generator(rng, page, allowed)
-    actions = ((gen.insert, 4.0), (gen.probe, 3.0), (gen.evict, 1.5), (gen.reset, 0.05))
+    keys: list = []  # what was inserted: a follow-up turn extends one, a probe repeats one
+
+    def insert() -> None:
+        gen.insert()
+        keys.append(gen.ops[-1].tokens)
+
+    def follow_up() -> None:  # a conversation's next turn: long chains, long host hits
+        if not keys:
+            return insert()
+        base = rng.choice(keys) + tuple(gen.sequence(rng.randint(1, 2 * page + 2)))
+        keys.append(base)
+        gen.ops.append(radix.Insert(base, 0))
+
+    def repeat() -> None:  # a request for an earlier prompt (often a long one): its host
+        if keys:           # part loads back once past the load-back threshold
+            pool = sorted(keys, key=len)[-4:] if rng.random() < 0.6 else keys
+            gen.ops.append(rng.choice((radix.Match, radix.Match, radix.Pin, radix.Touch))(
+                rng.choice(pool), 0))
+
+    actions = ((insert, 2.0), (follow_up, 2.5), (gen.probe, 1.5), (repeat, 2.0),
+               (gen.evict, 1.5), (gen.reset, 0.05))
     funcs, weights = zip(*actions)
     while len(gen.ops) < num_ops:
         rng.choices(funcs, weights)[0]()
-    trace = radix.Trace(page, page * rng.randint(8, 20), rng.choice(radix.POLICIES),
+    trace = radix.Trace(page, page * rng.randint(12, 30), rng.choice(radix.POLICIES),
                         rng.random() < 0.5, tuple(gen.ops[:num_ops]))
     return from_radix(trace, "full+host", host_size=page * rng.randint(2, 12))
 

@@ -13,7 +13,7 @@ def state(nodes, host_free, host_size=4, device_free=6, device_size=8):
     cached = sum(len(n["device"]) for n in nodes if n["device"] is not None)
     return {"nodes": nodes, "host_free": host_free, "host_size": host_size,
             "device_free": device_free, "device_size": device_size, "evictable": cached,
-            "protected": 0}
+            "protected": 0, "load_back_threshold": 2}
 
 
 # [1 2] on the device only, [1 2 3 4] a duplicate (both tiers), [1 2 5 6] on the host only
@@ -51,6 +51,21 @@ def test_a_match_hit_is_judged_by_tier():
     assert host.match_problems(good, None, [1, 2, 5, 6], 1, [2, 2, True, 2])[0][0] == host.MATCH
 
 
+def test_a_host_hit_under_the_threshold_is_not_loaded():
+    short = state([TREE[0], node([1, 2, 5], None, [2])], [0, 1, 3], device_free=6)
+    assert host.match_problems(short, None, [1, 2, 5], 1, [2, 1, False, 2]) == []
+    assert host.match_problems(short, None, [1, 2, 5], 1, [2, 1, True, 3])[0][0] == host.MATCH
+
+
+def test_the_rust_core_is_held_to_the_python_core():
+    pools = {"host_free": [1, 2], "device_free": [4, 5], "evictable": 2, "protected": 0}
+    same = {"answers": [["host_evict", 2, 2]], "rust": pools, "python": dict(pools)}
+    assert host.core_problems(same) == []
+    assert host.core_problems({**same, "answers": [["host_evict", 2, 4]]})[0][0] == host.CORES
+    reordered = {**same, "python": {**pools, "host_free": [2, 1]}}
+    assert "host_free" in host.core_problems(reordered)[0][1]
+
+
 def test_a_sole_copy_evicted_before_a_duplicate_is_refused():
     before = state(TREE, [], device_free=4)
     # right: the duplicate's host copy reclaimed
@@ -64,6 +79,17 @@ def test_a_sole_copy_evicted_before_a_duplicate_is_refused():
     assert host.pressure_problems(before, before, 2, 0)[0][0] == host.RECLAIM_ORDER
     # the answer against what left the host pool
     assert host.pressure_problems(before, reclaimed, 2, 4)[0][0] == host.LEAKED
+
+
+def test_an_inner_duplicate_goes_before_a_device_leafs():
+    # [1 2] an inner duplicate (its child [1 2 3 4] on the device), [1 2 3 4] a leaf duplicate
+    tree = [node([1, 2], [0, 1], [0, 1], children=1), node([1, 2, 3, 4], [2, 3], [2, 3])]
+    before = state(tree, [], device_free=4)
+    inner_first = state([node([1, 2], [0, 1], None, children=1), tree[1]], [0, 1],
+                        device_free=4)
+    assert host.pressure_problems(before, inner_first, 2, 2) == []
+    leaf_first = state([tree[0], node([1, 2, 3, 4], [2, 3], None)], [2, 3], device_free=4)
+    assert host.pressure_problems(before, leaf_first, 2, 2)[0][0] == host.RECLAIM_ORDER
 
 
 def test_a_host_lock_keeps_its_copy():

@@ -44,8 +44,8 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
         "sglang.unified.swa.rust": "rust", "sglang.unified.swa.python": "python",
         "sglang.unified.mamba.rust": "rust", "sglang.unified.mamba.python": "python",
         "sglang.unified.mamba.donor.rust": "rust", "sglang.unified.mamba.donor.python": "python",
-        "sglang.unified.host.python": "python"}
-    for profile in ("", "swa.", "mamba.", "mamba.donor."):
+        "sglang.unified.host.rust": "rust", "sglang.unified.host.python": "python"}
+    for profile in ("", "swa.", "mamba.", "mamba.donor.", "host."):
         assert KEEPS_KEY in declared[f"sglang.unified.{profile}python"]
         assert KEEPS_KEY not in declared[f"sglang.unified.{profile}rust"]
     # both cores keep the caller's Mamba value, whatever the profile (it matters on Mamba traces)
@@ -58,8 +58,9 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
     # the unified memory pool (the Full donor) is a Mamba profile of its own
     assert [name for name, p in declared.items() if donor_of(p)] == [
         "sglang.unified.mamba.donor.rust", "sglang.unified.mamba.donor.python"]
-    # the host tier: the Python core alone (its judge reads the core's nodes)
-    assert [name for name, p in declared.items() if host_of(p)] == ["sglang.unified.host.python"]
+    # the host tier: each core (the Rust entry with the Python core beside it)
+    assert [name for name, p in declared.items() if host_of(p)] == [
+        "sglang.unified.host.rust", "sglang.unified.host.python"]
     assert KEEPS_KEY in declared["sglang.unified.host.python"]
     assert core_of(()) is None and set(CORES) == {"rust", "python"}
 
