@@ -7,7 +7,9 @@ tier promises (`oracle.unified.host`), with the read before the op for what an o
                      then `insert`
     Match(tokens)    `match_prefix`, its host hit loaded back (`load_back`, `loading_check`):
                      the hits against the tree read before, the device hit after the load
-    Touch(tokens)    host pressure: `evict_host(len(tokens))`, duplicates before sole copies
+    Touch(tokens)    a storage prefetch of the key's miss (a stand-in storage holding every
+                     key): `insert_host` under the match's last host node, host pressure
+                     first where the host pool is short
     Pin(tokens)      a host lock on the match's deepest node, `evict_host(len(tokens))` while
                      it is held: the node keeps its host copy
     Evict(count)     `evict_for_alloc(count)` (relative: everything evictable, plus count)
@@ -29,9 +31,9 @@ from kvfuzz.oracle.unified import host
 from kvfuzz.strategies.radix.trace import NAMES, Evict, Insert, Match, Pin, Reset, Touch
 from kvfuzz.strategies.unified.trace import TREE_OPS
 
-LOADED, REFUSED, RECLAIMED, DROPPED, DEMOTED = (
+LOADED, REFUSED, RECLAIMED, DROPPED, DEMOTED, PREFETCHED = (
     "host load-back", "host load-back refused", "host duplicate reclaimed",
-    "host sole copy evicted", "host demotion")
+    "host sole copy evicted", "host demotion", "host prefetch inserted")
 
 
 def _ns(ns: int):
@@ -40,8 +42,8 @@ def _ns(ns: int):
 
 class HostLockstep(Lockstep):
     KINDS = {NAMES[kind]: kind for kind in TREE_OPS}
-    EVENTS = ("insert", "match", "host pressure", "host pin", "evict", "reset", RUST, PYTHON,
-              LOADED, REFUSED, RECLAIMED, DROPPED, DEMOTED)
+    EVENTS = ("insert", "match", "host prefetch", "host pin", "evict", "reset", RUST, PYTHON,
+              LOADED, REFUSED, RECLAIMED, DROPPED, DEMOTED, PREFETCHED)
 
     def build_model(self, trace):
         self.before = None
@@ -85,11 +87,14 @@ class HostLockstep(Lockstep):
                                    got.actual)
 
     @handles(Touch)
-    def pressure(self, op):
-        self.count("host pressure")
-        asked = len(op.tokens)
-        got = yield Call(f"evict_host({asked})", "host_pressure", (asked,), oracle=None)
-        self.pending = (asked, got.actual, None)
+    def prefetch(self, op):
+        self.count("host prefetch")
+        key = self._key(op.tokens)
+        got = yield Call(f"prefetch({short(key, 40)})", "host_prefetch", (op.tokens, op.ns),
+                         oracle=None)
+        if got.actual[2] > 0:
+            self.count(PREFETCHED)
+        self.fetched = (_ns(op.ns), key, got.actual)
 
     @handles(Pin)
     def pin(self, op):
@@ -125,6 +130,10 @@ class HostLockstep(Lockstep):
         pending, self.pending = self.__dict__.get("pending"), None
         if pending is not None and not problems:
             problems = host.pressure_problems(self.before, after, *pending)
+        fetched, self.fetched = self.__dict__.get("fetched"), None
+        if fetched is not None and not problems:
+            problems = host.prefetch_problems(self.before, after, *fetched,
+                                              self.trace.page_size)
         self._count_moves(self.before, after)
         self.before = after
         return problems

@@ -22,6 +22,7 @@ device and host slots, locks and duplicates through the Python core's nodes."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from types import SimpleNamespace
 
@@ -184,6 +185,9 @@ class HostDriver(UnifiedDriver):
     def host_evict(self, num_tokens: int) -> int:
         return self._both("host_evict", num_tokens)
 
+    def host_prefetch(self, tokens, ns: int) -> list:
+        return self._both("host_prefetch", tokens, ns)
+
     def host_pressure(self, num_tokens: int) -> int:
         return self._both("host_pressure", num_tokens)
 
@@ -242,6 +246,42 @@ class HostDriver(UnifiedDriver):
         self.cache.dec_host_lock_ref(node, receipt)
         return [length, had, kept, freed]
 
+    def _host_prefetch(self, tokens, ns: int) -> list:
+        """A storage prefetch of the key's miss, from a stand-in storage that holds every key,
+        completed at once: what `prefetch_from_storage` then `_handle_prefetch_result` ask of
+        the tree in cache mode (the match's last host node locked on the host as the anchor,
+        host slots for the miss, host pressure for them where short, `insert_host` of the
+        fetched tokens with a hash per page, the part the tree already had freed, the anchor
+        released). [matched, fetched, inserted; -1 when the host had no room]."""
+        tokens = self._aligned(tokens)
+        result = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
+        matched = int(result.device_prefix_len) + int(result.host_hit_length)
+        miss = tokens[matched:]
+        if not miss:
+            return [matched, 0, 0]
+        anchor = result.last_host_node
+        receipt = self.cache.inc_host_lock_ref(anchor).to_dec_params()
+        short = len(miss) - self.host.available_size()
+        if short > 0:
+            self.cache.evict_host(short)
+        host = self.host.alloc(len(miss))
+        if host is None:
+            self.cache.dec_host_lock_ref(anchor, receipt)
+            return [matched, len(miss), -1]
+        # a hex digest per page, as the storage's keys are (KV events read their first 16)
+        hashes = [hashlib.sha256(repr((ns, tokens[:matched + i + self.page_size])).encode())
+                  .hexdigest() for i in range(0, len(miss), self.page_size)]
+        inserted = self.cache.tree_core.insert_host(anchor, self._key(miss, ns), host, hashes)
+        self.cache._apply_cache_actions(inserted.cache_actions)
+        if inserted.host_insert_dropped:
+            self.host.free(host)
+            fetched = 0
+        else:
+            self.host.free(host[:inserted.prefix_len])
+            fetched = len(miss) - int(inserted.prefix_len)
+        self.cache.dec_host_lock_ref(anchor, receipt)
+        return [matched, len(miss), fetched]
+
     def _host_evict(self, num_tokens: int) -> int:
         """`evict_for_alloc`: under write-back, each device leaf backed up then demoted."""
         return int(self.cache.evict_for_alloc(self.EvictParams(num_tokens=num_tokens))
@@ -266,6 +306,10 @@ class HostDriver(UnifiedDriver):
         device pool's size and free count, the Full sizes. With a twin: the twin's nodes and
         pools (this core shows no nodes), and "cores": both cores' pools and the answers since
         the last read."""
+        # the scheduler's idle check (`Scheduler.self_check_during_idle`): the release's own
+        # invariants of the tree, leaf sets, LRU lists and sizes; an AssertionError is the
+        # state read's crash
+        self.cache.sanity_check()
         if self.twin is not None:
             state = self.twin.host_state()
             state["cores"] = {"answers": self.answers, "rust": self.pools(),

@@ -19,6 +19,8 @@ Standard library only; every function answers a list of (label, text) problems.
   (`_reclaim_full_host_duplicates`' first pass spares imminent demotes); short of the tokens asked only when nothing
   reclaimable is left; what it answers is what left the host pool;
 - a host lock: the locked node keeps its host copy through host pressure;
+- a storage prefetch (`insert_host` of a key's miss): it starts where the match ends, and the
+  key is matchable whole through the host after it;
 - with the Rust core, the Python core run beside it answering every call alike and holding both
   pools in the same order (the checks above read the Python core's nodes)."""
 
@@ -177,6 +179,22 @@ def core_problems(cores: dict) -> list:
         if rust != cores["python"][part]:
             return [(CORES, f"{part}: the Rust core's {rust}, the Python core's "
                             f"{cores['python'][part]}")]
+    return []
+
+
+def prefetch_problems(before: dict, after: dict, ns, key: list, answer: list,
+                      page: int) -> list:
+    """A storage prefetch of `key`'s miss (`answer`: [matched, fetched, inserted]): it starts
+    where the match ended, and what it inserted is matchable through the host after it (the
+    whole key, unless host pressure took some of the tree's own host copies for it)."""
+    matched, miss, inserted = answer
+    if matched != match_expected(before, ns, key, page)[1] or matched + miss != len(key):
+        return [(MATCH, f"prefetch of {len(key)} tokens started at {matched} with {miss} to "
+                        f"fetch; the tree read before matched "
+                        f"{match_expected(before, ns, key, page)[1]}")]
+    if inserted > 0 and match_expected(after, ns, key, page)[1] != len(key):
+        return [(MATCH, f"prefetch inserted {inserted} tokens of {len(key)}, and the key "
+                        f"matches {match_expected(after, ns, key, page)[1]} after it")]
     return []
 
 
