@@ -54,7 +54,8 @@ class HostLockstep(Lockstep):
 
         rows, context = rows_needed(trace)
         return make(HostDriver, cls, trace.page_size, trace.size, trace.policy, trace.events,
-                    rows, context, device, False, core, trace.host_size)
+                    rows, context, device, False, core, trace.host_size,
+                    getattr(trace, "host_policy", "write_back"))
 
     def initial_problems(self):
         self.core = self.read("core")

@@ -63,6 +63,10 @@ class _Done:
     def synchronize() -> None:
         return None
 
+    @staticmethod
+    def query() -> bool:
+        return True
+
 
 def _ack(node_id: int):
     return SimpleNamespace(node_ids=[node_id], finish_event=_Done(), start_event=_Done(),
@@ -73,13 +77,12 @@ class StandInController:
     """The calls `UnifiedRadixCache` makes of its `HybridCacheController` on the write-back and
     load-back paths, done at once on the CPU."""
 
-    write_policy = "write_back"
     enable_storage = False
     pp_prefetch_command_group = None
     prefetch_tokens_occupied = 0
 
-    def __init__(self, slots: HostSlots, allocator):
-        self.slots, self.allocator = slots, allocator
+    def __init__(self, slots: HostSlots, allocator, write_policy: str = "write_back"):
+        self.slots, self.allocator, self.write_policy = slots, allocator, write_policy
         # `_execute_kv_backup` reads the anchor entry's pool for a shared allocation domain
         anchor = SimpleNamespace(host_pool=SimpleNamespace(shared_allocation_domain=None),
                                  host_evict_fn=None)
@@ -124,17 +127,17 @@ class StandInPoolGroup:
         return None
 
 
-def install(cache, allocator, host_size: int) -> HostSlots:
-    """What `init_hicache` sets for write-back in cache mode, with the stand-ins."""
+def install(cache, allocator, host_size: int, policy: str = "write_back") -> HostSlots:
+    """What `init_hicache` sets for `policy` in cache mode, with the stand-ins."""
     slots = HostSlots(host_size)
-    cache.cache_controller = StandInController(slots, allocator)
+    cache.cache_controller = StandInController(slots, allocator, policy)
     cache.host_pool_group = StandInPoolGroup(slots)
     full = cache.components[next(iter(cache.components))]
     full._full_kv_pool_host = slots
     cache.tree_core.set_hicache_enabled()
     cache.host_memory_mode = "cache"
-    cache.write_through_threshold = 2
-    cache.is_write_back = True
+    cache.write_through_threshold = 1 if policy == "write_through" else 2
+    cache.is_write_back = policy == "write_back"
     cache.load_back_threshold = 10  # init_hicache's
     # a write-back drop under host pressure is logged as a warning each time: the judge counts it
     logging.getLogger(type(cache).__module__).setLevel(logging.ERROR)
@@ -148,14 +151,15 @@ class HostDriver(UnifiedDriver):
     to it by every answer and both pools in order (`host_state`'s "cores")."""
 
     def __init__(self, cls, page_size, size, policy, events, rows, context, device="cpu",
-                 poison_keys=True, core=None, host_size: int = 0):
+                 poison_keys=True, core=None, host_size: int = 0,
+                 host_policy: str = "write_back"):
         super().__init__(cls, page_size, size, policy, events, rows, context, device,
                          poison_keys, core)
-        self.host = install(self.cache, self.allocator, host_size)
+        self.host = install(self.cache, self.allocator, host_size, host_policy)
         self.twin, self.answers = None, []
         if core == "rust":
             self.twin = HostDriver(cls, page_size, size, policy, events, rows, context, device,
-                                   poison_keys, "python", host_size)
+                                   poison_keys, "python", host_size, host_policy)
 
     def core(self) -> dict:
         core = super().core()
@@ -168,9 +172,18 @@ class HostDriver(UnifiedDriver):
     def _both(self, method: str, *args):
         """The call on this cache, and on the twin where there is one (its answer kept for
         the next state read)."""
-        answer = getattr(self, f"_{method}")(*args)
+        answer = self._acked(method, *args)
         if self.twin is not None:
-            self.answers.append([method, answer, getattr(self.twin, f"_{method}")(*args)])
+            self.answers.append([method, answer, self.twin._acked(method, *args)])
+        return answer
+
+    def _acked(self, method: str, *args):
+        """The call, then its write-through backups' acks drained (`writing_check`, as the
+        scheduler's next `check_hicache_events` does): no backup is in flight between ops."""
+        answer = getattr(self, f"_{method}")(*args)
+        queue = self.cache.cache_controller.ack_write_queue
+        if queue:
+            self.cache.writing_check(finish_count=len(queue))
         return answer
 
     def host_insert(self, tokens, ns: int):
@@ -256,10 +269,11 @@ class HostDriver(UnifiedDriver):
         tokens = self._aligned(tokens)
         result = self.cache.match_prefix(self.MatchParams(key=self._key(tokens, ns)))
         matched = int(result.device_prefix_len) + int(result.host_hit_length)
-        miss = tokens[matched:]
-        if not miss:
-            return [matched, 0, 0]
-        anchor = result.last_host_node
+        miss, anchor, core = tokens[matched:], result.last_host_node, self.cache.tree_core
+        # the scheduler's gate (`_prefetch_kvcache`, cache mode): an anchor not on the host
+        # (nor the root) means a storage miss, so no prefetch is made
+        if not miss or not (core.is_backuped(anchor) or core.is_root(anchor)):
+            return [matched, len(miss), 0]
         receipt = self.cache.inc_host_lock_ref(anchor).to_dec_params()
         short = len(miss) - self.host.available_size()
         if short > 0:
@@ -336,7 +350,8 @@ class HostDriver(UnifiedDriver):
                 "device_size": int(self.allocator.size),
                 "evictable": int(self.cache.evictable_size()),
                 "protected": int(self.cache.protected_size()),
-                "load_back_threshold": int(self.cache.load_back_threshold)}
+                "load_back_threshold": int(self.cache.load_back_threshold),
+                "write_back": bool(self.cache.is_write_back)}
 
 
 def _path_tokens(node) -> list:

@@ -14,7 +14,7 @@ Standard library only; every function answers a list of (label, text) problems.
   node of either tier (a device eviction of a backed node keeps it matchable through the host);
   a load-back makes the whole hit device-resident, a refused one changes nothing, and a host
   hit shorter than the cache's load-back threshold is not loaded (`_load_back_transfers`);
-- host pressure (`evict_host`): a settled duplicate (Full KV on both tiers, no host lock) is
+- host pressure (`evict_host`), under write-back: a settled duplicate (Full KV on both tiers, no host lock) is
   reclaimed before a sole host copy is evicted, an inner one before an evictable device leaf
   (`_reclaim_full_host_duplicates`' first pass spares imminent demotes); short of the tokens asked only when nothing
   reclaimable is left; what it answers is what left the host pool;
@@ -133,6 +133,7 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
     """Host pressure of `asked` tokens answered `freed`; `pinned`: the path under a host lock
     (not reclaimable)."""
     old, new = _by_path(before), _by_path(after)
+    write_back = before.get("write_back", True)
     gone = len(after["host_free"]) - len(before["host_free"])
     if freed != gone:
         return [(LEAKED, f"evict_host({asked}) answered {freed}, {gone} host slots came free")]
@@ -145,6 +146,8 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
                  node["device"] is None and (path not in new or new[path]["host"] is None)]
     kept = [path for path, node in old.items() if reclaimable(path, node) and
             path in new and new[path]["host"] is not None]
+    if not write_back:  # write-through reclaims no duplicates: host leaves alone
+        kept = []
     if sole_lost and kept:
         return [(RECLAIM_ORDER, f"evict_host({asked}) evicted the sole host copy of "
                                 f"{list(sole_lost[0][1])} while the settled duplicate "
@@ -162,7 +165,8 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
     if freed < asked:
         left = [path for path, node in new.items() if path != pinned and
                 node["host"] is not None and not node["host_lock"] and
-                (node["device"] is not None or node["children"] == 0)]
+                ((write_back and node["device"] is not None) or
+                 (node["device"] is None and node["children"] == 0))]
         if left:
             return [(RECLAIM_ORDER, f"evict_host({asked}) freed {freed} while "
                                     f"{list(left[0][1])}'s host copy was reclaimable")]

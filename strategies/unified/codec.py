@@ -8,8 +8,8 @@ from __future__ import annotations
 from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.radix import codec as radix
 from kvfuzz.strategies.radix.trace import NAMES
-from kvfuzz.strategies.unified.trace import (COMPONENTS, FORMAT, MAX_HOST_SIZE, MAX_MAMBA_SLOTS,
-                                             MAX_WINDOW, TREE_OPS, Trace)
+from kvfuzz.strategies.unified.trace import (COMPONENTS, FORMAT, HOST_POLICIES, MAX_HOST_SIZE,
+                                             MAX_MAMBA_SLOTS, MAX_WINDOW, TREE_OPS, Trace)
 
 # Each component's own field, and its limit.
 OWN = {"full+swa": ("window", MAX_WINDOW), "full+mamba": ("mamba_slots", MAX_MAMBA_SLOTS),
@@ -21,7 +21,7 @@ MAX_OPS = radix.MAX_OPS
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
     reader.document(data, FORMAT, radix.BASE_FIELDS | {"components", "window", "mamba_slots",
-                                                        "host_size"})
+                                                        "host_size", "host_policy"})
     components = reader.choice(data.get("components"), "components", COMPONENTS)
     own = OWN.get(components, (None, 0))[0]
     values = {}
@@ -31,6 +31,11 @@ def from_json(data: object, source: str = "trace") -> Trace:
                           f"{name}, these are {components!r}", data.get(name))
         else:
             values[name] = reader.integer(data.get(name), name, low=1, high=high)
+    if "host_policy" in data:  # the host tier's write policy, write_back unless said
+        reader.expect(own == "host_size", "host_policy", f"only 'full+host' components have "
+                      f"host_policy, these are {components!r}", data.get("host_policy"))
+        values["host_policy"] = reader.choice(data.get("host_policy"), "host_policy",
+                                              HOST_POLICIES)
     trace = Trace(**radix.read_fields(reader, data), components=components, **values)
     if trace.mamba_slots or trace.host_size:  # no request runs here: tree ops only
         for i, op in enumerate(trace.ops):

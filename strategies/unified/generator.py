@@ -68,10 +68,11 @@ def build_host(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE
     """Tree ops for a cache with HiCache's host tier (write-back): the radix stream's keys and
     follow-up turns (an earlier key and more: chains long enough for the release's load-back
     threshold), inserts, matches (each loading its host hit back), repeats of earlier keys,
-    host pressure (a touch), host locks under
+    storage prefetches (a touch), host locks under
     pressure (a pin), evictions (half of them of everything evictable: `relative`), over a device
     pool of 12 to 30 pages and a host pool of 2 to 12, small enough that a backup often finds the
-    host full and reclaims or drops. No request runs, so `allowed` changes nothing."""
+    host full and reclaims or drops; a third of them write-through (a node backed up at its
+    first insert). No request runs, so `allowed` changes nothing."""
     page = rng.choice((1, 1, 2, 4))
     gen = radix._Generator(rng, page, allowed)
     keys: list = []  # what was inserted: a follow-up turn extends one, a probe repeats one
@@ -100,7 +101,9 @@ def build_host(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE
         rng.choices(funcs, weights)[0]()
     trace = radix.Trace(page, page * rng.randint(12, 30), rng.choice(radix.POLICIES),
                         rng.random() < 0.5, tuple(gen.ops[:num_ops]))
-    return from_radix(trace, "full+host", host_size=page * rng.randint(2, 12))
+    policy = rng.choice(("write_back", "write_back", "write_through"))
+    return from_radix(trace, "full+host", host_size=page * rng.randint(2, 12),
+                      host_policy=policy)
 
 
 HOST = TraceGenerator("unified-host/1", build_host, num_ops=80,

@@ -95,6 +95,9 @@ GOOD = {"format": FORMAT, "components": "full", "page_size": 4, "size": 64, "pol
     ({"host_size": 8}, "host_size", "8"),  # only "full+host" components have one
     ({"components": "full+host"}, "host_size", "None"),
     ({"components": "full+host", "host_size": 8}, "ops[0].op", "'admit'"),  # tree ops only
+    ({"host_policy": "write_through"}, "host_policy", "'write_through'"),
+    ({"components": "full+host", "host_size": 8, "host_policy": "lazy"}, "host_policy",
+     "'lazy'"),
 ])
 def test_malformed_fields_are_one_line_errors_naming_the_field(change, field, value):
     with pytest.raises(FormatError) as error:
@@ -118,6 +121,8 @@ def test_host_traces_round_trip_hold_tree_ops_and_reach_the_host_tier():
         assert trace.origin.generator == "unified-host/1" and 0 < trace.host_size <= 12 * trace.page_size
         assert {type(op).__name__ for op in trace.ops} <= {"Match", "Touch", "Pin", "Insert",
                                                             "Evict", "Reset"}
+    assert {trace.host_policy for trace in traces} == {"write_back", "write_through"}
+    assert "host_policy" not in to_json(traces[0]) or traces[0].host_policy != "write_back"
     assert generator.generator_for(frozenset(), host=True) is generator.HOST
 
 
