@@ -10,7 +10,8 @@ SGLang for its Rust core (and runs the Python core beside it, to compare the two
 only, not run by default), and `sglang.unified.mamba.donor.rust` and `.python` with it on
 SGLang's unified memory pool (full KV and Mamba states in one buffer: the Full donor of
 `evict_for_alloc`; the same traces, not run by default); `sglang.unified.host.rust` and
-`.python` with HiCache's host tier (write-back, `unified-host/1`, not run by default). Nothing heavy is imported here."""
+`.python` with HiCache's host tier (`unified-host/1`, not run by default). Nothing heavy is
+imported here."""
 
 from functools import partial
 

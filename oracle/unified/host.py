@@ -14,10 +14,11 @@ Standard library only; every function answers a list of (label, text) problems.
   node of either tier (a device eviction of a backed node keeps it matchable through the host);
   a load-back makes the whole hit device-resident, a refused one changes nothing, and a host
   hit shorter than the cache's load-back threshold is not loaded (`_load_back_transfers`);
-- host pressure (`evict_host`), under write-back: a settled duplicate (Full KV on both tiers, no host lock) is
-  reclaimed before a sole host copy is evicted, an inner one before an evictable device leaf
-  (`_reclaim_full_host_duplicates`' first pass spares imminent demotes); short of the tokens asked only when nothing
-  reclaimable is left; what it answers is what left the host pool;
+- host pressure (`evict_host`), under write-back: a settled duplicate (Full KV on both tiers,
+  no host lock) is reclaimed before a sole host copy is evicted, an inner one before an
+  evictable device leaf (`_reclaim_full_host_duplicates`' first pass spares imminent demotes);
+  short of the tokens asked only when nothing reclaimable is left; what it answers is what
+  left the host pool;
 - a host lock: the locked node keeps its host copy through host pressure;
 - a storage prefetch (`insert_host` of a key's miss): it starts where the match ends, and the
   key is matchable whole through the host after it;

@@ -2,7 +2,8 @@
 of its prefix cache, with a real allocator in the loop) run against a `UnifiedRadixCache` built
 with the tree components `components` names, and its version-stable JSON form
 ("kvfuzz-unified-trace/1": the radix format's fields and ops, `components`, `window` for
-"full+swa" only, `mamba_slots` for "full+mamba" only, `host_size` for "full+host" only). Standard library only.
+"full+swa" only, `mamba_slots` for "full+mamba" only, `host_size` and `host_policy` for
+"full+host" only). Standard library only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from kvfuzz.strategies.radix import trace as radix
 from kvfuzz.strategies.radix.trace import (CREATES, KINDS, NAMES, POLICIES, RESET_IN_FLIGHT,
                                            describe_op, resets_in_flight)
 
-__all__ = ["CREATES", "COMPONENTS", "FORMAT", "HOST_POLICIES", "MAX_HOST_SIZE", "MAX_MAMBA_SLOTS", "MAX_WINDOW", "KINDS",
+__all__ = ["CREATES", "COMPONENTS", "FORMAT", "HOST_POLICIES", "MAX_HOST_SIZE",
+           "MAX_MAMBA_SLOTS", "MAX_WINDOW", "KINDS",
            "TREE_OPS", "mamba_chunk", "POLICIES", "RESET_IN_FLIGHT",
            "Trace", "describe_op", "resets_in_flight", "to_json"]
 

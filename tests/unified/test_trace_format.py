@@ -118,7 +118,8 @@ def test_host_traces_round_trip_hold_tree_ops_and_reach_the_host_tier():
     traces = [generator.HOST.generate(0, index) for index in range(30)]
     for trace in traces:
         assert loads(dumps(trace)) == trace and trace.components == "full+host"
-        assert trace.origin.generator == "unified-host/1" and 0 < trace.host_size <= 12 * trace.page_size
+        assert trace.origin.generator == "unified-host/1"
+        assert 0 < trace.host_size <= 12 * trace.page_size
         assert {type(op).__name__ for op in trace.ops} <= {"Match", "Touch", "Pin", "Insert",
                                                             "Evict", "Reset"}
     assert {trace.host_policy for trace in traces} == {"write_back", "write_through"}
