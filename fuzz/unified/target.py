@@ -29,7 +29,7 @@ from kvfuzz.oracle.radix.contract import (BY_NAME, CHECKPOINT_REMATCHES, LEGACY_
                                           NO_CHECKPOINT_WINDOW_FREE, NO_FULL_DONOR,
                                           SWA_PAGE_MARGIN, contract_of)
 from kvfuzz.strategies.unified.profile import (KEEPS_KEY, KEEPS_MAMBA_VALUE, broken, core_of,
-                                              donor_of, mamba_of, swa_of, unsupported)
+                                              donor_of, host_of, mamba_of, swa_of, unsupported)
 from kvfuzz.strategies.unified.trace import CREATES, FORMAT, describe_op, to_json
 
 
@@ -177,7 +177,17 @@ def _generator_for(impls):
     return generator.generator_for(frozenset().union(*(unsupported(impl.preconditions)
                                                        for impl in impls)),
                                    swa=any(swa_of(impl.preconditions) for impl in impls),
-                                   mamba=any(mamba_of(impl.preconditions) for impl in impls))
+                                   mamba=any(mamba_of(impl.preconditions) for impl in impls),
+                                   host=any(host_of(impl.preconditions) for impl in impls))
+
+
+def _broken(item, preconditions) -> list:
+    """The radix profile's, and a host-tier trace ("full+host") on an entry not built with the
+    host tier: its judge drives HiCache's calls the entry's cache does not have."""
+    if getattr(item, "host_size", 0) and not host_of(preconditions):
+        return ["a trace for a cache with HiCache's host tier (host_size), and this entry is "
+                "not built with one"]
+    return broken(item, preconditions)
 
 
 def _options(impl) -> dict:
@@ -193,13 +203,14 @@ UNIFIED = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "cache",
                      max_ops=codec.MAX_OPS),
     inputs=TraceInputs(generator.GENERATOR, _generator_for, uniform.uniform_trace),
-    judge=LockstepJudge(ByComponents, describe_op, broken, _options,
+    judge=LockstepJudge(ByComponents, describe_op, _broken, _options,
                         variants=("tree core", (("rust", RUST), ("python", PYTHON)))),
     catalogue=Catalogue("unified", IMPLEMENTATIONS, _shape, scheduler_calls,
                         declarable=DECLARABLE),
     shrinker=TraceShrinker(lambda item: (len(item.ops), item.size, item.events), CREATES,
                            smaller_pool),
-    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.swa_lockstep",
+    coverage_modules=("kvfuzz.fuzz.unified.lockstep", "kvfuzz.fuzz.unified.host_lockstep",
+                      "kvfuzz.oracle.unified.host", "kvfuzz.fuzz.unified.swa_lockstep",
                       "kvfuzz.fuzz.unified.swa_state", "kvfuzz.oracle.unified.swa",
                       "kvfuzz.fuzz.unified.mamba_lockstep", "kvfuzz.oracle.unified.mamba",
                       "kvfuzz.fuzz.radix.lockstep", "kvfuzz.oracle.unified.tree",

@@ -9,13 +9,15 @@ SGLang for its Rust core (and runs the Python core beside it, to compare the two
 `sglang.unified.mamba.python` with the Mamba component (profile `unified-mamba/1`, tree ops
 only, not run by default), and `sglang.unified.mamba.donor.rust` and `.python` with it on
 SGLang's unified memory pool (full KV and Mamba states in one buffer: the Full donor of
-`evict_for_alloc`; the same traces, not run by default). Nothing heavy is imported here."""
+`evict_for_alloc`; the same traces, not run by default); `sglang.unified.host.rust` and
+`.python` with HiCache's host tier (`unified-host/1`, not run by default). Nothing heavy is
+imported here."""
 
 from functools import partial
 
 from kvfuzz.impl.registry import MUTANT, UPSTREAM, Implementation, entry
 from kvfuzz.impl.unified.upstream_mutants import MUTATIONS
-from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE,
+from kvfuzz.strategies.unified.profile import (CORES, HOST_TIER, KEEPS_KEY, KEEPS_MAMBA_VALUE,
                                               MAMBA_COMPONENT, MAMBA_DONOR,
                                               NO_RESET_IN_FLIGHT, SWA_COMPONENT)
 
@@ -29,11 +31,13 @@ DECLARES = {"rust": (CORES["rust"], KEEPS_MAMBA_VALUE),
 SWA_DECLARES = {core: declared + (SWA_COMPONENT,) for core, declared in DECLARES.items()}
 MAMBA_DECLARES = {core: declared + (MAMBA_COMPONENT,) for core, declared in DECLARES.items()}
 DONOR_DECLARES = {core: declared + (MAMBA_DONOR,) for core, declared in MAMBA_DECLARES.items()}
+HOST_DECLARES = {core: declared + (HOST_TIER,) for core, declared in DECLARES.items()}
 # What an outside class may declare, by name (`__kvfuzz__`, or `--impl path@name+name`).
 DECLARABLE = {"no_reset_in_flight": NO_RESET_IN_FLIGHT, "keeps_key": KEEPS_KEY,
               "rust_core": CORES["rust"], "python_core": CORES["python"],
               "swa_component": SWA_COMPONENT, "mamba_component": MAMBA_COMPONENT,
-              "keeps_mamba_value": KEEPS_MAMBA_VALUE, "mamba_donor": MAMBA_DONOR}
+              "keeps_mamba_value": KEEPS_MAMBA_VALUE, "mamba_donor": MAMBA_DONOR,
+              "host_tier": HOST_TIER}
 _entry = partial(entry, "unified", __name__)
 
 IMPLEMENTATIONS = (
@@ -73,10 +77,24 @@ IMPLEMENTATIONS = (
                    "SGLang's UnifiedRadixCache with the Mamba component on the unified memory "
                    "pool (the Full donor), Python tree core, tree ops", UPSTREAM,
                    preconditions=DONOR_DECLARES["python"], requires="sglang"),
+    # HiCache's host tier (write-back) over kvfuzz's synchronous host pool and copy engine
+    # (impl/unified/host_tier.py): the judge reads the Python core's nodes, so the Rust entry
+    # runs the Python core beside it and is held to it; not run by default.
+    Implementation("sglang.unified.host.rust", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with HiCache's host tier (write-back; kvfuzz's "
+                   "stand-in host pool and copy engine), Rust tree core (checked against the "
+                   "Python core too), tree ops", UPSTREAM, preconditions=HOST_DECLARES["rust"],
+                   requires="sglang"),
+    Implementation("sglang.unified.host.python", "unified", RELEASED,
+                   "SGLang's UnifiedRadixCache with HiCache's host tier (write-back; kvfuzz's "
+                   "stand-in host pool and copy engine), Python tree core, tree ops", UPSTREAM,
+                   preconditions=HOST_DECLARES["python"], requires="sglang"),
 ) + tuple(
     _entry(f"mutant.sglang.unified.{name}", f"upstream_mutants:{name}", broken.why, MUTANT,
            requires="sglang",
            preconditions=(SWA_DECLARES if broken.swa else DONOR_DECLARES if broken.donor
-                          else MAMBA_DECLARES if broken.mamba else DECLARES)[broken.core])
+                          else MAMBA_DECLARES if broken.mamba else
+                          HOST_DECLARES if getattr(broken, "host", False) else
+                          DECLARES)[broken.core])
     for name, broken in MUTATIONS.items()
 )

@@ -49,6 +49,12 @@ class Broken:
         return self.profile in ("mamba", "donor") or not self.profile and self.module == MAMBA
 
     @property
+    def host(self) -> bool:
+        """Whether its entry runs the host-tier profile (HiCache write-back: a fault of the
+        host tier, which no other profile reaches)."""
+        return self.profile == "host"
+
+    @property
     def donor(self) -> bool:
         """Whether its entry runs the Mamba profile on the unified memory pool (the Full
         donor of a Mamba allocation's eviction)."""
@@ -59,8 +65,8 @@ class Broken:
         return self.mutation.why
 
 
-def _core(scope, old, new, why, core="python"):
-    return Broken(CORE, Mutation(f"UnifiedTreeCore.{scope}", old, new, why), core)
+def _core(scope, old, new, why, core="python", profile=""):
+    return Broken(CORE, Mutation(f"UnifiedTreeCore.{scope}", old, new, why), core, profile)
 
 
 def _full(scope, old, new, why, core="python", profile=""):
@@ -239,6 +245,19 @@ MUTATIONS = {
         "locking a node leaves its Mamba state counted evictable: a running request's state "
         "may be evicted, and the unlock counts it evictable twice (#35270's symptom, Mamba "
         "side)"),
+    # HiCache's host tier (profile "host": write-back over kvfuzz's stand-in host pool)
+    "host_reclaims_no_duplicates": _core(
+        "drive_host_eviction", "and self.is_write_back\n", "and not self.is_write_back\n",
+        "host pressure under write-back never reclaims a settled duplicate's host copy: it "
+        "evicts sole host copies (KV the device no longer has) while copies the device still "
+        "holds keep their host slots", profile="host"),
+    "host_walk_skipped": _core(
+        "_evict_host_leaf", "self._remove_leaf_from_parent(node)\n        self._iteratively_"
+        "delete_tombstone_leaf(\n            node, tracker, device_frees, host_frees, "
+        "cache_actions=cache_actions\n        )",
+        "self._remove_leaf_from_parent(node)",
+        "a host leaf's eviction skips the walk up: its host-only parent never becomes a host "
+        "leaf, so host pressure stops short while host copies are reclaimable", profile="host"),
     # which core ran
     "falls_back_silently": _cache(
         "__init__", "self._tree_core_backend = select_tree_core_backend(params)",

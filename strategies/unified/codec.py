@@ -8,39 +8,41 @@ from __future__ import annotations
 from kvfuzz.strategies.inputs import FieldReader
 from kvfuzz.strategies.radix import codec as radix
 from kvfuzz.strategies.radix.trace import NAMES
-from kvfuzz.strategies.unified.trace import (COMPONENTS, FORMAT, MAX_MAMBA_SLOTS, MAX_WINDOW,
-                                             TREE_OPS, Trace)
+from kvfuzz.strategies.unified.trace import (COMPONENTS, FORMAT, HOST_POLICIES, MAX_HOST_SIZE,
+                                             MAX_MAMBA_SLOTS, MAX_WINDOW, TREE_OPS, Trace)
+
+# Each component's own field, and its limit.
+OWN = {"full+swa": ("window", MAX_WINDOW), "full+mamba": ("mamba_slots", MAX_MAMBA_SLOTS),
+       "full+host": ("host_size", MAX_HOST_SIZE)}
 
 MAX_OPS = radix.MAX_OPS
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
     reader = FieldReader(source)
-    reader.document(data, FORMAT, radix.BASE_FIELDS | {"components", "window", "mamba_slots"})
+    reader.document(data, FORMAT, radix.BASE_FIELDS | {"components", "window", "mamba_slots",
+                                                        "host_size", "host_policy"})
     components = reader.choice(data.get("components"), "components", COMPONENTS)
-    own = {"full+swa": "window", "full+mamba": "mamba_slots"}.get(components)
-    for name in ("window", "mamba_slots"):  # each component's own field, and nobody else's
+    own = OWN.get(components, (None, 0))[0]
+    values = {}
+    for owner, (name, high) in OWN.items():  # each component's own field, and nobody else's
         if name != own:
-            reader.expect(name not in data, name, f"only {_owner(name)!r} components have "
+            reader.expect(name not in data, name, f"only {owner!r} components have "
                           f"{name}, these are {components!r}", data.get(name))
-    window = mamba_slots = 0
-    if own == "window":
-        window = reader.integer(data.get("window"), "window", low=1, high=MAX_WINDOW)
-    elif own == "mamba_slots":
-        mamba_slots = reader.integer(data.get("mamba_slots"), "mamba_slots", low=1,
-                                     high=MAX_MAMBA_SLOTS)
-    trace = Trace(**radix.read_fields(reader, data), components=components, window=window,
-                  mamba_slots=mamba_slots)
-    if mamba_slots:  # no request of its own holds a Mamba state here: tree ops only
+        else:
+            values[name] = reader.integer(data.get(name), name, low=1, high=high)
+    if "host_policy" in data:  # the host tier's write policy, write_back unless said
+        reader.expect(own == "host_size", "host_policy", f"only 'full+host' components have "
+                      f"host_policy, these are {components!r}", data.get("host_policy"))
+        values["host_policy"] = reader.choice(data.get("host_policy"), "host_policy",
+                                              HOST_POLICIES)
+    trace = Trace(**radix.read_fields(reader, data), components=components, **values)
+    if trace.mamba_slots or trace.host_size:  # no request runs here: tree ops only
         for i, op in enumerate(trace.ops):
-            reader.expect(isinstance(op, TREE_OPS), f"ops[{i}].op", "a \"full+mamba\" trace "
+            reader.expect(isinstance(op, TREE_OPS), f"ops[{i}].op", f"a {components!r} trace "
                           f"has tree ops only ({', '.join(NAMES[k] for k in TREE_OPS)})",
                           NAMES[type(op)])
     return trace
-
-
-def _owner(name: str) -> str:
-    return "full+swa" if name == "window" else "full+mamba"
 
 
 def worst_input() -> dict:

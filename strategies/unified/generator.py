@@ -2,7 +2,8 @@
 prompt families over a small vocabulary, key lengths at page edges, small pools, chunked prefill,
 decode across page edges, probes, load-back inserts, evictions, every eviction policy, events on
 and off, resets) for a cache with full attention, and (`unified-swa/1`) the same stream for a
-cache with the SWA component, with a window; and (`unified-mamba/1`) tree ops alone (probes, inserts
+cache with the SWA component, with a window; (`unified-host/1`) tree ops for a cache with
+HiCache's host tier; and (`unified-mamba/1`) tree ops alone (probes, inserts
 that hand the tree a Mamba state, evictions, resets) for a cache with the Mamba component. Trace `index` of `seed` is the same forever; a
 change to what this produces must bump the version."""
 
@@ -63,11 +64,60 @@ MAMBA = TraceGenerator("unified-mamba/1", build_mamba, num_ops=80,
                        max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
 
 
+def build_host(rng: random.Random, num_ops: int, allowed: frozenset = ALL_MISUSE) -> Trace:
+    """Tree ops for a cache with HiCache's host tier (write-back): the radix stream's keys and
+    follow-up turns (an earlier key and more: chains long enough for the release's load-back
+    threshold), inserts, matches (each loading its host hit back), repeats of earlier keys,
+    storage prefetches (a touch), host locks under
+    pressure (a pin), evictions (half of them of everything evictable: `relative`), over a device
+    pool of 12 to 30 pages and a host pool of 2 to 12, small enough that a backup often finds the
+    host full and reclaims or drops; a third of them write-through (a node backed up at its
+    first insert). No request runs, so `allowed` changes nothing."""
+    page = rng.choice((1, 1, 2, 4))
+    gen = radix._Generator(rng, page, allowed)
+    keys: list = []  # what was inserted: a follow-up turn extends one, a probe repeats one
+
+    def insert() -> None:
+        gen.insert()
+        keys.append(gen.ops[-1].tokens)
+
+    def follow_up() -> None:  # a conversation's next turn: long chains, long host hits
+        if not keys:
+            return insert()
+        base = rng.choice(keys) + tuple(gen.sequence(rng.randint(1, 2 * page + 2)))
+        keys.append(base)
+        gen.ops.append(radix.Insert(base, 0))
+
+    def repeat() -> None:  # a request for an earlier prompt (often a long one): its host
+        if keys:           # part loads back once past the load-back threshold
+            pool = sorted(keys, key=len)[-4:] if rng.random() < 0.6 else keys
+            gen.ops.append(rng.choice((radix.Match, radix.Match, radix.Pin, radix.Touch))(
+                rng.choice(pool), 0))
+
+    actions = ((insert, 2.0), (follow_up, 2.5), (gen.probe, 1.5), (repeat, 2.0),
+               (gen.evict, 1.5), (gen.reset, 0.05))
+    funcs, weights = zip(*actions)
+    while len(gen.ops) < num_ops:
+        rng.choices(funcs, weights)[0]()
+    trace = radix.Trace(page, page * rng.randint(12, 30), rng.choice(radix.POLICIES),
+                        rng.random() < 0.5, tuple(gen.ops[:num_ops]))
+    policy = rng.choice(("write_back", "write_back", "write_through"))
+    return from_radix(trace, "full+host", host_size=page * rng.randint(2, 12),
+                      host_policy=policy)
+
+
+HOST = TraceGenerator("unified-host/1", build_host, num_ops=80,
+                      max_fuzz_ops=radix.GENERATOR.max_fuzz_ops)
+
+
 def generator_for(unsupported: frozenset, swa: bool = False,
-                  mamba: bool = False) -> TraceGenerator:
+                  mamba: bool = False, host: bool = False) -> TraceGenerator:
     """The generator for an implementation that does not support the misuse in `unsupported`,
     e.g. "unified/1[no reset with requests in flight]"; `swa`: for a cache built with the SWA
-    component ("unified-swa/1"); `mamba`: with the Mamba component ("unified-mamba/1")."""
+    component ("unified-swa/1"); `mamba`: with the Mamba component ("unified-mamba/1");
+    `host`: with HiCache's host tier ("unified-host/1")."""
+    if host:
+        return HOST
     if mamba:
         return MAMBA
     return misuse_stream(SWA if swa else GENERATOR, ALL_MISUSE, unsupported)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from kvfuzz.strategies.radix.profile import KEEPS_KEY, NO_RESET_IN_FLIGHT, broken, unsupported
 
-__all__ = ["CORES", "KEEPS_KEY", "KEEPS_MAMBA_VALUE", "MAMBA_COMPONENT", "MAMBA_DONOR",
-           "NO_RESET_IN_FLIGHT", "SWA_COMPONENT", "broken", "core_of", "donor_of", "mamba_of",
-           "swa_of", "unsupported"]
+__all__ = ["CORES", "HOST_TIER", "KEEPS_KEY", "KEEPS_MAMBA_VALUE", "MAMBA_COMPONENT",
+           "MAMBA_DONOR", "NO_RESET_IN_FLIGHT", "SWA_COMPONENT", "broken", "core_of", "donor_of",
+           "host_of", "mamba_of", "swa_of", "unsupported"]
 
 CORES = {
     "rust": "runs the Rust tree core (tree_core_backend='rust': the extension bundled in the "
@@ -47,6 +47,17 @@ MAMBA_DONOR = ("builds the Mamba component's pools as SGLang's unified memory po
 # of the request's slot, or a slot donated for the tree), so the entries declare it.
 KEEPS_MAMBA_VALUE = ("keeps the caller's Mamba value tensor (InsertParams.mamba_value) as the "
                      "node's state: the harness does not rewrite it after the call")
+
+
+# Full attention with HiCache's host tier (write-back, cache mode) over kvfuzz's synchronous
+# stand-ins for the host pool and the copy engine (impl/unified/host_tier.py): the
+# "unified-host/1" traces (tree ops, read by the host judge).
+HOST_TIER = ("builds the cache with HiCache's host tier (write_back, host memory mode cache; "
+             "kvfuzz's synchronous host pool and copy engine): it runs the unified-host traces")
+
+
+def host_of(preconditions) -> bool:
+    return HOST_TIER in preconditions
 
 
 def mamba_of(preconditions) -> bool:

@@ -78,6 +78,15 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "donor_tokens_unsaid": r"mamba donor:? +evict_for_alloc\(mamba_num=1\) answered 0 tokens and "
                            r"\d+ states evicted; \d+ tokens and \d+ states left the tree"
                            + PYTHON,
+    # (shrunk, the pressure may find nothing left to take: the duplicate was reclaimable)
+    "host_reclaims_no_duplicates": r"host reclaim order:? +evict_host\(\d+\) (evicted the sole "
+                                   r"host copy of \[[\d, ]+\] while the settled duplicate "
+                                   r"\[[\d, ]+\] kept its host copy|freed \d+ while "
+                                   r"\[[\d, ]+\]'s host copy was reclaimable)" + PYTHON_CORE,
+    # (or first by the release's own idle check: its host leaf set misses the parent)
+    "host_walk_skipped": r"(host reclaim order:? +evict_host\(\d+\) freed \d+ while "
+                         r"\[[\d, ]+\]'s host copy was reclaimable|crash +AssertionError: "
+                         r"Sanity check FAILED)" + PYTHON_CORE,
     "falls_back_silently": r"tree core the Rust core was asked for and SGLang built "
                            r"\S+UnifiedTreeCore(?s:.*)\n  tree core python \(UnifiedTreeCore\), "
                            r"fell back from Rust",
@@ -89,7 +98,7 @@ def _original(name: str) -> str:
     for."""
     broken = MUTATIONS[name[len(PREFIX):]]
     profile = "swa." if broken.swa else "mamba.donor." if broken.donor else \
-        "mamba." if broken.mamba else ""
+        "mamba." if broken.mamba else "host." if broken.host else ""
     return f"sglang.unified.{profile}{broken.core}"
 
 

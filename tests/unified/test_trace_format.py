@@ -13,7 +13,8 @@ from kvfuzz.strategies.radix import generator as radix_generator
 from kvfuzz.strategies.sources import seeded_random
 from kvfuzz.strategies.unified import codec, generator, uniform
 from kvfuzz.strategies.unified.profile import (CORES, KEEPS_KEY, KEEPS_MAMBA_VALUE, core_of,
-                                              donor_of, mamba_of, swa_of, unsupported)
+                                              donor_of, host_of, mamba_of, swa_of,
+                                              unsupported)
 from kvfuzz.strategies.unified.trace import FORMAT, from_radix, resets_in_flight, to_json
 from tests.helpers import dumps, loads
 
@@ -42,8 +43,9 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
         "sglang.unified.rust": "rust", "sglang.unified.python": "python",
         "sglang.unified.swa.rust": "rust", "sglang.unified.swa.python": "python",
         "sglang.unified.mamba.rust": "rust", "sglang.unified.mamba.python": "python",
-        "sglang.unified.mamba.donor.rust": "rust", "sglang.unified.mamba.donor.python": "python"}
-    for profile in ("", "swa.", "mamba.", "mamba.donor."):
+        "sglang.unified.mamba.donor.rust": "rust", "sglang.unified.mamba.donor.python": "python",
+        "sglang.unified.host.rust": "rust", "sglang.unified.host.python": "python"}
+    for profile in ("", "swa.", "mamba.", "mamba.donor.", "host."):
         assert KEEPS_KEY in declared[f"sglang.unified.{profile}python"]
         assert KEEPS_KEY not in declared[f"sglang.unified.{profile}rust"]
     # both cores keep the caller's Mamba value, whatever the profile (it matters on Mamba traces)
@@ -56,6 +58,10 @@ def test_each_entry_declares_its_core_and_only_the_python_core_keeps_the_callers
     # the unified memory pool (the Full donor) is a Mamba profile of its own
     assert [name for name, p in declared.items() if donor_of(p)] == [
         "sglang.unified.mamba.donor.rust", "sglang.unified.mamba.donor.python"]
+    # the host tier: each core (the Rust entry with the Python core beside it)
+    assert [name for name, p in declared.items() if host_of(p)] == [
+        "sglang.unified.host.rust", "sglang.unified.host.python"]
+    assert KEEPS_KEY in declared["sglang.unified.host.python"]
     assert core_of(()) is None and set(CORES) == {"rust", "python"}
 
 
@@ -86,6 +92,12 @@ GOOD = {"format": FORMAT, "components": "full", "page_size": 4, "size": 64, "pol
     ({"policy": "tlru"}, "policy", "'tlru'"),
     ({"extra": 1}, "extra", "1"),
     ({"ops": [{"op": "admit", "rid": 1, "tokens": [1, 2], "prompt": 3}]}, "ops[0].prompt", "3"),
+    ({"host_size": 8}, "host_size", "8"),  # only "full+host" components have one
+    ({"components": "full+host"}, "host_size", "None"),
+    ({"components": "full+host", "host_size": 8}, "ops[0].op", "'admit'"),  # tree ops only
+    ({"host_policy": "write_through"}, "host_policy", "'write_through'"),
+    ({"components": "full+host", "host_size": 8, "host_policy": "lazy"}, "host_policy",
+     "'lazy'"),
 ])
 def test_malformed_fields_are_one_line_errors_naming_the_field(change, field, value):
     with pytest.raises(FormatError) as error:
@@ -99,6 +111,20 @@ def test_a_radix_trace_reads_as_a_unified_one_with_the_same_content():
     trace = codec.from_json(GOOD)
     assert from_radix(trace) == trace and trace.describe().startswith("full components, ")
     assert to_json(trace)["format"] == FORMAT
+
+
+def test_host_traces_round_trip_hold_tree_ops_and_reach_the_host_tier():
+    """`unified-host/1`: tree ops over small device and host pools, for the host judge."""
+    traces = [generator.HOST.generate(0, index) for index in range(30)]
+    for trace in traces:
+        assert loads(dumps(trace)) == trace and trace.components == "full+host"
+        assert trace.origin.generator == "unified-host/1"
+        assert 0 < trace.host_size <= 12 * trace.page_size
+        assert {type(op).__name__ for op in trace.ops} <= {"Match", "Touch", "Pin", "Insert",
+                                                            "Evict", "Reset"}
+    assert {trace.host_policy for trace in traces} == {"write_back", "write_through"}
+    assert "host_policy" not in to_json(traces[0]) or traces[0].host_policy != "write_back"
+    assert generator.generator_for(frozenset(), host=True) is generator.HOST
 
 
 def test_the_worst_input_is_the_radix_formats_and_under_1_mb():

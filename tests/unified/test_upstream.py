@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from kvfuzz.fuzz.unified.host_lockstep import DEMOTED, DROPPED, LOADED, PREFETCHED, RECLAIMED
 from kvfuzz.fuzz.unified.lockstep import FULL_DONOR, MAMBA_EVENTS, PYTHON, RUST, SWA_EVENTS
 from kvfuzz.fuzz.unified.target import UNIFIED
 from kvfuzz.impl.registry import YOURS, Implementation
@@ -28,6 +29,9 @@ MAMBA_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.rust")
 MAMBA_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.python")
 DONOR_RUST = UNIFIED.catalogue.resolve("sglang.unified.mamba.donor.rust")
 DONOR_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.mamba.donor.python")
+HOST_RUST = UNIFIED.catalogue.resolve("sglang.unified.host.rust")
+HOST_PYTHON = UNIFIED.catalogue.resolve("sglang.unified.host.python")
+HOST_EVENTS = (LOADED, RECLAIMED, DROPPED, DEMOTED, PREFETCHED)
 
 
 # 2,000 seeded traces with each core (issue 21), in shards of 500 that xdist spreads over CI's
@@ -64,19 +68,25 @@ def test_seeded_traces_say_their_core_and_reach_every_edge_class(entry, ran, oth
     (MAMBA_RUST, range(0, 10), RUST, "full+mamba", MAMBA_EVENTS),
     (MAMBA_PYTHON, range(10, 25), PYTHON, "full+mamba", MAMBA_EVENTS),
     (DONOR_RUST, range(0, 3), RUST, "full+mamba", (FULL_DONOR,)),
-    (DONOR_PYTHON, range(3, 15), PYTHON, "full+mamba", MAMBA_EVENTS + (FULL_DONOR,))],
-    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python", "donor-rust", "donor-python"])
+    (DONOR_PYTHON, range(3, 15), PYTHON, "full+mamba", MAMBA_EVENTS + (FULL_DONOR,)),
+    (HOST_RUST, range(0, 8), RUST, "full+host", HOST_EVENTS),
+    (HOST_PYTHON, range(8, 20), PYTHON, "full+host", HOST_EVENTS)],
+    ids=["swa-rust", "swa-python", "mamba-rust", "mamba-python", "donor-rust", "donor-python",
+         "host-rust", "host-python"])
 def test_a_components_seeded_traces_run_to_their_last_op_on_each_core_and_reach_its_edges(
         entry, indices, ran, components, reached):
     # The SWA profile: each trace is a "unified-swa/1" trace with its window, on the hybrid
     # allocator; the Mamba profile: "unified-mamba/1" tree ops over a hybrid pool of Mamba
     # states, and on the unified memory pool (the donor entries: a state short of bytes is
-    # funded by Full leaves). The Rust core's entry runs the Python core beside it, the
-    # component's state (SWA slots and pool; each node's state and the state pool) compared.
+    # funded by Full leaves); the host profile: "unified-host/1" tree ops with HiCache's host
+    # tier (load-backs, duplicates reclaimed, drops, demotions, prefetches). The Rust core's
+    # entry runs the Python core beside it, the component's state (SWA slots and pool; each
+    # node's state and the state pool; both host-tier pools in order) compared.
     events = Counter()
     for index in indices:
         trace = UNIFIED.generator.generate(0, index, [entry])
-        assert trace.components == components and (trace.window or trace.mamba_slots) >= 1
+        assert trace.components == components and \
+            (trace.window or trace.mamba_slots or trace.host_size) >= 1
         outcome = UNIFIED.check(trace, entry)
         assert outcome.status == "agree", outcome.divergence.report()
         events.update(outcome.features)
