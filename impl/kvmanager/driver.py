@@ -75,7 +75,7 @@ class KVManagerDriver(ManagerReads):
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
                  eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
-                 mamba_speculative: int = 0):
+                 mamba_speculative: int = 0, hisparse: int = 0):
         import math
 
         import torch
@@ -124,12 +124,14 @@ class KVManagerDriver(ManagerReads):
         # release before the flag has no such field)
         flags = [{"is_eagle_group": i in eagle_groups} if eagle_groups else {}
                  for i in range(len(specs))]
-        config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec, **flag)
-                                                for i, (spec, flag) in
-                                                enumerate(zip(specs, flags))],
+        groups = [KVCacheGroupSpec([f"layer{i}"], spec, **flag)
+                  for i, (spec, flag) in enumerate(zip(specs, flags))]
+        if hisparse:  # HiSparse's four groups and its host pool (`hisparse.py`)
+            groups = hisparse_groups(block_size, shape)
+        config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=groups,
                                **asked(KVCacheConfig,
-                                       prefix_cache_retention_interval=retention))
+                                       prefix_cache_retention_interval=retention,
+                                       hisparse_host_num_blocks=hisparse or None))
         init_none_hash(block_hash)
         _seed_none_hash()
         # (a mutant of vLLM's hashing utilities brings its own edited hasher factory)
@@ -155,6 +157,9 @@ class KVManagerDriver(ManagerReads):
                            **(asked(cls, num_prefill_lookahead=prefill_lookahead)
                               if prefill_lookahead else {}))
         super().__init__(self.manager.block_pool, blocks)
+        # HiSparse's coordinator, bound before the first request as the engine binds it, and
+        # its host pool's reads
+        self.hisparse = HiSparseCalls(self.manager, hisparse) if hisparse else None
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}
         self.hits: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup (kept:
@@ -400,6 +405,22 @@ class KVManagerDriver(ManagerReads):
         _, blocks = self.deferred.pop(index)
         self.manager.block_pool.free_blocks(reversed(blocks))
 
+    def hisparse_step(self, rid: int, num_tokens: int) -> list[tuple[int, int]]:
+        """HiSparse's residency work after `rid`'s allocation, its tokens computed once the step
+        completes `num_tokens`: the write-backs planned, (transfer id, host block)."""
+        return self.hisparse.step(self.requests[rid].request_id, num_tokens)
+
+    def hisparse_written(self, transfer_ids) -> None:
+        """The worker reports the write-backs `transfer_ids` enqueued and completed."""
+        self.hisparse.written(transfer_ids)
+
+    def host_pool(self) -> dict:
+        """The HiSparse host pool's state: free count and queue, reference counts, entries."""
+        host = self.hisparse.host
+        queue, links = host.free_queue()
+        return {"num_free": host.num_free(), "queue": queue, "links": links,
+                "ref": host.ref_counts(), "keys": host.keys(), "cache": host.cache_map()}
+
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)
         self.hits.pop(rid, None)
@@ -409,6 +430,49 @@ class KVManagerDriver(ManagerReads):
 
     def evict_blocks(self, ids) -> None:
         self.manager.evict_blocks(set(ids))
+
+
+def hisparse_groups(block_size: int, shape: dict) -> list:
+    """HiSparse's groups as its engine lays them out (vLLM's own tests build the same): the
+    source (full attention, on the host pool, role HISPARSE_SOURCE), the indexer (full
+    attention on the device), the resident pages and a hot region of two blocks a request."""
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, HiSparseHotSpec,
+                                            HiSparseResidentSpec, KVCacheGroupRole,
+                                            KVCacheGroupSpec)
+
+    spec = FullAttentionSpec(block_size=block_size, **shape)
+    page = block_size * 4
+    return [KVCacheGroupSpec(["source"], spec, role=KVCacheGroupRole.HISPARSE_SOURCE,
+                             host_resident=True),
+            KVCacheGroupSpec(["indexer"], spec, role=KVCacheGroupRole.HISPARSE_INDEXER),
+            KVCacheGroupSpec(["resident"], HiSparseResidentSpec(block_size=block_size,
+                                                                page_size=page)),
+            KVCacheGroupSpec(["hot"], HiSparseHotSpec(block_size=block_size, page_size=page,
+                                                      blocks_per_request=2))]
+
+
+class HiSparseCalls:
+    """What HiSparse's connector asks of its coordinator each step, in plain ints: the
+    residency work after a request's allocation (`advance_scheduled`, then the write-backs it
+    planned, `build_offload_command`), and the worker's report of write-backs done
+    (`update_spills`, every worker once); and the host pool's reads."""
+
+    def __init__(self, manager, host_blocks: int):
+        from vllm.v1.hisparse.coordinator import get_hisparse_coordinator
+
+        self.coordinator = get_hisparse_coordinator(manager)
+        self.host = PoolReader(self.coordinator.get_host_block_pool(), host_blocks)
+
+    def step(self, request_id: str, num_tokens: int) -> list[tuple[int, int]]:
+        """The write-backs the step planned: (transfer id, host block)."""
+        self.coordinator.advance_scheduled([(request_id, num_tokens)])
+        command = self.coordinator.build_offload_command()
+        return [] if command is None else [(int(t.transfer_id), int(t.host_block_id))
+                                           for t in command.page_transfers]
+
+    def written(self, transfer_ids) -> None:
+        counts = {int(t): 1 for t in transfer_ids}
+        self.coordinator.update_spills(counts, counts)
 
 
 def request_groups(driver) -> tuple:

@@ -19,7 +19,7 @@ turns back into `--profile NAME` (`MixedStreams.profile_of`).
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
-                                         generator, hybrid, lookahead_hashes, mtp,
+                                         generator, hisparse, hybrid, lookahead_hashes, mtp,
                                          prompt_embeds)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
@@ -111,7 +111,7 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR,
          "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
          "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
-         "prompt embeds": prompt_embeds.GENERATOR}
+         "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -120,4 +120,4 @@ def profiles() -> tuple[str, ...]:
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
             *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
-            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES)
+            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES)
