@@ -97,7 +97,7 @@ class HiSparseLockstep(AlignLockstep):
         if request.status == WAITING:
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
                              oracle=None, compare=lambda e, r, actual, raised:
-                             self._hit_problems(request, actual, raised))
+                             self._hisparse_hit_problems(request, actual, raised))
             blocks, hit, _ = got.actual
             self.count("admission with a hit" if hit else "admission, no hit")
             if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):
@@ -184,7 +184,7 @@ class HiSparseLockstep(AlignLockstep):
         self.planned += [tuple(pair) for pair in planned.actual or ()]
         return problems
 
-    def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
+    def _hisparse_hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
         if raised is not None:
             return crash_problems(raised)
         try:

@@ -123,9 +123,12 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
                                 "eagle", "async_scheduling", "retained", "window_block_size",
                                 "hash_block_size", "events", "report", "stats")
               if values.get(name, data.get(name))]
-    reader.expect(not host or (not window and not others and values["caching"]), "hisparse",
-                  f"expected 0 with a sliding window, caching off or {others or 'other settings'}"
-                  f" (HiSparse's groups alone)", host)
+    beside = ["a sliding window"] if window else []
+    beside += ["caching off"] if not values["caching"] else []
+    beside += [", ".join(others)] if others else []
+    reader.expect(not host or not beside, "hisparse",
+                  f"expected 0 with {' and '.join(beside)} (HiSparse's groups alone, none of "
+                  f"the settings its reduced checks leave out)", host)
     return host
 
 

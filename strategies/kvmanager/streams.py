@@ -49,7 +49,10 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # multi-token prediction (2026-12-04, the same): 3 of the first 300, from 206
            (mtp.GENERATOR, 0.195, 0.21),
            # prompt embeddings (2026-12-04, the same): 2 of the first 300, from 10
-           (prompt_embeds.GENERATOR, 0.34, 0.355))
+           (prompt_embeds.GENERATOR, 0.34, 0.355),
+           # HiSparse's groups (2026-12-05, from kvmanager/5's rest, a range none of the pinned
+           # or tests' indices draw): 3 of the first 200 (73, 147, 182)
+           (hisparse.GENERATOR, 0.325, 0.34))
 
 
 class MixedStreams:
