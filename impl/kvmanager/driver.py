@@ -548,7 +548,9 @@ CONSTRUCTOR_FIELDS = {
     "mamba_checkpoint": ("MambaSpec", ("num_prefill_checkpoint_blocks",
                                        "prefill_checkpoint_alignment")),
     "mamba_speculative": ("MambaSpec", ("num_speculative_blocks",)),
-    "cross": ("CrossAttentionSpec", ("block_size",))}
+    "cross": ("CrossAttentionSpec", ("block_size",)),
+    # HiSparse's host pool, and its groups' role (`hisparse_groups`)
+    "hisparse": ("KVCacheConfig", ("hisparse_host_num_blocks",))}
 
 
 def constructors_take(module) -> dict[str, bool]:
