@@ -9,9 +9,10 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   exactly, the source group's at least (a host hit may run longer: `retains_longer_hit`), each
   cached under the request's hash of that block in its own pool; the resident and hot groups
   none;
-- an admission with a hit of h tokens (no external tokens: HiSparse's connector reports none)
-  keeps exactly the source group's first cdiv(h, b) hit blocks at the head of its table, and
-  no more of them: vLLM's `allocate_slots` trims the retained hit to the tokens adopted;
+- an admission with a hit of h tokens (no external tokens: HiSparse's connector reports none):
+  the source table is the source group's first cdiv(h, b) hit blocks, then the new blocks
+  `allocate_slots` returned, none of the retained hit past what the request adopts (vLLM's
+  `allocate_slots` trims it; a cached block kept there would be written by the recompute);
 - `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
   null; after a success the source and indexer tables cdiv(computed, b) blocks each;
 - after every op, the write-backs the connector planned before it reported done by the worker
@@ -19,11 +20,11 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   pools' invariants (`state_violations`); the host pool conserved: a block's reference count
   is at least the live source tables that hold it, and exactly that when no write-back is in
   flight (a write-back pins its host block until it completes); nothing published before it
-  is durable: a host block with a hash had a write-back complete since it was last handed out
-  (or was a hit already cached); and once durable it is published: a running request's source
-  blocks up to the first one not yet durable, within its computed tokens, are cached;
-- `reset_prefix_cache` that succeeds leaves nothing cached in either pool and held no host
-  block; `evict_blocks` leaves none of the device blocks it named cached.
+  is durable: a host block with a hash had a write-back complete since it was last handed
+  out; and once durable it is published: a running request's source blocks up to the first
+  one not yet durable, within its computed tokens, are cached;
+- `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
+  leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
 the longest possible, refusals for want of blocks, the device pool's reference counts (the
@@ -39,7 +40,7 @@ from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Preempt, Finish, Reset, Sample, Schedule
+from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
 
 SOURCE, INDEXER = 0, 1  # the groups' positions (`driver.hisparse_groups`)
 RETAINED = "host hit longer than the device groups' (retained)"
@@ -116,11 +117,6 @@ class HiSparseLockstep(AlignLockstep):
         request = yield from self._sample(op)
         if request is not None:
             return (yield from self._step(op.rid, request, 1, None, None))
-
-    @handles(Preempt, Finish)
-    def free(self, op):
-        # (the shared free: the driver's free, then the request forgotten or set waiting)
-        return (yield from super().free(op))
 
     @handles(Evict)
     def evict(self, op: Evict):
