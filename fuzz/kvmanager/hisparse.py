@@ -42,17 +42,19 @@ from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
 
-SOURCE, INDEXER = 0, 1  # the groups' positions (`driver.hisparse_groups`)
+SOURCE, INDEXER, RESIDENT, HOT = 0, 1, 2, 3  # the groups' positions (`driver.hisparse_groups`)
+HOT_BLOCKS = 2  # a hot region's blocks (`HiSparseHotSpec.blocks_per_request` there)
 RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
 PUBLISHED = "host pages published"
+ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
 class HiSparseLockstep(AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise)."""
 
-    EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED)
+    EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL)
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -69,6 +71,7 @@ class HiSparseLockstep(AlignLockstep):
         self.host_keys: list = [None] * trace.hisparse
         self.device_keys: list = [None] * trace.blocks
         self.published = 0  # host blocks with a hash at the last read
+        self.host_free = self.device_free = 0  # the free counts at the last read
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -156,13 +159,19 @@ class HiSparseLockstep(AlignLockstep):
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
         if got.actual is None:
             self.count("allocate_slots refused")
-            return []
+            return self._refusal_problems(rid, request, new, hit, args[5])
         self.count("allocate_slots ok")
         self.durable -= set(got.actual[SOURCE])  # handed out afresh: not written back yet
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = _table_problems(rid, tables, request.computed, size)
+        if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
+            # a new request resuming a host prefix reads host-backed history: its hot region
+            # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
+            problems.append(("hot region", f"r{rid}: an admission with a hit of {hit} tokens "
+                                           f"holds {short(tables[HOT])}: expected a hot region "
+                                           f"of {HOT_BLOCKS} blocks"))
         if admission and not problems:
             # the hit's blocks it adopts, then the blocks it writes: none of those retained
             # past the hit (cached pages another request may share)
@@ -179,6 +188,27 @@ class HiSparseLockstep(AlignLockstep):
                              oracle=None, compare=state_read)
         self.planned += [tuple(pair) for pair in planned.actual or ()]
         return problems
+
+    def _refusal_problems(self, rid, request, new, hit, others_running) -> list:
+        """A refusal with room for the most a step can need: per device group at most a block
+        for every token slot (the indexer's, the resident pages'), the hot region, the
+        watermark at an admission while others run; on the host a block a slot. (A refusal
+        short of that is not judged: HiSparse's admission counts are not modelled.)"""
+        size, admission = self.trace.block_size, hit is not None
+        slots = (hit or 0) + new if admission else request.computed + new
+        if admission and self.trace.full_sequence_must_fit:
+            slots = max(slots, len(request.tokens))
+        watermark = int(self.trace.watermark * self.trace.blocks) \
+            if admission and others_running else 0
+        device = 2 * cdiv(slots, size) + HOT_BLOCKS + watermark
+        if self.device_free < device or self.host_free < cdiv(slots, size):
+            return []
+        self.count(ROOMY_REFUSAL)
+        return [("refusal", f"r{rid}: allocate_slots of {new} tokens"
+                            f"{f' after a hit of {hit}' if admission else ''} refused with "
+                            f"{self.device_free} device blocks free (it needs at most {device}) "
+                            f"and {self.host_free} host blocks free (at most "
+                            f"{cdiv(slots, size)})")]
 
     def _hisparse_hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
         if raised is not None:
@@ -257,6 +287,7 @@ class HiSparseLockstep(AlignLockstep):
             self.count(PUBLISHED)
         self.published = published
         self.host_keys, self.device_keys = list(host["keys"]), list(device["keys"])
+        self.host_free, self.device_free = host["num_free"], device["num_free"]
         self.evicted, self.reset_done = (), False
         return problems
 

@@ -51,12 +51,26 @@ def doubles() -> dict:
         def evict_blocks(self, block_ids):
             pass
 
+    class HotRegionShort(KVCacheManager):  # a hot region of one block, not the spec's two
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.coordinator.single_type_managers[3].blocks_per_request = 1
+
+    class RefusesHits(KVCacheManager):  # every admission with a hit refused, room or not
+        def allocate_slots(self, request, num_new_tokens, num_new_computed_tokens=0,
+                           *args, **kwargs):
+            if num_new_computed_tokens:
+                return None
+            return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,
+                                          *args, **kwargs)
+
     return {cls.__name__: cls for cls in (NeverPublishes, HostBlocksKept, IndexerHitShort,
-                                          EvictsNothing)}
+                                          EvictsNothing, HotRegionShort, RefusesHits)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_hisparse:NeverPublishes
-    if name in ("NeverPublishes", "HostBlocksKept", "IndexerHitShort", "EvictsNothing"):
+    if name in ("NeverPublishes", "HostBlocksKept", "IndexerHitShort", "EvictsNothing",
+                "HotRegionShort", "RefusesHits"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -71,6 +85,8 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
     (f"{__name__}:HostBlocksKept", "host pool"),
     (f"{__name__}:IndexerHitShort", "prefix hit"),
     (f"{__name__}:EvictsNothing", "evict"),
+    (f"{__name__}:HotRegionShort", "hot region"),
+    (f"{__name__}:RefusesHits", "refusal"),
     ("mutant.vllm.kvmanager.hisparse_retained_hit_kept", "retained hit"),
     ("mutant.vllm.kvmanager.hisparse_published_before_durable", "published early"),
 ], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
