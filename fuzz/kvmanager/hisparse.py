@@ -14,7 +14,10 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   `allocate_slots` returned, none of the retained hit past what the request adopts (vLLM's
   `allocate_slots` trims it; a cached block kept there would be written by the recompute);
 - `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
-  null; after a success the source and indexer tables cdiv(computed, b) blocks each;
+  null; after a success the source and indexer tables cdiv(computed, b) blocks each, and after
+  an admission with a hit the hot region (a new request resuming a host prefix reads
+  host-backed history); never None with room for the most a step can need (per device group
+  a block a slot, the hot region and the watermark; on the host a block a slot);
 - after every op, the write-backs the connector planned before it reported done by the worker
   (`update_spills`, one op later: a step's transfers complete after its forward), then: both
   pools' invariants (`state_violations`); the host pool conserved: a block's reference count
@@ -27,9 +30,9 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
-the longest possible, refusals for want of blocks, the device pool's reference counts (the
-coordinator unpins resident pages that stay in the append-only tables), residency updates,
-row mirrors and host copies (the worker's views).
+the longest possible, refusals short of that room (HiSparse's admission counts), the device
+pool's reference counts (the coordinator unpins resident pages that stay in the append-only
+tables), residency updates, row mirrors and host copies (the worker's views).
 """
 
 from __future__ import annotations
