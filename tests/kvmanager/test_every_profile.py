@@ -28,8 +28,8 @@ PER_PROFILE, SHARD = 1500, 250
 # (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 # Profiles added once CI was near its 30 minutes run fewer, in one shard of this many: the
-# "hisparse" profile's 100 traces take some 13 s (2026-12-05, this machine; `kvfuzz diff
-# --profile hisparse --cases 300` agrees on 300 in 48.5 s)
+# "hisparse" profile's 100 traces take 9.3 s once vLLM is imported (2026-12-05, this machine;
+# `kvfuzz diff --profile hisparse --cases 300` agrees on 300 in 46.9 s)
 FEWER = {"hisparse": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
