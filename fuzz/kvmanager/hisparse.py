@@ -45,7 +45,7 @@ from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
 
-SOURCE, INDEXER, RESIDENT, HOT = 0, 1, 2, 3  # the groups' positions (`driver.hisparse_groups`)
+SOURCE, INDEXER, RESIDENT, HOT = 0, 1, 2, 3  # the groups' positions (`hisparse_groups`)
 HOT_BLOCKS = 2  # a hot region's blocks (`HiSparseHotSpec.blocks_per_request` there)
 RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
