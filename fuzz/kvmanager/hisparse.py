@@ -16,8 +16,12 @@ decides, from what its scheduler relies on (each property with a mutant it catch
 - `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
   null; after a success the source and indexer tables cdiv(computed, b) blocks each, and after
   an admission with a hit the hot region (a new request resuming a host prefix reads
-  host-backed history); never None with room for the most a step can need (per device group
-  a block a slot, the hot region and the watermark; on the host a block a slot);
+  host-backed history); an admission made exactly when the released counts say it fits
+  (`admission_fits`: each group's new blocks and its adopted hit blocks that are free, the
+  resident pages past the hit's host pages, the hot region, the watermark; the whole request
+  first where the scheduler asks it); a running request's step never None with room for the
+  most a step can need (per device group a block a slot, the hot region; on the host a block
+  a slot);
 - after every op, the write-backs the connector planned before it reported done by the worker
   (`update_spills`, one op later: a step's transfers complete after its forward), then: both
   pools' invariants (`state_violations`); the host pool conserved: a block's reference count
@@ -30,9 +34,10 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
-the longest possible, refusals short of that room (HiSparse's admission counts), the device
-pool's reference counts (the coordinator unpins resident pages that stay in the append-only
-tables), residency updates, row mirrors and host copies (the worker's views).
+the longest possible, a running request's refusals short of that room (its hot region and
+resident pages follow the coordinator's residency, not modelled), the device pool's reference
+counts (the coordinator unpins resident pages that stay in the append-only tables), residency
+updates, row mirrors and host copies (the worker's views).
 """
 
 from __future__ import annotations
@@ -75,6 +80,8 @@ class HiSparseLockstep(AlignLockstep):
         self.device_keys: list = [None] * trace.blocks
         self.published = 0  # host blocks with a hash at the last read
         self.host_free = self.device_free = 0  # the free counts at the last read
+        self.host_ref: list[int] = []  # and the reference counts
+        self.device_ref: list[int] = []
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -110,7 +117,8 @@ class HiSparseLockstep(AlignLockstep):
             if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):
                 self.count(RETAINED)
             new = min(op.chunk, len(request.tokens) - hit)
-            return (yield from self._step(op.rid, request, new, hit, blocks[SOURCE]))
+            return (yield from self._step(op.rid, request, new, hit, blocks[SOURCE],
+                                          blocks[INDEXER]))
         pending = len(request.tokens) - request.computed
         if pending > 0:
             self.count("prefill chunk")
@@ -144,9 +152,10 @@ class HiSparseLockstep(AlignLockstep):
         self.count("reset" if self.reset_done else "reset refused")
 
     # -- admission and allocation -------------------------------------------------------------
-    def _step(self, rid, request, new, hit, hit_source):
+    def _step(self, rid, request, new, hit, hit_source, indexer_hit=()):
         """allocate_slots of `new` tokens (an admission: after a hit of `hit` tokens, the
-        source group's hit blocks `hit_source`), then the connector's residency work."""
+        source group's hit blocks `hit_source`, the indexer's `indexer_hit`), then the
+        connector's residency work."""
         admission, size = hit is not None, self.trace.block_size
         args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
                 any(r.status == RUNNING for other, r in self.requests.items() if other != rid),
@@ -160,6 +169,11 @@ class HiSparseLockstep(AlignLockstep):
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
+        if admission:
+            wrong = self._admission_problems(rid, request, new, hit, hit_source, indexer_hit,
+                                             args[5], got.actual is not None)
+            if wrong:
+                return wrong
         if got.actual is None:
             self.count("allocate_slots refused")
             return self._refusal_problems(rid, request, new, hit, args[5])
@@ -191,6 +205,32 @@ class HiSparseLockstep(AlignLockstep):
                              oracle=None, compare=state_read)
         self.planned += [tuple(pair) for pair in planned.actual or ()]
         return problems
+
+    def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
+                            made) -> list:
+        """An admission made exactly when the released counts say it fits
+        (`admission_fits`), for the whole request first where the scheduler asks it."""
+        trace, size = self.trace, self.trace.block_size
+        watermark = int(trace.watermark * trace.blocks) if others_running else 0
+        cap = cdiv(min(trace.max_in_flight_tokens or trace.max_model_len, trace.max_model_len),
+                   size)
+        counts = dict(size=size, hit=hit, source=source, indexer=indexer,
+                      host_ref=self.host_ref, device_ref=self.device_ref)
+        fits = admission_fits(min(hit + new, trace.max_model_len), None, **counts) + \
+            watermark <= self.device_free
+        host = admission_fits(min(hit + new, trace.max_model_len), None, host=True, **counts)
+        fits = fits and host <= self.host_free
+        if trace.full_sequence_must_fit:
+            whole = min(len(request.tokens), trace.max_model_len)
+            fits = fits and admission_fits(whole, cap, **counts) + watermark <= \
+                self.device_free and admission_fits(whole, cap, host=True, **counts) <= \
+                self.host_free
+        if fits == made:
+            return []
+        return [("None vs success", f"r{rid}: an admission of {new} tokens after a hit of {hit}: "
+                                    f"expected {'blocks' if fits else 'None'} with "
+                                    f"{self.device_free} device and {self.host_free} host "
+                                    f"blocks free, actual {'blocks' if made else 'None'}")]
 
     def _refusal_problems(self, rid, request, new, hit, others_running) -> list:
         """A refusal with room for the most a step can need: per device group at most a block
@@ -291,6 +331,7 @@ class HiSparseLockstep(AlignLockstep):
         self.published = published
         self.host_keys, self.device_keys = list(host["keys"]), list(device["keys"])
         self.host_free, self.device_free = host["num_free"], device["num_free"]
+        self.host_ref, self.device_ref = list(host["ref"]), list(device["ref"])
         self.evicted, self.reset_done = (), False
         return problems
 
@@ -320,6 +361,24 @@ class HiSparseLockstep(AlignLockstep):
         if cached:
             problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
         return problems
+
+
+def admission_fits(tokens, cap, size, hit, source, indexer, host_ref, device_ref,
+                   host=False) -> int:
+    """The blocks a waiting request's admission of `tokens` slots after a hit of `hit` counts
+    (the released `get_num_blocks_to_allocate` of each group): on the host (`host`) the
+    source group's new blocks and its adopted hit blocks that are free; on the device the
+    indexer's likewise, the resident pages' past the hit's host pages (at most `cap` when
+    the whole request is checked), and the hot region when it resumes a host prefix."""
+    needed, kept = cdiv(tokens, size), cdiv(hit, size)
+
+    def free(blocks, ref):
+        return sum(1 for b in blocks if 0 < b < len(ref) and ref[b] == 0)
+    if host:
+        return max(needed - kept, 0) + free(source[:kept], host_ref)
+    resident = max((needed if cap is None else min(needed, cap)) - kept, 0)
+    return max(needed - len(indexer), 0) + free(indexer, device_ref) + resident + \
+        (HOT_BLOCKS if hit else 0)
 
 
 def _listed(entries) -> list:

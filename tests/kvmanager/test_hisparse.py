@@ -64,13 +64,20 @@ def doubles() -> dict:
             return super().allocate_slots(request, num_new_tokens, num_new_computed_tokens,
                                           *args, **kwargs)
 
+    class RefusesSteps(KVCacheManager):  # every step of a running request refused
+        def allocate_slots(self, request, *args, **kwargs):
+            if request.num_computed_tokens:
+                return None
+            return super().allocate_slots(request, *args, **kwargs)
+
     return {cls.__name__: cls for cls in (NeverPublishes, HostBlocksKept, IndexerHitShort,
-                                          EvictsNothing, HotRegionShort, RefusesHits)}
+                                          EvictsNothing, HotRegionShort, RefusesHits,
+                                          RefusesSteps)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_hisparse:NeverPublishes
     if name in ("NeverPublishes", "HostBlocksKept", "IndexerHitShort", "EvictsNothing",
-                "HotRegionShort", "RefusesHits"):
+                "HotRegionShort", "RefusesHits", "RefusesSteps"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -86,7 +93,8 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
     (f"{__name__}:IndexerHitShort", "prefix hit"),
     (f"{__name__}:EvictsNothing", "evict"),
     (f"{__name__}:HotRegionShort", "hot region"),
-    (f"{__name__}:RefusesHits", "refusal"),
+    (f"{__name__}:RefusesHits", "None vs success"),
+    (f"{__name__}:RefusesSteps", "refusal"),
     ("mutant.vllm.kvmanager.hisparse_retained_hit_kept", "retained hit"),
     ("mutant.vllm.kvmanager.hisparse_published_before_durable", "published early"),
 ], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
