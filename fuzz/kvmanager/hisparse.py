@@ -44,14 +44,14 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
+from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
+                                                   admission_fits, allocation_problems, listed,
+                                                   pool_problems, table_problems)
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
-from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
 
-SOURCE, INDEXER, RESIDENT, HOT = 0, 1, 2, 3  # the groups' positions (`hisparse_groups`)
-HOT_BLOCKS = 2  # a hot region's blocks (`HiSparseHotSpec.blocks_per_request` there)
 RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
 PUBLISHED = "host pages published"
@@ -168,7 +168,7 @@ class HiSparseLockstep(AlignLockstep):
             yield Call(f"allocate_slots(r{rid}, 0)", "allocate_slots", args, oracle=refuse)
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
-                         "allocate_slots", args, oracle=None, compare=_allocation_problems)
+                         "allocate_slots", args, oracle=None, compare=allocation_problems)
         if admission:
             wrong = self._admission_problems(rid, request, new, hit, hit_source, indexer_hit,
                                              args[5], got.actual is not None)
@@ -182,7 +182,7 @@ class HiSparseLockstep(AlignLockstep):
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
-        problems = _table_problems(rid, tables, request.computed, size)
+        problems = table_problems(rid, tables, request.computed, size)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
             # a new request resuming a host prefix reads host-backed history: its hot region
             # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
@@ -278,7 +278,7 @@ class HiSparseLockstep(AlignLockstep):
                                    (INDEXER, indexer, self.device_keys)):
             for index, block in enumerate(table):
                 entries = keys[block] if 0 < block < len(keys) else None
-                if index >= len(units) or (units[index], group) not in _listed(entries):
+                if index >= len(units) or (units[index], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
         return []
@@ -299,8 +299,8 @@ class HiSparseLockstep(AlignLockstep):
         device = {"num_free": self.read("num_free"), "ref": self.read("ref_counts"),
                   "keys": self.read("keys"), "cache": self.read("cache_map")}
         device["queue"], device["links"] = self.read("free_queue")
-        problems = _pool_problems("host pool", host, self.trace.hisparse) + \
-            _pool_problems("device pool", device, self.trace.blocks)
+        problems = pool_problems("host pool", host, self.trace.hisparse) + \
+            pool_problems("device pool", device, self.trace.blocks)
         held = [0] * self.trace.hisparse
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
@@ -361,63 +361,3 @@ class HiSparseLockstep(AlignLockstep):
         if cached:
             problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
         return problems
-
-
-def admission_fits(tokens, cap, size, hit, source, indexer, host_ref, device_ref,
-                   host=False) -> int:
-    """The blocks a waiting request's admission of `tokens` slots after a hit of `hit` counts
-    (the released `get_num_blocks_to_allocate` of each group): on the host (`host`) the
-    source group's new blocks and its adopted hit blocks that are free; on the device the
-    indexer's likewise, the resident pages' past the hit's host pages (at most `cap` when
-    the whole request is checked), and the hot region when it resumes a host prefix."""
-    needed, kept = cdiv(tokens, size), cdiv(hit, size)
-
-    def free(blocks, ref):
-        return sum(1 for b in blocks if 0 < b < len(ref) and ref[b] == 0)
-    if host:
-        return max(needed - kept, 0) + free(source[:kept], host_ref)
-    resident = max((needed if cap is None else min(needed, cap)) - kept, 0)
-    return max(needed - len(indexer), 0) + free(indexer, device_ref) + resident + \
-        (HOT_BLOCKS if hit else 0)
-
-
-def _listed(entries) -> list:
-    return entries if isinstance(entries, list) else [entries]
-
-
-def _pool_problems(name: str, pool: dict, size: int) -> list[tuple[str, str]]:
-    problems = [(name, f"free queue links: {pool['links']}")] if pool["links"] else []
-    if len(pool["ref"]) != size:
-        return problems + [(name, f"expected {size} blocks, actual {len(pool['ref'])}")]
-    if pool["num_free"] != len(pool["queue"]):
-        problems.append((name, f"{pool['num_free']} free, {len(pool['queue'])} blocks on the "
-                               f"free queue"))
-    return problems + [(name, text) for text in state_violations(
-        size, pool["ref"], pool["queue"], pool["keys"], pool["cache"])]
-
-
-def _table_problems(rid, tables, computed, size) -> list[tuple[str, str]]:
-    """After a success the source and indexer tables hold cdiv(computed, b) blocks each."""
-    expected = cdiv(computed, size)
-    if len(tables) != 4 or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
-        return [("block table", f"r{rid}: {computed} tokens computed in blocks of {size}: "
-                                f"expected {expected} source and indexer blocks, actual "
-                                f"{short(tables)}")]
-    return []
-
-
-def _allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if actual is None:
-        return []
-    try:
-        attention = [b for group in (actual[SOURCE], actual[INDEXER]) for b in group]
-        fine = len(actual) == 4 and 0 not in attention
-    except (TypeError, IndexError):
-        fine = False
-    if not fine or len(set(actual[SOURCE])) != len(actual[SOURCE]) or \
-            len(set(actual[INDEXER])) != len(actual[INDEXER]):
-        return [("result", f"allocate_slots: expected four groups' new blocks, the source's and "
-                           f"indexer's distinct and not null, actual {short(actual)}")]
-    return []
