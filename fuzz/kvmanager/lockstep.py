@@ -64,6 +64,7 @@ CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: 
            "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
            "Mamba prefill checkpoint blocks": lambda t: t.mamba_checkpoint > 0,
            "speculative Mamba blocks": lambda t: t.mamba_speculative > 0,
+           "HiSparse host source group (reduced checks)": lambda t: t.hisparse > 0,
            **KEY_CONFIGS, **EMBEDS_CONFIGS}
 # Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
 # coordinator's alignment to the scheduler block size and full attention's partial entries.

@@ -15,7 +15,7 @@ from kvfuzz.fuzz.blockpool.target import smaller_pool
 from kvfuzz.fuzz.engine.catalogue import Catalogue
 from kvfuzz.fuzz.engine.trace_target import (LockstepJudge, TraceCodec, TraceInputs,
                                              TraceShrinker, trace_target)
-from kvfuzz.fuzz.kvmanager.align import AlignLockstep
+from kvfuzz.fuzz.kvmanager.hisparse import HiSparseLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import UPSTREAM, check_shape
 from kvfuzz.strategies.kvmanager import codec, streams, uniform
@@ -90,7 +90,7 @@ KVMANAGER = trace_target(
     codec=TraceCodec(FORMAT, codec.from_json, to_json, codec.worst_input, "manager",
                      codec.MAX_OPS),
     inputs=TraceInputs(streams.GENERATOR, uniform=uniform.uniform_trace),
-    judge=LockstepJudge(AlignLockstep, describe_op, broken,
+    judge=LockstepJudge(HiSparseLockstep, describe_op, broken,
                         lambda impl: {"unread": unread(impl.preconditions)}),
     catalogue=Catalogue("kvmanager", IMPLEMENTATIONS, _shape, _declare),
     shrinker=TraceShrinker(_size, (Arrive,), _smaller, budget=(3000, 30.0)),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from kvfuzz.impl.blockpool.driver import PoolReader, plain_events
 from kvfuzz.impl.driver_calls import taken
+from kvfuzz.impl.kvmanager.hisparse import HiSparseCalls, hisparse_groups
 from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash
 
 
@@ -75,7 +76,7 @@ class KVManagerDriver(ManagerReads):
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
                  eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
-                 mamba_speculative: int = 0):
+                 mamba_speculative: int = 0, hisparse: int = 0):
         import math
 
         import torch
@@ -124,12 +125,14 @@ class KVManagerDriver(ManagerReads):
         # release before the flag has no such field)
         flags = [{"is_eagle_group": i in eagle_groups} if eagle_groups else {}
                  for i in range(len(specs))]
-        config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[],
-                               kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], spec, **flag)
-                                                for i, (spec, flag) in
-                                                enumerate(zip(specs, flags))],
+        groups = [KVCacheGroupSpec([f"layer{i}"], spec, **flag)
+                  for i, (spec, flag) in enumerate(zip(specs, flags))]
+        if hisparse:  # HiSparse's four groups and its host pool (`hisparse.py`)
+            groups = hisparse_groups(block_size, shape)
+        config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=groups,
                                **asked(KVCacheConfig,
-                                       prefix_cache_retention_interval=retention))
+                                       prefix_cache_retention_interval=retention,
+                                       hisparse_host_num_blocks=hisparse or None))
         init_none_hash(block_hash)
         _seed_none_hash()
         # (a mutant of vLLM's hashing utilities brings its own edited hasher factory)
@@ -155,6 +158,9 @@ class KVManagerDriver(ManagerReads):
                            **(asked(cls, num_prefill_lookahead=prefill_lookahead)
                               if prefill_lookahead else {}))
         super().__init__(self.manager.block_pool, blocks)
+        # HiSparse's coordinator, bound before the first request as the engine binds it, and
+        # its host pool's reads
+        self.hisparse = HiSparseCalls(self.manager, hisparse) if hisparse else None
         self.lookahead, self.encoder_tokens = lookahead, encoder_tokens
         self.requests: dict[int, object] = {}
         self.hits: dict[int, object] = {}  # rid -> the KVCacheBlocks of its last lookup (kept:
@@ -400,6 +406,22 @@ class KVManagerDriver(ManagerReads):
         _, blocks = self.deferred.pop(index)
         self.manager.block_pool.free_blocks(reversed(blocks))
 
+    def hisparse_step(self, rid: int, num_tokens: int) -> list[tuple[int, int]]:
+        """HiSparse's residency work after `rid`'s allocation, its tokens computed once the step
+        completes `num_tokens`: the write-backs planned, (transfer id, host block)."""
+        return self.hisparse.step(self.requests[rid].request_id, num_tokens)
+
+    def hisparse_written(self, transfer_ids) -> None:
+        """The worker reports the write-backs `transfer_ids` enqueued and completed."""
+        self.hisparse.written(transfer_ids)
+
+    def host_pool(self) -> dict:
+        """The HiSparse host pool's state: free count and queue, reference counts, entries."""
+        host = self.hisparse.host
+        queue, links = host.free_queue()
+        return {"num_free": host.num_free(), "queue": queue, "links": links,
+                "ref": host.ref_counts(), "keys": host.keys(), "cache": host.cache_map()}
+
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)
         self.hits.pop(rid, None)
@@ -484,7 +506,9 @@ CONSTRUCTOR_FIELDS = {
     "mamba_checkpoint": ("MambaSpec", ("num_prefill_checkpoint_blocks",
                                        "prefill_checkpoint_alignment")),
     "mamba_speculative": ("MambaSpec", ("num_speculative_blocks",)),
-    "cross": ("CrossAttentionSpec", ("block_size",))}
+    "cross": ("CrossAttentionSpec", ("block_size",)),
+    # HiSparse's host pool, and its groups' role (`hisparse_groups`)
+    "hisparse": ("KVCacheConfig", ("hisparse_host_num_blocks",))}
 
 
 def constructors_take(module) -> dict[str, bool]:

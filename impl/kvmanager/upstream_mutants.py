@@ -219,6 +219,19 @@ MUTATIONS = {
         "for boundary_tokens in reachable_boundaries:", "for boundary_tokens in ():",
         "under retention 0 a Mamba group keeps no state at the replay boundary: a resend of a "
         "prompt finds nothing to resume from")),
+    # HiSparse's source group on its host pool (the "hisparse" profile, judged in a reduced
+    # mode): a retained host hit kept past the tokens adopted; pages published before their
+    # write-backs are done.
+    "hisparse_retained_hit_kept": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots", ": cdiv(reused, manager.block_size)",
+        ": cdiv(reused, manager.block_size) + 1",
+        "an admission keeps one of the source group's retained hit blocks past the tokens it "
+        "adopts")),
+    "hisparse_published_before_durable": (SINGLE, Mutation(
+        "HiSparseSourceManager.cache_blocks", "self.coordinator.publish_when_ready(",
+        "self.publish_blocks(",
+        "the source group publishes a page's hash when computed, before its write-back to the "
+        "host is done")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

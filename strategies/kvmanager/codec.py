@@ -107,10 +107,29 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     # Extra retained tokens belong to a sliding window.
     reader.expect(window or not values["retained"], "retained",
                   "expected 0 without a sliding window", values["retained"])
+    values["hisparse"] = _hisparse(reader, data, values, window)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
     return values
+
+
+def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:
+    """HiSparse's host blocks: its four groups alone, one block size, caching on, none of the
+    settings its reduced checks leave out (`fuzz/kvmanager/hisparse.py`)."""
+    host = reader.integer(data.get("hisparse", 0), "hisparse", low=0, high=MAX_BLOCKS)
+    others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
+                                "hash_lookahead", "eagle_groups", "prefill_lookahead", "lookahead",
+                                "eagle", "async_scheduling", "retained", "window_block_size",
+                                "hash_block_size", "events", "report", "stats")
+              if values.get(name, data.get(name))]
+    beside = ["a sliding window"] if window else []
+    beside += ["caching off"] if not values["caching"] else []
+    beside += [", ".join(others)] if others else []
+    reader.expect(not host or not beside, "hisparse",
+                  f"expected 0 with {' and '.join(beside)} (HiSparse's groups alone, none of "
+                  f"the settings its reduced checks leave out)", host)
+    return host
 
 
 def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:

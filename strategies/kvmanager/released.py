@@ -27,6 +27,8 @@ NO_RETAINED = "no SlidingWindowSpec.extra_retained_tokens (vLLM before 0.28)"
 NO_LOCAL_CHUNK = "no ChunkedLocalAttentionSpec(attention_chunk_size) (an earlier vLLM release)"
 NO_MAMBA_MODE = "no MambaSpec.mamba_cache_mode (an earlier vLLM release)"
 NO_CROSS = "no CrossAttentionSpec (an earlier vLLM release)"
+NO_HISPARSE = ("no HiSparse host pool (KVCacheConfig.hisparse_host_num_blocks: an earlier vLLM "
+               "release)")
 # The block pool of vLLM before 0.24 keys a block of several hash units by the units' hashes
 # joined (`BlockHashListWithBlockSize`; 0.24 on, by the last unit's hash, as kvfuzz models):
 # read from the pool's module (`fuzz/blockpool/target.joins_units`).
@@ -63,7 +65,7 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS,
          "mamba_checkpoint": NO_MAMBA_CHECKPOINT, "mamba_speculative": NO_MAMBA_SPECULATIVE,
          "retained": NO_RETAINED, "local_chunk": NO_LOCAL_CHUNK, "mamba_mode": NO_MAMBA_MODE,
-         "cross": NO_CROSS}
+         "cross": NO_CROSS, "hisparse": NO_HISPARSE}
 
 
 def unread(preconditions) -> frozenset:
@@ -91,6 +93,7 @@ def broken(trace, preconditions) -> list[str]:
             NO_LOCAL_CHUNK: trace.local_chunk > 0,
             NO_MAMBA_MODE: bool(trace.mamba_mode),
             NO_CROSS: trace.encoder_tokens > 0,
+            NO_HISPARSE: trace.hisparse > 0,
             NO_UNIT_KEYS: max(trace.block_size, trace.window_block_size) > trace.hash_size}
     return [f"a trace with a setting the class does not take: {lacking}"
             for lacking, asked in asks.items() if asked and lacking in preconditions]

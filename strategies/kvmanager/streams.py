@@ -19,7 +19,7 @@ turns back into `--profile NAME` (`MixedStreams.profile_of`).
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
-                                         generator, hybrid, lookahead_hashes, mtp,
+                                         generator, hisparse, hybrid, lookahead_hashes, mtp,
                                          prompt_embeds)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
@@ -49,7 +49,10 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # multi-token prediction (2026-12-04, the same): 3 of the first 300, from 206
            (mtp.GENERATOR, 0.195, 0.21),
            # prompt embeddings (2026-12-04, the same): 2 of the first 300, from 10
-           (prompt_embeds.GENERATOR, 0.34, 0.355))
+           (prompt_embeds.GENERATOR, 0.34, 0.355),
+           # HiSparse's groups (2026-12-05, from kvmanager/5's rest, a range none of the pinned
+           # or tests' indices draw): 3 of the first 200 (73, 147, 182)
+           (hisparse.GENERATOR, 0.325, 0.34))
 
 
 class MixedStreams:
@@ -111,7 +114,7 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR,
          "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
          "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
-         "prompt embeds": prompt_embeds.GENERATOR}
+         "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -120,4 +123,4 @@ def profiles() -> tuple[str, ...]:
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
             *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
-            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES)
+            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES)

@@ -263,7 +263,16 @@ class Trace:
     `num_prefill_lookahead` (MTP's `num_speculative_tokens`: the drafter reads that many prompt
     tokens past a chunk), so the last `prefill_lookahead - 1` computed tokens may be re-prefilled
     and are held back from caching (the unitary coordinator's every group, the hybrid one's
-    groups that take EAGLE's drop)."""
+    groups that take EAGLE's drop).
+
+    HiSparse (`kvmanager/5[hisparse]`, `strategies/kvmanager/hisparse.py`): `hisparse` > 0 is
+    the host pool's blocks (`KVCacheConfig.hisparse_host_num_blocks`), and the groups are
+    HiSparse's: its source group (full attention, host-resident, role `HISPARSE_SOURCE`: a pool
+    of its own on the host, hashes published once their pages are written back, hits kept that
+    the device groups lost), the indexer (full attention on the device), the resident pages
+    and the hot region, all in blocks of `block_size`; judged in a reduced mode
+    (`fuzz/kvmanager/hisparse.py`), the write-backs completed by the judge as HiSparse's
+    worker reports them."""
 
     blocks: int
     block_size: int
@@ -294,6 +303,7 @@ class Trace:
     prefill_lookahead: int = 0
     mamba_checkpoint: int = 0
     mamba_speculative: int = 0
+    hisparse: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -316,7 +326,8 @@ class Trace:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        groups = f"full + sliding window {self.window}" if self.window else \
+        groups = f"HiSparse (source on {self.hisparse} host blocks, indexer, resident, hot)" \
+            if self.hisparse else f"full + sliding window {self.window}" if self.window else \
             f"full + chunked local {self.local_chunk}" if self.local_chunk else \
             f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else \
             f"full + cross attention ({self.encoder_tokens} encoder tokens)" \
@@ -411,4 +422,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
-                  "mamba_checkpoint": 0, "mamba_speculative": 0}
+                  "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0}

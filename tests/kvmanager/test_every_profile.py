@@ -27,8 +27,12 @@ PER_PROFILE, SHARD = 1500, 250
 # Found past the shards with 1,500 of each profile from index 1000, the check's fault
 # (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
+# Profiles added once CI was near its 30 minutes run fewer, in one shard of this many: the
+# "hisparse" profile's 100 traces take 9.3 s once vLLM is imported (2026-12-05, this machine;
+# `kvfuzz diff --profile hisparse --cases 300` agrees on 300 in 46.9 s)
+FEWER = {"hisparse": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
-          for shard in range(PER_PROFILE // SHARD)]
+          for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
 
 _LOCAL = "chunked-local hit: blocks before the chunk null"
 _WINDOW = [mark for mark in MARKS if mark != _LOCAL]  # every mark of a sliding window's
@@ -67,6 +71,11 @@ REACHES = {
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]
     + _CONFIGS("sliding window", "chunked local attention"),
+    # HiSparse: host hits the device groups lost, write-backs done and pages published after
+    "hisparse": ["admission with a hit", "host hit longer than the device groups' (retained)",
+                 "write-backs reported done", "host pages published", "preempt", "evict",
+                 "reset", "reset refused", "allocate_slots refused"]
+    + _CONFIGS("HiSparse host source group (reduced checks)"),
 }
 
 
@@ -100,7 +109,7 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
     assert release.name == "vllm.kvmanager"
     stream = KVMANAGER.alone(profile).generator
     first, events = shard * SHARD, Counter()
-    for index in range(first, first + SHARD):
+    for index in range(first, first + FEWER.get(profile, SHARD)):
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
         outcome = KVMANAGER.check(trace, release)

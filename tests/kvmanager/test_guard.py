@@ -50,14 +50,15 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups; the KV connector's calls, zeroing, decode context parallelism) or one it does not
-    check (KV events and stats: the engine's own consumers drain them); else without its steps
-    of no tokens, with every request reading the cache and without images (the guard maps a
-    request's LoRA adapter and salt, refuses its multimodal inputs)."""
+    groups; the KV connector's calls, zeroing, decode context parallelism, HiSparse's groups)
+    or one it does not check (KV events and stats: the engine's own consumers drain them);
+    else without its steps of no tokens, with every request reading the cache and without
+    images (the guard maps a request's LoRA adapter and salt, refuses its multimodal
+    inputs)."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
             trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
-            trace.zeroing or trace.dcp > 1 or \
+            trace.zeroing or trace.dcp > 1 or trace.hisparse or \
             any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
         return None
     ops = tuple(replace(op, no_cache_read=False, images=()) if isinstance(op, Arrive) else op
@@ -83,7 +84,9 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "finished_window_kept",
                # zeroing: the corner traces are of one precision (test_guard_zeroing.py)
                "new_block_not_zeroed", "zeroing_records_kept",
-               "partial_load_skips_all_zeroing")
+               "partial_load_skips_all_zeroing",
+               # HiSparse's groups: the guard refuses them (its own traces: test_hisparse.py)
+               "hisparse_retained_hit_kept", "hisparse_published_before_durable")
 
 
 def corner_trace(index: int, impl):
@@ -186,6 +189,13 @@ def test_what_the_trace_cannot_model_is_refused_before_the_call(tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match=r"context parallelism \(dcp, pcp world "
                                                       r"sizes \[\(2, 1\)\]\)"):
         kvfuzz.guard(dcp_manager, "kvmanager")
+    # HiSparse's groups (a host source, an indexer, resident pages, a hot region): the guard's
+    # trace has one full-attention group and at most a window (kvfuzz's own traces: the
+    # "hisparse" profile)
+    hisparse_manager = KVManagerDriver(VLLM.load(), 8, 4, 0, 64, hisparse=8).manager
+    with pytest.raises(kvfuzz.GuardUnsupported, match=r"KV-cache groups \['FullAttentionSpec', "
+                                                      r"'FullAttentionSpec', 'HiSparseResi"):
+        kvfuzz.guard(hisparse_manager, "kvmanager")
 
 
 def test_a_target_without_a_guard_says_which_have_one():

@@ -68,6 +68,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # under retention 0, no state kept at the replay boundary a resend resumes from
     "mamba_align_replay_state_dropped": r"retention:? +r\d+: a step to \d+ tokens of a "
                                         r"\d+-token prompt wrote the state at its replay",
+    # HiSparse (the "hisparse" profile): a retained host hit kept past the tokens adopted; a
+    # host page published before its write-back is done.
+    "hisparse_retained_hit_kept": r"retained hit:? +r\d+: a hit of \d+ tokens",
+    "hisparse_published_before_durable": r"published early:? +host blocks \[",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -154,6 +158,11 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # and the first with a chunk ending at the replay state under
                         # retention 0 (index 22)
                         PREFIX + "mamba_align_replay_state_dropped": 22,
+                        # the first "hisparse" trace of seed 0's mix (73), and the first
+                        # with a retained host hit an admission adopts (244; 147 and 182
+                        # have none)
+                        PREFIX + "hisparse_retained_hit_kept": 244,
+                        PREFIX + "hisparse_published_before_durable": 73,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)

@@ -1,0 +1,363 @@
+"""The KV-cache-manager judge's reduced mode for vLLM's HiSparse groups (`Trace.hisparse`, the
+"hisparse" profile): kvfuzz's oracle models one pool, and HiSparse's source group has a second
+one on the host, publishes a page's hash only once its write-back is done and keeps hits the
+device groups lost. Nothing here asks the oracle; what is compared holds whatever the manager
+decides, from what its scheduler relies on (each property with a mutant it catches,
+`tests/kvmanager/test_hisparse.py`):
+
+- a hit: at most `num_tokens - 1` tokens, a multiple of the block; the indexer's blocks cover it
+  exactly, the source group's at least (a host hit may run longer: `retains_longer_hit`), each
+  cached under the request's hash of that block in its own pool; the resident and hot groups
+  none;
+- an admission with a hit of h tokens (no external tokens: HiSparse's connector reports none):
+  the source table is the source group's first cdiv(h, b) hit blocks, then the new blocks
+  `allocate_slots` returned, none of the retained hit past what the request adopts (vLLM's
+  `allocate_slots` trims it; a cached block kept there would be written by the recompute);
+- `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
+  null; after a success the source and indexer tables cdiv(computed, b) blocks each, and after
+  an admission with a hit the hot region (a new request resuming a host prefix reads
+  host-backed history); an admission made exactly when the released counts say it fits
+  (`admission_fits`: each group's new blocks and its adopted hit blocks that are free, the
+  resident pages past the hit's host pages, the hot region, the watermark; the whole request
+  first where the scheduler asks it); a running request's step never None with room for the
+  most a step can need (per device group a block a slot, the hot region; on the host a block
+  a slot);
+- after every op, the write-backs the connector planned before it reported done by the worker
+  (`update_spills`, one op later: a step's transfers complete after its forward), then: both
+  pools' invariants (`state_violations`); the host pool conserved: a block's reference count
+  is at least the live source tables that hold it, and exactly that when no write-back is in
+  flight (a write-back pins its host block until it completes); nothing published before it
+  is durable: a host block with a hash had a write-back complete since it was last handed
+  out; and once durable it is published: a running request's source blocks up to the first
+  one not yet durable, within its computed tokens, are cached;
+- `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
+  leaves none of the device blocks it named cached.
+
+Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
+the longest possible, a running request's refusals short of that room (its hot region and
+resident pages follow the coordinator's residency, not modelled), the device pool's reference
+counts (the coordinator unpins resident pages that stay in the append-only tables), residency
+updates, row mirrors and host copies (the worker's views).
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
+from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
+                                                   admission_fits, allocation_problems, listed,
+                                                   pool_problems, table_problems)
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+from kvfuzz.oracle.kvmanager.model import NothingToAllocate
+from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Schedule
+
+RETAINED = "host hit longer than the device groups' (retained)"
+WRITTEN = "write-backs reported done"
+PUBLISHED = "host pages published"
+ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
+
+
+class HiSparseLockstep(AlignLockstep):
+    """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
+    the methods below judge in the reduced mode (each delegates otherwise)."""
+
+    EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL)
+
+    def build_model(self, trace):
+        self.hs = trace.hisparse > 0
+        if not self.hs:
+            return super().build_model(trace)
+        self.align = False
+        self.requests = {}
+        self.seen = set()
+        self.planned: list[tuple[int, int]] = []  # write-backs planned by this op
+        self.in_flight: list[tuple[int, int]] = []  # planned before it: done at its end
+        self.durable: set[int] = set()  # host blocks written back since handed out
+        self.evicted: tuple[int, ...] = ()
+        self.reset_done = False
+        self.host_keys: list = [None] * trace.hisparse
+        self.device_keys: list = [None] * trace.blocks
+        self.published = 0  # host blocks with a hash at the last read
+        self.host_free = self.device_free = 0  # the free counts at the last read
+        self.host_ref: list[int] = []  # and the reference counts
+        self.device_ref: list[int] = []
+        self.count_configs(trace)
+        return _Unmodelled()
+
+    def build_impl(self, trace, cls, device, unread=frozenset()):
+        from kvfuzz.fuzz.engine.remote import make
+        from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
+
+        if not trace.hisparse:
+            return super().build_impl(trace, cls, device, unread)
+        self.unread = unread
+        return make(KVManagerDriver, cls, trace.blocks, trace.block_size, 0,
+                    trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
+                    trace.watermark, True, False, False, 0, False, 0, 0, 0, 0, "", 0, False,
+                    0, 0, (), 0, 0, 0, trace.hisparse)
+
+    def initial_problems(self):
+        return self._pools() if self.hs else super().initial_problems()
+
+    # -- ops ----------------------------------------------------------------------------------
+    @handles(Schedule)
+    def schedule(self, op: Schedule):
+        if not self.hs:
+            return (yield from super().schedule(op))
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        if request.status == WAITING:
+            got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
+                             oracle=None, compare=lambda e, r, actual, raised:
+                             self._hisparse_hit_problems(request, actual, raised))
+            blocks, hit, _ = got.actual
+            self.count("admission with a hit" if hit else "admission, no hit")
+            if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):
+                self.count(RETAINED)
+            new = min(op.chunk, len(request.tokens) - hit)
+            return (yield from self._step(op.rid, request, new, hit, blocks[SOURCE],
+                                          blocks[INDEXER]))
+        pending = len(request.tokens) - request.computed
+        if pending > 0:
+            self.count("prefill chunk")
+            return (yield from self._step(op.rid, request, min(op.chunk, pending), None, None))
+
+    @handles(Decode, Sample)
+    def decode(self, op):
+        if not self.hs:
+            return (yield from super().decode(op))
+        request = yield from self._sample(op)
+        if request is not None:
+            return (yield from self._step(op.rid, request, 1, None, None))
+
+    @handles(Evict)
+    def evict(self, op: Evict):
+        if not self.hs:
+            return (yield from super().evict(op))
+        self.evicted = tuple(sorted({b for b in op.block_ids if 0 < b < self.trace.blocks}))
+        self.count("evict")
+        yield Call(f"evict_blocks({set(self.evicted) or '{}'})", "evict_blocks",
+                   (list(self.evicted),), oracle=None)
+
+    @handles(Reset)
+    def reset(self, op: Reset):
+        if not self.hs:
+            return (yield from super().reset(op))
+        got = yield Call("reset_prefix_cache()", "reset_prefix_cache", (), oracle=None,
+                         compare=lambda e, r, actual, raised: crash_problems(raised)
+                         if raised is not None else [])
+        self.reset_done = got.actual is True
+        self.count("reset" if self.reset_done else "reset refused")
+
+    # -- admission and allocation -------------------------------------------------------------
+    def _step(self, rid, request, new, hit, hit_source, indexer_hit=()):
+        """allocate_slots of `new` tokens (an admission: after a hit of `hit` tokens, the
+        source group's hit blocks `hit_source`, the indexer's `indexer_hit`), then the
+        connector's residency work."""
+        admission, size = hit is not None, self.trace.block_size
+        args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
+                any(r.status == RUNNING for other, r in self.requests.items() if other != rid),
+                0)
+        if new == 0 and not hit:
+            self.count("allocate_slots of nothing refused")
+
+            def refuse():
+                raise NothingToAllocate(f"r{rid}: no new tokens and no hit to adopt")
+            yield Call(f"allocate_slots(r{rid}, 0)", "allocate_slots", args, oracle=refuse)
+            return []
+        got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
+                         "allocate_slots", args, oracle=None, compare=allocation_problems)
+        if admission:
+            wrong = self._admission_problems(rid, request, new, hit, hit_source, indexer_hit,
+                                             args[5], got.actual is not None)
+            if wrong:
+                return wrong
+        if got.actual is None:
+            self.count("allocate_slots refused")
+            return self._refusal_problems(rid, request, new, hit, args[5])
+        self.count("allocate_slots ok")
+        self.durable -= set(got.actual[SOURCE])  # handed out afresh: not written back yet
+        request.computed += (hit or 0) + new
+        request.status = RUNNING
+        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        problems = table_problems(rid, tables, request.computed, size)
+        if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
+            # a new request resuming a host prefix reads host-backed history: its hot region
+            # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
+            problems.append(("hot region", f"r{rid}: an admission with a hit of {hit} tokens "
+                                           f"holds {short(tables[HOT])}: expected a hot region "
+                                           f"of {HOT_BLOCKS} blocks"))
+        if admission and not problems:
+            # the hit's blocks it adopts, then the blocks it writes: none of those retained
+            # past the hit (cached pages another request may share)
+            kept = cdiv(hit, size)
+            expected = list(hit_source[:kept]) + list(got.actual[SOURCE])
+            if tables[SOURCE] != expected:
+                problems.append(("retained hit", (
+                    f"r{rid}: a hit of {hit} tokens in blocks of {size}: expected the source "
+                    f"group's first {kept} hit blocks (of {short(hit_source)}) then its new "
+                    f"blocks, {short(expected)}, actual table {short(tables[SOURCE])}")))
+        yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        planned = yield Call("", "hisparse_step", (rid, min(request.computed,
+                                                            len(request.tokens))),
+                             oracle=None, compare=state_read)
+        self.planned += [tuple(pair) for pair in planned.actual or ()]
+        return problems
+
+    def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
+                            made) -> list:
+        """An admission made exactly when the released counts say it fits
+        (`admission_fits`), for the whole request first where the scheduler asks it."""
+        trace, size = self.trace, self.trace.block_size
+        watermark = int(trace.watermark * trace.blocks) if others_running else 0
+        cap = cdiv(min(trace.max_in_flight_tokens or trace.max_model_len, trace.max_model_len),
+                   size)
+        counts = dict(size=size, hit=hit, source=source, indexer=indexer,
+                      host_ref=self.host_ref, device_ref=self.device_ref)
+        fits = admission_fits(min(hit + new, trace.max_model_len), None, **counts) + \
+            watermark <= self.device_free
+        host = admission_fits(min(hit + new, trace.max_model_len), None, host=True, **counts)
+        fits = fits and host <= self.host_free
+        if trace.full_sequence_must_fit:
+            whole = min(len(request.tokens), trace.max_model_len)
+            fits = fits and admission_fits(whole, cap, **counts) + watermark <= \
+                self.device_free and admission_fits(whole, cap, host=True, **counts) <= \
+                self.host_free
+        if fits == made:
+            return []
+        return [("None vs success", f"r{rid}: an admission of {new} tokens after a hit of {hit}: "
+                                    f"expected {'blocks' if fits else 'None'} with "
+                                    f"{self.device_free} device and {self.host_free} host "
+                                    f"blocks free, actual {'blocks' if made else 'None'}")]
+
+    def _refusal_problems(self, rid, request, new, hit, others_running) -> list:
+        """A refusal with room for the most a step can need: per device group at most a block
+        for every token slot (the indexer's, the resident pages'), the hot region, the
+        watermark at an admission while others run; on the host a block a slot. (A refusal
+        short of that is not judged: HiSparse's admission counts are not modelled.)"""
+        size, admission = self.trace.block_size, hit is not None
+        slots = (hit or 0) + new if admission else request.computed + new
+        if admission and self.trace.full_sequence_must_fit:
+            slots = max(slots, len(request.tokens))
+        watermark = int(self.trace.watermark * self.trace.blocks) \
+            if admission and others_running else 0
+        device = 2 * cdiv(slots, size) + HOT_BLOCKS + watermark
+        if self.device_free < device or self.host_free < cdiv(slots, size):
+            return []
+        self.count(ROOMY_REFUSAL)
+        return [("refusal", f"r{rid}: allocate_slots of {new} tokens"
+                            f"{f' after a hit of {hit}' if admission else ''} refused with "
+                            f"{self.device_free} device blocks free (it needs at most {device}) "
+                            f"and {self.host_free} host blocks free (at most "
+                            f"{cdiv(slots, size)})")]
+
+    def _hisparse_hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
+        if raised is not None:
+            return crash_problems(raised)
+        try:
+            blocks, hit, _ = actual
+            source, indexer, resident, hot = blocks
+        except (TypeError, ValueError):
+            return [("prefix hit", f"expected (four groups' blocks, hit tokens, boundary), "
+                                   f"actual {short(actual)}")]
+        tokens, size = len(request.tokens), self.trace.block_size
+        if request.skip and hit:
+            return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
+        if not 0 <= hit <= tokens - 1 or hit % size:
+            return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
+                                   f"multiple of {size} below {tokens}")]
+        count = hit // size
+        if len(indexer) != count or len(source) < count or resident or hot:
+            return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} indexer "
+                                   f"blocks, {count} or more source blocks, no resident or hot "
+                                   f"ones, actual {short(blocks)}")]
+        units = request.hashes(size)
+        for group, table, keys in ((SOURCE, source, self.host_keys),
+                                   (INDEXER, indexer, self.device_keys)):
+            for index, block in enumerate(table):
+                entries = keys[block] if 0 < block < len(keys) else None
+                if index >= len(units) or (units[index], group) not in listed(entries):
+                    return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
+                                           f"is not cached under the request's hash of it")]
+        return []
+
+    # -- after the op -------------------------------------------------------------------------
+    def state(self, op) -> list[tuple[str, str]]:
+        if not self.hs:
+            return super().state(op)
+        if self.in_flight:  # the worker reports the write-backs planned before this op
+            self.read("hisparse_written", [tid for tid, _ in self.in_flight])
+            self.count(WRITTEN)
+            self.durable |= {block for _, block in self.in_flight}
+        self.in_flight, self.planned = self.planned, []
+        return self._pools()
+
+    def _pools(self) -> list[tuple[str, str]]:
+        host, size = self.read("host_pool"), self.trace.block_size
+        device = {"num_free": self.read("num_free"), "ref": self.read("ref_counts"),
+                  "keys": self.read("keys"), "cache": self.read("cache_map")}
+        device["queue"], device["links"] = self.read("free_queue")
+        problems = pool_problems("host pool", host, self.trace.hisparse) + \
+            pool_problems("device pool", device, self.trace.blocks)
+        held = [0] * self.trace.hisparse
+        for rid, request in self.requests.items():
+            tables = self.read("block_ids", rid)
+            source = tables[SOURCE] if tables else []
+            for block in source:
+                if 0 < block < len(held):
+                    held[block] += 1
+            if request.status == WAITING and any(tables):
+                problems.append(("block table", f"r{rid} waits and holds {short(tables)}"))
+            problems += self._publication_problems(rid, request, source, host["keys"], size)
+        ref = host["ref"]
+        wrong = [b for b in range(1, len(held)) if b < len(ref) and (
+            ref[b] < held[b] or (not self.in_flight and ref[b] != held[b]))]
+        if wrong:
+            problems.append(("host pool", "reference counts against the live source tables"
+                             f"{'' if self.in_flight else ', no write-back in flight'}: " +
+                             ", ".join(f"block {b} has {ref[b]}, held {held[b]} times"
+                                       for b in wrong[:4])))
+        early = [b for b, key in enumerate(host["keys"]) if key is not None and
+                 b not in self.durable]
+        if early:
+            problems.append(("published early", f"host blocks {early[:6]} are cached with no "
+                                                f"write-back done since they were handed out"))
+        problems += self._reset_evict_problems(host, device)
+        published = sum(key is not None for key in host["keys"])
+        if published > self.published:
+            self.count(PUBLISHED)
+        self.published = published
+        self.host_keys, self.device_keys = list(host["keys"]), list(device["keys"])
+        self.host_free, self.device_free = host["num_free"], device["num_free"]
+        self.host_ref, self.device_ref = list(host["ref"]), list(device["ref"])
+        self.evicted, self.reset_done = (), False
+        return problems
+
+    def _publication_problems(self, rid, request, source, keys, size) -> list[tuple[str, str]]:
+        """Once durable, published: a running request's source blocks up to its first one with
+        no write-back done (a hit's are done), within its computed tokens, are cached."""
+        if request.status != RUNNING:
+            return []
+        lead = next((i for i, b in enumerate(source) if b not in self.durable), len(source))
+        unpublished = [i for i in range(min(lead, request.computed // size))
+                       if not 0 < source[i] < len(keys) or keys[source[i]] is None]
+        return [("published late", f"r{rid}: source blocks {short(source[:lead])} are written "
+                                   f"back and its first {request.computed} tokens computed, "
+                                   f"but pages {unpublished[:6]} are not cached")] \
+            if unpublished else []
+
+    def _reset_evict_problems(self, host, device) -> list[tuple[str, str]]:
+        problems = []
+        if self.reset_done:
+            cached = [(name, b) for name, pool in (("host", host), ("device", device))
+                      for b, key in enumerate(pool["keys"]) if key is not None]
+            if cached:
+                problems.append(("reset", f"a reset that succeeded left blocks cached: "
+                                          f"{cached[:6]}"))
+        cached = [b for b in self.evicted if b < len(device["keys"]) and
+                  device["keys"][b] is not None]
+        if cached:
+            problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
+        return problems

@@ -1,0 +1,71 @@
+"""The HiSparse reduced mode's checks on plain data (`hisparse.py`): an admission's block counts
+as the released groups count them, a pool's invariants, a step's tables and result."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import crash_problems, short
+from kvfuzz.oracle.blockpool.invariants import state_violations
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+
+SOURCE, INDEXER, RESIDENT, HOT = 0, 1, 2, 3  # the groups' positions (`hisparse_groups`)
+HOT_BLOCKS = 2  # a hot region's blocks (`HiSparseHotSpec.blocks_per_request` there)
+
+
+def admission_fits(tokens, cap, size, hit, source, indexer, host_ref, device_ref,
+                   host=False) -> int:
+    """The blocks a waiting request's admission of `tokens` slots after a hit of `hit` counts
+    (the released `get_num_blocks_to_allocate` of each group): on the host (`host`) the
+    source group's new blocks and its adopted hit blocks that are free; on the device the
+    indexer's likewise, the resident pages' past the hit's host pages (at most `cap` when
+    the whole request is checked), and the hot region when it resumes a host prefix."""
+    needed, kept = cdiv(tokens, size), cdiv(hit, size)
+
+    def free(blocks, ref):
+        return sum(1 for b in blocks if 0 < b < len(ref) and ref[b] == 0)
+    if host:
+        return max(needed - kept, 0) + free(source[:kept], host_ref)
+    resident = max((needed if cap is None else min(needed, cap)) - kept, 0)
+    return max(needed - len(indexer), 0) + free(indexer, device_ref) + resident + \
+        (HOT_BLOCKS if hit else 0)
+
+
+def listed(entries) -> list:
+    return entries if isinstance(entries, list) else [entries]
+
+
+def pool_problems(name: str, pool: dict, size: int) -> list[tuple[str, str]]:
+    problems = [(name, f"free queue links: {pool['links']}")] if pool["links"] else []
+    if len(pool["ref"]) != size:
+        return problems + [(name, f"expected {size} blocks, actual {len(pool['ref'])}")]
+    if pool["num_free"] != len(pool["queue"]):
+        problems.append((name, f"{pool['num_free']} free, {len(pool['queue'])} blocks on the "
+                               f"free queue"))
+    return problems + [(name, text) for text in state_violations(
+        size, pool["ref"], pool["queue"], pool["keys"], pool["cache"])]
+
+
+def table_problems(rid, tables, computed, size) -> list[tuple[str, str]]:
+    """After a success the source and indexer tables hold cdiv(computed, b) blocks each."""
+    expected = cdiv(computed, size)
+    if len(tables) != 4 or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
+        return [("block table", f"r{rid}: {computed} tokens computed in blocks of {size}: "
+                                f"expected {expected} source and indexer blocks, actual "
+                                f"{short(tables)}")]
+    return []
+
+
+def allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+    if raised is not None:
+        return crash_problems(raised)
+    if actual is None:
+        return []
+    try:
+        attention = [b for group in (actual[SOURCE], actual[INDEXER]) for b in group]
+        fine = len(actual) == 4 and 0 not in attention
+    except (TypeError, IndexError):
+        fine = False
+    if not fine or len(set(actual[SOURCE])) != len(actual[SOURCE]) or \
+            len(set(actual[INDEXER])) != len(actual[INDEXER]):
+        return [("result", f"allocate_slots: expected four groups' new blocks, the source's and "
+                           f"indexer's distinct and not null, actual {short(actual)}")]
+    return []

@@ -1,0 +1,50 @@
+"""HiSparse's groups and its connector's calls for the kvmanager driver (`driver.py`), in plain
+ints: the four groups as vLLM lays them out, the coordinator's per-step residency work and the
+worker's report of write-backs done, and the host pool's reader. Imports vLLM when called."""
+
+from __future__ import annotations
+
+from kvfuzz.impl.blockpool.driver import PoolReader
+
+
+def hisparse_groups(block_size: int, shape: dict) -> list:
+    """HiSparse's groups as its engine lays them out (vLLM's own tests build the same): the
+    source (full attention, on the host pool, role HISPARSE_SOURCE), the indexer (full
+    attention on the device), the resident pages and a hot region of two blocks a request."""
+    from vllm.v1.kv_cache_interface import (FullAttentionSpec, HiSparseHotSpec,
+                                            HiSparseResidentSpec, KVCacheGroupRole,
+                                            KVCacheGroupSpec)
+
+    spec = FullAttentionSpec(block_size=block_size, **shape)
+    page = block_size * 4
+    return [KVCacheGroupSpec(["source"], spec, role=KVCacheGroupRole.HISPARSE_SOURCE,
+                             host_resident=True),
+            KVCacheGroupSpec(["indexer"], spec, role=KVCacheGroupRole.HISPARSE_INDEXER),
+            KVCacheGroupSpec(["resident"], HiSparseResidentSpec(block_size=block_size,
+                                                                page_size=page)),
+            KVCacheGroupSpec(["hot"], HiSparseHotSpec(block_size=block_size, page_size=page,
+                                                      blocks_per_request=2))]
+
+
+class HiSparseCalls:
+    """What HiSparse's connector asks of its coordinator each step, in plain ints: the
+    residency work after a request's allocation (`advance_scheduled`, then the write-backs it
+    planned, `build_offload_command`), and the worker's report of write-backs done
+    (`update_spills`, every worker once); and the host pool's reads."""
+
+    def __init__(self, manager, host_blocks: int):
+        from vllm.v1.hisparse.coordinator import get_hisparse_coordinator
+
+        self.coordinator = get_hisparse_coordinator(manager)
+        self.host = PoolReader(self.coordinator.get_host_block_pool(), host_blocks)
+
+    def step(self, request_id: str, num_tokens: int) -> list[tuple[int, int]]:
+        """The write-backs the step planned: (transfer id, host block)."""
+        self.coordinator.advance_scheduled([(request_id, num_tokens)])
+        command = self.coordinator.build_offload_command()
+        return [] if command is None else [(int(t.transfer_id), int(t.host_block_id))
+                                           for t in command.page_transfers]
+
+    def written(self, transfer_ids) -> None:
+        counts = {int(t): 1 for t in transfer_ids}
+        self.coordinator.update_spills(counts, counts)
