@@ -11,17 +11,19 @@ one after block boundaries, then their own tokens, so siblings often share a blo
 the token right after it. Full attention alone or (30%) beside a sliding window of the same
 block size, hashed per block; KV events in half (their lookahead tokens compared), hits
 reported in some, stats, tokens in flight in a fifth; half of the requests carry extra keys
-(LoRA, salt, images: `extra_keys.with_keys`), which the lookahead tokens' keys join. Standard
-library only.
+(LoRA, salt, images: `extra_keys.with_keys`), which the lookahead tokens' keys join. In 70% the
+scheduler pads an admission whose hit leaves one token with placeholder drafts (`Schedule.pad`,
+vLLM's `pad_spec_decode`). Standard library only.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import generator
 from kvfuzz.strategies.kvmanager.extra_keys import with_keys
-from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.kvmanager.trace import Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "lookahead hashes"
@@ -43,6 +45,12 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     while len(gen.ops) < num_ops:
         gen.step()
     ops = with_keys(rng, gen.ops[:num_ops], block_size)
+    # The scheduler's spec-decode padding (drawn last: the traces are otherwise as before it):
+    # in 70%, every schedule carries the draft count, which pads an admission whose hit leaves
+    # one token (the lock step's rule, `Schedule.pad`).
+    if rng.random() < 0.7:
+        ops = tuple(replace(op, pad=settings["lookahead"]) if isinstance(op, Schedule) else op
+                    for op in ops)
     return Trace(blocks, block_size, window, max_model_len, ops, hash_lookahead=ahead,
                  **settings, note=f"profile {PROFILE}")
 
