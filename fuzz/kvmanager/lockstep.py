@@ -122,7 +122,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
-              "admission padded with placeholder drafts", "placeholder drafts past a block's end",
+              "admission padded with placeholder drafts", "admission padded after a hit",
+              "placeholder drafts past a block's end",
               *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
@@ -345,6 +346,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         rows = placeholder_rows(self.trace, len(request.tokens) - hit, hit, chunk, pad)
         if rows:
             self.count("admission padded with placeholder drafts")
+            if hit:  # a prompt met again, or a preempted request back (the session's case)
+                self.count("admission padded after a hit")
             if (hit + new) % self.trace.block_size == 0:  # the rows alone need a new block
                 self.count("placeholder drafts past a block's end")
         new += rows
