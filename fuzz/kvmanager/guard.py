@@ -25,7 +25,8 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - speculative decoding: its settings read from the manager (`guard_header.speculation`), the
   draft slots of every allocation given to the guard (`num_lookahead_tokens`), and the
   scheduler's `cache_blocks(request, computed)` after an output with draft tokens: `settle`
-  (after a `sample` of the token it appended).
+  (after a `sample` of the token it appended); an admission padded with placeholder drafts
+  (`pad_spec_decode`): a `schedule` with `pad` (`padding.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
 draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that
@@ -48,6 +49,7 @@ from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_sess
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
+from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_values
 from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
@@ -301,14 +303,18 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         if via_connector or connector["num_external_computed_tokens"] or \
                 connector["delay_cache_blocks"]:
             return self._connector_admission(tracked, n, hit, whole, connector)
-        if not 1 <= n <= len(tracked.tokens) - hit:
+        left = len(tracked.tokens) - hit
+        pad = padding(self.kvfuzz_session.header, n, left, hit)
+        if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
-                         f"{len(tracked.tokens) - hit} left after its hit")
+                         f"{left} left after its hit")
 
         def expected(args):
             if tuple(args[1:5]) != (n, hit, True, whole):
                 return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
-        return Schedule(tracked.rid, n), expected, self._runs(tracked, hit + n)
+        # the placeholders are rejected drafts once the step's output is processed: the
+        # request's computed tokens are then its own (what its `settle` checks)
+        return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, hit + n - pad)
 
     def _waiting_allocation(self, tracked, given) -> bool:
         """What every allocation of a waiting request shares (an admission, a resumption after

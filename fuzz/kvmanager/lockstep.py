@@ -25,6 +25,7 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
 from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
+from kvfuzz.fuzz.kvmanager.padding import placeholder_rows
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
@@ -122,6 +123,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "window frees blocks with tokens in flight", "free deferred (pop_blocks_for_free)",
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
+              "admission padded with placeholder drafts", "admission padded after a hit",
+              "placeholder drafts past a block's end",
               *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
@@ -200,7 +203,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             yield Call(f"allocate_slots(r{op.rid}, {new}) after its load")
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True))
         if request.status == WAITING:
-            yield from self._admit(op.rid, request, op.chunk)
+            yield from self._admit(op.rid, request, op.chunk, op.pad)
             return
         pending = len(request.tokens) - request.computed
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
@@ -323,7 +326,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         # per hash unit, as vLLM's request (each covering the tokens after it it looks ahead to)
         return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
-    def _admit(self, rid: int, request: _Request, chunk: int):
+    def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0):
         report = self.trace.report
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report,
@@ -341,8 +344,18 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if hit and report:
             self.count("hit reported")
         new = min(chunk, len(request.tokens) - hit)
-        yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})")
-        problems = yield from self._allocation(rid, request, new, hit, hit_blocks)
+        rows = placeholder_rows(self.trace, len(request.tokens) - hit, hit, chunk, pad)
+        if rows:
+            self.count("admission padded with placeholder drafts")
+            if hit:  # a prompt met again, or a preempted request back (the session's case)
+                self.count("admission padded after a hit")
+            if (hit + new) % self.trace.block_size == 0:  # the rows alone need a new block
+                self.count("placeholder drafts past a block's end")
+        new += rows
+        yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})"
+                   f"{f': {rows} placeholder drafts' if rows else ''}")
+        problems = yield from self._allocation(rid, request, new, hit, hit_blocks,
+                                               placeholders=rows)
         size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
         if problems or hit < size or NO_TRUNCATE in self.unread:
             return problems
@@ -354,10 +367,14 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                    oracle=lambda: self.model.truncate(hit_blocks, end), compared=True)
         return []
 
-    def _allocation(self, rid, request, new, hit, hit_blocks, resumed=False):
+    def _allocation(self, rid, request, new, hit, hit_blocks, resumed=False, placeholders=0):
         """allocate_slots on both sides; on success, that it consumed what its check counted,
         and the request's progress recorded on both sides. `resumed`: the first allocation of
-        a waiting request whose KV load is done (the watermark holds, no lookup)."""
+        a waiting request whose KV load is done (the watermark holds, no lookup).
+        `placeholders`: the padded draft rows among the `new` tokens, past the request's own:
+        they get slots, are never cached (the cache stops at the request's tokens), and are
+        rejected when the step's output is processed, so the request counts the rest
+        computed."""
         model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         admission = hit_blocks is not None
@@ -399,8 +416,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if consumed != model.predicted:
             return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
                                   f"counted {model.predicted}")]
-        request.computed += hit + new
-        request.status, request.in_flight = RUNNING, new
+        request.computed += hit + new - placeholders  # the drafts' rollback, at the output
+        request.status, request.in_flight = RUNNING, new - placeholders
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         if admission and trace.stats and NO_RECORD not in self.unread:
             # the scheduler records an admission that was made

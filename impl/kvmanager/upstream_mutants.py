@@ -371,6 +371,15 @@ MUTATIONS = {
         "block_start = (i - num_cached_blocks) * block_size",
         "a Stored event's extra keys are read as if its first block started the request: a "
         "later step's first block carries the salt, its images at the wrong offsets")),
+    # Spec-decode padding (the "lookahead hashes" profile's padded admissions): the manager
+    # counts only the request's own tokens, as kvfuzz's trace did before `Schedule.pad`.
+    "spec_pad_rows_clamped": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "num_tokens_main_model = total_computed_tokens + num_new_tokens",
+        "num_tokens_main_model = total_computed_tokens + min(\n"
+        "            num_new_tokens, request.num_tokens - total_computed_tokens)",
+        "a padded admission's placeholder draft rows get no slots: the block for the rows "
+        "past the request's tokens is missing")),
 }
 
 

@@ -14,6 +14,7 @@ from kvfuzz.strategies.kvmanager.trace import (FORMAT, KINDS, LATER_SETTINGS, Ar
 # every block and every live request's table; a request's tokens are hashed block by block).
 MAX_BLOCKS, MAX_OPS, MAX_BLOCK_SIZE, MAX_LEN, MAX_LIST = 2**11, 2**11, 64, 2**14, 2**10
 MAX_LOOKAHEAD = 16  # draft tokens a step (vLLM's num_speculative_tokens is a handful)
+MAX_PAD = MAX_LOOKAHEAD  # placeholder draft rows of a padded admission (as many)
 TOKEN_MAX = 2**31 - 1
 MAX_KEY, MAX_IMAGES = 256, 64  # a request's extra keys: a LoRA name, path or salt; its images
 
@@ -256,6 +257,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
                                                   most=MAX_LIST)
         elif f.name == "chunk":  # 0: a step that adopts a hit alone (or a caller's bug)
             values["chunk"] = reader.integer(raw.get("chunk"), at, low=0, high=MAX_LEN)
+        elif f.name == "pad":  # spec-decode placeholder rows (vLLM's num_speculative_tokens)
+            values["pad"] = reader.integer(raw.get("pad", 0), at, low=0, high=MAX_PAD)
         elif f.name == "defer":  # a free deferred past the pool (pop_blocks_for_free)
             values["defer"] = reader.boolean(raw.get("defer", False), at)
         elif f.name == "load":  # a connector's asynchronous load

@@ -11,17 +11,19 @@ one after block boundaries, then their own tokens, so siblings often share a blo
 the token right after it. Full attention alone or (30%) beside a sliding window of the same
 block size, hashed per block; KV events in half (their lookahead tokens compared), hits
 reported in some, stats, tokens in flight in a fifth; half of the requests carry extra keys
-(LoRA, salt, images: `extra_keys.with_keys`), which the lookahead tokens' keys join. Standard
-library only.
+(LoRA, salt, images: `extra_keys.with_keys`), which the lookahead tokens' keys join. In 70% the
+scheduler pads an admission whose hit leaves one token with placeholder drafts (`Schedule.pad`,
+vLLM's `pad_spec_decode`). Standard library only.
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import generator
 from kvfuzz.strategies.kvmanager.extra_keys import with_keys
-from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "lookahead hashes"
@@ -43,8 +45,33 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     while len(gen.ops) < num_ops:
         gen.step()
     ops = with_keys(rng, gen.ops[:num_ops], block_size)
+    # The scheduler's spec-decode padding (drawn last: the traces are otherwise as before it)
+    if rng.random() < 0.7:
+        ops = padded(rng, ops, settings["lookahead"], block_size, ahead)
     return Trace(blocks, block_size, window, max_model_len, ops, hash_lookahead=ahead,
                  **settings, note=f"profile {PROFILE}")
+
+
+def padded(rng: random.Random, ops, pad: int, block_size: int, ahead: int) -> tuple:
+    """`ops` with every schedule carrying the draft count `pad` (which pads an admission whose
+    hit leaves one token: the lock step's rule, `Schedule.pad`); with one token of lookahead
+    hashing, up to two prompts one token past a block's end sent again right after their first
+    schedule (as many ops cut from the end): met again, such a prompt's hit can leave its last
+    token alone. (With more lookahead the last block's hash waits for tokens that never come,
+    as in vLLM: no hit leaves one token.)"""
+    ops = [replace(op, pad=pad) if isinstance(op, Schedule) else op for op in ops]
+    arrivals = [op for op in ops if isinstance(op, Arrive) and len(op.tokens) > block_size and
+                len(op.tokens) % block_size == 1 % block_size] if ahead == 1 else []
+    count = min(len(arrivals), rng.randint(1, 2), len(ops) // 8)
+    rid = max((op.rid for op in ops if isinstance(op, Arrive)), default=0)
+    length = len(ops)
+    for offset, again in enumerate(rng.sample(arrivals, count), start=1):
+        first = next((i for i, op in enumerate(ops) if isinstance(op, Schedule) and
+                      op.rid == again.rid and i > ops.index(again)), None)
+        if first is not None:
+            ops[first + 1:first + 1] = [replace(again, rid=rid + offset, no_cache_read=False),
+                                        Schedule(rid + offset, len(again.tokens), pad)]
+    return tuple(ops[:length])
 
 
 PROFILES = (PROFILE,)

@@ -84,10 +84,19 @@ class Schedule:
     chunk. Success moves `num_computed_tokens` on; None leaves the request where it was. A
     chunk of 0 is a step with no slots of its own: an admission adopting its hit alone (as a
     chunk ending inside a replayed prefix does), else a caller's bug the manager refuses
-    (ValueError)."""
+    (ValueError).
+
+    `pad`: vLLM's spec-decode padding (`pad_spec_decode` in `Scheduler.schedule`): an admission
+    whose hit leaves one token is given `1 + pad` new tokens, the token and `pad` placeholder
+    draft rows past the request's tokens (so the step keeps the CUDA graph's decode shape);
+    where the hit leaves more, the chunk is short of `1 + pad`, or the rows and the sampled
+    token pass `max_model_len`, the admission is as without it. The placeholders are rejected
+    drafts when the step's output is processed (`update_from_output` rolls
+    `num_computed_tokens` back by them): the request then has its tokens computed."""
 
     rid: int
     chunk: int
+    pad: int = field(default=0, metadata=LATER)
 
 
 @dataclass(frozen=True)
@@ -371,7 +380,8 @@ def describe_op(op: Op) -> str:
                 f"{', skipping the prefix cache' if op.no_cache_read else ''}"
                 f"{' (' + ', '.join(keys) + ')' if keys else ''}")
     if isinstance(op, Schedule):
-        return f"schedule r{op.rid}, up to {op.chunk} tokens"
+        padded = f" ({op.pad} placeholder drafts where one is left)" if op.pad else ""
+        return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}"
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
     if isinstance(op, Sample):

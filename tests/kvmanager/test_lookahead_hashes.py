@@ -60,7 +60,8 @@ def test_the_released_manager_runs_the_profile_clean_to_its_edge_classes():
     events = agreeing_features("kvmanager", vllm, (profile.GENERATOR.generate(0, index)
                                                    for index in range(20)))
     wanted = [*MARKS, "config: lookahead hashing", "config: sliding window", "events published",
-              "hit reported"]
+              "hit reported", "admission padded with placeholder drafts",
+              "admission padded after a hit", "placeholder drafts past a block's end"]
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
 
 

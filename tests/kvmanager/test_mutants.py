@@ -113,6 +113,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mtp_peek_past_finalized": r"block hash|hash map|KV events|prefix hit",
     # Prompt embeddings (the "prompt embeds" profile): the embeddings left out of the hash.
     "embeds_key_dropped": r"block hash|hash map|prefix hit",
+    # Spec-decode padding (the "lookahead hashes" profile's padded admissions): the
+    # placeholder draft rows left without slots.
+    "spec_pad_rows_clamped": r"allocate_slots: new blocks|None vs success|num free",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -147,6 +150,9 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # the "mtp" profile's traces of seed 0 that reach each (206 first)
                         PREFIX + "mtp_reprefillable_cached": 423,
                         PREFIX + "mtp_peek_past_finalized": 242,
+                        # the first "lookahead hashes" trace of seed 0 whose padded
+                        # admission's rows need a block of their own (101 has none)
+                        PREFIX + "spec_pad_rows_clamped": 143,
                         # the "prompt embeds" profile's first trace of seed 0
                         PREFIX + "embeds_key_dropped": 10,
                         # the first "mamba align" traces of seed 0 with a prefill checkpoint
