@@ -85,18 +85,6 @@ class HiSparseLockstep(AlignLockstep):
         self.count_configs(trace)
         return _Unmodelled()
 
-    def build_impl(self, trace, cls, device, unread=frozenset()):
-        from kvfuzz.fuzz.engine.remote import make
-        from kvfuzz.impl.kvmanager.driver import KVManagerDriver  # imports vLLM
-
-        if not trace.hisparse:
-            return super().build_impl(trace, cls, device, unread)
-        self.unread = unread
-        return make(KVManagerDriver, cls, trace.blocks, trace.block_size, 0,
-                    trace.max_model_len, trace.retention, trace.max_in_flight_tokens,
-                    trace.watermark, True, False, False, 0, False, 0, 0, 0, 0, "", 0, False,
-                    0, 0, (), 0, 0, 0, trace.hisparse)
-
     def initial_problems(self):
         return self._pools() if self.hs else super().initial_problems()
 

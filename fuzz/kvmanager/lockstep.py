@@ -167,7 +167,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
                     trace.prefill_lookahead, trace.mamba_checkpoint,
-                    trace.mamba_speculative)
+                    trace.mamba_speculative, trace.hisparse)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

@@ -47,6 +47,8 @@ class HostLockstep(Lockstep):
 
     def build_model(self, trace):
         self.before = None
+        self.pending = None  # a host lock's pressure (Pin), judged in `state`
+        self.fetched = None  # a storage prefetch (Touch), judged in `state`
         return None  # no model: the checks read the tree (oracle.unified.host)
 
     def build_impl(self, trace, cls, device, core: str | None = None, **_):
@@ -126,12 +128,12 @@ class HostLockstep(Lockstep):
     # -- after every op -------------------------------------------------------------------------
     def state(self, op):
         after = self.read("host_state")
-        problems = host.core_problems(after["cores"]) if "cores" in after else []
+        problems = host.twin_problems(after["cores"]) if "cores" in after else []
         problems = problems or host.accounting_problems(after) + host.tier_problems(after)
-        pending, self.pending = self.__dict__.get("pending"), None
+        pending, self.pending = self.pending, None
         if pending is not None and not problems:
             problems = host.pressure_problems(self.before, after, *pending)
-        fetched, self.fetched = self.__dict__.get("fetched"), None
+        fetched, self.fetched = self.fetched, None
         if fetched is not None and not problems:
             problems = host.prefetch_problems(self.before, after, *fetched,
                                               self.trace.page_size)

@@ -174,7 +174,7 @@ def pressure_problems(before: dict, after: dict, asked: int, freed: int,
     return []
 
 
-def core_problems(cores: dict) -> list:
+def twin_problems(cores: dict) -> list:
     """The Rust core against the Python core run beside it: every answer since the last read
     (`answers`: [call, Rust's, Python's]) and both pools in order, the Full sizes."""
     for call, rust, python in cores["answers"]:

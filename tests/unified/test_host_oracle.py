@@ -60,10 +60,10 @@ def test_a_host_hit_under_the_threshold_is_not_loaded():
 def test_the_rust_core_is_held_to_the_python_core():
     pools = {"host_free": [1, 2], "device_free": [4, 5], "evictable": 2, "protected": 0}
     same = {"answers": [["host_evict", 2, 2]], "rust": pools, "python": dict(pools)}
-    assert host.core_problems(same) == []
-    assert host.core_problems({**same, "answers": [["host_evict", 2, 4]]})[0][0] == host.CORES
+    assert host.twin_problems(same) == []
+    assert host.twin_problems({**same, "answers": [["host_evict", 2, 4]]})[0][0] == host.CORES
     reordered = {**same, "python": {**pools, "host_free": [2, 1]}}
-    assert "host_free" in host.core_problems(reordered)[0][1]
+    assert "host_free" in host.twin_problems(reordered)[0][1]
 
 
 def test_a_sole_copy_evicted_before_a_duplicate_is_refused():
