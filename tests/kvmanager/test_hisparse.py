@@ -70,14 +70,18 @@ def doubles() -> dict:
                 return None
             return super().allocate_slots(request, *args, **kwargs)
 
+    class ResetsOnePool(KVCacheManager):  # a reset of the device pool only, not the host's
+        def reset_prefix_cache(self):
+            return self.block_pool.reset_prefix_cache()
+
     return {cls.__name__: cls for cls in (NeverPublishes, HostBlocksKept, IndexerHitShort,
                                           EvictsNothing, HotRegionShort, RefusesHits,
-                                          RefusesSteps)}
+                                          RefusesSteps, ResetsOnePool)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_hisparse:NeverPublishes
     if name in ("NeverPublishes", "HostBlocksKept", "IndexerHitShort", "EvictsNothing",
-                "HotRegionShort", "RefusesHits", "RefusesSteps"):
+                "HotRegionShort", "RefusesHits", "RefusesSteps", "ResetsOnePool"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -95,6 +99,7 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
     (f"{__name__}:HotRegionShort", "hot region"),
     (f"{__name__}:RefusesHits", "None vs success"),
     (f"{__name__}:RefusesSteps", "refusal"),
+    (f"{__name__}:ResetsOnePool", "reset"),
     ("mutant.vllm.kvmanager.hisparse_retained_hit_kept", "retained hit"),
     ("mutant.vllm.kvmanager.hisparse_published_before_durable", "published early"),
 ], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])

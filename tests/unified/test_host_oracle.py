@@ -95,3 +95,13 @@ def test_an_inner_duplicate_goes_before_a_device_leafs():
 def test_a_host_lock_keeps_its_copy():
     assert host.host_lock_problems([4, True, True, 2]) == []
     assert host.host_lock_problems([4, True, False, 2])[0][0] == host.HOST_LOCK
+
+
+def test_a_prefetch_starts_where_the_match_ends_and_leaves_its_key_matchable():
+    before = state(TREE, [], device_free=4)  # the key matches [1 2 5 6] through the host
+    key = [1, 2, 5, 6, 7, 8]
+    fetched = state(TREE + [node([1, 2, 5, 6, 7, 8], None, [3])], [], device_free=4)
+    # (accounting aside: only the prefetch's own check is asked here)
+    assert host.prefetch_problems(before, fetched, None, key, [4, 2, 2], 1) == []
+    assert host.prefetch_problems(before, fetched, None, key, [2, 4, 4], 1)[0][0] == host.MATCH
+    assert host.prefetch_problems(before, before, None, key, [4, 2, 2], 1)[0][0] == host.MATCH
