@@ -1,6 +1,7 @@
 """`kvfuzz mutate`'s parts, in this process: the operators, mutant ids and their application,
-putting a mutant in place, equivalence by compiled code, the line trace, the results file and
-the score (fuzz/engine/mutation/)."""
+putting a mutant in place, equivalence by compiled code, the line trace, whether a placed
+mutant's lines ran (and which survivors are rerun fresh for it), the results file and the score
+(fuzz/engine/mutation/)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from kvfuzz.fuzz.engine.mutation import placing
 from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
-from kvfuzz.fuzz.engine.mutation.reach import LineTrace, reached
+from kvfuzz.fuzz.engine.mutation.reach import LinesRun, LineTrace, reached
 from kvfuzz.fuzz.engine.mutation.report import score, summary
 from kvfuzz.fuzz.engine.mutation.results import ResultsFile
 from collections import Counter
@@ -304,3 +305,89 @@ def test_a_malformed_equivalents_file_is_one_line(tmp_path):
     bad.write_text('{"mutants": [1]}')
     with pytest.raises(MutationError, match="eq.json: expected a JSON object"):
         declared_equivalents(str(bad))
+
+
+def place_register_mutant(module):
+    """`register_policies` with its early return brought to life; its placed code and mutant."""
+    source = open(module.__file__).read()
+    original = placing.functions(compile(source, module.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants(module.__name__, module.__file__, source,
+                                               ("register_policies",), ("ReplaceFalseWithTrue",)))
+    return placing.place_code(module, original, apply(source, mutant)[0]), mutant
+
+
+def test_a_set_up_done_before_placing_never_runs_the_mutant(pristine):
+    # The hole a forked child has: the registry was filled before the mutant was placed, so the
+    # mutated set-up is never called and every allocation goes through (the mutant "survives");
+    # in a process where it is still to fill, the mutant runs and refuses the allocation.
+    saved = dict(pristine._POLICIES)
+    try:
+        pristine._ensure_registered()  # the worker's unmutated run, before the fork
+        placed, mutant = place_register_mutant(pristine)
+        slots = pristine.Slots(4, "cpu")
+        with LinesRun(placed.values(), mutant.line, mutant.end_line) as forked:
+            assert slots.alloc(2) is not None
+        assert not forked.ran
+        pristine._POLICIES.clear()  # a fresh process: nothing registered yet
+        with LinesRun(placed.values(), mutant.line, mutant.end_line) as fresh:
+            assert slots.alloc(2) is None
+        assert fresh.ran
+    finally:
+        pristine._POLICIES.clear()
+        pristine._POLICIES.update(saved)
+
+
+def test_lines_run_counts_the_mutants_lines_only(pristine):
+    placed, mutant = place_register_mutant(pristine)
+    saved = dict(pristine._POLICIES)
+    try:
+        # The mutated function runs (its early return taken) without the line after it: a
+        # function that ran is not enough, as for a set-up guarded at its top.
+        pristine._POLICIES.clear()
+        with LinesRun(placed.values(), mutant.line + 2, mutant.line + 2) as skipped:
+            pristine._ensure_registered()
+        assert not skipped.ran
+        with LinesRun(placed.values(), mutant.line, mutant.line) as seen:
+            pristine._ensure_registered()
+        assert seen.ran
+        with LinesRun(placed.values(), mutant.line, mutant.line) as elsewhere:
+            pristine.small(1)  # code not placed: never counted
+        assert not elsewhere.ran
+    finally:
+        pristine._POLICIES.clear()
+        pristine._POLICIES.update(saved)
+
+
+@pytest.mark.parametrize("record, reached, expected", [
+    ({"status": "survived", "ran": False}, True, True),
+    ({"status": "equivalent", "ran": False, "what": "declared: x"}, True, True),
+    ({"status": "survived", "ran": True}, True, False),     # it ran: the verdict holds
+    ({"status": "killed", "ran": False}, True, False),
+    ({"status": "survived", "ran": False}, False, False),   # never ran unmutated either
+    ({"status": "survived", "ran": False, "fresh": True}, True, False),  # rerun already
+    ({"status": "survived"}, True, False),                  # a results file from before
+    ({"status": "equivalent", "what": "compiles to the original's code"}, True, False),
+])
+def test_only_survivors_whose_lines_never_ran_are_rerun_fresh(record, reached, expected):
+    from kvfuzz.fuzz.engine.mutation.run import needs_fresh
+
+    assert needs_fresh(record, reached) is expected
+
+
+def test_the_report_counts_fresh_reruns_and_says_which_never_ran():
+    from kvfuzz.fuzz.engine.mutation.report import lines
+
+    def record(line, status, **more):
+        return {"id": f"m:{line}:0:Op:0", "module": "m", "line": line, "function": "f",
+                "operator": "Op", "status": status, **more}
+
+    records = [record(1, "killed", fresh=True, forked="survived", ran=True),
+               record(2, "survived", fresh=True, forked="survived", ran=False),
+               record(3, "survived", ran=True), record(4, "killed", ran=True)]
+    report = summary(records, {"target": "t", "impl": "i", "run": 4, "mutants": 4,
+                               "cases": 5, "seed": 0})
+    assert report["fresh"] == {"rerun": 2, "killed": 1} and report["score"] == 0.5
+    text = "\n".join(lines(report, "kvfuzz mutate --only {id}"))
+    assert "rerun fresh 2" in text and "1 killed there" in text
+    never = "its lines never ran once it was in place, in a fresh process either"
+    assert text.count(never) == 1 and text.index("m:2:0:Op:0") < text.index(never)

@@ -80,11 +80,17 @@ def place(module: types.ModuleType, original: dict, mutated_source: str) -> list
     """Put `mutated_source` (the module's file, mutated) in place in `module`; the qualified
     names whose code changed ([] for an equivalent mutant). `original` is
     `functions(compile(original source))`."""
+    return [key[0] for key in place_code(module, original, mutated_source)]
+
+
+def place_code(module: types.ModuleType, original: dict, mutated_source: str) -> dict:
+    """`place`, answering with the code objects put in place, by (qualified name, ordinal):
+    what a child watches to know whether the mutant ran at all (`reach.LinesRun`)."""
     mutated = functions(compile(mutated_source, module.__file__, "exec"))
     changed = [key for key, code in mutated.items()
                if key not in original or shape(code) != shape(original[key])]
     if not changed:
-        return []
+        return {}
     live = live_functions(module)
     outermost = [key for key in changed if "<locals>" not in key[0]]
     if not outermost:
@@ -98,4 +104,4 @@ def place(module: types.ModuleType, original: dict, mutated_source: str) -> list
             function.__code__ = mutated[key]
         except ValueError as error:  # the mutation changed what the function closes over
             raise NotPlaced(f"{key[0]}: {error}") from None
-    return [key[0] for key in outermost]
+    return {key: mutated[key] for key in outermost}
