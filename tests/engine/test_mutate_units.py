@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from kvfuzz.fuzz.engine.mutation import placing
+from kvfuzz.fuzz.engine.mutation import marking, placing
 from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
 from kvfuzz.fuzz.engine.mutation.reach import LinesRun, LineTrace, reached
 from kvfuzz.fuzz.engine.mutation.report import score, summary
@@ -307,34 +307,82 @@ def test_a_malformed_equivalents_file_is_one_line(tmp_path):
         declared_equivalents(str(bad))
 
 
-def place_register_mutant(module):
-    """`register_policies` with its early return brought to life; its placed code and mutant."""
+def place_register_mutant(module, marked=False):
+    """`register_policies` with its early return brought to life (and the marker before its
+    statement, `marked`); its placed code and mutant."""
     source = open(module.__file__).read()
     original = placing.functions(compile(source, module.__file__, "exec"))
     mutant = next(m for m in enumerate_mutants(module.__name__, module.__file__, source,
                                                ("register_policies",), ("ReplaceFalseWithTrue",)))
-    return placing.place_code(module, original, apply(source, mutant)[0]), mutant
+    mutated = apply(source, mutant)[0]
+    flagged = marking.marked(mutated, module.__file__, mutant.line, mutant.column) \
+        if marked else None
+    return placing.place_code(module, original, mutated, flagged), mutant
 
 
-def test_a_set_up_done_before_placing_never_runs_the_mutant(pristine):
+@pytest.fixture
+def armed(pristine):
+    """The fixture module with its registry and the marker's builtin put back after the test."""
+    import builtins
+
+    saved = dict(pristine._POLICIES)
+    yield pristine
+    pristine._POLICIES.clear()
+    pristine._POLICIES.update(saved)
+    vars(builtins).pop(marking.MARK, None)
+
+
+def test_a_set_up_done_before_placing_never_runs_the_mutant(armed):
     # The hole a forked child has: the registry was filled before the mutant was placed, so the
     # mutated set-up is never called and every allocation goes through (the mutant "survives");
-    # in a process where it is still to fill, the mutant runs and refuses the allocation.
-    saved = dict(pristine._POLICIES)
-    try:
-        pristine._ensure_registered()  # the worker's unmutated run, before the fork
-        placed, mutant = place_register_mutant(pristine)
-        slots = pristine.Slots(4, "cpu")
-        with LinesRun(placed.values(), mutant.line, mutant.end_line) as forked:
-            assert slots.alloc(2) is not None
-        assert not forked.ran
-        pristine._POLICIES.clear()  # a fresh process: nothing registered yet
-        with LinesRun(placed.values(), mutant.line, mutant.end_line) as fresh:
-            assert slots.alloc(2) is None
-        assert fresh.ran
-    finally:
-        pristine._POLICIES.clear()
-        pristine._POLICIES.update(saved)
+    # in a process where it is still to fill, the mutant runs and refuses the allocation. The
+    # marker (what a child reads) and the trace (its fallback) both tell the two apart.
+    armed._ensure_registered()  # the worker's unmutated run, before the fork
+    placed, mutant = place_register_mutant(armed, marked=True)
+    slots = armed.Slots(4, "cpu")
+    flag = marking.arm()
+    with LinesRun(placed.values(), mutant.line, mutant.end_line) as forked:
+        assert slots.alloc(2) is not None
+    assert flag == [False] and not forked.ran
+    armed._POLICIES.clear()  # a fresh process: nothing registered yet
+    with LinesRun(placed.values(), mutant.line, mutant.end_line) as fresh:
+        assert slots.alloc(2) is None
+    assert flag == [True] and fresh.ran
+
+
+FLOW = textwrap.dedent('''\
+    def f(x):
+        if x > 0:
+            return 1
+        elif x < -5:
+            return 2
+        while x < 0:
+            x += 1
+        return x
+    ''')
+
+
+@pytest.mark.parametrize("line, column, runs, idle", [
+    (2, 7, 1, None),     # the `if` test: any call
+    (3, 8, 1, -1),       # its `return`: positive x only
+    (4, 9, -6, 1),       # the `elif` test: not when the `if` returned
+    (6, 10, -1, 1),      # the `while` test: not reached from a positive x
+    (7, 8, -1, 0),       # the loop's body: only while x < 0
+])
+def test_the_marker_flags_the_statement_holding_the_edit(armed, line, column, runs, idle):
+    code = marking.marked(FLOW, "flow.py", line, column)
+    namespace: dict = {}
+    exec(code, namespace)
+    flag = marking.arm()
+    if idle is not None:
+        assert namespace["f"](idle) == {1: 1, -1: 0, 0: 0}[idle] and flag == [False]
+    namespace["f"](runs)
+    assert flag == [True]
+    # the marker takes the held statement's line: no line of the file moves
+    plain = compile(FLOW, "flow.py", "exec")
+    lines = [sorted({n for _, _, n in placing.functions(c)[("f", 0)].co_lines() if n})
+             for c in (plain, code)]
+    assert lines[0] == lines[1]
 
 
 def test_lines_run_counts_the_mutants_lines_only(pristine):

@@ -83,14 +83,18 @@ def place(module: types.ModuleType, original: dict, mutated_source: str) -> list
     return [key[0] for key in place_code(module, original, mutated_source)]
 
 
-def place_code(module: types.ModuleType, original: dict, mutated_source: str) -> dict:
-    """`place`, answering with the code objects put in place, by (qualified name, ordinal):
-    what a child watches to know whether the mutant ran at all (`reach.LinesRun`)."""
+def place_code(module: types.ModuleType, original: dict, mutated_source: str,
+               compiled: types.CodeType | None = None) -> dict:
+    """`place`, answering with the code objects put in place, by (qualified name, ordinal).
+    With `compiled` (the mutated file compiled otherwise: `marking.marked`), what changed is
+    still judged on `mutated_source`, and the functions put in place come from `compiled`."""
     mutated = functions(compile(mutated_source, module.__file__, "exec"))
     changed = [key for key, code in mutated.items()
                if key not in original or shape(code) != shape(original[key])]
     if not changed:
         return {}
+    if compiled is not None:
+        mutated = functions(compiled)
     live = live_functions(module)
     outermost = [key for key in changed if "<locals>" not in key[0]]
     if not outermost:

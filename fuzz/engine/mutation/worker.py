@@ -6,12 +6,14 @@ many mutants share one import soundly: each starts from the same unmutated proce
 
 Not for what that process did once before the fork and keeps: a once-a-process set-up (a
 registry filled lazily on first use) ran in the worker's own unmutated run, and its mutant,
-placed in the child, is never called there. So each child records whether its mutant's lines
-ran after placement (`ran`); a survivor whose lines never ran is rerun by a `fresh` worker,
-which imports and runs nothing before forking each mutant's child (`run.py`)."""
+placed in the child, is never called there. So each child records whether its mutant's
+statement ran after placement (`ran`: `marking.py`); a survivor whose statement never ran is
+rerun by a `fresh` worker, which imports and runs nothing before forking each mutant's child
+(`run.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -21,6 +23,7 @@ from pathlib import Path
 
 from kvfuzz.fuzz.engine.apart import Failed, enter_sandbox, run_apart
 from kvfuzz.fuzz.engine.mutation.mutants import Mutant, apply, enumerate_mutants
+from kvfuzz.fuzz.engine.mutation.marking import arm, marked
 from kvfuzz.fuzz.engine.mutation.placing import NotPlaced, functions, place_code
 from kvfuzz.fuzz.engine.mutation.reach import LinesRun, LineTrace, reached
 from kvfuzz.fuzz.engine.target import DIVERGE
@@ -170,18 +173,23 @@ def _in_child(mutant: Mutant) -> dict:
     try:
         mutated, before, after = apply(source, mutant)
         record = {"before": before, "after": after}
-        changed = place_code(module, original, mutated)
+        flagged = marked(mutated, module.__file__, mutant.line, mutant.column)
+        changed = place_code(module, original, mutated, flagged)
     except (ValueError, SyntaxError, NotPlaced) as error:
         return {"status": "incompetent", "what": safe_text(error)}
     if not changed:
         return {**record, "status": "equivalent", "what": "compiles to the original's code"}
     limit_data(request.memory)
+    flag = arm()
+    # where no statement holds the edit, a trace tells (slower; none of today's operators)
+    watch = LinesRun(changed.values(), mutant.line, mutant.end_line) if flagged is None \
+        else contextlib.nullcontext()
     try:
-        with LinesRun(changed.values(), mutant.line, mutant.end_line) as seen:
+        with watch:
             problem = _run_cases(request)
     except Exception as error:  # noqa: BLE001 - the judge raised: kvfuzz's problem to report
         return {**record, "status": "error", "what": f"the judge raised {safe_text(error)}"}
-    record["ran"] = seen.ran
+    record["ran"] = flag[0] if flagged is not None else watch.ran
     if problem is None:
         return {**record, "status": "survived"}
     return {**record, "status": "killed", **problem}
