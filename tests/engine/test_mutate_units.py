@@ -385,6 +385,17 @@ def test_the_marker_flags_the_statement_holding_the_edit(armed, line, column, ru
     assert lines[0] == lines[1]
 
 
+def test_the_marker_finds_an_edit_after_wide_characters(armed):
+    # parso's columns count characters, ast's offsets bytes: "é" is two of them, and an edit
+    # at the start of the statement after it (a RemoveStatement) is one byte short of it
+    source = 'def g(s):\n    t = "é"; return s + 1\n'
+    column = source.splitlines()[1].index("return")
+    namespace: dict = {}
+    exec(marking.marked(source, "g.py", 2, column), namespace)
+    flag = marking.arm()
+    assert namespace["g"](1) == 2 and flag == [True]
+
+
 def test_lines_run_counts_the_mutants_lines_only(pristine):
     placed, mutant = place_register_mutant(pristine)
     saved = dict(pristine._POLICIES)

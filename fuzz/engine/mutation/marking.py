@@ -19,9 +19,12 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
 def marked(source: str, path: str, line: int, column: int) -> types.CodeType | None:
     """`source` (a mutated file) compiled with the marker before the innermost statement of a
-    function body that holds (line, column); None where no function's statement does."""
+    function body that holds (line, column: 0-based, in characters); None where no function's
+    statement does."""
     tree = ast.parse(source, path)
-    found = _holder(tree, (line, column), in_function=False)
+    text = source.splitlines()[line - 1] if 0 < line <= source.count("\n") + 1 else ""
+    offset = len(text[:column].encode())  # a mutant's column counts characters, ast's bytes
+    found = _holder(tree, (line, offset), in_function=False)
     if found is None:
         return None
     body, index = found
