@@ -20,7 +20,9 @@ EPILOG = """statuses: killed (a divergence), timeout and crashed (kills too, as 
 them), survived, not reached (no seeded case runs its lines: not run), equivalent (compiles to
 the original's code: not run), cosmetic (inside a logging, warning or print call:
 not run), incompetent (cannot be put in place), error (kvfuzz's judge
-raised), not run (--time, or interrupted: rerun the command to resume).
+raised), not run (--time, or interrupted: rerun the command to resume). A survivor whose
+lines never ran in its child (a set-up the worker did before the fork) is rerun in a fresh
+process, and that verdict counts ("rerun fresh" in the report).
 exit status: 0 done, 1 score under --fail-under, 2 bad usage or an implementation that already
 diverges unmutated, 130 interrupted (the results file keeps every mutant done)"""
 

@@ -1,7 +1,8 @@
 """`kvfuzz mutate` as a user runs it (a process of its own: slow tier): on kvfuzz's own Mamba
 allocator the faults kvfuzz must see are killed, a survivor rerun alone keeps its verdict, the results file resumes
 a run, --fail-under gates, bad input is one line; hostile mutants (one exits its process, one
-hangs, one kills the worker it was forked from) cost only themselves."""
+hangs, one kills the worker it was forked from) cost only themselves; a mutant of a set-up done
+once a process, before the fork, is rerun fresh and killed."""
 
 from __future__ import annotations
 
@@ -78,16 +79,38 @@ def test_bad_input_is_one_line(tmp_path, args, message):
         ran.stderr
 
 
-def test_hostile_mutants_cost_only_themselves(tmp_path):
+@pytest.fixture(scope="module")
+def fixture_run(tmp_path_factory):
+    """One command for two claims (each kvfuzz start costs seconds of CI): the fixture's dead
+    branches brought to life in `Slots` and in its once-a-process `register_policies`."""
+    cwd = tmp_path_factory.mktemp("fixture_run")
     ran = kvfuzz("mamba", "--impl", "tests.engine.mutate_fixture:Slots",
-                 "--scope", "tests.engine.mutate_fixture:Slots", "--operator",
+                 "--scope", "tests.engine.mutate_fixture:Slots", "--scope",
+                 "tests.engine.mutate_fixture:register_policies", "--operator",
                  "ReplaceFalseWithTrue", "--cases", "30", "--timeout", "3", "--jobs", "2",
-                 "--json", "r.json", cwd=tmp_path)
+                 "--json", "r.json", cwd=cwd)
     assert ran.returncode == 0, ran.stderr
-    status = {r["function"]: r["status"] for r in records(tmp_path / "r.json").values()}
+    return ran, records(cwd / "r.json")
+
+
+def test_hostile_mutants_cost_only_themselves(fixture_run):
+    ran, found = fixture_run
+    status = {r["function"]: r["status"] for r in found.values()}
     assert status == {"Slots.alloc": "crashed", "Slots.available_size": "timeout",
-                      "Slots.free": "crashed"}, status
+                      "Slots.free": "crashed", "register_policies": "killed"}, status
     assert "score 100.0%" in ran.stdout
+
+
+def test_a_set_up_done_before_the_fork_is_rerun_fresh_and_killed(fixture_run):
+    # The registry was filled by the worker's unmutated run: in the forked child the mutant
+    # never ran and survived (the verdict before the fresh rerun existed); a fresh process,
+    # which ran no case before placing it, runs it and refuses every allocation.
+    ran, found = fixture_run
+    (setup,) = [r for r in found.values() if r["function"] == "register_policies"]
+    assert setup["forked"] == "survived" and setup["fresh"] and setup["ran"], setup
+    assert setup["status"] == "killed" and "None vs success" in setup["what"], setup
+    assert "rerun fresh 1" in ran.stdout and "1 killed there" in ran.stdout
+    assert [r for r in found.values() if r.get("fresh")] == [setup]  # nothing else rerun
 
 
 @pytest.mark.parametrize("check, killed", [

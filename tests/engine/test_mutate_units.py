@@ -1,6 +1,7 @@
 """`kvfuzz mutate`'s parts, in this process: the operators, mutant ids and their application,
-putting a mutant in place, equivalence by compiled code, the line trace, the results file and
-the score (fuzz/engine/mutation/)."""
+putting a mutant in place, equivalence by compiled code, the line trace, whether a placed
+mutant's lines ran (and which survivors are rerun fresh for it), the results file and the score
+(fuzz/engine/mutation/)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import textwrap
 
 import pytest
 
-from kvfuzz.fuzz.engine.mutation import placing
+from kvfuzz.fuzz.engine.mutation import marking, placing
 from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
-from kvfuzz.fuzz.engine.mutation.reach import LineTrace, reached
+from kvfuzz.fuzz.engine.mutation.reach import LinesRun, LineTrace, reached
 from kvfuzz.fuzz.engine.mutation.report import score, summary
 from kvfuzz.fuzz.engine.mutation.results import ResultsFile
 from collections import Counter
@@ -304,3 +305,148 @@ def test_a_malformed_equivalents_file_is_one_line(tmp_path):
     bad.write_text('{"mutants": [1]}')
     with pytest.raises(MutationError, match="eq.json: expected a JSON object"):
         declared_equivalents(str(bad))
+
+
+def place_register_mutant(module, marked=False):
+    """`register_policies` with its early return brought to life (and the marker before its
+    statement, `marked`); its placed code and mutant."""
+    source = open(module.__file__).read()
+    original = placing.functions(compile(source, module.__file__, "exec"))
+    mutant = next(m for m in enumerate_mutants(module.__name__, module.__file__, source,
+                                               ("register_policies",), ("ReplaceFalseWithTrue",)))
+    mutated = apply(source, mutant)[0]
+    flagged = marking.marked(mutated, module.__file__, mutant.line, mutant.column) \
+        if marked else None
+    return placing.place_code(module, original, mutated, flagged), mutant
+
+
+@pytest.fixture
+def armed(pristine):
+    """The fixture module with its registry and the marker's builtin put back after the test."""
+    import builtins
+
+    saved = dict(pristine._POLICIES)
+    yield pristine
+    pristine._POLICIES.clear()
+    pristine._POLICIES.update(saved)
+    vars(builtins).pop(marking.MARK, None)
+
+
+def test_a_set_up_done_before_placing_never_runs_the_mutant(armed):
+    # The hole a forked child has: the registry was filled before the mutant was placed, so the
+    # mutated set-up is never called and every allocation goes through (the mutant "survives");
+    # in a process where it is still to fill, the mutant runs and refuses the allocation. The
+    # marker (what a child reads) and the trace (its fallback) both tell the two apart.
+    armed._ensure_registered()  # the worker's unmutated run, before the fork
+    placed, mutant = place_register_mutant(armed, marked=True)
+    slots = armed.Slots(4, "cpu")
+    flag = marking.arm()
+    with LinesRun(placed.values(), mutant.line, mutant.end_line) as forked:
+        assert slots.alloc(2) is not None
+    assert flag == [False] and not forked.ran
+    armed._POLICIES.clear()  # a fresh process: nothing registered yet
+    with LinesRun(placed.values(), mutant.line, mutant.end_line) as fresh:
+        assert slots.alloc(2) is None
+    assert flag == [True] and fresh.ran
+
+
+FLOW = textwrap.dedent('''\
+    def f(x):
+        if x > 0:
+            return 1
+        elif x < -5:
+            return 2
+        while x < 0:
+            x += 1
+        return x
+    ''')
+
+
+@pytest.mark.parametrize("line, column, runs, idle", [
+    (2, 7, 1, None),     # the `if` test: any call
+    (3, 8, 1, -1),       # its `return`: positive x only
+    (4, 9, -6, 1),       # the `elif` test: not when the `if` returned
+    (6, 10, -1, 1),      # the `while` test: not reached from a positive x
+    (7, 8, -1, 0),       # the loop's body: only while x < 0
+])
+def test_the_marker_flags_the_statement_holding_the_edit(armed, line, column, runs, idle):
+    code = marking.marked(FLOW, "flow.py", line, column)
+    namespace: dict = {}
+    exec(code, namespace)
+    flag = marking.arm()
+    if idle is not None:
+        assert namespace["f"](idle) == {1: 1, -1: 0, 0: 0}[idle] and flag == [False]
+    namespace["f"](runs)
+    assert flag == [True]
+    # the marker takes the held statement's line: no line of the file moves
+    plain = compile(FLOW, "flow.py", "exec")
+    lines = [sorted({n for _, _, n in placing.functions(c)[("f", 0)].co_lines() if n})
+             for c in (plain, code)]
+    assert lines[0] == lines[1]
+
+
+def test_the_marker_finds_an_edit_after_wide_characters(armed):
+    # parso's columns count characters, ast's offsets bytes: "é" is two of them, and an edit
+    # at the start of the statement after it (a RemoveStatement) is one byte short of it
+    source = 'def g(s):\n    t = "é"; return s + 1\n'
+    column = source.splitlines()[1].index("return")
+    namespace: dict = {}
+    exec(marking.marked(source, "g.py", 2, column), namespace)
+    flag = marking.arm()
+    assert namespace["g"](1) == 2 and flag == [True]
+
+
+def test_lines_run_counts_the_mutants_lines_only(pristine):
+    placed, mutant = place_register_mutant(pristine)
+    saved = dict(pristine._POLICIES)
+    try:
+        # The mutated function runs (its early return taken) without the line after it: a
+        # function that ran is not enough, as for a set-up guarded at its top.
+        pristine._POLICIES.clear()
+        with LinesRun(placed.values(), mutant.line + 2, mutant.line + 2) as skipped:
+            pristine._ensure_registered()
+        assert not skipped.ran
+        with LinesRun(placed.values(), mutant.line, mutant.line) as seen:
+            pristine._ensure_registered()
+        assert seen.ran
+        with LinesRun(placed.values(), mutant.line, mutant.line) as elsewhere:
+            pristine.small(1)  # code not placed: never counted
+        assert not elsewhere.ran
+    finally:
+        pristine._POLICIES.clear()
+        pristine._POLICIES.update(saved)
+
+
+@pytest.mark.parametrize("record, reached, expected", [
+    ({"status": "survived", "ran": False}, True, True),
+    ({"status": "equivalent", "ran": False, "what": "declared: x"}, True, True),
+    ({"status": "survived", "ran": True}, True, False),     # it ran: the verdict holds
+    ({"status": "killed", "ran": False}, True, False),
+    ({"status": "survived", "ran": False}, False, False),   # never ran unmutated either
+    ({"status": "survived", "ran": False, "fresh": True}, True, False),  # rerun already
+    ({"status": "survived"}, True, False),                  # a results file from before
+    ({"status": "equivalent", "what": "compiles to the original's code"}, True, False),
+])
+def test_only_survivors_whose_lines_never_ran_are_rerun_fresh(record, reached, expected):
+    from kvfuzz.fuzz.engine.mutation.run import needs_fresh
+
+    assert needs_fresh(record, reached) is expected
+
+
+def test_the_report_counts_fresh_reruns_and_says_which_never_ran():
+    from kvfuzz.fuzz.engine.mutation.report import lines
+
+    def record(line, status, **more):
+        return {"id": f"m:{line}:0:Op:0", "module": "m", "line": line, "function": "f",
+                "operator": "Op", "status": status, **more}
+
+    records = [record(1, "killed", fresh=True, forked="survived", ran=True),
+               record(2, "survived", fresh=True, forked="survived", ran=False),
+               record(3, "survived", ran=True), record(4, "killed", ran=True)]
+    report = summary(records, {"target": "t", "impl": "i", "run": 4, "mutants": 4,
+                               "cases": 5, "seed": 0})
+    assert report["fresh"] == {"rerun": 2, "killed": 1} and report["score"] == 0.5
+    text = "\n".join(lines(report, "kvfuzz mutate --only {id}"))
+    assert "rerun fresh 2" in text and "1 killed there" in text
+    never = "its lines never ran once it was in place, in a fresh process either"
+    assert text.count(never) == 1 and text.index("m:2:0:Op:0") < text.index(never)

@@ -80,11 +80,21 @@ def place(module: types.ModuleType, original: dict, mutated_source: str) -> list
     """Put `mutated_source` (the module's file, mutated) in place in `module`; the qualified
     names whose code changed ([] for an equivalent mutant). `original` is
     `functions(compile(original source))`."""
+    return [key[0] for key in place_code(module, original, mutated_source)]
+
+
+def place_code(module: types.ModuleType, original: dict, mutated_source: str,
+               compiled: types.CodeType | None = None) -> dict:
+    """`place`, answering with the code objects put in place, by (qualified name, ordinal).
+    With `compiled` (the mutated file compiled otherwise: `marking.marked`), what changed is
+    still judged on `mutated_source`, and the functions put in place come from `compiled`."""
     mutated = functions(compile(mutated_source, module.__file__, "exec"))
     changed = [key for key, code in mutated.items()
                if key not in original or shape(code) != shape(original[key])]
     if not changed:
-        return []
+        return {}
+    if compiled is not None:
+        mutated = functions(compiled)
     live = live_functions(module)
     outermost = [key for key in changed if "<locals>" not in key[0]]
     if not outermost:
@@ -98,4 +108,4 @@ def place(module: types.ModuleType, original: dict, mutated_source: str) -> list
             function.__code__ = mutated[key]
         except ValueError as error:  # the mutation changed what the function closes over
             raise NotPlaced(f"{key[0]}: {error}") from None
-    return [key[0] for key in outermost]
+    return {key: mutated[key] for key in outermost}

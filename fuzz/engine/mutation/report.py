@@ -54,7 +54,9 @@ def summary(records: list, meta: dict) -> dict:
         by_file[r["module"]][r["status"]] += 1
     from kvfuzz.fuzz.engine.mutation.also_run import matrix
 
+    fresh = [r for r in records if r.get("fresh")]
     return {**meta, "counts": {s: counts[s] for s in STATUSES}, "score": score(counts),
+            "fresh": {"rerun": len(fresh), "killed": sum(r["status"] in KILLS for r in fresh)},
             "matrix": matrix(records),
             "files": {k: {"counts": dict(v), "score": score(v)} for k, v in by_file.items()},
             "functions": {k: {"counts": dict(v), "score": score(v)}
@@ -70,6 +72,11 @@ def lines(report: dict, command: str) -> list[str]:
            "  " + " · ".join(f"{s} {counts[s]}" for s in STATUSES if counts[s]),
            f"  score {percent(report['score'])} (killed, timed out or crashed, of those and "
            f"the survivors)"]
+    fresh = report["fresh"]
+    if fresh["rerun"]:
+        out.append(f"  rerun fresh {fresh['rerun']} (survived a forked child without running "
+                   f"their lines: a set-up done before the fork?), {fresh['killed']} killed "
+                   f"there; the fresh verdict counts")
     out += _table("file", report["files"]) + _table("function", report["functions"])
     survivors = [r for r in report["records"] if r["status"] == "survived"]
     if survivors:
@@ -78,6 +85,9 @@ def lines(report: dict, command: str) -> list[str]:
             out += [f"  {r['module']}:{r['line']} {r['function']} {r['operator']}",
                     f"    - {r.get('before', '')}", f"    + {r.get('after', '')}",
                     f"    {command.format(id=r['id'])}"]
+            if r.get("ran") is False:
+                out.append("    its lines never ran once it was in place" + (
+                    ", in a fresh process either" if r.get("fresh") else ""))
     unreached = Counter(r["function"] for r in report["records"] if r["status"] == "not reached")
     if unreached:
         out.append("not reached (no seeded case runs these lines; reach gaps, not strength):")

@@ -1,5 +1,6 @@
 """`kvfuzz mutate`'s run: plan in one worker, choose the mutants (all, a seeded sample, or one),
-resume from the results file, hand the reached ones out to `jobs` workers, report."""
+resume from the results file, hand the reached ones out to `jobs` workers, rerun in a fresh
+worker the survivors whose lines never ran after the fork, report."""
 
 from __future__ import annotations
 
@@ -11,19 +12,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from multiprocessing.connection import wait
 from pathlib import Path
 
 import kvfuzz.impl
 from kvfuzz.fuzz.engine.mutation import report as reporting
 from kvfuzz.fuzz.engine.mutation.also_run import TestCommand, asked
+from kvfuzz.fuzz.engine.mutation.hand_out import hand_out
 from kvfuzz.fuzz.engine.mutation.operators import VERSION as OPERATORS_VERSION
 from kvfuzz.fuzz.engine.mutation.results import ResultsFile, default_path
 from kvfuzz.fuzz.engine.mutation.supervisor import MutationError, Zygote, wait_plan
 from kvfuzz.fuzz.engine.mutation.worker import Request
 from kvfuzz.fuzz.engine.stop_signals import INTERRUPTED, held
-
-PROGRESS_EVERY = 10.0  # seconds between progress lines
 
 
 @dataclass
@@ -141,7 +140,8 @@ def mutate(options: Options, out=None) -> int:
               f"{', '.join(plan.scopes)}; unmutated run {plan.seconds:.1f} s; "
               f"{options.jobs} worker(s); results: {results.path}", file=out)
         status = _run(chosen, plan, done, results, zygotes, request, options, timeout, began,
-                      out)
+                      out) or _rerun_fresh(chosen, plan, done, results, zygotes, request,
+                                           options, timeout, began, out)
         for zygote in zygotes:  # the tests need the cores
             zygote.stop()
         if options.also_run and not status:
@@ -186,44 +186,51 @@ def _run(chosen, plan, done, results, zygotes, request, options, timeout, began,
         if mutant.id not in done and status is not None:
             done[mutant.id] = _record(mutant, {"status": status})
             results.add(done[mutant.id])
+
+    def finish(mutant, result: dict) -> None:
+        done[mutant.id] = _record(mutant, relabel(result, options.declared.get(mutant.id)))
+        results.add(done[mutant.id])
+
     pending = [m for m in chosen if m.id not in done]
     quiet = Request(**{**request.__dict__, "trace": False})
-    for _ in range(min(options.jobs, len(pending)) - 1):
-        zygotes.append(Zygote(quiet))
-    for zygote in zygotes[1:]:
-        wait_plan(zygote)
-    idle, last, total = list(zygotes), time.monotonic(), len(pending)
+    return hand_out(pending, zygotes, quiet, finish, options, timeout, began, results, out)
 
-    def finish(zygote, result: dict) -> None:
-        result = relabel(result, options.declared.get(zygote.mutant.id))
-        done[zygote.mutant.id] = _record(zygote.mutant, result)
-        results.add(done[zygote.mutant.id])
-        zygote.mutant = None
-        idle.append(zygote)
 
-    try:
-        while pending or len(idle) < len(zygotes):
-            over = options.time is not None and time.monotonic() - began > options.time
-            while idle and pending and not over:
-                zygote = idle.pop()
-                zygote.give(pending.pop(0), timeout)
-            if over and len(idle) == len(zygotes):
-                print(f"mutate: --time reached; {len(pending)} mutants not run (rerun to "
-                      f"resume)", file=out)
-                break
-            busy = [z for z in zygotes if z not in idle]
-            wait([z.conn for z in busy] + [z.process.sentinel for z in busy], 0.5)
-            for zygote in busy:
-                _collect(zygote, zygotes, idle, finish, quiet)
-            if time.monotonic() - last > PROGRESS_EVERY:
-                last = time.monotonic()
-                print(f"mutate: {total - len(pending) - (len(zygotes) - len(idle))}/{total} "
-                      f"run, {time.monotonic() - began:.0f} s", file=out)
-    except KeyboardInterrupt:
-        print(f"mutate: interrupted; {len(pending) + len(zygotes) - len(idle)} mutants not "
-              f"run; the same command resumes from {results.path}", file=out)
-        return INTERRUPTED
-    return 0
+def needs_fresh(record: dict, reached: bool) -> bool:
+    """A mutant whose forked verdict is hollow: it survived (or was declared equivalent on
+    surviving), its lines ran in the unmutated run before the fork, and never in its child."""
+    return (reached and record.get("ran") is False and not record.get("fresh")
+            and record.get("status") in ("survived", "equivalent"))
+
+
+def _rerun_fresh(chosen, plan, done, results, zygotes, request, options, timeout, began,
+                 out) -> int:
+    """Each hollow survivor again, in a child of a worker that ran no case before placing it
+    (a once-a-process set-up the forked worker did is still to do there); its verdict counts,
+    the forked one is kept as `forked`. Resumable like the first pass: it picks its mutants
+    from the records."""
+    todo = [m for m in chosen if m.id in done
+            and needs_fresh(done[m.id], plan.reached.get(m.id, False))]
+    if not todo:
+        return 0
+    if options.time is not None and time.monotonic() - began > options.time:
+        print(f"mutate: --time reached; {len(todo)} survivors not rerun fresh (rerun to "
+              f"resume)", file=out)
+        return 0
+    print(f"mutate: {len(todo)} survivor(s) never ran their lines after the fork (a set-up "
+          f"the worker did before it?): rerun in a fresh process", file=out)
+    for zygote in zygotes:  # their cores and memory go to the fresh workers
+        zygote.stop()
+    zygotes.clear()
+
+    def finish(mutant, result: dict) -> None:
+        result = {**result, "fresh": True, "forked": done[mutant.id]["status"]}
+        added = _record(mutant, relabel(result, options.declared.get(mutant.id)))
+        done[mutant.id] = {**done[mutant.id], **added}
+        results.add(added)
+
+    fresh = Request(**{**request.__dict__, "trace": False, "fresh": True})
+    return hand_out(todo, zygotes, fresh, finish, options, timeout, began, results, out)
 
 
 def _also_run(chosen, done, results, options, out) -> int:
@@ -266,23 +273,3 @@ def _also_run(chosen, done, results, options, out) -> int:
             pool.shutdown(wait=True, cancel_futures=True)
         tests.close()
     return 0
-
-
-def _collect(zygote, zygotes, idle, finish, quiet) -> None:
-    """What a busy worker said, or how it ended (its mutant's record; a fresh worker after)."""
-    dead = zygote.dead()
-    for message in zygote.take():
-        if message[0] == "result" and zygote.mutant is not None and \
-                message[1] == zygote.mutant.id and isinstance(message[2], dict):
-            finish(zygote, message[2])
-            return
-        raise MutationError(f"the worker failed: {message[-1]}")
-    if dead or zygote.late():
-        what = "crashed: its worker ended" if dead else "timed out (its worker hung)"
-        finish(zygote, {"status": "crashed" if dead else "timeout", "what": what})
-        idle.remove(zygote)
-        zygote.stop()
-        fresh = Zygote(quiet)
-        wait_plan(fresh)
-        zygotes[zygotes.index(zygote)] = fresh
-        idle.append(fresh)

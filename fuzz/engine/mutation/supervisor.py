@@ -39,6 +39,7 @@ class Zygote:
         child.close()
         self.reader = FrameReader(self.conn)
         self.request, self.mutant, self.since = request, None, time.monotonic()
+        self.planned = None  # its plan, once `wait_plan` has read it
         self.conn.send(("plan", request))
 
     def give(self, mutant, timeout: float) -> None:
@@ -100,6 +101,7 @@ def wait_plan(zygote: Zygote) -> worker.Plan:
         dead = zygote.dead()
         for message in zygote.take():
             if message[0] == "plan" and isinstance(message[1], worker.Plan):
+                zygote.planned = message[1]
                 return message[1]
             if message[0] == "usage":
                 raise ImplementationError(message[1])

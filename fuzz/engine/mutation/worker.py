@@ -2,10 +2,18 @@
 implementation, the files to mutate, their mutants, the unmutated run with its line trace),
 then runs each mutant it is given in a child forked from itself (`run_apart`: a crash, a hang
 or an exit costs that mutant alone, and no mutant sees another's edits). The fork is what lets
-many mutants share one import soundly: each starts from the same unmutated process."""
+many mutants share one import soundly: each starts from the same unmutated process.
+
+Not for what that process did once before the fork and keeps: a once-a-process set-up (a
+registry filled lazily on first use) ran in the worker's own unmutated run, and its mutant,
+placed in the child, is never called there. So each child records whether its mutant's
+statement ran after placement (`ran`: `marking.py`); a survivor whose statement never ran is
+rerun by a `fresh` worker, which imports and runs nothing before forking each mutant's child
+(`run.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import os
@@ -15,8 +23,9 @@ from pathlib import Path
 
 from kvfuzz.fuzz.engine.apart import Failed, enter_sandbox, run_apart
 from kvfuzz.fuzz.engine.mutation.mutants import Mutant, apply, enumerate_mutants
-from kvfuzz.fuzz.engine.mutation.placing import NotPlaced, functions, place
-from kvfuzz.fuzz.engine.mutation.reach import LineTrace, reached
+from kvfuzz.fuzz.engine.mutation.marking import arm, marked
+from kvfuzz.fuzz.engine.mutation.placing import NotPlaced, functions, place_code
+from kvfuzz.fuzz.engine.mutation.reach import LinesRun, LineTrace, reached
 from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.impl.registry import ImplementationError, safe_text
 from kvfuzz.impl.upstream_env import prepare_import
@@ -33,6 +42,7 @@ class Request:
     start: int
     memory: int
     trace: bool = True          # run the unmutated implementation with its line trace
+    fresh: bool = False         # run no case before the fork (not even one to warm up)
 
 
 @dataclass
@@ -86,6 +96,8 @@ def plan(request: Request) -> Plan:
     result = Plan(mutants=mutants, scopes=scopes, digest=hashlib.sha256(
         "".join(s for _, s, _ in sources.values()).encode()).hexdigest()[:16],
         stream=_stream(target, impl))
+    if request.fresh:  # its children must find every lazy set-up not done yet
+        return result
     began = time.perf_counter()
     paths = [module.__file__ for module, _, _ in sources.values()]
     with LineTrace(paths if request.trace else []) as trace:
@@ -161,16 +173,23 @@ def _in_child(mutant: Mutant) -> dict:
     try:
         mutated, before, after = apply(source, mutant)
         record = {"before": before, "after": after}
-        changed = place(module, original, mutated)
+        flagged = marked(mutated, module.__file__, mutant.line, mutant.column)
+        changed = place_code(module, original, mutated, flagged)
     except (ValueError, SyntaxError, NotPlaced) as error:
         return {"status": "incompetent", "what": safe_text(error)}
     if not changed:
         return {**record, "status": "equivalent", "what": "compiles to the original's code"}
     limit_data(request.memory)
+    flag = arm()
+    # where no statement holds the edit, a trace tells (slower; none of today's operators)
+    watch = LinesRun(changed.values(), mutant.line, mutant.end_line) if flagged is None \
+        else contextlib.nullcontext()
     try:
-        problem = _run_cases(request)
+        with watch:
+            problem = _run_cases(request)
     except Exception as error:  # noqa: BLE001 - the judge raised: kvfuzz's problem to report
         return {**record, "status": "error", "what": f"the judge raised {safe_text(error)}"}
+    record["ran"] = flag[0] if flagged is not None else watch.ran
     if problem is None:
         return {**record, "status": "survived"}
     return {**record, "status": "killed", **problem}
