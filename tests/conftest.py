@@ -40,5 +40,6 @@ def pytest_collection_modifyitems(items):
     to its workers in this order, so the long ones start early and the quick tier's short ones
     fill the last minutes on both workers, where in folder order one worker ran the last
     folder's long shards (`unified/test_upstream.py`, 20 to 30 s each in CI) while the other
-    idled."""
+    idled. (Grouping the older-release tests on one worker, xdist's "loadgroup", does nothing
+    under pytest 9.2: xdist 3.8 renames `Node._nodeid`, which pytest no longer reads.)"""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
