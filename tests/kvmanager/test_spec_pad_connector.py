@@ -143,3 +143,22 @@ def test_a_guard_that_maps_a_padded_call_to_the_token_alone_is_caught(monkeypatc
                             Schedule(rid, chunk))
     with pytest.raises(kvfuzz.Mismatch):
         scheduler_session(5, None, tmp_path, workload="SPEC_CONNECTOR")
+
+
+@with_vllm
+@pytest.mark.slow
+@pytest.mark.parametrize("name, seed", [("spec_pad_external_clamped", 24),
+                                        ("spec_pad_resumed_clamped", 12)])
+def test_a_padding_mutant_raises_in_the_connector_session_with_a_file_that_replays(name, seed,
+                                                                                   tmp_path):
+    """The release's scheduler makes the calls the mutants get wrong: under the guard,
+    `SPEC_CONNECTOR` session 24 (a padded synchronous load whose rows pass a block's end) and
+    12 (a padded resumption) raise `Mismatch` on each, with a file that fails the same way on
+    the mutant and replays clean on the release."""
+    from tests import guarding
+    from tests.kvmanager.test_guard import scheduler_session
+
+    guarding.assert_mutant_raises_in_sessions(
+        lambda offset: scheduler_session(seed + offset, name, tmp_path,
+                                         workload="SPEC_CONNECTOR"),
+        f"mutant.vllm.kvmanager.{name}", "vllm.kvmanager", seeds=1)
