@@ -63,6 +63,11 @@ class ConnectorOps:
         external = 0 if request.skip else max(0, min(op.external, room))
         load = op.load and external > 0
         new = 0 if load else min(op.chunk, len(tokens) - hit - external)
+        # a synchronous load's last token padded with placeholder drafts (an asynchronous
+        # load's admission computes nothing: the scheduler never pads it)
+        rows = 0 if load else self._padded(len(tokens) - hit - external, hit + external,
+                                           op.chunk, op.pad, "under a connector")
+        new += rows
         self.count("connector admission, asynchronous load" if load else "connector admission")
         if hit:
             self.count("connector admission with a hit")
@@ -71,9 +76,11 @@ class ConnectorOps:
         reserve = op.reserve if load else 0
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit}, external {external}"
                    f"{', delayed caching' if load else ''}"
-                   f"{f', {reserve} reserved' if reserve else ''})")
+                   f"{f', {reserve} reserved' if reserve else ''})"
+                   f"{f': {rows} placeholder drafts' if rows else ''}")
         got, problems = yield from self._connect_allocation(rid, request, new, hit, hit_blocks,
-                                                            external, load, reserve, op.written)
+                                                            external, load, reserve, op.written,
+                                                            rows)
         if got is None or problems:
             return problems
         request.hit = hit
@@ -88,9 +95,10 @@ class ConnectorOps:
         return problems
 
     def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve,
-                            written=EVERY_GROUP):
+                            written=EVERY_GROUP, placeholders=0):
         """The admission's allocate_slots on both sides: its result (None when refused) and
-        the problems of what it consumed."""
+        the problems of what it consumed. `placeholders`: padded draft rows among the `new`
+        tokens, rejected at the step's output (the request counts the rest computed)."""
         model, trace = self.model, self.trace
         before = (yield Call("", "num_free", oracle=None, compare=state_read)).actual
         others = any(r.status == "running" for other, r in self.requests.items() if other != rid)
@@ -129,8 +137,8 @@ class ConnectorOps:
         if before - after != model.predicted:
             return expected, [("invariant", f"allocate_slots consumed {before - after} free "
                                             f"blocks, its check counted {model.predicted}")]
-        request.computed = hit + external + new
-        request.status, request.in_flight = "running", new
+        request.computed = hit + external + new - placeholders
+        request.status, request.in_flight = "running", new - placeholders
         yield Call("", "set_computed", (rid, request.computed, "running"), oracle=None)
         if trace.stats:  # the scheduler records the local hit of an admission made
             self.count("stats recorded")

@@ -26,7 +26,8 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   draft slots of every allocation given to the guard (`num_lookahead_tokens`), and the
   scheduler's `cache_blocks(request, computed)` after an output with draft tokens: `settle`
   (after a `sample` of the token it appended); an admission padded with placeholder drafts
-  (`pad_spec_decode`): a `schedule` with `pad` (`padding.py`).
+  (`pad_spec_decode`): a `schedule` with `pad` (`padding.py`), under a connector a `connect`
+  with `pad`, after a KV load the resumption's `schedule` with `pad` (`guard_connector.py`).
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
 draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that

@@ -9,7 +9,9 @@
 - the admission's `allocate_slots` after a connector's lookup, or with external tokens
   (`num_external_computed_tokens`, from the connector's `get_num_new_matched_tokens`), or
   delaying its caching (an asynchronous load, with its `reserved_blocks`): `connect(rid,
-  chunk, external, load, reserve)`; a load leaves the request waiting for it;
+  chunk, external, load, reserve)`; a load leaves the request waiting for it; a synchronous
+  load that leaves one token, padded with placeholder drafts (`pad_spec_decode`, `padding.py`):
+  `connect` with `pad`;
 - `cache_blocks(request, n)` of a request whose load is in flight, `n` its computed tokens: the
   load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
   `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
@@ -20,7 +22,8 @@
   load failed (no call, "recompute" policy), seen at its next `allocate_slots`: `loaded(rid,
   n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
-  which the judge runs as the resumption (`KVManagerLockstep.schedule`);
+  which the judge runs as the resumption (`KVManagerLockstep.schedule`); padded where the load
+  left one token (a whole prompt loaded): `schedule` with `pad`;
 - `finalize_partial_tail_offloads` (at a finish, for a producer) changes nothing here: it
   finalizes Mamba "align" tails alone (the guard refuses Mamba groups);
 - `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding
@@ -37,6 +40,7 @@ failed load's `record_blocks_for_zeroing`) in `guard_zeroing.py`.
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
+from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Schedule
 
@@ -170,7 +174,10 @@ class ConnectorCalls:
                              f"loads take no new tokens and name groups the manager has)")
             if skipped != set(range(groups)):  # a load of some groups only
                 written = sum(1 << group for group in skipped)
-        elif reserve or not 1 <= n <= left - external:
+        # a synchronous load that leaves one token, padded with placeholder drafts
+        pad = 0 if load else padding(self.kvfuzz_session.header, n, left - external,
+                                     hit + external)
+        if not load and (reserve or not 1 <= n - pad <= left - external):
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
         engine = (0 if load else n, hit, external, load, reserve, whole)
@@ -183,26 +190,29 @@ class ConnectorCalls:
         def done():
             if load:  # the request waits for its load: computed tokens, not running
                 tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
-            else:
-                tracked.computed, tracked.running = hit + external + n, True
+            else:  # the placeholders are rejected drafts once the step's output is processed
+                tracked.computed, tracked.running = hit + external + n - pad, True
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
-        return Connect(rid, 0 if load else n, external, load, reserve, written), expected, done
+        return Connect(rid, 0 if load else n, external, load, reserve, written, pad), \
+            expected, done
 
     def _resumption(self, tracked, request, n: int, given):
         """The first allocation after a KV load: waiting, with computed tokens, no lookup."""
         self._no_hit(given)
         self._same_tokens(request, tracked)
         whole = self._waiting_allocation(tracked, given)
-        if not 1 <= n <= len(tracked.tokens) - tracked.computed:
+        left = len(tracked.tokens) - tracked.computed
+        # the load left one token (a whole prompt loaded: its last): padded with placeholders
+        pad = padding(self.kvfuzz_session.header, n, left, tracked.computed)
+        if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots of {n} tokens resumes request "
-                         f"{request.request_id!r} with {len(tracked.tokens) - tracked.computed} "
-                         f"left")
+                         f"{request.request_id!r} with {left} left")
 
         def expected(args):
             if (args[1], args[3]) != (n, whole):
                 return f"the lock step resumes with {args}, the engine with {(n, whole)}"
-        return Schedule(tracked.rid, n), expected, self._runs(tracked, n)
+        return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, n - pad)
 
     # -- the connector's lookup, checked at once ----------------------------------------------
     @staticmethod

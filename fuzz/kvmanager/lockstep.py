@@ -25,7 +25,7 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
 from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
-from kvfuzz.fuzz.kvmanager.padding import placeholder_rows
+from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
@@ -124,7 +124,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
               "admission padded with placeholder drafts", "admission padded after a hit",
-              "placeholder drafts past a block's end",
+              "placeholder drafts past a block's end", *PADDED,
               *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
@@ -199,9 +199,13 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
             return
         if request.status == WAITING and request.computed:  # its KV load done: no lookup
             self.count("resumed after its load")
-            new = min(op.chunk, len(request.tokens) - request.computed)
-            yield Call(f"allocate_slots(r{op.rid}, {new}) after its load")
-            return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True))
+            left = len(request.tokens) - request.computed
+            rows = self._padded(left, request.computed, op.chunk, op.pad, "after its load")
+            new = min(op.chunk, left) + rows
+            yield Call(f"allocate_slots(r{op.rid}, {new}) after its load"
+                       f"{f': {rows} placeholder drafts' if rows else ''}")
+            return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,
+                                                placeholders=rows))
         if request.status == WAITING:
             yield from self._admit(op.rid, request, op.chunk, op.pad)
             return
@@ -344,13 +348,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if hit and report:
             self.count("hit reported")
         new = min(chunk, len(request.tokens) - hit)
-        rows = placeholder_rows(self.trace, len(request.tokens) - hit, hit, chunk, pad)
-        if rows:
-            self.count("admission padded with placeholder drafts")
-            if hit:  # a prompt met again, or a preempted request back (the session's case)
-                self.count("admission padded after a hit")
-            if (hit + new) % self.trace.block_size == 0:  # the rows alone need a new block
-                self.count("placeholder drafts past a block's end")
+        rows = self._padded(len(request.tokens) - hit, hit, chunk, pad,
+                            "after a hit" if hit else None)
         new += rows
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})"
                    f"{f': {rows} placeholder drafts' if rows else ''}")
@@ -366,6 +365,22 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         yield Call(f"truncate_computed_blocks(r{rid}'s hit, {end})", "truncate", (rid, end),
                    oracle=lambda: self.model.truncate(hit_blocks, end), compared=True)
         return []
+
+    def _padded(self, left: int, computed: int, chunk: int, pad: int, where) -> int:
+        """The placeholder rows an allocation of a waiting request is padded with
+        (`padding.placeholder_rows`), its edge classes counted: `where` it was padded ("after
+        a hit": a prompt met again, or a preempted request back; "after its load";
+        "under a connector"), and the rows past a block's end (they alone need a block)."""
+        rows = placeholder_rows(self.trace, left, computed, chunk, pad)
+        if rows:
+            self.count("admission padded with placeholder drafts")
+            for name in (where, "under asynchronous scheduling"
+                         if self.trace.async_scheduling else None):
+                if name:
+                    self.count(f"admission padded {name}")
+            if (computed + 1) % self.trace.block_size == 0:
+                self.count("placeholder drafts past a block's end")
+        return rows
 
     def _allocation(self, rid, request, new, hit, hit_blocks, resumed=False, placeholders=0):
         """allocate_slots on both sides; on success, that it consumed what its check counted,

@@ -1,34 +1,50 @@
 """vLLM's spec-decode padded admission (`pad_spec_decode` in `Scheduler.schedule`, vllm 0.33.0):
-a waiting request whose hit leaves one token is admitted with `1 + num_spec_tokens` new tokens,
-the token and placeholder draft rows (-1) past the request's tokens, so that the step keeps the
-CUDA graph's decode shape. The manager gives the rows slots and caches none of them (its cache
-stops at the request's tokens); the scheduler rejects them when the step's output is processed
-(`update_from_output` rolls `num_computed_tokens` back by them). The trace's op is a `schedule`
-with `pad` (`strategies/kvmanager/trace.Schedule`): the lock step pads by `placeholder_rows`,
-the guard reads a padded call back by `padding`. Standard library only."""
+a waiting request left with one token to compute is scheduled with `1 + num_spec_tokens` new
+tokens, the token and placeholder draft rows (-1) past the request's tokens, so that the step
+keeps the CUDA graph's decode shape. The manager gives the rows slots and caches none of them
+(its cache stops at the request's tokens); the scheduler rejects them when the step's output is
+processed (`update_from_output` rolls `num_computed_tokens` back by them). The trace's ops: a
+`schedule` (`strategies/kvmanager/trace.Schedule`) or a connector's `connect` with `pad`: the
+lock step pads by `placeholder_rows`, the guard reads a padded call back by `padding`.
+
+Where the scheduler pads (its conditions read from the waiting loop of `Scheduler.schedule`):
+- a fresh admission whose local hit, plus a synchronous load's external tokens under a KV
+  connector, leaves one token (`num_computed_tokens` = local + external): `allocate_slots(
+  request, 1 + k, hit, hit blocks, num_lookahead_tokens, num_external_computed_tokens=external)`;
+- the first allocation after an asynchronous KV load (the `else` branch: no lookup, the
+  request's own `num_computed_tokens`, the last token when the whole prompt loaded):
+  `allocate_slots(request, 1 + k, num_lookahead_tokens)`, no hit and no external tokens;
+- under asynchronous scheduling as without it (the condition does not read it): the
+  admission's call is the same, only the request's state after it differs (`lock step`).
+Never the admission of an asynchronous load itself: it computes no tokens (`num_new_tokens`
+0, before the padding is looked at). Standard library only."""
 
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager.codec import MAX_PAD
 
 
-def placeholder_rows(trace, left: int, hit: int, chunk: int, pad: int) -> int:
-    """The rows an admission of a request with `left` tokens after its `hit`, given `chunk`
+def placeholder_rows(trace, left: int, computed: int, chunk: int, pad: int) -> int:
+    """The rows an allocation of a waiting request with `left` tokens after its `computed`
+    ones (its hit, plus external tokens, or what its load left computed), given `chunk`
     tokens, is padded with: `pad` where one token is left, the chunk (the step's budget) holds
     the token and the rows, and they leave room for the sampled token within max_model_len
-    (the scheduler's own conditions); else none. Not under asynchronous scheduling: the lock
-    step does not model its tokens in flight with rejected drafts."""
-    if not pad or left != 1 or chunk < 1 + pad or trace.async_scheduling:
+    (the scheduler's own conditions); else none."""
+    if not pad or left != 1 or chunk < 1 + pad:
         return 0
-    return pad if hit + 1 + pad + 1 <= trace.max_model_len else 0
+    return pad if computed + 1 + pad + 1 <= trace.max_model_len else 0
 
 
-def padding(header, n: int, left: int, hit: int) -> int:
-    """The placeholder rows among an admission's `n` new tokens that the guard maps to a padded
-    `schedule`: `n - 1` where the lock step's rule pads as many; else 0 (the guard then refuses
-    an `n` past `left`). Never with a Mamba group: the scheduler's aligned split may drop the
-    padding, which the guard does not read."""
+def padding(header, n: int, left: int, computed: int) -> int:
+    """The placeholder rows among a waiting request's `n` new tokens that the guard maps to a
+    padded `schedule` or `connect`: `n - 1` where the lock step's rule pads as many; else 0
+    (the guard then refuses an `n` past `left`). Never with a Mamba group: the scheduler's
+    aligned split may drop the padding, which the guard does not read."""
     pad = n - 1
     if not 0 < pad <= MAX_PAD or header.mamba_mode:
         return 0
-    return placeholder_rows(header, left, hit, n, pad)
+    return placeholder_rows(header, left, computed, n, pad)
+
+# The lock step's edge classes of the padded admissions beyond the plain one (where each is)
+PADDED = ("admission padded under a connector", "admission padded after its load",
+          "admission padded under asynchronous scheduling")

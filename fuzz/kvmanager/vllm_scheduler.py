@@ -391,6 +391,9 @@ EAGLE_GROUPS = Workload(speculative="eagle", num_speculative=1, lookahead_hashes
                         window=48, eagle_groups=(1,), blocks=60)
 MTP = Workload(speculative="mtp", num_speculative=3)
 PROMPT_EMBEDS = Workload(embeds=0.6)
+# The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
+# token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
+SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False,

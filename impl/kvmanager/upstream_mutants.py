@@ -380,6 +380,26 @@ MUTATIONS = {
         "            num_new_tokens, request.num_tokens - total_computed_tokens)",
         "a padded admission's placeholder draft rows get no slots: the block for the rows "
         "past the request's tokens is missing")),
+    # The same under a KV connector and after its load (the "connector" profile's padded
+    # admissions): the rows of a synchronous load's last token, and of the allocation that
+    # resumes a request whose load left one token, clamped to the request's tokens.
+    "spec_pad_external_clamped": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "num_tokens_main_model = total_computed_tokens + num_new_tokens",
+        "num_tokens_main_model = total_computed_tokens + (min(\n"
+        "            num_new_tokens, request.num_tokens - total_computed_tokens)\n"
+        "            if num_external_computed_tokens else num_new_tokens)",
+        "a padded admission with external tokens (a synchronous load leaving one token) gets "
+        "no slots for its placeholder draft rows: a block short where they pass a block's end")),
+    "spec_pad_resumed_clamped": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "num_tokens_main_model = total_computed_tokens + num_new_tokens",
+        "num_tokens_main_model = total_computed_tokens + (min(\n"
+        "            num_new_tokens, request.num_tokens - total_computed_tokens)\n"
+        "            if request.status == RequestStatus.WAITING\n"
+        "            and request.num_computed_tokens else num_new_tokens)",
+        "the allocation resuming a request whose KV load left one token, padded, gets no "
+        "slots for its placeholder draft rows")),
 }
 
 

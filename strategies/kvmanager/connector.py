@@ -9,7 +9,8 @@ before and one after block boundaries, and past the prompt (all of it for a load
 attention alone, or (three traces in four) beside a sliding window or chunked-local group, of
 one block size; seven in ten of those in two precisions, so vLLM records new blocks for zeroing
 (`needs_kv_cache_zeroing`); tight pools, the whole-request check, a watermark, KV events and
-stats in some.
+stats in some. In four in ten, speculative decoding: admissions left with one token are padded
+with placeholder drafts (`padded`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,27 @@ def build(rng: random.Random, num_ops: int, kind=None, profile: str = "connector
                   events=observed, stats=observed, local_chunk=local,
                   zeroing=second != "none" and rng.random() < 0.7, note=f"profile {profile}")
     # one draw more, after all the others: every trace keeps its ops and settings
-    return some_groups(trace, random.Random(rng.random()))
+    trace = some_groups(trace, random.Random(rng.random()))
+    if profile != "connector":  # (the "deferred frees" profile's traces stay as they were)
+        return trace
+    # and one more for the spec-decode padding (2026-12-05): the traces it leaves unpadded
+    # are as before it
+    return padded(trace, random.Random(rng.random()))
+
+
+def padded(trace: Trace, rng: random.Random) -> Trace:
+    """In four traces in ten, a scheduler with speculative decoding: every `connect` and
+    `schedule` carries its draft count `pad` (1 to 3), which pads an admission left with one
+    token (a synchronous load of all but the last token, a resumption after a whole prompt
+    loaded, a plain admission whose hit leaves one: `fuzz/kvmanager/padding.py`); in half of
+    those the drafter has KV of its own (EAGLE-like: slots for `pad` draft tokens on every
+    allocation), in the other half none (n-gram-like: no lookahead slots)."""
+    if rng.random() >= 0.4:
+        return trace
+    pad = rng.randint(1, 3)
+    ops = tuple(replace(op, pad=pad) if isinstance(op, (Connect, Schedule)) else op
+                for op in trace.ops)
+    return replace(trace, ops=ops, lookahead=pad if rng.random() < 0.5 else 0)
 
 
 def some_groups(trace: Trace, rng: random.Random) -> Trace:

@@ -30,7 +30,11 @@ class Connect:
     `chunk` new tokens with it. `written`: the groups an asynchronous load writes, a bit per
     group (the connector's `get_loaded_kv_cache_group_ids`, passed as
     `skip_zeroing_group_ids`): where blocks are zeroed, the external blocks of the other
-    groups are recorded for zeroing; -1, every group (a file without it reads so)."""
+    groups are recorded for zeroing; -1, every group (a file without it reads so). `pad`:
+    the scheduler's spec-decode padding (`Schedule.pad`): where a synchronous load leaves one
+    token, it is admitted with `1 + pad` new tokens, `pad` placeholder draft rows past the
+    request's tokens (an asynchronous load's admission is never padded; 0, a file without it,
+    none)."""
 
     rid: int
     chunk: int
@@ -38,6 +42,7 @@ class Connect:
     load: bool = False
     reserve: int = 0
     written: int = field(default=EVERY_GROUP, metadata={"later": True})
+    pad: int = field(default=0, metadata={"later": True})
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ OPS = {"connect": Connect, "loaded": Loaded}
 
 def describe(op) -> str:
     if isinstance(op, Connect):
-        how = "asynchronously" if op.load else f"with up to {op.chunk} new tokens"
+        how = "asynchronously" if op.load else f"with up to {op.chunk} new tokens" + (
+            f" ({op.pad} placeholder drafts where one is left)" if op.pad else "")
         reserve = f", {op.reserve} blocks reserved" if op.load and op.reserve else ""
         if op.load and op.written != EVERY_GROUP:
             groups = [g for g in range(op.written.bit_length()) if op.written >> g & 1]

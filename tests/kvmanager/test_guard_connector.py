@@ -106,15 +106,16 @@ def test_a_connector_mutant_raises_under_the_fake_connector_with_a_file_that_rep
 # -- kvfuzz's own connector traces, made through the guard ------------------------------------
 def connector_models(trace):
     """A "connector" profile trace as far as the guard models it: full attention, or beside a
-    sliding window; no zeroing, KV events or stats; every request reading the cache; None
-    otherwise. (A request finished during its load is an abort, modelled.)"""
+    sliding window; no zeroing, KV events or stats; every request reading the cache; no draft
+    slots (the guard is given none here: a padded trace's placeholder rows stay, as an n-gram
+    drafter's); None otherwise. (A request finished during its load is an abort, modelled.)"""
     from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule
 
     if trace.local_chunk or trace.zeroing or trace.events or trace.stats:
         return None
     ops = [replace(op, no_cache_read=False) if isinstance(op, Arrive) else op
            for op in trace.ops if not (isinstance(op, Schedule) and op.chunk == 0)]
-    return replace(trace, ops=tuple(ops))
+    return replace(trace, ops=tuple(ops), lookahead=0)
 
 
 def connector_trace(index: int, impl):

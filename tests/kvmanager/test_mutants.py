@@ -116,6 +116,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # Spec-decode padding (the "lookahead hashes" profile's padded admissions): the
     # placeholder draft rows left without slots.
     "spec_pad_rows_clamped": r"allocate_slots: new blocks|None vs success|num free",
+    # The same under a KV connector (the "connector" profile's padded admissions): a
+    # synchronous load's padded last token, and the padded resumption after a load.
+    "spec_pad_external_clamped": r"allocate_slots: new blocks|None vs success|num free",
+    "spec_pad_resumed_clamped": r"allocate_slots: new blocks|None vs success|num free",
 }.items()}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -153,6 +157,11 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # the first "lookahead hashes" trace of seed 0 whose padded
                         # admission's rows need a block of their own (101 has none)
                         PREFIX + "spec_pad_rows_clamped": 143,
+                        # the first "connector" traces of seed 0's mix whose padded
+                        # admission (15), and padded resumption after a load (243), have
+                        # rows past a block's end
+                        PREFIX + "spec_pad_external_clamped": 15,
+                        PREFIX + "spec_pad_resumed_clamped": 243,
                         # the "prompt embeds" profile's first trace of seed 0
                         PREFIX + "embeds_key_dropped": 10,
                         # the first "mamba align" traces of seed 0 with a prefill checkpoint

@@ -42,16 +42,17 @@ def test_the_field_round_trips_is_left_out_at_zero_and_bad_values_are_one_line_e
 
 def test_the_scheduler_pads_only_where_one_token_is_left_and_the_rows_fit():
     trace = replace(KILLER, max_model_len=20)
-    assert placeholder_rows(trace, left=1, hit=8, chunk=3, pad=2) == 2
-    assert placeholder_rows(trace, left=2, hit=8, chunk=3, pad=2) == 0  # a prefill chunk
-    assert placeholder_rows(trace, left=1, hit=8, chunk=2, pad=2) == 0  # budget short
-    assert placeholder_rows(trace, left=1, hit=17, chunk=3, pad=2) == 0  # 17 + 3 + 1 > 20
-    assert placeholder_rows(trace, left=1, hit=17, chunk=3, pad=1) == 1  # 17 + 2 + 1 fits
-    assert placeholder_rows(replace(trace, async_scheduling=True), 1, 8, 3, 2) == 0
+    assert placeholder_rows(trace, left=1, computed=8, chunk=3, pad=2) == 2
+    assert placeholder_rows(trace, left=2, computed=8, chunk=3, pad=2) == 0  # a prefill chunk
+    assert placeholder_rows(trace, left=1, computed=8, chunk=2, pad=2) == 0  # budget short
+    assert placeholder_rows(trace, left=1, computed=17, chunk=3, pad=2) == 0  # 17 + 3 + 1 > 20
+    assert placeholder_rows(trace, left=1, computed=17, chunk=3, pad=1) == 1  # 17 + 2 + 1 fits
+    # asynchronous scheduling pads too (the scheduler's condition does not read it)
+    assert placeholder_rows(replace(trace, async_scheduling=True), 1, 8, 3, 2) == 2
     # the guard's reading of a call of n new tokens: the rows, where the rule makes as many
-    assert padding(trace, n=3, left=1, hit=8) == 2
-    assert padding(trace, n=3, left=1, hit=17) == 0  # no padding there: a refusal
-    assert padding(replace(trace, mamba_mode="align"), n=3, left=1, hit=8) == 0
+    assert padding(trace, n=3, left=1, computed=8) == 2
+    assert padding(trace, n=3, left=1, computed=17) == 0  # no padding there: a refusal
+    assert padding(replace(trace, mamba_mode="align"), n=3, left=1, computed=8) == 0
 
 
 def test_the_oracle_gives_the_rows_slots_and_caches_none_of_them():
