@@ -181,7 +181,6 @@ class TorchCompaction:
                                   if pool.reservations else ())),
             loading=pool.loading)
 
-
     def _group_vids(self, group: list[torch.Tensor]) -> tuple[int, ...]:
         """The vids an open group's deferred frees name, each once, in the order named."""
         tokens = torch.cat(group).tolist() if group else []
