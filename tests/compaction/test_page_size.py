@@ -7,6 +7,7 @@ breaks, and a committed corpus file that kills it."""
 
 import pytest
 
+from kvfuzz.fuzz.compaction.target import COMPACTION, ONE_TOKEN_PAGES
 from kvfuzz.fuzz.engine import corpus
 from kvfuzz.oracle.compaction.model import CompactionModel
 from kvfuzz.oracle.compaction.tokens import pages_freed, pages_named, tokens_of
@@ -105,3 +106,14 @@ def test_the_released_class_keeps_the_paged_contract_and_its_reservation_mutant_
     trace = corpus.load(CORPUS / RESERVE_FILE)[1]
     found = divergence("compaction", trace, "mutant.sglang.compaction.reserve_pages_squared")
     assert found is not None and "result of reserve" in found.report()
+
+
+def test_a_side_of_one_token_pages_gets_version_4_and_no_paged_file():
+    assert COMPACTION.catalogue.declarable["one_token_pages"] == ONE_TOKEN_PAGES
+    impl = COMPACTION.catalogue.resolve("compaction.lazy")
+    impl = type(impl)(**{**vars(impl), "preconditions": (ONE_TOKEN_PAGES,)})
+    assert COMPACTION.generator.generate(0, 0, [impl]) == generator.VERSION_4.generate(0, 0)
+    assert generator.generate(0, 0).params.page_size == 2
+    outcome = COMPACTION.check(PAGED, impl)
+    assert outcome.divergence is None and outcome.outside
+    assert not COMPACTION.check(Trace(Params(), PAGED.ops), impl).outside
