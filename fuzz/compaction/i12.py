@@ -10,6 +10,7 @@ import itertools
 
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.oracle.compaction.model import geometries
+from kvfuzz.oracle.compaction.tokens import pages_named, tokens_of
 from kvfuzz.strategies.compaction.trace import Alloc, Clear, Drain, Flush, Free, Op, Trace
 
 
@@ -19,14 +20,15 @@ def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> list[tuple[str,
     labelled "I12" (none: it holds). Forwards and fires are dropped (they make pending pages that
     lazy may not count), and so are free groups (every free is at once) and load-back reservations
     (the eager side takes none); frees are sorted, so both modes recycle vids in the same order;
-    picks resolve against the lazy side's layout."""
+    picks resolve against the lazy side's layout. Above page size 1 allocations and frees are
+    in tokens, as the judge's."""
     sides = {"lazy": CheckedSide(lazy, trace.params, device),
              "eager": CheckedSide(eager, trace.params, device)}
     geos = geometries(trace.params)
     stamps = {name: {} for name in geos}
     serials = itertools.count(1)
     for index, op in enumerate(trace.ops):
-        problems = _i12_step(sides, geos, stamps, op, serials)
+        problems = _i12_step(sides, geos, stamps, op, serials, trace.params.page_size)
         if problems:
             return [("I12", f"at op {index}: {problem}") for problem in problems]
     for name in geos:
@@ -46,24 +48,25 @@ def check_i12(trace: Trace, lazy, eager, device: str = "cpu") -> list[tuple[str,
     return [("I12", problem) for problem in problems]
 
 
-def _i12_step(sides, geos, stamps, op: Op, serials) -> list[str]:
+def _i12_step(sides, geos, stamps, op: Op, serials, page_size: int) -> list[str]:
     lazy, eager = sides["lazy"], sides["eager"]
     if isinstance(op, Alloc):
         n = max(1, lazy.avail(op.pool) + op.n) if op.relative else op.n
-        results = [lazy.alloc(op.pool, n), eager.alloc(op.pool, n)]
+        results = [lazy.alloc(op.pool, n * page_size), eager.alloc(op.pool, n * page_size)]
         if results[0] != results[1]:
             return [f"I12 alloc {op.pool} {n}: lazy gave {results[0]}, eager gave {results[1]}"]
-        for vid in results[0] or []:
+        vids = pages_named(results[0] or [], page_size)
+        for vid in vids:
             stamps[op.pool][vid] = stamp(next(serials), geos[op.pool].epp)
-        if results[0]:
-            payloads = [stamps[op.pool][vid] for vid in results[0]]
-            lazy.write(op.pool, results[0], payloads)
-            eager.write(op.pool, results[0], payloads)
+        if vids:
+            payloads = [stamps[op.pool][vid] for vid in vids]
+            lazy.write(op.pool, vids, payloads)
+            eager.write(op.pool, vids, payloads)
     elif isinstance(op, Free):
         vids = sorted(op.pick.resolve(depth_order(lazy.snapshot(op.pool), geos[op.pool].up)))
         if vids:
-            lazy.free(op.pool, vids)
-            eager.free(op.pool, vids)
+            lazy.free(op.pool, tokens_of(vids, page_size))
+            eager.free(op.pool, tokens_of(vids, page_size))
             for vid in vids:
                 del stamps[op.pool][vid]
     elif isinstance(op, Flush):

@@ -8,6 +8,7 @@ checked)."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles
+from kvfuzz.oracle.compaction.tokens import tokens_of
 from kvfuzz.strategies.compaction.trace import Release, Reserve
 
 EVENTS = ("reserve", "reserve refused", "release", "pages reserved", "clear with pages reserved",
@@ -22,20 +23,23 @@ class LoadBackOps:
             return
         n = max(1, model.avail(pool) + op.n) if op.relative else op.n
 
+        size = self.params.page_size  # `alloc_physical` takes tokens, returns physical slots
+
         def answer():
             expected = model.reserve(pool, n)
             self.count("reserve refused" if expected is None else "reserve")
-            return expected
+            return None if expected is None else tokens_of(expected, size)
 
         def compare(expected, rejected, actual, raised):
             if raised is not None:
                 return crash_problems(raised)
+            unit = "pages" if size == 1 else "slots"
             return [] if expected == actual else [
-                ("result", f"{pool}: result of reserve {n}: expected pages {expected}, "
-                           f"actual {actual}")]
+                ("result", f"{pool}: result of reserve {n}{pages_of_tokens(size)}: expected {unit} "
+                           f"{expected}, actual {actual}")]
         self.result = None
-        yield Call(f"reserve {pool} {n}", "reserve", (pool, n), oracle=answer, compared=True,
-                   compare=compare)
+        yield Call(f"reserve {pool} {n}{pages_of_tokens(size)}", "reserve", (pool, n * size),
+                   oracle=answer, compared=True, compare=compare)
 
     @handles(Release)
     def release(self, op: Release):
@@ -48,3 +52,8 @@ class LoadBackOps:
         self.result = None
         yield Call(f"release {op.pool} {op.which}: pages {pages}", "release",
                    (op.pool, op.which), oracle=lambda: self.model.release(op.pool, op.which))
+
+
+def pages_of_tokens(page_size: int) -> str:
+    """How a count of pages reads in a report when a page is more than one token."""
+    return "" if page_size == 1 else f" pages ({page_size} tokens each)"

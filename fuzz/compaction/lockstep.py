@@ -13,12 +13,14 @@ import re
 from dataclasses import fields
 
 from kvfuzz.fuzz.compaction import loadback
+from kvfuzz.fuzz.compaction.loadback import pages_of_tokens
 from kvfuzz.fuzz.compaction.i12 import check_i12
 from kvfuzz.fuzz.compaction.sides import CheckedSide, depth_order, stamp
 from kvfuzz.fuzz.engine.lockstep import (Call, ImplementationRaised, Lockstep, crash_problems,
                                          handles, short)
 from kvfuzz.oracle.compaction.invariants import chain_violations, pool_violations
 from kvfuzz.oracle.compaction.model import CompactionModel, Refused, geometries
+from kvfuzz.oracle.compaction.tokens import pages_named, tokens_of
 from kvfuzz.oracle.compaction.transitions import (alloc_violations, drain_violations,
                                                   flush_violations)
 from kvfuzz.strategies.compaction import trace as compaction
@@ -63,30 +65,34 @@ class CompactionLockstep(loadback.LoadBackOps, Lockstep):
         model, pool = self.model, op.pool
         n = max(1, model.avail(pool) + op.n) if op.relative else op.n
         holes = bool(self.snaps[pool].holes)
+        size = self.params.page_size  # the call takes and returns tokens (`tokens.py`)
+        vids = []
 
         def answer():
             expected = model.alloc(pool, n)
             self.count("alloc")
             self.count("alloc refused" if expected is None else
                        "alloc took holes" if holes else "alloc")
-            return expected
+            vids[:] = expected or []
+            return None if expected is None else tokens_of(expected, size)
 
         def compare(expected, rejected, actual, raised):
             if raised is not None:
                 return crash_problems(raised)
+            unit = "vids" if size == 1 else "tokens"
             return [] if expected == actual else [
-                ("result", f"{pool}: result of alloc {n}: expected vids {expected}, "
-                           f"actual {actual}")]
+                ("result", f"{pool}: result of alloc {n}{pages_of_tokens(size)}: expected {unit} "
+                           f"{expected}, actual {actual}")]
         self.result, self.n = None, n
-        result = yield Call(f"alloc {pool} {n}", "alloc", (pool, n), oracle=answer,
-                            compared=True, compare=compare)
-        self.result = result.actual
+        result = yield Call(f"alloc {pool} {n}{pages_of_tokens(size)}", "alloc", (pool, n * size),
+                            oracle=answer, compared=True, compare=compare)
+        self.result = None if result.actual is None else pages_named(result.actual, size)
         if result.actual and result.actual == result.expected:  # stamped where both agree
             problems = []
             if self.zeroes:  # read before the stamp: what a kernel would load from a fresh page
-                data = (yield Call("", "read_vids", (pool, result.actual), oracle=None)).actual
-                problems = unzeroed(pool, result.actual, data, self.geos[pool].epp)
-            yield from self._stamp(pool, result.actual)
+                data = (yield Call("", "read_vids", (pool, vids), oracle=None)).actual
+                problems = unzeroed(pool, vids, data, self.geos[pool].epp)
+            yield from self._stamp(pool, list(vids))
             return problems
 
     @handles(Free)
@@ -102,8 +108,8 @@ class CompactionLockstep(loadback.LoadBackOps, Lockstep):
             self.count("free in a group")
         yield Call(f"free {op.pool} vids {short(vids, 60)}"
                    + (" (deferred: free group open)" if group is not None else ""))
-        if vids:
-            yield Call("", "free", (op.pool, vids),
+        if vids:  # the call names every token of each page (`free` takes tokens)
+            yield Call("", "free", (op.pool, tokens_of(vids, self.params.page_size)),
                        oracle=lambda: self.model.free(op.pool, vids))
             if group is None:
                 for vid in vids:

@@ -24,6 +24,10 @@ EAGER = "compaction.eager"  # I12's reference side
 # A side without HiCache load-back reservations (`reserve`, `release`): SGLang before 0.5.22
 # has no `alloc_physical`; such a side gets version 3's traces, which make none.
 NO_LOAD_BACK = "no HiCache load-back reservations (alloc_physical)"
+# A side whose calls are in pages (a page of one token): an implementation written to the facade
+# before page sizes (kvfuzz/impl/compaction/allocator.py); it gets version 4's traces (3's with
+# NO_LOAD_BACK), all at page size 1.
+ONE_TOKEN_PAGES = "pages of one token only (page_size 1)"
 
 
 class CompactionCodec(TraceCodec):
@@ -48,21 +52,30 @@ def _declare(impl, obj):
 
 
 def _generator_for(impls):
-    lacking = any(NO_LOAD_BACK in impl.preconditions for impl in impls)
-    return generator.VERSION_3 if lacking else generator.GENERATOR
+    if any(NO_LOAD_BACK in impl.preconditions for impl in impls):
+        return generator.VERSION_3
+    if any(ONE_TOKEN_PAGES in impl.preconditions for impl in impls):
+        return generator.VERSION_4
+    return generator.GENERATOR
 
 
 def _broken(trace, preconditions) -> list[str]:
-    """A trace with reservations, for a side that declares it has none (a corpus file)."""
+    """A trace with reservations, or with pages of several tokens, for a side that declares it
+    has none (a corpus file)."""
+    broken = []
     if NO_LOAD_BACK in preconditions and any(isinstance(op, (Reserve, Release))
                                              for op in trace.ops):
-        return [f"{NO_LOAD_BACK}: the trace reserves pages"]
-    return []
+        broken.append(f"{NO_LOAD_BACK}: the trace reserves pages")
+    if ONE_TOKEN_PAGES in preconditions and trace.params.page_size > 1:
+        broken.append(f"{ONE_TOKEN_PAGES}: the trace's pages are of {trace.params.page_size} "
+                      f"tokens")
+    return broken
 
 
 CATALOGUE = Catalogue("compaction", IMPLEMENTATIONS, _shape, _declare,
                       fuzz_defaults=("compaction.lazy",),
-                      declarable={"no_load_back": NO_LOAD_BACK})
+                      declarable={"no_load_back": NO_LOAD_BACK,
+                                  "one_token_pages": ONE_TOKEN_PAGES})
 
 COMPACTION = trace_target(
     "compaction",

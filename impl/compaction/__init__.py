@@ -29,6 +29,10 @@ IMPLEMENTATIONS = (
            "clear() keeps the open free group", MUTANT),
     _entry("mutant.compaction.clear_keeps_reservations", "mutants:clear_keeps_reservations",
            "clear() keeps the HiCache load-back reservations", MUTANT),
+    _entry("mutant.compaction.reserve_tokens_as_pages", "mutants:reserve_tokens_as_pages",
+           "a load-back reservation takes its size in tokens as pages", MUTANT),
+    _entry("mutant.compaction.frees_pages_as_named", "mutants:frees_pages_as_named",
+           "a free above page size 1 releases pages as named, not ascending", MUTANT),
     # Upstream MultiEndedAllocator pairs on one UnifiedKVPool (sglang 0.5.23), by adapter.
     _entry("sglang.compaction.lazy", "upstream:lazy",
            "upstream MultiEndedAllocator, lazy_compaction=True (needs sglang)", UPSTREAM,

@@ -1,6 +1,13 @@
 """The two-ended allocator over one shared buffer, and its plain-value facade: every method takes
 and returns Python ints and lists, so a harness drives it exactly like the oracle. Tensors stay
 inside; host copies for the caller happen after the call, never inside the code under test.
+
+Page size (`params.page_size`, tokens per page): the pools are page-granular; `alloc`, `free`
+and `reserve` take and return tokens, as SGLang's `MultiEndedAllocator` does (at page size 1 a
+token is its page): `alloc(name, num_tokens)` returns the tokens of the vids bound, page by
+page; `free(name, tokens)` frees the distinct pages the tokens fall in, ascending above page
+size 1; `reserve(name, num_tokens)` returns the reserved pages' physical slots. `avail`, the
+snapshot, `write`, `read_*` and `forward` speak pages (vids).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ class TorchCompaction:
     def __init__(self, params: Params, lazy: bool = True, pool_class: type = LazyPool,
                  device: str = "cpu"):
         self.params, self.lazy = params, lazy
+        self.page_size = params.page_size
         self.kv = SharedKV(params.total_bytes, device)
         self.pools: dict[str, LazyPool] = {}
         for name, up, epp in (("up", True, params.epp_up), ("down", False, params.epp_down)):
@@ -63,7 +71,7 @@ class TorchCompaction:
         pool.bind(vids, pages)
         return vids
 
-    def reserve(self, name: str, n: int) -> list[int] | None:
+    def reserve_pages(self, name: str, n: int) -> torch.Tensor | None:
         """A HiCache load-back reservation (lazy): `n` pages taken as an allocation takes them
         (the same ladder), bound to no vid; None: nothing taken."""
         pool, other = self.pools[name], self._neighbour(name)
@@ -74,17 +82,25 @@ class TorchCompaction:
             return None
         pool.reservations.append(pages)
         pool.loading += n
-        return pages.tolist()
+        return pages
+
+    def reserve(self, name: str, num_tokens: int) -> list[int] | None:
+        """The reserved pages' physical slots (`alloc_physical`)."""
+        pages = self.reserve_pages(name, num_tokens // self.page_size)
+        return None if pages is None else self._tokens(pages).tolist()
 
     def release(self, name: str, which: str) -> None:
         """Roll back the oldest or newest reservation (its pages become holes)."""
         self.pools[name].release(0 if which == "oldest" else -1)
 
-    def free_tensor(self, name: str, vids: torch.Tensor) -> None:
+    def free_tensor(self, name: str, tokens: torch.Tensor) -> None:
         pool = self.pools[name]
         if pool.group is not None:  # deferred: a copy, so the caller may reuse its tensor
-            pool.group.append(vids.clone())
+            pool.group.append(tokens.clone())
             return
+        # A token is its page at page size 1 (callers pass distinct ids); above, the distinct
+        # pages the tokens fall in, ascending.
+        vids = tokens if self.page_size == 1 else torch.unique(tokens // self.page_size)
         if self.lazy:
             pool.free(vids)
         else:
@@ -92,12 +108,19 @@ class TorchCompaction:
 
     # --- the plain-value facade -----------------------------------------------------------
 
-    def alloc(self, name: str, n: int) -> list[int] | None:
-        vids = self.alloc_tensor(name, n)
-        return None if vids is None else vids.tolist()
+    def _tokens(self, pages: torch.Tensor) -> torch.Tensor:
+        """Every token of each page, page by page: `page * page_size + offset`."""
+        if self.page_size == 1:
+            return pages
+        offsets = torch.arange(self.page_size, dtype=pages.dtype, device=pages.device)
+        return (pages[:, None] * self.page_size + offsets).reshape(-1)
 
-    def free(self, name: str, vids: list[int]) -> None:
-        self.free_tensor(name, self.pools[name].to_device(vids))
+    def alloc(self, name: str, num_tokens: int) -> list[int] | None:
+        vids = self.alloc_tensor(name, num_tokens // self.page_size)
+        return None if vids is None else self._tokens(vids).tolist()
+
+    def free(self, name: str, tokens: list[int]) -> None:
+        self.free_tensor(name, self.pools[name].to_device(tokens))
 
     def flush(self, name: str, urgent: bool) -> int:
         return self.pools[name].flush(urgent)
@@ -153,11 +176,15 @@ class TorchCompaction:
             inflight=() if event is None or event.query() else tuple(writes.tolist()),
             free_vids=tuple(pool.free_vids.tolist()), v2p=tuple(pool.v2p.tolist()),
             p2v=tuple(pool.p2v.tolist()),
-            group=None if pool.group is None else tuple(torch.cat(pool.group).tolist()
-                                                        if pool.group else ()),
+            group=None if pool.group is None else self._group_vids(pool.group),
             reserved=tuple(sorted(torch.cat(pool.reservations).tolist()
                                   if pool.reservations else ())),
             loading=pool.loading)
+
+    def _group_vids(self, group: list[torch.Tensor]) -> tuple[int, ...]:
+        """The vids an open group's deferred frees name, each once, in the order named."""
+        tokens = torch.cat(group).tolist() if group else []
+        return tuple(dict.fromkeys(token // self.page_size for token in tokens))
 
 
 # The catalogue's factories (kvfuzz.impl.compaction): `factory(params, device) -> TorchCompaction`.

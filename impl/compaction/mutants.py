@@ -74,6 +74,28 @@ class _ClearKeepsReservationsPool(LazyPool):
         self.reservations, self.loading = held, loading
 
 
+class _ReserveTokensAsPages(TorchCompaction):
+    """A load-back reservation that takes its size in tokens as a count of pages: right at page
+    size 1, `page_size` times too many pages above it (SGLang's `alloc_physical` with
+    `need_size // page_size` as `* page_size` takes more still)."""
+
+    def reserve(self, name: str, num_tokens: int):
+        pages = self.reserve_pages(name, num_tokens)
+        return None if pages is None else self._tokens(pages).tolist()
+
+
+class _FreesPagesAsNamed(TorchCompaction):
+    """A free above page size 1 that releases the pages in the order their tokens name them,
+    not ascending as the released class's `torch.unique` does: the holes and the free list
+    come out in another order (which page the next allocation gets back)."""
+
+    def free_tensor(self, name: str, tokens) -> None:
+        pool = self.pools[name]
+        if self.page_size == 1 or pool.group is not None:
+            return super().free_tensor(name, tokens)
+        pool.free(pool.to_device(list(dict.fromkeys((tokens // self.page_size).tolist()))))
+
+
 def pending_replaced(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_PendingReplacedPool, device=device)
 
@@ -97,3 +119,11 @@ def clear_keeps_group(params, device: str = "cpu") -> TorchCompaction:
 def clear_keeps_reservations(params, device: str = "cpu") -> TorchCompaction:
     return TorchCompaction(params, lazy=True, pool_class=_ClearKeepsReservationsPool,
                            device=device)
+
+
+def reserve_tokens_as_pages(params, device: str = "cpu") -> TorchCompaction:
+    return _ReserveTokensAsPages(params, lazy=True, device=device)
+
+
+def frees_pages_as_named(params, device: str = "cpu") -> TorchCompaction:
+    return _FreesPagesAsNamed(params, lazy=True, device=device)

@@ -5,10 +5,16 @@ implementation: a grow-up and (two-ended) a grow-down pool on one `UnifiedKVPool
 ../shared/spec/lazy-compaction.md: docs/upstream-sglang.md.
 
 Geometry: kvfuzz's pages are `epp` bytes; upstream entries are multiples of 32 bytes, so every
-byte is scaled by K = 32 (page formulas are unchanged by a common scale) and a page is an MHA
-entry of `layer_num = epp`, one head of 8 bf16 (2 x 16 bytes per layer). The reserved floor
-(`sink_bytes`) overrides the buffer's minimum slot index before the allocators read it. KV rows
-are upstream's bytes: `write` tiles each kvfuzz byte K times, `read_live` reads them back.
+byte is scaled by K = 32 x page_size (page formulas are unchanged by a common scale) and a page
+is `page_size` MHA entries of `layer_num = epp`, one head of 8 bf16 (2 x 16 bytes per layer).
+The reserved floor (`sink_bytes`) overrides the buffer's minimum slot index before the
+allocators read it (in slots: the reserved pages times the page size). KV rows are upstream's
+bytes, a page's envelope at a time: `write` tiles each kvfuzz byte K times, `read_live` reads
+them back.
+
+Page size: the class's `alloc`, `free`, `alloc_physical` and `cancel_physical_reservation` take
+and return tokens, and are called with what the judge passes and returned as they come back
+(the oracle expands pages into tokens); `available_size()` is in tokens, the tables in pages.
 
 Events and streams: a forward's event is a host object whose `query()` says whether `fire`
 happened; upstream's `torch.cuda.current_stream().wait_event` calls are no-ops during each call
@@ -40,7 +46,7 @@ MultiEndedAllocator = load_first(UPSTREAM_POOLS, "sglang")
 with prepare_import("sglang"):
     _ump = importlib.import_module("sglang.srt.mem_cache.unified_memory_pool")
 
-K = 32  # upstream bytes per kvfuzz byte
+K = 32  # upstream bytes per kvfuzz byte at page size 1 (a page: one entry of 32 x epp bytes)
 # Private names the adapter reads, which every release with the class has (0.5.15 on).
 _PRIVATE = ("_drain_pending_reuse", "flush_opportunistic", "set_inflight_forward",
             "set_latest_forward_done_event", "translate_kv_loc", "_allocated_pages", "_flush")
@@ -110,25 +116,27 @@ class UpstreamCompaction:
         """`allocator_class`: upstream's `MultiEndedAllocator` unless given (a mutant of it).
         `zeroes=False`: the fresh-page property not claimed (`lazy_unzeroed`)."""
         self.params, self.lazy, self.device = params, lazy, device
+        self.page_size = size = params.page_size
+        self.scale = K * size  # upstream bytes per kvfuzz byte: a page is `size` entries
         allocator_class = allocator_class or MultiEndedAllocator
         self.hole_take = hole_take(allocator_class)
         self.zeroes_new_pages = zeroes
         epp = {"up": params.epp_up, "down": params.epp_down}
-        self.buf = _ump.UnifiedKVPool(total_bytes=K * params.total_bytes, device=device,
-                                      page_size=1, enable_memory_saver=False,
+        self.buf = _ump.UnifiedKVPool(total_bytes=self.scale * params.total_bytes,
+                                      device=device, page_size=size, enable_memory_saver=False,
                                       sub_pool_specs=[_spec(name, epp[name]) for name in epp])
-        for name in epp:  # the reserved floor: ceil(sink_bytes / epp) pages
-            self.buf._min_slot_index[name] = -(-params.sink_bytes // epp[name])
+        for name in epp:  # the reserved floor: ceil(sink_bytes / epp) pages, in slots
+            self.buf._min_slot_index[name] = -(-params.sink_bytes // epp[name]) * size
         self.pools, self.events, self._eager_inflight = {}, {}, {}
         # The load-back reservations this caller holds, per pool (the class keeps only their
         # count, `_pending_hicache_load_pages`): what `release` gives back, what a clear voids.
         self.reservations: dict[str, list[list[int]]] = {name: [] for name in params.pools()}
         for name in params.pools():  # single-ended: no down allocator, no peer
             kvcache = _ump.UnifiedMHATokenToKVPool(unified_buffer=self.buf, sub_pool_name=name,
-                                                   page_size=1)
+                                                   page_size=size)
             pool = allocator_class(kvcache=kvcache, unified_buffer=self.buf,
                                    sub_pool_name=name, device=device, is_id_owner=True,
-                                   lazy_compaction=lazy)
+                                   lazy_compaction=lazy, **_paged(size))
             pool._lazy_max_moves_per_call = params.move_cap
             self.pools[name] = pool
         if params.two_ended:
@@ -138,16 +146,26 @@ class UpstreamCompaction:
     def _ids(self, values) -> torch.Tensor:
         return torch.tensor(list(values), dtype=torch.int64, device=self.device)
 
-    def avail(self, name: str) -> int:
-        return int(self.pools[name].available_size())
+    def _tokens(self, pages) -> list[int]:
+        """Every token of each page (what a forward's `out_cache_loc` names)."""
+        size = self.page_size
+        return [page * size + offset for page in pages for offset in range(size)]
 
-    def alloc(self, name: str, n: int):
+    def avail(self, name: str) -> int:
+        """In pages: `available_size()` counts tokens (pages x page size)."""
+        tokens = int(self.pools[name].available_size())
+        if tokens % self.page_size:
+            raise AssertionError(f"{name}: available_size() {tokens} is not a whole number of "
+                                 f"pages of {self.page_size} tokens")
+        return tokens // self.page_size
+
+    def alloc(self, name: str, num_tokens: int):
         with _no_streams():
-            out = self.pools[name].alloc(n)
+            out = self.pools[name].alloc(num_tokens)
         return None if out is None else out.tolist()
 
-    def free(self, name: str, vids) -> None:
-        index = self._ids(vids)
+    def free(self, name: str, tokens) -> None:
+        index = self._ids(tokens)
         with _no_streams():
             self.pools[name].free(index)
         index.fill_(POISON)  # the caller's tensor: an allocator that kept it shows -99 later
@@ -165,27 +183,27 @@ class UpstreamCompaction:
     def forward(self, event: int, writes: dict) -> None:
         done = self.events[event] = _Event(event)
         for name, pool in self.pools.items():
-            written = list(writes.get(name, []))
+            written = self._tokens(writes.get(name, []))
             pool.set_latest_forward_done_event(done)
             pool.set_inflight_forward(done, self._ids(written) if written else None)
             self._eager_inflight[name] = (done, written)  # eager upstream keeps none
 
-    def reserve(self, name: str, n: int):
-        """HiCache's load-back reservation (`alloc_physical`, 0.5.22 on): page size 1, so its
-        slots are pages."""
+    def reserve(self, name: str, num_tokens: int):
+        """HiCache's load-back reservation (`alloc_physical`, 0.5.22 on): the reserved pages'
+        physical slots, kept as returned for the rollback."""
         with _no_streams():
-            out = self.pools[name].alloc_physical(n)
+            out = self.pools[name].alloc_physical(num_tokens)
         if out is None:
             return None
-        pages = out.tolist()
-        self.reservations[name].append(pages)
-        return pages
+        slots = out.tolist()
+        self.reservations[name].append(slots)
+        return slots
 
     def release(self, name: str, which: str) -> None:
         """Roll the reservation back (`cancel_physical_reservation`), as HiCache does when a
         load-back cannot go ahead."""
-        pages = self.reservations[name].pop(0 if which == "oldest" else -1)
-        index = self._ids(pages)
+        slots = self.reservations[name].pop(0 if which == "oldest" else -1)
+        index = self._ids(slots)
         with _no_streams():
             self.pools[name].cancel_physical_reservation(index)
         index.fill_(POISON)
@@ -216,10 +234,22 @@ class UpstreamCompaction:
         return self.buf._raw[: pool.num_pages * per_page].view(pool.num_pages, per_page)
 
     def write(self, name: str, vids, payloads) -> None:
-        pages = self.pools[name].translate_kv_loc(self._ids(vids))
+        pages = self._translate_pages(name, vids)
         rows = torch.frombuffer(bytearray(b"".join(payloads)), dtype=torch.uint8)
-        self._pages(name)[pages] = rows.view(len(vids), -1).repeat_interleave(K, 1).to(
-            self.buf._raw.device)
+        self._pages(name)[pages] = rows.view(len(vids), -1).repeat_interleave(
+            self.scale, 1).to(self.buf._raw.device)
+
+    def _translate_pages(self, name: str, vids) -> torch.Tensor:
+        """The physical pages of `vids` by `translate_kv_loc` of all their tokens, which must
+        land on whole pages (`physical(t) = v2p[t // ps] * ps + t % ps`)."""
+        size = self.page_size
+        slots = self.pools[name].translate_kv_loc(self._ids(self._tokens(vids)))
+        pages = slots.view(-1, size)[:, 0] // size
+        offsets = torch.arange(size, dtype=slots.dtype, device=slots.device)
+        if not torch.equal(slots.view(-1, size), pages[:, None] * size + offsets):
+            raise AssertionError(f"{name}: translate_kv_loc of vids {list(vids)[:4]}... gave "
+                                 f"slots {slots.tolist()[:4 * size]}..., not whole pages")
+        return pages
 
     def read_live(self, name: str) -> dict:
         v2p = self.pools[name].virtual_to_physical[:-1].tolist()
@@ -235,7 +265,7 @@ class UpstreamCompaction:
             return {}
         # A tensor index: indexing with a Python list of 30-odd ints took torch 15 ms here.
         index = torch.tensor([page for _, page in live], dtype=torch.int64, device=self.device)
-        rows = self._pages(name).index_select(0, index).cpu().view(len(live), -1, K)
+        rows = self._pages(name).index_select(0, index).cpu().view(len(live), -1, self.scale)
         # Each kvfuzz byte is K equal bytes; a torn group reads back raw (I7 then fails). All
         # pages at once: a few tensor ops per read, not per page (this read ran after every op
         # and was half of the implementation's side).
@@ -252,26 +282,40 @@ class UpstreamCompaction:
         return PoolSnapshot(
             wm=int(pool.watermark_physical),
             live=int(pool.live_page_count) if self.lazy else pool._allocated_pages(),
-            avail=int(pool.available_size()),
+            avail=self.avail(name),
             num_moves=sum(int(sources.numel()) for sources, _, _ in pool._inverse_history),
             holes=tuple(sorted(pool._free_phys_pages.tolist())),
             pending=tuple(sorted((event.ident, tuple(sorted(pages)))
                                  for event, (pages, _) in pool._pending_reuse.items())),
             pending_set=tuple(sorted(pool._pending_reuse_pages_cpu)),
-            inflight=tuple(written.tolist() if torch.is_tensor(written) else written),
+            inflight=self._pages_named(written.tolist() if torch.is_tensor(written) else written),
             free_vids=tuple(pool.free_virtual_ids.tolist()),
             v2p=tuple(pool.virtual_to_physical.tolist()),
             p2v=tuple(pool.physical_to_virtual.tolist()),
-            group=_group(pool),
-            reserved=tuple(sorted(page for pages in self.reservations[name] for page in pages)),
+            group=_group(pool, self._pages_named),
+            reserved=tuple(sorted(self._pages_named(slot for slots in self.reservations[name]
+                                                    for slot in slots))),
             loading=int(getattr(pool, "_pending_hicache_load_pages", 0)))
 
 
-def _group(pool):
-    """The open free group's deferred vids (page size 1: token ids are vids), None if none is
-    open. From 0.5.19 a group is open while `free_group` (frees) or `free_page_reps_group`
-    (`free_segment`'s page representatives, 0.5.20 on) is a list: they open and close together,
-    so either open is a group open; 0.5.15-0.5.17 keep `free_group` a list always and say
+    def _pages_named(self, tokens) -> tuple[int, ...]:
+        """The pages tokens fall in, each once, in the order first named (the snapshot speaks
+        pages)."""
+        return tuple(dict.fromkeys(token // self.page_size for token in tokens))
+
+
+def _paged(size: int) -> dict:
+    """The allocator's page size, passed only above 1: releases before page-size support take
+    no such argument, and every trace of theirs has pages of one token."""
+    return {} if size == 1 else {"page_size": size}
+
+
+def _group(pool, pages_named):
+    """The open free group's deferred vids (the pages its deferred tokens fall in, or, for
+    `free_page_reps_group`, one token of each page), None if none is open. From 0.5.19 a group
+    is open while `free_group` (frees) or `free_page_reps_group` (`free_segment`'s page
+    representatives, 0.5.20 on) is a list: they open and close together, so either open is a
+    group open; 0.5.15-0.5.17 keep `free_group` a list always and say
     whether a group is open by `is_not_in_free_group`."""
     if hasattr(pool, "is_not_in_free_group"):
         parts = [None if pool.is_not_in_free_group else pool.free_group]
@@ -279,7 +323,8 @@ def _group(pool):
         parts = [getattr(pool, name, None) for name in ("free_group", "free_page_reps_group")]
     if all(part is None for part in parts):
         return None
-    return tuple(vid for part in parts for chunk in part or () for vid in chunk.tolist())
+    return pages_named(token for part in parts for chunk in part or ()
+                       for token in chunk.tolist())
 
 
 def lazy(params, device: str = "cpu") -> UpstreamCompaction:

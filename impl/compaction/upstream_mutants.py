@@ -36,6 +36,11 @@ MUTATIONS = {
         f"{CLASS}.clear", "self._pending_hicache_load_pages = 0", "pass",
         "clear() keeps the count of pages reserved for HiCache load-backs: the emptied pool "
         "moves no page until a load event resets it"),
+    "reserve_pages_squared": Mutation(
+        f"{CLASS}.alloc_physical", "self.take_physical_pages(need_size // self.page_size)",
+        "self.take_physical_pages(need_size * self.page_size)",
+        "a load-back reservation above page size 1 takes page_size squared times the pages "
+        "asked for"),
 }
 
 

@@ -33,6 +33,11 @@ Design note (kvfuzz issue 4)
   the span, never a hole) until rolled back, when they become holes; while any is held the pool
   moves no page (a flush only drains fired pending batches, as a non-urgent drain), and a
   `clear` drops them all. From the released class (sglang 0.5.23), not the spec.
+- Page sizes above 1 (`Params.page_size`): the model stays page-level (vids, pages, `avail` in
+  pages); the calls that take tokens are the judge's to expand (`tokens.py`). One thing
+  changes here: a free releases the distinct pages its tokens fall in, ascending, so its holes
+  and freed vids are appended in that order, not as named (the released class's
+  `torch.unique`; at page size 1 it passes the ids through). From sglang 0.5.23.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from kvfuzz.oracle.compaction.flush import eager_free, lazy_drain, lazy_flush
+from kvfuzz.oracle.compaction.tokens import pages_freed
 from kvfuzz.strategies.compaction.trace import Params, PoolSnapshot
 
 
@@ -223,6 +229,7 @@ class CompactionModel:
                                  f"twice in one free group")
             pool.group += vids
             return
+        vids = pages_freed(vids, self.params.page_size)  # above page size 1: ascending
         if not self.lazy:
             eager_free(pool, vids, self.kv)
             return

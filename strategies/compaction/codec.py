@@ -12,6 +12,7 @@ _INT_PARAMS = ("total_bytes", "epp_up", "epp_down", "sink_bytes", "move_cap")
 # Limits no legitimate trace reaches: they bound memory (the byte buffer, two tables per pool) and
 # the time one trace takes (each op compares and checks every page of both pools).
 MAX_BYTES, MAX_PAGES, MAX_OPS, MAX_N = 2**22, 2**12, 2**12, 2**12
+MAX_PAGE_SIZE = 64  # tokens per page: the adapter's byte buffer grows with it
 
 
 def from_json(data: object, source: str = "trace") -> Trace:
@@ -31,6 +32,11 @@ def _params(reader: FieldReader, raw: object) -> Params:
     for name in _INT_PARAMS:  # every parameter is required: none defaults silently
         reader.integer(raw.get(name), f"params.{name}", low=1, high=MAX_BYTES)
     reader.boolean(raw.get("two_ended"), "params.two_ended")
+    if "page_size" in raw:  # optional: a trace without it has pages of one token
+        reader.integer(raw["page_size"], "params.page_size", low=1, high=MAX_PAGE_SIZE)
+        # A buffer of tokens no larger than MAX_BYTES at page size 1: memory stays bounded.
+        reader.at_most(raw["total_bytes"] * raw["page_size"], "params.page_size", MAX_BYTES,
+                       "bytes x page_size")
     params = Params(**raw)
     reader.expect(params.sink_bytes >= max(params.epp_up, params.epp_down), "params.sink_bytes",
                   "must be at least max(epp_up, epp_down)", params.sink_bytes)

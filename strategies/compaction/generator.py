@@ -17,6 +17,11 @@ Version 4 added HiCache load-back reservations (SGLang's `alloc_physical`, rolle
 later, some held until a `clear` (one is made just before half of the trace's clears) or the
 end. It draws as version 3 did and decides on them after: trace `index` of "compaction/4" is
 "compaction/3"'s whenever it has no reservation (3 in 4).
+
+Version 5 added page sizes above 1 (SGLang's `page_size`: the class's allocations, frees and
+reservations in tokens, its tables in pages), in half of the traces: 2 or 4 tokens a page. It
+draws as version 4 did and decides on the page size after: trace `index` of "compaction/5" is
+"compaction/4"'s whenever its pages are of one token.
 """
 
 from __future__ import annotations
@@ -41,6 +46,18 @@ _GROUP_SHARE = 0.25  # of traces: groups change a trace, and 3 in 4 stay version
 
 
 _LOAD_BACK_SHARE = 0.25  # of traces: 3 in 4 stay version 3's
+
+
+_PAGED_SHARE = 0.5  # of traces: the rest stay version 4's
+_PAGE_SIZES = (2, 2, 4)
+
+
+def build_v5(rng: random.Random, num_ops: int) -> Trace:
+    """Version 4's trace, then (drawn after all of its draws) its page size."""
+    trace = build(rng, num_ops)
+    if rng.random() >= _PAGED_SHARE:
+        return trace
+    return replace(trace, params=replace(trace.params, page_size=rng.choice(_PAGE_SIZES)))
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
@@ -164,7 +181,7 @@ def _pick(rng: random.Random, wheres: tuple[str, ...], most: int = 4) -> Pick:
 
 class _DrawsAsV2(TraceGenerator):
     """Trace `index` seeded as version 2's was, so that a trace with no group (and, in version
-    4, no reservation) is version 2's."""
+    4, no reservation; in version 5, pages of one token) is version 2's."""
 
     def generate(self, seed: int, index: int, num_ops: int | None = None):
         rng = seeded_random("compaction/2", seed, index)
@@ -172,6 +189,7 @@ class _DrawsAsV2(TraceGenerator):
                        origin=Origin(self.name, seed, index))
 
 
-GENERATOR = _DrawsAsV2("compaction/4", build, num_ops=300, max_fuzz_ops=300)
+GENERATOR = _DrawsAsV2("compaction/5", build_v5, num_ops=300, max_fuzz_ops=300)
+VERSION_4 = _DrawsAsV2("compaction/4", build, num_ops=300, max_fuzz_ops=300)
 VERSION_3 = _DrawsAsV2("compaction/3", build_v3, num_ops=300, max_fuzz_ops=300)
 generate, from_bytes = GENERATOR.generate, GENERATOR.from_bytes

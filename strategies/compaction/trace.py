@@ -22,7 +22,11 @@ HELD = ("oldest", "newest")                           # which reservation a Rele
 
 @dataclass(frozen=True)
 class Params:
-    """Geometry of the shared buffer (spec §8.2). Page size is 1 token: compaction is page-level."""
+    """Geometry of the shared buffer (spec §8.2), in pages: compaction is page-level.
+    `page_size`: tokens per page. The tables, holes and frontiers stay page-granular at any page
+    size; what it changes is the calls SGLang's class takes and returns in tokens (alloc, free,
+    the load-back reservation: `oracle/compaction/tokens.py`). Added in version 5 of the
+    generator; left out of the JSON at 1, so a trace written before keeps its content id."""
 
     total_bytes: int = 256
     epp_up: int = 8
@@ -30,6 +34,7 @@ class Params:
     sink_bytes: int = 8
     two_ended: bool = True
     move_cap: int = 2
+    page_size: int = 1
 
     def pools(self) -> tuple[str, ...]:
         return POOLS if self.two_ended else POOLS[:1]
@@ -229,7 +234,10 @@ def _describe_pick(pick: Pick | None) -> str:
 # --- JSON -----------------------------------------------------------------------------------
 
 def to_json(trace: Trace) -> dict:
-    return {"format": FORMAT, "params": dict(vars(trace.params)),
+    params = dict(vars(trace.params))
+    if params["page_size"] == 1:  # as written before page sizes: the same content id
+        del params["page_size"]
+    return {"format": FORMAT, "params": params,
             "ops": [_op_to_json(op) for op in trace.ops], **provenance(trace)}
 
 

@@ -9,15 +9,39 @@ from kvfuzz.fuzz.engine.target import DIVERGE
 from kvfuzz.fuzz.engine.trace_target import LockstepJudge
 from kvfuzz.impl.registry import YOURS, Implementation, register_object
 from kvfuzz.oracle.compaction.model import CompactionModel
+from kvfuzz.oracle.compaction.tokens import pages_named, tokens_of
 
 
-def oracle_lazy(params, device: str = "cpu") -> CompactionModel:
+class ModelSide:
+    """The model behind an implementation's facade: above page size 1 `alloc`, `free` and
+    `reserve` take and return tokens (kvfuzz/impl/compaction/allocator.py); the rest is the
+    model's own."""
+
+    def __init__(self, params, lazy: bool):
+        self.model, self.size = CompactionModel(params, lazy=lazy), params.page_size
+
+    def __getattr__(self, name: str):
+        return getattr(self.model, name)
+
+    def alloc(self, name: str, num_tokens: int):
+        vids = self.model.alloc(name, num_tokens // self.size)
+        return None if vids is None else tokens_of(vids, self.size)
+
+    def free(self, name: str, tokens) -> None:
+        self.model.free(name, pages_named(tokens, self.size))
+
+    def reserve(self, name: str, num_tokens: int):
+        pages = self.model.reserve(name, num_tokens // self.size)
+        return None if pages is None else tokens_of(pages, self.size)
+
+
+def oracle_lazy(params, device: str = "cpu") -> ModelSide:
     """The model itself as a side (lazy, or eager below): the harness tested on itself."""
-    return CompactionModel(params, lazy=True)
+    return ModelSide(params, lazy=True)
 
 
-def oracle_eager(params, device: str = "cpu") -> CompactionModel:
-    return CompactionModel(params, lazy=False)
+def oracle_eager(params, device: str = "cpu") -> ModelSide:
+    return ModelSide(params, lazy=False)
 
 
 ORACLE = {"oracle.lazy": oracle_lazy, "oracle.eager": oracle_eager}

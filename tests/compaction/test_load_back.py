@@ -118,14 +118,14 @@ def test_the_committed_file_kills_the_clear_that_keeps_reservations():
 def test_version_4_is_version_3_wherever_it_reserves_nothing():
     reserving = 0
     for index in range(12):
-        trace = generator.generate(0, index)
+        trace = generator.VERSION_4.generate(0, index)
         reserves = any(isinstance(op, Reserve) for op in trace.ops)
         reserving += reserves
         if not reserves:
             assert trace.ops == generator.VERSION_3.generate(0, index).ops, index
         assert len(trace.ops) == 300
     assert 0 < reserving < 12
-    assert generator.generate(0, 0).origin.generator == "compaction/4"
+    assert generator.VERSION_4.generate(0, 0).origin.generator == "compaction/4"
 
 
 def test_a_side_without_reservations_gets_version_3_and_no_reserving_file():

@@ -13,7 +13,7 @@ PINNED = {
     "extend": ("extend/1", ["909f352be2342775", "36bf77dc9ea007fe", "5a7d4ad59224b29e"]),
     "decode": ("decode/1", ["2298e7a60ab6db2e", "a2ce158febcbf305", "a5c43e42fe67753c"]),
     "allocator": ("allocator/3", ["36622f03efc56435", "c914351f0698b490", "8e0db0de7875d696"]),
-    "compaction": ("compaction/4", ["738bc4f00d36939a", "cec485c990374dc5",
+    "compaction": ("compaction/5", ["130468221d7ac5fb", "cec485c990374dc5",
                                     "9b9f95c3778b9c02"]),
     "mamba": ("mamba/1", ["a5eeb8ffc56969ec", "f229085b3cbb83a7", "143e3cd979f539a3"]),
     "swa": ("swa/3", ["e18f06e4ea50030f", "d3973f9c8bcbe312", "1d552d28ead0bcd5"]),
