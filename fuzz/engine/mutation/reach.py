@@ -11,7 +11,26 @@ import threading
 import types
 
 
-class LineTrace:
+class _Tracing:
+    """A trace function (`_global`, a subclass's) installed for this thread and new threads
+    while in the `with` block, and the one before put back after it."""
+
+    def _global(self, frame, event, arg):
+        raise NotImplementedError
+
+    def __enter__(self):
+        self._saved = sys.gettrace()
+        sys.settrace(self._global)
+        threading.settrace(self._global)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(self._saved)
+        threading.settrace(None)
+        return False
+
+
+class LineTrace(_Tracing):
     """`with LineTrace(paths) as trace:` ... then `trace.lines[path]`: the line numbers run."""
 
     def __init__(self, paths):
@@ -29,23 +48,12 @@ class LineTrace:
             return local
         return local
 
-    def __enter__(self):
-        self._saved = sys.gettrace()
-        sys.settrace(self._global)
-        threading.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc):
-        sys.settrace(self._saved)
-        threading.settrace(None)
-        return False
-
 
 def reached(lines: set, first: int, last: int) -> bool:
     return any(number in lines for number in range(first, last + 1))
 
 
-class LinesRun:
+class LinesRun(_Tracing):
     """`with LinesRun(codes, first, last) as seen:` ... then `seen.ran`: whether any of lines
     `first`..`last` ran in one of `codes` (the code objects a mutant put in place, and those nested
     in them). Only frames of those codes are traced line by line, and tracing stops at the first
@@ -68,17 +76,6 @@ class LinesRun:
             threading.settrace(None)
             return None
         return self._local
-
-    def __enter__(self):
-        self._saved = sys.gettrace()
-        sys.settrace(self._global)
-        threading.settrace(self._global)
-        return self
-
-    def __exit__(self, *exc):
-        sys.settrace(self._saved)
-        threading.settrace(None)
-        return False
 
 
 def _nested(codes) -> list:
