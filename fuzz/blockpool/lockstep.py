@@ -1,13 +1,14 @@
 """The block-pool judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.blockpool`) and an implementation driven as vLLM's KV-cache manager drives its pool
 (requests holding blocks, prefix hits touched, full blocks cached, partial entries and their
-copies, tables freed tail first), compared after every op: results (blocks handed out or
-ValueError, hits, reset's verdict, what the reuse watcher heard, the KV events each call
-published), the number of free blocks, usage, the free queue in eviction order and its links,
-every block's reference count, entries and the tokens they cover, the writable blocks, the
-hash map, and the invariants (`state_violations`; what a consumer of the KV events believes,
-`event_violations`), through `pool_state.pool_problems`. The ops that name blocks by id (a
-live guard's) are `by_id.py`'s.
+copies, tables freed tail first). This module holds the op handlers and the holders they keep;
+each call's result (blocks handed out or ValueError, hits, reset's verdict, what the reuse
+watcher heard, the KV events each call published) is compared in `calls.py`; after every op the
+state read (`pool_state.pool_problems`) compares the number of free blocks, usage, the free queue
+in eviction order and its links, every block's reference count, entries and the tokens they
+cover, the writable blocks, the hash map, and the invariants (`state_violations`; what a
+consumer of the KV events believes, `event_violations`). What the ops reach is counted in
+`counts.py`; the ops that name blocks by id (a live guard's) are `by_id.py`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.blockpool.by_id import ByIdOps
-from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
-from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, list_diff, short
+from kvfuzz.fuzz.blockpool.calls import PoolCalls
+from kvfuzz.fuzz.blockpool.counts import CONFIGS, PoolCounts
+from kvfuzz.fuzz.blockpool.pool_state import pool_problems
+from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, handles, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.blockpool.model import REFUSED, BlockPoolModel, FreedTooOften
 from kvfuzz.strategies.blockpool import trace as blockpool
 from kvfuzz.strategies.blockpool.events import Prompt
@@ -41,33 +43,10 @@ class _Holder:
         return (self.blocks[::-1] if reverse else list(self.blocks)) + self.pinned
 
 
-# The pool's configurations a trace may set (`Trace`'s settings), each counted once per trace.
-CONFIGS = {"caching off": lambda t: not t.caching,
-           "blocks of several hash units": lambda t: t.scale > 1,
-           "KV events": lambda t: t.events, "lookahead hashing": lambda t: t.lookahead > 0,
-           "cache salt": lambda t: t.salt, "hits reported": lambda t: t.report,
-           "images": lambda t: bool(t.images), "residency metrics": lambda t: t.metrics,
-           "a pool of the null block alone": lambda t: t.blocks == 1}
-
-
-class BlockPoolLockstep(ByIdOps, Lockstep):
+class BlockPoolLockstep(ByIdOps, PoolCalls, PoolCounts, Lockstep):
     KINDS = blockpool.KINDS
     REJECTIONS = (FreedTooOften,)  # a double free: the implementation must raise too
-    EVENTS = ("alloc refused", "alloc exact fit", "alloc ok", "alloc evicts cached",
-              "lookup hit", "lookup miss", "share", "touch a free cached block", "cache",
-              "cache nothing new", "cache a hash cached elsewhere", "free",
-              "free: cached to the tail", "free in order", "free in order: cached to the tail",
-              "free a shared block", "unpin", "unpin: cached to the tail",
-              "null blocks in a table", "null blocks in a call", "evict cached",
-              "evict uncached", "probe", "reset", "reset refused", "touch by id",
-              "free by id", "free by id: cached to the tail", "unpin by id", "cache by id",
-              "pin", "the same block twice in one call", "double free refused",
-              "lookup partial hit", "cache a partial block", "partial block promoted to full",
-              "partial entry supersedes a shorter one", "partial entry already there",
-              "partial entry replaces", "partial entry extra",
-              "move entries to a copy", "hit reported", "events published",
-              "event: block removed", "cache with a block mask",
-              *(f"config: {name}" for name in CONFIGS))
+    EVENTS = PoolCounts.EVENTS  # what the counters count (counts.py)
 
     def build_model(self, trace):
         self.holders: dict[int, _Holder] = {}
@@ -93,31 +72,6 @@ class BlockPoolLockstep(ByIdOps, Lockstep):
 
     def _view(self):
         return self.view if self.trace.events else None
-
-    def _call(self, method: str, args: tuple) -> Call:
-        """A pool call: results compared as `_compare` says, then what the watcher heard, the
-        residency collector's evictions and (a trace with KV events) what the call published,
-        which a consumer's view replays whatever else differs (the state read checks it)."""
-        def compare(expected, rejected, actual, raised):
-            trace, model, impl = self.trace, self.model, self.impl
-            published = impl.events if trace.events and raised is None else []
-            if method != "emit_cached_block_events":  # a report re-announces: not a change
-                self.view = replay(self.view, published)
-            problems = _compare(method, expected, rejected, actual, raised)
-            if problems or raised is not None:
-                return problems
-            problems = _heard(model.heard, impl.heard)
-            evictions = sorted(model.take_evictions())
-            if trace.metrics and sorted(impl.evictions) != evictions:
-                problems.append(("residency metrics", f"{method}: expected the collector to "
-                                                      f"end tracking blocks with reuse gaps "
-                                                      f"{evictions}, actual "
-                                                      f"{sorted(impl.evictions)}"))
-            expected = model.take_events()
-            if trace.events:
-                problems += events_problems(method, expected, published, self.count)
-            return problems
-        return Call("", method, args, compare=compare)
 
     def _prompt(self, hashes) -> Prompt:
         """A request with these hashes: its tokens are its hashes, each a hash block's worth."""
@@ -332,89 +286,3 @@ class BlockPoolLockstep(ByIdOps, Lockstep):
                 break
             found.append(holders[0])
         return found
-
-    # What the lock step counts (EVENTS): atheris features and the summary grid.
-    def _count_alloc(self, n: int) -> None:
-        model = self.model
-        free = model.num_free()
-        self.count("alloc refused" if n > free else "alloc exact fit" if n == free and n
-                   else "alloc ok")
-        if n <= free and any(model.key[b] for b in model.free[:n]):
-            self.count("alloc evicts cached")
-
-    def _count_touch(self, blocks) -> None:
-        if any(b and self.model.ref[b] == 0 for b in blocks):
-            self.count("touch a free cached block")
-        if any(b == 0 for b in blocks):
-            self.count("null blocks in a call")
-
-    def _count_cache(self, op, holder, num_full: int) -> None:
-        model, scale = self.model, self.trace.scale
-        new = [(h, op.group) for h in op.hashes[scale - 1::scale][holder.cached:num_full]]
-        self.count("cache" if new else "cache nothing new")
-        if any(key in model.map for key in new):
-            self.count("cache a hash cached elsewhere")
-        blocks = holder.blocks[holder.cached:num_full]
-        if 0 in blocks:
-            self.count("null blocks in a call")
-        if any(b and model.key[b] is not None for b in blocks):
-            self.count("partial block promoted to full")
-
-    def _count_partial(self, op, block: int, key, tokens: int) -> None:
-        model = self.model
-        self.count("cache a partial block")
-        held = model.key[block] == key or block in model.map.get(key, ())
-        if op.replace:
-            self.count("partial entry replaces")
-        elif held:
-            self.count("partial entry already there")
-        elif model.key[block] is not None and model.tokens[block] < tokens:
-            self.count("partial entry supersedes a shorter one")
-        elif model.key[block] is not None:
-            self.count("partial entry extra")
-
-    def _count_free(self, op, blocks) -> None:
-        model = self.model
-        counts = Counter(blocks)
-        released = [b for b in counts if b and model.ref[b] == counts[b]]
-        name = "unpin" if isinstance(op, Unpin) else "free in order" if not op.reverse else "free"
-        self.count(name)
-        if any(model.key[b] for b in released):
-            self.count(f"{name}: cached to the tail")
-        if len(released) < len([b for b in counts if b]):
-            self.count("free a shared block")
-        if any(n > 1 for b, n in counts.items() if b):
-            self.count("the same block twice in one call")
-        if 0 in counts:
-            self.count("null blocks in a call")
-
-
-def _compare(method: str, expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if rejected is not None:  # any exception refuses it; the state read shows it changed nothing
-        return [] if raised is not None else [
-            ("double free", f"{method} accepted a caller's double free ({rejected}): expected it "
-                            f"refused (raised) with nothing changed")]
-    if expected == REFUSED:
-        if raised is None:
-            return [("None vs success", f"expected ValueError (more blocks asked for than are "
-                                        f"free), actual {short(actual)}")]
-        if not isinstance(raised, ValueError):
-            return crash_problems(raised)
-        return []
-    if method == "get_new_blocks" and isinstance(raised, ValueError):  # refused: not a crash
-        return [("None vs success", f"expected blocks {short(expected)}, actual ValueError: "
-                                    f"{short(str(raised))}")]
-    if raised is not None:
-        return crash_problems(raised)
-    if expected == actual:
-        return []
-    if isinstance(expected, list) and isinstance(actual, list):
-        return [("result", f"{method}: {list_diff(expected, actual)}")]
-    return [("result", f"{method}: expected {short(expected)}, actual {short(actual)}")]
-
-
-def _heard(expected: list[int], actual: list[int]) -> list[tuple[str, str]]:
-    if sorted(expected) == sorted(actual):
-        return []
-    return [("reuse watcher", f"expected to hear of blocks {sorted(expected)}, heard of "
-                              f"{sorted(actual)}")]

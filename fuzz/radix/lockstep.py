@@ -1,28 +1,21 @@
 """The prefix-cache judge on the shared lock step (`kvfuzz.fuzz.engine.lockstep`): the oracle
 (`oracle.radix`) and an implementation driven as SGLang's scheduler drives its tree cache and
 allocator (admission: match, lock, row; extend: evict the shortfall, allocate; checkpoints;
-release; probes, load-back inserts, evictions, flushes), compared after every op (`state.py`):
-the calls' results (match lengths and slots, evicted tokens, refusals, insert's cached length),
-then the invariants (a locked page never evicted, no tree value sharing memory with another node,
-a row or the caller's tensor, edges keyed by their child's first page, lock counts monotone,
-from the nodes before and after the op only unlocked leaves gone and a pin's lock counts back at
-their baseline (what a judge without the model still sees), whole pages, no slot twice, none both cached and free, the sizes against their nodes with the
-sign, available + evictable + protected + held = capacity), then the model's exact state (pages
-evicted in policy order, every node, free pages, rows) and, with events on, that the events'
-stored minus removed pages are the cached ones. The state is read whole every few reads, after
-the last op and where a light read (sizes, rows, events and a digest of every node, checked
-after every op) differs from the model (`FULL_EVERY`, `state`).
+release; probes, load-back inserts, evictions, flushes). This module holds the op handlers, the
+events they count and the plans they follow (`rows_needed`, `extend_plan`); the calls' results
+(match lengths and slots, evicted tokens, refusals, insert's cached length) are compared in
+`results.py`, and after every op the state is read and set against the invariants and the model
+in `reads.py` (light reads between whole ones, `FULL_EVERY`) and `state.py`.
 """
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, crash_problems, handles, short
-from kvfuzz.fuzz.engine.transcript import recording
+from kvfuzz.fuzz.engine.lockstep import POISON, Call, Lockstep, handles, short
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.fuzz.radix import state
+from kvfuzz.fuzz.radix.reads import TreeReads
+from kvfuzz.fuzz.radix.results import alloc_compare, evict_compare, match_compare, refusal_allowed
 from kvfuzz.oracle.radix.contract import CURRENT
 from kvfuzz.oracle.radix.events import EventLedger
-from kvfuzz.oracle.radix.invariants import tree_violations
 from kvfuzz.oracle.radix.model import RadixModel
 from kvfuzz.oracle.radix.pages import PageNames
 from kvfuzz.strategies.radix import trace as radix
@@ -46,7 +39,7 @@ def rows_needed(trace) -> tuple[int, int]:
     return most, longest
 
 
-class RadixLockstep(Lockstep):
+class RadixLockstep(TreeReads, Lockstep):
     KINDS = radix.KINDS
     # What every radix trace can reach (a pure-SWA cache's window adds its own: window.py)
     TREE_EVENTS = ("admit with a hit", "admit, no hit", "admit splits a node", "prefill chunk",
@@ -106,7 +99,7 @@ class RadixLockstep(Lockstep):
                           "admit splits a node")
         yield Call(f"r{op.rid}: match_prefix(prompt of {op.prompt}, limit {op.prompt - 1})",
                    "admit_match", (op.rid, op.tokens, op.prompt, op.ns, op.priority),
-                   compare=_match_compare)
+                   compare=match_compare)
         yield Call(f"lock r{op.rid}'s node", "admit_lock", (op.rid,))
 
     @handles(Extend)
@@ -127,7 +120,7 @@ class RadixLockstep(Lockstep):
         result = yield Call(f"{'alloc_decode' if decode else 'allocate'} {count} slots for "
                             f"r{op.rid} (at {request.filled})", "extend",
                             (op.rid, count, decode), oracle=lambda: model.extend(op.rid, count),
-                            compare=_alloc_compare)
+                            compare=alloc_compare)
         if result.actual is None:
             self.count("alloc refused")
             return
@@ -161,7 +154,7 @@ class RadixLockstep(Lockstep):
         if request.stale:
             self.count("finish after a reset")
             yield Call(f"r{op.rid}: unlock of its lock from before the reset", "release_stale",
-                       (op.rid,), compare=_refusal_allowed)
+                       (op.rid,), compare=refusal_allowed)
             return
         self.count("finish cached" if op.cache else "finish not cached")
         if op.cache:
@@ -177,7 +170,7 @@ class RadixLockstep(Lockstep):
         else:
             self.count(name)
         yield Call(f"{name}({short(list(op.tokens), 40)})", name, (op.tokens, op.ns),
-                   compare=_match_compare if isinstance(op, Match) else None,
+                   compare=match_compare if isinstance(op, Match) else None,
                    compared=isinstance(op, Pin))
 
     @handles(Insert)
@@ -198,7 +191,7 @@ class RadixLockstep(Lockstep):
                 yield from self._evict(need - model.available_size(),
                                        "evict for an allocation", self.ALLOC_EVICT)
             got = yield Call(f"alloc({need}) for the insert", "alloc_slots", (need,),
-                             oracle=lambda: model.alloc_slots(need), compare=_alloc_compare)
+                             oracle=lambda: model.alloc_slots(need), compare=alloc_compare)
             if got.actual is None:
                 self.count("insert refused")
                 return
@@ -233,7 +226,7 @@ class RadixLockstep(Lockstep):
         yield Call(f"{method}({num}) -> tokens evicted", method, (num,),
                    oracle=lambda: self.model.evict(num),
                    compare=lambda expected, rejected, actual, raised:
-                   _evict_compare(num, evictable, expected, actual, raised))
+                   evict_compare(num, evictable, expected, actual, raised))
 
     @handles(Reset)
     def reset(self, op: Reset):
@@ -261,124 +254,6 @@ class RadixLockstep(Lockstep):
                               f"({len(taken)} such pages)")]
         return []
 
-    # The whole state is read every FULL_EVERY reads, after the last op and where the light
-    # read (sizes, rows, every node's digest: `impl/radix/digest.py`) differs from the model;
-    # between them only the light read crosses. Both sides check the light read, so that both
-    # ask for the same whole reads (the judge's replay follows the recorded requests).
-    FULL_EVERY = 8
-    LIGHT = True  # whether the driver has the light read (`light_since`)
-    # Where the reads stand (class defaults: the SWA and Mamba lock steps build their own
-    # models, not this one's, and read whole every op): the op's index in the trace, reads
-    # made, the op and the read of the last whole one, the note a whole read's find carries.
-    at, reads, full_at, last_full, note = -1, 0, -1, None, None
-
-    def step(self, op):
-        self.at += 1
-        self.note = None
-        line, problems = super().step(op)
-        if problems and self.note and problems[0] is self.note[0]:  # the whole read's find
-            problems.append(self.note[1])
-        return line, problems
-
-    def state(self, op) -> list[tuple[str, str]]:
-        reads = self.reads
-        self.reads = reads + 1
-        light = []
-        if self.LIGHT and op is not None and reads % self.FULL_EVERY and \
-                self.at < len(self.trace.ops) - 1:
-            expected = self.model.views()
-            read = self.read_changed("light_since")
-            light = self.light_problems(read, expected)
-            if not light and (self.events_on or read["events"]):  # against the model's
-                light = self._event_problems(read["events"], self.as_read(expected))  # pages
-            if not light:  # the tree is the model's: its nodes stand for the implementation's
-                # (on the implementation's side nothing reads them: `whole_state`)
-                before = None if recording() else self.as_read(expected)
-                self.nodes_before = self.before_views = before
-                self.pages_before = self.expected_before = None
-                self.evicting = False
-                return []
-        return self._whole(op, located=bool(light)) or light
-
-    def light_problems(self, light: dict, expected: list) -> list[tuple[str, str]]:
-        return state.light_problems(self.model, light, expected)
-
-    def whole_args(self) -> tuple:
-        """More arguments of the whole read (`snapshot_since`)."""
-        return ()
-
-    def as_read(self, expected: list) -> list:
-        """The model's nodes as the implementation's whole read shows them."""
-        return expected
-
-    def _whole(self, op, located: bool = False) -> list[tuple[str, str]]:
-        """The whole read's problems, saying which ops they may come from where the read before
-        it was not after the op before (`located`: this op's light read saw them: this op)."""
-        at, since = self.at, self.full_at
-        self.last_full, self.full_at = self.reads, at
-        problems = self.whole_state(op)
-        self.note = None
-        if problems and self.LIGHT and not located and since < at - 1:
-            self.note = (problems[0], ("whole read", f"read whole every {self.FULL_EVERY} reads "
-                                                     f"(between: sizes, rows, digests, events); "
-                                                     f"this may have changed in any op from "
-                                                     f"{since + 1} to {at}"))
-        return problems
-
-    def whole_state(self, op) -> list[tuple[str, str]]:
-        # only changes cross
-        model, snap = self.model, self.read_changed("snapshot_since", *self.whole_args())
-        if recording():  # the implementation's side: the judge compares, from its replay
-            self.evicting = False
-            # (the ledger as the judge's, which the light reads' checks read on both sides)
-            self.ledger.fold(snap["events"]) if self.events_on else None
-            return []
-        ps = model.page_size
-        nodes, expected = self.views(snap)
-        pages, expected_pages = self.names.count(nodes, ps), self.names.count(expected, ps)
-        problems = state.locked_problems(model, self.names, pages)
-        problems += state.alias_problems(snap["aliases"], nodes) + state.poisoned_nodes(nodes)
-        problems += [("tree", text) for text in tree_violations(nodes, ps)]
-        problems += state.lock_problems(op, lambda: self.nodes_before, nodes, ps, self.evicting)
-        problems += state.pool_problems(model, snap, nodes)
-        if self.evicting and self.expected_before is None and self.nodes_before is not None:
-            # the op before was a light one: the model's nodes then were the implementation's
-            self.pages_before = self.expected_before = self.names.count(self.before_views, ps)
-        if self.evicting and self.pages_before is not None:
-            problems += state.eviction_problems(
-                self.names, self.expected_before - expected_pages, self.pages_before - pages,
-                self.trace.policy)
-        problems += state.node_problems(expected, nodes)
-        problems += self._event_problems(snap["events"], nodes)
-        problems += self.more_problems(snap, nodes)
-        self.pages_before, self.expected_before, self.evicting = pages, expected_pages, False
-        self.nodes_before = nodes
-        return problems
-
-    def finish(self) -> list[tuple[str, str]]:
-        """The whole state after the last op, where the last op called nothing and the read
-        before was a light one."""
-        if self.LIGHT and self.last_full != self.reads:
-            problems = self._whole(None)
-            return problems + [self.note[1]] if self.note else problems
-        return []
-
-    def views(self, snap) -> tuple[list, list]:
-        """(the implementation's nodes, the model's), as `NodeView`s to set side by side."""
-        return state.views(snap["nodes"], self.model.page_size), self.model.views()
-
-    def more_problems(self, snap, nodes) -> list[tuple[str, str]]:
-        """What a cache of another shape checks besides (the unified cache's walk and cores)."""
-        return []
-
-    def _event_problems(self, events, nodes) -> list[tuple[str, str]]:
-        if not self.events_on:
-            return [("events", f"{len(events)} KV events published with events off")] \
-                if events else []
-        cached = self.names.count(nodes, self.model.page_size, namespaces=False)
-        found = self.ledger.fold(events) + self.ledger.compare(cached)
-        return [("events", text) for text in found]
-
 
 def extend_plan(request, asked: int, page_size: int) -> tuple[int, bool, int] | None:
     """(the tokens an extend allocates, whether it is a decode step, what SGLang evicts for
@@ -391,42 +266,3 @@ def extend_plan(request, asked: int, page_size: int) -> tuple[int, bool, int] | 
         return None
     decode = request.filled >= request.prompt and count == 1
     return count, decode, count if page_size == 1 else page_size if decode else count + page_size
-
-
-def _match_compare(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if expected == actual:
-        return []
-    if expected[0] != actual[0]:
-        return [("match", f"matched {actual[0]} tokens, expected {expected[0]}")]
-    return [("match", f"device indices of the {expected[0]} matched tokens: expected "
-                      f"{short(expected[1], 60)}, actual {short(actual[1], 60)}")]
-
-
-def _alloc_compare(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if (expected is None) != (actual is None):
-        return [("None vs success", f"expected {'None' if expected is None else expected} "
-                                    f"slots, actual {short(actual)}")]
-    if actual is not None and len(actual) != expected:
-        return [("alloc", f"expected {expected} slots, actual {len(actual)}")]
-    return []
-
-
-def _evict_compare(num, evictable, expected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if actual < min(num, evictable):
-        return [("eviction", f"evict({num}) freed {actual} tokens while {evictable} were "
-                             f"evictable: short of what was asked")]
-    if actual != expected:
-        return [("eviction", f"evict({num}) freed {actual} tokens, expected {expected}")]
-    return []
-
-
-def _refusal_allowed(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    """A void lock's release may be refused (raise) or ignored; the state says if it changed
-    anything."""
-    return []

@@ -225,7 +225,7 @@ def _inner(core, handles: list, root) -> list | None:
 
 
 def light(driver) -> dict:
-    """The light read between two whole ones (`fuzz/radix/lockstep.py`): the sizes, the rows,
+    """The light read between two whole ones (`fuzz/radix/reads.py`): the sizes, the rows,
     the KV events since the last read, and digests, each the sum (mod 2**64) of one hash a row:
     of the KV-canary walk (every cached slot with its position and the slot before it), of the
     unlocked slots, and of the nodes as the whole read shows them (`node_digest`): what the

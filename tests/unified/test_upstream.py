@@ -162,7 +162,7 @@ def test_the_swa_judge_checks_eviction_and_sizes_itself(name, label, found):
 
 
 def test_a_cores_difference_the_last_op_makes_is_caught_at_the_last_op():
-    # The twin's whole state is read with every whole read (fuzz/radix/lockstep.py: every few
+    # The twin's whole state is read with every whole read (fuzz/radix/reads.py: every few
     # reads and after the last op); what differs only in it (the free list's order: no call
     # answers it) after the last op is read there, the report naming the ops it covers.
     trace = Trace(1, 3, "lru", False, (Insert((1, 2, 3)), Evict(3)))
