@@ -85,6 +85,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
         # rid -> (page, block): a cached hit block it kept for the partial last page of an
         # import, ready for it only once it writes the page back itself
         self.rewrite: dict[int, tuple[int, int]] = {}
+        self.owners: dict[int, int] = {}  # transfer id -> the request whose step planned it
         self.evicted: tuple[int, ...] = ()
         self.reset_done = False
         self.host_keys: list = [None] * trace.hisparse
@@ -217,6 +218,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
         self.planned += [tuple(pair) for pair in planned.actual or ()]
+        self.owners.update((tid, rid) for tid, _ in planned.actual or ())
         return problems
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
@@ -304,10 +306,11 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
             self.read("hisparse_written", [tid for tid, _ in self.in_flight])
             self.count(WRITTEN)
             # (a restore copies an imported page to the device: it writes no host page)
-            written = {block for tid, block in self.in_flight if tid not in self.restores}
-            self.durable |= written
+            written = {(self.owners.pop(tid, None), block) for tid, block in self.in_flight
+                       if tid not in self.restores}
+            self.durable |= {block for _, block in written}
             self.rewrite = {rid: kept for rid, kept in self.rewrite.items()
-                            if kept[1] not in written}
+                            if (rid, kept[1]) not in written}
         self.in_flight, self.planned = self.planned, []
         return self._pools()
 
