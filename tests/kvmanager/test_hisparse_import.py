@@ -32,6 +32,19 @@ def doubles() -> dict:
                 coordinator.finish_host_import = lambda rid, failed: finish(rid, failed=False)
             return super().allocate_slots(*args, **kwargs)
 
+    class ImportPinsKept(KVCacheManager):  # a finished import keeps a reference on each of
+        def allocate_slots(self, *args, **kwargs):  # its host blocks (a leak)
+            source = _source(self)
+            coordinator = source.coordinator
+            if coordinator is not None and "finish_host_import" not in vars(coordinator):
+                finish = coordinator.finish_host_import
+
+                def pinned(rid, failed):
+                    finish(rid, failed=failed)
+                    source.block_pool.touch(source.req_to_blocks.get(rid, []))
+                coordinator.finish_host_import = pinned
+            return super().allocate_slots(*args, **kwargs)
+
     class EveryImportedPageResident(KVCacheManager):  # the resident group reserves every
         def __init__(self, *args, **kwargs):  # imported page, not the last alone
             super().__init__(*args, **kwargs)
@@ -45,11 +58,12 @@ def doubles() -> dict:
                 reserve(request_id, local, external, record_for_zeroing)
             resident.allocate_external_computed_blocks = every_page
 
-    return {cls.__name__: cls for cls in (FailedImportCompleted, EveryImportedPageResident)}
+    return {cls.__name__: cls for cls in (FailedImportCompleted, ImportPinsKept,
+                                          EveryImportedPageResident)}
 
 
 def __getattr__(name):  # a double by import path
-    if name in ("FailedImportCompleted", "EveryImportedPageResident"):
+    if name in ("FailedImportCompleted", "ImportPinsKept", "EveryImportedPageResident"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -61,6 +75,7 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
 @_ENGINE[1]
 @pytest.mark.parametrize("broken, label, index", [
     (f"{__name__}:FailedImportCompleted", "published early", 0),
+    (f"{__name__}:ImportPinsKept", "host pool", 0),
     (f"{__name__}:EveryImportedPageResident", "import table", 0),
     ("mutant.vllm.kvmanager.hisparse_import_covers_hit_only", "published late", 0),
     ("mutant.vllm.kvmanager.external_on_null_block", "import table", 0),
