@@ -43,7 +43,9 @@ updates, row mirrors and host copies (the worker's views).
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager import hisparse_import
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
+from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
                                                    admission_fits, allocation_problems, listed,
                                                    pool_problems, table_problems)
@@ -58,11 +60,13 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(AlignLockstep):
+class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
-    the methods below judge in the reduced mode (each delegates otherwise)."""
+    the methods below judge in the reduced mode (each delegates otherwise); a second
+    connector's imports into the host pool: `hisparse_import.py`."""
 
-    EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL)
+    EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
+        hisparse_import.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -74,6 +78,14 @@ class HiSparseLockstep(AlignLockstep):
         self.planned: list[tuple[int, int]] = []  # write-backs planned by this op
         self.in_flight: list[tuple[int, int]] = []  # planned before it: done at its end
         self.durable: set[int] = set()  # host blocks written back since handed out
+        self.unconfirmed: set[int] = set()  # a failed import's valid pages: may be published
+        self.restores: set[int] = set()  # transfers restoring an import's page (host->device)
+        self.unready: dict[int, int] = {}  # rid -> its first page of a failed import
+        self.import_pages: dict[int, int] = {}  # rid -> the pages its import's tables hold
+        # rid -> (page, block): a cached hit block it kept for the partial last page of an
+        # import, ready for it only once it writes the page back itself
+        self.rewrite: dict[int, tuple[int, int]] = {}
+        self.owners: dict[int, int] = {}  # transfer id -> the request whose step planned it
         self.evicted: tuple[int, ...] = ()
         self.reset_done = False
         self.host_keys: list = [None] * trace.hisparse
@@ -94,8 +106,10 @@ class HiSparseLockstep(AlignLockstep):
         if not self.hs:
             return (yield from super().schedule(op))
         request = self.requests.get(op.rid)
-        if request is None:
+        if request is None or request.status == LOADING:  # it waits for its import
             return
+        if request.status == WAITING and request.computed:  # its import reported: no lookup
+            return (yield from self._resume(op.rid, request, op.chunk))
         if request.status == WAITING:
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
                              oracle=None, compare=lambda e, r, actual, raised:
@@ -165,12 +179,24 @@ class HiSparseLockstep(AlignLockstep):
         if got.actual is None:
             self.count("allocate_slots refused")
             return self._refusal_problems(rid, request, new, hit, args[5])
+        return (yield from self._stepped(rid, request, new, got.actual, hit, hit_source))
+
+    def _stepped(self, rid, request, new, actual, hit=None, hit_source=None):
+        """After `allocate_slots` gave `actual`: the tables, then the connector's residency
+        work (`hisparse_step`)."""
+        admission, size = hit is not None, self.trace.block_size
         self.count("allocate_slots ok")
-        self.durable -= set(got.actual[SOURCE])  # handed out afresh: not written back yet
+        if admission:  # admitted afresh: the coordinator's state of it starts over
+            self.unready.pop(rid, None)
+            self.rewrite.pop(rid, None)
+            self.import_pages.pop(rid, None)
+        self.durable -= set(actual[SOURCE])  # handed out afresh: not written back yet
+        self.unconfirmed -= set(actual[SOURCE])
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
-        problems = table_problems(rid, tables, request.computed, size)
+        problems = table_problems(rid, tables, request.computed, size,
+                                  0 if admission else self.import_pages.get(rid, 0))
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
             # a new request resuming a host prefix reads host-backed history: its hot region
             # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
@@ -181,7 +207,7 @@ class HiSparseLockstep(AlignLockstep):
             # the hit's blocks it adopts, then the blocks it writes: none of those retained
             # past the hit (cached pages another request may share)
             kept = cdiv(hit, size)
-            expected = list(hit_source[:kept]) + list(got.actual[SOURCE])
+            expected = list(hit_source[:kept]) + list(actual[SOURCE])
             if tables[SOURCE] != expected:
                 problems.append(("retained hit", (
                     f"r{rid}: a hit of {hit} tokens in blocks of {size}: expected the source "
@@ -192,6 +218,7 @@ class HiSparseLockstep(AlignLockstep):
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
         self.planned += [tuple(pair) for pair in planned.actual or ()]
+        self.owners.update((tid, rid) for tid, _ in planned.actual or ())
         return problems
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
@@ -278,7 +305,12 @@ class HiSparseLockstep(AlignLockstep):
         if self.in_flight:  # the worker reports the write-backs planned before this op
             self.read("hisparse_written", [tid for tid, _ in self.in_flight])
             self.count(WRITTEN)
-            self.durable |= {block for _, block in self.in_flight}
+            # (a restore copies an imported page to the device: it writes no host page)
+            written = {(self.owners.pop(tid, None), block) for tid, block in self.in_flight
+                       if tid not in self.restores}
+            self.durable |= {block for _, block in written}
+            self.rewrite = {rid: kept for rid, kept in self.rewrite.items()
+                            if (rid, kept[1]) not in written}
         self.in_flight, self.planned = self.planned, []
         return self._pools()
 
@@ -296,8 +328,15 @@ class HiSparseLockstep(AlignLockstep):
             for block in source:
                 if 0 < block < len(held):
                     held[block] += 1
-            if request.status == WAITING and any(tables):
+            if request.status == WAITING and not request.computed and any(tables):
                 problems.append(("block table", f"r{rid} waits and holds {short(tables)}"))
+            if request.status == LOADING:  # its device blocks past the hit: not cached yet
+                own = tables[INDEXER][cdiv(request.hit, size):] if tables else []
+                cached = [b for b in own if 0 < b < len(device["keys"]) and
+                          device["keys"][b] is not None]
+                if cached:
+                    problems.append(("cached before the load", f"r{rid}'s import is in "
+                                     f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
         ref = host["ref"]
         wrong = [b for b in range(1, len(held)) if b < len(ref) and (
@@ -308,7 +347,7 @@ class HiSparseLockstep(AlignLockstep):
                              ", ".join(f"block {b} has {ref[b]}, held {held[b]} times"
                                        for b in wrong[:4])))
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
-                 b not in self.durable]
+                 b not in self.durable and b not in self.unconfirmed]
         if early:
             problems.append(("published early", f"host blocks {early[:6]} are cached with no "
                                                 f"write-back done since they were handed out"))
@@ -326,9 +365,12 @@ class HiSparseLockstep(AlignLockstep):
     def _publication_problems(self, rid, request, source, keys, size) -> list[tuple[str, str]]:
         """Once durable, published: a running request's source blocks up to its first one with
         no write-back done (a hit's are done), within its computed tokens, are cached."""
-        if request.status != RUNNING:
+        if request.status != RUNNING and not (request.status == WAITING and request.computed):
             return []
         lead = next((i for i, b in enumerate(source) if b not in self.durable), len(source))
+        # (a failed import: the coordinator never learns which of its pages arrived, and
+        # publishes none of the request's from there on; allowed, never required)
+        lead = min(lead, self.unready.get(rid, lead), self.rewrite.get(rid, (lead,))[0])
         unpublished = [i for i in range(min(lead, request.computed // size))
                        if not 0 < source[i] < len(keys) or keys[source[i]] is None]
         return [("published late", f"r{rid}: source blocks {short(source[:lead])} are written "

@@ -44,9 +44,10 @@ def pool_problems(name: str, pool: dict, size: int) -> list[tuple[str, str]]:
         size, pool["ref"], pool["queue"], pool["keys"], pool["cache"])]
 
 
-def table_problems(rid, tables, computed, size) -> list[tuple[str, str]]:
-    """After a success the source and indexer tables hold cdiv(computed, b) blocks each."""
-    expected = cdiv(computed, size)
+def table_problems(rid, tables, computed, size, pages=0) -> list[tuple[str, str]]:
+    """After a success the source and indexer tables hold cdiv(computed, b) blocks each (or
+    `pages`, an import's, where that is more: a failed import's blocks stay)."""
+    expected = max(cdiv(computed, size), pages)
     if len(tables) != 4 or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
         return [("block table", f"r{rid}: {computed} tokens computed in blocks of {size}: "
                                 f"expected {expected} source and indexer blocks, actual "

@@ -411,6 +411,15 @@ class KVManagerDriver(ManagerReads):
         completes `num_tokens`: the write-backs planned, (transfer id, host block)."""
         return self.hisparse.step(self.requests[rid].request_id, num_tokens)
 
+    def hisparse_import_done(self, rid: int, failed: bool) -> None:
+        """A KV connector's import into HiSparse's host pool reported done (or failed)."""
+        self.hisparse.import_done(self.requests[rid].request_id, failed)
+
+    def hisparse_planned(self) -> list[tuple[int, int]]:
+        """The transfers HiSparse planned outside a step (an import's restore), as the next
+        step's command carries them: (transfer id, host block)."""
+        return self.hisparse.planned()
+
     def hisparse_written(self, transfer_ids) -> None:
         """The worker reports the write-backs `transfer_ids` enqueued and completed."""
         self.hisparse.written(transfer_ids)

@@ -41,6 +41,16 @@ class HiSparseCalls:
     def step(self, request_id: str, num_tokens: int) -> list[tuple[int, int]]:
         """The write-backs the step planned: (transfer id, host block)."""
         self.coordinator.advance_scheduled([(request_id, num_tokens)])
+        return self.planned()
+
+    def import_done(self, request_id: str, failed: bool) -> None:
+        """Another connector's load into the host pool reported (`finished_recving`, failed or
+        not), as HiSparse's connector passes it on (`update_connector_output`)."""
+        self.coordinator.finish_host_import(request_id, failed=failed)
+
+    def planned(self) -> list[tuple[int, int]]:
+        """The transfers planned since the last command (the next step's
+        `build_offload_command`): (transfer id, host block)."""
         command = self.coordinator.build_offload_command()
         return [] if command is None else [(int(t.transfer_id), int(t.host_block_id))
                                            for t in command.page_transfers]

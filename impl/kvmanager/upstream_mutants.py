@@ -232,6 +232,13 @@ MUTATIONS = {
         "self.publish_blocks(",
         "the source group publishes a page's hash when computed, before its write-back to the "
         "host is done")),
+    # A second connector's import into HiSparse's host pool (the "hisparse import" profile).
+    "hisparse_import_covers_hit_only": (SINGLE, Mutation(
+        "HiSparseSourceManager.allocate_external_computed_blocks",
+        "request_id, num_local_computed_tokens + num_external_computed_tokens\n        )",
+        "request_id, num_local_computed_tokens\n        )",
+        "the coordinator is told an import fills the local hit only: the imported pages never "
+        "become ready, and the request publishes nothing past its hit")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

@@ -19,8 +19,8 @@ turns back into `--profile NAME` (`MixedStreams.profile_of`).
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
-                                         generator, hisparse, hybrid, lookahead_hashes, mtp,
-                                         prompt_embeds)
+                                         generator, hisparse, hisparse_import, hybrid,
+                                         lookahead_hashes, mtp, prompt_embeds)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -52,7 +52,11 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (prompt_embeds.GENERATOR, 0.34, 0.355),
            # HiSparse's groups (2026-12-05, from kvmanager/5's rest, a range none of the pinned
            # or tests' indices draw): 3 of the first 200 (73, 147, 182)
-           (hisparse.GENERATOR, 0.325, 0.34))
+           (hisparse.GENERATOR, 0.325, 0.34),
+           # a second connector's imports into HiSparse's host pool (2026-12-05, from
+           # kvmanager/5's rest, a range none of the pinned or tests' indices draw): 5 of the
+           # first 300 (40, 99, 125, 156, 227)
+           (hisparse_import.GENERATOR, 0.265, 0.28))
 
 
 class MixedStreams:
@@ -114,7 +118,8 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "deferred frees": deferred.GENERATOR, "dcp": dcp.GENERATOR,
          "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
          "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
-         "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR}
+         "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR,
+         "hisparse import": hisparse_import.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -123,4 +128,5 @@ def profiles() -> tuple[str, ...]:
     seeded run, the byte-fed twin and the Hypothesis strategy must each produce."""
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
             *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
-            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES)
+            *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES,
+            *hisparse_import.PROFILES)

@@ -72,6 +72,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # host page published before its write-back is done.
     "hisparse_retained_hit_kept": r"retained hit:? +r\d+: a hit of \d+ tokens",
     "hisparse_published_before_durable": r"published early:? +host blocks \[",
+    # A second connector's import into the host pool (the "hisparse import" profile): the
+    # coordinator told it fills the local hit only, so its pages never publish.
+    "hisparse_import_covers_hit_only": r"published late:? +r\d+: source blocks",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -178,6 +181,8 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # have none)
                         PREFIX + "hisparse_retained_hit_kept": 244,
                         PREFIX + "hisparse_published_before_durable": 73,
+                        # the first "hisparse import" trace of seed 0's mix
+                        PREFIX + "hisparse_import_covers_hit_only": 40,
                         # an "observed" trace (hits reported): index 19 was one until the
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
