@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import connector
+from kvfuzz.fuzz.kvmanager import connector, hisparse_import
 from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -71,6 +71,11 @@ REACHES = {
     "hisparse": ["admission with a hit", "host hit longer than the device groups' (retained)",
                  "write-backs reported done", "host pages published", "preempt", "evict",
                  "reset", "reset refused", "allocate_slots refused"]
+    + _CONFIGS("HiSparse host source group (reduced checks)"),
+    # HiSparse beside a second connector that imports external tokens into the host pool: every
+    # import outcome, a resumption after one, and the write-backs and publications after them
+    "hisparse import": list(hisparse_import.EVENTS) + [
+        "write-backs reported done", "host pages published"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
 }
 
