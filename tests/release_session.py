@@ -9,8 +9,8 @@ forks one child per batch: the child imports what its own commands name, runs th
 `main`, a subreaper as that program is) and writes their results. So each batch starts from the
 same state a fresh process would reach (the release imported, nothing else run), and no batch
 sees another's: what one batch imports, patches or breaks stays in its child. A batch whose
-commands name no implementation of the release's engine gets no server (a process of its own,
-as before). A server serves one environment (a test that sets a variable gets a server of its own). The
+commands name no implementation of the release's engine gets no server (a process of its own, as
+before). A server serves one environment (a test that sets a variable gets a server of its own). The
 server ends with its pytest worker (its stdin closes) or at a timeout."""
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ reduced mode's checks after every op:
   past the valid prefix the scheduler keeps.
 
 Not driven: synchronous loads (a `connect` without `load` is a plain admission here: no released
-connector makes one under HiSparse, and vLLM 0.33.0 hands an import's pages to the coordinator
-only through `finished_recving`, which a synchronous load does not report), imports of a one-token prompt (the scheduler's rewind of
-its last token leaves it nothing computed, and it would be looked up again holding its blocks),
-a request finished while its import is in flight (freed at once here, as the full judge frees
-it; the scheduler holds its blocks until the load reports), `reserved_blocks` beyond passing
-them, refusals short of the room an admission can need."""
+connector makes one under HiSparse, and vLLM 0.33.0 hands an import's pages to the coordinator only
+through `finished_recving`, which a synchronous load does not report), imports of a one-token prompt
+(the scheduler's rewind of its last token leaves it nothing computed, and it would be looked up
+again holding its blocks), a request finished while its import is in flight (freed at once here, as
+the full judge frees it; the scheduler holds its blocks until the load reports), `reserved_blocks`
+beyond passing them, refusals short of the room an admission can need."""
 
 from __future__ import annotations
 

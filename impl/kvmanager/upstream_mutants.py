@@ -242,7 +242,8 @@ MUTATIONS = {
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",
-        "num_encoder_tokens\n                if isinstance", "num_tokens\n                if isinstance",
+        "num_encoder_tokens\n                if isinstance",
+        "num_tokens\n                if isinstance",
         "a cross-attention group gets blocks for the decoder's tokens, not the encoder's")),
     # KV connectors (the "connector" profile): external tokens, asynchronous loads, zeroing.
     "external_on_null_block": (SINGLE, Mutation(

@@ -1,14 +1,14 @@
 """The `kvmanager` target's seeded traces: `kvmanager/5` (generator.py) with the streams of
 newer configuration profiles mixed in. Standard library only.
 
-A profile added later gets a stream of its own (its own generator name, so it can change
-without touching another), and a share of the indices: whether input `index` of `seed` is a
-new profile's is drawn from (MIX, seed, index) alone (a range of that draw per stream), so every other index is still
-`kvmanager/5`'s trace of that seed and index, as before the profile came. An input's origin
-names the stream it came from, with the seed and index that `kvfuzz diff kvmanager --seed S
---start I` regenerates it from. Fuzzer bytes (`from_bytes`, which atheris and the public
-Hypothesis strategy `kvfuzz.kvmanager_traces()` decode) reach every stream too: their first two
-bytes pick it with the seeded draw's shares, the rest feed it.
+A profile added later gets a stream of its own (its own generator name, so it can change without
+touching another), and a share of the indices: whether input `index` of `seed` is a new profile's is
+drawn from (MIX, seed, index) alone (a range of that draw per stream), so every other index is still
+`kvmanager/5`'s trace of that seed and index, as before the profile came. An input's origin names
+the stream it came from, with the seed and index that `kvfuzz diff kvmanager --seed S --start I`
+regenerates it from. Fuzzer bytes (`from_bytes`, which atheris and the public Hypothesis strategy
+`kvfuzz.kvmanager_traces()` decode) reach every stream too: their first two bytes pick it with the
+seeded draw's shares, the rest feed it.
 
 One profile alone (`kvfuzz diff kvmanager --profile NAME`, `ALONE`): the stream that makes it
 in the mix, or for `kvmanager/5`'s own profiles a stream of each (`kvmanager/5[corners]`, ...);

@@ -1,8 +1,8 @@
 """`kvfuzz mutate` as a user runs it (a process of its own: slow tier): on kvfuzz's own Mamba
-allocator the faults kvfuzz must see are killed, a survivor rerun alone keeps its verdict, the results file resumes
-a run, --fail-under gates, bad input is one line; hostile mutants (one exits its process, one
-hangs, one kills the worker it was forked from) cost only themselves; a mutant of a set-up done
-once a process, before the fork, is rerun fresh and killed."""
+allocator the faults kvfuzz must see are killed, a survivor rerun alone keeps its verdict, the
+results file resumes a run, --fail-under gates, bad input is one line; hostile mutants (one exits
+its process, one hangs, one kills the worker it was forked from) cost only themselves; a mutant of a
+set-up done once a process, before the fork, is rerun fresh and killed."""
 
 from __future__ import annotations
 
