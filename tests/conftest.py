@@ -33,13 +33,3 @@ CORPUS = Path(os.environ.get("KVFUZZ_CORPUS", ROOT / "corpus"))
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def pytest_collection_modifyitems(items):
-    """Slow tests first, each tier in its collected order (a stable sort). `pytest -n` hands tests
-    to its workers in this order, so the long ones start early and the quick tier's short ones
-    fill the last minutes on both workers, where in folder order one worker ran the last
-    folder's long shards (`unified/test_upstream.py`, 20 to 30 s each in CI) while the other
-    idled. (Grouping the older-release tests on one worker, xdist's "loadgroup", does nothing
-    under pytest 9.2: xdist 3.8 renames `Node._nodeid`, which pytest no longer reads.)"""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

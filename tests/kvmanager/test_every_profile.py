@@ -5,8 +5,9 @@ spreads them; a worker imports vLLM once, whatever the shards). In place of seed
 mix, whose index draws the profile (the rarest is 1% of it): here each profile gets the same
 count. The first shard of a profile also reaches the edge classes its traces exist for
 (`REACHES`: the stream tests that ran those indices apart before, now one run of each trace).
-2,000 of each, as issue 24 asks (what it costs CI: `docs/upstream-vllm.md`, "Speed"). The two
-traces the check was wrong on (SETTLED) run on their own. Skips without vLLM."""
+Why 1,500 and not the 2,000 issue 24 asks: CI ran 2,000 of each once, 29 min 59 s of its 30
+(`docs/upstream-vllm.md`, "Speed"). The two traces the check was wrong on (SETTLED) run on their
+own. Skips without vLLM."""
 
 from __future__ import annotations
 
@@ -23,12 +24,15 @@ from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
 
 pytestmark = needs_engine("vllm")  # and the slow tier
-PER_PROFILE, SHARD = 2000, 250
-# Found with 1,500 of each profile from index 1000 (before the shards ran 0 to 1999), the
-# check's fault (boundary.py's `evicted_tail`): (profile, index)
+PER_PROFILE, SHARD = 1500, 250
+# Found past the shards with 1,500 of each profile from index 1000, the check's fault
+# (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
+# The HiSparse profiles, added once CI was near its 30 minutes, run 100 traces, one shard: about
+# 16 ms of CPU a trace in process (2026-12-05); every one of their first 2,000 ran clean here
+FEWER = {"hisparse": 100, "hisparse import": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
-          for shard in range(PER_PROFILE // SHARD)]
+          for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
 
 _LOCAL = "chunked-local hit: blocks before the chunk null"
 _WINDOW = [mark for mark in MARKS if mark != _LOCAL]  # every mark of a sliding window's
@@ -110,7 +114,7 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard
     assert release.name == "vllm.kvmanager"
     stream = KVMANAGER.alone(profile).generator
     first, events = shard * SHARD, Counter()
-    for index in range(first, first + SHARD):
+    for index in range(first, first + FEWER.get(profile, SHARD)):
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
         outcome = KVMANAGER.check(trace, release)

@@ -1,7 +1,7 @@
 """RadixCache and PureSWARadixCache of SGLang 0.5.20 and 0.5.21 for real (slow), driven through
 their own scheduler calls (impl/radix/legacy.py), each release first on the path of a process
 running `kvfuzz`'s commands as a user's `PYTHONPATH=<release> kvfuzz ...` does
-(`kvfuzz_commands`: the release imported once, each test's commands forked from it): finding
+(`kvfuzz_commands`: one process a test, the release imported once for its commands): finding
 Q's saved trace (`corpus/history/sglang-0.5.20/`: the finish of PureSWARadixCache drops the
 request's priority) diverges on 0.5.20 and replays clean on 0.5.21, and 0.5.21's classes agree
 on seeded traces. Each release is installed from kvfuzz's wheel cache
@@ -46,16 +46,68 @@ def kvfuzz_with(folder, *argv, timeout: int = 400) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=timeout)
 
 
-def kvfuzz_commands(folder, *commands, timeout: int = 580) -> list[subprocess.CompletedProcess]:
-    """Each of `commands` (argv lists) run by `kvfuzz` with the release at `folder` first on its
-    path, as a user's `PYTHONPATH=... kvfuzz` has it, the release imported once for all of them
-    (`tests.release_session`: a batch forked from the release's server): its exit status and
-    output, as `kvfuzz_with` gives them."""
-    from tests.release_session import run_commands
+# One process per release for a test's commands: kvfuzz's `main` (what `python -m kvfuzz.fuzz.cli`
+# runs, a subreaper as that program is) once per command, the release first on the path as a
+# user's `PYTHONPATH=... kvfuzz` has it. The release's SGLang is imported once, before the
+# commands, so every command's workers and fork servers are forked with it: in a process per
+# command each of them imported it again (some 8 to 10 s of CPU each, most of these tests' time).
+SESSION = """
+import contextlib, importlib, importlib.util, io, json, sys
+from kvfuzz.fuzz.cli.main import main
+from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
+from kvfuzz.fuzz.targets import TARGETS
+from kvfuzz.impl.upstream_env import prepare_import
+become_subreaper()
+commands, out_file = json.loads(sys.argv[1]), sys.argv[2]
+# The release's memory pools (the bulk of any of its allocators' imports) and the modules the
+# commands' implementations name (their classes', what kvfuzz's adapters wrap), where the
+# release has them: what each command's workers would import again otherwise.
+names = {argv[i + 1] for argv in commands for i, word in enumerate(argv[:-1]) if word == "--impl"}
+chosen = [i for t in TARGETS.values() for i in t.catalogue.implementations if i.name in names]
+modules = {"sglang.srt.mem_cache.memory_pool"} if any(i.requires == "sglang" for i in chosen) \
+    else set()
+for impl in chosen:
+    modules |= {path.split(":")[0] for path in (*impl.paths, *impl.mutates)
+                if path.startswith(f"{impl.requires}.")}
+for module in sorted(modules):
+    with prepare_import(module):  # (finding it imports its packages)
+        try:  # (find_spec raises where a parent is a module, as allocator.py before 0.5.13)
+            if importlib.util.find_spec(module):
+                importlib.import_module(module)
+        except ImportError:  # the command's own import says why (or, for want of
+            pass             # sgl_kernel, retries with kvfuzz's stand-in)
+results = []
+for argv in commands:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main(argv)
+        except SystemExit as stop:
+            status = stop.code
+    sweep()
+    results.append([status, out.getvalue(), err.getvalue()])
+with open(out_file, "w") as handle:
+    json.dump(results, handle)
+"""
 
+
+def kvfuzz_commands(folder, *commands, timeout: int = 580) -> list[subprocess.CompletedProcess]:
+    """Each of `commands` (argv lists) run by `kvfuzz` with the release at `folder` on its path,
+    in one process (`SESSION`): its exit status and output, as `kvfuzz_with` gives them."""
+    import json
+    import tempfile
+
+    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     argvs = [[str(arg) for arg in argv] for argv in commands]
+    with tempfile.TemporaryDirectory() as scratch:
+        out_file = os.path.join(scratch, "results.json")
+        done = subprocess.run([sys.executable, "-c", SESSION, json.dumps(argvs), out_file],
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        with open(out_file) as handle:
+            results = json.load(handle)
     return [subprocess.CompletedProcess(argv, status, out, err)
-            for argv, (status, out, err) in zip(argvs, run_commands(folder, argvs, timeout))]
+            for argv, (status, out, err) in zip(argvs, results)]
 
 
 def test_finding_q_diverges_on_0_5_20_and_replays_clean_on_0_5_21():
