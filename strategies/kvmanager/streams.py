@@ -56,7 +56,15 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # a second connector's imports into HiSparse's host pool (2026-12-05, from
            # kvmanager/5's rest, a range none of the pinned or tests' indices draw): 5 of the
            # first 300 (40, 99, 125, 156, 227)
-           (hisparse_import.GENERATOR, 0.265, 0.28))
+           (hisparse_import.GENERATOR, 0.265, 0.28),
+           # second shares for "mtp" and "eagle window" (2026-12-05, issue 25's coordinator
+           # sample, from kvmanager/5's rest, ranges none of the pinned or tests' indices
+           # draw, indices 0 to 2 and CI's 500 to 509 kept): the first 200 of seed 0 held no
+           # "mtp" trace, so `kvfuzz mutate`'s 200 cases never held re-prefillable tokens
+           # back (num_prefill_lookahead 0 everywhere); now 6 (11, 25, 54, 81, 100, 194).
+           # "eagle window" had 10, none whose hit runs up to the hashed tokens' end (the
+           # lookup's cap); now 2 more (53, 154), 53 with such a hit
+           (mtp.GENERATOR, 0.15, 0.165), (hybrid.EAGLE, 0.885, 0.90))
 
 
 class MixedStreams:

@@ -22,16 +22,17 @@ MODULE = "vllm.v1.core.single_type_kv_cache_manager"
 
 
 @contextlib.contextmanager
-def placed(mutant_id: str):
-    """The released module with `mutant_id` in place of its function's code, then restored."""
+def placed(mutant_id: str, module_name: str = MODULE):
+    """The released module (`module_name`, the single-type managers' by default) with
+    `mutant_id` in place of its function's code, then restored."""
     from kvfuzz.fuzz.engine.mutation import placing
     from kvfuzz.fuzz.engine.mutation.mutants import apply, enumerate_mutants
     from kvfuzz.impl.upstream_env import prepare_import
 
-    with prepare_import(MODULE):
-        module = importlib.import_module(MODULE)
+    with prepare_import(module_name):
+        module = importlib.import_module(module_name)
     source = open(module.__file__).read()
-    mutant = next(m for m in enumerate_mutants(MODULE, module.__file__, source)
+    mutant = next(m for m in enumerate_mutants(module_name, module.__file__, source)
                   if m.id == mutant_id)
     saved = {key: f.__code__ for key, f in placing.live_functions(module).items()}
     original = placing.functions(compile(source, module.__file__, "exec"))

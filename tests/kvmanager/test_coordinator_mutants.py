@@ -1,0 +1,71 @@
+"""`kvfuzz mutate kvmanager --scope vllm.v1.core.kv_cache_coordinator` (issue 25): the survivors
+of its seed-0 sample that were reach gaps of the seeded mix (no "mtp" trace in its first 200, no
+"eagle window" hit running up to the hashed tokens' end) are killed on the seeded index of the
+mix that reaches them now, and the ones declared equivalent or outside the contract are
+declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and taken out
+after (`test_single_type_mutants.placed`). Skips without vLLM."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvfuzz.fuzz.engine.target import AGREE
+from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+from kvfuzz.strategies.kvmanager import hybrid, mtp, streams
+from tests.helpers import needs_engine
+from tests.kvmanager.test_single_type_mutants import placed
+
+pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
+MODULE = "vllm.v1.core.kv_cache_coordinator"
+
+# (mutant, the seeded index of seed 0's mix that kills it, what the judge reports there)
+KILLED = [
+    # num_reprefillable_tokens = num_prefill_lookahead ** 1: one token more held back from
+    # caching than MTP may re-prefill (a block the release caches left uncached:
+    # estimate_cached_tokens 16 for 20, block hash missing), index 11 ("mtp", EAGLE's drop
+    # beside a window hashed per token)
+    (f"{MODULE}:118:69:ReplaceBinaryOperator_Sub_Pow:4", 11),
+    # the unitary coordinator's cacheable tokens num_computed >> num_reprefillable: a quarter
+    # of the tokens cached at k = 3 (estimate_cached_tokens 0 for 8, no Stored event), index
+    # 25 ("mtp", full attention alone, lookahead hashes)
+    (f"{MODULE}:356:42:ReplaceBinaryOperator_Sub_RShift:5", 25),
+    # the hybrid coordinator's finalized tokens num_computed | num_reprefillable: a dropping
+    # group's peek block cached over re-prefillable tokens (estimate_cached_tokens 20 for 16),
+    # index 11
+    (f"{MODULE}:797:39:ReplaceBinaryOperator_Sub_BitOr:6", 11),
+    # the EAGLE lookup's cap len(block_hashes) ** hash_block_size: a window's lookup runs past
+    # the hashed tokens (IndexError in vLLM's hash view), index 53 ("eagle window", a window
+    # in blocks of 8 hashed per 2)
+    (f"{MODULE}:884:42:ReplaceBinaryOperator_Mul_Pow:4", 53),
+]
+
+
+def test_the_mix_reaches_mtp_and_eagle_window_in_its_first_200():
+    """The second shares (2026-12-05): before them seed 0's first 200 held no "mtp" trace."""
+    first = [streams.GENERATOR.stream(0, index) for index in range(200)]
+    assert [i for i, s in enumerate(first) if s is mtp.GENERATOR] == [11, 25, 54, 81, 100, 194]
+    assert {53, 154} <= {i for i, s in enumerate(first) if s is hybrid.EAGLE}
+    assert all(streams.GENERATOR.stream(0, index) is streams.generator.GENERATOR
+               for index in (0, 1, 2))  # the pinned indices keep their kvmanager/5 traces
+
+
+@pytest.mark.parametrize("mutant, index", KILLED)
+def test_a_coordinator_survivor_is_killed_where_the_mix_reaches_it(mutant, index):
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    trace = streams.GENERATOR.generate(0, index)
+    assert KVMANAGER.check(trace, vllm).status == AGREE  # the release runs it clean
+    with placed(mutant, MODULE):
+        outcome = KVMANAGER.check(trace, vllm)
+    assert outcome.status != AGREE, mutant
+
+
+# The sample's survivors declared, each with its reason (impl/equivalent_mutants.json)
+DECLARED = ("247:20:NumberReplacer:35", "568:56:NumberReplacer:61", "573:8:RemoveStatement:58",
+            "834:42:NumberReplacer:100")
+
+
+@pytest.mark.parametrize("mutant", DECLARED)
+def test_the_equivalent_survivors_are_declared(mutant):
+    from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
+
+    assert declared_equivalents().get(f"{MODULE}:{mutant}")
