@@ -32,7 +32,8 @@ Not compared in this mode: which blocks a hit or an allocation picks (the free q
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions,
 refusals for want of blocks (the admission count; but a running request's step that needs no
-new block is never refused: `align_refusal.py`), KV events and stats (the profile observes
+new block is never refused, nor an admission the free blocks cover at its worst count:
+`align_refusal.py`), KV events and stats (the profile observes
 none) and the scheduler's reads.
 """
 
@@ -40,7 +41,8 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
-from kvfuzz.fuzz.kvmanager.align_refusal import needless_refusal, rekeyed
+from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
+                                                 rekeyed)
 from kvfuzz.fuzz.kvmanager import align_retention
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
@@ -205,10 +207,14 @@ class AlignLockstep(KVManagerLockstep):
             self.count("allocate_slots refused")
             # (a refused step has freed every state but the last: its checkpoint too)
             self.checkpoints.pop(rid, None)
-            wrong = None if admission else needless_refusal(
-                self.trace.block_size, self.trace.lookahead, request.computed, new,
-                self.lengths.get(rid), self.rekeyed.get(rid, True),
-                self.trace.mamba_speculative)
+            trace = self.trace
+            wrong = needless_admission_refusal(
+                trace.block_size, max(len(request.tokens), request.computed + (hit or 0) + new),
+                trace.lookahead, trace.mamba_speculative, int(trace.watermark * trace.blocks),
+                sum(1 for count in self.ref[1:] if count == 0)) if admission else \
+                needless_refusal(trace.block_size, trace.lookahead, request.computed, new,
+                                 self.lengths.get(rid), self.rekeyed.get(rid, True),
+                                 trace.mamba_speculative)
             return [("refusal", wrong)] if wrong else []
         self.count("allocate_slots ok")
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual

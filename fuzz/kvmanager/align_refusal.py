@@ -16,6 +16,21 @@ one needs only the tables the caller already holds:
 
 Caught: vLLM's `MambaManager.get_num_blocks_to_allocate` adding the table's length for
 subtracting it (`kvfuzz mutate`'s line 1746), which counts a block for a step that needs none.
+
+And an admission (`needless_admission_refusal`) is never refused while the pool's free blocks
+cover a bound on anything it can count. The Mamba group defers a hit on a state cached *in the
+current step* (it answers `num_gpu_blocks + 1`, "put it in the next step"), and forgets those
+states when the next step starts (`new_step_starts`, through the coordinator); in kvfuzz's lock
+step every op is a step, and an admission is its op's first allocation, so the state a hit
+adopts was always cached by an earlier step, and that deferral never applies. The bound, per
+vLLM 0.33.0's counts (`get_num_blocks_to_allocate`): full attention at most cdiv(T, block) + 1
+(the table for T tokens, the hit's evictable blocks inside it, a partial hit's copy), the Mamba
+group in align mode at most 1 + 1 + 1 + its speculative blocks (a state, a partial hit's copy,
+a prefill checkpoint) + 1 (the hit's one evictable state), and the watermark; T the most tokens
+either count covers (the whole sequence, or the step's tokens with the lookahead slots). Caught:
+the coordinator's `new_step_starts` not passed on to its managers (`kvfuzz mutate`'s line 477 of
+`kv_cache_coordinator.py`): every state once cached stays "this step's", and an admission that
+adopts one is refused for good, however empty the pool.
 """
 
 from __future__ import annotations
@@ -44,3 +59,16 @@ def rekeyed(before: list, after: list, table: list[int]) -> bool:
     `after` than in `before` (the pool's keys read after the step and before it)."""
     return any(not 0 < block < min(len(before), len(after)) or before[block] != after[block]
                for block in table if block)
+
+
+def needless_admission_refusal(block_size: int, tokens: int, lookahead: int, speculative: int,
+                               watermark_blocks: int, free: int) -> str | None:
+    """Why refusing this admission is wrong (`tokens`: the most tokens either of its counts
+    covers, before the lookahead slots; `free`: the pool's free blocks before the op), or None
+    where the pool may be too small for it."""
+    bound = cdiv(tokens + lookahead, block_size) + 1 + 4 + speculative + watermark_blocks
+    if free < bound:
+        return None
+    return (f"allocate_slots refused an admission of at most {tokens} tokens (+{lookahead} "
+            f"lookahead) with {free} free blocks of {block_size}, at least {bound} needed by no "
+            f"count (a hit on a state cached in an earlier step is not deferred)")

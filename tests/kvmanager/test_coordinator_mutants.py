@@ -3,7 +3,8 @@ of its seed-0 sample that were reach gaps of the seeded mix (no "mtp" trace in i
 "eagle window" hit running up to the hashed tokens' end) are killed on the seeded index of the
 mix that reaches them now, and the ones declared equivalent or outside the contract are
 declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and taken out
-after (`test_single_type_mutants.placed`). Skips without vLLM."""
+after (`test_single_type_mutants.placed`). Skips without vLLM, but for the plain-data check of the admission rule
+(`align_refusal.needless_admission_refusal`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ import pytest
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager import hybrid, mtp, streams
-from tests.helpers import needs_engine
-from tests.kvmanager.test_single_type_mutants import placed
+from tests.helpers import with_engine
 
-pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
 MODULE = "vllm.v1.core.kv_cache_coordinator"
 
 # (mutant, the seeded index of seed 0's mix that kills it, what the judge reports there)
@@ -37,9 +36,14 @@ KILLED = [
     # the hashed tokens (IndexError in vLLM's hash view), index 53 ("eagle window", a window
     # in blocks of 8 hashed per 2)
     (f"{MODULE}:884:42:ReplaceBinaryOperator_Mul_Pow:4", 53),
+    # new_step_starts not passed on to the managers: every Mamba state once cached stays
+    # "cached this step", and an admission adopting one is refused for good (the reduced
+    # mode's admission check, fuzz/kvmanager/align_refusal.py), index 50 ("mamba align")
+    (f"{MODULE}:477:12:RemoveStatement:48", 50),
 ]
 
 
+@with_engine("vllm")
 def test_the_mix_reaches_mtp_and_eagle_window_in_its_first_200():
     """The second shares (2026-12-05): before them seed 0's first 200 held no "mtp" trace."""
     first = [streams.GENERATOR.stream(0, index) for index in range(200)]
@@ -49,8 +53,11 @@ def test_the_mix_reaches_mtp_and_eagle_window_in_its_first_200():
                for index in (0, 1, 2))  # the pinned indices keep their kvmanager/5 traces
 
 
+@with_engine("vllm")
 @pytest.mark.parametrize("mutant, index", KILLED)
 def test_a_coordinator_survivor_is_killed_where_the_mix_reaches_it(mutant, index):
+    from tests.kvmanager.test_single_type_mutants import placed
+
     vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
     trace = streams.GENERATOR.generate(0, index)
     assert KVMANAGER.check(trace, vllm).status == AGREE  # the release runs it clean
@@ -64,8 +71,22 @@ DECLARED = ("247:20:NumberReplacer:35", "568:56:NumberReplacer:61", "573:8:Remov
             "834:42:NumberReplacer:100")
 
 
+@with_engine("vllm")
 @pytest.mark.parametrize("mutant", DECLARED)
 def test_the_equivalent_survivors_are_declared(mutant):
     from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
 
     assert declared_equivalents().get(f"{MODULE}:{mutant}")
+
+
+def test_the_admission_check_judges_only_a_pool_that_covers_the_worst_count():
+    """`needless_admission_refusal` on plain data (no vLLM): blocks of 4, 10 tokens, 2 lookahead
+    slots: full attention at most cdiv(12, 4) + 1 = 4, the Mamba group at most 4 more (and its
+    speculative blocks), the watermark's blocks on top."""
+    from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
+
+    assert needless_admission_refusal(4, 10, 2, 0, 0, 8)  # 8 free cover 4 + 4
+    assert needless_admission_refusal(4, 10, 2, 0, 0, 7) is None
+    assert needless_admission_refusal(4, 10, 2, 2, 0, 9) is None  # 2 speculative: 10 needed
+    assert needless_admission_refusal(4, 10, 2, 2, 0, 10)
+    assert needless_admission_refusal(4, 10, 2, 0, 3, 10) is None  # a watermark of 3: 11
