@@ -43,13 +43,14 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import align_retention
+from kvfuzz.fuzz.kvmanager import align_connector, align_retention
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
+from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR
 from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset, Sample,
                                                Schedule)
 
@@ -63,7 +64,8 @@ class AlignLockstep(KVManagerLockstep):
                                          "partial hit: inside a block",
                                          "boundary states offered",
                                          "partial tail handed off at finish",
-                                         align_retention.CUT, align_retention.WRITTEN)
+                                         align_retention.CUT, align_retention.WRITTEN,
+                                         align_connector.JUDGED)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -103,6 +105,7 @@ class AlignLockstep(KVManagerLockstep):
         if request is None:
             return
         if request.status == WAITING:
+            yield from self._connector_lookup(op.rid, request)
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
                              oracle=None, compare=lambda e, r, actual, raised:
                              self._hit_problems(request, actual, raised))
@@ -280,6 +283,22 @@ class AlignLockstep(KVManagerLockstep):
                                    f"the request's hash of its first {hit} tokens (the state "
                                    f"a hit resumes from)")]
         return []
+
+    def _connector_lookup(self, rid, request):
+        """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
+        adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
+        when its connector holds none of the tokens."""
+        if NO_CONNECTOR in self.unread:
+            return
+        trace = self.trace
+        run = None if request.skip else align_connector.certain_lag(
+            request.hashes(trace.hash_size), len(request.tokens), trace.block_size,
+            trace.hash_size, align_connector.cached_entries(self.keys))
+        if run is not None:
+            self.count(align_connector.JUDGED)
+        yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
+                   oracle=None, compare=lambda e, r, actual, raised:
+                   align_connector.lookup_problems(run, actual, raised))
 
     def _entries(self, block: int) -> list:
         """A block's cache entries (hash, group) as the last state read showed them."""

@@ -69,9 +69,11 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
 
 
 def unread(preconditions) -> frozenset:
-    """The reads a class with `preconditions` is not asked (`UNREAD`), and the contract it
-    keeps instead of 0.33's (`NO_HIT_ALONE`)."""
-    return frozenset(text for text in UNREAD + (NO_HIT_ALONE,) if text in preconditions)
+    """The reads a class with `preconditions` is not asked (`UNREAD`), the contract it keeps
+    instead of 0.33's (`NO_HIT_ALONE`), and whether it has the connector's lookup
+    (`NO_CONNECTOR`: Mamba "align"'s reduced mode asks it at every admission, where it is)."""
+    return frozenset(text for text in UNREAD + (NO_HIT_ALONE, NO_CONNECTOR)
+                     if text in preconditions)
 
 
 def broken(trace, preconditions) -> list[str]:

@@ -40,6 +40,10 @@ KILLED = [
     # "cached this step", and an admission adopting one is refused for good (the reduced
     # mode's admission check, fuzz/kvmanager/align_refusal.py), index 50 ("mamba align")
     (f"{MODULE}:477:12:RemoveStatement:48", 50),
+    # full_attention_group_id with its test negated: a Mamba hybrid's connector lookup sent to
+    # the reconciled hit, the lag unflagged (the reduced mode's connector lookup,
+    # fuzz/kvmanager/align_connector.py), index 22 ("mamba align")
+    (f"{MODULE}:768:34:AddNot:31", 22),
 ]
 
 
@@ -90,3 +94,22 @@ def test_the_admission_check_judges_only_a_pool_that_covers_the_worst_count():
     assert needless_admission_refusal(4, 10, 2, 2, 0, 9) is None  # 2 speculative: 10 needed
     assert needless_admission_refusal(4, 10, 2, 2, 0, 10)
     assert needless_admission_refusal(4, 10, 2, 0, 3, 10) is None  # a watermark of 3: 11
+
+
+def test_the_connector_lookup_is_judged_only_where_the_lag_is_certain():
+    """`align_connector` on plain data (no vLLM): hashes per 2 tokens, blocks of 4; hash units
+    10 to 15 (12 tokens), a prompt of 13 tokens."""
+    from kvfuzz.fuzz.kvmanager.align_connector import certain_lag, lookup_problems
+
+    units = [10, 11, 12, 13, 14, 15]
+    # full attention's blocks 0 and 1 cached (keyed by units 1 and 3), a Mamba state at 2
+    entries = {(11, 0), (13, 0), (10, 1)}
+    assert certain_lag(units, 13, 4, 2, entries) == 8
+    assert certain_lag(units, 13, 4, 2, entries | {(13, 1)}) is None  # a state at 8: no lag
+    assert certain_lag(units, 9, 4, 2, entries) == 8  # a hit never takes the last token
+    assert certain_lag(units, 8, 4, 2, entries) == 4
+    assert certain_lag(units, 13, 4, 2, {(13, 0)}) is None  # block 0 missing: no run
+    assert lookup_problems(8, ([[1, 2], [0, 3]], 8, 0, True), None) == []
+    assert lookup_problems(8, ([[1, 2], [0, 3]], 8, 0, False), None)  # the lag unflagged
+    assert lookup_problems(8, ([[1]], 2, 0, False), None)  # the reconciled hit
+    assert lookup_problems(None, ([[1]], 2, 0, False), None) == []
