@@ -27,6 +27,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   `finalize_partial_tail_offloads` at a finish): `fuzz/kvmanager/boundary.py`.
 - under retention 0, the state a resend resumes from cached once a step writes it (prefill
   chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
+- the lookup of a scheduler with a KV connector, asked at every admission and judged where
+  full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and

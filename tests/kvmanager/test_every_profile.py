@@ -61,7 +61,8 @@ REACHES = {
                     "allocate_slots refused", "allocate_slots of nothing refused",
                     "Mamba prefill checkpoint block",
                     "sparse retention: a chunk cut at the last cacheable block",
-                    "sparse retention: a replay boundary's state written"]
+                    "sparse retention: a replay boundary's state written",
+                    "connector lookup: full attention deeper than every Mamba state"]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"]
