@@ -85,6 +85,7 @@ def decode_key(key) -> tuple[int, int]:
 
 
 _DECODED: dict[bytes, tuple[int, int]] = {}
+_unknown = {}.get  # (a reader that translates keys: nothing known, each decoded its way)
 # A block's fields, read over the whole pool after every op (map, not a Python loop per block)
 _BLOCK_ID, _REF_CNT = attrgetter("block_id"), attrgetter("ref_cnt")
 _NUM_TOKENS = attrgetter("block_hash_num_tokens")
@@ -99,13 +100,38 @@ class PoolReader(ChangedReads):
     def pool_state(self, since: int, writable: bool, metrics: bool):
         """Every read below in one answer, as what changed since read `since`
         (`ChangedReads`); `writable`, `metrics`: whether those two are read."""
-        queue, links = self.free_queue()
+        ref, keys, tokens, linked = self._each_block()
+        queue, links = self.free_queue(linked)
         return self.changed("pool_state", since, {
             "num_free": self.num_free(), "queue": queue, "links": links,
-            "ref": self.ref_counts(), "keys": self.keys(), "cache": self.cache_map(),
-            "null": self.null_block(), "tokens": self.hash_tokens(), "usage": self.usage(),
+            "ref": ref, "keys": keys, "cache": self.cache_map(),
+            "null": self.null_block(), "tokens": tokens, "usage": self.usage(),
             "writable": self.writable() if writable else None,
             "tracked": self.tracked() if metrics else None})
+
+    def _each_block(self) -> tuple[list, list, list | None, list | None]:
+        """`ref_counts()`, `keys()`, `hash_tokens()` and the blocks holding a free-queue link
+        (`_stale_links`), in one pass over the blocks where there were four (the pool is read
+        after every op), each field read as those methods read it. A reader that reads any of
+        the three its own way (a live pool's translated keys) is asked each (linked: None)."""
+        cls = type(self)
+        if cls.keys is not PoolReader.keys or cls.decode_key is not PoolReader.decode_key or \
+                cls.ref_counts is not PoolReader.ref_counts or \
+                cls.hash_tokens is not PoolReader.hash_tokens:
+            return self.ref_counts(), self.keys(), self.hash_tokens(), None
+        counted = hasattr(type(self.pool.null_block), "block_hash_num_tokens")
+        ref, keys, tokens, linked = [], [], [] if counted else None, []
+        known = _DECODED.get  # (`decode_key`'s own cache, asked here for exact bytes only)
+        for block in self.pool.blocks:  # (each field as its own read above reads it)
+            ref.append(int(block.ref_cnt))
+            key = block.block_hash
+            keys.append(None if key is None else
+                        (type(key) is bytes and known(key)) or decode_key(key))
+            if counted:
+                tokens.append(block.block_hash_num_tokens)
+            if block.prev_free_block is not None or block.next_free_block is not None:
+                linked.append(block)
+        return ref, self._extra_entries(keys, decode_key), tokens, linked
 
     def num_free(self) -> int:
         return int(self.pool.get_num_free_blocks())
@@ -157,10 +183,14 @@ class PoolReader(ChangedReads):
     def keys(self) -> list:
         """Each block's (hash, group), or None; a block with more than one entry (vLLM's partial
         entries) shows them all as a list, the primary first."""
-        extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
         decode = self._decoder()
-        keys = [None if (key := block.block_hash) is None else decode(key)
-                for block in self.pool.blocks]
+        return self._extra_entries([None if (key := block.block_hash) is None else decode(key)
+                                    for block in self.pool.blocks], decode)
+
+    def _extra_entries(self, keys: list, decode) -> list:
+        """`keys` (each block's primary entry) with the further entries of a block that has
+        more than one (vLLM's partial entries) put in as `keys` describes."""
+        extra = getattr(self.pool, "cached_block_hashes_by_block", {}) or {}
         for block_id, more in extra.items():  # only blocks with more than one entry
             if more:
                 keys[block_id] = [keys[block_id], *sorted(decode(k) for k in more)]
@@ -168,13 +198,17 @@ class PoolReader(ChangedReads):
 
     def cache_map(self) -> dict[tuple[int, int], list[int]]:
         entries, decode = {}, self._decoder()
+        # (`decode_key`'s cache asked here for exact bytes, where the reader does not translate)
+        known = _DECODED.get if decode is decode_key else _unknown
         for key, value in self.pool.cached_block_hash_to_block._cache.items():
-            entries[decode(key)] = [int(block.block_id) for block in value.values()] \
+            entries[(type(key) is bytes and known(key)) or decode(key)] = \
+                [int(block.block_id) for block in value.values()] \
                 if isinstance(value, dict) else [int(value.block_id)]
         return entries
 
-    def free_queue(self) -> tuple[list[int], str | None]:
-        """The free queue head first, and what is wrong with its links (None when nothing)."""
+    def free_queue(self, linked=None) -> tuple[list[int], str | None]:
+        """The free queue head first, and what is wrong with its links (None when nothing);
+        `linked`: the blocks holding a link, where the caller has just read them."""
         queue = self.pool.free_block_queue
         head, tail = queue.fake_free_list_head, queue.fake_free_list_tail
         order, previous, node = [], head, head.next_free_block
@@ -190,7 +224,7 @@ class PoolReader(ChangedReads):
             previous, node = node, node.next_free_block
         if tail.prev_free_block is not previous:
             return order, "the tail's prev link does not point at the last block"
-        stale = _stale_links(self.pool.blocks, order)
+        stale = _stale_links(self.pool.blocks if linked is None else linked, order)
         if stale:
             return order, stale
         # The readers walk the links just walked: on the same chain (the same queue, the same
@@ -209,7 +243,8 @@ class PoolReader(ChangedReads):
 def _stale_links(blocks, order: list[int]) -> str | None:
     """A block off the free queue must hold no link into it: the queue unlinks every block it
     hands out (`popleft`, `popleft_n`, `remove`), and `remove()` tells a block that is not free
-    (a caller's misuse) by its missing links. None when every such block is unlinked."""
+    (a caller's misuse) by its missing links. None when every such block is unlinked. `blocks`:
+    the pool's, or those of them that hold a link (the rest pass whatever `order` is)."""
     free = set(order)
     for block in blocks:  # (the links first: most blocks have none, and then nothing to ask)
         if (block.prev_free_block is not None or block.next_free_block is not None) and \
