@@ -93,3 +93,31 @@ def test_a_one_pass_read_that_drops_a_part_is_caught():
     found = []
     assert any(_read_differs(reader, unhashed) == "keys"
                for reader in _states(BLOCKPOOL, "vllm.blockpool", _pool_traces(3), found))
+
+
+class _Block:
+    """A block of a release that keeps no token count (vLLM 0.20: no `block_hash_num_tokens`)."""
+
+    def __init__(self, block_id: int, ref_cnt: int = 0, block_hash=None):
+        self.block_id, self.ref_cnt, self.block_hash = block_id, ref_cnt, block_hash
+        self.prev_free_block = self.next_free_block = None
+
+
+def test_a_pool_that_keeps_no_token_count_reads_the_same_both_ways():
+    from types import SimpleNamespace
+
+    blocks = [_Block(0), _Block(1, 1, driver.hash_bytes(7) + bytes(4)), _Block(2), _Block(3)]
+    head, tail = _Block(-1), _Block(-1)
+    chain = [head, blocks[2], blocks[3], tail]
+    for before, after in zip(chain, chain[1:]):
+        before.next_free_block, after.prev_free_block = after, before
+    pool = SimpleNamespace(blocks=blocks, null_block=blocks[0],
+                           free_block_queue=SimpleNamespace(fake_free_list_head=head,
+                                                            fake_free_list_tail=tail),
+                           cached_block_hash_to_block=SimpleNamespace(
+                               _cache={blocks[1].block_hash: blocks[1]}),
+                           get_num_free_blocks=lambda: 2, get_usage=lambda: 1 / 3)
+    reader = driver.PoolReader(pool, 4)
+    whole = reader.pool_state(None, False, False)[2]
+    assert whole["tokens"] is None and whole["keys"][1] == (7, 0) and whole["queue"] == [2, 3]
+    assert _read_differs(reader) is None
