@@ -4,7 +4,8 @@ the scheduler grid, a chunked-local hit, the sliding window's block mask, and fu
 partial entry of a prompt's tail when a block holds several hash units; with EAGLE, the
 window's run a block longer and a block later, and the replay boundaries a hit drops back to.
 A mixin of `KVManagerModel`: it reads the model's pool, sizes and settings, and marks the edge
-classes it reaches (`self.marks`)."""
+classes it reaches (`self.marks`). The window's rules read its group as `self.second`: 1 beside
+full attention, 0 for a lone window (the unitary coordinator's one group, on its own grid)."""
 
 from __future__ import annotations
 

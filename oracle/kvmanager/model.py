@@ -452,6 +452,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
 
     def take_events(self) -> list:
         """The pool's events since the last take, each `Stored` with its group's kind."""
+        # (the second group's kind is KINDS[1], a lone window's group 0 included)
         return [replace(e, kind=LOCAL if e.group == self.second and self.local else
                         KINDS[e.group == self.second],
                         window=(self.window or None) if e.group == self.second else None)

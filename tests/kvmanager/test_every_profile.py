@@ -30,7 +30,8 @@ PER_PROFILE, SHARD = 1500, 250
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 # The HiSparse profiles, added once CI was near its 30 minutes, run 100 traces, one shard: about
 # 16 ms of CPU a trace in process (2026-12-05); every one of their first 2,000 ran clean here
-# "lone window" too (2026-12-05, 100 traces, CI's room): its first 500 ran clean here
+# "lone window" too (2026-12-05, CI's room; about 10 ms of CPU a trace): its first 500 ran
+# clean here
 FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
