@@ -45,9 +45,10 @@ KILLED = [
     # fuzz/kvmanager/align_connector.py), index 22 ("mamba align")
     (f"{MODULE}:768:34:AddNot:31", 22),
     # the unitary coordinator's `use_eagle = -1 in drop_eagle_group_ids`: the one group's
-    # manager caches as without EAGLE (its sparse mask a block early) while its lookup drops a
-    # block, so a sibling's hit stops a block short; only a lone window shows it (with full
-    # attention alone the bit changes nothing), index 82 ("lone window", EAGLE, retention 0)
+    # manager caches as without EAGLE (its sparse mask a block early: other blocks cached,
+    # estimate_cached_tokens differs at op 1) while its lookup drops a block, so a sibling's hit
+    # stops a block short; only a lone window shows it (with full attention alone the bit
+    # changes nothing), index 82 ("lone window", EAGLE, retention 0)
     (f"{MODULE}:580:49:NumberReplacer:69", 82),
 ]
 
