@@ -41,7 +41,9 @@ from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Pr
 
 WAITING, RUNNING = "waiting", "running"
 # The manager's configurations a trace may set, each counted once per trace.
-CONFIGS = {"sliding window": lambda t: bool(t.window), "caching off": lambda t: not t.caching,
+CONFIGS = {"sliding window": lambda t: bool(t.window),
+           "sliding window alone (unitary coordinator)": lambda t: t.lone,
+           "caching off": lambda t: not t.caching,
            "KV events": lambda t: t.events, "hits reported": lambda t: t.report,
            "stats": lambda t: t.stats, "lookahead tokens": lambda t: t.lookahead > 0,
            "EAGLE": lambda t: t.eagle, "asynchronous scheduling": lambda t: t.async_scheduling,
@@ -145,7 +147,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                                trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
-                               trace.eagle_groups, trace.prefill_lookahead)
+                               trace.eagle_groups, trace.prefill_lookahead, trace.lone)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -167,7 +169,7 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
                     trace.prefill_lookahead, trace.mamba_checkpoint,
-                    trace.mamba_speculative, trace.hisparse)
+                    trace.mamba_speculative, trace.hisparse, trace.lone)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

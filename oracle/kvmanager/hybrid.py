@@ -4,7 +4,8 @@ the scheduler grid, a chunked-local hit, the sliding window's block mask, and fu
 partial entry of a prompt's tail when a block holds several hash units; with EAGLE, the
 window's run a block longer and a block later, and the replay boundaries a hit drops back to.
 A mixin of `KVManagerModel`: it reads the model's pool, sizes and settings, and marks the edge
-classes it reaches (`self.marks`)."""
+classes it reaches (`self.marks`). The window's rules read its group as `self.second`: 1 beside
+full attention, 0 for a lone window (the unitary coordinator's one group, on its own grid)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ class HybridRules:
         whose right edge is on a scheduler block boundary (the nulls before it), else the run
         from block 0. With EAGLE the run is a block longer and its right edge one block past
         the boundary, then that block is dropped (and the hit cut back to the grid)."""
-        size, eagle = self.sizes[1], self.drops(1)
+        size, eagle = self.sizes[self.second], self.drops(self.second)
         need, limit = cdiv(self.window - 1, size) + eagle, limit_tokens // size
         out, run = [0] * limit, 0
         for index in range(limit - 1, -1, -1):
-            found = self.pool.map.get((hashes[index], 1))
+            found = self.pool.map.get((hashes[index], self.second))
             if found:
                 if run == 0 and (index + 1 - eagle) * size % self.align:
                     self.marks.append("window hit: a block off the scheduler grid passed")
@@ -44,7 +45,7 @@ class HybridRules:
 
     def _on_grid(self, blocks: list[int]) -> list[int]:
         """The window's blocks cut back to end on the scheduler grid."""
-        size = self.sizes[1]
+        size = self.sizes[self.second]
         return blocks[:len(blocks) * size // self.align * self.align // size]
 
     def _local_hit(self, hashes: list[int], limit_tokens: int) -> list[int]:
@@ -55,7 +56,7 @@ class HybridRules:
         start = limit_tokens // self.local * self.local // size
         out = [0] * start
         for index in range(start, limit_tokens // size):
-            found = self.pool.map.get((hashes[index], 1))
+            found = self.pool.map.get((hashes[index], self.second))
             if not found:
                 break
             out.append(found[0])
@@ -71,7 +72,7 @@ class HybridRules:
         retention set, the same before each boundary a later hit can stop at (the prompt's
         last token, the shared-prefix junction), each cut to the scheduler block size; every
         block when a window spans a segment."""
-        size, eagle = self.sizes[1], self.drops(1)
+        size, eagle = self.sizes[self.second], self.drops(self.second)
         # With EAGLE a hit's run is a block longer and ends a block past the boundary (shift)
         need, shift = cdiv(self.window - 1, size) + eagle, int(eagle)
         segment = self.align if self.retention is None else self.retention
@@ -103,8 +104,9 @@ class HybridRules:
         else:
             stops = {prompt_tokens - 1}
         if shared_boundary:
-            stops |= {shared_boundary} | ({shared_boundary - self.sizes[1]} if self.drops(1)
-                                          else set())
+            second = self.second
+            stops |= {shared_boundary} | ({shared_boundary - self.sizes[second]}
+                                          if self.drops(second) else set())
         return sorted(stops)
 
     def _cache_partial_tail(self, rid: int, hashes: list[int], tokens, prompt_tokens: int,

@@ -83,10 +83,14 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
-                 prefill_lookahead: int = 0):
+                 prefill_lookahead: int = 0, lone: bool = False):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
-        # `local_chunk` tokens, or none.
-        self.groups = (0, 1) if window or local_chunk or mamba_mode or encoder_tokens else (0,)
+        # `local_chunk` tokens, or none. `lone`: the window is group 0, the only one (the unitary
+        # coordinator over a model whose every layer is sliding window); `second` names the
+        # window's (or other second) group either way.
+        self.groups = (0, 1) if (window or local_chunk or mamba_mode or encoder_tokens) \
+            and not lone else (0,)
+        self.lone, self.second = lone, 0 if lone else 1
         self.local, self.mamba = local_chunk, bool(mamba_mode)
         # Cross-attention (caching off): each admission's encoder tokens, a static allocation
         self.encoder = encoder_tokens
@@ -144,7 +148,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
         return prompt(hashes, tokens, self.request_keys.get(rid))
 
     def skipped_tokens(self, group: int, computed: int) -> int:
-        if group == 0:
+        if group != self.second:  # full attention skips nothing
             return 0
         if self.local:  # the chunks before the one the next token is in
             return computed // self.local * self.local
@@ -190,6 +194,9 @@ class KVManagerModel(ConnectorRules, HybridRules):
         bs, longest = self.bs, num_tokens - 1
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
+        if self.lone:  # the window's rule alone, looking no further than the cap (unitary)
+            windowed = self._window_hit(self.group_hashes(hashes, 0), longest)
+            return [windowed], len(windowed) * bs, 0
         hybrid_eagle = self.drops(0) and len(self.groups) > 1
         # The hybrid coordinator's EAGLE margin: each group that drops looks one of its blocks
         # further, then drops one (the unitary coordinator looks no further).
@@ -235,7 +242,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
             size = self.sizes[group]
             required = cdiv(self.tokens_for(group, need, admission), size)
             # Mamba's and cross-attention's specs set no cap
-            if capped and group == 1 and not (self.mamba or self.encoder):
+            if capped and group == self.second and not (self.mamba or self.encoder):
                 required = min(required, self.admission_cap)
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
@@ -328,7 +335,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
             if cached < num_full:
                 table = self.tables[group][rid]
                 keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary) \
-                    if group == 1 and self.window else None
+                    if group == self.second and self.window else None
                 if keep is not None:  # sparse: only the blocks a hit can end on
                     table = [b if index in keep else 0 for index, b in enumerate(table)]
                     held = self.tables[group][rid][cached:num_full]
@@ -338,7 +345,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 self.pool.cache_full_blocks(self.prompt(rid, hashes, tokens), table, cached,
                                             num_full, group, size)
                 self.num_cached[group][rid] = num_full
-            if group == 0 and size != self.h:
+            if group == 0 and not self.lone and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
 
     def cacheable(self, written: int, group: int) -> int:
@@ -367,10 +374,12 @@ class KVManagerModel(ConnectorRules, HybridRules):
         return aligned
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
-        if len(self.groups) == 1:
+        second = self.second
+        if second not in self.groups:
             return 0
-        table = self.tables[1].get(rid)
-        count = min(self.skipped_tokens(1, computed) // self.sizes[1], len(table or ()))
+        table = self.tables[second].get(rid)
+        count = min(self.skipped_tokens(second, computed) // self.sizes[second],
+                    len(table or ()))
         freed = []
         for index in range(count - 1, -1, -1):
             if table[index] == 0:
@@ -443,8 +452,10 @@ class KVManagerModel(ConnectorRules, HybridRules):
 
     def take_events(self) -> list:
         """The pool's events since the last take, each `Stored` with its group's kind."""
-        return [replace(e, kind=LOCAL if e.group and self.local else KINDS[e.group],
-                        window=(self.window or None) if e.group else None)
+        # (the second group's kind is KINDS[1], a lone window's group 0 included)
+        return [replace(e, kind=LOCAL if e.group == self.second and self.local else
+                        KINDS[e.group == self.second],
+                        window=(self.window or None) if e.group == self.second else None)
                 if isinstance(e, Stored) and e.group in self.groups else e
                 for e in self.pool.take_events()]
 

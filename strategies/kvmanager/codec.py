@@ -109,10 +109,24 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(window or not values["retained"], "retained",
                   "expected 0 without a sliding window", values["retained"])
     values["hisparse"] = _hisparse(reader, data, values, window)
+    _lone(reader, data, values, window)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
     return values
+
+
+def _lone(reader: FieldReader, data: dict, values: dict, window: int) -> None:
+    """A lone sliding window: a window to be alone, and none of the settings that name another
+    group or that the oracle does not model for it (vLLM's unitary coordinator hashes per
+    block: no hash block of its own)."""
+    others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
+                                "hash_lookahead", "eagle_groups", "prefill_lookahead",
+                                "hisparse", "window_block_size", "hash_block_size")
+              if values.get(name, data.get(name))]
+    reader.expect(not values["lone"] or (window and not others), "lone",
+                  f"expected false without a sliding window or with {', '.join(others)} (a "
+                  f"lone window's group is the only one)", values["lone"])
 
 
 def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:
@@ -207,8 +221,9 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     swa, hashed = values["window_block_size"], values["hash_block_size"]
     reader.expect(window or not swa, "window_block_size",
                   "expected 0 without a sliding window", swa)
-    sizes = (block_size, swa or block_size) if window or values["local_chunk"] or \
-        values["mamba_mode"] or values["encoder_tokens"] else (block_size,)
+    sizes = (block_size, swa or block_size) if (window or values["local_chunk"] or
+                                                values["mamba_mode"] or values["encoder_tokens"]
+                                                ) and not values["lone"] else (block_size,)
     reader.expect(not hashed or all(size % hashed == 0 for size in sizes), "hash_block_size",
                   f"expected 0 or a divisor of every group's block size {sizes}", hashed)
     reader.expect(len(sizes) > 1 or hashed in (0, block_size), "hash_block_size",

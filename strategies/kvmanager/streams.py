@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
                                          generator, hisparse, hisparse_import, hybrid,
-                                         lookahead_hashes, mtp, prompt_embeds)
+                                         lone_window, lookahead_hashes, mtp, prompt_embeds)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -64,7 +64,13 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # back (num_prefill_lookahead 0 everywhere); now 6 (11, 25, 54, 81, 100, 194).
            # "eagle window" had 10, none whose hit runs up to the hashed tokens' end (the
            # lookup's cap); now 2 more (53, 154), 53 with such a hit
-           (mtp.GENERATOR, 0.15, 0.165), (hybrid.EAGLE, 0.885, 0.90))
+           (mtp.GENERATOR, 0.15, 0.165), (hybrid.EAGLE, 0.885, 0.90),
+           # a lone sliding window under the unitary coordinator (2026-12-05, issue 25's
+           # coordinator sample, from kvmanager/5's rest, a range none of the pinned or tests'
+           # indices draw, the first 60 and CI's 500 to 509 kept): before it no trace's one group
+           # was a window, where the unitary coordinator's EAGLE bit moves the window's block
+           # mask; 3 of the first 200 (82, 92, 198)
+           (lone_window.GENERATOR, 0.66, 0.675))
 
 
 class MixedStreams:
@@ -127,7 +133,7 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
          "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
          "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR,
-         "hisparse import": hisparse_import.GENERATOR}
+         "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -137,4 +143,4 @@ def profiles() -> tuple[str, ...]:
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
             *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
             *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES,
-            *hisparse_import.PROFILES)
+            *hisparse_import.PROFILES, *lone_window.PROFILES)

@@ -281,7 +281,12 @@ class Trace:
     the device groups lost), the indexer (full attention on the device), the resident pages
     and the hot region, all in blocks of `block_size`; judged in a reduced mode
     (`fuzz/kvmanager/hisparse.py`), the write-backs completed by the judge as HiSparse's
-    worker reports them."""
+    worker reports them.
+
+    A lone sliding window (`kvmanager/5[lone window]`): `lone` drops the full-attention group,
+    the sliding window of `window` tokens in blocks of `block_size` is the model's one group
+    (group 0: a model whose every layer is sliding window, as Mistral-7B-v0.1's), under vLLM's
+    unitary coordinator."""
 
     blocks: int
     block_size: int
@@ -313,12 +318,16 @@ class Trace:
     mamba_checkpoint: int = 0
     mamba_speculative: int = 0
     hisparse: int = 0
+    lone: bool = False
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
     @property
     def sizes(self) -> tuple[int, ...]:
-        """Each group's block size: full attention's, then the sliding window's."""
+        """Each group's block size: full attention's, then the sliding window's (a lone window's
+        alone)."""
+        if self.lone:
+            return (self.block_size,)
         return (self.block_size, self.window_block_size or self.block_size)[
             :2 if self.window or self.local_chunk or self.mamba_mode or self.encoder_tokens
             else 1]
@@ -335,7 +344,8 @@ class Trace:
         return document_id(to_json(self))
 
     def describe(self) -> str:
-        groups = f"HiSparse (source on {self.hisparse} host blocks, indexer, resident, hot)" \
+        groups = f"sliding window {self.window} alone" if self.lone else \
+            f"HiSparse (source on {self.hisparse} host blocks, indexer, resident, hot)" \
             if self.hisparse else f"full + sliding window {self.window}" if self.window else \
             f"full + chunked local {self.local_chunk}" if self.local_chunk else \
             f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else \
@@ -432,4 +442,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
-                  "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0}
+                  "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False}

@@ -1,8 +1,8 @@
 """`kvfuzz mutate kvmanager --scope vllm.v1.core.kv_cache_coordinator` (issue 25): the survivors
 of its seed-0 sample that were reach gaps of the seeded mix (no "mtp" trace in its first 200, no
-"eagle window" hit running up to the hashed tokens' end) are killed on the seeded index of the
-mix that reaches them now, and the ones declared equivalent or outside the contract are
-declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and taken out
+"eagle window" hit running up to the hashed tokens' end, no window alone) are killed on the
+seeded index of the mix that reaches them now, and the ones declared equivalent or outside the
+contract are declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and taken out
 after (`test_single_type_mutants.placed`). Skips without vLLM, but for the plain-data check of the admission rule
 (`align_refusal.needless_admission_refusal`)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.strategies.kvmanager import hybrid, mtp, streams
+from kvfuzz.strategies.kvmanager import hybrid, lone_window, mtp, streams
 from tests.helpers import with_engine
 
 MODULE = "vllm.v1.core.kv_cache_coordinator"
@@ -44,6 +44,12 @@ KILLED = [
     # the reconciled hit, the lag unflagged (the reduced mode's connector lookup,
     # fuzz/kvmanager/align_connector.py), index 22 ("mamba align")
     (f"{MODULE}:768:34:AddNot:31", 22),
+    # the unitary coordinator's `use_eagle = -1 in drop_eagle_group_ids`: the one group's
+    # manager caches as without EAGLE (its sparse mask a block early: other blocks cached,
+    # estimate_cached_tokens differs at op 1) while its lookup drops a block, so a sibling's hit
+    # stops a block short; only a lone window shows it (with full attention alone the bit
+    # changes nothing), index 82 ("lone window", EAGLE, retention 0)
+    (f"{MODULE}:580:49:NumberReplacer:69", 82),
 ]
 
 
@@ -55,6 +61,14 @@ def test_the_mix_reaches_mtp_and_eagle_window_in_its_first_200():
     assert {53, 154} <= {i for i, s in enumerate(first) if s is hybrid.EAGLE}
     assert all(streams.GENERATOR.stream(0, index) is streams.generator.GENERATOR
                for index in (0, 1, 2))  # the pinned indices keep their kvmanager/5 traces
+
+
+@with_engine("vllm")
+def test_the_mix_reaches_a_lone_window_in_its_first_200():
+    """The "lone window" share (2026-12-05): before it no trace of the mix had a window alone."""
+    first = [streams.GENERATOR.stream(0, index) for index in range(200)]
+    assert [i for i, s in enumerate(first) if s is lone_window.GENERATOR] == [82, 92, 198]
+    assert streams.GENERATOR.generate(0, 82).eagle
 
 
 @with_engine("vllm")

@@ -30,7 +30,9 @@ PER_PROFILE, SHARD = 1500, 250
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 # The HiSparse profiles, added once CI was near its 30 minutes, run 100 traces, one shard: about
 # 16 ms of CPU a trace in process (2026-12-05); every one of their first 2,000 ran clean here
-FEWER = {"hisparse": 100, "hisparse import": 100}
+# "lone window" too (2026-12-05, CI's room; about 10 ms of CPU a trace): its first 500 ran
+# clean here
+FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
 
@@ -82,6 +84,12 @@ REACHES = {
     "hisparse import": list(hisparse_import.EVENTS) + [
         "write-backs reported done", "host pages published"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
+    # a sliding window alone (the unitary coordinator): EAGLE's hits dropping the window's last
+    # block, its sparse block mask, blocks freed as the window moves
+    "lone window": ["EAGLE: a window hit drops its last block", "window frees blocks",
+                    "admission with a hit", "window frees blocks with tokens in flight"]
+    + _CONFIGS("sliding window alone (unitary coordinator)", "EAGLE", "sparse retention",
+               "lookahead tokens", "extra retained tokens"),
 }
 
 
