@@ -1,13 +1,15 @@
 """Every `kvmanager` generator profile on its own seeded stream (`KVMANAGER.alone`, what
 `kvfuzz diff kvmanager --profile NAME` runs) through the released vLLM 0.33.0 `KVCacheManager`,
 each trace to its last op: indices 0 to PER_PROFILE - 1 of each, in shards of SHARD (pytest -n
-spreads them; a worker imports vLLM once, whatever the shards). In place of seeded traces of the
-mix, whose index draws the profile (the rarest is 1% of it): here each profile gets the same
-count. The first shard of a profile also reaches the edge classes its traces exist for
-(`REACHES`: the stream tests that ran those indices apart before, now one run of each trace).
-Why 1,500 and not the 2,000 issue 24 asks: CI ran 2,000 of each once, 29 min 59 s of its 30
-(`docs/upstream-vllm.md`, "Speed"). The two traces the check was wrong on (SETTLED) run on their
-own. Skips without vLLM."""
+spreads them; a worker imports vLLM once, whatever the shards), and the top-ups that bring every
+configuration issue 24 names to 2,000 CI traces (`ci_configs.py`: a profile is a mix of
+configurations; each shard's count of traces per configuration is pinned and asserted here, and
+their sums in `test_ci_configs.py`). In place of seeded traces of the mix, whose index draws the
+profile (the rarest is 1% of it): here each profile gets the same count. The first shard of a
+profile also reaches the edge classes its traces exist for (`REACHES`). Why 1,500 of each
+profile and not 2,000: CI ran 2,000 of each once, 29 min 59 s of its 30 (`docs/upstream-vllm.md`,
+"Speed"). The two traces the check was wrong on (SETTLED) run on their own. Skips without
+vLLM."""
 
 from __future__ import annotations
 
@@ -22,19 +24,15 @@ from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
+from tests.kvmanager import ci_configs
 
 pytestmark = needs_engine("vllm")  # and the slow tier
-PER_PROFILE, SHARD = 1500, 250
 # Found past the shards with 1,500 of each profile from index 1000, the check's fault
 # (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
-# The HiSparse profiles, added once CI was near its 30 minutes, run 100 traces, one shard: about
-# 16 ms of CPU a trace in process (2026-12-05); every one of their first 2,000 ran clean here
-# "lone window" too (2026-12-05, CI's room; about 10 ms of CPU a trace): its first 500 ran
-# clean here
-FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100}
-SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
-          for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
+# (profile, first index, stop, configurations a trace must carry to run: () for all)
+SHARDS = ci_configs.base_shards(KVMANAGER.profiles()) + ci_configs.top_up_shards()
+PINNED = ci_configs.load_pinned()
 
 _LOCAL = "chunked-local hit: blocks before the chunk null"
 _WINDOW = [mark for mark in MARKS if mark != _LOCAL]  # every mark of a sliding window's
@@ -115,24 +113,29 @@ def test_every_profile_an_edge_class_table_names_is_a_profile():
     assert set(REACHES) <= set(KVMANAGER.profiles()), set(REACHES) - set(KVMANAGER.profiles())
 
 
-@pytest.mark.parametrize("profile, shard", SHARDS,
-                         ids=[f"{profile.replace(' ', '_')}-{shard}"
-                              for profile, shard in SHARDS])
-def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, shard):
+@pytest.mark.parametrize("profile, first, stop, configs", SHARDS,
+                         ids=[ci_configs.shard_key(*shard).replace(" ", "_") for shard in SHARDS])
+def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, first, stop, configs):
     release = _released()
     assert release.name == "vllm.kvmanager"
-    stream = KVMANAGER.alone(profile).generator
-    first, events = shard * SHARD, Counter()
-    for index in range(first, first + FEWER.get(profile, SHARD)):
+    stream, events = KVMANAGER.alone(profile).generator, Counter()
+    for index in range(first, stop):
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
+        if not ci_configs.runs(trace, configs):
+            continue  # a top-up runs the traces carrying its configurations only
         outcome = KVMANAGER.check(trace, release)
         if outcome.status != AGREE:
             assert outcome.divergence is not None, (index, outcome.outside)
             fail_with(outcome.divergence)
         events.update(outcome.features)
-    wanted = REACHES.get(profile, []) if shard == 0 else []
+    wanted = REACHES.get(profile, []) if first == 0 else []
     assert all(events[name] for name in wanted), {name: events[name] for name in wanted}
+    # the configurations the run reported, as pinned (their sums: test_ci_configs.py)
+    ran = {name.removeprefix("config: "): count for name, count in sorted(events.items())
+           if name.startswith("config: ")}
+    assert ran == PINNED.get(ci_configs.shard_key(profile, first, stop, configs)), (
+        "this shard's traces changed: python -m tests.kvmanager.ci_configs rewrites ci_configs.json")
 
 
 @pytest.mark.parametrize("profile, index", SETTLED)
