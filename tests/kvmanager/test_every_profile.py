@@ -32,7 +32,8 @@ SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 # 16 ms of CPU a trace in process (2026-12-05); every one of their first 2,000 ran clean here
 # "lone window" too (2026-12-05, CI's room; about 10 ms of CPU a trace): its first 500 ran
 # clean here
-FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100}
+# "two windows" too (2026-12-05, 100 traces): its first 500 ran clean here
+FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100, "two windows": 100}
 SHARDS = [(profile, shard) for profile in KVMANAGER.profiles()
           for shard in range(PER_PROFILE // SHARD if profile not in FEWER else 1)]
 
@@ -90,6 +91,13 @@ REACHES = {
                     "admission with a hit", "window frees blocks with tokens in flight"]
     + _CONFIGS("sliding window alone (unitary coordinator)", "EAGLE", "sparse retention",
                "lookahead tokens", "extra retained tokens"),
+    # two sliding windows (the hybrid coordinator without full attention): the hit search's
+    # further passes, EAGLE's drops, both windows' frees
+    "two windows": ["two windows: the hit search takes another pass",
+                    "EAGLE: a window hit drops its last block", "window frees blocks",
+                    "window hit: a block off the scheduler grid passed", "admission with a hit"]
+    + _CONFIGS("two sliding windows (multi-pass hit search)", "EAGLE", "sparse retention",
+               "groups of different block sizes", "hash block below the block size"),
 }
 
 
