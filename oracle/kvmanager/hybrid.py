@@ -5,8 +5,9 @@ partial entry of a prompt's tail when a block holds several hash units; with EAG
 window's run a block longer and a block later, and the replay boundaries a hit drops back to.
 A mixin of `KVManagerModel`: it reads the model's pool, sizes and settings, and marks the edge
 classes it reaches (`self.marks`). The window's rules take the window's group (`group`, by
-default `self.second`: 1 beside full attention, 0 for a lone window, the unitary coordinator's one
-group, on its own grid; 0 or 1 for two windows, `first_window`), its window `self.windows[group]`."""
+default `self.second`: 1 beside full attention, 0 for a lone window, the unitary coordinator's
+one group, on its own grid; 0 or 1 for two windows, `first_window`), its window
+`self.windows[group]`."""
 
 from __future__ import annotations
 
