@@ -43,6 +43,7 @@ WAITING, RUNNING = "waiting", "running"
 # The manager's configurations a trace may set, each counted once per trace.
 CONFIGS = {"sliding window": lambda t: bool(t.window),
            "sliding window alone (unitary coordinator)": lambda t: t.lone,
+           "two sliding windows (multi-pass hit search)": lambda t: bool(t.first_window),
            "caching off": lambda t: not t.caching,
            "KV events": lambda t: t.events, "hits reported": lambda t: t.report,
            "stats": lambda t: t.stats, "lookahead tokens": lambda t: t.lookahead > 0,
@@ -76,7 +77,8 @@ MARKS = ("hit cut to the scheduler block size",
          "dense window: blocks between hit points uncached", "partial entry registered",
          "chunked-local hit: blocks before the chunk null",
          "EAGLE: a window hit drops its last block",
-         "EAGLE: a block past the scheduler grid cached")
+         "EAGLE: a block past the scheduler grid cached",
+         "two windows: the hit search takes another pass")
 
 
 class _Request:
@@ -147,7 +149,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                                trace.eagle, trace.retained, trace.window_block_size,
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                                trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
-                               trace.eagle_groups, trace.prefill_lookahead, trace.lone)
+                               trace.eagle_groups, trace.prefill_lookahead, trace.lone,
+                               trace.first_window)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -169,7 +172,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
                     trace.local_chunk, trace.mamba_mode, trace.encoder_tokens, trace.zeroing,
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
                     trace.prefill_lookahead, trace.mamba_checkpoint,
-                    trace.mamba_speculative, trace.hisparse, trace.lone)
+                    trace.mamba_speculative, trace.hisparse, trace.lone,
+                    trace.first_window)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

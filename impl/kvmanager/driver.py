@@ -76,7 +76,8 @@ class KVManagerDriver(ManagerReads):
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
                  eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
-                 mamba_speculative: int = 0, hisparse: int = 0, lone: bool = False):
+                 mamba_speculative: int = 0, hisparse: int = 0, lone: bool = False,
+                 first_window: int = 0):
         import math
 
         import torch
@@ -117,6 +118,10 @@ class KVManagerDriver(ManagerReads):
             from vllm.v1.kv_cache_interface import CrossAttentionSpec
 
             specs.append(CrossAttentionSpec(block_size=block_size, **shape))
+        if first_window:  # group 0 a sliding window too (a model of two window sizes)
+            specs[0] = SlidingWindowSpec(block_size=block_size, **shape,
+                                         sliding_window=first_window, **asked(
+                                             SlidingWindowSpec, extra_retained_tokens=retained))
         if lone:  # the window's group alone (every layer sliding window): the unitary coordinator
             specs = specs[1:]
         # Hashes per `hash_size` tokens; the scheduler's block, every group's block size's

@@ -83,14 +83,20 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
-                 prefill_lookahead: int = 0, lone: bool = False):
+                 prefill_lookahead: int = 0, lone: bool = False, first_window: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none. `lone`: the window is group 0, the only one (the unitary
         # coordinator over a model whose every layer is sliding window); `second` names the
-        # window's (or other second) group either way.
+        # window's (or other second) group either way. `first_window`: group 0 is a sliding
+        # window of that many tokens too, in blocks of `block_size` (a model whose layers are
+        # all sliding window, in two window sizes: the hybrid coordinator's multi-pass search).
         self.groups = (0, 1) if (window or local_chunk or mamba_mode or encoder_tokens) \
             and not lone else (0,)
         self.lone, self.second = lone, 0 if lone else 1
+        # Each sliding-window group's window, by group
+        self.windows = {0: window} if lone else {1: window} if window else {}
+        if first_window:
+            self.windows[0] = first_window
         self.local, self.mamba = local_chunk, bool(mamba_mode)
         # Cross-attention (caching off): each admission's encoder tokens, a static allocation
         self.encoder = encoder_tokens
@@ -120,11 +126,12 @@ class KVManagerModel(ConnectorRules, HybridRules):
         in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         # SlidingWindowSpec.max_admission_blocks_per_request: what the whole-request check
         # counts at most for the sliding-window group.
-        self.admission_cap = cdiv(min(window - 1 + retained + in_flight, max_model_len),
-                                  self.sizes[-1]) + 1
+        self.admission_caps = {
+            group: cdiv(min(tokens - 1 + retained + in_flight, max_model_len),
+                        self.sizes[group]) + 1 for group, tokens in self.windows.items()}
         if local_chunk:  # ChunkedLocalAttentionSpec's: a chunk and the tokens in flight
-            self.admission_cap = cdiv(min(local_chunk + in_flight, max_model_len),
-                                      self.sizes[-1])
+            self.admission_caps[1] = cdiv(min(local_chunk + in_flight, max_model_len),
+                                          self.sizes[-1])
         self.tables: list[dict[int, list[int]]] = [{} for _ in self.groups]
         self.num_cached: list[dict[int, int]] = [{} for _ in self.groups]
         # What the last allocate_slots did, for the lock step's checks and counts: the blocks its
@@ -148,15 +155,15 @@ class KVManagerModel(ConnectorRules, HybridRules):
         return prompt(hashes, tokens, self.request_keys.get(rid))
 
     def skipped_tokens(self, group: int, computed: int) -> int:
+        if group in self.windows:
+            return max(0, computed - self.windows[group] + 1 - self.retained)
         if group != self.second:  # full attention skips nothing
             return 0
         if self.local:  # the chunks before the one the next token is in
             return computed // self.local * self.local
         if self.mamba:  # every state but the last computed token's
             return max(0, computed - 1)
-        if self.encoder:  # cross-attention frees nothing until the request goes
-            return 0
-        return max(0, computed - self.window + 1 - self.retained)
+        return 0  # cross-attention frees nothing until the request goes
 
     def drops(self, group: int) -> bool:
         """Whether `group`'s manager takes EAGLE's drop (its `use_eagle`)."""
@@ -197,6 +204,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
         if self.lone:  # the window's rule alone, looking no further than the cap (unitary)
             windowed = self._window_hit(self.group_hashes(hashes, 0), longest)
             return [windowed], len(windowed) * bs, 0
+        if 0 in self.windows:  # two windows: the hybrid coordinator's multi-pass search
+            return self._fixed_point_hit(hashes, longest)
         hybrid_eagle = self.drops(0) and len(self.groups) > 1
         # The hybrid coordinator's EAGLE margin: each group that drops looks one of its blocks
         # further, then drops one (the unitary coordinator looks no further).
@@ -242,8 +251,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
             size = self.sizes[group]
             required = cdiv(self.tokens_for(group, need, admission), size)
             # Mamba's and cross-attention's specs set no cap
-            if capped and group == self.second and not (self.mamba or self.encoder):
-                required = min(required, self.admission_cap)
+            if capped and group in self.admission_caps:  # (Mamba's, cross-attention's: none)
+                required = min(required, self.admission_caps[group])
             held = len(self.tables[group].get(rid, ()))
             if rid in self.num_cached[group]:
                 total += max(required - held, 0)
@@ -334,8 +343,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
             cached = self.num_cached[group].get(rid, 0)
             if cached < num_full:
                 table = self.tables[group][rid]
-                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary) \
-                    if group == self.second and self.window else None
+                keep = self._reachable(cached, num_full, prompt_tokens, shared_boundary,
+                                       group) if group in self.windows else None
                 if keep is not None:  # sparse: only the blocks a hit can end on
                     table = [b if index in keep else 0 for index, b in enumerate(table)]
                     held = self.tables[group][rid][cached:num_full]
@@ -345,7 +354,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 self.pool.cache_full_blocks(self.prompt(rid, hashes, tokens), table, cached,
                                             num_full, group, size)
                 self.num_cached[group][rid] = num_full
-            if group == 0 and not self.lone and size != self.h:
+            if group == 0 and 0 not in self.windows and size != self.h:
                 self._cache_partial_tail(rid, hashes, tokens, prompt_tokens, to_cache)
 
     def cacheable(self, written: int, group: int) -> int:
@@ -374,20 +383,20 @@ class KVManagerModel(ConnectorRules, HybridRules):
         return aligned
 
     def _free_out_of_window(self, rid: int, computed: int) -> int:
-        second = self.second
-        if second not in self.groups:
-            return 0
-        table = self.tables[second].get(rid)
-        count = min(self.skipped_tokens(second, computed) // self.sizes[second],
-                    len(table or ()))
-        freed = []
-        for index in range(count - 1, -1, -1):
-            if table[index] == 0:
-                break
-            freed.append(table[index])
-            table[index] = 0
+        """The blocks each group's window (or chunk, or state) left freed, latest first, group
+        after group (the coordinator's `remove_skipped_blocks`); full attention skips none."""
         before = self.pool.num_free()
-        self.pool.free_blocks(freed)
+        for group in self.groups:
+            table = self.tables[group].get(rid)
+            count = min(self.skipped_tokens(group, computed) // self.sizes[group],
+                        len(table or ()))
+            freed = []
+            for index in range(count - 1, -1, -1):
+                if table[index] == 0:
+                    break
+                freed.append(table[index])
+                table[index] = 0
+            self.pool.free_blocks(freed)
         return self.pool.num_free() - before  # a block another request shares stays held
 
     # free, reset, evict
@@ -454,8 +463,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
         """The pool's events since the last take, each `Stored` with its group's kind."""
         # (the second group's kind is KINDS[1], a lone window's group 0 included)
         return [replace(e, kind=LOCAL if e.group == self.second and self.local else
-                        KINDS[e.group == self.second],
-                        window=(self.window or None) if e.group == self.second else None)
+                        KINDS[e.group == self.second or e.group in self.windows],
+                        window=self.windows.get(e.group) or None)
                 if isinstance(e, Stored) and e.group in self.groups else e
                 for e in self.pool.take_events()]
 

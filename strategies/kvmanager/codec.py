@@ -110,6 +110,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected 0 without a sliding window", values["retained"])
     values["hisparse"] = _hisparse(reader, data, values, window)
     _lone(reader, data, values, window)
+    values["first_window"] = _first_window(reader, data, values, window)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
@@ -127,6 +128,20 @@ def _lone(reader: FieldReader, data: dict, values: dict, window: int) -> None:
     reader.expect(not values["lone"] or (window and not others), "lone",
                   f"expected false without a sliding window or with {', '.join(others)} (a "
                   f"lone window's group is the only one)", values["lone"])
+
+
+def _first_window(reader: FieldReader, data: dict, values: dict, window: int) -> int:
+    """Two sliding windows: group 0 a window of another size than group 1's, and none of the
+    settings that name another group or that the oracle does not model for it."""
+    first = reader.integer(data.get("first_window", 0), "first_window", low=0, high=MAX_LEN)
+    others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
+                                "hash_lookahead", "eagle_groups", "prefill_lookahead",
+                                "hisparse", "lone")
+              if values.get(name, data.get(name))]
+    reader.expect(not first or (window and window != first and not others), "first_window",
+                  f"expected 0 without a sliding window of another size or with "
+                  f"{', '.join(others) or 'it'} (two windows stand alone)", first)
+    return first
 
 
 def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:

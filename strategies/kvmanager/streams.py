@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import (connector, dcp, deferred, eagle_groups, extra_keys,
                                          generator, hisparse, hisparse_import, hybrid,
-                                         lone_window, lookahead_hashes, mtp, prompt_embeds)
+                                         lone_window, lookahead_hashes, mtp, prompt_embeds,
+                                         two_windows)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -70,7 +71,13 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # indices draw, the first 60 and CI's 500 to 509 kept): before it no trace's one group
            # was a window, where the unitary coordinator's EAGLE bit moves the window's block
            # mask; 3 of the first 200 (82, 92, 198)
-           (lone_window.GENERATOR, 0.66, 0.675))
+           (lone_window.GENERATOR, 0.66, 0.675),
+           # two sliding windows, the hybrid coordinator's multi-pass hit search (2026-12-05,
+           # issue 25's coordinator sample, from kvmanager/5's rest, none of the first 60 and
+           # CI's 500 to 509 drawn): before it no trace took a second pass with EAGLE, where
+           # the search's `eagle_verified` bookkeeping matters; 5 of the first 200 (66, 96, 113,
+           # 120, 165), 113 a hit the bookkeeping changes
+           (two_windows.GENERATOR, 0.6815, 0.6935))
 
 
 class MixedStreams:
@@ -133,7 +140,8 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "extra keys": extra_keys.GENERATOR, "lookahead hashes": lookahead_hashes.GENERATOR,
          "eagle groups": eagle_groups.GENERATOR, "mtp": mtp.GENERATOR,
          "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR,
-         "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR}
+         "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR,
+         "two windows": two_windows.GENERATOR}
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -143,4 +151,5 @@ def profiles() -> tuple[str, ...]:
     return ("scheduler", *generator.PROFILES, *hybrid.PROFILES, *connector.PROFILES,
             *deferred.PROFILES, *dcp.PROFILES, *extra_keys.PROFILES, *lookahead_hashes.PROFILES,
             *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES,
-            *hisparse_import.PROFILES, *lone_window.PROFILES)
+            *hisparse_import.PROFILES, *lone_window.PROFILES,
+            *two_windows.PROFILES)

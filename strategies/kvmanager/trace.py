@@ -286,7 +286,12 @@ class Trace:
     A lone sliding window (`kvmanager/5[lone window]`): `lone` drops the full-attention group,
     the sliding window of `window` tokens in blocks of `block_size` is the model's one group
     (group 0: a model whose every layer is sliding window, as Mistral-7B-v0.1's), under vLLM's
-    unitary coordinator."""
+    unitary coordinator.
+
+    Two sliding windows (`kvmanager/5[two windows]`): `first_window` makes group 0 a sliding
+    window of that many tokens (in blocks of `block_size`) in place of full attention, beside
+    the window of `window` tokens (a model whose layers are all sliding window, in two window
+    sizes), under vLLM's hybrid coordinator, whose hit search then takes more than one pass."""
 
     blocks: int
     block_size: int
@@ -319,6 +324,7 @@ class Trace:
     mamba_speculative: int = 0
     hisparse: int = 0
     lone: bool = False
+    first_window: int = 0
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -345,6 +351,7 @@ class Trace:
 
     def describe(self) -> str:
         groups = f"sliding window {self.window} alone" if self.lone else \
+            f"sliding windows {self.first_window} and {self.window}" if self.first_window else \
             f"HiSparse (source on {self.hisparse} host blocks, indexer, resident, hot)" \
             if self.hisparse else f"full + sliding window {self.window}" if self.window else \
             f"full + chunked local {self.local_chunk}" if self.local_chunk else \
@@ -442,4 +449,5 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "window_block_size": 0, "hash_block_size": 0, "local_chunk": 0,
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
-                  "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False}
+                  "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False,
+                  "first_window": 0}

@@ -12,7 +12,7 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
-from kvfuzz.strategies.kvmanager import hybrid, lone_window, mtp, streams
+from kvfuzz.strategies.kvmanager import hybrid, lone_window, mtp, streams, two_windows
 from tests.helpers import with_engine
 
 MODULE = "vllm.v1.core.kv_cache_coordinator"
@@ -50,6 +50,11 @@ KILLED = [
     # stops a block short; only a lone window shows it (with full attention alone the bit
     # changes nothing), index 82 ("lone window", EAGLE, retention 0)
     (f"{MODULE}:580:49:NumberReplacer:69", 82),
+    # the multi-pass hit search's `eagle_verified.add(idx)` removed: a window group drops
+    # EAGLE's block again at every pass, so where the other window cut the candidate its hit
+    # loses a scheduler block more; only two groups without full attention take a second pass,
+    # index 113 ("two windows", windows of two block sizes, EAGLE)
+    (f"{MODULE}:902:20:RemoveStatement:117", 113),
 ]
 
 
@@ -69,6 +74,16 @@ def test_the_mix_reaches_a_lone_window_in_its_first_200():
     first = [streams.GENERATOR.stream(0, index) for index in range(200)]
     assert [i for i, s in enumerate(first) if s is lone_window.GENERATOR] == [82, 92, 198]
     assert streams.GENERATOR.generate(0, 82).eagle
+
+
+@with_engine("vllm")
+def test_the_mix_reaches_two_windows_in_its_first_200():
+    """The "two windows" share (2026-12-05): before it no trace of the mix took the hybrid hit
+    search's second pass with EAGLE."""
+    first = [streams.GENERATOR.stream(0, index) for index in range(200)]
+    assert [i for i, s in enumerate(first) if s is two_windows.GENERATOR] == \
+        [66, 96, 113, 120, 165]
+    assert streams.GENERATOR.generate(0, 113).eagle
 
 
 @with_engine("vllm")

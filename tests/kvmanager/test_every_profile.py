@@ -88,6 +88,13 @@ REACHES = {
                     "admission with a hit", "window frees blocks with tokens in flight"]
     + _CONFIGS("sliding window alone (unitary coordinator)", "EAGLE", "sparse retention",
                "lookahead tokens", "extra retained tokens"),
+    # two sliding windows (the hybrid coordinator without full attention): the hit search's
+    # further passes, EAGLE's drops, both windows' frees
+    "two windows": ["two windows: the hit search takes another pass",
+                    "EAGLE: a window hit drops its last block", "window frees blocks",
+                    "window hit: a block off the scheduler grid passed", "admission with a hit"]
+    + _CONFIGS("two sliding windows (multi-pass hit search)", "EAGLE", "sparse retention",
+               "groups of different block sizes", "hash block below the block size"),
 }
 
 

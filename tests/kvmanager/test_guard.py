@@ -50,15 +50,15 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups; the KV connector's calls, zeroing, decode context parallelism, HiSparse's groups)
-    or one it does not check (KV events and stats: the engine's own consumers drain them);
+    groups, two windows; the KV connector's calls, zeroing, decode context parallelism,
+    HiSparse's groups) or one it does not check (KV events and stats: the engine's own consumers drain them);
     else without its steps of no tokens, with every request reading the cache and without
     images (the guard maps a request's LoRA adapter and salt, refuses its multimodal
     inputs)."""
     if not trace.caching or trace.events or trace.stats or trace.lookahead or trace.eagle or \
             trace.async_scheduling or trace.retained or len(set(trace.sizes)) > 1 or \
             trace.hash_size != trace.block_size or trace.local_chunk or trace.mamba_mode or \
-            trace.zeroing or trace.dcp > 1 or trace.hisparse or \
+            trace.zeroing or trace.dcp > 1 or trace.hisparse or trace.first_window or \
             any(isinstance(op, (Connect, Loaded)) for op in trace.ops):
         return None
     ops = tuple(replace(op, no_cache_read=False, images=()) if isinstance(op, Arrive) else op

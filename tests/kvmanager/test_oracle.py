@@ -156,8 +156,8 @@ def test_tokens_in_flight_hold_the_window_back_and_retained_tokens_stay():
         admit(model, 1, tokens)
         model.allocate_slots(1, chain(tokens + [8], 2), 8, 7, 1, 0, None, in_flight=in_flight)
         assert model.block_ids(1)[1] == kept, (in_flight, retained)
-    assert KVManagerModel(20, 2, 3, 100, max_in_flight_tokens=4, retained=4).admission_cap == \
-        KVManagerModel(20, 2, 3, 100, max_in_flight_tokens=4).admission_cap + 2
+    assert KVManagerModel(20, 2, 3, 100, max_in_flight_tokens=4, retained=4).admission_caps[1] == \
+        KVManagerModel(20, 2, 3, 100, max_in_flight_tokens=4).admission_caps[1] + 2
 
 
 def test_stats_events_and_reads():
