@@ -28,8 +28,8 @@ source (`kv_cache_manager.py`, `kv_cache_coordinator.py`, `single_type_kv_cache_
   formula differs.
 
 The configurations beyond that (`Trace`'s settings): without prefix caching nothing is looked
-up or cached; a request that skips reading the cache hits nothing; with EAGLE a hit drops its last block
-(beside a sliding window each group first looks one of its blocks further, and a step caches
+up or cached; a request that skips reading the cache hits nothing; with EAGLE a hit drops its last
+block (beside a sliding window each group first looks one of its blocks further, and a step caches
 that block: `hybrid.py`); lookahead (draft) tokens get slots on every allocation, but
 only the tokens a request has are cached; the sliding window keeps `retained` tokens more
 behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous

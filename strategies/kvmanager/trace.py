@@ -213,9 +213,9 @@ class Trace:
     reported, kv_cache_report_mode "full"), `stats` (log_stats: prefix-cache stats recorded at
     each admission, made after every op), `lookahead` (speculative decoding: slots for that many
     draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; beside a
-    sliding window each group looks a block further first), `async_scheduling` (a running request's previous allocation is still in
-    flight at its next: `num_in_flight_tokens`), `retained` (the sliding window's
-    `extra_retained_tokens`).
+    sliding window each group looks a block further first), `async_scheduling` (a running
+    request's previous allocation is still in flight at its next: `num_in_flight_tokens`),
+    `retained` (the sliding window's `extra_retained_tokens`).
 
     Groups of different block sizes (`kvmanager/hybrid/1`): `window_block_size`, the
     sliding-window group's block size where it differs from `block_size` (the full-attention

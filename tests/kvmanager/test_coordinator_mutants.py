@@ -2,9 +2,9 @@
 of its seed-0 sample that were reach gaps of the seeded mix (no "mtp" trace in its first 200, no
 "eagle window" hit running up to the hashed tokens' end, no window alone) are killed on the
 seeded index of the mix that reaches them now, and the ones declared equivalent or outside the
-contract are declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and taken out
-after (`test_single_type_mutants.placed`). Skips without vLLM, but for the plain-data check of the admission rule
-(`align_refusal.needless_admission_refusal`)."""
+contract are declared. Each mutant is put in place in this process as `kvfuzz mutate` puts it, and
+taken out after (`test_single_type_mutants.placed`). Skips without vLLM, but for the plain-data
+check of the admission rule (`align_refusal.needless_admission_refusal`)."""
 
 from __future__ import annotations
 

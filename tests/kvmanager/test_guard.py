@@ -50,8 +50,8 @@ def guard_models(trace):
     """`trace` as far as the guard models it: None where its configuration is one the guard
     refuses (prefix caching off, speculative tokens, EAGLE, tokens in flight, extra retained
     tokens, the hybrid streams' groups: other block sizes, a finer hash, chunked-local or Mamba
-    groups, two windows; the KV connector's calls, zeroing, decode context parallelism,
-    HiSparse's groups) or one it does not check (KV events and stats: the engine's own consumers drain them);
+    groups, two windows; the KV connector's calls, zeroing, decode context parallelism, HiSparse's
+    groups) or one it does not check (KV events and stats: the engine's own consumers drain them);
     else without its steps of no tokens, with every request reading the cache and without
     images (the guard maps a request's LoRA adapter and salt, refuses its multimodal
     inputs)."""
