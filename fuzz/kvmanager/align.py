@@ -19,7 +19,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   each live request's Mamba table the states the released rule keeps
   (`oracle/kvmanager/mamba_align.py`: the state its last step read and the one it wrote,
   nothing while it waits), and every state that left its table held by no other table back
-  in the pool (the rule's free side, reported before the reference counts in general);
+  in the pool (the rule's free side, reported before the reference counts in general):
+  `fuzz/kvmanager/align_pool.py`;
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
@@ -46,9 +47,9 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import align_connector, align_retention
+from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
-from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
@@ -57,7 +58,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(KVManagerLockstep):
+class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -359,76 +360,6 @@ class AlignLockstep(KVManagerLockstep):
         if written:
             self.count(align_retention.WRITTEN)
         return [("retention", f"r{rid}: {wrong}")] if wrong else []
-
-    def _pool_problems(self) -> list[tuple[str, str]]:
-        size = self.trace.blocks
-        num_free, (queue, links), ref, keys, cache, usage = (
-            self.read("num_free"), self.read("free_queue"), self.read("ref_counts"),
-            self.read("keys"), self.read("cache_map"), self.read("usage"))
-        held, states = [0] * size, {}
-        problems = [("free queue links", links)] if links else []
-        self.mamba_tables = {}
-        for rid, request in self.requests.items():
-            tables = self.read("block_ids", rid)
-            self.mamba_tables[rid] = self._states(tables[-1]) if tables else []
-            self.lengths[rid] = tuple(map(len, tables)) if len(tables) == 2 else None
-            problems += self._kept_problems(rid, request, tables)
-            states.update((b, rid) for b in tables[-1] if b)
-            for group, table in enumerate(tables):
-                blocks = [b for b in table if b]
-                if len(set(blocks)) != len(blocks):
-                    problems.append(("block table", f"r{rid}'s group {group} holds a block "
-                                                    f"twice: {short(table)}"))
-                for block in blocks:
-                    held[block % size] += 1
-        if num_free != len(queue) or usage != 1.0 - len(queue) / (size - 1):
-            problems.append(("num free", f"{num_free} free, usage {usage!r}, {len(queue)} "
-                                         f"blocks on the free queue of {size - 1}"))
-        if len(ref) != size:
-            return problems + [("blocks", f"expected {size} blocks, actual {len(ref)}")]
-        # A state a request moved past (in a Mamba table at the last read, in none now) and
-        # held by no other table must be back in the pool: the free side of the rule.
-        kept = [(b, rid) for b, rid in self.states.items()
-                if b not in states and ref[b % size] != held[b % size]]
-        if kept:
-            problems.append(("mamba states", "states that left their tables still referenced: "
-                             + ", ".join(f"block {b} (r{rid}'s) has {ref[b % size]}, held "
-                                         f"{held[b % size]} times" for b, rid in kept[:4])))
-        self.states = states
-        wrong = [b for b in range(1, size) if ref[b] != held[b]]
-        if wrong:
-            problems.append(("ref_cnt", "reference counts against the live tables: " + ", ".join(
-                f"block {b} has {ref[b]}, held {held[b]} times" for b in wrong[:4])))
-        cached = [b for b in self.evicted if keys[b] is not None]
-        if cached:
-            problems.append(("evict", f"evict_blocks left blocks {cached} cached"))
-        if self.reset_done and (cache or any(k is not None for k in keys)):
-            problems.append(("reset", f"a reset that succeeded left {len(cache)} keys cached"))
-        problems += [("invariant", text) for text in state_violations(size, ref, queue, keys,
-                                                                       cache)]
-        self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
-        return problems
-
-    def _states(self, table: list) -> list:
-        """A Mamba table without its speculative scratch blocks: its last block the state of
-        the last computed token (what the boundary hand-offs name)."""
-        return table[:len(table) - self.trace.mamba_speculative]
-
-    def _kept_problems(self, rid, request, tables) -> list[tuple[str, str]]:
-        """The Mamba group's table against the blocks its contract keeps
-        (`oracle/kvmanager/mamba_align.py`): none while the request waits, else the state
-        its last step read and the one it wrote."""
-        if len(tables) != 2:
-            return [("mamba states", f"r{rid}: expected two groups' tables, actual "
-                                     f"{short(tables)}")]
-        mamba = tables[1]
-        if request.status != RUNNING:
-            wrong = mamba and f"holds {short(mamba)} while it waits: expected nothing"
-        else:
-            wrong = mamba_align.table_problems(mamba, self.read_from[rid], request.computed,
-                                               self.trace.block_size, self.checkpoints.get(rid),
-                                               self.trace.mamba_speculative)
-        return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []
 
 
 class _Unmodelled:
