@@ -83,44 +83,11 @@ def _invariants(lock, size: int, ref, queue, keys, cache) -> list[str]:
     state = (size, ref, queue, keys, cache)
     if lock is not None and lock.__dict__.get("_pool_held") == state:
         return []
-    found = [] if _clean(size, ref, queue, keys, cache) else \
-        state_violations(size, ref, queue, keys, cache)
+    found = state_violations(size, ref, queue, keys, cache)
     if lock is not None:  # copies: a driver may hand out a list it changes later
         lock.__dict__["_pool_held"] = None if found else (
             size, list(ref), list(queue), list(keys), dict(cache))
     return found
-
-
-def _clean(size: int, ref, queue, keys, cache) -> bool:
-    """True only where `state_violations` finds nothing, shown the short way for the common
-    state, with exact kinds only (ints for blocks, a tuple or None for each block's one entry,
-    lists; anything else goes the long way, which says what is wrong): the queue distinct
-    blocks of 1..size-1, as many as the blocks of 1..size-1 no reference holds and each of them
-    unreferenced (so exactly those: free exactly when unreferenced), no count negative, the
-    null block uncached, and the (entry, block) pairs the blocks hold the same set as those the
-    cache maps (a stray mapping and an unmapped entry are each a pair on one side only)."""
-    if type(queue) is not list or type(ref) is not list or type(keys) is not list or \
-            type(cache) is not dict or not set(map(type, queue)) <= _INT or \
-            not set(map(type, keys)) <= _ENTRY or keys[0] is not None or \
-            not set(map(type, cache.values())) <= _LIST:
-        return False
-    queued = set(queue)
-    if len(queued) != len(queue) or (queue and (min(queued) < 1 or max(queued) >= size)):
-        return False
-    counts = ref[1:size]
-    if min(counts, default=0) < 0 or counts.count(0) != len(queue) or \
-            [ref[b] for b in queue].count(0) != len(queue):
-        return False
-    mapped = [(key, block) for key, blocks in cache.items() for block in blocks]
-    if not set(map(type, (block for _, block in mapped))) <= _INT:
-        return False
-    try:
-        return set(mapped) == {(key, block) for block, key in enumerate(keys) if key is not None}
-    except TypeError:  # an unhashable entry: the long way says what it is
-        return False
-
-
-_INT, _LIST, _ENTRY = frozenset((int,)), frozenset((list,)), frozenset((tuple, type(None)))
 
 
 # The parts of `PoolReader.pool_state`, in the order `pool_problems` unpacks them.

@@ -2,10 +2,9 @@
 its invariants each shown firing on a broken state, and the trace format: version-stable JSON,
 one-line errors. Plain Python: nothing here needs vLLM."""
 
-import random
-from collections import Counter
-
 import pytest
+
+from collections import Counter
 
 from kvfuzz.oracle.blockpool.events import canonical, event_violations, replay
 from kvfuzz.oracle.blockpool.invariants import state_violations
@@ -387,15 +386,15 @@ def test_a_lock_step_skips_the_invariants_of_the_state_it_saw_hold_only(change, 
     from kvfuzz.fuzz.blockpool import pool_state
 
     lock, calls = SimpleNamespace(), []
-    real, short_way = pool_state.state_violations, pool_state._clean
+    real = pool_state.state_violations
 
-    def counted(*args):  # every check asks the short way first (`_clean`)
+    def counted(*args):
         calls.append(args)
-        return short_way(*args)
+        return real(*args)
 
     args = lambda state: (lock, state["size"], state["ref"], state["free"], state["keys"],  # noqa: E731
                           state["cache"])
-    pool_state._clean = counted
+    pool_state.state_violations = counted
     try:
         state = {**CLEAN, "free": list(CLEAN["free"])}
         assert pool_state._invariants(*args(state)) == []
@@ -406,99 +405,8 @@ def test_a_lock_step_skips_the_invariants_of_the_state_it_saw_hold_only(change, 
         assert len(calls) == 3
         assert (found == []) if shows is None else any(shows in p for p in found), found
         assert pool_state._invariants(*args({**CLEAN, **change})) == found  # a broken one: again
-        assert found == real(*args({**CLEAN, **change})[1:])  # what the long way says
     finally:
-        pool_state._clean = short_way
-
-
-def _pool_states(seed: int, count: int):
-    """Seeded small pool states: consistent ones, and as many with one thing broken (a count,
-    the queue, an entry, the cache), as `state_violations` takes them."""
-    rng = random.Random(seed)
-    for _ in range(count):
-        size = rng.randint(2, 7)
-        ref = [0] + [rng.choice((0, 0, 1, 2)) for _ in range(size - 1)]
-        free = [b for b in range(1, size) if ref[b] == 0]
-        rng.shuffle(free)
-        keys = [None] + [rng.choice((None, (rng.randint(1, 3), rng.randint(0, 1))))
-                         for _ in range(size - 1)]
-        cache: dict = {}
-        for block, key in enumerate(keys):
-            if key is not None:
-                cache.setdefault(key, []).append(block)
-        block, key = rng.randrange(size), (rng.randint(1, 3), rng.randint(0, 1))
-        broken = rng.choice((None, "ref", "negative", "twice", "null", "outside", "drop", "held",
-                             "null for a free one", "twice for a free one", "key", "null key",
-                             "entries", "unmapped", "stray", "moved"))
-        if broken == "ref":
-            ref[block] = 1 - min(ref[block], 1)
-        elif broken == "negative":
-            ref[block] = -1
-        elif broken in ("twice", "null", "outside"):
-            free.append({"twice": free[0] if free else 1, "null": 0, "outside": size}[broken])
-        elif broken == "drop" and free:
-            free.pop(rng.randrange(len(free)))
-        elif broken == "held":
-            free.append(rng.randrange(1, size))
-        elif broken in ("null for a free one", "twice for a free one") and len(free) > 1:
-            # as many on the queue, one free block lost for the null block or a repeat
-            free[0] = 0 if broken.startswith("null") else free[1]
-        elif broken == "key":
-            keys[block] = key
-        elif broken == "null key":  # cached, and mapped: the null block's entry alone is wrong
-            keys[0] = key
-            cache.setdefault(key, []).append(0)
-        elif broken == "entries":  # a block with two entries, both mapped
-            keys[block] = [key, (9, 9)]
-            cache.setdefault(key, []).append(block)
-            cache[(9, 9)] = [block]
-        elif broken == "unmapped" and cache:
-            del cache[rng.choice(list(cache))]
-        elif broken in ("stray", "moved"):
-            cache.setdefault(key, []).append(block if broken == "stray" else size + 1)
-        yield dict(size=size, ref=ref, free=free, keys=keys, cache=cache)
-
-
-def test_the_short_way_calls_a_state_clean_exactly_where_the_invariants_hold():
-    """`pool_state._clean` (the lock step's check of a pool state before `state_violations`)
-    on 3,000 seeded states: True only where `state_violations` finds nothing, and there
-    whenever each block holds one entry or none (a block with more goes the long way)."""
-    from kvfuzz.fuzz.blockpool import pool_state
-
-    proved = 0
-    for state in _pool_states(0, 3000):
-        holds = state_violations(**state) == []
-        short = pool_state._clean(*state.values())
-        assert not short or holds, state
-        if not any(isinstance(key, list) for key in state["keys"]):
-            assert short == holds, state
-        proved += short
-    assert proved > 300, proved  # not vacuous: many states are consistent (434)
-
-
-def _ignores_counts(size, ref, queue, keys, cache):
-    return [0 if b in queue else 1 for b in range(size)]  # the counts the queue implies
-
-
-@pytest.mark.parametrize("mutant", [
-    # reference counts read as the queue implies them (a count of -1, a free block held)
-    lambda size, ref, queue, keys, cache: (size, _ignores_counts(*locals().values()), queue,
-                                           keys, cache),
-    # the cache read as the blocks' entries imply it (a stray or an unmapped entry)
-    lambda size, ref, queue, keys, cache: (size, ref, queue, keys, {
-        key: [b for b, k in enumerate(keys) if k == key] for key in keys
-        if isinstance(key, tuple)}),
-    # the queue read without repeats (a block twice on it)
-    lambda size, ref, queue, keys, cache: (size, ref, list(dict.fromkeys(queue)), keys, cache),
-])
-def test_the_short_way_property_catches_a_short_way_that_skips_a_part(mutant):
-    """A `_clean` that reads one part as the others imply it calls some broken state clean,
-    and the property above finds one."""
-    from kvfuzz.fuzz.blockpool import pool_state
-
-    wrong = [state for state in _pool_states(0, 3000)
-             if pool_state._clean(*mutant(*state.values())) and state_violations(**state)]
-    assert wrong
+        pool_state.state_violations = real
 
 
 def test_the_prefix_stats_tuple_is_every_field_in_order():
