@@ -47,6 +47,7 @@ from __future__ import annotations
 import inspect
 
 from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
+from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
@@ -55,8 +56,8 @@ from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_v
 from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Reset,
-                                               Sample, Schedule, Settle)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Placeholder,
+                                               Preempt, Reset, Sample, Schedule, Settle)
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -86,6 +87,7 @@ class _Tracked:
         # a synchronous load's (local hit, end, computed tokens after its admission) until the
         # request's next allocation: a failure reported in between rewinds its computed tokens
         self.sync_load = None
+        self.in_flight = 0  # its last allocation's tokens, until a `processed` (guard_async.py)
 
     def engine_ids(self) -> list[int]:
         """The token ids the engine's request holds (0 for each embedded position)."""
@@ -94,14 +96,16 @@ class _Tracked:
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
           on_unsupported: str = "raise", max_in_flight_tokens: int | None = None,
-          num_lookahead_tokens: int = 0):
+          num_lookahead_tokens: int = 0, async_scheduling: bool = False):
     """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
     is said once on stderr and goes through, and so does every call after it, unchecked.
     `num_lookahead_tokens`: the draft tokens' slots the scheduler asks on every allocation
-    (its own `num_lookahead_tokens`; an allocation with another number is refused)."""
-    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens)
+    (its own `num_lookahead_tokens`; an allocation with another number is refused).
+    `async_scheduling`: the scheduler is vLLM's `AsyncScheduler` (`guard_async.py`; without
+    it a request with tokens in flight is refused)."""
+    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens, async_scheduling)
     driver = None
     if check:
         from kvfuzz.impl.kvmanager.live import LiveManagerDriver
@@ -116,7 +120,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return GuardedManager(manager, session, driver)
 
 
-class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject):
+class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -150,6 +154,7 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
                          f"running (or with computed tokens)")
         if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
             self._refuse(f"{method} with max_cache_hit_length {max_cache_hit_length}")
+        self._stale(tracked, request)  # asynchronous scheduling's stale output
         self._same_tokens(request, tracked)
         vars(self)["_kvfuzz_made"] = True
         result = getattr(manager, method)(request, max_cache_hit_length)
@@ -188,6 +193,7 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
                          f"(kvfuzz.guard(..., num_lookahead_tokens=)), with "
                          f"num_lookahead_tokens={given.get('num_lookahead_tokens')!r}")
         tracked = self._request(request)
+        self._in_flight(tracked, request)
         self._sync_load_failed(tracked, request)
         if request.num_computed_tokens != tracked.computed or tracked.loading:
             self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
@@ -214,6 +220,7 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
             *bound.args, **bound.kwargs), expected)
         if result is not None:
             done()
+            tracked.in_flight = n - getattr(op, "pad", 0)  # (draft rows are no tokens)
         return result
 
     @modelled
@@ -277,6 +284,8 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
     def _settle(self, tracked, request, n: int):
         """The scheduler's `cache_blocks(request, computed)` after a running request's output
         (with draft tokens): a `settle`, after the `sample` of the token it appended."""
+        if self._asynchronous():
+            return self._async_settle(tracked, request, n)
         if n != tracked.computed or request.num_computed_tokens != n:
             self._refuse(f"cache_blocks of {n} tokens of running request "
                          f"{request.request_id!r}, which has {request.num_computed_tokens} "
@@ -355,6 +364,8 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
             op = Decode(tracked.rid, tokens[-1])
         elif tokens == seen and 1 <= n <= len(known) - tracked.computed:
             op = Schedule(tracked.rid, n)
+        elif self._placeholder(tracked, request, n, tokens, seen):
+            op = Placeholder(tracked.rid)  # the token its step in flight samples
         else:
             self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
                          f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "
@@ -378,8 +389,10 @@ class GuardedManager(ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject)
         known, seen = tracked.tokens, tracked.engine_ids()
         if tokens == seen:
             return
+        # (all computed; under asynchronous scheduling the token's placeholder slot too)
         if len(tokens) != len(known) + 1 or tokens[:-1] != seen or \
-                tracked.computed != len(known) or not 0 <= tokens[-1] <= MAX_TOKEN:
+                tracked.computed not in (len(known), len(known) + 1) or \
+                not 0 <= tokens[-1] <= MAX_TOKEN:
             self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "
                          f"tokens, the trace has {len(known)} ({tracked.computed} computed)")
         known.append(tokens[-1])

@@ -9,10 +9,12 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.trace import Trace, to_json
 
 
-def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0) -> Trace:
+def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
+           async_scheduling: bool = False) -> Trace:
     """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
     it: the engine passes what it gave the constructor; None is the manager's default; nor is
-    `lookahead`, the draft tokens' slots the scheduler asks on every allocation)."""
+    `lookahead`, the draft tokens' slots the scheduler asks on every allocation, nor whether
+    the scheduler is asynchronous)."""
     def refuse(why: str):
         raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
 
@@ -56,7 +58,8 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0)
     trace = Trace(blocks, block_size, window, int(manager.max_model_len), (),
                   retention=getattr(config, "prefix_cache_retention_interval", None),
                   max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
-                  lookahead=lookahead, **speculation(manager),
+                  lookahead=lookahead, async_scheduling=async_scheduling,
+                  **speculation(manager),
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
     from kvfuzz.strategies.kvmanager.codec import from_json

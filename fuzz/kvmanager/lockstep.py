@@ -15,7 +15,8 @@ from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import connector
+from kvfuzz.fuzz.kvmanager import async_ops, connector
+from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
@@ -113,7 +114,7 @@ class _Request:
         return block_extra_keys(self.keys, start, end)
 
 
-class KVManagerLockstep(ConnectorOps, Lockstep):
+class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -129,7 +130,8 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
               "skipped blocks removed before request_finished",
               "admission padded with placeholder drafts", "admission padded after a hit",
               "placeholder drafts past a block's end", *PADDED,
-              *MARKS, *connector.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS, *EAGLE_APART, MTP_HELD,
+              *MARKS, *connector.EVENTS, *async_ops.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS,
+              *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
 
@@ -235,15 +237,21 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
     def _sample(self, op):
         """A running request whose tokens are all computed samples the op's token: the request
         whose slot is asked next (a decode), or None (a sample asks none; or the op resolves
-        to nothing)."""
+        to nothing). A decode needs every token computed and none more (a `placeholder`'s
+        slot waits for its `sample`); a stale sample, a waiting request (`async_ops.py`)."""
         request = self.requests.get(op.rid)
-        if request is None or request.status != RUNNING or \
-                request.computed < len(request.tokens) or \
-                len(request.tokens) >= self.trace.max_model_len:
+        stale = isinstance(op, Sample) and op.stale
+        if request is None or (not self.stale_token(op, request) if stale else (
+                request.status != RUNNING or request.computed < len(request.tokens) or
+                len(request.tokens) >= self.trace.max_model_len or
+                (isinstance(op, Decode) and request.computed != len(request.tokens)))):
             return None
         request.tokens.append(op.token)
-        yield Call(f"r{op.rid} samples {op.token}", "append_token", (op.rid, op.token),
-                   oracle=None)
+        yield Call(f"r{op.rid} samples {op.token}{' (stale output)' if stale else ''}",
+                   "append_token", (op.rid, op.token), oracle=None)
+        if stale:
+            self.count("stale token after a preemption")
+            return None
         if isinstance(op, Sample):  # no slot asked: the next allocation schedules the token
             self.count("sample, no slot")
             return None
@@ -303,7 +311,10 @@ class KVManagerLockstep(ConnectorOps, Lockstep):
         if request is None or request.status != RUNNING:
             return
         # (no edge class: kvfuzz's own streams never make it, only the guard's recordings)
-        rid, computed, hashes = op.rid, request.computed, self._hashes(request)
+        # Under asynchronous scheduling the scheduler caches what is processed: its computed
+        # tokens less those in flight (`update_from_output`).
+        rid, hashes = op.rid, self._hashes(request)
+        computed = request.computed - (request.in_flight if self.trace.async_scheduling else 0)
         yield Call(f"cache_blocks(r{rid}, {computed}) after its output", "cache_blocks",
                    (rid, computed),
                    oracle=lambda: self.model.cache_blocks(rid, hashes, computed, request.tokens,

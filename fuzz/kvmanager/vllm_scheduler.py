@@ -75,6 +75,9 @@ class Workload:
     lookahead_hashes: bool = True
     eagle_groups: tuple = ()
     embeds: float = 0.0
+    # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
+    # N's output is processed, as the engine's batch queue of two does (vllm_async.py)
+    async_scheduling: bool = False
 
 
 @dataclass
@@ -214,6 +217,10 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                                      enable_prefix_caching=True),
             **_connector(workload, seed), **speculative)
         config.cache_config.num_gpu_blocks = workload.blocks
+        if workload.async_scheduling:  # (turned off by the CPU platform: vllm_async.py)
+            from kvfuzz.fuzz.kvmanager.vllm_async import asynchronous
+
+            asynchronous(config, workload)
         spec = FullAttentionSpec(block_size=workload.block_size, num_kv_heads=1, head_size=8,
                                  dtype=torch.float16)
         groups = [KVCacheGroupSpec(["layer0"], spec, is_eagle_group=0 in workload.eagle_groups)]
@@ -228,7 +235,11 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                                   kv_cache_groups=groups)
         with _built_by(scheduler_module, "KVCacheManager", manager_class), \
                 _built_by(kv_cache_coordinator, "BlockPool", pool_class):
-            return scheduler_module.Scheduler(
+            # the engine's own choice of class where the workload asks for asynchronous
+            # scheduling (AsyncScheduler, a subclass that builds its manager by the same name)
+            cls = config.scheduler_config.get_scheduler_cls() if workload.async_scheduling \
+                else scheduler_module.Scheduler
+            return cls(
                 vllm_config=config, kv_cache_config=kv_config,
                 structured_output_manager=StructuredOutputManager(config),
                 block_size=workload.block_size, log_stats=True)
@@ -306,12 +317,17 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
         # the draft tokens' slots every allocation reserves: given only where there are some
         lookahead = {"num_lookahead_tokens": scheduler.num_lookahead_tokens} \
             if scheduler.num_lookahead_tokens else {}
+        lookahead |= {"async_scheduling": True} if workload.async_scheduling else {}
         scheduler.kv_cache_manager = wrap(
             scheduler.kv_cache_manager,
             max_in_flight_tokens=scheduler.vllm_config.max_in_flight_tokens, **lookahead)
     arrivals = _requests(scheduler, workload, rng, manager_class)
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
+    if workload.async_scheduling:
+        from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
+
+        return run_pipelined(scheduler, arrivals, requests, result, rng, workload)
     # the connector's worker side, when there is one
     worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else \
         InstantWorker()
@@ -391,6 +407,9 @@ EAGLE_GROUPS = Workload(speculative="eagle", num_speculative=1, lookahead_hashes
                         window=48, eagle_groups=(1,), blocks=60)
 MTP = Workload(speculative="mtp", num_speculative=3)
 PROMPT_EMBEDS = Workload(embeds=0.6)
+# vLLM's AsyncScheduler (vllm_async.py) over full attention and a 48-token window (the tokens in
+# flight hold the window's blocks), 60 blocks as ZEROING's, so that sessions still preempt
+ASYNC = Workload(async_scheduling=True, window=48, blocks=60)
 # The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
 # token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
 SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)

@@ -291,6 +291,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             values["pad"] = reader.integer(raw.get("pad", 0), at, low=0, high=MAX_PAD)
         elif f.name == "defer":  # a free deferred past the pool (pop_blocks_for_free)
             values["defer"] = reader.boolean(raw.get("defer", False), at)
+        elif f.name == "stale":  # a preempted request's token delivered late (asynchronous)
+            values["stale"] = reader.boolean(raw.get("stale", False), at)
         elif f.name == "load":  # a connector's asynchronous load
             values["load"] = reader.boolean(raw.get("load", False), at)
         elif f.name in ("external", "reserve"):

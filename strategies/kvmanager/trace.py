@@ -113,10 +113,41 @@ class Decode:
 class Sample:
     """A running request whose tokens are all computed samples `token` and asks for no slot
     before it leaves (a real scheduler preempts it first, or it is done): no call. Its next
-    allocation, if any, is a `schedule` of the token; resolves to nothing where `decode` does."""
+    allocation, if any, is a `schedule` of the token; resolves to nothing where `decode` does.
+    Under asynchronous scheduling also the token of a `placeholder` allocation, once its step's
+    output is processed (the request then has its tokens computed).
+
+    `stale` (asynchronous scheduling): the token of a step still in flight when the request was
+    preempted, which vLLM still delivers (its "stale output"): appended to the waiting request,
+    admitted again with it. Resolves to nothing for a request that is not waiting after a
+    preemption, or at `max_model_len` tokens."""
 
     rid: int
     token: int
+    stale: bool = field(default=False, metadata=LATER)
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """Asynchronous scheduling (`async_scheduling`): a running request whose tokens are all
+    computed gets the slot of the token its step in flight samples, before that token is known
+    (vLLM's `AsyncScheduler` output placeholder, `num_output_placeholders`):
+    `allocate_slots(request, 1)` over the request's tokens as they are; the `sample` of the
+    token comes when that step's output is processed. Resolves to nothing without
+    asynchronous scheduling or within one token of `max_model_len` (the scheduler schedules
+    no position there)."""
+
+    rid: int
+
+
+@dataclass(frozen=True)
+class Processed:
+    """Asynchronous scheduling: the output of the request's last step is processed before its
+    next allocation (no call): none of its tokens are in flight then (without it, a running
+    request's previous allocation is). Resolves to nothing for a request that is not
+    running."""
+
+    rid: int
 
 
 @dataclass(frozen=True)
@@ -184,11 +215,11 @@ class Reset:
 
 
 Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | RemoveSkipped | Evict | \
-    Reset | Connect | Loaded | Settle
+    Reset | Connect | Loaded | Settle | Placeholder | Processed
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
          "preempt": Preempt, "finish": Finish, "release": Release,
          "remove_skipped": RemoveSkipped, "evict": Evict,
-         "reset": Reset, "settle": Settle,
+         "reset": Reset, "settle": Settle, "placeholder": Placeholder, "processed": Processed,
          **connector_ops.OPS}
 NAMES = {cls: name for name, cls in KINDS.items()}
 
@@ -402,7 +433,12 @@ def describe_op(op: Op) -> str:
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
     if isinstance(op, Sample):
-        return f"r{op.rid} samples token {op.token}, no slot asked"
+        stale = " (a step's stale output, after its preemption)" if op.stale else ""
+        return f"r{op.rid} samples token {op.token}, no slot asked{stale}"
+    if isinstance(op, Placeholder):
+        return f"r{op.rid} gets the slot of the token its step in flight samples"
+    if isinstance(op, Processed):
+        return f"r{op.rid}'s last step's output processed: no tokens in flight"
     deferred = ", its free deferred" if getattr(op, "defer", False) else ""
     if isinstance(op, Preempt):
         return f"preempt r{op.rid}{deferred}"

@@ -1,0 +1,56 @@
+"""The KV-cache-manager judge's handlers of asynchronous scheduling's own ops, mixed into
+`KVManagerLockstep`: what vLLM's `AsyncScheduler` makes the manager see that a synchronous
+scheduler never does (docs/upstream-vllm.md, "vLLM's own scheduler, guarded").
+
+- `placeholder`: a running request whose tokens are all computed is scheduled again before the
+  output of its step in flight is processed: `allocate_slots(request, 1)` for the token that
+  step samples, over the request's tokens as they are (its `num_tokens` one short of the
+  positions it now holds slots for; what it caches stops at its tokens). The request then
+  counts one token more computed than it has, until the `sample` of that token;
+- `processed`: the output of the request's last step is processed before its next
+  allocation, so none of its tokens are in flight then (the trace's asynchronous mode
+  otherwise holds the previous allocation in flight at the next); no call;
+- a `sample` with `stale`: a preempted request's step in flight delivers its token after the
+  preemption (vLLM keeps that "stale output"); the waiting request has it at its admission.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
+
+EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
+          "output processed, nothing in flight", "stale token after a preemption")
+
+
+class AsyncOps:
+    """Mixed into `KVManagerLockstep` (its requests, trace and `_allocation`)."""
+
+    @handles(Placeholder)
+    def placeholder(self, op: Placeholder):
+        request = self.requests.get(op.rid)
+        if request is None or request.status != "running" or \
+                not self.trace.async_scheduling or request.computed != len(request.tokens) or \
+                len(request.tokens) + 1 >= self.trace.max_model_len:
+            return
+        self.count("placeholder slot (token in flight)")
+        if len(request.tokens) % self.trace.block_size == 0:
+            self.count("placeholder slot into a new block")
+        yield Call(f"allocate_slots(r{op.rid}, 1): the slot of the token in flight")
+        return (yield from self._allocation(op.rid, request, 1, 0, None))
+
+    @handles(Processed)
+    def processed(self, op: Processed):
+        request = self.requests.get(op.rid)
+        if request is None or request.status != "running" or not request.in_flight:
+            return
+        self.count("output processed, nothing in flight")
+        request.in_flight = 0
+        yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
+                   oracle=None)
+
+    def stale_token(self, op, request) -> bool:
+        """Whether `op` (a `sample` with `stale`) applies: a waiting request preempted before,
+        with nothing computed and room for the token."""
+        return request.status == "waiting" and request.preempted and not request.computed \
+            and len(request.tokens) < self.trace.max_model_len

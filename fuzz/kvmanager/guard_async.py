@@ -1,0 +1,97 @@
+"""The manager's guard under vLLM's asynchronous scheduler (`AsyncScheduler`: step N+1
+scheduled before step N's output is processed), mixed into `GuardedManager` (`guard.py`) when
+the guard is told so (`kvfuzz.guard(..., async_scheduling=True)`; the trace's
+`async_scheduling`). What the scheduler then passes the manager, and the trace's op for it:
+
+- a request's tokens in flight (`num_in_flight_tokens`: scheduled, output not processed) at
+  each allocation: its previous allocation's, as the trace's asynchronous mode holds them, or
+  none once that step's output is processed: a `processed` op first;
+- `allocate_slots(request, 1)` of a running request whose tokens are all computed (its output
+  placeholder, `num_output_placeholders`: the token its step in flight samples, not yet
+  appended): `placeholder`;
+- `cache_blocks(request, computed - in flight)` after each output that sampled (the scheduler
+  makes it whenever the request has output placeholders): `settle`, after the `sample` of the
+  token, the trace caching the computed tokens less those in flight;
+- a preempted request's token delivered by its step in flight after the preemption (its
+  "stale output"), seen at its next lookup: a `sample` with `stale`.
+
+Refused (`GuardUnsupported`): tokens in flight where the guard was not told the scheduler is
+asynchronous, other in-flight counts than the two above, a waiting request with tokens in
+flight, a `cache_blocks` of other than the processed tokens, and more than one stale token.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.kvmanager.trace import Processed, Sample, Settle
+
+MAX_TOKEN = (1 << 31) - 1
+
+
+class AsyncCalls:
+    """Mixed into `GuardedManager` (its session, requests, `_refuse`, `_run`, `_sampled`)."""
+
+    def _asynchronous(self) -> bool:
+        return self.kvfuzz_session.header.async_scheduling
+
+    def _in_flight(self, tracked, request) -> None:
+        """Before an allocation or a post-output `cache_blocks`: the request's tokens in flight
+        as the trace has them, after a `processed` op where the step's output came."""
+        actual = int(getattr(request, "num_in_flight_tokens", 0) or 0)
+        name = request.request_id
+        if not self._asynchronous():
+            if actual:
+                self._refuse(f"request {name!r} has {actual} tokens in flight (an asynchronous "
+                             f"scheduler: kvfuzz.guard(..., async_scheduling=True) maps it)")
+            return
+        if not tracked.running:
+            if actual:
+                self._refuse(f"request {name!r} waits with {actual} tokens in flight")
+            return
+        if actual == tracked.in_flight:
+            return
+        if actual:
+            self._refuse(f"request {name!r} has {actual} tokens in flight where the trace has "
+                         f"{tracked.in_flight} (its previous allocation's) or none")
+        self.kvfuzz_session.step(Processed(tracked.rid))
+        tracked.in_flight = 0
+
+    def _placeholder(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
+        """Whether an allocation of a running request is its output placeholder's slot."""
+        return self._asynchronous() and n == 1 and tokens == seen and \
+            tracked.computed == len(tracked.tokens) and \
+            int(getattr(request, "num_output_placeholders", 0) or 0) > 0 and \
+            len(tracked.tokens) + 1 < self.kvfuzz_session.header.max_model_len
+
+    def _async_settle(self, tracked, request, n: int):
+        """The scheduler's `cache_blocks(request, computed - in flight)` after an output: a
+        `settle`, after the `sample` of the token it appended."""
+        self._in_flight(tracked, request)
+        self._sampled(tracked, request)
+        processed = tracked.computed - tracked.in_flight
+        actual = request.num_computed_tokens - int(request.num_in_flight_tokens or 0)
+        if n != processed or actual != n:
+            self._refuse(f"cache_blocks of {n} tokens of running request "
+                         f"{request.request_id!r}, which has {actual} processed (the trace "
+                         f"{processed})")
+        self._kvfuzz_lookups.clear()
+        rid = tracked.rid
+        return self._run(Settle(rid), "cache_blocks",
+                         lambda: self._kvfuzz_object.cache_blocks(request, n),
+                         lambda args: None if tuple(args) == (rid, n) else
+                         f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
+
+    def _stale(self, tracked, request) -> None:
+        """A preempted request's token that its step in flight delivered after the
+        preemption, seen at its next lookup: a `sample` with `stale`."""
+        tokens, seen = list(request.all_token_ids), tracked.engine_ids()
+        if not self._asynchronous() or tracked.running or tracked.computed or \
+                not getattr(request, "num_preemptions", 0) or len(tokens) != len(seen) + 1 or \
+                tokens[:-1] != seen:
+            return
+        token = tokens[-1]
+        if not 0 <= token <= MAX_TOKEN or \
+                len(tokens) > self.kvfuzz_session.header.max_model_len:
+            self._refuse(f"request {request.request_id!r}'s stale token {token} at "
+                         f"{len(tokens)} tokens")
+        tracked.tokens.append(token)
+        self.kvfuzz_session.step(Sample(tracked.rid, token, stale=True))

@@ -1,0 +1,69 @@
+"""vLLM's `AsyncScheduler` stepped as its engine steps it (`Workload(async_scheduling=True)`,
+`vllm_scheduler.py`): `EngineCore.step_with_batch_queue` with a batch queue of two (vLLM
+0.33.0's `max_concurrent_batches` under asynchronous scheduling with the V1 model runner), so
+step N+1 is scheduled before step N's output is processed, and each output comes one
+scheduling later, with fake sampled tokens as the synchronous sessions have them.
+
+Which requests of a step sample is fixed when the step is scheduled (a request whose chunk
+ends its prompt, or a decode: not `is_prefill_chunk` after `_update_after_schedule`), as the
+model runner would know it; the token itself is drawn when the output is made.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+# What the asynchronous sessions do not combine with yet (each refused before vLLM is built).
+UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector",
+               "fake_connector": "the fake KV connector",
+               "deferred_aborts": "aborts of steps in flight (deferred frees)",
+               "speculative": "speculative decoding", "embeds": "prompt embeddings"}
+QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
+
+
+def asynchronous(config, workload) -> None:
+    """The engine's config made asynchronous, as on a GPU: vLLM's CPU platform turns
+    `scheduler_config.async_scheduling` off ("not required on CPU",
+    `CpuPlatform.check_and_update_config`), a reason of this machine, not of the scheduler; on
+    again, the config's `max_concurrent_batches` is 2 and its `max_in_flight_tokens` twice the
+    step's tokens, and `get_scheduler_cls()` is `AsyncScheduler`. ValueError naming what
+    `workload` asks that the asynchronous sessions do not drive yet."""
+    asked = [what for name, what in UNSUPPORTED.items() if getattr(workload, name)]
+    if asked:
+        raise ValueError(f"Workload(async_scheduling=True) with {', '.join(asked)}: not "
+                         f"driven by the asynchronous sessions yet")
+    config.scheduler_config.async_scheduling = True
+
+
+def run_pipelined(scheduler, arrivals, requests, result, rng, workload):
+    """Steps `scheduler` until every request has finished (at most `workload.max_steps`
+    scheduling steps): each loop schedules a step (arrivals first) and, once two are queued
+    (or nothing more can be scheduled), processes the oldest one's output."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    queue: deque = deque()  # (scheduler output, request ids, which of them sample), newest first
+    while result.steps < workload.max_steps:
+        while arrivals and arrivals[0][0] <= result.steps:
+            scheduler.add_request(arrivals.pop(0)[1])
+        if not arrivals and not scheduler.has_requests() and not queue:
+            break
+        if scheduler.has_requests() or arrivals:
+            output = scheduler.schedule()
+            result.steps += 1
+            result.scheduled_tokens += output.total_num_scheduled_tokens
+            ids = list(output.num_scheduled_tokens)
+            samples = [not scheduler.requests[rid].is_prefill_chunk for rid in ids]
+            queue.appendleft((output, ids, samples))
+            if len(queue) < QUEUE and (output.total_num_scheduled_tokens or
+                                       scheduler.has_requests()):
+                continue  # the engine does not wait on a step while the queue has room
+        if not queue:
+            continue
+        output, ids, samples = queue.pop()
+        sampled = [[rng.randrange(3, 1000)] if sample else [] for sample in samples]
+        scheduler.update_from_output(output, ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
+            sampled_token_ids=sampled))
+    result.finished = sum(request.is_finished() for request in requests)
+    result.preemptions = sum(request.num_preemptions for request in requests)
+    return result
