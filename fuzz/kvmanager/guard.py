@@ -371,9 +371,12 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
                          f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "
                          f"(the trace has {len(known)}, {tracked.computed})")
 
+        in_flight = self._engine_in_flight(request)  # (0 unless asynchronous: guard_async.py)
+
         def expected(args):
-            if tuple(args[1:4]) != (n, 0, False):
-                return f"the lock step allocates with {args}, the engine {n} tokens"
+            if tuple(args[1:4]) != (n, 0, False) or args[6] != in_flight:
+                return (f"the lock step allocates with {args}, the engine {n} tokens, "
+                        f"{in_flight} in flight")
         return op, expected, self._runs(tracked, n)
 
     def _no_hit(self, given) -> None:

@@ -55,6 +55,12 @@ class AsyncCalls:
         self.kvfuzz_session.step(Processed(tracked.rid))
         tracked.in_flight = 0
 
+    def _engine_in_flight(self, request) -> int:
+        """The tokens in flight the lock step must pass with a running request's allocation:
+        the engine's (none where the scheduler is synchronous: `_in_flight` refused any)."""
+        return int(getattr(request, "num_in_flight_tokens", 0) or 0) \
+            if self._asynchronous() else 0
+
     def _placeholder(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
         """Whether an allocation of a running request is its output placeholder's slot."""
         return self._asynchronous() and n == 1 and tokens == seen and \

@@ -109,3 +109,35 @@ def test_tokens_in_flight_the_guard_was_not_told_of_are_refused(tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match="3 tokens in flight where the trace has "
                                                       "8"):
         guarded.allocate_slots(request, 1)
+
+
+def chunks_with_an_output_between(tmp_path, **options):
+    """Request 1 (30 tokens, a window of 8 over blocks of 4) admitted with 12 tokens, its next 8
+    scheduled before that step's output, then both outputs processed before its third chunk
+    (as `AsyncScheduler` has it when the request sat out a step): (the guard, its table)."""
+    from tests.kvmanager.test_guard import guarded_arrival
+
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 30, 16, 8,
+                                                             async_scheduling=True, **options)
+    guarded.allocate_slots(request, 12, hit, blocks)
+    request.num_computed_tokens, request.num_in_flight_tokens = 12, 12
+    guarded.allocate_slots(request, 8)  # the first step still in flight
+    request.num_computed_tokens, request.num_in_flight_tokens = 20, 0  # both processed
+    guarded.allocate_slots(request, 8)
+    return guarded, manager.get_block_ids(request.request_id)
+
+
+@with_engine("vllm")
+def test_an_output_processed_before_the_next_allocation_is_a_processed_op(tmp_path,
+                                                                          monkeypatch):
+    from kvfuzz.fuzz.kvmanager.guard import GuardedManager
+    from kvfuzz.strategies.kvmanager.trace import Schedule
+
+    guarded, tables = chunks_with_an_output_between(tmp_path)
+    session = guarded.kvfuzz_session
+    assert session.divergence is None
+    assert session.ops[1:] == [Schedule(0, 12), Schedule(0, 8), Processed(0), Schedule(0, 8)]
+    assert tables[1][:3] == [0, 0, 0]  # the window moved on all 20 tokens: nothing in flight
+    monkeypatch.setattr(GuardedManager, "_in_flight", forgets_processed)
+    with pytest.raises(kvfuzz.Mismatch, match="8 tokens, 0 in flight"):
+        chunks_with_an_output_between(tmp_path / "broken")
