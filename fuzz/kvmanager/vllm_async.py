@@ -7,16 +7,23 @@ scheduling later, with fake sampled tokens as the synchronous sessions have them
 Which requests of a step sample is fixed when the step is scheduled (a request whose chunk
 ends its prompt, or a decode: not `is_prefill_chunk` after `_update_after_schedule`), as the
 model runner would know it; the token itself is drawn when the output is made.
+
+`Workload(deferred_aborts=p)` sets `defer_block_free` (as vLLM does with overlapping batches
+and a consumer connector) and, in a fraction `p` of the outputs, aborts one of the requests of
+the step about to be processed first (the engine processes its abort queue before each output,
+`_process_aborts_queue`): with a step of it still in flight its blocks are popped
+(`pop_blocks_for_free`) and freed once that step is processed, and so are a preempted
+request's.
 """
 
 from __future__ import annotations
 
+import random
 from collections import deque
 
 # What the asynchronous sessions do not combine with yet (each refused before vLLM is built).
 UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector",
                "fake_connector": "the fake KV connector",
-               "deferred_aborts": "aborts of steps in flight (deferred frees)",
                "speculative": "speculative decoding", "embeds": "prompt embeddings"}
 QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
 
@@ -35,12 +42,17 @@ def asynchronous(config, workload) -> None:
     config.scheduler_config.async_scheduling = True
 
 
-def run_pipelined(scheduler, arrivals, requests, result, rng, workload):
+def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int):
     """Steps `scheduler` until every request has finished (at most `workload.max_steps`
     scheduling steps): each loop schedules a step (arrivals first) and, once two are queued
     (or nothing more can be scheduled), processes the oldest one's output."""
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import _abort_in_flight
+
+    if workload.deferred_aborts:
+        scheduler.defer_block_free = True
+    aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
     queue: deque = deque()  # (scheduler output, request ids, which of them sample), newest first
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
@@ -60,6 +72,8 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload):
         if not queue:
             continue
         output, ids, samples = queue.pop()
+        if ids and aborts.random() < workload.deferred_aborts:
+            result.deferred += _abort_in_flight(scheduler, aborts.choice(ids))
         sampled = [[rng.randrange(3, 1000)] if sample else [] for sample in samples]
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},

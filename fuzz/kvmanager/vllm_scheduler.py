@@ -327,7 +327,7 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
-        return run_pipelined(scheduler, arrivals, requests, result, rng, workload)
+        return run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed)
     # the connector's worker side, when there is one
     worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else \
         InstantWorker()

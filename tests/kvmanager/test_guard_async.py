@@ -2,10 +2,11 @@
 (fuzz/kvmanager/guard_async.py; the sessions: fuzz/kvmanager/vllm_async.py): step N+1 scheduled
 before step N's output is processed, its calls mapped onto the trace's asynchronous ops
 (`placeholder`, `processed`, a `stale` sample, `settle` of the processed tokens) and checked
-in lock step. The released class runs clean and its recording replays; the two mutants of the
-tokens in flight raise at their first bad call with a file that replays; a guard that drops
-the `processed` op or a stale token is caught; tokens in flight the guard was not told of are
-refused. The ops' JSON needs no vLLM."""
+in lock step. The released class runs clean and its recording replays, with aborts during a
+step in flight too (deferred frees); the two mutants of the tokens in flight raise at their
+first bad call with a file that replays; a guard that drops the `processed` op or a stale
+token is caught; tokens in flight the guard was not told of are refused. The ops' JSON needs no
+vLLM."""
 
 import pytest
 
@@ -66,6 +67,27 @@ def test_vllms_async_scheduler_runs_guarded_clean_and_corpus_keeps_its_record(tm
     assert kvfuzz.replay(path, "vllm.kvmanager").ok
     for name in ("in_flight_ignored", "window_moves_early"):
         assert not kvfuzz.replay(path, f"mutant.vllm.kvmanager.{name}").ok
+
+
+@with_engine("vllm")
+def test_aborts_of_requests_with_a_step_in_flight_are_deferred_frees_guarded_clean(tmp_path):
+    """`defer_block_free` under the asynchronous scheduler: a request aborted before its step's
+    output is popped (`finish` with `defer`) and released once that step is processed."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+    from kvfuzz.strategies.kvmanager.trace import Finish, Release
+
+    session = vllm_scheduler.run_session(
+        SEED, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", corpus=tmp_path,
+                                                       **settings),
+        workload=replace(vllm_scheduler.ASYNC, deferred_aborts=0.1))
+    guarded = session.manager.kvfuzz_session
+    assert guarded.divergence is None and session.deferred, session
+    ops = guarded.ops
+    assert sum(isinstance(op, Finish) and op.defer for op in ops) == session.deferred == \
+        sum(isinstance(op, Release) for op in ops)
+    assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
 
 
 @with_engine("vllm")
