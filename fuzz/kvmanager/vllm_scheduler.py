@@ -9,7 +9,8 @@ per request whose prompt is done) until every request has finished.
 `kvfuzz.record`); the scheduler then calls it as it calls its own. `Workload(offload_bytes=n)`
 adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`;
 `Workload(fake_connector=True)` a deterministic fake one, seeded by the session's seed
-(`fake_connector.py`).
+(`fake_connector.py`); `Workload(async_scheduling=True)` vLLM's `AsyncScheduler`, stepped as
+its engine steps it (`vllm_async.py`).
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
@@ -302,7 +303,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     """One seeded scheduler session, every request run to its end (at most
     `workload.max_steps` steps). `wrap(manager, **settings)` stands in for the scheduler's
     manager, given what the manager does not keep (`max_in_flight_tokens`, and
-    `num_lookahead_tokens` where there are draft tokens); `wrap_pool(pool)`
+    `num_lookahead_tokens` where there are draft tokens, `async_scheduling` where the scheduler
+    is asynchronous); `wrap_pool(pool)`
     for the block pool the manager's coordinator built, wherever it is held."""
     rng = random.Random(seed)
     scheduler = build_scheduler(workload, manager_class, pool_class, seed)  # prepares vLLM
