@@ -96,16 +96,17 @@ class _Tracked:
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
           on_unsupported: str = "raise", max_in_flight_tokens: int | None = None,
-          num_lookahead_tokens: int = 0, async_scheduling: bool = False):
+          num_lookahead_tokens: int = 0, async_scheduling: bool | None = None):
     """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
     is said once on stderr and goes through, and so does every call after it, unchecked.
     `num_lookahead_tokens`: the draft tokens' slots the scheduler asks on every allocation
     (its own `num_lookahead_tokens`; an allocation with another number is refused).
-    `async_scheduling`: the scheduler is vLLM's `AsyncScheduler` (`guard_async.py`; without
-    it a request with tokens in flight is refused)."""
-    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens, async_scheduling)
+    `async_scheduling`: the scheduler is vLLM's `AsyncScheduler` (True) or a synchronous one
+    (False: a request with tokens in flight is refused); None infers it at the first tokens in
+    flight (`guard_async.py`)."""
+    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens, bool(async_scheduling))
     driver = None
     if check:
         from kvfuzz.impl.kvmanager.live import LiveManagerDriver
@@ -117,7 +118,9 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
             trace.block_size, trace.hash_lookahead)
         if session.lock is not None:  # the scheduler takes the zeroing records itself
             session.lock.zeroing_read_only = True
-    return GuardedManager(manager, session, driver)
+    guarded = GuardedManager(manager, session, driver)
+    vars(guarded)["_kvfuzz_infer_async"] = async_scheduling is None
+    return guarded
 
 
 class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject):
@@ -286,6 +289,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         (with draft tokens): a `settle`, after the `sample` of the token it appended."""
         if self._asynchronous():
             return self._async_settle(tracked, request, n)
+        vars(self)["_kvfuzz_synchronous_steps"] = 1  # judged as a synchronous scheduler's
         if n != tracked.computed or request.num_computed_tokens != n:
             self._refuse(f"cache_blocks of {n} tokens of running request "
                          f"{request.request_id!r}, which has {request.num_computed_tokens} "

@@ -1,7 +1,11 @@
 """The manager's guard under vLLM's asynchronous scheduler (`AsyncScheduler`: step N+1
-scheduled before step N's output is processed), mixed into `GuardedManager` (`guard.py`) when
-the guard is told so (`kvfuzz.guard(..., async_scheduling=True)`; the trace's
-`async_scheduling`). What the scheduler then passes the manager, and the trace's op for it:
+scheduled before step N's output is processed), mixed into `GuardedManager` (`guard.py`): told
+so (`kvfuzz.guard(..., async_scheduling=True)`; the trace's `async_scheduling`), or, by default
+(None: `kvfuzz guard kvmanager -- COMMAND`, whose settings are the manager's constructor
+keywords), inferred at the first allocation of a running request with tokens in flight, where
+no running request's allocation was judged before (admissions alone are the same call either
+way, so the trace's setting, set then, reads the same from its start). What the scheduler then
+passes the manager, and the trace's op for it:
 
 - a request's tokens in flight (`num_in_flight_tokens`: scheduled, output not processed) at
   each allocation: its previous allocation's, as the trace's asynchronous mode holds them, or
@@ -15,8 +19,9 @@ the guard is told so (`kvfuzz.guard(..., async_scheduling=True)`; the trace's
 - a preempted request's token delivered by its step in flight after the preemption (its
   "stale output"), seen at its next lookup: a `sample` with `stale`.
 
-Refused (`GuardUnsupported`): tokens in flight where the guard was not told the scheduler is
-asynchronous, other in-flight counts than the two above, a waiting request with tokens in
+Refused (`GuardUnsupported`): tokens in flight where the guard was told the scheduler is
+synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
+was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting request with tokens in
 flight, a `cache_blocks` of other than the processed tokens, and more than one stale token.
 """
 
@@ -39,10 +44,17 @@ class AsyncCalls:
         actual = int(getattr(request, "num_in_flight_tokens", 0) or 0)
         name = request.request_id
         if not self._asynchronous():
-            if actual:
+            state = vars(self)
+            if not actual:
+                state["_kvfuzz_synchronous_steps"] = state.get(
+                    "_kvfuzz_synchronous_steps", 0) + tracked.running
+                return
+            if not (state.get("_kvfuzz_infer_async") and tracked.running and
+                    not state.get("_kvfuzz_synchronous_steps")):
                 self._refuse(f"request {name!r} has {actual} tokens in flight (an asynchronous "
-                             f"scheduler: kvfuzz.guard(..., async_scheduling=True) maps it)")
-            return
+                             f"scheduler: kvfuzz.guard(..., async_scheduling=True) from the "
+                             f"first call maps it)")
+            self.kvfuzz_session.set_header(async_scheduling=True)  # inferred
         if not tracked.running:
             if actual:
                 self._refuse(f"request {name!r} waits with {actual} tokens in flight")

@@ -60,6 +60,13 @@ def test_vllms_async_scheduler_runs_guarded_clean_and_corpus_keeps_its_record(tm
     assert events["admission with a hit"] and events["window frees blocks with tokens in flight"]
     recorded = async_session(SEED, None, tmp_path, check=False).manager.kvfuzz_session
     assert recorded.trace() == guarded.trace()
+    # not told (as `kvfuzz guard kvmanager -- COMMAND`): inferred at the first tokens in flight
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    inferred = vllm_scheduler.run_session(SEED, lambda manager, **settings: kvfuzz.guard(
+        manager, "kvmanager", corpus=tmp_path, max_in_flight_tokens=settings[
+            "max_in_flight_tokens"]), workload=vllm_scheduler.ASYNC).manager.kvfuzz_session
+    assert inferred.divergence is None and inferred.trace() == guarded.trace()
     assert not list(tmp_path.glob("*.json"))
     path = Path(CORPUS) / TARGETS["kvmanager"].file_name(recorded.trace())
     assert path.exists(), f"regenerate it: kvfuzz.fuzz.engine.corpus.save(TARGETS['kvmanager']" \
@@ -125,35 +132,49 @@ def test_a_guard_mapping_asynchronous_calls_wrongly_is_caught(broken, tmp_path, 
         async_session(SEED, None, tmp_path)
 
 
-@with_engine("vllm")
-def test_tokens_in_flight_the_guard_was_not_told_of_are_refused(tmp_path):
+def admitted(tmp_path, tokens: int = 9, **options):
+    """The released manager guarded (`options`), request 1 admitted with all but one token:
+    (the manager, its guard, the request)."""
     from tests.kvmanager.test_guard import guarded_arrival
 
-    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 9)
-    guarded.allocate_slots(request, 8, hit, blocks)
-    request.num_computed_tokens, request.num_in_flight_tokens = 8, 8
+    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, tokens, **options)
+    guarded.allocate_slots(request, tokens - 1, hit, blocks)
+    request.num_computed_tokens = tokens - 1
+    return manager, guarded, request
+
+
+@with_engine("vllm")
+def test_tokens_in_flight_are_refused_where_the_scheduler_is_synchronous(tmp_path):
+    manager, guarded, request = admitted(tmp_path, async_scheduling=False)  # told
+    request.num_in_flight_tokens = 8
     free = manager.block_pool.get_num_free_blocks()
     with pytest.raises(kvfuzz.GuardUnsupported, match="8 tokens in flight .an asynchronous "
                                                       "scheduler"):
         guarded.allocate_slots(request, 1)
     assert manager.block_pool.get_num_free_blocks() == free  # never made
-    # told: the previous allocation's 8 tokens in flight, or none; 3 is neither
-    manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 9, async_scheduling=True)
-    guarded.allocate_slots(request, 8, hit, blocks)
-    request.num_computed_tokens, request.num_in_flight_tokens = 8, 3
+    # inferring (the default), after a running request's allocation judged as synchronous
+    manager, guarded, request = admitted(tmp_path / "inferred", 13)
+    guarded.allocate_slots(request, 1)  # nothing in flight: a synchronous scheduler's call
+    request.num_computed_tokens, request.num_in_flight_tokens = 13, 1
+    with pytest.raises(kvfuzz.GuardUnsupported, match="from the first call"):
+        guarded.allocate_slots(request, 1)
+    assert not guarded.kvfuzz_session.header.async_scheduling
+    # asynchronous: the previous allocation's 8 tokens in flight, or none; 3 is neither
+    manager, guarded, request = admitted(tmp_path / "told", async_scheduling=True)
+    request.num_in_flight_tokens = 3
     with pytest.raises(kvfuzz.GuardUnsupported, match="3 tokens in flight where the trace has "
                                                       "8"):
         guarded.allocate_slots(request, 1)
 
 
-def chunks_with_an_output_between(tmp_path, **options):
+def chunks_with_an_output_between(tmp_path, async_scheduling=True):
     """Request 1 (30 tokens, a window of 8 over blocks of 4) admitted with 12 tokens, its next 8
     scheduled before that step's output, then both outputs processed before its third chunk
     (as `AsyncScheduler` has it when the request sat out a step): (the guard, its table)."""
     from tests.kvmanager.test_guard import guarded_arrival
 
     manager, guarded, request, blocks, hit = guarded_arrival(tmp_path, 30, 16, 8,
-                                                             async_scheduling=True, **options)
+                                                             async_scheduling=async_scheduling)
     guarded.allocate_slots(request, 12, hit, blocks)
     request.num_computed_tokens, request.num_in_flight_tokens = 12, 12
     guarded.allocate_slots(request, 8)  # the first step still in flight
@@ -173,6 +194,9 @@ def test_an_output_processed_before_the_next_allocation_is_a_processed_op(tmp_pa
     assert session.divergence is None
     assert session.ops[1:] == [Schedule(0, 12), Schedule(0, 8), Processed(0), Schedule(0, 8)]
     assert tables[1][:3] == [0, 0, 0]  # the window moved on all 20 tokens: nothing in flight
+    # inferred from the second call's tokens in flight: the same trace
+    inferred, _ = chunks_with_an_output_between(tmp_path / "inferred", async_scheduling=None)
+    assert inferred.kvfuzz_session.trace() == session.trace()
     monkeypatch.setattr(GuardedManager, "_in_flight", forgets_processed)
     with pytest.raises(kvfuzz.Mismatch, match="8 tokens, 0 in flight"):
         chunks_with_an_output_between(tmp_path / "broken")
