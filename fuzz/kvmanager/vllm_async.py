@@ -42,13 +42,12 @@ def asynchronous(config, workload) -> None:
     config.scheduler_config.async_scheduling = True
 
 
-def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int):
+def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int, abort):
     """Steps `scheduler` until every request has finished (at most `workload.max_steps`
     scheduling steps): each loop schedules a step (arrivals first) and, once two are queued
-    (or nothing more can be scheduled), processes the oldest one's output."""
+    (or nothing more can be scheduled), processes the oldest one's output. `abort(scheduler,
+    request_id)`: the synchronous sessions' abort of a request (1 if it was live)."""
     from vllm.v1.outputs import ModelRunnerOutput
-
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import _abort_in_flight
 
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
@@ -73,7 +72,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             continue
         output, ids, samples = queue.pop()
         if ids and aborts.random() < workload.deferred_aborts:
-            result.deferred += _abort_in_flight(scheduler, aborts.choice(ids))
+            result.deferred += abort(scheduler, aborts.choice(ids))
         sampled = [[rng.randrange(3, 1000)] if sample else [] for sample in samples]
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},

@@ -329,7 +329,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
-        result = run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed)
+        result = run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed,
+                               _abort_in_flight)
         if wrap_pool is not None:
             result.pool = scheduler.kv_cache_manager.coordinator.block_pool
         return result
