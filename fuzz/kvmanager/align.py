@@ -68,7 +68,7 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
                                          "boundary states offered",
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         align_connector.JUDGED)
+                                         *align_connector.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -294,14 +294,14 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
         if NO_CONNECTOR in self.unread:
             return
         trace = self.trace
-        run = None if request.skip else align_connector.certain_lag(
-            request.hashes(trace.hash_size), len(request.tokens), trace.block_size,
-            trace.hash_size, align_connector.cached_entries(self.keys))
-        if run is not None:
-            self.count(align_connector.JUDGED)
+        expected = align_connector.expectation(
+            request.skip, request.hashes(trace.hash_size), len(request.tokens),
+            trace.block_size, trace.hash_size, align_connector.cached_entries(self.keys))
+        if expected[0]:
+            self.count(expected[0])
         yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
                    oracle=None, compare=lambda e, r, actual, raised:
-                   align_connector.lookup_problems(run, actual, raised))
+                   align_connector.lookup_problems(expected, actual, raised))
 
     def _entries(self, block: int) -> list:
         """A block's cache entries (hash, group) as the last state read showed them."""
