@@ -95,6 +95,7 @@ def test_a_fine_grained_mamba_lookup_mutant_is_killed(mutant, index):
 DECLARED = ("1063:41:NumberReplacer:139", "1655:48:ReplaceComparisonOperator_NotEq_Eq:12",
             "1853:34:ReplaceComparisonOperator_Lt_IsNot:5",
             "2107:21:ReplaceComparisonOperator_GtE_Is:11",
+            "2499:75:ReplaceBinaryOperator_Sub_LShift:56",
             # reached since the "mamba align" profile's checkpoint and speculative blocks
             "471:37:ReplaceComparisonOperator_Is_Eq:0")
 
