@@ -56,9 +56,8 @@ class AlignHitChecks:
         trace = self.trace
         if skip:
             return []  # no lookup: a hit was refused above
-        # (caching off: no lookup, nothing cached to find)
-        size, hashed, cached = trace.block_size, trace.hash_size, self.cache if trace.caching \
-            else {}
+        size, hashed = trace.block_size, trace.hash_size
+        cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
         full = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, cached)
         expected = align_hit.mamba_hit(units, full, hashed, cached)
         if hit == expected:
