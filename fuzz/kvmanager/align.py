@@ -7,7 +7,10 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 
 - a hit: at most `num_tokens - 1` tokens, a multiple of the hash block; full attention's
   blocks cover it (cdiv(hit, block size) blocks), each whole one cached under the request's own
-  hash of that block; the Mamba group's blocks the same count, null but the last;
+  hash of that block; the Mamba group's blocks the same count, null but the last; and its
+  length exactly what the pool's cache entries before the lookup give (the hybrid fixed point:
+  full attention's run and partial entry, then the latest Mamba state no deeper,
+  `oracle/kvmanager/align_hit.py`): `fuzz/kvmanager/align_hits.py`;
 - `allocate_slots`: None, or new blocks per group, distinct, full attention's not null (the Mamba
   group's may hold nulls, placeholders for states it does not keep), each group's now the end
   of the request's table; a step of no tokens and no hit refused (the manager raises);
@@ -32,7 +35,7 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
-the hit's length against the longest possible, which blocks are cached (Mamba's checkpoints and
+which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions,
 refusals for want of blocks (the admission count; but a running request's step that needs no
 new block is never refused, nor an admission the free blocks cover at its worst count:
@@ -47,18 +50,18 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import align_connector, align_retention
+from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.kvmanager import mamba_align
-from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR
 from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset, Sample,
                                                Schedule)
 
 
-class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
+class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -68,7 +71,7 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
                                          "boundary states offered",
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         align_connector.JUDGED)
+                                         *align_connector.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -78,6 +81,7 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
         self.seen: set[int] = set()
         self.ref: list[int] = [0] * trace.blocks   # the last state read's reference counts
         self.keys: list = [None] * trace.blocks    # and each block's entries
+        self.cache: dict = {}                      # and its cache map, (hash, group) -> blocks
         self.evicted: tuple[int, ...] = ()         # what the last op asked evicted
         self.reset_done = False                    # whether the last op reset the cache
         self.read_from: dict[int, int] = {}        # rid -> computed tokens its last step read
@@ -253,40 +257,6 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
             self.checkpoints[rid] = index
             self.count("Mamba prefill checkpoint block")
 
-    def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
-        if raised is not None:
-            return crash_problems(raised)
-        try:
-            blocks, hit, _ = actual
-            full, mamba = blocks
-        except (TypeError, ValueError):
-            return [("prefix hit", f"expected (two groups' blocks, hit tokens, boundary), "
-                                   f"actual {short(actual)}")]
-        trace, tokens = self.trace, len(request.tokens)
-        size, hashed = trace.block_size, trace.hash_size
-        if request.skip and hit:
-            return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
-        if not 0 <= hit <= tokens - 1 or hit % hashed:
-            return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
-                                   f"multiple of {hashed} below {tokens}")]
-        count = cdiv(hit, size)
-        if len(full) != count or len(mamba) != count:
-            return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} blocks "
-                                   f"per group, actual {short(blocks)}")]
-        if hit and (not mamba[-1] or any(mamba[:-1])):
-            return [("prefix hit", f"the Mamba group's blocks: expected nulls then its state "
-                                   f"block, actual {short(mamba)}")]
-        units = request.hashes(hashed)
-        for index, block in enumerate(full[:hit // size]):
-            if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
-                return [("prefix hit", f"full attention's block {index}, block {block}, is not "
-                                       f"cached under the request's hash of it")]
-        if hit and mamba_align.hit_key(units, hit, hashed) not in self._entries(mamba[-1]):
-            return [("prefix hit", f"the Mamba group's block {mamba[-1]} is not cached under "
-                                   f"the request's hash of its first {hit} tokens (the state "
-                                   f"a hit resumes from)")]
-        return []
-
     def _connector_lookup(self, rid, request):
         """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
         adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
@@ -294,14 +264,14 @@ class AlignLockstep(AlignPoolChecks, KVManagerLockstep):
         if NO_CONNECTOR in self.unread:
             return
         trace = self.trace
-        run = None if request.skip else align_connector.certain_lag(
-            request.hashes(trace.hash_size), len(request.tokens), trace.block_size,
-            trace.hash_size, align_connector.cached_entries(self.keys))
-        if run is not None:
-            self.count(align_connector.JUDGED)
+        expected = align_connector.expectation(
+            request.skip, request.hashes(trace.hash_size), len(request.tokens),
+            trace.block_size, trace.hash_size, align_connector.cached_entries(self.keys))
+        if expected[0]:
+            self.count(expected[0])
         yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
                    oracle=None, compare=lambda e, r, actual, raised:
-                   align_connector.lookup_problems(run, actual, raised))
+                   align_connector.lookup_problems(expected, actual, raised))
 
     def _entries(self, block: int) -> list:
         """A block's cache entries (hash, group) as the last state read showed them."""

@@ -19,9 +19,21 @@ on what the two lookups align to).
 - `M`: the deepest L, a multiple of the hash block at most T - 1, whose Mamba state is cached
   (`mamba_align.hit_key`, group 1); the Mamba group's own hit is at most M.
 
+Where the answer is certain without a hit length, it is judged whole:
+- a request that skips the cache (`prefix_cache_lookup_enabled` False): no blocks in any group,
+  no hit, boundary 0, not diverged;
+- full attention holds no unit of the request (no group-0 entry under any of its hash units):
+  full attention's own hit is 0, so is the reconciled one a fallback takes, and no group lags
+  below 0: hit 0, not diverged;
+- the certain lag above: the per-group branch, whose shared-prefix boundary is 0 (it detects
+  none).
+And always: the boundary is a count of tokens, never negative.
+
 Caught: `HybridKVCacheCoordinator.verify_and_split_kv_cache_groups` with its full-attention
 test negated (`kvfuzz mutate`'s line 768 of `kv_cache_coordinator.py`): no full-attention
-group id, every lookup sent to the reconciled hit, the lag never flagged.
+group id, every lookup sent to the reconciled hit, the lag never flagged; and in
+`kv_cache_manager.py`, the skip's early return removed or its boundary 1 or -1 (line 361), the
+per-group branch's boundary -1 and its flag `min(...) <= num_local`, set with no lag (line 378).
 """
 
 from __future__ import annotations
@@ -30,6 +42,9 @@ from kvfuzz.fuzz.engine.lockstep import crash_problems, short
 from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "connector lookup: full attention deeper than every Mamba state"
+SKIPPED = "connector lookup: a request that skips the cache"
+NOTHING = "connector lookup: full attention holds none of the request"
+EVENTS = (JUDGED, SKIPPED, NOTHING)
 
 
 def cached_entries(keys: list) -> set:
@@ -40,6 +55,18 @@ def cached_entries(keys: list) -> set:
             if entry:
                 entries.add(tuple(entry))
     return entries
+
+
+def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash_size: int,
+                entries: set) -> tuple[str, int]:
+    """What the lookup must answer: (SKIPPED, 0), (NOTHING, 0), (JUDGED, run) with the run full
+    attention's own hit covers at least, or ("", 0) where only its shape is judged."""
+    if skip:
+        return SKIPPED, 0
+    if not any((unit, 0) in entries for unit in units):
+        return NOTHING, 0
+    run = certain_lag(units, tokens, block_size, hash_size, entries)
+    return (JUDGED, run) if run is not None else ("", 0)
 
 
 def certain_lag(units: list[int], tokens: int, block_size: int, hash_size: int,
@@ -58,20 +85,31 @@ def certain_lag(units: list[int], tokens: int, block_size: int, hash_size: int,
     return run if deepest < run else None
 
 
-def lookup_problems(run: int | None, actual, raised) -> list[tuple[str, str]]:
+def lookup_problems(expected: tuple[str, int], actual, raised) -> list[tuple[str, str]]:
     """`actual`: the lookup's (blocks per group, hit, boundary, hit_diverged)."""
     if raised is not None:
         return crash_problems(raised)
-    if run is None:
-        return []
     try:
-        _, hit, _, diverged = actual
+        blocks, hit, boundary, diverged = actual
     except (TypeError, ValueError):
         return [("prefix hit", f"get_computed_blocks_for_connector: expected (blocks, hit, "
                                f"boundary, hit_diverged), actual {short(actual)}")]
-    if hit >= run and diverged is True:
-        return []
-    return [("prefix hit", f"get_computed_blocks_for_connector: full attention caches {run} "
-                           f"tokens of the request and every Mamba state lies below: expected "
-                           f"a hit of at least {run} with hit_diverged True, actual {hit}, "
-                           f"{diverged}")]
+    said = f"actual hit {hit}, boundary {boundary}, hit_diverged {diverged}"
+    if boundary < 0:
+        return [("prefix hit", f"get_computed_blocks_for_connector: a shared-prefix boundary "
+                               f"of {boundary} tokens; {said}")]
+    kind, run = expected
+    if kind == SKIPPED and (any(blocks) or hit or boundary or diverged is not False):
+        return [("prefix hit", f"get_computed_blocks_for_connector of a request that skips the "
+                               f"cache: expected no blocks, hit 0, boundary 0, hit_diverged "
+                               f"False; blocks {short(blocks)}, {said}")]
+    if kind == NOTHING and (hit or diverged is not False):
+        return [("prefix hit", f"get_computed_blocks_for_connector: full attention caches no "
+                               f"unit of the request: expected hit 0, hit_diverged False; "
+                               f"{said}")]
+    if kind == JUDGED and not (hit >= run and diverged is True and boundary == 0):
+        return [("prefix hit", f"get_computed_blocks_for_connector: full attention caches {run} "
+                               f"tokens of the request and every Mamba state lies below: expected "
+                               f"a hit of at least {run} with hit_diverged True and boundary 0 "
+                               f"(the per-group lookup's); {said}")]
+    return []

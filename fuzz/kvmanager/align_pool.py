@@ -62,6 +62,7 @@ class AlignPoolChecks:
         problems += [("invariant", text) for text in state_violations(size, ref, queue, keys,
                                                                        cache)]
         self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
+        self.cache = cache  # what the next admission's lookup finds (`_hit_problems`)
         return problems
 
     def _states(self, table: list) -> list:

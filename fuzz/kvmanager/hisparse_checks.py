@@ -19,14 +19,34 @@ def admission_fits(tokens, cap, size, hit, source, indexer, host_ref, device_ref
     indexer's likewise, the resident pages' past the hit's host pages (at most `cap` when
     the whole request is checked), and the hot region when it resumes a host prefix."""
     needed, kept = cdiv(tokens, size), cdiv(hit, size)
-
-    def free(blocks, ref):
-        return sum(1 for b in blocks if 0 < b < len(ref) and ref[b] == 0)
     if host:
-        return max(needed - kept, 0) + free(source[:kept], host_ref)
+        return max(needed - kept, 0) + _free(source[:kept], host_ref)
     resident = max((needed if cap is None else min(needed, cap)) - kept, 0)
-    return max(needed - len(indexer), 0) + free(indexer, device_ref) + resident + \
+    return max(needed - len(indexer), 0) + _free(indexer, device_ref) + resident + \
         (HOT_BLOCKS if hit else 0)
+
+
+def import_counts(tokens, end, size, source, indexer, host_ref, device_ref) -> tuple[int, int]:
+    """(device, host) blocks an admission that imports external tokens up to `end` counts for
+    `tokens` slots (the released `get_num_blocks_to_allocate` of each group, the request holding
+    nothing yet): on the device the indexer's new blocks and its adopted hit blocks that are
+    free, the resident group's last imported page plus its pages past the import (its import
+    branch: no admission cap) and the hot region (an import reads host-backed history); on the
+    host the source group's new blocks past its retained hit, cut to the import's pages (line
+    497), and those of it that are free. A host count over the host pool's free blocks makes
+    the source group answer the device pool's size plus one: refused."""
+    needed, pages = cdiv(tokens, size), cdiv(end, size)
+    kept = source[:pages]
+    host = max(needed - len(kept), 0) + _free(kept, host_ref)
+    device = max(needed - len(indexer), 0) + _free(indexer, device_ref) + \
+        1 + max(needed - pages, 0) + HOT_BLOCKS
+    return device, host
+
+
+def _free(blocks, ref) -> int:
+    """The blocks of `blocks` no table holds (evictable: an admission that adopts them takes
+    them off the free queue, so they count)."""
+    return sum(1 for b in blocks if 0 < b < len(ref) and ref[b] == 0)
 
 
 def listed(entries) -> list:

@@ -18,6 +18,11 @@ reduced mode's checks after every op:
   blocks of its own (not null, not the hit's, no other live request's); the indexer's
   cdiv(h + e, b) blocks; the resident pages: only the last imported page resident; the hot
   region;
+- the import admitted exactly when the released counts say it fits (`import_counts`: the
+  indexer's new and free hit blocks, the resident group's last imported page and its pages past
+  the import, the hot region; on the host the source group's blocks past its retained hit, and
+  those of it that are free; for the whole request first where the scheduler asks it, then the
+  step's against the free blocks less those reserved; the watermark while others run);
 - nothing of an import published (host) or cached (device) before its load is reported;
   once reported done, its full pages published; a failed import's pages never required
   (the coordinator is told the load failed, not which pages arrived), and never published
@@ -28,15 +33,16 @@ connector makes one under HiSparse, and vLLM 0.33.0 hands an import's pages to t
 through `finished_recving`, which a synchronous load does not report), imports of a one-token prompt
 (the scheduler's rewind of its last token leaves it nothing computed, and it would be looked up
 again holding its blocks), a request finished while its import is in flight (freed at once here, as
-the full judge frees it; the scheduler holds its blocks until the load reports), `reserved_blocks`
-beyond passing them, refusals short of the room an admission can need."""
+the full judge frees it; the scheduler holds its blocks until the load reports), and a resumed
+request's refusal short of the room it can need (judged only with room for the most, as the
+"hisparse" profile's running steps)."""
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.kvmanager.connector import LOADING, state_read
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, RESIDENT, SOURCE,
-                                                   allocation_problems)
+                                                   allocation_problems, import_counts)
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
@@ -49,8 +55,9 @@ IMPORT_DONE = "host import done"
 IMPORT_FAILED = "host import failed, a prefix valid"
 IMPORT_FREED = "host import failed, nothing valid (freed)"
 RESUMED = "resumed after its host import"
+IMPORT_REFUSED = "host import refused"
 EVENTS = (IMPORT, IMPORT_RETAINED, IMPORT_SHORT, IMPORT_DONE, IMPORT_FAILED, IMPORT_FREED,
-          RESUMED)
+          RESUMED, IMPORT_REFUSED)
 
 
 class HiSparseImports:
@@ -84,9 +91,17 @@ class HiSparseImports:
         made = yield Call(f"allocate_slots(r{rid}, 0, hit {hit}, external {external}, "
                           f"delayed caching{f', {op.reserve} reserved' if op.reserve else ''})",
                           "connect", args, oracle=None, compare=allocation_problems)
+        fits = self._import_fits(request, hit, external, blocks, others, op.reserve)
+        if fits != (made.actual is not None):
+            return [("None vs success", f"r{rid}: an import of {external} tokens after a hit of "
+                                        f"{hit}: expected {'blocks' if fits else 'None'} with "
+                                        f"{self.device_free} device and {self.host_free} host "
+                                        f"blocks free{f', {op.reserve} reserved' if op.reserve else ''}"
+                                        f", actual {short(made.actual)}")]
         if made.actual is None:
             self.count("allocate_slots refused")
-            return self._import_refusal(rid, request, hit + external, others, op.reserve)
+            self.count(IMPORT_REFUSED)
+            return []
         self.count(IMPORT)
         end = hit + external
         if len(blocks[SOURCE]) > cdiv(hit, size):
@@ -128,6 +143,22 @@ class HiSparseImports:
                                      f"of which the last alone resident, a hot region of "
                                      f"{HOT_BLOCKS}, actual {short(tables)}")]
         return []
+
+    def _import_fits(self, request, hit, external, blocks, others, reserve) -> bool:
+        """Whether the released counts admit the import (`import_counts`): for the whole
+        request first where the scheduler asks it (against every free block), then for the
+        step's slots (against the free blocks less those reserved), the watermark while others
+        run."""
+        trace = self.trace
+        end = min(hit + external, trace.max_model_len)
+        watermark = int(trace.watermark * trace.blocks) if others else 0
+
+        def fits(tokens, reserved) -> bool:
+            device, host = import_counts(tokens, end, trace.block_size, list(blocks[SOURCE]),
+                                         list(blocks[INDEXER]), self.host_ref, self.device_ref)
+            return host <= self.host_free and device + watermark <= self.device_free - reserved
+        whole = min(len(request.tokens), trace.max_model_len)
+        return fits(end, reserve) and (not trace.full_sequence_must_fit or fits(whole, 0))
 
     def _import_refusal(self, rid, request, slots, others, reserve) -> list:
         """An import's admission refused with room for the most it can need: per device group

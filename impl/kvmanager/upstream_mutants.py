@@ -213,6 +213,23 @@ MUTATIONS = {
         "cdiv(num_tokens, self.block_size)",
         "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
         "states), though it counted them")),
+    # Mamba "align"'s hit length (`oracle/kvmanager/align_hit.py`): the hybrid hit search's
+    # lookups capped a hash block below their candidate; the Mamba group's lookup probing block
+    # boundaries only. Both hits stay well-formed (each block cached under the request's hash).
+    "mamba_align_hit_short": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "_max_length = curr_hit_length\n", "_max_length = max(curr_hit_length - "
+        "self.hash_block_size, 0)\n",
+        "each group's lookup of the hybrid hit search is capped a hash block below the "
+        "candidate: a hit a hash block short (or shorter, to an earlier cached state)")),
+    "mamba_align_partial_hit_ignored": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "alignment_tokens=self._cache_hit_alignment_tokens,",
+        "alignment_tokens=group_block_size if isinstance(spec, MambaSpec)\n"
+        "                    else self._cache_hit_alignment_tokens,",
+        "the Mamba group's lookup ignores its partial entries (states cached at a hash "
+        "boundary inside a block): a hit ends at a block boundary where a longer one is "
+        "cached")),
     # Mamba "align" under sparse retention (`fuzz/kvmanager/align_retention.py`).
     "mamba_align_replay_state_dropped": (SINGLE, Mutation(
         "MambaManager.reachable_block_mask",

@@ -5,6 +5,7 @@ property of that mode catches a broken manager (a mutant of the released source,
 double here) on those traces. Skips without vLLM."""
 
 import functools
+import re
 
 import pytest
 
@@ -77,8 +78,31 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     ("mutant.vllm.kvmanager.skip_reading_ignored", "prefix hit"),
     ("mutant.vllm.kvmanager.hybrid_hit_not_trimmed", "prefix hit"),
     ("mutant.vllm.kvmanager.zero_tokens_accepted", "rejection"),
+    ("mutant.vllm.kvmanager.mamba_align_hit_short", "prefix hit"),
+    ("mutant.vllm.kvmanager.mamba_align_partial_hit_ignored", "prefix hit"),
 ], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
 def test_each_reduced_check_catches_a_broken_manager(broken, label):
     found = next(d for d in (divergence("kvmanager", hybrid.MAMBA_ALIGN.generate(0, index),
                                         broken) for index in range(40)) if d)
     assert found.what.startswith(label), found.report()
+
+
+# (mutant, the first "mamba align" trace of seed 0 the hit length catches it on)
+SHORT_HITS = [("mamba_align_hit_short", 0), ("mamba_align_partial_hit_ignored", 2)]
+
+
+@pytest.mark.parametrize("name, index", SHORT_HITS, ids=[name for name, _ in SHORT_HITS])
+def test_only_the_hit_length_catches_a_well_formed_short_hit(name, index, monkeypatch):
+    """A hit a hash block short, or ending at a block boundary below a cached partial state, is
+    well-formed (each block cached under the request's hashes): the reduced mode's other checks
+    pass it to the trace's last op; the hit length (`oracle/kvmanager/align_hit.py`) catches it,
+    stating the length the pool held."""
+    from kvfuzz.fuzz.kvmanager.align import AlignLockstep
+
+    trace, broken = hybrid.MAMBA_ALIGN.generate(0, index), f"mutant.vllm.kvmanager.{name}"
+    found = divergence("kvmanager", trace, broken)
+    assert found is not None and re.search(r"prefix hit:? +expected \d+ tokens, actual \d+: "
+                                           r"full attention's entries cover \d+",
+                                           found.report()), found
+    monkeypatch.setattr(AlignLockstep, "_hit_length_problems", lambda *args: [])
+    assert divergence("kvmanager", trace, broken) is None

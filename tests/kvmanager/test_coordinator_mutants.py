@@ -99,6 +99,36 @@ def test_a_coordinator_survivor_is_killed_where_the_mix_reaches_it(mutant, index
     assert outcome.status != AGREE, mutant
 
 
+# The connector's lookup in `kv_cache_manager.py` (the `KVCacheManager` sample of 2026-12-05):
+# survivors once its hybrid branch was reached, killed on "mamba align" traces of the mix by
+# the whole answers of `align_connector.expectation`
+MANAGER = "vllm.v1.core.kv_cache_manager"
+LOOKUP_KILLED = [
+    # a request that skips the cache looked up anyway (the early return removed), index 43
+    (f"{MANAGER}:361:12:RemoveStatement:49", 43),
+    # the skip's boundary 1 or -1, index 22 (a prompt that skips the cache)
+    (f"{MANAGER}:361:50:NumberReplacer:34", 22),
+    (f"{MANAGER}:361:50:NumberReplacer:35", 22),
+    # the per-group branch's boundary -1, and its flag set with no lag (`<=`), index 7
+    (f"{MANAGER}:378:34:NumberReplacer:39", 7),
+    (f"{MANAGER}:378:57:ReplaceComparisonOperator_Lt_LtE:0", 7),
+]
+
+
+@with_engine("vllm")
+@pytest.mark.parametrize("mutant, index", LOOKUP_KILLED)
+def test_a_connector_lookup_survivor_is_killed_on_mamba_align(mutant, index):
+    from tests.kvmanager.test_single_type_mutants import placed
+
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    trace = streams.GENERATOR.generate(0, index)
+    assert trace.mamba_mode == "align"
+    assert KVMANAGER.check(trace, vllm).status == AGREE
+    with placed(mutant, MANAGER):
+        outcome = KVMANAGER.check(trace, vllm)
+    assert outcome.status != AGREE, mutant
+
+
 # The sample's survivors declared, each with its reason (impl/equivalent_mutants.json)
 DECLARED = ("247:20:NumberReplacer:35", "568:56:NumberReplacer:61", "573:8:RemoveStatement:58",
             "834:42:NumberReplacer:100")
@@ -128,7 +158,7 @@ def test_the_admission_check_judges_only_a_pool_that_covers_the_worst_count():
 def test_the_connector_lookup_is_judged_only_where_the_lag_is_certain():
     """`align_connector` on plain data (no vLLM): hashes per 2 tokens, blocks of 4; hash units
     10 to 15 (12 tokens), a prompt of 13 tokens."""
-    from kvfuzz.fuzz.kvmanager.align_connector import certain_lag, lookup_problems
+    from kvfuzz.fuzz.kvmanager.align_connector import certain_lag, expectation, lookup_problems
 
     units = [10, 11, 12, 13, 14, 15]
     # full attention's blocks 0 and 1 cached (keyed by units 1 and 3), a Mamba state at 2
@@ -138,7 +168,30 @@ def test_the_connector_lookup_is_judged_only_where_the_lag_is_certain():
     assert certain_lag(units, 9, 4, 2, entries) == 8  # a hit never takes the last token
     assert certain_lag(units, 8, 4, 2, entries) == 4
     assert certain_lag(units, 13, 4, 2, {(13, 0)}) is None  # block 0 missing: no run
-    assert lookup_problems(8, ([[1, 2], [0, 3]], 8, 0, True), None) == []
-    assert lookup_problems(8, ([[1, 2], [0, 3]], 8, 0, False), None)  # the lag unflagged
-    assert lookup_problems(8, ([[1]], 2, 0, False), None)  # the reconciled hit
-    assert lookup_problems(None, ([[1]], 2, 0, False), None) == []
+    lag = ("connector lookup: full attention deeper than every Mamba state", 8)
+    assert expectation(False, units, 13, 4, 2, entries) == lag
+    assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 0, True), None) == []
+    assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 0, False), None)  # the lag unflagged
+    assert lookup_problems(lag, ([[1]], 2, 0, False), None)  # the reconciled hit
+    assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 2, True), None)  # a boundary: not per group
+    assert lookup_problems(("", 0), ([[1]], 2, 0, False), None) == []
+    assert lookup_problems(("", 0), ([[1]], 2, 3, True), None) == []  # a fallback's boundary
+    assert lookup_problems(("", 0), ([[1]], 2, -1, False), None)  # never negative
+
+
+def test_the_connector_lookup_of_a_skip_or_of_nothing_cached_is_judged_whole():
+    """A request that skips the cache: nothing at all; full attention holding no unit of the
+    request: hit 0, not diverged (kills `kv_cache_manager.py` lines 361 and 378's `<=`)."""
+    from kvfuzz.fuzz.kvmanager.align_connector import (NOTHING, SKIPPED, expectation,
+                                                       lookup_problems)
+
+    units = [10, 11, 12, 13]
+    assert expectation(True, units, 9, 4, 2, {(11, 0)}) == (SKIPPED, 0)
+    assert expectation(False, units, 9, 4, 2, {(11, 1), (12, 0)}) == ("", 0)  # unit 12 cached
+    assert expectation(False, units, 9, 4, 2, {(11, 1), (7, 0)}) == (NOTHING, 0)
+    skip, nothing = (SKIPPED, 0), (NOTHING, 0)
+    assert lookup_problems(skip, ([[], []], 0, 0, False), None) == []
+    assert lookup_problems(skip, ([[1], [0]], 4, 0, True), None)  # looked up anyway
+    assert lookup_problems(skip, ([[], []], 0, 1, False), None)  # a boundary of 1
+    assert lookup_problems(nothing, ([[], [0, 5]], 0, 8, False), None) == []  # a fallback
+    assert lookup_problems(nothing, ([[], []], 0, 0, True), None)  # flagged with no lag

@@ -58,12 +58,26 @@ def doubles() -> dict:
                 reserve(request_id, local, external, record_for_zeroing)
             resident.allocate_external_computed_blocks = every_page
 
+    class ImportCountsOneMore(KVCacheManager):  # the resident group counts one page more
+        def __init__(self, *args, **kwargs):  # for an import: refused where it fits
+            super().__init__(*args, **kwargs)
+            resident = self.coordinator.single_type_managers[2]
+            count = resident.get_num_blocks_to_allocate
+
+            def one_more(request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                         num_local_computed_tokens, *args, **kwargs):
+                return count(request_id, num_tokens, new_computed_blocks, total_computed_tokens,
+                             num_local_computed_tokens, *args, **kwargs) + \
+                    (total_computed_tokens > num_local_computed_tokens)
+            resident.get_num_blocks_to_allocate = one_more
+
     return {cls.__name__: cls for cls in (FailedImportCompleted, ImportPinsKept,
-                                          EveryImportedPageResident)}
+                                          EveryImportedPageResident, ImportCountsOneMore)}
 
 
 def __getattr__(name):  # a double by import path
-    if name in ("FailedImportCompleted", "ImportPinsKept", "EveryImportedPageResident"):
+    if name in ("FailedImportCompleted", "ImportPinsKept", "EveryImportedPageResident",
+                "ImportCountsOneMore"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -77,6 +91,7 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
     (f"{__name__}:FailedImportCompleted", "published early", 0),
     (f"{__name__}:ImportPinsKept", "host pool", 0),
     (f"{__name__}:EveryImportedPageResident", "import table", 0),
+    (f"{__name__}:ImportCountsOneMore", "None vs success", 0),
     ("mutant.vllm.kvmanager.hisparse_import_covers_hit_only", "published late", 0),
     ("mutant.vllm.kvmanager.external_on_null_block", "import table", 0),
     ("mutant.vllm.kvmanager.delayed_load_cached", "cached before the load", 0),
@@ -85,3 +100,40 @@ def test_each_import_check_catches_a_broken_manager(broken, label, index):
     found = next(d for d in (divergence("kvmanager", hisparse_import.GENERATOR.generate(0, i),
                                         broken) for i in range(index, index + 20)) if d)
     assert found.what.startswith(label), found.report()
+
+
+def test_an_imports_counts_are_the_released_groups():
+    """`import_counts` on plain data (no vLLM): blocks of 4, a retained host hit of 3 blocks
+    (block 9 free on the host), an indexer hit of 1 block (free on the device), an import up to
+    10 tokens (3 pages), the step's 10 slots or the whole request's 21."""
+    from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, import_counts
+
+    host_ref, device_ref = [0] * 12, [0] * 12
+    host_ref[7] = host_ref[8] = 1
+    counts = dict(end=10, size=4, source=[7, 8, 9, 11], indexer=[5], host_ref=host_ref,
+                  device_ref=device_ref)
+    # the indexer 2 new + 1 free hit block, the resident group the last imported page alone,
+    # the hot region; on the host the retained hit cut to 3 pages covers them, block 9 free
+    assert import_counts(10, **counts) == (3 + 1 + HOT_BLOCKS, 1)
+    # the whole request: 6 pages; the indexer 5 + 1, the resident 1 + 3 past the import
+    assert import_counts(21, **counts) == (6 + 4 + HOT_BLOCKS, 3 + 1)
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+def test_an_import_undercounted_for_the_whole_request_is_admitted_where_it_does_not_fit():
+    """`kvfuzz mutate`'s single-type manager line 2501, `cdiv(num_tokens, b) - max(imported,
+    existing)` as `>>`: the resident group counts almost nothing past an import, so the whole
+    request's check admits what does not fit; killed by the exact admission of an import at
+    the profile's index 16 (the mix's first 200 do not reach it)."""
+    from kvfuzz.fuzz.engine.target import AGREE
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+    from tests.kvmanager.test_single_type_mutants import placed
+
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    trace = hisparse_import.GENERATOR.generate(0, 16)
+    assert KVMANAGER.check(trace, vllm).status == AGREE
+    module = "vllm.v1.core.single_type_kv_cache_manager"
+    with placed(f"{module}:2501:50:ReplaceBinaryOperator_Sub_RShift:57", module):
+        outcome = KVMANAGER.check(trace, vllm)
+    assert outcome.divergence.what.startswith("None vs success"), outcome

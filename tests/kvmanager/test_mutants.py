@@ -68,6 +68,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # under retention 0, no state kept at the replay boundary a resend resumes from
     "mamba_align_replay_state_dropped": r"retention:? +r\d+: a step to \d+ tokens of a "
                                         r"\d+-token prompt wrote the state at its replay",
+    # its hit's length (`oracle/kvmanager/align_hit.py`): the hybrid search's lookups a hash
+    # block short (the mix's "chunked local" trace at index 4 catches it first, by the oracle);
+    # the Mamba group's partial entries ignored
+    "mamba_align_hit_short": r"prefix hit:? +expected \d+ tokens",
+    "mamba_align_partial_hit_ignored": r"prefix hit:? +expected \d+ tokens, actual \d+: full "
+                                       r"attention's entries cover",
     # HiSparse (the "hisparse" profile): a retained host hit kept past the tokens adopted; a
     # host page published before its write-back is done.
     "hisparse_retained_hit_kept": r"retained hit:? +r\d+: a hit of \d+ tokens",
@@ -176,6 +182,11 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # and the first with a chunk ending at the replay state under
                         # retention 0 (index 22)
                         PREFIX + "mamba_align_replay_state_dropped": 22,
+                        # the first traces of seed 0's mix with a hybrid hit (a "chunked
+                        # local" one, 4), and with a Mamba state cached inside a block that a
+                        # lookup reaches (a "mamba align" one, 22; index 7 has none)
+                        PREFIX + "mamba_align_hit_short": 4,
+                        PREFIX + "mamba_align_partial_hit_ignored": 22,
                         # the first "hisparse" trace of seed 0's mix (73), and the first
                         # with a retained host hit an admission adopts (244; 147 and 182
                         # have none)

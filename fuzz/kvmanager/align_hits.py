@@ -1,0 +1,70 @@
+"""The reduced mode's checks of an admission's hit (`align.py`, for a Mamba group in "align"
+mode with prefix caching): its shape (at most `num_tokens - 1` tokens, a multiple of the hash
+block, cdiv(hit, b) blocks per group, the Mamba group's null but the last), its keys (full
+attention's whole blocks each cached under the request's hash of that block, the Mamba state
+under its hash of the hit), and since 2026-12-05 its length: exactly what the pool held before
+the lookup gives (`oracle/kvmanager/align_hit.py`, vLLM's hybrid fixed point over the two
+groups' fine-grained lookups). A mixin of `AlignLockstep`: it reads the cache map the last
+state read kept (`AlignPoolChecks`, `self.cache`)."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import crash_problems, short
+from kvfuzz.oracle.kvmanager import align_hit, mamba_align
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+
+
+class AlignHitChecks:
+    def _hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
+        if raised is not None:
+            return crash_problems(raised)
+        try:
+            blocks, hit, _ = actual
+            full, mamba = blocks
+        except (TypeError, ValueError):
+            return [("prefix hit", f"expected (two groups' blocks, hit tokens, boundary), "
+                                   f"actual {short(actual)}")]
+        trace, tokens = self.trace, len(request.tokens)
+        size, hashed = trace.block_size, trace.hash_size
+        if request.skip and hit:
+            return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
+        if not 0 <= hit <= tokens - 1 or hit % hashed:
+            return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
+                                   f"multiple of {hashed} below {tokens}")]
+        count = cdiv(hit, size)
+        if len(full) != count or len(mamba) != count:
+            return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} blocks "
+                                   f"per group, actual {short(blocks)}")]
+        if hit and (not mamba[-1] or any(mamba[:-1])):
+            return [("prefix hit", f"the Mamba group's blocks: expected nulls then its state "
+                                   f"block, actual {short(mamba)}")]
+        units = request.hashes(hashed)
+        for index, block in enumerate(full[:hit // size]):
+            if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
+                return [("prefix hit", f"full attention's block {index}, block {block}, is not "
+                                       f"cached under the request's hash of it")]
+        if hit and mamba_align.hit_key(units, hit, hashed) not in self._entries(mamba[-1]):
+            return [("prefix hit", f"the Mamba group's block {mamba[-1]} is not cached under "
+                                   f"the request's hash of its first {hit} tokens (the state "
+                                   f"a hit resumes from)")]
+        return self._hit_length_problems(units, tokens, hit, request.skip)
+
+    def _hit_length_problems(self, units, tokens: int, hit: int, skip: bool):
+        """The hit's length against what the pool held before the lookup
+        (`oracle/kvmanager/align_hit.py`: full attention's hit, then the Mamba group's latest
+        cached state no deeper)."""
+        trace = self.trace
+        if skip:
+            return []  # no lookup: a hit was refused above
+        size, hashed = trace.block_size, trace.hash_size
+        cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
+        full = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, cached)
+        expected = align_hit.mamba_hit(units, full, hashed, cached)
+        if hit == expected:
+            return []
+        state = f"the latest Mamba state cached at most that deep is at {expected}" \
+            if expected else "no Mamba state is cached at most that deep"
+        return [("prefix hit", f"expected {expected} tokens, actual {hit}: full attention's "
+                               f"entries cover {full} of the request's {tokens} tokens (blocks "
+                               f"of {size}, hashed per {hashed}, the last token never a hit), "
+                               f"{state}")]

@@ -1,0 +1,66 @@
+"""The length of a prefix-cache hit beside a Mamba group in "align" mode (vllm 0.33.0), as a
+function of the pool's cache entries before the lookup. Plain data: the request's hash units
+(one per `hash_size` tokens, chained) and the set of cached (hash, group) keys, group 0 full
+attention, group 1 the Mamba group, both in blocks of `block_size`.
+
+Facts read in the released source:
+
+- `KVCacheManager.get_computed_blocks`: no lookup for a request that skips the cache (or with
+  caching off); else the hit is capped at `num_tokens - 1` (the last token is recomputed);
+- `HybridKVCacheCoordinator.find_longest_cache_hit`: full attention first, then the Mamba group
+  with full attention's hit as its cap; one pass suffices (`is_simple_hybrid`: two spec groups,
+  full attention first), and the hit is the Mamba group's; the alignment is the hash block
+  (`enable_partial_hash_hits` where the Mamba block is larger, `scheduler_block_size` = the
+  block otherwise, the same number);
+- `FullAttentionManager.find_longest_cache_hit`: the run of whole blocks cached from the start,
+  each under the hash of its last hash unit (`BlockHashListWithBlockSize`), at most
+  cap // block_size blocks; then, where hashed per fewer tokens than a block (fine-grained),
+  the block after the run probed at its interior hash boundaries, latest first, below the cap
+  and the hashed tokens (a partial entry there extends the hit);
+- `MambaManager.find_longest_cache_hit`: the latest hash boundary at most its cap (and the
+  hashed tokens) whose state is cached under the hash of the unit ending there (fine-grained:
+  every hash boundary; else every block boundary, which is every hash boundary then).
+
+`cached_blocks_this_step` changes what an admission counts, never the hit's length.
+"""
+
+from __future__ import annotations
+
+FULL, MAMBA = 0, 1  # the groups' ids in the "mamba align" profile
+
+
+def full_attention_hit(units: list[int], cap: int, block_size: int, hash_size: int,
+                       cached) -> int:
+    """Full attention's own hit in tokens: its run of whole cached blocks, then where hashed
+    per fewer tokens than a block the latest cached hash boundary inside the next block."""
+    per_block = block_size // hash_size
+    whole = 0
+    while whole < cap // block_size and (whole + 1) * per_block <= len(units) and \
+            (units[(whole + 1) * per_block - 1], FULL) in cached:
+        whole += 1
+    if per_block > 1:
+        first = whole * per_block  # the next block's first hash unit
+        top = min(first + per_block - 1, cap // hash_size, len(units))
+        for index in range(top - 1, first - 1, -1):
+            if (units[index], FULL) in cached:
+                return (index + 1) * hash_size
+    return whole * block_size
+
+
+def mamba_hit(units: list[int], cap: int, hash_size: int, cached) -> int:
+    """The Mamba group's hit in tokens: the latest hash boundary at most `cap` whose state is
+    cached (0: none)."""
+    for index in range(min(cap // hash_size, len(units)) - 1, -1, -1):
+        if (units[index], MAMBA) in cached:
+            return (index + 1) * hash_size
+    return 0
+
+
+def longest_hit(units: list[int], num_tokens: int, block_size: int, hash_size: int,
+                cached) -> int:
+    """The hit `get_computed_blocks` returns for a request of `num_tokens` tokens that reads
+    the cache: the Mamba group's latest cached state no deeper than full attention's hit,
+    itself below the last token."""
+    cap = max(num_tokens - 1, 0)
+    return mamba_hit(units, full_attention_hit(units, cap, block_size, hash_size, cached),
+                     hash_size, cached)
