@@ -265,10 +265,9 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
             return
         trace = self.trace
         expected = align_connector.expectation(
-            request.skip, request.hashes(trace.hash_size), len(request.tokens),
-            trace.block_size, trace.hash_size, align_connector.cached_entries(self.keys))
-        if expected[0]:
-            self.count(expected[0])
+            request.skip or not trace.caching, request.hashes(trace.hash_size), len(request.tokens),
+            trace.block_size, trace.hash_size, self.cache if trace.caching else {})
+        self.count(expected[0])
         yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
                    oracle=None, compare=lambda e, r, actual, raised:
                    align_connector.lookup_problems(expected, actual, raised))

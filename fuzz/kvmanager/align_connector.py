@@ -1,33 +1,23 @@
 """The lookup of a scheduler with a KV connector (`get_computed_blocks_for_connector`), judged in
-the reduced mode of Mamba "align" (`align.py`) at every admission, from the pool's cache keys
-alone (the reduced mode models no hit length).
+the reduced mode of Mamba "align" (`align.py`) at every admission, exactly, from the pool's cache
+map before the lookup (`oracle/kvmanager/align_hit.py`'s lookups of each group).
 
 The contract (vLLM 0.33.0's docstring of `KVCacheManager.get_computed_blocks_for_connector`):
 a hybrid model's per-group hits can diverge, a deeper Mamba state surviving where full
 attention's tail was evicted or the reverse; the connector's lookup reports the full-attention
 group's own hit as the local prefix and flags (`hit_diverged`) when that hit ran deeper than a
 lagging group, falling back to `get_computed_blocks` (flag False) only where some group hit
-deeper than full attention. So where every Mamba state the request could resume from lies
-below the run of whole full-attention blocks cached under its hashes, no group hits deeper than
-full attention, the lag is certain, and the lookup must report at least that run, with the
-flag set. Elsewhere nothing is judged (whether the Mamba hit exceeds full attention's depends
-on what the two lookups align to).
+deeper than full attention. In its source: each group looked up on its own
+(`find_longest_cache_hit_per_group`, each capped at `num_tokens - 1`; no EAGLE here); a Mamba
+hit deeper than full attention's sends it to `get_computed_blocks` (the reconciled hit and its
+shared-prefix boundary); else full attention's hit, flagged when the Mamba group's is shorter,
+boundary 0 ("per-group lookups do not detect an uncached shared prefix"). A request that skips
+the cache gets nothing: no blocks, no hit, boundary 0, not diverged.
 
-- `W`: the leading full-attention blocks cached under the request's hash of each block
-  (`(hash of its last hash unit, group 0)`); full attention's own hit covers min(W, (T - 1) //
-  b) blocks at least (T tokens, blocks of b: a hit never takes the last token).
-- `M`: the deepest L, a multiple of the hash block at most T - 1, whose Mamba state is cached
-  (`mamba_align.hit_key`, group 1); the Mamba group's own hit is at most M.
-
-Where the answer is certain without a hit length, it is judged whole:
-- a request that skips the cache (`prefix_cache_lookup_enabled` False): no blocks in any group,
-  no hit, boundary 0, not diverged;
-- full attention holds no unit of the request (no group-0 entry under any of its hash units):
-  full attention's own hit is 0, so is the reconciled one a fallback takes, and no group lags
-  below 0: hit 0, not diverged;
-- the certain lag above: the per-group branch, whose shared-prefix boundary is 0 (it detects
-  none).
-And always: the boundary is a count of tokens, never negative.
+`get_computed_blocks`' boundary (`shared_prefix_boundary`) in this two-group hybrid: one pass of
+the coordinator's search, full attention first, so its longest single-group hit is full
+attention's own, and the boundary is that where it runs past the reconciled hit, else 0
+(`boundary`; the admission's lookup is judged by it too, `align_hits.py`).
 
 Caught: `HybridKVCacheCoordinator.verify_and_split_kv_cache_groups` with its full-attention
 test negated (`kvfuzz mutate`'s line 768 of `kv_cache_coordinator.py`): no full-attention
@@ -39,77 +29,54 @@ per-group branch's boundary -1 and its flag `min(...) <= num_local`, set with no
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import crash_problems, short
-from kvfuzz.oracle.kvmanager import mamba_align
+from kvfuzz.oracle.kvmanager import align_hit
 
-JUDGED = "connector lookup: full attention deeper than every Mamba state"
 SKIPPED = "connector lookup: a request that skips the cache"
-NOTHING = "connector lookup: full attention holds none of the request"
-EVENTS = (JUDGED, SKIPPED, NOTHING)
+LAGGING = "connector lookup: full attention deeper than the Mamba group (flagged)"
+AGREED = "connector lookup: both groups as deep"
+DEEPER = "connector lookup: a Mamba state deeper than full attention (the reconciled hit)"
+EVENTS = (SKIPPED, LAGGING, AGREED, DEEPER)
 
 
-def cached_entries(keys: list) -> set:
-    """Every (hash, group) entry of the pool as the last state read showed it."""
-    entries = set()
-    for block in keys[1:]:
-        for entry in block if isinstance(block, list) else [block]:
-            if entry:
-                entries.add(tuple(entry))
-    return entries
+def boundary(full: int, hit: int) -> int:
+    """`get_computed_blocks`' shared-prefix boundary: full attention's own hit where it runs
+    past the reconciled one (an uncached common prefix), else 0."""
+    return full if full > hit else 0
 
 
 def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash_size: int,
-                entries: set) -> tuple[str, int]:
-    """What the lookup must answer: (SKIPPED, 0), (NOTHING, 0), (JUDGED, run) with the run full
-    attention's own hit covers at least, or ("", 0) where only its shape is judged."""
+                cached) -> tuple[str, int, int, bool]:
+    """(what, hit, boundary, hit_diverged) the lookup must answer, `cached` the pool's
+    (hash, group) keys before it."""
     if skip:
-        return SKIPPED, 0
-    if not any((unit, 0) in entries for unit in units):
-        return NOTHING, 0
-    run = certain_lag(units, tokens, block_size, hash_size, entries)
-    return (JUDGED, run) if run is not None else ("", 0)
+        return SKIPPED, 0, 0, False
+    cap = max(tokens - 1, 0)
+    full = align_hit.full_attention_hit(units, cap, block_size, hash_size, cached)
+    mamba = align_hit.mamba_hit(units, cap, hash_size, cached)
+    if mamba > full:
+        hit = align_hit.mamba_hit(units, full, hash_size, cached)
+        return DEEPER, hit, boundary(full, hit), False
+    return (LAGGING if mamba < full else AGREED), full, 0, mamba < full
 
 
-def certain_lag(units: list[int], tokens: int, block_size: int, hash_size: int,
-                entries: set) -> int | None:
-    """The tokens full attention's own hit covers at least, where every Mamba state lies below
-    them (a lag the lookup must flag); None where nothing is certain."""
-    per_block = block_size // hash_size
-    whole = 0
-    while (whole + 1) * per_block <= len(units) and \
-            (units[(whole + 1) * per_block - 1], 0) in entries:
-        whole += 1
-    run = min(whole, (tokens - 1) // block_size) * block_size
-    deepest = max((length for length in range(hash_size, min(tokens - 1, len(units) * hash_size)
-                                              + 1, hash_size)
-                   if mamba_align.hit_key(units, length, hash_size) in entries), default=0)
-    return run if deepest < run else None
-
-
-def lookup_problems(expected: tuple[str, int], actual, raised) -> list[tuple[str, str]]:
+def lookup_problems(expected: tuple[str, int, int, bool], actual, raised) -> list[tuple[str, str]]:
     """`actual`: the lookup's (blocks per group, hit, boundary, hit_diverged)."""
     if raised is not None:
         return crash_problems(raised)
     try:
-        blocks, hit, boundary, diverged = actual
+        blocks, hit, given, diverged = actual
     except (TypeError, ValueError):
         return [("prefix hit", f"get_computed_blocks_for_connector: expected (blocks, hit, "
                                f"boundary, hit_diverged), actual {short(actual)}")]
-    said = f"actual hit {hit}, boundary {boundary}, hit_diverged {diverged}"
-    if boundary < 0:
-        return [("prefix hit", f"get_computed_blocks_for_connector: a shared-prefix boundary "
-                               f"of {boundary} tokens; {said}")]
-    kind, run = expected
-    if kind == SKIPPED and (any(blocks) or hit or boundary or diverged is not False):
-        return [("prefix hit", f"get_computed_blocks_for_connector of a request that skips the "
-                               f"cache: expected no blocks, hit 0, boundary 0, hit_diverged "
-                               f"False; blocks {short(blocks)}, {said}")]
-    if kind == NOTHING and (hit or diverged is not False):
-        return [("prefix hit", f"get_computed_blocks_for_connector: full attention caches no "
-                               f"unit of the request: expected hit 0, hit_diverged False; "
-                               f"{said}")]
-    if kind == JUDGED and not (hit >= run and diverged is True and boundary == 0):
-        return [("prefix hit", f"get_computed_blocks_for_connector: full attention caches {run} "
-                               f"tokens of the request and every Mamba state lies below: expected "
-                               f"a hit of at least {run} with hit_diverged True and boundary 0 "
-                               f"(the per-group lookup's); {said}")]
-    return []
+    what, *answer = expected
+    if (hit, given, diverged) == tuple(answer) and (what != SKIPPED or not any(blocks)):
+        return []
+    why = {SKIPPED: "a request that skips the cache: nothing",
+           LAGGING: "full attention's own hit, flagged: the Mamba group's is shorter",
+           AGREED: "full attention's own hit, not flagged: the Mamba group's is as deep",
+           DEEPER: "the reconciled hit of get_computed_blocks: a Mamba state lies deeper than "
+                   "full attention's hit"}[what]
+    return [("prefix hit", f"get_computed_blocks_for_connector: expected hit {answer[0]}, "
+                           f"boundary {answer[1]}, hit_diverged {answer[2]} ({why}); actual "
+                           f"hit {hit}, boundary {given}, hit_diverged {diverged}"
+                           f"{f', blocks {short(blocks)}' if what == SKIPPED else ''}")]

@@ -10,6 +10,7 @@ state read kept (`AlignPoolChecks`, `self.cache`)."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import crash_problems, short
+from kvfuzz.fuzz.kvmanager import align_connector
 from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
@@ -19,7 +20,7 @@ class AlignHitChecks:
         if raised is not None:
             return crash_problems(raised)
         try:
-            blocks, hit, _ = actual
+            blocks, hit, given = actual
             full, mamba = blocks
         except (TypeError, ValueError):
             return [("prefix hit", f"expected (two groups' blocks, hit tokens, boundary), "
@@ -47,21 +48,25 @@ class AlignHitChecks:
             return [("prefix hit", f"the Mamba group's block {mamba[-1]} is not cached under "
                                    f"the request's hash of its first {hit} tokens (the state "
                                    f"a hit resumes from)")]
-        return self._hit_length_problems(units, tokens, hit, request.skip)
+        return self._hit_length_problems(units, tokens, hit, given, request.skip)
 
-    def _hit_length_problems(self, units, tokens: int, hit: int, skip: bool):
+    def _hit_length_problems(self, units, tokens: int, hit: int, given: int, skip: bool):
         """The hit's length against what the pool held before the lookup
         (`oracle/kvmanager/align_hit.py`: full attention's hit, then the Mamba group's latest
         cached state no deeper)."""
         trace = self.trace
-        if skip:
-            return []  # no lookup: a hit was refused above
+        if skip:  # no lookup: a hit was refused above
+            return [] if given == 0 else [("prefix hit", f"a request that skips the cache: "
+                                                         f"boundary {given}, expected 0")]
         size, hashed = trace.block_size, trace.hash_size
         cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
         full = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, cached)
         expected = align_hit.mamba_hit(units, full, hashed, cached)
         if hit == expected:
-            return []
+            edge = align_connector.boundary(full, hit)
+            return [] if given == edge else [("prefix hit", (
+                f"a hit of {hit} tokens where full attention's own covers {full}: expected a "
+                f"shared-prefix boundary of {edge}, actual {given}"))]
         state = f"the latest Mamba state cached at most that deep is at {expected}" \
             if expected else "no Mamba state is cached at most that deep"
         return [("prefix hit", f"expected {expected} tokens, actual {hit}: full attention's "

@@ -193,7 +193,10 @@ class KVManagerDriver(ManagerReads):
         if no_cache_read:
             request.skip_reading_prefix_cache = True
         if report:
-            request.kv_cache_report_mode = "full"
+            # a string made at run time, as a request's `extra_args` parsed from an API call
+            # gives it: a literal here would be the interned constant the manager compares
+            # with, and a manager testing identity (`is "full"`) would pass for nothing
+            request.kv_cache_report_mode = "".join(("fu", "ll"))
         self.requests[rid] = request
 
     def _extra_keys(self, lora: str, lora_path: str, salt: str, images) -> dict:

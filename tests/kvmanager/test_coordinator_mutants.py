@@ -112,6 +112,9 @@ LOOKUP_KILLED = [
     # the per-group branch's boundary -1, and its flag set with no lag (`<=`), index 7
     (f"{MANAGER}:378:34:NumberReplacer:39", 7),
     (f"{MANAGER}:378:57:ReplaceComparisonOperator_Lt_LtE:0", 7),
+    # a hit reported ("full") compared by identity, `is "full"`: the driver's report mode is a
+    # string made at run time, as an API request's is (no Stored events then), index 25
+    (f"{MANAGER}:315:72:ReplaceComparisonOperator_Eq_Is:0", 25),
 ]
 
 
@@ -122,11 +125,41 @@ def test_a_connector_lookup_survivor_is_killed_on_mamba_align(mutant, index):
 
     vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
     trace = streams.GENERATOR.generate(0, index)
-    assert trace.mamba_mode == "align"
+    assert trace.mamba_mode == "align" or trace.report
     assert KVMANAGER.check(trace, vllm).status == AGREE
     with placed(mutant, MANAGER):
         outcome = KVMANAGER.check(trace, vllm)
     assert outcome.status != AGREE, mutant
+
+
+# The lookups' survivors declared equivalent (impl/equivalent_mutants.json)
+LOOKUP_DECLARED = ("313:36:ReplaceComparisonOperator_Gt_NotEq:1",
+                   "315:72:ReplaceComparisonOperator_Eq_LtE:3",
+                   "378:57:ReplaceComparisonOperator_Lt_NotEq:0")
+
+
+@pytest.mark.parametrize("mutant", LOOKUP_DECLARED)
+def test_the_lookups_equivalent_survivors_are_declared(mutant):
+    from kvfuzz.fuzz.engine.mutation.run import declared_equivalents
+
+    assert declared_equivalents().get(f"{MANAGER}:{mutant}")
+
+
+@with_engine("vllm")
+def test_a_mamba_state_deeper_than_full_attention_takes_the_reconciled_hit():
+    """`kv_cache_manager.py` line 373, the fallback to `get_computed_blocks` removed: where a
+    Mamba state lies deeper than full attention's hit the connector's lookup reports full
+    attention's own hit (with no state at its end) and boundary 0; the exact lookup check
+    expects the reconciled hit and its boundary. Killed at the "mamba align" profile's index 21
+    (the mix's first 200 make no such lookup)."""
+    from tests.kvmanager.test_single_type_mutants import placed
+
+    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    trace = hybrid.MAMBA_ALIGN.generate(0, 21)
+    assert KVMANAGER.check(trace, vllm).status == AGREE
+    with placed(f"{MANAGER}:373:12:RemoveStatement:53", MANAGER):
+        outcome = KVMANAGER.check(trace, vllm)
+    assert outcome.divergence.what.startswith("prefix hit"), outcome
 
 
 # The sample's survivors declared, each with its reason (impl/equivalent_mutants.json)
@@ -155,43 +188,31 @@ def test_the_admission_check_judges_only_a_pool_that_covers_the_worst_count():
     assert needless_admission_refusal(4, 10, 2, 0, 3, 10) is None  # a watermark of 3: 11
 
 
-def test_the_connector_lookup_is_judged_only_where_the_lag_is_certain():
+def test_the_connector_lookup_is_judged_whole():
     """`align_connector` on plain data (no vLLM): hashes per 2 tokens, blocks of 4; hash units
-    10 to 15 (12 tokens), a prompt of 13 tokens."""
-    from kvfuzz.fuzz.kvmanager.align_connector import certain_lag, expectation, lookup_problems
+    10 to 15 (12 tokens), a prompt of 13 tokens (a hit never takes the last token)."""
+    from kvfuzz.fuzz.kvmanager.align_connector import (AGREED, DEEPER, LAGGING, SKIPPED,
+                                                       boundary, expectation, lookup_problems)
 
     units = [10, 11, 12, 13, 14, 15]
     # full attention's blocks 0 and 1 cached (keyed by units 1 and 3), a Mamba state at 2
-    entries = {(11, 0), (13, 0), (10, 1)}
-    assert certain_lag(units, 13, 4, 2, entries) == 8
-    assert certain_lag(units, 13, 4, 2, entries | {(13, 1)}) is None  # a state at 8: no lag
-    assert certain_lag(units, 9, 4, 2, entries) == 8  # a hit never takes the last token
-    assert certain_lag(units, 8, 4, 2, entries) == 4
-    assert certain_lag(units, 13, 4, 2, {(13, 0)}) is None  # block 0 missing: no run
-    lag = ("connector lookup: full attention deeper than every Mamba state", 8)
-    assert expectation(False, units, 13, 4, 2, entries) == lag
+    cached = {(11, 0), (13, 0), (10, 1)}
+    lag = expectation(False, units, 13, 4, 2, cached)
+    assert lag == (LAGGING, 8, 0, True)
+    assert expectation(False, units, 13, 4, 2, cached | {(13, 1)}) == (AGREED, 8, 0, False)
+    # a state at 12 past full attention's 8: the reconciled hit, 2, with full attention's 8
+    # as the boundary of the prefix left uncached
+    assert expectation(False, units, 13, 4, 2, cached | {(15, 1)}) == (DEEPER, 2, 8, False)
+    assert expectation(False, units, 9, 4, 2, cached)[1] == 8  # the cap: 8 tokens of 9
+    assert expectation(False, units, 8, 4, 2, cached)[1] == 4  # 7 of 8: block 0 alone
+    assert expectation(True, units, 13, 4, 2, cached) == (SKIPPED, 0, 0, False)
+    assert expectation(False, units, 13, 4, 2, {(10, 1)})[:2] == (DEEPER, 0)
+    assert boundary(8, 2) == 8 and boundary(8, 8) == 0
     assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 0, True), None) == []
     assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 0, False), None)  # the lag unflagged
-    assert lookup_problems(lag, ([[1]], 2, 0, False), None)  # the reconciled hit
-    assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 2, True), None)  # a boundary: not per group
-    assert lookup_problems(("", 0), ([[1]], 2, 0, False), None) == []
-    assert lookup_problems(("", 0), ([[1]], 2, 3, True), None) == []  # a fallback's boundary
-    assert lookup_problems(("", 0), ([[1]], 2, -1, False), None)  # never negative
-
-
-def test_the_connector_lookup_of_a_skip_or_of_nothing_cached_is_judged_whole():
-    """A request that skips the cache: nothing at all; full attention holding no unit of the
-    request: hit 0, not diverged (kills `kv_cache_manager.py` lines 361 and 378's `<=`)."""
-    from kvfuzz.fuzz.kvmanager.align_connector import (NOTHING, SKIPPED, expectation,
-                                                       lookup_problems)
-
-    units = [10, 11, 12, 13]
-    assert expectation(True, units, 9, 4, 2, {(11, 0)}) == (SKIPPED, 0)
-    assert expectation(False, units, 9, 4, 2, {(11, 1), (12, 0)}) == ("", 0)  # unit 12 cached
-    assert expectation(False, units, 9, 4, 2, {(11, 1), (7, 0)}) == (NOTHING, 0)
-    skip, nothing = (SKIPPED, 0), (NOTHING, 0)
+    assert lookup_problems(lag, ([[1]], 2, 8, False), None)  # the reconciled hit
+    assert lookup_problems(lag, ([[1, 2], [0, 3]], 8, 2, True), None)  # a boundary
+    skip = (SKIPPED, 0, 0, False)
     assert lookup_problems(skip, ([[], []], 0, 0, False), None) == []
-    assert lookup_problems(skip, ([[1], [0]], 4, 0, True), None)  # looked up anyway
+    assert lookup_problems(skip, ([[1], [0]], 0, 0, False), None)  # blocks for a skip
     assert lookup_problems(skip, ([[], []], 0, 1, False), None)  # a boundary of 1
-    assert lookup_problems(nothing, ([[], [0, 5]], 0, 8, False), None) == []  # a fallback
-    assert lookup_problems(nothing, ([[], []], 0, 0, True), None)  # flagged with no lag
