@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import connector, hisparse_import
+from kvfuzz.fuzz.kvmanager import align_connector, connector, hisparse_import
 from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -63,7 +63,7 @@ REACHES = {
                     "Mamba prefill checkpoint block",
                     "sparse retention: a chunk cut at the last cacheable block",
                     "sparse retention: a replay boundary's state written",
-                    "connector lookup: full attention deeper than every Mamba state"]
+                    align_connector.LAGGING, align_connector.DEEPER]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"]
