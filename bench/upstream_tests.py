@@ -19,7 +19,12 @@ ones kvfuzz uses in `~/.cache/kvfuzz/sdist/sglang-0.5.23-tests`). What it takes 
 - SGLang's test kit (`sglang.test.test_utils`, imported by its unittest classes) imports its
   benchmark datasets, which import Hugging Face `datasets` at module level; no allocator test
   loads a dataset, so where `datasets` is not installed a stand-in that raises when used
-  (`upstream_stand_ins/datasets.py`) goes last on the path.
+  (`upstream_stand_ins/datasets.py`) goes last on the path;
+- SGLang's tests pick their device with `sglang.srt.utils.get_device()`, which on a machine with no
+  accelerator raises unless SGLang's CPU engine is on (`SGLANG_USE_CPU_ENGINE=1`, which imports
+  `sgl_kernel`, not installed here); for a repository's tests (ROOT with a `test/` folder) the
+  plugin makes it answer "cpu" there instead (`_cpu_when_no_accelerator`). The allocators and
+  caches under test never call it: they take the device they are given.
 `--record` runs the FILEs once on the release and merges what failed into that list per file:
 the entries of the files it ran are replaced, every other file's are kept (one list serves the
 files of several commands: recording one must not drop the others).
@@ -38,6 +43,8 @@ TEST_FOLDERS = ("tests", "test")  # an sdist's, a repository's
 # Where the plugin side writes each test's outcome while `--record` runs (an environment
 # variable: the plugin runs in pytest's process, the recorder in this one).
 RECORD_TO = "KVFUZZ_UPSTREAM_RECORD_TO"
+# Set by the runner for a repository's tests (SGLang's): the plugin lets get_device() answer "cpu".
+CPU_DEVICE = "KVFUZZ_UPSTREAM_CPU_DEVICE"
 # A list's line of per-file counts: "# file: PATH PASSED FAILING".
 COUNT = "# file: "
 
@@ -52,6 +59,26 @@ def pytest_configure(config) -> None:
 
     if any(importlib.util.find_spec(name) for name in UPSTREAM_PACKAGES):
         prepare()
+    if os.environ.get(CPU_DEVICE) == "1" and importlib.util.find_spec("sglang"):
+        _cpu_when_no_accelerator()
+
+
+def _cpu_when_no_accelerator() -> None:
+    """`sglang.srt.utils.get_device()` answering "cpu" where it would raise for want of an
+    accelerator: what SGLang's CPU engine answers, without the CPU engine's kernels. Before
+    collection, so the test modules' `from sglang.srt.utils import get_device` takes it."""
+    import sglang.srt.utils as utils
+    import sglang.srt.utils.common as common
+
+    released = common.get_device
+
+    def get_device(device_id=None):
+        try:
+            return released(device_id)
+        except RuntimeError:  # "No accelerator (CUDA, XPU, ...) or platform plugin is available."
+            return "cpu"
+
+    utils.get_device = common.get_device = get_device
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -140,7 +167,7 @@ def record(sdist: Path, files: list[str], extra: list[str]) -> int:
     with tempfile.TemporaryDirectory() as folder:
         outcomes = Path(folder) / "outcomes"
         outcomes.touch()
-        env = environment() | {RECORD_TO: str(outcomes)}
+        env = environment(sdist) | {RECORD_TO: str(outcomes)}
         subprocess.run(command_line(files, extra + ["-rfE", "--continue-on-collection-errors"],
                                     []), cwd=sdist, env=env)
         failing, counts = tally(outcomes.read_text().splitlines())
@@ -163,7 +190,9 @@ def record(sdist: Path, files: list[str], extra: list[str]) -> int:
 
 
 # -- running ---------------------------------------------------------------------------------
-def environment() -> dict:
+def environment(root: Path | None = None) -> dict:
+    """The tests' environment; `root` with a `test/` folder (a repository's, SGLang's) turns on
+    the plugin's CPU answer of get_device()."""
     from kvfuzz.impl import upstream_cache
 
     env, folder = dict(os.environ), upstream_cache.folder()
@@ -174,6 +203,8 @@ def environment() -> dict:
     stand_ins = [] if _installed("datasets") else [str(STAND_INS)]
     env["PYTHONPATH"] = os.pathsep.join(parts + [str(folder), "."] + stand_ins)
     env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    if root is not None and (root / "test").is_dir():
+        env[CPU_DEVICE] = "1"
     return env
 
 
@@ -208,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if recording:
         return record(sdist, files, extra)
     command = command_line(files, extra, read_failing(sdist))
-    return subprocess.run(command, cwd=sdist, env=environment()).returncode
+    return subprocess.run(command, cwd=sdist, env=environment(sdist)).returncode
 
 
 if __name__ == "__main__":

@@ -141,3 +141,40 @@ def test_an_option_s_value_stays_with_it(sdist, capfd):
     taken for a test file)."""
     assert upstream_tests.main([str(sdist), "tests/test_fake.py", "-k", "test_passes"]) == 0
     assert "1 passed, 2 deselected" in capfd.readouterr().out
+
+
+def test_only_a_repository_root_gets_the_cpu_device(sdist):
+    """SGLang's tests (a repository's `test/`) get the plugin's CPU answer of get_device();
+    vLLM's sdist does not (its tests never ask)."""
+    repo = sdist.parent / "repo"
+    (repo / "test").mkdir(parents=True)
+    assert upstream_tests.environment(repo).get(upstream_tests.CPU_DEVICE) == "1"
+    assert upstream_tests.CPU_DEVICE not in upstream_tests.environment(sdist)
+
+
+def test_get_device_answers_cpu_only_where_it_would_raise(monkeypatch):
+    """The stand-in keeps every answer the release gives and turns only its no-accelerator
+    error into "cpu" (fake modules: no SGLang needed)."""
+    import sys
+    import types
+
+    answers = {"device": RuntimeError("No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) ...")}
+
+    def released(device_id=None):
+        if isinstance(answers["device"], Exception):
+            raise answers["device"]
+        return answers["device"]
+
+    modules = {name: types.ModuleType(name) for name in
+               ("sglang", "sglang.srt", "sglang.srt.utils", "sglang.srt.utils.common")}
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            setattr(modules[parent], leaf, module)
+    utils, common = modules["sglang.srt.utils"], modules["sglang.srt.utils.common"]
+    utils.get_device = common.get_device = released
+    upstream_tests._cpu_when_no_accelerator()
+    assert utils.get_device() == common.get_device() == "cpu"
+    answers["device"] = "cuda:0"
+    assert utils.get_device(0) == "cuda:0"
