@@ -295,6 +295,10 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
                          f"{request.request_id!r}, which has {request.num_computed_tokens} "
                          f"computed (the trace {tracked.computed})")
         self._sampled(tracked, request)
+        return self._run_settle(tracked, request, n)
+
+    def _run_settle(self, tracked, request, n: int):
+        """`cache_blocks(request, n)` run as the trace's `settle` (either scheduler's)."""
         self._kvfuzz_lookups.clear()
         rid = tracked.rid
         return self._run(Settle(rid), "cache_blocks",

@@ -27,7 +27,7 @@ flight, a `cache_blocks` of other than the processed tokens, and more than one s
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager.trace import Processed, Sample, Settle
+from kvfuzz.strategies.kvmanager.trace import Processed, Sample
 
 MAX_TOKEN = (1 << 31) - 1
 
@@ -91,12 +91,7 @@ class AsyncCalls:
             self._refuse(f"cache_blocks of {n} tokens of running request "
                          f"{request.request_id!r}, which has {actual} processed (the trace "
                          f"{processed})")
-        self._kvfuzz_lookups.clear()
-        rid = tracked.rid
-        return self._run(Settle(rid), "cache_blocks",
-                         lambda: self._kvfuzz_object.cache_blocks(request, n),
-                         lambda args: None if tuple(args) == (rid, n) else
-                         f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
+        return self._run_settle(tracked, request, n)
 
     def _stale(self, tracked, request) -> None:
         """A preempted request's token that its step in flight delivered after the
