@@ -266,7 +266,7 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
         trace = self.trace
         expected = align_connector.expectation(
             request.skip or not trace.caching, request.hashes(trace.hash_size), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache if trace.caching else {})
+            trace.block_size, trace.hash_size, self.cache)
         self.count(expected[0])
         yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
                    oracle=None, compare=lambda e, r, actual, raised:

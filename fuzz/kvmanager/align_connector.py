@@ -50,11 +50,9 @@ def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash
     (hash, group) keys before it."""
     if skip:
         return SKIPPED, 0, 0, False
-    cap = max(tokens - 1, 0)
-    full = align_hit.full_attention_hit(units, cap, block_size, hash_size, cached)
-    mamba = align_hit.mamba_hit(units, cap, hash_size, cached)
+    full, hit = align_hit.hybrid_hits(units, tokens, block_size, hash_size, cached)
+    mamba = align_hit.mamba_hit(units, max(tokens - 1, 0), hash_size, cached)  # its own hit
     if mamba > full:
-        hit = align_hit.mamba_hit(units, full, hash_size, cached)
         return DEEPER, hit, boundary(full, hit), False
     return (LAGGING if mamba < full else AGREED), full, 0, mamba < full
 

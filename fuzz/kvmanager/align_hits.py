@@ -60,8 +60,7 @@ class AlignHitChecks:
                                                          f"boundary {given}, expected 0")]
         size, hashed = trace.block_size, trace.hash_size
         cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
-        full = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, cached)
-        expected = align_hit.mamba_hit(units, full, hashed, cached)
+        full, expected = align_hit.hybrid_hits(units, tokens, size, hashed, cached)
         if hit == expected:
             edge = align_connector.boundary(full, hit)
             return [] if given == edge else [("prefix hit", (

@@ -160,19 +160,19 @@ class HiSparseImports:
         whole = min(len(request.tokens), trace.max_model_len)
         return fits(end, reserve) and (not trace.full_sequence_must_fit or fits(whole, 0))
 
-    def _import_refusal(self, rid, request, slots, others, reserve) -> list:
-        """An import's admission refused with room for the most it can need: per device group
-        a block a slot, the hot region, the watermark, the reserve; on the host a block a
-        slot (the whole request's where the scheduler checks it)."""
+    def _resume_refusal(self, rid, request, slots, others) -> list:
+        """The resumption of a request after its import refused with room for the most it can
+        need: per device group a block a slot, the hot region, the watermark; on the host a
+        block a slot (the whole request's where the scheduler checks it). (The import's own
+        admission is judged exactly: `_import_fits`.)"""
         trace = self.trace
         if trace.full_sequence_must_fit:
             slots = max(slots, len(request.tokens))
         pages = cdiv(min(slots, trace.max_model_len), trace.block_size)
-        device = 2 * pages + HOT_BLOCKS + reserve + \
-            (int(trace.watermark * trace.blocks) if others else 0)
+        device = 2 * pages + HOT_BLOCKS + (int(trace.watermark * trace.blocks) if others else 0)
         if self.device_free < device or self.host_free < pages:
             return []
-        return [("refusal", f"r{rid}: an import of {slots} tokens refused with "
+        return [("refusal", f"r{rid}: resumed after its import, {slots} tokens refused with "
                             f"{self.device_free} device blocks free (it needs at most {device}) "
                             f"and {self.host_free} host blocks free (at most {pages})")]
 
@@ -237,7 +237,7 @@ class HiSparseImports:
                          (rid, new, others, whole), oracle=None, compare=allocation_problems)
         if got.actual is None:
             self.count("allocate_slots refused")
-            return self._import_refusal(rid, request, request.computed + new, others, 0)
+            return self._resume_refusal(rid, request, request.computed + new, others)
         return (yield from self._stepped(rid, request, new, got.actual))
 
 

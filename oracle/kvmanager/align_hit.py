@@ -56,11 +56,17 @@ def mamba_hit(units: list[int], cap: int, hash_size: int, cached) -> int:
     return 0
 
 
+def hybrid_hits(units: list[int], num_tokens: int, block_size: int, hash_size: int,
+                cached) -> tuple[int, int]:
+    """(full attention's own hit, the hit `get_computed_blocks` returns) for a request of
+    `num_tokens` tokens that reads the cache: the hit is the Mamba group's latest cached state
+    no deeper than full attention's, itself below the last token. Both are asked: the
+    shared-prefix boundary and the connector's lookup read full attention's own."""
+    full = full_attention_hit(units, max(num_tokens - 1, 0), block_size, hash_size, cached)
+    return full, mamba_hit(units, full, hash_size, cached)
+
+
 def longest_hit(units: list[int], num_tokens: int, block_size: int, hash_size: int,
                 cached) -> int:
-    """The hit `get_computed_blocks` returns for a request of `num_tokens` tokens that reads
-    the cache: the Mamba group's latest cached state no deeper than full attention's hit,
-    itself below the last token."""
-    cap = max(num_tokens - 1, 0)
-    return mamba_hit(units, full_attention_hit(units, cap, block_size, hash_size, cached),
-                     hash_size, cached)
+    """The hit `get_computed_blocks` returns (`hybrid_hits`)."""
+    return hybrid_hits(units, num_tokens, block_size, hash_size, cached)[1]
