@@ -12,6 +12,12 @@ scheduler never does (docs/upstream-vllm.md, "vLLM's own scheduler, guarded").
   otherwise holds the previous allocation in flight at the next); no call;
 - a `sample` with `stale`: a preempted request's step in flight delivers its token after the
   preemption (vLLM keeps that "stale output"); the waiting request has it at its admission.
+
+With speculative decoding (vLLM 0.33.0's `AsyncScheduler._update_after_schedule`: `1 +
+num_spec_tokens` output placeholders a step that samples, the drafts placeholders the worker
+fills in), a `placeholder` carries `drafts`: the request counts them computed past its tokens
+while the step is in flight, and the `settle` after the step's output (its accepted tokens
+`sample`s first) rolls back the rejected ones (`rejected`), as `update_from_output` does.
 """
 
 from __future__ import annotations
@@ -20,7 +26,9 @@ from kvfuzz.fuzz.engine.lockstep import Call, handles
 from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 
 EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
-          "output processed, nothing in flight", "stale token after a preemption")
+          "output processed, nothing in flight", "stale token after a preemption",
+          "placeholder slots with draft tokens", "draft slots past a block's end",
+          "rejected drafts rolled back")
 
 
 class AsyncOps:
@@ -29,15 +37,26 @@ class AsyncOps:
     @handles(Placeholder)
     def placeholder(self, op: Placeholder):
         request = self.requests.get(op.rid)
+        # Its tokens all computed; past them, only the drafts of a step in flight (with
+        # speculative decoding), which the request counts computed until they are resolved.
+        # The scheduler keeps the token, the drafts and the one sampled after them within
+        # max_model_len (`max_model_len - num_computed_tokens - 1` at most).
+        new = 1 + op.drafts
         if request is None or request.status != "running" or \
-                not self.trace.async_scheduling or request.computed != len(request.tokens) or \
-                len(request.tokens) + 1 >= self.trace.max_model_len:
+                not self.trace.async_scheduling or request.computed < len(request.tokens) or \
+                request.computed + new >= self.trace.max_model_len:
             return
         self.count("placeholder slot (token in flight)")
-        if len(request.tokens) % self.trace.block_size == 0:
+        if request.computed % self.trace.block_size == 0:
             self.count("placeholder slot into a new block")
-        yield Call(f"allocate_slots(r{op.rid}, 1): the slot of the token in flight")
-        return (yield from self._allocation(op.rid, request, 1, 0, None))
+        if op.drafts:
+            self.count("placeholder slots with draft tokens")
+            if request.computed // self.trace.block_size != \
+                    (request.computed + new - 1) // self.trace.block_size:
+                self.count("draft slots past a block's end")
+        drafts = f" and {op.drafts} drafts" if op.drafts else ""
+        yield Call(f"allocate_slots(r{op.rid}, {new}): the slot of the token in flight{drafts}")
+        return (yield from self._allocation(op.rid, request, new, 0, None))
 
     @handles(Processed)
     def processed(self, op: Processed):
@@ -48,6 +67,19 @@ class AsyncOps:
         request.in_flight = 0
         yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
                    oracle=None)
+
+    def rolled_back(self, op, request) -> bool:
+        """Whether a `settle` applies as to its `rejected` drafts (speculative decoding under
+        asynchronous scheduling): rolled back from the request's computed tokens, which still
+        cover its tokens but the last sampled one after it (the tokens of a step in flight
+        past them); True without any."""
+        if not op.rejected:
+            return True
+        if request.computed - op.rejected < len(request.tokens) - 1:
+            return False
+        self.count("rejected drafts rolled back", op.rejected)
+        request.computed -= op.rejected
+        return True
 
     def stale_token(self, op, request) -> bool:
         """Whether `op` (a `sample` with `stale`) applies: a waiting request preempted before,

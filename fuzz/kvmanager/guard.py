@@ -52,6 +52,7 @@ from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.padding import padding
+from kvfuzz.strategies.kvmanager.codec import MAX_PAD
 from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_values
 from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
@@ -297,11 +298,12 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         self._sampled(tracked, request)
         return self._run_settle(tracked, request, n)
 
-    def _run_settle(self, tracked, request, n: int):
-        """`cache_blocks(request, n)` run as the trace's `settle` (either scheduler's)."""
+    def _run_settle(self, tracked, request, n: int, rejected: int = 0):
+        """`cache_blocks(request, n)` run as the trace's `settle` (either scheduler's), with
+        the drafts the output `rejected` rolled back first (asynchronous scheduling)."""
         self._kvfuzz_lookups.clear()
         rid = tracked.rid
-        return self._run(Settle(rid), "cache_blocks",
+        return self._run(Settle(rid, rejected), "cache_blocks",
                          lambda: self._kvfuzz_object.cache_blocks(request, n),
                          lambda args: None if tuple(args) == (rid, n) else
                          f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
@@ -323,6 +325,11 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
             return self._connector_admission(tracked, n, hit, whole, connector)
         left = len(tracked.tokens) - hit
         pad = padding(self.kvfuzz_session.header, n, left, hit)
+        if pad and self._asynchronous():
+            self._refuse(f"allocate_slots admits request {request.request_id!r} padded with "
+                         f"{pad} placeholder drafts under asynchronous scheduling (vLLM counts "
+                         f"them computed and in flight until the step's output; the trace's "
+                         f"padded admission does not)")
         if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
                          f"{left} left after its hit")
@@ -373,7 +380,8 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         elif tokens == seen and 1 <= n <= len(known) - tracked.computed:
             op = Schedule(tracked.rid, n)
         elif self._placeholder(tracked, request, n, tokens, seen):
-            op = Placeholder(tracked.rid)  # the token its step in flight samples
+            # the token its step in flight samples, and that many drafts after it
+            op = Placeholder(tracked.rid, n - 1)
         else:
             self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
                          f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "
@@ -395,19 +403,29 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
 
     def _sampled(self, tracked, request) -> None:
         """The token a running request sampled and never asked a slot for (it is preempted
-        before its next step): a `sample` op, so that its admission again sees it."""
+        before its next step), or, before a `settle`, the tokens its output appended: a
+        `sample` op each, so that its next allocation sees them. More than one only under
+        asynchronous scheduling with drafts in flight (accepted drafts and the bonus token),
+        each over positions the request counts computed (what the lock step's `sample`
+        needs)."""
         tokens = list(request.all_token_ids)
         known, seen = tracked.tokens, tracked.engine_ids()
         if tokens == seen:
             return
-        # (all computed; under asynchronous scheduling the token's placeholder slot too)
-        if len(tokens) != len(known) + 1 or tokens[:-1] != seen or \
-                tracked.computed not in (len(known), len(known) + 1) or \
-                not 0 <= tokens[-1] <= MAX_TOKEN:
+        new = tokens[len(seen):]
+        # (all computed; under asynchronous scheduling the token's placeholder slot too, and
+        # with drafts in flight their slots, which cover every token but the last)
+        one = len(new) == 1 and tracked.computed in (len(known), len(known) + 1)
+        several = self._asynchronous() and len(new) <= 1 + MAX_PAD and \
+            len(tokens) - 1 <= tracked.computed
+        if not (one or several) or tokens[:len(seen)] != seen or \
+                any(not 0 <= token <= MAX_TOKEN for token in new) or \
+                len(tokens) > self.kvfuzz_session.header.max_model_len:
             self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "
                          f"tokens, the trace has {len(known)} ({tracked.computed} computed)")
-        known.append(tokens[-1])
-        self.kvfuzz_session.step(Sample(tracked.rid, tokens[-1]))
+        for token in new:
+            known.append(token)
+            self.kvfuzz_session.step(Sample(tracked.rid, token))
 
     def _request(self, request, arriving: bool = False) -> _Tracked:
         """The request's record; a new one arrives (its `arrive` op) when `arriving`."""

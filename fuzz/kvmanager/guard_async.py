@@ -27,6 +27,7 @@ flight, a `cache_blocks` of other than the processed tokens, and more than one s
 
 from __future__ import annotations
 
+from kvfuzz.strategies.kvmanager.codec import MAX_PAD as MAX_DRAFTS
 from kvfuzz.strategies.kvmanager.trace import Processed, Sample
 
 MAX_TOKEN = (1 << 31) - 1
@@ -74,37 +75,54 @@ class AsyncCalls:
             if self._asynchronous() else 0
 
     def _placeholder(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
-        """Whether an allocation of a running request is its output placeholder's slot."""
-        return self._asynchronous() and n == 1 and tokens == seen and \
-            tracked.computed == len(tracked.tokens) and \
+        """Whether an allocation of a running request is its output placeholder's slot, and,
+        with speculative decoding, its `n - 1` drafts' (the trace's `drafts`): its tokens all
+        computed, past them at most the drafts of its step in flight."""
+        return self._asynchronous() and 1 <= n <= 1 + MAX_DRAFTS and tokens == seen and \
+            tracked.computed >= len(tracked.tokens) and \
             int(getattr(request, "num_output_placeholders", 0) or 0) > 0 and \
-            len(tracked.tokens) + 1 < self.kvfuzz_session.header.max_model_len
+            tracked.computed + n < self.kvfuzz_session.header.max_model_len
 
     def _async_settle(self, tracked, request, n: int):
         """The scheduler's `cache_blocks(request, computed - in flight)` after an output: a
-        `settle`, after the `sample` of the token it appended."""
+        `settle`, after the `sample`s of the tokens it appended (with speculative decoding the
+        accepted drafts and the bonus token), with the drafts it rejected rolled back."""
         self._in_flight(tracked, request)
         self._sampled(tracked, request)
-        processed = tracked.computed - tracked.in_flight
         actual = request.num_computed_tokens - int(request.num_in_flight_tokens or 0)
-        if n != processed or actual != n:
+        if actual != n:
             self._refuse(f"cache_blocks of {n} tokens of running request "
-                         f"{request.request_id!r}, which has {actual} processed (the trace "
-                         f"{processed})")
-        return self._run_settle(tracked, request, n)
+                         f"{request.request_id!r}, which has {actual} processed")
+        rejected = self._rejected(tracked, request)
+        if not 0 <= rejected <= min(MAX_DRAFTS, tracked.computed + 1 - len(tracked.tokens)):
+            self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
+                         f"computed tokens after its output, the trace {tracked.computed} "
+                         f"with {len(tracked.tokens)} tokens (a rollback of {rejected})")
+        tracked.computed -= rejected
+        # (the lock step rolls back as many and caches what is then processed: its own count,
+        # judged against the engine's `n`)
+        return self._run_settle(tracked, request, n, rejected)
+
+    def _rejected(self, tracked, request) -> int:
+        """The drafts the output rejected, and the tokens a stop trimmed (vLLM rolls both back
+        from `num_computed_tokens` before the call): what the request counts computed less
+        what the engine's request now does."""
+        return tracked.computed - request.num_computed_tokens
 
     def _stale(self, tracked, request) -> None:
-        """A preempted request's token that its step in flight delivered after the
-        preemption, seen at its next lookup: a `sample` with `stale`."""
+        """A preempted request's tokens that its step in flight delivered after the
+        preemption (one, or with speculative decoding up to one a draft more), seen at its
+        next lookup: a `sample` with `stale` each."""
         tokens, seen = list(request.all_token_ids), tracked.engine_ids()
         if not self._asynchronous() or tracked.running or tracked.computed or \
-                not getattr(request, "num_preemptions", 0) or len(tokens) != len(seen) + 1 or \
-                tokens[:-1] != seen:
+                not getattr(request, "num_preemptions", 0) or \
+                not len(seen) < len(tokens) <= len(seen) + 1 + MAX_DRAFTS or \
+                tokens[:len(seen)] != seen:
             return
-        token = tokens[-1]
-        if not 0 <= token <= MAX_TOKEN or \
-                len(tokens) > self.kvfuzz_session.header.max_model_len:
-            self._refuse(f"request {request.request_id!r}'s stale token {token} at "
-                         f"{len(tokens)} tokens")
-        tracked.tokens.append(token)
-        self.kvfuzz_session.step(Sample(tracked.rid, token, stale=True))
+        for token in tokens[len(seen):]:
+            if not 0 <= token <= MAX_TOKEN or \
+                    len(tokens) > self.kvfuzz_session.header.max_model_len:
+                self._refuse(f"request {request.request_id!r}'s stale token {token} at "
+                             f"{len(tokens)} tokens")
+            tracked.tokens.append(token)
+            self.kvfuzz_session.step(Sample(tracked.rid, token, stale=True))

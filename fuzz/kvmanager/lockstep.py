@@ -308,11 +308,13 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
     @handles(Settle)
     def settle(self, op: Settle):
         request = self.requests.get(op.rid)
-        if request is None or request.status != RUNNING:
+        if request is None or request.status != RUNNING or not self.rolled_back(op, request):
             return
         # (no edge class: kvfuzz's own streams never make it, only the guard's recordings)
         # Under asynchronous scheduling the scheduler caches what is processed: its computed
-        # tokens less those in flight (`update_from_output`).
+        # tokens less those in flight (`update_from_output`), rejected drafts rolled back first.
+        if op.rejected:
+            yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
         rid, hashes = op.rid, self._hashes(request)
         computed = request.computed - (request.in_flight if self.trace.async_scheduling else 0)
         yield Call(f"cache_blocks(r{rid}, {computed}) after its output", "cache_blocks",

@@ -8,6 +8,13 @@ Which requests of a step sample is fixed when the step is scheduled (a request w
 ends its prompt, or a decode: not `is_prefill_chunk` after `_update_after_schedule`), as the
 model runner would know it; the token itself is drawn when the output is made.
 
+With speculative decoding (`Workload(speculative=...)`), `AsyncScheduler` schedules each decode
+with the step's draft tokens (placeholders the worker fills in): the fake model accepts a
+seeded number of them, 0 to all (its own stream, so the sampled tokens stay the session's
+where no step has drafts), and returns the accepted ones and a bonus token; the drafts of a
+padded admission (`pad_spec_decode`'s placeholder rows) are all rejected, as the rows are
+no drafts.
+
 `Workload(deferred_aborts=p)` sets `defer_block_free` (as vLLM does with overlapping batches
 and a consumer connector) and, in a fraction `p` of the outputs, aborts one of the requests of
 the step about to be processed first (the engine processes its abort queue before each output,
@@ -23,8 +30,7 @@ from collections import deque
 
 # What the asynchronous sessions do not combine with yet (each refused before vLLM is built).
 UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector",
-               "fake_connector": "the fake KV connector",
-               "speculative": "speculative decoding", "embeds": "prompt embeddings"}
+               "fake_connector": "the fake KV connector", "embeds": "prompt embeddings"}
 QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
 
 
@@ -52,6 +58,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
+    accepts = random.Random(f"accepted drafts {seed}")  # and the drafts accepted
     queue: deque = deque()  # (scheduler output, request ids, which of them sample), newest first
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
@@ -59,11 +66,12 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
         if not arrivals and not scheduler.has_requests() and not queue:
             break
         if scheduler.has_requests() or arrivals:
+            waiting = {request.request_id for request in scheduler.waiting}
             output = scheduler.schedule()
             result.steps += 1
             result.scheduled_tokens += output.total_num_scheduled_tokens
             ids = list(output.num_scheduled_tokens)
-            samples = [not scheduler.requests[rid].is_prefill_chunk for rid in ids]
+            samples = [_sampled(scheduler, output, rid, waiting) for rid in ids]
             queue.appendleft((output, ids, samples))
             if len(queue) < QUEUE and (output.total_num_scheduled_tokens or
                                        scheduler.has_requests()):
@@ -73,10 +81,23 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
         output, ids, samples = queue.pop()
         if ids and aborts.random() < workload.deferred_aborts:
             result.deferred += abort(scheduler, aborts.choice(ids))
-        sampled = [[rng.randrange(3, 1000)] if sample else [] for sample in samples]
+        # a sampled token for each request that samples, after the drafts it accepts
+        sampled = [[rng.randrange(3, 1000) for _ in range(1 + accepts.randint(0, sample - 1))]
+                   if sample > 1 else [rng.randrange(3, 1000)] if sample else []
+                   for sample in samples]
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled))
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     return result
+
+
+def _sampled(scheduler, output, request_id: str, waiting: set) -> int:
+    """What the step's output holds for the request, fixed when the step is scheduled: 0 for
+    a prefill chunk (no token), else 1 + the drafts it may accept (its scheduled draft
+    tokens; none for the placeholder rows of a waiting request's padded admission)."""
+    if scheduler.requests[request_id].is_prefill_chunk:
+        return 0
+    drafts = output.scheduled_spec_decode_tokens.get(request_id, ())
+    return 1 + (0 if request_id in waiting else len(drafts))

@@ -416,6 +416,10 @@ PROMPT_EMBEDS = Workload(embeds=0.6)
 # vLLM's AsyncScheduler (vllm_async.py) over full attention and a 48-token window (the tokens in
 # flight hold the window's blocks), 60 blocks as ZEROING's, so that sessions still preempt
 ASYNC = Workload(async_scheduling=True, window=48, blocks=60)
+# ASYNC with speculative decoding: EAGLE's 2 draft tokens a step (`1 + 2` placeholders), some
+# rejected at each output (vllm_async.py), with lookahead hashes as vLLM's default
+ASYNC_SPEC = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
+                      num_speculative=2)
 # The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
 # token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
 SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)

@@ -135,9 +135,19 @@ class Placeholder:
     `allocate_slots(request, 1)` over the request's tokens as they are; the `sample` of the
     token comes when that step's output is processed. Resolves to nothing without
     asynchronous scheduling or within one token of `max_model_len` (the scheduler schedules
-    no position there)."""
+    no position there).
+
+    `drafts` (speculative decoding under asynchronous scheduling): the step also schedules that
+    many draft tokens after the token, placeholders the worker fills in (vLLM's `1 +
+    num_spec_tokens` output placeholders a step): `allocate_slots(request, 1 + drafts)`. The
+    request then counts them computed too, past its tokens, until its `settle` rolls back the
+    rejected ones; so a placeholder also applies where the drafts of the step in flight
+    are counted computed past the request's tokens (its tokens all computed). Resolves to
+    nothing where the token, the drafts and the token sampled after them pass
+    `max_model_len`."""
 
     rid: int
+    drafts: int = field(default=0, metadata=LATER)
 
 
 @dataclass(frozen=True)
@@ -197,9 +207,16 @@ class Settle:
     output, as vLLM's scheduler makes it with draft tokens (speculative decoding), the sampled
     token appended first (a `sample`): a block whose lookahead hash waited for that token is
     cached now, not at the request's next allocation. Resolves to nothing for a request that
-    is not running. Only the guard's recordings of vLLM's scheduler make it."""
+    is not running. Only the guard's recordings of vLLM's scheduler make it.
+
+    `rejected` (speculative decoding under asynchronous scheduling): the drafts the output
+    rejected, and the tokens a stop trimmed, rolled back from the request's computed tokens
+    first (`update_from_output`: `num_computed_tokens -= num_rejected`), so that what is
+    cached is what was processed. Resolves to nothing where a rollback would leave fewer
+    computed tokens than the request has but its last sampled one."""
 
     rid: int
+    rejected: int = field(default=0, metadata=LATER)
 
 
 @dataclass(frozen=True)

@@ -200,3 +200,82 @@ def test_an_output_processed_before_the_next_allocation_is_a_processed_op(tmp_pa
     monkeypatch.setattr(GuardedManager, "_in_flight", forgets_processed)
     with pytest.raises(kvfuzz.Mismatch, match="8 tokens, 0 in flight"):
         chunks_with_an_output_between(tmp_path / "broken")
+
+
+# -- speculative decoding under the asynchronous scheduler (`ASYNC_SPEC`: EAGLE, 2 drafts) --------
+SPEC_SEED = 0
+
+
+def spec_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    from tests.kvmanager.test_guard import scheduler_session
+
+    return scheduler_session(seed, name, corpus_dir, check, workload="ASYNC_SPEC")
+
+
+def test_draft_placeholders_and_rejected_drafts_read_back_and_older_ops_read_as_before():
+    ops = (Arrive(0, (5, 6, 7)), Placeholder(0, drafts=2), Sample(0, 9), Sample(0, 4),
+           Settle(0, rejected=1), Placeholder(0), Settle(0))
+    trace = Trace(8, 4, 0, 64, ops, async_scheduling=True, lookahead=2)
+    data = to_json(trace)
+    assert from_json(data) == trace
+    assert data["ops"][1] == {"op": "placeholder", "rid": 0, "drafts": 2}
+    assert data["ops"][4] == {"op": "settle", "rid": 0, "rejected": 1}
+    assert data["ops"][5:] == [{"op": "placeholder", "rid": 0}, {"op": "settle", "rid": 0}]
+
+
+@with_engine("vllm")
+def test_vllms_async_scheduler_with_draft_tokens_runs_guarded_clean_and_replays(tmp_path):
+    """`1 + k` placeholder slots a step, the drafts counted computed past the request's tokens
+    while in flight, the rejected ones rolled back at the output's `settle`; its recording
+    replays clean on the release and fails on the mutant that clamps new tokens to the
+    request's own (the drafts then get no slots)."""
+    session = spec_session(SPEC_SEED, None, tmp_path)
+    guarded = session.manager.kvfuzz_session
+    assert session.finished == session.requests == 10 and session.preemptions, session
+    assert guarded.divergence is None and guarded.header.async_scheduling
+    ops = guarded.ops
+    assert any(isinstance(op, Placeholder) and op.drafts == 2 for op in ops)
+    assert any(isinstance(op, Settle) and op.rejected for op in ops)
+    events = guarded.lock.events
+    assert events["admission with a hit"] and events["draft slots past a block's end"]
+    assert events["rejected drafts rolled back"]
+    recorded = spec_session(SPEC_SEED, None, tmp_path, check=False).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert not list(tmp_path.glob("*.json"))
+    path = guarded.save(tmp_path / "recorded")
+    assert kvfuzz.replay(path, "vllm.kvmanager").ok
+    assert not kvfuzz.replay(path, "mutant.vllm.kvmanager.spec_pad_rows_clamped").ok
+
+
+@with_engine("vllm")
+@pytest.mark.parametrize("name", ["spec_pad_rows_clamped", "lookahead_not_allocated"])
+def test_a_mutant_of_the_draft_slots_raises_with_a_file_that_replays(name, tmp_path):
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: spec_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=1)
+
+
+def forgets_rejected_drafts(self, tracked, request):
+    """A broken mapping: the drafts an output rejected left counted computed (no rollback)."""
+    return 0
+
+
+def one_token_a_step(rid: int, drafts: int = 0):
+    """A broken mapping: a placeholder allocation of `1 + k` slots written as the token's
+    alone (its drafts dropped)."""
+    return Placeholder(rid)
+
+
+@with_engine("vllm")
+@pytest.mark.parametrize("broken", [forgets_rejected_drafts, one_token_a_step])
+def test_a_guard_mapping_draft_tokens_wrongly_is_caught(broken, tmp_path, monkeypatch):
+    from kvfuzz.fuzz.kvmanager.guard import GuardedManager
+
+    from kvfuzz.fuzz.kvmanager import guard
+
+    if broken is forgets_rejected_drafts:
+        monkeypatch.setattr(GuardedManager, "_rejected", broken)
+    else:
+        monkeypatch.setattr(guard, "Placeholder", broken)
+    with pytest.raises(kvfuzz.Mismatch):
+        spec_session(SPEC_SEED, None, tmp_path)
