@@ -52,7 +52,6 @@ from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.padding import padding
-from kvfuzz.strategies.kvmanager.codec import MAX_PAD
 from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_values
 from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
@@ -325,11 +324,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
             return self._connector_admission(tracked, n, hit, whole, connector)
         left = len(tracked.tokens) - hit
         pad = padding(self.kvfuzz_session.header, n, left, hit)
-        if pad and self._asynchronous():
-            self._refuse(f"allocate_slots admits request {request.request_id!r} padded with "
-                         f"{pad} placeholder drafts under asynchronous scheduling (vLLM counts "
-                         f"them computed and in flight until the step's output; the trace's "
-                         f"padded admission does not)")
+        self._no_async_padding(request, pad)
         if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
                          f"{left} left after its hit")
@@ -404,21 +399,16 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
     def _sampled(self, tracked, request) -> None:
         """The token a running request sampled and never asked a slot for (it is preempted
         before its next step), or, before a `settle`, the tokens its output appended: a
-        `sample` op each, so that its next allocation sees them. More than one only under
-        asynchronous scheduling with drafts in flight (accepted drafts and the bonus token),
-        each over positions the request counts computed (what the lock step's `sample`
-        needs)."""
+        `sample` op each, so that its next allocation sees them (more than one: accepted
+        drafts and the bonus token, `guard_async.py`)."""
         tokens = list(request.all_token_ids)
         known, seen = tracked.tokens, tracked.engine_ids()
         if tokens == seen:
             return
         new = tokens[len(seen):]
-        # (all computed; under asynchronous scheduling the token's placeholder slot too, and
-        # with drafts in flight their slots, which cover every token but the last)
+        # (all computed; under asynchronous scheduling the token's placeholder slot too)
         one = len(new) == 1 and tracked.computed in (len(known), len(known) + 1)
-        several = self._asynchronous() and len(new) <= 1 + MAX_PAD and \
-            len(tokens) - 1 <= tracked.computed
-        if not (one or several) or tokens[:len(seen)] != seen or \
+        if not (one or self._drafts_sampled(tracked, tokens)) or tokens[:len(seen)] != seen or \
                 any(not 0 <= token <= MAX_TOKEN for token in new) or \
                 len(tokens) > self.kvfuzz_session.header.max_model_len:
             self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "

@@ -19,10 +19,21 @@ passes the manager, and the trace's op for it:
 - a preempted request's token delivered by its step in flight after the preemption (its
   "stale output"), seen at its next lookup: a `sample` with `stale`.
 
+With speculative decoding (`AsyncScheduler` adds `1 + k` output placeholders a step that
+samples, the k drafts placeholders the worker fills in): `allocate_slots(request, 1 + k)` of a
+running request whose tokens are all computed, past them the drafts of its step in flight:
+`placeholder` with `drafts` k; the output's accepted drafts and bonus token: a `sample` each
+(before the `settle`, or with `stale` after a preemption); the drafts it rejected (and tokens
+a stop trimmed), which vLLM rolls back from `num_computed_tokens` before its `cache_blocks`:
+the `settle`'s `rejected`, the lock step then caching its own count of processed tokens,
+judged against the engine's.
+
 Refused (`GuardUnsupported`): tokens in flight where the guard was told the scheduler is
 synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
-was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting request with tokens in
-flight, a `cache_blocks` of other than the processed tokens, and more than one stale token.
+was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting
+request with tokens in flight, a `cache_blocks` of other than the processed tokens, a rollback
+past the request's tokens, more tokens an output than one a draft more than one, and a padded
+admission (`pad_spec_decode`) under asynchronous scheduling.
 """
 
 from __future__ import annotations
@@ -102,6 +113,22 @@ class AsyncCalls:
         # (the lock step rolls back as many and caches what is then processed: its own count,
         # judged against the engine's `n`)
         return self._run_settle(tracked, request, n, rejected)
+
+    def _drafts_sampled(self, tracked, tokens: list) -> bool:
+        """Whether the request's `tokens` past the trace's are an output of a step with drafts
+        (its accepted drafts and the bonus token, at most one a draft more than one), each
+        over positions the request counts computed, drafts in flight included (what the lock
+        step's `sample` needs): every token but the last."""
+        return self._asynchronous() and len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS \
+            and len(tokens) - 1 <= tracked.computed
+
+    def _no_async_padding(self, request, pad: int) -> None:
+        """A padded admission (`pad_spec_decode`) is refused under asynchronous scheduling:
+        vLLM counts its placeholder rows computed and in flight until the step's output (and
+        rejects them there), the trace's padded admission counts them neither."""
+        if pad and self._asynchronous():
+            self._refuse(f"allocate_slots admits request {request.request_id!r} padded with "
+                         f"{pad} placeholder drafts under asynchronous scheduling")
 
     def _rejected(self, tracked, request) -> int:
         """The drafts the output rejected, and the tokens a stop trimmed (vLLM rolls both back

@@ -203,7 +203,7 @@ def test_an_output_processed_before_the_next_allocation_is_a_processed_op(tmp_pa
 
 
 # -- speculative decoding under the asynchronous scheduler (`ASYNC_SPEC`: EAGLE, 2 drafts) --------
-SPEC_SEED = 0
+SPEC_SEED = 18  # a preemption whose stale output is 2 tokens (a draft accepted), hits
 
 
 def spec_session(seed: int, name: str | None, corpus_dir, check: bool = True):
@@ -236,6 +236,8 @@ def test_vllms_async_scheduler_with_draft_tokens_runs_guarded_clean_and_replays(
     ops = guarded.ops
     assert any(isinstance(op, Placeholder) and op.drafts == 2 for op in ops)
     assert any(isinstance(op, Settle) and op.rejected for op in ops)
+    stale = [i for i, op in enumerate(ops) if isinstance(op, Sample) and op.stale]
+    assert any(later == earlier + 1 for earlier, later in zip(stale, stale[1:])), stale
     events = guarded.lock.events
     assert events["admission with a hit"] and events["draft slots past a block's end"]
     assert events["rejected drafts rolled back"]
@@ -277,5 +279,7 @@ def test_a_guard_mapping_draft_tokens_wrongly_is_caught(broken, tmp_path, monkey
         monkeypatch.setattr(GuardedManager, "_rejected", broken)
     else:
         monkeypatch.setattr(guard, "Placeholder", broken)
-    with pytest.raises(kvfuzz.Mismatch):
+    # (at the first output with a rejected draft, or the first placeholder with drafts)
+    with pytest.raises(kvfuzz.Mismatch, match="the lock step caches" if broken is
+                       forgets_rejected_drafts else "the lock step allocates with"):
         spec_session(SPEC_SEED, None, tmp_path)
