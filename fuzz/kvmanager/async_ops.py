@@ -28,7 +28,7 @@ from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
           "output processed, nothing in flight", "stale token after a preemption",
           "placeholder slots with draft tokens", "draft slots past a block's end",
-          "rejected drafts rolled back")
+          "rejected drafts rolled back", "draft tokens after a step sat out")
 
 
 class AsyncOps:
@@ -39,13 +39,17 @@ class AsyncOps:
         request = self.requests.get(op.rid)
         # Its tokens all computed; past them, only the drafts of a step in flight (with
         # speculative decoding), which the request counts computed until they are resolved.
-        # The scheduler keeps the token, the drafts and the one sampled after them within
-        # max_model_len (`max_model_len - num_computed_tokens - 1` at most).
+        # With drafts, also a decode of its last token with nothing in flight (a request that
+        # sat out a step). The scheduler keeps the token, the drafts and the one sampled after
+        # them within max_model_len (`max_model_len - num_computed_tokens - 1` at most).
         new = 1 + op.drafts
         if request is None or request.status != "running" or \
-                not self.trace.async_scheduling or request.computed < len(request.tokens) or \
+                not self.trace.async_scheduling or \
+                request.computed < len(request.tokens) - (1 if op.drafts else 0) or \
                 request.computed + new >= self.trace.max_model_len:
             return
+        if request.computed < len(request.tokens):
+            self.count("draft tokens after a step sat out")
         self.count("placeholder slot (token in flight)")
         if request.computed % self.trace.block_size == 0:
             self.count("placeholder slot into a new block")

@@ -88,11 +88,17 @@ class AsyncCalls:
     def _placeholder(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
         """Whether an allocation of a running request is its output placeholder's slot, and,
         with speculative decoding, its `n - 1` drafts' (the trace's `drafts`): its tokens all
-        computed, past them at most the drafts of its step in flight."""
-        return self._asynchronous() and 1 <= n <= 1 + MAX_DRAFTS and tokens == seen and \
-            tracked.computed >= len(tracked.tokens) and \
-            int(getattr(request, "num_output_placeholders", 0) or 0) > 0 and \
-            tracked.computed + n < self.kvfuzz_session.header.max_model_len
+        computed, past them at most the drafts of its step in flight; or, with drafts, a
+        decode of its last token with nothing in flight (it sat out a step: no placeholders
+        left, its draft placeholders still there)."""
+        if not (self._asynchronous() and 1 <= n <= 1 + MAX_DRAFTS and tokens == seen and
+                tracked.computed + n < self.kvfuzz_session.header.max_model_len):
+            return False
+        if tracked.computed >= len(tracked.tokens):
+            return int(getattr(request, "num_output_placeholders", 0) or 0) > 0
+        return n > 1 and tracked.computed == len(tracked.tokens) - 1 and \
+            not request.num_in_flight_tokens and \
+            len(getattr(request, "spec_token_ids", ()) or ()) >= n - 1
 
     def _async_settle(self, tracked, request, n: int):
         """The scheduler's `cache_blocks(request, computed - in flight)` after an output: a

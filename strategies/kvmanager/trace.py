@@ -142,9 +142,10 @@ class Placeholder:
     num_spec_tokens` output placeholders a step): `allocate_slots(request, 1 + drafts)`. The
     request then counts them computed too, past its tokens, until its `settle` rolls back the
     rejected ones; so a placeholder also applies where the drafts of the step in flight
-    are counted computed past the request's tokens (its tokens all computed). Resolves to
-    nothing where the token, the drafts and the token sampled after them pass
-    `max_model_len`."""
+    are counted computed past the request's tokens (its tokens all computed), and, with
+    drafts, where its last token is not computed and nothing is in flight (a request that sat
+    out a step: a decode with drafts). Resolves to nothing where the token, the drafts and the
+    token sampled after them pass `max_model_len`."""
 
     rid: int
     drafts: int = field(default=0, metadata=LATER)

@@ -283,3 +283,23 @@ def test_a_guard_mapping_draft_tokens_wrongly_is_caught(broken, tmp_path, monkey
     with pytest.raises(kvfuzz.Mismatch, match="the lock step caches" if broken is
                        forgets_rejected_drafts else "the lock step allocates with"):
         spec_session(SPEC_SEED, None, tmp_path)
+
+
+@with_engine("vllm")
+def test_draft_tokens_beside_aborts_in_flight_and_a_step_sat_out_run_guarded_clean(tmp_path):
+    """With `defer_block_free` the scheduler stops its running loop at a request whose step
+    is in flight rather than preempt it, so the requests after it sit out a step: their next
+    allocation is a decode of `1 + k` with nothing in flight (a `placeholder` with drafts from
+    the last token); aborted requests are deferred frees."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    session = vllm_scheduler.run_session(
+        2, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", corpus=tmp_path,
+                                                    **settings),
+        workload=replace(vllm_scheduler.ASYNC_SPEC, deferred_aborts=0.1))
+    guarded = session.manager.kvfuzz_session
+    assert guarded.divergence is None and session.deferred, session
+    assert guarded.lock.events["draft tokens after a step sat out"]
+    assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
