@@ -28,7 +28,8 @@ from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
           "output processed, nothing in flight", "stale token after a preemption",
           "placeholder slots with draft tokens", "draft slots past a block's end",
-          "rejected drafts rolled back", "draft tokens after a step sat out")
+          "rejected drafts rolled back", "draft tokens after a step sat out",
+          "padded rows in flight until the output")
 
 
 class AsyncOps:

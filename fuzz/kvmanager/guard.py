@@ -223,7 +223,9 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
             *bound.args, **bound.kwargs), expected)
         if result is not None:
             done()
-            tracked.in_flight = n - getattr(op, "pad", 0)  # (draft rows are no tokens)
+            # (draft rows are no tokens, unless held in flight: asynchronous scheduling)
+            pad = getattr(op, "pad", 0)
+            tracked.in_flight = n - (0 if self._rows_in_flight(pad) else pad)
         return result
 
     @modelled
@@ -324,7 +326,6 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
             return self._connector_admission(tracked, n, hit, whole, connector)
         left = len(tracked.tokens) - hit
         pad = padding(self.kvfuzz_session.header, n, left, hit)
-        self._no_async_padding(request, pad)
         if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
                          f"{left} left after its hit")
@@ -333,7 +334,11 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
             if tuple(args[1:5]) != (n, hit, True, whole):
                 return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
         # the placeholders are rejected drafts once the step's output is processed: the
-        # request's computed tokens are then its own (what its `settle` checks)
+        # request's computed tokens are then its own (what its `settle` checks); under
+        # asynchronous scheduling counted computed and in flight until then (guard_async.py)
+        if self._rows_in_flight(pad):
+            return Schedule(tracked.rid, n, pad, rows_in_flight=True), expected, \
+                self._runs(tracked, hit + n)
         return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, hit + n - pad)
 
     def _waiting_allocation(self, tracked, given) -> bool:

@@ -32,8 +32,9 @@ Refused (`GuardUnsupported`): tokens in flight where the guard was told the sche
 synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
 was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting
 request with tokens in flight, a `cache_blocks` of other than the processed tokens, a rollback
-past the request's tokens, more tokens an output than one a draft more than one, and a padded
-admission (`pad_spec_decode`) under asynchronous scheduling.
+past the request's tokens, more tokens an output than one a draft more than one. A padded
+admission (`pad_spec_decode`) is a `schedule` with `pad` and `rows_in_flight`: its rows counted
+computed and in flight until its output's `settle` rolls them back.
 """
 
 from __future__ import annotations
@@ -128,13 +129,12 @@ class AsyncCalls:
         return self._asynchronous() and len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS \
             and len(tokens) - 1 <= tracked.computed
 
-    def _no_async_padding(self, request, pad: int) -> None:
-        """A padded admission (`pad_spec_decode`) is refused under asynchronous scheduling:
-        vLLM counts its placeholder rows computed and in flight until the step's output (and
-        rejects them there), the trace's padded admission counts them neither."""
-        if pad and self._asynchronous():
-            self._refuse(f"allocate_slots admits request {request.request_id!r} padded with "
-                         f"{pad} placeholder drafts under asynchronous scheduling")
+    def _rows_in_flight(self, pad: int) -> bool:
+        """Whether a padded admission's rows (`pad_spec_decode`) stay counted computed and in
+        flight until the step's output, whose `settle` rolls them back as rejected drafts:
+        under asynchronous scheduling, as `_update_after_schedule` counts them (the trace's
+        `rows_in_flight`)."""
+        return bool(pad) and self._asynchronous()
 
     def _rejected(self, tracked, request) -> int:
         """The drafts the output rejected, and the tokens a stop trimmed (vLLM rolls both back

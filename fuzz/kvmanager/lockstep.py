@@ -215,7 +215,8 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,
                                                 placeholders=rows))
         if request.status == WAITING:
-            yield from self._admit(op.rid, request, op.chunk, op.pad)
+            yield from self._admit(op.rid, request, op.chunk, op.pad,
+                                   op.rows_in_flight and self.trace.async_scheduling)
             return
         pending = len(request.tokens) - request.computed
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
@@ -349,7 +350,8 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
         # per hash unit, as vLLM's request (each covering the tokens after it it looks ahead to)
         return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
-    def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0):
+    def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,
+               rows_in_flight: bool = False):
         report = self.trace.report
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report,
@@ -372,8 +374,10 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
         new += rows
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})"
                    f"{f': {rows} placeholder drafts' if rows else ''}")
+        if rows and rows_in_flight:  # counted until the output's `settle` (async_ops.py)
+            self.count("padded rows in flight until the output")
         problems = yield from self._allocation(rid, request, new, hit, hit_blocks,
-                                               placeholders=rows)
+                                               placeholders=0 if rows_in_flight else rows)
         size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
         if problems or hit < size or NO_TRUNCATE in self.unread:
             return problems

@@ -92,11 +92,17 @@ class Schedule:
     where the hit leaves more, the chunk is short of `1 + pad`, or the rows and the sampled
     token pass `max_model_len`, the admission is as without it. The placeholders are rejected
     drafts when the step's output is processed (`update_from_output` rolls
-    `num_computed_tokens` back by them): the request then has its tokens computed."""
+    `num_computed_tokens` back by them): the request then has its tokens computed.
+
+    `rows_in_flight` (asynchronous scheduling, as vLLM's `AsyncScheduler` has it): the rows
+    stay counted computed and in flight past the request's tokens until the step's output,
+    whose `settle` rolls them back (`rejected`); without it the lock step counts them neither
+    (the rollback taken at once: kvfuzz's own traces)."""
 
     rid: int
     chunk: int
     pad: int = field(default=0, metadata=LATER)
+    rows_in_flight: bool = field(default=False, metadata=LATER)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import pytest
 import kvfuzz
 from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
 from kvfuzz.strategies.kvmanager.codec import from_json
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Placeholder, Processed, Sample, Settle,
-                                               Trace, to_json)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Placeholder, Processed, Sample,
+                                               Schedule, Settle, Trace, to_json)
 from tests import guarding
 from tests.helpers import with_engine
 
@@ -187,7 +187,6 @@ def chunks_with_an_output_between(tmp_path, async_scheduling=True):
 def test_an_output_processed_before_the_next_allocation_is_a_processed_op(tmp_path,
                                                                           monkeypatch):
     from kvfuzz.fuzz.kvmanager.guard import GuardedManager
-    from kvfuzz.strategies.kvmanager.trace import Schedule
 
     guarded, tables = chunks_with_an_output_between(tmp_path)
     session = guarded.kvfuzz_session
@@ -221,6 +220,11 @@ def test_draft_placeholders_and_rejected_drafts_read_back_and_older_ops_read_as_
     assert data["ops"][1] == {"op": "placeholder", "rid": 0, "drafts": 2}
     assert data["ops"][4] == {"op": "settle", "rid": 0, "rejected": 1}
     assert data["ops"][5:] == [{"op": "placeholder", "rid": 0}, {"op": "settle", "rid": 0}]
+    padded = Trace(8, 4, 0, 64, (Arrive(0, (5, 6, 7)), Schedule(0, 3, 2, rows_in_flight=True)),
+                   async_scheduling=True, lookahead=2)
+    assert to_json(padded)["ops"][1] == {"op": "schedule", "rid": 0, "chunk": 3, "pad": 2,
+                                         "rows_in_flight": True}
+    assert from_json(to_json(padded)) == padded
 
 
 @with_engine("vllm")
@@ -286,20 +290,35 @@ def test_a_guard_mapping_draft_tokens_wrongly_is_caught(broken, tmp_path, monkey
 
 
 @with_engine("vllm")
-def test_draft_tokens_beside_aborts_in_flight_and_a_step_sat_out_run_guarded_clean(tmp_path):
+@pytest.mark.parametrize("seed, event", [(2, "draft tokens after a step sat out"),
+                                         (31, "padded rows in flight until the output")])
+def test_draft_tokens_beside_aborts_in_flight_run_guarded_clean(seed, event, tmp_path,
+                                                                monkeypatch):
     """With `defer_block_free` the scheduler stops its running loop at a request whose step
     is in flight rather than preempt it, so the requests after it sit out a step: their next
     allocation is a decode of `1 + k` with nothing in flight (a `placeholder` with drafts from
-    the last token); aborted requests are deferred frees."""
+    the last token; session 2); aborted requests are deferred frees. Session 31 admits a
+    preempted request whose hit leaves one token, padded (`pad_spec_decode`): its rows stay
+    computed and in flight until its output (`rows_in_flight`); a guard that writes the
+    admission without it (the rows taken as rolled back at once) is caught at the request's
+    next allocation."""
     from dataclasses import replace
 
-    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+    from kvfuzz.fuzz.kvmanager import guard, vllm_scheduler
 
-    session = vllm_scheduler.run_session(
-        2, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", corpus=tmp_path,
-                                                    **settings),
-        workload=replace(vllm_scheduler.ASYNC_SPEC, deferred_aborts=0.1))
-    guarded = session.manager.kvfuzz_session
-    assert guarded.divergence is None and session.deferred, session
-    assert guarded.lock.events["draft tokens after a step sat out"]
+    def session():
+        return vllm_scheduler.run_session(
+            seed, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager",
+                                                           corpus=tmp_path, **settings),
+            workload=replace(vllm_scheduler.ASYNC_SPEC, deferred_aborts=0.1))
+
+    run = session()
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.deferred, run
+    assert guarded.lock.events[event]
     assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    if event.startswith("padded"):
+        monkeypatch.setattr(guard, "Schedule", lambda rid, chunk, pad=0, rows_in_flight=False:
+                            Schedule(rid, chunk, pad))
+        with pytest.raises(kvfuzz.Mismatch, match="the lock step allocates with"):
+            session()
