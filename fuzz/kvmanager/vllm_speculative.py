@@ -9,8 +9,10 @@ prompts given as embeddings. What each setting makes of the scheduler's manager:
 | speculative="mtp" (k tokens)     | k DeepSeek MTP modules | hashes and prefill lookahead of k    |
 | ... with lookahead_hashes=False  |                        | prefill lookahead of k, the drop     |
 
-Every allocation reserves the k draft tokens' slots (`num_lookahead_tokens`); the sessions
-feed no draft tokens back (the fake model proposes none), so a step still computes one token.
+Every allocation reserves the k draft tokens' slots (`num_lookahead_tokens`); the synchronous
+sessions feed no draft tokens back (the fake model proposes none), so a step still computes one
+token; under the asynchronous scheduler every decode carries k drafts, some accepted
+(`vllm_async.py`).
 `eagle_groups` flags groups `is_eagle_group` as an engine does for a drafter's layers.
 """
 
