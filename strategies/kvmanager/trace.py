@@ -452,7 +452,8 @@ def describe_op(op: Op) -> str:
                 f"{', skipping the prefix cache' if op.no_cache_read else ''}"
                 f"{' (' + ', '.join(keys) + ')' if keys else ''}")
     if isinstance(op, Schedule):
-        padded = f" ({op.pad} placeholder drafts where one is left)" if op.pad else ""
+        padded = f" ({op.pad} placeholder drafts where one is left" \
+            f"{', in flight until its output' if op.rows_in_flight else ''})" if op.pad else ""
         return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}"
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
@@ -460,7 +461,8 @@ def describe_op(op: Op) -> str:
         stale = " (a step's stale output, after its preemption)" if op.stale else ""
         return f"r{op.rid} samples token {op.token}, no slot asked{stale}"
     if isinstance(op, Placeholder):
-        return f"r{op.rid} gets the slot of the token its step in flight samples"
+        drafts = f" and {op.drafts} draft slots after it" if op.drafts else ""
+        return f"r{op.rid} gets the slot of the token its step in flight samples{drafts}"
     if isinstance(op, Processed):
         return f"r{op.rid}'s last step's output processed: no tokens in flight"
     deferred = ", its free deferred" if getattr(op, "defer", False) else ""
@@ -473,7 +475,8 @@ def describe_op(op: Op) -> str:
     if isinstance(op, RemoveSkipped):
         return f"remove r{op.rid}'s skipped blocks (before a connector's request_finished)"
     if isinstance(op, Settle):
-        return f"cache r{op.rid}'s blocks after its step's output"
+        rejected = f", {op.rejected} rejected drafts rolled back first" if op.rejected else ""
+        return f"cache r{op.rid}'s blocks after its step's output{rejected}"
     if isinstance(op, (Connect, Loaded)):
         return connector_ops.describe(op)
     if isinstance(op, Evict):
