@@ -3,7 +3,8 @@
 `processed`, a stale `sample`; `fuzz/kvmanager/async_ops.py`) come from kvfuzz's own generator,
 not only from the guard's recordings. The released class runs its traces clean
 (`test_every_profile.py`); here: the traces are the scheduler's shape (no vLLM needed), and the
-catalogue mutants of the tokens in flight are caught on the profile's first trace (slow: vLLM)."""
+catalogue mutants an output placeholder's slot reaches are caught there on the profile's first
+traces (slow: vLLM)."""
 
 from __future__ import annotations
 
@@ -78,14 +79,26 @@ def test_the_checks_fail_on_traces_without_the_asynchronous_ops():
     assert _shape_problems(type(trace)(**{**vars(trace), "ops": tuple(ops)}))
 
 
+# Catalogue mutants the output placeholder's slot reaches, each caught at a `placeholder` op of
+# the profile's trace `index`: the tokens in flight ignored or counted early (the window freed
+# under the token in flight), extra retained tokens freed, a window's first block kept, the
+# slots past the request's tokens clamped (as spec-decode padding's: the corner "async"
+# profile's first 30 traces never catch it), a reused block keeping its hash.
+AT_PLACEHOLDER = [("in_flight_ignored", 0, "invariant"), ("window_moves_early", 0, "invariant"),
+                  ("retained_tokens_freed", 0, "invariant"),
+                  ("window_keeps_first_block", 0, "invariant"),
+                  ("spec_pad_rows_clamped", 0, "result"),
+                  ("pool_reuse_keeps_hash", 1, "block hash")]
+
+
 @with_engine("vllm")
-@pytest.mark.parametrize("name", ["in_flight_ignored", "window_moves_early"])
-def test_the_mutants_of_the_tokens_in_flight_are_caught_on_the_profiles_first_trace(name):
-    """Both caught at the profile's index 0 (a 12-token window, tokens in flight at every
-    allocation), which the released class runs clean: at an output placeholder's slot (op
-    54), the window freed under the token in flight."""
-    trace = async_outputs.GENERATOR.generate(0, 0)
+@pytest.mark.parametrize("name, index, label", AT_PLACEHOLDER)
+def test_a_mutant_the_placeholders_slot_reaches_is_caught_there(name, index, label):
+    """Each caught on the profile's trace `index`, which the released class runs clean, at an
+    output placeholder's slot ("r1 gets the slot of the token its step in flight samples")."""
+    trace = async_outputs.GENERATOR.generate(0, index)
     assert divergence("kvmanager", trace, "vllm.kvmanager") is None
     found = divergence("kvmanager", trace, f"mutant.vllm.kvmanager.{name}")
-    assert found is not None and "the slot of the token its step in flight samples" in \
-        found.what, found and found.report()
+    assert found is not None and found.what.startswith(label) and \
+        "the slot of the token its step in flight samples" in found.what, \
+        found and found.report()
