@@ -14,6 +14,9 @@ guard's recordings:
   first;
 - a request preempted while a step of it that samples is in flight gets that token after the
   preemption (`sample` with `stale`) and is admitted again only once it came;
+- an allocation of one token (a placeholder's, or a sampled token's) that our estimate says
+  the pool refuses is made first, then the preemption, then the allocation again, as the
+  scheduler learns that the pool is full;
 - aborts (a `finish` with a step in flight), evictions and resets between steps.
 
 The settings are the "async" corner profile's (`generator.settings`): a window in 80%, extra
@@ -153,19 +156,22 @@ class _AsyncScheduler:
             if len(request.tokens) - request.prompt + request.pending >= request.outputs:
                 continue  # its last outputs are in flight: nothing more to schedule
             chunk = min(len(request.tokens) + request.pending - request.computed, left)
+            if request.held and request.last < self.now - 1:
+                self.ops.append(Processed(request.rid))  # its last output came meanwhile
+            # the prompt's next chunk, or a sampled token; else the slot of the token its step
+            # in flight samples
+            op = Schedule(request.rid, chunk) if request.computed < len(request.tokens) else \
+                Placeholder(request.rid)
             while not self._fits(request, chunk) and self.running[-1] is not request:
+                self._refused(op, chunk)
                 self._preempt(self.running[-1])
                 preempted = True
             if not self._fits(request, chunk):
+                self._refused(op, chunk)
                 self._preempt(request)
                 preempted = True
                 continue
-            if request.held and request.last < self.now - 1:
-                self.ops.append(Processed(request.rid))  # its last output came meanwhile
-            if request.computed < len(request.tokens):  # the prompt's next chunk, or a token
-                self.ops.append(Schedule(request.rid, chunk))
-            else:  # the slot of the token its step in flight samples
-                self.ops.append(Placeholder(request.rid))
+            self.ops.append(op)
             scheduled.append(self._scheduled(request, chunk))
             left -= chunk
         while not preempted and self.waiting and left > 0 and \
@@ -187,6 +193,14 @@ class _AsyncScheduler:
             scheduled.append(self._scheduled(request, chunk))
             left -= chunk
         return scheduled
+
+    def _refused(self, op, chunk: int) -> None:
+        """An allocation our estimate says the pool refuses: made, as the scheduler makes it
+        before it preempts (and then made again). Of one token only: where the estimate is
+        wrong and it succeeds, the one made again resolves to nothing (the token has its slot),
+        where a chunk's would take the next chunk."""
+        if chunk == 1:
+            self.ops.append(op)
 
     def _scheduled(self, request: _Request, chunk: int) -> tuple:
         request.computed += chunk
