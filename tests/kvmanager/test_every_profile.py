@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import align_connector, connector, hisparse_import
+from kvfuzz.fuzz.kvmanager import align_connector, async_ops, connector, hisparse_import
 from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -96,6 +96,14 @@ REACHES = {
                     "window hit: a block off the scheduler grid passed", "admission with a hit"]
     + _CONFIGS("two sliding windows (multi-pass hit search)", "EAGLE", "sparse retention",
                "groups of different block sizes", "hash block below the block size"),
+    # vLLM's asynchronous scheduler's own ops (async_ops.EVENTS: output placeholders, one into
+    # a new block, processed outputs, stale output after a preemption), the window freeing
+    # blocks with tokens in flight, prefix hits, preemptions
+    "async outputs": list(async_ops.EVENTS) + [
+        "window frees blocks with tokens in flight", "admission with a hit", "preempt",
+        "allocate_slots refused"]
+    + _CONFIGS("asynchronous scheduling", "sliding window", "extra retained tokens",
+               "sparse retention", "whole request must fit"),
 }
 
 
