@@ -43,7 +43,7 @@ updates, row mirrors and host copies (the worker's views).
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import
+from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -60,13 +60,15 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
+class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImports,
+                       AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
-    connector's imports into the host pool: `hisparse_import.py`."""
+    connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
+    or not, and the holds of write-backs in flight: `hisparse_lag.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -94,6 +96,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
         self.host_free = self.device_free = 0  # the free counts at the last read
         self.host_ref: list[int] = []  # and the reference counts
         self.device_ref: list[int] = []
+        self.start_reports()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -214,6 +217,8 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
                     f"group's first {kept} hit blocks (of {short(hit_source)}) then its new "
                     f"blocks, {short(expected)}, actual table {short(tables[SOURCE])}")))
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        # the pages this allocation's cache_blocks publishes once durable (a finish's hold)
+        self.cache_pages[rid] = min(request.computed, len(request.tokens)) // size
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
@@ -302,16 +307,11 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
     def state(self, op) -> list[tuple[str, str]]:
         if not self.hs:
             return super().state(op)
-        if self.in_flight:  # the worker reports the write-backs planned before this op
-            self.read("hisparse_written", [tid for tid, _ in self.in_flight])
-            self.count(WRITTEN)
-            # (a restore copies an imported page to the device: it writes no host page)
-            written = {(self.owners.pop(tid, None), block) for tid, block in self.in_flight
-                       if tid not in self.restores}
+        written = self._reports()  # the worker's report: write-backs completed (hisparse_lag)
+        if written:
             self.durable |= {block for _, block in written}
             self.rewrite = {rid: kept for rid, kept in self.rewrite.items()
                             if (rid, kept[1]) not in written}
-        self.in_flight, self.planned = self.planned, []
         return self._pools()
 
     def _pools(self) -> list[tuple[str, str]]:
@@ -325,6 +325,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
             source = tables[SOURCE] if tables else []
+            self.last_source[rid] = list(source)
             for block in source:
                 if 0 < block < len(held):
                     held[block] += 1
@@ -338,14 +339,19 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
                     problems.append(("cached before the load", f"r{rid}'s import is in "
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
-        ref = host["ref"]
-        wrong = [b for b in range(1, len(held)) if b < len(ref) and (
-            ref[b] < held[b] or (not self.in_flight and ref[b] != held[b]))]
+        ref, (least, most) = host["ref"], self.expected_refs(held)
+        wrong = [b for b in range(1, len(held)) if b < len(ref) and
+                 not least[b] <= ref[b] <= most[b]]
         if wrong:
-            problems.append(("host pool", "reference counts against the live source tables"
-                             f"{'' if self.in_flight else ', no write-back in flight'}: " +
-                             ", ".join(f"block {b} has {ref[b]}, held {held[b]} times"
-                                       for b in wrong[:4])))
+            pins = dict(self.in_flight)
+            def span(b):
+                return f"{least[b]}" + (f" to {most[b]}" if most[b] > least[b] else "")
+            problems.append(("host pool", "reference counts against the live source tables, "
+                             "the write-backs in flight and the finished requests' holds: " +
+                             ", ".join(f"block {b} has {ref[b]}, expected {span(b)} ({held[b]} "
+                                       f"tables)" for b in wrong[:4]) +
+                             f"; in flight (transfer, block): {short(sorted(pins.items()))}"))
+        problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]
         if early:

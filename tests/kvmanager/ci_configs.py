@@ -27,7 +27,8 @@ WANTED = 2000
 # The HiSparse profiles, the lone window and the two windows, added after issue 24's list (issue
 # 25's reach work) once CI was near its 30 minutes: 100 traces each, one shard (each one's first
 # 500 or more ran clean here)
-FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100, "two windows": 100}
+FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100, "two windows": 100,
+         "hisparse lag": 100}
 # Configurations issue 24 does not name, run in FEWER's 100 traces (each first 2,000 ran clean
 # here: docs/upstream-vllm.md, "Speed")
 EXEMPT = {"HiSparse host source group (reduced checks)": "HiSparse, 100 of each of its profiles",
