@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvfuzz.fuzz.engine.lockstep import handles, short
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.strategies.kvmanager.hisparse_lag import report_delays
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
 
@@ -129,7 +130,8 @@ class LaggedReports:
             mine = {tid for tid, rid in self.owners.items() if rid == op.rid and
                     tid not in self.orphans and tid in dict(self.in_flight)}
             if isinstance(op, Preempt):  # its state goes: its write-backs publish nothing
-                self.orphans |= mine
+                if self.requests[op.rid].status == RUNNING:  # (else no free: the op is skipped)
+                    self.orphans |= mine
             elif mine:
                 pages = self.cache_pages.get(op.rid, 0)
                 blocks = tuple(self.last_source.get(op.rid, [])[:pages])
