@@ -22,14 +22,16 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   first where the scheduler asks it); a running request's step never None with room for the
   most a step can need (per device group a block a slot, the hot region; on the host a block
   a slot);
-- after every op, the write-backs the connector planned before it reported done by the worker
-  (`update_spills`, one op later: a step's transfers complete after its forward), then: both
-  pools' invariants (`state_violations`); the host pool conserved: a block's reference count
-  is at least the live source tables that hold it, and exactly that when no write-back is in
-  flight (a write-back pins its host block until it completes); nothing published before it
-  is durable: a host block with a hash had a write-back complete since it was last handed
-  out; and once durable it is published: a running request's source blocks up to the first
-  one not yet durable, within its computed tokens, are cached;
+- after every op, the worker's report of the write-backs the connector planned
+  (`update_spills`: one op later, or late, out of order and in parts with
+  `Trace.hisparse_lag`, `hisparse_lag.py`), then: both pools' invariants
+  (`state_violations`); the host pool conserved: a block's reference count is exactly the
+  live source tables that hold it, plus the write-backs in flight to it (a write-back pins
+  its host block until it completes), plus the finished requests whose pages wait for their
+  write-backs; nothing published before it is durable: a host block with a hash had a
+  write-back complete since it was last handed out; and once durable it is published: a
+  running request's source blocks up to the first one not yet durable, within its computed
+  tokens, are cached, and a finished request's held pages once its last write-back is done;
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
@@ -339,18 +341,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
                     problems.append(("cached before the load", f"r{rid}'s import is in "
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
-        ref, (least, most) = host["ref"], self.expected_refs(held)
-        wrong = [b for b in range(1, len(held)) if b < len(ref) and
-                 not least[b] <= ref[b] <= most[b]]
-        if wrong:
-            pins = dict(self.in_flight)
-            def span(b):
-                return f"{least[b]}" + (f" to {most[b]}" if most[b] > least[b] else "")
-            problems.append(("host pool", "reference counts against the live source tables, "
-                             "the write-backs in flight and the finished requests' holds: " +
-                             ", ".join(f"block {b} has {ref[b]}, expected {span(b)} ({held[b]} "
-                                       f"tables)" for b in wrong[:4]) +
-                             f"; in flight (transfer, block): {short(sorted(pins.items()))}"))
+        problems += self.host_count_problems(held, host["ref"])
         problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]

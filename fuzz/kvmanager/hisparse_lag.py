@@ -153,6 +153,22 @@ class LaggedReports:
         least = [held[b] + pins[b] + sure[b] for b in range(len(held))]
         return least, [least[b] + unsure[b] for b in range(len(held))]
 
+    def host_count_problems(self, held: list[int], ref: list[int]) -> list[tuple[str, str]]:
+        """Each host block's reference count against `expected_refs` (`held`: the live source
+        tables holding it)."""
+        least, most = self.expected_refs(held)
+        wrong = [b for b in range(1, len(held)) if b < len(ref) and
+                 not least[b] <= ref[b] <= most[b]]
+        if not wrong:
+            return []
+        spans = {b: f"{least[b]}" + (f" to {most[b]}" if most[b] > least[b] else "")
+                 for b in wrong[:4]}
+        return [("host pool", "reference counts against the live source tables, the "
+                              "write-backs in flight and the finished requests' holds: " +
+                 ", ".join(f"block {b} has {ref[b]}, expected {span} ({held[b]} tables)"
+                           for b, span in spans.items()) +
+                 f"; in flight (transfer, block): {short(sorted(self.in_flight))}")]
+
     def detached_problems(self, keys, durable) -> list[tuple[str, str]]:
         """A finished request whose last write-back completed: its held pages up to the first
         not durable are published (then the hold goes, `expected_refs`)."""
