@@ -19,7 +19,7 @@ published when its last write-back completes (`detached_problems`)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kvfuzz.fuzz.engine.lockstep import handles, short
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
@@ -53,7 +53,6 @@ class Detached:
     pages: int
     waits: set[int]
     sure: bool
-    seen: set = field(default_factory=set)
 
 
 class LaggedReports:
