@@ -22,14 +22,16 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   first where the scheduler asks it); a running request's step never None with room for the
   most a step can need (per device group a block a slot, the hot region; on the host a block
   a slot);
-- after every op, the write-backs the connector planned before it reported done by the worker
-  (`update_spills`, one op later: a step's transfers complete after its forward), then: both
-  pools' invariants (`state_violations`); the host pool conserved: a block's reference count
-  is at least the live source tables that hold it, and exactly that when no write-back is in
-  flight (a write-back pins its host block until it completes); nothing published before it
-  is durable: a host block with a hash had a write-back complete since it was last handed
-  out; and once durable it is published: a running request's source blocks up to the first
-  one not yet durable, within its computed tokens, are cached;
+- after every op, the worker's report of the write-backs the connector planned
+  (`update_spills`: one op later, or late, out of order and in parts with
+  `Trace.hisparse_lag`, `hisparse_lag.py`), then: both pools' invariants
+  (`state_violations`); the host pool conserved: a block's reference count is exactly the
+  live source tables that hold it, plus the write-backs in flight to it (a write-back pins
+  its host block until it completes), plus the finished requests whose pages wait for their
+  write-backs; nothing published before it is durable: a host block with a hash had a
+  write-back complete since it was last handed out; and once durable it is published: a
+  running request's source blocks up to the first one not yet durable, within its computed
+  tokens, are cached, and a finished request's held pages once its last write-back is done;
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
@@ -43,7 +45,7 @@ updates, row mirrors and host copies (the worker's views).
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import
+from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -60,13 +62,15 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
+class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImports,
+                       AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
-    connector's imports into the host pool: `hisparse_import.py`."""
+    connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
+    or not, and the holds of write-backs in flight: `hisparse_lag.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -94,6 +98,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
         self.host_free = self.device_free = 0  # the free counts at the last read
         self.host_ref: list[int] = []  # and the reference counts
         self.device_ref: list[int] = []
+        self.start_reports()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -214,6 +219,8 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
                     f"group's first {kept} hit blocks (of {short(hit_source)}) then its new "
                     f"blocks, {short(expected)}, actual table {short(tables[SOURCE])}")))
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        # the pages this allocation's cache_blocks publishes once durable (a finish's hold)
+        self.cache_pages[rid] = min(request.computed, len(request.tokens)) // size
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
@@ -302,16 +309,11 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
     def state(self, op) -> list[tuple[str, str]]:
         if not self.hs:
             return super().state(op)
-        if self.in_flight:  # the worker reports the write-backs planned before this op
-            self.read("hisparse_written", [tid for tid, _ in self.in_flight])
-            self.count(WRITTEN)
-            # (a restore copies an imported page to the device: it writes no host page)
-            written = {(self.owners.pop(tid, None), block) for tid, block in self.in_flight
-                       if tid not in self.restores}
+        written = self._reports()  # the worker's report: write-backs completed (hisparse_lag)
+        if written:
             self.durable |= {block for _, block in written}
             self.rewrite = {rid: kept for rid, kept in self.rewrite.items()
                             if (rid, kept[1]) not in written}
-        self.in_flight, self.planned = self.planned, []
         return self._pools()
 
     def _pools(self) -> list[tuple[str, str]]:
@@ -325,6 +327,7 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
             source = tables[SOURCE] if tables else []
+            self.last_source[rid] = list(source)
             for block in source:
                 if 0 < block < len(held):
                     held[block] += 1
@@ -338,14 +341,8 @@ class HiSparseLockstep(hisparse_import.HiSparseImports, AlignLockstep):
                     problems.append(("cached before the load", f"r{rid}'s import is in "
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
-        ref = host["ref"]
-        wrong = [b for b in range(1, len(held)) if b < len(ref) and (
-            ref[b] < held[b] or (not self.in_flight and ref[b] != held[b]))]
-        if wrong:
-            problems.append(("host pool", "reference counts against the live source tables"
-                             f"{'' if self.in_flight else ', no write-back in flight'}: " +
-                             ", ".join(f"block {b} has {ref[b]}, held {held[b]} times"
-                                       for b in wrong[:4])))
+        problems += self.host_count_problems(held, host["ref"])
+        problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]
         if early:

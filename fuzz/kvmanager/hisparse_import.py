@@ -213,6 +213,7 @@ class HiSparseImports:
         restores = yield Call("", "hisparse_planned", (), oracle=None, compare=state_read)
         self.planned += [tuple(pair) for pair in restores.actual or ()]
         self.restores |= {tid for tid, _ in restores.actual or ()}  # host -> device: no write
+        self.owners.update((tid, op.rid) for tid, _ in restores.actual or ())
         if valid == len(request.tokens):  # the last token is computed again for its logits
             request.computed -= 1
         request.status = WAITING

@@ -434,6 +434,11 @@ class KVManagerDriver(ManagerReads):
         """The worker reports the write-backs `transfer_ids` enqueued and completed."""
         self.hisparse.written(transfer_ids)
 
+    def hisparse_report(self, enqueued, completed) -> None:
+        """The worker's report of a step, late or in parts: [transfer id, ranks] pairs of the
+        transfers enqueued, and of those completed (`update_spills`' two counts)."""
+        self.hisparse.report(enqueued, completed)
+
     def host_pool(self) -> dict:
         """The HiSparse host pool's state: free count and queue, reference counts, entries."""
         host = self.hisparse.host

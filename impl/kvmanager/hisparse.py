@@ -58,3 +58,9 @@ class HiSparseCalls:
     def written(self, transfer_ids) -> None:
         counts = {int(t): 1 for t in transfer_ids}
         self.coordinator.update_spills(counts, counts)
+
+    def report(self, enqueued, completed) -> None:
+        """A report of the worker's ranks summed (`HiSparseConnectorWorkerMetadata.aggregate`):
+        (transfer id, ranks) pairs enqueued, and completed, this step."""
+        self.coordinator.update_spills({int(t): int(n) for t, n in enqueued},
+                                       {int(t): int(n) for t, n in completed})

@@ -109,6 +109,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(window or not values["retained"], "retained",
                   "expected 0 without a sliding window", values["retained"])
     values["hisparse"] = _hisparse(reader, data, values, window)
+    values["hisparse_lag"] = _hisparse_lag(reader, data, values["hisparse"])
     _lone(reader, data, values, window)
     values["first_window"] = _first_window(reader, data, values, window)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
@@ -160,6 +161,19 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
                   f"expected 0 with {' and '.join(beside)} (HiSparse's groups alone, none of "
                   f"the settings its reduced checks leave out)", host)
     return host
+
+
+def _hisparse_lag(reader: FieldReader, data: dict, host: int) -> tuple[int, ...]:
+    """HiSparse's worker reporting late (`strategies/kvmanager/hisparse_lag.py`): empty, or
+    [most ops late 1 to 16, ranks 1 to 4, a seed], with HiSparse's groups only."""
+    lag = reader.int_list(data.get("hisparse_lag", []), "hisparse_lag", low=0, high=2**31 - 1,
+                          most=3)
+    reader.expect(not lag or (len(lag) == 3 and 1 <= lag[0] <= 16 and 1 <= lag[1] <= 4),
+                  "hisparse_lag", "expected [] or [most ops late 1 to 16, ranks 1 to 4, seed]",
+                  list(lag))
+    reader.expect(not lag or host, "hisparse_lag", "expected [] without HiSparse's host pool",
+                  list(lag))
+    return lag
 
 
 def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:

@@ -336,7 +336,9 @@ class Trace:
     the device groups lost), the indexer (full attention on the device), the resident pages
     and the hot region, all in blocks of `block_size`; judged in a reduced mode
     (`fuzz/kvmanager/hisparse.py`), the write-backs completed by the judge as HiSparse's
-    worker reports them.
+    worker reports them. `hisparse_lag` (`kvmanager/5[hisparse lag]`,
+    `strategies/kvmanager/hisparse_lag.py`), (most ops late, ranks, seed) or empty: the worker's
+    reports come late, out of order and in parts, drawn per transfer from the seed.
 
     A lone sliding window (`kvmanager/5[lone window]`): `lone` drops the full-attention group,
     the sliding window of `window` tokens in blocks of `block_size` is the model's one group
@@ -378,6 +380,7 @@ class Trace:
     mamba_checkpoint: int = 0
     mamba_speculative: int = 0
     hisparse: int = 0
+    hisparse_lag: tuple[int, ...] = ()
     lone: bool = False
     first_window: int = 0
     origin: Origin | None = field(default=None, compare=False)
@@ -435,7 +438,9 @@ class Trace:
             (f"MTP: {self.prefill_lookahead} prefill lookahead tokens", self.prefill_lookahead),
             (f"Mamba prefill checkpoints aligned to {self.mamba_checkpoint} tokens",
              self.mamba_checkpoint),
-            (f"{self.mamba_speculative} speculative Mamba blocks", self.mamba_speculative))
+            (f"{self.mamba_speculative} speculative Mamba blocks", self.mamba_speculative),
+            ("write-backs reported up to {} ops late by {} ranks (seed {})".format(
+                *self.hisparse_lag) if self.hisparse_lag else "", self.hisparse_lag))
             if on]
         return (f"{self.blocks} blocks of {self.block_size} tokens (null block 0), {groups}, "
                 f"max_model_len {self.max_model_len}, {', '.join(settings + [''])}"
@@ -513,4 +518,5 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "mamba_mode": "", "encoder_tokens": 0, "zeroing": False, "dcp": 0,
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
                   "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False,
+                  "hisparse_lag": (),
                   "first_window": 0}

@@ -30,7 +30,8 @@ WANTED = 2000
 FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100, "two windows": 100,
          # vLLM's asynchronous scheduler's own ops (issue 24, 2026-12-05): its first 2,000 ran
          # clean here
-         "async outputs": 100}
+         "async outputs": 100,
+         "hisparse lag": 100}
 # Configurations issue 24 does not name, run in FEWER's 100 traces (each first 2,000 ran clean
 # here: docs/upstream-vllm.md, "Speed")
 EXEMPT = {"HiSparse host source group (reduced checks)": "HiSparse, 100 of each of its profiles",

@@ -19,7 +19,8 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import align_connector, async_ops, connector, hisparse_import
+from kvfuzz.fuzz.kvmanager import (align_connector, async_ops, connector, hisparse_import,
+                                  hisparse_lag)
 from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -82,6 +83,11 @@ REACHES = {
     # import outcome, a resumption after one, and the write-backs and publications after them
     "hisparse import": list(hisparse_import.EVENTS) + [
         "write-backs reported done", "host pages published"]
+    + _CONFIGS("HiSparse host source group (reduced checks)"),
+    # HiSparse's worker reporting late: write-backs enqueued and not yet completed, completed
+    # by some ranks and not all, out of order; finished requests' pages held, then published
+    "hisparse lag": list(hisparse_lag.EVENTS) + [
+        "write-backs reported done", "host pages published", "preempt"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
     # a sliding window alone (the unitary coordinator): EAGLE's hits dropping the window's last
     # block, its sparse block mask, blocks freed as the window moves

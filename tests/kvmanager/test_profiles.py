@@ -54,7 +54,8 @@ def test_a_stream_left_out_of_the_byte_decoder_is_seen():
                                   *streams.hisparse_import.PROFILES,
                                   *streams.lone_window.PROFILES,
                                   *streams.two_windows.PROFILES,
-                                  *streams.async_outputs.PROFILES)}
+                                  *streams.async_outputs.PROFILES,
+                                  *streams.hisparse_lag.PROFILES)}
 
 
 def test_the_hypothesis_strategy_produces_every_profile():
