@@ -88,7 +88,7 @@ AT_PLACEHOLDER = [("in_flight_ignored", 0, "invariant"), ("window_moves_early", 
                   ("retained_tokens_freed", 0, "invariant"),
                   ("window_keeps_first_block", 0, "invariant"),
                   ("spec_pad_rows_clamped", 0, "result"),
-                  ("pool_reuse_keeps_hash", 1, "block hash")]
+                  ("pool_reuse_keeps_hash", 10, "block hash")]
 
 
 @with_engine("vllm")
