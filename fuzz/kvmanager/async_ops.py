@@ -25,11 +25,14 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, handles
 from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 
-EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
-          "output processed, nothing in flight", "stale token after a preemption",
-          "placeholder slots with draft tokens", "draft slots past a block's end",
-          "rejected drafts rolled back", "draft tokens after a step sat out",
-          "padded rows in flight until the output")
+# The asynchronous scheduler's own ops; then those of its draft tokens, which only the guard's
+# recordings make (no generator makes draft tokens under it)
+ONE_TOKEN_EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
+                    "output processed, nothing in flight", "stale token after a preemption")
+DRAFT_EVENTS = ("placeholder slots with draft tokens", "draft slots past a block's end",
+                "rejected drafts rolled back", "draft tokens after a step sat out",
+                "padded rows in flight until the output")
+EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS
 
 
 class AsyncOps:
