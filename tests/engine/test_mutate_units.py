@@ -450,3 +450,13 @@ def test_the_report_counts_fresh_reruns_and_says_which_never_ran():
     assert "rerun fresh 2" in text and "1 killed there" in text
     never = "its lines never ran once it was in place, in a fresh process either"
     assert text.count(never) == 1 and text.index("m:2:0:Op:0") < text.index(never)
+
+
+@pytest.mark.parametrize("start, flag", [(0, False), (300, True)])
+def test_a_survivors_command_reruns_the_cases_it_ran(start, flag):
+    # a run from --start 300 reran cases 0 to N otherwise: another mutant's verdict
+    from kvfuzz.fuzz.engine.mutation.run import Options, _command
+
+    command = _command(Options("kvmanager", "vllm.kvmanager", cases=20, seed=3, start=start))
+    assert ("--start 300" in command) == flag
+    assert "--cases 20 --seed 3" in command and command.endswith(" --only {id}")

@@ -90,6 +90,8 @@ def _record(mutant, result: dict) -> dict:
 def _command(options: Options) -> str:
     parts = ["kvfuzz", "mutate", options.target, "--impl", options.impl,
              "--cases", str(options.cases), "--seed", str(options.seed)]
+    if options.start:  # the cases the mutant ran, not the first ones
+        parts += ["--start", str(options.start)]
     for scope in options.scopes:
         parts += ["--scope", scope]
     return shlex.join(parts) + " --only {id}"
