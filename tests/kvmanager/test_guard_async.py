@@ -97,14 +97,6 @@ def test_aborts_of_requests_with_a_step_in_flight_are_deferred_frees_guarded_cle
     assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
 
 
-@with_engine("vllm")
-@pytest.mark.parametrize("name", ["in_flight_ignored", "window_moves_early"])
-def test_a_mutant_of_the_tokens_in_flight_raises_with_a_file_that_replays(name, tmp_path):
-    guarding.assert_mutant_raises_in_sessions(
-        lambda seed: async_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
-        "vllm.kvmanager", seeds=1)
-
-
 def forgets_processed(self, tracked, request):
     """A broken mapping: the step's output taken as processed, no `processed` op written."""
     if tracked.running and not request.num_in_flight_tokens:
@@ -254,10 +246,15 @@ def test_vllms_async_scheduler_with_draft_tokens_runs_guarded_clean_and_replays(
 
 
 @with_engine("vllm")
-@pytest.mark.parametrize("name", ["spec_pad_rows_clamped", "lookahead_not_allocated"])
-def test_a_mutant_of_the_draft_slots_raises_with_a_file_that_replays(name, tmp_path):
+@pytest.mark.parametrize("name, drafts", [("in_flight_ignored", False),
+                                          ("window_moves_early", False),
+                                          ("spec_pad_rows_clamped", True),
+                                          ("lookahead_not_allocated", True)])
+def test_a_mutant_of_the_tokens_or_drafts_in_flight_raises_with_a_file_that_replays(
+        name, drafts, tmp_path):
+    session = spec_session if drafts else async_session
     guarding.assert_mutant_raises_in_sessions(
-        lambda seed: spec_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        lambda seed: session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
         "vllm.kvmanager", seeds=1)
 
 
