@@ -19,8 +19,9 @@ from kvfuzz.fuzz.kvmanager.hisparse import HiSparseLockstep
 from kvfuzz.impl.kvmanager import IMPLEMENTATIONS
 from kvfuzz.impl.registry import UPSTREAM, check_shape
 from kvfuzz.strategies.kvmanager import codec, streams, uniform
+from kvfuzz.strategies.kvmanager.describe import describe_op
 from kvfuzz.strategies.kvmanager.released import LACKS, NO_UNIT_KEYS, broken, unread
-from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, describe_op, to_json
+from kvfuzz.strategies.kvmanager.trace import FORMAT, Arrive, to_json
 
 METHODS = ("get_computed_blocks", "allocate_slots", "free", "get_block_ids",
            "reset_prefix_cache", "evict_blocks")

@@ -24,8 +24,8 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager import extra_keys as profile
 from kvfuzz.strategies.kvmanager.hashing import chain_from
-from kvfuzz.strategies.kvmanager.trace import (Arrive, RequestKeys, Schedule, Trace, describe_op,
-                                               to_json)
+from kvfuzz.strategies.kvmanager.describe import describe_op
+from kvfuzz.strategies.kvmanager.trace import Arrive, RequestKeys, Schedule, Trace, to_json
 from tests.helpers import agreeing_features, with_engine
 
 LORA = RequestKeys(lora="a", lora_path="/adapters/a")

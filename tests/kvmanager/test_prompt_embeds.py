@@ -20,7 +20,8 @@ from kvfuzz.oracle.kvmanager import extra_keys as rule
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager import prompt_embeds as profile
-from kvfuzz.strategies.kvmanager.trace import Arrive, RequestKeys, describe_op, to_json
+from kvfuzz.strategies.kvmanager.describe import describe_op
+from kvfuzz.strategies.kvmanager.trace import Arrive, RequestKeys, to_json
 from tests.helpers import agreeing_features, with_engine
 
 BASE = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 8, "block_size": 2, "window": 0,
