@@ -177,6 +177,10 @@ class ConnectorCalls:
         # a synchronous load that leaves one token, padded with placeholder drafts
         pad = 0 if load else padding(self.kvfuzz_session.header, n, left - external,
                                      hit + external)
+        if pad and self._asynchronous():
+            self._refuse(f"a connector admission of request r{rid} padded with {pad} "
+                         f"placeholder drafts (pad_spec_decode) under asynchronous scheduling: "
+                         f"its rows in flight are not mapped on a `connect` yet")
         if not load and (reserve or not 1 <= n - pad <= left - external):
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
@@ -194,6 +198,10 @@ class ConnectorCalls:
                 tracked.computed, tracked.running = hit + external + n - pad, True
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
+                # under asynchronous scheduling the load's failure is reported with its step's
+                # output, after the request's next step is scheduled (`_async_sync_cut`)
+                tracked.async_sync_end = hit + external \
+                    if external and self._asynchronous() else None
         return Connect(rid, 0 if load else n, external, load, reserve, written, pad), \
             expected, done
 
@@ -212,6 +220,10 @@ class ConnectorCalls:
         def expected(args):
             if (args[1], args[3]) != (n, whole):
                 return f"the lock step resumes with {args}, the engine with {(n, whole)}"
+        if self._rows_in_flight(pad):  # (the lock step's resumption holds no rows in flight)
+            self._refuse(f"request {request.request_id!r} resumed after its KV load padded "
+                         f"with {pad} placeholder drafts (pad_spec_decode) under asynchronous "
+                         f"scheduling: its rows in flight are not mapped on a resumption yet")
         return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, n - pad)
 
     # -- the connector's lookup, checked at once ----------------------------------------------
