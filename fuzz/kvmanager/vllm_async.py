@@ -15,6 +15,12 @@ where no step has drafts), and returns the accepted ones and a bonus token; the 
 padded admission (`pad_spec_decode`'s placeholder rows) are all rejected, as the rows are
 no drafts.
 
+With kvfuzz's fake KV connector (`Workload(fake_connector=True)`, `ASYNC_CONNECTOR`), the fake
+worker's `KVConnectorOutput` for a step comes with that step's model output (the loads it
+reports, its failures), so a load is reported while the next step is in flight; its aborts of
+requests loading follow each output, as in the synchronous sessions. vLLM sets
+`defer_block_free` itself then (a KV consumer under overlapping batches).
+
 `Workload(deferred_aborts=p)` sets `defer_block_free` (as vLLM does with overlapping batches
 and a consumer connector) and, in a fraction `p` of the outputs, aborts one of the requests of
 the step about to be processed first (the engine processes its abort queue before each output,
