@@ -177,10 +177,8 @@ class ConnectorCalls:
         # a synchronous load that leaves one token, padded with placeholder drafts
         pad = 0 if load else padding(self.kvfuzz_session.header, n, left - external,
                                      hit + external)
-        if pad and self._asynchronous():
-            self._refuse(f"a connector admission of request r{rid} padded with {pad} "
-                         f"placeholder drafts (pad_spec_decode) under asynchronous scheduling: "
-                         f"its rows in flight are not mapped on a `connect` yet")
+        # under asynchronous scheduling the rows stay computed and in flight until the output
+        held = self._rows_in_flight(pad)
         if not load and (reserve or not 1 <= n - pad <= left - external):
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
@@ -195,14 +193,14 @@ class ConnectorCalls:
             if load:  # the request waits for its load: computed tokens, not running
                 tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
             else:  # the placeholders are rejected drafts once the step's output is processed
-                tracked.computed, tracked.running = hit + external + n - pad, True
+                tracked.computed, tracked.running = hit + external + n - (0 if held else pad), True
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
                 # under asynchronous scheduling the load's failure is reported with its step's
                 # output, after the request's next step is scheduled (`_async_sync_cut`)
                 tracked.async_sync_end = hit + external \
                     if external and self._asynchronous() else None
-        return Connect(rid, 0 if load else n, external, load, reserve, written, pad), \
+        return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held), \
             expected, done
 
     def _resumption(self, tracked, request, n: int, given):
@@ -220,10 +218,9 @@ class ConnectorCalls:
         def expected(args):
             if (args[1], args[3]) != (n, whole):
                 return f"the lock step resumes with {args}, the engine with {(n, whole)}"
-        if self._rows_in_flight(pad):  # (the lock step's resumption holds no rows in flight)
-            self._refuse(f"request {request.request_id!r} resumed after its KV load padded "
-                         f"with {pad} placeholder drafts (pad_spec_decode) under asynchronous "
-                         f"scheduling: its rows in flight are not mapped on a resumption yet")
+        if self._rows_in_flight(pad):  # counted computed and in flight (guard_async.py)
+            return Schedule(tracked.rid, n, pad, rows_in_flight=True), expected, \
+                self._runs(tracked, n)
         return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, n - pad)
 
     # -- the connector's lookup, checked at once ----------------------------------------------

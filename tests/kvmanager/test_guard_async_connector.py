@@ -4,8 +4,9 @@ manager guarded (fuzz/kvmanager/guard_async.py, guard_connector.py): loads repor
 output of a step while the next step is in flight, mapped onto the trace's connector ops beside
 its asynchronous ones. The released class runs clean and its recording replays; a connector
 mutant raises with a file that replays; what the trace cannot say yet (a synchronous load's
-failed block reported with a step of the request in flight) is refused by name. One short
-session each (vLLM's import dominates)."""
+failed block reported with a step of the request in flight) is refused by name; with draft
+tokens, padded connector admissions and resumptions hold their rows in flight, and a guard
+dropping that is caught. One short session each (vLLM's import dominates)."""
 
 from dataclasses import replace
 
@@ -13,7 +14,7 @@ import pytest
 
 import kvfuzz
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import Placeholder, Settle
+from kvfuzz.strategies.kvmanager.trace import Placeholder, Schedule, Settle
 from tests import guarding
 from tests.helpers import needs_engine
 
@@ -63,3 +64,37 @@ def test_a_failed_synchronous_load_reported_with_a_step_in_flight_is_refused(tmp
     op says it yet, so the guard refuses it by name (never a silent pass)."""
     with pytest.raises(kvfuzz.GuardUnsupported, match="synchronous KV load's end"):
         session(2, tmp_path, sync_load_failures=True)
+
+
+def test_draft_tokens_padded_under_the_connector_run_clean_with_their_rows_in_flight(tmp_path):
+    """With EAGLE's 2 drafts, a synchronous load leaving one token and a resumption after a
+    load leaving one are padded (`pad_spec_decode`), their rows counted computed and in flight
+    until the output (`rows_in_flight` on the `connect` and on the resumption's `schedule`)."""
+    run = session(SEED, tmp_path, speculative="eagle", num_speculative=2)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    ops = guarded.ops
+    assert any(isinstance(op, Connect) and op.pad and op.rows_in_flight for op in ops)
+    assert guarded.lock.events["admission padded after its load"]
+    assert any(isinstance(op, Schedule) and op.pad and op.rows_in_flight for op in ops)
+    assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+
+
+def drops_the_connects_rows(*args):
+    """A broken mapping: a padded `connect` written without its rows in flight."""
+    return Connect(*args[:7])
+
+
+def drops_the_resumptions_rows(rid, chunk, pad=0, rows_in_flight=False):
+    """A broken mapping: a padded resumption written without its rows in flight."""
+    return Schedule(rid, chunk, pad)
+
+
+@pytest.mark.parametrize("broken", [drops_the_connects_rows, drops_the_resumptions_rows])
+def test_a_guard_dropping_the_padded_rows_in_flight_is_caught(broken, tmp_path, monkeypatch):
+    from kvfuzz.fuzz.kvmanager import guard_connector
+
+    name = "Connect" if broken is drops_the_connects_rows else "Schedule"
+    monkeypatch.setattr(guard_connector, name, broken)
+    with pytest.raises(kvfuzz.Mismatch):
+        session(SEED, tmp_path, speculative="eagle", num_speculative=2)
