@@ -34,10 +34,10 @@ was judged as a synchronous scheduler's; other in-flight counts than the two abo
 request with tokens in flight, a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
 connector, a running request cut below its synchronous load's end (a failed block reported with
-a step of it in flight) and a padded connector admission or resumption after a load (their
-rows in flight: `guard_connector.py`). A padded admission (`pad_spec_decode`) is a `schedule`
-with `pad` and `rows_in_flight`: its rows counted computed and in flight until its output's
-`settle` rolls them back. A KV connector's loads need nothing more here: an asynchronous load's
+a step of it in flight). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
+`rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
+them back; so is a padded resumption after a KV load, and a padded connector admission is a
+`connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need nothing more here: an asynchronous load's
 admission and its report carry no tokens in flight (`guard_connector.py` maps them).
 """
 

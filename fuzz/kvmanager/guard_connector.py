@@ -11,7 +11,8 @@
   delaying its caching (an asynchronous load, with its `reserved_blocks`): `connect(rid,
   chunk, external, load, reserve)`; a load leaves the request waiting for it; a synchronous
   load that leaves one token, padded with placeholder drafts (`pad_spec_decode`, `padding.py`):
-  `connect` with `pad`;
+  `connect` with `pad` (and `rows_in_flight` under asynchronous scheduling, the rows then
+  counted computed and in flight until the output, as vLLM counts them);
 - `cache_blocks(request, n)` of a request whose load is in flight, `n` its computed tokens: the
   load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
   `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
@@ -23,7 +24,8 @@
   n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`); padded where the load
-  left one token (a whole prompt loaded): `schedule` with `pad`;
+  left one token (a whole prompt loaded): `schedule` with `pad` (and `rows_in_flight` under
+  asynchronous scheduling);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) changes nothing here: it
   finalizes Mamba "align" tails alone (the guard refuses Mamba groups);
 - `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding

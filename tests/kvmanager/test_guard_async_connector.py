@@ -53,10 +53,15 @@ def test_the_released_manager_runs_clean_under_the_async_scheduler_with_a_connec
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_a_connector_mutant_raises_under_the_async_scheduler_with_a_file_that_replays(tmp_path):
+# a connector check's mutant, and one of the padded rows (reached with draft tokens)
+@pytest.mark.parametrize("name, drafts", [("delayed_load_cached", 0),
+                                          ("spec_pad_rows_clamped", 2)])
+def test_a_mutant_raises_under_the_async_scheduler_with_a_file_that_replays(name, drafts,
+                                                                            tmp_path):
+    spec = dict(speculative="eagle", num_speculative=drafts) if drafts else {}
     guarding.assert_mutant_raises_in_sessions(
-        lambda seed: session(seed, tmp_path, "delayed_load_cached"),
-        "mutant.vllm.kvmanager.delayed_load_cached", "vllm.kvmanager", seeds=1)
+        lambda seed: session(seed, tmp_path, name, **spec), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=1)
 
 
 def test_a_failed_synchronous_load_reported_with_a_step_in_flight_is_refused(tmp_path):
