@@ -68,6 +68,11 @@ class ConnectorOps:
         rows = 0 if load else self._padded(len(tokens) - hit - external, hit + external,
                                            op.chunk, op.pad, "under a connector")
         new += rows
+        # under asynchronous scheduling, vLLM's count: the rows computed and in flight until
+        # the output's `settle` rolls them back (as a padded `schedule` admission's)
+        held = bool(rows) and op.rows_in_flight and trace.async_scheduling
+        if held:
+            self.count("padded rows in flight until the output")
         self.count("connector admission, asynchronous load" if load else "connector admission")
         if hit:
             self.count("connector admission with a hit")
@@ -80,7 +85,7 @@ class ConnectorOps:
                    f"{f': {rows} placeholder drafts' if rows else ''}")
         got, problems = yield from self._connect_allocation(rid, request, new, hit, hit_blocks,
                                                             external, load, reserve, op.written,
-                                                            rows)
+                                                            rows, held)
         if got is None or problems:
             return problems
         request.hit = hit
@@ -95,7 +100,7 @@ class ConnectorOps:
         return problems
 
     def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve,
-                            written=EVERY_GROUP, placeholders=0):
+                            written=EVERY_GROUP, placeholders=0, rows_in_flight=False):
         """The admission's allocate_slots on both sides: its result (None when refused) and
         the problems of what it consumed. `placeholders`: padded draft rows among the `new`
         tokens, rejected at the step's output (the request counts the rest computed)."""
@@ -137,8 +142,9 @@ class ConnectorOps:
         if before - after != model.predicted:
             return expected, [("invariant", f"allocate_slots consumed {before - after} free "
                                             f"blocks, its check counted {model.predicted}")]
-        request.computed = hit + external + new - placeholders
-        request.status, request.in_flight = "running", new - placeholders
+        counted = 0 if rows_in_flight else placeholders  # rolled back at once, or at the output
+        request.computed = hit + external + new - counted
+        request.status, request.in_flight = "running", new - counted
         yield Call("", "set_computed", (rid, request.computed, "running"), oracle=None)
         if trace.stats:  # the scheduler records the local hit of an admission made
             self.count("stats recorded")

@@ -88,6 +88,7 @@ class _Tracked:
         # request's next allocation: a failure reported in between rewinds its computed tokens
         self.sync_load = None
         self.in_flight = 0  # its last allocation's tokens, until a `processed` (guard_async.py)
+        self.async_sync_end = None  # its synchronous load's end, under asynchronous scheduling
 
     def engine_ids(self) -> list[int]:
         """The token ids the engine's request holds (0 for each embedded position)."""
@@ -263,7 +264,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         if finished:
             del self._kvfuzz_requests[request.request_id]
         else:
-            tracked.computed, tracked.running = 0, False
+            tracked.computed, tracked.running, tracked.async_sync_end = 0, False, None
         return result
 
     @modelled

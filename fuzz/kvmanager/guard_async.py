@@ -32,9 +32,13 @@ Refused (`GuardUnsupported`): tokens in flight where the guard was told the sche
 synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
 was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting
 request with tokens in flight, a `cache_blocks` of other than the processed tokens, a rollback
-past the request's tokens, more tokens an output than one a draft more than one. A padded
-admission (`pad_spec_decode`) is a `schedule` with `pad` and `rows_in_flight`: its rows counted
-computed and in flight until its output's `settle` rolls them back.
+past the request's tokens, more tokens an output than one a draft more than one; under a KV
+connector, a running request cut below its synchronous load's end (a failed block reported with
+a step of it in flight). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
+`rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
+them back; so is a padded resumption after a KV load, and a padded connector admission is a
+`connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need nothing more here: an asynchronous load's
+admission and its report carry no tokens in flight (`guard_connector.py` maps them).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class AsyncCalls:
     def _in_flight(self, tracked, request) -> None:
         """Before an allocation or a post-output `cache_blocks`: the request's tokens in flight
         as the trace has them, after a `processed` op where the step's output came."""
+        self._async_sync_cut(tracked, request)
         actual = int(getattr(request, "num_in_flight_tokens", 0) or 0)
         name = request.request_id
         if not self._asynchronous():
@@ -79,6 +84,19 @@ class AsyncCalls:
                          f"{tracked.in_flight} (its previous allocation's) or none")
         self.kvfuzz_session.step(Processed(tracked.rid))
         tracked.in_flight = 0
+
+    def _async_sync_cut(self, tracked, request) -> None:
+        """Refused: a running request's computed tokens cut below the end of its synchronous
+        KV load (a block of it failed, "recompute" policy). Under asynchronous scheduling the
+        failure comes with the admission step's output, after the request's next step was
+        scheduled: vLLM cuts `num_computed_tokens` with that step's tokens still counted in
+        flight (`_update_requests_with_invalid_blocks`), which the trace cannot say yet."""
+        end = tracked.async_sync_end
+        if end is not None and tracked.running and request.num_computed_tokens < end:
+            self._refuse(f"request {request.request_id!r} cut to {request.num_computed_tokens} "
+                         f"computed tokens below its synchronous KV load's end {end} (a failed "
+                         f"block reported with a step of it in flight, asynchronous "
+                         f"scheduling): not mapped yet")
 
     def _engine_in_flight(self, request) -> int:
         """The tokens in flight the lock step must pass with a running request's allocation:

@@ -11,7 +11,8 @@
   delaying its caching (an asynchronous load, with its `reserved_blocks`): `connect(rid,
   chunk, external, load, reserve)`; a load leaves the request waiting for it; a synchronous
   load that leaves one token, padded with placeholder drafts (`pad_spec_decode`, `padding.py`):
-  `connect` with `pad`;
+  `connect` with `pad` (and `rows_in_flight` under asynchronous scheduling, the rows then
+  counted computed and in flight until the output, as vLLM counts them);
 - `cache_blocks(request, n)` of a request whose load is in flight, `n` its computed tokens: the
   load reported done, `loaded(rid)` (the scheduler then recomputes a whole prompt's last token);
   `n` fewer, cut at a block at or past the local hit: the load failed with that prefix valid,
@@ -23,7 +24,8 @@
   n)` first (the judge's rewind of a request right after its synchronous `connect`);
 - the next `allocate_slots` of that request (waiting, computed tokens, no lookup): `schedule`,
   which the judge runs as the resumption (`KVManagerLockstep.schedule`); padded where the load
-  left one token (a whole prompt loaded): `schedule` with `pad`;
+  left one token (a whole prompt loaded): `schedule` with `pad` (and `rows_in_flight` under
+  asynchronous scheduling);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) changes nothing here: it
   finalizes Mamba "align" tails alone (the guard refuses Mamba groups);
 - `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding
@@ -177,6 +179,8 @@ class ConnectorCalls:
         # a synchronous load that leaves one token, padded with placeholder drafts
         pad = 0 if load else padding(self.kvfuzz_session.header, n, left - external,
                                      hit + external)
+        # under asynchronous scheduling the rows stay computed and in flight until the output
+        held = self._rows_in_flight(pad)
         if not load and (reserve or not 1 <= n - pad <= left - external):
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
@@ -191,10 +195,14 @@ class ConnectorCalls:
             if load:  # the request waits for its load: computed tokens, not running
                 tracked.computed, tracked.loading, tracked.hit = hit + external, True, hit
             else:  # the placeholders are rejected drafts once the step's output is processed
-                tracked.computed, tracked.running = hit + external + n - pad, True
+                tracked.computed, tracked.running = hit + external + n - (0 if held else pad), True
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
-        return Connect(rid, 0 if load else n, external, load, reserve, written, pad), \
+                # under asynchronous scheduling the load's failure is reported with its step's
+                # output, after the request's next step is scheduled (`_async_sync_cut`)
+                tracked.async_sync_end = hit + external \
+                    if external and self._asynchronous() else None
+        return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held), \
             expected, done
 
     def _resumption(self, tracked, request, n: int, given):
@@ -212,6 +220,9 @@ class ConnectorCalls:
         def expected(args):
             if (args[1], args[3]) != (n, whole):
                 return f"the lock step resumes with {args}, the engine with {(n, whole)}"
+        if self._rows_in_flight(pad):  # counted computed and in flight (guard_async.py)
+            return Schedule(tracked.rid, n, pad, rows_in_flight=True), expected, \
+                self._runs(tracked, n)
         return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, n - pad)
 
     # -- the connector's lookup, checked at once ----------------------------------------------

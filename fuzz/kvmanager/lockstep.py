@@ -212,8 +212,11 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
             new = min(op.chunk, left) + rows
             yield Call(f"allocate_slots(r{op.rid}, {new}) after its load"
                        f"{f': {rows} placeholder drafts' if rows else ''}")
+            held = bool(rows) and op.rows_in_flight and self.trace.async_scheduling
+            if held:  # counted until the output's `settle` (async_ops.py)
+                self.count("padded rows in flight until the output")
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,
-                                                placeholders=rows))
+                                                placeholders=0 if held else rows))
         if request.status == WAITING:
             yield from self._admit(op.rid, request, op.chunk, op.pad,
                                    op.rows_in_flight and self.trace.async_scheduling)

@@ -15,6 +15,12 @@ where no step has drafts), and returns the accepted ones and a bonus token; the 
 padded admission (`pad_spec_decode`'s placeholder rows) are all rejected, as the rows are
 no drafts.
 
+With kvfuzz's fake KV connector (`Workload(fake_connector=True)`, `ASYNC_CONNECTOR`), the fake
+worker's `KVConnectorOutput` for a step comes with that step's model output (the loads it
+reports, its failures), so a load is reported while the next step is in flight; its aborts of
+requests loading follow each output, as in the synchronous sessions. vLLM sets
+`defer_block_free` itself then (a KV consumer under overlapping batches).
+
 `Workload(deferred_aborts=p)` sets `defer_block_free` (as vLLM does with overlapping batches
 and a consumer connector) and, in a fraction `p` of the outputs, aborts one of the requests of
 the step about to be processed first (the engine processes its abort queue before each output,
@@ -29,8 +35,7 @@ import random
 from collections import deque
 
 # What the asynchronous sessions do not combine with yet (each refused before vLLM is built).
-UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector",
-               "fake_connector": "the fake KV connector", "embeds": "prompt embeddings"}
+UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector", "embeds": "prompt embeddings"}
 QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
 
 
@@ -48,11 +53,15 @@ def asynchronous(config, workload) -> None:
     config.scheduler_config.async_scheduling = True
 
 
-def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int, abort):
+def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int, abort,
+                  worker=None):
     """Steps `scheduler` until every request has finished (at most `workload.max_steps`
     scheduling steps): each loop schedules a step (arrivals first) and, once two are queued
     (or nothing more can be scheduled), processes the oldest one's output. `abort(scheduler,
-    request_id)`: the synchronous sessions' abort of a request (1 if it was live)."""
+    request_id)`: the synchronous sessions' abort of a request (1 if it was live); `worker`:
+    the fake connector's worker side (`FakeWorker`), whose output for a step comes with that
+    step's model output (the loads it reports, its failures), and whose aborts of requests
+    loading come after it, as in the synchronous sessions."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     if workload.deferred_aborts:
@@ -87,7 +96,10 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
                    for sample in samples]
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled))
+            sampled_token_ids=sampled,
+            kv_connector_output=worker.output(output) if worker else None))
+        if worker:
+            worker.after(scheduler, requests)
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     return result

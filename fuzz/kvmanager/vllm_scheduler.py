@@ -10,7 +10,7 @@ per request whose prompt is done) until every request has finished.
 adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`;
 `Workload(fake_connector=True)` a deterministic fake one, seeded by the session's seed
 (`fake_connector.py`); `Workload(async_scheduling=True)` vLLM's `AsyncScheduler`, stepped as
-its engine steps it (`vllm_async.py`).
+its engine steps it (`vllm_async.py`), with the fake connector too.
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
@@ -329,8 +329,12 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
+        worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else None
         result = run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed,
-                               _abort_in_flight)
+                               _abort_in_flight, worker)
+        if worker:
+            result.loads, result.stores = worker.loads, worker.stores
+            result.aborted, result.sync_failures = worker.aborted, worker.sync_failures
         if wrap_pool is not None:
             result.pool = scheduler.kv_cache_manager.coordinator.block_pool
         return result
@@ -420,6 +424,9 @@ ASYNC = Workload(async_scheduling=True, window=48, blocks=60)
 # rejected at each output (vllm_async.py), with lookahead hashes as vLLM's default
 ASYNC_SPEC = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
                       num_speculative=2)
+# The fake connector under vLLM's AsyncScheduler: its loads reported with the output of a step
+# while the next is in flight, FAKE_CONNECTOR's pool (vllm_async.py)
+ASYNC_CONNECTOR = Workload(async_scheduling=True, fake_connector=True, blocks=24)
 # The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
 # token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
 SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)

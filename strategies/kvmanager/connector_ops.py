@@ -34,7 +34,8 @@ class Connect:
     the scheduler's spec-decode padding (`Schedule.pad`): where a synchronous load leaves one
     token, it is admitted with `1 + pad` new tokens, `pad` placeholder draft rows past the
     request's tokens (an asynchronous load's admission is never padded; 0, a file without it,
-    none)."""
+    none); `rows_in_flight` (asynchronous scheduling, `Schedule.rows_in_flight`): those rows
+    counted computed and in flight until the step's output rolls them back."""
 
     rid: int
     chunk: int
@@ -43,6 +44,7 @@ class Connect:
     reserve: int = 0
     written: int = field(default=EVERY_GROUP, metadata={"later": True})
     pad: int = field(default=0, metadata={"later": True})
+    rows_in_flight: bool = field(default=False, metadata={"later": True})
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,8 @@ OPS = {"connect": Connect, "loaded": Loaded}
 def describe(op) -> str:
     if isinstance(op, Connect):
         how = "asynchronously" if op.load else f"with up to {op.chunk} new tokens" + (
-            f" ({op.pad} placeholder drafts where one is left)" if op.pad else "")
+            f" ({op.pad} placeholder drafts where one is left"
+            f"{', in flight until its output' if op.rows_in_flight else ''})" if op.pad else "")
         reserve = f", {op.reserve} blocks reserved" if op.load and op.reserve else ""
         if op.load and op.written != EVERY_GROUP:
             groups = [g for g in range(op.written.bit_length()) if op.written >> g & 1]
