@@ -76,6 +76,15 @@ class AsyncOps:
         yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
                    oracle=None)
 
+    def rows_held(self, rows: int, asked: bool) -> bool:
+        """Whether a padded admission's draft `rows` stay counted computed and in flight until
+        the step's output, whose `settle` rolls them back: asked (the op's `rows_in_flight`)
+        under asynchronous scheduling, as vLLM counts them; else rolled back at once."""
+        held = bool(rows) and asked and self.trace.async_scheduling
+        if held:
+            self.count("padded rows in flight until the output")
+        return held
+
     def rolled_back(self, op, request) -> bool:
         """Whether a `settle` applies as to its `rejected` drafts (speculative decoding under
         asynchronous scheduling): rolled back from the request's computed tokens, which still

@@ -68,11 +68,7 @@ class ConnectorOps:
         rows = 0 if load else self._padded(len(tokens) - hit - external, hit + external,
                                            op.chunk, op.pad, "under a connector")
         new += rows
-        # under asynchronous scheduling, vLLM's count: the rows computed and in flight until
-        # the output's `settle` rolls them back (as a padded `schedule` admission's)
-        held = bool(rows) and op.rows_in_flight and trace.async_scheduling
-        if held:
-            self.count("padded rows in flight until the output")
+        held = self.rows_held(rows, op.rows_in_flight)  # (as a padded `schedule` admission's)
         self.count("connector admission, asynchronous load" if load else "connector admission")
         if hit:
             self.count("connector admission with a hit")

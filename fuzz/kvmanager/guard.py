@@ -337,10 +337,9 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         # the placeholders are rejected drafts once the step's output is processed: the
         # request's computed tokens are then its own (what its `settle` checks); under
         # asynchronous scheduling counted computed and in flight until then (guard_async.py)
-        if self._rows_in_flight(pad):
-            return Schedule(tracked.rid, n, pad, rows_in_flight=True), expected, \
-                self._runs(tracked, hit + n)
-        return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, hit + n - pad)
+        held = self._rows_in_flight(pad)
+        return Schedule(tracked.rid, n, pad, rows_in_flight=held), expected, \
+            self._runs(tracked, hit + n - (0 if held else pad))
 
     def _waiting_allocation(self, tracked, given) -> bool:
         """What every allocation of a waiting request shares (an admission, a resumption after

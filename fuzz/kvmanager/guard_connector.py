@@ -220,10 +220,9 @@ class ConnectorCalls:
         def expected(args):
             if (args[1], args[3]) != (n, whole):
                 return f"the lock step resumes with {args}, the engine with {(n, whole)}"
-        if self._rows_in_flight(pad):  # counted computed and in flight (guard_async.py)
-            return Schedule(tracked.rid, n, pad, rows_in_flight=True), expected, \
-                self._runs(tracked, n)
-        return Schedule(tracked.rid, n, pad), expected, self._runs(tracked, n - pad)
+        held = self._rows_in_flight(pad)  # counted computed and in flight (guard_async.py)
+        return Schedule(tracked.rid, n, pad, rows_in_flight=held), expected, \
+            self._runs(tracked, n - (0 if held else pad))
 
     # -- the connector's lookup, checked at once ----------------------------------------------
     @staticmethod

@@ -70,13 +70,8 @@ class LaggedReports:
     def _reports(self) -> set[tuple[int, int]]:
         """The worker's report after this op; the write-backs it completed, (owner, block)."""
         self.op_number += 1
-        if not self.trace.hisparse_lag:  # each reported once, at the end of the next op
-            done = self.in_flight
-            if done:
-                self.read("hisparse_written", [tid for tid, _ in done])
-                self.count(WRITTEN)
-            self.in_flight, self.planned = self.planned, []
-            return self._finished(done)
+        # (without a lag, `report_delays` has each transfer enqueued and completed by one rank
+        # at the end of the op after the one that planned it)
         now = self.op_number
         for tid, block in self.planned:
             enqueue, completions = report_delays(self.trace.hisparse_lag, tid)
@@ -112,10 +107,11 @@ class LaggedReports:
     def _finished(self, done) -> set[tuple[int, int]]:
         """The completed write-backs, (owner, block), less the restores (an import's page
         copied to the device writes no host page); the finished requests' waits updated."""
-        written = {(self.owners.pop(tid, None), block) for tid, block in done
-                   if tid not in self.restores}
-        for tid, _ in done:
-            self.owners.pop(tid, None)
+        written = set()
+        for tid, block in done:
+            owner = self.owners.pop(tid, None)
+            if tid not in self.restores:
+                written.add((owner, block))
             self.orphans.discard(tid)
             for held in self.detached.values():
                 if tid in held.waits:

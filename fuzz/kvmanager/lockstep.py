@@ -212,14 +212,11 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
             new = min(op.chunk, left) + rows
             yield Call(f"allocate_slots(r{op.rid}, {new}) after its load"
                        f"{f': {rows} placeholder drafts' if rows else ''}")
-            held = bool(rows) and op.rows_in_flight and self.trace.async_scheduling
-            if held:  # counted until the output's `settle` (async_ops.py)
-                self.count("padded rows in flight until the output")
+            held = self.rows_held(rows, op.rows_in_flight)  # (async_ops.py)
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,
                                                 placeholders=0 if held else rows))
         if request.status == WAITING:
-            yield from self._admit(op.rid, request, op.chunk, op.pad,
-                                   op.rows_in_flight and self.trace.async_scheduling)
+            yield from self._admit(op.rid, request, op.chunk, op.pad, op.rows_in_flight)
             return
         pending = len(request.tokens) - request.computed
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
@@ -377,10 +374,9 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
         new += rows
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit})"
                    f"{f': {rows} placeholder drafts' if rows else ''}")
-        if rows and rows_in_flight:  # counted until the output's `settle` (async_ops.py)
-            self.count("padded rows in flight until the output")
+        held = self.rows_held(rows, rows_in_flight)  # (async_ops.py)
         problems = yield from self._allocation(rid, request, new, hit, hit_blocks,
-                                               placeholders=0 if rows_in_flight else rows)
+                                               placeholders=0 if held else rows)
         size = self.trace.scheduler_block_size  # an endpoint every group's blocks end on
         if problems or hit < size or NO_TRUNCATE in self.unread:
             return problems

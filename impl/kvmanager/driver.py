@@ -430,13 +430,10 @@ class KVManagerDriver(ManagerReads):
         step's command carries them: (transfer id, host block)."""
         return self.hisparse.planned()
 
-    def hisparse_written(self, transfer_ids) -> None:
-        """The worker reports the write-backs `transfer_ids` enqueued and completed."""
-        self.hisparse.written(transfer_ids)
-
     def hisparse_report(self, enqueued, completed) -> None:
-        """The worker's report of a step, late or in parts: [transfer id, ranks] pairs of the
-        transfers enqueued, and of those completed (`update_spills`' two counts)."""
+        """The worker's report of a step (on time, or late or in parts): [transfer id, ranks]
+        pairs of the transfers enqueued, and of those completed (`update_spills`' two
+        counts)."""
         self.hisparse.report(enqueued, completed)
 
     def host_pool(self) -> dict:

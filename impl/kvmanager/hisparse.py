@@ -55,10 +55,6 @@ class HiSparseCalls:
         return [] if command is None else [(int(t.transfer_id), int(t.host_block_id))
                                            for t in command.page_transfers]
 
-    def written(self, transfer_ids) -> None:
-        counts = {int(t): 1 for t in transfer_ids}
-        self.coordinator.update_spills(counts, counts)
-
     def report(self, enqueued, completed) -> None:
         """A report of the worker's ranks summed (`HiSparseConnectorWorkerMetadata.aggregate`):
         (transfer id, ranks) pairs enqueued, and completed, this step."""

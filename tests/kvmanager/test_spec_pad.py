@@ -81,7 +81,7 @@ def test_a_guard_that_maps_the_padded_call_to_the_token_alone_is_caught(monkeypa
     from kvfuzz.fuzz.kvmanager import guard
     from tests.kvmanager.test_guard import scheduler_session
 
-    monkeypatch.setattr(guard, "Schedule", lambda rid, chunk, pad=0: Schedule(rid, chunk))
+    monkeypatch.setattr(guard, "Schedule", lambda rid, chunk, pad=0, **_: Schedule(rid, chunk))
     with pytest.raises(kvfuzz.Mismatch):
         scheduler_session(4, None, tmp_path, workload="LOOKAHEAD_HASHES")
 

@@ -139,7 +139,7 @@ def test_a_guard_that_maps_a_padded_call_to_the_token_alone_is_caught(monkeypatc
         monkeypatch.setattr(guard_connector, "Connect",
                             lambda *args: Connect(*args[:6]))
     else:
-        monkeypatch.setattr(guard_connector, "Schedule", lambda rid, chunk, pad=0:
+        monkeypatch.setattr(guard_connector, "Schedule", lambda rid, chunk, pad=0, **_:
                             Schedule(rid, chunk))
     with pytest.raises(kvfuzz.Mismatch):
         scheduler_session(5, None, tmp_path, workload="SPEC_CONNECTOR")
