@@ -54,6 +54,7 @@ from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.fuzz.kvmanager.guard_request import embedding_values as _embedding_values
 from kvfuzz.fuzz.kvmanager.guard_request import extra_keys as _extra_keys
+from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Placeholder,
@@ -77,9 +78,11 @@ SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
 class _Tracked:
     """One request as the trace's ops have moved it (the scheduler must agree)."""
 
-    def __init__(self, rid: int, tokens: list[int], embedded: int = 0):
+    def __init__(self, rid: int, tokens: list[int], embedded: int = 0, engine=None):
         # `tokens` as the trace has them: a prompt of `embedded` embeddings as their values
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
+        self.engine = engine  # the engine's Request (its status says when it stopped)
+        self.paused = False  # stopped, resumable, waiting for its next streaming update
         self.embedded = embedded
         self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
@@ -124,7 +127,8 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return guarded
 
 
-class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, GuardedObject):
+class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls,
+                     GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -152,6 +156,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
         `get_computed_blocks_for_connector`, which also says whether the hit diverged), kept
         for the admission that follows it and checked at once."""
         manager, session = self._kvfuzz_object, self.kvfuzz_session
+        self._streams()
         tracked = self._request(request, arriving=True)
         if tracked.running or tracked.loading or request.num_computed_tokens != 0:
             self._refuse(f"{method} of request {request.request_id!r}, which the trace has "
@@ -184,6 +189,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
     @modelled
     def allocate_slots(self, request, num_new_tokens, *args, **kwargs):
         manager = self._kvfuzz_object
+        self._streams()
         bound = self._kvfuzz_signature.bind(request, num_new_tokens, *args, **kwargs)
         bound.apply_defaults()
         given = bound.arguments
@@ -236,6 +242,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
     def _free(self, request, defer: bool):
         manager = self._kvfuzz_object
         method = "pop_blocks_for_free" if defer else "free"
+        self._streams()
         tracked = self._kvfuzz_requests.get(request.request_id)
         if tracked is None:  # a request the manager never saw
             return getattr(manager, method)(request)
@@ -448,7 +455,7 @@ class GuardedManager(AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, Gu
              not 1 <= len(tokens) <= self.kvfuzz_session.header.max_model_len)) if bad]
         if reasons:
             self._refuse(f"request {request.request_id!r} has {', '.join(reasons)}")
-        tracked = _Tracked(self._kvfuzz_next_rid, tokens, len(embeds))
+        tracked = _Tracked(self._kvfuzz_next_rid, tokens, len(embeds), request)
         vars(self)["_kvfuzz_next_rid"] += 1
         self._kvfuzz_requests[request.request_id] = tracked
         if self._kvfuzz_driver is not None:

@@ -15,7 +15,7 @@ from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import async_ops, connector
+from kvfuzz.fuzz.kvmanager import async_ops, connector, streaming
 from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
@@ -27,6 +27,7 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
+from kvfuzz.fuzz.kvmanager.streaming import StreamingOps
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
@@ -95,6 +96,9 @@ class _Request:
         # a synchronous load's (local hit, end, computed tokens after its admission), until the
         # request moves on: a `loaded` failure then rewinds it
         self.sync_load = None
+        # streaming input (`streaming.py`): stopped and waiting for an update; streamed since
+        # its last allocation
+        self.paused = self.streamed = False
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int, lookahead: int = 0) -> list[int]:
@@ -114,7 +118,7 @@ class _Request:
         return block_extra_keys(self.keys, start, end)
 
 
-class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
+class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -130,7 +134,8 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
               "skipped blocks removed before request_finished",
               "admission padded with placeholder drafts", "admission padded after a hit",
               "placeholder drafts past a block's end", *PADDED,
-              *MARKS, *connector.EVENTS, *async_ops.EVENTS, *KEY_MARKS, *LOOKAHEAD_MARKS,
+              *MARKS, *connector.EVENTS, *async_ops.EVENTS, *streaming.EVENTS, *KEY_MARKS,
+              *LOOKAHEAD_MARKS,
               *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
@@ -205,8 +210,10 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
         request = self.requests.get(op.rid)
         if request is None or request.status == connector.LOADING:  # it waits for its load
             return
-        if request.status == WAITING and request.computed:  # its KV load done: no lookup
-            self.count("resumed after its load")
+        if request.status == WAITING and request.computed:  # its KV load done (or a streaming
+            # update taken): no lookup
+            self.count("resumed after a streaming update" if request.streamed else
+                       "resumed after its load")
             left = len(request.tokens) - request.computed
             rows = self._padded(left, request.computed, op.chunk, op.pad, "after its load")
             new = min(op.chunk, left) + rows
@@ -455,6 +462,7 @@ class KVManagerLockstep(AsyncOps, ConnectorOps, Lockstep):
                                   f"counted {model.predicted}")]
         request.computed += hit + new - placeholders  # the drafts' rollback, at the output
         request.status, request.in_flight = RUNNING, new - placeholders
+        request.streamed = False
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         if admission and trace.stats and NO_RECORD not in self.unread:
             # the scheduler records an admission that was made

@@ -79,6 +79,10 @@ class Workload:
     # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
     # N's output is processed, as the engine's batch queue of two does (vllm_async.py)
     async_scheduling: bool = False
+    # Streaming input (vllm_streaming.py): the share of requests that are resumable, each fed 1
+    # to `max_updates` streaming updates, then its end (synchronous scheduling only)
+    streaming: float = 0.0
+    max_updates: int = 3
 
 
 @dataclass
@@ -96,6 +100,7 @@ class SessionResult:
     aborted: int = 0                    # the fake connector's requests aborted during a load
     deferred: int = 0                   # requests aborted during their step (deferred frees)
     sync_failures: int = 0              # and its synchronous loads failed
+    streaming: object = None            # the streaming inputs sent (vllm_streaming.py), if any
     notes: list[str] = field(default_factory=list)
 
 
@@ -329,6 +334,10 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
+        if workload.streaming:
+            raise ValueError("Workload(streaming=...) is driven under the synchronous "
+                             "scheduler only")
+
         worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else None
         result = run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed,
                                _abort_in_flight, worker)
@@ -344,10 +353,19 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
+    streaming = None
+    if workload.streaming:
+        from kvfuzz.fuzz.kvmanager.vllm_streaming import StreamingInputs
+
+        streaming = result.streaming = StreamingInputs(seed, workload, requests)
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
-        if not arrivals and not scheduler.has_requests():
+        if streaming:
+            streaming.before_step(scheduler, result.steps)
+        # (a session waiting for its next update is no unfinished request to the scheduler)
+        if not arrivals and not scheduler.has_requests() and \
+                not (streaming and streaming.waiting(scheduler)):
             break
         output = scheduler.schedule()
         result.steps += 1
@@ -362,6 +380,8 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled, kv_connector_output=worker.output(output)))
         worker.after(scheduler, requests)
+        if streaming:
+            streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     result.loads, result.stores = worker.loads, worker.stores

@@ -384,6 +384,22 @@ class KVManagerDriver(ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
 
+    def stream(self, rid: int, tokens) -> None:
+        """What vLLM's scheduler does to a resumable request that stops (`stream`): its
+        outputs become prompt, the update's `tokens` are appended to both, its block hashes
+        extended over them, and it waits (for an update, where `tokens` is empty). The token
+        the engine's request sampled last and discards was never given to this one."""
+        request = self.requests[rid]
+        request.prompt_token_ids.extend(request.output_token_ids)
+        request._output_token_ids.clear()
+        request.prompt_token_ids.extend(tokens)
+        request._all_token_ids.extend(tokens)
+        request.num_prompt_tokens = len(request.prompt_token_ids)
+        request.update_block_hashes()
+        # (a release before streaming input has no such status: waiting is what it reads)
+        paused = getattr(self._status, "WAITING_FOR_STREAMING_REQ", self._status.WAITING)
+        request.status = self._status.WAITING if tokens else paused
+
     def free(self, rid: int, finished: bool = True) -> None:
         """As the scheduler frees: a finished request's status says so first (a preempted one
         is still running when its blocks go)."""

@@ -95,6 +95,9 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         pass  # the engine appended the sampled token before it asked for its slot
 
+    def stream(self, rid: int, tokens) -> None:
+        pass  # the engine's scheduler took the streaming update itself
+
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import fields
 
 from kvfuzz.strategies.inputs import FieldReader
+from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (FORMAT, KINDS, LATER_SETTINGS, Arrive, Evict, Op,
                                                Trace)
 
@@ -296,6 +297,10 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             values["tokens"] = reader.int_list(raw.get("tokens"), at, low=0, high=TOKEN_MAX,
                                                most=MAX_LEN)
             reader.expect(len(values["tokens"]) > 0, at, "expected at least one token", [])
+        elif kind is Stream and f.name == "tokens":  # a streaming update's prompt (none: it
+            # waits for one)
+            values["tokens"] = reader.int_list(raw.get("tokens", []), at, low=0,
+                                               high=TOKEN_MAX, most=MAX_LEN)
         elif kind is Evict:
             values["block_ids"] = reader.int_list(raw.get("block_ids"), at, low=0, high=2**31,
                                                   most=MAX_LIST)

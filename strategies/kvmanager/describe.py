@@ -3,8 +3,9 @@ what the op asks of the manager in a scheduler's words."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager import connector_ops
+from kvfuzz.strategies.kvmanager import connector_ops, stream_ops
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Op, Placeholder,
                                                Preempt, Processed, Release, RemoveSkipped, Sample,
                                                Schedule, Settle)
@@ -47,6 +48,8 @@ def describe_op(op: Op) -> str:
         return f"cache r{op.rid}'s blocks after its step's output{rejected}"
     if isinstance(op, (Connect, Loaded)):
         return connector_ops.describe(op)
+    if isinstance(op, Stream):
+        return stream_ops.describe(op)
     if isinstance(op, Evict):
         return f"evict blocks {' '.join(map(str, op.block_ids)) or '-'}"
     return "reset prefix cache"

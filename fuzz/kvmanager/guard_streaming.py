@@ -1,0 +1,80 @@
+"""The guard's mapping of vLLM's resumable (streaming-input) requests onto the trace's `stream`
+op (`strategies/kvmanager/stream_ops.py`), mixed into `GuardedManager`.
+
+The scheduler calls nothing on the manager when a resumable request stops or takes its next
+update (`_handle_stopped_request`, `_update_request_as_session`): the guard finds such a
+request before each call it models, by its status, and writes what happened to it since. A
+request the trace has running whose engine request is now `WAITING_FOR_STREAMING_REQ` stopped
+and waits (a `stream` of no tokens; the engine's request still holds the token it sampled
+last, which the update discards); one now `WAITING`, resumable, with tokens past the trace's,
+took an update (a `stream` of the new tokens). Checked as it is written: the request keeps its
+computed tokens, every token the trace has; the engine's tokens are the trace's and the
+update's; its prompt is all of them. Refused by name: asynchronous scheduling (the stop drops
+tokens in flight, `drop_stale_output`), draft tokens, lookahead hashing (vLLM keeps a block
+hash that covers the discarded token until a re-admission recomputes it, scheduler.py 1111),
+prompt embeddings, multimodal inputs in an update, an update of no tokens.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.strategies.kvmanager.stream_ops import Stream
+
+MAX_TOKEN = (1 << 31) - 1
+
+
+class StreamingCalls:
+    """Mixed into `GuardedManager` (its requests, session and `_refuse`)."""
+
+    def _streams(self) -> None:
+        """Every resumable request that stopped, or took an update, since the guard's last
+        call: its `stream`, before the call's own op."""
+        for tracked in self._kvfuzz_requests.values():
+            request = tracked.engine
+            status = getattr(getattr(request, "status", None), "name", "")
+            if status == "WAITING_FOR_STREAMING_REQ" and tracked.running:
+                self._stopped(tracked, request, update=False)
+            elif status == "WAITING" and getattr(request, "resumable", False) and \
+                    (tracked.running or tracked.paused):
+                # (a preempted request is freed first, and is PREEMPTED: only a stop leaves a
+                # request the trace has running waiting without a call)
+                self._stopped(tracked, request, update=True)
+
+    def _stopped(self, tracked, request, update: bool) -> None:
+        header, name = self.kvfuzz_session.header, request.request_id
+        for reason, bad in (("asynchronous scheduling", self._asynchronous()),
+                            ("draft tokens", header.lookahead),
+                            ("lookahead hashing", header.hash_lookahead),
+                            ("a prompt given as embeddings", tracked.embedded)):
+            if bad:
+                self._refuse(f"resumable (streaming-input) request {name!r} stopped under "
+                             f"{reason}: not mapped yet")
+        if request.num_computed_tokens != tracked.computed or \
+                tracked.computed != len(tracked.tokens):
+            self._refuse(f"resumable request {name!r} stopped with {request.num_computed_tokens}"
+                         f" computed tokens, the trace {tracked.computed} of "
+                         f"{len(tracked.tokens)}")
+        tokens, seen = list(request.all_token_ids), tracked.engine_ids()
+        if tokens[:len(seen)] != seen:
+            self._refuse(f"resumable request {name!r} stopped with tokens the trace has not "
+                         f"seen before its last")
+        new = tokens[len(seen):] if update else []
+        if not update and len(tokens) != len(seen) + 1:
+            self._refuse(f"resumable request {name!r} waits for an update with {len(tokens)} "
+                         f"tokens, the trace {len(seen)} and the one it sampled")
+        if update:
+            self._update_checked(tracked, request, new)
+        tracked.tokens += new
+        tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not update
+        self.kvfuzz_session.step(Stream(tracked.rid, tuple(new)))
+
+    def _update_checked(self, tracked, request, new: list[int]) -> None:
+        name, most = request.request_id, self.kvfuzz_session.header.max_model_len
+        reasons = [reason for reason, bad in (
+            ("no tokens", not new),
+            ("multimodal inputs", bool(getattr(request, "mm_features", None))),
+            ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in new)),
+            (f"more tokens than max_model_len {most}", len(tracked.tokens) + len(new) > most),
+            ("a prompt other than all its tokens",
+             request.num_prompt_tokens != len(tracked.tokens) + len(new))) if bad]
+        if reasons:
+            self._refuse(f"streaming update of request {name!r} with {', '.join(reasons)}")

@@ -1,0 +1,50 @@
+"""The KV-cache-manager judge's handler of the `stream` op (vLLM's resumable, streaming-input
+requests: `strategies/kvmanager/stream_ops.py`), mixed into `KVManagerLockstep`.
+
+The manager sees no call at a resumable request's stop nor at its update: what changes is the
+request the scheduler hands it next. It keeps its blocks and computed tokens (the token it
+sampled last is discarded, and the trace never had it: no slot was asked for it), it waits
+(the watermark and the whole-request check hold at its next allocation, and it no longer
+counts as running for another request's), its prompt is every token it has, and its block
+hashes run over its tokens as they now are (vLLM cuts them where the discarded token began and
+extends them: what hashing the request's tokens from the start gives, without lookahead
+hashing). Its next allocation is the lock step's resumption (`schedule` of a waiting request
+with computed tokens: no lookup), as after a KV load.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.strategies.kvmanager.stream_ops import Stream
+
+EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
+          "streaming: update taken at the stop", "streaming: update into a partial block",
+          "resumed after a streaming update")
+
+
+class StreamingOps:
+    """Mixed into `KVManagerLockstep` (its requests and trace)."""
+
+    @handles(Stream)
+    def stream(self, op: Stream):
+        request = self.requests.get(op.rid)
+        if request is None or self.trace.async_scheduling or request.keys.embeds:
+            return
+        running = request.status == "running" and request.computed == len(request.tokens)
+        paused = request.status == "waiting" and request.paused
+        if not (running or paused) or \
+                len(request.tokens) + len(op.tokens) > self.trace.max_model_len:
+            return
+        if not op.tokens:
+            self.count("streaming: stopped, waiting for an update")
+        else:
+            self.count("streaming: update taken" if paused else
+                       "streaming: update taken at the stop")
+            if len(request.tokens) % self.trace.hash_size:
+                self.count("streaming: update into a partial block")
+        request.tokens += op.tokens
+        request.prompt, request.status = len(request.tokens), "waiting"
+        request.paused, request.streamed = not op.tokens, True
+        yield Call(f"r{op.rid} {'waits for a streaming update' if not op.tokens else ''}"
+                   f"{f'takes {len(op.tokens)} streamed tokens' if op.tokens else ''}",
+                   "stream", (op.rid, op.tokens), oracle=None)

@@ -1,0 +1,42 @@
+"""The streaming-input op of a `kvmanager` trace: vLLM's resumable requests, whose prompt comes
+in parts (`StreamingUpdate`s). Standard library only; `trace.py` takes it into its op set.
+
+vLLM 0.33.0's scheduler (`scheduler.py`: `add_request` 2931, `_handle_stopped_request` 2717,
+`_update_request_as_session` 1879, the waiting loop's `else` branch 1262): a resumable request
+that stops does not finish and makes no call on the manager. It keeps its blocks and its
+computed tokens (every token but the one it sampled last, which is discarded: no slot was ever
+asked for it) and waits for its next update; the update's prompt tokens are appended, the
+request's outputs but that last one become prompt (`num_prompt_tokens` is then every token),
+its block hashes are cut where the discarded token began and extended over the new tokens.
+It is scheduled again with no lookup, as a request whose KV load is done: `allocate_slots`
+with its computed tokens, the watermark and the whole-request check holding (it waits). A
+final update of None frees it (`free`, a finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A running request whose tokens are all computed stops, resumable (vLLM's streaming
+    input): it keeps its blocks and its computed tokens and waits, `tokens` (its next
+    streaming update's prompt) appended, all its tokens its prompt now; with no tokens it
+    waits for an update, which a later `stream` of it brings. Its next allocation resumes it:
+    a `schedule` with no lookup, as after a KV load. Resolves to nothing for a request neither
+    running with every token computed nor waiting for an update, for a prompt given as
+    embeddings, past `max_model_len` tokens, or under asynchronous scheduling (not modelled:
+    its tokens in flight are dropped, `drop_stale_output`)."""
+
+    rid: int
+    tokens: tuple[int, ...] = ()
+
+
+OPS = {"stream": Stream}
+
+
+def describe(op: Stream) -> str:
+    if not op.tokens:
+        return f"r{op.rid} stops, resumable: it waits for its next streaming update"
+    return f"r{op.rid} takes a streaming update of {len(op.tokens)} tokens (kept blocks)"
