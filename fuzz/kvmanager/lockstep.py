@@ -217,7 +217,8 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
             left = len(request.tokens) - request.computed
             rows = self._padded(left, request.computed, op.chunk, op.pad, "after its load")
             new = min(op.chunk, left) + rows
-            yield Call(f"allocate_slots(r{op.rid}, {new}) after its load"
+            yield Call(f"allocate_slots(r{op.rid}, {new}) after "
+                       f"{'a streaming update' if request.streamed else 'its load'}"
                        f"{f': {rows} placeholder drafts' if rows else ''}")
             held = self.rows_held(rows, op.rows_in_flight)  # (async_ops.py)
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,

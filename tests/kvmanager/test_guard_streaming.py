@@ -1,0 +1,129 @@
+"""vLLM's resumable (streaming-input) requests under its own Scheduler, the manager guarded
+(`Workload(streaming=share)`: fuzz/kvmanager/vllm_streaming.py, guard_streaming.py; the trace's
+`stream` op and its rule, fuzz/kvmanager/streaming.py). The released class runs clean and its
+recording replays; a manager that skips the whole-request check where a request resumes with
+its blocks (as every streaming update's resumption does) is caught, with a file that replays,
+where a session without streaming input cannot catch it; a guard that writes an update short
+is caught; what the trace does not say yet is refused by name. The op's JSON round trip needs
+no vLLM. One short session each (vLLM's import dominates)."""
+
+import functools
+import inspect
+from dataclasses import replace
+
+import pytest
+
+import kvfuzz
+from kvfuzz.strategies.kvmanager import codec
+from kvfuzz.strategies.kvmanager.describe import describe_op
+from kvfuzz.strategies.kvmanager.stream_ops import Stream
+from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace, to_json
+from tests import guarding
+from tests.helpers import with_engine
+
+with_vllm = with_engine("vllm")  # (the codec test needs no vLLM)
+
+SEED = 1  # 14 updates (3 taken after a wait, 11 at the stop), 17 resumptions, 5 preemptions
+BROKEN = f"{__name__}:WholeCheckSkippedOnResumption"
+
+
+def session(seed: int, tmp_path, manager_class=None, check: bool = True, impl=None,
+            **workload):
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    wrap = kvfuzz.guard if check else kvfuzz.record
+    options = dict(corpus=tmp_path, **({"impl": impl} if impl else {})) if check else {}
+    return vllm_scheduler.run_session(
+        seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings, **options),
+        workload=replace(vllm_scheduler.Workload(), **{"streaming": 0.5, **workload}),
+        manager_class=manager_class)
+
+
+@functools.cache
+def doubles() -> dict:
+    """The released class with its whole-request check (`full_sequence_must_fit`) skipped for
+    a request that holds computed tokens: it admits a resumption whose whole sequence does not
+    fit (built on first use, never at collection)."""
+    from kvfuzz.impl.registry import load_attribute
+
+    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
+    released = KVCacheManager.allocate_slots
+    signature = inspect.signature(released)
+
+    class WholeCheckSkippedOnResumption(KVCacheManager):
+        @functools.wraps(released)  # (its parameters, as the guard reads them)
+        def allocate_slots(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            if bound.arguments["request"].num_computed_tokens:
+                bound.arguments["full_sequence_must_fit"] = False
+            return released(*bound.args, **bound.kwargs)
+    return {"WholeCheckSkippedOnResumption": WholeCheckSkippedOnResumption}
+
+
+def __getattr__(name):  # a double by import path: tests.kvmanager.test_guard_streaming:...
+    if name == "WholeCheckSkippedOnResumption":
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@with_vllm
+def test_the_released_manager_runs_clean_with_streaming_input_and_its_record_replays(tmp_path):
+    run = session(SEED, tmp_path)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    streams = [op for op in guarded.ops if isinstance(op, Stream)]
+    assert any(op.tokens for op in streams) and any(not op.tokens for op in streams)
+    events = guarded.lock.events
+    assert events["streaming: update taken"] and events["streaming: update taken at the stop"]
+    assert events["resumed after a streaming update"] >= run.streaming.updates
+    recorded = session(SEED, tmp_path, check=False).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+
+@with_vllm
+def test_a_resumption_admitted_past_the_whole_request_check_is_caught_with_a_file_that_replays(
+        tmp_path):
+    broken = doubles()["WholeCheckSkippedOnResumption"]
+    # without streaming input no request resumes with its blocks: the double passes
+    plain = session(2, tmp_path, broken, impl=BROKEN, streaming=0.0)
+    assert plain.manager.kvfuzz_session.divergence is None
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: session(seed, tmp_path, broken, impl=BROKEN), BROKEN, "vllm.kvmanager",
+        seeds=3)
+
+
+def drops_the_updates_last_token(rid, tokens=()):
+    """A broken mapping: each streaming update written a token short."""
+    return Stream(rid, tuple(tokens[:-1]))
+
+
+@with_vllm
+def test_a_guard_writing_an_update_short_is_caught(tmp_path, monkeypatch):
+    from kvfuzz.fuzz.kvmanager import guard_streaming
+
+    monkeypatch.setattr(guard_streaming, "Stream", drops_the_updates_last_token)
+    with pytest.raises(kvfuzz.Mismatch) as raised:
+        session(SEED, tmp_path)
+    assert raised.value.divergence.lines[0] == ("call", "allocate_slots(r4, 42) after a "
+                                                        "streaming update")
+
+
+@with_vllm
+def test_streaming_input_with_draft_tokens_is_refused_by_name(tmp_path):
+    """EAGLE's drafts (and its lookahead hashes: vLLM keeps a block hash that covers the
+    discarded token until a re-admission recomputes it, scheduler.py 1111): no op says what a
+    stop does to them yet."""
+    with pytest.raises(kvfuzz.GuardUnsupported, match="stopped under draft tokens"):
+        session(SEED, tmp_path, speculative="eagle", num_speculative=2)
+
+
+def test_a_stream_op_round_trips_through_json_and_says_what_it_does():
+    ops = (Arrive(0, (5, 6, 7)), Schedule(0, 3), Stream(0), Stream(0, (8, 9)), Schedule(0, 2))
+    trace = Trace(blocks=8, block_size=2, window=0, max_model_len=64, ops=ops)
+    data = to_json(trace)
+    assert data["ops"][2] == {"op": "stream", "rid": 0, "tokens": []}
+    assert codec.from_json(data) == trace
+    assert "waits for its next streaming update" in describe_op(ops[2])
+    assert "update of 2 tokens" in describe_op(ops[3])
