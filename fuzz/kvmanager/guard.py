@@ -28,6 +28,9 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
   (after a `sample` of the token it appended); an admission padded with placeholder drafts
   (`pad_spec_decode`): a `schedule` with `pad` (`padding.py`), under a connector a `connect`
   with `pad`, after a KV load the resumption's `schedule` with `pad` (`guard_connector.py`).
+- resumable (streaming-input) requests: a stop that keeps the request's blocks, and each
+  streaming update it takes, found by the request's status before each modelled call: a
+  `stream` (`guard_streaming.py`); its next allocation is the resumption's `schedule`.
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
 draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that

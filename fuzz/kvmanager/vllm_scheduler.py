@@ -10,7 +10,9 @@ per request whose prompt is done) until every request has finished.
 adds vLLM's CPU offloading connector, its worker side answered by `offload_worker.py`;
 `Workload(fake_connector=True)` a deterministic fake one, seeded by the session's seed
 (`fake_connector.py`); `Workload(async_scheduling=True)` vLLM's `AsyncScheduler`, stepped as
-its engine steps it (`vllm_async.py`), with the fake connector too.
+its engine steps it (`vllm_async.py`), with the fake connector too;
+`Workload(streaming=share)` makes that share of the requests resumable, fed seeded streaming
+updates (`vllm_streaming.py`; the synchronous scheduler only).
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
