@@ -17,6 +17,8 @@ prompt embeddings, multimodal inputs in an update, an update of no tokens.
 
 from __future__ import annotations
 
+import copy
+
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
 MAX_TOKEN = (1 << 31) - 1
@@ -78,3 +80,24 @@ class StreamingCalls:
              request.num_prompt_tokens != len(tracked.tokens) + len(new))) if bad]
         if reasons:
             self._refuse(f"streaming update of request {name!r} with {', '.join(reasons)}")
+        stale = _stale_hash(request)
+        if stale is not None:
+            self._refuse(f"streaming update of request {name!r}: its block hash {stale} is not "
+                         f"its tokens' (the discarded token's block kept its hash?)")
+
+
+def _stale_hash(request) -> int | None:
+    """The first of the engine's block hashes of `request` that its own hasher, run over its
+    tokens from the start, does not give (None: all agree). The trace's hashes run over the
+    tokens, and the live driver pairs the engine's with them by position, so a hash vLLM
+    failed to cut at an update would pass for the right one: it is checked here."""
+    hasher = getattr(request, "_block_hasher", None)
+    if hasher is None:
+        return None
+    fresh = copy.copy(request)  # (shares the tokens; the hashes list its own)
+    fresh.block_hashes = []
+    expected, actual = hasher(fresh), list(request.block_hashes)
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want != got:
+            return index
+    return None if len(expected) == len(actual) else min(len(expected), len(actual))

@@ -4,7 +4,8 @@
 recording replays; a manager that skips the whole-request check where a request resumes with
 its blocks (as every streaming update's resumption does) is caught, with a file that replays,
 where a session without streaming input cannot catch it; a guard that writes an update short
-is caught; what the trace does not say yet is refused by name. The op's JSON round trip needs
+is caught; a scheduler keeping a hash its update should cut, and what the trace does not say
+yet, are refused by name. The op's JSON round trip needs
 no vLLM. One short session each (vLLM's import dominates)."""
 
 import functools
@@ -117,6 +118,36 @@ def test_streaming_input_with_draft_tokens_is_refused_by_name(tmp_path):
     stop does to them yet."""
     with pytest.raises(kvfuzz.GuardUnsupported, match="stopped under draft tokens"):
         session(SEED, tmp_path, speculative="eagle", num_speculative=2)
+
+
+class _Uncut(list):
+    """A hash list whose cuts do nothing."""
+
+    def __delitem__(self, key):
+        pass
+
+
+@with_vllm
+def test_a_scheduler_keeping_the_discarded_tokens_hash_is_refused_by_name(tmp_path,
+                                                                           monkeypatch):
+    """vLLM's update cuts the hash of the block its discarded token completed; a scheduler
+    that keeps it would pass unseen (the live driver pairs the engine's hashes with the
+    trace's by position, sessions 1, 7 and 8 run clean so): the guard rehashes the request's
+    tokens at each update and refuses it by name."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+    from kvfuzz.impl.registry import load_attribute
+
+    vllm_scheduler.build_scheduler()  # (prepares vLLM's import)
+    scheduler = load_attribute("vllm.v1.core.sched.scheduler:Scheduler")
+    released = scheduler._update_request_as_session
+
+    def keeps_the_hash(self, session, update):
+        session.block_hashes = _Uncut(session.block_hashes)
+        released(self, session, update)
+        session.block_hashes = list(session.block_hashes)
+    monkeypatch.setattr(scheduler, "_update_request_as_session", keeps_the_hash)
+    with pytest.raises(kvfuzz.GuardUnsupported, match="block hash 6 is not its tokens'"):
+        session(SEED, tmp_path)
 
 
 def test_a_stream_op_round_trips_through_json_and_says_what_it_does():
