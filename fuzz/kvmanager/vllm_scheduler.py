@@ -452,6 +452,8 @@ ASYNC_CONNECTOR = Workload(async_scheduling=True, fake_connector=True, blocks=24
 # The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
 # token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
 SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)
+# Streaming input (vllm_streaming.py): half the requests resumable, each fed 1 to 3 updates
+STREAMING = Workload(streaming=0.5)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False,

@@ -36,7 +36,7 @@ def session(seed: int, tmp_path, manager_class=None, check: bool = True, impl=No
     options = dict(corpus=tmp_path, **({"impl": impl} if impl else {})) if check else {}
     return vllm_scheduler.run_session(
         seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings, **options),
-        workload=replace(vllm_scheduler.Workload(), **{"streaming": 0.5, **workload}),
+        workload=replace(vllm_scheduler.STREAMING, **workload),
         manager_class=manager_class)
 
 
