@@ -69,7 +69,10 @@ class AsyncOps:
     @handles(Processed)
     def processed(self, op: Processed):
         request = self.requests.get(op.rid)
-        if request is None or request.status != "running" or not request.in_flight:
+        # (a waiting request with tokens in flight: a streaming stop's, its step's output
+        # dropped when it comes: `streaming.py`)
+        if request is None or request.status not in ("running", "waiting") or \
+                not request.in_flight:
             return
         self.count("output processed, nothing in flight")
         request.in_flight = 0

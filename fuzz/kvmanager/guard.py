@@ -86,6 +86,7 @@ class _Tracked:
         self.rid, self.tokens, self.computed, self.running = rid, tokens, 0, False
         self.engine = engine  # the engine's Request (its status says when it stopped)
         self.paused = False  # stopped, resumable, waiting for its next streaming update
+        self.streamed = False  # waiting after a streaming stop, until its next allocation
         self.embedded = embedded
         self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
@@ -373,7 +374,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         computed, running."""
         def done():
             tracked.computed += tokens
-            tracked.running = True
+            tracked.running, tracked.streamed = True, False
         return done
 
     def _step(self, tracked, request, n, given):

@@ -31,7 +31,8 @@ judged against the engine's.
 Refused (`GuardUnsupported`): tokens in flight where the guard was told the scheduler is
 synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
 was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting
-request with tokens in flight, a `cache_blocks` of other than the processed tokens, a rollback
+request with tokens in flight (but one waiting after a streaming stop, whose step in flight
+is dropped: `guard_streaming.py`), a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
 connector, a running request cut below its synchronous load's end (a failed block reported with
 a step of it in flight). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
@@ -73,7 +74,8 @@ class AsyncCalls:
                              f"scheduler: kvfuzz.guard(..., async_scheduling=True) from the "
                              f"first call maps it)")
             self.kvfuzz_session.set_header(async_scheduling=True)  # inferred
-        if not tracked.running:
+        # (a waiting request's tokens in flight: a streaming stop's step, its output dropped)
+        if not tracked.running and not getattr(tracked, "streamed", False):
             if actual:
                 self._refuse(f"request {name!r} waits with {actual} tokens in flight")
             return

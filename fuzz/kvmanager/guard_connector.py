@@ -217,9 +217,13 @@ class ConnectorCalls:
             self._refuse(f"allocate_slots of {n} tokens resumes request "
                          f"{request.request_id!r} with {left} left")
 
+        # (tokens in flight: a streaming stop's step, under asynchronous scheduling)
+        in_flight = self._engine_in_flight(request)
+
         def expected(args):
-            if (args[1], args[3]) != (n, whole):
-                return f"the lock step resumes with {args}, the engine with {(n, whole)}"
+            if (args[1], args[3], args[4]) != (n, whole, in_flight):
+                return (f"the lock step resumes with {args}, the engine with "
+                        f"{(n, whole, in_flight)}")
         held = self._rows_in_flight(pad)  # counted computed and in flight (guard_async.py)
         return Schedule(tracked.rid, n, pad, rows_in_flight=held), expected, \
             self._runs(tracked, n - (0 if held else pad))

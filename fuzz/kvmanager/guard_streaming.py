@@ -9,10 +9,17 @@ and waits (a `stream` of no tokens; the engine's request still holds the token i
 last, which the update discards); one now `WAITING`, resumable, with tokens past the trace's,
 took an update (a `stream` of the new tokens). Checked as it is written: the request keeps its
 computed tokens, every token the trace has; the engine's tokens are the trace's and the
-update's; its prompt is all of them. Refused by name: asynchronous scheduling (the stop drops
-tokens in flight, `drop_stale_output`), draft tokens, lookahead hashing (vLLM keeps a block
-hash that covers the discarded token until a re-admission recomputes it, scheduler.py 1111),
-prompt embeddings, multimodal inputs in an update, an update of no tokens.
+update's; its prompt is all of them; its block hashes are its tokens' (`_stale_hash`).
+
+Under vLLM's asynchronous scheduler the output's `cache_blocks` before the stop has the trace
+`sample` the token the stop discards, and the request's next step may be in flight with that
+token's slot: the `stream` then has `discard` (the trace's last token dropped, the frontier
+the engine's computed tokens), and the step in flight stays counted while the request waits
+(its output is dropped; a `processed` of the waiting request once it is, `guard_async.py`).
+
+Refused by name: draft tokens, lookahead hashing (vLLM keeps a block hash that covers the
+discarded token until a re-admission recomputes it, scheduler.py 1111), prompt embeddings,
+multimodal inputs in an update, an update of no tokens, hashes that are not the tokens'.
 """
 
 from __future__ import annotations
@@ -43,19 +50,23 @@ class StreamingCalls:
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
-        for reason, bad in (("asynchronous scheduling", self._asynchronous()),
-                            ("draft tokens", header.lookahead),
+        for reason, bad in (("draft tokens", header.lookahead),
                             ("lookahead hashing", header.hash_lookahead),
                             ("a prompt given as embeddings", tracked.embedded)):
             if bad:
                 self._refuse(f"resumable (streaming-input) request {name!r} stopped under "
                              f"{reason}: not mapped yet")
-        if request.num_computed_tokens != tracked.computed or \
-                tracked.computed != len(tracked.tokens):
+        # Under asynchronous scheduling the stop's discarded token may be the trace's last (the
+        # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`.
+        discard = self._asynchronous() and tracked.running and \
+            request.num_computed_tokens == len(tracked.tokens) - 1 <= tracked.computed
+        if request.num_computed_tokens != len(tracked.tokens) - discard or \
+                not 0 <= len(tracked.tokens) - tracked.computed <= discard:
             self._refuse(f"resumable request {name!r} stopped with {request.num_computed_tokens}"
                          f" computed tokens, the trace {tracked.computed} of "
                          f"{len(tracked.tokens)}")
-        tokens, seen = list(request.all_token_ids), tracked.engine_ids()
+        tokens, seen = list(request.all_token_ids), tracked.engine_ids()[:len(
+            tracked.tokens) - discard]
         if tokens[:len(seen)] != seen:
             self._refuse(f"resumable request {name!r} stopped with tokens the trace has not "
                          f"seen before its last")
@@ -64,20 +75,24 @@ class StreamingCalls:
             self._refuse(f"resumable request {name!r} waits for an update with {len(tokens)} "
                          f"tokens, the trace {len(seen)} and the one it sampled")
         if update:
-            self._update_checked(tracked, request, new)
+            self._update_checked(tracked, request, new, len(seen))
+        if discard:
+            tracked.tokens.pop()
+            tracked.computed = len(tracked.tokens)
         tracked.tokens += new
         tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not update
-        self.kvfuzz_session.step(Stream(tracked.rid, tuple(new)))
+        tracked.streamed = True
+        self.kvfuzz_session.step(Stream(tracked.rid, tuple(new), discard))
 
-    def _update_checked(self, tracked, request, new: list[int]) -> None:
+    def _update_checked(self, tracked, request, new: list[int], kept: int) -> None:
         name, most = request.request_id, self.kvfuzz_session.header.max_model_len
         reasons = [reason for reason, bad in (
             ("no tokens", not new),
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in new)),
-            (f"more tokens than max_model_len {most}", len(tracked.tokens) + len(new) > most),
+            (f"more tokens than max_model_len {most}", kept + len(new) > most),
             ("a prompt other than all its tokens",
-             request.num_prompt_tokens != len(tracked.tokens) + len(new))) if bad]
+             request.num_prompt_tokens != kept + len(new))) if bad]
         if reasons:
             self._refuse(f"streaming update of request {name!r} with {', '.join(reasons)}")
         stale = _stale_hash(request)

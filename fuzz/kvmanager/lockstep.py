@@ -117,6 +117,10 @@ class _Request:
     def _extra_keys(self, start: int, end: int):
         return block_extra_keys(self.keys, start, end)
 
+    def drop_hashes_past(self, block_size: int) -> None:
+        """The hashes of blocks no longer full dropped (a streaming stop's discarded token)."""
+        del self._hashes[len(self.tokens) // block_size:]
+
 
 class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
@@ -428,7 +432,8 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
         whole = (admission or resumed) and trace.full_sequence_must_fit
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
         in_flight = request.in_flight if trace.async_scheduling and not admission else 0
-        args = (rid, new, others, whole) if resumed else \
+        # (a resumption's tokens in flight: a streaming stop's step, given only where some are)
+        args = (rid, new, others, whole, *((in_flight,) if in_flight else ())) if resumed else \
             (rid, new, hit, admission, whole, others, in_flight)
         method = "resume" if resumed else "allocate_slots"
         try:

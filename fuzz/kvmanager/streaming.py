@@ -19,7 +19,8 @@ from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
-          "resumed after a streaming update")
+          "resumed after a streaming update",
+          "streaming: the sampled token discarded (its step in flight)")
 
 
 class StreamingOps:
@@ -28,13 +29,22 @@ class StreamingOps:
     @handles(Stream)
     def stream(self, op: Stream):
         request = self.requests.get(op.rid)
-        if request is None or self.trace.async_scheduling or request.keys.embeds:
+        if request is None or request.keys.embeds or \
+                (op.discard and not self.trace.async_scheduling):
             return
-        running = request.status == "running" and request.computed == len(request.tokens)
-        paused = request.status == "waiting" and request.paused
-        if not (running or paused) or \
-                len(request.tokens) + len(op.tokens) > self.trace.max_model_len:
+        # (with `discard` the token's slot computed or not: its step in flight, or none)
+        running = request.status == "running" and \
+            0 <= len(request.tokens) - request.computed <= op.discard
+        paused = request.status == "waiting" and request.paused and not op.discard
+        if not (running or paused) or len(request.tokens) - op.discard < 1 or \
+                len(request.tokens) - op.discard + len(op.tokens) > self.trace.max_model_len:
             return
+        if op.discard:  # the token its step in flight was computing: dropped, the step stale
+            self.count("streaming: the sampled token discarded (its step in flight)")
+            request.tokens.pop()
+            request.computed = len(request.tokens)
+            request.drop_hashes_past(self.trace.hash_size)
+            yield Call("", "set_computed", (op.rid, request.computed, "running"), oracle=None)
         if not op.tokens:
             self.count("streaming: stopped, waiting for an update")
         else:
@@ -47,4 +57,4 @@ class StreamingOps:
         request.paused, request.streamed = not op.tokens, True
         yield Call(f"r{op.rid} {'waits for a streaming update' if not op.tokens else ''}"
                    f"{f'takes {len(op.tokens)} streamed tokens' if op.tokens else ''}",
-                   "stream", (op.rid, op.tokens), oracle=None)
+                   "stream", (op.rid, op.tokens, *((True,) if op.discard else ())), oracle=None)

@@ -54,14 +54,15 @@ def asynchronous(config, workload) -> None:
 
 
 def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int, abort,
-                  worker=None):
+                  worker=None, streaming=None):
     """Steps `scheduler` until every request has finished (at most `workload.max_steps`
     scheduling steps): each loop schedules a step (arrivals first) and, once two are queued
     (or nothing more can be scheduled), processes the oldest one's output. `abort(scheduler,
     request_id)`: the synchronous sessions' abort of a request (1 if it was live); `worker`:
     the fake connector's worker side (`FakeWorker`), whose output for a step comes with that
     step's model output (the loads it reports, its failures), and whose aborts of requests
-    loading come after it, as in the synchronous sessions."""
+    loading come after it, as in the synchronous sessions. `streaming`: the session's
+    streaming inputs (`vllm_streaming.py`), sent before each step is scheduled."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     if workload.deferred_aborts:
@@ -72,9 +73,13 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
-        if not arrivals and not scheduler.has_requests() and not queue:
+        if streaming:
+            streaming.before_step(scheduler, result.steps)
+        # (a session waiting for its next update is no unfinished request to the scheduler)
+        live = scheduler.has_requests() or bool(streaming and streaming.waiting(scheduler))
+        if not arrivals and not live and not queue:
             break
-        if scheduler.has_requests() or arrivals:
+        if live or arrivals:
             waiting = {request.request_id for request in scheduler.waiting}
             output = scheduler.schedule()
             result.steps += 1
@@ -100,6 +105,8 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             kv_connector_output=worker.output(output) if worker else None))
         if worker:
             worker.after(scheduler, requests)
+        if streaming:
+            streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     return result

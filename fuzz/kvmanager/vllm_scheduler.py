@@ -336,13 +336,11 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
-        if workload.streaming:
-            raise ValueError("Workload(streaming=...) is driven under the synchronous "
-                             "scheduler only")
 
         worker = FakeWorker(seed, workload.abort_loads) if workload.fake_connector else None
+        streaming = result.streaming = _streaming(seed, workload, requests)
         result = run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed,
-                               _abort_in_flight, worker)
+                               _abort_in_flight, worker, streaming)
         if worker:
             result.loads, result.stores = worker.loads, worker.stores
             result.aborted, result.sync_failures = worker.aborted, worker.sync_failures
@@ -355,11 +353,7 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
-    streaming = None
-    if workload.streaming:
-        from kvfuzz.fuzz.kvmanager.vllm_streaming import StreamingInputs
-
-        streaming = result.streaming = StreamingInputs(seed, workload, requests)
+    streaming = result.streaming = _streaming(seed, workload, requests)
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -392,6 +386,15 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     if wrap_pool is not None:
         result.pool = scheduler.kv_cache_manager.coordinator.block_pool
     return result
+
+
+def _streaming(seed: int, workload: Workload, requests):
+    """The session's streaming inputs (`vllm_streaming.py`), if the workload has some."""
+    if not workload.streaming:
+        return None
+    from kvfuzz.fuzz.kvmanager.vllm_streaming import StreamingInputs
+
+    return StreamingInputs(seed, workload, requests)
 
 
 def _abort_in_flight(scheduler, request_id: str) -> int:
@@ -452,8 +455,10 @@ ASYNC_CONNECTOR = Workload(async_scheduling=True, fake_connector=True, blocks=24
 # The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
 # token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
 SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)
-# Streaming input (vllm_streaming.py): half the requests resumable, each fed 1 to 3 updates
+# Streaming input (vllm_streaming.py): half the requests resumable, each fed 1 to 3 updates;
+# and the same under ASYNC's scheduler and groups
 STREAMING = Workload(streaming=0.5)
+ASYNC_STREAMING = Workload(async_scheduling=True, window=48, blocks=60, streaming=0.5)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False,

@@ -150,6 +150,7 @@ class KVManagerDriver(ManagerReads):
                                       **({"num_hash_lookahead_tokens": hash_lookahead}
                                          if hash_lookahead else {}))
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
+        self._hash_size = hash_size
         # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
                            enable_caching=caching,
@@ -279,11 +280,15 @@ class KVManagerDriver(ManagerReads):
                      num_external_computed_tokens=external, **settings)
         return _ids(got)
 
-    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
+    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False,
+               in_flight: int = 0):
         """The first allocation of a request whose load is done: waiting, with computed
         tokens, no lookup (the scheduler's `else` branch of an admission), with the
-        scheduler's full_sequence_must_fit as every waiting request's allocation has it."""
+        scheduler's full_sequence_must_fit as every waiting request's allocation has it; or
+        of one resuming after a streaming update, with the tokens of the step in flight at
+        its stop (asynchronous scheduling)."""
         request, method = self.requests[rid], self.manager.allocate_slots
+        request.num_in_flight_tokens = in_flight
         more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
         return _ids(method(request, new, **taken(method, has_scheduled_reqs=others_running),
                            **asked(method, full_sequence_must_fit=whole), **more))
@@ -384,12 +389,18 @@ class KVManagerDriver(ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
 
-    def stream(self, rid: int, tokens) -> None:
+    def stream(self, rid: int, tokens, discard: bool = False) -> None:
         """What vLLM's scheduler does to a resumable request that stops (`stream`): its
         outputs become prompt, the update's `tokens` are appended to both, its block hashes
         extended over them, and it waits (for an update, where `tokens` is empty). The token
-        the engine's request sampled last and discards was never given to this one."""
+        the engine's request sampled last and discards was never given to this one, unless
+        `discard`: then it is this request's last, dropped with the hash of the block it
+        completed (asynchronous scheduling)."""
         request = self.requests[rid]
+        if discard:
+            request._all_token_ids.pop()
+            request._output_token_ids.pop()
+            del request.block_hashes[request.num_tokens // self._hash_size:]
         request.prompt_token_ids.extend(request.output_token_ids)
         request._output_token_ids.clear()
         request.prompt_token_ids.extend(tokens)

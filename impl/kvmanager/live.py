@@ -55,8 +55,9 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
         return _ids(self._perform("connect", (rid, new, hit_tokens, external, load, reserve,
                                               whole, others_running, *more)))
 
-    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False):
-        return _ids(self._perform("resume", (rid, new, others_running, whole)))
+    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False,
+               in_flight: int = 0):
+        return _ids(self._perform("resume", (rid, new, others_running, whole, in_flight)))
 
     def cache_blocks(self, rid: int, computed: int) -> None:
         self._perform("cache_blocks", (rid, computed))
@@ -95,8 +96,12 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         pass  # the engine appended the sampled token before it asked for its slot
 
-    def stream(self, rid: int, tokens) -> None:
-        pass  # the engine's scheduler took the streaming update itself
+    def stream(self, rid: int, tokens, discard: bool = False) -> None:
+        """The engine's scheduler took the streaming update itself. A discarded token the
+        trace had (`discard`) took the hash of the block it completed with it, on both sides:
+        the request's hashes are paired again from its first (`learn` pairs new ones only)."""
+        if discard:
+            self._learned.pop(rid, None)
 
     def forget(self, rid: int) -> None:
         self.requests.pop(rid, None)

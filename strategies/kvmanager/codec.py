@@ -301,6 +301,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             # waits for one)
             values["tokens"] = reader.int_list(raw.get("tokens", []), at, low=0,
                                                high=TOKEN_MAX, most=MAX_LEN)
+        elif kind is Stream and f.name == "discard":  # the token a stop discards (async)
+            values["discard"] = reader.boolean(raw.get("discard", False), at)
         elif kind is Evict:
             values["block_ids"] = reader.int_list(raw.get("block_ids"), at, low=0, high=2**31,
                                                   most=MAX_LIST)

@@ -15,7 +15,7 @@ final update of None frees it (`free`, a finish).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -26,11 +26,17 @@ class Stream:
     waits for an update, which a later `stream` of it brings. Its next allocation resumes it:
     a `schedule` with no lookup, as after a KV load. Resolves to nothing for a request neither
     running with every token computed nor waiting for an update, for a prompt given as
-    embeddings, past `max_model_len` tokens, or under asynchronous scheduling (not modelled:
-    its tokens in flight are dropped, `drop_stale_output`)."""
+    embeddings, or past `max_model_len` tokens.
+
+    `discard` (asynchronous scheduling): the request's last token is the one the stop
+    discards (the scheduler's caching after the output sampled it first), its slot that of
+    the step in flight: the token is dropped, the request keeps the others computed, and its
+    tokens in flight stay counted (the step's output is dropped when it comes, a `processed`
+    of the waiting request). Resolves to nothing without asynchronous scheduling."""
 
     rid: int
     tokens: tuple[int, ...] = ()
+    discard: bool = field(default=False, metadata={"later": True})
 
 
 OPS = {"stream": Stream}

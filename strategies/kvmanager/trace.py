@@ -163,7 +163,8 @@ class Processed:
     """Asynchronous scheduling: the output of the request's last step is processed before its
     next allocation (no call): none of its tokens are in flight then (without it, a running
     request's previous allocation is). Resolves to nothing for a request that is not
-    running."""
+    running, but one waiting after a streaming stop whose step was in flight (`stream` with
+    `discard`: that step's output dropped)."""
 
     rid: int
 

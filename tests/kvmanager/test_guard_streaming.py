@@ -5,7 +5,8 @@ recording replays; a manager that skips the whole-request check where a request 
 its blocks (as every streaming update's resumption does) is caught, with a file that replays,
 where a session without streaming input cannot catch it; a guard that writes an update short
 is caught; a scheduler keeping a hash its update should cut, and what the trace does not say
-yet, are refused by name. The op's JSON round trip needs
+yet, are refused by name. Under vLLM's asynchronous scheduler, a session clean with the stops'
+`discard` and its recording replaying, and a guard dropping `discard` caught. The op's JSON round trip needs
 no vLLM. One short session each (vLLM's import dominates)."""
 
 import functools
@@ -29,14 +30,14 @@ BROKEN = f"{__name__}:WholeCheckSkippedOnResumption"
 
 
 def session(seed: int, tmp_path, manager_class=None, check: bool = True, impl=None,
-            **workload):
+            named: str = "STREAMING", **workload):
     from kvfuzz.fuzz.kvmanager import vllm_scheduler
 
     wrap = kvfuzz.guard if check else kvfuzz.record
     options = dict(corpus=tmp_path, **({"impl": impl} if impl else {})) if check else {}
     return vllm_scheduler.run_session(
         seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings, **options),
-        workload=replace(vllm_scheduler.STREAMING, **workload),
+        workload=replace(getattr(vllm_scheduler, named), **workload),
         manager_class=manager_class)
 
 
@@ -95,9 +96,9 @@ def test_a_resumption_admitted_past_the_whole_request_check_is_caught_with_a_fil
         seeds=3)
 
 
-def drops_the_updates_last_token(rid, tokens=()):
+def drops_the_updates_last_token(rid, tokens=(), discard=False):
     """A broken mapping: each streaming update written a token short."""
-    return Stream(rid, tuple(tokens[:-1]))
+    return Stream(rid, tuple(tokens[:-1]), discard)
 
 
 @with_vllm
@@ -150,11 +151,46 @@ def test_a_scheduler_keeping_the_discarded_tokens_hash_is_refused_by_name(tmp_pa
         session(SEED, tmp_path)
 
 
+@with_vllm
+def test_streaming_input_under_the_async_scheduler_runs_clean_and_its_record_replays(tmp_path):
+    """`ASYNC_STREAMING` session 0: stops whose discarded token the trace had (`discard`),
+    the step in flight at the stop dropped while the request waits (a `processed` of it)."""
+    run = session(0, tmp_path, named="ASYNC_STREAMING")
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    assert guarded.header.async_scheduling
+    assert any(isinstance(op, Stream) and op.discard for op in guarded.ops)
+    events = guarded.lock.events
+    assert events["streaming: the sampled token discarded (its step in flight)"]
+    assert events["resumed after a streaming update"] >= run.streaming.updates
+    recorded = session(0, tmp_path, check=False, named="ASYNC_STREAMING").manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+
+def drops_the_discard(rid, tokens=(), discard=False):
+    """A broken mapping: the discarded token kept in the trace."""
+    return Stream(rid, tokens)
+
+
+@with_vllm
+def test_a_guard_keeping_the_discarded_token_is_caught(tmp_path, monkeypatch):
+    from kvfuzz.fuzz.kvmanager import guard_streaming
+
+    monkeypatch.setattr(guard_streaming, "Stream", drops_the_discard)
+    with pytest.raises(kvfuzz.Mismatch):
+        session(0, tmp_path, named="ASYNC_STREAMING")
+
+
 def test_a_stream_op_round_trips_through_json_and_says_what_it_does():
-    ops = (Arrive(0, (5, 6, 7)), Schedule(0, 3), Stream(0), Stream(0, (8, 9)), Schedule(0, 2))
-    trace = Trace(blocks=8, block_size=2, window=0, max_model_len=64, ops=ops)
+    ops = (Arrive(0, (5, 6, 7)), Schedule(0, 3), Stream(0), Stream(0, (8, 9)), Schedule(0, 2),
+           Stream(0, (1,), discard=True))
+    trace = Trace(blocks=8, block_size=2, window=0, max_model_len=64, ops=ops,
+                  async_scheduling=True)
     data = to_json(trace)
-    assert data["ops"][2] == {"op": "stream", "rid": 0, "tokens": []}
+    assert data["ops"][2] == {"op": "stream", "rid": 0, "tokens": []}  # (discard: omitted)
+    assert data["ops"][5] == {"op": "stream", "rid": 0, "tokens": [1], "discard": True}
     assert codec.from_json(data) == trace
     assert "waits for its next streaming update" in describe_op(ops[2])
     assert "update of 2 tokens" in describe_op(ops[3])
