@@ -47,6 +47,12 @@ class StreamingCalls:
                 # (a preempted request is freed first, and is PREEMPTED: only a stop leaves a
                 # request the trace has running waiting without a call)
                 self._stopped(tracked, request, update=True)
+            elif status in ("WAITING", "WAITING_FOR_STREAMING_REQ") and \
+                    getattr(request, "resumable", False) and not tracked.running and \
+                    not tracked.paused and getattr(request, "num_preemptions", 0) and \
+                    list(request.all_token_ids) != tracked.engine_ids():
+                # a preempted request (PREEMPTED until then) stopped by its stale output
+                self._stopped(tracked, request, update=status == "WAITING")
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
@@ -60,8 +66,15 @@ class StreamingCalls:
         # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`.
         discard = self._asynchronous() and tracked.running and \
             request.num_computed_tokens == len(tracked.tokens) - 1 <= tracked.computed
-        if request.num_computed_tokens != len(tracked.tokens) - discard or \
-                not 0 <= len(tracked.tokens) - tracked.computed <= discard:
+        # or a preempted request's stale output stopped it: it has nothing computed (and
+        # then, if it waited, its update came)
+        stale = not tracked.running and not tracked.computed
+        if stale and (not self._asynchronous() or request.num_computed_tokens or
+                      tracked.computed or tracked.streamed):
+            self._refuse(f"resumable request {name!r} stopped while waiting with "
+                         f"{request.num_computed_tokens} computed tokens")
+        if not stale and (request.num_computed_tokens != len(tracked.tokens) - discard or
+                          not 0 <= len(tracked.tokens) - tracked.computed <= discard):
             self._refuse(f"resumable request {name!r} stopped with {request.num_computed_tokens}"
                          f" computed tokens, the trace {tracked.computed} of "
                          f"{len(tracked.tokens)}")
@@ -81,7 +94,7 @@ class StreamingCalls:
             tracked.computed = len(tracked.tokens)
         tracked.tokens += new
         tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not update
-        tracked.streamed = True
+        tracked.streamed = tracked.computed > 0  # (it holds blocks: resumed with no lookup)
         self.kvfuzz_session.step(Stream(tracked.rid, tuple(new), discard))
 
     def _update_checked(self, tracked, request, new: list[int], kept: int) -> None:

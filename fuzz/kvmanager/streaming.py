@@ -20,7 +20,8 @@ from kvfuzz.strategies.kvmanager.stream_ops import Stream
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
           "resumed after a streaming update",
-          "streaming: the sampled token discarded (its step in flight)")
+          "streaming: the sampled token discarded (its step in flight)",
+          "streaming: a preempted request stopped by its stale output")
 
 
 class StreamingOps:
@@ -36,7 +37,12 @@ class StreamingOps:
         running = request.status == "running" and \
             0 <= len(request.tokens) - request.computed <= op.discard
         paused = request.status == "waiting" and request.paused and not op.discard
-        if not (running or paused) or len(request.tokens) - op.discard < 1 or \
+        # asynchronous scheduling: a preempted request stopped by its stale output (the token
+        # it delivered is the one discarded, never in the trace): it waits with no blocks
+        stale = self.trace.async_scheduling and request.status == "waiting" and \
+            request.preempted and not (request.computed or request.paused or
+                                       request.streamed or op.discard)
+        if not (running or paused or stale) or len(request.tokens) - op.discard < 1 or \
                 len(request.tokens) - op.discard + len(op.tokens) > self.trace.max_model_len:
             return
         if op.discard:  # the token its step in flight was computing: dropped, the step stale
@@ -45,6 +51,8 @@ class StreamingOps:
             request.computed = len(request.tokens)
             request.drop_hashes_past(self.trace.hash_size)
             yield Call("", "set_computed", (op.rid, request.computed, "running"), oracle=None)
+        if stale:
+            self.count("streaming: a preempted request stopped by its stale output")
         if not op.tokens:
             self.count("streaming: stopped, waiting for an update")
         else:

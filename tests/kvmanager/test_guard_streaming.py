@@ -152,18 +152,23 @@ def test_a_scheduler_keeping_the_discarded_tokens_hash_is_refused_by_name(tmp_pa
 
 
 @with_vllm
-def test_streaming_input_under_the_async_scheduler_runs_clean_and_its_record_replays(tmp_path):
+@pytest.mark.parametrize("seed, event", [
+    (0, "streaming: the sampled token discarded (its step in flight)"),
+    (80, "streaming: a preempted request stopped by its stale output")])
+def test_streaming_input_under_the_async_scheduler_runs_clean_and_its_record_replays(
+        seed, event, tmp_path):
     """`ASYNC_STREAMING` session 0: stops whose discarded token the trace had (`discard`),
-    the step in flight at the stop dropped while the request waits (a `processed` of it)."""
-    run = session(0, tmp_path, named="ASYNC_STREAMING")
+    the step in flight at the stop dropped while the request waits (a `processed` of it);
+    session 80: a preempted request stopped by its stale output."""
+    run = session(seed, tmp_path, named="ASYNC_STREAMING")
     guarded = run.manager.kvfuzz_session
     assert guarded.divergence is None and run.finished == run.requests == 10, run
     assert guarded.header.async_scheduling
     assert any(isinstance(op, Stream) and op.discard for op in guarded.ops)
     events = guarded.lock.events
-    assert events["streaming: the sampled token discarded (its step in flight)"]
-    assert events["resumed after a streaming update"] >= run.streaming.updates
-    recorded = session(0, tmp_path, check=False, named="ASYNC_STREAMING").manager.kvfuzz_session
+    assert events[event]
+    recorded = session(seed, tmp_path, check=False,
+                       named="ASYNC_STREAMING").manager.kvfuzz_session
     assert recorded.trace() == guarded.trace()
     assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     assert not list(tmp_path.glob("*.json"))
