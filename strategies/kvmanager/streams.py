@@ -22,6 +22,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          extra_keys, generator, hisparse, hisparse_import,
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
+from kvfuzz.strategies.kvmanager import async_drafts  # a profile alone only (ALONE_ONLY)
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -151,7 +152,11 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "prompt embeds": prompt_embeds.GENERATOR, "hisparse": hisparse.GENERATOR,
          "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR,
          "hisparse lag": hisparse_lag.GENERATOR,
-         "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
+         "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR,
+         "async drafts": async_drafts.GENERATOR}
+# Profiles made alone only (`--profile`): no share of the mix draws them, so the mix's indices,
+# the fuzzer bytes' picks and `kvfuzz mutate`'s layout stay as they were
+ALONE_ONLY = async_drafts.PROFILES
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
