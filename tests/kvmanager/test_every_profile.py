@@ -110,6 +110,16 @@ REACHES = {
         "allocate_slots refused"]
     + _CONFIGS("asynchronous scheduling", "sliding window", "extra retained tokens",
                "sparse retention", "whole request must fit"),
+    # the same with draft tokens (async_ops.DRAFT_EVENTS: 1 + k placeholder slots, rejected
+    # drafts rolled back, a decode after a step sat out, padded rows in flight), stale output
+    # after a preemption, EAGLE's drop and MTP's held-back tokens
+    "async drafts": list(async_ops.DRAFT_EVENTS) + [
+        "stale token after a preemption", "output processed, nothing in flight",
+        "window frees blocks with tokens in flight", "admission with a hit", "preempt",
+        "EAGLE: a window hit drops its last block",
+        "MTP: a block held back from caching, its tokens re-prefillable"]
+    + _CONFIGS("asynchronous scheduling", "lookahead tokens", "lookahead hashing", "EAGLE",
+               "multi-token prediction (prefill lookahead)", "sliding window"),
 }
 
 
