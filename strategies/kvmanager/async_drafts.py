@@ -16,9 +16,11 @@ lock step's draft ops (`async_ops.DRAFT_EVENTS`) come from kvfuzz's own generato
   slots from `num_tokens - 1`;
 - a preemption with a sampling step in flight: all of that step's tokens come as stale
   output (several a step), no rollback; the request is admitted again once they came;
-- an admission whose estimated hit leaves one token, with no prefill in the step, is padded
-  (`schedule` with `pad` k and `rows_in_flight`): its k rows stay computed and in flight
-  until its output, whose `settle` rejects them all.
+- an admission whose estimated hit leaves one token, with no prefill chunk in the step and a
+  running request scheduled or a hit, is padded (`schedule` with `pad` k and
+  `rows_in_flight`): its k rows stay computed and in flight until its output, whose `settle`
+  rejects them all; in 60% one or two earlier prompts come again cut one token past a block's
+  end, so that such hits happen.
 
 The engine's settings as the guard's recordings have them (`guard_header.py` refuses extra
 retained tokens, so none here): EAGLE with lookahead hashes of one token (vLLM's default), or
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import random
 
-from kvfuzz.strategies.kvmanager.async_outputs import _AsyncScheduler
+from kvfuzz.strategies.kvmanager.async_outputs import _AsyncScheduler, _Request
 from kvfuzz.strategies.kvmanager.trace import (Finish, Placeholder, Processed, Sample, Schedule,
                                                Settle, Trace)
 from kvfuzz.strategies.sources import TraceGenerator
@@ -87,8 +89,24 @@ class _DraftScheduler(_AsyncScheduler):
         # the tokens past a block its hash covers, the computed tokens MTP holds back from
         # caching, EAGLE's last-block drop
         self.ahead, self.held_back, self.drop = ahead, held_back, drop
+        self._resend(rng)
         for _, request in self.arrivals:
             request.spec = False
+
+    def _resend(self, rng) -> None:
+        """In 60%, one or two prompts of earlier requests sent again cut one token past a
+        block's end, a few steps later: met again, the hit can leave that token alone, which the
+        scheduler pads (with lookahead hashes of one token, EAGLE's default; MTP's longer
+        lookahead and EAGLE's drop leave more)."""
+        sources = [pair for pair in self.arrivals if pair[1].prompt > self.size]
+        for _ in range(rng.randint(1, 2) if sources and rng.random() < 0.6 else 0):
+            arrival, source = rng.choice(sources)
+            cut = rng.randint(1, (source.prompt - 1) // self.size) * self.size + 1
+            outputs = max(1, min(rng.randint(1, 4 * self.size + 4),
+                                 source.prompt + source.outputs - cut))
+            request = _Request(len(self.arrivals), source.tokens[:cut], outputs)
+            self.arrivals.append((arrival + rng.randint(3, 12), request))
+        self.arrivals.sort(key=lambda pair: pair[0])
 
     def _schedule(self) -> list:
         """The running requests first, then the waiting ones (none after a preemption), as
@@ -116,6 +134,7 @@ class _DraftScheduler(_AsyncScheduler):
             prefill |= not request.spec and request.computed + new < len(request.tokens)
             scheduled.append(self._scheduled(request, new, drafts))
             left -= new
+        running = bool(scheduled)  # the padding reads the running part of the step alone
         while not preempted and self.waiting and left > 0 and \
                 len(self.running) < self.max_running:
             request = next((r for r in self.waiting if not r.pending), None)
@@ -123,7 +142,7 @@ class _DraftScheduler(_AsyncScheduler):
                 break  # each waits for its stale output
             hit = self._hit(request)
             chunk, rows = min(len(request.tokens) - hit, left), 0
-            if self._pads(request, hit, prefill, bool(scheduled)):
+            if self._pads(request, hit, prefill, running):
                 if left < 1 + self.k:
                     break  # the scheduler prefers not to schedule it than unpadded
                 chunk, rows = 1 + self.k, self.k
@@ -135,7 +154,6 @@ class _DraftScheduler(_AsyncScheduler):
             request.computed, request.spec = hit, False
             # the budget left: the lock step caps it at the tokens the real hit leaves
             self.ops.append(Schedule(request.rid, left, pad=rows, rows_in_flight=bool(rows)))
-            prefill |= hit + chunk < len(request.tokens)
             scheduled.append(self._scheduled(request, chunk, 0, rows))
             left -= chunk
         return scheduled
@@ -145,9 +163,8 @@ class _DraftScheduler(_AsyncScheduler):
         chunk; else `1 + drafts` (the scheduler's `num_tokens_with_spec + placeholders -
         computed`, capped by the budget and by max_model_len less the sampled token), as a
         `placeholder`, or, from its last token with no draft left, that token's schedule."""
-        if request.held and request.last < self.now - 1:
-            self.ops.append(Processed(request.rid))  # its last output came meanwhile
-            request.held = False
+        # (a request's last output always comes with its `settle`, and `processed` with it where
+        # nothing else of it is in flight: `_process`)
         if not request.spec:
             chunk = min(len(request.tokens) - request.computed, left)
             return Schedule(request.rid, chunk), chunk, 0

@@ -110,19 +110,20 @@ def test_the_profile_is_made_alone_only_and_the_mix_is_unchanged():
 
 
 # Catalogue mutants the draft ops reach, each caught at a draft op of the profile's trace
-# `index`: the draft slots past the request's tokens clamped (as a padded admission's rows), a
-# window's first block kept, the tokens in flight ignored (the window freed under the drafts of
-# the step in flight), the lookahead slots left out (at a padded admission held in flight), an
-# exact fit refused, the cached-token estimate taking the longest group's (at the caching after
-# an output that rolled rejected drafts back)
+# `index`: the draft slots past the request's tokens clamped (at a placeholder's drafts, and at a
+# padded admission held in flight: the rows it is named for), a window's first block kept, the
+# tokens in flight ignored (the window freed under the drafts of the step in flight), the
+# lookahead slots left out, an exact fit refused, the cached-token estimate taking the longest
+# group's (at the caching after an output that rolled rejected drafts back)
 AT_DRAFTS = [("spec_pad_rows_clamped", 0, "result", "3 draft slots after it"),
+             ("spec_pad_rows_clamped", 57, "result",
+              "2 placeholder drafts where one is left, in flight until its output"),
              ("window_keeps_first_block", 0, "result", "3 draft slots after it"),
              ("in_flight_ignored", 3, "block table", "2 draft slots after it"),
-             ("lookahead_not_allocated", 4, "result",
-              "1 placeholder drafts where one is left, in flight until its output"),
+             ("lookahead_not_allocated", 12, "result", "3 draft slots after it"),
              ("exact_fit_refused", 6, "None vs success", "2 draft slots after it"),
              ("estimate_takes_longest", 12, "estimate_cached_tokens",
-              "2 rejected drafts rolled back first")]
+              "3 rejected drafts rolled back first")]
 
 
 @with_engine("vllm")
