@@ -89,6 +89,8 @@ class _DraftScheduler(_AsyncScheduler):
         # the tokens past a block its hash covers, the computed tokens MTP holds back from
         # caching, EAGLE's last-block drop
         self.ahead, self.held_back, self.drop = ahead, held_back, drop
+        # what the padding reads of a step, its running part's: a prefill chunk, a request
+        self.prefill = self.running_scheduled = False
         self._resend(rng)
         for _, request in self.arrivals:
             request.spec = False
@@ -134,29 +136,37 @@ class _DraftScheduler(_AsyncScheduler):
             prefill |= not request.spec and request.computed + new < len(request.tokens)
             scheduled.append(self._scheduled(request, new, drafts))
             left -= new
-        running = bool(scheduled)  # the padding reads the running part of the step alone
+        # what the padding reads of the step: its running part alone
+        self.prefill, self.running_scheduled = prefill, bool(scheduled)
         while not preempted and self.waiting and left > 0 and \
                 len(self.running) < self.max_running:
             request = next((r for r in self.waiting if not r.pending), None)
             if request is None:
                 break  # each waits for its stale output
-            hit = self._hit(request)
-            chunk, rows = min(len(request.tokens) - hit, left), 0
-            if self._pads(request, hit, prefill, running):
-                if left < 1 + self.k:
-                    break  # the scheduler prefers not to schedule it than unpadded
-                chunk, rows = 1 + self.k, self.k
-            if not self._fits(request, hit + chunk, whole=True):
+            chunk = self._admit(request, left, scheduled)
+            if chunk is None:
                 break
-            self.waiting.remove(request)
-            self.running.append(request)
-            request.epoch += 1
-            request.computed, request.spec = hit, False
-            # the budget left: the lock step caps it at the tokens the real hit leaves
-            self.ops.append(Schedule(request.rid, left, pad=rows, rows_in_flight=bool(rows)))
-            scheduled.append(self._scheduled(request, chunk, 0, rows))
             left -= chunk
         return scheduled
+
+    def _admit(self, request, left: int, scheduled: list) -> int | None:
+        """As "async outputs"' admission, padded where the scheduler pads (`_pads`); None where
+        the pool would refuse it (our estimate) or the budget is short of a padded step (the
+        scheduler prefers not to schedule it than unpadded)."""
+        hit = self._hit(request)
+        chunk, rows = min(len(request.tokens) - hit, left), 0
+        if self._pads(request, hit):
+            if left < 1 + self.k:
+                return None
+            chunk, rows = 1 + self.k, self.k
+        if not self._fits(request, hit + chunk, whole=True):
+            return None
+        self._running(request, hit)
+        request.spec = False
+        # the budget left: the lock step caps it at the tokens the real hit leaves
+        self.ops.append(Schedule(request.rid, left, pad=rows, rows_in_flight=bool(rows)))
+        scheduled.append(self._scheduled(request, chunk, 0, rows))
+        return chunk
 
     def _next(self, request, left: int):
         """A running request's op this step, its new tokens and drafts: the prompt's next
@@ -175,12 +185,12 @@ class _DraftScheduler(_AsyncScheduler):
             return Schedule(request.rid, 1), 1, 0
         return Placeholder(request.rid, new - 1), new, new - 1
 
-    def _pads(self, request, hit: int, prefill: bool, running: bool) -> bool:
+    def _pads(self, request, hit: int) -> bool:
         """The scheduler's `pad_spec_decode`: one token left after the hit, no prefill chunk in
         the step's running part, a running request scheduled or a hit, and room for the rows
         and the sampled token."""
-        return len(request.tokens) - hit == 1 and not prefill and (running or hit > 0) and \
-            hit + 1 + self.k + 1 <= self.max_model_len
+        return len(request.tokens) - hit == 1 and not self.prefill and \
+            (self.running_scheduled or hit > 0) and hit + 1 + self.k + 1 <= self.max_model_len
 
     def _scheduled(self, request, new: int, drafts: int, rows: int = 0) -> tuple:
         request.computed += new
