@@ -25,8 +25,8 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, handles
 from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 
-# The asynchronous scheduler's own ops; then those of its draft tokens, which only the guard's
-# recordings make (no generator makes draft tokens under it)
+# The asynchronous scheduler's own ops ("async outputs" makes them); then those of its draft
+# tokens (the guard's recordings, and since 2026-12-05 the "async drafts" profile)
 ONE_TOKEN_EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
                     "output processed, nothing in flight", "stale token after a preemption")
 DRAFT_EVENTS = ("placeholder slots with draft tokens", "draft slots past a block's end",

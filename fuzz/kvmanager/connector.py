@@ -28,6 +28,10 @@ EVENTS = ("connector admission", "connector admission, asynchronous load",
           "a whole prompt loaded: its last token recomputed", "resumed after its load",
           "zeroing records compared", "blocks recorded for zeroing again",
           "external tokens outside the window", "load of some groups only")
+# Under asynchronous scheduling (the "async connector" profile alone reaches them)
+ASYNC_EVENTS = ("load reported with other requests' steps in flight",
+                "synchronous load, its step in flight")
+EVENTS += ASYNC_EVENTS
 
 
 class ConnectorOps:
@@ -93,6 +97,8 @@ class ConnectorOps:
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
         elif external:
             request.sync_load = (hit, hit + external, request.computed)
+            if trace.async_scheduling and request.in_flight:
+                self.count("synchronous load, its step in flight")
         return problems
 
     def _connect_allocation(self, rid, request, new, hit, hit_blocks, external, load, reserve,
@@ -159,6 +165,9 @@ class ConnectorOps:
             return
         rid, hashes = op.rid, self._hashes(request)
         size = self.trace.scheduler_block_size
+        if self.trace.async_scheduling and any(
+                r.status == "running" and r.in_flight for r in self.requests.values()):
+            self.count("load reported with other requests' steps in flight")
         # a failed load's valid tokens: to the first failed block's start, at or past the
         # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
         valid = op.valid if op.valid <= 0 else \

@@ -138,7 +138,7 @@ class _AsyncScheduler:
         if self.running and rng.random() > 0.97:
             request = rng.choice(self.running)
             self.running.remove(request)
-            self.ops.append(Finish(request.rid))
+            self._abort(request)
         if rng.random() > 0.97:
             self.ops.append(Evict(tuple(rng.randrange(48) for _ in range(rng.randint(1, 3)))))
         if rng.random() > 0.985:
@@ -162,15 +162,24 @@ class _AsyncScheduler:
             # in flight samples
             op = Schedule(request.rid, chunk) if request.computed < len(request.tokens) else \
                 Placeholder(request.rid)
+            stuck = False  # a victim the scheduler may not free now: the running loop ends
             while not self._fits(request, chunk) and self.running[-1] is not request:
                 self._refused(op, chunk)
+                stuck = not self._can_preempt(self.running[-1])
+                if stuck:
+                    break
                 self._preempt(self.running[-1])
                 preempted = True
-            if not self._fits(request, chunk):
+            if not stuck and not self._fits(request, chunk):
                 self._refused(op, chunk)
-                self._preempt(request)
+                stuck = not self._can_preempt(request)
+                if not stuck:
+                    self._preempt(request)
+                    preempted = True
+                    continue
+            if stuck:
                 preempted = True
-                continue
+                break
             self.ops.append(op)
             scheduled.append(self._scheduled(request, chunk))
             left -= chunk
@@ -179,20 +188,40 @@ class _AsyncScheduler:
             request = next((r for r in self.waiting if not r.pending), None)
             if request is None:
                 break  # each waits for its stale output
-            hit = self._hit(request)
-            chunk = min(len(request.tokens) - hit, left)
-            if not self._fits(request, hit + chunk, whole=True):
+            chunk = self._admit(request, left, scheduled)
+            if chunk is None:
                 break
-            self.waiting.remove(request)
-            self.running.append(request)
-            request.epoch += 1
-            request.computed = hit
-            # the budget left: the lock step caps it at the tokens the real hit leaves, as the
-            # scheduler does
-            self.ops.append(Schedule(request.rid, left))
-            scheduled.append(self._scheduled(request, chunk))
             left -= chunk
         return scheduled
+
+    def _admit(self, request: _Request, left: int, scheduled: list) -> int | None:
+        """A waiting request admitted through the cache with the budget left: the tokens it
+        schedules (its step appended to `scheduled`), or None where the pool would refuse it
+        (our estimate): the waiting ones wait."""
+        hit = self._hit(request)
+        chunk = min(len(request.tokens) - hit, left)
+        if not self._fits(request, hit + chunk, whole=True):
+            return None
+        self._running(request, hit)
+        # the budget left: the lock step caps it at the tokens the real hit leaves, as the
+        # scheduler does
+        self.ops.append(Schedule(request.rid, left))
+        scheduled.append(self._scheduled(request, chunk))
+        return chunk
+
+    def _running(self, request: _Request, computed: int) -> None:
+        self.waiting.remove(request)
+        self.running.append(request)
+        request.epoch += 1
+        request.computed = computed
+
+    def _can_preempt(self, request: _Request) -> bool:
+        """Whether the scheduler may free a victim's blocks now (always, here)."""
+        return True
+
+    def _abort(self, request: _Request) -> None:
+        """A running request aborted between steps (a step of it may be in flight)."""
+        self.ops.append(Finish(request.rid))
 
     def _refused(self, op, chunk: int) -> None:
         """An allocation our estimate says the pool refuses: made, as the scheduler makes it

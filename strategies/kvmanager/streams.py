@@ -22,6 +22,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          extra_keys, generator, hisparse, hisparse_import,
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
+from kvfuzz.strategies.kvmanager import async_connector, async_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -152,6 +153,12 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR,
          "hisparse lag": hisparse_lag.GENERATOR,
          "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
+# Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes, so
+# that the mix's draws stay as they were: a KV connector under the asynchronous scheduler
+# (2026-12-05, issue 24), and draft tokens under it (2026-12-05, issue 24)
+ALONE_ONLY = {"async connector": async_connector.GENERATOR,
+              "async drafts": async_drafts.GENERATOR}
+ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
 
@@ -163,4 +170,4 @@ def profiles() -> tuple[str, ...]:
             *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES,
             *hisparse_import.PROFILES, *lone_window.PROFILES,
             *two_windows.PROFILES, *async_outputs.PROFILES,
-            *hisparse_lag.PROFILES)
+            *hisparse_lag.PROFILES, *ALONE_ONLY)

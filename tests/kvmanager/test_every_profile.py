@@ -67,7 +67,8 @@ REACHES = {
                     align_connector.LAGGING, align_connector.DEEPER]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
-    "connector": [event for event in connector.EVENTS if event != "connector admission refused"]
+    "connector": [event for event in connector.EVENTS if event != "connector admission refused"
+                  and event not in connector.ASYNC_EVENTS]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
@@ -110,6 +111,24 @@ REACHES = {
         "allocate_slots refused"]
     + _CONFIGS("asynchronous scheduling", "sliding window", "extra retained tokens",
                "sparse retention", "whole request must fit"),
+    # a KV connector under it: loads reported while other steps are in flight, resumptions,
+    # failed loads, synchronous loads in flight, frees deferred and released
+    "async connector": list(connector.ASYNC_EVENTS) + [
+        "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
+        "resumed after its load", "placeholder slot (token in flight)",
+        "output processed, nothing in flight", "free deferred (pop_blocks_for_free)",
+        "deferred free released", "load of some groups only", "preempt"]
+    + _CONFIGS("asynchronous scheduling", "KV connector", "blocks zeroed (mixed precision)"),
+    # the same with draft tokens (async_ops.DRAFT_EVENTS: 1 + k placeholder slots, rejected
+    # drafts rolled back, a decode after a step sat out, padded rows in flight), stale output
+    # after a preemption, EAGLE's drop and MTP's held-back tokens
+    "async drafts": list(async_ops.DRAFT_EVENTS) + [
+        "stale token after a preemption", "output processed, nothing in flight",
+        "window frees blocks with tokens in flight", "admission with a hit", "preempt",
+        "EAGLE: a window hit drops its last block",
+        "MTP: a block held back from caching, its tokens re-prefillable"]
+    + _CONFIGS("asynchronous scheduling", "lookahead tokens", "lookahead hashing", "EAGLE",
+               "multi-token prediction (prefill lookahead)", "sliding window"),
 }
 
 
