@@ -45,7 +45,7 @@ updates, row mirrors and host copies (the worker's views).
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag
+from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag, hisparse_pins
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -62,15 +62,15 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImports,
-                       AlignLockstep):
+class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
+                       hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
     connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
     or not, and the holds of write-backs in flight: `hisparse_lag.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS + hisparse_lag.EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -99,6 +99,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         self.host_ref: list[int] = []  # and the reference counts
         self.device_ref: list[int] = []
         self.start_reports()
+        self.start_pins()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -192,6 +193,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         admission, size = hit is not None, self.trace.block_size
         self.count("allocate_slots ok")
         if admission:  # admitted afresh: the coordinator's state of it starts over
+            self.admitted(rid, hit)
             self.unready.pop(rid, None)
             self.rewrite.pop(rid, None)
             self.import_pages.pop(rid, None)
@@ -224,8 +226,10 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
-        self.planned += [tuple(pair) for pair in planned.actual or ()]
-        self.owners.update((tid, rid) for tid, _ in planned.actual or ())
+        pairs = self.received(rid, planned.actual)
+        self.planned += pairs
+        self.owners.update((tid, rid) for tid, _ in pairs)
+        self.stepped(rid, tables)
         return problems
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
@@ -323,9 +327,10 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         device["queue"], device["links"] = self.read("free_queue")
         problems = pool_problems("host pool", host, self.trace.hisparse) + \
             pool_problems("device pool", device, self.trace.blocks)
-        held = [0] * self.trace.hisparse
+        held, live = [0] * self.trace.hisparse, {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
+            live[rid] = tables if tables else [[]] * 4
             source = tables[SOURCE] if tables else []
             self.last_source[rid] = list(source)
             for block in source:
@@ -342,6 +347,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
         problems += self.host_count_problems(held, host["ref"])
+        problems += self.device_count_problems(live, device["ref"])
         problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]

@@ -1,0 +1,197 @@
+"""The HiSparse reduced mode's device pool (`hisparse.py`): each device block's reference count,
+exactly, from what the tables hold, the write-backs in flight and the resident pages the
+coordinator unpinned. From vLLM 0.33.0's `HiSparseCoordinator` (`vllm/v1/hisparse/
+coordinator.py`) and its resident and hot managers (`single_type_kv_cache_manager.py`):
+
+- the indexer's and the hot region's tables hold a reference on each of their blocks (a hit's
+  blocks are touched, new ones handed out with one);
+- a resident page holds one from when it is allocated (`HiSparseResidentManager.
+  allocate_new_blocks`, an import's last page) or adopted (a GPU copy of a host hit's page,
+  `_adopt_copies` touches it) until the coordinator unpins it (`_unpin_page`: the count drops,
+  the page stays in the append-only table and is read until the pool hands the block out
+  again, `unpin_blocks`) or the request is freed (`free`: every page still pinned lets go);
+- a write-back (or an import's restore) pins the page's resident block when planned
+  (`_plan_page_transfer` touches it) until every rank that enqueued it completed it
+  (`_apply_enqueued_spills` frees it), whether or not its request is still there;
+- a page is unpinned when it is clean (its write-back completed, or a host hit's or a done
+  import's page, `valid_pages`), no transfer of it in flight, still resident, not one of the
+  last `ACTIVE_TAIL_PAGES` (2) of the table, and its request can read from the host (its hot
+  region whole): at its write-back's completion (`_page_became_clean`), or at the request's
+  next step (`advance_scheduled` -> `update_residency` -> `_unpin_clean_pages`, every clean
+  page still pinned, last first); an adopted page is clean.
+
+So after every op a device block's count is: the live indexer and hot tables that hold it,
+plus the live requests' resident pages on it that are not unpinned, plus the write-backs in
+flight pinning it (`device_count_problems`, "device pool"). What the judge reads for it: each
+request's resident row as the worker reads it (`hisparse_residency`: an unpinned page's block
+until the pool reuses it, then 0) and each planned transfer's resident blocks (the offload
+command's `resident_block_ids`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from kvfuzz.fuzz.engine.lockstep import handles, short
+from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT, HOT_BLOCKS, INDEXER, RESIDENT
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
+from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
+
+ACTIVE_TAIL_PAGES = 2  # vllm/v1/hisparse/types.py: the table's last pages stay pinned
+UNPINNED = "clean resident page unpinned"
+ADOPTED = "GPU copy of a host hit's page adopted"
+PIN_EVENTS = (UNPINNED, ADOPTED)
+
+
+@dataclass
+class Residency:
+    """One request's residency as the coordinator keeps it (`_HiSparseRequestState`), from its
+    admission to its free: the clean pages, the transfers in flight by page, the clean pages
+    still pinned, the pages unpinned."""
+    valid: set = field(default_factory=set)
+    pending: dict = field(default_factory=dict)
+    pinned_clean: set = field(default_factory=set)
+    unpinned: set = field(default_factory=set)
+
+
+@dataclass
+class Transfer:
+    rid: int
+    page: int
+    state: Residency
+    blocks: tuple
+    restore: bool
+
+
+class ResidentPins:
+    """Mixed into `HiSparseLockstep` before `hisparse_lag.LaggedReports`: the judge's model of
+    the coordinator's pins; `_pools` calls `device_count_problems` after every op."""
+
+    def start_pins(self) -> None:
+        self.residency: dict[int, Residency] = {}
+        self.transfers: dict[int, Transfer] = {}
+        self.rows: dict[int, list[int]] = {}  # rid -> its resident row at the last read
+        self.pins_done: list[int] = []  # transfers the last report completed
+
+    # -- what the judge learns --------------------------------------------------------------
+    def admitted(self, rid: int, hit: int) -> None:
+        """A new admission: the coordinator's state of it starts over, a host hit's pages
+        clean (`commit_computed_blocks`)."""
+        self.residency[rid] = Residency(valid=set(range(hit // self.trace.block_size)))
+
+    def import_done(self, rid: int, end: int) -> None:
+        """An import reported done: its first floor(end / b) pages clean, and only those
+        (`complete_host_import`)."""
+        self._state(rid).valid = set(range(end // self.trace.block_size))
+
+    def received(self, rid: int, planned, restore: bool = False) -> list[tuple[int, int]]:
+        """The transfers a step (or an import's report) planned for `rid`, (transfer id, host
+        block, resident blocks): recorded by page; the (transfer id, host block) pairs back."""
+        state, source = self._state(rid), self.read("block_ids", rid)[0]
+        pairs = []
+        for tid, host, blocks in planned or ():
+            page = source.index(host) if host in source else -1
+            self.transfers[tid] = Transfer(rid, page, state, tuple(blocks), restore)
+            state.pending[page] = tid
+            pairs.append((tid, host))
+        return pairs
+
+    def stepped(self, rid: int, tables) -> None:
+        """After `advance_scheduled` for `rid`: the GPU copies it adopted (a page null in the
+        table, resident in the row: pinned, clean), then, if it can read from the host, its
+        clean pages unpinned, last first (`update_residency`)."""
+        state, row = self._state(rid), self._row(rid)
+        raw = tables[RESIDENT]
+        for page, block in enumerate(row):
+            if block and page < len(raw) and not raw[page] and page not in state.unpinned \
+                    and page not in state.pinned_clean:
+                state.pinned_clean.add(page)
+                self.count(ADOPTED)
+        if len(tables[HOT]) == HOT_BLOCKS:
+            for page in sorted(state.pinned_clean, reverse=True):
+                self._unpin(state, row, page)
+
+    def _finished(self, done):
+        self.pins_done += [tid for tid, _ in done]
+        return super()._finished(done)
+
+    @handles(Preempt, Finish)
+    def free(self, op):
+        request = self.requests.get(op.rid) if self.hs else None
+        if request is not None and (isinstance(op, Finish) or request.status == RUNNING):
+            self.freed(op.rid)
+        return (yield from super().free(op))
+
+    def freed(self, rid: int) -> None:
+        """`free`: every page still pinned lets go; its state goes (its transfers' pins stay)."""
+        self.residency.pop(rid, None)
+        self.rows.pop(rid, None)
+
+    # -- the model ---------------------------------------------------------------------------
+    def _state(self, rid: int) -> Residency:
+        return self.residency.setdefault(rid, Residency())
+
+    def _row(self, rid: int) -> list[int]:
+        row = list(self.read("hisparse_residency", rid))
+        self.rows[rid] = row
+        return row
+
+    def _unpin(self, state: Residency, row: list[int], page: int) -> None:
+        """`_unpin_page`: a clean page with nothing in flight, resident, outside the tail."""
+        if page in state.pending or page not in state.valid or \
+                page >= len(row) - ACTIVE_TAIL_PAGES or not row[page]:
+            return
+        state.pinned_clean.discard(page)
+        state.unpinned.add(page)
+        self.count(UNPINNED)
+
+    def _complete(self, tables: dict) -> None:
+        """The last report's completions (`_complete_host_writes`, in plan order): a live
+        request's page clean (a write-back's; a restore's if the import made it valid), and
+        unpinned at once if its request can read from the host."""
+        for tid in sorted(self.pins_done):
+            transfer = self.transfers.get(tid)
+            if transfer is None:
+                continue
+            state = transfer.state
+            if self.residency.get(transfer.rid) is not state:
+                continue  # freed since: its pages went with it
+            state.pending.pop(transfer.page, None)
+            if not transfer.restore:
+                state.valid.add(transfer.page)
+            if transfer.page in state.valid:
+                state.pinned_clean.add(transfer.page)
+                hot = tables.get(transfer.rid, [[]] * 4)[HOT]
+                if len(hot) == HOT_BLOCKS:
+                    self._unpin(state, self.rows.get(transfer.rid, []), transfer.page)
+        for tid in self.pins_done:
+            self.transfers.pop(tid, None)
+        self.pins_done = []
+
+    # -- after the op ------------------------------------------------------------------------
+    def device_count_problems(self, tables: dict, ref: list[int]) -> list[tuple[str, str]]:
+        """Each device block's reference count (`tables`: the live requests' tables, by rid)
+        against the tables, the pinned resident pages and the write-backs in flight."""
+        for rid, groups in tables.items():
+            if rid in self.residency or groups[RESIDENT]:
+                self._row(rid)
+        self._complete(tables)
+        held, pinned = Counter(), Counter()
+        for rid, groups in tables.items():
+            held.update(b for g in (INDEXER, HOT) for b in groups[g])
+            unpinned = self.residency[rid].unpinned if rid in self.residency else set()
+            pinned.update(b for page, b in enumerate(self.rows.get(rid, []))
+                          if page not in unpinned)
+        flying = Counter(b for tid in dict(self.in_flight) if tid in self.transfers
+                         for b in self.transfers[tid].blocks)
+        wrong = [b for b in range(1, len(ref))
+                 if ref[b] != held[b] + pinned[b] + flying[b]]
+        if not wrong:
+            return []
+        return [("device pool", "reference counts against the live indexer and hot tables, the "
+                                "pinned resident pages and the write-backs in flight: " +
+                 ", ".join(f"block {b} has {ref[b]}, expected "
+                           f"{held[b] + pinned[b] + flying[b]} ({held[b]} tables, {pinned[b]} "
+                           f"resident pins, {flying[b]} in flight)" for b in wrong[:4]) +
+                 f"; rows {short(self.rows)}, unpinned "
+                 f"{short({rid: sorted(s.unpinned) for rid, s in self.residency.items()})}")]
