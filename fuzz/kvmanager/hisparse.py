@@ -32,14 +32,17 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   write-back complete since it was last handed out; and once durable it is published: a
   running request's source blocks up to the first one not yet durable, within its computed
   tokens, are cached, and a finished request's held pages once its last write-back is done;
+  the device pool exactly: a block's count is the live indexer and hot tables that hold it,
+  plus the resident pages still pinned, plus the write-backs in flight pinning it
+  (`hisparse_pins.py`: the coordinator unpins clean pages, which stay in the append-only tables);
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
-resident pages follow the coordinator's residency, not modelled), the device pool's reference
-counts (the coordinator unpins resident pages that stay in the append-only tables), residency
-updates, row mirrors and host copies (the worker's views).
+resident pages follow the coordinator's residency, not modelled), which host hit pages adopt a
+GPU copy (read from the residency row, not predicted), residency updates, row mirrors and host
+copies (the worker's views).
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
     connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
-    or not, and the holds of write-backs in flight: `hisparse_lag.py`."""
+    or not, and the holds of write-backs in flight: `hisparse_lag.py`; the device pool's pins:
+    `hisparse_pins.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS
