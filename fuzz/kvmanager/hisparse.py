@@ -233,8 +233,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         pairs = self.received(rid, planned.actual)
         self.planned += pairs
         self.owners.update((tid, rid) for tid, _ in pairs)
-        self.stepped(rid, tables)
-        return problems
+        return problems + self.stepped(rid, tables, actual, self.cache_pages[rid])
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
                             made) -> list:
@@ -351,7 +350,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
         problems += self.host_count_problems(held, host["ref"])
-        problems += self.device_count_problems(live, device["ref"])
+        problems += self.device_count_problems(live, device["ref"], host["keys"])
         problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]

@@ -111,6 +111,11 @@ class HiSparseImports:
                 self.count(IMPORT_SHORT)
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = self._import_table_problems(rid, tables, hit, end, blocks[SOURCE])
+        # the device blocks handed out: all it holds but its indexer hit (the external pages'
+        # come from `allocate_external_computed_blocks`, which `allocate_slots` does not return)
+        hit_blocks = set(blocks[INDEXER])
+        self.handed_out([[], [b for group in tables[INDEXER:] for b in group
+                              if b not in hit_blocks]])
         kept = min(len(blocks[SOURCE]), cdiv(end, size))
         own = list(tables[SOURCE][kept:]) if not problems else []
         self.durable -= set(own)  # handed out afresh: nothing written there yet
@@ -219,6 +224,9 @@ class HiSparseImports:
         self.planned += pairs
         self.restores |= {tid for tid, _ in pairs}  # host -> device: no write
         self.owners.update((tid, op.rid) for tid, _ in pairs)
+        # (its cache_blocks came after `finish_host_import` planned the restore: that page has
+        # a transfer in flight, and no copy recorded by it)
+        self.published_by(rid, valid // size)
         if valid == len(request.tokens):  # the last token is computed again for its logits
             request.computed -= 1
         request.status = WAITING

@@ -33,7 +33,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from kvfuzz.fuzz.engine.lockstep import handles, short
-from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT, HOT_BLOCKS, INDEXER, RESIDENT
+from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT, HOT_BLOCKS, INDEXER, RESIDENT, SOURCE
+from kvfuzz.fuzz.kvmanager.hisparse_copies import GpuCopies
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
 
@@ -47,11 +48,14 @@ PIN_EVENTS = (UNPINNED, ADOPTED)
 class Residency:
     """One request's residency as the coordinator keeps it (`_HiSparseRequestState`), from its
     admission to its free: the clean pages, the transfers in flight by page, the clean pages
-    still pinned, the pages unpinned."""
+    still pinned, the pages unpinned; the pages whose GPU copies were considered
+    (`copies_recorded_blocks`) and the host hit's pages its next step adopts (`pages_to_adopt`)."""
     valid: set = field(default_factory=set)
     pending: dict = field(default_factory=dict)
     pinned_clean: set = field(default_factory=set)
     unpinned: set = field(default_factory=set)
+    recorded: int = 0
+    to_adopt: int = 0
 
 
 @dataclass
@@ -63,7 +67,7 @@ class Transfer:
     restore: bool
 
 
-class ResidentPins:
+class ResidentPins(GpuCopies):
     """Mixed into `HiSparseLockstep` before `hisparse_lag.LaggedReports`: the judge's model of
     the coordinator's pins; `_pools` calls `device_count_problems` after every op."""
 
@@ -72,12 +76,16 @@ class ResidentPins:
         self.transfers: dict[int, Transfer] = {}
         self.rows: dict[int, list[int]] = {}  # rid -> its resident row at the last read
         self.pins_done: list[int] = []  # transfers the last report completed
+        self.pub_pages: dict[int, int] = {}  # rid -> the pages its last cache_blocks publishes
+        self.cached: list = []  # (rid, its row, pages) a cache_blocks of this op recorded
+        self.start_copies()
 
     # -- what the judge learns --------------------------------------------------------------
     def admitted(self, rid: int, hit: int) -> None:
         """A new admission: the coordinator's state of it starts over, a host hit's pages
         clean (`commit_computed_blocks`)."""
-        self.residency[rid] = Residency(valid=set(range(hit // self.trace.block_size)))
+        pages = hit // self.trace.block_size
+        self.residency[rid] = Residency(valid=set(range(pages)), recorded=pages, to_adopt=pages)
 
     def import_done(self, rid: int, end: int) -> None:
         """An import reported done: its first floor(end / b) pages clean, and only those
@@ -96,11 +104,17 @@ class ResidentPins:
             pairs.append((tid, host))
         return pairs
 
-    def stepped(self, rid: int, tables) -> None:
-        """After `advance_scheduled` for `rid`: the GPU copies it adopted (a page null in the
-        table, resident in the row: pinned, clean), then, if it can read from the host, its
-        clean pages unpinned, last first (`update_residency`)."""
+    def stepped(self, rid: int, tables, actual, pages: int) -> list[tuple[str, str]]:
+        """After `allocate_slots` gave `actual` (its blocks handed out: their copies go), its
+        `cache_blocks` published `pages` and `advance_scheduled` ran for `rid`: a host hit's
+        pages adopted as the copies say, each adopted page (null in the table, resident in the
+        row) pinned and clean; then, if it can read from the host, its clean pages unpinned,
+        last first (`update_residency`)."""
+        self.handed_out(actual)
         state, row = self._state(rid), self._row(rid)
+        self.published_by(rid, pages, row)
+        problems = self.adoption_problems(rid, state, tables[SOURCE], row, self.host_keys) \
+            if state.to_adopt else []
         raw = tables[RESIDENT]
         for page, block in enumerate(row):
             if block and page < len(raw) and not raw[page] and page not in state.unpinned \
@@ -110,6 +124,15 @@ class ResidentPins:
         if len(tables[HOT]) == HOT_BLOCKS:
             for page in sorted(state.pinned_clean, reverse=True):
                 self._unpin(state, row, page)
+        return problems
+
+    def published_by(self, rid: int, pages: int, row=None) -> None:
+        """A `cache_blocks` of `rid` publishing its first `pages` pages: the pages whose GPU
+        copies it records, resolved at the op's end (their hashes are read then)."""
+        self.pub_pages[rid] = pages
+        chosen = self.window(self._state(rid), pages)
+        if chosen:
+            self.cached.append((rid, list(row if row is not None else self._row(rid)), chosen))
 
     def _finished(self, done):
         self.pins_done += [tid for tid, _ in done]
@@ -126,6 +149,7 @@ class ResidentPins:
         """`free`: every page still pinned lets go; its state goes (its transfers' pins stay)."""
         self.residency.pop(rid, None)
         self.rows.pop(rid, None)
+        self.pub_pages.pop(rid, None)
 
     # -- the model ---------------------------------------------------------------------------
     def _state(self, rid: int) -> Residency:
@@ -145,10 +169,14 @@ class ResidentPins:
         state.unpinned.add(page)
         self.count(UNPINNED)
 
-    def _complete(self, tables: dict) -> None:
+    def _complete(self, tables: dict, keys) -> None:
         """The last report's completions (`_complete_host_writes`, in plan order): a live
         request's page clean (a write-back's; a restore's if the import made it valid), and
-        unpinned at once if its request can read from the host."""
+        unpinned at once if its request can read from the host; a restored clean page's GPU
+        copy recorded."""
+        for rid, row, pages in self.cached:  # the op's cache_blocks came before its report
+            self.record(self.resolve(tables.get(rid, [[]])[SOURCE], row, keys, pages))
+        self.cached, completed = [], set()
         for tid in sorted(self.pins_done):
             transfer = self.transfers.get(tid)
             if transfer is None:
@@ -157,25 +185,37 @@ class ResidentPins:
             if self.residency.get(transfer.rid) is not state:
                 continue  # freed since: its pages went with it
             state.pending.pop(transfer.page, None)
+            completed.add(transfer.rid)
             if not transfer.restore:
                 state.valid.add(transfer.page)
             if transfer.page in state.valid:
                 state.pinned_clean.add(transfer.page)
                 hot = tables.get(transfer.rid, [[]] * 4)[HOT]
+                row = self.rows.get(transfer.rid, [])
                 if len(hot) == HOT_BLOCKS:
-                    self._unpin(state, self.rows.get(transfer.rid, []), transfer.page)
+                    self._unpin(state, row, transfer.page)
+                if transfer.restore:
+                    self.record(self.resolve(tables[transfer.rid][SOURCE], row, keys,
+                                             [transfer.page]))
         for tid in self.pins_done:
             self.transfers.pop(tid, None)
         self.pins_done = []
+        # the report's publications, one per request with a completion, in a set's order
+        self.record(*(self.resolve(tables[rid][SOURCE], self.rows.get(rid, []), keys,
+                                   self.window(self.residency[rid], self.pub_pages.get(rid, 0)))
+                      for rid in sorted(completed)))
 
     # -- after the op ------------------------------------------------------------------------
-    def device_count_problems(self, tables: dict, ref: list[int]) -> list[tuple[str, str]]:
+    def device_count_problems(self, tables: dict, ref: list[int], keys) -> list[tuple[str, str]]:
         """Each device block's reference count (`tables`: the live requests' tables, by rid)
-        against the tables, the pinned resident pages and the write-backs in flight."""
+        against the tables, the pinned resident pages and the write-backs in flight; first the
+        report's completions and the GPU copies the op recorded (`keys`: the host pool's)."""
         for rid, groups in tables.items():
             if rid in self.residency or groups[RESIDENT]:
                 self._row(rid)
-        self._complete(tables)
+        if self.reset_done:  # every copy's block was handed back: `reset_prefix_cache` drops all
+            self.start_copies()
+        self._complete(tables, keys)
         held, pinned = Counter(), Counter()
         for rid, groups in tables.items():
             held.update(b for g in (INDEXER, HOT) for b in groups[g])
