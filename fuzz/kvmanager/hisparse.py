@@ -35,14 +35,15 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   the device pool exactly: a block's count is the live indexer and hot tables that hold it,
   plus the resident pages still pinned, plus the write-backs in flight pinning it
   (`hisparse_pins.py`: the coordinator unpins clean pages, which stay in the append-only tables);
+  a host hit's pages resident at its first step exactly where a GPU copy of them was recorded
+  and not yet reused (`hisparse_copies.py`);
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
-resident pages follow the coordinator's residency, not modelled), which host hit pages adopt a
-GPU copy (read from the residency row, not predicted), residency updates, row mirrors and host
-copies (the worker's views).
+resident pages follow the coordinator's residency, not modelled), residency updates, row
+mirrors and host copies (the worker's views).
 """
 
 from __future__ import annotations

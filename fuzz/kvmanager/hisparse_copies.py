@@ -13,6 +13,8 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import short
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 
+TWO_COPIES = "one hash's GPU copy recorded by two requests in one report"
+
 
 class GpuCopies:
     """Mixed into `hisparse_pins.ResidentPins`: the coordinator's `copies` (host hash -> its
@@ -86,6 +88,8 @@ class GpuCopies:
             for key, block in found:
                 by_key.setdefault(key, []).append(block)
         for key, blocks in by_key.items():
+            if len(records) > 1 and len(set(blocks)) > 1:
+                self.count(TWO_COPIES)
             self._record(key, blocks[-1:] if len(records) == 1 else blocks)
 
     def adoption_problems(self, rid, state, source, row, keys) -> list[tuple[str, str]]:

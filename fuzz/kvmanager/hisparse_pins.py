@@ -20,6 +20,9 @@ coordinator.py`) and its resident and hot managers (`single_type_kv_cache_manage
   next step (`advance_scheduled` -> `update_residency` -> `_unpin_clean_pages`, every clean
   page still pinned, last first); an adopted page is clean.
 
+A host hit's adoptions themselves, which copies exist and which pages take them, are
+`hisparse_copies.py`'s (mixed in here).
+
 So after every op a device block's count is: the live indexer and hot tables that hold it,
 plus the live requests' resident pages on it that are not unpinned, plus the write-backs in
 flight pinning it (`device_count_problems`, "device pool"). What the judge reads for it: each
@@ -34,14 +37,14 @@ from dataclasses import dataclass, field
 
 from kvfuzz.fuzz.engine.lockstep import handles, short
 from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT, HOT_BLOCKS, INDEXER, RESIDENT, SOURCE
-from kvfuzz.fuzz.kvmanager.hisparse_copies import GpuCopies
+from kvfuzz.fuzz.kvmanager.hisparse_copies import TWO_COPIES, GpuCopies
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
 
 ACTIVE_TAIL_PAGES = 2  # vllm/v1/hisparse/types.py: the table's last pages stay pinned
 UNPINNED = "clean resident page unpinned"
 ADOPTED = "GPU copy of a host hit's page adopted"
-PIN_EVENTS = (UNPINNED, ADOPTED)
+PIN_EVENTS = (UNPINNED, ADOPTED, TWO_COPIES)
 
 
 @dataclass
