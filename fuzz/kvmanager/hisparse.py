@@ -32,20 +32,24 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   write-back complete since it was last handed out; and once durable it is published: a
   running request's source blocks up to the first one not yet durable, within its computed
   tokens, are cached, and a finished request's held pages once its last write-back is done;
+  the device pool exactly: a block's count is the live indexer and hot tables that hold it,
+  plus the resident pages still pinned, plus the write-backs in flight pinning it
+  (`hisparse_pins.py`: the coordinator unpins clean pages, which stay in the append-only tables);
+  a host hit's pages resident at its first step exactly where a GPU copy of them was recorded
+  and not yet reused (`hisparse_copies.py`);
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
 Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
-resident pages follow the coordinator's residency, not modelled), the device pool's reference
-counts (the coordinator unpins resident pages that stay in the append-only tables), residency
-updates, row mirrors and host copies (the worker's views).
+resident pages follow the coordinator's residency, not modelled), residency updates, row
+mirrors and host copies (the worker's views).
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag
+from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag, hisparse_pins
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -62,15 +66,16 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImports,
-                       AlignLockstep):
+class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
+                       hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
     connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
-    or not, and the holds of write-backs in flight: `hisparse_lag.py`."""
+    or not, and the holds of write-backs in flight: `hisparse_lag.py`; the device pool's pins:
+    `hisparse_pins.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS + hisparse_lag.EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -99,6 +104,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         self.host_ref: list[int] = []  # and the reference counts
         self.device_ref: list[int] = []
         self.start_reports()
+        self.start_pins()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -192,6 +198,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         admission, size = hit is not None, self.trace.block_size
         self.count("allocate_slots ok")
         if admission:  # admitted afresh: the coordinator's state of it starts over
+            self.admitted(rid, hit)
             self.unready.pop(rid, None)
             self.rewrite.pop(rid, None)
             self.import_pages.pop(rid, None)
@@ -224,9 +231,10 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
-        self.planned += [tuple(pair) for pair in planned.actual or ()]
-        self.owners.update((tid, rid) for tid, _ in planned.actual or ())
-        return problems
+        pairs = self.received(rid, planned.actual)
+        self.planned += pairs
+        self.owners.update((tid, rid) for tid, _ in pairs)
+        return problems + self.stepped(rid, tables, actual, self.cache_pages[rid])
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
                             made) -> list:
@@ -323,9 +331,10 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
         device["queue"], device["links"] = self.read("free_queue")
         problems = pool_problems("host pool", host, self.trace.hisparse) + \
             pool_problems("device pool", device, self.trace.blocks)
-        held = [0] * self.trace.hisparse
+        held, live = [0] * self.trace.hisparse, {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
+            live[rid] = tables if tables else [[]] * 4
             source = tables[SOURCE] if tables else []
             self.last_source[rid] = list(source)
             for block in source:
@@ -342,6 +351,7 @@ class HiSparseLockstep(hisparse_lag.LaggedReports, hisparse_import.HiSparseImpor
                                      f"flight; indexer blocks {short(cached)} already cached"))
             problems += self._publication_problems(rid, request, source, host["keys"], size)
         problems += self.host_count_problems(held, host["ref"])
+        problems += self.device_count_problems(live, device["ref"], host["keys"])
         problems += self.detached_problems(host["keys"], self.durable)
         early = [b for b, key in enumerate(host["keys"]) if key is not None and
                  b not in self.durable and b not in self.unconfirmed]

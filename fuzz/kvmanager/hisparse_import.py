@@ -103,6 +103,7 @@ class HiSparseImports:
             self.count(IMPORT_REFUSED)
             return []
         self.count(IMPORT)
+        self.admitted(rid, hit)
         end = hit + external
         if len(blocks[SOURCE]) > cdiv(hit, size):
             self.count(IMPORT_RETAINED)
@@ -110,6 +111,11 @@ class HiSparseImports:
                 self.count(IMPORT_SHORT)
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = self._import_table_problems(rid, tables, hit, end, blocks[SOURCE])
+        # the device blocks handed out: all it holds but its indexer hit (the external pages'
+        # come from `allocate_external_computed_blocks`, which `allocate_slots` does not return)
+        hit_blocks = set(blocks[INDEXER])
+        self.handed_out([[], [b for group in tables[INDEXER:] for b in group
+                              if b not in hit_blocks]])
         kept = min(len(blocks[SOURCE]), cdiv(end, size))
         own = list(tables[SOURCE][kept:]) if not problems else []
         self.durable -= set(own)  # handed out afresh: nothing written there yet
@@ -191,6 +197,8 @@ class HiSparseImports:
             max(request.hit // size * size, min(op.valid, end) // size * size)
         yield Call(f"finish_host_import(r{rid}, failed={failed})", "hisparse_import_done",
                    (rid, failed), oracle=None)
+        if not failed:
+            self.import_done(rid, end)
         source = self.read("block_ids", rid)[SOURCE]
         own = source[request.held[0]:cdiv(end, size)]
         if not failed:  # the import's full pages are written: durable, to be published
@@ -203,6 +211,7 @@ class HiSparseImports:
         if valid == 0:
             self.count(IMPORT_FREED)
             yield Call(f"free(r{rid}): its import failed", "free", (rid, False), oracle=None)
+            self.freed(rid)
             request.computed, request.status = 0, WAITING
             yield Call("", "set_computed", (rid, 0, "waiting"), oracle=None)
             return
@@ -211,9 +220,13 @@ class HiSparseImports:
         yield Call("", "set_computed", (rid, valid, LOADING), oracle=None)
         yield Call(f"cache_blocks(r{rid}, {valid})", "cache_blocks", (rid, valid), oracle=None)
         restores = yield Call("", "hisparse_planned", (), oracle=None, compare=state_read)
-        self.planned += [tuple(pair) for pair in restores.actual or ()]
-        self.restores |= {tid for tid, _ in restores.actual or ()}  # host -> device: no write
-        self.owners.update((tid, op.rid) for tid, _ in restores.actual or ())
+        pairs = self.received(rid, restores.actual, restore=True)
+        self.planned += pairs
+        self.restores |= {tid for tid, _ in pairs}  # host -> device: no write
+        self.owners.update((tid, op.rid) for tid, _ in pairs)
+        # (its cache_blocks came after `finish_host_import` planned the restore: that page has
+        # a transfer in flight, and no copy recorded by it)
+        self.published_by(rid, valid // size)
         if valid == len(request.tokens):  # the last token is computed again for its logits
             request.computed -= 1
         request.status = WAITING

@@ -443,19 +443,24 @@ class KVManagerDriver(ManagerReads):
         _, blocks = self.deferred.pop(index)
         self.manager.block_pool.free_blocks(reversed(blocks))
 
-    def hisparse_step(self, rid: int, num_tokens: int) -> list[tuple[int, int]]:
+    def hisparse_step(self, rid: int, num_tokens: int) -> list[tuple[int, int, list[int]]]:
         """HiSparse's residency work after `rid`'s allocation, its tokens computed once the step
-        completes `num_tokens`: the write-backs planned, (transfer id, host block)."""
+        completes `num_tokens`: the write-backs planned, (transfer id, host block, resident
+        blocks)."""
         return self.hisparse.step(self.requests[rid].request_id, num_tokens)
 
     def hisparse_import_done(self, rid: int, failed: bool) -> None:
         """A KV connector's import into HiSparse's host pool reported done (or failed)."""
         self.hisparse.import_done(self.requests[rid].request_id, failed)
 
-    def hisparse_planned(self) -> list[tuple[int, int]]:
+    def hisparse_planned(self) -> list[tuple[int, int, list[int]]]:
         """The transfers HiSparse planned outside a step (an import's restore), as the next
-        step's command carries them: (transfer id, host block)."""
+        step's command carries them: (transfer id, host block, resident blocks)."""
         return self.hisparse.planned()
+
+    def hisparse_residency(self, rid: int) -> list[int]:
+        """`rid`'s resident pages as the worker reads them (0: read from the host)."""
+        return self.hisparse.residency(self.requests[rid].request_id)
 
     def hisparse_report(self, enqueued, completed) -> None:
         """The worker's report of a step (on time, or late or in parts): [transfer id, ranks]

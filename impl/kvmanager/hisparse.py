@@ -48,12 +48,20 @@ class HiSparseCalls:
         not), as HiSparse's connector passes it on (`update_connector_output`)."""
         self.coordinator.finish_host_import(request_id, failed=failed)
 
-    def planned(self) -> list[tuple[int, int]]:
+    def planned(self) -> list[tuple[int, int, list[int]]]:
         """The transfers planned since the last command (the next step's
-        `build_offload_command`): (transfer id, host block)."""
+        `build_offload_command`): (transfer id, host block, its resident blocks)."""
         command = self.coordinator.build_offload_command()
-        return [] if command is None else [(int(t.transfer_id), int(t.host_block_id))
+        return [] if command is None else [(int(t.transfer_id), int(t.host_block_id),
+                                            list(map(int, t.resident_block_ids)))
                                            for t in command.page_transfers]
+
+    def residency(self, request_id: str) -> list[int]:
+        """The request's resident pages as the worker reads them (the resident group's table
+        with the coordinator's residency changes: a page read from the host is 0, the null
+        block; an adopted GPU copy is its block), `get_residency_row`."""
+        manager = self.coordinator.resident_managers[0]
+        return [int(block.block_id) for block in manager.get_residency_row(request_id)]
 
     def report(self, enqueued, completed) -> None:
         """A report of the worker's ranks summed (`HiSparseConnectorWorkerMetadata.aggregate`):

@@ -78,7 +78,7 @@ REACHES = {
     # HiSparse: host hits the device groups lost, write-backs done and pages published after
     "hisparse": ["admission with a hit", "host hit longer than the device groups' (retained)",
                  "write-backs reported done", "host pages published", "preempt", "evict",
-                 "reset", "reset refused", "allocate_slots refused"]
+                 "reset", "reset refused", "allocate_slots refused", "clean resident page unpinned"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
     # HiSparse beside a second connector that imports external tokens into the host pool: every
     # import outcome, a resumption after one, and the write-backs and publications after them
