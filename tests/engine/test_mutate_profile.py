@@ -32,6 +32,15 @@ def test_the_option_is_parsed_and_defaults_to_the_mix():
     assert parse(["mutate", "kvmanager", "--impl", "vllm.kvmanager"]).profile is None
 
 
+def test_the_help_explains_it_and_names_every_profile(capsys):
+    with pytest.raises(SystemExit):
+        parse(["mutate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--profile NAME" in text and "judge the mutants on the inputs of this" in text
+    assert all(repr(profile) in text for profile in TARGETS["kvmanager"].profiles())
+    assert "'async connector'" in text and "'async drafts'" in text  # alone-only, listed too
+
+
 @pytest.mark.parametrize("target, expected", [
     ("kvmanager", "--profile: kvmanager has no generator profile 'nope'; its profiles: "),
     ("mamba", "--profile: mamba has no generator profile 'nope'"),  # a target without any
