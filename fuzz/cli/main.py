@@ -14,6 +14,7 @@ from kvfuzz.fuzz.cli import campaign as campaign_command
 from kvfuzz.fuzz.cli import guard as guard_command
 from kvfuzz.fuzz.cli import history as history_command
 from kvfuzz.fuzz.cli import mutate as mutate_command
+from kvfuzz.fuzz.cli.profiles import check_profile, known_profiles
 from kvfuzz.fuzz.engine.containment import become_subreaper, sweep
 from kvfuzz.fuzz.cli import upstream
 from kvfuzz.fuzz.engine import corpus
@@ -51,9 +52,7 @@ TIMEOUT_HELP = (f"an input that runs longer is the implementation's divergence (
 PROFILE_HELP = (
     "the inputs of this generator profile alone, from a seeded stream of its own (input I of "
     "seed S: --profile NAME --seed S --start I --cases 1), where the target's mix draws each "
-    "input's profile; a report's replay line names it; one target only; " + "; ".join(
-        f"{name}'s profiles: {', '.join(map(repr, target.profiles()))}"
-        for name, target in TARGETS.items() if target.profiles()))
+    "input's profile; a report's replay line names it; one target only; " + known_profiles())
 
 
 class _Version(argparse.Action):
@@ -187,19 +186,6 @@ def cmd_diff(args, out=None) -> int:
         if status == INTERRUPTED:  # Ctrl-C stops the whole run, not only this target
             break
     return status
-
-
-def check_profile(target: str, profile: str | None) -> None:
-    """`--profile` names a profile of the one target named (a `UsageError` otherwise)."""
-    if profile is None:
-        return
-    if target == "all":
-        raise UsageError(f"--profile {profile!r} names a profile of one target: kvfuzz diff "
-                         f"TARGET --profile NAME")
-    try:
-        TARGETS[target].alone(profile)
-    except ValueError as error:
-        raise UsageError(f"--profile: {error}") from None
 
 
 def cmd_replay(args) -> int:

@@ -6,6 +6,7 @@ of reached, non-equivalent mutants that kvfuzz kills.
     kvfuzz mutate mamba --impl sglang.mamba
     kvfuzz mutate allocator --impl sglang.paged --sample 150 --jobs 2 --json report.json
     kvfuzz mutate kvmanager --impl vllm.kvmanager --scope vllm.v1.core.single_type_kv_cache_manager
+    kvfuzz mutate kvmanager --impl vllm.kvmanager --profile "async drafts" --sample 40
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ from __future__ import annotations
 import argparse
 
 from kvfuzz.fuzz.cli.args import duration, jobs, positive, seconds, size
+from kvfuzz.fuzz.cli.profiles import check_profile, known_profiles
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.targets import TARGETS
+
+# The mutants are judged on this profile's own stream, as `kvfuzz diff --profile` runs it (the
+# alone-only ones, such as kvmanager's "async connector", are drawn by no mix at all).
+PROFILE_HELP = (
+    "judge the mutants on the inputs of this generator profile alone (its own seeded stream, "
+    "as kvfuzz diff --profile NAME draws them: case I of seed S is that stream's input I), "
+    "where by default they run on the target's mix; a survivor's rerun line carries it, and "
+    "each profile keeps a results file of its own; " + known_profiles())
 
 EPILOG = """statuses: killed (a divergence), timeout and crashed (kills too, as kvfuzz diff reports
 them), survived, not reached (no seeded case runs its lines: not run), equivalent (compiles to
@@ -46,6 +56,7 @@ def add_parser(commands) -> None:
     mutate.add_argument("--seed", type=int, default=0,
                         help="seed of the case generator and of --sample")
     mutate.add_argument("--start", type=int, default=0, help="first case index")
+    mutate.add_argument("--profile", default=None, metavar="NAME", help=PROFILE_HELP)
     mutate.add_argument("--sample", type=positive, default=None, metavar="N",
                         help="N mutants drawn with --seed (default: every one)")
     mutate.add_argument("--time", type=duration, default=None,
@@ -81,9 +92,10 @@ def add_parser(commands) -> None:
 def run(args) -> int:
     from kvfuzz.fuzz.engine.mutation.run import Options, mutate
 
+    check_profile(args.target, args.profile)  # a bad name: one line, before any worker starts
     cases = args.cases or min(TARGETS[args.target].settings.default_cases, 200)
     return mutate(Options(args.target, args.impl, tuple(args.scope),
                           tuple(args.operator) or ("*",), cases, args.seed, args.start,
                           args.sample, args.time, args.jobs, args.results, args.only, args.json,
                           args.fail_under, args.timeout, args.memory, args.also_run,
-                          args.also_timeout, args.equivalents))
+                          args.also_timeout, args.equivalents, profile=args.profile))

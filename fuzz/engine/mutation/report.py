@@ -68,7 +68,8 @@ def lines(report: dict, command: str) -> list[str]:
     """The report as text; `command` runs one mutant alone with `{id}` filled in."""
     counts = report["counts"]
     out = [f"kvfuzz mutate {report['target']}: {report['impl']}, {report['run']} of "
-           f"{report['mutants']} mutants, {report['cases']} cases each (seed {report['seed']})",
+           f"{report['mutants']} mutants, {report['cases']} cases each (seed {report['seed']}"
+           + (f", profile {report['profile']!r} alone" if report.get("profile") else "") + ")",
            "  " + " · ".join(f"{s} {counts[s]}" for s in STATUSES if counts[s]),
            f"  score {percent(report['score'])} (killed, timed out or crashed, of those and "
            f"the survivors)"]

@@ -46,6 +46,7 @@ class Options:
     also_run: str | None = None
     also_timeout: float | None = None
     equivalents: str | None = None
+    profile: str | None = None  # the generator profile whose stream alone makes the cases
     declared: dict = field(default_factory=dict)  # filled from `equivalents` and kvfuzz's list
 
 
@@ -90,11 +91,35 @@ def _record(mutant, result: dict) -> dict:
 def _command(options: Options) -> str:
     parts = ["kvfuzz", "mutate", options.target, "--impl", options.impl,
              "--cases", str(options.cases), "--seed", str(options.seed)]
+    if options.profile is not None:  # case I is the profile's stream's, not the mix's
+        parts += ["--profile", options.profile]
     if options.start:  # the cases the mutant ran, not the first ones
         parts += ["--start", str(options.start)]
     for scope in options.scopes:
         parts += ["--scope", scope]
     return shlex.join(parts) + " --only {id}"
+
+
+def run_identity(options: Options, plan) -> dict:
+    """What a results file's verdicts hold for (its header; the default file's name hashes it):
+    a run with other options, cases or source starts the file over instead of resuming it."""
+    identity = {"target": options.target, "impl": options.impl, "scopes": plan.scopes,
+                "operators": list(options.operators), "cases": options.cases,
+                "seed": options.seed, "start": options.start, "digest": plan.digest,
+                "operators_version": OPERATORS_VERSION, "stream": plan.stream}
+    # The profile by name too, not only through its stream's name (which differs from the
+    # mix's today): the file says which `--profile` it is for whatever streams are named. Only
+    # when given, so a run of the mix resumes the files written before `--profile` existed.
+    if options.profile is not None:
+        identity["profile"] = options.profile
+    return identity
+
+
+def _diff_command(options: Options, case: int) -> str:
+    """The `kvfuzz diff` line that regenerates case `case` of this run."""
+    profile = [] if options.profile is None else ["--profile", options.profile]
+    return shlex.join(["kvfuzz", "diff", options.target, *profile, "--seed", str(options.seed),
+                       "--start", str(case), "--cases", "1"])
 
 
 def choose(mutants: list, options: Options) -> list:
@@ -115,7 +140,7 @@ def mutate(options: Options, out=None) -> int:
     options.declared = declared_equivalents(options.equivalents)
     request = Request(options.target, options.impl, tuple(options.scopes),
                       tuple(options.operators), options.cases, options.seed, options.start,
-                      options.memory)
+                      options.memory, profile=options.profile)
     began = time.monotonic()
     zygotes, results = [Zygote(request)], None
     try:
@@ -127,10 +152,7 @@ def mutate(options: Options, out=None) -> int:
                                 f"there, or --operator matches none)")
         chosen = choose(plan.mutants, options)
         timeout = options.timeout or max(10.0, 3 * plan.seconds + 5)
-        identity = {"target": options.target, "impl": options.impl, "scopes": plan.scopes,
-                    "operators": list(options.operators), "cases": options.cases,
-                    "seed": options.seed, "start": options.start, "digest": plan.digest,
-                    "operators_version": OPERATORS_VERSION, "stream": plan.stream}
+        identity = run_identity(options, plan)
         path = options.results or default_path(options.target, identity)
         if options.only is not None:  # one mutant on its own: nothing of the run's file changes
             path = Path(tempfile.mkdtemp(prefix="kvfuzz-only-")) / "only.jsonl"
@@ -138,6 +160,9 @@ def mutate(options: Options, out=None) -> int:
         done, note = results.load()
         if note:
             print(note, file=out)
+        if options.profile is not None:  # said first: every case is of it alone
+            print(f"mutate {options.target}: profile {options.profile!r} alone (generator "
+                  f"{plan.stream})", file=out)
         print(f"mutate {options.target}: {len(chosen)} of {len(plan.mutants)} mutants in "
               f"{', '.join(plan.scopes)}; unmutated run {plan.seconds:.1f} s; "
               f"{options.jobs} worker(s); results: {results.path}", file=out)
@@ -155,15 +180,16 @@ def mutate(options: Options, out=None) -> int:
             results.close()
     records = report_records(chosen, done, options.declared)
     meta = {"target": options.target, "impl": options.impl, "cases": options.cases,
-            "seed": options.seed, "mutants": len(plan.mutants), "run": len(chosen),
+            "seed": options.seed, "profile": options.profile, "mutants": len(plan.mutants),
+            "run": len(chosen),
             "scopes": plan.scopes, "seconds": round(time.monotonic() - began, 1)}
     summary = reporting.summary(records, meta)
     print("\n".join(reporting.lines(summary, _command(options))))
     if options.only is not None:
         for r in records:
             print(f"{r['status']}: {r.get('what', '')}" + (
-                f" (case {r['case']}: kvfuzz diff {options.target} --seed {options.seed} "
-                f"--start {r['case']} --cases 1 shows the case)" if "case" in r else ""))
+                f" (case {r['case']}: {_diff_command(options, r['case'])} shows the case)"
+                if "case" in r else ""))
     if options.json:
         text = json.dumps(summary, indent=1, sort_keys=True)
         if options.json == "-":

@@ -43,6 +43,7 @@ class Request:
     memory: int
     trace: bool = True          # run the unmutated implementation with its line trace
     fresh: bool = False         # run no case before the fork (not even one to warm up)
+    profile: str | None = None  # the generator profile alone (`Target.alone`; None: the mix)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def plan(request: Request) -> Plan:
     from kvfuzz.fuzz.targets import TARGETS
 
     enter_sandbox()  # the implementation is imported here, by design
-    target = TARGETS[request.target]
+    target = TARGETS[request.target].alone(request.profile)
     impl = target.catalogue.resolve(request.impl)
     obj = impl.load()
     scopes = list(request.scopes) or list(impl.mutates) or [_named(impl.path, obj)]
