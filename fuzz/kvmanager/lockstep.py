@@ -46,6 +46,7 @@ WAITING, RUNNING = "waiting", "running"
 CONFIGS = {"sliding window": lambda t: bool(t.window),
            "sliding window alone (unitary coordinator)": lambda t: t.lone,
            "two sliding windows (multi-pass hit search)": lambda t: bool(t.first_window),
+           "full attention's group last": lambda t: t.full_last,
            "caching off": lambda t: not t.caching,
            "KV events": lambda t: t.events, "hits reported": lambda t: t.report,
            "stats": lambda t: t.stats, "lookahead tokens": lambda t: t.lookahead > 0,
@@ -161,7 +162,7 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                                trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
                                trace.eagle_groups, trace.prefill_lookahead, trace.lone,
-                               trace.first_window)
+                               trace.first_window, trace.full_last)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 
@@ -184,7 +185,7 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
                     trace.prefill_lookahead, trace.mamba_checkpoint,
                     trace.mamba_speculative, trace.hisparse, trace.lone,
-                    trace.first_window)
+                    trace.first_window, trace.full_last)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

@@ -22,26 +22,36 @@ def _ids(blocks) -> list[list[int]] | None:
     return None if blocks is None else [list(map(int, ids)) for ids in blocks.get_block_ids()]
 
 
+def _in_trace_order(driver, per_group):
+    """Answers per group in the manager's group order, read in the trace's (full attention
+    first): reversed where the trace puts full attention's group last (`Trace.full_last`: two
+    groups). A shorter answer is reversed too, so it still differs from the trace's."""
+    if per_group is None or not getattr(driver, "full_last", False):
+        return per_group
+    return list(per_group)[::-1]
+
+
 class ManagerReads(PoolReader):
     """What the lock step reads of a manager (`self.manager`) about a request
     (`self.requests[rid]`, a vLLM Request): its tables, the scheduler's reads, and
     `truncate_computed_blocks` of its last lookup (`self.hits[rid]`, the KVCacheBlocks)."""
 
     def block_ids(self, rid: int) -> list[list[int]]:
-        return [list(map(int, ids))
-                for ids in self.manager.get_block_ids(self.requests[rid].request_id)]
+        return _in_trace_order(self, [list(map(int, ids)) for ids in
+                                      self.manager.get_block_ids(self.requests[rid].request_id)])
 
     def block_tables(self, since: int, rids) -> tuple:
         """`block_ids` of each of `rids`, in one answer of what changed since read `since`
         (`ChangedReads`): the lock step reads every request's tables after every op."""
         # (`block_ids` inlined: this runs for every live request after every op)
         get_block_ids, requests = self.manager.get_block_ids, self.requests
-        return self.changed("block_tables", since, {"tables": [
-            [list(map(int, ids)) for ids in get_block_ids(requests[rid].request_id)]
+        return self.changed("block_tables", since, {"tables": [_in_trace_order(self, [
+            list(map(int, ids)) for ids in get_block_ids(requests[rid].request_id)])
             for rid in rids]})
 
     def truncate(self, rid: int, tokens: int):
-        return _ids(self.manager.truncate_computed_blocks(self.hits[rid], tokens))
+        return _in_trace_order(self, _ids(self.manager.truncate_computed_blocks(self.hits[rid],
+                                                                                tokens)))
 
     def usage(self) -> float:
         return float(self.manager.usage)
@@ -50,12 +60,13 @@ class ManagerReads(PoolReader):
         return int(self.manager.estimate_cached_tokens(self.requests[rid]))
 
     def block_ids_for_computed_tokens(self, rid: int, computed: int) -> list[list[int]]:
-        return [list(map(int, ids)) for ids in self.manager.get_block_ids_for_computed_tokens(
-            self.requests[rid].request_id, computed)]
+        return _in_trace_order(self, [
+            list(map(int, ids)) for ids in self.manager.get_block_ids_for_computed_tokens(
+                self.requests[rid].request_id, computed)])
 
     def common_prefix_blocks(self, rid: int) -> list[int]:
-        return [int(n) for n in self.manager.get_num_common_prefix_blocks(
-            self.requests[rid].request_id)]
+        return _in_trace_order(self, [int(n) for n in self.manager.get_num_common_prefix_blocks(
+            self.requests[rid].request_id)])
 
     def scheduler_reads(self, rid: int, computed: int, names) -> list:
         """The reads `names` (of estimate_cached_tokens, block_ids_for_computed_tokens,
@@ -77,7 +88,7 @@ class KVManagerDriver(ManagerReads):
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
                  eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
                  mamba_speculative: int = 0, hisparse: int = 0, lone: bool = False,
-                 first_window: int = 0):
+                 first_window: int = 0, full_last: bool = False):
         import math
 
         import torch
@@ -136,6 +147,12 @@ class KVManagerDriver(ManagerReads):
                   for i, (spec, flag) in enumerate(zip(specs, flags))]
         if hisparse:  # HiSparse's four groups and its host pool (`hisparse.py`)
             groups = hisparse_groups(block_size, shape)
+        # Full attention's group last, as vLLM groups a model whose first layer is Mamba or
+        # cross attention (layers grouped in the order the model registers them); the manager's
+        # answers per group are read back into the trace's order (full attention first)
+        self.full_last = full_last
+        if full_last:
+            groups = groups[::-1]
         config = KVCacheConfig(num_blocks=blocks, kv_cache_tensors=[], kv_cache_groups=groups,
                                **asked(KVCacheConfig,
                                        prefix_cache_retention_interval=retention,
@@ -228,7 +245,7 @@ class KVManagerDriver(ManagerReads):
         boundary = boundary[0] if boundary else 0  # before vLLM 0.26: no boundary
         self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does
-        return _ids(blocks), int(hit), int(boundary)
+        return _in_trace_order(self, _ids(blocks)), int(hit), int(boundary)
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,
                        whole: bool = False, others_running: bool = False,
@@ -249,7 +266,7 @@ class KVManagerDriver(ManagerReads):
                                               **settings, **more)
         else:
             got = self.manager.allocate_slots(request, new, **more)
-        return _ids(got)
+        return _in_trace_order(self, _ids(got))
 
     def connector_lookup(self, rid: int):
         """`get_computed_blocks_for_connector`: the lookup of a scheduler with a KV connector,
@@ -258,7 +275,7 @@ class KVManagerDriver(ManagerReads):
             self.requests[rid])
         self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)
-        return _ids(blocks), int(hit), int(boundary), bool(diverged)
+        return _in_trace_order(self, _ids(blocks)), int(hit), int(boundary), bool(diverged)
 
     def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
                 reserve: int, whole: bool, others_running: bool, written=None):
@@ -278,7 +295,7 @@ class KVManagerDriver(ManagerReads):
         got = method(request, new, num_new_computed_tokens=hit_tokens,
                      new_computed_blocks=self.hits[rid],
                      num_external_computed_tokens=external, **settings)
-        return _ids(got)
+        return _in_trace_order(self, _ids(got))
 
     def resume(self, rid: int, new: int, others_running: bool, whole: bool = False,
                in_flight: int = 0):
@@ -290,8 +307,9 @@ class KVManagerDriver(ManagerReads):
         request, method = self.requests[rid], self.manager.allocate_slots
         request.num_in_flight_tokens = in_flight
         more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
-        return _ids(method(request, new, **taken(method, has_scheduled_reqs=others_running),
-                           **asked(method, full_sequence_must_fit=whole), **more))
+        return _in_trace_order(self, _ids(method(
+            request, new, **taken(method, has_scheduled_reqs=others_running),
+            **asked(method, full_sequence_must_fit=whole), **more)))
 
     def cache_blocks(self, rid: int, computed: int) -> None:
         self.manager.cache_blocks(self.requests[rid], computed)

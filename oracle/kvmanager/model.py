@@ -83,7 +83,8 @@ class KVManagerModel(ConnectorRules, HybridRules):
                  retained: int = 0, window_block_size: int = 0, hash_block_size: int = 0,
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
-                 prefill_lookahead: int = 0, lone: bool = False, first_window: int = 0):
+                 prefill_lookahead: int = 0, lone: bool = False, first_window: int = 0,
+                 full_last: bool = False):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none. `lone`: the window is group 0, the only one (the unitary
         # coordinator over a model whose every layer is sliding window); `second` names the
@@ -93,6 +94,11 @@ class KVManagerModel(ConnectorRules, HybridRules):
         self.groups = (0, 1) if (window or local_chunk or mamba_mode or encoder_tokens) \
             and not lone else (0,)
         self.lone, self.second = lone, 0 if lone else 1
+        # The order the manager's coordinator walks its groups in (its `kv_cache_groups`): it
+        # allocates, frees and pops group after group in it, which decides the block ids. Group
+        # 0 is full attention whatever the order; `full_last` (a model whose first layer is
+        # Mamba or cross attention) walks the second group first.
+        self.order = self.groups[::-1] if full_last else self.groups
         # Each sliding-window group's window, by group
         self.windows = {0: window} if lone else {1: window} if window else {}
         if first_window:
@@ -306,7 +312,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
         if self.predicted + headroom > self.pool.num_free() - reserve:
             return None
         if hit is not None and not self.running(rid):
-            for group in self.groups:
+            for group in self.order:
                 skipped = self.skipped_tokens(group, computed) // self.sizes[group]
                 rest = hits[group][skipped:]
                 self.pool.touch(rest)
@@ -314,14 +320,14 @@ class KVManagerModel(ConnectorRules, HybridRules):
                 self.num_cached[group][rid] = skipped + len(rest)
             if external:
                 self.allocate_external(rid, total, external, zero_external)
-        fresh = []
-        for group in self.groups:
+        fresh: list[list[int]] = [[] for _ in self.groups]  # by group, taken in the walk's order
+        for group in self.order:
             table = self.tables[group].setdefault(rid, [])
             count = cdiv(self.tokens_for(group, need, hit is not None),
                          self.sizes[group]) - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
-            fresh.append(got)
+            fresh[group] = got
             self.record_for_zeroing(group, got)
         if not delay:
             self.cache_blocks(rid, hashes, min(total + new, num_tokens), tokens, prompt_tokens,
@@ -386,7 +392,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
         """The blocks each group's window (or chunk, or state) left freed, latest first, group
         after group (the coordinator's `remove_skipped_blocks`); full attention skips none."""
         before = self.pool.num_free()
-        for group in self.groups:
+        for group in self.order:
             table = self.tables[group].get(rid)
             count = min(self.skipped_tokens(group, computed) // self.sizes[group],
                         len(table or ()))
@@ -402,7 +408,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
     # free, reset, evict
 
     def free(self, rid: int) -> None:
-        for group in self.groups:
+        for group in self.order:
             table = self.tables[group].pop(rid, [])
             self.num_cached[group].pop(rid, None)
             lead = next((i for i, b in enumerate(table) if b), len(table))
@@ -420,7 +426,7 @@ class KVManagerModel(ConnectorRules, HybridRules):
         held (the scheduler frees them later, `release`); a request with none defers nothing
         (the scheduler keeps only a non-empty list)."""
         blocks = []
-        for group in self.groups:
+        for group in self.order:
             table = self.tables[group].pop(rid, [])
             self.num_cached[group].pop(rid, None)
             lead = next((i for i, b in enumerate(table) if b), len(table))

@@ -138,15 +138,8 @@ class _DraftScheduler(_AsyncScheduler):
             left -= new
         # what the padding reads of the step: its running part alone
         self.prefill, self.running_scheduled = prefill, bool(scheduled)
-        while not preempted and self.waiting and left > 0 and \
-                len(self.running) < self.max_running:
-            request = next((r for r in self.waiting if not r.pending), None)
-            if request is None:
-                break  # each waits for its stale output
-            chunk = self._admit(request, left, scheduled)
-            if chunk is None:
-                break
-            left -= chunk
+        if not preempted:
+            self._admit_waiting(left, scheduled)
         return scheduled
 
     def _admit(self, request, left: int, scheduled: list) -> int | None:

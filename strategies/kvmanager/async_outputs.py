@@ -183,8 +183,15 @@ class _AsyncScheduler:
             self.ops.append(op)
             scheduled.append(self._scheduled(request, chunk))
             left -= chunk
-        while not preempted and self.waiting and left > 0 and \
-                len(self.running) < self.max_running:
+        if not preempted:
+            self._admit_waiting(left, scheduled)
+        return scheduled
+
+    def _admit_waiting(self, left: int, scheduled: list) -> None:
+        """The step's waiting part, once its running part preempted nothing: admissions in
+        queue order while the budget and the running cap leave room (the draft-token profile's
+        step too: `async_drafts`)."""
+        while self.waiting and left > 0 and len(self.running) < self.max_running:
             request = next((r for r in self.waiting if not r.pending), None)
             if request is None:
                 break  # each waits for its stale output
@@ -192,7 +199,6 @@ class _AsyncScheduler:
             if chunk is None:
                 break
             left -= chunk
-        return scheduled
 
     def _admit(self, request: _Request, left: int, scheduled: list) -> int | None:
         """A waiting request admitted through the cache with the budget left: the tokens it

@@ -113,6 +113,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values["hisparse_lag"] = _hisparse_lag(reader, data, values["hisparse"])
     _lone(reader, data, values, window)
     values["first_window"] = _first_window(reader, data, values, window)
+    _full_last(reader, data, values, window)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
@@ -144,6 +145,20 @@ def _first_window(reader: FieldReader, data: dict, values: dict, window: int) ->
                   f"expected 0 without a sliding window of another size or with "
                   f"{', '.join(others) or 'it'} (two windows stand alone)", first)
     return first
+
+
+def _full_last(reader: FieldReader, data: dict, values: dict, window: int) -> None:
+    """Full attention's group last: behind a Mamba group in mode "none" or "all" or a
+    cross-attention group (caching off, so no hit, event or offload names a group), and none of
+    the settings that name a group by its index."""
+    others = [name for name in ("eagle_groups", "dcp", "hisparse", "lone", "first_window",
+                                "zeroing", "hash_lookahead", "prefill_lookahead")
+              if values.get(name, data.get(name))]
+    second = values["mamba_mode"] in ("none", "all") or values["encoder_tokens"]
+    reader.expect(not values["full_last"] or (second and not window and not others),
+                  "full_last", f"expected false without a Mamba (\"none\", \"all\") or "
+                  f"cross-attention group or with {', '.join(others) or 'a sliding window'}",
+                  values["full_last"])
 
 
 def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:

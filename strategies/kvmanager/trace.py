@@ -350,7 +350,15 @@ class Trace:
     Two sliding windows (`kvmanager/5[two windows]`): `first_window` makes group 0 a sliding
     window of that many tokens (in blocks of `block_size`) in place of full attention, beside
     the window of `window` tokens (a model whose layers are all sliding window, in two window
-    sizes), under vLLM's hybrid coordinator, whose hit search then takes more than one pass."""
+    sizes), under vLLM's hybrid coordinator, whose hit search then takes more than one pass.
+
+    Full attention ordered last (`kvmanager/5[full last]`): `full_last` puts the second group
+    (Mamba in mode "none" or "all", or cross attention; caching off) first in the manager's
+    `kv_cache_groups` and full attention after it, as vLLM groups the layers of a model whose
+    first layer is not full attention (Qwen3-Next's and Jamba's Mamba layers, Gemma 3's sliding
+    windows: `kv_cache_planning.py` groups layers in the order the model registers them). A
+    trace still names its groups full attention first: the driver reads the manager's answers
+    per group back into that order, and the oracle allocates and frees in the manager's."""
 
     blocks: int
     block_size: int
@@ -385,6 +393,7 @@ class Trace:
     hisparse_lag: tuple[int, ...] = ()
     lone: bool = False
     first_window: int = 0
+    full_last: bool = False
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -418,6 +427,7 @@ class Trace:
             f"full + Mamba ({self.mamba_mode})" if self.mamba_mode else \
             f"full + cross attention ({self.encoder_tokens} encoder tokens)" \
             if self.encoder_tokens else "full attention"
+        groups += ", full attention's group last" if self.full_last else ""
         if self.window_block_size and self.window_block_size != self.block_size:
             groups += f" in blocks of {self.window_block_size}"
         if self.hash_block_size and self.hash_block_size != self.block_size:
@@ -479,4 +489,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
                   "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False,
                   "hisparse_lag": (),
-                  "first_window": 0}
+                  "first_window": 0, "full_last": False}

@@ -37,6 +37,9 @@ FEWER = {"hisparse": 100, "hisparse import": 100, "lone window": 100, "two windo
          # vLLM's asynchronous scheduler with draft tokens, alone only (issue 24, 2026-12-05):
          # its first 2,000 ran clean here
          "async drafts": 100,
+         # full attention's group ordered last, alone only (2026-12-06): its first 600 ran
+         # clean here
+         "full last": 100,
          # resumable (streaming-input) requests, alone only (issue 24, 2026-12-06): its first
          # 2,000 ran clean here
          "streaming": 100}
@@ -55,7 +58,8 @@ FEWER.update({"corners": 500, "scheduler": 500, "no caching": 500, "spec decode"
 # here: docs/upstream-vllm.md, "Speed")
 EXEMPT = {"HiSparse host source group (reduced checks)": "HiSparse, 100 of each of its profiles",
           "sliding window alone (unitary coordinator)": "the lone window, 100 traces",
-          "two sliding windows (multi-pass hit search)": "the two windows, 100 traces"}
+          "two sliding windows (multi-pass hit search)": "the two windows, 100 traces",
+          "full attention's group last": "the full last profile, 100 traces"}
 # profile: (stop, configurations): its indices PER_PROFILE to stop - 1 that carry one of them.
 # Chosen as the profile carrying each configuration most often (2026-12-05); the sums are
 # checked, not trusted (test_ci_configs.py).

@@ -17,6 +17,7 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec, hisparse, hisparse_lag
 from kvfuzz.strategies.kvmanager.trace import to_json
 from tests.helpers import divergence, needs_engine
+from tests.kvmanager.hisparse_doubles import broken_manager
 
 
 def test_a_lag_trace_keeps_its_schedule_through_the_codec():
@@ -59,15 +60,7 @@ def doubles() -> dict:
     """Subclasses of the released class whose HiSparse coordinator (built in the constructor,
     as the connector's `bind_kv_cache_manager` would: it is memoised on the managers) breaks
     one thing the scheduler relies on. Built on first use, never at collection."""
-    from kvfuzz.impl.registry import load_attribute
-
-    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
-    coordinator_of = load_attribute("vllm.v1.hisparse.coordinator:get_hisparse_coordinator")
-
-    class Broken(KVCacheManager):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.break_(coordinator_of(self))
+    Broken = broken_manager()  # (its coordinator handed to each double's `break_`)
 
     class DurableOnEnqueue(Broken):  # an enqueued write-back counted as completed
         @staticmethod

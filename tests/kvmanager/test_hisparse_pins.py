@@ -17,21 +17,14 @@ import pytest
 
 from kvfuzz.strategies.kvmanager import hisparse_import, hisparse_lag
 from tests.helpers import divergence, needs_engine
+from tests.kvmanager.hisparse_doubles import broken_manager
 
 
 @functools.cache
 def doubles() -> dict:
     """Subclasses of the released class whose HiSparse coordinator (built in the constructor and
     memoised on the managers) breaks one rule of the device pins. Built on first use."""
-    from kvfuzz.impl.registry import load_attribute
-
-    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
-    coordinator_of = load_attribute("vllm.v1.hisparse.coordinator:get_hisparse_coordinator")
-
-    class Broken(KVCacheManager):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.break_(coordinator_of(self))
+    Broken = broken_manager()  # (its coordinator handed to each double's `break_`)
 
     class PinsNeverReleased(Broken):  # line 793: a completed write-back keeps its GPU pins
         @staticmethod

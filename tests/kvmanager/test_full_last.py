@@ -1,0 +1,65 @@
+"""Full attention's KV-cache group ordered last (`Trace.full_last`, the "full last" profile), as
+vLLM 0.33.0 groups a model whose first layer is Mamba or cross attention: the oracle takes and
+frees blocks in the manager's group order while naming group 0 full attention, and the field's
+round trip and one-line refusals; the profile alone only, the mix unchanged. Pure Python (the
+release and the mutant it kills: `test_manager_mutants.py`)."""
+
+import pytest
+
+from kvfuzz.oracle.kvmanager.model import KVManagerModel
+from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.strategies.kvmanager import streams
+from kvfuzz.strategies.kvmanager.codec import from_json
+from kvfuzz.strategies.kvmanager.hashing import chain
+from kvfuzz.strategies.kvmanager.trace import Trace, to_json
+from tests.kvmanager.test_oracle_hybrid import admit
+
+
+def _admitted(full_last: bool):
+    # Blocks of 4, 7 encoder tokens: 3 decoder blocks and 2 cross-attention ones
+    model = KVManagerModel(blocks=12, block_size=4, window=0, max_model_len=100,
+                           caching=False, encoder_tokens=7, full_last=full_last)
+    got, _ = admit(model, 1, list(range(1, 11)))
+    return model, got
+
+
+def test_the_manager_walks_the_second_group_first_and_the_answers_stay_by_group():
+    # the cross-attention group (walked first) takes the first free blocks; answers still name
+    # full attention's group first
+    model, got = _admitted(full_last=True)
+    assert got == [[3, 4, 5], [1, 2]] and model.block_ids(1) == [[3, 4, 5], [1, 2]]
+    assert _admitted(full_last=False)[1] == [[1, 2, 3], [4, 5]]  # the usual walk
+
+
+def test_a_deferred_free_pops_the_blocks_in_the_managers_walk():
+    # a decode into a new block gives full attention block 6; the tables popped group after
+    # group in the manager's walk: cross attention's [1, 2] first, then full attention's
+    tokens = list(range(1, 11)) + [9, 9, 9]
+    for full_last, expected in ((True, [1, 2, 3, 4, 5, 6]), (False, [1, 2, 3, 6, 4, 5])):
+        model, _ = _admitted(full_last)
+        model.allocate_slots(1, chain(tokens, 4), 13, 10, 3, 0, None, tokens=tokens)
+        assert model.pop_blocks_for_free(1) == expected, full_last
+
+
+def _trace(**settings) -> dict:
+    return to_json(Trace(8, 2, 0, 64, (), caching=False, mamba_mode="none",
+                         full_last=True)) | settings
+
+
+def test_the_field_round_trips_and_its_refusals_name_it():
+    trace = from_json(_trace())
+    assert trace.full_last and "full attention's group last" in trace.describe()
+    assert not from_json(_trace(full_last=False)).full_last
+    for bad in (dict(mamba_mode=""), dict(mamba_mode="", window=4),
+                dict(mamba_mode="", local_chunk=4), dict(eagle_groups=[0]), dict(dcp=2)):
+        with pytest.raises(FormatError, match="full_last|eagle_groups|dcp"):
+            from_json(_trace(**bad))
+
+
+def test_the_profile_is_made_alone_only_and_each_trace_orders_full_attention_last():
+    assert streams.ALONE_ONLY["full last"] is streams.ALONE["full last"]
+    assert all(stream.name != "kvmanager/5[full last]" for stream, _, _ in streams.STREAMS)
+    made = [streams.ALONE["full last"].generate(0, index) for index in range(20)]
+    assert all(t.full_last and not t.caching and t.note == "profile full last" for t in made)
+    assert {bool(t.encoder_tokens) for t in made} == {True, False}  # both shapes
+    assert all(from_json(to_json(t)) == t for t in made)
