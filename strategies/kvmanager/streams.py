@@ -22,7 +22,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          extra_keys, generator, hisparse, hisparse_import,
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
-from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last
+from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -155,13 +155,15 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
 # Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes, so
 # that the mix's draws stay as they were: a KV connector under the asynchronous scheduler
-# (2026-12-05, issue 24), draft tokens under it (2026-12-05, issue 24), and full attention's
-# group ordered last (2026-12-06)
+# (2026-12-05, issue 24), draft tokens under it (2026-12-05, issue 24), full attention's
+# group ordered last (2026-12-06), and resumable (streaming-input) requests under the
+# synchronous scheduler (2026-12-06, issue 24)
 ALONE_ONLY = {"async connector": async_connector.GENERATOR,
               "async drafts": async_drafts.GENERATOR,
               # full attention's group after the other one (2026-12-06, issue 25's last two
               # `KVCacheManager` survivors): alone only, the mix's draws kept
-              "full last": full_last.GENERATOR}
+              "full last": full_last.GENERATOR,
+              "streaming": streaming_input.GENERATOR}
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 

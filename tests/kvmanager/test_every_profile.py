@@ -20,7 +20,7 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, async_ops, connector, hisparse_import,
-                                  hisparse_lag)
+                                  hisparse_lag, streaming)
 from kvfuzz.fuzz.kvmanager.lockstep import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -129,6 +129,13 @@ REACHES = {
         "MTP: a block held back from caching, its tokens re-prefillable"]
     + _CONFIGS("asynchronous scheduling", "lookahead tokens", "lookahead hashing", "EAGLE",
                "multi-token prediction (prefill lookahead)", "sliding window"),
+    # resumable (streaming-input) requests: stops that wait and updates taken at the stop or
+    # after a wait (into a partial block too), resumptions with no lookup, beside prefix hits,
+    # preemptions, whole-request refusals and a window's frees
+    "streaming": list(streaming.EVENTS[:5]) + [
+        "admission with a hit", "preempt", "window frees blocks",
+        "allocate_slots refused: the whole request does not fit"]
+    + _CONFIGS("sliding window", "whole request must fit", "watermark"),
 }
 
 
