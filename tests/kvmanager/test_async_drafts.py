@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvfuzz.strategies.kvmanager import async_drafts, async_outputs, streams
+from kvfuzz.strategies.kvmanager import async_drafts, async_outputs
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Placeholder, Preempt, Processed, Sample,
                                                Schedule, Settle)
 from tests.helpers import divergence, with_engine
@@ -97,32 +97,6 @@ def test_the_checks_fail_on_traces_without_drafts_or_out_of_shape():
     placeholder = next(i for i, op in enumerate(ops) if isinstance(op, Placeholder))
     ops[placeholder] = replace(ops[placeholder], drafts=trace.lookahead + 1)
     assert _shape_problems(replace(trace, ops=tuple(ops)))
-
-
-def test_its_traces_read_back_from_json_and_fuzzer_bytes_build_them_too():
-    """Every field within the codec's bounds (a divergence's corpus file reads back), and the
-    byte-fed twin ends on any bytes, those that ran out included."""
-    import random
-
-    from kvfuzz.strategies.kvmanager.codec import from_json
-    from kvfuzz.strategies.kvmanager.trace import to_json
-
-    for index in range(60):
-        trace = async_drafts.GENERATOR.generate(0, index)
-        assert from_json(to_json(trace)) == trace
-    rng = random.Random(0)
-    for data in [b""] + [rng.randbytes(rng.randint(1, 4096)) for _ in range(40)]:
-        trace = async_drafts.GENERATOR.from_bytes(data)
-        assert from_json(to_json(trace)).ops == trace.ops
-
-
-def test_the_profile_is_made_alone_only_and_the_mix_is_unchanged():
-    """No share of the mix draws it (its layout, the pinned indices and the bytes' picks stay
-    as they were); `--profile "async drafts"` runs it."""
-    assert streams.ALONE_ONLY["async drafts"] is async_drafts.GENERATOR
-    assert "kvmanager/5[async drafts]" not in streams.GENERATOR.layout
-    assert streams.GENERATOR.alone("async drafts").generate(0, 3) == \
-        async_drafts.GENERATOR.generate(0, 3)
 
 
 # Catalogue mutants the draft ops reach, each caught at a draft op of the profile's trace

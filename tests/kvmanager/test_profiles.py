@@ -11,11 +11,14 @@ import random
 import shlex
 from collections import Counter
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 import kvfuzz
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager import streams
+from kvfuzz.strategies.kvmanager.codec import from_json
+from kvfuzz.strategies.kvmanager.trace import to_json
 
 # the mix's profiles (those made alone only, `streams.ALONE_ONLY`, are never drawn in it)
 NOTES = [f"profile {name}" for name in streams.profiles() if name not in streams.ALONE_ONLY]
@@ -138,3 +141,22 @@ def test_diff_help_explains_profile_and_names_every_profile(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--profile NAME" in text and "from a seeded stream of its own" in text
     assert all(repr(profile) in text for profile in streams.profiles())
+
+
+@pytest.mark.parametrize("profile", sorted(streams.ALONE_ONLY))
+def test_each_alone_only_profile_is_never_drawn_and_its_traces_read_back(profile):
+    """A profile made alone only (`streams.ALONE_ONLY`): no share of the mix draws it (its
+    layout, the pinned indices and the bytes' picks stay as they were), `--profile` runs its
+    own stream, every field of its traces is within the codec's bounds (a divergence's corpus
+    file reads back), and its byte-fed twin ends on any bytes, those that ran out included."""
+    generator = streams.ALONE_ONLY[profile]
+    assert f"kvmanager/5[{profile}]" not in streams.GENERATOR.layout
+    assert all(not stream.name.endswith(f"[{profile}]") for stream, _, _ in streams.STREAMS)
+    assert streams.GENERATOR.alone(profile).generate(0, 3) == generator.generate(0, 3)
+    for index in range(40):
+        trace = generator.generate(0, index)
+        assert trace.note == f"profile {profile}" and from_json(to_json(trace)) == trace
+    rng = random.Random(0)
+    for data in [b""] + [rng.randbytes(rng.randint(1, 4096)) for _ in range(30)]:
+        trace = generator.from_bytes(data)
+        assert from_json(to_json(trace)).ops == trace.ops

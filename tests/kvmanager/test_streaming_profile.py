@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.strategies.kvmanager import scheduler_shape, streaming_input, streams
+from kvfuzz.strategies.kvmanager import scheduler_shape, streaming_input
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Finish, Preempt, Sample,
                                                Schedule)
@@ -91,31 +91,6 @@ def test_the_checks_fail_on_traces_not_of_that_shape():
     stop = next(i for i, op in enumerate(ops) if isinstance(op, Stream) and not op.tokens)
     decoding = ops[:stop + 1] + [Decode(ops[stop].rid, 1)] + ops[stop + 1:]
     assert _walk(type(trace)(**{**vars(trace), "ops": tuple(decoding)}))[1]
-
-
-def test_its_traces_read_back_from_json_and_fuzzer_bytes_build_them_too():
-    """Every field within the codec's bounds (a divergence's corpus file reads back), and the
-    byte-fed twin ends on any bytes, those that ran out included."""
-    import random
-
-    from kvfuzz.strategies.kvmanager.codec import from_json
-    from kvfuzz.strategies.kvmanager.trace import to_json
-
-    for trace in _traces(count=60):
-        assert from_json(to_json(trace)) == trace
-    rng = random.Random(0)
-    for data in [b""] + [rng.randbytes(rng.randint(1, 4096)) for _ in range(40)]:
-        trace = streaming_input.GENERATOR.from_bytes(data)
-        assert from_json(to_json(trace)).ops == trace.ops
-
-
-def test_the_profile_is_made_alone_only_and_the_mix_is_unchanged():
-    """No share of the mix draws it (its layout, the pinned indices and the bytes' picks stay
-    as they were); `--profile streaming` runs it."""
-    assert streams.ALONE_ONLY["streaming"] is streaming_input.GENERATOR
-    assert "kvmanager/5[streaming]" not in streams.GENERATOR.layout
-    assert streams.GENERATOR.alone("streaming").generate(0, 3) == \
-        streaming_input.GENERATOR.generate(0, 3)
 
 
 # Catalogue mutants the profile's traces reach at a resumption after a streaming update (a
