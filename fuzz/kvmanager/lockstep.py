@@ -5,20 +5,21 @@ op: the hit (blocks per group, hit tokens, shared-prefix boundary), allocate_slo
 (None, or the new blocks per group), that a successful allocation consumed exactly the blocks
 its check counted, every live request's block table per group, and the whole pool
 (`fuzz.blockpool.pool_state.pool_problems`: free queue order and links, reference counts,
-hashes, the hash map, invariants).
+hashes, the hash map, invariants). The reads after every op: `state_reads.py`; the
+configurations and marks a trace is counted by: `configs.py`; single answers' comparisons:
+`hit_compare.py`.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 
-from kvfuzz.fuzz.blockpool.pool_state import events_problems, pool_problems
+from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import async_ops, connector, streaming
 from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
+from kvfuzz.fuzz.kvmanager.configs import CONFIGS, MARKS
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
-from kvfuzz.fuzz.kvmanager.key_marks import CONFIGS as KEY_CONFIGS
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
 from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
 from kvfuzz.fuzz.kvmanager.embeds_marks import CONFIGS as EMBEDS_CONFIGS
@@ -26,64 +27,22 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
 from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
+from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare, ignored, popped_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
+from kvfuzz.fuzz.kvmanager.state_reads import StateReads
 from kvfuzz.fuzz.kvmanager.streaming import StreamingOps
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.blockpool.events import replay
 from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
 from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
                                            NothingToAllocate)
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.hashing import chain_from
-from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_BOUNDARY,
-                                                  NO_COMPUTED_IDS, NO_COPIES, NO_ESTIMATE,
-                                                  NO_HIT_ALONE, NO_RECORD, NO_TRUNCATE)
+from kvfuzz.strategies.kvmanager.released import (NO_BOUNDARY, NO_HIT_ALONE, NO_RECORD,
+                                                  NO_TRUNCATE)
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
                                                RemoveSkipped, Reset, Sample, Schedule, Settle)
 
 WAITING, RUNNING = "waiting", "running"
-# The manager's configurations a trace may set, each counted once per trace.
-CONFIGS = {"sliding window": lambda t: bool(t.window),
-           "sliding window alone (unitary coordinator)": lambda t: t.lone,
-           "two sliding windows (multi-pass hit search)": lambda t: bool(t.first_window),
-           "full attention's group last": lambda t: t.full_last,
-           "caching off": lambda t: not t.caching,
-           "KV events": lambda t: t.events, "hits reported": lambda t: t.report,
-           "stats": lambda t: t.stats, "lookahead tokens": lambda t: t.lookahead > 0,
-           "EAGLE": lambda t: t.eagle, "asynchronous scheduling": lambda t: t.async_scheduling,
-           "extra retained tokens": lambda t: t.retained > 0,
-           "sparse retention": lambda t: t.retention is not None,
-           "whole request must fit": lambda t: t.full_sequence_must_fit,
-           "watermark": lambda t: t.watermark > 0,
-           "groups of different block sizes": lambda t: len(set(t.sizes)) > 1,
-           "hash block below the block size": lambda t: t.hash_size < min(t.sizes),
-           "chunked local attention": lambda t: t.local_chunk > 0,
-           "Mamba": lambda t: bool(t.mamba_mode),
-           "Mamba align mode, prefix caching on (reduced checks)":
-               lambda t: t.mamba_mode == "align",
-           "cross attention": lambda t: t.encoder_tokens > 0,
-           "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
-           "blocks zeroed (mixed precision)": lambda t: t.zeroing,
-           "decode context parallel": lambda t: t.dcp > 1,
-           "lookahead hashing": lambda t: t.hash_lookahead > 0,
-           "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <
-           len(t.sizes),
-           "multi-token prediction (prefill lookahead)": lambda t: t.prefill_lookahead > 1,
-           "Mamba prefill checkpoint blocks": lambda t: t.mamba_checkpoint > 0,
-           "speculative Mamba blocks": lambda t: t.mamba_speculative > 0,
-           "HiSparse host source group (reduced checks)": lambda t: t.hisparse > 0,
-           **KEY_CONFIGS, **EMBEDS_CONFIGS}
-# Edge classes the oracle marks as it answers (`KVManagerModel.take_marks`): the hybrid
-# coordinator's alignment to the scheduler block size and full attention's partial entries.
-MARKS = ("hit cut to the scheduler block size",
-         "window hit: a block off the scheduler grid passed",
-         "dense window: blocks between hit points uncached", "partial entry registered",
-         "chunked-local hit: blocks before the chunk null",
-         "EAGLE: a window hit drops its last block",
-         "EAGLE: a block past the scheduler grid cached",
-         "two windows: the hit search takes another pass")
-
-
 class _Request:
     def __init__(self, tokens, skip: bool = False, keys=kvmanager.NO_KEYS):
         self.tokens, self.computed, self.status = list(tokens), 0, WAITING
@@ -123,7 +82,7 @@ class _Request:
         del self._hashes[len(self.tokens) // block_size:]
 
 
-class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
+class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -286,14 +245,14 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
             yield Call(f"pop_blocks_for_free(r{op.rid}){'' if finish else ': preempted'}",
                        "pop_blocks_for_free", (op.rid, finish),
                        oracle=lambda: self.model.pop_blocks_for_free(op.rid),
-                       compare=_popped_compare)
+                       compare=popped_compare)
         else:
             yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free",
                        (op.rid, finish), oracle=lambda: self.model.free(op.rid))
         request.sync_load = None
         if finish:
             del self.requests[op.rid]
-            yield Call("", "forget", (op.rid,), oracle=None, compare=_ignored)
+            yield Call("", "forget", (op.rid,), oracle=None, compare=ignored)
         else:
             request.computed, request.status, request.preempted = 0, WAITING, True
             request.in_flight = 0  # its stale output drained before it is admitted again
@@ -508,8 +467,8 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
         """The lookup's answer against the model's; without the boundary where the release
         returns none (vLLM 0.25: the driver reads it as 0)."""
         if NO_BOUNDARY in self.unread and raised is None:
-            expected = (*expected[:2], _boundary_of(actual, expected[2]))
-        return _hit_compare(expected, rejected, actual, raised)
+            expected = (*expected[:2], boundary_of(actual, expected[2]))
+        return hit_compare(expected, rejected, actual, raised)
 
     def lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
         """A live scheduler's lookup, checked when it is made (it may allocate nothing after
@@ -520,142 +479,3 @@ class KVManagerLockstep(StreamingOps, AsyncOps, ConnectorOps, Lockstep):
         if problems:
             self.log.append(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}")
         return problems
-
-    # -- after the op -------------------------------------------------------------------------
-    def state(self, op) -> list[tuple[str, str]]:
-        problems, rids = [], list(self.requests)
-        # every request's tables in one read of what changed since the op before
-        read = self.read_changed("block_tables", rids).get("tables") if rids else []
-        if not isinstance(read, list):
-            return [("block table", f"block_tables answered {short(read)}, not a list")]
-        model = self.model  # (every table compared at once first: all agree, most ops)
-        tables = model.tables  # (the model's own lists, compared, not copied)
-        differ = read != [[table.get(rid, []) for table in tables] for rid in rids]
-        for rid, tables in itertools.zip_longest(rids, read[:len(rids) + 1]) if differ else ():
-            expected = model.block_ids(rid) if rid is not None else "(no request)"
-            if tables != expected:
-                problems.append(("block table", f"r{rid}: expected {short(expected)}, actual "
-                                                f"{short(tables)}"))
-                break
-        request = self.requests.get(getattr(op, "rid", None))
-        if request is not None:  # what the scheduler reads of the request the op moved
-            problems += self._reads(op.rid, request)
-        problems += self._observed() + self.connector_problems()
-        view = self.view if self.trace.events and not self.trace.report else None
-        # the pool in one read of what changed since the op before (`Lockstep.read_changed`)
-        return problems + pool_problems(self.impl, self.model.pool, "state read", view,
-                                        writable=False, lock=self)
-
-    def _reads(self, rid: int, request: _Request) -> list[tuple[str, str]]:
-        asked = self._scheduler_reads()
-        if not asked:
-            return []
-        # one read of them all (one transcript record, not three)
-        answers = self.read("scheduler_reads", rid, request.computed, list(asked))
-        if not isinstance(answers, list) or len(answers) != len(asked):
-            return [("scheduler reads", f"r{rid}: {len(asked)} answers expected, actual "
-                                        f"{short(answers)}")]
-        model, problems = self.model, []
-        for method, actual in zip(asked, answers):
-            if method == "estimate_cached_tokens":
-                expected = model.estimate_cached_tokens(rid)
-            elif method == "block_ids_for_computed_tokens":
-                expected = model.block_ids_for_computed_tokens(
-                    rid, _clipped_at(self.trace, request.computed))
-            else:  # common_prefix_blocks
-                expected = [0] * len(model.groups)
-            if actual != expected:
-                problems.append((method, f"r{rid}: expected {short(expected)}, actual "
-                                         f"{short(actual)}"))
-        return problems
-
-    def _scheduler_reads(self) -> list[str]:
-        """The scheduler's reads of a request the class has (`unread`: those it lacks), in
-        their order; the same for every op of a trace, so worked out once for its `unread`."""
-        unread, asked = self.__dict__.get("_asked_reads", (None, None))
-        if unread is not self.unread:
-            asked = [method for method, lacking in (
-                ("estimate_cached_tokens", NO_ESTIMATE),
-                ("block_ids_for_computed_tokens", NO_COMPUTED_IDS),
-                ("common_prefix_blocks", COUNTS_COMMON_PREFIX)) if lacking not in self.unread]
-            self.__dict__["_asked_reads"] = (self.unread, asked)
-        return asked
-
-    def _observed(self) -> list[tuple[str, str]]:
-        """What the scheduler drains every step: the KV events and the prefix-cache stats, and,
-        in a trace that observes either, its other calls of every step (`new_step_starts`;
-        the pending copy-on-write copies, none without partial hits). Never in a live guard's
-        trace: the engine's own consumers drain them."""
-        problems, trace = [], self.trace
-        if not (trace.events or trace.stats):
-            return problems
-        asked = (NO_COPIES not in self.unread, trace.events,
-                 trace.stats and NO_RECORD not in self.unread)
-        # one read of them all (one transcript record, not four)
-        answers = self.read("observed", *asked)
-        if not isinstance(answers, list) or len(answers) != sum(asked):
-            return [("observed", f"new_step_starts and its drains: {sum(asked)} answers "
-                                 f"expected, actual {short(answers)}")]
-        answered = iter(answers)
-        copies, published, actual = (next(answered) if on else None for on in asked)
-        if asked[0] and copies != ([], []):
-            problems.append(("copy-on-write", f"take_kv_cache_block_copies: expected no "
-                                              f"copies (no partial hits), actual "
-                                              f"{short(copies)}"))
-        if trace.events:
-            self.view = replay(self.view, published)
-            problems += events_problems("the op", self.model.take_events(), published,
-                                        self.count)
-        if asked[2]:
-            expected = self.model.make_prefix_cache_stats()
-            if actual != expected:
-                problems.append(("prefix cache stats", f"(requests, queries, hits, preempted "
-                                                       f"requests, queries, hits, reset): "
-                                                       f"expected {expected}, actual {actual}"))
-        return problems
-
-
-def _clipped_at(trace, computed: int) -> int:
-    """The tokens vLLM 0.33's `get_block_ids_for_computed_tokens` keeps blocks for, in the
-    manager's blocks: it clips by the spec's block size, which under DCP is a rank's share of
-    the manager's block (`dcp` times smaller), so it keeps up to `dcp` times the blocks that
-    cover `computed` (a block past them included; docs/upstream-vllm.md, "DCP"). The oracle
-    follows the release's rule, which a fix would change."""
-    return computed * trace.dcp if trace.dcp > 1 else computed
-
-
-def _ignored(expected, rejected, actual, raised) -> list:
-    return []  # forgetting a finished request's bookkeeping: nothing to compare
-
-
-def _popped_compare(expected, rejected, actual, raised) -> list:
-    if raised is not None:
-        return crash_problems(raised)
-    return [] if actual == expected else [
-        ("deferred free", f"pop_blocks_for_free: expected blocks {short(expected)}, actual "
-                          f"{short(actual)}")]
-
-
-def _boundary_of(actual, otherwise):
-    try:
-        return actual[2]
-    except (TypeError, IndexError, KeyError):
-        return otherwise
-
-
-def _hit_compare(expected, rejected, actual, raised) -> list:
-    if raised is not None:
-        return crash_problems(raised)
-    return [] if list(actual) == list(expected) else _hit_problems(expected, actual)
-
-
-def _hit_problems(expected, actual) -> list[tuple[str, str]]:
-    try:
-        blocks, hit, boundary = actual
-    except (TypeError, ValueError):
-        return [("prefix hit", f"expected (blocks per group, hit tokens, boundary), actual "
-                               f"{short(actual)}")]
-    if hit != expected[1] or blocks != expected[0]:
-        return [("prefix hit", f"expected {expected[1]} tokens, blocks {short(expected[0])}; "
-                               f"actual {hit} tokens, blocks {short(blocks)}")]
-    return [("shared prefix boundary", f"expected {expected[2]}, actual {boundary}")]

@@ -1,7 +1,7 @@
 """What CI's seeded `kvmanager` traces cover, configuration by configuration (issue 24: every
 configuration runs 2,000 seeded traces on the released vLLM to the last op in CI).
 
-A profile is a mix of configurations (`fuzz/kvmanager/lockstep.py`'s `CONFIGS`: a window with
+A profile is a mix of configurations (`fuzz/kvmanager/configs.py`'s `CONFIGS`: a window with
 extra retained tokens, EAGLE, Mamba "align", cross attention, ...), and most configurations sit
 in several profiles. CI runs each profile's first `PER_PROFILE` traces (`BASE`), then, for the
 configurations those leave under 2,000, further indices of the profile that carries them most
@@ -97,7 +97,7 @@ def shard_key(profile: str, first: int, stop: int, configs: tuple) -> str:
 
 def runs(trace, configs: tuple) -> bool:
     """Whether a shard needing `configs` runs `trace` (every trace where it needs none)."""
-    from kvfuzz.fuzz.kvmanager.lockstep import CONFIGS
+    from kvfuzz.fuzz.kvmanager.configs import CONFIGS
 
     return not configs or any(CONFIGS[name](trace) for name in configs)
 
@@ -116,7 +116,7 @@ def load_pinned() -> dict[str, dict[str, int]]:
 
 
 def _count(profile: str, first: int, stop: int, configs: tuple) -> dict[str, int]:
-    from kvfuzz.fuzz.kvmanager.lockstep import CONFIGS
+    from kvfuzz.fuzz.kvmanager.configs import CONFIGS
     from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 
     stream, counts = KVMANAGER.alone(profile).generator, Counter()
@@ -135,7 +135,7 @@ def main() -> None:
     lines = (f"{json.dumps(key)}: {json.dumps(pinned[key], sort_keys=True)}"
              for key in sorted(pinned))
     PINNED_FILE.write_text("{\n" + ",\n".join(lines) + "\n}\n")  # a shard a line
-    from kvfuzz.fuzz.kvmanager.lockstep import CONFIGS
+    from kvfuzz.fuzz.kvmanager.configs import CONFIGS
 
     print(f"wrote {PINNED_FILE} ({len(pinned)} shards); under {WANTED}:",
           short_of(pinned, CONFIGS) or "none")

@@ -5,7 +5,7 @@ needed: the counts are read from ci_configs.json, which each shard checks agains
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.kvmanager.lockstep import CONFIGS
+from kvfuzz.fuzz.kvmanager.configs import CONFIGS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from tests.kvmanager import ci_configs
 

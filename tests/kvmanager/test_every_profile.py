@@ -21,7 +21,7 @@ import pytest
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, async_ops, connector, hisparse_import,
                                   hisparse_lag, streaming)
-from kvfuzz.fuzz.kvmanager.lockstep import MARKS
+from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
 from tests.helpers import fail_with, needs_engine
