@@ -38,7 +38,8 @@ connector, a running request cut below its synchronous load's end (a failed bloc
 a step of it in flight). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
 `rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
 them back; so is a padded resumption after a KV load, and a padded connector admission is a
-`connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need nothing more here: an asynchronous load's
+`connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need
+nothing more here: an asynchronous load's
 admission and its report carry no tokens in flight (`guard_connector.py` maps them).
 """
 

@@ -96,7 +96,8 @@ class HiSparseImports:
             return [("None vs success", f"r{rid}: an import of {external} tokens after a hit of "
                                         f"{hit}: expected {'blocks' if fits else 'None'} with "
                                         f"{self.device_free} device and {self.host_free} host "
-                                        f"blocks free{f', {op.reserve} reserved' if op.reserve else ''}"
+                                        f"blocks free"
+                                        f"{f', {op.reserve} reserved' if op.reserve else ''}"
                                         f", actual {short(made.actual)}")]
         if made.actual is None:
             self.count("allocate_slots refused")

@@ -103,7 +103,8 @@ REACHES = {
                     "window hit: a block off the scheduler grid passed", "admission with a hit"]
     + _CONFIGS("two sliding windows (multi-pass hit search)", "EAGLE", "sparse retention",
                "groups of different block sizes", "hash block below the block size"),
-    # vLLM's asynchronous scheduler's own ops (async_ops.ONE_TOKEN_EVENTS: output placeholders, one into
+    # vLLM's asynchronous scheduler's own ops (async_ops.ONE_TOKEN_EVENTS: output placeholders,
+    # one into
     # a new block, processed outputs, stale output after a preemption), the window freeing
     # blocks with tokens in flight, prefix hits, preemptions
     "async outputs": list(async_ops.ONE_TOKEN_EVENTS) + [

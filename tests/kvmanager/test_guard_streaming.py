@@ -6,7 +6,8 @@ its blocks (as every streaming update's resumption does) is caught, with a file 
 where a session without streaming input cannot catch it; a guard that writes an update short
 is caught; a scheduler keeping a hash its update should cut, and what the trace does not say
 yet, are refused by name. Under vLLM's asynchronous scheduler, a session clean with the stops'
-`discard` and its recording replaying, and a guard dropping `discard` caught. The op's JSON round trip needs
+`discard` and its recording replaying, and a guard dropping `discard` caught. The op's JSON round
+trip needs
 no vLLM. One short session each (vLLM's import dominates)."""
 
 import functools
