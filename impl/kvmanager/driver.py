@@ -26,7 +26,7 @@ def _in_trace_order(driver, per_group):
     """Answers per group in the manager's group order, read in the trace's (full attention
     first): reversed where the trace puts full attention's group last (`Trace.full_last`: two
     groups). A shorter answer is reversed too, so it still differs from the trace's."""
-    if per_group is None or not getattr(driver, "full_last", False):
+    if per_group is None or not driver.full_last:
         return per_group
     return list(per_group)[::-1]
 
@@ -35,6 +35,8 @@ class ManagerReads(PoolReader):
     """What the lock step reads of a manager (`self.manager`) about a request
     (`self.requests[rid]`, a vLLM Request): its tables, the scheduler's reads, and
     `truncate_computed_blocks` of its last lookup (`self.hits[rid]`, the KVCacheBlocks)."""
+
+    full_last = False  # the manager's groups in the trace's order (a driver sets it: below)
 
     def block_ids(self, rid: int) -> list[list[int]]:
         return _in_trace_order(self, [list(map(int, ids)) for ids in
@@ -45,9 +47,11 @@ class ManagerReads(PoolReader):
         (`ChangedReads`): the lock step reads every request's tables after every op."""
         # (`block_ids` inlined: this runs for every live request after every op)
         get_block_ids, requests = self.manager.get_block_ids, self.requests
-        return self.changed("block_tables", since, {"tables": [_in_trace_order(self, [
-            list(map(int, ids)) for ids in get_block_ids(requests[rid].request_id)])
-            for rid in rids]})
+        tables = [[list(map(int, ids)) for ids in get_block_ids(requests[rid].request_id)]
+                  for rid in rids]
+        if self.full_last:  # (asked once a read, not once a request)
+            tables = [_in_trace_order(self, table) for table in tables]
+        return self.changed("block_tables", since, {"tables": tables})
 
     def truncate(self, rid: int, tokens: int):
         return _in_trace_order(self, _ids(self.manager.truncate_computed_blocks(self.hits[rid],
