@@ -31,10 +31,21 @@ def test_a_configuration_short_of_2000_is_named_with_its_sum():
     assert ci_configs.short_of(pinned, CONFIGS) == {name: ci_configs.WANTED - 1}
 
 
-def test_the_top_ups_run_only_traces_of_their_configurations():
+def test_the_top_ups_run_only_traces_of_their_configurations_before_their_stops():
     stream = KVMANAGER.alone("async").generator
     traces = [stream.generate(0, index) for index in range(1500, 1520)]
     carry = [trace.retained > 0 for trace in traces]
     assert any(carry) and not all(carry)
-    assert [ci_configs.runs(t, ("extra retained tokens",)) for t in traces] == carry
-    assert all(ci_configs.runs(t, ()) for t in traces)
+    rules = (("extra retained tokens", 1510),)
+    ran = [ci_configs.runs(t, 1500 + i, rules) for i, t in enumerate(traces)]
+    assert ran == carry[:10] + [False] * 10  # past its stop a configuration runs nothing
+    assert all(ci_configs.runs(t, 1500 + i, ()) for i, t in enumerate(traces))
+
+
+def test_each_top_up_shard_carries_the_stops_that_reach_into_it():
+    for profile, first, stop, rules in ci_configs.top_up_shards():
+        stops = ci_configs.TOP_UPS[profile]
+        assert rules and all(stops[name] == end > first for name, end in rules)
+        assert set(stops) - {name for name, _ in rules} == {
+            name for name, end in stops.items() if end <= first}
+        assert ci_configs.BASE <= first < stop <= max(stops.values())

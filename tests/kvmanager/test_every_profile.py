@@ -1,15 +1,15 @@
 """Every `kvmanager` generator profile on its own seeded stream (`KVMANAGER.alone`, what
 `kvfuzz diff kvmanager --profile NAME` runs) through the released vLLM 0.33.0 `KVCacheManager`,
-each trace to its last op: indices 0 to PER_PROFILE - 1 of each, in shards of SHARD (pytest -n
-spreads them; a worker imports vLLM once, whatever the shards), and the top-ups that bring every
+each trace to its last op: indices 0 to BASE - 1 of each, then the top-ups that bring every
 configuration issue 24 names to 2,000 CI traces (`ci_configs.py`: a profile is a mix of
-configurations; each shard's count of traces per configuration is pinned and asserted here, and
-their sums in `test_ci_configs.py`). In place of seeded traces of the mix, whose index draws the
-profile (the rarest is 1% of it): here each profile gets the same count. The first shard of a
-profile also reaches the edge classes its traces exist for (`REACHES`). Why 1,500 of each
-profile and not 2,000: CI ran 2,000 of each once, 29 min 59 s of its 30 (`docs/upstream-vllm.md`,
-"Speed"). The two traces the check was wrong on (SETTLED) run on their own. Skips without
-vLLM."""
+configurations; each top-up runs the indices carrying the configurations it is for, in shards
+that pytest -n spreads; a worker imports vLLM once, whatever the shards). Each shard's count of
+traces per configuration is pinned and asserted here, and their sums in `test_ci_configs.py`.
+In place of seeded traces of the mix, whose index draws the profile (the rarest is 1% of it).
+The first shard of a profile also reaches the edge classes its traces exist for (`REACHES`).
+Why not 2,000 of each profile: CI ran that once, 29 min 59 s of its 30 (`docs/upstream-vllm.md`,
+"Speed"); 1,500 of most, 2,000 of some later, up to 2026-12-06, all ran clean in CI. The two
+traces the check was wrong on (SETTLED) run on their own. Skips without vLLM."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ _PASSES = "two windows: the hit search takes another pass"  # no full-attention 
 _WINDOW = [mark for mark in MARKS if mark not in (_LOCAL, _PASSES)]  # a window's beside full
 _HYBRID = [mark for mark in _WINDOW if not mark.startswith("EAGLE")]
 _CONFIGS = lambda *names: [f"config: {name}" for name in names]  # noqa: E731
-# What a profile's first SHARD traces reach, each at least once: the hybrid coordinator's hits
+# What a profile's first BASE traces reach, each at least once: the hybrid coordinator's hits
 # and caching cut to the scheduler block, a window's run passing a block off that grid, a dense
 # window leaving blocks uncached, partial entries; chunked-local hits with null blocks before the
 # chunk; Mamba states freed as a request moves on; with EAGLE beside a window, window hits
@@ -162,16 +162,16 @@ def test_every_profile_an_edge_class_table_names_is_a_profile():
     assert set(REACHES) <= set(KVMANAGER.profiles()), set(REACHES) - set(KVMANAGER.profiles())
 
 
-@pytest.mark.parametrize("profile, first, stop, configs", SHARDS,
+@pytest.mark.parametrize("profile, first, stop, rules", SHARDS,
                          ids=[ci_configs.shard_key(*shard).replace(" ", "_") for shard in SHARDS])
-def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, first, stop, configs):
+def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, first, stop, rules):
     release = _released()
     assert release.name == "vllm.kvmanager"
     stream, events = KVMANAGER.alone(profile).generator, Counter()
     for index in range(first, stop):
         trace = stream.generate(0, index)
         assert trace.note == f"profile {profile}"
-        if not ci_configs.runs(trace, configs):
+        if not ci_configs.runs(trace, index, rules):
             continue  # a top-up runs the traces carrying its configurations only
         outcome = KVMANAGER.check(trace, release)
         if outcome.status != AGREE:
@@ -183,7 +183,7 @@ def test_each_profiles_seeded_traces_run_to_their_last_op_on_vllm(profile, first
     # the configurations the run reported, as pinned (their sums: test_ci_configs.py)
     ran = {name.removeprefix("config: "): count for name, count in sorted(events.items())
            if name.startswith("config: ")}
-    assert ran == PINNED.get(ci_configs.shard_key(profile, first, stop, configs)), (
+    assert ran == PINNED.get(ci_configs.shard_key(profile, first, stop, rules)), (
         "this shard's traces changed: "
         "python -m tests.kvmanager.ci_configs rewrites ci_configs.json")
 
