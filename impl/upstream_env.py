@@ -39,7 +39,11 @@ def prepare_import(module_name: str):
     # vLLM warns on every refused reset_prefix_cache, an outcome here; and SGLang's modules
     # import vLLM's platform, which warns that its compiled kernels (vllm._C) are missing, once
     # a worker process: kvfuzz installs no engine's compiled packages, and no allocator uses them.
-    logging.getLogger("vllm").setLevel(logging.ERROR)
+    # (Only where not set already: `setLevel` clears every logger's cache, some 10 ms with the
+    # engines' loggers loaded, and an offload trace's driver comes through here once a trace.)
+    vllm_logger = logging.getLogger("vllm")
+    if vllm_logger.level != logging.ERROR:
+        vllm_logger.setLevel(logging.ERROR)
     prepare()
     tolerated = registrations_tolerated() if "sglang" in engines else contextlib.nullcontext()
     with warnings.catch_warnings(), tolerated:

@@ -18,7 +18,7 @@ from kvfuzz.strategies.radix.profile import KEEPS_KEY
 from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
                                            Reset, Trace)
 from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
-                           needs_engine, undeclared)
+                           fail_with, needs_engine, undeclared)
 
 pytestmark = needs_engine("sglang")
 SGLANG = RADIX.catalogue.resolve("sglang.radix")
@@ -30,10 +30,25 @@ PURE_SWA = RADIX.catalogue.resolve("sglang.radix.pure_swa")
 SHARDS, SHARD = 4, 500
 
 
+# The first 40 traces of RadixCache's first shard reach every edge class the judge counts but the
+# misuse it declares outside its contract (counted there, not run again by a test of their own).
+REACH, MISUSE = 40, {"reset in flight", "finish after a reset"}
+
+
 @pytest.mark.parametrize("shard", range(SHARDS))
-def test_every_seeded_trace_runs_to_its_last_op_on_sglang(shard):
+def test_every_seeded_trace_runs_to_its_last_op_on_sglang_and_reaches_every_edge_class(shard):
     assert RADIX.catalogue.resolve(RELEASED) is SGLANG
-    assert_seeded_traces_agree("radix", SGLANG, range(shard * SHARD, (shard + 1) * SHARD))
+    events = Counter()
+    for index in range(shard * SHARD, (shard + 1) * SHARD):
+        outcome = RADIX.check(RADIX.generator.generate(0, index, [SGLANG]), SGLANG)
+        if outcome.status != AGREE:
+            assert outcome.divergence is not None, outcome.outside
+            fail_with(outcome.divergence)
+        if index < REACH:
+            events.update(outcome.features)
+    if shard == 0:
+        missing = set(RADIX.judge.lockstep.TREE_EVENTS) - MISUSE - set(events)
+        assert not missing, sorted(missing)
 
 
 @pytest.mark.parametrize("shard", range(SHARDS))
@@ -41,15 +56,6 @@ def test_every_seeded_trace_runs_to_its_last_op_on_the_pure_swa_cache(shard):
     assert RADIX.catalogue.resolve(RELEASED_PURE_SWA) is PURE_SWA
     start = SHARDS * SHARD + shard * SHARD  # indices of their own, after RadixCache's
     assert_seeded_traces_agree("radix", PURE_SWA, range(start, start + SHARD))
-
-
-def test_seeded_traces_reach_every_edge_class_but_the_undeclared_misuse():
-    events = Counter()
-    for index in range(40):
-        events.update(RADIX.check(RADIX.generator.generate(0, index, [SGLANG]), SGLANG).features)
-    misuse = {"reset in flight", "finish after a reset"}
-    missing = set(RADIX.judge.lockstep.TREE_EVENTS) - misuse - set(events)
-    assert not missing, sorted(missing)
 
 
 def __getattr__(name):  # by import path: tests.radix.test_upstream:Undeclared, SharedSplit
