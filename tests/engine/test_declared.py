@@ -114,12 +114,15 @@ def _marked(marks):
 def test_a_reexported_upstream_class_keeps_its_entry_and_its_module_loads(tmp_path):
     """A user's module that imports SGLang's allocator once failed to load ("operator
     torchvision::nms does not exist": only paths starting with sglang or vllm were prepared),
-    and, loaded, got page-size-1 traces the class does not support and diverged at once."""
+    and, loaded, got page-size-1 traces the class does not support and diverged at once.
+    Without its entry, 30 traces of seed 0 hold 7 of page size 1, the first at index 1 (100
+    held 22, for 6 CPU s more); the class's agreement on 500 seeded traces is
+    tests/allocator/test_upstream.py's."""
     result = kvfuzz("diff", "allocator", "--impl", f"{OUTSIDE}.reexports:Allocator", "--cases",
-                    100, "--corpus", tmp_path)
+                    30, "--corpus", tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert summary_rows(result.stderr)[f"{OUTSIDE}.reexports:Allocator"][:4] == \
-        ["100", "100", "0", "no"]
+        ["30", "30", "0", "no"]
 
 
 def test_the_guide_names_every_declarable_precondition():
