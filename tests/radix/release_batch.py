@@ -5,18 +5,19 @@ test of the run (each test asserts on its own commands' results, as before).
 Why: these tests' seconds were almost all the release's import (torch, then SGLang: some 9 s of
 CPU a process); their commands themselves take well under a second to a few seconds. Before,
 each test (and each test file) started its own process per release: 29 processes for 10
-releases. Now each release is imported once a run: the commands are declared where the module
-is imported (`on(version, ...)`, at collection, so every xdist worker knows the same batch),
-and the first test to ask runs the whole batch under a file lock in a folder all workers share
-(`tmp_path_factory`'s base); the others read its results. A command declared twice (the same
-argv, by two files) runs once.
+releases; now 11 (0.5.14 twice, for its environment), each release imported once a run. The
+commands are declared where the module is imported (`on(version, ...)`, at collection, so every
+xdist worker knows the same batch), and the first test to ask runs the whole batch under a file lock in a folder all workers share
+(`tmp_path_factory`'s base); the others read its results (a worker asking while another runs
+the batch waits for it: where every CPU is busy, as `-n auto` keeps them, cheaper than a
+second import). A command declared twice (the same argv, by two files) runs once.
 
 A command's `--corpus` folder is `OWN_CORPUS` (each command gets a folder of its own in the
 batch's folder, as each test's `tmp_path` was), and a trace it reads may be a `Trace` (written
-into the batch's folder before the batch runs). `env=` sets variables for that command alone
-(a batch of their own: kvfuzz reads a release's contract once a process, from its environment
-too). A failed batch (its
-process's exit status, or past its time) fails every test asking for it, with its message."""
+into the batch's folder before the batch runs). `env=` sets variables for those commands'
+process: a batch of its own (kvfuzz reads a release's contract, its environment's switches
+included, once a process). A failed batch (its process's exit status, or past its time) fails
+every test asking for it, with its message."""
 
 from __future__ import annotations
 
