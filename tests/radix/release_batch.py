@@ -10,7 +10,8 @@ commands are declared where the module is imported (`on(version, ...)`, at colle
 xdist worker knows the same batch), and the first test to ask runs the whole batch under a
 file lock in a folder all workers share (`tmp_path_factory`'s base); the others read its
 results (a worker asking while another runs the batch waits for it: where every CPU is busy,
-as `-n auto` keeps them, cheaper than a second import). A command declared twice (the same argv, by two files) runs once.
+as `-n auto` keeps them, cheaper than a second import). A command declared twice (the
+same argv, by two files) runs once.
 
 A command's `--corpus` folder is `OWN_CORPUS` (each command gets a folder of its own in the
 batch's folder, as each test's `tmp_path` was), and a trace it reads may be a `Trace` (written
