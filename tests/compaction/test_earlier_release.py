@@ -17,6 +17,7 @@ from kvfuzz.strategies.compaction.trace import Params
 from tests.compaction.sides import run_trace
 from tests.conftest import CORPUS
 from tests.helpers import fail_with, needs_engine
+from tests.radix import release_batch
 
 pytestmark = needs_engine("sglang")
 
@@ -134,27 +135,30 @@ def test_params_of_a_single_ended_pool_build_on_the_stand_in():
     assert side.flush("up", urgent=True) == 1  # the top page moved into the hole, uncapped
 
 
-def test_0_5_17s_class_runs_and_its_findings_diverge_there_and_0_5_14_says_why_not():
-    # The releases themselves, each first on the path of a `kvfuzz` process as a user runs one,
-    # installed from kvfuzz's wheel cache or the registry (skipped, and said, without either).
-    # 0.5.17's three replays in one process (`kvfuzz_commands`: the release imported once),
-    # 0.5.14's refusal a `kvfuzz` process of its own.
-    from tests.radix.test_legacy_release import folder_of, kvfuzz_commands, kvfuzz_with
+# The releases themselves, each first on the path of a `kvfuzz` process as a user runs one,
+# installed from kvfuzz's wheel cache or the registry (skipped, and said, without either):
+# 0.5.17's four replays and 0.5.14's refusal, each in the one process a run that runs every
+# file's commands on that release (tests/radix/release_batch.py: the release imported once).
+REPLAYS_0_5_17 = release_batch.on(
+    "0.5.17",
+    ("replay", G_PENDING, "--impl", "sglang.compaction.lazy.unzeroed"),
+    ("replay", N_EAGER, "--impl", "sglang.compaction.eager"),
+    ("replay", N_EAGER, "--impl", "sglang.compaction.eager.unzeroed"),
+    ("replay", B_GROUP, "--impl", "sglang.compaction.eager.unzeroed"))
+NONE_0_5_14 = release_batch.on("0.5.14", ("diff", "compaction", "--impl",
+                                          "sglang.compaction.lazy", "--cases", "1"))
 
-    pending, fresh, behind, kept = kvfuzz_commands(
-        folder_of("0.5.17"),
-        ("replay", G_PENDING, "--impl", "sglang.compaction.lazy.unzeroed"),
-        ("replay", N_EAGER, "--impl", "sglang.compaction.eager"),
-        ("replay", N_EAGER, "--impl", "sglang.compaction.eager.unzeroed"),
-        ("replay", B_GROUP, "--impl", "sglang.compaction.eager.unzeroed"))
+
+def test_0_5_17s_class_runs_and_its_findings_diverge_there_and_0_5_14_says_why_not(
+        tmp_path_factory):
+    pending, fresh, behind, kept = REPLAYS_0_5_17.results(tmp_path_factory)
     assert pending.returncode == 1, pending.stdout[-2000:] + pending.stderr[-2000:]
     assert "field pending at op 4 of 5" in pending.stdout
     assert fresh.returncode == 1 and "fresh page at op 2 of 3" in fresh.stdout, fresh.stdout
     assert behind.returncode == 0, behind.stdout[-2000:] + behind.stderr[-2000:]
     # B: a free inside a free group kept the caller's tensor (fixed in 0.5.18)
     assert kept.returncode == 1 and "expected [5], actual [-99]" in kept.stdout, kept.stdout
-    none = kvfuzz_with(folder_of("0.5.14"), "diff", "compaction", "--impl",
-                       "sglang.compaction.lazy", "--cases", "1")
+    none, = NONE_0_5_14.results(tmp_path_factory)
     assert none.returncode == 2
     assert ("not supported: sglang 0.5.14 has no module sglang.srt.mem_cache.allocator."
             "unified_sub_pool, nor sglang.srt.mem_cache.multi_ended_allocator") in none.stderr

@@ -2,7 +2,8 @@
 `allocator.mamba` module before 0.5.13), built as a state pool and driven without alloc groups
 (impl/mamba/state_pool.py), with the release first on the path of one process running kvfuzz's
 commands as a user's `PYTHONPATH=<release> kvfuzz ...` does
-(tests/radix/test_legacy_release.py's `kvfuzz_commands`). Its seeded traces agree, and
+(tests/radix/test_legacy_release.py's `kvfuzz_commands`, once a run for every file's commands on
+the release: tests/radix/release_batch.py). Its seeded traces agree, and
 0.5.12's own class with one edit (freed slots to the head of the free list) is caught. Without
 the adapter the entry is one "not supported" line (exit status 2) and both fail. The release is
 installed from kvfuzz's wheel cache or the registry; only without either does the test skip."""
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from kvfuzz.impl.source_mutation import Mutation, mutant_classes
 from tests.helpers import needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+from tests.radix import release_batch
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -23,12 +24,18 @@ __getattr__ = mutant_classes("sglang.srt.mem_cache.memory_pool", "MambaPool", {
     "sglang_mamba_pool")
 
 
-def test_0_5_12s_mamba_pool_agrees_and_a_mutant_of_it_is_caught(tmp_path):
-    released, mutant = kvfuzz_commands(
-        folder_of("0.5.12"),
-        ("diff", "mamba", "--impl", "sglang.mamba", "--cases", "30", "--corpus", tmp_path),
-        ("diff", "mamba", "--impl", f"{__name__}:FreePrepends", "--cases", "30",
-         "--corpus", tmp_path))
+# (declared at import, run once a run with every other file's commands on 0.5.12:
+# tests/radix/release_batch.py)
+COMMANDS = release_batch.on(
+    "0.5.12",
+    ("diff", "mamba", "--impl", "sglang.mamba", "--cases", "30",
+     "--corpus", release_batch.OWN_CORPUS),
+    ("diff", "mamba", "--impl", f"{__name__}:FreePrepends", "--cases", "30",
+     "--corpus", release_batch.OWN_CORPUS))
+
+
+def test_0_5_12s_mamba_pool_agrees_and_a_mutant_of_it_is_caught(tmp_path_factory):
+    released, mutant = COMMANDS.results(tmp_path_factory)
     text = released.stdout + released.stderr
     assert released.returncode == 0, text[-3000:]
     assert "ran to the last op: 30/30" in text and "group begin" not in text, text[-3000:]

@@ -1,7 +1,8 @@
 """`UnifiedRadixCache` of SGLang 0.5.20 and 0.5.21 for real (slow), driven through their own
 scheduler calls (impl/radix/legacy.py, the unified driver's reads of those releases), each
 release first on the path of the process running `kvfuzz` as a user's does
-(`tests.radix.test_legacy_release.kvfuzz_commands`), installed as
+(`tests.radix.test_legacy_release.kvfuzz_commands`, once a run for every file's commands on the
+release: tests/radix/release_batch.py), installed as
 tests/radix/test_legacy_release.py installs it (the wheel cache, else the registry; skipped, and
 said, only without either): each core agrees on seeded traces that reach chunk checkpoints and
 finishes (0.5.21: the Rust core with the Python core beside it; 0.5.20: the Python core, every
@@ -18,7 +19,7 @@ import re
 
 from tests.conftest import CORPUS
 from tests.helpers import kvfuzz_here, needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+from tests.radix import release_batch
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -31,25 +32,40 @@ def rows(text: str) -> dict[str, list[str]]:
             re.finditer(r"^  (\S*sglang\.unified\S*)\s+(\d.*)$", text, re.M)}
 
 
-def run(version: str, entry: str, mutant: str, tmp_path) -> str:
-    done, = kvfuzz_commands(folder_of(version), (
+def mutant_diff(version: str, entry: str, mutant: str) -> release_batch.Commands:
+    return release_batch.on(version, (
         "diff", "unified", "--impl", entry, "--impl", f"mutant.sglang.unified.{mutant}",
-        "--cases", "2", "--timeout", "200", "--corpus", tmp_path))
+        "--cases", "2", "--timeout", "200", "--corpus", release_batch.OWN_CORPUS))
+
+
+# (declared at import, run once a run per release with every other file's commands on it:
+# tests/radix/release_batch.py)
+RUST_0_5_21 = mutant_diff("0.5.21", "sglang.unified.rust", "lock_leaf_twice")
+PYTHON_0_5_20 = mutant_diff("0.5.20", "sglang.unified.python", "split_child_stale_key")
+# (without the adapter each entry was one line there: "not supported ... no trace model")
+PAIRS = (("sglang.unified.swa.python", "swa_window_keeps_a_page_more"),
+         ("sglang.unified.mamba.rust", "mamba_exist_unsaid"))
+COMPONENTS_0_5_21 = [mutant_diff("0.5.21", entry, mutant) for entry, mutant in PAIRS]
+U_OLD = release_batch.on("0.5.20", ("replay", U, "--impl", "sglang.unified.swa.python"))
+
+
+def run(commands: release_batch.Commands, tmp_path_factory) -> str:
+    done, = commands.results(tmp_path_factory)
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]  # the mutant's divergence
     return text
 
 
-def test_0_5_21_agrees_on_the_rust_core_and_a_doubled_lock_is_caught(tmp_path):
-    text = run("0.5.21", "sglang.unified.rust", "lock_leaf_twice", tmp_path)
+def test_0_5_21_agrees_on_the_rust_core_and_a_doubled_lock_is_caught(tmp_path_factory):
+    text = run(RUST_0_5_21, tmp_path_factory)
     found = rows(text)
     assert found["sglang.unified.rust"][:4] == ["2", "2", "0", "no"], text[-3000:]
     assert found["mutant.sglang.unified.lock_leaf_twice"][3] == "yes"
     assert "tree core: rust on 2 of 2" in text and "finish cached" in text
 
 
-def test_0_5_20_agrees_on_the_python_core_and_a_stale_edge_is_caught(tmp_path):
-    text = run("0.5.20", "sglang.unified.python", "split_child_stale_key", tmp_path)
+def test_0_5_20_agrees_on_the_python_core_and_a_stale_edge_is_caught(tmp_path_factory):
+    text = run(PYTHON_0_5_20, tmp_path_factory)
     found = rows(text)
     assert found["sglang.unified.python"][:4] == ["2", "2", "0", "no"], text[-3000:]
     assert found["mutant.sglang.unified.split_child_stale_key"][3] == "yes"
@@ -57,15 +73,10 @@ def test_0_5_20_agrees_on_the_python_core_and_a_stale_edge_is_caught(tmp_path):
     assert "finish cached" in text
 
 
-def test_0_5_21s_swa_and_mamba_entries_agree_and_a_mutant_of_each_component_is_caught(tmp_path):
-    # (without the adapter each entry was one line there: "not supported ... no trace model")
-    pairs = (("sglang.unified.swa.python", "swa_window_keeps_a_page_more"),
-             ("sglang.unified.mamba.rust", "mamba_exist_unsaid"))
-    commands = [("diff", "unified", "--impl", entry, "--impl", f"mutant.sglang.unified.{mutant}",
-                 "--cases", "2", "--timeout", "200", "--corpus", tmp_path)
-                for entry, mutant in pairs]
-    swa, mamba = kvfuzz_commands(folder_of("0.5.21"), *commands)
-    for done, (entry, mutant) in zip((swa, mamba), pairs):
+def test_0_5_21s_swa_and_mamba_entries_agree_and_a_mutant_of_each_component_is_caught(
+        tmp_path_factory):
+    swa, mamba = (commands.results(tmp_path_factory)[0] for commands in COMPONENTS_0_5_21)
+    for done, (entry, mutant) in zip((swa, mamba), PAIRS):
         text = done.stdout + done.stderr
         assert done.returncode == 1, text[-3000:]  # the mutant's divergence
         found = rows(text)
@@ -75,9 +86,8 @@ def test_0_5_21s_swa_and_mamba_entries_agree_and_a_mutant_of_each_component_is_c
     assert "swa cursor moved at a checkpoint" in swa.stdout + swa.stderr
 
 
-def test_finding_u_diverges_on_0_5_20_and_replays_clean_on_0_5_23():
-    old, = kvfuzz_commands(folder_of("0.5.20"),
-                           ("replay", U, "--impl", "sglang.unified.swa.python"))
+def test_finding_u_diverges_on_0_5_20_and_replays_clean_on_0_5_23(tmp_path_factory):
+    old, = U_OLD.results(tmp_path_factory)
     text = old.stdout + old.stderr
     assert old.returncode == 1, text[-2000:]
     assert "allocator at op 3 of 4: checkpoint r1" in text and "16 tokens counted twice" in text

@@ -2,7 +2,8 @@
 tree core), its nodes read through a core's read calls (impl/unified/node_tree.py), driven
 through the scheduler's calls of its day (impl/radix/legacy.py), the oracle told what the class
 promises (read from its sources: one LRU order, no hit counts, no KV events, no lock delta).
-The release first on the path of the process running `kvfuzz`, installed as
+The release first on the path of the process running `kvfuzz` (one a run for every file's
+commands on it: tests/radix/release_batch.py), installed as
 tests/radix/test_legacy_release.py installs it (skipped, and said, only where it cannot be):
 the Python entry agrees on seeded traces that reach chunk checkpoints, finishes and evictions,
 and a mutant of 0.5.11's own source diverges on the same traces (`own_nodes_mutants.py`); the
@@ -14,11 +15,11 @@ reader, every unified entry was `not supported: ... has no root_node_handle` the
 
 from __future__ import annotations
 
-import json
 import re
 
 from tests.helpers import needs_engine
-from tests.radix.test_legacy_release import folder_of, kvfuzz_commands
+from tests.radix import release_batch
+from tests.radix.release_batch import OWN_CORPUS, Trace
 
 pytestmark = needs_engine("sglang")  # slow, and the lock's packages it imports
 
@@ -35,15 +36,19 @@ BRANCH_BEFORE_MATCH = {
 MUTANT = "kvfuzz.impl.unified.own_nodes_mutants:split_child_stale_key@python_core+keeps_key"
 
 
-def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path):
-    probe = tmp_path / "branch_before_match.json"
-    probe.write_text(json.dumps(BRANCH_BEFORE_MATCH))
-    done, rust, mamba, branch = kvfuzz_commands(folder_of("0.5.11"), (
-        "diff", "unified", "--impl", "sglang.unified.python", "--impl", MUTANT, "--cases", "2",
-        "--timeout", "200", "--corpus", tmp_path), (
-        "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"), (
-        "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "4"), (
-        "replay", probe, "--impl", "sglang.unified.mamba.python"))
+# (every command here declared at import, run once a run per release with every other file's
+# commands on it: tests/radix/release_batch.py)
+OWN_NODES = release_batch.on("0.5.11", (
+    "diff", "unified", "--impl", "sglang.unified.python", "--impl", MUTANT, "--cases", "2",
+    "--timeout", "200", "--corpus", OWN_CORPUS), (
+    "diff", "unified", "--impl", "sglang.unified.rust", "--cases", "1"), (
+    "diff", "unified", "--impl", "sglang.unified.mamba.python", "--cases", "4"), (
+    "replay", Trace.of("branch_before_match.json", BRANCH_BEFORE_MATCH), "--impl",
+    "sglang.unified.mamba.python"))
+
+
+def test_0_5_11_agrees_on_its_own_nodes_and_a_stale_edge_is_caught(tmp_path_factory):
+    done, rust, mamba, branch = OWN_NODES.results(tmp_path_factory)
     text = done.stdout + done.stderr
     assert done.returncode == 1, text[-3000:]  # the mutant's divergence
     found = {m.group(1): m.group(2).split() for m in
@@ -82,14 +87,13 @@ FINISH = {"format": "kvfuzz-unified-trace/1", "components": "full", "page_size":
               {"op": "finish", "rid": 4, "cache": True}]}
 
 
-def test_0_5_12_counts_no_hits_without_hicache(tmp_path):
-    files = []
-    for name, trace in (("first_insert", FIRST_INSERT), ("finish", FINISH)):
-        files.append(tmp_path / f"{name}.json")
-        files[-1].write_text(json.dumps(trace))
-    done = kvfuzz_commands(folder_of("0.5.12"), *(
-        ("replay", path, "--impl", "sglang.unified.python") for path in files))
-    for result in done:
+NO_HITS = release_batch.on("0.5.12", *(
+    ("replay", Trace.of(f"{name}.json", trace), "--impl", "sglang.unified.python")
+    for name, trace in (("first_insert", FIRST_INSERT), ("finish", FINISH))))
+
+
+def test_0_5_12_counts_no_hits_without_hicache(tmp_path_factory):
+    for result in NO_HITS.results(tmp_path_factory):
         text = result.stdout + result.stderr
         assert result.returncode == 0 and "no divergence" in text, text[-3000:]
         assert "hits expected" not in text
@@ -102,38 +106,48 @@ def _agreed(result, entry: str, cases: int) -> None:
         text[-3000:]
 
 
-def test_the_swa_entry_runs_on_0_5_11s_own_nodes():
+def swa_diff(version: str, env: dict | None = None) -> release_batch.Commands:
+    return release_batch.on(version, (
+        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
+        "--keep-going", "--timeout", "200"), env=env)
+
+
+SWA_0_5_11 = swa_diff("0.5.11")
+
+
+def test_the_swa_entry_runs_on_0_5_11s_own_nodes(tmp_path_factory):
     """Before: `not supported: ... SWA component is slid by the scheduler` (one line); then, run,
     the SWA lock dropped without its mark (`release_component_lock(swa) on node with
     lock_ref=0`) and the SWA cursor read off `kv` where 0.5.11 writes it on the request."""
-    swa, = kvfuzz_commands(folder_of("0.5.11"), (
-        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
-        "--keep-going", "--timeout", "200"))
+    swa, = SWA_0_5_11.results(tmp_path_factory)
     _agreed(swa, "sglang.unified.swa.python", 3)
 
 
-def test_0_5_14s_window_free_with_its_extra_page(monkeypatch):
+SWA_0_5_14 = swa_diff("0.5.14")
+# (set for that command alone: 0.5.14 reads it when its checkpoint runs, `envs.X.get()`)
+SWA_0_5_14_FREED = swa_diff("0.5.14", {"SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS": "1"})
+
+
+def test_0_5_14s_window_free_with_its_extra_page(tmp_path_factory):
     """0.5.14's checkpoint frees the window only where SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_
     WINDOW_SLOTS says so (False by default: `swa cursor ... expected 1` before the judge was
     told), and then keeps a page past the window (`SWA_PAGE_MARGIN`)."""
-    default, = kvfuzz_commands(folder_of("0.5.14"), (
-        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
-        "--keep-going", "--timeout", "200"))
+    default, = SWA_0_5_14.results(tmp_path_factory)
     _agreed(default, "sglang.unified.swa.python", 3)
-    monkeypatch.setenv("SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS", "1")
-    freed, = kvfuzz_commands(folder_of("0.5.14"), (
-        "diff", "unified", "--impl", "sglang.unified.swa.python", "--cases", "3",
-        "--keep-going", "--timeout", "200"))
+    freed, = SWA_0_5_14_FREED.results(tmp_path_factory)
     _agreed(freed, "sglang.unified.swa.python", 3)
     assert "swa cursor moved at a checkpoint" in freed.stdout + freed.stderr
 
 
-def test_0_5_17s_python_core_is_read():
+CORE_0_5_17 = release_batch.on("0.5.17", *(
+    ("diff", "unified", "--impl", entry, "--cases", "3", "--keep-going", "--timeout", "200")
+    for entry in ("sglang.unified.python", "sglang.unified.swa.python")))
+
+
+def test_0_5_17s_python_core_is_read(tmp_path_factory):
     """0.5.17's core has no read-only walk (`match_full_device_prefix`) and its cache no
     `_tree_core_backend`: every trace crashed at its first op."""
-    full, swa = kvfuzz_commands(folder_of("0.5.17"), *(
-        ("diff", "unified", "--impl", entry, "--cases", "3", "--keep-going", "--timeout", "200")
-        for entry in ("sglang.unified.python", "sglang.unified.swa.python")))
+    full, swa = CORE_0_5_17.results(tmp_path_factory)
     _agreed(full, "sglang.unified.python", 3)
     _agreed(swa, "sglang.unified.swa.python", 3)
 
@@ -146,10 +160,11 @@ MAMBA_INSERT = {"format": "kvfuzz-unified-trace/1", "components": "full+mamba", 
                 "ops": [{"op": "insert", "tokens": [3, 2, 1, 1, 5, 1], "ns": 0, "priority": 0}]}
 
 
-def test_0_5_15s_mamba_insert_names_its_node(tmp_path):
-    path = tmp_path / "mamba_insert.json"
-    path.write_text(json.dumps(MAMBA_INSERT))
-    done, = kvfuzz_commands(folder_of("0.5.15"),
-                            ("replay", path, "--impl", "sglang.unified.mamba.python"))
+MAMBA_INSERT_0_5_15 = release_batch.on("0.5.15", (
+    "replay", Trace.of("mamba_insert.json", MAMBA_INSERT), "--impl", "sglang.unified.mamba.python"))
+
+
+def test_0_5_15s_mamba_insert_names_its_node(tmp_path_factory):
+    done, = MAMBA_INSERT_0_5_15.results(tmp_path_factory)
     text = done.stdout + done.stderr
     assert done.returncode == 0 and "no divergence" in text, text[-3000:]
