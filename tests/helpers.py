@@ -192,15 +192,18 @@ def _format_of(item) -> str:
     return module.FORMAT
 
 
-def assert_seeded_traces_agree(target: str, impl, indices) -> None:
+def assert_seeded_traces_agree(target: str, impl, indices) -> list:
     """Seeded inputs `indices` of seed 0 (those `impl` supports) all run to the end, agreeing;
-    a divergence fails with its report, its input saved to the corpus."""
-    owner = TARGETS[target]
+    a divergence fails with its report, its input saved to the corpus. Each one's edge classes
+    (`features`), in order."""
+    owner, features = TARGETS[target], []
     for index in indices:
         outcome = owner.check(owner.generator.generate(0, index, [impl]), impl)
         if outcome.status != "agree":
             assert outcome.divergence is not None, outcome.outside
             fail_with(outcome.divergence)
+        features.append(outcome.features)
+    return features
 
 
 def assert_corpus_replays_clean(target: str, impl, outside_allowed: bool = False) -> int:

@@ -8,22 +8,15 @@ from collections import Counter
 
 import pytest
 
-from tests.helpers import TARGETS, fail_with
+from tests.helpers import TARGETS, assert_seeded_traces_agree
 
 TRACES, SHARDS, REACH = 2000, 4, 60
 
 
 def _agree(indices) -> Counter:
     """The edge classes of traces `indices`, each agreeing (or failing with its report)."""
-    owner, events = TARGETS["swa"], Counter()
-    impl = owner.catalogue.resolve("swa.torch")
-    for index in indices:
-        outcome = owner.check(owner.generator.generate(0, index, [impl]), impl)
-        if outcome.status != "agree":
-            assert outcome.divergence is not None, outcome.outside
-            fail_with(outcome.divergence)
-        events.update(outcome.features)
-    return events
+    impl = TARGETS["swa"].catalogue.resolve("swa.torch")
+    return sum(map(Counter, assert_seeded_traces_agree("swa", impl, indices)), Counter())
 
 
 @pytest.mark.slow

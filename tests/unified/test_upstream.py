@@ -17,8 +17,8 @@ from kvfuzz.impl.unified import DECLARES, MAMBA_DECLARES, RELEASED, SWA_DECLARES
 from kvfuzz.strategies.radix.trace import Evict, Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
-from tests.helpers import (assert_refused_in_one_line, divergence, fail_with, needs_engine,
-                           undeclared)
+from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
+                           needs_engine, undeclared)
 
 pytestmark = needs_engine("sglang")
 RUST_ENTRY = UNIFIED.catalogue.resolve("sglang.unified.rust")
@@ -66,14 +66,10 @@ def test_every_seeded_trace_runs_to_its_last_op_on_each_core_and_says_its_core(
         entry, indices, ran, other):
     assert UNIFIED.catalogue.resolve(RELEASED) is RUST_ENTRY
     events, first = Counter(), Counter()
-    for index in indices:
-        outcome = UNIFIED.check(UNIFIED.generator.generate(0, index, [entry]), entry)
-        if outcome.status != "agree":
-            assert outcome.divergence is not None, outcome.outside
-            fail_with(outcome.divergence)
-        events.update(outcome.features)
-        if index - indices.start < REACH:
-            first.update(outcome.features)
+    for index, found in enumerate(assert_seeded_traces_agree("unified", entry, indices)):
+        events.update(found)
+        if index < REACH:
+            first.update(found)
     assert events[ran] == len(indices) and events[other] == 0
     if indices.start % (SHARDS * SHARD):  # the first shard of each core: the edge classes
         return
