@@ -296,23 +296,23 @@ def _undeclared(path: str, base: type) -> type:
 
 
 def seeded_tests(target: str, impl_name: str, reach: int):
-    """The two seeded tests of a trace target's own implementation: it agrees on 2,000 seeded
-    traces (`slow`, in 4 shards), and the first `reach` traces reach every event its judge
-    counts (the edge classes)."""
+    """The two seeded tests of a trace target's own implementation, each trace judged once: the
+    first `reach` traces agree and reach every event its judge counts (the edge classes), and the
+    rest of 2,000 agree (`slow`, in 4 shards)."""
+    def judged(indices) -> Counter:
+        impl = TARGETS[target].catalogue.resolve(impl_name)
+        return sum(map(Counter, assert_seeded_traces_agree(target, impl, indices)), Counter())
+
     @pytest.mark.slow
     @pytest.mark.parametrize("shard", range(4))
     def test_it_agrees_on_2000_seeded_traces(shard):
-        impl = TARGETS[target].catalogue.resolve(impl_name)
-        assert_seeded_traces_agree(target, impl, range(shard * 500, (shard + 1) * 500))
+        judged(range(max(reach, shard * 500), (shard + 1) * 500))
 
-    def test_seeded_traces_reach_every_edge_class():
-        owner, events = TARGETS[target], Counter()
-        impl = owner.catalogue.resolve(impl_name)
-        for index in range(reach):
-            events.update(owner.check(owner.generator.generate(0, index), impl).features)
-        declared = set(owner.judge.lockstep.EVENTS)
+    def test_the_first_seeded_traces_agree_and_reach_every_edge_class():
+        declared, events = set(TARGETS[target].judge.lockstep.EVENTS), judged(range(reach))
         assert declared <= set(events), sorted(declared - set(events))
-    return test_it_agrees_on_2000_seeded_traces, test_seeded_traces_reach_every_edge_class
+    return (test_it_agrees_on_2000_seeded_traces,
+            test_the_first_seeded_traces_agree_and_reach_every_edge_class)
 
 
 def assert_refused_in_one_line(target: str, path: str, shows: str, interface: str) -> None:

@@ -5,8 +5,8 @@ configuration issue 24 names to 2,000 CI traces (`ci_configs.py`: a profile is a
 configurations; each top-up runs the indices carrying the configurations it is for, in shards
 that pytest -n spreads; a worker imports vLLM once, whatever the shards). Each shard's count of
 traces per configuration is pinned and asserted here, and their sums in `test_ci_configs.py`.
-In place of seeded traces of the mix, whose index draws the profile (the rarest is 1% of it).
-The first shard of a profile also reaches the edge classes its traces exist for (`REACHES`).
+Each profile's own stream, not the mix's, whose index draws the profile (the rarest is 1% of
+it). The first shard of a profile also reaches the edge classes its traces exist for (`REACHES`).
 Why not 2,000 of each profile: CI ran that once, 29 min 59 s of its 30 (`docs/upstream-vllm.md`,
 "Speed"); 1,500 of most, 2,000 of some later, up to 2026-12-06, all ran clean in CI. The two
 traces the check was wrong on (SETTLED) run on their own. Skips without vLLM."""

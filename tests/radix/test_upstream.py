@@ -18,7 +18,7 @@ from kvfuzz.strategies.radix.profile import KEEPS_KEY
 from kvfuzz.strategies.radix.trace import (Admit, Checkpoint, Evict, Extend, Finish, Insert, Match,
                                            Reset, Trace)
 from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
-                           fail_with, needs_engine, undeclared)
+                           needs_engine, undeclared)
 
 pytestmark = needs_engine("sglang")
 SGLANG = RADIX.catalogue.resolve("sglang.radix")
@@ -38,14 +38,9 @@ REACH, MISUSE = 40, {"reset in flight", "finish after a reset"}
 @pytest.mark.parametrize("shard", range(SHARDS))
 def test_every_seeded_trace_runs_to_its_last_op_on_sglang_and_reaches_every_edge_class(shard):
     assert RADIX.catalogue.resolve(RELEASED) is SGLANG
-    events = Counter()
-    for index in range(shard * SHARD, (shard + 1) * SHARD):
-        outcome = RADIX.check(RADIX.generator.generate(0, index, [SGLANG]), SGLANG)
-        if outcome.status != AGREE:
-            assert outcome.divergence is not None, outcome.outside
-            fail_with(outcome.divergence)
-        if index < REACH:
-            events.update(outcome.features)
+    indices = range(shard * SHARD, (shard + 1) * SHARD)
+    features = assert_seeded_traces_agree("radix", SGLANG, indices)
+    events = sum(map(Counter, features[:REACH]), Counter())
     if shard == 0:
         missing = set(RADIX.judge.lockstep.TREE_EVENTS) - MISUSE - set(events)
         assert not missing, sorted(missing)
