@@ -5,7 +5,10 @@ dropped step (`processed`) and a stop by stale output come from kvfuzz's own gen
 released class runs its traces clean (`test_every_profile.py`); here: the traces are the
 scheduler's shape (no vLLM needed), and mutants are caught on the profile's traces where only
 its stops reach them (slow: vLLM): a manager that ignores a waiting request's tokens in flight
-(a test double; no other profile's traces catch it), and two catalogue mutants."""
+(a test double; no other profile's traces catch it), and two catalogue mutants. And the
+profile's stops with the next step in flight, which the guard's sessions never make (they
+ignore EOS), are the release's: with stop tokens, vLLM's `AsyncScheduler` makes them, guarded
+clean, and a lock step keeping the dropped step in flight is caught there."""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from collections import Counter
 
 import pytest
 
+import kvfuzz
+from kvfuzz.fuzz.kvmanager import streaming
 from kvfuzz.strategies.kvmanager import async_streaming, streaming_input
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Finish, Placeholder, Preempt, Processed,
@@ -188,3 +193,55 @@ def test_no_other_profile_reaches_a_waiting_requests_tokens_in_flight(profile):
     impl = double("kvmanager", f"{__name__}:WaitingInFlightIgnored")
     assert all(divergence("kvmanager", stream.generate(0, index), impl) is None
                for index in range(20))
+
+
+def _stop_token_session(tmp_path, monkeypatch):
+    """`ASYNC_STREAMING` session 0 guarded, every request given stop tokens (about 8% of the
+    fake model's tokens 3 to 999)."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    vllm_scheduler.build_scheduler()  # (prepares vLLM's import)
+    import vllm.sampling_params
+
+    released = vllm.sampling_params.SamplingParams
+    monkeypatch.setattr(vllm.sampling_params, "SamplingParams", lambda *args, **kwargs:
+                        released(*args, **kwargs, stop_token_ids=list(range(3, 80))))
+    return vllm_scheduler.run_session(
+        0, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", corpus=tmp_path,
+                                                    **settings),
+        workload=vllm_scheduler.ASYNC_STREAMING)
+
+
+@with_engine("vllm")
+def test_the_released_async_scheduler_drops_a_stops_step_in_flight_as_the_profile_does(
+        tmp_path, monkeypatch):
+    """The guard's `ASYNC_STREAMING` sessions stop at `max_tokens` only (`ignore_eos`), with
+    nothing in flight; given stop tokens, vLLM's `AsyncScheduler` stops sessions with their
+    next step in flight, and session 0 runs guarded clean through both of the profile's new
+    edge classes: the dropped step processed while the session waits, and a resumption before
+    it was (the engine's tokens in flight checked against the lock step's at the call)."""
+    run = _stop_token_session(tmp_path, monkeypatch)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests, run
+    events = guarded.lock.events
+    assert events[streaming.DROPPED_PROCESSED] and events[streaming.RESUMED_IN_FLIGHT], events
+
+
+@with_engine("vllm")
+def test_a_lock_step_keeping_a_waiting_requests_dropped_step_in_flight_is_caught(
+        tmp_path, monkeypatch):
+    """The check above can fail: a lock step that ignores a waiting request's `processed` (its
+    dropped step kept in flight) resumes it with a token in flight where the engine has none."""
+    from kvfuzz.fuzz.engine.lockstep import handles
+    from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
+
+    released = KVManagerLockstep.processed
+
+    def ignored_while_waiting(self, op):
+        request = self.requests.get(op.rid)
+        if request is None or request.status != "waiting":
+            yield from released(self, op)
+    monkeypatch.setattr(KVManagerLockstep, "processed",
+                        handles(Processed)(ignored_while_waiting))
+    with pytest.raises(kvfuzz.Mismatch, match="the lock step resumes with"):
+        _stop_token_session(tmp_path, monkeypatch)
