@@ -49,7 +49,7 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import align_connector, align_retention
+from kvfuzz.fuzz.kvmanager import align_connector, align_order, align_retention
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
@@ -151,7 +151,8 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
                     return crash_problems(raised)
                 if actual:
                     self.count("partial tail handed off at finish")
-                return boundary.tail_problems(actual, op.rid, request, self._states(table[-1]),
+                tail = align_order.tail(align_order.order(self.trace), actual)  # group ids
+                return boundary.tail_problems(tail, op.rid, request, self._states(table[-1]),
                                               keyed, self.trace.block_size,
                                               self.trace.hash_size)
             yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail", (op.rid,),
@@ -268,6 +269,8 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
             request.skip or not trace.caching, request.hashes(trace.hash_size), len(request.tokens),
             trace.block_size, trace.hash_size, self.cache)
         self.count(expected[0])
+        if expected[0] == align_connector.AGREED and expected[1] > 256:
+            self.count(align_connector.AGREED_PAST_256)
         yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
                    oracle=None, compare=lambda e, r, actual, raised:
                    align_connector.lookup_problems(expected, actual, raised))
@@ -288,7 +291,8 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
         copies = self.read("release_copies")
         if copies:
             self.count("copy-on-write copies taken")
-        offloads = self.read("boundary_offloads")  # drained every step, as a connector does
+        offloads = align_order.offloads(  # drained every step, as a connector does
+            align_order.order(self.trace), self.read("boundary_offloads"))
         if offloads:
             self.count("boundary states offered")
         before = self.keys

@@ -35,7 +35,11 @@ SKIPPED = "connector lookup: a request that skips the cache"
 LAGGING = "connector lookup: full attention deeper than the Mamba group (flagged)"
 AGREED = "connector lookup: both groups as deep"
 DEEPER = "connector lookup: a Mamba state deeper than full attention (the reconciled hit)"
-EVENTS = (SKIPPED, LAGGING, AGREED, DEEPER)
+# both as deep past CPython's shared small ints (256): two equal hits are then two objects,
+# and with the Mamba group first `min` returns its own (the "full last" profile: an identity
+# test for `<` at line 378 differs there only)
+AGREED_PAST_256 = "connector lookup: both groups as deep, past 256 tokens"
+EVENTS = (SKIPPED, LAGGING, AGREED, DEEPER, AGREED_PAST_256)
 
 
 def boundary(full: int, hit: int) -> int:

@@ -9,6 +9,7 @@ and keeps what the next op's checks compare against (`keys`, `ref`, `states`).""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.fuzz.kvmanager import align_order
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.oracle.blockpool.invariants import state_violations
 from kvfuzz.oracle.kvmanager import mamba_align
@@ -20,6 +21,9 @@ class AlignPoolChecks:
         num_free, (queue, links), ref, keys, cache, usage = (
             self.read("num_free"), self.read("free_queue"), self.read("ref_counts"),
             self.read("keys"), self.read("cache_map"), self.read("usage"))
+        # entries by the trace's group ids, full attention 0 (`align_order.py`)
+        ids = align_order.order(self.trace)
+        keys, cache = align_order.keys(ids, keys), align_order.cache(ids, cache)
         held, states = [0] * size, {}
         problems = [("free queue links", links)] if links else []
         self.mamba_tables = {}

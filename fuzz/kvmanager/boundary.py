@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from kvfuzz.oracle.kvmanager.mamba_align import hit_key
 
-MAMBA_GROUP = 1
+MAMBA_GROUP = 1  # the trace's id (the manager's 0 where it comes first: `align_order.py`)
 
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,

@@ -26,7 +26,9 @@ Facts read in the released source:
 
 from __future__ import annotations
 
-FULL, MAMBA = 0, 1  # the groups' ids in the "mamba align" profile
+# the groups' ids as a trace names them (with full attention's group ordered last, the lock step
+# reads the pool's ids in this order: fuzz/kvmanager/align_order.py)
+FULL, MAMBA = 0, 1
 
 
 def full_attention_hit(units: list[int], cap: int, block_size: int, hash_size: int,

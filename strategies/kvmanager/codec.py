@@ -149,16 +149,17 @@ def _first_window(reader: FieldReader, data: dict, values: dict, window: int) ->
 
 def _full_last(reader: FieldReader, data: dict, values: dict, window: int) -> None:
     """Full attention's group last: behind a Mamba group in mode "none" or "all" or a
-    cross-attention group (caching off, so no hit, event or offload names a group), and none of
-    the settings that name a group by its index."""
+    cross-attention group (caching off, so no hit, event or offload names a group), or a Mamba
+    group in mode "align" (its reduced checks read the pool's entries, offers and answers by
+    the trace's group ids: `fuzz/kvmanager/align_order.py`), and none of the settings that
+    name a group by its index."""
     others = [name for name in ("eagle_groups", "dcp", "hisparse", "lone", "first_window",
                                 "zeroing", "hash_lookahead", "prefill_lookahead")
               if values.get(name, data.get(name))]
-    second = values["mamba_mode"] in ("none", "all") or values["encoder_tokens"]
+    second = values["mamba_mode"] in ("none", "all", "align") or values["encoder_tokens"]
     reader.expect(not values["full_last"] or (second and not window and not others),
-                  "full_last", f"expected false without a Mamba (\"none\", \"all\") or "
-                  f"cross-attention group or with {', '.join(others) or 'a sliding window'}",
-                  values["full_last"])
+                  "full_last", f"expected false without a Mamba or cross-attention group or "
+                  f"with {', '.join(others) or 'a sliding window'}", values["full_last"])
 
 
 def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:

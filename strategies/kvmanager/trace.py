@@ -353,12 +353,14 @@ class Trace:
     sizes), under vLLM's hybrid coordinator, whose hit search then takes more than one pass.
 
     Full attention ordered last (`kvmanager/5[full last]`): `full_last` puts the second group
-    (Mamba in mode "none" or "all", or cross attention; caching off) first in the manager's
-    `kv_cache_groups` and full attention after it, as vLLM groups the layers of a model whose
-    first layer is not full attention (Qwen3-Next's and Jamba's Mamba layers, Gemma 3's sliding
-    windows: `kv_cache_planning.py` groups layers in the order the model registers them). A
-    trace still names its groups full attention first: the driver reads the manager's answers
-    per group back into that order, and the oracle allocates and frees in the manager's."""
+    (Mamba in mode "none" or "all", or cross attention, caching off; or Mamba "align") first in
+    the manager's `kv_cache_groups` and full attention after it, as vLLM groups the layers of a
+    model whose first layer is not full attention (Qwen3-Next's and Jamba's Mamba layers, Gemma
+    3's sliding windows: `kv_cache_planning.py` groups layers in the order the model registers
+    them). A trace still names its groups full attention first: the driver reads the manager's
+    answers per group back into that order, the oracle allocates and frees in the manager's,
+    and the reduced mode of "align" reads the pool's group ids in the trace's
+    (`fuzz/kvmanager/align_order.py`)."""
 
     blocks: int
     block_size: int

@@ -67,6 +67,10 @@ REACHES = {
                     align_connector.LAGGING, align_connector.DEEPER]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
+    # full attention last: both groups of Mamba "align" (first) hitting as deep past 256 tokens
+    "full last": [align_connector.AGREED_PAST_256, "preempt"] + _CONFIGS(
+        "full attention's group last", "Mamba", "cross attention",
+        "Mamba align mode, prefix caching on (reduced checks)"),
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
                   and event not in connector.ASYNC_EVENTS]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",

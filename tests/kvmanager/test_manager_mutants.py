@@ -2,11 +2,12 @@
 four survivors are reach gaps of the mix's first 200 cases, not of the properties. Each is
 killed on the first index of the profile alone (`--profile`) that reaches it, which the release
 runs clean (2026-12-05). The other two (`kv_cache_manager.py` 378 `is not`, 754 `break`) need
-a group ordered before full attention: 754 is killed on the "full last" profile (2026-12-06),
-which builds that order; 378's `is not` needs it with Mamba "align" and the connector's lookup
-too, which that profile leaves out: caught here by the lookup's own rule on a hand-made pair
-of requests through the driver (below), not yet by a seeded trace: docs/upstream-vllm.md,
-"`KVCacheManager`'s survivors". Skips without vLLM."""
+a group ordered before full attention, which the "full last" profile builds (2026-12-06): 754
+is killed on its first trace; 378's `is not` needs the Mamba "align" group first and both
+groups hitting exactly as deep past 256 tokens, which its "align" kind reaches first at index 4
+(the connector's lookup flags a lag that is not there). The same edit is also caught on a
+hand-made pair of requests through the driver (below): docs/upstream-vllm.md, "`KVCacheManager`'s
+survivors". Skips without vLLM."""
 
 from __future__ import annotations
 
@@ -30,6 +31,9 @@ KILLED = [
     # `continue` as `break` in get_block_ids_for_computed_tokens: behind a group it does not
     # clip (cross attention, Mamba) ordered first, full attention's ids are dropped
     ("754:16:ReplaceContinueWithBreak:3", "full last", 0, "block_ids_for_computed_tokens"),
+    # `min(per_group_hits) is not num_local`: the Mamba group first, both hitting 264 tokens
+    # (distinct ints past 256), `min` returns the Mamba group's: flagged with no lag
+    ("378:57:ReplaceComparisonOperator_Lt_IsNot:0", "full last", 4, "prefix hit"),
 ]
 
 
@@ -48,10 +52,10 @@ def test_a_manager_survivor_of_the_mix_is_killed_on_its_profile(mutant, profile,
 # 378's `<` as `is not` in get_computed_blocks_for_connector's per-group branch: it differs only
 # where a group ordered before full attention (a Mamba "align" group, as Qwen3-Next's layer 0
 # makes it) hits exactly as deep past 256 tokens (`min` returns the first of equal values;
-# CPython shares ints up to 256 only). The "full last" profile leaves Mamba "align" out (its
-# reduced checks read cache entries by group id), so the lookup's own rule
-# (`align_connector.expectation`) judges it on a hand-made pair of requests: a 320-token prompt
-# computed and freed, then one sharing it, both groups hitting all 320 tokens.
+# CPython shares ints up to 256 only). Killed by a seeded trace above; here the lookup's own rule
+# (`align_connector.expectation`) judges it on a hand-made pair of requests (written before the
+# profile reached it, kept: the smallest case): a 320-token prompt computed and freed, then one
+# sharing it, both groups hitting all 320 tokens.
 IS_NOT = "378:57:ReplaceComparisonOperator_Lt_IsNot:0"
 
 
