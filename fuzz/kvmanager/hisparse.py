@@ -49,12 +49,15 @@ mirrors and host copies (the worker's views).
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag, hisparse_pins
+import functools
+
+from kvfuzz.fuzz.kvmanager import hisparse_cow, hisparse_import, hisparse_lag, hisparse_pins
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
                                                    admission_fits, allocation_problems, listed,
-                                                   pool_problems, table_problems)
+                                                   pool_problems, reset_evict_problems,
+                                                   table_problems)
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
@@ -66,22 +69,28 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
 
 
-class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
+class HiSparseLockstep(hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
+                       hisparse_lag.LaggedReports,
                        hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
     connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
     or not, and the holds of write-backs in flight: `hisparse_lag.py`; the device pool's pins:
-    `hisparse_pins.py`."""
+    `hisparse_pins.py`; the host's copy-on-write and a Mamba "align" group beside the four
+    (the "hisparse cow" profile): `hisparse_cow.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
+        hisparse_cow.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
         if not self.hs:
             return super().build_model(trace)
         self.align = False
+        # a Mamba "align" group beside the four, hashed per fewer tokens than a block
+        self.cow = trace.mamba_mode == "align"
+        self.groups, self.unit = (5, trace.hash_size) if self.cow else (4, trace.block_size)
         self.requests = {}
         self.seen = set()
         self.planned: list[tuple[int, int]] = []  # write-backs planned by this op
@@ -105,6 +114,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         self.device_ref: list[int] = []
         self.start_reports()
         self.start_pins()
+        self.start_cow()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -181,7 +191,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
             yield Call(f"allocate_slots(r{rid}, 0)", "allocate_slots", args, oracle=refuse)
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
-                         "allocate_slots", args, oracle=None, compare=allocation_problems)
+                         "allocate_slots", args, oracle=None,
+                         compare=functools.partial(allocation_problems, groups=self.groups))
         if admission:
             wrong = self._admission_problems(rid, request, new, hit, hit_source, indexer_hit,
                                              args[5], got.actual is not None)
@@ -208,7 +219,10 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = table_problems(rid, tables, request.computed, size,
-                                  0 if admission else self.import_pages.get(rid, 0))
+                                  0 if admission else self.import_pages.get(rid, 0),
+                                  self.groups)
+        if self.cow and not problems:
+            problems += self.mamba_table_problems(rid, tables, request.computed)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
             # a new request resuming a host prefix reads host-backed history: its hot region
             # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
@@ -218,7 +232,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         if admission and not problems:
             # the hit's blocks it adopts, then the blocks it writes: none of those retained
             # past the hit (cached pages another request may share)
-            kept = cdiv(hit, size)
+            kept = hit // size  # (a hit inside a block: its copy-on-write block is new)
             expected = list(hit_source[:kept]) + list(actual[SOURCE])
             if tables[SOURCE] != expected:
                 problems.append(("retained hit", (
@@ -231,6 +245,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
+        problems += yield from self.take_host_copies(rid, hit, hit_source, tables, actual)
         pairs = self.received(rid, planned.actual)
         self.planned += pairs
         self.owners.update((tid, rid) for tid, _ in pairs)
@@ -241,6 +256,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         """An admission made exactly when the released counts say it fits
         (`admission_fits`), for the whole request first where the scheduler asks it."""
         trace, size = self.trace, self.trace.block_size
+        if self.cow:  # (the Mamba group's counts are not modelled here)
+            return []
         watermark = int(trace.watermark * trace.blocks) if others_running else 0
         cap = cdiv(min(trace.max_in_flight_tokens or trace.max_model_len, trace.max_model_len),
                    size)
@@ -268,6 +285,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         watermark at an admission while others run; on the host a block a slot. (A refusal
         short of that is not judged: HiSparse's admission counts are not modelled.)"""
         size, admission = self.trace.block_size, hit is not None
+        if self.cow:  # (nor the most a Mamba group's step may need)
+            return []
         slots = (hit or 0) + new if admission else request.computed + new
         if admission and self.trace.full_sequence_must_fit:
             slots = max(slots, len(request.tokens))
@@ -288,27 +307,33 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
             return crash_problems(raised)
         try:
             blocks, hit, _ = actual
-            source, indexer, resident, hot = blocks
+            source, indexer, resident, hot = blocks[:4]
+            if len(blocks) != self.groups:
+                raise ValueError(len(blocks))
         except (TypeError, ValueError):
             return [("prefix hit", f"expected (four groups' blocks, hit tokens, boundary), "
                                    f"actual {short(actual)}")]
         tokens, size = len(request.tokens), self.trace.block_size
         if request.skip and hit:
             return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
-        if not 0 <= hit <= tokens - 1 or hit % size:
+        if not 0 <= hit <= tokens - 1 or hit % self.unit:
             return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
-                                   f"multiple of {size} below {tokens}")]
-        count = hit // size
+                                   f"multiple of {self.unit} below {tokens}")]
+        count = cdiv(hit, size)
         if len(indexer) != count or len(source) < count or resident or hot:
             return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} indexer "
                                    f"blocks, {count} or more source blocks, no resident or hot "
                                    f"ones, actual {short(blocks)}")]
-        units = request.hashes(size)
+        if self.cow and self.mamba_hit_problems(hit, blocks, request):
+            return self.mamba_hit_problems(hit, blocks, request)
+        units, per = request.hashes(self.unit), size // self.unit  # (a block's key: its last's)
         for group, table, keys in ((SOURCE, source, self.host_keys),
                                    (INDEXER, indexer, self.device_keys)):
-            for index, block in enumerate(table):
+            # (a block the hit ends inside is cached under a partial entry: not compared)
+            for index, block in enumerate(table[:hit // size] if self.cow else table):
                 entries = keys[block] if 0 < block < len(keys) else None
-                if index >= len(units) or (units[index], group) not in listed(entries):
+                if (index + 1) * per > len(units) or \
+                        (units[(index + 1) * per - 1], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
         return []
@@ -317,6 +342,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
     def state(self, op) -> list[tuple[str, str]]:
         if not self.hs:
             return super().state(op)
+        if self.cow:
+            self.mamba_step()
         written = self._reports()  # the worker's report: write-backs completed (hisparse_lag)
         if written:
             self.durable |= {block for _, block in written}
@@ -334,7 +361,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         held, live = [0] * self.trace.hisparse, {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
-            live[rid] = tables if tables else [[]] * 4
+            live[rid] = tables if tables else [[]] * self.groups
             source = tables[SOURCE] if tables else []
             self.last_source[rid] = list(source)
             for block in source:
@@ -358,7 +385,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         if early:
             problems.append(("published early", f"host blocks {early[:6]} are cached with no "
                                                 f"write-back done since they were handed out"))
-        problems += self._reset_evict_problems(host, device)
+        problems += reset_evict_problems(host, device, self.reset_done, self.evicted)
         published = sum(key is not None for key in host["keys"])
         if published > self.published:
             self.count(PUBLISHED)
@@ -384,17 +411,3 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
                                    f"back and its first {request.computed} tokens computed, "
                                    f"but pages {unpublished[:6]} are not cached")] \
             if unpublished else []
-
-    def _reset_evict_problems(self, host, device) -> list[tuple[str, str]]:
-        problems = []
-        if self.reset_done:
-            cached = [(name, b) for name, pool in (("host", host), ("device", device))
-                      for b, key in enumerate(pool["keys"]) if key is not None]
-            if cached:
-                problems.append(("reset", f"a reset that succeeded left blocks cached: "
-                                          f"{cached[:6]}"))
-        cached = [b for b in self.evicted if b < len(device["keys"]) and
-                  device["keys"][b] is not None]
-        if cached:
-            problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
-        return problems

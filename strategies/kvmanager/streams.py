@@ -24,6 +24,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
 from kvfuzz.strategies.kvmanager import async_streaming
+from kvfuzz.strategies.kvmanager import hisparse_cow
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -167,7 +168,11 @@ ALONE_ONLY = {"async connector": async_connector.GENERATOR,
               "streaming": streaming_input.GENERATOR,
               # the same under the asynchronous scheduler: stops with `discard`, dropped steps,
               # stops by stale output (2026-12-06, issue 24)
-              "async streaming": async_streaming.GENERATOR}
+              "async streaming": async_streaming.GENERATOR,
+              # HiSparse's host copy-on-write: its four groups beside a Mamba "align" group
+              # hashed below the block, partial local hits in the host pool (2026-12-06,
+              # issue 24)
+              "hisparse cow": hisparse_cow.GENERATOR}
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
