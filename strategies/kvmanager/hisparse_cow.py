@@ -12,7 +12,8 @@ and a published source page holding it (the host publishes a page once its write
 durable, and keys the prompt's partial tail then). So the requests come in families: a
 producer computes its prompt up to that boundary in one step, then the rest, then decodes past
 the block (its page written back and published); consumers share the producer's prompt up to
-the boundary and differ after it. Families run interleaved, with preemptions, finishes,
+the boundary and differ after it (in three traces in ten every consumer computes less than the
+rest of the block its hit ends in, then finishes or is preempted). Families run interleaved, with preemptions, finishes,
 device evictions and resets, and in half the traces the worker reports late
 (`Trace.hisparse_lag`, the copies' releases with it). Standard library only."""
 
@@ -25,9 +26,12 @@ from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Pr
 from kvfuzz.strategies.sources import TraceGenerator
 
 
-def _family(rng: random.Random, rids, base: int, size: int, hashed: int) -> list[list]:
+def _family(rng: random.Random, rids, base: int, size: int, hashed: int,
+            short: bool) -> list[list]:
     """A producer's ops and its consumers' (each a list of ops, in order): the producer's
-    prompt ends a hash block or more past its last hash boundary, which is inside a block."""
+    prompt ends a hash block or more past its last hash boundary, which is inside a block.
+    `short`: each consumer computes less than the rest of the block its hit ends in, then
+    finishes or is preempted (its private page never filled)."""
     while True:
         boundary = rng.randint(1, 4 * size // hashed) * hashed
         if boundary % size:
@@ -43,6 +47,14 @@ def _family(rng: random.Random, rids, base: int, size: int, hashed: int) -> list
     scripts = [ops]
     for k in range(rng.randint(1, 3)):
         rid = next(rids)
+        if short:
+            room = size - boundary % size - 1  # tokens it may compute in the hit's block
+            chunk = rng.randint(1, max(room, 1))
+            # (its prompt's own last hash boundary past what it computes: no partial entry)
+            tail = tuple(base + 700 + 50 * k + i for i in range(chunk + hashed + 1))
+            scripts.append([Arrive(rid, prompt[:boundary] + tail), Schedule(rid, chunk),
+                            rng.choice((Finish, Preempt))(rid)])
+            continue
         tail = tuple(base + 700 + 50 * k + i for i in range(rng.randint(1, 2 * size)))
         # most share the whole boundary (a partial hit); some a hash block less
         cut = boundary if rng.random() < 0.8 else max(boundary - hashed, hashed)
@@ -57,13 +69,13 @@ def _family(rng: random.Random, rids, base: int, size: int, hashed: int) -> list
 
 
 def _ops(rng: random.Random, size: int, hashed: int, blocks: int, num_ops: int) -> tuple:
-    rids = iter(range(1 << 20))
+    rids, short = iter(range(1 << 20)), rng.random() < 0.3
     pending: list[list] = []  # families in flight: each a list of scripts run in order
     ops, family = [], 0
     while len(ops) < num_ops:
         if len(pending) < rng.randint(1, 3):
             family += 1
-            pending.append(_family(rng, rids, 1000 * family, size, hashed))
+            pending.append(_family(rng, rids, 1000 * family, size, hashed, short))
         scripts = rng.choice(pending)
         ops.append(scripts[0].pop(0))
         if not scripts[0]:
