@@ -3,11 +3,14 @@ the judge's side: `fuzz/kvmanager/hisparse_cow.py`): HiSparse's four groups besi
 "align" group hashed below the block, where a hit may end inside a source block. The codec
 takes the layout and refuses its near misses in one line; the judge's exact host count holds a
 reference more on each end of a copy in flight (no vLLM); the released class makes host copies
-and runs index 9 clean (a copy made and released), and a mutant whose copy's source is
-released when the copy is handed out, not once it ran, is caught there; the released class's
-partial-hit page published before any write-back of it ("published early", 9 ops) is pinned as
-found on vLLM 0.33.0. Skips without vLLM but the codec's and the judge's own tests."""
+and runs index 0 clean (copies made and released; its first 100 run clean in
+`test_every_profile.py`), and a mutant whose copy's source is released when the copy is handed
+out, not once it ran, is caught there; on the consumers that fill their private page
+(`hisparse_cow.FILLED`, not a profile) the released class publishes that page before any
+write-back of it ("published early", 9 ops), pinned as found on vLLM 0.33.0. Skips without
+vLLM but the codec's and the judge's own tests."""
 
+import re
 from collections import Counter
 
 import pytest
@@ -20,7 +23,7 @@ from kvfuzz.strategies.kvmanager.trace import to_json
 from tests.helpers import divergence, needs_engine
 
 MUTANT = "kvfuzz.impl.kvmanager.upstream_mutants:hisparse_cow_source_not_held"
-CLEAN = 9  # the first index of seed 0 that makes a host copy and runs clean on vLLM 0.33.0
+CLEAN = 0  # index 0 of seed 0 makes host copies and runs clean on vLLM 0.33.0
 
 
 def test_a_cow_trace_keeps_its_layout_through_the_codec():
@@ -67,13 +70,15 @@ def test_a_copy_in_flight_holds_a_reference_more_on_each_end():
 
 
 def test_the_profile_reaches_its_copies_in_its_traces():
-    """Each trace's families share a prompt up to a hash boundary inside a block; a third of
-    the traces stop every consumer short of the block's end."""
+    """Each trace's families share a prompt up to a hash boundary inside a block, and every
+    consumer stops short of the block's end (the filled stream's go on)."""
     traces = [hisparse_cow.GENERATOR.generate(0, i) for i in range(20)]
     kinds = Counter(type(op).__name__ for trace in traces for op in trace.ops)
     assert kinds["Arrive"] > 100 and kinds["Finish"] and kinds["Preempt"] and kinds["Evict"]
     assert any(trace.hisparse_lag for trace in traces)
     assert any(not trace.hisparse_lag for trace in traces)
+    filled = hisparse_cow.FILLED.generate(0, 0)
+    assert codec.from_json(to_json(filled)) == filled and filled.note.endswith("pages filled")
 
 
 _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
@@ -95,12 +100,15 @@ def test_the_release_makes_host_copies_and_runs_a_copying_trace_clean():
 def test_a_copys_source_released_before_it_ran_is_caught():
     found = divergence("kvmanager", hisparse_cow.GENERATOR.generate(0, CLEAN), MUTANT)
     assert found is not None and found.what.startswith("host pool"), found
-    assert "expected 2" in found.lines[-1][1]
+    has, expected = map(int, re.search(r"block \d+ has (\d+), expected (\d+)",
+                                       found.lines[-1][1]).groups())
+    assert expected == has + 1, found.report()  # the copy's reference, dropped early
 
 
 # The released class publishes a partial local hit's private page under the request's hash at
 # its admission, with no write-back of the page done or planned (the coordinator counts
-# cdiv(hit, b) pages ready, `commit_computed_blocks`): shrunk from index 0 (2026-12-06)
+# cdiv(hit, b) pages ready, `commit_computed_blocks`): shrunk from index 0 of the stream that
+# became `FILLED` (2026-12-06)
 FOUND = {"format": "kvfuzz-kvmanager-trace/1", "blocks": 13, "block_size": 2, "window": 0,
          "max_model_len": 1024, "full_sequence_must_fit": True, "watermark": 0.1,
          "hash_block_size": 1, "mamba_mode": "align", "hisparse": 10,
