@@ -14,9 +14,9 @@ producer computes its prompt up to that boundary in one step, then the rest, the
 the block (its page written back and published); consumers share the producer's prompt up to
 the boundary and differ after it, each computing less than the rest of the block its hit ends
 in, then finishing or preempted (`FILLED`: consumers that go on, not a profile: the released
-class publishes their private page before its write-back). Families run interleaved, with preemptions, finishes,
-device evictions and resets, and in half the traces the worker reports late
-(`Trace.hisparse_lag`, the copies' releases with it). Standard library only."""
+class publishes their private page before its write-back). Families run interleaved, with
+preemptions, finishes, device evictions and resets, and in half the traces the worker reports
+late (`Trace.hisparse_lag`, the copies' releases with it). Standard library only."""
 
 from __future__ import annotations
 

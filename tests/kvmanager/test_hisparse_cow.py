@@ -1,5 +1,5 @@
-"""HiSparse's host copy-on-write (the "hisparse cow" profile, `strategies/kvmanager/hisparse_cow.py`;
-the judge's side: `fuzz/kvmanager/hisparse_cow.py`): HiSparse's four groups beside a Mamba
+"""HiSparse's host copy-on-write (the "hisparse cow" profile,
+`strategies/kvmanager/hisparse_cow.py`; the judge's side: `fuzz/kvmanager/hisparse_cow.py`): HiSparse's four groups beside a Mamba
 "align" group hashed below the block, where a hit may end inside a source block. The codec
 takes the layout and refuses its near misses in one line; the judge's exact host count holds a
 reference more on each end of a copy in flight (no vLLM); the released class makes host copies
