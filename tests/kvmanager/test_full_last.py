@@ -1,8 +1,9 @@
 """Full attention's KV-cache group ordered last (`Trace.full_last`, the "full last" profile), as
 vLLM 0.33.0 groups a model whose first layer is Mamba or cross attention: the oracle takes and
 frees blocks in the manager's group order while naming group 0 full attention, and the field's
-round trip and one-line refusals; the profile alone only, the mix unchanged. Pure Python (the
-release and the mutant it kills: `test_manager_mutants.py`)."""
+round trip and one-line refusals; the profile drawn in the mix on a share of its own (alone
+only until 2026-12-06). Pure Python (the release and the mutant it kills:
+`test_manager_mutants.py`)."""
 
 import pytest
 
@@ -56,9 +57,11 @@ def test_the_field_round_trips_and_its_refusals_name_it():
             from_json(_trace(**bad))
 
 
-def test_the_profile_is_made_alone_only_and_each_trace_orders_full_attention_last():
-    assert streams.ALONE_ONLY["full last"] is streams.ALONE["full last"]
-    assert all(stream.name != "kvmanager/5[full last]" for stream, _, _ in streams.STREAMS)
+def test_the_profile_has_a_share_of_the_mix_and_each_trace_orders_full_attention_last():
+    # alone only until 2026-12-06; since, a share of its own (index 282 of seed 0 the first)
+    assert [s for s, _, _ in streams.STREAMS if s.name == "kvmanager/5[full last]"] == \
+        [streams.ALONE["full last"]]
+    assert streams.GENERATOR.generate(0, 282).note == "profile full last"
     made = [streams.ALONE["full last"].generate(0, index) for index in range(20)]
     assert all(t.full_last and not t.caching and t.note == "profile full last" for t in made)
     assert {bool(t.encoder_tokens) for t in made} == {True, False}  # both shapes
