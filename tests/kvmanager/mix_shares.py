@@ -79,8 +79,8 @@ def takes(low: float, high: float, seed: int = 0, first: int = 300) -> list[int]
 
 
 def clashes(low: float, high: float) -> dict[int, list[int]]:
-    """The relied-on indices a share [low, high) would take, or those of a stream already
-    there (empty where the rule holds)."""
+    """The relied-on indices, by seed, that a share [low, high) would take (none where the
+    rule holds)."""
     found = {seed: sorted(i for i in indices if low <= draw(seed, i) < high)
              for seed, indices in relied().items()}
     return {seed: indices for seed, indices in found.items() if indices}
