@@ -23,6 +23,7 @@ while the step is in flight, and the `settle` after the step's output (its accep
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.fuzz.kvmanager.streaming import DROPPED_PROCESSED
 from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 
 # The asynchronous scheduler's own ops ("async outputs" makes them); then those of its draft
@@ -75,6 +76,8 @@ class AsyncOps:
                 not request.in_flight:
             return
         self.count("output processed, nothing in flight")
+        if request.status == "waiting":
+            self.count(DROPPED_PROCESSED)
         request.in_flight = 0
         yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
                    oracle=None)

@@ -178,6 +178,8 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             # update taken): no lookup
             self.count("resumed after a streaming update" if request.streamed else
                        "resumed after its load")
+            if request.streamed and request.in_flight:
+                self.count(streaming.RESUMED_IN_FLIGHT)
             left = len(request.tokens) - request.computed
             rows = self._padded(left, request.computed, op.chunk, op.pad, "after its load")
             new = min(op.chunk, left) + rows

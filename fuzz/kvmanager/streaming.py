@@ -17,11 +17,17 @@ from __future__ import annotations
 from kvfuzz.fuzz.engine.lockstep import Call, handles
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
+# Under the asynchronous scheduler (the guard's `ASYNC_STREAMING` recordings, and since
+# 2026-12-06 the "async streaming" profile): a stop's dropped step processed while the request
+# waits (`async_ops.py`), and a resumption before it was (its tokens in flight passed)
+DROPPED_PROCESSED = "streaming: a waiting request's dropped step processed"
+RESUMED_IN_FLIGHT = "streaming: resumed with its dropped step in flight"
+ASYNC_EVENTS = ("streaming: the sampled token discarded (its step in flight)",
+                "streaming: a preempted request stopped by its stale output",
+                DROPPED_PROCESSED, RESUMED_IN_FLIGHT)
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
-          "resumed after a streaming update",
-          "streaming: the sampled token discarded (its step in flight)",
-          "streaming: a preempted request stopped by its stale output")
+          "resumed after a streaming update", *ASYNC_EVENTS)
 
 
 class StreamingOps:
@@ -30,8 +36,11 @@ class StreamingOps:
     @handles(Stream)
     def stream(self, op: Stream):
         request = self.requests.get(op.rid)
-        if request is None or request.keys.embeds or \
-                (op.discard and not self.trace.async_scheduling):
+        # (`discard` drops a sampled token: none where the request's last token is its
+        # prompt's, as a trace whose hit estimate was wrong can have it; the replay driver
+        # would pop an output the request does not have)
+        if request is None or request.keys.embeds or (op.discard and not (
+                self.trace.async_scheduling and len(request.tokens) > request.prompt)):
             return
         # (with `discard` the token's slot computed or not: its step in flight, or none)
         running = request.status == "running" and \

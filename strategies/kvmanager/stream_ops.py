@@ -32,7 +32,8 @@ class Stream:
     discards (the scheduler's caching after the output sampled it first), its slot that of
     the step in flight: the token is dropped, the request keeps the others computed, and its
     tokens in flight stay counted (the step's output is dropped when it comes, a `processed`
-    of the waiting request). Resolves to nothing without asynchronous scheduling. There, a
+    of the waiting request). Resolves to nothing without asynchronous scheduling, or where
+    the request's last token is its prompt's (no sampled token to drop). There, a
     `stream` (without `discard`) applies to a waiting request preempted before, with nothing
     computed, too: its stale output stopped it (the token it delivered is the one discarded);
     it is admitted again through the cache."""

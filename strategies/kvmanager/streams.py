@@ -23,7 +23,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
-from kvfuzz.strategies.kvmanager import connector_sizes
+from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -165,6 +165,9 @@ ALONE_ONLY = {"async connector": async_connector.GENERATOR,
               # `KVCacheManager` survivors): alone only, the mix's draws kept
               "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,
+              # the same under the asynchronous scheduler: stops with `discard`, dropped steps,
+              # stops by stale output (2026-12-06, issue 24)
+              "async streaming": async_streaming.GENERATOR,
               # a KV connector over groups of different block sizes (2026-12-06, issue 24)
               "connector sizes": connector_sizes.GENERATOR}
 ALONE.update(ALONE_ONLY)

@@ -150,6 +150,16 @@ REACHES = {
         "admission with a hit", "preempt", "window frees blocks",
         "allocate_slots refused: the whole request does not fit"]
     + _CONFIGS("sliding window", "whole request must fit", "watermark"),
+    # the same under the asynchronous scheduler (streaming.ASYNC_EVENTS: stops discarding the
+    # trace's last token, a waiting request's dropped step processed, a resumption before it
+    # was, a stop by stale output), with updates at the stop and after a wait, placeholders,
+    # stale tokens, preemptions and a window's frees with tokens in flight
+    "async streaming": list(streaming.ASYNC_EVENTS) + [
+        "streaming: stopped, waiting for an update", "streaming: update taken",
+        "streaming: update taken at the stop", "resumed after a streaming update",
+        "placeholder slot (token in flight)", "stale token after a preemption", "preempt",
+        "window frees blocks with tokens in flight", "admission with a hit"]
+    + _CONFIGS("asynchronous scheduling", "sliding window", "whole request must fit"),
 }
 
 
