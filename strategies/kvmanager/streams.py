@@ -23,7 +23,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
-from kvfuzz.strategies.kvmanager import async_streaming
+from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -102,7 +102,11 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # resumable requests under the asynchronous scheduler (2026-12-06, issue 24; alone
            # only for an hour, then a share by the same rule, the widest open range): none of
            # the first 300 of seed 0, 1 of the first 340 (333)
-           (async_streaming.GENERATOR, 0.2829, 0.2941))
+           (async_streaming.GENERATOR, 0.2829, 0.2941),
+           # a KV connector over groups of different block sizes (2026-12-06, issue 24; alone
+           # only until merged, then by the same rule the open range that takes one of seed
+           # 0's first 340, where `test_profiles.py` wants every profile): 337
+           (connector_sizes.GENERATOR, 0.2942, 0.3000))
 
 
 class MixedStreams:
@@ -169,13 +173,14 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "hisparse lag": hisparse_lag.GENERATOR,
          "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
 # Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes:
-# none since 2026-12-06 (the five that were are in `STREAMS` above). A new profile may start
+# none since 2026-12-06 (the six that were are in `STREAMS` above). A new profile may start
 # here, the mix's draws kept, until it gets a share by `STREAMS`'s rule
 ALONE_ONLY: dict[str, TraceGenerator] = {}
 ALONE.update({"async connector": async_connector.GENERATOR,
               "async drafts": async_drafts.GENERATOR, "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,
-              "async streaming": async_streaming.GENERATOR})
+              "async streaming": async_streaming.GENERATOR,
+              "connector sizes": connector_sizes.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -190,4 +195,4 @@ def profiles() -> tuple[str, ...]:
             *two_windows.PROFILES, *async_outputs.PROFILES,
             *hisparse_lag.PROFILES, *async_connector.PROFILES, *async_drafts.PROFILES,
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
-            *ALONE_ONLY)
+            *connector_sizes.PROFILES, *ALONE_ONLY)
