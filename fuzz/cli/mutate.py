@@ -18,8 +18,8 @@ from kvfuzz.fuzz.cli.profiles import check_profile, known_profiles
 from kvfuzz.fuzz.engine.impl_process import DEFAULT_MEMORY
 from kvfuzz.fuzz.targets import TARGETS
 
-# The mutants are judged on this profile's own stream, as `kvfuzz diff --profile` runs it (the
-# alone-only ones, such as kvmanager's "async connector", are drawn by no mix at all).
+# The mutants are judged on this profile's own stream, as `kvfuzz diff --profile` runs it (a
+# profile made alone only, `streams.ALONE_ONLY`, is drawn by no mix at all).
 PROFILE_HELP = (
     "judge the mutants on the inputs of this generator profile alone (its own seeded stream, "
     "as kvfuzz diff --profile NAME draws them: case I of seed S is that stream's input I), "

@@ -5,7 +5,9 @@ connector's properties, judged from the implementation's own answers after every
 - external tokens get blocks of their own: after an admission with external tokens, each
   group's table past the adopted hit up to the computed tokens holds real blocks (no null
   block, unless the window skips them) that no other live request holds and the hit did not
-  bring;
+  bring; and as many as the oracle's rule names in the group's own block size
+  (`external_cover`: cdiv(hit + external, size), exactly for a load, at least with a step's
+  slots), so a group of other-sized blocks neither stops short nor runs past them;
 - nothing is cached before the load is reported: while a request's asynchronous load is in
   flight, none of those blocks carries a hash in the pool;
 - what is recorded for zeroing is what the contract names (`take_new_block_ids` against the
@@ -28,6 +30,11 @@ EVENTS = ("connector admission", "connector admission, asynchronous load",
           "a whole prompt loaded: its last token recomputed", "resumed after its load",
           "zeroing records compared", "blocks recorded for zeroing again",
           "external tokens outside the window", "load of some groups only")
+# Over groups of different block sizes (the "connector sizes" profile alone reaches them)
+SIZES_EVENTS = ("external tokens, groups of different block sizes",
+                "external tokens ending inside a larger group's block",
+                "load of some groups only, groups of different block sizes")
+EVENTS += SIZES_EVENTS
 # Under asynchronous scheduling (the "async connector" profile alone reaches them)
 ASYNC_EVENTS = ("load reported with other requests' steps in flight",
                 "synchronous load, its step in flight")
@@ -46,8 +53,12 @@ class ConnectorOps:
     @handles(Connect)
     def connect(self, op: Connect):
         request, trace, model = self.requests.get(op.rid), self.trace, self.model
-        # A fresh admission only; Mamba and cross-attention groups are not modelled with a
-        # connector (their external blocks follow other rules).
+        # A fresh admission only. Mamba groups are not modelled with a connector (their
+        # external blocks, hit divergence and boundary states need the full "align" oracle).
+        # Cross attention is not constructible with one: vLLM 0.33.0's scheduler asserts it
+        # away (`Scheduler.__init__`, sched/scheduler.py line 176: "Encoder-decoder models are
+        # not currently supported with KV connectors"), and `CrossAttentionManager.
+        # allocate_external_computed_blocks` returns at once.
         if request is None or request.status != "waiting" or request.computed or \
                 trace.mamba_mode or trace.encoder_tokens:
             return
@@ -78,6 +89,8 @@ class ConnectorOps:
             self.count("connector admission with a hit")
         if external and hit + external == len(tokens):
             self.count("external tokens: the whole prompt")
+        if external:
+            self._count_sizes(hit + external)
         reserve = op.reserve if load else 0
         yield Call(f"allocate_slots(r{rid}, {new}, hit {hit}, external {external}"
                    f"{', delayed caching' if load else ''}"
@@ -91,7 +104,9 @@ class ConnectorOps:
         request.hit = hit
         request.held = [self._own_start(group, hit_blocks, hit + external)
                         for group in range(len(model.sizes))]
-        problems = self._own_blocks(rid, request.held, hit + external)
+        tables = self.read("block_ids", rid)
+        problems = self._own_blocks(rid, request.held, hit + external, tables) or \
+            self._covered(rid, tables, hit + external, external, load)
         if load:
             request.status, request.in_flight = LOADING, 0
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
@@ -119,6 +134,8 @@ class ConnectorOps:
         args = (rid, new, hit, external, load, reserve, whole, others)
         if load and written != set(groups):
             self.count("load of some groups only")
+            if len(set(model.sizes)) > 1:
+                self.count("load of some groups only, groups of different block sizes")
             args += (tuple(sorted(written)),)
         try:
             expected = model.allocate_slots(
@@ -222,11 +239,34 @@ class ConnectorOps:
         size = self.model.sizes[group]
         return max(self.model.skipped_tokens(group, computed) // size, len(hit_blocks[group]))
 
-    def _own_blocks(self, rid: int, starts, computed: int) -> list[tuple[str, str]]:
+    def _count_sizes(self, computed: int) -> None:
+        """The edge classes of external tokens over groups of different block sizes."""
+        sizes = set(self.model.sizes)
+        if len(sizes) > 1:
+            self.count("external tokens, groups of different block sizes")
+            if computed % max(sizes) and not computed % min(sizes):
+                self.count("external tokens ending inside a larger group's block")
+
+    def _covered(self, rid: int, tables, computed: int, external: int,
+                 load: bool) -> list[tuple[str, str]]:
+        """Each group's table (read from the implementation) holds the blocks the oracle's
+        rule names for the external tokens, in the group's own block size: exactly so after
+        an asynchronous load's admission (no slots past them), at least so after a
+        synchronous one (its step's slots follow)."""
+        for group, table in enumerate(tables):
+            want = self.model.external_cover(group, computed, external)
+            if want is not None and (len(table) < want or load and len(table) != want):
+                return [("external blocks", f"r{rid} group {group}: {len(table)} blocks of "
+                                            f"{self.model.sizes[group]} tokens after "
+                                            f"{computed} computed tokens ({external} "
+                                            f"external), expected {want}")]
+        return []
+
+    def _own_blocks(self, rid: int, starts, computed: int, tables=None) -> list[tuple[str, str]]:
         """External tokens' blocks are the request's own (read from the implementation): not
         null, not another live request's, not a block the hit brought (a hit block the window
         skipped was never taken: it may come back as a new one)."""
-        tables = self.read("block_ids", rid)
+        tables = self.read("block_ids", rid) if tables is None else tables
         others = {b for other in self.requests if other != rid
                   for group in self.read("block_ids", other) for b in group}
         for group, (size, start) in enumerate(zip(self.model.sizes, starts)):

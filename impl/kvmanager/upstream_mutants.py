@@ -290,6 +290,16 @@ MUTATIONS = {
         "record_for_zeroing=not skip_zeroing_group_ids",
         "a load of some groups leaves every group's external blocks unzeroed (the groups it "
         "does not write keep stale bytes)")),
+    # With groups of different block sizes (the "connector sizes" profile, alone only): each
+    # group counts its external blocks to the next scheduler block (the hit's grid), not to
+    # the external tokens' end; with one block size the two are the same expression.
+    "external_to_scheduler_block": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_external_computed_blocks",
+        "cdiv(num_total_computed_tokens, self.block_size) - len(req_blocks)",
+        "cdiv(num_total_computed_tokens, self.scheduler_block_size)\n"
+        "            * self.scheduler_block_size // self.block_size - len(req_blocks)",
+        "a group of blocks smaller than the scheduler block gets external blocks up to its end, "
+        "past the external tokens")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",

@@ -7,9 +7,11 @@
 - External tokens (the connector's, past the local hit) count as computed: the hit is adopted
   first in every group (touched, its skipped blocks null), then each group gets blocks of its
   own for the rest of the computed tokens, cdiv(hit + external, block_size) less what it holds,
-  unless the group's window skips every external token. They are not in `allocate_slots`'
-  result (its new blocks are the slots past the computed tokens); the scheduler reads them from
-  the request's table.
+  unless the group's window skips every external token (`external_cover`); each group in its
+  own block size where the sizes differ (the hit then on their least common multiple, the
+  external tokens ending anywhere, inside a larger group's block too). They are not in
+  `allocate_slots`' result (its new blocks are the slots past the computed tokens); the
+  scheduler reads them from the request's table.
 - `delay_cache_blocks` (an asynchronous load): nothing is cached by that call; the scheduler
   caches the request's computed tokens once the load is reported (`cache_blocks`).
 - `reserved_blocks`: the allocation needs that many free blocks beyond its count.
@@ -32,17 +34,27 @@ class ConnectorRules:
         zeroing where `zero` is True, or for the groups it names (those the load does not
         write)."""
         for group in self.groups:
-            skipped = self.skipped_tokens(group, total)
-            kept = min(total - skipped, external) if skipped else external
-            if kept <= 0:  # the window skips every external token
+            covered = self.external_cover(group, total, external)
+            if covered is None:
                 self.marks.append("external tokens outside the window")
                 continue
             table = self.tables[group][rid]
-            count = cdiv(total, self.sizes[group]) - len(table)
+            count = covered - len(table)
             got = self.pool.get_new_blocks(count) if count > 0 else []
             table += got
             if zero is True or (zero is not False and group in zero):
                 self.record_for_zeroing(group, got)
+
+    def external_cover(self, group: int, total: int, external: int) -> int | None:
+        """How many blocks `group`'s table holds once an admission's `external` tokens (of
+        `total` computed, the local hit aligned to the scheduler block before them) have
+        theirs: cdiv(total, the group's own block size), whatever the other groups' sizes
+        (a group of smaller blocks than the scheduler block stops at the external tokens'
+        end, not at the grid's); None where the group's window skips every external token
+        (the table keeps what the hit and the skipped blocks gave it)."""
+        skipped = self.skipped_tokens(group, total)
+        kept = min(total - skipped, external) if skipped else external
+        return cdiv(total, self.sizes[group]) if kept > 0 else None
 
     def record_for_zeroing(self, group: int, blocks: list[int]) -> None:
         if self.zeroing:

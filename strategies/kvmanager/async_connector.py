@@ -1,9 +1,9 @@
-"""The "async connector" profile (`kvmanager/5[async connector]`, a stream of its own, made alone
-only: `--profile "async connector"`): a KV connector under vLLM's asynchronous scheduler, traces
-shaped as the guarded `ASYNC_CONNECTOR` sessions (`fuzz/kvmanager/vllm_async.py`;
-docs/upstream-vllm.md, "A KV connector under vLLM's asynchronous scheduler, guarded"): the
-"async outputs" profile's scheduler (`async_outputs.py`: a batch queue of two, output
-placeholders, processed outputs, settles) with the "connector" profile's admissions:
+"""The "async connector" profile (`kvmanager/5[async connector]`, a stream of its own: a share of
+the mix since 2026-12-06, alone only before; `--profile "async connector"`): a KV connector under
+vLLM's asynchronous scheduler, traces shaped as the guarded `ASYNC_CONNECTOR` sessions
+(`fuzz/kvmanager/vllm_async.py`; docs/upstream-vllm.md, "A KV connector under vLLM's asynchronous
+scheduler, guarded"): the "async outputs" profile's scheduler (`async_outputs.py`: a batch queue of
+two, output placeholders, processed outputs, settles) with the "connector" profile's admissions:
 
 - most admissions go through the connector (`connect`): half of them an asynchronous load,
   whose admission schedules no tokens (the request waits, no step of it in flight) and whose

@@ -1,8 +1,8 @@
-"""The "async drafts" profile (`kvmanager/5[async drafts]`, a stream of its own, alone only):
-traces shaped as vLLM's `AsyncScheduler` makes its calls with speculative decoding, k draft
-tokens a step (EAGLE or MTP), as the guard's `ASYNC_SPEC` sessions record them
-(docs/upstream-vllm.md, "Draft tokens under vLLM's asynchronous scheduler, guarded"), so the
-lock step's draft ops (`async_ops.DRAFT_EVENTS`) come from kvfuzz's own generator too:
+"""The "async drafts" profile (`kvmanager/5[async drafts]`, a stream of its own, a share of the mix
+since 2026-12-06, alone only before): traces shaped as vLLM's `AsyncScheduler` makes its calls with
+speculative decoding, k draft tokens a step (EAGLE or MTP), as the guard's `ASYNC_SPEC` sessions
+record them (docs/upstream-vllm.md, "Draft tokens under vLLM's asynchronous scheduler, guarded"), so
+the lock step's draft ops (`async_ops.DRAFT_EVENTS`) come from kvfuzz's own generator too:
 
 - a decoding request gets `1 + k` placeholder slots a step (`placeholder` with `drafts`: the
   token its step in flight samples and k drafts), fewer drafts where the step's budget or

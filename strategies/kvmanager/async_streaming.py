@@ -1,12 +1,12 @@
-"""The "async streaming" profile (`kvmanager/5[async streaming]`, a stream of its own, made alone
-only): resumable (streaming-input) requests under vLLM's `AsyncScheduler`, traces shaped as the
-guard's `ASYNC_STREAMING` sessions (docs/upstream-vllm.md, "Streaming input (resumable
-requests), guarded": its `AsyncScheduler` paragraph), so the lock step's `stream` with `discard`
-(`fuzz/kvmanager/streaming.py`) comes from kvfuzz's own generator. The scheduler is the "async
-outputs" profile's (`async_outputs.py`: a batch queue of two, output placeholders, processed
-outputs, stale output after a preemption); the sessions are the "streaming" profile's
-(`streaming_input.py`: updates at the stop or after a wait, resumptions with no lookup, ends at
-the stop or while waiting), with what the asynchronous scheduler changes:
+"""The "async streaming" profile (`kvmanager/5[async streaming]`, a stream of its own: a share of
+the mix, alone only for its first hour): resumable (streaming-input) requests under vLLM's
+`AsyncScheduler`, traces shaped as the guard's `ASYNC_STREAMING` sessions (docs/upstream-vllm.md,
+"Streaming input (resumable requests), guarded": its `AsyncScheduler` paragraph), so the lock step's
+`stream` with `discard` (`fuzz/kvmanager/streaming.py`) comes from kvfuzz's own generator. The
+scheduler is the "async outputs" profile's (`async_outputs.py`: a batch queue of two, output
+placeholders, processed outputs, stale output after a preemption); the sessions are the "streaming"
+profile's (`streaming_input.py`: updates at the stop or after a wait, resumptions with no lookup,
+ends at the stop or while waiting), with what the asynchronous scheduler changes:
 
 - a session stops at the output that samples its segment's last token (`max_tokens`: the
   scheduler sat its next step out, so nothing of it is in flight, `processed` first) or, in

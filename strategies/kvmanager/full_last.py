@@ -1,12 +1,12 @@
-"""The "full last" profile (`kvmanager/5[full last]`, a stream of its own, made alone only):
-full attention's KV-cache group ordered after the other group, as vLLM 0.33.0 groups a model
-whose first layer is not full attention. `kv_cache_planning.get_kv_cache_groups` buckets the
-layers by spec in the order the model registers them (`_get_kv_cache_groups_uniform_page_size`,
-484-507: a dict in first-appearance order, never sorted), and nothing reorders
-`KVCacheConfig.kv_cache_groups` after it; the hybrid coordinator sorts full attention first
-only in its own lookup list (`kv_cache_coordinator.py` 756-760). So Qwen3-Next (linear
-attention in 3 of every 4 layers, layer 0 included) and Jamba build a Mamba group before full
-attention, Gemma 3 (5 sliding layers, then a full one) its window groups first.
+"""The "full last" profile (`kvmanager/5[full last]`, a stream of its own, a share of the mix since
+2026-12-06, alone only before): full attention's KV-cache group ordered after the other group, as
+vLLM 0.33.0 groups a model whose first layer is not full attention.
+`kv_cache_planning.get_kv_cache_groups` buckets the layers by spec in the order the model registers
+them (`_get_kv_cache_groups_uniform_page_size`, 484-507: a dict in first-appearance order, never
+sorted), and nothing reorders `KVCacheConfig.kv_cache_groups` after it; the hybrid coordinator sorts
+full attention first only in its own lookup list (`kv_cache_coordinator.py` 756-760). So Qwen3-Next
+(linear attention in 3 of every 4 layers, layer 0 included) and Jamba build a Mamba group before
+full attention, Gemma 3 (5 sliding layers, then a full one) its window groups first.
 
 Three kinds, by the first draw: a quarter the "mamba" profile's shape (mode "none" or "all"), a
 quarter Mamba "align" with prefix caching over long prompts (below), half "cross attention"'s

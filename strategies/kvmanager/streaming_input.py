@@ -1,8 +1,8 @@
-"""The "streaming" profile (`kvmanager/5[streaming]`, made alone only): traces shaped as vLLM's
-synchronous scheduler makes its calls when some requests are resumable (streaming input:
-docs/upstream-vllm.md, "Streaming input (resumable requests), guarded"; the guard's
-`Workload(streaming=...)` sessions), so the lock step's `stream` op (`fuzz/kvmanager/streaming.py`)
-is fuzzed, not only replayed from the guard's recordings:
+"""The "streaming" profile (`kvmanager/5[streaming]`, a share of the mix since 2026-12-06, alone
+only before): traces shaped as vLLM's synchronous scheduler makes its calls when some requests are
+resumable (streaming input: docs/upstream-vllm.md, "Streaming input (resumable requests), guarded";
+the guard's `Workload(streaming=...)` sessions), so the lock step's `stream` op
+(`fuzz/kvmanager/streaming.py`) is fuzzed, not only replayed from the guard's recordings:
 
 - a resumable request that has sampled its segment's outputs stops (the token it sampled last
   is discarded: never in the trace) and keeps its blocks and computed tokens: `stream(rid,

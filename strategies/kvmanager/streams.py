@@ -23,7 +23,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
-from kvfuzz.strategies.kvmanager import async_streaming
+from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
@@ -89,7 +89,25 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # stale output after a preemption (2026-12-05, issue 24, from kvmanager/5's rest,
            # none of the first 60, the tests' indices or CI's 500 to 509 drawn): 5 of the
            # first 300 (176, 187, 209, 278, 295)
-           (async_outputs.GENERATOR, 0.7050, 0.7145))
+           (async_outputs.GENERATOR, 0.7050, 0.7145),
+           # the four profiles once made alone only, so that atheris and the Hypothesis strategy
+           # reach them too (2026-12-06, issue 24), each from kvmanager/5's rest where no index
+           # the tests, CI's 500 to 509, `kvfuzz mutate`'s default cases (seed 0's first 200,
+           # all kept) or the corpus rely on draws: a KV connector under the asynchronous
+           # scheduler, 1 of the first 300 (293); its draft tokens, 2 (218, 279); full
+           # attention's group ordered last, 1 (282); resumable (streaming-input) requests, 1
+           # (289). A new stream's share: `python -m tests.kvmanager.mix_shares` lists the
+           # ranges left by this rule, widest first, and what each takes of the first 300
+           (async_connector.GENERATOR, 0.2557, 0.2649), (async_drafts.GENERATOR, 0.3629, 0.3719),
+           (full_last.GENERATOR, 0.3550, 0.3628), (streaming_input.GENERATOR, 0.3720, 0.3784),
+           # resumable requests under the asynchronous scheduler (2026-12-06, issue 24; alone
+           # only for an hour, then a share by the same rule, the widest open range): none of
+           # the first 300 of seed 0, 1 of the first 340 (333)
+           (async_streaming.GENERATOR, 0.2829, 0.2941),
+           # a KV connector over groups of different block sizes (2026-12-06, issue 24; alone
+           # only until merged, then by the same rule the open range that takes one of seed
+           # 0's first 340, where `test_profiles.py` wants every profile): 337
+           (connector_sizes.GENERATOR, 0.2942, 0.3000))
 
 
 class MixedStreams:
@@ -155,24 +173,18 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "hisparse import": hisparse_import.GENERATOR, "lone window": lone_window.GENERATOR,
          "hisparse lag": hisparse_lag.GENERATOR,
          "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
-# Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes, so
-# that the mix's draws stay as they were: a KV connector under the asynchronous scheduler
-# (2026-12-05, issue 24), draft tokens under it (2026-12-05, issue 24), full attention's
-# group ordered last (2026-12-06), and resumable (streaming-input) requests under the
-# synchronous scheduler (2026-12-06, issue 24)
-ALONE_ONLY = {"async connector": async_connector.GENERATOR,
-              "async drafts": async_drafts.GENERATOR,
-              # full attention's group after the other one (2026-12-06, issue 25's last two
-              # `KVCacheManager` survivors): alone only, the mix's draws kept
-              "full last": full_last.GENERATOR,
+# Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes:
+# none since 2026-12-06 (the six that were are in `STREAMS` above). A new profile may start
+# here, the mix's draws kept, until it gets a share by `STREAMS`'s rule
+ALONE_ONLY: dict[str, TraceGenerator] = {
+    # HiSparse's host copy-on-write: its four groups beside a Mamba "align" group hashed below
+    # the block, partial local hits in the host pool (2026-12-06, issue 24)
+    "hisparse cow": hisparse_cow.GENERATOR}
+ALONE.update({"async connector": async_connector.GENERATOR,
+              "async drafts": async_drafts.GENERATOR, "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,
-              # the same under the asynchronous scheduler: stops with `discard`, dropped steps,
-              # stops by stale output (2026-12-06, issue 24)
               "async streaming": async_streaming.GENERATOR,
-              # HiSparse's host copy-on-write: its four groups beside a Mamba "align" group
-              # hashed below the block, partial local hits in the host pool (2026-12-06,
-              # issue 24)
-              "hisparse cow": hisparse_cow.GENERATOR}
+              "connector sizes": connector_sizes.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -185,4 +197,6 @@ def profiles() -> tuple[str, ...]:
             *eagle_groups.PROFILES, *mtp.PROFILES, *prompt_embeds.PROFILES, *hisparse.PROFILES,
             *hisparse_import.PROFILES, *lone_window.PROFILES,
             *two_windows.PROFILES, *async_outputs.PROFILES,
-            *hisparse_lag.PROFILES, *ALONE_ONLY)
+            *hisparse_lag.PROFILES, *async_connector.PROFILES, *async_drafts.PROFILES,
+            *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
+            *connector_sizes.PROFILES, *ALONE_ONLY)

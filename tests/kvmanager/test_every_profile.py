@@ -72,9 +72,18 @@ REACHES = {
         "full attention's group last", "Mamba", "cross attention",
         "Mamba align mode, prefix caching on (reduced checks)"),
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
-                  and event not in connector.ASYNC_EVENTS]
+                  and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
+    # a connector over groups of different block sizes: external tokens ending inside the
+    # larger group's block, loads of some groups only, failed loads freed, hits on the grid
+    "connector sizes": list(connector.SIZES_EVENTS) + [
+        "load done", "load failed, nothing valid (freed)", "resumed after its load",
+        "external tokens: the whole prompt", "load refused with blocks reserved",
+        "hit cut to the scheduler block size", "partial entry registered",
+        "zeroing records compared"]
+    + _CONFIGS("KV connector", "groups of different block sizes",
+               "blocks zeroed (mixed precision)", "hash block below the block size"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]

@@ -89,7 +89,10 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "hisparse_retained_hit_kept", "hisparse_published_before_durable",
                # the hybrid coordinator's hit search: the corner traces have one group (and
                # the guard refuses Mamba groups: test_align.py, test_mutants.py)
-               "mamba_align_hit_short", "mamba_align_partial_hit_ignored")
+               "mamba_align_hit_short", "mamba_align_partial_hit_ignored",
+               # a connector over groups of different block sizes: the corner traces have one
+               # size and no connector ("connector sizes", alone only: test_mutants.py's ALONE)
+               "external_to_scheduler_block")
 
 
 def corner_trace(index: int, impl):

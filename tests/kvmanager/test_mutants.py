@@ -4,7 +4,8 @@ and the replay command; the released class agrees on the shrunk trace. Skips wit
 
 import pytest
 
-from tests.helpers import divergence, mutant_tests
+from tests.helpers import (TARGETS, assert_caught_with_a_shrunk_report, divergence, mutant_tests,
+                           mutants)
 
 PREFIX = "mutant.vllm.kvmanager."
 EXPECTED = {PREFIX + name: pattern for name, pattern in {
@@ -129,7 +130,13 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # synchronous load's padded last token, and the padded resumption after a load.
     "spec_pad_external_clamped": r"allocate_slots: new blocks|None vs success|num free",
     "spec_pad_resumed_clamped": r"allocate_slots: new blocks|None vs success|num free",
+    # Groups of different block sizes under a KV connector (the "connector sizes" profile,
+    # alone only): a group's external blocks counted to the scheduler block.
+    "external_to_scheduler_block": r"consumed|block table|external blocks|None vs success",
 }.items()}
+# Mutants only an alone-only profile reaches (`streams.ALONE_ONLY`, never drawn in the mix the
+# search below reads): each caught on that profile's trace `index` of seed 0 instead
+ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
@@ -138,8 +145,9 @@ CONNECTOR = {PREFIX + name: 15 for name in (
     "new_block_not_zeroed", "zeroing_records_kept", "partial_load_skips_all_zeroing")}
 
 
-test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shrunk_report = \
-    mutant_tests("kvmanager", EXPECTED, lambda name: "vllm.kvmanager",
+_, test_mutant_is_caught_with_a_readable_shrunk_report = \
+    mutant_tests("kvmanager", {name: pattern for name, pattern in EXPECTED.items()
+                               if name not in ALONE}, lambda name: "vllm.kvmanager",
                  # its first divergence of seed 0: index 43, a "mamba align" trace with draft
                  # tokens (the 42 traces before it take some 4 s of CI)
                  first={PREFIX + "mamba_align_lookahead_state": 43, **CONNECTOR,
@@ -198,6 +206,28 @@ test_every_mutant_has_an_expectation, test_mutant_is_caught_with_a_readable_shru
                         # connector stream took that draw; 203 is the first after it that
                         # catches the mutant (54 reports hits too, and the mutant agrees on it)
                         PREFIX + "hit_report_skipped": 203})
+
+
+def test_every_mutant_has_an_expectation():
+    assert sorted(EXPECTED) == sorted(m.name for m in mutants("kvmanager"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(ALONE))
+def test_an_alone_only_profiles_mutant_is_caught_there_with_a_readable_shrunk_report(name):
+    """As the mix's search above, on the alone-only profile's trace that reaches the mutant;
+    the released class agrees on that trace."""
+    from kvfuzz.strategies.kvmanager.streams import ALONE_ONLY
+
+    if not TARGETS["kvmanager"].catalogue.resolve(name).available():
+        pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
+    profile, index = ALONE[name]
+    trace = ALONE_ONLY[profile].generate(0, index)
+    found = divergence("kvmanager", trace, name)
+    assert found is not None, name
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    assert_caught_with_a_shrunk_report("kvmanager", name, EXPECTED[name], "vllm.kvmanager",
+                                       found=found)
 
 
 # Profiles since 2026-12-04 that also run a mutant's configuration: EAGLE beside a window

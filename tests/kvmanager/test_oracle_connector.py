@@ -127,3 +127,55 @@ def test_a_release_without_the_connector_calls_runs_no_connector_trace():
     assert broken(connected, ()) == []
     assert broken(connected, (NO_CONNECTOR,)) == [
         f"a trace with a setting the class does not take: {NO_CONNECTOR}"]
+
+
+# Groups of different block sizes (the "connector sizes" profile): full attention in blocks of
+# 2 beside a sliding window in blocks of 4, hashed per 2 tokens, the scheduler block 4.
+def _sizes_model(**settings) -> KVManagerModel:
+    return KVManagerModel(blocks=20, block_size=2, window=100, max_model_len=100,
+                          window_block_size=4, **settings)
+
+
+def test_each_group_counts_external_blocks_in_its_own_block_size():
+    model = _sizes_model(zeroing=True)
+    hashes = chain(TOKENS, 2)
+    blocks, hit, _ = model.get_computed_blocks(hashes, len(TOKENS))
+    # 6 external tokens: they end inside the window's second block of 4, on full attention's
+    # third block of 2; a load writing full attention only: the window's blocks zeroed
+    assert model.allocate_slots(1, hashes, 10, 0, 0, hit, blocks, tokens=TOKENS, external=6,
+                                delay=True, zero_external=frozenset({1}),
+                                lookahead=0) == [[], []]
+    full, window = model.block_ids(1)
+    assert (len(full), len(window)) == (3, 2) and model.pool.map == {}
+    assert [model.external_cover(group, 6, 6) for group in (0, 1)] == [3, 2]
+    assert model.take_new_block_ids() == window
+
+
+def test_a_load_cached_when_reported_stops_at_the_scheduler_block():
+    model = _sizes_model()
+    hashes = chain(TOKENS, 2)
+    model.allocate_slots(1, hashes, 10, 0, 0, 0, [[], []], tokens=TOKENS, external=6,
+                         delay=True, zero_external=True, lookahead=0)
+    model.cache_blocks(1, hashes, 6, TOKENS, 10)  # the load reported: 6 computed tokens
+    # cached up to the scheduler block (4 tokens): two blocks of 2, one of 4
+    cached = sorted(block for found in model.pool.map.values() for block in found)
+    full, window = model.block_ids(1)
+    assert cached == sorted(full[:2] + window[:1])
+
+
+def test_external_blocks_must_cover_the_tokens_in_each_groups_block_size():
+    judge = _Judge({1: [[3, 4, 5], [6, 7]]})
+    judge.model = _sizes_model()
+    assert judge._covered(1, [[3, 4, 5], [6, 7]], 6, 6, load=True) == []
+    assert judge._covered(1, [[3, 4, 5, 8], [6, 7, 9]], 6, 6, load=False) == []  # + a step
+    for tables in ([[3, 4, 5], [6, 7, 8]],   # the window's counted to the scheduler block
+                   [[3, 4], [6, 7]],         # full attention's in the window's size
+                   [[3, 4, 5, 8], [6, 7]]):  # a block past the load's tokens
+        problems = judge._covered(1, tables, 6, 6, load=True)
+        assert [kind for kind, _ in problems] == ["external blocks"], tables
+    # a group that skips every external token (a chunked-local group at a chunk's end): its
+    # table is left as the hit made it, and not checked
+    judge.model = KVManagerModel(blocks=20, block_size=2, window=0, max_model_len=100,
+                                 local_chunk=4)
+    assert judge.model.external_cover(1, 8, 4) is None
+    assert judge._covered(1, [[3, 4, 5, 6], [0, 0]], 8, 4, load=True) == []

@@ -22,6 +22,10 @@ from kvfuzz.strategies.kvmanager.trace import to_json
 
 # the mix's profiles (those made alone only, `streams.ALONE_ONLY`, are never drawn in it)
 NOTES = [f"profile {name}" for name in streams.profiles() if name not in streams.ALONE_ONLY]
+# the profiles made alone only until 2026-12-06, drawn in the mix since on shares of their own,
+# with the first index of seed 0's mix that each takes
+ONCE_ALONE_ONLY = {"async connector": 293, "async drafts": 218, "full last": 282,
+                   "streaming": 289, "async streaming": 333, "connector sizes": 337}
 
 
 def test_the_seeded_run_makes_every_profile_and_no_other():
@@ -32,9 +36,11 @@ def test_the_seeded_run_makes_every_profile_and_no_other():
 
 
 def test_fuzzer_bytes_reach_every_profile_and_no_other():
+    # 500: since the profiles once alone only took their shares (2026-12-06), the first 300
+    # held no "no caching" trace (a kvmanager/5 profile, its share 14% of what it was)
     rng = random.Random(0)
     made = Counter(KVMANAGER.generator.from_bytes(rng.randbytes(rng.randint(0, 4096))).note
-                   for _ in range(300))
+                   for _ in range(500))
     assert set(made) == set(NOTES), made
     # bytes that ran out (Hypothesis shrinks towards them) stay in the simplest stream
     assert KVMANAGER.generator.from_bytes(b"").origin is None
@@ -61,7 +67,23 @@ def test_a_stream_left_out_of_the_byte_decoder_is_seen():
                                   *streams.lone_window.PROFILES,
                                   *streams.two_windows.PROFILES,
                                   *streams.async_outputs.PROFILES,
-                                  *streams.hisparse_lag.PROFILES)}
+                                  *streams.hisparse_lag.PROFILES,
+                                  *ONCE_ALONE_ONLY)}
+
+
+def test_every_stream_of_the_mix_has_the_byte_prefixes_of_its_share():
+    """`from_bytes` picks a stream by its first two bytes with the seeded draw's shares: each
+    stream (those of the profiles once alone only among them) is picked by the 2-byte
+    prefixes of its share, and the rest of the bytes make a trace of its profile."""
+    generator, rng = KVMANAGER.generator, random.Random(1)
+    for stream, low, high in streams.STREAMS:
+        prefixes = [v for v in range(1 << 16) if low <= 1.0 - v / (1 << 16) < high]
+        assert abs(len(prefixes) / (1 << 16) - (high - low)) < 1e-4, stream.name
+        for v in (prefixes[0], prefixes[-1]):
+            trace = generator.from_bytes(v.to_bytes(2, "big") + rng.randbytes(2048))
+            assert trace.note == f"profile {streams.GENERATOR.profile_of(stream.name)}", \
+                stream.name
+            assert trace.origin is None  # bytes-made: no seeded origin
 
 
 def test_the_hypothesis_strategy_produces_every_profile():
@@ -143,15 +165,23 @@ def test_diff_help_explains_profile_and_names_every_profile(capsys):
     assert all(repr(profile) in text for profile in streams.profiles())
 
 
-@pytest.mark.parametrize("profile", sorted(streams.ALONE_ONLY))
-def test_each_alone_only_profile_is_never_drawn_and_its_traces_read_back(profile):
+@pytest.mark.parametrize("profile", sorted({*streams.ALONE_ONLY, *ONCE_ALONE_ONLY}))
+def test_each_profile_alone_only_or_once_is_drawn_as_it_says_and_its_traces_read_back(profile):
     """A profile made alone only (`streams.ALONE_ONLY`): no share of the mix draws it (its
-    layout, the pinned indices and the bytes' picks stay as they were), `--profile` runs its
-    own stream, every field of its traces is within the codec's bounds (a divergence's corpus
-    file reads back), and its byte-fed twin ends on any bytes, those that ran out included."""
-    generator = streams.ALONE_ONLY[profile]
-    assert f"kvmanager/5[{profile}]" not in streams.GENERATOR.layout
-    assert all(not stream.name.endswith(f"[{profile}]") for stream, _, _ in streams.STREAMS)
+    layout, the pinned indices and the bytes' picks stay as they were); one that was until
+    2026-12-06 is drawn on a share of its own, from its first index of seed 0's mix on. Either
+    way `--profile` runs its own stream, every field of its traces is within the codec's
+    bounds (a divergence's corpus file reads back), and its byte-fed twin ends on any bytes,
+    those that ran out included."""
+    generator = streams.ALONE[profile]
+    shares = [(low, high) for stream, low, high in streams.STREAMS if stream is generator]
+    if profile in streams.ALONE_ONLY:
+        assert not shares and f"kvmanager/5[{profile}]" not in streams.GENERATOR.layout
+    else:
+        first = ONCE_ALONE_ONLY[profile]
+        assert shares and f"kvmanager/5[{profile}]@" in streams.GENERATOR.layout
+        assert first == next(i for i in range(1000) if streams.GENERATOR.stream(0, i) is generator)
+        assert streams.GENERATOR.generate(0, first) == generator.generate(0, first)
     assert streams.GENERATOR.alone(profile).generate(0, 3) == generator.generate(0, 3)
     for index in range(40):
         trace = generator.generate(0, index)
@@ -160,3 +190,18 @@ def test_each_alone_only_profile_is_never_drawn_and_its_traces_read_back(profile
     for data in [b""] + [rng.randbytes(rng.randint(1, 4096)) for _ in range(30)]:
         trace = generator.from_bytes(data)
         assert from_json(to_json(trace)).ops == trace.ops
+
+
+def test_the_shares_since_kept_every_index_something_relies_on():
+    """The profiles once alone only took their shares by `STREAMS`' rule: every index the tests,
+    CI, `kvfuzz mutate`'s default cases and the corpus rely on (`mix_shares.relied()`: seed 0's
+    first 200 among them) draws the stream it drew before, and none draws a share of theirs."""
+    from tests.kvmanager.mix_shares import clashes, relied
+
+    once = {streams.ALONE[profile] for profile in ONCE_ALONE_ONLY}
+    before = streams.MixedStreams(streams.generator.GENERATOR,
+                                  [row for row in streams.STREAMS if row[0] not in once])
+    for seed, indices in relied().items():
+        assert [before.stream(seed, i) for i in sorted(indices)] == \
+            [streams.GENERATOR.stream(seed, i) for i in sorted(indices)], seed
+    assert not any(clashes(low, high) for stream, low, high in streams.STREAMS if stream in once)
