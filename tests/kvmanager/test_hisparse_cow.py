@@ -5,11 +5,13 @@ takes the layout and refuses its near misses in one line; the judge's exact host
 reference more on each end of a copy in flight (no vLLM); the released class makes host copies
 and runs index 0 clean (copies made and released; its first 100 run clean in
 `test_every_profile.py`), and a mutant whose copy's source is released when the copy is handed
-out, not once it ran, is caught there; on the consumers that fill their private page
+out, not once it ran, and doubles that never hand the copies out or never release them are
+caught there; on the consumers that fill their private page
 (`hisparse_cow.FILLED`, not a profile) the released class publishes that page before any
 write-back of it ("published early", 9 ops), pinned as found on vLLM 0.33.0. Skips without
 vLLM but the codec's and the judge's own tests."""
 
+import functools
 import re
 from collections import Counter
 
@@ -82,6 +84,44 @@ def test_the_profile_reaches_its_copies_in_its_traces():
 
 
 _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
+
+
+@functools.cache
+def doubles() -> dict:
+    """Subclasses of the released class, each breaking one side of the copy (built on first
+    use, never at collection)."""
+    from kvfuzz.impl.registry import load_attribute
+
+    KVCacheManager = load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")
+    coordinator_of = load_attribute("vllm.v1.hisparse.coordinator:get_hisparse_coordinator")
+
+    class CopiesNeverTaken(KVCacheManager):  # the copies stay pending, never handed out
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.coordinator.single_type_managers[0].take_host_cow_copies = lambda: []
+
+    class CopiesNeverReleased(KVCacheManager):  # the worker's report of them ignored
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            coordinator_of(self).release_completed_host_copies = lambda ids: None
+
+    return {cls.__name__: cls for cls in (CopiesNeverTaken, CopiesNeverReleased)}
+
+
+def __getattr__(name: str):
+    if name in ("CopiesNeverTaken", "CopiesNeverReleased"):
+        return doubles()[name]
+    raise AttributeError(name)
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+@pytest.mark.parametrize("broken, label", [("CopiesNeverTaken", "host copy"),
+                                           ("CopiesNeverReleased", "host pool")])
+def test_each_copy_check_catches_a_broken_manager(broken, label):
+    found = divergence("kvmanager", hisparse_cow.GENERATOR.generate(0, CLEAN),
+                       f"{__name__}:{broken}")
+    assert found is not None and found.what.startswith(label), found and found.report()
 
 
 @_ENGINE[0]
