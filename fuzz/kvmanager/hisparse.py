@@ -48,13 +48,17 @@ mirrors and host copies (the worker's views).
 
 from __future__ import annotations
 
+import functools
+
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import hisparse_import, hisparse_lag, hisparse_pins
+from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cow, hisparse_import,
+                                   hisparse_lag, hisparse_pins)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
-                                                   admission_fits, allocation_problems, listed,
-                                                   pool_problems, table_problems)
+                                                   allocation_problems, listed,
+                                                   pool_problems, reset_evict_problems,
+                                                   table_problems)
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
@@ -63,25 +67,32 @@ from kvfuzz.strategies.kvmanager.trace import Decode, Evict, Reset, Sample, Sche
 RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
 PUBLISHED = "host pages published"
-ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
+ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
 
 
-class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
+class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
+                       hisparse_pins.ResidentPins,
+                       hisparse_lag.LaggedReports,
                        hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
     connector's imports into the host pool: `hisparse_import.py`; the worker's reports, late
     or not, and the holds of write-backs in flight: `hisparse_lag.py`; the device pool's pins:
-    `hisparse_pins.py`."""
+    `hisparse_pins.py`; the host's copy-on-write and a Mamba "align" group beside the four
+    (the "hisparse cow" profile): `hisparse_cow.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS
+        hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
+        hisparse_cow.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
         if not self.hs:
             return super().build_model(trace)
         self.align = False
+        # a Mamba "align" group beside the four, hashed per fewer tokens than a block
+        self.cow = trace.mamba_mode == "align"
+        self.groups, self.unit = (5, trace.hash_size) if self.cow else (4, trace.block_size)
         self.requests = {}
         self.seen = set()
         self.planned: list[tuple[int, int]] = []  # write-backs planned by this op
@@ -105,6 +116,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         self.device_ref: list[int] = []
         self.start_reports()
         self.start_pins()
+        self.start_cow()
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -181,7 +193,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
             yield Call(f"allocate_slots(r{rid}, 0)", "allocate_slots", args, oracle=refuse)
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
-                         "allocate_slots", args, oracle=None, compare=allocation_problems)
+                         "allocate_slots", args, oracle=None,
+                         compare=functools.partial(allocation_problems, groups=self.groups))
         if admission:
             wrong = self._admission_problems(rid, request, new, hit, hit_source, indexer_hit,
                                              args[5], got.actual is not None)
@@ -208,7 +221,10 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = table_problems(rid, tables, request.computed, size,
-                                  0 if admission else self.import_pages.get(rid, 0))
+                                  0 if admission else self.import_pages.get(rid, 0),
+                                  self.groups)
+        if self.cow and not problems:
+            problems += self.mamba_table_problems(rid, tables, request.computed)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
             # a new request resuming a host prefix reads host-backed history: its hot region
             # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)
@@ -218,7 +234,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         if admission and not problems:
             # the hit's blocks it adopts, then the blocks it writes: none of those retained
             # past the hit (cached pages another request may share)
-            kept = cdiv(hit, size)
+            kept = hit // size  # (a hit inside a block: its copy-on-write block is new)
             expected = list(hit_source[:kept]) + list(actual[SOURCE])
             if tables[SOURCE] != expected:
                 problems.append(("retained hit", (
@@ -231,84 +247,44 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         planned = yield Call("", "hisparse_step", (rid, min(request.computed,
                                                             len(request.tokens))),
                              oracle=None, compare=state_read)
+        problems += yield from self.take_host_copies(rid, hit, hit_source, tables, actual)
         pairs = self.received(rid, planned.actual)
         self.planned += pairs
         self.owners.update((tid, rid) for tid, _ in pairs)
         return problems + self.stepped(rid, tables, actual, self.cache_pages[rid])
-
-    def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
-                            made) -> list:
-        """An admission made exactly when the released counts say it fits
-        (`admission_fits`), for the whole request first where the scheduler asks it."""
-        trace, size = self.trace, self.trace.block_size
-        watermark = int(trace.watermark * trace.blocks) if others_running else 0
-        cap = cdiv(min(trace.max_in_flight_tokens or trace.max_model_len, trace.max_model_len),
-                   size)
-        counts = dict(size=size, hit=hit, source=source, indexer=indexer,
-                      host_ref=self.host_ref, device_ref=self.device_ref)
-        fits = admission_fits(min(hit + new, trace.max_model_len), None, **counts) + \
-            watermark <= self.device_free
-        host = admission_fits(min(hit + new, trace.max_model_len), None, host=True, **counts)
-        fits = fits and host <= self.host_free
-        if trace.full_sequence_must_fit:
-            whole = min(len(request.tokens), trace.max_model_len)
-            fits = fits and admission_fits(whole, cap, **counts) + watermark <= \
-                self.device_free and admission_fits(whole, cap, host=True, **counts) <= \
-                self.host_free
-        if fits == made:
-            return []
-        return [("None vs success", f"r{rid}: an admission of {new} tokens after a hit of {hit}: "
-                                    f"expected {'blocks' if fits else 'None'} with "
-                                    f"{self.device_free} device and {self.host_free} host "
-                                    f"blocks free, actual {'blocks' if made else 'None'}")]
-
-    def _refusal_problems(self, rid, request, new, hit, others_running) -> list:
-        """A refusal with room for the most a step can need: per device group at most a block
-        for every token slot (the indexer's, the resident pages'), the hot region, the
-        watermark at an admission while others run; on the host a block a slot. (A refusal
-        short of that is not judged: HiSparse's admission counts are not modelled.)"""
-        size, admission = self.trace.block_size, hit is not None
-        slots = (hit or 0) + new if admission else request.computed + new
-        if admission and self.trace.full_sequence_must_fit:
-            slots = max(slots, len(request.tokens))
-        watermark = int(self.trace.watermark * self.trace.blocks) \
-            if admission and others_running else 0
-        device = 2 * cdiv(slots, size) + HOT_BLOCKS + watermark
-        if self.device_free < device or self.host_free < cdiv(slots, size):
-            return []
-        self.count(ROOMY_REFUSAL)
-        return [("refusal", f"r{rid}: allocate_slots of {new} tokens"
-                            f"{f' after a hit of {hit}' if admission else ''} refused with "
-                            f"{self.device_free} device blocks free (it needs at most {device}) "
-                            f"and {self.host_free} host blocks free (at most "
-                            f"{cdiv(slots, size)})")]
 
     def _hisparse_hit_problems(self, request, actual, raised) -> list[tuple[str, str]]:
         if raised is not None:
             return crash_problems(raised)
         try:
             blocks, hit, _ = actual
-            source, indexer, resident, hot = blocks
+            source, indexer, resident, hot = blocks[:4]
+            if len(blocks) != self.groups:
+                raise ValueError(len(blocks))
         except (TypeError, ValueError):
             return [("prefix hit", f"expected (four groups' blocks, hit tokens, boundary), "
                                    f"actual {short(actual)}")]
         tokens, size = len(request.tokens), self.trace.block_size
         if request.skip and hit:
             return [("prefix hit", f"a request that skips the cache hit {hit} tokens")]
-        if not 0 <= hit <= tokens - 1 or hit % size:
+        if not 0 <= hit <= tokens - 1 or hit % self.unit:
             return [("prefix hit", f"{hit} tokens of a {tokens}-token prompt: expected a "
-                                   f"multiple of {size} below {tokens}")]
-        count = hit // size
+                                   f"multiple of {self.unit} below {tokens}")]
+        count = cdiv(hit, size)
         if len(indexer) != count or len(source) < count or resident or hot:
             return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} indexer "
                                    f"blocks, {count} or more source blocks, no resident or hot "
                                    f"ones, actual {short(blocks)}")]
-        units = request.hashes(size)
+        if self.cow and self.mamba_hit_problems(hit, blocks, request):
+            return self.mamba_hit_problems(hit, blocks, request)
+        units, per = request.hashes(self.unit), size // self.unit  # (a block's key: its last's)
         for group, table, keys in ((SOURCE, source, self.host_keys),
                                    (INDEXER, indexer, self.device_keys)):
-            for index, block in enumerate(table):
+            # (a block the hit ends inside is cached under a partial entry: not compared)
+            for index, block in enumerate(table[:hit // size] if self.cow else table):
                 entries = keys[block] if 0 < block < len(keys) else None
-                if index >= len(units) or (units[index], group) not in listed(entries):
+                if (index + 1) * per > len(units) or \
+                        (units[(index + 1) * per - 1], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
         return []
@@ -317,6 +293,8 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
     def state(self, op) -> list[tuple[str, str]]:
         if not self.hs:
             return super().state(op)
+        if self.cow:
+            self.mamba_step()
         written = self._reports()  # the worker's report: write-backs completed (hisparse_lag)
         if written:
             self.durable |= {block for _, block in written}
@@ -334,7 +312,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         held, live = [0] * self.trace.hisparse, {}
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
-            live[rid] = tables if tables else [[]] * 4
+            live[rid] = tables if tables else [[]] * self.groups
             source = tables[SOURCE] if tables else []
             self.last_source[rid] = list(source)
             for block in source:
@@ -358,7 +336,7 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
         if early:
             problems.append(("published early", f"host blocks {early[:6]} are cached with no "
                                                 f"write-back done since they were handed out"))
-        problems += self._reset_evict_problems(host, device)
+        problems += reset_evict_problems(host, device, self.reset_done, self.evicted)
         published = sum(key is not None for key in host["keys"])
         if published > self.published:
             self.count(PUBLISHED)
@@ -384,17 +362,3 @@ class HiSparseLockstep(hisparse_pins.ResidentPins, hisparse_lag.LaggedReports,
                                    f"back and its first {request.computed} tokens computed, "
                                    f"but pages {unpublished[:6]} are not cached")] \
             if unpublished else []
-
-    def _reset_evict_problems(self, host, device) -> list[tuple[str, str]]:
-        problems = []
-        if self.reset_done:
-            cached = [(name, b) for name, pool in (("host", host), ("device", device))
-                      for b, key in enumerate(pool["keys"]) if key is not None]
-            if cached:
-                problems.append(("reset", f"a reset that succeeded left blocks cached: "
-                                          f"{cached[:6]}"))
-        cached = [b for b in self.evicted if b < len(device["keys"]) and
-                  device["keys"][b] is not None]
-        if cached:
-            problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
-        return problems

@@ -64,29 +64,47 @@ def pool_problems(name: str, pool: dict, size: int) -> list[tuple[str, str]]:
         size, pool["ref"], pool["queue"], pool["keys"], pool["cache"])]
 
 
-def table_problems(rid, tables, computed, size, pages=0) -> list[tuple[str, str]]:
+def table_problems(rid, tables, computed, size, pages=0, groups=4) -> list[tuple[str, str]]:
     """After a success the source and indexer tables hold cdiv(computed, b) blocks each (or
     `pages`, an import's, where that is more: a failed import's blocks stay)."""
     expected = max(cdiv(computed, size), pages)
-    if len(tables) != 4 or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
+    if len(tables) != groups or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
         return [("block table", f"r{rid}: {computed} tokens computed in blocks of {size}: "
                                 f"expected {expected} source and indexer blocks, actual "
                                 f"{short(tables)}")]
     return []
 
 
-def allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
+def allocation_problems(expected, rejected, actual, raised, groups=4) -> list[tuple[str, str]]:
     if raised is not None:
         return crash_problems(raised)
     if actual is None:
         return []
     try:
         attention = [b for group in (actual[SOURCE], actual[INDEXER]) for b in group]
-        fine = len(actual) == 4 and 0 not in attention
+        fine = len(actual) == groups and 0 not in attention
     except (TypeError, IndexError):
         fine = False
     if not fine or len(set(actual[SOURCE])) != len(actual[SOURCE]) or \
             len(set(actual[INDEXER])) != len(actual[INDEXER]):
-        return [("result", f"allocate_slots: expected four groups' new blocks, the source's and "
-                           f"indexer's distinct and not null, actual {short(actual)}")]
+        return [("result", f"allocate_slots: expected {groups} groups' new blocks, the "
+                           f"source's and indexer's distinct and not null, actual "
+                           f"{short(actual)}")]
     return []
+
+
+def reset_evict_problems(host, device, reset_done, evicted) -> list[tuple[str, str]]:
+    """A reset that succeeded leaves nothing cached in either pool, an eviction none of the
+    device blocks it named."""
+    problems = []
+    if reset_done:
+        cached = [(name, b) for name, pool in (("host", host), ("device", device))
+                  for b, key in enumerate(pool["keys"]) if key is not None]
+        if cached:
+            problems.append(("reset", f"a reset that succeeded left blocks cached: "
+                                      f"{cached[:6]}"))
+    cached = [b for b in evicted if b < len(device["keys"]) and
+              device["keys"][b] is not None]
+    if cached:
+        problems.append(("evict", f"evict_blocks left device blocks {cached} cached"))
+    return problems

@@ -122,6 +122,7 @@ class LaggedReports:
     @handles(Preempt, Finish)
     def free(self, op):
         if self.hs and op.rid in self.requests:
+            self.freed_with_copies(op.rid)
             mine = {tid for tid, rid in self.owners.items() if rid == op.rid and
                     tid not in self.orphans and tid in dict(self.in_flight)}
             if isinstance(op, Preempt):  # its state goes: its write-backs publish nothing

@@ -221,7 +221,8 @@ class ResidentPins(GpuCopies):
         self._complete(tables, keys)
         held, pinned = Counter(), Counter()
         for rid, groups in tables.items():
-            held.update(b for g in (INDEXER, HOT) for b in groups[g])
+            # (and a Mamba group's states beside the four: "hisparse cow")
+            held.update(b for g in (INDEXER, HOT, *range(4, len(groups))) for b in groups[g])
             unpinned = self.residency[rid].unpinned if rid in self.residency else set()
             pinned.update(b for page, b in enumerate(self.rows.get(rid, []))
                           if page not in unpinned)

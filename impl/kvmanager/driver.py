@@ -149,8 +149,9 @@ class KVManagerDriver(ManagerReads):
                  for i in range(len(specs))]
         groups = [KVCacheGroupSpec([f"layer{i}"], spec, **flag)
                   for i, (spec, flag) in enumerate(zip(specs, flags))]
-        if hisparse:  # HiSparse's four groups and its host pool (`hisparse.py`)
-            groups = hisparse_groups(block_size, shape)
+        if hisparse:  # HiSparse's four groups and its host pool (`hisparse.py`), and a Mamba
+            # "align" group after them where the trace has one ("hisparse cow")
+            groups = hisparse_groups(block_size, shape) + groups[1:]
         # Full attention's group last, as vLLM groups a model whose first layer is Mamba or
         # cross attention (layers grouped in the order the model registers them); the manager's
         # answers per group are read back into the trace's order (full attention first)
@@ -483,6 +484,13 @@ class KVManagerDriver(ManagerReads):
     def hisparse_residency(self, rid: int) -> list[int]:
         """`rid`'s resident pages as the worker reads them (0: read from the host)."""
         return self.hisparse.residency(self.requests[rid].request_id)
+
+    def hisparse_copies(self) -> list[tuple[int, int]]:
+        """The host copies taken after a step's command (`HiSparseCalls.take_copies`)."""
+        return self.hisparse.take_copies()
+
+    def hisparse_copies_done(self, destinations) -> None:
+        self.hisparse.release_copies(destinations)
 
     def hisparse_report(self, enqueued, completed) -> None:
         """The worker's report of a step (on time, or late or in parts): [transfer id, ranks]

@@ -63,6 +63,18 @@ class HiSparseCalls:
         manager = self.coordinator.resident_managers[0]
         return [int(block.block_id) for block in manager.get_residency_row(request_id)]
 
+    def take_copies(self) -> list[tuple[int, int]]:
+        """The host copy-on-write copies the connector hands the worker with the step's command
+        (`take_host_block_copies`, after `build_offload_command`): (source, destination)
+        blocks, both retained until released."""
+        return [(int(c.src_block_id), int(c.dst_block_id))
+                for c in self.coordinator.take_host_block_copies()]
+
+    def release_copies(self, destinations) -> None:
+        """The worker's report of host copies run (`completed_host_copy_dst_ids`, the ranks'
+        union), passed on before its write-backs (`update_connector_output`)."""
+        self.coordinator.release_completed_host_copies([int(d) for d in destinations])
+
     def report(self, enqueued, completed) -> None:
         """A report of the worker's ranks summed (`HiSparseConnectorWorkerMetadata.aggregate`):
         (transfer id, ranks) pairs enqueued, and completed, this step."""

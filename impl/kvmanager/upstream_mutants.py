@@ -26,6 +26,8 @@ SINGLE = "vllm.v1.core.single_type_kv_cache_manager"
 POOL = "vllm.v1.core.block_pool"
 # vLLM's hashing utilities: the request block hasher the engine builds (not the manager's part)
 UTILS = "vllm.v1.core.kv_cache_utils"
+# HiSparse's coordinator (built on first use, `get_hisparse_coordinator`: the mutant builds it)
+HISPARSE = "vllm.v1.hisparse.coordinator"
 
 # name -> (module, mutation)
 MUTATIONS = {
@@ -437,6 +439,21 @@ MUTATIONS = {
         "slots for its placeholder draft rows")),
 }
 
+# Mutants that only a profile made alone reaches (never drawn in the mix, whose seeded traces
+# the catalogue's tests search): outside the catalogue, by import path
+# (`kvfuzz.impl.kvmanager.upstream_mutants:NAME`), each with the test that kills it
+ALONE_MUTATIONS = {
+    # HiSparse's host copy-on-write (the "hisparse cow" profile): a copy's source reference
+    # dropped when the copy is handed to the worker, not once the worker reports it run.
+    "hisparse_cow_source_not_held": (HISPARSE, Mutation(
+        "HiSparseCoordinator.take_host_block_copies",
+        "self._retained_copies[cow_block.block_id] = (source_block, cow_block)",
+        "self._retained_copies[cow_block.block_id] = (cow_block,)\n"
+        "            self.host_manager.block_pool.free_blocks([source_block])",
+        "a host copy's source block is released when the copy is handed to the worker, "
+        "before the worker reports it run: a same-step free may recycle the page it reads")),
+}
+
 
 def _rebind(function, original_module, original_class):
     """`function` (from the edited copy) with the original module's globals, and `super()`
@@ -496,7 +513,7 @@ def _defines(part, method: str, owner) -> bool:
 
 @functools.cache
 def _mutant_class(name: str):
-    module_name, mutation = MUTATIONS[name]
+    module_name, mutation = MUTATIONS[name] if name in MUTATIONS else ALONE_MUTATIONS[name]
     if module_name == UTILS:
         return _hasher_mutant(name, mutation)
     class_name, method = mutation.scope.split(".")
@@ -518,8 +535,11 @@ def _mutant_class(name: str):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             coordinator = self.coordinator
-            for part in (self, coordinator, self.block_pool,
-                         *coordinator.single_type_managers):
+            parts = [self, coordinator, self.block_pool, *coordinator.single_type_managers]
+            if module_name == HISPARSE and \
+                    getattr(self.kv_cache_config, "hisparse_host_num_blocks", None):
+                parts.append(original.get_hisparse_coordinator(self))  # (memoised: the driver's)
+            for part in parts:
                 if isinstance(part, owner) and (name not in KEEPS_OVERRIDES or
                                                 _defines(part, method, owner)):
                     setattr(part, method, bind(part))
@@ -529,7 +549,7 @@ def _mutant_class(name: str):
 
 
 def __getattr__(name: str):
-    """The mutant class `name` (a key of MUTATIONS)."""
-    if name not in MUTATIONS:
+    """The mutant class `name` (a key of MUTATIONS or ALONE_MUTATIONS)."""
+    if name not in MUTATIONS and name not in ALONE_MUTATIONS:
         raise AttributeError(name)
     return _mutant_class(name)

@@ -20,7 +20,7 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, async_ops, connector, hisparse_import,
-                                  hisparse_lag, streaming)
+                                  hisparse_cow, hisparse_lag, streaming)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -103,6 +103,13 @@ REACHES = {
     "hisparse lag": list(hisparse_lag.EVENTS) + [
         "write-backs reported done", "host pages published", "preempt"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
+    # HiSparse's host copy-on-write beside a Mamba "align" group: partial local hits in the
+    # source group, their copies made, released late, in flight at their request's free
+    "hisparse cow": list(hisparse_cow.EVENTS) + [
+        "write-backs reported done", "host pages published", "preempt", "finish"]
+    + _CONFIGS("HiSparse host source group (reduced checks)",
+               "Mamba align mode, prefix caching on (reduced checks)",
+               "hash block below the block size"),
     # a sliding window alone (the unitary coordinator): EAGLE's hits dropping the window's last
     # block, its sparse block mask, blocks freed as the window moves
     "lone window": ["EAGLE: a window hit drops its last block", "window frees blocks",
