@@ -1,10 +1,10 @@
-"""The "hisparse cow" profile (`kvmanager/5[hisparse cow]`, alone only): HiSparse's four groups
-(`Trace.hisparse`) beside a Mamba "align" group of the same block size, hashed per fewer tokens
-than a block (`hash_block_size`), so that the coordinator turns fine-grained (partial) hits on
-and a hit may end inside a block. A hit that ends inside a source block is a partial local hit
-in the host pool: vLLM 0.33.0's `allocate_new_blocks` redirects the shared tail to a private
-host block (`_apply_cow`), both ends holding a reference more until the worker reports the copy
-run (`HiSparseCoordinator.take_host_block_copies`, `release_completed_host_copies`).
+"""The "hisparse cow" profile (`kvmanager/5[hisparse cow]`, a share of the mix): HiSparse's four
+groups (`Trace.hisparse`) beside a Mamba "align" group of the same block size, hashed per fewer
+tokens than a block (`hash_block_size`), so that the coordinator turns fine-grained (partial) hits
+on and a hit may end inside a block. A hit that ends inside a source block is a partial local hit in
+the host pool: vLLM 0.33.0's `allocate_new_blocks` redirects the shared tail to a private host block
+(`_apply_cow`), both ends holding a reference more until the worker reports the copy run
+(`HiSparseCoordinator.take_host_block_copies`, `release_completed_host_copies`).
 
 Such a hit needs, at the same length, a Mamba state (`MambaManager._cache_partial_tail_block`
 keys one only at a step that ends exactly at its prompt's last hash boundary inside a block)
