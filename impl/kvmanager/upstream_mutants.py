@@ -290,7 +290,7 @@ MUTATIONS = {
         "record_for_zeroing=not skip_zeroing_group_ids",
         "a load of some groups leaves every group's external blocks unzeroed (the groups it "
         "does not write keep stale bytes)")),
-    # With groups of different block sizes (the "connector sizes" profile, alone only): each
+    # With groups of different block sizes (the "connector sizes" profile): each
     # group counts its external blocks to the next scheduler block (the hit's grid), not to
     # the external tokens' end; with one block size the two are the same expression.
     "external_to_scheduler_block": (SINGLE, Mutation(
@@ -439,8 +439,8 @@ MUTATIONS = {
         "slots for its placeholder draft rows")),
 }
 
-# Mutants that only a profile made alone reaches (never drawn in the mix, whose seeded traces
-# the catalogue's tests search): outside the catalogue, by import path
+# Mutants that only a profile reaches whose share of the mix lies past the seeded traces the
+# catalogue's tests search (its first index 225): outside the catalogue, by import path
 # (`kvfuzz.impl.kvmanager.upstream_mutants:NAME`), each with the test that kills it
 ALONE_MUTATIONS = {
     # HiSparse's host copy-on-write (the "hisparse cow" profile): a copy's source reference

@@ -91,7 +91,7 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                # the guard refuses Mamba groups: test_align.py, test_mutants.py)
                "mamba_align_hit_short", "mamba_align_partial_hit_ignored",
                # a connector over groups of different block sizes: the corner traces have one
-               # size and no connector ("connector sizes", alone only: test_mutants.py's ALONE)
+               # size and no connector ("connector sizes": test_mutants.py's ALONE)
                "external_to_scheduler_block")
 
 

@@ -130,12 +130,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # synchronous load's padded last token, and the padded resumption after a load.
     "spec_pad_external_clamped": r"allocate_slots: new blocks|None vs success|num free",
     "spec_pad_resumed_clamped": r"allocate_slots: new blocks|None vs success|num free",
-    # Groups of different block sizes under a KV connector (the "connector sizes" profile,
-    # alone only): a group's external blocks counted to the scheduler block.
+    # Groups of different block sizes under a KV connector (the "connector sizes" profile):
+    # a group's external blocks counted to the scheduler block.
     "external_to_scheduler_block": r"consumed|block table|external blocks|None vs success",
 }.items()}
-# Mutants only an alone-only profile reaches (`streams.ALONE_ONLY`, never drawn in the mix the
-# search below reads): each caught on that profile's trace `index` of seed 0 instead
+# Mutants only one profile reaches whose share of the mix lies past the indices the search
+# below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
 ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
@@ -214,15 +214,16 @@ def test_every_mutant_has_an_expectation():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(ALONE))
-def test_an_alone_only_profiles_mutant_is_caught_there_with_a_readable_shrunk_report(name):
-    """As the mix's search above, on the alone-only profile's trace that reaches the mutant;
-    the released class agrees on that trace."""
-    from kvfuzz.strategies.kvmanager.streams import ALONE_ONLY
+def test_a_profiles_mutant_is_caught_on_its_own_stream_with_a_readable_shrunk_report(name):
+    """As the mix's search above, on the trace of the profile's own stream that reaches the
+    mutant (its share of the mix is past the search's indices); the released class agrees on
+    that trace."""
+    from kvfuzz.strategies.kvmanager import streams
 
     if not TARGETS["kvmanager"].catalogue.resolve(name).available():
         pytest.skip("needs vllm installed (see docs/upstream-vllm.md)")
     profile, index = ALONE[name]
-    trace = ALONE_ONLY[profile].generate(0, index)
+    trace = streams.ALONE[profile].generate(0, index)
     found = divergence("kvmanager", trace, name)
     assert found is not None, name
     assert divergence("kvmanager", trace, "vllm.kvmanager") is None
