@@ -30,10 +30,12 @@ from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 # tokens (the guard's recordings, and since 2026-12-05 the "async drafts" profile)
 ONE_TOKEN_EVENTS = ("placeholder slot (token in flight)", "placeholder slot into a new block",
                     "output processed, nothing in flight", "stale token after a preemption")
+# the running loop's retry of a refused prefill chunk, after the preemption it made
+CHUNK_AGAIN = "prefill chunk refused, made again after a preemption"
 DRAFT_EVENTS = ("placeholder slots with draft tokens", "draft slots past a block's end",
                 "rejected drafts rolled back", "draft tokens after a step sat out",
                 "padded rows in flight until the output")
-EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS
+EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS + (CHUNK_AGAIN,)
 
 
 class AsyncOps:
@@ -81,6 +83,15 @@ class AsyncOps:
         request.in_flight = 0
         yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
                    oracle=None)
+
+    def made_again(self, request) -> bool:
+        """Whether a `schedule` with `again` (a running request's prefill chunk made again)
+        applies: its last allocation refused, and a preemption made since (vLLM's running
+        loop preempts the lowest-priority request, then retries the same `allocate_slots`)."""
+        if request.refused is None or self.preemptions == request.refused:
+            return False
+        self.count(CHUNK_AGAIN)
+        return True
 
     def rows_held(self, rows: int, asked: bool) -> bool:
         """Whether a padded admission's draft `rows` stay counted computed and in flight until

@@ -35,6 +35,11 @@ SIZES_EVENTS = ("external tokens, groups of different block sizes",
                 "external tokens ending inside a larger group's block",
                 "load of some groups only, groups of different block sizes")
 EVENTS += SIZES_EVENTS
+# A prompt of one token loaded whole counts 0 computed tokens after its load (its last token
+# recomputed), so the scheduler looks it up again (and asks the connector again) while it
+# holds its blocks (`relooked`)
+RELOOKUP = "one-token prompt loaded whole, looked up again"
+EVENTS += (RELOOKUP,)
 # Under asynchronous scheduling (the "async connector" profile alone reaches them)
 ASYNC_EVENTS = ("load reported with other requests' steps in flight",
                 "synchronous load, its step in flight")
@@ -63,6 +68,7 @@ class ConnectorOps:
                 trace.mamba_mode or trace.encoder_tokens:
             return
         rid, tokens = op.rid, request.tokens
+        kept = self.relooked(request, rid)
         expected = model.get_computed_blocks(self._hashes(request), len(tokens), tokens,
                                              request.skip, trace.report)
         # Without a Mamba group the connector's lookup is `get_computed_blocks`'s, its hit
@@ -102,13 +108,15 @@ class ConnectorOps:
         if got is None or problems:
             return problems
         request.hit = hit
-        request.held = [self._own_start(group, hit_blocks, hit + external)
+        # (after a whole load of one token, the blocks it kept are not the new load's own:
+        # the release adopts nothing and allocates nothing for them)
+        request.held = [max(self._own_start(group, hit_blocks, hit + external), kept[group])
                         for group in range(len(model.sizes))]
         tables = self.read("block_ids", rid)
         problems = self._own_blocks(rid, request.held, hit + external, tables) or \
             self._covered(rid, tables, hit + external, external, load)
         if load:
-            request.status, request.in_flight = LOADING, 0
+            request.status, request.in_flight, request.reloaded = LOADING, 0, False
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
         elif external:
             request.sync_load = (hit, hit + external, request.computed)
@@ -164,6 +172,7 @@ class ConnectorOps:
         counted = 0 if rows_in_flight else placeholders  # rolled back at once, or at the output
         request.computed = hit + external + new - counted
         request.status, request.in_flight = "running", new - counted
+        request.reloaded = False
         yield Call("", "set_computed", (rid, request.computed, "running"), oracle=None)
         if trace.stats:  # the scheduler records the local hit of an admission made
             self.count("stats recorded")
@@ -193,7 +202,7 @@ class ConnectorOps:
             self.count("load failed, nothing valid (freed)")
             yield Call(f"free(r{rid}): its load failed", "free", (rid, False),
                        oracle=lambda: model.free(rid))
-            request.computed, request.status = 0, "waiting"
+            request.computed, request.status, request.reloaded = 0, "waiting", False
             yield Call("", "set_computed", (rid, 0, "waiting"), oracle=None)
             return
         if valid > 0:
@@ -216,6 +225,8 @@ class ConnectorOps:
         if computed == len(request.tokens):  # the last token is computed again for its logits
             self.count("a whole prompt loaded: its last token recomputed")
             request.computed -= 1
+            # one token: 0 computed, its blocks held; its next admission looks it up again
+            request.reloaded = not request.computed
         request.status = "waiting"
         yield Call("", "set_computed", (rid, request.computed, "waiting"), oracle=None)
 
@@ -231,6 +242,16 @@ class ConnectorOps:
         # recordings do), and every declared class must be reached by the seeded traces
         request.sync_load, request.in_flight = None, 0
         yield Call("", "set_computed", (op.rid, request.computed, "running"), oracle=None)
+
+    def relooked(self, request, rid: int) -> list[int]:
+        """An admission's lookup of a request: where it is a one-token prompt loaded whole
+        (the scheduler's `num_computed_tokens == 0` branch, its blocks still held: the
+        coordinator then treats it as running, no hit adopted, no block for external tokens
+        it already holds), the edge class counted; each group's blocks it holds."""
+        if request.reloaded:
+            self.count(RELOOKUP)
+        return [len(self.model.tables[group].get(rid, ()))
+                for group in range(len(self.model.sizes))]
 
     # -- the properties -----------------------------------------------------------------------
     def _own_start(self, group: int, hit_blocks, computed: int) -> int:

@@ -59,6 +59,9 @@ class _Request:
         # streaming input (`streaming.py`): stopped and waiting for an update; streamed since
         # its last allocation
         self.paused = self.streamed = False
+        self.refused = None  # its last allocation refused: the preemptions made before it
+        # a one-token prompt loaded whole: 0 computed tokens, its blocks held (`connector.py`)
+        self.reloaded = False
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int, lookahead: int = 0) -> list[int]:
@@ -86,6 +89,9 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
+    # preemptions made so far (a chunk made `again` needs one since its refusal); a class
+    # default for the subclasses whose `build_model` is their own (only ever compared)
+    preemptions = 0
     EVENTS = ("arrive", "admission with a hit", "admission, no hit", "prefill chunk", "decode",
               "decode into a new block", "sample, no slot", "allocate_slots ok",
               "allocate_slots refused", "allocate_slots refused: the whole request does not fit",
@@ -106,6 +112,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
 
     def build_model(self, trace):
         self.requests: dict[int, _Request] = {}
+        self.preemptions = 0
         self.seen: set[int] = set()
         self.view = Counter()  # what a consumer of the implementation's KV events believes
         self.key_marks = KeyMarks(self.count, trace.hash_size)
@@ -172,8 +179,9 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
     @handles(Schedule)
     def schedule(self, op: Schedule):
         request = self.requests.get(op.rid)
-        if request is None or request.status == connector.LOADING:  # it waits for its load
-            return
+        if request is None or request.status == connector.LOADING or \
+                (op.again and request.status != RUNNING):  # it waits for its load; or a
+            return  # chunk made again of a request no longer running (preempted itself)
         if request.status == WAITING and request.computed:  # its KV load done (or a streaming
             # update taken): no lookup
             self.count("resumed after a streaming update" if request.streamed else
@@ -193,6 +201,8 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             yield from self._admit(op.rid, request, op.chunk, op.pad, op.rows_in_flight)
             return
         pending = len(request.tokens) - request.computed
+        if op.again and not (pending > 0 and self.made_again(request)):
+            return  # its chunk was not refused: it has its slots
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
             new = min(op.chunk, pending)
             self.count("prefill chunk")
@@ -240,6 +250,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         if request is None or (not finish and request.status != RUNNING):
             return
         self.count("finish" if finish else "preempt")
+        self.preemptions = self.preemptions + (not finish)
         if op.defer:  # the free deferred: the tables emptied, the blocks still held
             self.count("free deferred (pop_blocks_for_free)")
             if request.status == connector.LOADING:
@@ -340,6 +351,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         hit_blocks, hit, request.boundary = expected
         self._count_marks()
         self.count("admission with a hit" if hit else "admission, no hit")
+        self.relooked(request, rid)  # (a one-token prompt loaded whole: connector.py)
         if hit and report:
             self.count("hit reported")
         new = min(chunk, len(request.tokens) - hit)
@@ -420,6 +432,8 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         self.count("allocate_slots ok" if expected is not None else
                    "allocate_slots refused: the whole request does not fit"
                    if model.refused_whole else "allocate_slots refused")
+        # (a refused allocation's preemptions so far: a chunk made `again` needs one since)
+        request.refused = None if expected is not None else self.preemptions
         yield Call("", method, args, oracle=lambda: expected, compare=self._allocation_compare)
         if expected is None:
             return []
@@ -430,7 +444,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
                                   f"counted {model.predicted}")]
         request.computed += hit + new - placeholders  # the drafts' rollback, at the output
         request.status, request.in_flight = RUNNING, new - placeholders
-        request.streamed = False
+        request.streamed = request.reloaded = False
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         if admission and trace.stats and NO_RECORD not in self.unread:
             # the scheduler records an admission that was made

@@ -17,7 +17,12 @@ two, output placeholders, processed outputs, settles) with the "connector" profi
   with a step in flight is never preempted (the scheduler's running loop stops there), and an
   abort of one is deferred (`finish` with `defer`: `pop_blocks_for_free`), its blocks released
   (`release`) when that step's output is processed, oldest first; every finish is preceded by
-  the connector's `remove_skipped` (`_connector_finished`); aborts during a load too.
+  the connector's `remove_skipped` (`_connector_finished`); aborts during a load too;
+- a prompt of one token goes through the connector in half its admissions (since 2026-12-06,
+  from draws of its own): loaded whole it counts 0 computed tokens after its load, and its
+  next admission goes through the connector again (the scheduler's lookup again, its blocks
+  held); a refused prefill chunk is made again after the preemption (`schedule` with `again`,
+  as "async outputs"').
 
 Settings: "async outputs"' (a window in 80%, extra retained tokens, retention, the
 whole-request check, a watermark, blocks of 1 to 8 tokens, tight pools); where a window is,
@@ -56,6 +61,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     observed = rng.random() < 0.3
     shaper = _AsyncConnected(rng, size, window + retained if window else 0, blocks, budget,
                              max_model_len, settles=rng.random() < 0.8, zeroing=zeroing)
+    shaper.chunk_retries = True  # (since 2026-12-06: `_AsyncScheduler._chunk_refused`)
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
@@ -74,6 +80,9 @@ class _AsyncConnected(_AsyncScheduler):
         self.loading: dict[int, list] = {}  # rid: [request, scheduling steps until reported]
         self.deferred: list[tuple[int, int, int]] = []  # (fence step, rid, blocks), oldest first
         self.processed = -1  # the last step whose output was processed
+        # Draws of its own (since 2026-12-06), so the traces in which no prompt of one token
+        # goes through the connector keep their ops: which of those do
+        self.ones = random.Random(f"{size} {window} {blocks} {budget} {max_model_len}")
 
     def step(self) -> bool:
         self._reported()
@@ -95,10 +104,10 @@ class _AsyncConnected(_AsyncScheduler):
             self.ops.append(Schedule(request.rid, left))
             scheduled.append(self._scheduled(request, chunk))
             return chunk
-        # (a prompt of one token never goes through the connector here: loaded whole, it
-        # counts 0 computed tokens after its load and vLLM would look it up again with its
-        # blocks held, which the lock step does not model)
-        if rng.random() < 0.25 or len(tokens) == 1:
+        # A prompt of one token goes through the connector in half its admissions (before
+        # 2026-12-06, never): loaded whole, it counts 0 computed tokens after its load, and the
+        # scheduler looks it up again (and asks the connector again) with its blocks held
+        if rng.random() < 0.25 or (len(tokens) == 1 and self.ones.random() < 0.5):
             return super()._admit(request, left, scheduled)
         hit, load = self._hit(request), rng.random() < 0.5
         external = rng.choice((rng.randint(1, 3) * size + rng.choice((-1, 0, 0, 1)),

@@ -64,6 +64,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     hashed = 0 if drop else (k if mtp else 1)
     shaper = _DraftScheduler(rng, size, window, blocks, budget, max_model_len, k, extra,
                              hashed, k - 1 if mtp else 0, drop)
+    shaper.chunk_retries = True  # (since 2026-12-06: `_AsyncScheduler._chunk_refused`)
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
@@ -124,11 +125,14 @@ class _DraftScheduler(_AsyncScheduler):
             if op is None:
                 continue
             while not self._fits(request, new) and self.running[-1] is not request:
-                # (no refused call first, as "async outputs" makes: where our estimate is wrong
-                # and it succeeds, its retry would allocate 1 + k slots again)
+                # (no refused call first of a decode, as "async outputs" makes: where our
+                # estimate is wrong and it succeeds, its retry would allocate 1 + k slots
+                # again; a prefill chunk's is made, and made again with `again`)
+                op = self._chunk_refused(op) if new > 1 else op
                 self._preempt(self.running[-1])
                 preempted = True
             if not self._fits(request, new):
+                op = self._chunk_refused(op) if new > 1 else op
                 self._preempt(request)
                 preempted = True
                 continue

@@ -16,7 +16,8 @@ guard's recordings:
   preemption (`sample` with `stale`) and is admitted again only once it came;
 - an allocation of one token (a placeholder's, or a sampled token's) that our estimate says
   the pool refuses is made first, then the preemption, then the allocation again, as the
-  scheduler learns that the pool is full;
+  scheduler learns that the pool is full; since 2026-12-06 a prefill chunk's too, made again
+  as a `schedule` with `again` (`_chunk_refused`);
 - aborts (a `finish` with a step in flight), evictions and resets between steps.
 
 The settings are the "async" corner profile's (`generator.settings`): a window in 80%, extra
@@ -36,6 +37,7 @@ in another state than estimated resolve to nothing. Standard library only.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Evict, Finish, Placeholder, Preempt,
                                                Processed, Reset, Sample, Schedule, Settle, Trace)
@@ -60,6 +62,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     retained = rng.randint(1, 2 * size) if window and rng.random() < 0.5 else 0
     shaper = _AsyncScheduler(rng, size, window + retained if window else 0, blocks, budget,
                              max_model_len, settles=rng.random() < 0.8)
+    shaper.chunk_retries = True
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
@@ -83,6 +86,10 @@ class _Request:
 
 
 class _AsyncScheduler:
+    # a refused prefill chunk made, then again after each preemption (since 2026-12-06; the
+    # profiles built on this class that keep their traces as before leave it off)
+    chunk_retries = False
+
     def __init__(self, rng, size: int, window: int, blocks: int, budget: int,
                  max_model_len: int, settles: bool):
         self.rng, self.size, self.window, self.blocks = rng, size, window, blocks
@@ -164,14 +171,14 @@ class _AsyncScheduler:
                 Placeholder(request.rid)
             stuck = False  # a victim the scheduler may not free now: the running loop ends
             while not self._fits(request, chunk) and self.running[-1] is not request:
-                self._refused(op, chunk)
+                op = self._refused(op, chunk)
                 stuck = not self._can_preempt(self.running[-1])
                 if stuck:
                     break
                 self._preempt(self.running[-1])
                 preempted = True
             if not stuck and not self._fits(request, chunk):
-                self._refused(op, chunk)
+                op = self._refused(op, chunk)
                 stuck = not self._can_preempt(request)
                 if not stuck:
                     self._preempt(request)
@@ -229,13 +236,27 @@ class _AsyncScheduler:
         """A running request aborted between steps (a step of it may be in flight)."""
         self.ops.append(Finish(request.rid))
 
-    def _refused(self, op, chunk: int) -> None:
+    def _refused(self, op, chunk: int):
         """An allocation our estimate says the pool refuses: made, as the scheduler makes it
-        before it preempts (and then made again). Of one token only: where the estimate is
-        wrong and it succeeds, the one made again resolves to nothing (the token has its slot),
-        where a chunk's would take the next chunk."""
+        before it preempts (and then made again): the op to make next. One token's is made
+        again as it is: where the estimate is wrong and it succeeds, the one made again
+        resolves to nothing (the token has its slot); a prefill chunk's (`_chunk_refused`) is
+        made again with `again`, which the lock step resolves to nothing unless the chunk was
+        refused (else it would take the next chunk)."""
         if chunk == 1:
             self.ops.append(op)
+            return op
+        return self._chunk_refused(op)
+
+    def _chunk_refused(self, op):
+        """A refused prefill chunk made (where `chunk_retries`), and the op that makes it
+        again after the preemption: the released running loop retries the same
+        `allocate_slots` (`Scheduler.schedule`: preempt the lowest-priority request, then
+        try again)."""
+        if not self.chunk_retries or not isinstance(op, Schedule):
+            return op
+        self.ops.append(op)
+        return replace(op, again=True)
 
     def _scheduled(self, request: _Request, chunk: int) -> tuple:
         request.computed += chunk

@@ -334,7 +334,8 @@ def _op(reader: FieldReader, raw: object, where: str) -> Op:
             values["pad"] = reader.integer(raw.get("pad", 0), at, low=0, high=MAX_PAD)
         elif f.name in ("drafts", "rejected"):  # asynchronous draft tokens (at most k)
             values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_PAD)
-        elif f.name == "rows_in_flight":  # padded rows held to the output (asynchronous)
+        elif f.name in ("rows_in_flight", "again"):  # padded rows held to the output; a
+            # refused prefill chunk made again after a preemption (asynchronous)
             values[f.name] = reader.boolean(raw.get(f.name, False), at)
         elif f.name == "defer":  # a free deferred past the pool (pop_blocks_for_free)
             values["defer"] = reader.boolean(raw.get("defer", False), at)

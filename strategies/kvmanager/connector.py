@@ -10,7 +10,10 @@ attention alone, or (three traces in four) beside a sliding window or chunked-lo
 one block size; seven in ten of those in two precisions, so vLLM records new blocks for zeroing
 (`needs_kv_cache_zeroing`); tight pools, the whole-request check, a watermark, KV events and
 stats in some. In four in ten, speculative decoding: admissions left with one token are padded
-with placeholder drafts (`padded`).
+with placeholder drafts (`padded`). A prompt of one token loaded whole counts 0 computed tokens
+after its load, and the scheduler looks it up again: half of the admissions after such a load
+go through the connector again (a load again in half of those; since 2026-12-06, from draws of
+their own).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def build(rng: random.Random, num_ops: int, kind=None, profile: str = "connector
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
     observed = rng.random() < 0.3
     gen = (kind or _Connected)(rng, size, max_model_len)
+    gen.reconnects = profile == "connector"  # (the "deferred frees" profile's stay as they were)
     while len(gen.ops) < num_ops:
         gen.step()
     trace = Trace(blocks, size, window, max_model_len, tuple(gen.ops[:num_ops]),
@@ -81,9 +85,15 @@ def some_groups(trace: Trace, rng: random.Random) -> Trace:
 class _Connected(_Generator):
     """The corner generator's requests, admitted through a connector most of the time."""
 
+    reconnects = False  # a one-token prompt loaded whole admitted through the connector again
+
     def __init__(self, rng: random.Random, block_size: int, max_model_len: int):
         super().__init__(rng, block_size, max_model_len)
         self.loading: list[int] = []
+        # Draws of its own (since 2026-12-06), so the traces with no prompt of one token loaded
+        # keep their ops: which of those are admitted through the connector again, and how
+        self.ones = random.Random(f"{block_size} {max_model_len}")
+        self.single: set[int] = set()  # the requests whose prompt is one token
 
     def step(self) -> None:
         live = len(self.live)
@@ -99,6 +109,8 @@ class _Connected(_Generator):
         before = len(self.ops)
         super().arrive()
         rng, bs = self.rng, self.block_size
+        if len(self.ops[before].tokens) == 1:
+            self.single.add(self.next_rid)
         if rng.random() < 0.2:
             return
         # a connector admission in place of the plain one (or after the arrival)
@@ -119,7 +131,16 @@ class _Connected(_Generator):
         valid = -1 if rng.random() < 0.6 else rng.choice((0, rng.randint(1, 3) * self.block_size))
         self.ops.append(Loaded(rid, valid))
         if rng.random() < 0.7:  # mostly scheduled soon after
-            self.ops.append(Schedule(rid, self.chunk()))
+            chunk, ones = self.chunk(), self.ones
+            if self.reconnects and rid in self.single and ones.random() < 0.5:
+                # one token, loaded whole, has 0 computed tokens: the scheduler looks it up and
+                # asks the connector again, which may answer a load of it again
+                load = ones.random() < 0.5
+                self.ops.append(Connect(rid, chunk, ones.choice((1, 10**4)), load))
+                if load:
+                    self.loading.append(rid)
+                return
+            self.ops.append(Schedule(rid, chunk))
 
 
 PROFILES = ("connector",)

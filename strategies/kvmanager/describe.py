@@ -23,7 +23,8 @@ def describe_op(op: Op) -> str:
     if isinstance(op, Schedule):
         padded = f" ({op.pad} placeholder drafts where one is left" \
             f"{', in flight until its output' if op.rows_in_flight else ''})" if op.pad else ""
-        return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}"
+        again = ", made again after its refusal and a preemption" if op.again else ""
+        return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}{again}"
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
     if isinstance(op, Sample):

@@ -98,12 +98,18 @@ class Schedule:
     `rows_in_flight` (asynchronous scheduling, as vLLM's `AsyncScheduler` has it): the rows
     stay counted computed and in flight past the request's tokens until the step's output,
     whose `settle` rolls them back (`rejected`); without it the lock step counts them neither
-    (the rollback taken at once: kvfuzz's own traces)."""
+    (the rollback taken at once: kvfuzz's own traces).
+
+    `again`: a running request's prefill chunk made again after the pool refused it and the
+    scheduler preempted (its running loop retries the same `allocate_slots`): resolves to
+    nothing unless the request's last allocation was refused (where a generator's estimate
+    was wrong and the first succeeded, the chunk has its slots)."""
 
     rid: int
     chunk: int
     pad: int = field(default=0, metadata=LATER)
     rows_in_flight: bool = field(default=False, metadata=LATER)
+    again: bool = field(default=False, metadata=LATER)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from collections import Counter
 
 import pytest
 
-from kvfuzz.strategies.kvmanager import async_connector, async_outputs
+from kvfuzz.fuzz.kvmanager.connector import ConnectorOps
+from kvfuzz.strategies.kvmanager import async_connector, async_outputs, connector
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import (Finish, Placeholder, Preempt, Release,
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Finish, Placeholder, Preempt, Release,
                                                RemoveSkipped, Settle)
 from tests.helpers import divergence, with_engine
 
@@ -150,4 +151,50 @@ def test_a_mutant_the_profile_reaches_is_caught_there(name, index, label, where)
     assert divergence("kvmanager", trace, "vllm.kvmanager") is None
     found = divergence("kvmanager", trace, f"mutant.vllm.kvmanager.{name}")
     assert found is not None and found.what.startswith(label) and where in found.what, \
+        found and found.report()
+
+
+# -- a prompt of one token loaded whole (since 2026-12-06) -------------------------------------
+def _reloads(trace) -> list[tuple[int, bool]]:
+    """(op index, load) of each `connect` of a one-token prompt after its load was reported:
+    the scheduler's lookup again, with the blocks of its whole load held."""
+    single, reported, found = set(), set(), []
+    for index, op in enumerate(trace.ops):
+        if isinstance(op, Arrive) and len(op.tokens) == 1:
+            single.add(op.rid)
+        elif isinstance(op, Loaded) and op.rid in single:
+            reported.add(op.rid)
+        elif isinstance(op, Connect) and op.rid in reported:
+            found.append((index, op.load))
+    return found
+
+
+def test_one_token_prompts_go_through_the_connector_and_are_admitted_through_it_again():
+    """Both connector profiles load prompts of one token (async connector: half of their
+    admissions through the connector; before, never) and admit them through the connector
+    again after the load (asynchronously again in some), with draws of their own: a trace
+    without one keeps its ops."""
+    for stream in (async_connector.GENERATOR, connector.GENERATOR):
+        reloads = [r for index in range(60) for r in _reloads(stream.generate(0, index))]
+        assert any(load for _, load in reloads) and len(reloads) >= 2, (stream, reloads)
+
+
+@with_engine("vllm")
+def test_the_lookup_again_with_the_loaded_blocks_held_is_judged_as_released():
+    """The "connector" profile's trace 56 admits its r13 (one token, block size 1) through the
+    connector again after its whole load, asynchronously: vLLM's coordinator treats it as
+    running (no hit adopted, no block for the external token: it keeps the one its load
+    cached). The judge agrees with the release there; a lock step that takes the kept block as
+    the new load's own (as it did before) reports it cached before the load."""
+    trace = connector.GENERATOR.generate(0, 56)
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    kept = ConnectorOps.relooked
+    try:
+        ConnectorOps.relooked = lambda self, request, rid: [0] * len(
+            kept(self, request, rid))
+        found = divergence("kvmanager", trace, "vllm.kvmanager")
+    finally:
+        ConnectorOps.relooked = kept
+    assert found is not None and found.what.startswith("cached before the load") and \
+        "r13 admitted with up to 1 external tokens, asynchronously" in found.what, \
         found and found.report()

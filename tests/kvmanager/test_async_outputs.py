@@ -102,3 +102,53 @@ def test_a_mutant_the_placeholders_slot_reaches_is_caught_there(name, index, lab
     assert found is not None and found.what.startswith(label) and \
         "the slot of the token its step in flight samples" in found.what, \
         found and found.report()
+
+
+# -- a refused prefill chunk made again after the preemption (since 2026-12-06) ----------------
+def _chunks_again(trace) -> tuple[int, list[str]]:
+    """How many prefill chunks `trace` makes again (`schedule` with `again`), and what no
+    scheduler makes: one not preceded by the same request's refused chunk (a plain `schedule`
+    of the same size, or one made again) with a preemption between."""
+    made, problems, refused, preempted = 0, [], {}, False
+    for index, op in enumerate(trace.ops):
+        if isinstance(op, Preempt):
+            preempted = True
+        elif isinstance(op, Schedule) and op.again:
+            made += 1
+            if refused.get(op.rid) != op.chunk or not preempted:
+                problems.append(f"op {index}: r{op.rid}'s chunk made again, none refused")
+        if isinstance(op, Schedule):
+            refused[op.rid], preempted = op.chunk, False if not op.again else preempted
+    return made, problems
+
+
+def test_a_refused_prefill_chunk_is_made_again_after_the_preemption():
+    """The "async outputs", "async connector" and "async drafts" generators make a prefill
+    chunk their estimate says the pool refuses, then the preemption, then the same chunk again
+    (`again`), as the released running loop retries the same `allocate_slots`; "async
+    streaming" keeps its traces as they were (none)."""
+    from kvfuzz.strategies.kvmanager import async_connector, async_drafts, async_streaming
+
+    total = Counter()
+    for module in (async_outputs, async_connector, async_drafts, async_streaming):
+        for index in range(300):
+            made, problems = _chunks_again(module.GENERATOR.generate(0, index))
+            assert problems == [], (module.__name__, index, problems)
+            total[module.__name__.rsplit(".", 1)[1]] += made
+    assert total["async_streaming"] == 0 and total["async_connector"] > 0 and \
+        total["async_outputs"] + total["async_drafts"] > 0, total
+
+
+def test_a_chunk_made_again_applies_only_after_its_refusal_and_a_preemption():
+    """The lock step's rule (`AsyncOps.made_again`): where a generator's estimate was wrong
+    (the chunk had its slots, or nothing was preempted since), it resolves to nothing."""
+    from types import SimpleNamespace
+
+    from kvfuzz.fuzz.kvmanager.async_ops import CHUNK_AGAIN, AsyncOps
+
+    counted = Counter()
+    judge = SimpleNamespace(preemptions=3, count=lambda name: counted.update([name]))
+    made_again = AsyncOps.made_again.__get__(judge)
+    assert not made_again(SimpleNamespace(refused=None))  # its chunk was not refused
+    assert not made_again(SimpleNamespace(refused=3))  # refused, nothing preempted since
+    assert made_again(SimpleNamespace(refused=2)) and counted == {CHUNK_AGAIN: 1}

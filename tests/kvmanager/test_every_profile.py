@@ -133,12 +133,14 @@ REACHES = {
     + _CONFIGS("asynchronous scheduling", "sliding window", "extra retained tokens",
                "sparse retention", "whole request must fit"),
     # a KV connector under it: loads reported while other steps are in flight, resumptions,
-    # failed loads, synchronous loads in flight, frees deferred and released
+    # failed loads, synchronous loads in flight, frees deferred and released, a one-token
+    # prompt loaded whole and looked up again, a refused prefill chunk made again
     "async connector": list(connector.ASYNC_EVENTS) + [
         "load done", "load failed, a prefix valid", "load failed, nothing valid (freed)",
         "resumed after its load", "placeholder slot (token in flight)",
         "output processed, nothing in flight", "free deferred (pop_blocks_for_free)",
-        "deferred free released", "load of some groups only", "preempt"]
+        "deferred free released", "load of some groups only", "preempt", connector.RELOOKUP,
+        async_ops.CHUNK_AGAIN]
     + _CONFIGS("asynchronous scheduling", "KV connector", "blocks zeroed (mixed precision)"),
     # the same with draft tokens (async_ops.DRAFT_EVENTS: 1 + k placeholder slots, rejected
     # drafts rolled back, a decode after a step sat out, padded rows in flight), stale output
