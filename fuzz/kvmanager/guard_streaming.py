@@ -17,9 +17,14 @@ token's slot: the `stream` then has `discard` (the trace's last token dropped, t
 the engine's computed tokens), and the step in flight stays counted while the request waits
 (its output is dropped; a `processed` of the waiting request once it is, `guard_async.py`).
 
-Refused by name: draft tokens, lookahead hashing (vLLM keeps a block hash that covers the
-discarded token until a re-admission recomputes it, scheduler.py 1111), prompt embeddings,
-multimodal inputs in an update, an update of no tokens, hashes that are not the tokens'.
+Under speculative decoding the scheduler's `cache_blocks` after every output has the trace
+`sample` the token a stop discards under a synchronous scheduler too: `discard` again. With
+lookahead hashing vLLM keeps a block hash that covers the discarded token (its lookahead read
+it) until a lookup after a preemption makes the hashes again (scheduler.py 1111): the trace's
+rule (`streaming.py`) keeps it too, and the update's hashes are checked against that rule.
+
+Refused by name: draft tokens under asynchronous scheduling, prompt embeddings, multimodal inputs in an update, an update of no tokens,
+hashes other than the release's rule gives.
 """
 
 from __future__ import annotations
@@ -56,15 +61,18 @@ class StreamingCalls:
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
-        for reason, bad in (("draft tokens", header.lookahead),
-                            ("lookahead hashing", header.hash_lookahead),
-                            ("a prompt given as embeddings", tracked.embedded)):
+        for reason, bad in (("a prompt given as embeddings", tracked.embedded),
+                            # (its step in flight holds 1 + k placeholder slots at the stop)
+                            ("draft tokens with asynchronous scheduling",
+                             header.lookahead and self._asynchronous())):
             if bad:
                 self._refuse(f"resumable (streaming-input) request {name!r} stopped under "
                              f"{reason}: not mapped yet")
         # Under asynchronous scheduling the stop's discarded token may be the trace's last (the
-        # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`.
-        discard = self._asynchronous() and tracked.running and \
+        # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`;
+        # under speculative decoding (draft slots) that caching comes after every output, so
+        # a synchronous scheduler's stop discards the trace's last token too.
+        discard = (self._asynchronous() or bool(header.lookahead)) and tracked.running and \
             request.num_computed_tokens == len(tracked.tokens) - 1 <= tracked.computed
         # or a preempted request's stale output stopped it: it has nothing computed (and
         # then, if it waited, its update came)
@@ -84,6 +92,14 @@ class StreamingCalls:
             self._refuse(f"resumable request {name!r} stopped with tokens the trace has not "
                          f"seen before its last")
         new = tokens[len(seen):] if update else []
+        # the token the stop discards, where known (the trace's last, or the waiting engine
+        # request's): an update's hashes are checked against the release's rule with it
+        if discard:
+            tracked.discarded = tracked.tokens[-1]
+        elif not update:
+            tracked.discarded = tokens[-1] if len(tokens) > len(seen) else None
+        elif not tracked.paused:
+            tracked.discarded = None
         if not update and len(tokens) != len(seen) + 1:
             self._refuse(f"resumable request {name!r} waits for an update with {len(tokens)} "
                          f"tokens, the trace {len(seen)} and the one it sampled")
@@ -108,23 +124,43 @@ class StreamingCalls:
              request.num_prompt_tokens != kept + len(new))) if bad]
         if reasons:
             self._refuse(f"streaming update of request {name!r} with {', '.join(reasons)}")
-        stale = _stale_hash(request)
+        header = self.kvfuzz_session.header
+        discarded = tracked.discarded
+        if header.hash_lookahead and discarded is None:
+            self._refuse(f"streaming update of request {name!r} under lookahead hashing, the "
+                         f"token its stop discarded unseen")
+        stale = _stale_hash(request, kept, discarded, header.hash_size, tracked.hashes)
+        # (the next update's hashes extend these: a kept hash stays in the chain until a
+        # lookup makes them again, `_lookup`)
+        tracked.hashes = list(request.block_hashes) if header.hash_lookahead else None
         if stale is not None:
             self._refuse(f"streaming update of request {name!r}: its block hash {stale} is not "
                          f"its tokens' (the discarded token's block kept its hash?)")
 
 
-def _stale_hash(request) -> int | None:
-    """The first of the engine's block hashes of `request` that its own hasher, run over its
-    tokens from the start, does not give (None: all agree). The trace's hashes run over the
-    tokens, and the live driver pairs the engine's with them by position, so a hash vLLM
-    failed to cut at an update would pass for the right one: it is checked here."""
+def _stale_hash(request, kept: int, discarded: int | None, size: int,
+                chain: list | None = None) -> int | None:
+    """The first of the engine's block hashes of `request`, after a streaming update, that the
+    release's rule does not give (None: all agree), made with its own hasher: the request's
+    `kept` tokens and the `discarded` one hashed (as they were at its stop), the hashes of
+    blocks from the one the discarded token was in cut (`_update_request_as_session`), then
+    extended over its tokens now. Without lookahead hashing that is its tokens' hashes from the
+    start; with it, a hash covering the discarded token is kept (its lookahead read it), and
+    the hashes go on from `chain` (the request's at its last update, since its last lookup:
+    None, from its first token), which may hold one kept so before. The
+    trace's hashes follow the same rule, and the live driver pairs the engine's with them by
+    position, so a hash vLLM failed to cut would pass for the right one: it is checked here."""
     hasher = getattr(request, "_block_hasher", None)
     if hasher is None:
         return None
-    fresh = copy.copy(request)  # (shares the tokens; the hashes list its own)
-    fresh.block_hashes = []
-    expected, actual = hasher(fresh), list(request.block_hashes)
+    fresh = copy.copy(request)  # (shares nothing it changes: its tokens and hashes replaced)
+    tokens = list(request.all_token_ids)
+    fresh.block_hashes = list(chain or ())
+    if discarded is not None:
+        fresh._all_token_ids = fresh.all_token_ids = tokens[:kept] + [discarded]
+        fresh.block_hashes = (fresh.block_hashes + hasher(fresh))[:kept // size]
+    fresh._all_token_ids = fresh.all_token_ids = tokens
+    expected, actual = fresh.block_hashes + hasher(fresh), list(request.block_hashes)
     for index, (want, got) in enumerate(zip(expected, actual)):
         if want != got:
             return index

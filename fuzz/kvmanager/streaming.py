@@ -25,9 +25,15 @@ RESUMED_IN_FLIGHT = "streaming: resumed with its dropped step in flight"
 ASYNC_EVENTS = ("streaming: the sampled token discarded (its step in flight)",
                 "streaming: a preempted request stopped by its stale output",
                 DROPPED_PROCESSED, RESUMED_IN_FLIGHT)
+# Under speculative decoding (the guard's recordings with draft tokens): the scheduler's caching
+# after each output sampled the token the stop discards (a `stream` with `discard`, synchronous
+# scheduling too); under lookahead hashing the hash covering it kept until the next lookup
+SAMPLED_DISCARDED = "streaming: the sampled token discarded (cached after its output)"
+HASH_KEPT = "streaming: a hash covering the discarded token kept"
+SPEC_EVENTS = (SAMPLED_DISCARDED, HASH_KEPT)
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
-          "resumed after a streaming update", *ASYNC_EVENTS)
+          "resumed after a streaming update", *ASYNC_EVENTS, *SPEC_EVENTS)
 
 
 class StreamingOps:
@@ -40,7 +46,8 @@ class StreamingOps:
         # prompt's, as a trace whose hit estimate was wrong can have it; the replay driver
         # would pop an output the request does not have)
         if request is None or request.keys.embeds or (op.discard and not (
-                self.trace.async_scheduling and len(request.tokens) > request.prompt)):
+                (self.trace.async_scheduling or self.trace.lookahead) and
+                len(request.tokens) > request.prompt)):
             return
         # (with `discard` the token's slot computed or not: its step in flight, or none)
         running = request.status == "running" and \
@@ -55,7 +62,14 @@ class StreamingOps:
                 len(request.tokens) - op.discard + len(op.tokens) > self.trace.max_model_len:
             return
         if op.discard:  # the token its step in flight was computing: dropped, the step stale
-            self.count("streaming: the sampled token discarded (its step in flight)")
+            self.count("streaming: the sampled token discarded (its step in flight)"
+                       if self.trace.async_scheduling else SAMPLED_DISCARDED)
+            ahead, size = self.trace.hash_lookahead, self.trace.hash_size
+            if ahead:  # vLLM hashed the blocks its lookahead reached as the token came, and
+                # its cut below keeps them: the last may cover the discarded token
+                hashed = len(request.hashes(size, ahead))
+                if hashed and hashed * size + ahead == len(request.tokens):
+                    self.count(HASH_KEPT)
             request.tokens.pop()
             request.computed = len(request.tokens)
             request.drop_hashes_past(self.trace.hash_size)
@@ -72,6 +86,7 @@ class StreamingOps:
         request.tokens += op.tokens
         request.prompt, request.status = len(request.tokens), "waiting"
         request.paused, request.streamed = not op.tokens, True
+        request.rehash = bool(self.trace.hash_lookahead)  # (its next lookup: `_hashes`)
         yield Call(f"r{op.rid} {'waits for a streaming update' if not op.tokens else ''}"
                    f"{f'takes {len(op.tokens)} streamed tokens' if op.tokens else ''}",
                    "stream", (op.rid, op.tokens, *((True,) if op.discard else ())), oracle=None)
