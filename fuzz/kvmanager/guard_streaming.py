@@ -9,7 +9,8 @@ and waits (a `stream` of no tokens; the engine's request still holds the token i
 last, which the update discards); one now `WAITING`, resumable, with tokens past the trace's,
 took an update (a `stream` of the new tokens). Checked as it is written: the request keeps its
 computed tokens, every token the trace has; the engine's tokens are the trace's and the
-update's; its prompt is all of them; its block hashes are its tokens' (`_stale_hash`).
+update's; its prompt is all of them; its block hashes what the release's rule gives
+(`_stale_hash`).
 
 Under vLLM's asynchronous scheduler the output's `cache_blocks` before the stop has the trace
 `sample` the token the stop discards, and the request's next step may be in flight with that
@@ -23,7 +24,10 @@ lookahead hashing vLLM keeps a block hash that covers the discarded token (its l
 it) until a lookup after a preemption makes the hashes again (scheduler.py 1111): the trace's
 rule (`streaming.py`) keeps it too, and the update's hashes are checked against that rule.
 
-Refused by name: draft tokens under asynchronous scheduling, prompt embeddings, multimodal inputs in an update, an update of no tokens,
+Under asynchronous scheduling with drafts the step in flight at a stop holds `1 + k` slots
+(the discarded token's and k placeholder drafts'), all dropped with it.
+
+Refused by name: prompt embeddings, multimodal inputs in an update, an update of no tokens,
 hashes other than the release's rule gives.
 """
 
@@ -61,13 +65,9 @@ class StreamingCalls:
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
-        for reason, bad in (("a prompt given as embeddings", tracked.embedded),
-                            # (its step in flight holds 1 + k placeholder slots at the stop)
-                            ("draft tokens with asynchronous scheduling",
-                             header.lookahead and self._asynchronous())):
-            if bad:
-                self._refuse(f"resumable (streaming-input) request {name!r} stopped under "
-                             f"{reason}: not mapped yet")
+        if tracked.embedded:
+            self._refuse(f"resumable (streaming-input) request {name!r} stopped under a "
+                         f"prompt given as embeddings: not mapped yet")
         # Under asynchronous scheduling the stop's discarded token may be the trace's last (the
         # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`;
         # under speculative decoding (draft slots) that caching comes after every output, so
@@ -81,8 +81,11 @@ class StreamingCalls:
                       tracked.computed or tracked.streamed):
             self._refuse(f"resumable request {name!r} stopped while waiting with "
                          f"{request.num_computed_tokens} computed tokens")
+        # (under asynchronous scheduling with drafts its step in flight holds 1 + k slots: the
+        # discarded token's and k placeholder drafts', counted computed in the trace)
+        drafts = header.lookahead if self._asynchronous() else 0
         if not stale and (request.num_computed_tokens != len(tracked.tokens) - discard or
-                          not 0 <= len(tracked.tokens) - tracked.computed <= discard):
+                          not -drafts <= len(tracked.tokens) - tracked.computed <= discard):
             self._refuse(f"resumable request {name!r} stopped with {request.num_computed_tokens}"
                          f" computed tokens, the trace {tracked.computed} of "
                          f"{len(tracked.tokens)}")

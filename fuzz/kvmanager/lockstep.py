@@ -329,6 +329,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             # a lookup of a resumable request: the scheduler clears its hashes and makes them
             # again from its tokens first, under lookahead hashing (scheduler.py 1111)
             request.rehash, request._hashes = False, []
+            self.count(streaming.REHASHED)
         return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
     def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,

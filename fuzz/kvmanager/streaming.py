@@ -30,7 +30,8 @@ ASYNC_EVENTS = ("streaming: the sampled token discarded (its step in flight)",
 # scheduling too); under lookahead hashing the hash covering it kept until the next lookup
 SAMPLED_DISCARDED = "streaming: the sampled token discarded (cached after its output)"
 HASH_KEPT = "streaming: a hash covering the discarded token kept"
-SPEC_EVENTS = (SAMPLED_DISCARDED, HASH_KEPT)
+REHASHED = "streaming: hashes made again at a lookup (lookahead hashing)"
+SPEC_EVENTS = (SAMPLED_DISCARDED, HASH_KEPT, REHASHED)
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
           "resumed after a streaming update", *ASYNC_EVENTS, *SPEC_EVENTS)
@@ -50,8 +51,10 @@ class StreamingOps:
                 len(request.tokens) > request.prompt)):
             return
         # (with `discard` the token's slot computed or not: its step in flight, or none)
+        # (asynchronous with drafts: k placeholder drafts' slots in flight past it too)
+        drafts = self.trace.lookahead if self.trace.async_scheduling and op.discard else 0
         running = request.status == "running" and \
-            0 <= len(request.tokens) - request.computed <= op.discard
+            -drafts <= len(request.tokens) - request.computed <= op.discard
         paused = request.status == "waiting" and request.paused and not op.discard
         # asynchronous scheduling: a preempted request stopped by its stale output (the token
         # it delivered is the one discarded, never in the trace): it waits with no blocks
