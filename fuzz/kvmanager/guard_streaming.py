@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import copy
 
+from kvfuzz.fuzz.kvmanager.guard_async import MAX_DRAFTS
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
+from kvfuzz.strategies.kvmanager.trace import Sample
 
 MAX_TOKEN = (1 << 31) - 1
 
@@ -94,6 +96,17 @@ class StreamingCalls:
         if tokens[:len(seen)] != seen:
             self._refuse(f"resumable request {name!r} stopped with tokens the trace has not "
                          f"seen before its last")
+        if stale and not update and tokens[:len(seen)] == seen and \
+                len(seen) + 1 < len(tokens) <= len(seen) + 1 + MAX_DRAFTS:
+            # its stale output had accepted drafts before the token the stop discards: those
+            # appended after the preemption, a stale `sample` each (an update instead takes
+            # them into its prompt tokens, `new`, as the scheduler does: no slot either way)
+            for token in tokens[len(seen):-1]:
+                if not 0 <= token <= MAX_TOKEN or len(tokens) > header.max_model_len:
+                    self._refuse(f"request {name!r}'s stale token {token} at {len(tokens)}")
+                tracked.tokens.append(token)
+                self.kvfuzz_session.step(Sample(tracked.rid, token, stale=True))
+            seen = tracked.engine_ids()
         new = tokens[len(seen):] if update else []
         # the token the stop discards, where known (the trace's last, or the waiting engine
         # request's): an update's hashes are checked against the release's rule with it
@@ -128,11 +141,14 @@ class StreamingCalls:
         if reasons:
             self._refuse(f"streaming update of request {name!r} with {', '.join(reasons)}")
         header = self.kvfuzz_session.header
-        discarded = tracked.discarded
-        if header.hash_lookahead and discarded is None:
+        discarded, stale = tracked.discarded, None
+        if header.hash_lookahead and discarded is None and tracked.computed:
             self._refuse(f"streaming update of request {name!r} under lookahead hashing, the "
                          f"token its stop discarded unseen")
-        stale = _stale_hash(request, kept, discarded, header.hash_size, tracked.hashes)
+        # (a request stopped by its stale output, which the trace never had, holds no blocks:
+        # its hashes are made again before its lookup, and before that nothing reads them)
+        if not (header.hash_lookahead and discarded is None):
+            stale = _stale_hash(request, kept, discarded, header.hash_size, tracked.hashes)
         # (the next update's hashes extend these: a kept hash stays in the chain until a
         # lookup makes them again, `_lookup`)
         tracked.hashes = list(request.block_hashes) if header.hash_lookahead else None

@@ -6,12 +6,13 @@ its blocks (as every streaming update's resumption does) is caught, with a file 
 where a session without streaming input cannot catch it; a guard that writes an update short
 is caught; a scheduler keeping a hash its update should cut, and what the trace does not say
 yet, are refused by name. With EAGLE's drafts and lookahead hashes (synchronous): a session
-clean and its recording replaying, a lock step that rehashes a stopped request caught, a
+clean and its recording replaying, a lock step that rehashes a stopped request caught, one
+that never rehashes it at its lookup after a preemption caught (blocks of 4 tokens), a
 scheduler cutting the hash its lookahead kept refused; with them under the asynchronous
-scheduler, a session clean and replaying. Under vLLM's asynchronous scheduler, a session clean with the stops'
-`discard` and its recording replaying, and a guard dropping `discard` caught. The op's JSON round
-trip needs
-no vLLM. One short session each (vLLM's import dominates)."""
+scheduler, a session clean and replaying. Under vLLM's asynchronous scheduler, a session
+clean with the stops' `discard` and its recording replaying, and a guard dropping `discard`
+caught. The op's JSON round trip needs no vLLM. One short session each (vLLM's import
+dominates)."""
 
 import functools
 import inspect
@@ -150,6 +151,24 @@ def test_a_lock_step_rehashing_a_stopped_request_is_caught(tmp_path, monkeypatch
                         lambda self, block_size: self._hashes.clear())
     with pytest.raises(kvfuzz.Mismatch):
         session(DRAFTS_SEED, tmp_path, **DRAFTS)
+
+
+@with_vllm
+def test_a_lock_step_keeping_a_stopped_requests_hashes_at_its_lookup_is_caught(tmp_path,
+                                                                              monkeypatch):
+    """A lock step that never makes a stopped request's hashes again at its lookup after a
+    preemption (scheduler.py 1111), where one kept over a discarded token then differs: caught
+    in session 0 with blocks of 4 tokens (a hash kept every fourth stop or so)."""
+    from kvfuzz.fuzz.kvmanager import lockstep
+
+    released = lockstep.KVManagerLockstep._hashes
+
+    def never_again(self, request):
+        request.rehash = False
+        return released(self, request)
+    monkeypatch.setattr(lockstep.KVManagerLockstep, "_hashes", never_again)
+    with pytest.raises(kvfuzz.Mismatch):
+        session(0, tmp_path, block_size=4, blocks=100, **DRAFTS)
 
 
 @with_vllm
