@@ -8,7 +8,9 @@ sampled last is discarded, and the trace never had it: no slot was asked for it)
 counts as running for another request's), its prompt is every token it has, and its block
 hashes run over its tokens as they now are (vLLM cuts them where the discarded token began and
 extends them: what hashing the request's tokens from the start gives, without lookahead
-hashing). Its next allocation is the lock step's resumption (`schedule` of a waiting request
+hashing; with it a hash covering the discarded token stays, where the trace had that token,
+`discard`, until a lookup makes the request's hashes again: `lockstep._Request.rehash`). Its
+next allocation is the lock step's resumption (`schedule` of a waiting request
 with computed tokens: no lookup), as after a KV load.
 """
 
