@@ -87,6 +87,10 @@ class _Tracked:
         self.engine = engine  # the engine's Request (its status says when it stopped)
         self.paused = False  # stopped, resumable, waiting for its next streaming update
         self.streamed = False  # waiting after a streaming stop, until its next allocation
+        self.discarded = None  # the token its last streaming stop discarded, where seen
+        # under lookahead hashing: the engine's hashes as checked at its last streaming update
+        # (guard_streaming.py), until a lookup makes them again; None: from its first token
+        self.hashes = None
         self.embedded = embedded
         self.prompt = len(tokens)  # it arrives with its prompt alone
         self.loading = False  # its asynchronous KV load in flight (a `connect` with `load`)
@@ -168,6 +172,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
             self._refuse(f"{method} with max_cache_hit_length {max_cache_hit_length}")
         self._stale(tracked, request)  # asynchronous scheduling's stale output
+        tracked.hashes = None  # (made again before the lookup under lookahead hashing)
         self._same_tokens(request, tracked)
         vars(self)["_kvfuzz_made"] = True
         result = getattr(manager, method)(request, max_cache_hit_length)

@@ -62,6 +62,9 @@ class _Request:
         self.refused = None  # its last allocation refused: the preemptions made before it
         # a one-token prompt loaded whole: 0 computed tokens, its blocks held (`connector.py`)
         self.reloaded = False
+        # under lookahead hashing: stopped resumable since its last lookup, its hashes perhaps
+        # covering a discarded token until its next lookup makes them again (`streaming.py`)
+        self.rehash = False
         self._hashes: list[int] = []
 
     def hashes(self, block_size: int, lookahead: int = 0) -> list[int]:
@@ -186,7 +189,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             # update taken): no lookup
             self.count("resumed after a streaming update" if request.streamed else
                        "resumed after its load")
-            if request.streamed and request.in_flight:
+            if request.streamed and request.in_flight and self.trace.async_scheduling:
                 self.count(streaming.RESUMED_IN_FLIGHT)
             left = len(request.tokens) - request.computed
             rows = self._padded(left, request.computed, op.chunk, op.pad, "after its load")
@@ -333,6 +336,11 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
     # -- admission and allocation -------------------------------------------------------------
     def _hashes(self, request: _Request) -> list[int]:
         # per hash unit, as vLLM's request (each covering the tokens after it it looks ahead to)
+        if request.rehash and request.status == WAITING and not request.computed:
+            # a lookup of a resumable request: the scheduler clears its hashes and makes them
+            # again from its tokens first, under lookahead hashing (scheduler.py 1111)
+            request.rehash, request._hashes = False, []
+            self.count(streaming.REHASHED)
         return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
     def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,

@@ -8,7 +8,9 @@ sampled last is discarded, and the trace never had it: no slot was asked for it)
 counts as running for another request's), its prompt is every token it has, and its block
 hashes run over its tokens as they now are (vLLM cuts them where the discarded token began and
 extends them: what hashing the request's tokens from the start gives, without lookahead
-hashing). Its next allocation is the lock step's resumption (`schedule` of a waiting request
+hashing; with it a hash covering the discarded token stays, where the trace had that token,
+`discard`, until a lookup makes the request's hashes again: `lockstep._Request.rehash`). Its
+next allocation is the lock step's resumption (`schedule` of a waiting request
 with computed tokens: no lookup), as after a KV load.
 """
 
@@ -25,9 +27,16 @@ RESUMED_IN_FLIGHT = "streaming: resumed with its dropped step in flight"
 ASYNC_EVENTS = ("streaming: the sampled token discarded (its step in flight)",
                 "streaming: a preempted request stopped by its stale output",
                 DROPPED_PROCESSED, RESUMED_IN_FLIGHT)
+# Under speculative decoding (the guard's recordings with draft tokens): the scheduler's caching
+# after each output sampled the token the stop discards (a `stream` with `discard`, synchronous
+# scheduling too); under lookahead hashing the hash covering it kept until the next lookup
+SAMPLED_DISCARDED = "streaming: the sampled token discarded (cached after its output)"
+HASH_KEPT = "streaming: a hash covering the discarded token kept"
+REHASHED = "streaming: hashes made again at a lookup (lookahead hashing)"
+SPEC_EVENTS = (SAMPLED_DISCARDED, HASH_KEPT, REHASHED)
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
-          "resumed after a streaming update", *ASYNC_EVENTS)
+          "resumed after a streaming update", *ASYNC_EVENTS, *SPEC_EVENTS)
 
 
 class StreamingOps:
@@ -40,11 +49,14 @@ class StreamingOps:
         # prompt's, as a trace whose hit estimate was wrong can have it; the replay driver
         # would pop an output the request does not have)
         if request is None or request.keys.embeds or (op.discard and not (
-                self.trace.async_scheduling and len(request.tokens) > request.prompt)):
+                (self.trace.async_scheduling or self.trace.lookahead) and
+                len(request.tokens) > request.prompt)):
             return
         # (with `discard` the token's slot computed or not: its step in flight, or none)
+        # (asynchronous with drafts: k placeholder drafts' slots in flight past it too)
+        drafts = self.trace.lookahead if self.trace.async_scheduling and op.discard else 0
         running = request.status == "running" and \
-            0 <= len(request.tokens) - request.computed <= op.discard
+            -drafts <= len(request.tokens) - request.computed <= op.discard
         paused = request.status == "waiting" and request.paused and not op.discard
         # asynchronous scheduling: a preempted request stopped by its stale output (the token
         # it delivered is the one discarded, never in the trace): it waits with no blocks
@@ -55,7 +67,14 @@ class StreamingOps:
                 len(request.tokens) - op.discard + len(op.tokens) > self.trace.max_model_len:
             return
         if op.discard:  # the token its step in flight was computing: dropped, the step stale
-            self.count("streaming: the sampled token discarded (its step in flight)")
+            self.count("streaming: the sampled token discarded (its step in flight)"
+                       if self.trace.async_scheduling else SAMPLED_DISCARDED)
+            ahead, size = self.trace.hash_lookahead, self.trace.hash_size
+            if ahead:  # vLLM hashed the blocks its lookahead reached as the token came, and
+                # its cut below keeps them: the last may cover the discarded token
+                hashed = len(request.hashes(size, ahead))
+                if hashed and hashed * size + ahead == len(request.tokens):
+                    self.count(HASH_KEPT)
             request.tokens.pop()
             request.computed = len(request.tokens)
             request.drop_hashes_past(self.trace.hash_size)
@@ -72,6 +91,7 @@ class StreamingOps:
         request.tokens += op.tokens
         request.prompt, request.status = len(request.tokens), "waiting"
         request.paused, request.streamed = not op.tokens, True
+        request.rehash = bool(self.trace.hash_lookahead)  # (its next lookup: `_hashes`)
         yield Call(f"r{op.rid} {'waits for a streaming update' if not op.tokens else ''}"
                    f"{f'takes {len(op.tokens)} streamed tokens' if op.tokens else ''}",
                    "stream", (op.rid, op.tokens, *((True,) if op.discard else ())), oracle=None)

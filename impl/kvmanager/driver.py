@@ -173,6 +173,9 @@ class KVManagerDriver(ManagerReads):
                                          if hash_lookahead else {}))
         self._request_cls, self._params, self._status = Request, SamplingParams, RequestStatus
         self._hash_size = hash_size
+        # streaming input under lookahead hashing: the requests that stopped resumable, whose
+        # hashes the scheduler clears and recomputes at their next lookup (`_rehash`)
+        self._hash_lookahead, self._streamed = hash_lookahead, set()
         # a setting is passed where the class takes it, or where the trace sets it (asked)
         self.manager = cls(config, max_model_len=max_model_len, hash_block_size=hash_size,
                            enable_caching=caching,
@@ -245,7 +248,17 @@ class KVManagerDriver(ManagerReads):
                 for ident, offset, length in images]
         return more
 
+    def _rehash(self, rid: int) -> None:
+        """What the scheduler does before the lookup of a resumable request under lookahead
+        hashing (scheduler.py 1111): its hashes cleared and made again from its tokens (a kept
+        one may cover a token a streaming stop discarded)."""
+        if self._hash_lookahead and rid in self._streamed:
+            request = self.requests[rid]
+            request.block_hashes.clear()
+            request.update_block_hashes()
+
     def get_computed_blocks(self, rid: int):
+        self._rehash(rid)
         blocks, hit, *boundary = self.manager.get_computed_blocks(self.requests[rid])
         boundary = boundary[0] if boundary else 0  # before vLLM 0.26: no boundary
         self.hits[rid] = blocks
@@ -276,6 +289,7 @@ class KVManagerDriver(ManagerReads):
     def connector_lookup(self, rid: int):
         """`get_computed_blocks_for_connector`: the lookup of a scheduler with a KV connector,
         (blocks per group, hit, boundary, whether the hit ran past a lagging group)."""
+        self._rehash(rid)
         blocks, hit, boundary, diverged = self.manager.get_computed_blocks_for_connector(
             self.requests[rid])
         self.hits[rid] = blocks
@@ -418,8 +432,10 @@ class KVManagerDriver(ManagerReads):
         extended over them, and it waits (for an update, where `tokens` is empty). The token
         the engine's request sampled last and discards was never given to this one, unless
         `discard`: then it is this request's last, dropped with the hash of the block it
-        completed (asynchronous scheduling)."""
+        completed (asynchronous scheduling, or speculative decoding's caching after an output);
+        under lookahead hashing a hash covering it is kept, as the scheduler keeps it."""
         request = self.requests[rid]
+        self._streamed.add(rid)
         if discard:
             request._all_token_ids.pop()
             request._output_token_ids.pop()

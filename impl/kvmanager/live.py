@@ -34,12 +34,16 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
         pass  # the engine's Request (its extra keys with it) is registered by the guard first
 
     def get_computed_blocks(self, rid: int):
+        # (its hashes paired again from its first: a resumable request's may have been made
+        # again before its lookup, under lookahead hashing: scheduler.py 1111)
+        self._learned.pop(rid, None)
         return self.lookups.pop(rid)[:3]  # the engine looked up before allocating
 
     def connector_lookup(self, rid: int):
         """The engine's lookup for a connector: `get_computed_blocks_for_connector`'s four
         answers, or `get_computed_blocks`' three and a hit that never diverged (a connector
         that does not take divergent hybrid hits: the same lookup without a Mamba group)."""
+        self._learned.pop(rid, None)  # (as get_computed_blocks')
         found = self.lookups.pop(rid)
         return found if len(found) == 4 else (*found, False)
 

@@ -28,11 +28,15 @@ class Stream:
     running with every token computed nor waiting for an update, for a prompt given as
     embeddings, or past `max_model_len` tokens.
 
-    `discard` (asynchronous scheduling): the request's last token is the one the stop
-    discards (the scheduler's caching after the output sampled it first), its slot that of
-    the step in flight: the token is dropped, the request keeps the others computed, and its
-    tokens in flight stay counted (the step's output is dropped when it comes, a `processed`
-    of the waiting request). Resolves to nothing without asynchronous scheduling, or where
+    `discard` (asynchronous scheduling, or draft slots: speculative decoding's caching after
+    every output): the request's last token is the one the stop discards (the scheduler's
+    caching after the output sampled it first), its slot that of the step in flight (with
+    drafts, k placeholder drafts' slots after it) or none: the token is dropped, the request
+    keeps the others computed, and its tokens in flight stay counted (the step's output is
+    dropped when it comes, a `processed` of the waiting request). Under lookahead hashing a
+    block hash covering the dropped token is kept (vLLM's cut keeps it: its lookahead read the
+    token) until the request's next lookup makes its hashes again. Resolves to nothing
+    without asynchronous scheduling or draft slots, or where
     the request's last token is its prompt's (no sampled token to drop). There, a
     `stream` (without `discard`) applies to a waiting request preempted before, with nothing
     computed, too: its stale output stopped it (the token it delivered is the one discarded);

@@ -5,10 +5,14 @@ recording replays; a manager that skips the whole-request check where a request 
 its blocks (as every streaming update's resumption does) is caught, with a file that replays,
 where a session without streaming input cannot catch it; a guard that writes an update short
 is caught; a scheduler keeping a hash its update should cut, and what the trace does not say
-yet, are refused by name. Under vLLM's asynchronous scheduler, a session clean with the stops'
-`discard` and its recording replaying, and a guard dropping `discard` caught. The op's JSON round
-trip needs
-no vLLM. One short session each (vLLM's import dominates)."""
+yet, are refused by name. With EAGLE's drafts and lookahead hashes (synchronous): a session
+clean and its recording replaying, a lock step that rehashes a stopped request caught, one
+that never rehashes it at its lookup after a preemption caught (blocks of 4 tokens), a
+scheduler cutting the hash its lookahead kept refused; with them under the asynchronous
+scheduler, a session clean and replaying. Under vLLM's asynchronous scheduler, a session
+clean with the stops' `discard` and its recording replaying, and a guard dropping `discard`
+caught. The op's JSON round trip needs no vLLM. One short session each (vLLM's import
+dominates)."""
 
 import functools
 import inspect
@@ -113,13 +117,73 @@ def test_a_guard_writing_an_update_short_is_caught(tmp_path, monkeypatch):
                                                         "streaming update")
 
 
+DRAFTS = dict(speculative="eagle", num_speculative=2)  # EAGLE: lookahead hashes of 1 token
+DRAFTS_SEED = 4  # 4 stops keeping a hash over the discarded token; a rehashing lock step caught
+
+
 @with_vllm
-def test_streaming_input_with_draft_tokens_is_refused_by_name(tmp_path):
-    """EAGLE's drafts (and its lookahead hashes: vLLM keeps a block hash that covers the
-    discarded token until a re-admission recomputes it, scheduler.py 1111): no op says what a
-    stop does to them yet."""
-    with pytest.raises(kvfuzz.GuardUnsupported, match="stopped under draft tokens"):
-        session(SEED, tmp_path, speculative="eagle", num_speculative=2)
+def test_streaming_input_with_drafts_and_lookahead_hashes_runs_clean_and_its_record_replays(
+        tmp_path):
+    """EAGLE's draft slots and lookahead hashes (synchronous scheduler): the caching after each
+    output samples the token a stop discards (`discard`), and vLLM keeps a hash covering it
+    (its lookahead read it) until a lookup after a preemption makes them again."""
+    from kvfuzz.fuzz.kvmanager import streaming
+
+    run = session(DRAFTS_SEED, tmp_path, **DRAFTS)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    assert guarded.header.hash_lookahead and not guarded.header.async_scheduling
+    events = guarded.lock.events
+    assert events[streaming.SAMPLED_DISCARDED] and events[streaming.HASH_KEPT]
+    recorded = session(DRAFTS_SEED, tmp_path, check=False, **DRAFTS).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+
+@with_vllm
+def test_a_lock_step_rehashing_a_stopped_request_is_caught(tmp_path, monkeypatch):
+    """A lock step whose stop makes a request's hashes its tokens' again (the rule without
+    lookahead hashing), where vLLM keeps the one covering the discarded token."""
+    from kvfuzz.fuzz.kvmanager import lockstep
+
+    monkeypatch.setattr(lockstep._Request, "drop_hashes_past",
+                        lambda self, block_size: self._hashes.clear())
+    with pytest.raises(kvfuzz.Mismatch):
+        session(DRAFTS_SEED, tmp_path, **DRAFTS)
+
+
+@with_vllm
+def test_a_lock_step_keeping_a_stopped_requests_hashes_at_its_lookup_is_caught(tmp_path,
+                                                                              monkeypatch):
+    """A lock step that never makes a stopped request's hashes again at its lookup after a
+    preemption (scheduler.py 1111), where one kept over a discarded token then differs: caught
+    in session 0 with blocks of 4 tokens (a hash kept every fourth stop or so)."""
+    from kvfuzz.fuzz.kvmanager import lockstep
+
+    released = lockstep.KVManagerLockstep._hashes
+
+    def never_again(self, request):
+        request.rehash = False
+        return released(self, request)
+    monkeypatch.setattr(lockstep.KVManagerLockstep, "_hashes", never_again)
+    with pytest.raises(kvfuzz.Mismatch):
+        session(0, tmp_path, block_size=4, blocks=100, **DRAFTS)
+
+
+@with_vllm
+def test_streaming_input_with_drafts_under_the_async_scheduler_runs_clean_and_replays(tmp_path):
+    """Its step in flight holds `1 + k` slots at a stop (the discarded token's and k
+    placeholder drafts'), dropped with it."""
+    run = session(0, tmp_path, named="ASYNC_STREAMING", **DRAFTS)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    assert guarded.header.async_scheduling and guarded.header.lookahead == 2
+    assert guarded.lock.events["streaming: the sampled token discarded (its step in flight)"]
+    recorded = session(0, tmp_path, check=False, named="ASYNC_STREAMING",
+                       **DRAFTS).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
 
 
 class _Uncut(list):
@@ -150,6 +214,27 @@ def test_a_scheduler_keeping_the_discarded_tokens_hash_is_refused_by_name(tmp_pa
     monkeypatch.setattr(scheduler, "_update_request_as_session", keeps_the_hash)
     with pytest.raises(kvfuzz.GuardUnsupported, match="block hash 6 is not its tokens'"):
         session(SEED, tmp_path)
+
+
+@with_vllm
+def test_a_scheduler_cutting_the_hash_its_lookahead_kept_is_refused_by_name(tmp_path,
+                                                                            monkeypatch):
+    """Under lookahead hashing the release keeps the hash over the discarded token; a
+    scheduler whose update makes the hashes its tokens' (cutting it) is refused."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+    from kvfuzz.impl.registry import load_attribute
+
+    vllm_scheduler.build_scheduler()  # (prepares vLLM's import)
+    scheduler = load_attribute("vllm.v1.core.sched.scheduler:Scheduler")
+    released = scheduler._update_request_as_session
+
+    def rehashes(self, session, update):
+        released(self, session, update)
+        session.block_hashes.clear()
+        session.update_block_hashes()
+    monkeypatch.setattr(scheduler, "_update_request_as_session", rehashes)
+    with pytest.raises(kvfuzz.GuardUnsupported, match="is not its tokens'"):
+        session(DRAFTS_SEED, tmp_path, **DRAFTS)
 
 
 @with_vllm
