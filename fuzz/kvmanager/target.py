@@ -40,7 +40,7 @@ def _declare(impl, obj):
     whether its pool keys a block of several hash units by their hashes joined."""
     if impl.kind != UPSTREAM:
         return impl
-    from kvfuzz.impl.kvmanager.driver import released_api  # imports vLLM
+    from kvfuzz.impl.kvmanager.released_api import released_api  # imports vLLM
 
     lacking = [LACKS[name] for name, takes in released_api(obj).items() if not takes]
     lacking += [NO_UNIT_KEYS] if pool_joins_units() else []

@@ -1,5 +1,5 @@
 """What an earlier vLLM release's manager cannot be asked: a setting its constructors or its
-`allocate_slots` do not take (read from the class: `impl/kvmanager/driver.released_api`). A
+`allocate_slots` do not take (read from the class: `impl/kvmanager/released_api.py`). A
 trace that sets one is outside that class's contract, never run. Standard library and the
 connector's op types only."""
 

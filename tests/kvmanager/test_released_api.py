@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from kvfuzz.fuzz.targets import TARGETS
-from kvfuzz.impl.kvmanager.driver import asked, taken
+from kvfuzz.impl.kvmanager.released_api import asked, taken
 from kvfuzz.strategies.kvmanager import released
 
 
@@ -43,7 +43,7 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
     from types import SimpleNamespace
 
     from kvfuzz.fuzz.kvmanager.lockstep import KVManagerLockstep
-    from kvfuzz.impl.kvmanager.driver import asks_coordinator
+    from kvfuzz.impl.kvmanager.released_api import asks_coordinator
     from kvfuzz.strategies.kvmanager.released import (COUNTS_COMMON_PREFIX, NO_ESTIMATE,
                                                       unread)
 
@@ -77,7 +77,7 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
     assert [p[0] for p in lock._reads(1, SimpleNamespace(computed=3))] == [
         "common_prefix_blocks"]
     asked.clear()  # vLLM 0.20: no get_block_ids_for_computed_tokens, read from the class
-    from kvfuzz.impl.kvmanager.driver import released_api
+    from kvfuzz.impl.kvmanager.released_api import released_api
     from kvfuzz.strategies.kvmanager.released import LACKS, NO_COMPUTED_IDS
 
     assert LACKS["computed_ids"] == NO_COMPUTED_IDS
@@ -90,7 +90,7 @@ def test_a_managers_reads_are_made_only_where_the_class_has_them():
 def test_a_managers_lookup_and_hit_alone_follow_what_the_release_declares():
     # vLLM 0.25's get_computed_blocks returns (blocks, hit): no boundary to compare; before 0.30
     # allocate_slots of a hit alone raises (0.33 adopts it): the model refuses it there too.
-    from kvfuzz.impl.kvmanager.driver import returns_boundary
+    from kvfuzz.impl.kvmanager.released_api import returns_boundary
     from kvfuzz.oracle.kvmanager.model import KVManagerModel, NothingToAllocate
 
     def old(self, request) -> "tuple[KVCacheBlocks, int]":
@@ -123,7 +123,7 @@ def test_a_spec_field_an_earlier_release_lacks_makes_the_trace_outside_its_contr
     from dataclasses import dataclass
     from types import SimpleNamespace
 
-    from kvfuzz.impl.kvmanager.driver import CONSTRUCTOR_FIELDS, constructors_take
+    from kvfuzz.impl.kvmanager.released_api import CONSTRUCTOR_FIELDS, constructors_take
 
     @dataclass
     class SlidingWindowSpec:  # 0.24's fields (no extra_retained_tokens)
@@ -158,7 +158,7 @@ def test_a_setting_whose_fields_a_release_takes_only_in_part_is_outside_its_cont
     from dataclasses import dataclass
     from types import SimpleNamespace
 
-    from kvfuzz.impl.kvmanager.driver import constructors_take
+    from kvfuzz.impl.kvmanager.released_api import constructors_take
 
     @dataclass
     class MambaSpec:  # 0.29's checkpoint field, without the alignment
@@ -186,9 +186,9 @@ def test_a_manager_whose_pool_joins_hash_units_gets_no_hash_block_below_its_bloc
 
     entry = replace(TARGETS["kvmanager"].catalogue.resolve("vllm.kvmanager"), preconditions=())
     monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: True)
-    import kvfuzz.impl.kvmanager.driver as driver
+    import kvfuzz.impl.kvmanager.released_api as reads
 
-    monkeypatch.setattr(driver, "released_api", lambda cls: {})
+    monkeypatch.setattr(reads, "released_api", lambda cls: {})
     declared = kvmanager_target._declare(entry, object)
     assert declared.preconditions == (released.NO_UNIT_KEYS,)
     monkeypatch.setattr(kvmanager_target, "pool_joins_units", lambda: False)
