@@ -116,7 +116,7 @@ class ConnectorOps:
         problems = self._own_blocks(rid, request.held, hit + external, tables) or \
             self._covered(rid, tables, hit + external, external, load)
         if load:
-            request.status, request.in_flight, request.reloaded = LOADING, 0, False
+            request.status, request.in_flight = LOADING, 0
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)
         elif external:
             request.sync_load = (hit, hit + external, request.computed)
@@ -172,7 +172,6 @@ class ConnectorOps:
         counted = 0 if rows_in_flight else placeholders  # rolled back at once, or at the output
         request.computed = hit + external + new - counted
         request.status, request.in_flight = "running", new - counted
-        request.reloaded = False
         yield Call("", "set_computed", (rid, request.computed, "running"), oracle=None)
         if trace.stats:  # the scheduler records the local hit of an admission made
             self.count("stats recorded")
@@ -202,7 +201,7 @@ class ConnectorOps:
             self.count("load failed, nothing valid (freed)")
             yield Call(f"free(r{rid}): its load failed", "free", (rid, False),
                        oracle=lambda: model.free(rid))
-            request.computed, request.status, request.reloaded = 0, "waiting", False
+            request.computed, request.status = 0, "waiting"
             yield Call("", "set_computed", (rid, 0, "waiting"), oracle=None)
             return
         if valid > 0:
@@ -224,9 +223,7 @@ class ConnectorOps:
                        oracle=lambda: model.record_blocks_for_zeroing(rid, computed))
         if computed == len(request.tokens):  # the last token is computed again for its logits
             self.count("a whole prompt loaded: its last token recomputed")
-            request.computed -= 1
-            # one token: 0 computed, its blocks held; its next admission looks it up again
-            request.reloaded = not request.computed
+            request.computed -= 1  # (one token: 0 computed, its blocks held: `relooked`)
         request.status = "waiting"
         yield Call("", "set_computed", (rid, request.computed, "waiting"), oracle=None)
 
@@ -247,11 +244,14 @@ class ConnectorOps:
         """An admission's lookup of a request: where it is a one-token prompt loaded whole
         (the scheduler's `num_computed_tokens == 0` branch, its blocks still held: the
         coordinator then treats it as running, no hit adopted, no block for external tokens
-        it already holds), the edge class counted; each group's blocks it holds."""
-        if request.reloaded:
-            self.count(RELOOKUP)
-        return [len(self.model.tables[group].get(rid, ()))
+        it already holds), the edge class counted; each group's blocks it holds. A waiting
+        request with no computed token holds blocks only then: a failed load with nothing
+        valid and a preemption free it."""
+        kept = [len(self.model.tables[group].get(rid, ()))
                 for group in range(len(self.model.sizes))]
+        if any(kept):
+            self.count(RELOOKUP)
+        return kept
 
     # -- the properties -----------------------------------------------------------------------
     def _own_start(self, group: int, hit_blocks, computed: int) -> int:

@@ -60,8 +60,6 @@ class _Request:
         # its last allocation
         self.paused = self.streamed = False
         self.refused = None  # its last allocation refused: the preemptions made before it
-        # a one-token prompt loaded whole: 0 computed tokens, its blocks held (`connector.py`)
-        self.reloaded = False
         # under lookahead hashing: stopped resumable since its last lookup, its hashes perhaps
         # covering a discarded token until its next lookup makes them again (`streaming.py`)
         self.rehash = False
@@ -452,7 +450,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
                                   f"counted {model.predicted}")]
         request.computed += hit + new - placeholders  # the drafts' rollback, at the output
         request.status, request.in_flight = RUNNING, new - placeholders
-        request.streamed = request.reloaded = False
+        request.streamed = False
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         if admission and trace.stats and NO_RECORD not in self.unread:
             # the scheduler records an admission that was made
