@@ -275,8 +275,9 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
             return [("prefix hit", f"{hit} tokens in blocks of {size}: expected {count} indexer "
                                    f"blocks, {count} or more source blocks, no resident or hot "
                                    f"ones, actual {short(blocks)}")]
-        if self.cow and self.mamba_hit_problems(hit, blocks, request):
-            return self.mamba_hit_problems(hit, blocks, request)
+        mamba = self.mamba_hit_problems(hit, blocks, request) if self.cow else []
+        if mamba:
+            return mamba
         units, per = request.hashes(self.unit), size // self.unit  # (a block's key: its last's)
         for group, table, keys in ((SOURCE, source, self.host_keys),
                                    (INDEXER, indexer, self.device_keys)):

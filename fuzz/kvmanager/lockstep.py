@@ -251,7 +251,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         if request is None or (not finish and request.status != RUNNING):
             return
         self.count("finish" if finish else "preempt")
-        self.preemptions = self.preemptions + (not finish)
+        self.preemptions += not finish
         if op.defer:  # the free deferred: the tables emptied, the blocks still held
             self.count("free deferred (pop_blocks_for_free)")
             if request.status == connector.LOADING:
