@@ -1,0 +1,167 @@
+"""The catalogue of `upstream_mutants`, part 2: Mamba "align" with prefix caching, HiSparse's host
+source group, cross attention, KV connectors and their zeroing, deferred frees."""
+
+from __future__ import annotations
+
+from kvfuzz.impl.kvmanager.mutant_catalogue import COORDINATOR, MANAGER, POOL, SINGLE
+from kvfuzz.impl.source_mutation import Mutation
+
+GROUPS = {
+    # Mamba "align" with prefix caching (the "mamba align" profile, judged in a reduced mode).
+    "mamba_align_state_kept": (SINGLE, Mutation(
+        "MambaManager._remove_blocks_in_range",
+        "self.block_pool.free_blocks(freed)", "pass",
+        "in align mode the states a request moved past leave its table but are never freed")),
+    "mamba_align_lookahead_state": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "num_tokens = num_tokens_main_model", "num_tokens = num_tokens",
+        "in align mode a step places its state past its last token (lookahead tokens counted)")),
+    # Mamba "align"'s prefill checkpoint blocks (`Trace.mamba_checkpoint`, issue 25's gap).
+    "mamba_align_checkpoint_not_taken": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "if not self._needs_internal_checkpoint(",
+        "if True or not self._needs_internal_checkpoint(",
+        "a chunk past a valid prefill checkpoint takes no checkpoint block for the state it "
+        "exports there")),
+    "mamba_align_checkpoint_every_chunk": (SINGLE, Mutation(
+        "MambaManager._needs_internal_checkpoint",
+        "and query_end >= prefill_end\n", "\n",
+        "under retention 0 every prefill chunk takes a checkpoint block, not only the one that "
+        "ends the prefill (the others' states are never kept)")),
+    "mamba_align_speculative_dropped": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",
+        "cdiv(num_tokens, self.block_size)",
+        "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
+        "states), though it counted them")),
+    # Mamba "align"'s hit length (`oracle/kvmanager/align_hit.py`): the hybrid hit search's
+    # lookups capped a hash block below their candidate; the Mamba group's lookup probing block
+    # boundaries only. Both hits stay well-formed (each block cached under the request's hash).
+    "mamba_align_hit_short": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "_max_length = curr_hit_length\n", "_max_length = max(curr_hit_length - "
+        "self.hash_block_size, 0)\n",
+        "each group's lookup of the hybrid hit search is capped a hash block below the "
+        "candidate: a hit a hash block short (or shorter, to an earlier cached state)")),
+    "mamba_align_partial_hit_ignored": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "alignment_tokens=self._cache_hit_alignment_tokens,",
+        "alignment_tokens=group_block_size if isinstance(spec, MambaSpec)\n"
+        "                    else self._cache_hit_alignment_tokens,",
+        "the Mamba group's lookup ignores its partial entries (states cached at a hash "
+        "boundary inside a block): a hit ends at a block boundary where a longer one is "
+        "cached")),
+    # Mamba "align" under sparse retention (`fuzz/kvmanager/align_retention.py`).
+    "mamba_align_replay_state_dropped": (SINGLE, Mutation(
+        "MambaManager.reachable_block_mask",
+        "for boundary_tokens in reachable_boundaries:", "for boundary_tokens in ():",
+        "under retention 0 a Mamba group keeps no state at the replay boundary: a resend of a "
+        "prompt finds nothing to resume from")),
+    # HiSparse's source group on its host pool (the "hisparse" profile, judged in a reduced
+    # mode): a retained host hit kept past the tokens adopted; pages published before their
+    # write-backs are done.
+    "hisparse_retained_hit_kept": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots", ": cdiv(reused, manager.block_size)",
+        ": cdiv(reused, manager.block_size) + 1",
+        "an admission keeps one of the source group's retained hit blocks past the tokens it "
+        "adopts")),
+    "hisparse_published_before_durable": (SINGLE, Mutation(
+        "HiSparseSourceManager.cache_blocks", "self.coordinator.publish_when_ready(",
+        "self.publish_blocks(",
+        "the source group publishes a page's hash when computed, before its write-back to the "
+        "host is done")),
+    # A second connector's import into HiSparse's host pool (the "hisparse import" profile).
+    "hisparse_import_covers_hit_only": (SINGLE, Mutation(
+        "HiSparseSourceManager.allocate_external_computed_blocks",
+        "request_id, num_local_computed_tokens + num_external_computed_tokens\n        )",
+        "request_id, num_local_computed_tokens\n        )",
+        "the coordinator is told an import fills the local hit only: the imported pages never "
+        "become ready, and the request publishes nothing past its hit")),
+    # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
+    "cross_sized_by_decoder": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_blocks",
+        "num_encoder_tokens\n                if isinstance",
+        "num_tokens\n                if isinstance",
+        "a cross-attention group gets blocks for the decoder's tokens, not the encoder's")),
+    # KV connectors (the "connector" profile): external tokens, asynchronous loads, zeroing.
+    "external_on_null_block": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_external_computed_blocks",
+        "allocated_blocks = self.block_pool.get_new_blocks(num_new_blocks)",
+        "allocated_blocks = [self._null_block] * num_new_blocks",
+        "the connector's external tokens get the null block, not blocks of their own")),
+    "delayed_load_cached": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots", "if delay_cache_blocks:",
+        "if delay_cache_blocks and num_external_computed_tokens == 0:",
+        "an asynchronous load's blocks are cached at admission, before the load is reported")),
+    "reserved_blocks_ignored": (MANAGER, Mutation(
+        "KVCacheManager.allocate_slots",
+        "self.block_pool.get_num_free_blocks() - reserved_blocks",
+        "self.block_pool.get_num_free_blocks()",
+        "an asynchronous load may take the blocks reserved for the prefills in flight")),
+    "loaded_blocks_zeroed": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_computed_blocks",
+        "record_for_zeroing=i not in skip_zeroing_group_ids",
+        "record_for_zeroing=True",
+        "the blocks an asynchronous load writes are recorded for zeroing too (a race)")),
+    "partial_load_skips_all_zeroing": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.allocate_new_computed_blocks",
+        "record_for_zeroing=i not in skip_zeroing_group_ids",
+        "record_for_zeroing=not skip_zeroing_group_ids",
+        "a load of some groups leaves every group's external blocks unzeroed (the groups it "
+        "does not write keep stale bytes)")),
+    # With groups of different block sizes (the "connector sizes" profile): each
+    # group counts its external blocks to the next scheduler block (the hit's grid), not to
+    # the external tokens' end; with one block size the two are the same expression.
+    "external_to_scheduler_block": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_external_computed_blocks",
+        "cdiv(num_total_computed_tokens, self.block_size) - len(req_blocks)",
+        "cdiv(num_total_computed_tokens, self.scheduler_block_size)\n"
+        "            * self.scheduler_block_size // self.block_size - len(req_blocks)",
+        "a group of blocks smaller than the scheduler block gets external blocks up to its end, "
+        "past the external tokens")),
+    "zeroing_skips_first_block": (MANAGER, Mutation(
+        "KVCacheManager.record_blocks_for_zeroing",
+        "start_idx = start_token // mgr.block_size",
+        "start_idx = start_token // mgr.block_size + 1",
+        "after a failed load the first block past the valid prefix is not zeroed")),
+    # Zeroing under vLLM's own scheduler (mixed precision, guarded): a new block left out of
+    # the records, or the records kept after the scheduler took them (zeroed again later,
+    # while the request's KV is in them).
+    "new_block_not_zeroed": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.allocate_new_blocks",
+        "self.new_block_ids.extend(b.block_id for b in new_blocks)",
+        "self.new_block_ids.extend(b.block_id for b in new_blocks[1:])",
+        "an allocation's first new block is not recorded for zeroing (another precision's "
+        "stale bytes read as KV)")),
+    "zeroing_records_kept": (SINGLE, Mutation(
+        "SingleTypeKVCacheManager.take_new_block_ids", "self.new_block_ids = []",
+        "self.new_block_ids = list(ids)",
+        "the records stay after the scheduler takes them: written blocks are zeroed again at "
+        "the next step")),
+    "connector_hit_diverged": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks_for_connector",
+        "return *self.get_computed_blocks(request, max_cache_hit_length), False\n\n        if",
+        "return *self.get_computed_blocks(request, max_cache_hit_length), True\n\n        if",
+        "the connector's lookup says the hit diverged without a Mamba group (the scheduler "
+        "then looks again)")),
+    "deferred_free_reversed": (MANAGER, Mutation(
+        "KVCacheManager.pop_blocks_for_free",
+        "return self.coordinator.pop_blocks_for_free(request.request_id)",
+        "return self.coordinator.pop_blocks_for_free(request.request_id)[::-1]",
+        "a deferred free's blocks come back tail first: the scheduler's reversed drain then "
+        "frees the prefix first")),
+    "deferred_free_first_group_only": (COORDINATOR, Mutation(
+        "KVCacheCoordinator.pop_blocks_for_free", "for manager in self.single_type_managers:",
+        "for manager in self.single_type_managers[:1]:",
+        "a deferred free pops the full-attention group's blocks alone: the sliding-window "
+        "group's stay in its table, never freed")),
+    "finished_window_kept": (MANAGER, Mutation(
+        "KVCacheManager.remove_skipped_blocks",
+        "request_id, processed_computed_tokens, num_prompt_tokens",
+        "request_id, 0, num_prompt_tokens",
+        "the scheduler's remove_skipped_blocks before a connector's request_finished frees "
+        "nothing: the connector reads (and sends) blocks the window skips")),
+    "pool_reuse_keeps_hash": (POOL, Mutation(
+        "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
+        "the manager's pool hands out a cached block and keeps its cache entry")),
+}
