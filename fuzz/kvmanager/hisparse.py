@@ -142,6 +142,8 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
             if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):
                 self.count(RETAINED)
             new = min(op.chunk, len(request.tokens) - hit)
+            if self.cow:  # (the Mamba group's hit, for the admission's count)
+                self.mamba_hit = blocks[hisparse_cow.MAMBA]
             return (yield from self._step(op.rid, request, new, hit, blocks[SOURCE],
                                           blocks[INDEXER]))
         pending = len(request.tokens) - request.computed
@@ -217,6 +219,8 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
             self.import_pages.pop(rid, None)
         self.durable -= set(actual[SOURCE])  # handed out afresh: not written back yet
         self.unconfirmed -= set(actual[SOURCE])
+        if self.cow:
+            self.mamba_stepped(rid, request.computed + (hit or 0))
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
@@ -288,7 +292,7 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
                         (units[(index + 1) * per - 1], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
-        return []
+        return self.hit_length_problems(request, hit) if self.cow else []
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

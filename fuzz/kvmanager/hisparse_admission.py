@@ -1,14 +1,15 @@
 """The HiSparse reduced mode's admissions and refusals (`hisparse.py`): an admission made exactly
 when the released counts say it fits (`hisparse_checks.admission_fits`), and a refusal judged
-only with room for the most a step can need. Off beside a Mamba group ("hisparse cow": its
-counts are not modelled here)."""
+only with room for the most a step can need; beside a Mamba group ("hisparse cow") with the
+Mamba group's count and the private copies of a hit inside a block counted too."""
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits
+from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits, evictable
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
+MAMBA_STEP_MOST = 3  # a Mamba "align" step's blocks at most (`_refusal_problems`)
 
 
 class Admissions:
@@ -19,22 +20,24 @@ class Admissions:
         """An admission made exactly when the released counts say it fits
         (`admission_fits`), for the whole request first where the scheduler asks it."""
         trace, size = self.trace, self.trace.block_size
-        if self.cow:  # (the Mamba group's counts are not modelled here)
-            return []
         watermark = int(trace.watermark * trace.blocks) if others_running else 0
         cap = cdiv(min(trace.max_in_flight_tokens or trace.max_model_len, trace.max_model_len),
                    size)
         counts = dict(size=size, hit=hit, source=source, indexer=indexer,
                       host_ref=self.host_ref, device_ref=self.device_ref)
-        fits = admission_fits(min(hit + new, trace.max_model_len), None, **counts) + \
-            watermark <= self.device_free
-        host = admission_fits(min(hit + new, trace.max_model_len), None, host=True, **counts)
-        fits = fits and host <= self.host_free
+
+        def fit(tokens, cap) -> bool:
+            device = admission_fits(tokens, cap, **counts)
+            host = admission_fits(tokens, cap, host=True, **counts)
+            if self.cow:
+                more, mamba = partial_and_mamba(tokens, size, hit, self.mamba_hit,
+                                                self.device_ref)
+                device, host = device + more + mamba, host + more
+            return device + watermark <= self.device_free and host <= self.host_free
+
+        fits = fit(min(hit + new, trace.max_model_len), None)
         if trace.full_sequence_must_fit:
-            whole = min(len(request.tokens), trace.max_model_len)
-            fits = fits and admission_fits(whole, cap, **counts) + watermark <= \
-                self.device_free and admission_fits(whole, cap, host=True, **counts) <= \
-                self.host_free
+            fits = fits and fit(min(len(request.tokens), trace.max_model_len), cap)
         if fits == made:
             return []
         return [("None vs success", f"r{rid}: an admission of {new} tokens after a hit of {hit}: "
@@ -48,19 +51,40 @@ class Admissions:
         watermark at an admission while others run; on the host a block a slot. (A refusal
         short of that is not judged: HiSparse's admission counts are not modelled.)"""
         size, admission = self.trace.block_size, hit is not None
-        if self.cow:  # (nor the most a Mamba group's step may need)
-            return []
         slots = (hit or 0) + new if admission else request.computed + new
         if admission and self.trace.full_sequence_must_fit:
             slots = max(slots, len(request.tokens))
         watermark = int(self.trace.watermark * self.trace.blocks) \
             if admission and others_running else 0
         device = 2 * cdiv(slots, size) + HOT_BLOCKS + watermark
-        if self.device_free < device or self.host_free < cdiv(slots, size):
+        host = cdiv(slots, size)
+        if self.cow:
+            # Beside a Mamba "align" group: a hit inside a block takes a private block more in
+            # each group that copies it (`_has_partial_local_hit`), and the Mamba group's step
+            # at most its new state, that copy and the hit's state adopted off the free queue
+            # (no checkpoint or speculative blocks here; a state cached in the same step, which
+            # the group refuses, is forgotten after every op: `mamba_step`)
+            device, host = device + 1 + MAMBA_STEP_MOST, host + 1
+        if self.device_free < device or self.host_free < host:
             return []
         self.count(ROOMY_REFUSAL)
         return [("refusal", f"r{rid}: allocate_slots of {new} tokens"
                             f"{f' after a hit of {hit}' if admission else ''} refused with "
                             f"{self.device_free} device blocks free (it needs at most {device}) "
-                            f"and {self.host_free} host blocks free (at most "
-                            f"{cdiv(slots, size)})")]
+                            f"and {self.host_free} host blocks free (at most {host})")]
+
+
+def partial_and_mamba(tokens, size, hit, mamba, device_ref) -> tuple[int, int]:
+    """Beside a Mamba "align" group ("hisparse cow"): the block more an admission whose hit
+    ends inside a block counts in the source group and in the indexer each, for the private
+    copy of the shared tail (`_has_partial_local_hit`); and the Mamba group's count
+    (`MambaManager.get_num_blocks_to_allocate`, align mode, no checkpoint or speculative
+    blocks): the blocks past the hit's, one more for the copy of a hit inside a block, capped
+    at the states it writes (its new one and that copy), plus the hit's state if it is free."""
+    partial = int(hit % size != 0)
+    mamba_new = cdiv(tokens, size) - cdiv(hit, size)
+    if partial:
+        mamba_new = max(mamba_new, 0) + 1
+    if mamba_new > 0:
+        mamba_new = min(mamba_new, 1 + partial)
+    return partial, mamba_new + evictable(mamba, device_ref)

@@ -25,10 +25,12 @@ connector's `build_connector_meta` and `update_connector_output`):
 
 Beside them, the Mamba "align" group's part of the joined reduced checks: its hit cdiv(hit, b)
 blocks, null but the last; after each success its table cdiv(computed, b) blocks, its last not
-null; its blocks counted in the device pool's exact reference counts (with the device groups'
-own copy-on-write copies taken and released every step, as the scheduler does). Not here: the
-full rule of which Mamba states are kept (`oracle/kvmanager/mamba_align.py`), the admission
-counts with a Mamba group (the HiSparse admission and refusal checks are off for these traces).
+null; the rule of which Mamba states a table keeps (`oracle/kvmanager/mamba_align.py`: the
+state its last step read and the one it wrote, nulls elsewhere); its blocks counted in the
+device pool's exact reference counts (with the device groups' own copy-on-write copies taken
+and released every step, as the scheduler does); the hit's exact length over both pools'
+entries (`hit_length_problems`); the admissions' counts with the Mamba group and the private
+copies (`hisparse_admission.partial_and_mamba`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvfuzz.fuzz.engine.lockstep import Call, short
-from kvfuzz.fuzz.kvmanager.hisparse_checks import SOURCE, listed
+from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER, SOURCE, listed
 from kvfuzz.fuzz.kvmanager.lockstep import state_read
-from kvfuzz.oracle.kvmanager import mamba_align
+from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.hisparse_lag import report_delays
 
@@ -65,6 +67,7 @@ class HostCopies:
     def start_cow(self) -> None:
         self.host_copies: dict[int, HostCopy] = {}  # destination block -> the copy in flight
         self.copy_number = 0
+        self.read_from: dict[int, int] = {}  # rid -> the computed tokens its last step read
 
     def take_host_copies(self, rid, hit, hit_source, tables, actual):
         """After a step's command: the host copies it carries, judged against the hit (`hit`
@@ -151,11 +154,50 @@ class HostCopies:
                                        f"the request's hash of its first {hit} tokens")]
         return []
 
+    def hit_length_problems(self, request, hit: int) -> list[tuple[str, str]]:
+        """The hit's length against what the pools held before the lookup: the hybrid
+        coordinator's fixed point (`HybridKVCacheCoordinator.find_longest_cache_hit`) over the
+        source group on the host pool's entries, the indexer on the device pool's (both full
+        attention: looked up once, then trimmed; fine-grained, a partial entry inside the next
+        block extends the run) and the Mamba group's latest cached state no deeper
+        (`oracle/kvmanager/align_hit.py`'s lookups, each group's entries named as its own);
+        at most `num_tokens - 1`, nothing for a request that skips the cache."""
+        if request.skip:  # (a hit was refused by the shape check)
+            return []
+        size, hashed, tokens = self.trace.block_size, self.trace.hash_size, len(request.tokens)
+        units = request.hashes(hashed)
+        source = _entries_of(self.host_keys, SOURCE)
+        indexer = _entries_of(self.device_keys, INDEXER)
+        mamba = {(h, align_hit.MAMBA) for h, _ in _entries_of(self.device_keys, MAMBA)}
+        host = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, source)
+        device = align_hit.full_attention_hit(units, host, size, hashed, indexer)
+        expected = align_hit.mamba_hit(units, device, hashed, mamba)
+        if hit == expected:
+            return []
+        return [("prefix hit", f"expected {expected} tokens, actual {hit}: the source group's "
+                               f"host entries cover {host} of the request's {tokens} tokens, "
+                               f"the indexer's {device} of those (blocks of {size}, hashed per "
+                               f"{hashed}, the last token never a hit), the latest Mamba state "
+                               f"cached at most that deep is at {expected}")]
+
+    def mamba_stepped(self, rid: int, computed: int) -> None:
+        """Before a step's tokens are counted: the state it reads is that of its `computed`-th
+        token (the hit's, for an admission)."""
+        self.read_from[rid] = computed
+
     def mamba_table_problems(self, rid, tables, computed) -> list[tuple[str, str]]:
-        mamba = tables[MAMBA]
-        expected = cdiv(computed, self.trace.block_size)
-        if len(mamba) != expected or (mamba and mamba[-1] == 0):
-            return [("block table", f"r{rid}: {computed} tokens computed: expected a Mamba "
-                                    f"table of {expected} blocks, its last not null, actual "
-                                    f"{short(mamba)}")]
-        return []
+        """The Mamba group's table against the states its contract keeps
+        (`oracle/kvmanager/mamba_align.py`, no checkpoint or speculative blocks here): the
+        state its last step read (a partial hit's copy-on-write block in its place) and the
+        one it wrote, nulls elsewhere; cdiv(computed, b) long, its last not null."""
+        wrong = mamba_align.table_problems(tables[MAMBA], self.read_from.get(rid, 0), computed,
+                                           self.trace.block_size)
+        return [("mamba states", f"r{rid}'s Mamba table {short(tables[MAMBA])} {wrong}")] \
+            if wrong else []
+
+
+def _entries_of(keys: list, group: int) -> set:
+    """The (hash, full attention's id in `align_hit`) keys a pool's blocks are cached under in
+    `group` (a block's entries: one key or a list of them)."""
+    return {(entry[0], align_hit.FULL) for block in keys if block is not None
+            for entry in listed(block) if entry[1] == group}

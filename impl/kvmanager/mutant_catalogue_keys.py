@@ -4,7 +4,8 @@ the catalogue (`ALONE_MUTATIONS`)."""
 
 from __future__ import annotations
 
-from kvfuzz.impl.kvmanager.mutant_catalogue import COORDINATOR, HISPARSE, MANAGER, POOL, UTILS
+from kvfuzz.impl.kvmanager.mutant_catalogue import (COORDINATOR, HISPARSE, MANAGER, POOL, SINGLE,
+                                                    UTILS)
 from kvfuzz.impl.source_mutation import Mutation
 
 HASHING = {
@@ -115,4 +116,12 @@ ALONE_MUTATIONS = {
         "            self.host_manager.block_pool.free_blocks([source_block])",
         "a host copy's source block is released when the copy is handed to the worker, "
         "before the worker reports it run: a same-step free may recycle the page it reads")),
+    # The admission counts beside HiSparse's groups and a Mamba "align" group (the "hisparse
+    # cow" profile): a hit that ends inside a block takes a private copy of the hit's state.
+    "mamba_partial_copy_capped": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "physical_block_cap = 1 + int(has_partial_hit) + checkpoint_block",
+        "physical_block_cap = 1 + checkpoint_block",
+        "a Mamba \"align\" admission whose hit ends inside a block counts its new state but "
+        "not the copy of the hit's state: admitted with a block too few free")),
 }

@@ -1,23 +1,26 @@
 """HiSparse's host copy-on-write (the "hisparse cow" profile,
-`strategies/kvmanager/hisparse_cow.py`; the judge's side: `fuzz/kvmanager/hisparse_cow.py`): HiSparse's four groups beside a Mamba
-"align" group hashed below the block, where a hit may end inside a source block. The codec
-takes the layout and refuses its near misses in one line; the judge's exact host count holds a
-reference more on each end of a copy in flight (no vLLM); the released class makes host copies
-and runs index 0 clean (copies made and released; its first 100 run clean in
-`test_every_profile.py`), and a mutant whose copy's source is released when the copy is handed
-out, not once it ran, and doubles that never hand the copies out or never release them are
-caught there; on the consumers that fill their private page
-(`hisparse_cow.FILLED`, not a profile) the released class publishes that page before any
-write-back of it ("published early", 9 ops), pinned as found on vLLM 0.33.0. Skips without
-vLLM but the codec's and the judge's own tests."""
+`strategies/kvmanager/hisparse_cow.py`; the judge's side: `fuzz/kvmanager/hisparse_cow.py`):
+HiSparse's four groups beside a Mamba "align" group hashed below the block, where a hit may end
+inside a source block. The codec takes the layout and refuses its near misses in one line; the
+judge's exact host count holds a reference more on each end of a copy in flight, the Mamba table
+keeps only the states read and written, and an admission counts the Mamba group and each copy of a
+hit inside a block (no vLLM); the released class makes host copies and runs index 0 clean (its first
+100 run clean in `test_every_profile.py`), and a mutant whose copy's source is released when the
+copy is handed out, not once it ran, doubles that never hand the copies out or never release them,
+mutants whose hit is shorter than the pools hold and one whose Mamba count leaves out the copy are
+caught; on the consumers that fill their private page (`hisparse_cow.FILLED`, not a profile) the
+released class publishes that page before any write-back of it ("published early", 9 ops), pinned as
+found on vLLM 0.33.0. Skips without vLLM but the codec's and the judge's own tests."""
 
 import functools
 import re
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
-from kvfuzz.fuzz.kvmanager.hisparse_cow import HostCopy, HostCopies
+from kvfuzz.fuzz.kvmanager.hisparse_admission import partial_and_mamba
+from kvfuzz.fuzz.kvmanager.hisparse_cow import MAMBA, HostCopy, HostCopies
 from kvfuzz.fuzz.kvmanager.hisparse_lag import LaggedReports
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec, hisparse_cow
@@ -26,6 +29,10 @@ from tests.helpers import divergence, needs_engine
 
 MUTANT = "kvfuzz.impl.kvmanager.upstream_mutants:hisparse_cow_source_not_held"
 CLEAN = 0  # index 0 of seed 0 makes host copies and runs clean on vLLM 0.33.0
+# the Mamba group's copy of a hit's state left out of its admission's count: index 67 of seed 0
+# admits a request a block short (the release refuses it there, and agrees to the last op)
+COUNT_MUTANT = "kvfuzz.impl.kvmanager.upstream_mutants:mamba_partial_copy_capped"
+COUNTED = 67
 
 
 def test_a_cow_trace_keeps_its_layout_through_the_codec():
@@ -69,6 +76,38 @@ def test_a_copy_in_flight_holds_a_reference_more_on_each_end():
     # released: the tables' holds again
     judge.host_copies = {}
     assert judge.host_count_problems(held, held) == []
+
+
+class _Tables(HostCopies):
+    """The Mamba group's table check alone, over blocks of 4 tokens."""
+
+    def __init__(self):
+        self.start_cow()
+        self.trace = SimpleNamespace(block_size=4)
+
+
+def test_the_mamba_table_keeps_the_state_read_and_the_state_written_only():
+    judge = _Tables()
+    judge.mamba_stepped(1, 6)  # a step from 6 computed tokens to 13: read block 1, wrote 3
+    tables = [[]] * MAMBA + [[0, 7, 0, 9]]
+    assert judge.mamba_table_problems(1, tables, 13) == []
+    (label, text), = judge.mamba_table_problems(1, [[]] * MAMBA + [[5, 7, 0, 9]], 13)
+    assert label == "mamba states" and "positions [0]" in text  # a state moved past, kept
+    (label, text), = judge.mamba_table_problems(1, [[]] * MAMBA + [[0, 7, 0, 0]], 13)
+    assert "null block" in text  # the state written missing
+
+
+def test_an_admission_counts_the_mamba_group_and_each_copy_of_a_hit_inside_a_block():
+    ref = [0, 0, 1, 0]  # block 1 free (evictable), block 2 held
+    # a hit of 6 tokens in blocks of 4 ends inside block 1: one private block more in the
+    # source group and in the indexer; the Mamba group its new state (cdiv(9, 4) - 2 = 1, one
+    # more for the copy, capped at 2) and the hit's state, free, adopted off the queue
+    assert partial_and_mamba(9, 4, 6, [0, 1], ref) == (1, 3)
+    assert partial_and_mamba(9, 4, 6, [0, 2], ref) == (1, 2)  # the hit's state held
+    # a hit on a block boundary: no copy; the new state only, past the hit's blocks
+    assert partial_and_mamba(9, 4, 8, [0, 2], ref) == (0, 1)
+    assert partial_and_mamba(8, 4, 4, [2], ref) == (0, 1)
+    assert partial_and_mamba(7, 4, 6, [0, 2], ref) == (1, 1)  # within the hit's block: the copy
 
 
 def test_the_profile_reaches_its_copies_in_its_traces():
@@ -170,3 +209,29 @@ def test_the_release_publishes_a_partial_hits_page_before_its_write_back():
     found = divergence("kvmanager", codec.from_json(FOUND), "vllm.kvmanager")
     assert found is not None and found.step == 8, found
     assert found.what.startswith("published early"), found.report()
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+def test_an_admission_counting_no_copy_of_the_mamba_hit_state_is_caught():
+    """Only the exact admission count beside a Mamba group catches it (the "mamba align"
+    profile's first 200 do not; before the count, neither did this profile's)."""
+    trace = hisparse_cow.GENERATOR.generate(0, COUNTED)
+    found = divergence("kvmanager", trace, COUNT_MUTANT)
+    assert found is not None and found.what.startswith("None vs success"), found
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+@pytest.mark.parametrize("name", ["mamba_align_hit_short", "mamba_align_partial_hit_ignored"])
+def test_a_hit_shorter_than_the_pools_hold_is_caught(name):
+    """The hit's exact length over the host and device pools' entries: a lookup capped a hash
+    block short, and a Mamba lookup ignoring its partial entries, each caught at index 0 (the
+    release clean there: `test_the_release_makes_host_copies_and_runs_a_copying_trace_clean`);
+    without the length check this profile's first 50 agree on both."""
+    found = divergence("kvmanager", hisparse_cow.GENERATOR.generate(0, CLEAN),
+                       f"mutant.vllm.kvmanager.{name}")
+    assert found is not None and found.what.startswith("prefix hit"), found
+    assert "expected" in found.lines[-1][1] and "the source group's host entries cover" in \
+        found.lines[-1][1], found.report()
