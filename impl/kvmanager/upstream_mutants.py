@@ -300,6 +300,14 @@ MUTATIONS = {
         "            * self.scheduler_block_size // self.block_size - len(req_blocks)",
         "a group of blocks smaller than the scheduler block gets external blocks up to its end, "
         "past the external tokens")),
+    # A KV connector beside a Mamba "align" group (the "mamba connector" profile alone calls
+    # `truncate_computed_blocks`: a local hit ending inside a block dropped for a longer load)
+    "truncated_hit_keeps_partial_block": (MANAGER, Mutation(
+        "KVCacheManager.truncate_computed_blocks",
+        "truncated.append(list(group_blocks[:num_blocks]))",
+        "truncated.append(list(group_blocks[:num_blocks + 1]))",
+        "a local hit cut to the block keeps its partial block: full attention adopts a cached "
+        "block the connector's load then writes")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",
