@@ -51,6 +51,8 @@ from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, nee
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import align_connector, align_external, align_order, align_retention
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
+from kvfuzz.fuzz.kvmanager.align_result import \
+    allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
@@ -354,20 +356,3 @@ class _Unmodelled:
 
     def free(self, rid: int) -> None:
         return None
-
-
-def _allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if actual is None:
-        return []
-    try:  # the Mamba group's may hold nulls: placeholders for states not kept
-        fresh = [b for group in actual for b in group if b]
-        null = 0 in actual[0]
-    except (TypeError, IndexError):
-        return [("result", f"allocate_slots: expected None or blocks per group, actual "
-                           f"{short(actual)}")]
-    if len(actual) != 2 or null or len(set(fresh)) != len(fresh):
-        return [("result", f"allocate_slots: expected two groups' distinct new blocks, full "
-                           f"attention's none null, actual {short(actual)}")]
-    return []

@@ -40,9 +40,11 @@ What the worker and the scheduler rely on, checked after each admission with ext
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.kvmanager import align_connector
 from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
+from kvfuzz.fuzz.kvmanager.align_result import \
+    allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager import mamba_align
@@ -116,8 +118,10 @@ class AlignExternal:
     def _admit_external(self, op: Connect, request, local: int, external: int):
         rid, trace, size = op.rid, self.trace, self.trace.block_size
         total, load = local + external, op.load
-        new = 0 if load else self._chunk(request, total, min(op.chunk, len(request.tokens) - total))
-        written = {0, 1} if op.written == EVERY_GROUP else {g for g in (0, 1) if op.written >> g & 1}
+        new = 0 if load else self._chunk(request, total,
+                                         min(op.chunk, len(request.tokens) - total))
+        written = {0, 1} if op.written == EVERY_GROUP else \
+            {g for g in (0, 1) if op.written >> g & 1}
         self.count(LOAD if load else SYNC)
         args = (rid, new, local, external, load, op.reserve if load else 0,
                 trace.full_sequence_must_fit,
@@ -288,9 +292,3 @@ class _Loaded:
 
     def __getattr__(self, name):
         return getattr(self.request, name)
-
-
-def _allocation_problems(expected, rejected, actual, raised):
-    from kvfuzz.fuzz.kvmanager.align import _allocation_problems as problems  # (its importer)
-    return problems(expected, rejected, actual, raised) if raised is None else \
-        crash_problems(raised)
