@@ -1,6 +1,6 @@
-"""The "mamba connector" profile (`kvmanager/5[mamba connector]`, a stream of its own, alone only
-until merged; `--profile "mamba connector"`): a KV connector's external tokens beside a Mamba
-group in "align" mode with prefix caching, judged in the reduced mode
+"""The "mamba connector" profile (`kvmanager/5[mamba connector]`, a stream of its own with a share
+of the mix, `streams.py`; `--profile "mamba connector"` alone): a KV connector's external
+tokens beside a Mamba group in "align" mode with prefix caching, judged in the reduced mode
 (`fuzz/kvmanager/align_external.py`). Standard library only.
 
 The "mamba align" profile's layout and engine settings (`hybrid.build_mamba_align`: full

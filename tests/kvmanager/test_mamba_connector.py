@@ -43,10 +43,13 @@ def test_the_profiles_traces_are_the_schedulers_beside_a_mamba_align_group():
     assert all(seen.values()), seen
 
 
-def test_it_is_made_alone_only_and_its_synchronous_stream_is_no_profile():
-    assert streams.ALONE_ONLY["mamba connector"] is mamba_connector.GENERATOR
-    assert "mamba connector" in streams.profiles()
-    assert all(stream is not mamba_connector.GENERATOR for stream, _, _ in streams.STREAMS)
+def test_it_has_a_share_of_the_mix_and_its_synchronous_stream_is_no_profile():
+    assert streams.ALONE["mamba connector"] is mamba_connector.GENERATOR
+    assert "mamba connector" in streams.profiles() and "mamba connector" not in streams.ALONE_ONLY
+    assert [(low, high) for stream, low, high in streams.STREAMS
+            if stream is mamba_connector.GENERATOR] == [(0.7150, 0.7190)]
+    assert streams.GENERATOR.generate(0, 254).note == "profile mamba connector"
+    assert all(stream is not mamba_connector.SYNC for stream, _, _ in streams.STREAMS)
     sync = mamba_connector.SYNC.generate(0, 0)
     assert any(isinstance(op, Connect) and not op.load and op.external for op in sync.ops)
     assert sync.note.endswith("synchronous loads")
