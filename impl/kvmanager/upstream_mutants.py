@@ -302,12 +302,12 @@ MUTATIONS = {
         "past the external tokens")),
     # A KV connector beside a Mamba "align" group (the "mamba connector" profile alone calls
     # `truncate_computed_blocks`: a local hit ending inside a block dropped for a longer load)
-    "truncated_hit_keeps_partial_block": (MANAGER, Mutation(
+    "mamba_truncate_keeps_partial_state": (MANAGER, Mutation(
         "KVCacheManager.truncate_computed_blocks",
-        "truncated.append(list(group_blocks[:num_blocks]))",
-        "truncated.append(list(group_blocks[:num_blocks + 1]))",
-        "a local hit cut to the block keeps its partial block: full attention adopts a cached "
-        "block the connector's load then writes")),
+        "num_blocks = min(num_blocks, len(group_blocks))",
+        "num_blocks = len(group_blocks)",
+        "a Mamba group's local hit cut to the block keeps its partial state: where the load "
+        "ends in that block, its last state lands in the hit's cached block")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",

@@ -3,13 +3,14 @@ profile, `strategies/kvmanager/mamba_connector.py`; the judge's side:
 `fuzz/kvmanager/align_external.py`). The profile's traces are what vLLM 0.33.0's scheduler
 makes there (asynchronous loads, done or failed whole; no load of a one-token prompt) and read
 back through the codec (no vLLM); the released class runs a trace with loads done, failed,
-resumed and a partial local hit dropped for a load clean (its first 100 and 2,000 more: ran
-clean, `test_every_profile.py` and docs/upstream-vllm.md), a double whose Mamba group takes
+resumed and a partial local hit dropped for a load clean (its first 100 run in CI,
+`test_every_profile.py`; its first 2,000 ran clean, docs/upstream-vllm.md), a double whose
+Mamba group takes
 real blocks for every external token is caught; and on synchronous loads (`SYNC`, not a
 profile) the released class counts one Mamba block too few and raises in `get_new_blocks`,
-its external block leaked, pinned as found on vLLM 0.33.0. The mutant that keeps a truncated
-hit's partial block: `test_mutants.py`'s ALONE. Skips without vLLM but the generator's and
-codec's tests."""
+its external block leaked, pinned as found on vLLM 0.33.0. The mutant whose Mamba hit cut to the
+block keeps its partial state (`mamba_truncate_keeps_partial_state`): `test_mutants.py`'s
+ALONE, index 14. Skips without vLLM but the generator's and codec's tests."""
 
 import functools
 
