@@ -19,7 +19,8 @@ whole: `failed_recving`) frees it. A loaded request's next step is an admission 
 (`resume`).
 
 What the worker and the scheduler rely on, checked after each admission with external tokens
-(read from the implementation; `external_problems`):
+(read from the implementation; `external_problems`), and of the lookup's blocks
+(`_lookup_block_problems`: full attention's whole ones cached under the request's hashes):
 - full attention's table covers cdiv(hit + external, b) blocks, exactly so after a load (no
   slots past them), its blocks past the hit the request's own (not null, held by no other
   live request, not the hit's);
@@ -86,7 +87,8 @@ class AlignExternal:
         self.count(expected[0])
         got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
                          (rid,), oracle=None, compare=lambda e, r, actual, raised:
-                         align_connector.lookup_problems(expected, actual, raised))
+                         align_connector.lookup_problems(expected, actual, raised) or
+                         self._lookup_block_problems(request, actual))
         _, local, boundary, diverged = got.actual
         # the connector counts its tokens past the block-aligned local hit: all the request's
         # for a load, all but the last for a synchronous one
@@ -114,6 +116,25 @@ class AlignExternal:
             self.count(LAGGING)
         request.boundary = boundary
         return (yield from self._admit_external(op, request, local, held))
+
+    def _lookup_block_problems(self, request, actual) -> list[tuple[str, str]]:
+        """The connector lookup's blocks (its hit judged by `align_connector`): full
+        attention's cdiv(hit, b), each whole one cached under the request's hash of it (the
+        pool's entries before the lookup); the Mamba group's nulls but its last."""
+        (full, mamba), hit = actual[0], actual[1]
+        size, hashed = self.trace.block_size, self.trace.hash_size
+        if len(full) != cdiv(hit, size) or mamba and (not mamba[-1] or any(mamba[:-1])):
+            return [("prefix hit", f"get_computed_blocks_for_connector: a hit of {hit} tokens "
+                                   f"in blocks of {size}, blocks {short(actual[0])}: expected "
+                                   f"{cdiv(hit, size)} of full attention's, the Mamba group's "
+                                   f"nulls then its state")]
+        units = request.hashes(hashed)
+        for index, block in enumerate(full[:hit // size]):
+            if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
+                return [("prefix hit", f"get_computed_blocks_for_connector: full attention's "
+                                       f"block {index}, block {block}, is not cached under the "
+                                       f"request's hash of it")]
+        return []
 
     def _admit_external(self, op: Connect, request, local: int, external: int):
         rid, trace, size = op.rid, self.trace, self.trace.block_size

@@ -6,7 +6,8 @@ back through the codec (no vLLM); the released class runs a trace with loads don
 resumed and a partial local hit dropped for a load clean (its first 100 run in CI,
 `test_every_profile.py`; its first 2,000 ran clean, docs/upstream-vllm.md), a double whose
 Mamba group takes
-real blocks for every external token is caught; and on synchronous loads (`SYNC`, not a
+real blocks for every external token, and one whose connector lookup returns full
+attention's hit blocks out of order, are caught; and on synchronous loads (`SYNC`, not a
 profile) the released class counts one Mamba block too few and raises in `get_new_blocks`,
 its external block leaked, pinned as found on vLLM 0.33.0. The mutant whose Mamba hit cut to the
 block keeps its partial state (`mamba_truncate_keeps_partial_state`): `test_mutants.py`'s
@@ -75,7 +76,16 @@ def doubles() -> dict:
                 if isinstance(manager, MambaManager):
                     manager.allocate_external_computed_blocks = _every_block(manager)
 
-    return {"MambaExternalAllReal": MambaExternalAllReal}
+    class LookupBlocksReversed(KVCacheManager):  # the connector lookup's hit out of order
+        def get_computed_blocks_for_connector(self, *args, **kwargs):
+            blocks, *rest = super().get_computed_blocks_for_connector(*args, **kwargs)
+            if blocks.blocks and len(blocks.blocks[0]) > 1:
+                blocks = self.create_kv_cache_blocks((blocks.blocks[0][::-1],
+                                                      *blocks.blocks[1:]))
+            return (blocks, *rest)
+
+    return {"MambaExternalAllReal": MambaExternalAllReal,
+            "LookupBlocksReversed": LookupBlocksReversed}
 
 
 def _every_block(manager):
@@ -93,7 +103,7 @@ def _every_block(manager):
 
 
 def __getattr__(name: str):
-    if name == "MambaExternalAllReal":
+    if name in ("MambaExternalAllReal", "LookupBlocksReversed"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -114,11 +124,12 @@ def test_the_release_runs_a_loading_trace_clean():
 
 @_ENGINE[0]
 @_ENGINE[1]
-def test_a_mamba_group_taking_real_blocks_for_every_external_token_is_caught():
+@pytest.mark.parametrize("broken, label", [("MambaExternalAllReal", "external blocks"),
+                                           ("LookupBlocksReversed", "prefix hit")])
+def test_each_external_check_catches_a_broken_manager(broken, label):
     found = divergence("kvmanager", mamba_connector.GENERATOR.generate(0, CLEAN),
-                       double("kvmanager", f"{__name__}:MambaExternalAllReal"))
-    assert found is not None and found.what.startswith("external blocks"), \
-        found and found.report()
+                       double("kvmanager", f"{__name__}:{broken}"))
+    assert found is not None and found.what.startswith(label), found and found.report()
 
 
 # A synchronous load of 6 external tokens and 1 new beside a Mamba "align" group of blocks of 2
