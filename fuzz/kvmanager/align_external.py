@@ -107,7 +107,10 @@ class AlignExternal:
             held = 0
             if op.external:
                 self.count(KEPT)
-        if not held:  # a plain admission (a diverged hit reconciled by get_computed_blocks)
+        # Nothing loaded: a plain admission, whose `get_computed_blocks` reconciles a diverged
+        # hit (the scheduler calls it then only; elsewhere its answer is the lookup's: both
+        # groups as deep, or the lookup's own fallback to it)
+        if not held:
             if diverged:
                 self.count(RECONCILED)
             self.looked_up = True
@@ -121,7 +124,11 @@ class AlignExternal:
         """The connector lookup's blocks (its hit judged by `align_connector`): full
         attention's cdiv(hit, b), each whole one cached under the request's hash of it (the
         pool's entries before the lookup); the Mamba group's nulls but its last."""
-        (full, mamba), hit = actual[0], actual[1]
+        try:
+            (full, mamba), hit = actual[0], actual[1]
+        except (TypeError, ValueError):
+            return [("prefix hit", f"get_computed_blocks_for_connector: expected two groups' "
+                                   f"blocks, actual {short(actual)}")]
         size, hashed = self.trace.block_size, self.trace.hash_size
         if len(full) != cdiv(hit, size) or mamba and (not mamba[-1] or any(mamba[:-1])):
             return [("prefix hit", f"get_computed_blocks_for_connector: a hit of {hit} tokens "
