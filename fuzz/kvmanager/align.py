@@ -49,7 +49,10 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import align_connector, align_order, align_retention
+from kvfuzz.fuzz.kvmanager import align_connector, align_external, align_order, align_retention
+from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
+from kvfuzz.fuzz.kvmanager.align_result import \
+    allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
@@ -61,7 +64,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
+class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -71,7 +74,7 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
                                          "boundary states offered",
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         *align_connector.EVENTS)
+                                         *align_connector.EVENTS, *align_external.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -97,6 +100,11 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
         self.lengths: dict[int, tuple | None] = {}
         self.rekeyed: dict[int, bool] = {}
         self.checkpoints: dict[int, int] = {}     # rid -> its last step's checkpoint position
+        # a KV connector's loads (`align_external.py`): rid -> the tokens its load computed,
+        # until its first step, and the block of its last loaded token's Mamba state
+        self.loaded_end: dict[int, int] = {}
+        self.loaded_state: dict[int, int | None] = {}
+        self.looked_up = False  # the connector's lookup made for the admission in this op
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -111,6 +119,8 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
         request = self.requests.get(op.rid)
         if request is None:
             return
+        if request.status == WAITING and request.computed:  # loaded by a connector
+            return (yield from self._resume_loaded(op.rid, request, op.chunk))
         if request.status == WAITING:
             yield from self._connector_lookup(op.rid, request)
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
@@ -123,7 +133,7 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
             return (yield from self._allocate(op.rid, request, self._chunk(
                 request, hit, min(op.chunk, len(request.tokens) - hit)), hit))
         pending = len(request.tokens) - request.computed
-        if pending > 0:
+        if pending > 0 and request.status == RUNNING:  # (not while its KV load is in flight)
             self.count("prefill chunk")
             return (yield from self._allocate(op.rid, request, self._chunk(
                 request, request.computed, min(op.chunk, pending)), None))
@@ -161,7 +171,10 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
             self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
-        return (yield from super().free(op))
+        problems = yield from super().free(op)
+        if self.align and isinstance(op, Finish):
+            self._forget(op.rid)  # (a connector's load: `align_external`)
+        return problems
 
     @handles(Evict)
     def evict(self, op: Evict):
@@ -262,7 +275,8 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
         """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
         adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
         when its connector holds none of the tokens."""
-        if NO_CONNECTOR in self.unread:
+        if NO_CONNECTOR in self.unread or self.looked_up:
+            self.looked_up = False  # (made by the connector's admission: `align_external`)
             return
         trace = self.trace
         expected = align_connector.expectation(
@@ -314,14 +328,15 @@ class AlignLockstep(AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
-            problems += self._retention_problems(rid, request)
+            if rid not in self.loaded_end:  # (a load writes no state a step to it would)
+                problems += self._retention_problems(rid, request)
         self.stepped = None
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
             size = self.trace.block_size
             self.cached_upto[rid] = max(since, request.computed - request.computed % size)
         return problems + boundary.offload_problems(
-            offloads, rid, request, before, self.keys, self.trace.block_size,
+            offloads, rid, self.as_loaded(rid, request), before, self.keys, self.trace.block_size,
             self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()))
 
     def _retention_problems(self, rid, request) -> list[tuple[str, str]]:
@@ -341,20 +356,3 @@ class _Unmodelled:
 
     def free(self, rid: int) -> None:
         return None
-
-
-def _allocation_problems(expected, rejected, actual, raised) -> list[tuple[str, str]]:
-    if raised is not None:
-        return crash_problems(raised)
-    if actual is None:
-        return []
-    try:  # the Mamba group's may hold nulls: placeholders for states not kept
-        fresh = [b for group in actual for b in group if b]
-        null = 0 in actual[0]
-    except (TypeError, IndexError):
-        return [("result", f"allocate_slots: expected None or blocks per group, actual "
-                           f"{short(actual)}")]
-    if len(actual) != 2 or null or len(set(fresh)) != len(fresh):
-        return [("result", f"allocate_slots: expected two groups' distinct new blocks, full "
-                           f"attention's none null, actual {short(actual)}")]
-    return []

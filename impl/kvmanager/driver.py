@@ -297,6 +297,11 @@ class KVManagerDriver(ManagerReads):
         self.requests[rid].shared_prefix_boundary = int(boundary)
         return _in_trace_order(self, _ids(blocks)), int(hit), int(boundary), bool(diverged)
 
+    def truncate_hit(self, rid: int, tokens: int) -> None:
+        """The scheduler's trim of a local hit ending inside a block where the connector holds
+        more than its partial tail (`truncate_computed_blocks` to the block-aligned hit)."""
+        self.hits[rid] = self.manager.truncate_computed_blocks(self.hits[rid], tokens)
+
     def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
                 reserve: int, whole: bool, others_running: bool, written=None):
         """The scheduler's admission with a KV connector: the external tokens counted as

@@ -119,6 +119,14 @@ GROUPS = {
         "            * self.scheduler_block_size // self.block_size - len(req_blocks)",
         "a group of blocks smaller than the scheduler block gets external blocks up to its end, "
         "past the external tokens")),
+    # A KV connector beside a Mamba "align" group (the "mamba connector" profile alone calls
+    # `truncate_computed_blocks`: a local hit ending inside a block dropped for a longer load)
+    "mamba_truncate_keeps_partial_state": (MANAGER, Mutation(
+        "KVCacheManager.truncate_computed_blocks",
+        "num_blocks = min(num_blocks, len(group_blocks))",
+        "num_blocks = len(group_blocks)",
+        "a Mamba group's local hit cut to the block keeps its partial state: where the load "
+        "ends in that block, its last state lands in the hit's cached block")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",

@@ -19,8 +19,8 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import (align_connector, async_ops, connector, hisparse_import,
-                                  hisparse_cow, hisparse_lag, streaming)
+from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector,
+                                  hisparse_import, hisparse_cow, hisparse_lag, streaming)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -84,6 +84,11 @@ REACHES = {
         "zeroing records compared"]
     + _CONFIGS("KV connector", "groups of different block sizes",
                "blocks zeroed (mixed precision)", "hash block below the block size"),
+    # a connector's loads beside a Mamba "align" group: every outcome, partial local hits
+    # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here)
+    "mamba connector": [event for event in align_external.EVENTS if event != align_external.SYNC]
+    + [align_connector.LAGGING, "boundary states offered"]
+    + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]

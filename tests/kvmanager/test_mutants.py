@@ -133,10 +133,14 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # Groups of different block sizes under a KV connector (the "connector sizes" profile):
     # a group's external blocks counted to the scheduler block.
     "external_to_scheduler_block": r"consumed|block table|external blocks|None vs success",
+    # A KV connector beside a Mamba "align" group (the "mamba connector" profile): a Mamba
+    # hit cut to the block for a longer load keeps its partial state, cached, as the load's.
+    "mamba_truncate_keeps_partial_state": r"cached before the load|external blocks",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
-ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0)}
+ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
+         PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (

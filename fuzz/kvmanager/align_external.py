@@ -1,0 +1,322 @@
+"""A KV connector's external tokens beside a Mamba "align" group, judged in the reduced mode
+(`align.py`; the "mamba connector" profile, `strategies/kvmanager/mamba_connector.py`). A mixin
+of `AlignLockstep`: its `connect` and `loaded` handle the connector ops of an "align" trace
+(any other trace goes to `connector.py`'s), its `_resume` a loaded request's first step.
+
+The driver's calls as vLLM 0.33.0's scheduler makes them (`Scheduler.schedule`, the waiting
+branch; `_update_waiting_for_remote_kv`): the connector's lookup
+(`get_computed_blocks_for_connector`, judged exactly: `align_connector.py`); the local hit
+presented to the connector aligned down to the block (`block_aligned_local`), the connector's
+tokens counted from there; where the hit ends inside a block and the connector holds more than
+that partial tail, the tail dropped (`truncate_computed_blocks`) and the load taken, else the
+tail kept and nothing loaded; a diverged hit (full attention deeper than the Mamba group's
+state) with no external tokens reconciled by `get_computed_blocks` (the plain admission,
+`align.py`); then `allocate_slots` with `num_external_computed_tokens` (an asynchronous load:
+no new tokens, caching delayed, `reserved_blocks`, `skip_zeroing_group_ids` the groups it
+writes). A load reported done caches the request's blocks (`cache_blocks`), the last token of
+a prompt loaded whole computed again; a failed one (with two groups always the request's
+whole: `failed_recving`) frees it. A loaded request's next step is an admission with no lookup
+(`resume`).
+
+What the worker and the scheduler rely on, checked after each admission with external tokens
+(read from the implementation; `external_problems`), and of the lookup's blocks
+(`_lookup_block_problems`: full attention's whole ones cached under the request's hashes):
+- full attention's table covers cdiv(hit + external, b) blocks, exactly so after a load (no
+  slots past them), its blocks past the hit the request's own (not null, held by no other
+  live request, not the hit's);
+- the Mamba group's external part is nulls but the block of the last external token's state,
+  a block of its own (the only state the worker fills: `allocate_external_computed_blocks`
+  with `get_num_skipped_tokens` = c - 1 takes one block, at (c - 1) // b), after a load the
+  table exactly cdiv(c, b) long plus its speculative blocks;
+- after a load's admission none of its blocks past the hit cached (caching is delayed: a
+  block that is, was adopted with a cache entry, the worker's load then writing a block
+  other requests read);
+- the zeroing records (`take_new_block_ids`, Mamba layers turn zeroing on): full attention's
+  external blocks unless the load writes that group, then the blocks the step allocated;
+- while the load is in flight and after it, the Mamba table keeps the rule of
+  `oracle/kvmanager/mamba_align.py` as if the load were a step to its last token (the kept
+  state is the loaded one); when the request resumes, the state its step reads (block
+  (c - 1) // b) is the loaded block, unchanged.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, handles, short
+from kvfuzz.fuzz.kvmanager import align_connector
+from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
+from kvfuzz.fuzz.kvmanager.align_result import \
+    allocation_problems as _allocation_problems
+from kvfuzz.fuzz.kvmanager.connector import LOADING
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
+from kvfuzz.oracle.kvmanager import mamba_align
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
+from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
+from kvfuzz.strategies.kvmanager.trace import Schedule
+
+SYNC = "Mamba connector: external tokens loaded with the step"
+LOAD = "Mamba connector: an asynchronous load"
+DROPPED = "Mamba connector: a partial local hit dropped for external tokens"
+KEPT = "Mamba connector: a partial local hit kept, nothing loaded"
+LAGGING = "Mamba connector: external tokens past a lagging Mamba state"
+RECONCILED = "Mamba connector: a diverged hit reconciled, nothing loaded"
+SOME = "Mamba connector: a load writing some groups only"
+REFUSED = "Mamba connector: admission with external tokens refused"
+DONE = "Mamba connector: load done"
+FAILED = "Mamba connector: load failed (freed)"
+WHOLE = "Mamba connector: a whole prompt loaded, its last token recomputed"
+RESUMED = "Mamba connector: resumed after its load"
+EVENTS = (SYNC, LOAD, DROPPED, KEPT, LAGGING, RECONCILED, SOME, REFUSED, DONE, FAILED, WHOLE,
+          RESUMED)
+
+
+class AlignExternal:
+    """Mixed into `AlignLockstep` (before the plain lock step, whose handlers it overrides)."""
+
+    @handles(Connect)
+    def connect(self, op: Connect):
+        if not self.align:
+            return (yield from super().connect(op))
+        request, trace = self.requests.get(op.rid), self.trace
+        if request is None or request.status != WAITING or request.computed or \
+                op.rid in self.loaded_end:
+            return
+        rid, tokens, size = op.rid, request.tokens, trace.block_size
+        expected = align_connector.expectation(
+            request.skip or not trace.caching, request.hashes(trace.hash_size), len(tokens),
+            size, trace.hash_size, self.cache)
+        self.count(expected[0])
+        got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
+                         (rid,), oracle=None, compare=lambda e, r, actual, raised:
+                         align_connector.lookup_problems(expected, actual, raised) or
+                         self._lookup_block_problems(request, actual))
+        _, local, boundary, diverged = got.actual
+        # the connector counts its tokens past the block-aligned local hit: all the request's
+        # for a load, all but the last for a synchronous one
+        partial = local % size
+        room = len(tokens) - (local - partial) - (0 if op.load else 1)
+        # (a one-token prompt loaded whole is not modelled: after its load it has 0 computed
+        # tokens and its blocks, and the scheduler looks it up again; admitted plainly here)
+        held = 0 if request.skip or op.load and len(tokens) == 1 else \
+            max(0, min(op.external, room))
+        if partial and held > partial:
+            self.count(DROPPED)
+            local -= partial
+            yield Call(f"truncate_computed_blocks(r{rid}'s hit, {local})", "truncate_hit",
+                       (rid, local), oracle=None, compare=state_read)
+        elif partial:
+            held = 0
+            if op.external:
+                self.count(KEPT)
+        # Nothing loaded: a plain admission, whose `get_computed_blocks` reconciles a diverged
+        # hit (the scheduler calls it then only; elsewhere its answer is the lookup's: both
+        # groups as deep, or the lookup's own fallback to it)
+        if not held:
+            if diverged:
+                self.count(RECONCILED)
+            self.looked_up = True
+            return (yield from self.schedule(Schedule(rid, op.chunk)))
+        if diverged:
+            self.count(LAGGING)
+        request.boundary = boundary
+        return (yield from self._admit_external(op, request, local, held))
+
+    def _lookup_block_problems(self, request, actual) -> list[tuple[str, str]]:
+        """The connector lookup's blocks (its hit judged by `align_connector`): full
+        attention's cdiv(hit, b), each whole one cached under the request's hash of it (the
+        pool's entries before the lookup); the Mamba group's nulls but its last."""
+        try:
+            (full, mamba), hit = actual[0], actual[1]
+        except (TypeError, ValueError):
+            return [("prefix hit", f"get_computed_blocks_for_connector: expected two groups' "
+                                   f"blocks, actual {short(actual)}")]
+        size, hashed = self.trace.block_size, self.trace.hash_size
+        if len(full) != cdiv(hit, size) or mamba and (not mamba[-1] or any(mamba[:-1])):
+            return [("prefix hit", f"get_computed_blocks_for_connector: a hit of {hit} tokens "
+                                   f"in blocks of {size}, blocks {short(actual[0])}: expected "
+                                   f"{cdiv(hit, size)} of full attention's, the Mamba group's "
+                                   f"nulls then its state")]
+        units = request.hashes(hashed)
+        for index, block in enumerate(full[:hit // size]):
+            if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
+                return [("prefix hit", f"get_computed_blocks_for_connector: full attention's "
+                                       f"block {index}, block {block}, is not cached under the "
+                                       f"request's hash of it")]
+        return []
+
+    def _admit_external(self, op: Connect, request, local: int, external: int):
+        rid, trace, size = op.rid, self.trace, self.trace.block_size
+        total, load = local + external, op.load
+        new = 0 if load else self._chunk(request, total,
+                                         min(op.chunk, len(request.tokens) - total))
+        written = {0, 1} if op.written == EVERY_GROUP else \
+            {g for g in (0, 1) if op.written >> g & 1}
+        self.count(LOAD if load else SYNC)
+        args = (rid, new, local, external, load, op.reserve if load else 0,
+                trace.full_sequence_must_fit,
+                any(r.status == RUNNING for other, r in self.requests.items() if other != rid))
+        if load and written != {0, 1}:
+            self.count(SOME)
+            args += (tuple(sorted(written)),)
+        self.read("take_new_block_ids")  # drained every step, as the scheduler's worker does
+        got = yield Call(f"allocate_slots(r{rid}, {new}, hit {local}, external {external}"
+                         f"{', delayed caching' if load else ''}"
+                         f"{f', {op.reserve} reserved' if load and op.reserve else ''})",
+                         "connect", args, oracle=None, compare=_allocation_problems)
+        if got.actual is None:
+            self.count(REFUSED)
+            free = sum(1 for count in self.ref[1:] if count == 0) - args[5]
+            wrong = needless_admission_refusal(
+                size, max(len(request.tokens), total + new), trace.lookahead,
+                trace.mamba_speculative, int(trace.watermark * trace.blocks), free)
+            return [("refusal", wrong)] if wrong else []
+        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        zeroed = self.read("take_new_block_ids")
+        problems = self.external_problems(rid, tables, local, total, new, load, got.actual,
+                                          zeroed, 0 not in written or not load)
+        self.read_from[rid], self.cached_upto[rid] = total, local
+        request.computed = total + new
+        self.loaded_state[rid] = tables[1][(total - 1) // size] if len(tables) == 2 and \
+            len(tables[1]) > (total - 1) // size else None
+        if load:
+            self.loaded_end[rid] = total
+            self.checkpoints.pop(rid, None)
+            request.status = LOADING
+        else:
+            self._checkpoint(rid, request)
+            request.status, self.stepped = RUNNING, rid
+        yield Call("", "set_computed", (rid, request.computed, request.status), oracle=None)
+        return problems
+
+    def external_problems(self, rid, tables, local, total, new, load, fresh, zeroed,
+                          zero_full) -> list[tuple[str, str]]:
+        """The contract of external tokens beside a Mamba group (the module's docstring)."""
+        size, spec = self.trace.block_size, self.trace.mamba_speculative
+        if len(tables) != 2:
+            return [("external blocks", f"r{rid}: expected two groups' tables, actual "
+                                        f"{short(tables)}")]
+        full, mamba = tables
+        first, end, last = cdiv(local, size), cdiv(total, size), (total - 1) // size
+        others = {b for other in self.requests if other != rid
+                  for group in self.read("block_ids", other) for b in group if b}
+        ours = full[first:end]
+        if len(full) < end or load and len(full) != end:
+            return [("external blocks", f"r{rid} full attention: {len(full)} blocks after "
+                                        f"{total} computed tokens ({total - local} external), "
+                                        f"expected {end}")]
+        shared = [b for b in ours if not b or b in others or b in full[:first]]
+        if shared:
+            return [("external blocks", f"r{rid} full attention: blocks {short(ours)} for its "
+                                        f"external tokens; {short(shared)} null, held by "
+                                        f"another request or adopted from the hit")]
+        keys = self.read("keys")  # (a load delays caching: none of its blocks is cached yet)
+        cached = [b for b in ours + mamba[first:] if load and b and keys[b] is not None]
+        if cached:
+            return [("cached before the load", f"r{rid}'s load is in flight; its blocks "
+                                               f"{short(cached)} past the hit already cached")]
+        if load and len(mamba) != end + spec:
+            return [("external blocks", f"r{rid}'s Mamba table {short(mamba)} after a load to "
+                                        f"{total} tokens: expected {end + spec} blocks")]
+        part = mamba[first:last + 1]
+        state = part[-1] if len(part) == last + 1 - first else 0
+        if any(part[:-1]) or not state or state in others or \
+                (len(mamba) > last and state in mamba[:first]):
+            return [("external blocks", f"r{rid}'s Mamba table {short(mamba)}: positions "
+                                        f"{first} to {last} (its {total - local} external "
+                                        f"tokens) expected nulls but a block of its own at "
+                                        f"{last}, the state of token {total - 1}")]
+        expected = (ours if zero_full else []) + list(fresh[0] if fresh else [])
+        if sorted(zeroed) != sorted(expected):
+            return [("zeroing", f"take_new_block_ids after r{rid}'s admission with external "
+                                f"tokens: expected {short(sorted(expected))} (full attention's "
+                                f"{'external and ' if zero_full else ''}new blocks), actual "
+                                f"{short(sorted(zeroed))}")]
+        return []
+
+    @handles(Loaded)
+    def loaded(self, op: Loaded):
+        if not self.align:
+            return (yield from super().loaded(op))
+        request = self.requests.get(op.rid)
+        if request is None or request.status != LOADING:
+            return
+        rid = op.rid
+        if op.valid >= 0:  # failed: the request's whole (`failed_recving`), freed
+            self.count(FAILED)
+            yield Call(f"free(r{rid}): its load failed", "free", (rid, False), oracle=None,
+                       compare=state_read)
+            self._forget(rid)
+            request.computed, request.status = 0, WAITING
+            yield Call("", "set_computed", (rid, 0, WAITING), oracle=None)
+            return
+        self.count(DONE)
+        computed = request.computed
+        yield Call(f"cache_blocks(r{rid}, {computed})", "cache_blocks", (rid, computed),
+                   oracle=None, compare=state_read)
+        if computed == len(request.tokens):  # the last token is computed again for its logits
+            self.count(WHOLE)
+            request.computed -= 1
+        request.status, self.stepped = WAITING, rid  # (its partial tail judged as a step's)
+        yield Call("", "set_computed", (rid, request.computed, WAITING), oracle=None)
+
+    def _resume_loaded(self, rid, request, chunk: int):
+        """A loaded request's first step: an admission with no lookup (the scheduler's branch
+        for a waiting request with computed tokens); the state it reads is the loaded one."""
+        self.count(RESUMED)
+        size, start = self.trace.block_size, request.computed
+        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        state, end = self.loaded_state.get(rid), self.loaded_end.get(rid, 0)
+        if start == end and (len(tables) != 2 or len(tables[1]) <= (start - 1) // size or
+                             tables[1][(start - 1) // size] != state):
+            return [("mamba states", f"r{rid} resumes from {start} loaded tokens: the state its "
+                                     f"step reads (position {(start - 1) // size}) expected the "
+                                     f"loaded block {state}, its Mamba table "
+                                     f"{short(tables[-1] if tables else tables)}")]
+        new = self._chunk(request, start, min(chunk, len(request.tokens) - start))
+        if new <= 0:  # (the scheduler schedules no step of nothing)
+            return []
+        others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
+        got = yield Call(f"allocate_slots(r{rid}, {new}): resumed after its load", "resume",
+                         (rid, new, others, self.trace.full_sequence_must_fit),
+                         oracle=None, compare=_allocation_problems)
+        if got.actual is None:
+            self.count("allocate_slots refused")
+            return []
+        self.loaded_end.pop(rid, None)
+        self.read_from[rid], request.computed = start, start + new
+        self._checkpoint(rid, request)
+        request.status, self.stepped = RUNNING, rid
+        yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        return []
+
+    def as_loaded(self, rid, request):
+        """`request` as the boundary hand-offs judge it: a loaded one at its loaded end (a
+        whole prompt's last token, counted back for its recompute, is loaded)."""
+        end = self.loaded_end.get(rid)
+        return request if end is None or request is None else _Loaded(request, end)
+
+    def _forget(self, rid: int) -> None:
+        for kept in (self.loaded_end, self.loaded_state, self.read_from, self.checkpoints,
+                     self.tails, self.cached_upto):
+            kept.pop(rid, None)
+
+    def _kept_problems(self, rid, request, tables) -> list[tuple[str, str]]:
+        """A request whose load is in flight or done keeps the states of a step to its last
+        loaded token (`mamba_align.table_problems` from and to it); any other as `align_pool`
+        judges it."""
+        end = self.loaded_end.get(rid)
+        if end is None or len(tables) != 2:
+            return super()._kept_problems(rid, request, tables)
+        wrong = mamba_align.table_problems(tables[1], end, end, self.trace.block_size, None,
+                                           self.trace.mamba_speculative)
+        return [("mamba states", f"r{rid}'s Mamba table {wrong} (loaded to {end} tokens)")] \
+            if wrong else []
+
+
+class _Loaded:
+    """A request seen with its loaded tokens computed (`as_loaded`)."""
+
+    def __init__(self, request, end: int):
+        self.request, self.computed = request, end
+
+    def __getattr__(self, name):
+        return getattr(self.request, name)
