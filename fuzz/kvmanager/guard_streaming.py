@@ -27,8 +27,10 @@ rule (`streaming.py`) keeps it too, and the update's hashes are checked against 
 Under asynchronous scheduling with drafts the step in flight at a stop holds `1 + k` slots
 (the discarded token's and k placeholder drafts'), all dropped with it.
 
-Refused by name: prompt embeddings, multimodal inputs in an update, an update of no tokens,
-hashes other than the release's rule gives.
+An update of no tokens (which the release's front end never sends, and whose resumption its
+scheduler asserts against: `_update_checked`) is written as the stop that waits it is to the
+manager, `stream` of no tokens. Refused by name: prompt embeddings, multimodal inputs in an
+update, hashes other than the release's rule gives.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class StreamingCalls:
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
+        if update and tracked.paused and list(request.all_token_ids) == tracked.engine_ids():
+            return  # an update of no tokens taken while it waited: it waits on (`_update_checked`)
         if tracked.embedded:
             self._refuse(f"resumable (streaming-input) request {name!r} stopped under a "
                          f"prompt given as embeddings: not mapped yet")
@@ -125,14 +129,21 @@ class StreamingCalls:
             tracked.tokens.pop()
             tracked.computed = len(tracked.tokens)
         tracked.tokens += new
-        tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not update
+        # (an update of no tokens leaves it waiting, as a stop with none queued: `paused`)
+        tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not new
         tracked.streamed = tracked.computed > 0  # (it holds blocks: resumed with no lookup)
         self.kvfuzz_session.step(Stream(tracked.rid, tuple(new), discard))
 
     def _update_checked(self, tracked, request, new: list[int], kept: int) -> None:
         name, most = request.request_id, self.kvfuzz_session.header.max_model_len
+        # An update of no tokens is taken (`_update_request_as_session`: the last sampled token
+        # discarded, nothing appended, the request WAITING with every token computed), and the
+        # scheduler's next step fails `assert num_new_tokens > 0` at its resumption
+        # (scheduler.py 1347, both schedulers); the release's front end never sends one (every
+        # chunk passes `_validate_prompt_len`: "The decoder prompt cannot be empty",
+        # input_processor.py 565). To the manager it is a stop that waits: nothing is asked of
+        # it until then, or until an abort frees it. Written as `stream` of no tokens.
         reasons = [reason for reason, bad in (
-            ("no tokens", not new),
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in new)),
             (f"more tokens than max_model_len {most}", kept + len(new) > most),

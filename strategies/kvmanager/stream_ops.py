@@ -28,6 +28,10 @@ class Stream:
     running with every token computed nor waiting for an update, for a prompt given as
     embeddings, or past `max_model_len` tokens.
 
+    An update of no tokens (vLLM's front end never sends one; its scheduler takes it, the
+    request then waiting with every token computed, and fails its next step's resumption) is
+    to the manager a stop that waits: `stream` of no tokens, its end an abort (`finish`).
+
     `discard` (asynchronous scheduling, or draft slots: speculative decoding's caching after
     every output): the request's last token is the one the stop discards (the scheduler's
     caching after the output sampled it first), its slot that of the step in flight (with
