@@ -29,8 +29,10 @@ Under asynchronous scheduling with drafts the step in flight at a stop holds `1 
 
 An update of no tokens (which the release's front end never sends, and whose resumption its
 scheduler asserts against: `_update_checked`) is written as the stop that waits it is to the
-manager, `stream` of no tokens. Refused by name: prompt embeddings, multimodal inputs in an
-update, hashes other than the release's rule gives.
+manager, `stream` of no tokens. Refused by name: prompt embeddings (the release refuses them
+with streaming input), multimodal inputs in an update (as at an arrival: no multimodal model
+here; the trace's `stream` has `images`, which kvfuzz's own traces make), hashes other than the
+release's rule gives.
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ class StreamingCalls:
         if update and tracked.paused and list(request.all_token_ids) == tracked.engine_ids():
             return  # an update of no tokens taken while it waited: it waits on (`_update_checked`)
         if tracked.embedded:
+            # (the release never makes one: its front end refuses prompt embeddings with
+            # streaming input, async_llm.py 664, and a `StreamingUpdate` carries none, request.py
+            # 41, so an update would leave the embeddings short of the tokens)
             self._refuse(f"resumable (streaming-input) request {name!r} stopped under a "
-                         f"prompt given as embeddings: not mapped yet")
+                         f"prompt given as embeddings, which vLLM refuses with streaming input")
         # Under asynchronous scheduling the stop's discarded token may be the trace's last (the
         # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`;
         # under speculative decoding (draft slots) that caching comes after every output, so
@@ -141,8 +146,12 @@ class StreamingCalls:
         # scheduler's next step fails `assert num_new_tokens > 0` at its resumption
         # (scheduler.py 1347, both schedulers); the release's front end never sends one (every
         # chunk passes `_validate_prompt_len`: "The decoder prompt cannot be empty",
-        # input_processor.py 565). To the manager it is a stop that waits: nothing is asked of
+        # input_processor.py 566). To the manager it is a stop that waits: nothing is asked of
         # it until then, or until an abort frees it. Written as `stream` of no tokens.
+        # (multimodal inputs are refused as at an arrival, `guard.py`: the scheduler schedules
+        # an image's tokens only with a multimodal model's encoder, which these CPU sessions do
+        # not load; the trace says an update's images, `Stream.images`, which kvfuzz's own
+        # traces make and the replay driver runs)
         reasons = [reason for reason, bad in (
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in new)),

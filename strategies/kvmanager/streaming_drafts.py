@@ -15,6 +15,9 @@ over its discarded token (`fuzz/kvmanager/streaming.py`) come from kvfuzz's own 
 - a session's stop comes after that output too, so the trace has the token the stop discards:
   `stream(rid, tokens, discard=True)` (its update queued at the stop) or `stream(rid,
   discard=True)` and, 1 to 3 steps later, `stream(rid, tokens)`;
+- in 6 traces of 10, about a third of the updates carry images (`Stream.images`: a
+  multimodal model's `StreamingUpdate.mm_features`), whose keys go into the hashes of the
+  blocks they lie in, drawn after everything else;
 - the engine's settings as the guard's speculative sessions have them: EAGLE with lookahead
   hashes of one token (vLLM's default: the hash of a block covers the token after it, so a
   stop's discarded token may complete one, which the update keeps until a lookup after a
@@ -60,10 +63,36 @@ def build(rng: random.Random, num_ops: int) -> Trace:
             break
     ops = tuple(replace(op, pad=k) if isinstance(op, Schedule) else op
                 for op in shaper.ops[:num_ops])
+    ops = with_update_images(rng, ops)  # (drawn last: the rest of the trace as without them)
     return Trace(blocks, size, window, 1024, ops, full_sequence_must_fit=fit,
                  max_in_flight_tokens=budget, watermark=watermark, lookahead=k, eagle=drop,
                  hash_lookahead=ahead, prefill_lookahead=k if mtp else 0,
                  note=f"profile {PROFILE}")
+
+
+IMAGES = ("img-a", "img-b", "img-c")  # few: equal updates carry equal images, and hit
+
+
+def with_update_images(rng: random.Random, ops: tuple) -> tuple:
+    """`ops` with images on about a third of the streaming updates (`Stream.images`: 1 or 2
+    placeholders among the update's tokens, sorted and apart, from a few identifiers), as a
+    multimodal model's streaming input sends them; none in 4 traces of 10."""
+    if rng.random() < 0.4:
+        return ops
+    made = []
+    for op in ops:
+        if isinstance(op, Stream) and op.tokens and rng.random() < 0.35:
+            images, at = [], 0
+            for _ in range(rng.randint(1, 2)):
+                if at >= len(op.tokens):
+                    break
+                offset = rng.randint(at, len(op.tokens) - 1)
+                length = rng.randint(1, len(op.tokens) - offset)
+                images.append((rng.choice(IMAGES), offset, length))
+                at = offset + length
+            op = replace(op, images=tuple(images))
+        made.append(op)
+    return tuple(made)
 
 
 class _DraftSessions(streaming_input._Scheduler):

@@ -172,8 +172,9 @@ REACHES = {
     # the synchronous sessions with draft tokens (streaming.SPEC_EVENTS: stops discarding the
     # token the caching after their output sampled, a hash kept over it under lookahead
     # hashing, made again at a lookup after a preemption), with updates at the stop and after
-    # a wait, resumptions, padded admissions, EAGLE's drop and MTP's held-back tokens
-    "streaming drafts": list(streaming.SPEC_EVENTS) + [
+    # a wait (with images too), resumptions, padded admissions, EAGLE's drop and MTP's
+    # held-back tokens
+    "streaming drafts": list(streaming.SPEC_EVENTS) + [streaming.UPDATE_IMAGES,
         "streaming: stopped, waiting for an update", "streaming: update taken",
         "streaming: update taken at the stop", "resumed after a streaming update", "preempt",
         "admission with a hit", "admission padded with placeholder drafts",
@@ -181,7 +182,7 @@ REACHES = {
         "MTP: a block held back from caching, its tokens re-prefillable"]
     + _CONFIGS("lookahead tokens", "lookahead hashing", "EAGLE",
                "multi-token prediction (prefill lookahead)", "sliding window",
-               "whole request must fit"),
+               "whole request must fit", "multimodal inputs"),
 }
 
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 import pytest
 
 import kvfuzz
+from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager.describe import describe_op
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
@@ -287,6 +288,22 @@ def test_a_stream_op_round_trips_through_json_and_says_what_it_does():
     assert "update of 2 tokens" in describe_op(ops[3])
 
 
+def test_a_streaming_updates_images_round_trip_and_bad_ones_are_refused():
+    """`images` (an update's multimodal inputs) written only when some, read back; like an
+    arrival's they lie in the update's tokens, sorted and apart."""
+    ops = (Arrive(0, (5, 6, 7)), Schedule(0, 3), Stream(0, (8, 9, 4), images=(("a", 1, 2),)))
+    trace = Trace(blocks=8, block_size=2, window=0, max_model_len=64, ops=ops)
+    data = to_json(trace)
+    assert data["ops"][2] == {"op": "stream", "rid": 0, "tokens": [8, 9, 4],
+                              "images": [["a", 1, 2]]}
+    assert codec.from_json(data) == trace
+    assert "and 1 images" in describe_op(ops[2])
+    for images in ([["a", 2, 2]], [["a", 0, 2], ["b", 1, 1]], [["", 0, 1]], [["a", 0, 0]]):
+        data["ops"][2]["images"] = images
+        with pytest.raises(FormatError, match=r"ops\[2\]\.images"):
+            codec.from_json(data)
+
+
 def _emptied(monkeypatch, queued_only: bool) -> list[str]:
     """Every streaming update sent brings no tokens (`queued_only`: only those sent while the
     request runs, queued for its stop, and each such request aborted by the client the next
@@ -294,7 +311,8 @@ def _emptied(monkeypatch, queued_only: bool) -> list[str]:
     requests that took one and were aborted so."""
     from kvfuzz.fuzz.kvmanager import vllm_streaming
 
-    sent, released = vllm_streaming.StreamingInputs._send, vllm_streaming.StreamingInputs.before_step
+    inputs = vllm_streaming.StreamingInputs
+    sent, released = inputs._send, inputs.before_step
     emptied, aborted = set(), []
 
     def send(self, scheduler, name):
@@ -317,9 +335,9 @@ def _emptied(monkeypatch, queued_only: bool) -> list[str]:
                 self.left.pop(name, None)
                 scheduler.finish_requests(name, RequestStatus.FINISHED_ABORTED)
         released(self, scheduler, step)
-    monkeypatch.setattr(vllm_streaming.StreamingInputs, "_send", send)
+    monkeypatch.setattr(inputs, "_send", send)
     if queued_only:
-        monkeypatch.setattr(vllm_streaming.StreamingInputs, "before_step", before_step)
+        monkeypatch.setattr(inputs, "before_step", before_step)
     return aborted
 
 

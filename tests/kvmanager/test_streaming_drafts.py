@@ -21,7 +21,7 @@ from kvfuzz.strategies.kvmanager.trace import Decode, Sample, Schedule, Settle
 from tests.helpers import divergence, double, with_engine
 
 KINDS = ("stop discarding its cached token", "update at the stop", "update after a wait",
-         "settle", "eagle drop", "lookahead hashing", "mtp")
+         "settle", "eagle drop", "lookahead hashing", "mtp", "update with images")
 
 
 def _walk(trace) -> tuple[Counter, list[str]]:
@@ -48,13 +48,19 @@ def _walk(trace) -> tuple[Counter, list[str]]:
             made["settle"] += 1
         elif isinstance(op, Schedule) and op.pad != trace.lookahead:
             problems.append(f"{where}: a schedule padded by {op.pad}")
+        elif isinstance(op, Stream) and op.images and not all(
+                0 <= a[1] and a[1] + a[2] <= b[1] for a, b in zip(
+                    op.images, op.images[1:] + (("", len(op.tokens), 0),))):
+            problems.append(f"{where}: images out of order or past the update's tokens")
         elif isinstance(op, Stream) and op.rid in paused:
             paused.discard(op.rid)
             made["update after a wait"] += 1
+            made["update with images"] += bool(op.images)
             if op.discard or not op.tokens:
                 problems.append(f"{where}: an update after a wait with discard or no tokens")
         elif isinstance(op, Stream):
             made["stop discarding its cached token"] += 1
+            made["update with images"] += bool(op.images)
             made["update at the stop"] += bool(op.tokens)
             if not op.tokens:
                 paused.add(op.rid)
@@ -156,3 +162,20 @@ def test_no_nearby_profile_catches_it(profile):
     for index in range(20):
         assert divergence("kvmanager", generator.generate(0, index),
                           double("kvmanager", DOUBLE)) is None, (profile, index)
+
+
+@with_engine("vllm")
+def test_an_updates_images_left_out_of_the_engines_request_are_caught(monkeypatch):
+    """The replay driver's vLLM request taking the updates without their images (as a scheduler
+    dropping `StreamingUpdate.mm_features` would): trace 1 diverges at a block hash after the
+    update (18 of the first 60 so, 2026-12-06), the released class clean there."""
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    trace = streaming_drafts.GENERATOR.generate(0, 1)
+    assert any(isinstance(op, Stream) and op.images for op in trace.ops)
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    released = KVManagerDriver.stream
+    monkeypatch.setattr(KVManagerDriver, "stream", lambda self, rid, tokens, discard=False,
+                        images=(): released(self, rid, tokens, discard))
+    found = divergence("kvmanager", trace, "vllm.kvmanager")
+    assert found is not None and found.what.startswith("block hash"), found and found.report()
