@@ -27,8 +27,12 @@ rule (`streaming.py`) keeps it too, and the update's hashes are checked against 
 Under asynchronous scheduling with drafts the step in flight at a stop holds `1 + k` slots
 (the discarded token's and k placeholder drafts'), all dropped with it.
 
-Refused by name: prompt embeddings, multimodal inputs in an update, an update of no tokens,
-hashes other than the release's rule gives.
+An update of no tokens (which the release's front end never sends, and whose resumption its
+scheduler asserts against: `_update_checked`) is written as the stop that waits it is to the
+manager, `stream` of no tokens. Refused by name: prompt embeddings (the release refuses them
+with streaming input), multimodal inputs in an update (as at an arrival: no multimodal model
+here; the trace's `stream` has `images`, which kvfuzz's own traces make), hashes other than the
+release's rule gives.
 """
 
 from __future__ import annotations
@@ -67,9 +71,14 @@ class StreamingCalls:
 
     def _stopped(self, tracked, request, update: bool) -> None:
         header, name = self.kvfuzz_session.header, request.request_id
+        if update and tracked.paused and list(request.all_token_ids) == tracked.engine_ids():
+            return  # an update of no tokens taken while it waited: it waits on (`_update_checked`)
         if tracked.embedded:
+            # (the release never makes one: its front end refuses prompt embeddings with
+            # streaming input, async_llm.py 664, and a `StreamingUpdate` carries none, request.py
+            # 41, so an update would leave the embeddings short of the tokens)
             self._refuse(f"resumable (streaming-input) request {name!r} stopped under a "
-                         f"prompt given as embeddings: not mapped yet")
+                         f"prompt given as embeddings, which vLLM refuses with streaming input")
         # Under asynchronous scheduling the stop's discarded token may be the trace's last (the
         # output's `cache_blocks` sampled it first), its slot the step in flight's: `discard`;
         # under speculative decoding (draft slots) that caching comes after every output, so
@@ -125,14 +134,25 @@ class StreamingCalls:
             tracked.tokens.pop()
             tracked.computed = len(tracked.tokens)
         tracked.tokens += new
-        tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not update
+        # (an update of no tokens leaves it waiting, as a stop with none queued: `paused`)
+        tracked.prompt, tracked.running, tracked.paused = len(tracked.tokens), False, not new
         tracked.streamed = tracked.computed > 0  # (it holds blocks: resumed with no lookup)
         self.kvfuzz_session.step(Stream(tracked.rid, tuple(new), discard))
 
     def _update_checked(self, tracked, request, new: list[int], kept: int) -> None:
         name, most = request.request_id, self.kvfuzz_session.header.max_model_len
+        # An update of no tokens is taken (`_update_request_as_session`: the last sampled token
+        # discarded, nothing appended, the request WAITING with every token computed), and the
+        # scheduler's next step fails `assert num_new_tokens > 0` at its resumption
+        # (scheduler.py 1347, both schedulers); the release's front end never sends one (every
+        # chunk passes `_validate_prompt_len`: "The decoder prompt cannot be empty",
+        # input_processor.py 566). To the manager it is a stop that waits: nothing is asked of
+        # it until then, or until an abort frees it. Written as `stream` of no tokens.
+        # (multimodal inputs are refused as at an arrival, `guard.py`: the scheduler schedules
+        # an image's tokens only with a multimodal model's encoder, which these CPU sessions do
+        # not load; the trace says an update's images, `Stream.images`, which kvfuzz's own
+        # traces make and the replay driver runs)
         reasons = [reason for reason, bad in (
-            ("no tokens", not new),
             ("multimodal inputs", bool(getattr(request, "mm_features", None))),
             ("token ids outside 0..2^31-1", any(not 0 <= t <= MAX_TOKEN for t in new)),
             (f"more tokens than max_model_len {most}", kept + len(new) > most),

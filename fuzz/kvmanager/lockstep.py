@@ -297,7 +297,8 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         request = self.requests.get(op.rid)
         if request is None or request.status != RUNNING or not self.rolled_back(op, request):
             return
-        # (no edge class: kvfuzz's own streams never make it, only the guard's recordings)
+        # (no edge class of its own: the guard's recordings make it, and kvfuzz's "async drafts"
+        # and "streaming drafts" profiles, whose REACHES name what follows from it)
         # Under asynchronous scheduling the scheduler caches what is processed: its computed
         # tokens less those in flight (`update_from_output`), rejected drafts rolled back first.
         if op.rejected:

@@ -16,6 +16,8 @@ with computed tokens: no lookup), as after a KV load.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from kvfuzz.fuzz.engine.lockstep import Call, handles
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
@@ -34,9 +36,11 @@ SAMPLED_DISCARDED = "streaming: the sampled token discarded (cached after its ou
 HASH_KEPT = "streaming: a hash covering the discarded token kept"
 REHASHED = "streaming: hashes made again at a lookup (lookahead hashing)"
 SPEC_EVENTS = (SAMPLED_DISCARDED, HASH_KEPT, REHASHED)
+# An update's multimodal inputs (`Stream.images`): their keys on the new blocks' hashes
+UPDATE_IMAGES = "streaming: update with images"
 EVENTS = ("streaming: stopped, waiting for an update", "streaming: update taken",
           "streaming: update taken at the stop", "streaming: update into a partial block",
-          "resumed after a streaming update", *ASYNC_EVENTS, *SPEC_EVENTS)
+          "resumed after a streaming update", *ASYNC_EVENTS, *SPEC_EVENTS, UPDATE_IMAGES)
 
 
 class StreamingOps:
@@ -48,7 +52,8 @@ class StreamingOps:
         # (`discard` drops a sampled token: none where the request's last token is its
         # prompt's, as a trace whose hit estimate was wrong can have it; the replay driver
         # would pop an output the request does not have)
-        if request is None or request.keys.embeds or (op.discard and not (
+        if request is None or request.keys.embeds or (op.images and not op.tokens) or (
+                op.discard and not (
                 (self.trace.async_scheduling or self.trace.lookahead) and
                 len(request.tokens) > request.prompt)):
             return
@@ -88,10 +93,18 @@ class StreamingOps:
                        "streaming: update taken at the stop")
             if len(request.tokens) % self.trace.hash_size:
                 self.count("streaming: update into a partial block")
+        if op.images:  # placed after the request's tokens, as the scheduler shifts them
+            base = len(request.tokens)
+            request.keys = replace(request.keys, images=request.keys.images + tuple(
+                (ident, base + offset, length) for ident, offset, length in op.images))
+            self.model.request_keys[op.rid] = request.keys  # (its KV events read them)
+            self.count(UPDATE_IMAGES)
         request.tokens += op.tokens
         request.prompt, request.status = len(request.tokens), "waiting"
         request.paused, request.streamed = not op.tokens, True
         request.rehash = bool(self.trace.hash_lookahead)  # (its next lookup: `_hashes`)
         yield Call(f"r{op.rid} {'waits for a streaming update' if not op.tokens else ''}"
                    f"{f'takes {len(op.tokens)} streamed tokens' if op.tokens else ''}",
-                   "stream", (op.rid, op.tokens, *((True,) if op.discard else ())), oracle=None)
+                   "stream", (op.rid, op.tokens, *((op.discard,) if op.discard or op.images
+                                                    else ()), *((op.images,) if op.images else ())),
+                   oracle=None)

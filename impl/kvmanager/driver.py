@@ -432,14 +432,15 @@ class KVManagerDriver(ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         self.requests[rid].append_output_token_ids(token)
 
-    def stream(self, rid: int, tokens, discard: bool = False) -> None:
+    def stream(self, rid: int, tokens, discard: bool = False, images=()) -> None:
         """What vLLM's scheduler does to a resumable request that stops (`stream`): its
         outputs become prompt, the update's `tokens` are appended to both, its block hashes
         extended over them, and it waits (for an update, where `tokens` is empty). The token
         the engine's request sampled last and discards was never given to this one, unless
         `discard`: then it is this request's last, dropped with the hash of the block it
         completed (asynchronous scheduling, or speculative decoding's caching after an output);
-        under lookahead hashing a hash covering it is kept, as the scheduler keeps it."""
+        under lookahead hashing a hash covering it is kept, as the scheduler keeps it.
+        `images`, the update's multimodal inputs, join the request's after its tokens."""
         request = self.requests[rid]
         self._streamed.add(rid)
         if discard:
@@ -448,6 +449,11 @@ class KVManagerDriver(ManagerReads):
             del request.block_hashes[request.num_tokens // self._hash_size:]
         request.prompt_token_ids.extend(request.output_token_ids)
         request._output_token_ids.clear()
+        if images:  # (offsets from the update's first token: shifted as the scheduler does)
+            base = request.num_tokens
+            request.mm_features.extend(self._extra_keys("", "", "", [
+                (ident, base + offset, length) for ident, offset, length in images])[
+                    "mm_features"])
         request.prompt_token_ids.extend(tokens)
         request._all_token_ids.extend(tokens)
         request.num_prompt_tokens = len(request.prompt_token_ids)

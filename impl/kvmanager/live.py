@@ -100,7 +100,7 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
     def append_token(self, rid: int, token: int) -> None:
         pass  # the engine appended the sampled token before it asked for its slot
 
-    def stream(self, rid: int, tokens, discard: bool = False) -> None:
+    def stream(self, rid: int, tokens, discard: bool = False, images=()) -> None:
         """The engine's scheduler took the streaming update itself. A discarded token the
         trace had (`discard`) took the hash of the block it completed with it, on both sides:
         the request's hashes are paired again from its first (`learn` pairs new ones only)."""

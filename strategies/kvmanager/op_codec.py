@@ -33,6 +33,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
                                                high=TOKEN_MAX, most=MAX_LEN)
         elif kind is Stream and f.name == "discard":  # the token a stop discards (async)
             values["discard"] = reader.boolean(raw.get("discard", False), at)
+        elif kind is Stream and f.name == "images":  # the update's, among its tokens
+            values["images"] = _images(reader, raw.get("images", []), at)
         elif kind is Evict:
             values["block_ids"] = reader.int_list(raw.get("block_ids"), at, low=0, high=2**31,
                                                   most=MAX_LIST)
@@ -64,6 +66,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
     op = kind(**values)
     if kind is Arrive:
         _check_keys(reader, op, where)
+    if kind is Stream:
+        _check_images(reader, op, where)
     return op
 
 
@@ -98,6 +102,11 @@ def _check_keys(reader: FieldReader, op: Arrive, where: str) -> None:
     asserts it) and a path belongs to one; placeholders lie in the prompt, in order, apart."""
     reader.expect(bool(op.lora) == bool(op.lora_path), f"{where}.lora_path",
                   "expected a path with a LoRA name and none without", op.lora_path)
+    _check_images(reader, op, where)
+
+
+def _check_images(reader: FieldReader, op, where: str) -> None:
+    """An arrival's (or a streaming update's) placeholders lie in its tokens, in order, apart."""
     end = 0
     for i, (_, offset, length) in enumerate(op.images):
         reader.expect(offset >= end, f"{where}.images[{i}]",

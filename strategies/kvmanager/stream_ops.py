@@ -26,7 +26,17 @@ class Stream:
     waits for an update, which a later `stream` of it brings. Its next allocation resumes it:
     a `schedule` with no lookup, as after a KV load. Resolves to nothing for a request neither
     running with every token computed nor waiting for an update, for a prompt given as
-    embeddings, or past `max_model_len` tokens.
+    embeddings (vLLM refuses them with streaming input: `AsyncLLM.generate`'s input stream
+    raises "prompt_embeds not supported for streaming inputs", and a `StreamingUpdate` has no
+    embeddings), or past `max_model_len` tokens.
+
+    `images`: the update's multimodal inputs (vLLM's `StreamingUpdate.mm_features`), their
+    placeholders among its tokens: their extra keys go into the hashes of the blocks they lie
+    in, as an arrival's do. Resolves to nothing for images without tokens.
+
+    An update of no tokens (vLLM's front end never sends one; its scheduler takes it, the
+    request then waiting with every token computed, and fails its next step's resumption) is
+    to the manager a stop that waits: `stream` of no tokens, its end an abort (`finish`).
 
     `discard` (asynchronous scheduling, or draft slots: speculative decoding's caching after
     every output): the request's last token is the one the stop discards (the scheduler's
@@ -45,6 +55,10 @@ class Stream:
     rid: int
     tokens: tuple[int, ...] = ()
     discard: bool = field(default=False, metadata={"later": True})
+    # the update's multimodal inputs (identifier, offset, length), offsets from its first token
+    # (as the update's own prompt places them): the request's images from then on, shifted to
+    # where its tokens start (`_update_request_as_session` adds the request's tokens then)
+    images: tuple[tuple[str, int, int], ...] = field(default=(), metadata={"later": True})
 
 
 OPS = {"stream": Stream}
@@ -53,4 +67,5 @@ OPS = {"stream": Stream}
 def describe(op: Stream) -> str:
     if not op.tokens:
         return f"r{op.rid} stops, resumable: it waits for its next streaming update"
-    return f"r{op.rid} takes a streaming update of {len(op.tokens)} tokens (kept blocks)"
+    images = f" and {len(op.images)} images" if op.images else ""
+    return f"r{op.rid} takes a streaming update of {len(op.tokens)} tokens{images} (kept blocks)"

@@ -24,7 +24,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
-from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector
+from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -115,7 +115,11 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            (hisparse_cow.GENERATOR, 0.7366, 0.7400),
            # a KV connector's loads beside a Mamba "align" group (2026-12-06, issue 24; by the
            # same rule, the open range taking one of seed 0's first 340): 254
-           (mamba_connector.GENERATOR, 0.7150, 0.7190))
+           (mamba_connector.GENERATOR, 0.7150, 0.7190),
+           # resumable requests under the synchronous scheduler with draft tokens and lookahead
+           # hashing (2026-12-06, issue 24; by the same rule, the widest open range, whose first
+           # index of seed 0, 409, `test_profiles.py`'s seeded run reaches since): 409
+           (streaming_drafts.GENERATOR, 0.2358, 0.2452))
 
 
 class MixedStreams:
@@ -191,7 +195,8 @@ ALONE.update({"async connector": async_connector.GENERATOR,
               "async streaming": async_streaming.GENERATOR,
               "connector sizes": connector_sizes.GENERATOR,
               "hisparse cow": hisparse_cow.GENERATOR,
-              "mamba connector": mamba_connector.GENERATOR})
+              "mamba connector": mamba_connector.GENERATOR,
+              "streaming drafts": streaming_drafts.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -207,4 +212,5 @@ def profiles() -> tuple[str, ...]:
             *hisparse_lag.PROFILES, *async_connector.PROFILES, *async_drafts.PROFILES,
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
             *connector_sizes.PROFILES, *hisparse_cow.PROFILES, *mamba_connector.PROFILES,
+            *streaming_drafts.PROFILES,
             *ALONE_ONLY)

@@ -174,6 +174,20 @@ REACHES = {
         "placeholder slot (token in flight)", "stale token after a preemption", "preempt",
         "window frees blocks with tokens in flight", "admission with a hit"]
     + _CONFIGS("asynchronous scheduling", "sliding window", "whole request must fit"),
+    # the synchronous sessions with draft tokens (streaming.SPEC_EVENTS: stops discarding the
+    # token the caching after their output sampled, a hash kept over it under lookahead
+    # hashing, made again at a lookup after a preemption), with updates at the stop and after
+    # a wait (with images too), resumptions, padded admissions, EAGLE's drop and MTP's
+    # held-back tokens
+    "streaming drafts": list(streaming.SPEC_EVENTS) + [streaming.UPDATE_IMAGES,
+        "streaming: stopped, waiting for an update", "streaming: update taken",
+        "streaming: update taken at the stop", "resumed after a streaming update", "preempt",
+        "admission with a hit", "admission padded with placeholder drafts",
+        "EAGLE: a window hit drops its last block",
+        "MTP: a block held back from caching, its tokens re-prefillable"]
+    + _CONFIGS("lookahead tokens", "lookahead hashing", "EAGLE",
+               "multi-token prediction (prefill lookahead)", "sliding window",
+               "whole request must fit", "multimodal inputs"),
 }
 
 

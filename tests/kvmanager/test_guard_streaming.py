@@ -21,10 +21,11 @@ from dataclasses import replace
 import pytest
 
 import kvfuzz
+from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import codec
 from kvfuzz.strategies.kvmanager.describe import describe_op
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
-from kvfuzz.strategies.kvmanager.trace import Arrive, Schedule, Trace, to_json
+from kvfuzz.strategies.kvmanager.trace import Arrive, Finish, Schedule, Trace, to_json
 from tests import guarding
 from tests.helpers import with_engine
 
@@ -285,3 +286,108 @@ def test_a_stream_op_round_trips_through_json_and_says_what_it_does():
     assert codec.from_json(data) == trace
     assert "waits for its next streaming update" in describe_op(ops[2])
     assert "update of 2 tokens" in describe_op(ops[3])
+
+
+def test_a_streaming_updates_images_round_trip_and_bad_ones_are_refused():
+    """`images` (an update's multimodal inputs) written only when some, read back; like an
+    arrival's they lie in the update's tokens, sorted and apart."""
+    ops = (Arrive(0, (5, 6, 7)), Schedule(0, 3), Stream(0, (8, 9, 4), images=(("a", 1, 2),)))
+    trace = Trace(blocks=8, block_size=2, window=0, max_model_len=64, ops=ops)
+    data = to_json(trace)
+    assert data["ops"][2] == {"op": "stream", "rid": 0, "tokens": [8, 9, 4],
+                              "images": [["a", 1, 2]]}
+    assert codec.from_json(data) == trace
+    assert "and 1 images" in describe_op(ops[2])
+    for images in ([["a", 2, 2]], [["a", 0, 2], ["b", 1, 1]], [["", 0, 1]], [["a", 0, 0]]):
+        data["ops"][2]["images"] = images
+        with pytest.raises(FormatError, match=r"ops\[2\]\.images"):
+            codec.from_json(data)
+
+
+def _emptied(monkeypatch, queued_only: bool) -> list[str]:
+    """Every streaming update sent brings no tokens (`queued_only`: only those sent while the
+    request runs, queued for its stop, and each such request aborted by the client the next
+    step once it has taken it: vLLM's scheduler would fail its resumption). The names of the
+    requests that took one and were aborted so."""
+    from kvfuzz.fuzz.kvmanager import vllm_streaming
+
+    inputs = vllm_streaming.StreamingInputs
+    sent, released = inputs._send, inputs.before_step
+    emptied, aborted = set(), []
+
+    def send(self, scheduler, name):
+        left, request = self.left.get(name), scheduler.requests.get(name)
+        running = request is not None and request.status.name == "RUNNING"
+        if left and left[0] is not None and (running or not queued_only):
+            left[0] = ([], left[0][1])
+            emptied.add(name)
+        sent(self, scheduler, name)
+
+    def before_step(self, scheduler, step):
+        from vllm.v1.request import RequestStatus
+
+        for name in sorted(emptied):
+            request = scheduler.requests.get(name)
+            if request is not None and request.status == RequestStatus.WAITING and \
+                    request.num_tokens == request.num_computed_tokens:
+                emptied.discard(name)
+                aborted.append(name)
+                self.left.pop(name, None)
+                scheduler.finish_requests(name, RequestStatus.FINISHED_ABORTED)
+        released(self, scheduler, step)
+    monkeypatch.setattr(inputs, "_send", send)
+    if queued_only:
+        monkeypatch.setattr(inputs, "before_step", before_step)
+    return aborted
+
+
+@with_vllm
+@pytest.mark.parametrize("named, seed", [("STREAMING", SEED), ("ASYNC_STREAMING", 0)])
+def test_an_update_of_no_tokens_waits_until_the_schedulers_assert(named, seed, tmp_path,
+                                                                   monkeypatch):
+    """vLLM takes an update of no tokens (the request WAITING with every token computed) and
+    its next step fails `assert num_new_tokens > 0` at the resumption (scheduler.py 1347): the
+    guard wrote it as a stop that waits (`stream` of no tokens), no divergence before."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    _emptied(monkeypatch, queued_only=False)
+    guards = []
+
+    def wrap(manager, **settings):
+        guards.append(kvfuzz.guard(manager, "kvmanager", corpus=tmp_path, **settings))
+        return guards[-1]
+    with pytest.raises(AssertionError) as raised:
+        vllm_scheduler.run_session(seed, wrap, workload=getattr(vllm_scheduler, named))
+    assert raised.traceback[-1].path.name == "scheduler.py", raised.traceback[-1]
+    guarded = guards[0].kvfuzz_session
+    assert guarded.divergence is None and not list(tmp_path.glob("*.json"))
+    assert any(isinstance(op, Stream) and not op.tokens for op in guarded.ops)
+
+
+@with_vllm
+@pytest.mark.parametrize("named, seed, workload, mapped", [
+    ("STREAMING", SEED, {}, 0), ("STREAMING", 0, DRAFTS, 1), ("ASYNC_STREAMING", 0, {}, 1)])
+def test_an_update_of_no_tokens_taken_at_the_stop_then_aborted_runs_clean_and_replays(
+        named, seed, workload, mapped, tmp_path, monkeypatch):
+    """Updates of no tokens queued while their requests run, each request aborted the step
+    after its stop took one (before the scheduler's resumption would fail): the session runs
+    clean and its recording replays. Where a call of the manager comes between the stop and
+    the abort (`mapped` of them: another request's `cache_blocks` after its output, with
+    drafts or under the asynchronous scheduler), the guard wrote the stop as one that waits,
+    `stream` of no tokens, and the abort its `finish`; else the abort is the request's
+    `finish` at its stop (the manager saw nothing between; always, synchronous without
+    drafts: sessions 0 to 3 scanned, 2026-12-06)."""
+    aborted = _emptied(monkeypatch, queued_only=True)
+    run = session(seed, tmp_path, named=named, **workload)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    assert aborted, "no update of no tokens taken"
+    rids = {int(name.rsplit("-", 1)[1]) for name in aborted}
+    ops = guarded.ops
+    assert mapped == sum(isinstance(op, Stream) and not op.tokens and op.rid in rids and next(
+        o for o in ops[index + 1:] if getattr(o, "rid", -1) == op.rid) == Finish(op.rid)
+        for index, op in enumerate(ops))
+    recorded = session(seed, tmp_path, check=False, named=named,
+                       **workload).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
