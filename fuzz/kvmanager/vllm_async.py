@@ -21,22 +21,24 @@ reports, its failures), so a load is reported while the next step is in flight; 
 requests loading follow each output, as in the synchronous sessions. vLLM sets
 `defer_block_free` itself then (a KV consumer under overlapping batches).
 
-`Workload(deferred_aborts=p)` sets `defer_block_free` (as vLLM does with overlapping batches
-and a consumer connector) and, in a fraction `p` of the outputs, aborts one of the requests of
-the step about to be processed first (the engine processes its abort queue before each output,
-`_process_aborts_queue`): with a step of it still in flight its blocks are popped
-(`pop_blocks_for_free`) and freed once that step is processed, and so are a preempted
-request's.
+`Workload(v2_runner=True)` (`ASYNC_V2`) runs the session under vLLM's V2 model runner: the
+scheduler merges resumed requests into the new ones' output and keeps no previous step's ids,
+which the manager never sees (the recordings equal the V1 runner's). With `pipeline_stages=n`
+too (n > 1) `AsyncScheduler` holds each request's next decode until `n` steps after its last
+(`decode_stagger`, `next_decode_eligible_step`) and the engine's batch queue is `n + 1`
+(`VllmConfig.max_concurrent_batches`), so a request has two steps in flight: the guard refuses
+that by name (the trace's asynchronous ops hold one step of a request in flight).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 from collections import deque
 
 # What the asynchronous sessions do not combine with yet (each refused before vLLM is built).
 UNSUPPORTED = {"offload_bytes": "vLLM's CPU offloading connector", "embeds": "prompt embeddings"}
-QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
 
 
 def asynchronous(config, workload) -> None:
@@ -51,6 +53,34 @@ def asynchronous(config, workload) -> None:
         raise ValueError(f"Workload(async_scheduling=True) with {', '.join(asked)}: not "
                          f"driven by the asynchronous sessions yet")
     config.scheduler_config.async_scheduling = True
+    if workload.pipeline_stages > 1:  # (read by the scheduler alone: no stages are started)
+        config.parallel_config.pipeline_parallel_size = workload.pipeline_stages
+
+
+@contextlib.contextmanager
+def model_runner(workload):
+    """For the session: the V2 model runner where `workload.v2_runner` asks for it
+    (`VLLM_USE_V2_MODEL_RUNNER`, which `VllmConfig.use_v2_model_runner` reads at each use: the
+    config's checks, the scheduler's construction, the batch queue and the tokens in flight; on
+    this CPU it answers the V1 runner otherwise, Triton's kernels being absent)."""
+    if workload.pipeline_stages > 1 and not workload.v2_runner:
+        raise ValueError("Workload(pipeline_stages=...) without v2_runner: the V1 runner does "
+                         "not overlap a pipeline's steps under asynchronous scheduling")
+    if not workload.v2_runner:
+        yield
+        return
+    if not workload.async_scheduling:
+        raise ValueError("Workload(v2_runner=True) without async_scheduling: not driven (the "
+                         "synchronous sessions are the V1 runner's)")
+    before = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["VLLM_USE_V2_MODEL_RUNNER"]
+        else:
+            os.environ["VLLM_USE_V2_MODEL_RUNNER"] = before
 
 
 def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: int, abort,
@@ -70,6 +100,9 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
     accepts = random.Random(f"accepted drafts {seed}")  # and the drafts accepted
     queue: deque = deque()  # (scheduler output, request ids, which of them sample), newest first
+    # the engine's batch queue (`max_concurrent_batches`): two (one step in flight while the next
+    # is scheduled), one more than the pipeline's stages under the V2 runner
+    queue_size = scheduler.vllm_config.max_concurrent_batches
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             scheduler.add_request(arrivals.pop(0)[1])
@@ -87,7 +120,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             ids = list(output.num_scheduled_tokens)
             samples = [_sampled(scheduler, output, rid, waiting) for rid in ids]
             queue.appendleft((output, ids, samples))
-            if len(queue) < QUEUE and (output.total_num_scheduled_tokens or
+            if len(queue) < queue_size and (output.total_num_scheduled_tokens or
                                        scheduler.has_requests()):
                 continue  # the engine does not wait on a step while the queue has room
         if not queue:

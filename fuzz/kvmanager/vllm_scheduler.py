@@ -81,6 +81,12 @@ class Workload:
     # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
     # N's output is processed, as the engine's batch queue of two does (vllm_async.py)
     async_scheduling: bool = False
+    # vLLM's V2 model runner (the engine's default on a GPU where it supports the model,
+    # `VllmConfig.use_v2_model_runner`; this CPU answers V1), and under it a pipeline of
+    # `pipeline_stages`: the scheduler then holds a request's next decode that many steps
+    # (`decode_stagger`) and the engine's batch queue is one more (vllm_async.py)
+    v2_runner: bool = False
+    pipeline_stages: int = 1
     # Streaming input (vllm_streaming.py): the share of requests that are resumable, each fed 1
     # to `max_updates` streaming updates, then its end (synchronous scheduling only)
     streaming: float = 0.0
@@ -241,8 +247,11 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 sliding_window=workload.window), is_eagle_group=1 in workload.eagle_groups))
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
+        from kvfuzz.fuzz.kvmanager.vllm_async import model_runner
+
         with _built_by(scheduler_module, "KVCacheManager", manager_class), \
-                _built_by(kv_cache_coordinator, "BlockPool", pool_class):
+                _built_by(kv_cache_coordinator, "BlockPool", pool_class), \
+                model_runner(workload):
             # the engine's own choice of class where the workload asks for asynchronous
             # scheduling (AsyncScheduler, a subclass that builds its manager by the same name)
             cls = config.scheduler_config.get_scheduler_cls() if workload.async_scheduling \
@@ -313,6 +322,14 @@ def run_session(seed: int = 0, wrap=None, workload: Workload = Workload(),
     `num_lookahead_tokens` where there are draft tokens, `async_scheduling` where the scheduler
     is asynchronous); `wrap_pool(pool)`
     for the block pool the manager's coordinator built, wherever it is held."""
+    from kvfuzz.fuzz.kvmanager.vllm_async import model_runner
+
+    # (the config reads its model runner at each use: the batch queue, the tokens in flight)
+    with model_runner(workload):
+        return _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class)
+
+
+def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> SessionResult:
     rng = random.Random(seed)
     scheduler = build_scheduler(workload, manager_class, pool_class, seed)  # prepares vLLM
     from vllm.v1.outputs import ModelRunnerOutput
@@ -459,6 +476,8 @@ SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", n
 # and the same under ASYNC's scheduler and groups
 STREAMING = Workload(streaming=0.5)
 ASYNC_STREAMING = Workload(async_scheduling=True, window=48, blocks=60, streaming=0.5)
+# ASYNC under the V2 model runner (vllm_async.py)
+ASYNC_V2 = Workload(async_scheduling=True, window=48, blocks=60, v2_runner=True)
 
 
 def recording(seed: int, target: str = "kvmanager", connector: bool = False,
