@@ -223,3 +223,27 @@ def test_finding_a_request_so_cut_is_never_scheduled_for_its_last_token(monkeypa
     assert request.num_output_tokens == request.max_tokens - 1
     assert request.num_computed_tokens + 2 - request.num_output_placeholders >= \
         request.num_prompt_tokens + request.max_tokens
+
+
+def test_a_connector_requiring_kv_delivery_changes_nothing_for_a_consumer(tmp_path):
+    """`requires_kv_delivery` sets `drop_stale_output` on the running loop's preemptions alone
+    (`Scheduler.schedule`); a consumer connector under overlapping batches defers block frees,
+    so no preempted request has a step in flight: the same session, op for op."""
+    plain = session(SEED, tmp_path).manager.kvfuzz_session
+    delivered = session(SEED, tmp_path, kv_delivery=True).manager.kvfuzz_session
+    assert delivered.divergence is None and delivered.trace() == plain.trace()
+
+
+@pytest.mark.parametrize("delivery", [False, True])
+def test_a_producers_preemptions_drop_their_stale_output_when_it_requires_delivery(
+        delivery, tmp_path):
+    """A KV producer alone (no deferred frees): a preempted request's step in flight delivers
+    its token late (a stale `sample`), or, where the connector requires KV delivery, the output
+    is dropped (no `sample`, its next admission one token shorter): existing ops, clean, and
+    the recording replays."""
+    run = session(SEED, tmp_path, kv_producer=True, kv_delivery=delivery)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests and run.preemptions
+    stale = guarded.lock.events["stale token after a preemption"]
+    assert (stale == 0) if delivery else stale, stale
+    assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
