@@ -120,10 +120,12 @@ class AsyncCalls:
         if self._drafts() or n % size or \
                 not hit // size * size <= n < end or \
                 not (beneath or tracked.computed == after):
+            why = "with draft tokens " if self._drafts() else ""
             self._refuse(f"request {request.request_id!r} cut to {n} computed tokens below its "
                          f"synchronous KV load's end {end} (its hit {hit}, {after} computed "
                          f"after its admission, the trace {tracked.computed} with "
-                         f"{tracked.in_flight} in flight; asynchronous scheduling): not mapped")
+                         f"{tracked.in_flight} in flight; asynchronous scheduling): not mapped "
+                         f"{why}yet")
         if not beneath and tracked.in_flight:  # its admission's output processed
             if request.num_in_flight_tokens:
                 self._refuse(f"request {request.request_id!r} cut below its synchronous load "

@@ -247,3 +247,9 @@ def test_a_producers_preemptions_drop_their_stale_output_when_it_requires_delive
     stale = guarded.lock.events["stale token after a preemption"]
     assert (stale == 0) if delivery else stale, stale
     assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+
+
+def test_a_failed_synchronous_load_with_draft_tokens_is_refused_by_name(tmp_path):
+    """With draft tokens (padded rows in flight beside the cut) the cut is not mapped yet."""
+    with pytest.raises(kvfuzz.GuardUnsupported, match="not mapped with draft tokens"):
+        session(4, tmp_path, sync_load_failures=True, speculative="eagle", num_speculative=2)
