@@ -11,7 +11,8 @@ two, output placeholders, processed outputs, settles) with the "connector" profi
   later scheduling, while other requests' steps are in flight; then its resumption
   (`schedule`, no lookup) or, after a load with nothing valid, an admission through the cache
   again; the rest synchronous loads, whose step is in flight as any admission's. Since
-  2026-12-06 one in five fails at a block (from draws of its own, after every other draw, so a
+  2026-12-06, in traces with no window (one KV-cache group: vLLM raises on a failed block beside
+  several), one in five fails at a block (from draws of its own, after every other draw, so a
   trace where none fails keeps its ops), as the guard maps it: the failure comes with the
   admission step's output, `loaded(rid, n)` beneath the request's next step where one is in
   flight (else after its `processed`), the output skipped (no token) and its placeholder left
@@ -139,7 +140,9 @@ class _AsyncConnected(_AsyncScheduler):
             return 0
         self._running(request, hit + got)
         scheduled.append(self._scheduled(request, chunk))
-        if got and self.failing.random() < FAILS:  # a block of it fails: the first valid ones
+        # a block of it fails: the first valid ones; with one KV-cache group only, as vLLM
+        # refuses a failed block beside several (`_handle_invalid_blocks` raises)
+        if got and not self.window and self.failing.random() < FAILS:
             self.fails[request.rid] = (self.now, self.failing.randrange(
                 hit // size, -(-(hit + got) // size)) * size)
         return chunk
