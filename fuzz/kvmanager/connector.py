@@ -43,6 +43,12 @@ EVENTS += (RELOOKUP,)
 # Under asynchronous scheduling (the "async connector" profile alone reaches them)
 ASYNC_EVENTS = ("load reported with other requests' steps in flight",
                 "synchronous load, its step in flight")
+# a synchronous load's failed block reported with its admission step's output while the
+# request's next step is in flight (`_sync_load_failed`; since 2026-12-06)
+SYNC_CUT_IN_FLIGHT = "synchronous load failed beneath a step in flight"
+# then a chunk that takes the admission step's unresolved output placeholder too (`ghost`)
+GHOST_SCHEDULED = "chunk past the tokens: a failed load's output placeholder"
+ASYNC_EVENTS += (SYNC_CUT_IN_FLIGHT, GHOST_SCHEDULED)
 EVENTS += ASYNC_EVENTS
 
 
@@ -184,7 +190,8 @@ class ConnectorOps:
     def loaded(self, op: Loaded):
         request, model = self.requests.get(op.rid), self.model
         if request is not None and request.status == "running" and op.valid >= 0 and \
-                request.sync_load and request.sync_load[2] == request.computed:
+                request.sync_load and (request.sync_load[2] == request.computed or
+                                       self._beneath(request)):
             return (yield from self._sync_load_failed(op, request))
         if request is None or request.status != LOADING:
             return
@@ -232,13 +239,33 @@ class ConnectorOps:
         (`_update_requests_with_invalid_blocks`, "recompute" policy) cuts the request's
         computed tokens to its first failed block, at or past the local hit, and skips its
         output; the manager is not called (the blocks stay, cached: they are recomputed)."""
-        hit, end, _ = request.sync_load
+        hit, end, after = request.sync_load
         size = self.trace.scheduler_block_size
+        beneath = self._beneath(request)
+        # the step in flight samples (the placeholder's, or a chunk ending the tokens): its
+        # output resolves that placeholder, a `sample` over fewer computed tokens
+        request.owed = int(beneath and request.computed >= len(request.tokens))
         request.computed = max(hit // size * size, min(op.valid, end) // size * size)
-        # not counted as an edge class: kvfuzz's own streams never make it (the guard's
-        # recordings do), and every declared class must be reached by the seeded traces
-        request.sync_load, request.in_flight = None, 0
+        if beneath or (self.trace.async_scheduling and not request.in_flight):
+            # The failure comes with the admission step's output (processed: nothing of the
+            # request in flight, or its next step alone), which vLLM then skips
+            # (`update_from_output`'s `failed_kv_load_req_ids`): its sampled token is dropped
+            # and, where that step sampled, its output placeholder is never resolved, so the
+            # scheduler schedules one position more than the request's tokens from then on.
+            request.ghost = int(after >= len(request.tokens))
+        if beneath:  # the next step stays in flight, counted as vLLM counts it
+            self.count(SYNC_CUT_IN_FLIGHT)
+        else:
+            request.in_flight = 0
+        request.sync_load = None
         yield Call("", "set_computed", (op.rid, request.computed, "running"), oracle=None)
+
+    def _beneath(self, request) -> bool:
+        """Whether a failed synchronous load is reported beneath the request's next step
+        (asynchronous scheduling: the admission's step output comes after the next step is
+        scheduled), that step's tokens in flight, begun where the admission ended."""
+        return self.trace.async_scheduling and request.in_flight > 0 and \
+            request.computed > request.sync_load[2] == request.computed - request.in_flight
 
     def relooked(self, request, rid: int) -> list[int]:
         """An admission's lookup of a request: where it is a one-token prompt loaded whole

@@ -30,20 +30,26 @@ NAME = "KvfuzzFakeConnector"
 HYBRID_NAME = "KvfuzzFakeHybridConnector"
 
 
-def connector_config(seed: int, sync_failures: bool = False, hybrid: bool = False):
+def connector_config(seed: int, sync_failures: bool = False, hybrid: bool = False,
+                     delivery: bool = False, producer: bool = False):
     """The engine's setting for the fake connector, its answers seeded by `seed`;
     `sync_failures`: three synchronous loads in ten fail at a block (drawn only then, so the
-    other sessions stay as they were); `hybrid`: the one over several groups."""
+    other sessions stay as they were); `hybrid`: the one over several groups; `delivery`: it
+    requires KV delivery (`requires_kv_delivery`: the scheduler's preemptions then drop their
+    stale output); `producer`: a KV producer alone (`kv_producer`: not a consumer, so vLLM
+    does not defer block frees under overlapping batches)."""
     from vllm.config import KVTransferConfig
 
     # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
     # the request with an error: an abort during its load)
     return KVTransferConfig(kv_connector=HYBRID_NAME if hybrid else NAME,
                             kv_connector_module_path=__name__,
-                            kv_role="kv_both", engine_id="kvfuzz",
+                            kv_role="kv_producer" if producer else "kv_both",
+                            engine_id="kvfuzz",
                             kv_load_failure_policy="recompute",
                             kv_connector_extra_config={"seed": seed,
-                                                       "sync_failures": sync_failures})
+                                                       "sync_failures": sync_failures,
+                                                       "delivery": delivery})
 
 
 def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
@@ -96,7 +102,7 @@ def _build():
 
         @property
         def requires_kv_delivery(self) -> bool:
-            return False
+            return bool(self._kv_transfer_config.kv_connector_extra_config.get("delivery"))
 
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, load = matched_tokens(self._rng, request.num_tokens,

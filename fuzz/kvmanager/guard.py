@@ -100,6 +100,8 @@ class _Tracked:
         self.sync_load = None
         self.in_flight = 0  # its last allocation's tokens, until a `processed` (guard_async.py)
         self.async_sync_end = None  # its synchronous load's end, under asynchronous scheduling
+        self.ghost = 0  # its admission's output placeholder left by a failed load (guard_async.py)
+        self.owed = 0  # and that of the step then in flight, until its output
 
     def engine_ids(self) -> list[int]:
         """The token ids the engine's request holds (0 for each embedded position)."""
@@ -281,6 +283,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
             del self._kvfuzz_requests[request.request_id]
         else:
             tracked.computed, tracked.running, tracked.async_sync_end = 0, False, None
+            tracked.ghost = tracked.owed = 0  # (a preemption clears the output placeholders)
         return result
 
     @modelled
@@ -393,7 +396,8 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
                 self._refuse(f"a decode step of {n} tokens at {len(known)} tokens")
             known.append(tokens[-1])
             op = Decode(tracked.rid, tokens[-1])
-        elif tokens == seen and 1 <= n <= len(known) - tracked.computed:
+        elif tokens == seen and tracked.computed < len(known) and \
+                1 <= n <= len(known) + tracked.ghost + tracked.owed - tracked.computed:
             op = Schedule(tracked.rid, n)
         elif self._placeholder(tracked, request, n, tokens, seen):
             # the token its step in flight samples, and that many drafts after it
@@ -428,7 +432,9 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
             return
         new = tokens[len(seen):]
         # (all computed; under asynchronous scheduling the token's placeholder slot too)
-        one = len(new) == 1 and tracked.computed in (len(known), len(known) + 1)
+        # (after a failed synchronous load's cut: the placeholders vLLM left, guard_async.py)
+        one = len(new) == 1 and (len(known) <= tracked.computed <= len(known) + 1 +
+                                 tracked.ghost or bool(tracked.owed))
         if not (one or self._drafts_sampled(tracked, tokens)) or tokens[:len(seen)] != seen or \
                 any(not 0 <= token <= MAX_TOKEN for token in new) or \
                 len(tokens) > self.kvfuzz_session.header.max_model_len:
@@ -437,6 +443,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         for token in new:
             known.append(token)
             self.kvfuzz_session.step(Sample(tracked.rid, token))
+            tracked.owed = 0
 
     def _request(self, request, arriving: bool = False) -> _Tracked:
         """The request's record; a new one arrives (its `arrive` op) when `arriving`."""

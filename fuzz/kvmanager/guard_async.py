@@ -46,6 +46,7 @@ admission and its report carry no tokens in flight (`guard_connector.py` maps th
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager.codec import MAX_PAD as MAX_DRAFTS
+from kvfuzz.strategies.kvmanager.connector_ops import Loaded
 from kvfuzz.strategies.kvmanager.trace import Processed, Sample
 
 MAX_TOKEN = (1 << 31) - 1
@@ -89,17 +90,58 @@ class AsyncCalls:
         tracked.in_flight = 0
 
     def _async_sync_cut(self, tracked, request) -> None:
-        """Refused: a running request's computed tokens cut below the end of its synchronous
-        KV load (a block of it failed, "recompute" policy). Under asynchronous scheduling the
-        failure comes with the admission step's output, after the request's next step was
-        scheduled: vLLM cuts `num_computed_tokens` with that step's tokens still counted in
-        flight (`_update_requests_with_invalid_blocks`), which the trace cannot say yet."""
-        end = tracked.async_sync_end
-        if end is not None and tracked.running and request.num_computed_tokens < end:
-            self._refuse(f"request {request.request_id!r} cut to {request.num_computed_tokens} "
-                         f"computed tokens below its synchronous KV load's end {end} (a failed "
-                         f"block reported with a step of it in flight, asynchronous "
-                         f"scheduling): not mapped yet")
+        """A running request's computed tokens cut below the end of its synchronous KV load (a
+        block of it failed, "recompute" policy). Under asynchronous scheduling the failure comes
+        with the admission step's output, usually after the request's next step was scheduled:
+        vLLM cuts `num_computed_tokens` to the failed block with that step still counted in
+        flight, and skips the output (`_update_requests_with_invalid_blocks`,
+        `update_from_output`): `loaded(rid, n)`, which the lock step applies beneath the step
+        in flight (`connector.py`), the admission's output placeholder left unresolved where
+        it sampled (`ghost`). Where nothing of the request was allocated since its admission,
+        that step's output is processed first (`processed`), as in the synchronous sessions.
+        Refused with draft tokens (padded rows in flight), not mapped yet."""
+        load = tracked.async_sync_end
+        n = int(request.num_computed_tokens)
+        if load is None or not tracked.running or n >= load[1]:
+            if tracked.running and n < tracked.computed and not self._drafts() and \
+                    self.kvfuzz_session.header.async_scheduling and \
+                    not getattr(tracked, "streamed", False):
+                # (under the synchronous scheduler refused too: guard_connector.py)
+                self._refuse(f"request {request.request_id!r} cut to {n} computed tokens from "
+                             f"{tracked.computed} with no synchronous load of its own there (a "
+                             f"failed block it shares through a prefix hit, "
+                             f"`_update_requests_with_invalid_blocks`): not mapped")
+            return
+        hit, end, after = load
+        size = self.kvfuzz_session.header.block_size
+        tracked.async_sync_end = None
+        beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
+            tracked.computed > after
+        if self._drafts() or n % size or \
+                not hit // size * size <= n < end or \
+                not (beneath or tracked.computed == after):
+            why = "with draft tokens " if self._drafts() else ""
+            self._refuse(f"request {request.request_id!r} cut to {n} computed tokens below its "
+                         f"synchronous KV load's end {end} (its hit {hit}, {after} computed "
+                         f"after its admission, the trace {tracked.computed} with "
+                         f"{tracked.in_flight} in flight; asynchronous scheduling): not mapped "
+                         f"{why}yet")
+        if not beneath and tracked.in_flight:  # its admission's output processed
+            if request.num_in_flight_tokens:
+                self._refuse(f"request {request.request_id!r} cut below its synchronous load "
+                             f"with {request.num_in_flight_tokens} tokens in flight")
+            self.kvfuzz_session.step(Processed(tracked.rid))
+            tracked.in_flight = 0
+        self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+        # the step in flight samples (its output then resolves its placeholder)
+        tracked.owed = int(bool(beneath) and tracked.computed >= len(tracked.tokens))
+        tracked.computed, tracked.sync_load = n, None
+        # vLLM skipped the admission step's output: where it sampled, its placeholder stays
+        tracked.ghost = int(after >= len(tracked.tokens))
+
+    def _drafts(self) -> bool:
+        """Whether the scheduler has draft tokens (their slots asked at every allocation)."""
+        return bool(self.kvfuzz_session.header.lookahead)
 
     def _engine_in_flight(self, request) -> int:
         """The tokens in flight the lock step must pass with a running request's allocation:
@@ -127,13 +169,15 @@ class AsyncCalls:
         `settle`, after the `sample`s of the tokens it appended (with speculative decoding the
         accepted drafts and the bonus token), with the drafts it rejected rolled back."""
         self._in_flight(tracked, request)
+        owed = tracked.owed  # the output of the step in flight at a failed load's cut
         self._sampled(tracked, request)
         actual = request.num_computed_tokens - int(request.num_in_flight_tokens or 0)
         if actual != n:
             self._refuse(f"cache_blocks of {n} tokens of running request "
                          f"{request.request_id!r}, which has {actual} processed")
         rejected = self._rejected(tracked, request)
-        if not 0 <= rejected <= min(MAX_DRAFTS, tracked.computed + 1 - len(tracked.tokens)):
+        if not (0 <= rejected <= min(MAX_DRAFTS, tracked.computed + 1 - len(tracked.tokens)) or
+                owed and not rejected):  # (its token, over the cut's fewer computed ones)
             self._refuse(f"request {request.request_id!r} has {request.num_computed_tokens} "
                          f"computed tokens after its output, the trace {tracked.computed} "
                          f"with {len(tracked.tokens)} tokens (a rollback of {rejected})")

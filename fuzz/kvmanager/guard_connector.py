@@ -199,8 +199,9 @@ class ConnectorCalls:
                 tracked.sync_load = (hit, hit + external, tracked.computed) if external \
                     else None
                 # under asynchronous scheduling the load's failure is reported with its step's
-                # output, after the request's next step is scheduled (`_async_sync_cut`)
-                tracked.async_sync_end = hit + external \
+                # output, after the request's next step is scheduled (`_async_sync_cut`): its
+                # (local hit, end, computed tokens after its admission)
+                tracked.async_sync_end = (hit, hit + external, tracked.computed) \
                     if external and self._asynchronous() else None
         return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held), \
             expected, done

@@ -56,6 +56,11 @@ class _Request:
         # a synchronous load's (local hit, end, computed tokens after its admission), until the
         # request moves on: a `loaded` failure then rewinds it
         self.sync_load = None
+        # under asynchronous scheduling, the output placeholder its admission's step left
+        # unresolved when that step's output reported a failed block of its synchronous load
+        # (vLLM skips the output): the scheduler schedules that position past its tokens once
+        self.ghost = 0
+        self.owed = 0  # and the placeholder of the step then in flight, until its `sample`
         # streaming input (`streaming.py`): stopped and waiting for an update; streamed since
         # its last allocation
         self.paused = self.streamed = False
@@ -205,8 +210,12 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         if op.again and not (pending > 0 and self.made_again(request)):
             return  # its chunk was not refused: it has its slots
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
-            new = min(op.chunk, pending)
+            # (past its tokens: the placeholders of a failed synchronous load's cut,
+            # connector.py)
+            new = min(op.chunk, pending + request.ghost + request.owed)
             self.count("prefill chunk")
+            if new > pending:
+                self.count(connector.GHOST_SCHEDULED)
             yield Call(f"allocate_slots(r{op.rid}, {new})")
             return (yield from self._allocation(op.rid, request, new, 0, None))
 
@@ -228,11 +237,13 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         request = self.requests.get(op.rid)
         stale = isinstance(op, Sample) and op.stale
         if request is None or (not self.stale_token(op, request) if stale else (
-                request.status != RUNNING or request.computed < len(request.tokens) or
+                request.status != RUNNING or
+                (request.computed < len(request.tokens) and not request.owed) or
                 len(request.tokens) >= self.trace.max_model_len or
                 (isinstance(op, Decode) and request.computed != len(request.tokens)))):
             return None
         request.tokens.append(op.token)
+        request.owed = 0 if not stale else request.owed
         yield Call(f"r{op.rid} samples {op.token}{' (stale output)' if stale else ''}",
                    "append_token", (op.rid, op.token), oracle=None)
         if stale:
@@ -270,6 +281,7 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
         else:
             request.computed, request.status, request.preempted = 0, WAITING, True
             request.in_flight = 0  # its stale output drained before it is admitted again
+            request.ghost = request.owed = 0  # (a preemption clears the output placeholders)
             yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
 
     @handles(Release)

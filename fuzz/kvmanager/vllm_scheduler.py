@@ -56,6 +56,10 @@ class Workload:
     fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
     abort_loads: float = 0.0  # with it: each step, the chance a load in flight is aborted
     sync_load_failures: bool = False  # with it: three synchronous loads in ten fail at a block
+    # The fake connector requires KV delivery (`requires_kv_delivery`: a preemption drops its
+    # stale output), and is a KV producer only (vLLM then does not defer block frees)
+    kv_delivery: bool = False
+    kv_producer: bool = False
     # The scheduler's frees deferred past a step in flight (`defer_block_free`, as vLLM sets it
     # with overlapping batches and a consumer connector), and the chance a step has one of the
     # requests it scheduled aborted before its output comes (which defers that request's free)
@@ -183,7 +187,9 @@ def _connector(workload: Workload, seed: int) -> dict:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
         return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures,
-                                                  hybrid=bool(workload.window))}
+                                                  hybrid=bool(workload.window),
+                                                  delivery=workload.kv_delivery,
+                                                  producer=workload.kv_producer)}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 

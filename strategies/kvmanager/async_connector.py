@@ -10,9 +10,13 @@ two, output placeholders, processed outputs, settles) with the "connector" profi
   report (`loaded`: done, failed with a valid prefix, or with none) comes at the start of a
   later scheduling, while other requests' steps are in flight; then its resumption
   (`schedule`, no lookup) or, after a load with nothing valid, an admission through the cache
-  again; the rest synchronous loads, whose step is in flight as any admission's. A synchronous
-  load never fails here: the guard refuses that under the asynchronous scheduler (its failure
-  comes with a step of the request in flight), so no recording confirms the trace's reading;
+  again; the rest synchronous loads, whose step is in flight as any admission's. Since
+  2026-12-06, in traces with no window (one KV-cache group: vLLM raises on a failed block beside
+  several), one in five fails at a block (from draws of its own, after every other draw, so a
+  trace where none fails keeps its ops), as the guard maps it: the failure comes with the
+  admission step's output, `loaded(rid, n)` beneath the request's next step where one is in
+  flight (else after its `processed`), the output skipped (no token) and its placeholder left
+  unresolved where it sampled (the request's `ghost`, scheduled past its tokens from then on);
 - vLLM sets `defer_block_free` itself (a KV consumer under overlapping batches): a request
   with a step in flight is never preempted (the scheduler's running loop stops there), and an
   abort of one is deferred (`finish` with `defer`: `pop_blocks_for_free`), its blocks released
@@ -38,11 +42,12 @@ import random
 
 from kvfuzz.strategies.kvmanager.async_outputs import _AsyncScheduler, _Request
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import (Finish, Release, RemoveSkipped, Schedule,
-                                               Trace)
+from kvfuzz.strategies.kvmanager.trace import (Finish, Processed, Release, RemoveSkipped,
+                                               Schedule, Trace)
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "async connector"
+FAILS = 0.2  # the synchronous loads that fail at a block (since 2026-12-06)
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
@@ -83,6 +88,10 @@ class _AsyncConnected(_AsyncScheduler):
         # Draws of its own (since 2026-12-06), so the traces in which no prompt of one token
         # goes through the connector keep their ops: which of those do
         self.ones = random.Random(f"{size} {window} {blocks} {budget} {max_model_len}")
+        # and which synchronous loads fail at a block (since 2026-12-06), drawn after every
+        # other draw of the admission: the traces where none fails keep their ops
+        self.failing = random.Random(f"failing {size} {window} {blocks} {budget} {max_model_len}")
+        self.fails: dict[int, tuple[int, int]] = {}  # rid: (its admission's step, valid tokens)
 
     def step(self) -> bool:
         self._reported()
@@ -131,6 +140,11 @@ class _AsyncConnected(_AsyncScheduler):
             return 0
         self._running(request, hit + got)
         scheduled.append(self._scheduled(request, chunk))
+        # a block of it fails: the first valid ones; with one KV-cache group only, as vLLM
+        # refuses a failed block beside several (`_handle_invalid_blocks` raises)
+        if got and not self.window and self.failing.random() < FAILS:
+            self.fails[request.rid] = (self.now, self.failing.randrange(
+                hit // size, -(-(hit + got) // size)) * size)
         return chunk
 
     def _reported(self) -> None:
@@ -187,6 +201,7 @@ class _AsyncConnected(_AsyncScheduler):
         self.processed = step
         while self.deferred and self.deferred[0][0] <= step:
             self.ops.append(Release(self.deferred.pop(0)[1]))
+        scheduled = [entry for entry in scheduled if not self._failed(step, *entry)]
         before = len(self.ops)
         super()._process(step, scheduled)
         ops = self.ops[before:]
@@ -195,6 +210,27 @@ class _AsyncConnected(_AsyncScheduler):
             if isinstance(op, Finish):
                 self.ops.append(RemoveSkipped(op.rid))
             self.ops.append(op)
+
+    def _failed(self, step: int, request: _Request, epoch: int, samples: bool) -> bool:
+        """Whether the output of `step` reports a failed block of the request's synchronous
+        load (its admission's step): vLLM cuts its computed tokens to that block, keeps a step
+        of it scheduled since in flight, and skips this output (`update_from_output`): no
+        token, its output placeholder never resolved (the request's `ghost`, scheduled past
+        its tokens from then on). `loaded(rid, valid)`: beneath its next step where one is in
+        flight, else after its `processed` (nothing of it in flight)."""
+        admitted, valid = self.fails.get(request.rid, (None, 0))
+        if admitted != step or request.epoch != epoch or request not in self.running:
+            return False
+        del self.fails[request.rid]
+        if request.last == step:  # nothing of it scheduled since: its output processed
+            self.ops.append(Processed(request.rid))
+            request.held = False
+        self.ops.append(Loaded(request.rid, valid))
+        request.computed = valid
+        if samples:
+            request.pending -= 1
+            request.ghost = 1
+        return True
 
     def _fits(self, request: _Request, tokens: int, whole: bool = False) -> bool:
         """As the scheduler's estimate, with the blocks of loads in flight and of frees not

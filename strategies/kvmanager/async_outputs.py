@@ -79,6 +79,9 @@ class _Request:
         self.last = -1      # the step of its last allocation
         self.held = False   # the trace holds that allocation in flight (until `processed`)
         self.epoch = 0      # admissions so far: a step of an earlier one delivers stale output
+        # an output placeholder vLLM left unresolved (a failed synchronous load's skipped
+        # output, `async_connector.py`): scheduled past the tokens until a preemption
+        self.ghost = 0
 
     @property
     def done(self) -> bool:
@@ -162,7 +165,8 @@ class _AsyncScheduler:
                 continue  # preempted this step, out of budget, or sits this step out
             if len(request.tokens) - request.prompt + request.pending >= request.outputs:
                 continue  # its last outputs are in flight: nothing more to schedule
-            chunk = min(len(request.tokens) + request.pending - request.computed, left)
+            chunk = min(len(request.tokens) + request.pending + request.ghost - request.computed,
+                        left)
             if request.held and request.last < self.now - 1:
                 self.ops.append(Processed(request.rid))  # its last output came meanwhile
             # the prompt's next chunk, or a sampled token; else the slot of the token its step
@@ -264,7 +268,7 @@ class _AsyncScheduler:
         full = min(request.computed, len(request.tokens)) // self.size * self.size
         for end in range(self.size, full + 1, self.size):
             self.cached.add(tuple(request.tokens[:end]))
-        samples = request.computed == len(request.tokens) + request.pending
+        samples = request.computed == len(request.tokens) + request.pending + request.ghost
         request.pending += samples
         return request, request.epoch, samples
 
@@ -297,7 +301,7 @@ class _AsyncScheduler:
     def _preempt(self, request: _Request) -> None:
         self.running.remove(request)
         self.ops.append(Preempt(request.rid))
-        request.computed, request.held = 0, False
+        request.computed, request.held, request.ghost = 0, False, 0
         self.waiting.insert(0, request)
 
     def _hit(self, request: _Request) -> int:

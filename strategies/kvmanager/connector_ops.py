@@ -55,7 +55,10 @@ class Loaded:
     admitted again through the cache), more caches that prefix and records the blocks after it
     for zeroing. Right after a synchronous load's admission, a failure (`valid` >= 0) rewinds
     the running request's computed tokens to that prefix (no call: its blocks stay cached and
-    are computed again). Resolves to nothing for a request neither loading nor so."""
+    are computed again); under asynchronous scheduling (since 2026-12-06) also beneath the
+    request's next step, in flight, which stays counted, the admission step's output skipped
+    (its placeholder, where it sampled, left unresolved: vLLM 0.33.0's `update_from_output`).
+    Resolves to nothing for a request neither loading nor so."""
 
     rid: int
     valid: int = -1

@@ -22,15 +22,22 @@ from tests.helpers import divergence, with_engine
 
 KINDS = ("asynchronous load", "synchronous load", "load done", "load failed, a prefix valid",
          "load failed, nothing valid", "deferred finish", "release", "placeholder", "settle",
-         "preempt")
+         "preempt", "synchronous load failed")
 
 
 def _made(traces) -> Counter:
     made = Counter()
     for trace in traces:
+        synced = set()
         for op in trace.ops:
             if isinstance(op, Connect):
                 made["asynchronous load" if op.load else "synchronous load"] += 1
+                synced.discard(op.rid)
+                if not op.load:
+                    synced.add(op.rid)
+            elif isinstance(op, Loaded) and op.rid in synced:
+                made["synchronous load failed"] += 1
+                synced.discard(op.rid)
             elif isinstance(op, Loaded):
                 made["load done" if op.valid < 0 else "load failed, nothing valid"
                      if op.valid == 0 else "load failed, a prefix valid"] += 1
@@ -42,19 +49,22 @@ def _made(traces) -> Counter:
 
 
 def _shape_problems(trace) -> list[str]:
-    """What the asynchronous scheduler with a consumer connector never makes: a failed load
-    reported for a synchronous load (refused under it), a release with no deferred free
-    pending, a deferred free never released, a finish not preceded by the connector's
-    `remove_skipped`, a load reported for a request with none in flight."""
-    problems, pending, loading = [], Counter(), set()
+    """What the asynchronous scheduler with a consumer connector never makes: a release with no
+    deferred free pending, a deferred free never released, a finish not preceded by the
+    connector's `remove_skipped`, a load reported for a request with none in flight (an
+    asynchronous load's, or a synchronous one's failure: since 2026-12-06)."""
+    problems, pending, loading, synced = [], Counter(), set(), set()
     for index, op in enumerate(trace.ops):
         previous = trace.ops[index - 1] if index else None
-        if isinstance(op, Connect) and op.load:
-            loading.add(op.rid)
+        if isinstance(op, Connect):
+            loading.discard(op.rid)
+            synced.discard(op.rid)
+            (loading if op.load else synced).add(op.rid)
         elif isinstance(op, Loaded):
-            if op.rid not in loading:
+            if op.rid not in loading and not (op.rid in synced and op.valid >= 0):
                 problems.append(f"op {index}: r{op.rid}'s load reported, none in flight")
             loading.discard(op.rid)
+            synced.discard(op.rid)
         elif isinstance(op, Finish):
             loading.discard(op.rid)
             if not (isinstance(previous, RemoveSkipped) and previous.rid == op.rid):
