@@ -183,7 +183,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         self._kvfuzz_lookups.clear()
         self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit), connector)
         if self._kvfuzz_driver is not None:
-            from kvfuzz.impl.kvmanager.driver import _ids
+            from kvfuzz.impl.kvmanager.reads import _ids
 
             plain = (_ids(blocks), int(hit), int(boundary))
             self._kvfuzz_driver.lookups = {tracked.rid: (*plain, *map(bool, diverged))}

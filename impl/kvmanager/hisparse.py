@@ -80,3 +80,47 @@ class HiSparseCalls:
         (transfer id, ranks) pairs enqueued, and completed, this step."""
         self.coordinator.update_spills({int(t): int(n) for t, n in enqueued},
                                        {int(t): int(n) for t, n in completed})
+
+
+class HiSparseDriving:
+    """`KVManagerDriver`'s calls of HiSparse's coordinator and host pool (a mixin: its
+    `hisparse`, a `HiSparseCalls`, and `requests`)."""
+
+    def hisparse_step(self, rid: int, num_tokens: int) -> list[tuple[int, int, list[int]]]:
+        """HiSparse's residency work after `rid`'s allocation, its tokens computed once the step
+        completes `num_tokens`: the write-backs planned, (transfer id, host block, resident
+        blocks)."""
+        return self.hisparse.step(self.requests[rid].request_id, num_tokens)
+
+    def hisparse_import_done(self, rid: int, failed: bool) -> None:
+        """A KV connector's import into HiSparse's host pool reported done (or failed)."""
+        self.hisparse.import_done(self.requests[rid].request_id, failed)
+
+    def hisparse_planned(self) -> list[tuple[int, int, list[int]]]:
+        """The transfers HiSparse planned outside a step (an import's restore), as the next
+        step's command carries them: (transfer id, host block, resident blocks)."""
+        return self.hisparse.planned()
+
+    def hisparse_residency(self, rid: int) -> list[int]:
+        """`rid`'s resident pages as the worker reads them (0: read from the host)."""
+        return self.hisparse.residency(self.requests[rid].request_id)
+
+    def hisparse_copies(self) -> list[tuple[int, int]]:
+        """The host copies taken after a step's command (`HiSparseCalls.take_copies`)."""
+        return self.hisparse.take_copies()
+
+    def hisparse_copies_done(self, destinations) -> None:
+        self.hisparse.release_copies(destinations)
+
+    def hisparse_report(self, enqueued, completed) -> None:
+        """The worker's report of a step (on time, or late or in parts): [transfer id, ranks]
+        pairs of the transfers enqueued, and of those completed (`update_spills`' two
+        counts)."""
+        self.hisparse.report(enqueued, completed)
+
+    def host_pool(self) -> dict:
+        """The HiSparse host pool's state: free count and queue, reference counts, entries."""
+        host = self.hisparse.host
+        queue, links = host.free_queue()
+        return {"num_free": host.num_free(), "queue": queue, "links": links,
+                "ref": host.ref_counts(), "keys": host.keys(), "cache": host.cache_map()}

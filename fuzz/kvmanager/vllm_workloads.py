@@ -1,0 +1,128 @@
+"""The seeded sessions' settings (`Workload`), what a session did (`SessionResult`), and the
+named workloads the tests and corpus/ run (`vllm_scheduler.run_session` runs them). No vLLM."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The session's engine settings and requests: `groups` prefixes shared by
+    `per_group` requests each, plus `loners` requests with none; prompts of up to
+    `max_prompt` tokens; `max_tokens` sampled at most; arrivals over the first steps."""
+
+    blocks: int = 40
+    block_size: int = 16
+    max_batched_tokens: int = 64
+    max_seqs: int = 8
+    max_model_len: int = 1024
+    groups: int = 2
+    per_group: int = 4
+    loners: int = 2
+    max_prompt: int = 180
+    max_tokens: int = 40
+    max_steps: int = 5000
+    offload_bytes: int = 0  # CPU bytes of vLLM's CPU offloading connector (0: no connector)
+    fake_connector: bool = False  # kvfuzz's seeded fake KV connector (fake_connector.py)
+    abort_loads: float = 0.0  # with it: each step, the chance a load in flight is aborted
+    sync_load_failures: bool = False  # with it: three synchronous loads in ten fail at a block
+    # The fake connector requires KV delivery (`requires_kv_delivery`: a preemption drops its
+    # stale output), and is a KV producer only (vLLM then does not defer block frees)
+    kv_delivery: bool = False
+    kv_producer: bool = False
+    # The scheduler's frees deferred past a step in flight (`defer_block_free`, as vLLM sets it
+    # with overlapping batches and a consumer connector), and the chance a step has one of the
+    # requests it scheduled aborted before its output comes (which defers that request's free)
+    deferred_aborts: float = 0.0
+    # A second KV-cache group: a sliding window of `window` tokens (0: full attention alone),
+    # in bfloat16 beside full attention's float16 with `zeroing` (mixed precision: vLLM then
+    # records every new attention block for the worker to zero, `needs_kv_cache_zeroing`)
+    window: int = 0
+    zeroing: bool = False
+    # The share of requests with a cache salt, and of those with a LoRA adapter (of two, the
+    # engine's LoRA config unset: the scheduler then schedules them as any other), drawn from
+    # a stream of their own (the prompts stay the session's)
+    salts: float = 0.0
+    loras: float = 0.0
+    # Speculative decoding (vllm_speculative.py): "eagle" or "mtp" with `num_speculative` draft
+    # tokens, lookahead block hashes (vLLM's default) or, without, EAGLE's last-block drop; the
+    # groups flagged `is_eagle_group`; the share of prompts given as embeddings
+    speculative: str = ""
+    num_speculative: int = 0
+    lookahead_hashes: bool = True
+    eagle_groups: tuple = ()
+    embeds: float = 0.0
+    # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
+    # N's output is processed, as the engine's batch queue of two does (vllm_async.py)
+    async_scheduling: bool = False
+    # vLLM's V2 model runner (the engine's default on a GPU where it supports the model,
+    # `VllmConfig.use_v2_model_runner`; this CPU answers V1), and under it a pipeline of
+    # `pipeline_stages`: the scheduler then holds a request's next decode that many steps
+    # (`decode_stagger`) and the engine's batch queue is one more (vllm_async.py)
+    v2_runner: bool = False
+    pipeline_stages: int = 1
+    # Streaming input (vllm_streaming.py): the share of requests that are resumable, each fed 1
+    # to `max_updates` streaming updates, then its end (synchronous scheduling only)
+    streaming: float = 0.0
+    max_updates: int = 3
+
+
+@dataclass
+class SessionResult:
+    steps: int
+    finished: int
+    requests: int
+    preemptions: int
+    manager: object                     # what the scheduler called: the wrapper, or its own
+    scheduled_tokens: int = 0
+    lookups_with_a_hit: int = 0
+    pool: object = None                 # the wrapped pool, when one was
+    loads: int = 0                      # the offloading connector's transfer jobs, if any
+    stores: int = 0
+    aborted: int = 0                    # the fake connector's requests aborted during a load
+    deferred: int = 0                   # requests aborted during their step (deferred frees)
+    sync_failures: int = 0              # and its synchronous loads failed
+    streaming: object = None            # the streaming inputs sent (vllm_streaming.py), if any
+    notes: list[str] = field(default_factory=list)
+
+
+# The fake connector's sessions in tests and corpus/: a pool tight enough that loads wait on
+# the blocks reserved for the prefills in flight.
+FAKE_CONNECTOR = Workload(fake_connector=True, blocks=24)
+# Zeroing: full attention and a 48-token window in two precisions (each request holds blocks
+# in both groups: 60 blocks, so that sessions still preempt, not all the time)
+ZEROING = Workload(window=48, zeroing=True, blocks=60)
+# Zeroing with the fake connector over both groups: loads that write some groups only
+ZEROING_CONNECTOR = Workload(window=48, zeroing=True, blocks=48, fake_connector=True)
+# Extra hash keys: requests that share prefixes, half of them salted, a third with a LoRA
+# adapter, so equal prompts differ in their keys alone
+EXTRA_KEYS = Workload(salts=0.5, loras=0.35)
+# Speculative decoding (vllm_speculative.py), each setting of the manager it makes: EAGLE's
+# lookahead hashes (vLLM's default), EAGLE's last-block drop in the window's group alone (the
+# draft's group flagged, lookahead hashes off), multi-module MTP of 3 tokens (its hashes and
+# prefill lookahead); and prompts given as embeddings, 60% of them
+LOOKAHEAD_HASHES = Workload(speculative="eagle", num_speculative=2)
+EAGLE_GROUPS = Workload(speculative="eagle", num_speculative=1, lookahead_hashes=False,
+                        window=48, eagle_groups=(1,), blocks=60)
+MTP = Workload(speculative="mtp", num_speculative=3)
+PROMPT_EMBEDS = Workload(embeds=0.6)
+# vLLM's AsyncScheduler (vllm_async.py) over full attention and a 48-token window (the tokens in
+# flight hold the window's blocks), 60 blocks as ZEROING's, so that sessions still preempt
+ASYNC = Workload(async_scheduling=True, window=48, blocks=60)
+# ASYNC with speculative decoding: EAGLE's 2 draft tokens a step (`1 + 2` placeholders), some
+# rejected at each output (vllm_async.py), with lookahead hashes as vLLM's default
+ASYNC_SPEC = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
+                      num_speculative=2)
+# The fake connector under vLLM's AsyncScheduler: its loads reported with the output of a step
+# while the next is in flight, FAKE_CONNECTOR's pool (vllm_async.py)
+ASYNC_CONNECTOR = Workload(async_scheduling=True, fake_connector=True, blocks=24)
+# The fake connector beside EAGLE's 2 draft tokens: synchronous loads of all but a prompt's last
+# token, and whole prompts loaded, are padded with placeholder drafts (`pad_spec_decode`)
+SPEC_CONNECTOR = Workload(fake_connector=True, blocks=24, speculative="eagle", num_speculative=2)
+# Streaming input (vllm_streaming.py): half the requests resumable, each fed 1 to 3 updates;
+# and the same under ASYNC's scheduler and groups
+STREAMING = Workload(streaming=0.5)
+ASYNC_STREAMING = Workload(async_scheduling=True, window=48, blocks=60, streaming=0.5)
+# ASYNC under the V2 model runner (vllm_async.py)
+ASYNC_V2 = Workload(async_scheduling=True, window=48, blocks=60, v2_runner=True)
