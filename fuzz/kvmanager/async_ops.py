@@ -13,6 +13,13 @@ scheduler never does (docs/upstream-vllm.md, "vLLM's own scheduler, guarded").
 - a `sample` with `stale`: a preempted request's step in flight delivers its token after the
   preemption (vLLM keeps that "stale output"); the waiting request has it at its admission.
 
+Under a pipeline (the trace's `steps_in_flight` n > 1: vLLM's V2 model runner over n stages, its
+batch queue n + 1) a request's last n allocations may be in flight at its next (back-to-back
+prefill chunks; decodes are staggered n steps apart): the lock step keeps them as a queue,
+oldest first, each allocation adding its own and dropping what is older than the last n (the
+engine processed those); `processed` pops the oldest. With one step in flight (every trace
+before), the queue is that step alone: as before.
+
 With speculative decoding (vLLM 0.33.0's `AsyncScheduler._update_after_schedule`: `1 +
 num_spec_tokens` output placeholders a step that samples, the drafts placeholders the worker
 fills in), a `placeholder` carries `drafts`: the request counts them computed past its tokens
@@ -32,10 +39,37 @@ ONE_TOKEN_EVENTS = ("placeholder slot (token in flight)", "placeholder slot into
                     "output processed, nothing in flight", "stale token after a preemption")
 # the running loop's retry of a refused prefill chunk, after the preemption it made
 CHUNK_AGAIN = "prefill chunk refused, made again after a preemption"
+# a pipeline's (`steps_in_flight` > 1): an allocation with two steps of it in flight, and the
+# output of the older one processed while the newer one is still in flight
+PIPELINE_EVENTS = ("allocation with two steps in flight", "older step processed, one in flight")
 DRAFT_EVENTS = ("placeholder slots with draft tokens", "draft slots past a block's end",
                 "rejected drafts rolled back", "draft tokens after a step sat out",
                 "padded rows in flight until the output")
-EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS + (CHUNK_AGAIN,)
+EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS + (CHUNK_AGAIN,) + PIPELINE_EVENTS
+
+
+def flown(flights: list, tokens: int, steps: int) -> list:
+    """A request's steps in flight (their tokens, oldest first) after an allocation of `tokens`
+    (none for an allocation of a hit alone): that one, and of those before it what a pipeline
+    of `steps` (the trace's `steps_in_flight`) keeps in flight; the older ones were processed.
+    With one step: the allocation's alone, as the trace's asynchronous mode always had it."""
+    return [n for n in (flights + [tokens])[-steps:] if n]
+
+
+class Flights:
+    """A request's steps in flight (`flights`, oldest first) and their tokens (`in_flight`),
+    mixed into the lock step's and the guard's requests. Setting `in_flight` makes it the only
+    step in flight (0: none): an admission's, or after a preemption or a KV load."""
+
+    flights: list
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self.flights)
+
+    @in_flight.setter
+    def in_flight(self, tokens: int) -> None:
+        self.flights = [tokens] if tokens else []
 
 
 class AsyncOps:
@@ -77,12 +111,20 @@ class AsyncOps:
         if request is None or request.status not in ("running", "waiting") or \
                 not request.in_flight:
             return
-        self.count("output processed, nothing in flight")
+        self.count("output processed, nothing in flight" if len(request.flights) == 1 else
+                   "older step processed, one in flight")
         if request.status == "waiting":
             self.count(DROPPED_PROCESSED)
-        request.in_flight = 0
-        yield Call(f"r{op.rid}'s step output processed: no tokens in flight", None,
+        request.flights.pop(0)  # its oldest step's output (a pipeline's: a newer one flies on)
+        left = f"{request.in_flight} tokens" if request.flights else "no tokens"
+        yield Call(f"r{op.rid}'s step output processed: {left} in flight", None,
                    oracle=None)
+
+    def flown(self, request, tokens: int) -> None:
+        """After an allocation of `tokens` (a pipeline's second step in flight counted)."""
+        if len(request.flights) > 1:
+            self.count("allocation with two steps in flight")
+        request.flights = flown(request.flights, tokens, self.trace.steps_in_flight)
 
     def made_again(self, request) -> bool:
         """Whether a `schedule` with `again` (a running request's prefill chunk made again)

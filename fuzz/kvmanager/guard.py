@@ -50,6 +50,7 @@ from __future__ import annotations
 import inspect
 
 from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
+from kvfuzz.fuzz.kvmanager.async_ops import Flights
 from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
@@ -78,7 +79,7 @@ MAX_TOKEN = (1 << 31) - 1
 SITES = ("vllm.v1.core.sched.scheduler:KVCacheManager",)
 
 
-class _Tracked:
+class _Tracked(Flights):
     """One request as the trace's ops have moved it (the scheduler must agree)."""
 
     def __init__(self, rid: int, tokens: list[int], embedded: int = 0, engine=None):
@@ -98,7 +99,9 @@ class _Tracked:
         # a synchronous load's (local hit, end, computed tokens after its admission) until the
         # request's next allocation: a failure reported in between rewinds its computed tokens
         self.sync_load = None
-        self.in_flight = 0  # its last allocation's tokens, until a `processed` (guard_async.py)
+        # its last allocation's tokens (a pipeline's last few), until a `processed` each
+        # (guard_async.py)
+        self.flights: list[int] = []
         self.async_sync_end = None  # its synchronous load's end, under asynchronous scheduling
         self.ghost = 0  # its admission's output placeholder left by a failed load (guard_async.py)
         self.owed = 0  # and that of the step then in flight, until its output
@@ -110,7 +113,8 @@ class _Tracked:
 
 def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
           on_unsupported: str = "raise", max_in_flight_tokens: int | None = None,
-          num_lookahead_tokens: int = 0, async_scheduling: bool | None = None):
+          num_lookahead_tokens: int = 0, async_scheduling: bool | None = None,
+          steps_in_flight: int = 1):
     """The live `manager`, wrapped: checked in lock step with the oracle (`check`), or only
     recorded. `impl` names it in reports (default: its class's catalogue entry). A call the
     trace cannot model raises `GuardUnsupported` (`on_unsupported="raise"`), or, with "stop",
@@ -119,8 +123,13 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     (its own `num_lookahead_tokens`; an allocation with another number is refused).
     `async_scheduling`: the scheduler is vLLM's `AsyncScheduler` (True) or a synchronous one
     (False: a request with tokens in flight is refused); None infers it at the first tokens in
-    flight (`guard_async.py`)."""
-    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens, bool(async_scheduling))
+    flight (`guard_async.py`). `steps_in_flight`: under a pipeline (vLLM's V2 model runner over
+    n stages), the steps of a request that may be in flight at its next allocation, n (the
+    engine's `max_concurrent_batches` less one); more than one implies `async_scheduling`."""
+    if steps_in_flight > 1 and async_scheduling is None:
+        async_scheduling = True
+    trace = header(manager, max_in_flight_tokens, num_lookahead_tokens, bool(async_scheduling),
+                   steps_in_flight)
     driver = None
     if check:
         from kvfuzz.impl.kvmanager.live import LiveManagerDriver
@@ -243,7 +252,7 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
             done()
             # (draft rows are no tokens, unless held in flight: asynchronous scheduling)
             pad = getattr(op, "pad", 0)
-            tracked.in_flight = n - (0 if self._rows_in_flight(pad) else pad)
+            self._flown(tracked, n - (0 if self._rows_in_flight(pad) else pad))
         return result
 
     @modelled
@@ -284,6 +293,8 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         else:
             tracked.computed, tracked.running, tracked.async_sync_end = 0, False, None
             tracked.ghost = tracked.owed = 0  # (a preemption clears the output placeholders)
+            tracked.in_flight = 0  # (its stale output drained before its admission: as the
+            # lock step has it; its next allocation's alone are then in flight)
         return result
 
     @modelled

@@ -9,7 +9,10 @@ passes the manager, and the trace's op for it:
 
 - a request's tokens in flight (`num_in_flight_tokens`: scheduled, output not processed) at
   each allocation: its previous allocation's, as the trace's asynchronous mode holds them, or
-  none once that step's output is processed: a `processed` op first;
+  none once that step's output is processed: a `processed` op first; under a pipeline
+  (`kvfuzz.guard(..., steps_in_flight=n)`, the trace's `steps_in_flight`: vLLM's V2 model
+  runner over n stages) its last n allocations', a `processed` for each oldest one the engine
+  processed;
 - `allocate_slots(request, 1)` of a running request whose tokens are all computed (its output
   placeholder, `num_output_placeholders`: the token its step in flight samples, not yet
   appended): `placeholder`;
@@ -30,7 +33,8 @@ judged against the engine's.
 
 Refused (`GuardUnsupported`): tokens in flight where the guard was told the scheduler is
 synchronous (`async_scheduling=False`) or, inferring, after a running request's allocation
-was judged as a synchronous scheduler's; other in-flight counts than the two above, a waiting
+was judged as a synchronous scheduler's; other in-flight counts than those above (more steps
+in flight than the guard was told), a waiting
 request with tokens in flight (but one waiting after a streaming stop, whose step in flight
 is dropped: `guard_streaming.py`), a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
@@ -45,6 +49,7 @@ admission and its report carry no tokens in flight (`guard_connector.py` maps th
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager.async_ops import flown
 from kvfuzz.strategies.kvmanager.codec import MAX_PAD as MAX_DRAFTS
 from kvfuzz.strategies.kvmanager.connector_ops import Loaded
 from kvfuzz.strategies.kvmanager.trace import Processed, Sample
@@ -81,13 +86,24 @@ class AsyncCalls:
             if actual:
                 self._refuse(f"request {name!r} waits with {actual} tokens in flight")
             return
-        if actual == tracked.in_flight:
-            return
-        if actual:
+        # the engine processes a request's steps oldest first: what it has in flight is the
+        # trace's newest ones (its previous allocation's, or a pipeline's last few) or none
+        left = [sum(tracked.flights[i:]) for i in range(len(tracked.flights) + 1)]
+        if actual not in left:
+            steps = self.kvfuzz_session.header.steps_in_flight
             self._refuse(f"request {name!r} has {actual} tokens in flight where the trace has "
-                         f"{tracked.in_flight} (its previous allocation's) or none")
-        self.kvfuzz_session.step(Processed(tracked.rid))
-        tracked.in_flight = 0
+                         f"{tracked.in_flight} (its last {steps} allocations', oldest "
+                         f"processed first: {tracked.flights}) or fewer: more steps in flight "
+                         f"than kvfuzz.guard(..., steps_in_flight={steps}) maps")
+        while tracked.in_flight != actual:  # each oldest step's output came
+            self.kvfuzz_session.step(Processed(tracked.rid))
+            tracked.flights.pop(0)
+
+    def _flown(self, tracked, tokens: int) -> None:
+        """After an allocation of `tokens`: the request's steps in flight, as the lock step
+        keeps them (`async_ops.flown`: a pipeline's last few, else that one)."""
+        tracked.flights = flown(tracked.flights, tokens,
+                                self.kvfuzz_session.header.steps_in_flight)
 
     def _async_sync_cut(self, tracked, request) -> None:
         """A running request's computed tokens cut below the end of its synchronous KV load (a
@@ -115,6 +131,10 @@ class AsyncCalls:
         hit, end, after = load
         size = self.kvfuzz_session.header.block_size
         tracked.async_sync_end = None
+        if len(tracked.flights) > 1:  # (the lock step's cut is beneath one step in flight)
+            self._refuse(f"request {request.request_id!r} cut below its synchronous KV load's "
+                         f"end {end} with {len(tracked.flights)} steps in flight (a pipeline's)"
+                         f": not mapped")
         beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
             tracked.computed > after
         if self._drafts() or n % size or \

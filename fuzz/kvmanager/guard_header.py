@@ -10,11 +10,11 @@ from kvfuzz.strategies.kvmanager.trace import Trace, to_json
 
 
 def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
-           async_scheduling: bool = False) -> Trace:
+           async_scheduling: bool = False, steps_in_flight: int = 1) -> Trace:
     """The trace's settings, read from the live manager (`max_in_flight_tokens` is not kept on
     it: the engine passes what it gave the constructor; None is the manager's default; nor is
     `lookahead`, the draft tokens' slots the scheduler asks on every allocation, nor whether
-    the scheduler is asynchronous)."""
+    the scheduler is asynchronous, nor how many steps of a request a pipeline has in flight)."""
     def refuse(why: str):
         raise GuardUnsupported(f"kvfuzz.guard(kvmanager): {why}")
 
@@ -59,6 +59,7 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
                   retention=getattr(config, "prefix_cache_retention_interval", None),
                   max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
                   lookahead=lookahead, async_scheduling=async_scheduling,
+                  steps_in_flight=steps_in_flight,
                   **speculation(manager),
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)

@@ -17,7 +17,7 @@ from collections import Counter
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import async_ops, connector, streaming
-from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
+from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps, Flights
 from kvfuzz.fuzz.kvmanager.configs import CONFIGS, MARKS
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
@@ -43,14 +43,15 @@ from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Pr
                                                RemoveSkipped, Reset, Sample, Schedule, Settle)
 
 WAITING, RUNNING = "waiting", "running"
-class _Request:
+class _Request(Flights):
     def __init__(self, tokens, skip: bool = False, keys=kvmanager.NO_KEYS):
         self.tokens, self.computed, self.status = list(tokens), 0, WAITING
         self.keys = keys  # its extra hash keys (LoRA, cache salt, images)
         self.prompt, self.skip = len(self.tokens), skip  # skip: it never reads the cache
         self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
         self.preempted = False  # preempted before (its admissions count as such in the stats)
-        self.in_flight = 0  # its last allocation's tokens, in flight at the next (async)
+        # its last allocation's tokens, in flight at the next (async); a pipeline's last few
+        self.flights: list[int] = []
         # a connector admission's local hit, and each group's first block past it
         self.hit, self.held = 0, []
         # a synchronous load's (local hit, end, computed tokens after its admission), until the
@@ -462,7 +463,8 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             return [("invariant", f"allocate_slots consumed {consumed} free blocks, its check "
                                   f"counted {model.predicted}")]
         request.computed += hit + new - placeholders  # the drafts' rollback, at the output
-        request.status, request.in_flight = RUNNING, new - placeholders
+        request.status = RUNNING
+        self.flown(request, new - placeholders)  # (async_ops.py)
         request.streamed = False
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         if admission and trace.stats and NO_RECORD not in self.unread:

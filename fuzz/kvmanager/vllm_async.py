@@ -26,8 +26,9 @@ scheduler merges resumed requests into the new ones' output and keeps no previou
 which the manager never sees (the recordings equal the V1 runner's). With `pipeline_stages=n`
 too (n > 1) `AsyncScheduler` holds each request's next decode until `n` steps after its last
 (`decode_stagger`, `next_decode_eligible_step`) and the engine's batch queue is `n + 1`
-(`VllmConfig.max_concurrent_batches`), so a request has two steps in flight: the guard refuses
-that by name (the trace's asynchronous ops hold one step of a request in flight).
+(`VllmConfig.max_concurrent_batches`), so a request has two steps in flight (back-to-back
+prefill chunks): the session's guard is told (`steps_in_flight`, the queue less one), and the
+trace's `steps_in_flight` keeps them (`async_ops.py`).
 """
 
 from __future__ import annotations

@@ -274,6 +274,8 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
         lookahead = {"num_lookahead_tokens": scheduler.num_lookahead_tokens} \
             if scheduler.num_lookahead_tokens else {}
         lookahead |= {"async_scheduling": True} if workload.async_scheduling else {}
+        if workload.pipeline_stages > 1:  # a request's steps in flight (vllm_async.py)
+            lookahead["steps_in_flight"] = scheduler.vllm_config.max_concurrent_batches - 1
         scheduler.kv_cache_manager = wrap(
             scheduler.kv_cache_manager,
             max_in_flight_tokens=scheduler.vllm_config.max_in_flight_tokens, **lookahead)

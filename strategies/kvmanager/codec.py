@@ -98,6 +98,11 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   'expected 0 without a Mamba group in mode "align"', speculative)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
+    # a pipeline's steps of a request in flight (vLLM's V2 runner: its stages, at most four)
+    values["steps_in_flight"] = steps = reader.integer(
+        data.get("steps_in_flight", 1), "steps_in_flight", low=1, high=4)
+    reader.expect(steps == 1 or values["async_scheduling"], "steps_in_flight",
+                  "expected 1 without asynchronous scheduling", steps)
     values["retained"] = reader.integer(data.get("retained", 0), "retained", low=0, high=MAX_LEN)
     # Extra retained tokens belong to a sliding window.
     reader.expect(window or not values["retained"], "retained",

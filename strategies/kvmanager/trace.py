@@ -277,7 +277,8 @@ class Trace:
     each admission, made after every op), `lookahead` (speculative decoding: slots for that many
     draft tokens on every allocation), `eagle` (use_eagle: a hit drops its last block; beside a
     sliding window each group looks a block further first), `async_scheduling` (a running
-    request's previous allocation is still in flight at its next: `num_in_flight_tokens`),
+    request's previous allocation is still in flight at its next: `num_in_flight_tokens`;
+    `steps_in_flight` n > 1, a pipeline's: its last n allocations, oldest processed first),
     `retained` (the sliding window's `extra_retained_tokens`).
 
     Groups of different block sizes (`kvmanager/hybrid/1`): `window_block_size`, the
@@ -402,6 +403,7 @@ class Trace:
     lone: bool = False
     first_window: int = 0
     full_last: bool = False
+    steps_in_flight: int = 1
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -450,6 +452,7 @@ class Trace:
             ("hits reported", self.report), ("stats", self.stats),
             (f"{self.lookahead} lookahead tokens", self.lookahead), ("EAGLE", self.eagle),
             ("asynchronous scheduling", self.async_scheduling),
+            (f"{self.steps_in_flight} steps in flight", self.steps_in_flight > 1),
             (f"{self.retained} extra retained tokens", self.retained),
             ("blocks zeroed (mixed precision)", self.zeroing),
             (f"decode context parallel over {self.dcp} ranks", self.dcp),
@@ -497,4 +500,4 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
                   "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False,
                   "hisparse_lag": (),
-                  "first_window": 0, "full_last": False}
+                  "first_window": 0, "full_last": False, "steps_in_flight": 1}
