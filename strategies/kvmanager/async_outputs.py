@@ -48,7 +48,7 @@ VOCAB = 40  # as the corner traces': different requests often write the same blo
 QUEUE = 2  # the engine's batch queue: one step in flight while the next is scheduled
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+def build(rng: random.Random, num_ops: int, scheduler=None) -> Trace:
     size = rng.choice((1, 2, 4, 4, 8))
     window = 0 if rng.random() < 0.2 else rng.randint(2, 4 * size)
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 40)))
@@ -60,7 +60,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
         rng.choice((None, rng.randint(1, 4 * size)))
     watermark = 0.0 if rng.random() < 0.8 else rng.choice((0.01, 0.1, 0.2))
     retained = rng.randint(1, 2 * size) if window and rng.random() < 0.5 else 0
-    shaper = _AsyncScheduler(rng, size, window + retained if window else 0, blocks, budget,
+    shaper = (scheduler or _AsyncScheduler)(rng, size, window + retained if window else 0, blocks, budget,
                              max_model_len, settles=rng.random() < 0.8)
     shaper.chunk_retries = True
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
@@ -92,6 +92,7 @@ class _AsyncScheduler:
     # a refused prefill chunk made, then again after each preemption (since 2026-12-06; the
     # profiles built on this class that keep their traces as before leave it off)
     chunk_retries = False
+    queue_size = QUEUE  # (a pipeline's is longer: `async_pipeline.py`)
 
     def __init__(self, rng, size: int, window: int, blocks: int, budget: int,
                  max_model_len: int, settles: bool):
@@ -137,7 +138,7 @@ class _AsyncScheduler:
         if scheduled:
             self.queue.append((self.now, scheduled))
         # the engine waits on the oldest step once the queue is full or nothing was scheduled
-        if self.queue and (len(self.queue) >= QUEUE or not scheduled):
+        if self.queue and (len(self.queue) >= self.queue_size or not scheduled):
             self._process(*self.queue.pop(0))
         self.now += 1
         return True
@@ -161,14 +162,14 @@ class _AsyncScheduler:
         of the step, each with whether it samples."""
         left, scheduled, preempted = self.budget, [], False
         for request in list(self.running):
-            if request not in self.running or left <= 0 or self.rng.random() > 0.93:
+            if request not in self.running or left <= 0 or self._staggered(request) or \
+                    self.rng.random() > 0.93:
                 continue  # preempted this step, out of budget, or sits this step out
             if len(request.tokens) - request.prompt + request.pending >= request.outputs:
                 continue  # its last outputs are in flight: nothing more to schedule
             chunk = min(len(request.tokens) + request.pending + request.ghost - request.computed,
                         left)
-            if request.held and request.last < self.now - 1:
-                self.ops.append(Processed(request.rid))  # its last output came meanwhile
+            self._outputs_came(request)
             # the prompt's next chunk, or a sampled token; else the slot of the token its step
             # in flight samples
             op = Schedule(request.rid, chunk) if request.computed < len(request.tokens) else \
@@ -197,6 +198,21 @@ class _AsyncScheduler:
         if not preempted:
             self._admit_waiting(left, scheduled)
         return scheduled
+
+    def _staggered(self, request: _Request) -> bool:
+        """Whether the request waits for its decode's turn (a pipeline's: `async_pipeline`)."""
+        return False
+
+    def _outputs_came(self, request: _Request) -> None:
+        """Before its allocation: its last step's output came meanwhile (`processed`)."""
+        if request.held and request.last < self.now - 1:
+            self.ops.append(Processed(request.rid))
+
+    def _output_processed(self, request: _Request, step: int) -> None:
+        """Its `step`'s output processed: where that was its last, nothing of it in flight."""
+        if request.last == step and request.held:
+            self.ops.append(Processed(request.rid))
+            request.held = False
 
     def _admit_waiting(self, left: int, scheduled: list) -> None:
         """The step's waiting part, once its running part preempted nothing: admissions in
@@ -281,9 +297,8 @@ class _AsyncScheduler:
                     request.pending -= 1
                     self._append(request, Sample, stale=True)
                 continue
-            if request.last == step and request.held and (self.settles or request.done):
-                self.ops.append(Processed(request.rid))  # nothing of it in flight now
-                request.held = False
+            if self.settles or request.done:
+                self._output_processed(request, step)
             if samples:
                 request.pending -= 1
                 self._append(request, Sample)

@@ -174,6 +174,13 @@ REACHES = {
         "placeholder slot (token in flight)", "stale token after a preemption", "preempt",
         "window frees blocks with tokens in flight", "admission with a hit"]
     + _CONFIGS("asynchronous scheduling", "sliding window", "whole request must fit"),
+    # the same under the V2 model runner over a pipeline of two stages (async_ops.
+    # PIPELINE_EVENTS: two steps of a request in flight, the older processed first), with
+    # placeholders, stale tokens, preemptions and a window's frees with tokens in flight
+    "async pipeline": list(async_ops.PIPELINE_EVENTS) + [
+        "placeholder slot (token in flight)", "stale token after a preemption", "preempt",
+        "window frees blocks with tokens in flight", "admission with a hit"]
+    + _CONFIGS("asynchronous scheduling", "sliding window", "whole request must fit"),
     # the synchronous sessions with draft tokens (streaming.SPEC_EVENTS: stops discarding the
     # token the caching after their output sampled, a hash kept over it under lookahead
     # hashing, made again at a lookup after a preemption), with updates at the stop and after
