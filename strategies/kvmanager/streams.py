@@ -25,6 +25,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
+from kvfuzz.strategies.kvmanager import async_streaming_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -188,7 +189,8 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
 # Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes:
 # none since 2026-12-06 (the seven that were are in `STREAMS` above). A new profile may start
 # here, the mix's draws kept, until it gets a share by `STREAMS`'s rule
-ALONE_ONLY: dict[str, TraceGenerator] = {}
+ALONE_ONLY: dict[str, TraceGenerator] = {
+    "async streaming drafts": async_streaming_drafts.GENERATOR}
 ALONE.update({"async connector": async_connector.GENERATOR,
               "async drafts": async_drafts.GENERATOR, "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,
