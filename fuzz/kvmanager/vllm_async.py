@@ -94,7 +94,11 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     loading come after it, as in the synchronous sessions. `streaming`: the session's
     streaming inputs (`vllm_streaming.py`), sent before each step is scheduled."""
     from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.structured_output.utils import strip_speculative_padding
 
+    from kvfuzz.fuzz.kvmanager.fake_grammar import admit
+
+    grammars = result.grammars  # the fake grammar backend (fake_grammar.py), if any
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
@@ -105,7 +109,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     queue_size = scheduler.vllm_config.max_concurrent_batches
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
-            scheduler.add_request(arrivals.pop(0)[1])
+            admit(scheduler, arrivals.pop(0)[1])
         if streaming:
             streaming.before_step(scheduler, result.steps)
         # (a session waiting for its next update is no unfinished request to the scheduler)
@@ -120,7 +124,10 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             ids = list(output.num_scheduled_tokens)
             samples = [_sampled(scheduler, output, rid, waiting) for rid in ids]
             queue.appendleft((output, ids, samples))
-            if len(queue) < queue_size and (output.total_num_scheduled_tokens or
+            if grammars:  # (fake_grammar.py: a step with grammar tokens in flight deferred)
+                grammars.scheduled(scheduler, output)
+            deferred = grammars and output.pending_structured_output_tokens
+            if len(queue) < queue_size and not deferred and (output.total_num_scheduled_tokens or
                                        scheduler.has_requests()):
                 continue  # the engine does not wait on a step while the queue has room
         if not queue:
@@ -138,6 +145,13 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             kv_connector_output=worker.output(output) if worker else None))
         if worker:
             worker.after(scheduler, requests)
+        if grammars and queue and grammars.after_output(scheduler, queue[0][0]):
+            # the deferred step's drafts filtered: it accepts no draft padded with -1
+            newest, newest_ids, newest_samples = queue[0]
+            queue[0] = (newest, newest_ids, [
+                min(sample, 1 + len(strip_speculative_padding(
+                    newest.scheduled_spec_decode_tokens.get(rid, ())))) if sample else 0
+                for rid, sample in zip(newest_ids, newest_samples)])
         if streaming:
             streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
     result.finished = sum(request.is_finished() for request in requests)
