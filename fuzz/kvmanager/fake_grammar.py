@@ -127,24 +127,29 @@ class Grammars:
         return [3 + int(_draw(self.seed, "drafted", request_id, position, i) * 996)
                 for i in range(count)]
 
-    def after_output(self, scheduler, output) -> bool:
-        """Under the asynchronous scheduler, after the output of the step before `output`
-        (a step the engine deferred, `pending_structured_output_tokens`): the worker's drafts
-        for it, filtered by the grammars (`update_draft_token_ids_in_output`: the invalid
-        ones padded with -1), then its bitmask. True if it was deferred."""
+    def after_output(self, scheduler, output, ids, samples):
+        """Under the asynchronous scheduler, after the output of the step before `output` (a
+        queue entry: the step, its request ids, what each samples): if the engine deferred
+        it (`pending_structured_output_tokens`), the worker's drafts for it filtered by the
+        grammars (`update_draft_token_ids_in_output`: the invalid ones padded with -1, which
+        the model then accepts none of), then its bitmask. The entry, with what each request
+        may sample."""
         if not output.pending_structured_output_tokens:
-            return False
+            return output, ids, samples
         from vllm.v1.outputs import DraftTokenIds
+        from vllm.v1.structured_output.utils import strip_speculative_padding
 
         self.deferred += 1
         scheduled = output.scheduled_spec_decode_tokens
-        ids = [rid for rid in scheduled if rid in scheduler.requests]
-        if ids:
+        drafted = [rid for rid in scheduled if rid in scheduler.requests]
+        if drafted:
             proposed = [self.drafts(rid, scheduler.requests[rid].num_tokens, len(scheduled[rid]))
-                        for rid in ids]
-            scheduler.update_draft_token_ids_in_output(DraftTokenIds(ids, proposed), output)
+                        for rid in drafted]
+            scheduler.update_draft_token_ids_in_output(DraftTokenIds(drafted, proposed), output)
         scheduler.get_grammar_bitmask(output)
-        return True
+        return output, ids, [
+            min(sample, 1 + len(strip_speculative_padding(scheduled.get(rid, ())))) if sample
+            else 0 for rid, sample in zip(ids, samples)]
 
 
 class Drafter:

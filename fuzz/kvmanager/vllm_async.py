@@ -21,6 +21,10 @@ reports, its failures), so a load is reported while the next step is in flight; 
 requests loading follow each output, as in the synchronous sessions. vLLM sets
 `defer_block_free` itself then (a KV consumer under overlapping batches).
 
+With structured output (`Workload(structured=share)`, `fake_grammar.py`), a step that has a
+structured request's tokens in flight (`pending_structured_output_tokens`) has its bitmask, and
+with drafts its drafts' filtering, after the output of the step before, as the engine defers it.
+
 `Workload(v2_runner=True)` (`ASYNC_V2`) runs the session under vLLM's V2 model runner: the
 scheduler merges resumed requests into the new ones' output and keeps no previous step's ids,
 which the manager never sees (the recordings equal the V1 runner's). With `pipeline_stages=n`
@@ -94,7 +98,6 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     loading come after it, as in the synchronous sessions. `streaming`: the session's
     streaming inputs (`vllm_streaming.py`), sent before each step is scheduled."""
     from vllm.v1.outputs import ModelRunnerOutput
-    from vllm.v1.structured_output.utils import strip_speculative_padding
 
     from kvfuzz.fuzz.kvmanager.fake_grammar import admit
 
@@ -126,9 +129,9 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             queue.appendleft((output, ids, samples))
             if grammars:  # (fake_grammar.py: a step with grammar tokens in flight deferred)
                 grammars.scheduled(scheduler, output)
-            deferred = grammars and output.pending_structured_output_tokens
-            if len(queue) < queue_size and not deferred and (output.total_num_scheduled_tokens or
-                                       scheduler.has_requests()):
+            deferred = grammars and output.pending_structured_output_tokens  # (popped at once)
+            if len(queue) < queue_size and not deferred and (
+                    output.total_num_scheduled_tokens or scheduler.has_requests()):
                 continue  # the engine does not wait on a step while the queue has room
         if not queue:
             continue
@@ -145,13 +148,8 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             kv_connector_output=worker.output(output) if worker else None))
         if worker:
             worker.after(scheduler, requests)
-        if grammars and queue and grammars.after_output(scheduler, queue[0][0]):
-            # the deferred step's drafts filtered: it accepts no draft padded with -1
-            newest, newest_ids, newest_samples = queue[0]
-            queue[0] = (newest, newest_ids, [
-                min(sample, 1 + len(strip_speculative_padding(
-                    newest.scheduled_spec_decode_tokens.get(rid, ())))) if sample else 0
-                for rid, sample in zip(newest_ids, newest_samples)])
+        if grammars and queue:  # the deferred step's drafts filtered, then its bitmask
+            queue[0] = grammars.after_output(scheduler, *queue[0])
         if streaming:
             streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
     result.finished = sum(request.is_finished() for request in requests)

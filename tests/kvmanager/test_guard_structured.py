@@ -16,7 +16,7 @@ from kvfuzz.fuzz.kvmanager.fake_grammar import Grammars
 from tests import guarding
 from tests.helpers import with_engine
 
-SEEDS = range(4)  # each workload's sessions 0-3 reach every count below
+SEEDS = range(2)  # each workload's sessions 0-1 reach every count below (session 0 alone does)
 
 
 def _request(steps: int):
