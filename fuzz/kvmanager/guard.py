@@ -413,6 +413,11 @@ class GuardedManager(StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees, Co
         elif self._placeholder(tracked, request, n, tokens, seen):
             # the token its step in flight samples, and that many drafts after it
             op = Placeholder(tracked.rid, n - 1)
+        elif request.spec_token_ids and not self.kvfuzz_session.header.async_scheduling:
+            # the synchronous scheduler's drafts (fake_grammar.Drafter): the trace's decode
+            # computes one token, and its tokens in flight are asynchronous scheduling's
+            self._refuse(f"a synchronous step of {n} tokens with {len(request.spec_token_ids)} "
+                         f"draft tokens for request {request.request_id!r}")
         else:
             self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
                          f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "

@@ -21,6 +21,10 @@ reports, its failures), so a load is reported while the next step is in flight; 
 requests loading follow each output, as in the synchronous sessions. vLLM sets
 `defer_block_free` itself then (a KV consumer under overlapping batches).
 
+With structured output (`Workload(structured=share)`, `fake_grammar.py`), a step that has a
+structured request's tokens in flight (`pending_structured_output_tokens`) has its bitmask, and
+with drafts its drafts' filtering, after the output of the step before, as the engine defers it.
+
 `Workload(v2_runner=True)` (`ASYNC_V2`) runs the session under vLLM's V2 model runner: the
 scheduler merges resumed requests into the new ones' output and keeps no previous step's ids,
 which the manager never sees (the recordings equal the V1 runner's). With `pipeline_stages=n`
@@ -96,6 +100,9 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     streaming inputs (`vllm_streaming.py`), sent before each step is scheduled."""
     from vllm.v1.outputs import ModelRunnerOutput
 
+    from kvfuzz.fuzz.kvmanager.fake_grammar import admit
+
+    grammars = result.grammars  # the fake grammar backend (fake_grammar.py), if any
     if workload.deferred_aborts:
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
@@ -106,7 +113,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     queue_size = scheduler.vllm_config.max_concurrent_batches
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
-            scheduler.add_request(arrivals.pop(0)[1])
+            admit(scheduler, arrivals.pop(0)[1])
         if streaming:
             streaming.before_step(scheduler, result.steps)
         # (a session waiting for its next update is no unfinished request to the scheduler)
@@ -121,8 +128,11 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             ids = list(output.num_scheduled_tokens)
             samples = [_sampled(scheduler, output, rid, waiting) for rid in ids]
             queue.appendleft((output, ids, samples))
-            if len(queue) < queue_size and (output.total_num_scheduled_tokens or
-                                       scheduler.has_requests()):
+            if grammars:  # (fake_grammar.py: a step with grammar tokens in flight deferred)
+                grammars.scheduled(scheduler, output)
+            deferred = grammars and output.pending_structured_output_tokens  # (popped at once)
+            if len(queue) < queue_size and not deferred and (
+                    output.total_num_scheduled_tokens or scheduler.has_requests()):
                 continue  # the engine does not wait on a step while the queue has room
         if not queue:
             continue
@@ -139,6 +149,8 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
             kv_connector_output=worker.output(output) if worker else None))
         if worker:
             worker.after(scheduler, requests)
+        if grammars and queue:  # the deferred step's drafts filtered, then its bitmask
+            queue[0] = grammars.after_output(scheduler, *queue[0])
         if streaming:
             streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
     result.finished = sum(request.is_finished() for request in requests)

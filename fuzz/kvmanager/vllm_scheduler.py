@@ -12,7 +12,8 @@ adds vLLM's CPU offloading connector, its worker side answered by `offload_worke
 (`fake_connector.py`); `Workload(async_scheduling=True)` vLLM's `AsyncScheduler`, stepped as
 its engine steps it (`vllm_async.py`), with the fake connector too;
 `Workload(streaming=share)` makes that share of the requests resumable, fed seeded streaming
-updates (`vllm_streaming.py`; the synchronous scheduler only).
+updates (`vllm_streaming.py`; the synchronous scheduler only); `Workload(structured=share)` gives
+that share a grammar of a seeded fake backend (`fake_grammar.py`).
 
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
@@ -37,7 +38,9 @@ from kvfuzz.fuzz.kvmanager import vllm_workloads
 from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too)
     SessionResult, Workload, FAKE_CONNECTOR, ZEROING, ZEROING_CONNECTOR, EXTRA_KEYS,
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
-    SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2)
+    SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
+    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED)
+from kvfuzz.fuzz.kvmanager.fake_grammar import admit, session_grammars, structured_params
 
 
 def _text_decoder_info(registry):
@@ -217,8 +220,10 @@ def _requests(scheduler, workload: Workload, rng: random.Random, manager_class=N
     rng.shuffle(prompts)
     made, keyed = [], random.Random(f"extra keys {len(prompts)}")
     embedded = random.Random(f"embeds {len(prompts)}")  # a stream of its own, as the keys'
+    shaped = random.Random(f"structured {prompts[0]}")  # and the grammars', per session
     for index, prompt in enumerate(prompts):
         params = SamplingParams(max_tokens=rng.randint(1, workload.max_tokens), ignore_eos=True)
+        params.structured_outputs = structured_params(shaped, index, workload.structured)
         given = {"prompt_token_ids": prompt}
         if workload.embeds and embedded.random() < workload.embeds:
             from kvfuzz.fuzz.kvmanager.vllm_speculative import embeddings
@@ -282,6 +287,7 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
     arrivals = _requests(scheduler, workload, rng, manager_class)
     requests = [request for _, request in arrivals]
     result = SessionResult(0, 0, len(requests), 0, scheduler.kv_cache_manager)
+    grammars = result.grammars = session_grammars(scheduler, workload, seed)
     if workload.async_scheduling:
         from kvfuzz.fuzz.kvmanager.vllm_async import run_pipelined
 
@@ -293,6 +299,8 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
         if worker:
             result.loads, result.stores = worker.loads, worker.stores
             result.aborted, result.sync_failures = worker.aborted, worker.sync_failures
+        if grammars:
+            grammars.count(requests)
         if wrap_pool is not None:
             result.pool = scheduler.kv_cache_manager.coordinator.block_pool
         return result
@@ -303,9 +311,10 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
     streaming = result.streaming = _streaming(seed, workload, requests)
+    drafter = grammars.drafter(scheduler) if grammars else None
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
-            scheduler.add_request(arrivals.pop(0)[1])
+            admit(scheduler, arrivals.pop(0)[1])
         if streaming:
             streaming.before_step(scheduler, result.steps)
         # (a session waiting for its next update is no unfinished request to the scheduler)
@@ -314,10 +323,14 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
             break
         output = scheduler.schedule()
         result.steps += 1
+        if grammars:
+            grammars.scheduled(scheduler, output)
         ids = list(output.num_scheduled_tokens)
         result.scheduled_tokens += output.total_num_scheduled_tokens
-        # One sampled token for each request whose prompt is done, none for a prefill chunk.
-        sampled = [[] if scheduler.requests[rid].is_prefill_chunk else [rng.randrange(3, 1000)]
+        # One sampled token for each request whose prompt is done, none for a prefill chunk
+        # (with the fake drafter's drafts: those it accepts before it)
+        sampled = [[] if scheduler.requests[rid].is_prefill_chunk else
+                   (drafter.accepted(output, rid) if drafter else []) + [rng.randrange(3, 1000)]
                    for rid in ids]
         if ids and aborts.random() < workload.deferred_aborts:
             result.deferred += _abort_in_flight(scheduler, aborts.choice(ids))
@@ -327,6 +340,10 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
         worker.after(scheduler, requests)
         if streaming:
             streaming.after_step(scheduler, result.steps, output.total_num_scheduled_tokens)
+        if drafter:  # the engine's post_step: the drafts proposed with the step's output
+            drafter.propose(scheduler, ids)
+    if grammars:
+        grammars.count(requests)
     result.finished = sum(request.is_finished() for request in requests)
     result.preemptions = sum(request.num_preemptions for request in requests)
     result.loads, result.stores = worker.loads, worker.stores

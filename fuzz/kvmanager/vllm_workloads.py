@@ -66,6 +66,11 @@ class Workload:
     # to `max_updates` streaming updates, then its end (synchronous scheduling only)
     streaming: float = 0.0
     max_updates: int = 3
+    # Structured output (fake_grammar.py): the share of requests with a grammar of kvfuzz's
+    # fake backend (compiled after 0-3 steps, or failing to; rejecting sampled tokens and
+    # filtering drafts with seeded chances); with speculation, the synchronous sessions' fake
+    # drafter then proposes `num_speculative` drafts a step (filtered by the grammars)
+    structured: float = 0.0
 
 
 @dataclass
@@ -84,6 +89,7 @@ class SessionResult:
     deferred: int = 0                   # requests aborted during their step (deferred frees)
     sync_failures: int = 0              # and its synchronous loads failed
     streaming: object = None            # the streaming inputs sent (vllm_streaming.py), if any
+    grammars: object = None             # the fake grammar backend's counts (fake_grammar.py)
     notes: list[str] = field(default_factory=list)
 
 
@@ -126,3 +132,11 @@ STREAMING = Workload(streaming=0.5)
 ASYNC_STREAMING = Workload(async_scheduling=True, window=48, blocks=60, streaming=0.5)
 # ASYNC under the V2 model runner (vllm_async.py)
 ASYNC_V2 = Workload(async_scheduling=True, window=48, blocks=60, v2_runner=True)
+# Structured output (fake_grammar.py): half the requests with a grammar, under the synchronous
+# scheduler (with EAGLE's 2 drafts a step, proposed by the fake drafter and filtered by the
+# grammars), and under ASYNC's scheduler and groups (with ASYNC_SPEC's drafts)
+STRUCTURED = Workload(structured=0.5)
+SPEC_STRUCTURED = Workload(structured=0.5, speculative="eagle", num_speculative=2)
+ASYNC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, structured=0.5)
+ASYNC_SPEC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
+                                 num_speculative=2, structured=0.5)

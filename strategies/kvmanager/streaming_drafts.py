@@ -112,11 +112,8 @@ class _DraftSessions(streaming_input._Scheduler):
         for request in list(self.running):
             if request not in self.running or left <= 0:
                 continue
-            need = min(len(request.tokens) - request.computed, left)
-            while not self._fits(request, need) and self.running[-1] is not request:
-                self._preempt(self.running[-1])
-            if not self._fits(request, need):
-                self._preempt(request)
+            need = self._room(request, left)
+            if need is None:
                 continue
             self.ops.append(Schedule(request.rid, need))
             request.computed += need

@@ -151,16 +151,25 @@ class _Scheduler:
         request.prompt, request.outputs = len(request.tokens), more
         self.ops.append(Stream(request.rid, tuple(new)))
 
+    def _room(self, request: _Request, left: int) -> int | None:
+        """The tokens `request` steps next (its rest, at most `left`), once the requests after
+        it were preempted until they fit; None where it was preempted itself (the scheduler's
+        preemption of the running queue's tail)."""
+        need = min(len(request.tokens) - request.computed, left)
+        while not self._fits(request, need) and self.running[-1] is not request:
+            self._preempt(self.running[-1])
+        if not self._fits(request, need):
+            self._preempt(request)
+            return None
+        return need
+
     def _run_running(self, left: int) -> int:
         self.preempted = False
         for request in list(self.running):
             if request not in self.running or left <= 0:
                 continue
-            need = min(len(request.tokens) - request.computed, left)
-            while not self._fits(request, need) and self.running[-1] is not request:
-                self._preempt(self.running[-1])
-            if not self._fits(request, need):
-                self._preempt(request)
+            need = self._room(request, left)
+            if need is None:
                 continue
             if request.computed < len(request.tokens) - 1 or request.computed < request.prompt:
                 self.ops.append(Schedule(request.rid, need))  # a prompt's next chunk

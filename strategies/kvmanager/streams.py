@@ -26,6 +26,7 @@ from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last
 from kvfuzz.strategies.kvmanager import async_pipeline
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
+from kvfuzz.strategies.kvmanager import async_streaming_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -120,7 +121,11 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # resumable requests under the synchronous scheduler with draft tokens and lookahead
            # hashing (2026-12-06, issue 24; by the same rule, the widest open range, whose first
            # index of seed 0, 409, `test_profiles.py`'s seeded run reaches since): 409
-           (streaming_drafts.GENERATOR, 0.2358, 0.2452))
+           (streaming_drafts.GENERATOR, 0.2358, 0.2452),
+           # resumable requests under the asynchronous scheduler with draft tokens (2026-12-06,
+           # issue 24; by the same rule, the one open range whose first index of seed 0, 380,
+           # the seeded run's 420 reach; the widest's first is 426): 380
+           (async_streaming_drafts.GENERATOR, 0.2292, 0.2357))
 
 
 class MixedStreams:
@@ -198,7 +203,8 @@ ALONE.update({"async connector": async_connector.GENERATOR,
               "connector sizes": connector_sizes.GENERATOR,
               "hisparse cow": hisparse_cow.GENERATOR,
               "mamba connector": mamba_connector.GENERATOR,
-              "streaming drafts": streaming_drafts.GENERATOR})
+              "streaming drafts": streaming_drafts.GENERATOR,
+              "async streaming drafts": async_streaming_drafts.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -214,5 +220,5 @@ def profiles() -> tuple[str, ...]:
             *hisparse_lag.PROFILES, *async_connector.PROFILES, *async_drafts.PROFILES,
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
             *connector_sizes.PROFILES, *hisparse_cow.PROFILES, *mamba_connector.PROFILES,
-            *streaming_drafts.PROFILES,
+            *streaming_drafts.PROFILES, *async_streaming_drafts.PROFILES,
             *ALONE_ONLY)

@@ -195,6 +195,21 @@ REACHES = {
     + _CONFIGS("lookahead tokens", "lookahead hashing", "EAGLE",
                "multi-token prediction (prefill lookahead)", "sliding window",
                "whole request must fit", "multimodal inputs"),
+    # the asynchronous sessions with draft tokens: stops discarding the sampled token with a
+    # step of 1 + k slots in flight, dropped steps processed while waiting or resumed before,
+    # stops by stale output, beside the drafts' placeholders, rollbacks and padded rows in
+    # flight (resumptions padded too), a hash kept over a discarded token, EAGLE's drop and
+    # MTP's held-back tokens
+    "async streaming drafts": list(streaming.ASYNC_EVENTS) + list(async_ops.DRAFT_EVENTS) + [
+        streaming.HASH_KEPT, "streaming: stopped, waiting for an update",
+        "streaming: update taken", "streaming: update taken at the stop",
+        "resumed after a streaming update", "admission padded after its load",
+        "stale token after a preemption", "preempt", "admission with a hit",
+        "EAGLE: a window hit drops its last block",
+        "MTP: a block held back from caching, its tokens re-prefillable"]
+    + _CONFIGS("asynchronous scheduling", "lookahead tokens", "lookahead hashing", "EAGLE",
+               "multi-token prediction (prefill lookahead)", "sliding window",
+               "whole request must fit"),
 }
 
 

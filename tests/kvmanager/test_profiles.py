@@ -23,11 +23,12 @@ from kvfuzz.strategies.kvmanager.trace import to_json
 # the mix's profiles (those made alone only, `streams.ALONE_ONLY`, are never drawn in it)
 NOTES = [f"profile {name}" for name in streams.profiles() if name not in streams.ALONE_ONLY]
 # the profiles made alone only until 2026-12-06, drawn in the mix since on shares of their own
-# (and "streaming drafts", in the mix from its start), with the first index of seed 0's mix
-# that each takes
+# (and "streaming drafts" and "async streaming drafts", in the mix from their start), with the
+# first index of seed 0's mix that each takes
 ONCE_ALONE_ONLY = {"async connector": 293, "async drafts": 218, "full last": 282,
                    "streaming": 289, "async streaming": 333, "connector sizes": 337,
-                   "hisparse cow": 225, "mamba connector": 254, "streaming drafts": 409}
+                   "hisparse cow": 225, "mamba connector": 254, "streaming drafts": 409,
+                   "async streaming drafts": 380}
 
 
 def test_the_seeded_run_makes_every_profile_and_no_other():
