@@ -17,7 +17,7 @@ from collections import Counter
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import async_ops, connector, streaming
-from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps, Flights
+from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
 from kvfuzz.fuzz.kvmanager.configs import CONFIGS, MARKS
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
@@ -26,73 +26,23 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import CONFIGS as EMBEDS_CONFIGS
 from kvfuzz.fuzz.kvmanager.embeds_marks import MARKS as EMBEDS_MARKS
 from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
+from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING, _Request  # noqa: F401 (read here)
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
-from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare, ignored, popped_compare
+from kvfuzz.fuzz.kvmanager.free_ops import FreeOps
+from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
 from kvfuzz.fuzz.kvmanager.state_reads import StateReads
 from kvfuzz.fuzz.kvmanager.streaming import StreamingOps
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.kvmanager.extra_keys import block_extra_keys
 from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
                                            NothingToAllocate)
 from kvfuzz.strategies.kvmanager import trace as kvmanager
-from kvfuzz.strategies.kvmanager.hashing import chain_from
 from kvfuzz.strategies.kvmanager.released import (NO_BOUNDARY, NO_HIT_ALONE, NO_RECORD,
                                                   NO_TRUNCATE)
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Preempt, Release,
-                                               RemoveSkipped, Reset, Sample, Schedule, Settle)
-
-WAITING, RUNNING = "waiting", "running"
-class _Request(Flights):
-    def __init__(self, tokens, skip: bool = False, keys=kvmanager.NO_KEYS):
-        self.tokens, self.computed, self.status = list(tokens), 0, WAITING
-        self.keys = keys  # its extra hash keys (LoRA, cache salt, images)
-        self.prompt, self.skip = len(self.tokens), skip  # skip: it never reads the cache
-        self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
-        self.preempted = False  # preempted before (its admissions count as such in the stats)
-        # its last allocation's tokens, in flight at the next (async); a pipeline's last few
-        self.flights: list[int] = []
-        # a connector admission's local hit, and each group's first block past it
-        self.hit, self.held = 0, []
-        # a synchronous load's (local hit, end, computed tokens after its admission), until the
-        # request moves on: a `loaded` failure then rewinds it
-        self.sync_load = None
-        # under asynchronous scheduling, the output placeholder its admission's step left
-        # unresolved when that step's output reported a failed block of its synchronous load
-        # (vLLM skips the output): the scheduler schedules that position past its tokens once
-        self.ghost = 0
-        self.owed = 0  # and the placeholder of the step then in flight, until its `sample`
-        # streaming input (`streaming.py`): stopped and waiting for an update; streamed since
-        # its last allocation
-        self.paused = self.streamed = False
-        self.refused = None  # its last allocation refused: the preemptions made before it
-        # under lookahead hashing: stopped resumable since its last lookup, its hashes perhaps
-        # covering a discarded token until its next lookup makes them again (`streaming.py`)
-        self.rehash = False
-        self._hashes: list[int] = []
-
-    def hashes(self, block_size: int, lookahead: int = 0) -> list[int]:
-        """The block hashes of every full block so far, extended as tokens come (as vLLM's
-        request does): rehashing every token on every step is quadratic in a long request.
-        With `lookahead` (lookahead hashing) a block is hashed once that many tokens follow it."""
-        done, known = len(self._hashes) * block_size, len(self.tokens) - lookahead
-        if known - done >= block_size:
-            # The chain restarts from the last known hash: hash the new blocks only.
-            full = (known // block_size) * block_size
-            self._hashes += chain_from(self._hashes[-1] if self._hashes else None,
-                                       self.tokens[done:full + lookahead], block_size, done,
-                                       self._extra_keys if self.keys else None, lookahead)
-        return self._hashes
-
-    def _extra_keys(self, start: int, end: int):
-        return block_extra_keys(self.keys, start, end)
-
-    def drop_hashes_past(self, block_size: int) -> None:
-        """The hashes of blocks no longer full dropped (a streaming stop's discarded token)."""
-        del self._hashes[len(self.tokens) // block_size:]
+from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Sample, Schedule
 
 
-class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockstep):
+class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -255,87 +205,6 @@ class KVManagerLockstep(StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockst
             return None
         self.count("decode")
         return request
-
-    @handles(Preempt, Finish)
-    def free(self, op):
-        request = self.requests.get(op.rid)
-        finish = isinstance(op, Finish)
-        if request is None or (not finish and request.status != RUNNING):
-            return
-        self.count("finish" if finish else "preempt")
-        self.preemptions += not finish
-        if op.defer:  # the free deferred: the tables emptied, the blocks still held
-            self.count("free deferred (pop_blocks_for_free)")
-            if request.status == connector.LOADING:
-                self.count("free deferred during its KV load")
-            yield Call(f"pop_blocks_for_free(r{op.rid}){'' if finish else ': preempted'}",
-                       "pop_blocks_for_free", (op.rid, finish),
-                       oracle=lambda: self.model.pop_blocks_for_free(op.rid),
-                       compare=popped_compare)
-        else:
-            yield Call(f"free(r{op.rid}){'' if finish else ': preempted'}", "free",
-                       (op.rid, finish), oracle=lambda: self.model.free(op.rid))
-        request.sync_load = None
-        if finish:
-            del self.requests[op.rid]
-            yield Call("", "forget", (op.rid,), oracle=None, compare=ignored)
-        else:
-            request.computed, request.status, request.preempted = 0, WAITING, True
-            request.in_flight = 0  # its stale output drained before it is admitted again
-            request.ghost = request.owed = 0  # (a preemption clears the output placeholders)
-            yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
-
-    @handles(Release)
-    def release(self, op: Release):
-        if not self.model.deferring(op.rid):
-            return
-        self.count("deferred free released")
-        yield Call(f"block_pool.free_blocks(reversed(r{op.rid}'s popped blocks))", "release",
-                   (op.rid,), oracle=lambda: self.model.release(op.rid))
-
-    @handles(RemoveSkipped)
-    def remove_skipped(self, op: RemoveSkipped):
-        request = self.requests.get(op.rid)
-        if request is None:
-            return
-        processed = max(0, request.computed - (request.in_flight if self.trace.async_scheduling
-                                               else 0))
-        self.count("skipped blocks removed before request_finished")
-        yield Call(f"remove_skipped_blocks(r{op.rid}, {processed})", "remove_skipped_blocks",
-                   (op.rid, processed),
-                   oracle=lambda: self.model.remove_skipped_blocks(op.rid, processed))
-
-    @handles(Settle)
-    def settle(self, op: Settle):
-        request = self.requests.get(op.rid)
-        if request is None or request.status != RUNNING or not self.rolled_back(op, request):
-            return
-        # (no edge class of its own: the guard's recordings make it, and kvfuzz's "async drafts"
-        # and "streaming drafts" profiles, whose REACHES name what follows from it)
-        # Under asynchronous scheduling the scheduler caches what is processed: its computed
-        # tokens less those in flight (`update_from_output`), rejected drafts rolled back first.
-        if op.rejected:
-            yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
-        rid, hashes = op.rid, self._hashes(request)
-        computed = request.computed - (request.in_flight if self.trace.async_scheduling else 0)
-        yield Call(f"cache_blocks(r{rid}, {computed}) after its output", "cache_blocks",
-                   (rid, computed),
-                   oracle=lambda: self.model.cache_blocks(rid, hashes, computed, request.tokens,
-                                                          request.prompt, request.boundary))
-
-    @handles(Evict)
-    def evict(self, op: Evict):
-        ids = sorted({b for b in op.block_ids if b < self.trace.blocks})
-        yield self._counted(f"evict_blocks({set(ids) or '{}'})", "evict_blocks", (ids,), "evict")
-
-    @handles(Reset)
-    def reset(self, op: Reset):
-        def compare(expected, rejected, actual, raised):
-            if raised is not None:
-                return crash_problems(raised)
-            return [] if actual == expected else [("result", f"reset_prefix_cache: expected "
-                                                             f"{expected}, actual {short(actual)}")]
-        yield self._counted("reset_prefix_cache()", "reset_prefix_cache", (), "reset", compare)
 
     def _counted(self, text: str, method: str, args: tuple, event: str, compare=None) -> Call:
         """A call the model answers by the same name, its event counted as it answers."""

@@ -148,8 +148,8 @@ def broken(keys: RequestKeys, start: int, end: int):
 
 @with_vllm
 @pytest.mark.parametrize("where, wrong", [
-    ("kvfuzz.fuzz.kvmanager.lockstep.block_extra_keys", broken),
-    ("kvfuzz.fuzz.kvmanager.lockstep.block_extra_keys",
+    ("kvfuzz.fuzz.kvmanager.lock_request.block_extra_keys", broken),
+    ("kvfuzz.fuzz.kvmanager.lock_request.block_extra_keys",
      lambda keys, start, end: rule.block_extra_keys(RequestKeys(), start, end)),
     ("kvfuzz.oracle.kvmanager.model.prompt",  # events without the adapter's name
      lambda hashes, tokens, keys: rule.prompt(hashes, tokens, keys and RequestKeys(
@@ -242,10 +242,10 @@ def test_a_guard_that_drops_the_keys_is_caught(monkeypatch, tmp_path):
     """The mapping is load-bearing: with each request's keys left out of its `arrive`, the
     oracle shares salted and LoRA blocks the live manager keeps apart (a prefix hit differs)."""
     import kvfuzz
-    from kvfuzz.fuzz.kvmanager import guard
+    from kvfuzz.fuzz.kvmanager import guard_tracked
     from tests.kvmanager.test_guard import scheduler_session
 
-    monkeypatch.setattr(guard, "_extra_keys", lambda request: {})
+    monkeypatch.setattr(guard_tracked, "_extra_keys", lambda request: {})
     with pytest.raises(kvfuzz.Mismatch, match="prefix hit"):
         scheduler_session(0, None, tmp_path, workload="EXTRA_KEYS")
 

@@ -105,9 +105,9 @@ def test_a_guard_that_reads_embeddings_as_token_ids_is_caught(monkeypatch, tmp_p
     and a prompt of token ids that the live manager keeps apart."""
     from dataclasses import replace
 
-    from kvfuzz.fuzz.kvmanager import guard
+    from kvfuzz.fuzz.kvmanager import guard_tracked
 
-    monkeypatch.setattr(guard, "Arrive", lambda *args, **kwargs: replace(
+    monkeypatch.setattr(guard_tracked, "Arrive", lambda *args, **kwargs: replace(
         Arrive(*args, **kwargs), embeds=False))
     with pytest.raises(kvfuzz.Mismatch):
         session(0, None, tmp_path, "PROMPT_EMBEDS")
