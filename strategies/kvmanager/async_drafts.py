@@ -231,21 +231,27 @@ class _DraftScheduler(_AsyncScheduler):
                         self.waiting.remove(request)  # its stale output was its last
                         self.ops.append(Finish(request.rid))
                 continue
-            if request.last == step and request.held:
-                self.ops.append(Processed(request.rid))  # nothing of it in flight now
-                request.held = False
-            if samples:
-                request.pending -= 1
-                tokens = self._tokens(request, drafts)
-                for _ in range(tokens):
-                    self._append(request, Sample)
-                rejected = rows or drafts + 1 - tokens
-                request.computed -= rejected
-                self.ops.append(Settle(request.rid, rejected))
-                self._cache(request)
-            if request.done:  # finished here, its next step (if any) in flight
-                self.running.remove(request)
-                self.ops.append(Finish(request.rid))
+            self._output(request, step, samples, drafts, rows)
+
+    def _output(self, request, step: int, samples: int, drafts: int, rows: int) -> None:
+        """A running request's output of `step`: its step in flight processed, its token and
+        accepted drafts appended (`sample`s) and the rest rolled back (`settle`), its finish
+        at its last output (its next step, if any, in flight)."""
+        if request.last == step and request.held:
+            self.ops.append(Processed(request.rid))  # nothing of it in flight now
+            request.held = False
+        if samples:
+            request.pending -= 1
+            tokens = self._tokens(request, drafts)
+            for _ in range(tokens):
+                self._append(request, Sample)
+            rejected = rows or drafts + 1 - tokens
+            request.computed -= rejected
+            self.ops.append(Settle(request.rid, rejected))
+            self._cache(request)
+        if request.done:  # finished here, its next step (if any) in flight
+            self.running.remove(request)
+            self.ops.append(Finish(request.rid))
 
     def _tokens(self, request, drafts: int) -> int:
         """The tokens an output appends: the sampled one and the drafts accepted, trimmed at

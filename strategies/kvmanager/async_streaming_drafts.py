@@ -32,7 +32,7 @@ from kvfuzz.strategies.kvmanager.async_drafts import _DraftScheduler
 from kvfuzz.strategies.kvmanager.async_outputs import VOCAB
 from kvfuzz.strategies.kvmanager.async_streaming import _Session, _Sessions
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
-from kvfuzz.strategies.kvmanager.trace import Finish, Processed, Sample, Schedule, Settle, Trace
+from kvfuzz.strategies.kvmanager.trace import Finish, Processed, Sample, Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "async streaming drafts"
@@ -149,21 +149,7 @@ class _DraftSessions(_Sessions, _DraftScheduler):
                     request.pending -= 1  # preempted with this step in flight
                     self._stale(request, self._tokens(request, drafts))
                 continue
-            if request.last == step and request.held:
-                self.ops.append(Processed(request.rid))  # nothing of it in flight now
-                request.held = False
-            if samples:
-                request.pending -= 1
-                tokens = self._tokens(request, drafts)
-                for _ in range(tokens):
-                    self._append(request, Sample)
-                rejected = rows or drafts + 1 - tokens
-                request.computed -= rejected
-                self.ops.append(Settle(request.rid, rejected))
-                self._cache(request)
-            if request.done:  # finished here, its next step (if any) in flight
-                self.running.remove(request)
-                self.ops.append(Finish(request.rid))
+            self._output(request, step, samples, drafts, rows)
         for session in self.stopping:
             self._stop(session, step)
             session.spec = False
