@@ -348,3 +348,14 @@ def mutant_module(module_name: str, mutant_id: str):
     finally:
         del sys.modules[name]
     return module
+
+
+def walked(traces, walk) -> Counter:
+    """What `walk(trace)` counts over `traces` (each walk's (counts, problems)), every trace
+    free of problems: a profile's shape checked trace by trace."""
+    made = Counter()
+    for trace in traces:
+        counts, problems = walk(trace)
+        assert problems == [], (trace.origin, problems[:5])
+        made.update(counts)
+    return made

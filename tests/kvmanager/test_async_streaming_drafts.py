@@ -18,7 +18,7 @@ import pytest
 from kvfuzz.strategies.kvmanager import async_streaming, async_streaming_drafts
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import Decode, Placeholder, Sample, Schedule, Settle
-from tests.helpers import divergence, double, with_engine
+from tests.helpers import divergence, double, walked, with_engine
 
 KINDS = ("placeholder with drafts", "settle with rejected", "stop discarding its sampled token",
          "update at the stop", "update after a wait", "stale output of several tokens",
@@ -85,11 +85,7 @@ def _traces(generator=async_streaming_drafts.GENERATOR, count: int = 40) -> list
 def test_the_profiles_traces_stop_with_drafts_as_the_asynchronous_scheduler_does():
     traces = _traces()
     assert all(t.note == "profile async streaming drafts" for t in traces)
-    made = Counter()
-    for trace in traces:
-        counts, problems = _walk(trace)
-        assert problems == [], (trace.origin, problems[:5])
-        made.update(counts)
+    made = walked(traces, _walk)
     assert all(made[kind] for kind in KINDS), made
 
 

@@ -18,7 +18,7 @@ import pytest
 from kvfuzz.strategies.kvmanager import streaming_drafts, streaming_input
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import Decode, Sample, Schedule, Settle
-from tests.helpers import divergence, double, with_engine
+from tests.helpers import divergence, double, walked, with_engine
 
 KINDS = ("stop discarding its cached token", "update at the stop", "update after a wait",
          "settle", "eagle drop", "lookahead hashing", "mtp", "update with images")
@@ -77,11 +77,7 @@ def _traces(generator=streaming_drafts.GENERATOR, count: int = 40) -> list:
 def test_the_profiles_traces_stop_with_drafts_as_the_synchronous_scheduler_does():
     traces = _traces()
     assert all(t.note == "profile streaming drafts" for t in traces)
-    made = Counter()
-    for trace in traces:
-        counts, problems = _walk(trace)
-        assert problems == [], (trace.origin, problems[:5])
-        made.update(counts)
+    made = walked(traces, _walk)
     assert all(made[kind] for kind in KINDS), made
 
 

@@ -16,7 +16,7 @@ from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Finish, Preempt, Sample,
                                                Schedule)
 from kvfuzz.strategies.sources import TraceGenerator
-from tests.helpers import divergence, with_engine
+from tests.helpers import divergence, walked, with_engine
 
 KINDS = ("stop, waiting", "update after a wait", "update at the stop", "resumption",
          "end while waiting", "preempt")
@@ -66,11 +66,7 @@ def test_the_profiles_traces_stop_update_and_resume_as_the_synchronous_scheduler
     traces = _traces()
     assert all(t.note == "profile streaming" and not t.async_scheduling for t in traces)
     assert any(t.window for t in traces) and any(t.full_sequence_must_fit for t in traces)
-    made = Counter()
-    for trace in traces:
-        counts, problems = _walk(trace)
-        assert problems == [], (trace.origin, problems[:5])
-        made.update(counts)
+    made = walked(traces, _walk)
     assert all(made[kind] for kind in KINDS), made
 
 
