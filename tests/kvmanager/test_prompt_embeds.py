@@ -75,12 +75,13 @@ def test_an_oracle_without_the_digest_is_told_apart():
     try:
         rule.block_extra_keys = lambda keys, start, end: original(
             RequestKeys(keys.lora, keys.lora_path, keys.salt, keys.images), start, end)
-        from kvfuzz.fuzz.kvmanager import lockstep
-        saved, lockstep.block_extra_keys = lockstep.block_extra_keys, rule.block_extra_keys
+        from kvfuzz.fuzz.kvmanager import lock_request
+        saved, lock_request.block_extra_keys = (lock_request.block_extra_keys,
+                                                rule.block_extra_keys)
         try:
             assert KVMANAGER.check(trace, vllm).status != AGREE
         finally:
-            lockstep.block_extra_keys = saved
+            lock_request.block_extra_keys = saved
     finally:
         rule.block_extra_keys = original
     assert KVMANAGER.check(trace, vllm).status == AGREE
