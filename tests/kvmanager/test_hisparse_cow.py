@@ -19,7 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvfuzz.fuzz.kvmanager.hisparse_admission import partial_and_mamba
+from kvfuzz.fuzz.kvmanager.hisparse_admission import Admissions, partial_and_mamba
 from kvfuzz.fuzz.kvmanager.hisparse_cow import MAMBA, HostCopy, HostCopies
 from kvfuzz.fuzz.kvmanager.hisparse_lag import LaggedReports
 from kvfuzz.strategies.inputs import FormatError
@@ -108,6 +108,29 @@ def test_an_admission_counts_the_mamba_group_and_each_copy_of_a_hit_inside_a_blo
     assert partial_and_mamba(9, 4, 8, [0, 2], ref) == (0, 1)
     assert partial_and_mamba(8, 4, 4, [2], ref) == (0, 1)
     assert partial_and_mamba(7, 4, 6, [0, 2], ref) == (1, 1)  # within the hit's block: the copy
+
+
+class _Refusals(Admissions):
+    """The refusal check alone beside a Mamba group, blocks of 4, 2 hot blocks."""
+
+    def __init__(self, device_free: int, host_free: int):
+        self.cow, self.device_free, self.host_free = True, device_free, host_free
+        self.trace = SimpleNamespace(block_size=4, full_sequence_must_fit=False, watermark=0.0,
+                                     blocks=64)
+        self.counted = []
+
+    def count(self, event):
+        self.counted.append(event)
+
+
+def test_a_refusal_is_judged_only_with_room_for_the_mamba_step_and_the_copies_too():
+    request = SimpleNamespace(tokens=list(range(9)), computed=0)
+    # an admission of 3 tokens after a hit of 6: 9 slots, 3 blocks; the most it may need on
+    # the device 2 * 3 + 2 hot + 1 copy + 3 for the Mamba step = 12, on the host 3 + 1 = 4
+    (label, text), = _Refusals(12, 4)._refusal_problems(1, request, 3, 6, False)
+    assert label == "refusal" and "needs at most 12" in text and "at most 4)" in text
+    assert _Refusals(11, 4)._refusal_problems(1, request, 3, 6, False) == []  # the Mamba step
+    assert _Refusals(12, 3)._refusal_problems(1, request, 3, 6, False) == []  # the host copy
 
 
 def test_the_profile_reaches_its_copies_in_its_traces():
