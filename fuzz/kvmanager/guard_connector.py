@@ -114,9 +114,8 @@ class ConnectorCalls:
         After its own synchronous load, to a block at or past the local hit: `loaded(rid, n)`.
         Otherwise, under the synchronous scheduler (`_update_requests_with_invalid_blocks`), a
         failed block it holds that it is the first in the running queue to hold, which cuts it
-        to that block's start (a block multiple below its computed tokens before its last
-        step), or one a request before it marked, which sets it back to those tokens:
-        `cut(rid, n)`."""
+        to that block's start, or one a request before it marked, which sets it back to its
+        computed tokens before its last step: `cut(rid, n)`."""
         sync, tracked.sync_load = tracked.sync_load, None
         n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
         if not tracked.running or n >= tracked.computed:
@@ -129,13 +128,15 @@ class ConnectorCalls:
                 return
         elif self.kvfuzz_session.header.async_scheduling:
             return  # (a shared failed block is refused there: guard_async.py)
+        # (a block below its computed tokens: below those before its last step where that
+        # step's output reported the failure, below all of them where the request was not in
+        # that step, `num_scheduled_tokens.get(req_id, 0)`)
         before = tracked.before
-        if self.kvfuzz_session.header.async_scheduling or \
-                not (n == before or (not n % size and n < before)):
+        if self.kvfuzz_session.header.async_scheduling or (n % size and n != before):
             load = "" if sync is None else f" (its synchronous load: hit {sync[0]}, to {sync[1]})"
             self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
                          f"{tracked.computed}: neither its computed tokens before its last "
-                         f"step ({before}) nor a block below them{load}")
+                         f"step ({before}) nor a block's start{load}")
         self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         tracked.computed = n
 

@@ -110,7 +110,7 @@ def test_a_lock_step_ignoring_the_cut_is_caught(tmp_path, monkeypatch):
 
 @with_vllm
 def test_a_cut_outside_the_schedulers_rule_is_refused(tmp_path):
-    """Set back to neither its computed tokens before its last step nor a block below them:
+    """Set back to neither its computed tokens before its last step nor a block's start:
     refused before the call; to a block below them: a `cut`, checked."""
     from kvfuzz.impl.kvmanager.driver import KVManagerDriver
     from tests.kvmanager.test_guard import impl_of
