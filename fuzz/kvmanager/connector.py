@@ -50,9 +50,11 @@ SYNC_CUT_IN_FLIGHT = "synchronous load failed beneath a step in flight"
 GHOST_SCHEDULED = "chunk past the tokens: a failed load's output placeholder"
 ASYNC_EVENTS += (SYNC_CUT_IN_FLIGHT, GHOST_SCHEDULED)
 EVENTS += ASYNC_EVENTS
-# a synchronous load's failure right after its admission (the "connector cuts" profile makes it)
+# a synchronous load's failure right after its admission, and an asynchronous load's failed
+# block inside its local hit (the "connector cuts" profile makes them)
 SYNC_FAILED = "synchronous load failed at a block: its request cut"
-EVENTS += (SYNC_FAILED,)
+INSIDE_HIT = "load failed at a block inside its local hit"
+EVENTS += (SYNC_FAILED, INSIDE_HIT)
 
 
 class ConnectorOps:
@@ -204,9 +206,13 @@ class ConnectorOps:
                 r.status == "running" and r.in_flight for r in self.requests.values()):
             self.count("load reported with other requests' steps in flight")
         # a failed load's valid tokens: to the first failed block's start, at or past the
-        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
+        # local hit (the scheduler's `_update_requests_with_invalid_blocks`), or below it where
+        # the failed block is one of the hit's (`inside_hit`)
+        floor = 0 if op.inside_hit else request.hit // size * size
         valid = op.valid if op.valid <= 0 else \
-            max(request.hit // size * size, min(op.valid, request.computed) // size * size)
+            max(floor, min(op.valid, request.computed) // size * size)
+        if op.inside_hit and 0 < valid < request.hit // size * size:
+            self.count(INSIDE_HIT)
         if valid == 0:  # nothing valid: the request's blocks go, it is admitted again
             self.count("load failed, nothing valid (freed)")
             yield Call(f"free(r{rid}): its load failed", "free", (rid, False),

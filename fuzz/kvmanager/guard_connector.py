@@ -70,16 +70,18 @@ class ConnectorCalls:
                          f"in flight (the trace caches with its allocations)")
         n = int(num_computed_tokens)
         size = self.kvfuzz_session.header.block_size
-        # a failed load keeps a valid prefix cut at its first failed block, at or past the
-        # local hit (the scheduler's `_update_requests_with_invalid_blocks`)
-        failed = 0 < n < tracked.computed and n % size == 0 and n >= tracked.hit // size * size
+        # a failed load keeps a valid prefix cut at its first failed block (the scheduler's
+        # `_update_requests_with_invalid_blocks`), at or past the local hit, or below it where
+        # that block is one of the hit's (another request's failed synchronous load it hit)
+        failed = 0 < n < tracked.computed and n % size == 0
         if request.num_computed_tokens != n or not (n == tracked.computed or failed):
             self._refuse(f"cache_blocks of {n} tokens of r{tracked.rid}'s load of "
                          f"{tracked.computed} (its hit {tracked.hit}): not a load done, nor a "
                          f"failed one's valid prefix")
         rid = tracked.rid
         self._kvfuzz_lookups.clear()
-        result = self._run(Loaded(rid, n if failed else -1), "cache_blocks",
+        inside = failed and n < tracked.hit // size * size
+        result = self._run(Loaded(rid, n if failed else -1, inside), "cache_blocks",
                            lambda: manager.cache_blocks(request, num_computed_tokens),
                            lambda args: None if tuple(args) == (rid, n) else
                            f"the lock step caches {args}, the engine r{rid}'s {n} tokens")

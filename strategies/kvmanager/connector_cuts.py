@@ -18,7 +18,10 @@ prompt families sharing prefixes, most admitted with external tokens, half of th
 asynchronously) with, after a synchronous load, its failure at a block in half (valid tokens
 a few blocks, or none past the hit) and then cuts of one or two other requests (to a block
 start or to any position, the lock step taking those that are at most the request's computed
-tokens), now and then the failed request cut again. Tight pools, the whole-request check, a
+tokens), now and then the failed request cut again; and an asynchronous load that fails with
+a valid prefix has its failed block inside its local hit in four in ten (the same failure
+reaching a waiting request's hit: `_update_requests_with_invalid_blocks` over the loading
+requests, `Loaded.inside_hit`). Tight pools, the whole-request check, a
 watermark, KV events and stats in some; no spec-decode padding (vLLM maps no failure with
 drafts yet).
 """
@@ -68,6 +71,17 @@ class _Cutting(_Connected):
             self.ops.append(Cut(other, self._to(rng)))
         if rng.random() < 0.15:  # its own block, marked first by another: back to its end
             self.ops.append(Cut(rid, self._to(rng)))
+
+    def loaded(self) -> None:
+        """An asynchronous load reported; where it failed with a valid prefix, in four in ten
+        its failed block lies inside its local hit (a block of a failed synchronous load it
+        hit: `Loaded.inside_hit`), its valid tokens a block or two, below the hit."""
+        before = len(self.ops)
+        super().loaded()
+        op = self.ops[before]
+        if op.valid > 0 and self.rng.random() < 0.4:
+            size = self.block_size
+            self.ops[before] = Loaded(op.rid, self.rng.choice((size, 2 * size)), True)
 
     def _to(self, rng: random.Random) -> int:
         """A block's start, or (the request's computed tokens before its step) any position."""

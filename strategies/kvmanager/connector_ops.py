@@ -58,10 +58,14 @@ class Loaded:
     are computed again); under asynchronous scheduling (since 2026-12-06) also beneath the
     request's next step, in flight, which stays counted, the admission step's output skipped
     (its placeholder, where it sampled, left unresolved: vLLM 0.33.0's `update_from_output`).
-    Resolves to nothing for a request neither loading nor so."""
+    Resolves to nothing for a request neither loading nor so. `inside_hit` (since 2026-12-06;
+    false, a file without it): an asynchronous load's failed block lies inside the request's
+    local hit (a block of another request's failed synchronous load, which it hit), so its
+    valid tokens are cut below the hit too, not at it."""
 
     rid: int
     valid: int = -1
+    inside_hit: bool = field(default=False, metadata={"later": True})
 
 
 @dataclass(frozen=True)
@@ -97,4 +101,5 @@ def describe(op) -> str:
         return f"r{op.rid}'s computed tokens cut to {op.to} (a failed block it holds)"
     if op.valid < 0:
         return f"r{op.rid}'s load done"
-    return f"r{op.rid}'s load failed, {op.valid} tokens valid"
+    inside = " (a failed block inside its local hit)" if op.inside_hit else ""
+    return f"r{op.rid}'s load failed, {op.valid} tokens valid{inside}"

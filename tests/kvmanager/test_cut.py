@@ -5,7 +5,9 @@ with it (`fuzz/kvmanager/cut.py`); the "connector cuts" profile that makes it
 (`strategies/kvmanager/connector_cuts.py`); the guard's mapping of it under vLLM's own
 scheduler (`guard_connector._sync_load_failed`): sessions once refused now clean and replaying,
 a cut outside the scheduler's rule refused, a lock step ignoring the cut and a manager evicting
-the cut request's blocks caught. The vLLM parts skip without vLLM."""
+the cut request's blocks caught. And `loaded`'s `inside_hit`: an asynchronous load's failed
+block inside its local hit (the same failure reaching a waiting request that hit the block).
+The vLLM parts skip without vLLM."""
 
 from dataclasses import replace
 
@@ -29,6 +31,7 @@ CUT_TRACE = Trace(16, 4, 0, 64, (Arrive(1, tuple(range(1, 13))), Schedule(1, 12)
 # a block (`replace(FAKE_CONNECTOR, sync_load_failures=True)`) that cut another request: 22 set
 # back to its tokens before the step (r9 to 62), 35 to a failed block's start (r5 to 80)
 BACK, TO_BLOCK = 22, 35
+INSIDE = 120  # an asynchronous load failing at a block of its local hit (`Loaded.inside_hit`)
 
 
 def test_a_cut_reads_back_and_says_what_it_is():
@@ -44,12 +47,25 @@ def test_a_cut_reads_back_and_says_what_it_is():
         from_json(data, "t")
 
 
+def test_a_loads_failed_block_inside_its_hit_reads_back_and_older_files_read_as_before():
+    trace = Trace(16, 4, 0, 64, (Arrive(1, tuple(range(1, 13))), Connect(1, 0, 8, load=True),
+                                 Loaded(1, 4, inside_hit=True)))
+    data = to_json(trace)
+    assert data["ops"][2]["inside_hit"] is True and from_json(data, "t") == trace
+    data["ops"][2].pop("inside_hit")
+    assert from_json(data, "t").ops[2] == Loaded(1, 4)
+    assert "inside_hit" not in to_json(replace(trace, ops=trace.ops[:2] + (Loaded(1, 4),)))[
+        "ops"][2]
+    assert describe_op(trace.ops[2]).endswith("(a failed block inside its local hit)")
+
+
 def test_the_profile_cuts_other_requests_after_a_failed_synchronous_load():
     traces = [connector_cuts.GENERATOR.generate(0, index) for index in range(30)]
     assert all(t.note == "profile connector cuts" and not t.window for t in traces)
     ops = [op for t in traces for op in t.ops]
     after_sync = [b for a, b in zip(ops, ops[1:]) if isinstance(a, Connect) and not a.load]
     assert any(isinstance(op, Loaded) and op.valid >= 0 for op in after_sync)
+    assert any(isinstance(op, Loaded) and op.inside_hit for op in ops)
     cuts = [op for op in ops if isinstance(op, Cut)]
     assert any(op.to % 4 for op in cuts) and any(op.to and not op.to % 8 for op in cuts)
     assert all(from_json(to_json(t)) == t for t in traces)
@@ -92,6 +108,30 @@ def test_a_request_cut_by_a_failed_block_it_holds_runs_guarded_and_replays(seed,
     assert recorded.manager.kvfuzz_session.trace() == guarded.trace()
     assert kvfuzz.replay(recorded.manager.kvfuzz_session.save(tmp_path / "r"),
                          "vllm.kvmanager").ok
+
+
+@with_vllm
+@pytest.mark.slow
+def test_an_asynchronous_loads_failed_block_inside_its_hit_runs_guarded_and_replays(
+        tmp_path, monkeypatch):
+    """Session 120: r2's asynchronous load fails at a block of its local hit (32 tokens, a
+    block of a failed synchronous load it hit): vLLM caches 16 tokens, below the hit, which the
+    guard once refused. A lock step holding the valid tokens at the hit is caught."""
+    run = sync_failing(INSIDE, lambda m, **s: kvfuzz.guard(m, "kvmanager", corpus=tmp_path, **s))
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests
+    assert [op for op in guarded.ops if isinstance(op, Loaded) and op.inside_hit] == \
+        [Loaded(2, 16, True)]
+    recorded = sync_failing(INSIDE, lambda m, **s: kvfuzz.record(m, "kvmanager", **s))
+    assert kvfuzz.replay(recorded.manager.kvfuzz_session.save(tmp_path / "r"),
+                         "vllm.kvmanager").ok
+    from kvfuzz.fuzz.kvmanager.connector import ConnectorOps
+
+    original = ConnectorOps.loaded
+    monkeypatch.setattr(ConnectorOps, "loaded",
+                        lambda self, op: original(self, replace(op, inside_hit=False)))
+    with pytest.raises((kvfuzz.Mismatch, kvfuzz.GuardUnsupported)):
+        sync_failing(INSIDE, lambda m, **s: kvfuzz.guard(m, "kvmanager", corpus=tmp_path, **s))
 
 
 @with_vllm

@@ -211,8 +211,10 @@ REACHES = {
                "multi-token prediction (prefill lookahead)", "sliding window",
                "whole request must fit"),
     # a synchronous load failed at a block, the running requests its failed block cuts (to a
-    # block's start, or back to their tokens before the step), beside asynchronous loads
-    "connector cuts": list(cut.EVENTS) + [connector.SYNC_FAILED, "load failed, a prefix valid",
+    # block's start, or back to their tokens before the step), beside asynchronous loads (some
+    # failing at a block inside their local hit)
+    "connector cuts": list(cut.EVENTS) + [connector.SYNC_FAILED, connector.INSIDE_HIT,
+                                          "load failed, a prefix valid",
                                           "load done", "admission with a hit"]
     + _CONFIGS("KV connector", "whole request must fit"),
 }

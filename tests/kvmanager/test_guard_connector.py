@@ -135,7 +135,7 @@ def test_on_kvfuzzs_connector_traces_the_guards_verdict_is_the_batch_judges(tmp_
 
 def test_what_the_guard_does_not_model_of_a_connector_is_refused_before_the_call(tmp_path):
     """A load naming a group the manager lacks, a cache_blocks that is neither a load done nor
-    a failed one's valid prefix (a whole block at or past the hit): refused, never made. An
+    a failed one's valid prefix (a whole block): refused, never made. An
     abort during a load (the free of a finished request whose load is in flight) is a
     `finish`, checked."""
     from kvfuzz.impl.kvmanager.driver import KVManagerDriver
