@@ -50,7 +50,7 @@ from __future__ import annotations
 import inspect
 
 from kvfuzz.fuzz.engine.guard import GuardedObject, Session, modelled, open_session
-from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
+from kvfuzz.fuzz.kvmanager.guard_async import MAX_DRAFTS, AsyncCalls
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
@@ -288,12 +288,20 @@ class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, 
         if self._asynchronous():
             return self._async_settle(tracked, request, n)
         vars(self)["_kvfuzz_synchronous_steps"] = 1  # judged as a synchronous scheduler's
-        if n != tracked.computed or request.num_computed_tokens != n:
+        if request.num_computed_tokens != n:
             self._refuse(f"cache_blocks of {n} tokens of running request "
                          f"{request.request_id!r}, which has {request.num_computed_tokens} "
                          f"computed (the trace {tracked.computed})")
         self._sampled(tracked, request)
-        return self._run_settle(tracked, request, n)
+        # the drafts its step scheduled that the output rejected (and tokens a stop trimmed),
+        # which vLLM rolled back before the call (none without drafts: then n is the trace's)
+        rejected = self._rejected(tracked, request)
+        if not 0 <= rejected <= min(MAX_DRAFTS, tracked.computed + 1 - len(tracked.tokens)):
+            self._refuse(f"cache_blocks of {n} tokens of running request "
+                         f"{request.request_id!r}, which has {request.num_computed_tokens} "
+                         f"computed (the trace {tracked.computed}, {len(tracked.tokens)} tokens)")
+        tracked.computed -= rejected
+        return self._run_settle(tracked, request, n, rejected)
 
     def _run_settle(self, tracked, request, n: int, rejected: int = 0):
         """`cache_blocks(request, n)` run as the trace's `settle` (either scheduler's), with
@@ -378,9 +386,13 @@ class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, 
         elif self._placeholder(tracked, request, n, tokens, seen):
             # the token its step in flight samples, and that many drafts after it
             op = Placeholder(tracked.rid, n - 1)
+        elif self._sync_drafts(tracked, request, n, tokens, seen):
+            # the synchronous scheduler's drafts (fake_grammar.Drafter): its last token and
+            # `n - 1` drafts, nothing in flight (sync_draft_ops.py)
+            op = Schedule(tracked.rid, n, drafts=n - 1)
         elif request.spec_token_ids and not self.kvfuzz_session.header.async_scheduling:
-            # the synchronous scheduler's drafts (fake_grammar.Drafter): the trace's decode
-            # computes one token, and its tokens in flight are asynchronous scheduling's
+            # other synchronous steps with drafts (from a token not the last, past the
+            # trace's caps): not mapped
             self._refuse(f"a synchronous step of {n} tokens with {len(request.spec_token_ids)} "
                          f"draft tokens for request {request.request_id!r}")
         else:

@@ -211,8 +211,21 @@ class AsyncCalls:
         (its accepted drafts and the bonus token, at most one a draft more than one), each
         over positions the request counts computed, drafts in flight included (what the lock
         step's `sample` needs): every token but the last."""
-        return self._asynchronous() and len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS \
-            and len(tokens) - 1 <= tracked.computed
+        # (synchronous: a `schedule` with drafts counts them computed past the tokens)
+        return (self._asynchronous() or tracked.computed > len(tracked.tokens)) and \
+            len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS and \
+            len(tokens) - 1 <= tracked.computed
+
+    def _sync_drafts(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
+        """Whether an allocation of a running request is the synchronous scheduler's step of
+        its last token and `n - 1` drafts (its `spec_token_ids`, of which the budget may take
+        fewer): that token alone uncomputed, nothing in flight, the token sampled after the
+        drafts within max_model_len (the trace's `schedule` with `drafts`)."""
+        drafts = len(getattr(request, "spec_token_ids", ()) or ())
+        return not self._asynchronous() and tokens == seen and 2 <= n <= 1 + min(
+            drafts, MAX_DRAFTS) and tracked.computed == len(tracked.tokens) - 1 and \
+            not tracked.ghost and not tracked.owed and \
+            tracked.computed + n + 1 <= self.kvfuzz_session.header.max_model_len
 
     def _rows_in_flight(self, pad: int) -> bool:
         """Whether a padded admission's rows (`pad_spec_decode`) stay counted computed and in
