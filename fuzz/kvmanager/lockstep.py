@@ -168,7 +168,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
             # connector.py)
             new = self.draft_step(op, request, pending)  # (with drafts: sync_draft_ops.py)
             self.count("prefill chunk")
-            if new > pending:
+            if new > pending and (request.ghost or request.owed):  # (not a draft step's)
                 self.count(connector.GHOST_SCHEDULED)
             yield Call(f"allocate_slots(r{op.rid}, {new})")
             return (yield from self._allocation(op.rid, request, new, 0, None))

@@ -14,7 +14,7 @@ from __future__ import annotations
 # synchronous speculative sessions make them)
 STEP = "synchronous step with draft tokens"
 PAST_BLOCK = "synchronous draft slots past a block's end"
-CAPPED = "synchronous drafts capped by max_model_len"
+CAPPED = "synchronous drafts fewer than k at max_model_len"
 EVENTS = (STEP, PAST_BLOCK, CAPPED)
 
 
@@ -32,7 +32,7 @@ class SyncDraftOps:
         # the scheduler keeps the token sampled after the drafts within max_model_len
         room = self.trace.max_model_len - request.computed - 2
         drafts = max(0, min(op.drafts, op.chunk - 1, room))
-        if drafts < min(op.drafts, op.chunk - 1):
+        if drafts == max(0, room) < self.trace.lookahead:  # (here, or by the op's own count)
             self.count(CAPPED)
         if drafts:
             self.count(STEP)

@@ -26,7 +26,7 @@ from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last
 from kvfuzz.strategies.kvmanager import async_pipeline
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
-from kvfuzz.strategies.kvmanager import async_streaming_drafts
+from kvfuzz.strategies.kvmanager import async_streaming_drafts, sync_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -125,7 +125,10 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # resumable requests under the asynchronous scheduler with draft tokens (2026-12-06,
            # issue 24; by the same rule, the one open range whose first index of seed 0, 380,
            # the seeded run's 420 reach; the widest's first is 426): 380
-           (async_streaming_drafts.GENERATOR, 0.2292, 0.2357))
+           (async_streaming_drafts.GENERATOR, 0.2292, 0.2357),
+           # draft tokens under the synchronous scheduler (2026-12-06, issue 24; the range the
+           # brief assigned, open by the same rule, none of seed 0's first 300)
+           (sync_drafts.GENERATOR, 0.3830, 0.3901))
 
 
 class MixedStreams:
@@ -204,7 +207,8 @@ ALONE.update({"async connector": async_connector.GENERATOR,
               "hisparse cow": hisparse_cow.GENERATOR,
               "mamba connector": mamba_connector.GENERATOR,
               "streaming drafts": streaming_drafts.GENERATOR,
-              "async streaming drafts": async_streaming_drafts.GENERATOR})
+              "async streaming drafts": async_streaming_drafts.GENERATOR,
+              "sync drafts": sync_drafts.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -221,4 +225,4 @@ def profiles() -> tuple[str, ...]:
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
             *connector_sizes.PROFILES, *hisparse_cow.PROFILES, *mamba_connector.PROFILES,
             *streaming_drafts.PROFILES, *async_streaming_drafts.PROFILES,
-            *ALONE_ONLY)
+            *sync_drafts.PROFILES, *ALONE_ONLY)
