@@ -216,17 +216,6 @@ class AsyncCalls:
             len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS and \
             len(tokens) - 1 <= tracked.computed
 
-    def _sync_drafts(self, tracked, request, n: int, tokens: list, seen: list) -> bool:
-        """Whether an allocation of a running request is the synchronous scheduler's step of
-        its last token and `n - 1` drafts (its `spec_token_ids`, of which the budget may take
-        fewer): that token alone uncomputed, nothing in flight, the token sampled after the
-        drafts within max_model_len (the trace's `schedule` with `drafts`)."""
-        drafts = len(getattr(request, "spec_token_ids", ()) or ())
-        return not self._asynchronous() and tokens == seen and 2 <= n <= 1 + min(
-            drafts, MAX_DRAFTS) and tracked.computed == len(tracked.tokens) - 1 and \
-            not tracked.ghost and not tracked.owed and \
-            tracked.computed + n + 1 <= self.kvfuzz_session.header.max_model_len
-
     def _rows_in_flight(self, pad: int) -> bool:
         """Whether a padded admission's rows (`pad_spec_decode`) stay counted computed and in
         flight until the step's output, whose `settle` rolls them back as rejected drafts:

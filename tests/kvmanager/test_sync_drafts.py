@@ -3,7 +3,7 @@ request's last token and k drafts, `allocate_slots(request, 1 + k)` from `num_to
 nothing in flight; the output's accepted tokens `sample`s, its rejected drafts rolled back by
 the `settle`), the "sync drafts" profile (`strategies/kvmanager/sync_drafts.py`) shaped as the
 guard's `SPEC_DRAFTS` sessions, and the guard mapping those sessions (`guard.py` `_step`,
-`guard_async._sync_drafts`). The released class runs the profile's traces clean
+`guard_sync_drafts.py`). The released class runs the profile's traces clean
 (`test_every_profile.py`); here: the op's JSON and the profile's shape (no vLLM), a catalogue
 mutant caught at a draft step, and the guarded sessions (slow: vLLM)."""
 
