@@ -113,8 +113,10 @@ class Schedule:
     drafts computed past its tokens until its output: the accepted ones and the bonus token
     are `sample`s, the rejected ones rolled back by the `settle` (`rejected`) before it caches.
     Nothing in flight: the allocation's output is processed before the next step. Ignored
-    under asynchronous scheduling (whose drafts are `placeholder`'s) and for a prefill chunk
-    (vLLM drops a prefill chunk's drafts, `update_draft_token_ids`)."""
+    under asynchronous scheduling (whose drafts are `placeholder`'s) and where more than the
+    last token is uncomputed (a prefill chunk). vLLM also drops the drafts of a request whose
+    last step was a non-final chunk (`update_draft_token_ids`), which the trace does not tell
+    from one that sampled its last token: kvfuzz's generator and guard write none there."""
 
     rid: int
     chunk: int
