@@ -171,7 +171,17 @@ class Drafter:
 
     def accepted(self, output, request_id: str) -> list[int]:
         drafts = output.scheduled_spec_decode_tokens.get(request_id, [])
+        # a padded admission's rows (`pad_spec_decode`: -1) are no drafts: never accepted
+        # (the rejection sampler compares each with the token sampled there)
+        drafts = drafts[:next((i for i, token in enumerate(drafts) if token < 0), len(drafts))]
         return list(drafts[:self._accepts.randint(0, len(drafts))])
+
+
+def plain_drafter(scheduler, seed: int):
+    """The fake drafter of a session without structured output (`Workload(drafts=True)`): the
+    same seeded drafts and acceptances, no grammar filters them (vLLM's `validate_tokens`
+    passes a request without one through)."""
+    return Grammars(seed).drafter(scheduler)
 
 
 def session_grammars(scheduler, workload, seed: int):

@@ -25,7 +25,9 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - speculative decoding: its settings read from the manager (`guard_header.speculation`), the
   draft slots of every allocation given to the guard (`num_lookahead_tokens`), and the
   scheduler's `cache_blocks(request, computed)` after an output with draft tokens: `settle`
-  (after a `sample` of the token it appended); an admission padded with placeholder drafts
+  (after a `sample` of the token it appended); the synchronous scheduler's step of a request's
+  last token and its drafts: `schedule` with `drafts`, its output's tokens `sample`s and its
+  rejected drafts the `settle`'s `rejected` (`guard_sync_drafts.py`); an admission padded with placeholder drafts
   (`pad_spec_decode`): a `schedule` with `pad` (`padding.py`), under a connector a `connect`
   with `pad`, after a KV load the resumption's `schedule` with `pad` (`guard_connector.py`).
 - resumable (streaming-input) requests: a stop that keeps the request's blocks, and each
@@ -56,6 +58,7 @@ from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
+from kvfuzz.fuzz.kvmanager.guard_sync_drafts import SyncDraftCalls
 from kvfuzz.fuzz.kvmanager.guard_tracked import MAX_TOKEN, RequestTracking
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
@@ -111,8 +114,8 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return guarded
 
 
-class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, DeferredFrees,
-                     ConnectorCalls, GuardedObject):
+class GuardedManager(RequestTracking, StreamingCalls, SyncDraftCalls, AsyncCalls, ZeroingCalls,
+                     DeferredFrees, ConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -285,19 +288,6 @@ class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, 
         self._kvfuzz_lookups.clear()
         return self._run(Reset(), "reset_prefix_cache", manager.reset_prefix_cache)
 
-    def _settle(self, tracked, request, n: int):
-        """The scheduler's `cache_blocks(request, computed)` after a running request's output
-        (with draft tokens): a `settle`, after the `sample` of the token it appended."""
-        if self._asynchronous():
-            return self._async_settle(tracked, request, n)
-        vars(self)["_kvfuzz_synchronous_steps"] = 1  # judged as a synchronous scheduler's
-        if n != tracked.computed or request.num_computed_tokens != n:
-            self._refuse(f"cache_blocks of {n} tokens of running request "
-                         f"{request.request_id!r}, which has {request.num_computed_tokens} "
-                         f"computed (the trace {tracked.computed})")
-        self._sampled(tracked, request)
-        return self._run_settle(tracked, request, n)
-
     def _run_settle(self, tracked, request, n: int, rejected: int = 0):
         """`cache_blocks(request, n)` run as the trace's `settle` (either scheduler's), with
         the drafts the output `rejected` rolled back first (asynchronous scheduling)."""
@@ -381,9 +371,13 @@ class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, 
         elif self._placeholder(tracked, request, n, tokens, seen):
             # the token its step in flight samples, and that many drafts after it
             op = Placeholder(tracked.rid, n - 1)
+        elif self._sync_drafts(tracked, request, n, tokens, seen):
+            # the synchronous scheduler's drafts (fake_grammar.Drafter): its last token and
+            # `n - 1` drafts, nothing in flight (sync_draft_ops.py)
+            op = Schedule(tracked.rid, n, drafts=n - 1)
         elif request.spec_token_ids and not self.kvfuzz_session.header.async_scheduling:
-            # the synchronous scheduler's drafts (fake_grammar.Drafter): the trace's decode
-            # computes one token, and its tokens in flight are asynchronous scheduling's
+            # other synchronous steps with drafts (from a token not the last, past the
+            # trace's caps): not mapped
             self._refuse(f"a synchronous step of {n} tokens with {len(request.spec_token_ids)} "
                          f"draft tokens for request {request.request_id!r}")
         else:

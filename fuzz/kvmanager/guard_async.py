@@ -211,8 +211,10 @@ class AsyncCalls:
         (its accepted drafts and the bonus token, at most one a draft more than one), each
         over positions the request counts computed, drafts in flight included (what the lock
         step's `sample` needs): every token but the last."""
-        return self._asynchronous() and len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS \
-            and len(tokens) - 1 <= tracked.computed
+        # (synchronous: a `schedule` with drafts counts them computed past the tokens)
+        return (self._asynchronous() or tracked.computed > len(tracked.tokens)) and \
+            len(tokens) - len(tracked.tokens) <= 1 + MAX_DRAFTS and \
+            len(tokens) - 1 <= tracked.computed
 
     def _rows_in_flight(self, pad: int) -> bool:
         """Whether a padded admission's rows (`pad_spec_decode`) stay counted computed and in

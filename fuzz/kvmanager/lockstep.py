@@ -34,6 +34,8 @@ from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
 from kvfuzz.fuzz.kvmanager.state_reads import StateReads
 from kvfuzz.fuzz.kvmanager.streaming import StreamingOps
+from kvfuzz.fuzz.kvmanager import sync_draft_ops
+from kvfuzz.fuzz.kvmanager.sync_draft_ops import SyncDraftOps
 from kvfuzz.fuzz.engine.remote import make
 from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
                                            NothingToAllocate)
@@ -43,8 +45,8 @@ from kvfuzz.strategies.kvmanager.released import (NO_BOUNDARY, NO_HIT_ALONE, NO_
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Sample, Schedule
 
 
-class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOps, CutOps,
-                        Lockstep):
+class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOps, ConnectorOps,
+                        CutOps, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -64,7 +66,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOp
               "admission padded with placeholder drafts", "admission padded after a hit",
               "placeholder drafts past a block's end", *PADDED,
               *MARKS, *connector.EVENTS, *cut.EVENTS, *async_ops.EVENTS, *streaming.EVENTS,
-              *KEY_MARKS, *LOOKAHEAD_MARKS,
+              *KEY_MARKS, *LOOKAHEAD_MARKS, *sync_draft_ops.EVENTS,
               *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))
@@ -165,9 +167,9 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOp
         if pending > 0:  # a chunk of 0 is the caller's bug, refused
             # (past its tokens: the placeholders of a failed synchronous load's cut,
             # connector.py)
-            new = min(op.chunk, pending + request.ghost + request.owed)
+            new = self.draft_step(op, request, pending)  # (with drafts: sync_draft_ops.py)
             self.count("prefill chunk")
-            if new > pending:
+            if new > pending and (request.ghost or request.owed):  # (not a draft step's)
                 self.count(connector.GHOST_SCHEDULED)
             yield Call(f"allocate_slots(r{op.rid}, {new})")
             return (yield from self._allocation(op.rid, request, new, 0, None))

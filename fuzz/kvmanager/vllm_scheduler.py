@@ -39,8 +39,9 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     SessionResult, Workload, FAKE_CONNECTOR, ZEROING, ZEROING_CONNECTOR, EXTRA_KEYS,
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
     SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
-    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED)
-from kvfuzz.fuzz.kvmanager.fake_grammar import admit, session_grammars, structured_params
+    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS)
+from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
+                                                structured_params)
 
 
 def _text_decoder_info(registry):
@@ -311,7 +312,8 @@ def _run_session(seed, wrap, workload, manager_class, wrap_pool, pool_class) -> 
         scheduler.defer_block_free = True
     aborts = random.Random(f"deferred aborts {seed}")  # its own stream: the requests stay
     streaming = result.streaming = _streaming(seed, workload, requests)
-    drafter = grammars.drafter(scheduler) if grammars else None
+    drafter = grammars.drafter(scheduler) if grammars else \
+        plain_drafter(scheduler, seed) if workload.drafts else None
     while result.steps < workload.max_steps:
         while arrivals and arrivals[0][0] <= result.steps:
             admit(scheduler, arrivals.pop(0)[1])

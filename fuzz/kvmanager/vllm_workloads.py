@@ -71,6 +71,10 @@ class Workload:
     # filtering drafts with seeded chances); with speculation, the synchronous sessions' fake
     # drafter then proposes `num_speculative` drafts a step (filtered by the grammars)
     structured: float = 0.0
+    # With speculation under the synchronous scheduler: the fake drafter (fake_grammar.py)
+    # proposes `num_speculative` drafts a step without structured output too (the engine's
+    # post_step), some accepted at each output (the asynchronous sessions draft anyway)
+    drafts: bool = False
 
 
 @dataclass
@@ -140,3 +144,7 @@ SPEC_STRUCTURED = Workload(structured=0.5, speculative="eagle", num_speculative=
 ASYNC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, structured=0.5)
 ASYNC_SPEC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
                                  num_speculative=2, structured=0.5)
+# The synchronous scheduler's draft tokens (fake_grammar.Drafter, no grammar): EAGLE's 2 a step
+# (lookahead hashes, vLLM's default), and MTP's 3 (its hashes and prefill lookahead of 3)
+SPEC_DRAFTS = Workload(speculative="eagle", num_speculative=2, drafts=True)
+MTP_DRAFTS = Workload(speculative="mtp", num_speculative=3, drafts=True)

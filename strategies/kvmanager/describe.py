@@ -24,7 +24,9 @@ def describe_op(op: Op) -> str:
         padded = f" ({op.pad} placeholder drafts where one is left" \
             f"{', in flight until its output' if op.rows_in_flight else ''})" if op.pad else ""
         again = ", made again after its refusal and a preemption" if op.again else ""
-        return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}{again}"
+        drafts = f", its last token and up to {op.drafts} draft tokens (synchronous)" \
+            if op.drafts else ""
+        return f"schedule r{op.rid}, up to {op.chunk} tokens{padded}{again}{drafts}"
     if isinstance(op, Decode):
         return f"decode r{op.rid} (token {op.token})"
     if isinstance(op, Sample):

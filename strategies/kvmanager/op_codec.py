@@ -42,7 +42,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
             values["chunk"] = reader.integer(raw.get("chunk"), at, low=0, high=MAX_LEN)
         elif f.name == "pad":  # spec-decode placeholder rows (vLLM's num_speculative_tokens)
             values["pad"] = reader.integer(raw.get("pad", 0), at, low=0, high=MAX_PAD)
-        elif f.name in ("drafts", "rejected"):  # asynchronous draft tokens (at most k)
+        elif f.name in ("drafts", "rejected"):  # draft tokens (a placeholder's, a synchronous
+            # schedule's; at most k)
             values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_PAD)
         elif f.name in ("rows_in_flight", "again"):  # padded rows held to the output; a
             # refused prefill chunk made again after a preemption (asynchronous)

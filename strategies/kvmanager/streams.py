@@ -26,7 +26,7 @@ from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last
 from kvfuzz.strategies.kvmanager import async_pipeline, connector_cuts
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
-from kvfuzz.strategies.kvmanager import async_streaming_drafts
+from kvfuzz.strategies.kvmanager import async_streaming_drafts, sync_drafts
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -133,7 +133,10 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # a synchronous load's failed block and the running requests it cuts (2026-12-06,
            # issue 24; by the same rule, the open range taking one of seed 0's first 420, with
            # the widest of those taking none of its first 520): 386
-           (connector_cuts.GENERATOR, 0.2800, 0.2828), (connector_cuts.GENERATOR, 0.8786, 0.8850))
+           (connector_cuts.GENERATOR, 0.2800, 0.2828), (connector_cuts.GENERATOR, 0.8786, 0.8850),
+           # draft tokens under the synchronous scheduler (2026-12-06, issue 24; the range the
+           # brief assigned, open by the same rule, none of seed 0's first 300)
+           (sync_drafts.GENERATOR, 0.3830, 0.3901))
 
 
 class MixedStreams:
@@ -213,7 +216,8 @@ ALONE.update({"async connector": async_connector.GENERATOR,
               "streaming drafts": streaming_drafts.GENERATOR,
               "async streaming drafts": async_streaming_drafts.GENERATOR,
               "async pipeline": async_pipeline.GENERATOR,
-              "connector cuts": connector_cuts.GENERATOR})
+              "connector cuts": connector_cuts.GENERATOR,
+              "sync drafts": sync_drafts.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -230,4 +234,5 @@ def profiles() -> tuple[str, ...]:
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
             *connector_sizes.PROFILES, *hisparse_cow.PROFILES, *mamba_connector.PROFILES,
             *streaming_drafts.PROFILES, *async_streaming_drafts.PROFILES,
-            *async_pipeline.PROFILES, *connector_cuts.PROFILES, *ALONE_ONLY)
+            *async_pipeline.PROFILES, *connector_cuts.PROFILES, *sync_drafts.PROFILES,
+            *ALONE_ONLY)

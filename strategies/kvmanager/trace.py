@@ -103,13 +103,27 @@ class Schedule:
     `again`: a running request's prefill chunk made again after the pool refused it and the
     scheduler preempted (its running loop retries the same `allocate_slots`): resolves to
     nothing unless the request's last allocation was refused (where a generator's estimate
-    was wrong and the first succeeded, the chunk has its slots)."""
+    was wrong and the first succeeded, the chunk has its slots).
+
+    `drafts` (speculative decoding under the synchronous scheduler, vLLM's `Scheduler` with
+    `spec_token_ids`): a running request whose only uncomputed token is its last sampled one
+    is scheduled it and up to that many draft tokens after it, `allocate_slots(request, 1 +
+    drafts)` (at most `chunk`, and room left for the token sampled after them within
+    `max_model_len`, as the scheduler caps `num_new_tokens`). The request then counts the
+    drafts computed past its tokens until its output: the accepted ones and the bonus token
+    are `sample`s, the rejected ones rolled back by the `settle` (`rejected`) before it caches.
+    Nothing in flight: the allocation's output is processed before the next step. Ignored
+    under asynchronous scheduling (whose drafts are `placeholder`'s) and where more than the
+    last token is uncomputed (a prefill chunk). vLLM also drops the drafts of a request whose
+    last step was a non-final chunk (`update_draft_token_ids`), which the trace does not tell
+    from one that sampled its last token: kvfuzz's generator and guard write none there."""
 
     rid: int
     chunk: int
     pad: int = field(default=0, metadata=LATER)
     rows_in_flight: bool = field(default=False, metadata=LATER)
     again: bool = field(default=False, metadata=LATER)
+    drafts: int = field(default=0, metadata=LATER)
 
 
 @dataclass(frozen=True)

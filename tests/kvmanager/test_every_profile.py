@@ -20,7 +20,8 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector, cut,
-                                  hisparse_import, hisparse_cow, hisparse_lag, streaming)
+                                  hisparse_import, hisparse_cow, hisparse_lag, streaming,
+                                  sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -217,6 +218,17 @@ REACHES = {
                                           "load failed, a prefix valid",
                                           "load done", "admission with a hit"]
     + _CONFIGS("KV connector", "whole request must fit"),
+    # the synchronous scheduler's draft steps (sync_draft_ops.EVENTS: the last token and k
+    # drafts, slots past a block's end, fewer drafts at max_model_len), their rejected drafts
+    # rolled back, padded admissions after a hit, preemptions with a chunk made again, EAGLE's
+    # drop and MTP's held-back tokens
+    "sync drafts": list(sync_draft_ops.EVENTS) + [
+        "rejected drafts rolled back", "admission padded after a hit", "admission with a hit",
+        "preempt", async_ops.CHUNK_AGAIN, "window frees blocks",
+        "EAGLE: a window hit drops its last block",
+        "MTP: a block held back from caching, its tokens re-prefillable"]
+    + _CONFIGS("lookahead tokens", "lookahead hashing", "EAGLE",
+               "multi-token prediction (prefill lookahead)", "sliding window"),
 }
 
 

@@ -4,7 +4,7 @@ compile (finished with an error, never allocated), have a sampled token rejected
 with an error) or their drafts filtered (the asynchronous scheduler's deferred bitmask) run
 clean under the synchronous and the asynchronous scheduler, and their recordings replay; a
 mutant of the tokens in flight raises with a file that replays; a guard that maps an error
-finish wrongly is caught; the synchronous fake drafter's steps are refused by name. The
+finish wrongly is caught; the synchronous fake drafter's steps are mapped (since 2026-12-06). The
 compile executor's timing needs no vLLM; the rest does (slow)."""
 
 from types import SimpleNamespace
@@ -80,10 +80,14 @@ def test_a_mutant_of_the_tokens_in_flight_raises_in_structured_sessions(name, tm
 
 
 @with_engine("vllm")
-def test_the_synchronous_drafters_steps_are_refused_by_name(tmp_path):
-    with pytest.raises(kvfuzz.GuardUnsupported,
-                       match="a synchronous step of 3 tokens with 2 draft tokens"):
-        session(0, "SPEC_STRUCTURED", tmp_path)
+def test_the_synchronous_drafters_steps_are_mapped(tmp_path):
+    """Refused by name before 2026-12-06 ("a synchronous step of 3 tokens with 2 draft
+    tokens"): now `schedule` with `drafts` (test_sync_drafts.py), the drafts filtered by the
+    grammars."""
+    ran = session(0, "SPEC_STRUCTURED", tmp_path)
+    assert ran.manager.kvfuzz_session.divergence is None and ran.finished == ran.requests
+    assert ran.grammars.filtered and any(
+        getattr(op, "drafts", 0) for op in ran.manager.kvfuzz_session.trace().ops)
 
 
 def passes_error_finishes_through(original):
