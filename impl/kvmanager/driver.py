@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from kvfuzz.impl.blockpool.driver import plain_events
 from kvfuzz.impl.driver_calls import taken
+from kvfuzz.impl.kvmanager.connector_driving import ConnectorDriving
 from kvfuzz.impl.kvmanager.hisparse import HiSparseCalls, HiSparseDriving, hisparse_groups
 from kvfuzz.impl.kvmanager.reads import ManagerReads, StepReads, _ids, _in_trace_order
 from kvfuzz.impl.kvmanager.released_api import asked
 from kvfuzz.strategies.kvmanager.hashing import NONE_HASH, block_hash
 
 
-class KVManagerDriver(ManagerReads, StepReads, HiSparseDriving):
+class KVManagerDriver(ConnectorDriving, ManagerReads, StepReads, HiSparseDriving):
     def __init__(self, cls, blocks: int, block_size: int, window: int, max_model_len: int,
                  retention: int | None = None, max_in_flight_tokens: int | None = None,
                  watermark: float = 0.0, caching: bool = True, events: bool = False,
@@ -223,64 +224,6 @@ class KVManagerDriver(ManagerReads, StepReads, HiSparseDriving):
             got = self.manager.allocate_slots(request, new, **more)
         return _in_trace_order(self, _ids(got))
 
-    def connector_lookup(self, rid: int):
-        """`get_computed_blocks_for_connector`: the lookup of a scheduler with a KV connector,
-        (blocks per group, hit, boundary, whether the hit ran past a lagging group)."""
-        self._rehash(rid)
-        blocks, hit, boundary, diverged = self.manager.get_computed_blocks_for_connector(
-            self.requests[rid])
-        self.hits[rid] = blocks
-        self.requests[rid].shared_prefix_boundary = int(boundary)
-        return _in_trace_order(self, _ids(blocks)), int(hit), int(boundary), bool(diverged)
-
-    def truncate_hit(self, rid: int, tokens: int) -> None:
-        """The scheduler's trim of a local hit ending inside a block where the connector holds
-        more than its partial tail (`truncate_computed_blocks` to the block-aligned hit)."""
-        self.hits[rid] = self.manager.truncate_computed_blocks(self.hits[rid], tokens)
-
-    def connect(self, rid: int, new: int, hit_tokens: int, external: int, load: bool,
-                reserve: int, whole: bool, others_running: bool, written=None):
-        """The scheduler's admission with a KV connector: the external tokens counted as
-        computed; an asynchronous load (`load`) allocates no slots of its own, delays caching,
-        leaves `reserve` blocks free and skips zeroing the external blocks of the groups it
-        writes (`written`; None: every group)."""
-        request, method = self.requests[rid], self.manager.allocate_slots
-        settings = {**taken(method, has_scheduled_reqs=others_running),
-                    **asked(method, full_sequence_must_fit=whole)}
-        if load:
-            settings |= asked(method, delay_cache_blocks=True, reserved_blocks=reserve,
-                              skip_zeroing_group_ids=tuple(range(len(request_groups(self))))
-                              if written is None else tuple(written))
-        elif self.lookahead:
-            settings["num_lookahead_tokens"] = self.lookahead
-        got = method(request, new, num_new_computed_tokens=hit_tokens,
-                     new_computed_blocks=self.hits[rid],
-                     num_external_computed_tokens=external, **settings)
-        return _in_trace_order(self, _ids(got))
-
-    def resume(self, rid: int, new: int, others_running: bool, whole: bool = False,
-               in_flight: int = 0):
-        """The first allocation of a request whose load is done: waiting, with computed
-        tokens, no lookup (the scheduler's `else` branch of an admission), with the
-        scheduler's full_sequence_must_fit as every waiting request's allocation has it; or
-        of one resuming after a streaming update, with the tokens of the step in flight at
-        its stop (asynchronous scheduling)."""
-        request, method = self.requests[rid], self.manager.allocate_slots
-        request.num_in_flight_tokens = in_flight
-        more = {"num_lookahead_tokens": self.lookahead} if self.lookahead else {}
-        return _in_trace_order(self, _ids(method(
-            request, new, **taken(method, has_scheduled_reqs=others_running),
-            **asked(method, full_sequence_must_fit=whole), **more)))
-
-    def cache_blocks(self, rid: int, computed: int) -> None:
-        self.manager.cache_blocks(self.requests[rid], computed)
-
-    def record_blocks_for_zeroing(self, rid: int, start: int) -> None:
-        self.manager.record_blocks_for_zeroing(self.requests[rid].request_id, start)
-
-    def take_new_block_ids(self) -> list[int]:
-        return [int(b) for b in self.manager.take_new_block_ids()]
-
     def record_stats(self, rid: int, hits: int) -> None:
         """What the scheduler records after an admission that was made."""
         self.manager.record_prefix_cache_stats(self.requests[rid], hits)
@@ -398,11 +341,6 @@ class KVManagerDriver(ManagerReads, StepReads, HiSparseDriving):
 
     def evict_blocks(self, ids) -> None:
         self.manager.evict_blocks(set(ids))
-
-
-def request_groups(driver) -> tuple:
-    """The manager's KV-cache groups."""
-    return tuple(driver.manager.kv_cache_config.kv_cache_groups)
 
 
 def _seed_none_hash() -> None:
