@@ -71,6 +71,11 @@ class Workload:
     # filtering drafts with seeded chances); with speculation, the synchronous sessions' fake
     # drafter then proposes `num_speculative` drafts a step (filtered by the grammars)
     structured: float = 0.0
+    # A Mamba group beside full attention (guard_mamba.py): `mamba` its cache mode ("align": the
+    # one with prefix caching), of the full-attention group's block size; `mamba_checkpoint`
+    # > 0 gives it one prefill checkpoint block aligned to that many tokens (0: none)
+    mamba: str = ""
+    mamba_checkpoint: int = 0
 
 
 @dataclass
@@ -140,3 +145,9 @@ SPEC_STRUCTURED = Workload(structured=0.5, speculative="eagle", num_speculative=
 ASYNC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, structured=0.5)
 ASYNC_SPEC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, speculative="eagle",
                                  num_speculative=2, structured=0.5)
+# A Mamba "align" group beside full attention (guard_mamba.py), of the "mamba align" profile's
+# most common block size (4 tokens), with one prefill checkpoint block aligned to a block (as
+# the profile's 85%); the default's prompts (up to 45 blocks of 4) and step (4 blocks' tokens),
+# 100 blocks: sessions 0-5 preempt 8 times (160 blocks: never)
+MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                       max_batched_tokens=16)
