@@ -16,6 +16,9 @@ from tests.kvmanager.test_guard import scheduler_session
 pytestmark = needs_engine("vllm")
 # Seed 0 has a same-step deferral and a preemption (sessions 0-99: 71 and 105 in all)
 SEEDS = 2
+# The catalogue's Mamba "align" mutants these sessions reach (the others need retention 0,
+# draft tokens or partial hits: docs/upstream-vllm.md)
+MUTANTS = ("mamba_align_hit_short", "mamba_align_state_kept", "mamba_align_checkpoint_not_taken")
 
 
 def mamba_session(seed: int, name: str | None, corpus_dir, check: bool = True):
@@ -83,8 +86,7 @@ def test_a_live_driver_that_hides_the_hand_offs_is_caught(tmp_path, monkeypatch)
         mamba_session(0, None, tmp_path)
 
 
-@pytest.mark.parametrize("name", ("mamba_align_hit_short", "mamba_align_state_kept",
-                                  "mamba_align_checkpoint_not_taken"))
+@pytest.mark.parametrize("name", MUTANTS)
 def test_a_mamba_align_mutant_raises_in_vllms_scheduler_with_a_file_that_replays(name, tmp_path):
     guarding.assert_mutant_raises_in_sessions(
         lambda seed: mamba_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
@@ -107,3 +109,24 @@ def test_asynchronous_scheduling_and_a_connector_beside_the_group_are_refused(tm
         with pytest.raises(kvfuzz.GuardUnsupported, match=message):
             vllm_scheduler.run_session(0, lambda manager, **settings: kvfuzz.guard(
                 manager, "kvmanager", corpus=tmp_path, **settings), workload=workload)
+
+
+def test_the_corpus_holds_session_0_recorded_which_kills_the_mamba_mutants():
+    """corpus/ keeps session 0 recorded (a same-step deferral absorbed, a preemption; 242 ops): what the
+    scheduler records now, clean on the release, each Mamba mutant above killed by its
+    replay (kvfuzz's own driver making the scheduler's calls)."""
+    from pathlib import Path
+
+    from kvfuzz.fuzz.engine import corpus
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import recording
+    from kvfuzz.fuzz.targets import TARGETS
+    from tests.conftest import CORPUS
+
+    trace = recording(0, "kvmanager", workload="MAMBA_ALIGN")
+    path = Path(CORPUS) / TARGETS["kvmanager"].file_name(trace)
+    assert path.exists(), "regenerate it: kvfuzz.fuzz.engine.corpus.save(TARGETS['kvmanager'], " \
+                          "recording(0, 'kvmanager', workload='MAMBA_ALIGN'), 'corpus')"
+    assert corpus.load(path)[1] == trace
+    assert kvfuzz.replay(path, "vllm.kvmanager").ok
+    for name in MUTANTS:
+        assert not kvfuzz.replay(path, f"mutant.vllm.kvmanager.{name}").ok, name
