@@ -50,6 +50,9 @@ SYNC_CUT_IN_FLIGHT = "synchronous load failed beneath a step in flight"
 GHOST_SCHEDULED = "chunk past the tokens: a failed load's output placeholder"
 ASYNC_EVENTS += (SYNC_CUT_IN_FLIGHT, GHOST_SCHEDULED)
 EVENTS += ASYNC_EVENTS
+# a synchronous load's failure right after its admission (the "connector cuts" profile makes it)
+SYNC_FAILED = "synchronous load failed at a block: its request cut"
+EVENTS += (SYNC_FAILED,)
 
 
 class ConnectorOps:
@@ -242,6 +245,7 @@ class ConnectorOps:
         hit, end, after = request.sync_load
         size = self.trace.scheduler_block_size
         beneath = self._beneath(request)
+        self.count(SYNC_FAILED)
         # the step in flight samples (the placeholder's, or a chunk ending the tokens): its
         # output resolves that placeholder, a `sample` over fewer computed tokens
         request.owed = int(beneath and request.computed >= len(request.tokens))

@@ -219,6 +219,9 @@ class GuardedManager(RequestTracking, StreamingCalls, AsyncCalls, ZeroingCalls, 
         result = self._run(op, method, lambda: manager.allocate_slots(
             *bound.args, **bound.kwargs), expected)
         if result is not None:
+            tracked.before = int(request.num_computed_tokens) + sum(
+                int(given.get(name) or 0)
+                for name in ("num_new_computed_tokens", "num_external_computed_tokens"))
             done()
             # (draft rows are no tokens, unless held in flight: asynchronous scheduling)
             pad = getattr(op, "pad", 0)

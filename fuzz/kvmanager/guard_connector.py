@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
 from kvfuzz.fuzz.kvmanager.padding import padding
-from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Cut, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Schedule
 
 # allocate_slots' connector arguments and their values without a connector admission.
@@ -110,19 +110,35 @@ class ConnectorCalls:
         return result
 
     def _sync_load_failed(self, tracked, request) -> None:
-        """At a running request's next allocation after its synchronous load: computed tokens
-        the scheduler cut to a block at or past the local hit (a failed load, "recompute"
-        policy: no call to the manager, its blocks stay cached) are `loaded(rid, n)`."""
+        """At a running request's next allocation: computed tokens the scheduler cut for a
+        failed KV block ("recompute" policy: no call to the manager, the blocks stay cached).
+        After its own synchronous load, to a block at or past the local hit: `loaded(rid, n)`.
+        Otherwise, under the synchronous scheduler (`_update_requests_with_invalid_blocks`), a
+        failed block it holds that it is the first in the running queue to hold, which cuts it
+        to that block's start, or one a request before it marked, which sets it back to its
+        computed tokens before its last step: `cut(rid, n)`."""
         sync, tracked.sync_load = tracked.sync_load, None
         n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
-        if not tracked.running or sync is None or n >= tracked.computed:
+        if not tracked.running or n >= tracked.computed:
             return
-        hit, end, computed = sync
-        if computed != tracked.computed or n % size or not hit // size * size <= n < end:
+        if sync is not None:
+            hit, end, computed = sync
+            if computed == tracked.computed and not n % size and hit // size * size <= n < end:
+                self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+                tracked.computed = n
+                return
+        elif self.kvfuzz_session.header.async_scheduling:
+            return  # (a shared failed block is refused there: guard_async.py)
+        # (a block below its computed tokens: below those before its last step where that
+        # step's output reported the failure, below all of them where the request was not in
+        # that step, `num_scheduled_tokens.get(req_id, 0)`)
+        before = tracked.before
+        if self.kvfuzz_session.header.async_scheduling or (n % size and n != before):
+            load = "" if sync is None else f" (its synchronous load: hit {sync[0]}, to {sync[1]})"
             self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
-                         f"{tracked.computed}: not a failed synchronous load's valid prefix "
-                         f"(its hit {hit}, loaded to {end})")
-        self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+                         f"{tracked.computed}: neither its computed tokens before its last "
+                         f"step ({before}) nor a block's start{load}")
+        self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         tracked.computed = n
 
     @modelled  # (a refusal under on_unsupported="stop" then lets the call through)

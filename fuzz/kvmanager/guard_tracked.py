@@ -32,6 +32,9 @@ class _Tracked(Flights):
         # a synchronous load's (local hit, end, computed tokens after its admission) until the
         # request's next allocation: a failure reported in between rewinds its computed tokens
         self.sync_load = None
+        # its computed tokens before its last allocation's step (the engine's, an admission's
+        # hit and external tokens): where a failed block it holds sets it back (`cut`)
+        self.before = 0
         # its last allocation's tokens (a pipeline's last few), until a `processed` each
         # (guard_async.py)
         self.flights: list[int] = []

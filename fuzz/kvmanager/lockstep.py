@@ -16,9 +16,10 @@ from collections import Counter
 
 from kvfuzz.fuzz.blockpool.pool_state import pool_problems
 from kvfuzz.fuzz.engine.lockstep import Call, Lockstep, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import async_ops, connector, streaming
+from kvfuzz.fuzz.kvmanager import async_ops, connector, cut, streaming
 from kvfuzz.fuzz.kvmanager.async_ops import AsyncOps
 from kvfuzz.fuzz.kvmanager.configs import CONFIGS, MARKS
+from kvfuzz.fuzz.kvmanager.cut import CutOps
 from kvfuzz.fuzz.kvmanager.connector import ConnectorOps, state_read
 from kvfuzz.fuzz.kvmanager.key_marks import MARKS as KEY_MARKS
 from kvfuzz.fuzz.kvmanager.key_marks import KeyMarks
@@ -42,7 +43,8 @@ from kvfuzz.strategies.kvmanager.released import (NO_BOUNDARY, NO_HIT_ALONE, NO_
 from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Sample, Schedule
 
 
-class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOps, Lockstep):
+class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOps, CutOps,
+                        Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -61,8 +63,8 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, ConnectorOp
               "skipped blocks removed before request_finished",
               "admission padded with placeholder drafts", "admission padded after a hit",
               "placeholder drafts past a block's end", *PADDED,
-              *MARKS, *connector.EVENTS, *async_ops.EVENTS, *streaming.EVENTS, *KEY_MARKS,
-              *LOOKAHEAD_MARKS,
+              *MARKS, *connector.EVENTS, *cut.EVENTS, *async_ops.EVENTS, *streaming.EVENTS,
+              *KEY_MARKS, *LOOKAHEAD_MARKS,
               *EAGLE_APART, MTP_HELD,
               *EMBEDS_MARKS,
               *(f"config: {name}" for name in CONFIGS))

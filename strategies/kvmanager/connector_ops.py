@@ -64,7 +64,23 @@ class Loaded:
     valid: int = -1
 
 
-OPS = {"connect": Connect, "loaded": Loaded}
+@dataclass(frozen=True)
+class Cut:
+    """The scheduler cuts running request `rid`'s computed tokens to `to` for a failed KV block
+    it holds without a synchronous load of its own there: a block it shares through a prefix
+    hit on another request's failed synchronous load, or its own load's block that a request
+    before it in the running queue marked first (vLLM 0.33.0's
+    `_update_requests_with_invalid_blocks`, "recompute" policy: to the first failed block's
+    start where it is the first to hold it, else back to its computed tokens before the step,
+    the others recomputing the block). No call: its blocks stay, cached; its step's output is
+    skipped. Resolves to nothing for a request not running, a `to` past its computed tokens,
+    or under asynchronous scheduling (not mapped there yet)."""
+
+    rid: int
+    to: int
+
+
+OPS = {"connect": Connect, "loaded": Loaded, "cut": Cut}
 
 
 def describe(op) -> str:
@@ -77,6 +93,8 @@ def describe(op) -> str:
             groups = [g for g in range(op.written.bit_length()) if op.written >> g & 1]
             reserve += f", writing groups {groups or 'none'}"
         return f"r{op.rid} admitted with up to {op.external} external tokens, {how}{reserve}"
+    if isinstance(op, Cut):
+        return f"r{op.rid}'s computed tokens cut to {op.to} (a failed block it holds)"
     if op.valid < 0:
         return f"r{op.rid}'s load done"
     return f"r{op.rid}'s load failed, {op.valid} tokens valid"

@@ -4,7 +4,7 @@ what the op asks of the manager in a scheduler's words."""
 from __future__ import annotations
 
 from kvfuzz.strategies.kvmanager import connector_ops, stream_ops
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Evict, Finish, Op, Placeholder,
                                                Preempt, Processed, Release, RemoveSkipped, Sample,
@@ -47,7 +47,7 @@ def describe_op(op: Op) -> str:
     if isinstance(op, Settle):
         rejected = f", {op.rejected} rejected drafts rolled back first" if op.rejected else ""
         return f"cache r{op.rid}'s blocks after its step's output{rejected}"
-    if isinstance(op, (Connect, Loaded)):
+    if isinstance(op, (Connect, Loaded, Cut)):
         return connector_ops.describe(op)
     if isinstance(op, Stream):
         return stream_ops.describe(op)

@@ -59,6 +59,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
             values["written"] = reader.integer(raw.get("written", -1), at, low=-1, high=255)
         elif f.name == "valid":  # -1: the load was done; else its valid tokens
             values["valid"] = reader.integer(raw.get("valid", -1), at, low=-1, high=MAX_LEN)
+        elif f.name == "to":  # a running request's computed tokens cut (`cut`)
+            values["to"] = reader.integer(raw.get("to"), at, low=0, high=MAX_LEN)
         elif f.name == "token":
             values["token"] = reader.integer(raw.get("token"), at, low=0, high=TOKEN_MAX)
         else:  # rid

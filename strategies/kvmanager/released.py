@@ -5,7 +5,7 @@ connector's op types only."""
 
 from __future__ import annotations
 
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
 
 NO_RETENTION = "no prefix_cache_retention_interval (an earlier vLLM's KVCacheConfig)"
 NO_IN_FLIGHT = "no max_in_flight_tokens (an earlier vLLM release)"
@@ -85,7 +85,7 @@ def broken(trace, preconditions) -> list[str]:
             # groups of different block sizes: a scheduler block above the block size
             NO_SCHEDULER_BLOCK: trace.scheduler_block_size != trace.block_size,
             # the connector's ops (strategies/kvmanager/connector_ops.py)
-            NO_CONNECTOR: any(isinstance(op, (Connect, Loaded)) for op in trace.ops),
+            NO_CONNECTOR: any(isinstance(op, (Connect, Loaded, Cut)) for op in trace.ops),
             NO_HASH_LOOKAHEAD: trace.hash_lookahead > 0,
             NO_PREFILL_LOOKAHEAD: trace.prefill_lookahead > 0,
             NO_EAGLE_GROUPS: bool(trace.eagle_groups),

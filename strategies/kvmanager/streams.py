@@ -23,7 +23,7 @@ from kvfuzz.strategies.kvmanager import (async_outputs, connector, dcp, deferred
                                          hisparse_lag, hybrid, lone_window, lookahead_hashes, mtp,
                                          prompt_embeds, two_windows)
 from kvfuzz.strategies.kvmanager import async_connector, async_drafts, full_last, streaming_input
-from kvfuzz.strategies.kvmanager import async_pipeline
+from kvfuzz.strategies.kvmanager import async_pipeline, connector_cuts
 from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
 from kvfuzz.strategies.kvmanager import async_streaming_drafts
@@ -125,7 +125,15 @@ STREAMS = ((hybrid.GENERATOR, 0.0, 0.15), (hybrid.LOCAL, 0.9, 1.0),
            # resumable requests under the asynchronous scheduler with draft tokens (2026-12-06,
            # issue 24; by the same rule, the one open range whose first index of seed 0, 380,
            # the seeded run's 420 reach; the widest's first is 426): 380
-           (async_streaming_drafts.GENERATOR, 0.2292, 0.2357))
+           (async_streaming_drafts.GENERATOR, 0.2292, 0.2357),
+           # two steps of a request in flight under the V2 runner's pipeline (2026-12-06, issue
+           # 24; alone only for a day, then by the same rule the open range taking one of seed
+           # 0's first 340, and the open range beside it, whose first is 1412): 301, 373
+           (async_pipeline.GENERATOR, 0.7284, 0.7316), (async_pipeline.GENERATOR, 0.7317, 0.7347),
+           # a synchronous load's failed block and the running requests it cuts (2026-12-06,
+           # issue 24; by the same rule, the open range taking one of seed 0's first 420, with
+           # the widest of those taking none of its first 520): 386
+           (connector_cuts.GENERATOR, 0.2800, 0.2828), (connector_cuts.GENERATOR, 0.8786, 0.8850))
 
 
 class MixedStreams:
@@ -192,10 +200,9 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
          "hisparse lag": hisparse_lag.GENERATOR,
          "two windows": two_windows.GENERATOR, "async outputs": async_outputs.GENERATOR}
 # Profiles made alone only (`--profile NAME`), never drawn in the mix nor from fuzzer bytes:
-# none since 2026-12-06 (the seven that were are in `STREAMS` above). A new profile may start
+# none since 2026-12-06 (those that were are in `STREAMS` above). A new profile may start
 # here, the mix's draws kept, until it gets a share by `STREAMS`'s rule
-# two steps of a request in flight under a pipeline (2026-12-06, issue 24): alone until merged
-ALONE_ONLY: dict[str, TraceGenerator] = {"async pipeline": async_pipeline.GENERATOR}
+ALONE_ONLY: dict[str, TraceGenerator] = {}
 ALONE.update({"async connector": async_connector.GENERATOR,
               "async drafts": async_drafts.GENERATOR, "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,
@@ -204,7 +211,9 @@ ALONE.update({"async connector": async_connector.GENERATOR,
               "hisparse cow": hisparse_cow.GENERATOR,
               "mamba connector": mamba_connector.GENERATOR,
               "streaming drafts": streaming_drafts.GENERATOR,
-              "async streaming drafts": async_streaming_drafts.GENERATOR})
+              "async streaming drafts": async_streaming_drafts.GENERATOR,
+              "async pipeline": async_pipeline.GENERATOR,
+              "connector cuts": connector_cuts.GENERATOR})
 ALONE.update(ALONE_ONLY)
 GENERATOR = MixedStreams(generator.GENERATOR, STREAMS, ALONE)
 
@@ -221,4 +230,4 @@ def profiles() -> tuple[str, ...]:
             *full_last.PROFILES, *streaming_input.PROFILES, *async_streaming.PROFILES,
             *connector_sizes.PROFILES, *hisparse_cow.PROFILES, *mamba_connector.PROFILES,
             *streaming_drafts.PROFILES, *async_streaming_drafts.PROFILES,
-            *ALONE_ONLY)
+            *async_pipeline.PROFILES, *connector_cuts.PROFILES, *ALONE_ONLY)

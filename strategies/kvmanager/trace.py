@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from kvfuzz.strategies.inputs import (LATER, Origin, dataclass_op_to_json, document_id,
                                       provenance)
 from kvfuzz.strategies.kvmanager import connector_ops, stream_ops
-from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
@@ -247,7 +247,7 @@ class Reset:
 
 
 Op = Arrive | Schedule | Decode | Sample | Preempt | Finish | Release | RemoveSkipped | Evict | \
-    Reset | Connect | Loaded | Settle | Placeholder | Processed | Stream
+    Reset | Connect | Loaded | Cut | Settle | Placeholder | Processed | Stream
 KINDS = {"arrive": Arrive, "schedule": Schedule, "decode": Decode, "sample": Sample,
          "preempt": Preempt, "finish": Finish, "release": Release,
          "remove_skipped": RemoveSkipped, "evict": Evict,

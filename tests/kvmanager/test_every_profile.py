@@ -19,7 +19,7 @@ from collections import Counter
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector,
+from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector, cut,
                                   hisparse_import, hisparse_cow, hisparse_lag, streaming)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
@@ -210,6 +210,11 @@ REACHES = {
     + _CONFIGS("asynchronous scheduling", "lookahead tokens", "lookahead hashing", "EAGLE",
                "multi-token prediction (prefill lookahead)", "sliding window",
                "whole request must fit"),
+    # a synchronous load failed at a block, the running requests its failed block cuts (to a
+    # block's start, or back to their tokens before the step), beside asynchronous loads
+    "connector cuts": list(cut.EVENTS) + [connector.SYNC_FAILED, "load failed, a prefix valid",
+                                          "load done", "admission with a hit"]
+    + _CONFIGS("KV connector", "whole request must fit"),
 }
 
 

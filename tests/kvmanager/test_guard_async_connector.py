@@ -83,8 +83,9 @@ def test_a_failed_synchronous_load_reported_beneath_a_step_in_flight_runs_clean(
 
 def test_a_failed_block_shared_through_a_prefix_hit_is_refused_by_name(tmp_path):
     """A running request that holds the failed block through a prefix hit (not its own load)
-    is cut too, to its computed tokens less the processed step's: not mapped (nor under the
-    synchronous scheduler), refused by name, never a silent pass."""
+    is cut too, to its computed tokens less the processed step's: not mapped under this
+    scheduler (under the synchronous one it is a `cut`: test_cut.py), refused by name, never a
+    silent pass."""
     with pytest.raises(kvfuzz.GuardUnsupported, match="shares through a prefix hit"):
         session(5, tmp_path, sync_load_failures=True)
 

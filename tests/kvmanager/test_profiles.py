@@ -28,7 +28,8 @@ NOTES = [f"profile {name}" for name in streams.profiles() if name not in streams
 ONCE_ALONE_ONLY = {"async connector": 293, "async drafts": 218, "full last": 282,
                    "streaming": 289, "async streaming": 333, "connector sizes": 337,
                    "hisparse cow": 225, "mamba connector": 254, "streaming drafts": 409,
-                   "async streaming drafts": 380}
+                   "async streaming drafts": 380, "async pipeline": 301,
+                   "connector cuts": 386}
 
 
 def test_the_seeded_run_makes_every_profile_and_no_other():
