@@ -3,11 +3,13 @@ engine builds (`Workload(mamba="align")`, `vllm_scheduler.build_scheduler`), and
 guard's header reads of it (`guard_header.header`), the trace's settings as the generator's
 "mamba align" traces have them (`strategies/kvmanager/hybrid.build_mamba_align`).
 
-How vLLM's engine builds such a model (0.33.0): the cache config's `mamba_cache_mode` "align"
-(prefix caching on); each Mamba layer's `MambaSpec` of that mode in a group of its own, of the
-attention group's block size here (vLLM pads the Mamba page to the attention page; the block
-sizes then agree, and `resolve_kv_cache_block_sizes` hashes per block: no partial hits, no
-copy-on-write); `KVCacheConfig.needs_kv_cache_zeroing` is then true (Mamba state is read before
+How vLLM's engine builds such a model (0.33.0): with prefix caching on, the cache config's
+`mamba_cache_mode` "align" and `mamba_block_size` the cache's block size
+(`model_executor/models/config.py:763-779`, a hybrid model's config update: set here
+directly, the CPU sessions' model being a plain decoder); each Mamba layer's `MambaSpec` of
+that mode in a group of its own, so of the attention group's block size, which
+`resolve_kv_cache_block_sizes` then hashes per block (no `prefix_match_unit`: no partial hits,
+no copy-on-write); `KVCacheConfig.needs_kv_cache_zeroing` is then true (Mamba state is read before
 it is written: every new block of any group is recorded for zeroing), which the trace's
 `zeroing` (a second attention group's precision) does not model: the guard lets the
 scheduler's `take_new_block_ids` through unchecked. No vLLM at import.
