@@ -36,7 +36,8 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 Every other method that changes the manager is refused (`GuardUnsupported`), reads go
 through. What the trace does not model is refused before the call is made, with the reason:
 draft slots other than the guard was given, encoder tokens, multimodal inputs, requests that
-skip the prefix cache, a second group other than one sliding window, a hash block size other
+skip the prefix cache, a second group other than one sliding window or one Mamba group in
+mode "align" (`guard_mamba.py`: its admissions deferred a step are no op), a hash block size other
 than the block size, a manager already used before it was guarded, and a scheduler whose
 request state is not the one the trace's ops lead to (e.g. asynchronous scheduling's in-flight
 tokens). A prompt given as embeddings (`prompt_embeds`, no token ids) arrives with
@@ -56,6 +57,7 @@ from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
+from kvfuzz.fuzz.kvmanager.guard_mamba import SameStepDeferral
 from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
 from kvfuzz.fuzz.kvmanager.guard_sync_drafts import SyncDraftCalls
@@ -115,7 +117,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
 
 
 class GuardedManager(RequestTracking, StreamingCalls, SyncDraftCalls, AsyncCalls, ZeroingCalls,
-                     DeferredFrees, ConnectorCalls, GuardedObject):
+                     DeferredFrees, ConnectorCalls, SameStepDeferral, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -200,6 +202,9 @@ class GuardedManager(RequestTracking, StreamingCalls, SyncDraftCalls, AsyncCalls
         n = int(num_new_tokens)
         lookup = self._kvfuzz_lookups.pop(tracked.rid, None)
         self._kvfuzz_lookups.clear()
+        if lookup and self._same_step_deferral(tracked, given, lambda: manager.allocate_slots(
+                *bound.args, **bound.kwargs)):  # (a Mamba group's: guard_mamba.py)
+            return None
         connector = {name: given.get(name, value) for name, value in CONNECTOR_ARGS.items()}
         if lookup is None or not (lookup[2] or connector["num_external_computed_tokens"] or
                                   connector["delay_cache_blocks"]):

@@ -56,6 +56,7 @@ class ConnectorCalls:
 
     @modelled
     def get_computed_blocks_for_connector(self, request, max_cache_hit_length=None):
+        self._no_mamba_connector("get_computed_blocks_for_connector")  # (guard_mamba.py)
         return self._lookup("get_computed_blocks_for_connector", request,
                             max_cache_hit_length)
 
@@ -142,8 +143,11 @@ class ConnectorCalls:
         self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         tracked.computed = n
 
+    @modelled  # (a refusal under on_unsupported="stop" then lets the call through)
     def finalize_partial_tail_offloads(self, request):
-        """Mamba "align" groups' tails alone (the guard refuses Mamba groups): nothing here."""
+        """Mamba "align" groups' tails alone (a KV producer's; refused beside one): nothing
+        here."""
+        self._no_mamba_connector("finalize_partial_tail_offloads")
         return self._kvfuzz_object.finalize_partial_tail_offloads(request)
 
     @modelled
@@ -180,6 +184,7 @@ class ConnectorCalls:
 
     def _connector_admission(self, tracked, n: int, hit: int, whole: bool, connector: dict):
         """An admission after a connector's lookup or with external tokens: `connect`."""
+        self._no_mamba_connector("an admission with external tokens")
         rid, left = tracked.rid, len(tracked.tokens) - hit
         external = int(connector["num_external_computed_tokens"])
         load = bool(connector["delay_cache_blocks"])

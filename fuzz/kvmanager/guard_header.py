@@ -5,6 +5,7 @@ the guard is made."""
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import GuardUnsupported
+from kvfuzz.fuzz.kvmanager.guard_mamba import is_align_group, mamba_settings
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.trace import Trace, to_json
 
@@ -22,14 +23,17 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
     config = manager.kv_cache_config
     specs = [group.kv_cache_spec for group in config.kv_cache_groups]
     kinds = [type(spec).__name__ for spec in specs]
-    if kinds not in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]):
+    # (a Mamba "align" group beside full attention: guard_mamba.py)
+    mamba = mamba_settings(specs, refuse) if is_align_group(kinds, specs) else {}
+    if not mamba and kinds not in (["FullAttentionSpec"],
+                                   ["FullAttentionSpec", "SlidingWindowSpec"]):
         refuse(f"KV-cache groups {kinds}: the trace models one full-attention group and at most "
-               f"one sliding-window group")
+               f"one sliding-window group or one Mamba group in mode \"align\"")
     block_size = specs[0].block_size
     if any(spec.block_size != block_size for spec in specs):
         refuse(f"groups of block sizes {[spec.block_size for spec in specs]}: the trace has one")
-    window = specs[1].sliding_window if len(specs) > 1 else 0
-    if len(specs) > 1 and getattr(specs[1], "extra_retained_tokens", 0):
+    window = specs[1].sliding_window if len(specs) > 1 and not mamba else 0
+    if window and getattr(specs[1], "extra_retained_tokens", 0):
         refuse("a sliding window with extra retained tokens is not modelled")
     # decode/prefill context parallelism: each rank holds a share of a manager's block (the
     # single-type managers' block is the spec's times the ranks); the live header has no `dcp`
@@ -50,8 +54,9 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
         refuse("the manager has been used: guard it before its first call (the oracle starts "
                "from an empty pool)")
     # vLLM records new attention blocks for zeroing where the cache mixes precisions (or holds
-    # Mamba layers, refused above): in the trace, the window group in another precision
-    zeroing = bool(getattr(config, "needs_kv_cache_zeroing", False))
+    # Mamba layers: not modelled, the records go through unchecked, guard_mamba.py): in the
+    # trace, the window group in another precision
+    zeroing = bool(getattr(config, "needs_kv_cache_zeroing", False)) and not mamba
     if zeroing and not window:
         refuse("zeroing with one group: the trace's zeroing is its second group's precision")
     watermark_blocks = int(getattr(manager, "watermark_blocks", 0))
@@ -60,7 +65,7 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
                   max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
                   lookahead=lookahead, async_scheduling=async_scheduling,
                   steps_in_flight=steps_in_flight,
-                  **speculation(manager),
+                  **speculation(manager), **mamba,
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)
     from kvfuzz.strategies.kvmanager.codec import from_json

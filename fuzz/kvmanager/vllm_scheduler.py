@@ -39,9 +39,10 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     SessionResult, Workload, FAKE_CONNECTOR, ZEROING, ZEROING_CONNECTOR, EXTRA_KEYS,
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
     SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
-    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS)
+    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS, MAMBA_ALIGN)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
+from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, mamba_group
 
 
 def _text_decoder_info(registry):
@@ -162,7 +163,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 max_model_len=workload.max_model_len, enable_chunked_prefill=True,
                 is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=workload.block_size,
-                                     enable_prefix_caching=True),
+                                     enable_prefix_caching=True, **cache_settings(workload)),
             **_connector(workload, seed), **speculative)
         config.cache_config.num_gpu_blocks = workload.blocks
         if workload.async_scheduling:  # (turned off by the CPU platform: vllm_async.py)
@@ -179,6 +180,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
             groups.append(KVCacheGroupSpec(["layer1"], SlidingWindowSpec(
                 block_size=workload.block_size, num_kv_heads=1, head_size=8, dtype=dtype,
                 sliding_window=workload.window), is_eagle_group=1 in workload.eagle_groups))
+        groups += [group for group in (mamba_group(workload, torch),) if group]
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
         from kvfuzz.fuzz.kvmanager.vllm_async import model_runner

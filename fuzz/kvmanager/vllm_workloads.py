@@ -75,6 +75,11 @@ class Workload:
     # proposes `num_speculative` drafts a step without structured output too (the engine's
     # post_step), some accepted at each output (the asynchronous sessions draft anyway)
     drafts: bool = False
+    # A Mamba group beside full attention (guard_mamba.py): `mamba` its cache mode ("align": the
+    # one with prefix caching), of the full-attention group's block size; `mamba_checkpoint`
+    # > 0 gives it one prefill checkpoint block aligned to that many tokens (0: none)
+    mamba: str = ""
+    mamba_checkpoint: int = 0
 
 
 @dataclass
@@ -148,3 +153,9 @@ ASYNC_SPEC_STRUCTURED = Workload(async_scheduling=True, window=48, blocks=60, sp
 # (lookahead hashes, vLLM's default), and MTP's 3 (its hashes and prefill lookahead of 3)
 SPEC_DRAFTS = Workload(speculative="eagle", num_speculative=2, drafts=True)
 MTP_DRAFTS = Workload(speculative="mtp", num_speculative=3, drafts=True)
+# A Mamba "align" group beside full attention (guard_mamba.py), of the "mamba align" profile's
+# most common block size (4 tokens), with one prefill checkpoint block aligned to a block (as
+# the profile's 85%); the default's prompts (up to 45 blocks of 4) and step (4 blocks' tokens),
+# 100 blocks: sessions 0-5 preempt 8 times (160 blocks: never)
+MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                       max_batched_tokens=16)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from kvfuzz.impl.blockpool.driver import GROUP_BYTES, decode_key
 from kvfuzz.impl.kvmanager.driver import ManagerReads, _ids
+from kvfuzz.impl.kvmanager.live_align import AlignStepReads
 from kvfuzz.impl.live_calls import LiveCalls
 
 
-class LiveManagerDriver(LiveCalls, ManagerReads):
+class LiveManagerDriver(AlignStepReads, LiveCalls, ManagerReads):
     def __init__(self, manager, blocks: int):
         super().__init__(manager.block_pool, blocks)
         self.manager = manager
@@ -44,6 +45,8 @@ class LiveManagerDriver(LiveCalls, ManagerReads):
         answers, or `get_computed_blocks`' three and a hit that never diverged (a connector
         that does not take divergent hybrid hits: the same lookup without a Mamba group)."""
         self._learned.pop(rid, None)  # (as get_computed_blocks')
+        if len(self.lookups[rid]) == 3 and self.manager.kv_cache_config.has_mamba_layers:
+            return self.align_connector_lookup(rid)  # (live_align.py)
         found = self.lookups.pop(rid)
         return found if len(found) == 4 else (*found, False)
 

@@ -87,8 +87,9 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "partial_load_skips_all_zeroing",
                # HiSparse's groups: the guard refuses them (its own traces: test_hisparse.py)
                "hisparse_retained_hit_kept", "hisparse_published_before_durable",
-               # the hybrid coordinator's hit search: the corner traces have one group (and
-               # the guard refuses Mamba groups: test_align.py, test_mutants.py)
+               # the hybrid coordinator's hit search: the corner traces have one group (Mamba
+               # "align" under vLLM's scheduler: test_guard_mamba.py; kvfuzz's own traces:
+               # test_align.py, test_mutants.py)
                "mamba_align_hit_short", "mamba_align_partial_hit_ignored",
                # a connector over groups of different block sizes: the corner traces have one
                # size and no connector ("connector sizes": test_mutants.py's ALONE)

@@ -1,0 +1,115 @@
+"""A Mamba "align" group under vLLM's own scheduler, guarded: the group the seeded sessions'
+engine builds (`Workload(mamba="align")`, `vllm_scheduler.build_scheduler`), and what the
+guard's header reads of it (`guard_header.header`), the trace's settings as the generator's
+"mamba align" traces have them (`strategies/kvmanager/hybrid.build_mamba_align`).
+
+How vLLM's engine builds such a model (0.33.0): with prefix caching on, the cache config's
+`mamba_cache_mode` "align" and `mamba_block_size` the cache's block size
+(`model_executor/models/config.py:763-779`, a hybrid model's config update: set here
+directly, the CPU sessions' model being a plain decoder); each Mamba layer's `MambaSpec` of
+that mode in a group of its own, so of the attention group's block size, which
+`resolve_kv_cache_block_sizes` then hashes per block (no `prefix_match_unit`: no partial hits,
+no copy-on-write); `KVCacheConfig.needs_kv_cache_zeroing` is then true (Mamba state is read before
+it is written: every new block of any group is recorded for zeroing), which the trace's
+`zeroing` (a second attention group's precision) does not model: the guard lets the
+scheduler's `take_new_block_ids` through unchecked. No vLLM at import.
+"""
+
+from __future__ import annotations
+
+# The trace's Mamba fields a live header may set (codec.py: mamba_mode, mamba_checkpoint)
+ALIGN = "align"
+
+
+def cache_settings(workload) -> dict:
+    """The cache config's Mamba keywords for `workload` (none without a Mamba group)."""
+    return {"mamba_cache_mode": workload.mamba} if workload.mamba else {}
+
+
+def mamba_group(workload, torch):
+    """The Mamba group's `KVCacheGroupSpec` of `workload` (its state a float16 tensor of 4, as
+    kvfuzz's driver builds it: `impl/kvmanager/driver.py`), or None."""
+    if not workload.mamba:
+        return None
+    from vllm.v1.kv_cache_interface import KVCacheGroupSpec, MambaSpec
+
+    more = {"num_prefill_checkpoint_blocks": 1,
+            "prefill_checkpoint_alignment": workload.mamba_checkpoint} \
+        if workload.mamba_checkpoint else {}
+    return KVCacheGroupSpec(["mamba0"], MambaSpec(
+        block_size=workload.block_size, shapes=((4,),), dtypes=(torch.float16,),
+        mamba_cache_mode=workload.mamba, **more))
+
+
+def is_align_group(kinds: list[str], specs) -> bool:
+    """Whether the manager's groups are full attention and one Mamba group in mode "align"."""
+    return kinds == ["FullAttentionSpec", "MambaSpec"] and \
+        getattr(specs[1], "mamba_cache_mode", None) == ALIGN
+
+
+def mamba_settings(specs, refuse) -> dict:
+    """The trace's Mamba fields of a full-attention and Mamba "align" manager (`specs`), or
+    `refuse(why)` for what the trace does not model."""
+    spec = specs[1]
+    checkpoints = int(getattr(spec, "num_prefill_checkpoint_blocks", 0))
+    if checkpoints > 1:
+        refuse(f"{checkpoints} prefill checkpoint blocks: the trace models one")
+    speculative = int(getattr(spec, "num_speculative_blocks", 0))
+    if speculative:
+        # (the trace's speculative blocks come with multi-token prediction's draft slots,
+        # whose synchronous decode-with-drafts the guard does not map yet)
+        refuse(f"{speculative} speculative Mamba blocks: not guarded")
+    if getattr(spec, "tokens_per_state", -1) not in (-1, None):
+        refuse(f"a Mamba state of {spec.tokens_per_state} tokens is not modelled")
+    alignment = getattr(spec, "prefill_checkpoint_alignment", None) if checkpoints else 0
+    return {"mamba_mode": ALIGN, "mamba_checkpoint": int(alignment or 0)}
+
+
+class SameStepDeferral:
+    """Mixed into `GuardedManager` (`guard.py`): a Mamba "align" group's admission deferred to
+    the next step, which kvfuzz's trace never holds (its every op is a step).
+
+    vLLM's `MambaManager.get_num_blocks_to_allocate` (single_type_kv_cache_manager.py:1704-1712)
+    answers `num_gpu_blocks + 1` ("not enough blocks: put it in the next step") where the hit's
+    state block was cached *in the current step* (`cached_blocks_this_step`, cleared by the
+    scheduler's `new_step_starts` as each `schedule()` begins): a state another request's
+    chunk of this step computes is not there yet. So `allocate_slots` of such an admission
+    returns None with nothing changed (the request holds no block), and the scheduler tries it
+    again at a later step, with a new lookup. The guard makes that call as no op of the trace
+    (its lookup was checked when made): the trace goes on to the admission that follows, which
+    a replay, where every op is a step, makes as the engine made it. The deferral itself is the
+    manager's own rule read from its own set, so it is not judged here; a manager that
+    allocated all the same is refused (the trace then holds no op for what it did)."""
+
+    def _same_step_deferral(self, tracked, given, perform):
+        """The engine's admission call made as no op where vLLM's Mamba group defers it (else
+        None: the caller maps the call)."""
+        if tracked.running or not self._deferred_by_step(given.get("new_computed_blocks")):
+            return None
+        vars(self)["_kvfuzz_made"] = True
+        result = perform()
+        if result is not None:
+            self._refuse(f"allocate_slots admitted request {tracked.rid} on a Mamba state "
+                         f"cached in this step, which vLLM defers to the next step "
+                         f"(MambaManager.get_num_blocks_to_allocate)")
+        vars(self)["kvfuzz_deferrals"] = vars(self).get("kvfuzz_deferrals", 0) + 1
+        return True
+
+    def _deferred_by_step(self, hit_blocks) -> bool:
+        """vLLM's condition: a group whose manager keeps `cached_blocks_this_step` and the
+        last block of the hit in that group is among them."""
+        if hit_blocks is None:
+            return False
+        managers = self._kvfuzz_object.coordinator.single_type_managers
+        for blocks, manager in zip(hit_blocks.blocks, managers):
+            this_step = getattr(manager, "cached_blocks_this_step", None)
+            if this_step and len(blocks) and blocks[-1].block_hash in this_step:
+                return True
+        return False
+
+    def _no_mamba_connector(self, call: str) -> None:
+        """A KV connector's call (`guard_connector.py`) beside a Mamba "align" group: refused,
+        not mapped yet (kvfuzz's own traces of it: the "mamba connector" profile)."""
+        if self.kvfuzz_session.header.mamba_mode:
+            self._refuse(f"{call} beside a Mamba \"align\" group: a KV connector with a Mamba "
+                         f"group is not guarded yet")

@@ -1,0 +1,132 @@
+"""The kvmanager guard over a Mamba "align" group under vLLM's own scheduler
+(fuzz/kvmanager/guard_mamba.py, `vllm_workloads.MAMBA_ALIGN`): the header reads the group as the
+generator's "mamba align" traces hold it; the sessions run guarded clean in the reduced mode
+(fuzz/kvmanager/align.py), their recordings replay clean on `vllm.kvmanager`; an admission vLLM
+defers to the next step is no op (without that mapping the judge sees a needless refusal); the
+live driver's reads of the hand-offs are judged; catalogue mutants of the Mamba group are
+caught in a session with a file that replays. Skips without vLLM (slow tier)."""
+
+import pytest
+
+import kvfuzz
+from tests import guarding
+from tests.helpers import needs_engine
+from tests.kvmanager.test_guard import scheduler_session
+
+pytestmark = needs_engine("vllm")
+# Seed 0 has a same-step deferral and a preemption (sessions 0-99: 71 and 105 in all)
+SEEDS = 2
+# The catalogue's Mamba "align" mutants these sessions reach (the others need retention 0,
+# draft tokens or partial hits: docs/upstream-vllm.md)
+MUTANTS = ("mamba_align_hit_short", "mamba_align_state_kept", "mamba_align_checkpoint_not_taken")
+
+
+def mamba_session(seed: int, name: str | None, corpus_dir, check: bool = True):
+    return scheduler_session(seed, name, corpus_dir, check, workload="MAMBA_ALIGN")
+
+
+def test_the_header_reads_the_mamba_group_as_the_generators_traces_hold_it(tmp_path):
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+
+    from tests.kvmanager.test_guard import VLLM
+
+    manager = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, mamba_mode="align",
+                              mamba_checkpoint=2).manager
+    header = kvfuzz.guard(manager, "kvmanager", corpus=tmp_path).kvfuzz_session.header
+    assert (header.mamba_mode, header.mamba_checkpoint, header.window) == ("align", 2, 0)
+    # Mamba's zeroing records (needs_kv_cache_zeroing) are not the trace's zeroing
+    assert manager.kv_cache_config.needs_kv_cache_zeroing and not header.zeroing
+    refused = {
+        "none": (dict(mamba_mode="none", caching=False), r"KV-cache groups \['FullAttentionSp"),
+        "speculative": (dict(mamba_mode="align", mamba_speculative=1),
+                        r"1 speculative Mamba blocks: not guarded"),
+        "partial hits": (dict(mamba_mode="align", hash_block_size=2),
+                         r"hash block size 2 below the block size 4")}
+    for why, (settings, message) in refused.items():
+        other = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, **settings).manager
+        with pytest.raises(kvfuzz.GuardUnsupported, match=message):
+            kvfuzz.guard(other, "kvmanager", corpus=tmp_path)
+
+
+def test_vllms_scheduler_with_a_mamba_align_group_runs_guarded_and_replays(tmp_path):
+    deferred = preempted = 0
+    for seed in range(SEEDS):
+        session = mamba_session(seed, None, tmp_path)
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and guarded.header.mamba_mode == "align"
+        assert guarded.lock.events["boundary states offered"] > 50, guarded.lock.events
+        deferred += vars(session.manager).get("kvfuzz_deferrals", 0)
+        preempted += session.preemptions
+        recorded = mamba_session(seed, None, tmp_path, check=False).manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert deferred and preempted, (deferred, preempted)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_without_the_deferral_mapping_the_judge_sees_a_needless_refusal(tmp_path, monkeypatch):
+    """vLLM's own deferral, made as an op: kvfuzz's trace has every op a step, where no hit is
+    on a state of the same step, so the reduced mode calls the refusal needless."""
+    from kvfuzz.fuzz.kvmanager.guard_mamba import SameStepDeferral
+
+    monkeypatch.setattr(SameStepDeferral, "_same_step_deferral", lambda *args: None)
+    with pytest.raises(kvfuzz.Mismatch, match=r"(?s)refusal.*allocate_slots refused an "
+                                              r"admission.*is not deferred"):
+        mamba_session(0, None, tmp_path)
+
+
+def test_a_live_driver_that_hides_the_hand_offs_is_caught(tmp_path, monkeypatch):
+    """The boundary-state hand-offs are read from the live manager without being taken (the
+    scheduler drains them): a read that shows none fails the reduced mode's completeness."""
+    from kvfuzz.impl.kvmanager.live_align import AlignStepReads
+
+    monkeypatch.setattr(AlignStepReads, "boundary_offloads", lambda self: [])
+    with pytest.raises(kvfuzz.Mismatch, match=r"boundary offload"):
+        mamba_session(0, None, tmp_path)
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_a_mamba_align_mutant_raises_in_vllms_scheduler_with_a_file_that_replays(name, tmp_path):
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: mamba_session(seed, name, tmp_path), f"mutant.vllm.kvmanager.{name}",
+        "vllm.kvmanager", seeds=SEEDS)
+
+
+def test_asynchronous_scheduling_and_a_connector_beside_the_group_are_refused(tmp_path):
+    """Not guarded yet, each refused by name: tokens in flight beside a Mamba "align" group
+    (the reduced mode leaves them out: the trace's codec refuses the header), a KV connector's
+    lookup beside it."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    refused = {"async_scheduling": r"no asynchronous scheduling with Mamba mode \"align\"",
+               "fake_connector": r"get_computed_blocks_for_connector beside a Mamba \"align\" "
+                                 r"group: a KV connector with a Mamba group is not guarded yet"}
+    for setting, message in refused.items():
+        workload = replace(vllm_scheduler.MAMBA_ALIGN, **{setting: True})
+        with pytest.raises(kvfuzz.GuardUnsupported, match=message):
+            vllm_scheduler.run_session(0, lambda manager, **settings: kvfuzz.guard(
+                manager, "kvmanager", corpus=tmp_path, **settings), workload=workload)
+
+
+def test_the_corpus_holds_session_0_recorded_which_kills_the_mamba_mutants():
+    """corpus/ keeps session 0 recorded (a same-step deferral absorbed, a preemption; 242 ops): what the
+    scheduler records now, clean on the release, each Mamba mutant above killed by its
+    replay (kvfuzz's own driver making the scheduler's calls)."""
+    from pathlib import Path
+
+    from kvfuzz.fuzz.engine import corpus
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import recording
+    from kvfuzz.fuzz.targets import TARGETS
+    from tests.conftest import CORPUS
+
+    trace = recording(0, "kvmanager", workload="MAMBA_ALIGN")
+    path = Path(CORPUS) / TARGETS["kvmanager"].file_name(trace)
+    assert path.exists(), "regenerate it: kvfuzz.fuzz.engine.corpus.save(TARGETS['kvmanager'], " \
+                          "recording(0, 'kvmanager', workload='MAMBA_ALIGN'), 'corpus')"
+    assert corpus.load(path)[1] == trace
+    assert kvfuzz.replay(path, "vllm.kvmanager").ok
+    for name in MUTANTS:
+        assert not kvfuzz.replay(path, f"mutant.vllm.kvmanager.{name}").ok, name
