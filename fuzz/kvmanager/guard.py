@@ -9,7 +9,7 @@ The scheduler's calls map onto the trace's ops as the trace's own docs describe 
 - `allocate_slots(request, n, hit, hit blocks, ...)` of a waiting request: `schedule(rid, n)`
   (its lookup and the admission); of a running one whose tokens are all computed and which has
   one token more than the guard last saw: `decode(rid, token)`; of a running one with tokens
-  left: `schedule(rid, n)`;
+  left: `schedule(rid, n)` (`guard_steps.py`);
 - `free(request)`: `finish` when the request has finished, `preempt` when it was running
   (after a `sample` of the token it sampled and never asked a slot for, if any);
   `pop_blocks_for_free(request)` (a free the scheduler defers past a step in flight): the same
@@ -58,14 +58,13 @@ from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.guard_mamba import SameStepDeferral
-from kvfuzz.fuzz.kvmanager.padding import padding
+from kvfuzz.fuzz.kvmanager.guard_steps import AllocationMapping
 from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
 from kvfuzz.fuzz.kvmanager.guard_sync_drafts import SyncDraftCalls
 from kvfuzz.fuzz.kvmanager.guard_tracked import MAX_TOKEN, RequestTracking
 from kvfuzz.fuzz.kvmanager.guard_zeroing import ZeroingCalls
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
-from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Placeholder,
-                                               Preempt, Reset, Sample, Schedule, Settle)
+from kvfuzz.strategies.kvmanager.trace import Evict, Finish, Preempt, Reset, Settle
 
 # What the scheduler reads (or drains: events, stats, ids to zero), which changes no block.
 READS = frozenset({
@@ -116,8 +115,9 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
     return guarded
 
 
-class GuardedManager(RequestTracking, StreamingCalls, SyncDraftCalls, AsyncCalls, ZeroingCalls,
-                     DeferredFrees, ConnectorCalls, SameStepDeferral, GuardedObject):
+class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDraftCalls,
+                     AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, SameStepDeferral,
+                     GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -302,128 +302,3 @@ class GuardedManager(RequestTracking, StreamingCalls, SyncDraftCalls, AsyncCalls
                          lambda: self._kvfuzz_object.cache_blocks(request, n),
                          lambda args: None if tuple(args) == (rid, n) else
                          f"the lock step caches {args}, the engine r{rid}'s {n} tokens")
-
-    # -- mapping -----------------------------------------------------------------------------
-    def _admission(self, tracked, request, n, given, lookup, connector):
-        if lookup is None:
-            self._refuse(f"allocate_slots admits request {request.request_id!r} without a "
-                         f"get_computed_blocks just before it")
-        blocks, hit, via_connector = lookup
-        if given.get("new_computed_blocks") is not blocks or \
-                int(given.get("num_new_computed_tokens", 0)) != hit:
-            self._refuse(f"allocate_slots admits request {request.request_id!r} with a hit other "
-                         f"than its lookup's ({hit} tokens)")
-        self._same_tokens(request, tracked)
-        whole = self._waiting_allocation(tracked, given)
-        if via_connector or connector["num_external_computed_tokens"] or \
-                connector["delay_cache_blocks"]:
-            return self._connector_admission(tracked, n, hit, whole, connector)
-        left = len(tracked.tokens) - hit
-        pad = padding(self.kvfuzz_session.header, n, left, hit)
-        if not 1 <= n - pad <= left:
-            self._refuse(f"allocate_slots admits {n} new tokens of a request with "
-                         f"{left} left after its hit")
-
-        def expected(args):
-            if tuple(args[1:5]) != (n, hit, True, whole):
-                return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
-        # the placeholders are rejected drafts once the step's output is processed: the
-        # request's computed tokens are then its own (what its `settle` checks); under
-        # asynchronous scheduling counted computed and in flight until then (guard_async.py)
-        held = self._rows_in_flight(pad)
-        return Schedule(tracked.rid, n, pad, rows_in_flight=held), expected, \
-            self._runs(tracked, hit + n - (0 if held else pad))
-
-    def _waiting_allocation(self, tracked, given) -> bool:
-        """What every allocation of a waiting request shares (an admission, a resumption after
-        a KV load): the scheduler's full_sequence_must_fit (the same for all, kept in the
-        trace's header), and the watermark's other running requests. The former."""
-        whole = bool(given.get("full_sequence_must_fit", False))
-        if self._kvfuzz_whole is None:
-            vars(self)["_kvfuzz_whole"] = whole
-            self.kvfuzz_session.set_header(full_sequence_must_fit=whole)
-        elif whole != self._kvfuzz_whole:
-            self._refuse("admissions with and without full_sequence_must_fit")
-        others = any(t.running for t in self._kvfuzz_requests.values() if t is not tracked)
-        watermark = self.kvfuzz_session.header.watermark
-        if watermark and bool(given.get("has_scheduled_reqs", True)) != others:
-            self._refuse("has_scheduled_reqs is not whether another request runs")
-        return whole
-
-    @staticmethod
-    def _runs(tracked, tokens: int):
-        """What an allocation that was made does to the request's record: `tokens` more
-        computed, running."""
-        def done():
-            tracked.computed += tokens
-            tracked.running, tracked.streamed = True, False
-        return done
-
-    def _step(self, tracked, request, n, given):
-        self._no_hit(given)
-        tokens = list(request.all_token_ids)
-        known, seen = tracked.tokens, tracked.engine_ids()
-        if len(tokens) == len(known) + 1 and tokens[:-1] == seen and \
-                tracked.computed == len(known):
-            if n != 1 or len(known) >= self.kvfuzz_session.header.max_model_len or \
-                    not 0 <= tokens[-1] <= MAX_TOKEN:
-                self._refuse(f"a decode step of {n} tokens at {len(known)} tokens")
-            known.append(tokens[-1])
-            op = Decode(tracked.rid, tokens[-1])
-        elif tokens == seen and tracked.computed < len(known) and \
-                1 <= n <= len(known) + tracked.ghost + tracked.owed - tracked.computed:
-            op = Schedule(tracked.rid, n)
-        elif self._placeholder(tracked, request, n, tokens, seen):
-            # the token its step in flight samples, and that many drafts after it
-            op = Placeholder(tracked.rid, n - 1)
-        elif self._sync_drafts(tracked, request, n, tokens, seen):
-            # the synchronous scheduler's drafts (fake_grammar.Drafter): its last token and
-            # `n - 1` drafts, nothing in flight (sync_draft_ops.py)
-            op = Schedule(tracked.rid, n, drafts=n - 1)
-        elif request.spec_token_ids and not self.kvfuzz_session.header.async_scheduling:
-            # other synchronous steps with drafts (from a token not the last, past the
-            # trace's caps): not mapped
-            self._refuse(f"a synchronous step of {n} tokens with {len(request.spec_token_ids)} "
-                         f"draft tokens for request {request.request_id!r}")
-        else:
-            self._refuse(f"allocate_slots of {n} tokens for request {request.request_id!r} "
-                         f"with {len(tokens)} tokens, {request.num_computed_tokens} computed "
-                         f"(the trace has {len(known)}, {tracked.computed})")
-
-        in_flight = self._engine_in_flight(request)  # (0 unless asynchronous: guard_async.py)
-
-        def expected(args):
-            if tuple(args[1:4]) != (n, 0, False) or args[6] != in_flight:
-                return (f"the lock step allocates with {args}, the engine {n} tokens, "
-                        f"{in_flight} in flight")
-        return op, expected, self._runs(tracked, n)
-
-    def _no_hit(self, given) -> None:
-        if given.get("new_computed_blocks") not in (None,) and \
-                any(given["new_computed_blocks"].get_block_ids()) or \
-                int(given.get("num_new_computed_tokens", 0)):
-            self._refuse("allocate_slots of a running request with a prefix hit")
-
-    def _sampled(self, tracked, request) -> None:
-        """The token a running request sampled and never asked a slot for (it is preempted
-        before its next step), or, before a `settle`, the tokens its output appended: a
-        `sample` op each, so that its next allocation sees them (more than one: accepted
-        drafts and the bonus token, `guard_async.py`)."""
-        tokens = list(request.all_token_ids)
-        known, seen = tracked.tokens, tracked.engine_ids()
-        if tokens == seen:
-            return
-        new = tokens[len(seen):]
-        # (all computed; under asynchronous scheduling the token's placeholder slot too)
-        # (after a failed synchronous load's cut: the placeholders vLLM left, guard_async.py)
-        one = len(new) == 1 and (len(known) <= tracked.computed <= len(known) + 1 +
-                                 tracked.ghost or bool(tracked.owed))
-        if not (one or self._drafts_sampled(tracked, tokens)) or tokens[:len(seen)] != seen or \
-                any(not 0 <= token <= MAX_TOKEN for token in new) or \
-                len(tokens) > self.kvfuzz_session.header.max_model_len:
-            self._refuse(f"request {request.request_id!r} is preempted with {len(tokens)} "
-                         f"tokens, the trace has {len(known)} ({tracked.computed} computed)")
-        for token in new:
-            known.append(token)
-            self.kvfuzz_session.step(Sample(tracked.rid, token))
-            tracked.owed = 0

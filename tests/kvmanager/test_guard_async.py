@@ -274,7 +274,7 @@ def one_token_a_step(rid: int, drafts: int = 0):
 def test_a_guard_mapping_draft_tokens_wrongly_is_caught(broken, tmp_path, monkeypatch):
     from kvfuzz.fuzz.kvmanager.guard import GuardedManager
 
-    from kvfuzz.fuzz.kvmanager import guard
+    from kvfuzz.fuzz.kvmanager import guard_steps as guard  # (its allocation mapping)
 
     if broken is forgets_rejected_drafts:
         monkeypatch.setattr(GuardedManager, "_rejected", broken)
@@ -301,7 +301,8 @@ def test_draft_tokens_beside_aborts_in_flight_run_guarded_clean(seed, event, tmp
     next allocation."""
     from dataclasses import replace
 
-    from kvfuzz.fuzz.kvmanager import guard, vllm_scheduler
+    from kvfuzz.fuzz.kvmanager import guard_steps as guard  # (its allocation mapping)
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
 
     def session():
         return vllm_scheduler.run_session(

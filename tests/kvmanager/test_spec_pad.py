@@ -78,7 +78,7 @@ def test_a_guard_that_maps_the_padded_call_to_the_token_alone_is_caught(monkeypa
     trace clamped to the token left, as before) is a lock step that admits 1 token where the
     engine asked 3: a `Mismatch` in the session."""
     import kvfuzz
-    from kvfuzz.fuzz.kvmanager import guard
+    from kvfuzz.fuzz.kvmanager import guard_steps as guard  # (its allocation mapping)
     from tests.kvmanager.test_guard import scheduler_session
 
     monkeypatch.setattr(guard, "Schedule", lambda rid, chunk, pad=0, **_: Schedule(rid, chunk))

@@ -173,7 +173,7 @@ def writes_no_drafts(rid, chunk, *more, drafts=0, **fields):
                                            (writes_no_drafts, "the lock step allocates with")])
 def test_a_guard_mapping_synchronous_drafts_wrongly_is_caught(broken, match, tmp_path,
                                                               monkeypatch):
-    from kvfuzz.fuzz.kvmanager import guard
+    from kvfuzz.fuzz.kvmanager import guard_steps as guard  # (its allocation mapping)
     from kvfuzz.fuzz.kvmanager.guard import GuardedManager
 
     if broken is forgets_the_rollback:
