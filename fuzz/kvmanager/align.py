@@ -33,14 +33,15 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
 - the lookup of a scheduler with a KV connector, asked at every admission and judged where
   full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`.
+- every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
+  (both groups' counts, the states freed before them, the watermark, the whole sequence,
+  reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions,
-refusals for want of blocks (the admission count; but a running request's step that needs no
-new block is never refused, nor an admission the free blocks cover at its worst count:
-`align_refusal.py`), KV events and stats (the profile observes
-none) and the scheduler's reads.
+KV events and stats (the profile observes none) and the scheduler's reads. (The bounds on
+refusals that came before the exact counts still run: `align_refusal.py`.)
 """
 
 from __future__ import annotations
