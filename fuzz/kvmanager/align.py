@@ -33,14 +33,15 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
 - the lookup of a scheduler with a KV connector, asked at every admission and judged where
   full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`.
+- every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
+  (both groups' counts, the states freed before them, the watermark, the whole sequence,
+  reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions,
-refusals for want of blocks (the admission count; but a running request's step that needs no
-new block is never refused, nor an admission the free blocks cover at its worst count:
-`align_refusal.py`), KV events and stats (the profile observes
-none) and the scheduler's reads.
+KV events and stats (the profile observes none) and the scheduler's reads. (The bounds on
+refusals that came before the exact counts still run: `align_refusal.py`.)
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import align_connector, align_external, align_order, align_retention
+from kvfuzz.fuzz.kvmanager import (align_connector, align_count, align_external, align_order,
+                                   align_retention)
+from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
@@ -64,7 +67,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
+class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -74,7 +77,8 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
                                          "boundary states offered",
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         *align_connector.EVENTS, *align_external.EVENTS)
+                                         *align_connector.EVENTS, *align_external.EVENTS,
+                                         *align_count.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -105,6 +109,12 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
         self.loaded_end: dict[int, int] = {}
         self.loaded_state: dict[int, int | None] = {}
         self.looked_up = False  # the connector's lookup made for the admission in this op
+        # the exact counts (`align_count.py`): each request's Mamba table at the last read,
+        # speculative blocks included; the requests with a copy-on-write pending; the hit's
+        # blocks per group of the admission in this op
+        self.mamba_rows: dict[int, list] = {}
+        self.pending_copy: set[int] = set()
+        self.hit_blocks = ((), ())
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -126,7 +136,7 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
                              oracle=None, compare=lambda e, r, actual, raised:
                              self._hit_problems(request, actual, raised))
-            _, hit, request.boundary = got.actual
+            self.hit_blocks, hit, request.boundary = got.actual
             self.count("admission with a hit" if hit else "admission, no hit")
             if hit % self.trace.block_size:
                 self.count("partial hit: inside a block")
@@ -171,6 +181,7 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
             self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
+            self.pending_copy.discard(op.rid)
         problems = yield from super().free(op)
         if self.align and isinstance(op, Finish):
             self._forget(op.rid)  # (a connector's load: `align_external`)
@@ -227,6 +238,8 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
+        counted = self._count_problems(rid, request, got.actual is not None, new, args[5],
+                                       hit=hit)
         if got.actual is None:
             self.count("allocate_slots refused")
             # (a refused step has freed every state but the last: its checkpoint too)
@@ -239,7 +252,7 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
                 needless_refusal(trace.block_size, trace.lookahead, request.computed, new,
                                  self.lengths.get(rid), self.rekeyed.get(rid, True),
                                  trace.mamba_speculative)
-            return [("refusal", wrong)] if wrong else []
+            return counted + ([("refusal", wrong)] if wrong else [])
         self.count("allocate_slots ok")
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         problems = [("result", f"allocate_slots: group {group}'s new blocks {short(fresh)} are "
@@ -254,7 +267,7 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
         self._checkpoint(rid, request)
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
-        return problems
+        return counted + problems
 
     def _checkpoint(self, rid, request) -> None:
         """Note the checkpoint block the step just allocated takes (`mamba_align`), if any."""
@@ -328,6 +341,7 @@ class AlignLockstep(AlignExternal, AlignHitChecks, AlignPoolChecks, KVManagerLoc
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
+            self._note_copy(rid, request, True)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
                 problems += self._retention_problems(rid, request)
         self.stepped = None

@@ -89,7 +89,7 @@ class AlignExternal:
                          (rid,), oracle=None, compare=lambda e, r, actual, raised:
                          align_connector.lookup_problems(expected, actual, raised) or
                          self._lookup_block_problems(request, actual))
-        _, local, boundary, diverged = got.actual
+        self.hit_blocks, local, boundary, diverged = got.actual  # (`align_count.py`)
         # the connector counts its tokens past the block-aligned local hit: all the request's
         # for a load, all but the last for a synchronous one
         partial = local % size
@@ -101,6 +101,7 @@ class AlignExternal:
         if partial and held > partial:
             self.count(DROPPED)
             local -= partial
+            self.hit_blocks = tuple(blocks[:local // size] for blocks in self.hit_blocks)
             yield Call(f"truncate_computed_blocks(r{rid}'s hit, {local})", "truncate_hit",
                        (rid, local), oracle=None, compare=state_read)
         elif partial:
@@ -162,17 +163,21 @@ class AlignExternal:
                          f"{', delayed caching' if load else ''}"
                          f"{f', {op.reserve} reserved' if load and op.reserve else ''})",
                          "connect", args, oracle=None, compare=_allocation_problems)
+        counted = self._count_problems(rid, request, got.actual is not None, new, args[7],
+                                       hit=local, external=external, reserved=args[5],
+                                       lookahead=not load)
         if got.actual is None:
             self.count(REFUSED)
             free = sum(1 for count in self.ref[1:] if count == 0) - args[5]
             wrong = needless_admission_refusal(
                 size, max(len(request.tokens), total + new), trace.lookahead,
                 trace.mamba_speculative, int(trace.watermark * trace.blocks), free)
-            return [("refusal", wrong)] if wrong else []
+            return counted + ([("refusal", wrong)] if wrong else [])
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         zeroed = self.read("take_new_block_ids")
-        problems = self.external_problems(rid, tables, local, total, new, load, got.actual,
-                                          zeroed, 0 not in written or not load)
+        problems = counted + self.external_problems(rid, tables, local, total, new, load,
+                                                    got.actual, zeroed,
+                                                    0 not in written or not load)
         self.read_from[rid], self.cached_upto[rid] = total, local
         request.computed = total + new
         self.loaded_state[rid] = tables[1][(total - 1) // size] if len(tables) == 2 and \
@@ -278,15 +283,17 @@ class AlignExternal:
         got = yield Call(f"allocate_slots(r{rid}, {new}): resumed after its load", "resume",
                          (rid, new, others, self.trace.full_sequence_must_fit),
                          oracle=None, compare=_allocation_problems)
+        counted = self._count_problems(rid, request, got.actual is not None, new, others,
+                                       waiting=True)
         if got.actual is None:
             self.count("allocate_slots refused")
-            return []
+            return counted
         self.loaded_end.pop(rid, None)
         self.read_from[rid], request.computed = start, start + new
         self._checkpoint(rid, request)
         request.status, self.stepped = RUNNING, rid
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
-        return []
+        return counted
 
     def as_loaded(self, rid, request):
         """`request` as the boundary hand-offs judge it: a loaded one at its loaded end (a
@@ -298,6 +305,7 @@ class AlignExternal:
         for kept in (self.loaded_end, self.loaded_state, self.read_from, self.checkpoints,
                      self.tails, self.cached_upto):
             kept.pop(rid, None)
+        self.pending_copy.discard(rid)  # (`align_count.py`)
 
     def _kept_problems(self, rid, request, tables) -> list[tuple[str, str]]:
         """A request whose load is in flight or done keeps the states of a step to its last

@@ -30,6 +30,7 @@ class AlignPoolChecks:
         for rid, request in self.requests.items():
             tables = self.read("block_ids", rid)
             self.mamba_tables[rid] = self._states(tables[-1]) if tables else []
+            self.mamba_rows[rid] = list(tables[-1]) if tables else []
             self.lengths[rid] = tuple(map(len, tables)) if len(tables) == 2 else None
             problems += self._kept_problems(rid, request, tables)
             states.update((b, rid) for b in tables[-1] if b)

@@ -1,7 +1,7 @@
-"""A refusal the reduced mode of Mamba "align" can judge (`align.py`): a running request's step
-that needs no new block in either group must not be refused, however full the pool is. The
-reduced mode judges no other refusal (it does not model how many blocks a step needs); this
-one needs only the tables the caller already holds:
+"""Bounds on the refusals of the reduced mode of Mamba "align" (`align.py`), from before it
+judged every allocation exactly (`align_count.py`, since 2026-12-06; these still run beside it):
+a running request's step that needs no new block in either group must not be refused, however
+full the pool is; this needs only the tables the caller already holds:
 
 - full attention needs a new block only past `len(table) * block_size` slots (the step's
   tokens and its lookahead slots);

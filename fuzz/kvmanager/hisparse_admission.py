@@ -5,7 +5,8 @@ Mamba group's count and the private copies of a hit inside a block counted too."
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits, evictable
+from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits
+from kvfuzz.oracle.kvmanager.align_count import Engine, Step, mamba_count
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
@@ -79,12 +80,11 @@ def partial_and_mamba(tokens, size, hit, mamba, device_ref) -> tuple[int, int]:
     ends inside a block counts in the source group and in the indexer each, for the private
     copy of the shared tail (`_has_partial_local_hit`); and the Mamba group's count
     (`MambaManager.get_num_blocks_to_allocate`, align mode, no checkpoint or speculative
-    blocks): the blocks past the hit's, one more for the copy of a hit inside a block, capped
-    at the states it writes (its new one and that copy), plus the hit's state if it is free."""
-    partial = int(hit % size != 0)
-    mamba_new = cdiv(tokens, size) - cdiv(hit, size)
-    if partial:
-        mamba_new = max(mamba_new, 0) + 1
-    if mamba_new > 0:
-        mamba_new = min(mamba_new, 1 + partial)
-    return partial, mamba_new + evictable(mamba, device_ref)
+    blocks, `oracle/kvmanager/align_count.mamba_count`, which the "mamba align" profile's exact
+    counts share): the blocks past the hit's, one more for the copy of a hit inside a block,
+    capped at the states it writes (its new one and that copy), plus the hit's state if it is
+    free."""
+    step = Step(computed=0, new=tokens - hit, tokens=tokens, prompt=tokens, hit=hit,
+                mamba_hit=tuple(mamba))
+    return int(hit % size != 0), mamba_count(Engine(size, size, tokens), step, hit, tokens,
+                                             (), device_ref)

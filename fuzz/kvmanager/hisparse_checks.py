@@ -43,11 +43,6 @@ def import_counts(tokens, end, size, source, indexer, host_ref, device_ref) -> t
     return device, host
 
 
-def evictable(blocks, ref) -> int:
-    """The blocks of `blocks` no table holds (`_free`, read by `hisparse_admission`)."""
-    return _free(blocks, ref)
-
-
 def _free(blocks, ref) -> int:
     """The blocks of `blocks` no table holds (evictable: an admission that adopts them takes
     them off the free queue, so they count)."""

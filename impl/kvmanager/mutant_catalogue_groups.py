@@ -34,6 +34,14 @@ GROUPS = {
         "cdiv(num_tokens, self.block_size)",
         "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
         "states), though it counted them")),
+    # Mamba "align"'s count (`oracle/kvmanager/align_count.py`): its cap a block high, so an
+    # admission that fits with a block to spare is refused; nothing else changes.
+    "mamba_align_cap_one_more": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "physical_block_cap = 1 + int(has_partial_hit) + checkpoint_block",
+        "physical_block_cap = 2 + int(has_partial_hit) + checkpoint_block",
+        "in align mode the Mamba group counts a block more than a step can take: an "
+        "allocation that fits exactly is refused")),
     # Mamba "align"'s hit length (`oracle/kvmanager/align_hit.py`): the hybrid hit search's
     # lookups capped a hash block below their candidate; the Mamba group's lookup probing block
     # boundaries only. Both hits stay well-formed (each block cached under the request's hash).

@@ -69,6 +69,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # under retention 0, no state kept at the replay boundary a resend resumes from
     "mamba_align_replay_state_dropped": r"retention:? +r\d+: a step to \d+ tokens of a "
                                         r"\d+-token prompt wrote the state at its replay",
+    # its count (`oracle/kvmanager/align_count.py`): a block high, an exact fit refused
+    "mamba_align_cap_one_more": r"None vs success:? +r\d+: allocate_slots of .* expected "
+                                r"blocks",
     # its hit's length (`oracle/kvmanager/align_hit.py`): the hybrid search's lookups a hash
     # block short (the mix's "chunked local" trace at index 4 catches it first, by the oracle);
     # the Mamba group's partial entries ignored
@@ -140,7 +143,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
 ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
-         PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14)}
+         PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
+         # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
+         PREFIX + "mamba_align_cap_one_more": ("mamba align", 9)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
