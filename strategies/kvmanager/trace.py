@@ -19,6 +19,8 @@ from kvfuzz.strategies.inputs import (LATER, Origin, dataclass_op_to_json, docum
                                       provenance)
 from kvfuzz.strategies.kvmanager import connector_ops, stream_ops
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
+from kvfuzz.strategies.kvmanager.free_trace_ops import Finish, Preempt, Release, RemoveSkipped
+from kvfuzz.strategies.kvmanager.output_ops import Placeholder, Processed, Sample, Settle
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
@@ -134,118 +136,6 @@ class Decode:
 
     rid: int
     token: int
-
-
-@dataclass(frozen=True)
-class Sample:
-    """A running request whose tokens are all computed samples `token` and asks for no slot
-    before it leaves (a real scheduler preempts it first, or it is done): no call. Its next
-    allocation, if any, is a `schedule` of the token; resolves to nothing where `decode` does.
-    Under asynchronous scheduling also the token of a `placeholder` allocation, once its step's
-    output is processed (the request then has its tokens computed).
-
-    `stale` (asynchronous scheduling): the token of a step still in flight when the request was
-    preempted, which vLLM still delivers (its "stale output"): appended to the waiting request,
-    admitted again with it. Resolves to nothing for a request that is not waiting after a
-    preemption, or at `max_model_len` tokens."""
-
-    rid: int
-    token: int
-    stale: bool = field(default=False, metadata=LATER)
-
-
-@dataclass(frozen=True)
-class Placeholder:
-    """Asynchronous scheduling (`async_scheduling`): a running request whose tokens are all
-    computed gets the slot of the token its step in flight samples, before that token is known
-    (vLLM's `AsyncScheduler` output placeholder, `num_output_placeholders`):
-    `allocate_slots(request, 1)` over the request's tokens as they are; the `sample` of the
-    token comes when that step's output is processed. Resolves to nothing without
-    asynchronous scheduling or within one token of `max_model_len` (the scheduler schedules
-    no position there).
-
-    `drafts` (speculative decoding under asynchronous scheduling): the step also schedules that
-    many draft tokens after the token, placeholders the worker fills in (vLLM's `1 +
-    num_spec_tokens` output placeholders a step): `allocate_slots(request, 1 + drafts)`. The
-    request then counts them computed too, past its tokens, until its `settle` rolls back the
-    rejected ones; so a placeholder also applies where the drafts of the step in flight
-    are counted computed past the request's tokens (its tokens all computed), and, with
-    drafts, where its last token is not computed and nothing is in flight (a request that sat
-    out a step: a decode with drafts). Resolves to nothing where the token, the drafts and the
-    token sampled after them pass `max_model_len`."""
-
-    rid: int
-    drafts: int = field(default=0, metadata=LATER)
-
-
-@dataclass(frozen=True)
-class Processed:
-    """Asynchronous scheduling: the output of the request's last step is processed before its
-    next allocation (no call): none of its tokens are in flight then (without it, a running
-    request's previous allocation is). Resolves to nothing for a request that is not
-    running, but one waiting after a streaming stop whose step was in flight (`stream` with
-    `discard`: that step's output dropped)."""
-
-    rid: int
-
-
-@dataclass(frozen=True)
-class Preempt:
-    """`free(request)` of a running request, which goes back to waiting with
-    `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache).
-    `defer`: the scheduler defers the free (`pop_blocks_for_free(request)`, as vLLM's does while
-    a step in flight may still write the blocks): the request's tables are emptied, its blocks
-    stay held until a `release` of it returns them to the pool."""
-
-    rid: int
-    defer: bool = field(default=False, metadata=LATER)
-
-
-@dataclass(frozen=True)
-class Finish:
-    """`free(request)`: the request is done (waiting or running). `defer`: as `preempt`'s."""
-
-    rid: int
-    defer: bool = field(default=False, metadata=LATER)
-
-
-@dataclass(frozen=True)
-class Release:
-    """The oldest deferred free of request `rid` (a `preempt` or `finish` with `defer`) done:
-    the scheduler's `block_pool.free_blocks(reversed(blocks))` of the blocks that
-    `pop_blocks_for_free` gave it (`_drain_deferred_frees`, once the step that may write them is
-    processed). Resolves to nothing when none of `rid` is pending."""
-
-    rid: int
-
-
-@dataclass(frozen=True)
-class RemoveSkipped:
-    """`remove_skipped_blocks(request_id, computed tokens, prompt tokens)` of a live request:
-    the blocks its second group's window (or chunk) skips freed now, as the scheduler does
-    before a KV connector's `request_finished` reads the block table (`_connector_finished`,
-    at every finish with a connector). The computed tokens are the request's, less those in
-    flight. Resolves to nothing for a request that is not live."""
-
-    rid: int
-
-
-@dataclass(frozen=True)
-class Settle:
-    """`cache_blocks(request, num_computed_tokens)` of a running request after its step's
-    output, as vLLM's scheduler makes it with draft tokens (speculative decoding), the sampled
-    token appended first (a `sample`): a block whose lookahead hash waited for that token is
-    cached now, not at the request's next allocation. Resolves to nothing for a request that
-    is not running. Only the guard's recordings of vLLM's scheduler make it.
-
-    `rejected` (speculative decoding under asynchronous scheduling): the drafts the output
-    rejected, and the tokens a stop trimmed, rolled back from the request's computed tokens
-    first (`update_from_output`: `num_computed_tokens -= num_rejected`), so that what is
-    cached is what was processed. Resolves to nothing where a rollback would leave fewer
-    computed tokens than the request has but its last sampled one."""
-
-    rid: int
-    rejected: int = field(default=0, metadata=LATER)
 
 
 @dataclass(frozen=True)
