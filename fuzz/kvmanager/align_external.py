@@ -37,6 +37,9 @@ What the worker and the scheduler rely on, checked after each admission with ext
   `oracle/kvmanager/mamba_align.py` as if the load were a step to its last token (the kept
   state is the loaded one); when the request resumes, the state its step reads (block
   (c - 1) // b) is the loaded block, unchanged.
+- the finish's `remove_skipped_blocks` (the scheduler's, before the connector's
+  `request_finished`; the profile makes one before each finish): exactly the Mamba states
+  below (p - 1) // b freed (`remove_skipped`).
 """
 
 from __future__ import annotations
