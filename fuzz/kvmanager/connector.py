@@ -18,6 +18,7 @@ connector's properties, judged from the implementation's own answers after every
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager.cut import skip_output
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
@@ -252,17 +253,17 @@ class ConnectorOps:
         size = self.trace.scheduler_block_size
         beneath = self._beneath(request)
         self.count(SYNC_FAILED)
-        # the step in flight samples (the placeholder's, or a chunk ending the tokens): its
-        # output resolves that placeholder, a `sample` over fewer computed tokens
-        request.owed = int(beneath and request.computed >= len(request.tokens))
-        request.computed = max(hit // size * size, min(op.valid, end) // size * size)
         if beneath or (self.trace.async_scheduling and not request.in_flight):
             # The failure comes with the admission step's output (processed: nothing of the
             # request in flight, or its next step alone), which vLLM then skips
             # (`update_from_output`'s `failed_kv_load_req_ids`): its sampled token is dropped
-            # and, where that step sampled, its output placeholder is never resolved, so the
-            # scheduler schedules one position more than the request's tokens from then on.
-            request.ghost = int(after >= len(request.tokens))
+            # and, where that step sampled, its output placeholder is never resolved (`ghost`);
+            # the step in flight samples, a `sample` over fewer computed tokens (`owed`): as
+            # any failed block's cut under this scheduler (`cut.skip_output`)
+            skip_output(request)
+        else:
+            request.owed = 0
+        request.computed = max(hit // size * size, min(op.valid, end) // size * size)
         if beneath:  # the next step stays in flight, counted as vLLM counts it
             self.count(SYNC_CUT_IN_FLIGHT)
         else:

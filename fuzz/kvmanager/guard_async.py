@@ -38,8 +38,10 @@ in flight than the guard was told), a waiting
 request with tokens in flight (but one waiting after a streaming stop, whose step in flight
 is dropped: `guard_streaming.py`), a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
-connector, a running request cut below its synchronous load's end (a failed block reported with
-a step of it in flight). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
+connector, with draft tokens a running request cut below its synchronous load's end, and a
+failed block's cut outside vLLM's rule or with a pipeline's two steps in flight (a failed
+block's cut otherwise: `loaded` for its own synchronous load, `cut` for one it holds else,
+beneath its step in flight: `_async_sync_cut`, `_async_cut`). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
 `rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
 them back; so is a padded resumption after a KV load, and a padded connector admission is a
 `connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need
@@ -50,8 +52,9 @@ admission and its report carry no tokens in flight (`guard_connector.py` maps th
 from __future__ import annotations
 
 from kvfuzz.fuzz.kvmanager.async_ops import flown
+from kvfuzz.fuzz.kvmanager.cut import skip_output
 from kvfuzz.strategies.kvmanager.codec import MAX_PAD as MAX_DRAFTS
-from kvfuzz.strategies.kvmanager.connector_ops import Loaded
+from kvfuzz.strategies.kvmanager.connector_ops import Cut, Loaded
 from kvfuzz.strategies.kvmanager.trace import Processed, Sample
 
 MAX_TOKEN = (1 << 31) - 1
@@ -63,10 +66,12 @@ class AsyncCalls:
     def _asynchronous(self) -> bool:
         return self.kvfuzz_session.header.async_scheduling
 
-    def _in_flight(self, tracked, request) -> None:
+    def _in_flight(self, tracked, request, output: bool = False) -> None:
         """Before an allocation or a post-output `cache_blocks`: the request's tokens in flight
-        as the trace has them, after a `processed` op where the step's output came."""
-        self._async_sync_cut(tracked, request)
+        as the trace has them, after a `processed` op where the step's output came (`output`:
+        a post-output `cache_blocks`, that output's step processed after any failed block's
+        cut, which came with an older step's output)."""
+        cut = self._async_sync_cut(tracked, request)
         actual = int(getattr(request, "num_in_flight_tokens", 0) or 0)
         name = request.request_id
         if not self._asynchronous():
@@ -95,13 +100,20 @@ class AsyncCalls:
                          f"{tracked.in_flight} (its last {steps} allocations', oldest "
                          f"processed first: {tracked.flights}) or fewer: more steps in flight "
                          f"than kvfuzz.guard(..., steps_in_flight={steps}) maps")
+        if cut and output:  # (the output that came is of the step beneath the cut)
+            self._async_cut(tracked, request)
         while tracked.in_flight != actual:  # each oldest step's output came
             self.kvfuzz_session.step(Processed(tracked.rid))
             tracked.flights.pop(0)
+        if cut and not output:  # (the step processed, if any, is the one the failure came with)
+            self._async_cut(tracked, request)
 
     def _flown(self, tracked, tokens: int) -> None:
         """After an allocation of `tokens`: the request's steps in flight, as the lock step
-        keeps them (`async_ops.flown`: a pipeline's last few, else that one)."""
+        keeps them (`async_ops.flown`: a pipeline's last few, else that one); its last two
+        steps' tokens (`steps`: what a failed block's cut sets it back by, `_async_cut`)."""
+        if tokens:
+            tracked.steps = (*getattr(tracked, "steps", ())[-1:], tokens)
         tracked.flights = flown(tracked.flights, tokens,
                                 self.kvfuzz_session.header.steps_in_flight)
 
@@ -119,24 +131,23 @@ class AsyncCalls:
         load = tracked.async_sync_end
         n = int(request.num_computed_tokens)
         if load is None or not tracked.running or n >= load[1]:
-            if tracked.running and n < tracked.computed and not self._drafts() and \
-                    self.kvfuzz_session.header.async_scheduling and \
-                    not getattr(tracked, "streamed", False):
-                # (under the synchronous scheduler refused too: guard_connector.py)
-                self._refuse(f"request {request.request_id!r} cut to {n} computed tokens from "
-                             f"{tracked.computed} with no synchronous load of its own there (a "
-                             f"failed block it shares through a prefix hit, "
-                             f"`_update_requests_with_invalid_blocks`): not mapped")
-            return
+            # (a failed block it holds with no synchronous load of its own there: `cut`,
+            # written by `_async_cut` once the steps processed are known; with draft tokens a
+            # rollback of the rejected ones)
+            return tracked.running and n < tracked.computed and not self._drafts() and \
+                self._asynchronous() and not getattr(tracked, "streamed", False)
         hit, end, after = load
         size = self.kvfuzz_session.header.block_size
+        beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
+            tracked.computed > after
+        if not self._drafts() and (n % size or n < hit // size * size) and \
+                (beneath or tracked.computed == after):
+            return True  # (its own block, marked first by a request before it: `cut`)
         tracked.async_sync_end = None
         if len(tracked.flights) > 1:  # (the lock step's cut is beneath one step in flight)
             self._refuse(f"request {request.request_id!r} cut below its synchronous KV load's "
                          f"end {end} with {len(tracked.flights)} steps in flight (a pipeline's)"
                          f": not mapped")
-        beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
-            tracked.computed > after
         if self._drafts() or n % size or \
                 not hit // size * size <= n < end or \
                 not (beneath or tracked.computed == after):
@@ -153,11 +164,37 @@ class AsyncCalls:
             self.kvfuzz_session.step(Processed(tracked.rid))
             tracked.in_flight = 0
         self.kvfuzz_session.step(Loaded(tracked.rid, n))  # no call: nothing made
+        # vLLM skipped the admission step's output: where it sampled, its placeholder stays;
         # the step in flight samples (its output then resolves its placeholder)
-        tracked.owed = int(bool(beneath) and tracked.computed >= len(tracked.tokens))
+        skip_output(tracked)
         tracked.computed, tracked.sync_load = n, None
-        # vLLM skipped the admission step's output: where it sampled, its placeholder stays
-        tracked.ghost = int(after >= len(tracked.tokens))
+        return False
+
+    def _async_cut(self, tracked, request) -> None:
+        """A running request's computed tokens cut for a failed block it holds with no
+        synchronous load of its own there (one shared through a prefix hit, or its own load's
+        that a request before it marked first): vLLM (`_update_requests_with_invalid_blocks`)
+        sets them, counting its step in flight, to the failed block's start where it is the
+        first in the running queue to hold it, else back by the tokens of the step whose
+        output reported it (its computed tokens less `num_scheduled_tokens`; nothing where it
+        was not in that step), keeps the step in flight counted and skips its output of that
+        step: `cut(rid, n)` beneath the steps the engine still has in flight, which
+        `cut.skip_output` leaves the placeholders of as vLLM does. Refused: any other rewind, and
+        a pipeline's two steps in flight."""
+        n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
+        steps = getattr(tracked, "steps", ())
+        # the step the failure came with: the one before that in flight, or the last processed
+        failed = steps[-2] if tracked.in_flight and len(steps) > 1 else \
+            steps[-1] if steps and not tracked.in_flight else 0
+        if len(tracked.flights) > 1 or (n % size and n != tracked.computed - failed):
+            self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
+                         f"{tracked.computed} ({tracked.flights} in flight, its last steps "
+                         f"{steps}): neither a block's start nor its computed tokens less the "
+                         f"failed step's, beneath one step in flight (asynchronous "
+                         f"scheduling)")
+        self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
+        skip_output(tracked)
+        tracked.computed, tracked.sync_load, tracked.async_sync_end = n, None, None
 
     def _drafts(self) -> bool:
         """Whether the scheduler has draft tokens (their slots asked at every allocation)."""
@@ -188,7 +225,7 @@ class AsyncCalls:
         """The scheduler's `cache_blocks(request, computed - in flight)` after an output: a
         `settle`, after the `sample`s of the tokens it appended (with speculative decoding the
         accepted drafts and the bonus token), with the drafts it rejected rolled back."""
-        self._in_flight(tracked, request)
+        self._in_flight(tracked, request, output=True)
         owed = tracked.owed  # the output of the step in flight at a failed load's cut
         self._sampled(tracked, request)
         actual = request.num_computed_tokens - int(request.num_in_flight_tokens or 0)

@@ -130,7 +130,7 @@ class ConnectorCalls:
                 tracked.computed = n
                 return
         elif self.kvfuzz_session.header.async_scheduling:
-            return  # (a shared failed block is refused there: guard_async.py)
+            return  # (a shared failed block's cut is written there: guard_async._async_cut)
         # (a block below its computed tokens: below those before its last step where that
         # step's output reported the failure, below all of them where the request was not in
         # that step, `num_scheduled_tokens.get(req_id, 0)`)

@@ -50,9 +50,11 @@ PROFILE = "async connector"
 FAILS = 0.2  # the synchronous loads that fail at a block (since 2026-12-06)
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+def build(rng: random.Random, num_ops: int, shaper_class=None, profile: str = PROFILE) -> Trace:
+    """`shaper_class` (a subclass of `_AsyncConnected`: "connector cuts"' under this scheduler,
+    `connector_cuts.py`) makes the steps with no window (one KV-cache group: block failures)."""
     size = rng.choice((1, 2, 4, 4, 8))
-    window = 0 if rng.random() < 0.2 else rng.randint(2, 4 * size)
+    window = 0 if rng.random() < 0.2 or shaper_class else rng.randint(2, 4 * size)
     blocks = rng.choice((rng.randint(6, 16), rng.randint(16, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(4, 12) * size + rng.randint(0, 3)))
     retention = rng.choice((None, 0, 0) + ((rng.randint(1, 4) * size,) if window else ()))
@@ -64,20 +66,23 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     retained = rng.randint(1, 2 * size) if window and rng.random() < 0.5 else 0
     zeroing = bool(window) and rng.random() < 0.5
     observed = rng.random() < 0.3
-    shaper = _AsyncConnected(rng, size, window + retained if window else 0, blocks, budget,
-                             max_model_len, settles=rng.random() < 0.8, zeroing=zeroing)
+    shaper = (shaper_class or _AsyncConnected)(
+        rng, size, window + retained if window else 0, blocks, budget, max_model_len,
+        settles=rng.random() < 0.8, zeroing=zeroing)
     shaper.chunk_retries = True  # (since 2026-12-06: `_AsyncScheduler._chunk_refused`)
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
     return Trace(blocks, size, window, max_model_len, tuple(shaper.ops[:num_ops]), retention,
                  fit, in_flight, watermark, async_scheduling=True, retained=retained,
-                 zeroing=zeroing, events=observed, stats=observed, note=f"profile {PROFILE}")
+                 zeroing=zeroing, events=observed, stats=observed, note=f"profile {profile}")
 
 
 class _AsyncConnected(_AsyncScheduler):
     """The asynchronous scheduler's steps, admissions through a KV connector, frees deferred
     while a step of the request is in flight."""
+
+    failing_share = FAILS  # (a subclass's own: "connector cuts"')
 
     def __init__(self, rng, size, window, blocks, budget, max_model_len, settles, zeroing):
         super().__init__(rng, size, window, blocks, budget, max_model_len, settles)
@@ -142,7 +147,7 @@ class _AsyncConnected(_AsyncScheduler):
         scheduled.append(self._scheduled(request, chunk))
         # a block of it fails: the first valid ones; with one KV-cache group only, as vLLM
         # refuses a failed block beside several (`_handle_invalid_blocks` raises)
-        if got and not self.window and self.failing.random() < FAILS:
+        if got and not self.window and self.failing.random() < self.failing_share:
             self.fails[request.rid] = (self.now, self.failing.randrange(
                 hit // size, -(-(hit + got) // size)) * size)
         return chunk

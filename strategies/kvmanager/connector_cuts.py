@@ -24,21 +24,39 @@ reaching a waiting request's hit: `_update_requests_with_invalid_blocks` over th
 requests, `Loaded.inside_hit`). Tight pools, the whole-request check, a
 watermark, KV events and stats in some; no spec-decode padding (vLLM maps no failure with
 drafts yet).
+
+Since 2026-12-06, three traces in ten (drawn after every other draw: the others keep their ops)
+are under vLLM's asynchronous scheduler (`_AsyncCutting`): the "async connector" profile's
+steps with no window, the failure reported with the admission step's output, the requests cut
+then beneath their step in flight, their output of the failed step skipped.
 """
 
 from __future__ import annotations
 
 import random
 
+from kvfuzz.strategies.kvmanager import async_connector
+from kvfuzz.strategies.kvmanager.async_connector import _AsyncConnected
 from kvfuzz.strategies.kvmanager.connector import _Connected
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
-from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.kvmanager.trace import Processed, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "connector cuts"
 
 
+ASYNC = 0.3  # of the traces, under vLLM's asynchronous scheduler (since 2026-12-06)
+
+
 def build(rng: random.Random, num_ops: int) -> Trace:
+    trace = _synchronous(rng, num_ops)
+    # drawn after every other draw: the traces under the synchronous scheduler keep their ops
+    if rng.random() < ASYNC:
+        return async_connector.build(rng, num_ops, _AsyncCutting, PROFILE)
+    return trace
+
+
+def _synchronous(rng: random.Random, num_ops: int) -> Trace:
     size = rng.choice((1, 2, 4, 4, 8))
     blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
@@ -87,6 +105,50 @@ class _Cutting(_Connected):
         """A block's start, or (the request's computed tokens before its step) any position."""
         size = self.block_size
         return rng.randint(0, 4) * size if rng.random() < 0.6 else rng.randint(0, 6 * size)
+
+
+class _AsyncCutting(_AsyncConnected):
+    """The "async connector" profile's steps with no window (`async_connector.build`), half
+    the synchronous loads failing at a block, and with each failure (reported with the
+    admission step's output) one or two other running requests cut: `cut(rid, to)` to a
+    block's start or any position, beneath their step in flight where one is (else after
+    their `processed`, where the failed step was their last), their output of the failed step
+    skipped where they were in it (no token; its placeholder left unresolved where it
+    sampled: the request's `ghost`), as vLLM's `_update_requests_with_invalid_blocks` and
+    `update_from_output` do (`fuzz/kvmanager/cut.py`)."""
+
+    failing_share = 0.5
+
+    def _process(self, step: int, scheduled: list) -> None:
+        # the requests in this step (their current admission's) and whether each samples
+        self.in_step = {request.rid: samples for request, epoch, samples in scheduled
+                        if request.epoch == epoch and request in self.running}
+        self.victims: dict[int, int] = {}
+        # (the failed requests' entries first: their failure decides which outputs are skipped)
+        failing = {rid for rid, (admitted, _) in self.fails.items() if admitted == step}
+        super()._process(step, sorted(scheduled, key=lambda entry: entry[0].rid not in failing))
+
+    def _failed(self, step: int, request, epoch: int, samples: bool) -> bool:
+        if request.rid in self.victims:  # cut: its output of this step skipped
+            return True
+        if not super()._failed(step, request, epoch, samples):
+            return False
+        rng, size = self.rng, self.size
+        others = [other for other in self.running if other is not request]
+        for other in rng.sample(others, min(len(others), rng.choice((1, 1, 2)))):
+            to = rng.randint(0, other.computed // size) * size if rng.random() < 0.6 else \
+                rng.randint(max(0, other.computed - 2 * size), other.computed)
+            if other.rid in self.in_step:
+                self.victims[other.rid] = to
+                if other.last == step and other.held:  # nothing of it since: processed
+                    self.ops.append(Processed(other.rid))
+                    other.held = False
+                if self.in_step[other.rid]:  # its sampled token dropped, the placeholder left
+                    other.pending -= 1
+                    other.ghost += 1
+            self.ops.append(Cut(other.rid, to))
+            other.computed = to
+        return True
 
 
 PROFILES = (PROFILE,)

@@ -72,8 +72,10 @@ REACHES = {
     "full last": [align_connector.AGREED_PAST_256, "preempt"] + _CONFIGS(
         "full attention's group last", "Mamba", "cross attention",
         "Mamba align mode, prefix caching on (reduced checks)"),
+    # (a failed block's cuts: "connector cuts"')
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
-                  and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS]
+                  and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS +
+                  (connector.SYNC_FAILED, connector.INSIDE_HIT)]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
     # a connector over groups of different block sizes: external tokens ending inside the
@@ -213,11 +215,13 @@ REACHES = {
                "whole request must fit"),
     # a synchronous load failed at a block, the running requests its failed block cuts (to a
     # block's start, or back to their tokens before the step), beside asynchronous loads (some
-    # failing at a block inside their local hit)
+    # failing at a block inside their local hit); under the asynchronous scheduler in a share
+    # (cut.ASYNC_EVENTS: beneath a step in flight, the skipped step's placeholder left)
     "connector cuts": list(cut.EVENTS) + [connector.SYNC_FAILED, connector.INSIDE_HIT,
+                                          connector.SYNC_CUT_IN_FLIGHT,
                                           "load failed, a prefix valid",
                                           "load done", "admission with a hit"]
-    + _CONFIGS("KV connector", "whole request must fit"),
+    + _CONFIGS("KV connector", "whole request must fit", "asynchronous scheduling"),
     # the synchronous scheduler's draft steps (sync_draft_ops.EVENTS: the last token and k
     # drafts, slots past a block's end, fewer drafts at max_model_len), their rejected drafts
     # rolled back, padded admissions after a hit, preemptions with a chunk made again, EAGLE's

@@ -97,11 +97,11 @@ def test_aborts_of_requests_with_a_step_in_flight_are_deferred_frees_guarded_cle
     assert kvfuzz.replay(guarded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
 
 
-def forgets_processed(self, tracked, request):
+def forgets_processed(self, tracked, request, **given):
     """A broken mapping: the step's output taken as processed, no `processed` op written."""
     if tracked.running and not request.num_in_flight_tokens:
         tracked.in_flight = 0
-    return AsyncCalls._in_flight(self, tracked, request)
+    return AsyncCalls._in_flight(self, tracked, request, **given)
 
 
 def drops_stale_tokens(self, tracked, request):

@@ -5,7 +5,7 @@ output of a step while the next step is in flight, mapped onto the trace's conne
 its asynchronous ones. The released class runs clean and its recording replays; a connector
 mutant raises with a file that replays; a synchronous load's failed block reported with a step
 of the request in flight is the trace's `loaded` beneath that step (a lock step ignoring it is
-caught), one shared through a prefix hit refused by name; with draft tokens, padded connector admissions and resumptions hold their rows in flight, and a guard
+caught), one shared through a prefix hit a `cut` (test_cut_async.py); with draft tokens, padded connector admissions and resumptions hold their rows in flight, and a guard
 dropping that is caught. One short session each (vLLM's import dominates)."""
 
 from dataclasses import replace
@@ -81,13 +81,16 @@ def test_a_failed_synchronous_load_reported_beneath_a_step_in_flight_runs_clean(
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_a_failed_block_shared_through_a_prefix_hit_is_refused_by_name(tmp_path):
+def test_a_failed_block_shared_through_a_prefix_hit_is_a_cut(tmp_path):
     """A running request that holds the failed block through a prefix hit (not its own load)
-    is cut too, to its computed tokens less the processed step's: not mapped under this
-    scheduler (under the synchronous one it is a `cut`: test_cut.py), refused by name, never a
-    silent pass."""
-    with pytest.raises(kvfuzz.GuardUnsupported, match="shares through a prefix hit"):
-        session(5, tmp_path, sync_load_failures=True)
+    is cut too, to its computed tokens less the processed step's: refused by name before
+    2026-12-06, now the trace's `cut` beneath its step in flight (test_cut_async.py)."""
+    from kvfuzz.strategies.kvmanager.connector_ops import Cut
+
+    run = session(5, tmp_path, sync_load_failures=True)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests
+    assert [op for op in guarded.ops if isinstance(op, Cut)] == [Cut(3, 49)]
 
 
 def cut_as_if_synchronous(original):
