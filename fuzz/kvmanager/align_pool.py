@@ -86,7 +86,10 @@ class AlignPoolChecks:
         if request.status != RUNNING:
             wrong = mamba and f"holds {short(mamba)} while it waits: expected nothing"
         else:
-            wrong = mamba_align.table_problems(mamba, self.read_from[rid], request.computed,
+            # (after rejected drafts rolled back, the table is still its draft step's:
+            # `align_drafts.py`)
+            wrong = mamba_align.table_problems(mamba, self.read_from[rid],
+                                               self.drafted_to.get(rid, request.computed),
                                                self.trace.block_size, self.checkpoints.get(rid),
                                                self.trace.mamba_speculative)
         return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []

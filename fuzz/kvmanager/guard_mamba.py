@@ -36,6 +36,11 @@ def mamba_group(workload, torch):
     more = {"num_prefill_checkpoint_blocks": 1,
             "prefill_checkpoint_alignment": workload.mamba_checkpoint} \
         if workload.mamba_checkpoint else {}
+    # speculative decoding's scratch state blocks: vLLM's Mamba layers set
+    # `num_speculative_blocks` to the engine's `num_speculative_tokens` (ReplaySSM off:
+    # model_executor/layers/mamba/abstract.py:72-90)
+    if workload.speculative:
+        more["num_speculative_blocks"] = workload.num_speculative
     return KVCacheGroupSpec(["mamba0"], MambaSpec(
         block_size=workload.block_size, shapes=((4,),), dtypes=(torch.float16,),
         mamba_cache_mode=workload.mamba, **more))
@@ -54,15 +59,14 @@ def mamba_settings(specs, refuse) -> dict:
     checkpoints = int(getattr(spec, "num_prefill_checkpoint_blocks", 0))
     if checkpoints > 1:
         refuse(f"{checkpoints} prefill checkpoint blocks: the trace models one")
+    # (the trace's `mamba_speculative`: the scratch blocks past the last computed state, which
+    # the scheduler's draft steps fill: guard_sync_drafts.py)
     speculative = int(getattr(spec, "num_speculative_blocks", 0))
-    if speculative:
-        # (the trace's speculative blocks come with multi-token prediction's draft slots,
-        # whose synchronous decode-with-drafts the guard does not map yet)
-        refuse(f"{speculative} speculative Mamba blocks: not guarded")
     if getattr(spec, "tokens_per_state", -1) not in (-1, None):
         refuse(f"a Mamba state of {spec.tokens_per_state} tokens is not modelled")
     alignment = getattr(spec, "prefill_checkpoint_alignment", None) if checkpoints else 0
-    return {"mamba_mode": ALIGN, "mamba_checkpoint": int(alignment or 0)}
+    return {"mamba_mode": ALIGN, "mamba_checkpoint": int(alignment or 0),
+            "mamba_speculative": speculative}
 
 
 class SameStepDeferral:
