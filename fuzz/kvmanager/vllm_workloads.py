@@ -84,6 +84,9 @@ class Workload:
     # > 0 gives it one prefill checkpoint block aligned to that many tokens (0: none)
     mamba: str = ""
     mamba_checkpoint: int = 0
+    # the cache config's `prefix_match_unit` (0: unset): tokens per block hash below the block
+    # size, which beside a Mamba "align" group turns vLLM's partial hits on
+    hash_block_size: int = 0
 
 
 @dataclass
@@ -173,3 +176,7 @@ MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=1
 MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                      max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                      mtp_modules=1, lookahead_hashes=False, eagle_drop=False)
+# MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
+# (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
+MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
+                         max_batched_tokens=16, hash_block_size=2)
