@@ -32,7 +32,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - under retention 0, the state a resend resumes from cached once a step writes it (prefill
   chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
 - the lookup of a scheduler with a KV connector, asked at every admission and judged where
-  full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`.
+  full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`;
+  a connector's loads and the finish's `remove_skipped_blocks`: `align_external.py`.
 - every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.

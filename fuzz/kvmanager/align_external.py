@@ -37,6 +37,9 @@ What the worker and the scheduler rely on, checked after each admission with ext
   `oracle/kvmanager/mamba_align.py` as if the load were a step to its last token (the kept
   state is the loaded one); when the request resumes, the state its step reads (block
   (c - 1) // b) is the loaded block, unchanged.
+- the finish's `remove_skipped_blocks` (the scheduler's, before the connector's
+  `request_finished`; the profile makes one before each finish): exactly the Mamba states
+  below (p - 1) // b freed (`remove_skipped`).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import Schedule
+from kvfuzz.strategies.kvmanager.trace import RemoveSkipped, Schedule
 
 SYNC = "Mamba connector: external tokens loaded with the step"
 LOAD = "Mamba connector: an asynchronous load"
@@ -65,8 +68,10 @@ DONE = "Mamba connector: load done"
 FAILED = "Mamba connector: load failed (freed)"
 WHOLE = "Mamba connector: a whole prompt loaded, its last token recomputed"
 RESUMED = "Mamba connector: resumed after its load"
+SKIPPED = "Mamba connector: the finish's remove_skipped_blocks"
+SKIPPED_FREED = "Mamba connector: the finish's remove_skipped_blocks freed states"
 EVENTS = (SYNC, LOAD, DROPPED, KEPT, LAGGING, RECONCILED, SOME, REFUSED, DONE, FAILED, WHOLE,
-          RESUMED)
+          RESUMED, SKIPPED, SKIPPED_FREED)
 
 
 class AlignExternal:
@@ -294,6 +299,42 @@ class AlignExternal:
         request.status, self.stepped = RUNNING, rid
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted
+
+    @handles(RemoveSkipped)
+    def remove_skipped(self, op: RemoveSkipped):
+        """The scheduler's `remove_skipped_blocks(request, computed - in flight)` before a
+        connector's `request_finished` (`_connector_finished`; none in flight here: no
+        asynchronous scheduling in this mode). `MambaManager.remove_skipped_blocks` frees the
+        states before the one of its last processed token, as a step does first
+        (`mamba_align.py`: every block below (p - 1) // b, null in its place): exactly those
+        nulled, every other position of both tables as it was (full attention skips none); the
+        freed blocks back in the pool (the after-op checks), and from here the table kept as
+        after a step from p to p (none of its last step's read state or checkpoint)."""
+        if not self.align:
+            return (yield from super().remove_skipped(op))
+        request = self.requests.get(op.rid)
+        if request is None:
+            return
+        rid, processed = op.rid, request.computed
+        self.count(SKIPPED)
+        before = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        yield Call(f"remove_skipped_blocks(r{rid}, {processed})", "remove_skipped_blocks",
+                   (rid, processed), oracle=None, compare=state_read)
+        after = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        skipped = max(0, (processed - 1) // self.trace.block_size)
+        expected = [list(before[0])] + [[0 if i < skipped else b for i, b in enumerate(table)]
+                                        for table in before[1:]]
+        if [list(table) for table in after] != expected:
+            return [("remove_skipped", f"remove_skipped_blocks(r{rid}, {processed}) in blocks of "
+                                       f"{self.trace.block_size}: tables {short(before)} became "
+                                       f"{short(after)}, expected {short(expected)} (the Mamba "
+                                       f"states below position {skipped} freed, nothing else)")]
+        if expected != [list(table) for table in before]:
+            self.count(SKIPPED_FREED)
+        if request.status == RUNNING and rid not in self.loaded_end:
+            self.read_from[rid] = processed
+            self.checkpoints.pop(rid, None)
+        return []
 
     def as_loaded(self, rid, request):
         """`request` as the boundary hand-offs judge it: a loaded one at its loaded end (a

@@ -177,6 +177,18 @@ GROUPS = {
         "request_id, 0, num_prompt_tokens",
         "the scheduler's remove_skipped_blocks before a connector's request_finished frees "
         "nothing: the connector reads (and sends) blocks the window skips")),
+    # The finish's remove_skipped_blocks beside a Mamba "align" group (the "mamba connector"
+    # profile's `remove_skipped`, `fuzz/kvmanager/align_external.py`): one token too many
+    # counted processed, so where the computed tokens end a block the state of the last one
+    # (the one a connector's request_finished sends) is freed. At a step the same call frees
+    # the state the step reads, which no other check sees (the rule allows it gone).
+    "mamba_finish_frees_last_state": (SINGLE, Mutation(
+        "MambaManager.remove_skipped_blocks",
+        "request_id, processed_computed_tokens, num_prompt_tokens",
+        "request_id, processed_computed_tokens + 1, num_prompt_tokens",
+        "beside a Mamba align group remove_skipped_blocks frees the state of the last "
+        "processed token where it ends a block: a finishing request's connector reads a "
+        "freed block")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

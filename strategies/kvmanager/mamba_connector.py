@@ -18,6 +18,10 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
 - no spec-decode padding (the "mamba align" profile's traces have none), no events or stats;
+- every finish is preceded by the scheduler's `remove_skipped_blocks` of the request (with a
+  connector, `_connector_finished` makes it at each finish, before `request_finished` reads
+  the table): a post-pass (`_finished`) puts a `remove_skipped` before each `finish`, so the
+  ops drawn are those drawn without it;
 - asynchronous loads only (the connector admissions the generator drew synchronous: half of
   them loads, half plain admissions through the connector, external 0). A synchronous load
   beside a Mamba "align" group is not in the profile: vLLM 0.33.0 counts one Mamba block too
@@ -36,7 +40,7 @@ from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import connector, hybrid
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import Trace
+from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "mamba connector"
@@ -50,13 +54,24 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
     gen.synchronous = synchronous
     while len(gen.ops) < num_ops:
         gen.step()
-    ops = tuple(_resolved(op, rng) for op in gen.ops[:num_ops])
+    ops = _finished(tuple(_resolved(op, rng) for op in gen.ops[:num_ops]))
     note = f"profile {PROFILE}" + (", synchronous loads" if synchronous else "")
     return replace(layout, ops=ops, note=note)
 
 
 def build_sync(rng: random.Random, num_ops: int) -> Trace:
     return build(rng, num_ops, synchronous=True)
+
+
+def _finished(ops: tuple) -> tuple:
+    """A `remove_skipped` before each `finish`, as `_connector_finished` calls it at every
+    finish with a connector (no draw: the other ops stay as drawn)."""
+    out: list = []
+    for op in ops:
+        if isinstance(op, Finish):
+            out.append(RemoveSkipped(op.rid))
+        out.append(op)
+    return tuple(out)
 
 
 def _resolved(op, rng: random.Random):

@@ -139,11 +139,15 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A KV connector beside a Mamba "align" group (the "mamba connector" profile): a Mamba
     # hit cut to the block for a longer load keeps its partial state, cached, as the load's.
     "mamba_truncate_keeps_partial_state": r"cached before the load|external blocks",
+    # ... and the finish's remove_skipped_blocks there: the state of the last token freed
+    "mamba_finish_frees_last_state": r"remove_skipped:? +remove_skipped_blocks\(r\d+, \d+\) "
+                                     r"in blocks of \d+",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
 ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
+         PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
