@@ -52,8 +52,9 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_connector, align_count, align_external, align_order,
-                                   align_retention)
+                                   align_drafts, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
+from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
@@ -68,7 +69,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
+class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -79,7 +80,7 @@ class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolCh
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
-                                         *align_count.EVENTS)
+                                         *align_count.EVENTS, *align_drafts.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -116,6 +117,7 @@ class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolCh
         self.mamba_rows: dict[int, list] = {}
         self.pending_copy: set[int] = set()
         self.hit_blocks = ((), ())
+        self.drafted_to: dict[int, int] = {}  # rid -> its draft step's end, rolled back since
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -147,7 +149,7 @@ class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolCh
         if pending > 0 and request.status == RUNNING:  # (not while its KV load is in flight)
             self.count("prefill chunk")
             return (yield from self._allocate(op.rid, request, self._chunk(
-                request, request.computed, min(op.chunk, pending)), None))
+                request, request.computed, self.align_chunk(op, request, pending)), None))
 
     @handles(Decode, Sample)
     def decode(self, op):
@@ -183,6 +185,7 @@ class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolCh
             self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
             self.pending_copy.discard(op.rid)
+            self.drafted_to.pop(op.rid, None)
         problems = yield from super().free(op)
         if self.align and isinstance(op, Finish):
             self._forget(op.rid)  # (a connector's load: `align_external`)
@@ -264,6 +267,7 @@ class AlignLockstep(AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolCh
         if admission:  # its blocks cached so far: the hit's, none past it
             self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
+        self.drafted_to.pop(rid, None)  # (a refused step leaves the table: `align_drafts.py`)
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
         request.status = RUNNING

@@ -57,7 +57,7 @@ from kvfuzz.fuzz.kvmanager.guard_async import AsyncCalls
 from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
-from kvfuzz.fuzz.kvmanager.guard_mamba import SameStepDeferral
+from kvfuzz.fuzz.kvmanager.guard_mamba import CopyRetentions, SameStepDeferral
 from kvfuzz.fuzz.kvmanager.guard_steps import AllocationMapping
 from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
 from kvfuzz.fuzz.kvmanager.guard_sync_drafts import SyncDraftCalls
@@ -106,8 +106,9 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
         driver = LiveManagerDriver(manager, trace.blocks)
     session = open_session("kvmanager", manager, trace, driver, impl, corpus, on_unsupported)
     if driver is not None:
+        # (per hash block: the block, or fewer tokens beside a Mamba "align" group)
         driver.model_hashes = lambda rid: session.lock.requests[rid].hashes(
-            trace.block_size, trace.hash_lookahead)
+            trace.hash_size, trace.hash_lookahead)
         if session.lock is not None:  # the scheduler takes the zeroing records itself
             session.lock.zeroing_read_only = True
     guarded = GuardedManager(manager, session, driver)
@@ -117,7 +118,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
 
 class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDraftCalls,
                      AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, SameStepDeferral,
-                     GuardedObject):
+                     CopyRetentions, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 

@@ -7,8 +7,8 @@ connector):
   (`GuardedManager._free`); the blocks it returns are kept here;
 - `kv_cache_manager.block_pool.free_blocks(reversed(blocks))` of those blocks, once the step is
   processed (`_drain_deferred_frees`): `release(rid)`. The guarded manager's `block_pool` is a
-  proxy of the pool whose `free_blocks` comes here; any other list freed through it (e.g. a
-  copy-on-write retention, which needs partial hits the guard refuses) is refused.
+  proxy of the pool whose `free_blocks` comes here; a copy-on-write retention's free is no op
+  (`guard_mamba.CopyRetentions`); any other list freed through it is refused.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class DeferredFrees:
         if not session.recording:
             return pool.free_blocks(ordered_blocks)
         blocks = list(ordered_blocks)
+        if self._retention_freed(blocks):  # (guard_mamba.py)
+            return pool.free_blocks(blocks)
         try:
             rid = self._deferred_owner(blocks)
         except GuardUnsupported as refused:

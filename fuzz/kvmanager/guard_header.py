@@ -43,7 +43,8 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
         refuse(f"context parallelism (dcp, pcp world sizes {sorted(ranks)}) is not modelled "
                f"by the guard (kvfuzz's own traces: the 'dcp' profile)")
     hash_block_size = getattr(manager.coordinator, "hash_block_size", block_size)
-    if hash_block_size != block_size:
+    # (partial hits beside a Mamba "align" group: the trace's `hash_block_size`, guard_mamba.py)
+    if hash_block_size != block_size and not mamba:
         refuse(f"hash block size {hash_block_size} below the block size {block_size}")
     if not manager.enable_caching:
         refuse("the trace models prefix caching on")
@@ -65,6 +66,7 @@ def header(manager, max_in_flight_tokens: int | None = None, lookahead: int = 0,
                   max_in_flight_tokens=max_in_flight_tokens, zeroing=zeroing,
                   lookahead=lookahead, async_scheduling=async_scheduling,
                   steps_in_flight=steps_in_flight,
+                  hash_block_size=hash_block_size if hash_block_size != block_size else 0,
                   **speculation(manager), **mamba,
                   # the fraction whose int(fraction * blocks) the manager computed
                   watermark=(watermark_blocks + 0.5) / blocks if watermark_blocks else 0.0)

@@ -9,7 +9,7 @@ How vLLM's engine builds such a model (0.33.0): with prefix caching on, the cach
 directly, the CPU sessions' model being a plain decoder); each Mamba layer's `MambaSpec` of
 that mode in a group of its own, so of the attention group's block size, which
 `resolve_kv_cache_block_sizes` then hashes per block (no `prefix_match_unit`: no partial hits,
-no copy-on-write); `KVCacheConfig.needs_kv_cache_zeroing` is then true (Mamba state is read before
+no copy-on-write; with one, `Workload.hash_block_size`, `CopyRetentions` below); `KVCacheConfig.needs_kv_cache_zeroing` is then true (Mamba state is read before
 it is written: every new block of any group is recorded for zeroing), which the trace's
 `zeroing` (a second attention group's precision) does not model: the guard lets the
 scheduler's `take_new_block_ids` through unchecked. No vLLM at import.
@@ -22,8 +22,27 @@ ALIGN = "align"
 
 
 def cache_settings(workload) -> dict:
-    """The cache config's Mamba keywords for `workload` (none without a Mamba group)."""
-    return {"mamba_cache_mode": workload.mamba} if workload.mamba else {}
+    """The cache config's Mamba keywords for `workload` (none without a Mamba group), and its
+    `prefix_match_unit` where it hashes per fewer tokens than a block."""
+    unit = {"prefix_match_unit": workload.hash_block_size} if workload.hash_block_size else {}
+    return ({"mamba_cache_mode": workload.mamba} if workload.mamba else {}) | unit
+
+
+def hashing(config, kv_config) -> dict:
+    """The scheduler's `hash_block_size` keyword where the cache config sets a
+    `prefix_match_unit` (else none: the block size), resolved as vLLM's engine core resolves
+    it (`v1/engine/core.py:356-369`: `resolve_kv_cache_block_sizes`, and the cache-hit
+    alignment set on the KV-cache config)."""
+    if not config.cache_config.prefix_match_unit:
+        return {}
+    from vllm.v1.core.kv_cache_utils import (resolve_cache_hit_alignment_tokens,
+                                             resolve_kv_cache_block_sizes)
+
+    scheduler_size, hash_size = resolve_kv_cache_block_sizes(kv_config, config)
+    kv_config.hash_block_size = hash_size
+    kv_config.cache_hit_alignment_tokens = resolve_cache_hit_alignment_tokens(
+        kv_config, config, scheduler_size, hash_size)
+    return {"hash_block_size": hash_size}
 
 
 def mamba_group(workload, torch):
@@ -36,6 +55,11 @@ def mamba_group(workload, torch):
     more = {"num_prefill_checkpoint_blocks": 1,
             "prefill_checkpoint_alignment": workload.mamba_checkpoint} \
         if workload.mamba_checkpoint else {}
+    # speculative decoding's scratch state blocks: vLLM's Mamba layers set
+    # `num_speculative_blocks` to the engine's `num_speculative_tokens` (ReplaySSM off:
+    # model_executor/layers/mamba/abstract.py:72-90)
+    if workload.speculative:
+        more["num_speculative_blocks"] = workload.num_speculative
     return KVCacheGroupSpec(["mamba0"], MambaSpec(
         block_size=workload.block_size, shapes=((4,),), dtypes=(torch.float16,),
         mamba_cache_mode=workload.mamba, **more))
@@ -54,15 +78,14 @@ def mamba_settings(specs, refuse) -> dict:
     checkpoints = int(getattr(spec, "num_prefill_checkpoint_blocks", 0))
     if checkpoints > 1:
         refuse(f"{checkpoints} prefill checkpoint blocks: the trace models one")
+    # (the trace's `mamba_speculative`: the scratch blocks past the last computed state, which
+    # the scheduler's draft steps fill: guard_sync_drafts.py)
     speculative = int(getattr(spec, "num_speculative_blocks", 0))
-    if speculative:
-        # (the trace's speculative blocks come with multi-token prediction's draft slots,
-        # whose synchronous decode-with-drafts the guard does not map yet)
-        refuse(f"{speculative} speculative Mamba blocks: not guarded")
     if getattr(spec, "tokens_per_state", -1) not in (-1, None):
         refuse(f"a Mamba state of {spec.tokens_per_state} tokens is not modelled")
     alignment = getattr(spec, "prefill_checkpoint_alignment", None) if checkpoints else 0
-    return {"mamba_mode": ALIGN, "mamba_checkpoint": int(alignment or 0)}
+    return {"mamba_mode": ALIGN, "mamba_checkpoint": int(alignment or 0),
+            "mamba_speculative": speculative}
 
 
 class SameStepDeferral:
@@ -113,3 +136,34 @@ class SameStepDeferral:
         if self.kvfuzz_session.header.mamba_mode:
             self._refuse(f"{call} beside a Mamba \"align\" group: a KV connector with a Mamba "
                          f"group is not guarded yet")
+
+
+class CopyRetentions:
+    """Mixed into `GuardedManager` (`guard.py`): a partial hit's copy-on-write under vLLM's
+    synchronous scheduler (a hash block below the block size: `Workload.hash_block_size`).
+
+    `allocate_slots` of an admission with a partial hit queues a copy of the hit's state into
+    a block of its own (`MambaManager._apply_cow`; a running request's re-keyed tail:
+    `move_block_hashes`), its two endpoints a reference more each until the copy ran. The
+    scheduler takes the step's copies after its allocations (`take_kv_cache_block_copies`,
+    scheduler.py:1698) and frees the endpoints through `block_pool.free_blocks`
+    (`_free_cow_retained_blocks`, at once without deferred frees). Kvfuzz's trace has no op for
+    that free: its lock step takes and frees the copies after every op (`release_copies`), so a
+    replay frees them at the op that made them, the engine at its step's end (the reduced
+    mode's pool check counts them held until then: `copies_retained`). The free of exactly
+    the blocks the last take returned goes through as no op; any other is the deferred
+    frees' (`guard_deferred.py`) or refused."""
+
+    def take_kv_cache_block_copies(self):
+        copies, retained = self._kvfuzz_object.take_kv_cache_block_copies()
+        vars(self)["_kvfuzz_retained"] = list(retained)
+        return copies, retained
+
+    def _retention_freed(self, blocks) -> bool:
+        """Whether `blocks` are the endpoints the scheduler's last take of the copies returned
+        (then forgotten here), freed without deferral."""
+        held = vars(self).get("_kvfuzz_retained")
+        if not held or len(held) != len(blocks) or any(a is not b for a, b in zip(held, blocks)):
+            return False
+        vars(self)["_kvfuzz_retained"] = None
+        return True

@@ -39,10 +39,11 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     SessionResult, Workload, FAKE_CONNECTOR, ZEROING, ZEROING_CONNECTOR, EXTRA_KEYS,
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
     SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
-    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS, MAMBA_ALIGN)
+    ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS, MAMBA_ALIGN,
+    MAMBA_MTP, MAMBA_PARTIAL)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
-from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, mamba_group
+from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, hashing, mamba_group
 
 
 def _text_decoder_info(registry):
@@ -183,6 +184,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
         groups += [group for group in (mamba_group(workload, torch),) if group]
         kv_config = KVCacheConfig(num_blocks=workload.blocks, kv_cache_tensors=[],
                                   kv_cache_groups=groups)
+        sizes = hashing(config, kv_config)  # (guard_mamba.py: the engine core's resolution)
         from kvfuzz.fuzz.kvmanager.vllm_async import model_runner
 
         with _built_by(scheduler_module, "KVCacheManager", manager_class), \
@@ -195,7 +197,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
             return cls(
                 vllm_config=config, kv_cache_config=kv_config,
                 structured_output_manager=StructuredOutputManager(config),
-                block_size=workload.block_size, log_stats=True)
+                block_size=workload.block_size, log_stats=True, **sizes)
 
 
 def _requests(scheduler, workload: Workload, rng: random.Random, manager_class=None):
@@ -211,7 +213,8 @@ def _requests(scheduler, workload: Workload, rng: random.Random, manager_class=N
     hash_fn = get_hash_fn_by_name(scheduler.vllm_config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
     factory = getattr(manager_class, "request_block_hasher", get_request_block_hasher)
-    hasher = factory(workload.block_size, hash_fn, scheduler.num_hash_lookahead_tokens)
+    hasher = factory(getattr(scheduler, "hash_block_size", None) or workload.block_size, hash_fn,
+                     scheduler.num_hash_lookahead_tokens)
     token = lambda: rng.randrange(3, 1000)  # noqa: E731 - below the vocabulary's size
     prefixes = [[token() for _ in range(workload.block_size * rng.randint(1, 5))]
                 for _ in range(workload.groups)]

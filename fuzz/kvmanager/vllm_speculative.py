@@ -8,6 +8,7 @@ prompts given as embeddings. What each setting makes of the scheduler's manager:
 | ... with lookahead_hashes=False  |                        | `use_eagle`: the last-block drop     |
 | speculative="mtp" (k tokens)     | k DeepSeek MTP modules | hashes and prefill lookahead of k    |
 | ... with lookahead_hashes=False  |                        | prefill lookahead of k, the drop     |
+| ... and mtp_modules=1, eagle_drop=False | one module, reused | none of these (MAMBA_MTP)         |
 
 Every allocation reserves the k draft tokens' slots (`num_lookahead_tokens`); the synchronous
 sessions feed no draft tokens back (the fake model proposes none), so a step still computes one
@@ -52,10 +53,12 @@ def speculative_config(workload, model) -> dict:
 
     k = workload.num_speculative
     draft = _LLAMA if workload.speculative == "eagle" else _DEEPSEEK
-    spec = SpeculativeConfig(method=workload.speculative, model=_draft_folder(draft, k),
+    modules = workload.mtp_modules or k
+    spec = SpeculativeConfig(method=workload.speculative, model=_draft_folder(draft, modules),
                              num_speculative_tokens=k, target_model_config=model,
                              target_parallel_config=ParallelConfig(),
-                             disable_lookahead_block_hashes=not workload.lookahead_hashes)
+                             disable_lookahead_block_hashes=not workload.lookahead_hashes,
+                             disable_eagle_block_drop=not workload.eagle_drop)
     return {"speculative_config": spec}
 
 

@@ -51,6 +51,10 @@ class Workload:
     speculative: str = ""
     num_speculative: int = 0
     lookahead_hashes: bool = True
+    # MTP's draft modules (0: one a draft token, multi-module), and EAGLE's last-block drop where
+    # hashes do not look ahead (False: vLLM's experimental `disable_eagle_block_drop`)
+    mtp_modules: int = 0
+    eagle_drop: bool = True
     eagle_groups: tuple = ()
     embeds: float = 0.0
     # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
@@ -80,6 +84,9 @@ class Workload:
     # > 0 gives it one prefill checkpoint block aligned to that many tokens (0: none)
     mamba: str = ""
     mamba_checkpoint: int = 0
+    # the cache config's `prefix_match_unit` (0: unset): tokens per block hash below the block
+    # size, which beside a Mamba "align" group turns vLLM's partial hits on
+    hash_block_size: int = 0
 
 
 @dataclass
@@ -159,3 +166,17 @@ MTP_DRAFTS = Workload(speculative="mtp", num_speculative=3, drafts=True)
 # 100 blocks: sessions 0-5 preempt 8 times (160 blocks: never)
 MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                        max_batched_tokens=16)
+# MAMBA_ALIGN with multi-token prediction's 2 drafts a step under the synchronous scheduler (the
+# fake drafter, as MTP_DRAFTS): the Mamba group's 2 speculative blocks (its
+# `num_speculative_blocks`, the engine's `num_speculative_tokens`; 2 as the "mamba align"
+# profile's largest draw). The trace models neither lookahead hashes nor a prefill lookahead
+# nor EAGLE's drop beside a Mamba group (codec.py), so vLLM's config here has all three off:
+# one MTP module (prefill lookahead 1: nothing held back), lookahead hashes and the drop
+# disabled (guard_mamba.py)
+MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                     max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
+                     mtp_modules=1, lookahead_hashes=False, eagle_drop=False)
+# MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
+# (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
+MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
+                         max_batched_tokens=16, hash_block_size=2)

@@ -19,6 +19,9 @@ step's Mamba states (`cached_blocks_this_step`) and its connector lose its hand-
 - `finalize_tail(rid)`, asked at every finish as a KV producer's scheduler does: None ("not
   asked"), for it consumes the tail (`finalize_partial_tail_offloads`), and a scheduler
   without a producer never calls it (with one, the guard refuses that call: no op maps it);
+- `copies_retained()`: the endpoints of the copies queued and not yet taken, each holding a
+  reference until the scheduler frees them after the step's allocations (the reduced mode's
+  pool check counts them held: kvfuzz's driver frees them at every op);
 - `boundary_offloads()`: the boundary-state hand-offs queued since the last read, left for the
   scheduler to drain (`take_boundary_state_offloads`), in the driver's plain form.
 
@@ -36,6 +39,10 @@ class AlignStepReads:
 
     def release_copies(self) -> int:
         return len(self._new_entries("_pending_cow_copies", "_seen_copies"))
+
+    def copies_retained(self) -> list[int]:
+        return [int(block.block_id) for manager in self.manager.coordinator.single_type_managers
+                for pair in getattr(manager, "_pending_cow_copies", ()) for block in pair]
 
     def boundary_offloads(self) -> list[tuple[int, int, int, int]] | None:
         managers = self.manager.coordinator.single_type_managers

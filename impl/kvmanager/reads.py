@@ -97,6 +97,11 @@ class StepReads:
             self.manager.block_pool.free_blocks(retained)
         return len(copies)
 
+    def copies_retained(self) -> list[int]:
+        """The blocks copy-on-write copies still retain (a reference each): none here, where
+        `release_copies` frees them every op (a live scheduler's: `live_align.py`)."""
+        return []
+
     def boundary_offloads(self) -> list[tuple[int, int, int, int]] | None:
         """`take_boundary_state_offloads()` (drained, as a scheduler with a KV connector does
         every step: a driver of its own manager only, never a live one, whose connector

@@ -16,13 +16,20 @@ from tests.kvmanager.test_guard import scheduler_session
 pytestmark = needs_engine("vllm")
 # Seed 0 has a same-step deferral and a preemption (sessions 0-99: 71 and 105 in all)
 SEEDS = 2
+# MAMBA_PARTIAL's sessions with a partial hit inside a block and a copy-on-write copy
+PARTIAL_SEEDS = 2
 # The catalogue's Mamba "align" mutants these sessions reach (the others need retention 0,
 # draft tokens or partial hits: docs/upstream-vllm.md)
 MUTANTS = ("mamba_align_hit_short", "mamba_align_state_kept", "mamba_align_checkpoint_not_taken")
+# and those MAMBA_MTP's reach (multi-token prediction's drafts: speculative Mamba blocks), and
+# MAMBA_PARTIAL's (partial hits)
+MTP_MUTANTS = ("mamba_align_speculative_dropped", "mamba_align_lookahead_state")
+PARTIAL_MUTANTS = ("mamba_align_partial_hit_ignored",)
 
 
-def mamba_session(seed: int, name: str | None, corpus_dir, check: bool = True):
-    return scheduler_session(seed, name, corpus_dir, check, workload="MAMBA_ALIGN")
+def mamba_session(seed: int, name: str | None, corpus_dir, check: bool = True,
+                  workload: str = "MAMBA_ALIGN"):
+    return scheduler_session(seed, name, corpus_dir, check, workload=workload)
 
 
 def test_the_header_reads_the_mamba_group_as_the_generators_traces_hold_it(tmp_path):
@@ -36,12 +43,18 @@ def test_the_header_reads_the_mamba_group_as_the_generators_traces_hold_it(tmp_p
     assert (header.mamba_mode, header.mamba_checkpoint, header.window) == ("align", 2, 0)
     # Mamba's zeroing records (needs_kv_cache_zeroing) are not the trace's zeroing
     assert manager.kv_cache_config.needs_kv_cache_zeroing and not header.zeroing
+    # partial hits (a hash block below the block size, MAMBA_PARTIAL): read, not refused
+    partial = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, mamba_mode="align",
+                              hash_block_size=2).manager
+    assert kvfuzz.guard(partial, "kvmanager",
+                        corpus=tmp_path).kvfuzz_session.header.hash_block_size == 2
+    # multi-token prediction's speculative Mamba blocks: read, not refused (MAMBA_MTP)
+    speculative = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, mamba_mode="align",
+                                  mamba_speculative=2).manager
+    assert kvfuzz.guard(speculative, "kvmanager",
+                        corpus=tmp_path).kvfuzz_session.header.mamba_speculative == 2
     refused = {
-        "none": (dict(mamba_mode="none", caching=False), r"KV-cache groups \['FullAttentionSp"),
-        "speculative": (dict(mamba_mode="align", mamba_speculative=1),
-                        r"1 speculative Mamba blocks: not guarded"),
-        "partial hits": (dict(mamba_mode="align", hash_block_size=2),
-                         r"hash block size 2 below the block size 4")}
+        "none": (dict(mamba_mode="none", caching=False), r"KV-cache groups \['FullAttentionSp")}
     for why, (settings, message) in refused.items():
         other = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, **settings).manager
         with pytest.raises(kvfuzz.GuardUnsupported, match=message):
@@ -130,3 +143,93 @@ def test_the_corpus_holds_session_0_recorded_which_kills_the_mamba_mutants():
     assert kvfuzz.replay(path, "vllm.kvmanager").ok
     for name in MUTANTS:
         assert not kvfuzz.replay(path, f"mutant.vllm.kvmanager.{name}").ok, name
+
+
+def test_multi_token_predictions_drafts_beside_the_group_run_guarded_and_replay(tmp_path):
+    """MAMBA_MTP: the synchronous scheduler's draft steps beside a Mamba group with 2
+    speculative blocks, rejected drafts rolled back at each output (`align_drafts.py`)."""
+    session = mamba_session(0, None, tmp_path, workload="MAMBA_MTP")
+    guarded = session.manager.kvfuzz_session
+    assert session.finished == session.requests == 10, session
+    assert guarded.divergence is None and guarded.header.mamba_speculative == 2
+    events = guarded.lock.events
+    assert events["synchronous step with draft tokens"] > 50, events
+    assert events["Mamba align: drafts rolled back at a settle"] > 30, events
+    recorded = mamba_session(0, None, tmp_path, False, "MAMBA_MTP").manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_without_the_draft_steps_table_after_a_rollback_the_judge_sees_a_wrong_table(
+        tmp_path, monkeypatch):
+    """vLLM keeps a Mamba table as the draft step allocated it after rejected drafts roll the
+    request back; judged against the rolled-back count instead, the table is a block long."""
+    from kvfuzz.fuzz.kvmanager import align_pool
+
+    monkeypatch.setattr(align_pool.AlignPoolChecks, "_kept_problems", _rolled_back_count)
+    with pytest.raises(kvfuzz.Mismatch, match=r"mamba states: r\d+'s Mamba table \d+ blocks "
+                                              r"after \d+ computed tokens"):
+        mamba_session(0, None, tmp_path, workload="MAMBA_MTP")
+
+
+def _rolled_back_count(self, rid, request, tables):
+    from kvfuzz.oracle.kvmanager import mamba_align
+
+    from kvfuzz.fuzz.kvmanager.lock_request import RUNNING
+
+    if request.status != RUNNING or len(tables) != 2:
+        return []
+    wrong = mamba_align.table_problems(tables[1], self.read_from[rid], request.computed,
+                                       self.trace.block_size, self.checkpoints.get(rid),
+                                       self.trace.mamba_speculative)
+    return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []
+
+
+@pytest.mark.parametrize("name,workload", [(name, "MAMBA_MTP") for name in MTP_MUTANTS] +
+                         [(name, "MAMBA_PARTIAL") for name in PARTIAL_MUTANTS])
+def test_a_speculative_or_partial_hit_mutant_raises_with_a_file_that_replays(name, workload,
+                                                                            tmp_path):
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: mamba_session(seed, name, tmp_path, workload=workload),
+        f"mutant.vllm.kvmanager.{name}", "vllm.kvmanager", seeds=SEEDS)
+
+
+def test_partial_hits_and_their_copies_run_guarded_and_replay(tmp_path):
+    """MAMBA_PARTIAL (hashed per 2 tokens of 4): partial hits, each copy's endpoints freed by
+    the scheduler at its step's end through `block_pool.free_blocks` (no op: the trace's lock
+    step frees them after the op that made the copy, `CopyRetentions`)."""
+    copies = partial = 0
+    for seed in range(PARTIAL_SEEDS):
+        session = mamba_session(seed, None, tmp_path, workload="MAMBA_PARTIAL")
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and guarded.header.hash_block_size == 2
+        copies += guarded.lock.events["copy-on-write copies taken"]
+        partial += guarded.lock.events["partial hit: inside a block"]
+        recorded = mamba_session(seed, None, tmp_path, False, "MAMBA_PARTIAL")
+        assert recorded.manager.kvfuzz_session.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.manager.kvfuzz_session.save(tmp_path / "recorded"),
+                             "vllm.kvmanager").ok
+    assert copies and partial, (copies, partial)
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_without_the_copies_mapping_the_retentions_free_is_refused_or_misjudged(
+        tmp_path, monkeypatch):
+    """The scheduler's free of a copy's endpoints, not recognised, is a pool free the trace has
+    no op for (refused by name); the endpoints' references, not counted held until it, are
+    reference counts the live tables do not explain."""
+    from kvfuzz.fuzz.kvmanager.guard_mamba import CopyRetentions
+    from kvfuzz.impl.kvmanager.live_align import AlignStepReads
+
+    with monkeypatch.context() as patched:
+        patched.setattr(CopyRetentions, "_retention_freed", lambda self, blocks: False)
+        with pytest.raises(kvfuzz.GuardUnsupported, match=r"block_pool.free_blocks of \d+ "
+                                                          r"blocks that are not a deferred"):
+            for seed in range(PARTIAL_SEEDS):
+                mamba_session(seed, None, tmp_path, workload="MAMBA_PARTIAL")
+    monkeypatch.setattr(AlignStepReads, "copies_retained", lambda self: [])
+    with pytest.raises(kvfuzz.Mismatch, match=r"reference counts against the live tables"):
+        for seed in range(PARTIAL_SEEDS):
+            mamba_session(seed, None, tmp_path, workload="MAMBA_PARTIAL")

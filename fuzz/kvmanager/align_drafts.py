@@ -1,0 +1,45 @@
+"""The reduced Mamba "align" mode's draft steps (`fuzz/kvmanager/align.py`), mixed into
+`AlignLockstep`: vLLM's synchronous scheduler with multi-token prediction (the guard's
+`MAMBA_MTP` sessions, `guard_sync_drafts.py`) schedules a running request's last token and its
+drafts (`schedule` with `drafts`: `sync_draft_ops.py`), and after the step's output rolls the
+rejected drafts back before its `cache_blocks` (`settle`). What the reduced mode judges of the
+step is what it judges of any chunk (the allocation's counts with the Mamba group's
+speculative blocks, the states kept, the pool); the `settle` rolls the request's computed
+tokens back and makes the scheduler's `cache_blocks`, whose caching is not compared here (the
+mode compares no cached blocks but the replay boundary's state)."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
+from kvfuzz.strategies.kvmanager.trace import Settle
+
+ROLLED_BACK = "Mamba align: drafts rolled back at a settle"
+EVENTS = (ROLLED_BACK,)
+
+
+class AlignDrafts:
+    """Mixed into `AlignLockstep` (its `align`, `requests`, `count`, `rolled_back`,
+    `draft_step`)."""
+
+    def align_chunk(self, op, request, pending: int) -> int:
+        """A running request's tokens this `schedule` allocates: with drafts the synchronous
+        draft step's (its last token and the drafts there is room for), else the chunk's."""
+        return self.draft_step(op, request, pending) if op.drafts else min(op.chunk, pending)
+
+    @handles(Settle)
+    def settle(self, op: Settle):
+        if not self.align:
+            return (yield from super().settle(op))
+        request = self.requests.get(op.rid)
+        end = request and request.computed
+        if request is None or request.status != RUNNING or not self.rolled_back(op, request):
+            return
+        if op.rejected:
+            # vLLM's Mamba table stays as the draft step allocated it, its scratch blocks past
+            # the state of the step's last token, until the next step (`align_pool.py`)
+            self.drafted_to[op.rid] = end
+            self.count(ROLLED_BACK)
+            yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
+        yield Call(f"cache_blocks(r{op.rid}, {request.computed}) after its output",
+                   "cache_blocks", (op.rid, request.computed), oracle=None)
