@@ -44,33 +44,48 @@ PROFILE = "async drafts"
 MODES = ("eagle", "eagle", "eagle", "eagle drop", "mtp", "mtp", "mtp drop")
 
 
-def build(rng: random.Random, num_ops: int) -> Trace:
+def draft_settings(rng: random.Random, steps_in_flight: int) -> dict:
+    """The engine's settings of a draft-token trace, drawn: the drafter (EAGLE or MTP, with or
+    without the last block's drop), k, the block size, a window, the pool with room for the
+    drafts of `steps_in_flight` steps (1: the synchronous scheduler's) beside the requests,
+    max_model_len, retention, the whole-request check, the step's budget, the tokens in flight
+    allowed, the watermark and the hashed lookahead."""
     mode = rng.choice(MODES)
     mtp, drop = mode.startswith("mtp"), mode.endswith("drop")
     k = rng.choice((2, 2, 3, 4)) if mtp else rng.choice((1, 2, 2, 3))
     # MTP's blocks hold its k tokens (vLLM refuses a smaller scheduler block with the drop)
     size = rng.choice([s for s in (1, 2, 2, 4, 4, 8, 16) if not mtp or s >= k])
     window = 0 if rng.random() < 0.3 else rng.randint(2, 4 * size)
-    # room beside the requests for two steps' drafts and the lookahead slots
-    extra = -(-(3 * k + 2) // size)
+    # room beside the requests for the steps' drafts and the lookahead slots
+    extra = -(-((1 + steps_in_flight) * k + 2) // size)
     blocks = extra + rng.choice((rng.randint(4, 12), rng.randint(12, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(4, 12) * size + 2 * k
                                 + rng.randint(2, 5)))
     retention = rng.choice((None, 0, 0) + ((rng.randint(1, 4) * size,) if window else ()))
     fit = rng.random() < 0.7
     budget = max(2 + k, rng.choice((1, 2, 4, 8)) * size)  # a decode's 1 + k fits a step
-    in_flight = 2 * budget if rng.random() < 0.85 else None
+    in_flight = steps_in_flight * budget if rng.random() < 0.85 else None
     watermark = 0.0 if rng.random() < 0.9 else rng.choice((0.01, 0.1))
     hashed = 0 if drop else (k if mtp else 1)
-    shaper = _DraftScheduler(rng, size, window, blocks, budget, max_model_len, k, extra,
-                             hashed, k - 1 if mtp else 0, drop)
+    return dict(mtp=mtp, drop=drop, k=k, size=size, window=window, extra=extra, blocks=blocks,
+                max_model_len=max_model_len, retention=retention, fit=fit, budget=budget,
+                in_flight=in_flight, watermark=watermark, hashed=hashed)
+
+
+def build(rng: random.Random, num_ops: int) -> Trace:
+    d = draft_settings(rng, 2)
+    k, mtp = d["k"], d["mtp"]
+    shaper = _DraftScheduler(rng, d["size"], d["window"], d["blocks"], d["budget"],
+                             d["max_model_len"], k, d["extra"], d["hashed"],
+                             k - 1 if mtp else 0, d["drop"])
     shaper.chunk_retries = True  # (since 2026-12-06: `_AsyncScheduler._chunk_refused`)
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
-    return Trace(blocks, size, window, max_model_len, tuple(shaper.ops[:num_ops]), retention,
-                 fit, in_flight, watermark, async_scheduling=True, lookahead=k, eagle=drop,
-                 hash_lookahead=hashed, prefill_lookahead=k if mtp else 0,
+    return Trace(d["blocks"], d["size"], d["window"], d["max_model_len"],
+                 tuple(shaper.ops[:num_ops]), d["retention"], d["fit"], d["in_flight"],
+                 d["watermark"], async_scheduling=True, lookahead=k, eagle=d["drop"],
+                 hash_lookahead=d["hashed"], prefill_lookahead=k if mtp else 0,
                  note=f"profile {PROFILE}")
 
 
@@ -150,6 +165,18 @@ class _DraftScheduler(_AsyncScheduler):
         """As "async outputs"' admission, padded where the scheduler pads (`_pads`); None where
         the pool would refuse it (our estimate) or the budget is short of a padded step (the
         scheduler prefers not to schedule it than unpadded)."""
+        made = self._admission(request, left)
+        if made is None:
+            return None
+        chunk, rows = made
+        # the budget left: the lock step caps it at the tokens the real hit leaves
+        self.ops.append(Schedule(request.rid, left, pad=rows, rows_in_flight=bool(rows)))
+        scheduled.append(self._scheduled(request, chunk, 0, rows))
+        return chunk
+
+    def _admission(self, request, left: int) -> tuple[int, int] | None:
+        """An admission's chunk and padded rows, the request made running; None where it is
+        not made (`_admit`)."""
         hit = self._hit(request)
         chunk, rows = min(len(request.tokens) - hit, left), 0
         if self._pads(request, hit):
@@ -160,10 +187,7 @@ class _DraftScheduler(_AsyncScheduler):
             return None
         self._running(request, hit)
         request.spec = False
-        # the budget left: the lock step caps it at the tokens the real hit leaves
-        self.ops.append(Schedule(request.rid, left, pad=rows, rows_in_flight=bool(rows)))
-        scheduled.append(self._scheduled(request, chunk, 0, rows))
-        return chunk
+        return chunk, rows
 
     def _next(self, request, left: int):
         """A running request's op this step, its new tokens and drafts: the prompt's next

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import random
 
-from kvfuzz.strategies.kvmanager.async_drafts import MODES, _DraftScheduler
+from kvfuzz.strategies.kvmanager.async_drafts import _DraftScheduler, draft_settings
 from kvfuzz.strategies.kvmanager.trace import Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -38,30 +38,19 @@ PROFILE = "sync drafts"
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
-    mode = rng.choice(MODES)
-    mtp, drop = mode.startswith("mtp"), mode.endswith("drop")
-    k = rng.choice((2, 2, 3, 4)) if mtp else rng.choice((1, 2, 2, 3))
-    # MTP's blocks hold its k tokens (vLLM refuses a smaller scheduler block with the drop)
-    size = rng.choice([s for s in (1, 2, 2, 4, 4, 8, 16) if not mtp or s >= k])
-    window = 0 if rng.random() < 0.3 else rng.randint(2, 4 * size)
-    extra = -(-(2 * k + 2) // size)  # room beside the requests for a step's drafts and slots
-    blocks = extra + rng.choice((rng.randint(4, 12), rng.randint(12, 40)))
-    max_model_len = rng.choice((1024, 1024, rng.randint(4, 12) * size + 2 * k
-                                + rng.randint(2, 5)))
-    retention = rng.choice((None, 0, 0) + ((rng.randint(1, 4) * size,) if window else ()))
-    fit = rng.random() < 0.7
-    budget = max(2 + k, rng.choice((1, 2, 4, 8)) * size)  # a decode's 1 + k fits a step
-    in_flight = budget if rng.random() < 0.85 else None
-    watermark = 0.0 if rng.random() < 0.9 else rng.choice((0.01, 0.1))
-    hashed = 0 if drop else (k if mtp else 1)
-    shaper = _SyncDraftScheduler(rng, size, window, blocks, budget, max_model_len, k, extra,
-                                 hashed, k - 1 if mtp else 0, drop)
+    # (the room for one step's drafts and tokens in flight: nothing is in flight between steps)
+    d = draft_settings(rng, 1)
+    k, mtp = d["k"], d["mtp"]
+    shaper = _SyncDraftScheduler(rng, d["size"], d["window"], d["blocks"], d["budget"],
+                                 d["max_model_len"], k, d["extra"], d["hashed"],
+                                 k - 1 if mtp else 0, d["drop"])
     shaper.chunk_retries = True
     for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
         if len(shaper.ops) >= num_ops or not shaper.step():
             break
-    return Trace(blocks, size, window, max_model_len, tuple(shaper.ops[:num_ops]), retention,
-                 fit, in_flight, watermark, lookahead=k, eagle=drop, hash_lookahead=hashed,
+    return Trace(d["blocks"], d["size"], d["window"], d["max_model_len"],
+                 tuple(shaper.ops[:num_ops]), d["retention"], d["fit"], d["in_flight"],
+                 d["watermark"], lookahead=k, eagle=d["drop"], hash_lookahead=d["hashed"],
                  prefill_lookahead=k if mtp else 0, note=f"profile {PROFILE}")
 
 
@@ -98,16 +87,10 @@ class _SyncDraftScheduler(_DraftScheduler):
         """"async drafts"' admission, its padded rows rolled back at once (the synchronous
         lock step's, as the guard maps them): the output's `settle` rolls back nothing of
         them."""
-        hit = self._hit(request)
-        chunk, rows = min(len(request.tokens) - hit, left), 0
-        if self._pads(request, hit):
-            if left < 1 + self.k:
-                return None
-            chunk, rows = 1 + self.k, self.k
-        if not self._fits(request, hit + chunk, whole=True):
+        made = self._admission(request, left)
+        if made is None:
             return None
-        self._running(request, hit)
-        request.spec = False
+        chunk, rows = made
         self.ops.append(Schedule(request.rid, left, pad=rows))
         entry = self._scheduled(request, chunk, 0)
         request.computed -= rows
