@@ -113,7 +113,7 @@ class AsyncCalls:
         keeps them (`async_ops.flown`: a pipeline's last few, else that one); its last two
         steps' tokens (`steps`: what a failed block's cut sets it back by, `_async_cut`)."""
         if tokens:
-            tracked.steps = (*getattr(tracked, "steps", ())[-1:], tokens)
+            tracked.steps = (*tracked.steps[-1:], tokens)
         tracked.flights = flown(tracked.flights, tokens,
                                 self.kvfuzz_session.header.steps_in_flight)
 
@@ -182,7 +182,7 @@ class AsyncCalls:
         `cut.skip_output` leaves the placeholders of as vLLM does. Refused: any other rewind, and
         a pipeline's two steps in flight."""
         n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
-        steps = getattr(tracked, "steps", ())
+        steps = tracked.steps
         # the step the failure came with: the one before that in flight, or the last processed
         failed = steps[-2] if tracked.in_flight and len(steps) > 1 else \
             steps[-1] if steps and not tracked.in_flight else 0

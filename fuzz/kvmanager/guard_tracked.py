@@ -35,6 +35,9 @@ class _Tracked(Flights):
         # its computed tokens before its last allocation's step (the engine's, an admission's
         # hit and external tokens): where a failed block it holds sets it back (`cut`)
         self.before = 0
+        # its last two allocations' tokens (guard_async.py: what an asynchronous cut sets it back
+        # by, the step before the one in flight)
+        self.steps: tuple[int, ...] = ()
         # its last allocation's tokens (a pipeline's last few), until a `processed` each
         # (guard_async.py)
         self.flights: list[int] = []
