@@ -24,6 +24,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   nothing while it waits), and every state that left its table held by no other table back
   in the pool (the rule's free side, reported before the reference counts in general):
   `fuzz/kvmanager/align_pool.py`;
+- after every step, the state it reads and writes as vLLM's worker sees the Mamba table (its
+  own append-only copy): `fuzz/kvmanager/align_reads.py`;
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.

@@ -9,9 +9,12 @@ Facts read in the released source:
   the table is cdiv(c', b) long (c' = c + the step's tokens; lookahead tokens take no Mamba
   block in this mode) and its last block is that state;
 - so between steps a request holds at most two states: the one its last step read (block
-  (c - 1) // b, where the copy comes from) and the one it wrote (the last block); a partial hit's
+  (c - 1) // b, where the copy came from) and the one it wrote (the last block); a partial hit's
   copy-on-write block takes the read state's place (`_apply_cow`), or is handed to the pool
-  (`move_block_hashes`) and is in no table.
+  (`move_block_hashes`) and is in no table. The read one MAY stay, it need not: the worker's
+  next step reads the one written (`worker_columns` below), and the next allocation, refused
+  or not, frees the read one. What must hold is the state a step reads at that step
+  (`read_problems`).
 
 - with a prefill checkpoint block (`MambaSpec.num_prefill_checkpoint_blocks` 1, the trace's
   `mamba_checkpoint` its `prefill_checkpoint_alignment`), a step that reaches past a valid
