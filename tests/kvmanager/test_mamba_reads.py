@@ -1,5 +1,5 @@
-"""The Mamba state a step reads, as vLLM 0.33.0's worker reads it (`oracle/kvmanager/mamba_align.py`'s
-`worker_columns` and `read_problems`, judged in the reduced "align" mode by
+"""The Mamba state a step reads, as vLLM 0.33.0's worker reads it
+(`oracle/kvmanager/mamba_align.py`'s `worker_columns` and `read_problems`, judged in the reduced "align" mode by
 `fuzz/kvmanager/align_reads.py`; docs/upstream-vllm.md, "The state a step reads"). The question
 it settles: the release frees the block holding the state a step read (e.g. "mamba align" index
 20, r2's hit state at column 1, freed by its next, refused, step): the worker never reads it
