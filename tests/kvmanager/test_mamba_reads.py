@@ -1,12 +1,12 @@
 """The Mamba state a step reads, as vLLM 0.33.0's worker reads it
-(`oracle/kvmanager/mamba_align.py`'s `worker_columns` and `read_problems`, judged in the reduced "align" mode by
-`fuzz/kvmanager/align_reads.py`; docs/upstream-vllm.md, "The state a step reads"). The question
-it settles: the release frees the block holding the state a step read (e.g. "mamba align" index
-20, r2's hit state at column 1, freed by its next, refused, step): the worker never reads it
-again, as its next step copies from the column the last step wrote. What the worker does read
-is always still the request's on the release; a mutant freeing it one step early is caught by
-this check alone. The whole prompt a connector loads, recomputed from a null column, is what
-vLLM's connectors never make (pinned below with the exemption off)."""
+(`oracle/kvmanager/mamba_align.py`'s `worker_columns` and `read_problems`, judged in the reduced
+"align" mode by `fuzz/kvmanager/align_reads.py`; docs/upstream-vllm.md, "The state a step
+reads"). The question it settles: the release frees the block holding the state a step read
+(e.g. "mamba align" index 20, r2's hit state at column 1, freed by its next, refused, step): the
+worker never reads it again, as its next step copies from the column the last step wrote. What
+the worker does read is always still the request's on the release; a mutant freeing it one step
+early is caught by this check alone. The whole prompt a connector loads, recomputed from a null
+column, is what vLLM's connectors never make (pinned below with the exemption off)."""
 
 from kvfuzz.oracle.kvmanager.mamba_align import read_problems, worker_columns
 from tests.helpers import divergence, with_engine
