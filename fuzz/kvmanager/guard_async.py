@@ -118,8 +118,9 @@ class AsyncCalls:
         """After an allocation of `tokens`: the request's steps in flight, as the lock step
         keeps them (`async_ops.flown`: a pipeline's last few, else that one); its last two
         steps' tokens (`steps`: what a failed block's cut sets it back by, `_async_cut`)."""
-        if tokens:
-            tracked.steps = (*tracked.steps[-1:], tokens)
+        if tokens:  # (under a pipeline one more: the failed step beneath two in flight)
+            kept = self.kvfuzz_session.header.steps_in_flight
+            tracked.steps = (*tracked.steps[len(tracked.steps) - kept:], tokens)
         tracked.flights = flown(tracked.flights, tokens,
                                 self.kvfuzz_session.header.steps_in_flight)
 
@@ -216,18 +217,20 @@ class AsyncCalls:
         output reported it (its computed tokens less `num_scheduled_tokens`; nothing where it
         was not in that step), keeps the step in flight counted and skips its output of that
         step: `cut(rid, n)` beneath the steps the engine still has in flight, which
-        `cut.skip_output` leaves the placeholders of as vLLM does. Refused: any other rewind, and
-        a pipeline's two steps in flight."""
+        `cut.skip_output` leaves the placeholders of as vLLM does (under a pipeline beneath its
+        steps in flight, two included: vLLM 0.33.0's V2 runner, session 263). Refused: any
+        other rewind."""
         n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
         steps = tracked.steps
-        # the step the failure came with: the one before that in flight, or the last processed
-        failed = steps[-2] if tracked.in_flight and len(steps) > 1 else \
-            steps[-1] if steps and not tracked.in_flight else 0
-        if len(tracked.flights) > 1 or (n % size and n != tracked.computed - failed):
+        # the step the failure came with: the one before those in flight (under a pipeline up
+        # to two), or the last processed
+        beneath = len(tracked.flights)
+        failed = steps[-1 - beneath] if len(steps) > beneath else 0
+        if n % size and n != tracked.computed - failed:
             self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
                          f"{tracked.computed} ({tracked.flights} in flight, its last steps "
                          f"{steps}): neither a block's start nor its computed tokens less the "
-                         f"failed step's, beneath one step in flight (asynchronous "
+                         f"failed step's, beneath its steps in flight (asynchronous "
                          f"scheduling)")
         self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         skip_output(tracked)

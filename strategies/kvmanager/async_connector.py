@@ -227,9 +227,8 @@ class _AsyncConnected(_AsyncScheduler):
         if admitted != step or request.epoch != epoch or request not in self.running:
             return False
         del self.fails[request.rid]
-        if request.last == step:  # nothing of it scheduled since: its output processed
-            self.ops.append(Processed(request.rid))
-            request.held = False
+        # nothing of it scheduled since: its output processed (a pipeline's: the steps to it)
+        self._output_processed(request, step)
         self.ops.append(Loaded(request.rid, valid))
         request.computed = valid
         if samples:
