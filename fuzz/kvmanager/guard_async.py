@@ -38,10 +38,11 @@ in flight than the guard was told), a waiting
 request with tokens in flight (but one waiting after a streaming stop, whose step in flight
 is dropped: `guard_streaming.py`), a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
-connector, with draft tokens a running request cut below its synchronous load's end, and a
-failed block's cut outside vLLM's rule or with a pipeline's two steps in flight (a failed
+connector, with draft tokens a running request cut below its synchronous load's end where a
+step of it samples (`_drafted`), and a failed block's cut outside vLLM's rule (a failed
 block's cut otherwise: `loaded` for its own synchronous load, `cut` for one it holds else,
-beneath its step in flight: `_async_sync_cut`, `_async_cut`). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
+beneath its steps in flight, under a pipeline two included: `_async_sync_cut`,
+`_async_cut`). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
 `rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
 them back; so is a padded resumption after a KV load, and a padded connector admission is a
 `connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need
