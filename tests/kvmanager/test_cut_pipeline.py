@@ -132,3 +132,46 @@ def test_a_failed_load_with_draft_tokens_where_a_step_samples_is_refused_by_name
                                                                                  tmp_path):
     with pytest.raises(kvfuzz.GuardUnsupported, match=DRAFTS_REFUSED[seed]):
         run(seed, tmp_path, DRAFTS)
+
+
+@with_vllm
+def test_finding_with_drafts_vllm_rolls_rejected_drafts_back_from_the_recompute(tmp_path,
+                                                                                monkeypatch):
+    """Finding (vLLM 0.33.0, `AsyncScheduler` with EAGLE's 2 drafts; docs/upstream-vllm.md,
+    "Under a pipeline, and with draft tokens"): session 2's `req-1` (112 tokens, a padded
+    admission of its last token and 2 rows after a synchronous load of 111, then a draft step)
+    is cut to 48 by its failed block; the skipped admission step leaves its 3 placeholders,
+    the recompute's chunk is scheduled before the draft step's output, and that output's
+    rejected draft is rolled back from `num_computed_tokens`, which then counts the chunk:
+    the next `cache_blocks` is of 47 tokens, below the cut, with 3 placeholders left and
+    nothing that samples in flight (the chunk's 64 tokens)."""
+    import kvfuzz.fuzz.kvmanager.vllm_scheduler  # noqa: F401  (prepares vLLM's import)
+    from kvfuzz.impl.upstream_env import prepare_import
+
+    with prepare_import("vllm"):
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+        from vllm.v1.core.sched.scheduler import Scheduler
+    seen = []
+    scan, cache = Scheduler._update_requests_with_invalid_blocks, KVCacheManager.cache_blocks
+
+    def spy_scan(self, requests, *args, **kwargs):
+        requests = list(requests)
+        result = scan(self, requests, *args, **kwargs)
+        seen.extend(("cut", r.num_computed_tokens) for r in requests
+                    if r.request_id == "req-1" and r.request_id in result[0])
+        return result
+
+    def spy_cache(self, request, n):
+        if request.request_id == "req-1" and seen and len(seen) < 3:
+            seen.append((n, request.num_output_placeholders, request.num_in_flight_tokens))
+        return cache(self, request, n)
+    monkeypatch.setattr(Scheduler, "_update_requests_with_invalid_blocks", spy_scan)
+    monkeypatch.setattr(KVCacheManager, "cache_blocks", spy_cache)
+    with pytest.raises(kvfuzz.GuardUnsupported):
+        run(2, tmp_path, DRAFTS)  # (refused at the cut: the session stops there)
+    assert seen == [("cut", 48)]
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import run_session
+
+    seen.clear()
+    run_session(2, None, workload=workload(**DRAFTS))
+    assert seen[:2] == [("cut", 48), (47, 3, 64)]
