@@ -42,8 +42,7 @@ import random
 
 from kvfuzz.strategies.kvmanager.async_outputs import _AsyncScheduler, _Request
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import (Finish, Processed, Release, RemoveSkipped,
-                                               Schedule, Trace)
+from kvfuzz.strategies.kvmanager.trace import Finish, Release, RemoveSkipped, Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "async connector"

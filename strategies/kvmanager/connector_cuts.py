@@ -42,7 +42,7 @@ from kvfuzz.strategies.kvmanager import async_connector, async_pipeline
 from kvfuzz.strategies.kvmanager.async_connector import _AsyncConnected
 from kvfuzz.strategies.kvmanager.connector import _Connected
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
-from kvfuzz.strategies.kvmanager.trace import Processed, Trace
+from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "connector cuts"
