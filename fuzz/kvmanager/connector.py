@@ -55,7 +55,9 @@ EVENTS += ASYNC_EVENTS
 # block inside its local hit (the "connector cuts" profile makes them)
 SYNC_FAILED = "synchronous load failed at a block: its request cut"
 INSIDE_HIT = "load failed at a block inside its local hit"
-EVENTS += (SYNC_FAILED, INSIDE_HIT)
+# and under the V2 runner's pipeline one beneath both steps after the admission (2026-12-06)
+SYNC_CUT_TWO_IN_FLIGHT = "synchronous load failed beneath two steps in flight"
+EVENTS += (SYNC_FAILED, INSIDE_HIT, SYNC_CUT_TWO_IN_FLIGHT)
 
 
 class ConnectorOps:
@@ -266,6 +268,8 @@ class ConnectorOps:
         request.computed = max(hit // size * size, min(op.valid, end) // size * size)
         if beneath:  # the next step stays in flight, counted as vLLM counts it
             self.count(SYNC_CUT_IN_FLIGHT)
+            if len(request.flights) > 1:  # (a pipeline's two)
+                self.count(SYNC_CUT_TWO_IN_FLIGHT)
         else:
             request.in_flight = 0
         request.sync_load = None

@@ -26,7 +26,9 @@ CUT_TO_BLOCK = "computed tokens cut to a failed block's start"
 # and the skipped step's output placeholder left unresolved (it sampled)
 CUT_IN_FLIGHT = "computed tokens cut beneath a step in flight"
 CUT_GHOST = "computed tokens cut: the skipped step's output placeholder left"
-ASYNC_EVENTS = (CUT_IN_FLIGHT, CUT_GHOST)
+# under the V2 runner's pipeline (`steps_in_flight` 2; since 2026-12-06)
+CUT_PIPELINED = "computed tokens cut under a pipeline"
+ASYNC_EVENTS = (CUT_IN_FLIGHT, CUT_GHOST, CUT_PIPELINED)
 EVENTS = (CUT, CUT_TO_BLOCK) + ASYNC_EVENTS
 
 
@@ -64,6 +66,8 @@ class CutOps:
         if self.trace.async_scheduling:
             if request.in_flight:
                 self.count(CUT_IN_FLIGHT)
+            if self.trace.steps_in_flight > 1:
+                self.count(CUT_PIPELINED)
             if skip_output(request):
                 self.count(CUT_GHOST)
         request.computed, request.sync_load = op.to, None

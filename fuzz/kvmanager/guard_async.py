@@ -38,10 +38,11 @@ in flight than the guard was told), a waiting
 request with tokens in flight (but one waiting after a streaming stop, whose step in flight
 is dropped: `guard_streaming.py`), a `cache_blocks` of other than the processed tokens, a rollback
 past the request's tokens, more tokens an output than one a draft more than one; under a KV
-connector, with draft tokens a running request cut below its synchronous load's end, and a
-failed block's cut outside vLLM's rule or with a pipeline's two steps in flight (a failed
+connector, with draft tokens a running request cut below its synchronous load's end where a
+step of it samples (`_drafted`), and a failed block's cut outside vLLM's rule (a failed
 block's cut otherwise: `loaded` for its own synchronous load, `cut` for one it holds else,
-beneath its step in flight: `_async_sync_cut`, `_async_cut`). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
+beneath its steps in flight, under a pipeline two included: `_async_sync_cut`,
+`_async_cut`). A padded admission (`pad_spec_decode`) is a `schedule` with `pad` and
 `rows_in_flight`: its rows counted computed and in flight until its output's `settle` rolls
 them back; so is a padded resumption after a KV load, and a padded connector admission is a
 `connect` with `pad` and `rows_in_flight` (`guard_connector.py`). A KV connector's loads need
@@ -101,6 +102,12 @@ class AsyncCalls:
                          f"processed first: {tracked.flights}) or fewer: more steps in flight "
                          f"than kvfuzz.guard(..., steps_in_flight={steps}) maps")
         if cut and output:  # (the output that came is of the step beneath the cut)
+            # under a pipeline, the older steps processed first: the failed one among them
+            # (`_async_cut` reads its tokens from `steps`)
+            keep = len(tracked.flights) - left.index(actual) + 1
+            while len(tracked.flights) > keep:
+                self.kvfuzz_session.step(Processed(tracked.rid))
+                tracked.flights.pop(0)
             self._async_cut(tracked, request)
         while tracked.in_flight != actual:  # each oldest step's output came
             self.kvfuzz_session.step(Processed(tracked.rid))
@@ -112,8 +119,9 @@ class AsyncCalls:
         """After an allocation of `tokens`: the request's steps in flight, as the lock step
         keeps them (`async_ops.flown`: a pipeline's last few, else that one); its last two
         steps' tokens (`steps`: what a failed block's cut sets it back by, `_async_cut`)."""
-        if tokens:
-            tracked.steps = (*tracked.steps[-1:], tokens)
+        if tokens:  # (under a pipeline one more: the failed step beneath two in flight)
+            kept = self.kvfuzz_session.header.steps_in_flight
+            tracked.steps = (*tracked.steps[len(tracked.steps) - kept:], tokens)
         tracked.flights = flown(tracked.flights, tokens,
                                 self.kvfuzz_session.header.steps_in_flight)
 
@@ -127,7 +135,9 @@ class AsyncCalls:
         in flight (`connector.py`), the admission's output placeholder left unresolved where
         it sampled (`ghost`). Where nothing of the request was allocated since its admission,
         that step's output is processed first (`processed`), as in the synchronous sessions.
-        Refused with draft tokens (padded rows in flight), not mapped yet."""
+        With draft tokens the same where neither the skipped step nor the step in flight
+        samples (prefill chunks: vLLM's state is the one without drafts); refused where one
+        does (`_drafted`)."""
         load = tracked.async_sync_end
         n = int(request.num_computed_tokens)
         if load is None or not tracked.running or n >= load[1]:
@@ -136,22 +146,33 @@ class AsyncCalls:
             # rollback of the rejected ones)
             return tracked.running and n < tracked.computed and not self._drafts() and \
                 self._asynchronous() and not getattr(tracked, "streamed", False)
-        hit, end, after = load
+        hit, end, after, rows = load
         size = self.kvfuzz_session.header.block_size
         beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
             tracked.computed > after
+        drafted = self._drafted(tracked, rows)
         if not self._drafts() and (n % size or n < hit // size * size) and \
                 (beneath or tracked.computed == after):
             return True  # (its own block, marked first by a request before it: `cut`)
         tracked.async_sync_end = None
-        if len(tracked.flights) > 1:  # (the lock step's cut is beneath one step in flight)
+        # under a pipeline the trace may hold the admission step S among its steps in flight:
+        # the failure came with S's output, processed first (`processed`), the cut then
+        # beneath the steps after it (vLLM 0.33.0's V2 runner, session 2: S+1 alone there)
+        actual = int(getattr(request, "num_in_flight_tokens", 0) or 0)
+        while len(tracked.flights) > 1 and tracked.computed - tracked.in_flight < after and \
+                tracked.in_flight - tracked.flights[0] >= actual:
+            self.kvfuzz_session.step(Processed(tracked.rid))
+            tracked.flights.pop(0)
+            beneath = tracked.in_flight and tracked.computed - tracked.in_flight == after and \
+                tracked.computed > after
+        if len(tracked.flights) > 1 and not beneath:
             self._refuse(f"request {request.request_id!r} cut below its synchronous KV load's "
                          f"end {end} with {len(tracked.flights)} steps in flight (a pipeline's)"
                          f": not mapped")
-        if self._drafts() or n % size or \
+        if drafted or n % size or \
                 not hit // size * size <= n < end or \
                 not (beneath or tracked.computed == after):
-            why = "with draft tokens " if self._drafts() else ""
+            why = f"with draft tokens ({drafted}) " if drafted else ""
             self._refuse(f"request {request.request_id!r} cut to {n} computed tokens below its "
                          f"synchronous KV load's end {end} (its hit {hit}, {after} computed "
                          f"after its admission, the trace {tracked.computed} with "
@@ -170,6 +191,24 @@ class AsyncCalls:
         tracked.computed, tracked.sync_load = n, None
         return False
 
+    def _drafted(self, tracked, rows: int) -> str:
+        """Why a failed synchronous load's cut with draft tokens is not mapped ("" where it
+        is: no step of the request, the skipped one or the one in flight, reaches its
+        tokens' end, so none samples and vLLM's state is the one without drafts). Where one
+        does, vLLM (0.33.0, `replace(ASYNC_CONNECTOR, sync_load_failures=True,
+        speculative="eagle", num_speculative=2)`, sessions 2 and 22; docs/upstream-vllm.md,
+        "with draft tokens") has set the request's draft placeholders (`spec_token_ids`),
+        which the recompute's chunk then schedules past its placeholder (`1 + k` positions
+        past the tokens, not one); a padded admission's skipped output leaves its `1 + k`
+        placeholders; and a draft step in flight rolls its rejected drafts back from
+        `num_computed_tokens`, which by then counts the recompute's chunk (its
+        `cache_blocks` below the cut). None of that is the trace's `loaded` yet."""
+        if not self._drafts() or tracked.computed < len(tracked.tokens):
+            return ""
+        if rows:
+            return f"the skipped admission step's {rows} padded draft rows"
+        return "a step of it sampled, its draft placeholders set"
+
     def _async_cut(self, tracked, request) -> None:
         """A running request's computed tokens cut for a failed block it holds with no
         synchronous load of its own there (one shared through a prefix hit, or its own load's
@@ -179,18 +218,20 @@ class AsyncCalls:
         output reported it (its computed tokens less `num_scheduled_tokens`; nothing where it
         was not in that step), keeps the step in flight counted and skips its output of that
         step: `cut(rid, n)` beneath the steps the engine still has in flight, which
-        `cut.skip_output` leaves the placeholders of as vLLM does. Refused: any other rewind, and
-        a pipeline's two steps in flight."""
+        `cut.skip_output` leaves the placeholders of as vLLM does (under a pipeline beneath its
+        steps in flight, two included: vLLM 0.33.0's V2 runner, session 263). Refused: any
+        other rewind."""
         n, size = int(request.num_computed_tokens), self.kvfuzz_session.header.block_size
         steps = tracked.steps
-        # the step the failure came with: the one before that in flight, or the last processed
-        failed = steps[-2] if tracked.in_flight and len(steps) > 1 else \
-            steps[-1] if steps and not tracked.in_flight else 0
-        if len(tracked.flights) > 1 or (n % size and n != tracked.computed - failed):
+        # the step the failure came with: the one before those in flight (under a pipeline up
+        # to two), or the last processed
+        beneath = len(tracked.flights)
+        failed = steps[-1 - beneath] if len(steps) > beneath else 0
+        if n % size and n != tracked.computed - failed:
             self._refuse(f"request {request.request_id!r} rewound to {n} computed tokens from "
                          f"{tracked.computed} ({tracked.flights} in flight, its last steps "
                          f"{steps}): neither a block's start nor its computed tokens less the "
-                         f"failed step's, beneath one step in flight (asynchronous "
+                         f"failed step's, beneath its steps in flight (asynchronous "
                          f"scheduling)")
         self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         skip_output(tracked)

@@ -223,8 +223,9 @@ class ConnectorCalls:
                     else None
                 # under asynchronous scheduling the load's failure is reported with its step's
                 # output, after the request's next step is scheduled (`_async_sync_cut`): its
-                # (local hit, end, computed tokens after its admission)
-                tracked.async_sync_end = (hit, hit + external, tracked.computed) \
+                # (local hit, end, computed tokens after its admission, padded rows held)
+                tracked.async_sync_end = (hit, hit + external, tracked.computed,
+                                          pad if held else 0) \
                     if external and self._asynchronous() else None
         return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held), \
             expected, done

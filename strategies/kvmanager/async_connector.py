@@ -42,8 +42,7 @@ import random
 
 from kvfuzz.strategies.kvmanager.async_outputs import _AsyncScheduler, _Request
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Loaded
-from kvfuzz.strategies.kvmanager.trace import (Finish, Processed, Release, RemoveSkipped,
-                                               Schedule, Trace)
+from kvfuzz.strategies.kvmanager.trace import Finish, Release, RemoveSkipped, Schedule, Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "async connector"
@@ -227,9 +226,8 @@ class _AsyncConnected(_AsyncScheduler):
         if admitted != step or request.epoch != epoch or request not in self.running:
             return False
         del self.fails[request.rid]
-        if request.last == step:  # nothing of it scheduled since: its output processed
-            self.ops.append(Processed(request.rid))
-            request.held = False
+        # nothing of it scheduled since: its output processed (a pipeline's: the steps to it)
+        self._output_processed(request, step)
         self.ops.append(Loaded(request.rid, valid))
         request.computed = valid
         if samples:

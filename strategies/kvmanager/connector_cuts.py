@@ -28,31 +28,38 @@ drafts yet).
 Since 2026-12-06, three traces in ten (drawn after every other draw: the others keep their ops)
 are under vLLM's asynchronous scheduler (`_AsyncCutting`): the "async connector" profile's
 steps with no window, the failure reported with the admission step's output, the requests cut
-then beneath their step in flight, their output of the failed step skipped.
+then beneath their step in flight, their output of the failed step skipped. Of those, three
+in ten (a draw after every other: the rest keep their ops) are under the V2 runner's pipeline
+of two stages (`_PipelinedCutting`, the trace's `steps_in_flight` 2).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import async_connector
+from kvfuzz.strategies.kvmanager import async_connector, async_pipeline
 from kvfuzz.strategies.kvmanager.async_connector import _AsyncConnected
 from kvfuzz.strategies.kvmanager.connector import _Connected
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
-from kvfuzz.strategies.kvmanager.trace import Processed, Trace
+from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "connector cuts"
 
 
 ASYNC = 0.3  # of the traces, under vLLM's asynchronous scheduler (since 2026-12-06)
+PIPELINED = 0.3  # of those, under the V2 runner's pipeline of two stages (since 2026-12-06)
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
     trace = _synchronous(rng, num_ops)
     # drawn after every other draw: the traces under the synchronous scheduler keep their ops
     if rng.random() < ASYNC:
-        return async_connector.build(rng, num_ops, _AsyncCutting, PROFILE)
+        trace = async_connector.build(rng, num_ops, _AsyncCutting, PROFILE)
+        # (since 2026-12-06, drawn after every other draw: the traces without keep their ops)
+        if rng.random() < PIPELINED:
+            return _pipelined(rng, num_ops)
     return trace
 
 
@@ -134,21 +141,45 @@ class _AsyncCutting(_AsyncConnected):
         if not super()._failed(step, request, epoch, samples):
             return False
         rng, size = self.rng, self.size
-        others = [other for other in self.running if other is not request]
+        others = [other for other in self.running if other is not request and
+                  self._cuttable(other, step)]
         for other in rng.sample(others, min(len(others), rng.choice((1, 1, 2)))):
             to = rng.randint(0, other.computed // size) * size if rng.random() < 0.6 else \
                 rng.randint(max(0, other.computed - 2 * size), other.computed)
             if other.rid in self.in_step:
                 self.victims[other.rid] = to
-                if other.last == step and other.held:  # nothing of it since: processed
-                    self.ops.append(Processed(other.rid))
-                    other.held = False
+                # nothing of it since: processed (a pipeline's: the steps to the failed one)
+                self._output_processed(other, step)
                 if self.in_step[other.rid]:  # its sampled token dropped, the placeholder left
                     other.pending -= 1
                     other.ghost += 1
             self.ops.append(Cut(other.rid, to))
             other.computed = to
         return True
+
+    def _cuttable(self, request, step: int) -> bool:
+        """Whether a request may be cut at `step`'s output (the guard maps every one)."""
+        return True
+
+
+class _PipelinedCutting(_AsyncCutting, async_pipeline._Pipelined):
+    """`_AsyncCutting`'s steps under the V2 runner's pipeline of two stages
+    (`async_pipeline._Pipelined`: a batch queue of three, a request's last two steps in flight,
+    its decodes staggered): a failed synchronous load's `loaded` after the `processed` of its
+    admission step where the trace still holds it, beneath the steps after it (one or two);
+    the other requests cut beneath one step at most (`guard_async._async_cut` maps no more)."""
+
+    def _cuttable(self, request, step: int) -> bool:
+        return len([s for s in getattr(request, "flights", ()) if s > step]) <= 1
+
+
+def _pipelined(rng: random.Random, num_ops: int) -> Trace:
+    """A trace of `_PipelinedCutting`'s, with the pipeline's settings (`async_pipeline`)."""
+    trace = async_connector.build(rng, num_ops, _PipelinedCutting, PROFILE)
+    in_flight = trace.max_in_flight_tokens  # (three steps' worth where "async" has two)
+    if in_flight and in_flight % 2 == 0:
+        in_flight = in_flight // 2 * (async_pipeline.STAGES + 1)
+    return replace(trace, steps_in_flight=async_pipeline.STAGES, max_in_flight_tokens=in_flight)
 
 
 PROFILES = (PROFILE,)

@@ -75,7 +75,8 @@ REACHES = {
     # (a failed block's cuts: "connector cuts"')
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
                   and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS +
-                  (connector.SYNC_FAILED, connector.INSIDE_HIT)]
+                  (connector.SYNC_FAILED, connector.INSIDE_HIT,
+                   connector.SYNC_CUT_TWO_IN_FLIGHT)]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
     # a connector over groups of different block sizes: external tokens ending inside the
@@ -219,6 +220,7 @@ REACHES = {
     # (cut.ASYNC_EVENTS: beneath a step in flight, the skipped step's placeholder left)
     "connector cuts": list(cut.EVENTS) + [connector.SYNC_FAILED, connector.INSIDE_HIT,
                                           connector.SYNC_CUT_IN_FLIGHT,
+                                          connector.SYNC_CUT_TWO_IN_FLIGHT,
                                           "load failed, a prefix valid",
                                           "load done", "admission with a hit"]
     + _CONFIGS("KV connector", "whole request must fit", "asynchronous scheduling"),

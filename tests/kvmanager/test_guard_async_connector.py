@@ -254,6 +254,8 @@ def test_a_producers_preemptions_drop_their_stale_output_when_it_requires_delive
 
 
 def test_a_failed_synchronous_load_with_draft_tokens_is_refused_by_name(tmp_path):
-    """With draft tokens (padded rows in flight beside the cut) the cut is not mapped yet."""
+    """With draft tokens, where a step of the request samples (here a draft step in flight
+    beneath the cut), the cut is not mapped yet (`guard_async._drafted`; where none samples
+    it is: test_cut_pipeline.py)."""
     with pytest.raises(kvfuzz.GuardUnsupported, match="not mapped with draft tokens"):
         session(4, tmp_path, sync_load_failures=True, speculative="eagle", num_speculative=2)
