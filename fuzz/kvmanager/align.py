@@ -53,8 +53,9 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import (align_connector, align_count, align_external, align_order,
-                                   align_drafts, align_reads, align_retention)
+from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
+                                   align_order, align_drafts, align_reads, align_retention)
+from kvfuzz.fuzz.kvmanager.align_async import AlignAsync
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -72,7 +73,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
+class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
                     AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
@@ -85,7 +86,7 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
-                                         *align_reads.EVENTS)
+                                         *align_reads.EVENTS, *align_async.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -124,6 +125,7 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
         self.hit_blocks = ((), ())
         self.drafted_to: dict[int, int] = {}  # rid -> its draft step's end, rolled back since
         self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
+        self.start_flights()  # tokens in flight (`align_async.py`)
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -173,7 +175,9 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
         if self.align and isinstance(op, Finish) and request is not None:
             table = (yield Call("", "block_ids", (op.rid,), oracle=None,
                                 compare=state_read)).actual
-            keyed = op.rid in self.tails
+            # (with tokens in flight vLLM hands nothing off: `align_async.py`)
+            keyed = op.rid in self.tails and not self.align_in_flight(request, False)
+            flying = (request.in_flight,) if self.trace.async_scheduling else ()
 
             def compare(expected, rejected, actual, raised):
                 if raised is not None:
@@ -184,14 +188,15 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
                 return boundary.tail_problems(tail, op.rid, request, self._states(table[-1]),
                                               keyed, self.trace.block_size,
                                               self.trace.hash_size)
-            yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail", (op.rid,),
-                       oracle=None, compare=compare)
+            yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail",
+                       (op.rid, *flying), oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
             self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
             self.pending_copy.discard(op.rid)
             self.drafted_to.pop(op.rid, None)
+            self.flights_forget(op.rid)
         problems = yield from super().free(op)
         if self.align and isinstance(op, Finish):
             self._forget(op.rid)  # (a connector's load: `align_external`)
@@ -236,9 +241,10 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
 
     def _allocate(self, rid, request, new, hit):
         admission = hit is not None
+        in_flight = self.align_in_flight(request, admission)  # (`align_async.py`)
         args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
                 any(r.status == RUNNING for other, r in self.requests.items() if other != rid),
-                0)
+                in_flight)
         if new == 0 and not hit:
             self.count("allocate_slots of nothing refused")
 
@@ -249,11 +255,13 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
         counted = self._count_problems(rid, request, got.actual is not None, new, args[5],
-                                       hit=hit)
+                                       hit=hit, in_flight=in_flight)
         if got.actual is None:
             self.count("allocate_slots refused")
-            # (a refused step has freed every state but the last: its checkpoint too)
-            self.checkpoints.pop(rid, None)
+            # (a refused step has freed every state but the last: its checkpoint too; with
+            # tokens in flight only those below the processed one's, `align_async.py`)
+            if not in_flight:
+                self.checkpoints.pop(rid, None)
             trace = self.trace
             wrong = needless_admission_refusal(
                 trace.block_size, max(len(request.tokens), request.computed + (hit or 0) + new),
@@ -276,6 +284,8 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
         self.drafted_to.pop(rid, None)  # (a refused step leaves the table: `align_drafts.py`)
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
+        self.flights_allocated(rid, request, self.read_from[rid], in_flight,
+                               self.checkpoints.get(rid))
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted + problems
@@ -355,9 +365,12 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
             self._note_copy(rid, request, True)
             if request.status == RUNNING:  # (a load reported is judged as a step above)
                 problems += self.read_step_problems(rid, request)
+                self.flight_read(rid, self.step_read)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
                 problems += self._retention_problems(rid, request)
         self.stepped = None
+        if self.trace.async_scheduling:
+            problems += self.flight_read_problems()
         self.leave_worker()
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)

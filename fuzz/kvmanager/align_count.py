@@ -35,13 +35,14 @@ class AlignCountChecks:
 
     def _count_problems(self, rid, request, made: bool, new: int, others_running: bool, *,
                         hit: int | None = None, external: int = 0, reserved: int = 0,
-                        waiting: bool | None = None, lookahead: bool = True) -> list:
+                        waiting: bool | None = None, lookahead: bool = True,
+                        in_flight: int = 0) -> list:
         """An `allocate_slots` of `new` tokens made exactly when the released counts say it
         fits (`made`: whether it was): an admission adopting a hit of `hit` tokens (the hit's
         blocks `self.hit_blocks`) and `external` tokens, or (`hit` None) a step of a request
         with tables, running or (`waiting`) resuming after its load; a waiting one's with the
         watermark while others run and the whole sequence checked first where the engine
-        asks it."""
+        asks it; `in_flight`: its tokens in flight (asynchronous scheduling)."""
         admission, trace = hit is not None, self.trace
         waiting = admission if waiting is None else waiting
         hit_blocks = self.hit_blocks if admission else ((), ())
@@ -55,7 +56,7 @@ class AlignCountChecks:
                                                  rid in self.loaded_end),
                     watermark=waiting and others_running,
                     whole=waiting and trace.full_sequence_must_fit, reserved=reserved,
-                    lookahead=lookahead)
+                    lookahead=lookahead, in_flight=in_flight)
         free = sum(1 for count in self.ref[1:] if count == 0)
         expected, why = fits(self._engine(), step, free, self.ref)
         self.count(ADMISSION if waiting else STEP)

@@ -33,7 +33,13 @@ class AlignDrafts:
             return (yield from super().settle(op))
         request = self.requests.get(op.rid)
         end = request and request.computed
-        if request is None or request.status != RUNNING or not self.rolled_back(op, request):
+        # (under asynchronous scheduling only after a step that sampled: vLLM's
+        # `update_from_output` caches for a request with new tokens, and a prefill chunk's
+        # refused allocation leaves a checkpoint its `cache_blocks` would trip on:
+        # `align_async.py`)
+        if request is None or request.status != RUNNING or (
+                self.trace.async_scheduling and request.computed < len(request.tokens) - 1) \
+                or not self.rolled_back(op, request):
             return
         if op.rejected:
             # vLLM's Mamba table stays as the draft step allocated it, its scratch blocks past
@@ -41,5 +47,8 @@ class AlignDrafts:
             self.drafted_to[op.rid] = end
             self.count(ROLLED_BACK)
             yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
-        yield Call(f"cache_blocks(r{op.rid}, {request.computed}) after its output",
-                   "cache_blocks", (op.rid, request.computed), oracle=None)
+        # (under asynchronous scheduling what is processed: its tokens in flight left out, as
+        # `free_ops.settle` and vLLM's `update_from_output`)
+        computed = request.computed - (request.in_flight if self.trace.async_scheduling else 0)
+        yield Call(f"cache_blocks(r{op.rid}, {computed}) after its output",
+                   "cache_blocks", (op.rid, computed), oracle=None)

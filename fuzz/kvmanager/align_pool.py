@@ -95,5 +95,6 @@ class AlignPoolChecks:
             wrong = mamba_align.table_problems(mamba, self.read_from[rid],
                                                self.drafted_to.get(rid, request.computed),
                                                self.trace.block_size, self.checkpoints.get(rid),
-                                               self.trace.mamba_speculative)
+                                               self.trace.mamba_speculative,
+                                               self.flight_kept.get(rid, frozenset()))
         return [("mamba states", f"r{rid}'s Mamba table {wrong}")] if wrong else []

@@ -49,6 +49,7 @@ class AlignReads:
         read, written = mamba_align.worker_columns(self.read_from.get(rid, 0), request.computed,
                                                    size, states.get(rid))
         states[rid] = written
+        self.step_read = read  # (a step in flight's read, judged while it flies: `align_async`)
         if whole:
             self.count(WHOLE)
             return []

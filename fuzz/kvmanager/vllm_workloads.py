@@ -169,6 +169,10 @@ MTP_DRAFTS = Workload(speculative="mtp", num_speculative=3, drafts=True)
 # 100 blocks: sessions 0-5 preempt 8 times (160 blocks: never)
 MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                        max_batched_tokens=16)
+# MAMBA_ALIGN under vLLM's AsyncScheduler (tokens in flight: judged by the reduced mode's
+# `align_async.py`)
+MAMBA_ASYNC = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                       max_batched_tokens=16, async_scheduling=True)
 # MAMBA_ALIGN with multi-token prediction's 2 drafts a step under the synchronous scheduler (the
 # fake drafter, as MTP_DRAFTS): the Mamba group's 2 speculative blocks (its
 # `num_speculative_blocks`, the engine's `num_speculative_tokens`; 2 as the "mamba align"

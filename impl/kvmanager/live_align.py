@@ -53,7 +53,7 @@ class AlignStepReads:
                 for request_id, group, block, tokens in
                 self._new_entries("_pending_boundary_state_offloads", "_seen_offloads")]
 
-    def finalize_tail(self, rid: int) -> None:
+    def finalize_tail(self, rid: int, in_flight: int | None = None) -> None:
         return None  # not asked of the engine's manager (above)
 
     def align_connector_lookup(self, rid: int):

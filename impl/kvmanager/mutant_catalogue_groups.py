@@ -198,6 +198,15 @@ GROUPS = {
         "<= cdiv(processed_computed_tokens, self.block_size) - 1",
         "in align mode a step frees the block its state is read from when the last step "
         "wrote its state there too: the worker copies from a freed block")),
+    # Tokens in flight beside a Mamba "align" group (asynchronous scheduling,
+    # `fuzz/kvmanager/align_async.py`): a request finishing with a step in flight hands its
+    # partial tail off, though that step's forward may still write the block.
+    "mamba_align_tail_in_flight": (SINGLE, Mutation(
+        "MambaManager.finalize_partial_tail_offload",
+        "if num_in_flight_tokens != 0 or num_computed_tokens != boundary_tokens:",
+        "if num_computed_tokens != boundary_tokens:",
+        "a request finishing with tokens in flight hands off its partial tail's block: the "
+        "connector reads a state its step in flight may still write")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -113,12 +113,16 @@ class StepReads:
         return [(int(rid), int(group), int(block), int(tokens))
                 for rid, entries in take().items() for group, block, tokens in entries]
 
-    def finalize_tail(self, rid: int) -> list[tuple[int, int, int]] | None:
+    def finalize_tail(self, rid: int, in_flight: int | None = None
+                      ) -> list[tuple[int, int, int]] | None:
         """`finalize_partial_tail_offloads(request)`, as a KV producer's scheduler asks it of a
         finished request before freeing it: (group, block, boundary tokens) entries; None for a
-        manager without it."""
+        manager without it. `in_flight` (asynchronous scheduling): the request's tokens in
+        flight as it finishes, set first (its last allocation's are stale by then)."""
         finalize = getattr(self.manager, "finalize_partial_tail_offloads", None)
         if finalize is None:
             return None
+        if in_flight is not None:
+            self.requests[rid].num_in_flight_tokens = in_flight
         return [(int(group), int(block), int(tokens))
                 for group, block, tokens in finalize(self.requests[rid])]

@@ -82,6 +82,7 @@ class Step:
     whole: bool = False
     reserved: int = 0
     lookahead: bool = True  # whether the caller asks the lookahead slots (a load does not)
+    in_flight: int = 0  # its tokens in flight (asynchronous scheduling): not freed on
 
 
 def evictable(blocks, ref) -> int:
@@ -119,9 +120,11 @@ def mamba_count(engine: Engine, step: Step, start: int, main: int, table, ref) -
 
 def freed(engine: Engine, step: Step, ref) -> tuple[tuple, int]:
     """What `remove_skipped_blocks` does before the step's count: the Mamba states below the
-    one of its last computed token (`get_num_skipped_tokens` = c - 1) nulled in its table, and
-    how many of them join the free queue (no other table holds them)."""
-    processed = min(step.computed + step.hit + step.external, engine.max_model_len)
+    one of its last processed token (`get_num_skipped_tokens` = p - 1; p its computed tokens
+    less those in flight, `allocate_slots`' `max(0, total - num_in_flight_tokens)`) nulled in
+    its table, and how many of them join the free queue (no other table holds them)."""
+    processed = max(0, min(step.computed + step.hit + step.external, engine.max_model_len)
+                    - step.in_flight)
     below = (processed - 1) // engine.block_size if processed > 0 else 0
     table = list(step.mamba_table)
     back = 0

@@ -26,6 +26,13 @@ Facts read in the released source:
   never null: a step moving blocks on turns the first of them into its state (or its
   checkpoint) and relocates the rest to the end (`_relocate_speculative_block`).
 
+- under asynchronous scheduling (tokens in flight: `KVCacheManager.allocate_slots` frees on the
+  processed count, `max(0, c - num_in_flight_tokens)`, kv_cache_manager.py ~563-567) a step frees
+  only the states below the one of the last PROCESSED token, p: every block below (p - 1) // b,
+  and `last_state_block_idx` only where it is below that too (its `cdiv(p, b) - 1` is the same
+  bound). So a request keeps the state its oldest step in flight reads ((p - 1) // b), what
+  every step in flight writes (and a checkpoint one took), and its last step's: `flight_positions`.
+
 A hit is the state of its last token: the block at (hit - 1) // b, cached under the request's
 hash of the first `hit` tokens in the Mamba group (group 1), a partial entry where the hit ends
 inside the block.
@@ -72,11 +79,27 @@ def kept_positions(read_from: int, computed: int, block_size: int,
     return kept
 
 
+def flight_positions(processed: int, steps, block_size: int) -> frozenset[int]:
+    """The table positions a step's allocation keeps beside its own (`kept_positions`) under
+    asynchronous scheduling: the state of the last processed token (`processed` = the computed
+    tokens less those in flight when the step was allocated; none at 0) and, of each step still
+    in flight then (`steps`: (start, end, checkpoint position or None)), the state it writes and
+    its checkpoint."""
+    kept = {(processed - 1) // block_size} if processed > 0 else set()
+    for _start, end, checkpoint in steps:
+        kept.add(cdiv(end, block_size) - 1)
+        if checkpoint is not None:
+            kept.add(checkpoint)
+    return frozenset(kept)
+
+
 def table_problems(table: list[int], read_from: int, computed: int, block_size: int,
-                   checkpoint: int | None = None, speculative: int = 0) -> str | None:
+                   checkpoint: int | None = None, speculative: int = 0,
+                   in_flight: frozenset[int] = frozenset()) -> str | None:
     """What is wrong with a live request's Mamba table (block ids, 0 the null block) after its
     last step went from `read_from` to `computed` tokens (taking a checkpoint block at position
-    `checkpoint`, or None), with `speculative` scratch blocks; None when nothing."""
+    `checkpoint`, or None), with `speculative` scratch blocks, and the positions the steps
+    in flight at it keep (`flight_positions`); None when nothing."""
     length = cdiv(computed, block_size) + speculative
     if len(table) != length:
         return (f"{len(table)} blocks after {computed} computed tokens in blocks of "
@@ -91,12 +114,13 @@ def table_problems(table: list[int], read_from: int, computed: int, block_size: 
     if checkpoint is not None and not table[checkpoint]:
         return (f"holds no checkpoint block at position {checkpoint} after a step from "
                 f"{read_from} to {computed} tokens past a valid prefill checkpoint")
-    kept = kept_positions(read_from, computed, block_size, checkpoint, speculative)
+    kept = kept_positions(read_from, computed, block_size, checkpoint, speculative) | in_flight
     stale = [index for index, block in enumerate(table) if block and index not in kept]
     if stale:
         return (f"holds states at positions {stale[:4]} after a step from {read_from} to "
                 f"{computed} tokens: expected only positions {sorted(kept)} (the state read, "
-                f"the state written and a prefill checkpoint's)")
+                f"the state written and a prefill checkpoint's"
+                f"{', and those of the steps in flight' if in_flight else ''})")
     return None
 
 

@@ -66,7 +66,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected false with a chunked-local group (vLLM asserts)", True)
     # A Mamba group: no other second group; in mode "none" or "all" caching off (vLLM refuses
     # them with it on); "align" (judged in a reduced mode, fuzz/kvmanager/align.py) without
-    # EAGLE or tokens in flight, which that mode leaves out.
+    # EAGLE, which that mode leaves out (tokens in flight since 2026-12-06: align_async.py).
     values["mamba_mode"] = mode = data.get("mamba_mode", "")
     reader.expect(mode in ("", "none", "all", "align"), "mamba_mode",
                   'expected "", "none", "all" or "align"', mode)
@@ -74,9 +74,9 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected no sliding-window or chunked-local group with a Mamba group", mode)
     reader.expect(mode in ("", "align") or not values["caching"], "mamba_mode",
                   'expected caching off with Mamba mode "none" or "all"', mode)
-    reader.expect(mode != "align" or not (values["eagle"] or values["async_scheduling"]),
-                  "mamba_mode", 'expected no EAGLE and no asynchronous scheduling with Mamba '
-                  'mode "align" (its reduced checks leave them out)', mode)
+    reader.expect(mode != "align" or not values["eagle"],
+                  "mamba_mode", 'expected no EAGLE with Mamba mode "align" (its reduced checks '
+                  'leave it out)', mode)
     # Cross-attention: caching off (vLLM's cross-attention manager refuses lookups), and no
     # other second group.
     values["encoder_tokens"] = encoder = reader.integer(
@@ -96,6 +96,10 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
         data.get("mamba_speculative", 0), "mamba_speculative", low=0, high=MAX_LOOKAHEAD)
     reader.expect(not speculative or values["mamba_mode"] == "align", "mamba_speculative",
                   'expected 0 without a Mamba group in mode "align"', speculative)
+    # (draft tokens in flight beside the group: not judged, `fuzz/kvmanager/align_async.py`)
+    reader.expect(not speculative or not values["async_scheduling"], "mamba_speculative",
+                  "expected 0 with asynchronous scheduling (the reduced Mamba mode leaves "
+                  "draft tokens in flight out)", speculative)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     # a pipeline's steps of a request in flight (vLLM's V2 runner: its stages, at most four)

@@ -45,6 +45,7 @@ import math
 import random
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
+from kvfuzz.strategies.kvmanager import mamba_async
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -157,8 +158,9 @@ def build_cross(rng: random.Random, num_ops: int) -> Trace:
 def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
     caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
-    partial hits on; no events, stats, EAGLE or tokens in flight (the reduced mode's); a prefill
-    checkpoint block in 85%, multi-token prediction's speculative blocks in 70%."""
+    partial hits on; no events, stats or EAGLE (the reduced mode's); a prefill checkpoint block
+    in 85%, multi-token prediction's speculative blocks in 70%; tokens in flight in half
+    of the rest (`mamba_async.py`)."""
     size = rng.choice((2, 4, 4, 8))
     hashed = rng.choice([d for d in (1, 2, 4) if d < size]) if rng.random() < 0.75 else size
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
@@ -174,6 +176,10 @@ def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     # multi-token prediction in 70%: 1 or 2 draft tokens' speculative Mamba blocks (the
     # lookahead slots as drawn above)
     speculative = rng.randint(1, 2) if rng.random() < 0.7 else 0
+    # tokens in flight in half of those without speculative blocks, drawn after every other draw
+    # (the rest keep their ops): `mamba_async.py`
+    if not speculative and rng.random() < mamba_async.SHARE:
+        settings["async_scheduling"], ops = True, mamba_async.reshaped(rng, ops)
     return Trace(blocks, size, 0, max_model_len, ops, retention, **settings,
                  mamba_mode="align", hash_block_size=hashed if hashed != size else 0,
                  mamba_checkpoint=checkpoint, mamba_speculative=speculative,

@@ -146,6 +146,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                      r"in blocks of \d+|mamba reads:? +r\d+'s step from",
     # ... and at a step, the block the worker copies the step's state from (`align_reads.py`)
     "mamba_align_read_state_freed": r"mamba reads:? +r\d+'s step from \d+ to \d+ tokens",
+    # A request finishing with tokens in flight beside the group (asynchronous scheduling,
+    # `align_async.py`): its partial tail handed off all the same
+    "mamba_align_tail_in_flight": r"boundary offload:? +finalize_partial_tail_offloads\(r\d+\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -155,7 +158,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
-         PREFIX + "mamba_align_read_state_freed": ("mamba align", 15)}
+         PREFIX + "mamba_align_read_state_freed": ("mamba align", 15),
+         # a "mamba align" trace of seed 0 finishing a request with a keyed partial
+         # tail and a step in flight (shrunk to 3 ops)
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (

@@ -1,0 +1,120 @@
+"""The reduced Mamba "align" mode (`align.py`) under asynchronous scheduling: tokens in flight,
+as vLLM's `AsyncScheduler` makes them (a request's next step allocated before its last step's
+output is processed). A mixin of `AlignLockstep`. What vLLM 0.33.0 does differently then:
+
+- `allocate_slots` passes the request's tokens in flight (`num_in_flight_tokens`) and frees
+  the skipped blocks on the processed count, `max(0, c - in flight)` (kv_cache_manager.py
+  ~563-567): the Mamba group keeps the state its oldest step in flight reads and what every
+  step in flight writes (`mamba_align.flight_positions`), and the exact count frees only the
+  states below the processed one (`oracle/kvmanager/align_count.freed`);
+- a running request whose tokens are all computed gets the slot of the token its step in
+  flight samples (`placeholder`): a step of one token, judged as any step;
+- the scheduler's `cache_blocks` after an output (`settle`) caches what is processed
+  (`align_drafts.settle`).
+
+And what the worker does with it: a step in flight reads its state when the worker runs it,
+after the scheduler allocated the steps after it, so the block it reads must still be the
+request's then, after every op until its output is processed (`flight_read_problems`; a
+request preempted with a step in flight drops that step's output, vLLM's stale output, so only
+running requests are judged). Not here: draft tokens in flight (the codec refuses speculative
+Mamba blocks with asynchronous scheduling) and EAGLE (refused too).
+"""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
+from kvfuzz.oracle.kvmanager import mamba_align
+from kvfuzz.strategies.kvmanager.trace import Placeholder
+
+STEP = "Mamba align: a step with tokens in flight"
+KEPT = "Mamba align: a state kept for a step in flight"
+READ = "Mamba align: a step in flight's state still held"
+EVENTS = (STEP, KEPT, READ)
+
+
+class AlignAsync:
+    """Mixed into `AlignLockstep` (its `align`, `trace`, `requests`, `mamba_rows`,
+    `worker_rows`, `flown`, `count`, `_allocate`)."""
+
+    def start_flights(self) -> None:
+        # rid -> its steps in flight, oldest first: [start, end, checkpoint, block read]
+        self.flight_steps: dict[int, list] = {}
+        # rid -> the table positions its last allocation kept for the steps in flight then
+        self.flight_kept: dict[int, frozenset] = {}
+        # the steps in flight at this op's allocation (rid, steps): the engine processes the
+        # last one's output after the allocation, which the trace's one step in flight drops
+        self.flew: tuple[int, list] | None = None
+
+    def align_in_flight(self, request, admission: bool) -> int:
+        """The tokens in flight an allocation passes (none at an admission or when synchronous),
+        as the lock step passes them (`lockstep._allocation`)."""
+        return request.in_flight if self.trace.async_scheduling and not admission else 0
+
+    def flights_allocated(self, rid, request, start: int, in_flight: int,
+                          checkpoint: int | None) -> None:
+        """After a successful allocation of the step [start, request.computed): the positions
+        it keeps for the steps in flight then, and the step itself in flight."""
+        if not self.trace.async_scheduling:
+            return
+        steps = self.flight_steps.get(rid, [])
+        steps = steps[len(steps) - len(request.flights):] if request.flights else []
+        self.flight_kept[rid] = mamba_align.flight_positions(
+            max(0, start - in_flight), [tuple(s[:3]) for s in steps], self.trace.block_size)
+        if in_flight:
+            self.count(STEP)
+        self.flew = (rid, steps)
+        self.flown(request, request.computed - start)
+        self.flight_steps[rid] = (steps + [[start, request.computed, checkpoint, None]])[
+            len(steps) + 1 - len(request.flights):]
+
+    def flights_forget(self, rid) -> None:
+        self.flight_steps.pop(rid, None)
+        self.flight_kept.pop(rid, None)
+
+    def flight_read(self, rid, read: int | None) -> None:
+        """The column the step just allocated reads (`align_reads`): its block noted, judged
+        while the step flies."""
+        steps = self.flight_steps.get(rid)
+        row = self.worker_rows.get(rid, [])
+        if steps and read is not None and read < len(row):
+            steps[-1][3] = row[read]
+
+    def flight_read_problems(self) -> list[tuple[str, str]]:
+        """After every op: each running request's steps still in flight (and those in flight at
+        this op's allocation) read a block it still holds (the worker runs them later)."""
+        problems, flew, self.flew = [], self.flew, None
+        for rid, request in self.requests.items():
+            steps = self.flight_steps.get(rid, [])
+            steps = steps[len(steps) - len(request.flights):] if request.flights else []
+            if flew is not None and flew[0] == rid:
+                steps = flew[1] + steps
+            if not steps or request.status != RUNNING:
+                continue
+            held = set(self.mamba_rows.get(rid, ()))
+            for start, end, _checkpoint, block in steps:
+                if not block:
+                    continue
+                self.count(READ)
+                if block not in held:
+                    problems.append(("mamba reads", (
+                        f"r{rid}'s step from {start} to {end} tokens, still in flight, reads its "
+                        f"state from block {block}, no longer the request's (its Mamba table "
+                        f"{self.mamba_rows.get(rid)}): freed before the worker ran the step")))
+        return problems[:2]
+
+    @handles(Placeholder)
+    def placeholder(self, op: Placeholder):
+        if not self.align:
+            return (yield from super().placeholder(op))
+        request = self.requests.get(op.rid)
+        # (draft tokens in flight: not in this mode, the codec refuses them)
+        if request is None or request.status != RUNNING or not self.trace.async_scheduling or \
+                op.drafts or request.computed < len(request.tokens) or \
+                request.computed + 1 >= self.trace.max_model_len:
+            return
+        self.count("placeholder slot (token in flight)")
+        if request.computed % self.trace.block_size == 0:
+            self.count("placeholder slot into a new block")
+        yield Call(f"allocate_slots(r{op.rid}, 1): the slot of the token in flight")
+        return (yield from self._allocate(op.rid, request, 1, None))

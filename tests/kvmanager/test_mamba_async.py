@@ -1,0 +1,96 @@
+"""Asynchronous scheduling beside a Mamba "align" group (issue 24; docs/upstream-vllm.md, "Tokens
+in flight beside a Mamba align group"): vLLM 0.33.0's `allocate_slots` frees the group's states on
+the processed count (its computed tokens less those in flight), so a request keeps the state its
+step in flight reads and what that step writes (`oracle/kvmanager/mamba_align.flight_positions`,
+`align_count.freed`); the reduced mode judges it (`fuzz/kvmanager/align_async.py`), the "mamba
+align" profile makes such traces in half of those without speculative blocks
+(`strategies/kvmanager/mamba_async.py`)."""
+
+import pytest
+
+from kvfuzz.oracle.kvmanager import align_count, mamba_align
+from kvfuzz.strategies.kvmanager import hybrid, mamba_async
+from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.strategies.kvmanager.codec import from_json
+from kvfuzz.strategies.kvmanager.trace import to_json
+from tests.helpers import with_engine
+
+_ENGINE = with_engine("vllm")  # (slow: it imports vLLM)
+ASYNC = (0, 10, 31)  # seed 0's first "mamba align" traces with tokens in flight
+
+
+def test_the_states_kept_for_steps_in_flight():
+    # processed 8 tokens of blocks of 4 (its state at 1); the step in flight 8 -> 12 writes 2
+    # and took a checkpoint at 1 (blocks of 4, so none); nothing processed: none kept for it
+    assert mamba_align.flight_positions(8, [(8, 12, None)], 4) == {1, 2}
+    assert mamba_align.flight_positions(0, [(0, 9, 1)], 4) == {1, 2}
+    # the table after a step 12 -> 13 with 8 -> 12 in flight: position 1 allowed only so
+    table = [0, 5, 6, 7]
+    assert "expected only positions" in mamba_align.table_problems(table, 12, 13, 4)
+    assert mamba_align.table_problems(table, 12, 13, 4, in_flight=frozenset({1, 2})) is None
+
+
+def test_the_count_frees_only_below_the_processed_state():
+    engine = align_count.Engine(block_size=4, hash_size=4, max_model_len=64)
+    ref = [0, 1, 1, 1, 1]
+    step = align_count.Step(computed=12, new=1, tokens=13, prompt=13, mamba_table=(0, 3, 4),
+                            allocated=True)
+    assert align_count.freed(engine, step, ref) == ((0, 0, 4), 1)   # synchronous: 3 goes back
+    flying = align_count.Step(computed=12, new=1, tokens=13, prompt=13, mamba_table=(0, 3, 4),
+                              allocated=True, in_flight=4)
+    assert align_count.freed(engine, flying, ref) == ((0, 3, 4), 0)  # the step in flight reads 3
+
+
+def test_the_codec_takes_tokens_in_flight_but_not_draft_ones_or_eagle():
+    from dataclasses import replace
+
+    trace = hybrid.MAMBA_ALIGN.generate(0, ASYNC[0])
+    assert trace.async_scheduling and trace.mamba_mode == "align"
+    assert from_json(to_json(trace)) == trace
+    for change, field in (({"mamba_speculative": 1}, "mamba_speculative"),
+                          ({"eagle": True, "async_scheduling": False}, "mamba_mode")):
+        with pytest.raises(FormatError, match=field):
+            from_json(to_json(replace(trace, **change)))
+
+
+def test_the_traces_without_tokens_in_flight_are_the_profiles_own(monkeypatch):
+    """The draw comes after every other: with it off, each trace it left synchronous is the
+    same, and those it made asynchronous hold its ops reshaped."""
+    made = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
+    monkeypatch.setattr(mamba_async, "SHARE", 0.0)
+    before = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
+    flying = [index for index, trace in enumerate(made) if trace.async_scheduling]
+    assert flying[:3] == list(ASYNC) and 5 <= len(flying) <= 20, flying
+    assert all(made[i] == before[i] for i in range(80) if i not in flying)
+    assert not any(made[i] == before[i] for i in flying)
+    assert all(not made[i].mamba_speculative for i in flying)
+
+
+@_ENGINE
+def test_the_release_agrees_with_tokens_in_flight():
+    from kvfuzz.fuzz.kvmanager import align_async
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target = TARGETS["kvmanager"]
+    released, events = target.catalogue.resolve("vllm.kvmanager"), {}
+    for index in ASYNC:
+        outcome = target.check(hybrid.MAMBA_ALIGN.generate(0, index), released)
+        assert outcome.divergence is None, (index, outcome.divergence)
+        for name in align_async.EVENTS + ("placeholder slot (token in flight)",):
+            events[name] = events.get(name, 0) + outcome.features[name]
+    assert events[align_async.STEP] > 20 and events[align_async.READ] > 100, events
+    assert events["placeholder slot (token in flight)"] > 10, events
+
+
+@_ENGINE
+def test_freeing_on_the_computed_count_frees_what_a_step_in_flight_reads():
+    """vLLM's own `in_flight_ignored` mutant (the skipped blocks freed on the computed count):
+    beside the Mamba group the step in flight's state is freed under it, which the check of the
+    steps in flight alone sees (the kept-states rule allows fewer states)."""
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target = TARGETS["kvmanager"]
+    mutant = target.catalogue.resolve("mutant.vllm.kvmanager.in_flight_ignored")
+    outcome = target.check(hybrid.MAMBA_ALIGN.generate(0, ASYNC[0]), mutant)
+    assert outcome.divergence is not None
+    assert "still in flight, reads its state from block" in str(outcome.divergence)
