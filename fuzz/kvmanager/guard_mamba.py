@@ -130,13 +130,6 @@ class SameStepDeferral:
                 return True
         return False
 
-    def _no_mamba_connector(self, call: str) -> None:
-        """A KV connector's call (`guard_connector.py`) beside a Mamba "align" group: refused,
-        not mapped yet (kvfuzz's own traces of it: the "mamba connector" profile)."""
-        if self.kvfuzz_session.header.mamba_mode:
-            self._refuse(f"{call} beside a Mamba \"align\" group: a KV connector with a Mamba "
-                         f"group is not guarded yet")
-
 
 class CopyRetentions:
     """Mixed into `GuardedManager` (`guard.py`): a partial hit's copy-on-write under vLLM's
