@@ -187,3 +187,9 @@ MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks
 # short (docs/upstream-vllm.md); `kv_both`, so every finish asks finalize_partial_tail_offloads
 MAMBA_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                            max_batched_tokens=16, fake_connector=True)
+# MAMBA_CONNECTOR hashed per 2 tokens (MAMBA_PARTIAL's settings): partial hits and their
+# copy-on-write beside the connector's loads (a copy's endpoints freed by the scheduler while
+# the pool is near full: guard_mamba.CopyRetentions)
+MAMBA_PARTIAL_CONNECTOR = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
+                                   max_batched_tokens=16, hash_block_size=2,
+                                   fake_connector=True)

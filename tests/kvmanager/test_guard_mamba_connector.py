@@ -140,3 +140,33 @@ def test_the_finish_mutant_raises_in_a_session_with_a_file_that_replays(tmp_path
     guarding.assert_mutant_raises_in_sessions(
         lambda seed: session(SEEDS[seed], tmp_path, FINISH_MUTANT),
         f"mutant.vllm.kvmanager.{FINISH_MUTANT}", "vllm.kvmanager", seeds=len(SEEDS))
+
+
+def test_partial_hits_beside_the_connector_and_a_copys_free_counted(tmp_path, monkeypatch):
+    """MAMBA_PARTIAL_CONNECTOR (hashed per 2 tokens of 4): session 3 clean, recorded equal
+    and replaying. There the scheduler frees a copy's endpoints (no op) while the pool is near
+    full: the lock step's reference counts lose them too, else its next exact count works from
+    the endpoints held and expects a decode refused that the engine made."""
+    from kvfuzz.fuzz.kvmanager.guard_mamba import CopyRetentions
+
+    run = session(3, tmp_path, workload="MAMBA_PARTIAL_CONNECTOR")
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests
+    assert guarded.lock.events["copy-on-write copies taken"], guarded.lock.events
+    recorded = session(3, tmp_path, check=False, workload="MAMBA_PARTIAL_CONNECTOR")
+    assert recorded.manager.kvfuzz_session.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.manager.kvfuzz_session.save(tmp_path / "recorded"),
+                         "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+    freed = CopyRetentions._retention_freed
+
+    def uncounted(self, blocks):
+        lock = self.kvfuzz_session.lock
+        counts = list(lock.ref)
+        result = freed(self, blocks)
+        lock.ref[:] = counts  # the counts of the last state read, the endpoints still held
+        return result
+    monkeypatch.setattr(CopyRetentions, "_retention_freed", uncounted)
+    with pytest.raises(kvfuzz.Mismatch, match=r"None vs success: r\d+: allocate_slots of a "
+                                              r"step of 1 tokens after \d+: expected None"):
+        session(3, tmp_path, workload="MAMBA_PARTIAL_CONNECTOR")
