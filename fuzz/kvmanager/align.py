@@ -24,6 +24,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   nothing while it waits), and every state that left its table held by no other table back
   in the pool (the rule's free side, reported before the reference counts in general):
   `fuzz/kvmanager/align_pool.py`;
+- after every step, the state it reads and writes as vLLM's worker sees the Mamba table (its
+  own append-only copy): `fuzz/kvmanager/align_reads.py`;
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
 - `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
   `evict_blocks` leaves none of the blocks it named cached.
@@ -52,7 +54,7 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_connector, align_count, align_external, align_order,
-                                   align_drafts, align_retention)
+                                   align_drafts, align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -60,6 +62,7 @@ from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
+from kvfuzz.fuzz.kvmanager.align_reads import AlignReads
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
 from kvfuzz.oracle.kvmanager import mamba_align
@@ -69,7 +72,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks, KVManagerLockstep):
+class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
+                    AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -80,7 +84,8 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
                                          "partial tail handed off at finish",
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
-                                         *align_count.EVENTS, *align_drafts.EVENTS)
+                                         *align_count.EVENTS, *align_drafts.EVENTS,
+                                         *align_reads.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -118,6 +123,7 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
         self.pending_copy: set[int] = set()
         self.hit_blocks = ((), ())
         self.drafted_to: dict[int, int] = {}  # rid -> its draft step's end, rolled back since
+        self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -347,9 +353,12 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
             else:
                 self.tails.pop(rid, None)
             self._note_copy(rid, request, True)
+            if request.status == RUNNING:  # (a load reported is judged as a step above)
+                problems += self.read_step_problems(rid, request)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
                 problems += self._retention_problems(rid, request)
         self.stepped = None
+        self.leave_worker()
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
             size = self.trace.block_size

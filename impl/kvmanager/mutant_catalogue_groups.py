@@ -189,6 +189,15 @@ GROUPS = {
         "beside a Mamba align group remove_skipped_blocks frees the state of the last "
         "processed token where it ends a block: a finishing request's connector reads a "
         "freed block")),
+    # The state a step reads (`fuzz/kvmanager/align_reads.py`): the block allocated two steps
+    # ago freed one step early, where the last step read and wrote one column (a partial hit's
+    # copy-on-write block): the scheduler nulls the column the worker's next step copies from.
+    "mamba_align_read_state_freed": (SINGLE, Mutation(
+        "MambaManager.remove_skipped_blocks",
+        "< cdiv(processed_computed_tokens, self.block_size) - 1",
+        "<= cdiv(processed_computed_tokens, self.block_size) - 1",
+        "in align mode a step frees the block its state is read from when the last step "
+        "wrote its state there too: the worker copies from a freed block")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

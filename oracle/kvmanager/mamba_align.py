@@ -9,9 +9,12 @@ Facts read in the released source:
   the table is cdiv(c', b) long (c' = c + the step's tokens; lookahead tokens take no Mamba
   block in this mode) and its last block is that state;
 - so between steps a request holds at most two states: the one its last step read (block
-  (c - 1) // b, where the copy comes from) and the one it wrote (the last block); a partial hit's
+  (c - 1) // b, where the copy came from) and the one it wrote (the last block); a partial hit's
   copy-on-write block takes the read state's place (`_apply_cow`), or is handed to the pool
-  (`move_block_hashes`) and is in no table.
+  (`move_block_hashes`) and is in no table. The read one MAY stay, it need not: the worker's
+  next step reads the one written (`worker_columns` below), and the next allocation, refused
+  or not, frees the read one. What must hold is the state a step reads at that step
+  (`read_problems`).
 
 - with a prefill checkpoint block (`MambaSpec.num_prefill_checkpoint_blocks` 1, the trace's
   `mamba_checkpoint` its `prefill_checkpoint_alignment`), a step that reaches past a valid
@@ -101,3 +104,60 @@ def hit_key(hashes: list[int], hit: int, hash_size: int) -> tuple[int, int]:
     """The Mamba group's cache key (hash, group 1) of a hit of `hit` tokens: the request's hash
     of its last hash unit (`hashes` per `hash_size` tokens)."""
     return hashes[hit // hash_size - 1], 1
+
+
+# -- what the worker reads and writes at a step (vllm 0.33.0, `v1/worker/mamba_utils.py`) ------
+# `preprocess_mamba` (lines 1446-1549), before the forward: a request new to the worker (admitted,
+# resumed, or first scheduled after a KV load: `cleanup_mamba_state_idx` dropped any index it had)
+# reads column (num_computed_tokens - 1) // b (line 1492-1495; none at 0 tokens); a running one
+# the column its last step wrote (`mamba_state_idx`, line 1512), plus its accepted drafts' offset
+# into the speculative columns (`get_temporal_copy_spec`, `model_executor/layers/mamba/
+# mamba_utils.py:390`). It copies that state into column cdiv(c', b) - 1 (c' = the computed
+# tokens plus the step's, line 1497-1511), from which the kernel starts (`mamba_get_block_table_
+# tensor`, `v1/attention/backends/utils.py:1283`: column (seq_len - 1) // b and the `s` after it).
+# Its block ids are its own copy of the table (`gpu_model_runner._update_states`, lines 1420-1432):
+# the scheduler's whole table when the request is new or resumed, else the last copy with the
+# step's new blocks appended. The nulls `remove_skipped_blocks` and `_relocate_speculative_block`
+# put in the scheduler's table never reach it, so a block the scheduler frees under a column the
+# worker still reads is read freed (and zeroed or overwritten once another request gets it).
+
+
+def worker_columns(start: int, end: int, block_size: int, last_written: int | None
+                   ) -> tuple[int | None, int]:
+    """(the column a step from `start` to `end` computed tokens reads its state from, or None
+    for a step from 0; the column it writes): `last_written` is the column the request's last
+    step wrote while it stayed in the worker's batch, None when it is new to the worker."""
+    read = last_written if last_written is not None else \
+        ((start - 1) // block_size if start > 0 else None)
+    return read, cdiv(end, block_size) - 1
+
+
+def read_problems(worker: list[int], table: list[int], read: int | None, written: int,
+                  speculative: int = 0, checkpoint: int | None = None) -> str | None:
+    """What is wrong with a step's reads and writes (`worker_columns`) given the worker's copy
+    of the Mamba table (`worker`) and the scheduler's table after the step's allocation
+    (`table`); None when nothing. The state read (and, after draft tokens, the speculative
+    columns past it, one of which holds the last accepted token's state) must be a block the
+    request still holds: not null, not freed; the state written, its speculative columns and a
+    prefill checkpoint's the scheduler's own blocks at those columns."""
+    held = {block for block in table if block}
+    if read is not None:
+        if read >= len(worker) or not worker[read]:
+            return (f"the worker's step reads its state from column {read}, which holds no "
+                    f"block (its copy of the table: {worker})")
+        gone = [worker[column] for column in range(read, min(read + 1 + speculative,
+                                                             len(worker)))
+                if worker[column] and worker[column] not in held]
+        if gone:
+            return (f"the worker's step reads its state from column {read} (its copy of the "
+                    f"table {worker}); blocks {gone} there are no longer the request's "
+                    f"(scheduler's table {table}): freed before the worker read them")
+    columns = list(range(written, written + 1 + speculative)) + \
+        ([checkpoint] if checkpoint is not None else [])
+    wrong = [column for column in columns
+             if column >= len(worker) or column >= len(table) or not table[column]
+             or worker[column] != table[column]]
+    if wrong:
+        return (f"the worker's step writes columns {columns} of its copy {worker}; at "
+                f"{wrong} the scheduler's table {table} holds another block or none")
+    return None

@@ -385,20 +385,3 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
         if any(self.dropping) and aligned and written > aligned:
             self.marks.append(EAGLE_APART[2])  # the flagged group's peek, not this group's
         return aligned
-
-    def _free_out_of_window(self, rid: int, computed: int) -> int:
-        """The blocks each group's window (or chunk, or state) left freed, latest first, group
-        after group (the coordinator's `remove_skipped_blocks`); full attention skips none."""
-        before = self.pool.num_free()
-        for group in self.order:
-            table = self.tables[group].get(rid)
-            count = min(self.skipped_tokens(group, computed) // self.sizes[group],
-                        len(table or ()))
-            freed = []
-            for index in range(count - 1, -1, -1):
-                if table[index] == 0:
-                    break
-                freed.append(table[index])
-                table[index] = 0
-            self.pool.free_blocks(freed)
-        return self.pool.num_free() - before  # a block another request shares stays held

@@ -34,6 +34,23 @@ class FreesAndReads:
         move frees them (`_free_out_of_window`)."""
         self._free_out_of_window(rid, processed)
 
+    def _free_out_of_window(self, rid: int, computed: int) -> int:
+        """The blocks each group's window (or chunk, or state) left freed, latest first, group
+        after group (the coordinator's `remove_skipped_blocks`); full attention skips none."""
+        before = self.pool.num_free()
+        for group in self.order:
+            table = self.tables[group].get(rid)
+            count = min(self.skipped_tokens(group, computed) // self.sizes[group],
+                        len(table or ()))
+            freed = []
+            for index in range(count - 1, -1, -1):
+                if table[index] == 0:
+                    break
+                freed.append(table[index])
+                table[index] = 0
+            self.pool.free_blocks(freed)
+        return self.pool.num_free() - before  # a block another request shares stays held
+
     def pop_blocks_for_free(self, rid: int) -> list[int]:
         """The request's tables emptied without a free: its blocks, group after group, each
         group's in table order past its leading null blocks (a window's skipped head). They stay

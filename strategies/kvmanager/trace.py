@@ -21,32 +21,10 @@ from kvfuzz.strategies.kvmanager import connector_ops, stream_ops
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Cut, Loaded
 from kvfuzz.strategies.kvmanager.free_trace_ops import Finish, Preempt, Release, RemoveSkipped
 from kvfuzz.strategies.kvmanager.output_ops import Placeholder, Processed, Sample, Settle
+from kvfuzz.strategies.kvmanager.request_keys import NO_KEYS, RequestKeys  # (re-exported)
 from kvfuzz.strategies.kvmanager.stream_ops import Stream
 
 FORMAT = "kvfuzz-kvmanager-trace/1"
-
-
-@dataclass(frozen=True)
-class RequestKeys:
-    """What a request carries besides its tokens that vLLM folds into its block hashes (the
-    "extra keys" of `generate_block_hash_extra_keys`): a LoRA adapter (`lora` its name,
-    `lora_path` where it is loaded from; "" none), a cache salt (`salt`; "" none), and its
-    multimodal inputs, `images`: (identifier, offset, length) each, the placeholder tokens
-    [offset, offset + length) of the prompt, sorted and not overlapping (as vLLM assumes)."""
-
-    lora: str = ""
-    lora_path: str = ""
-    salt: str = ""
-    images: tuple[tuple[str, int, int], ...] = ()
-    # prompt embeddings: each prompt position's embedding (one float32 value, the arrival's
-    # token); () none (the "prompt embeds" profile)
-    embeds: tuple[int, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.lora or self.salt or self.images or self.embeds)
-
-
-NO_KEYS = RequestKeys()
 
 
 @dataclass(frozen=True)

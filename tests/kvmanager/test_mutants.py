@@ -139,9 +139,13 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A KV connector beside a Mamba "align" group (the "mamba connector" profile): a Mamba
     # hit cut to the block for a longer load keeps its partial state, cached, as the load's.
     "mamba_truncate_keeps_partial_state": r"cached before the load|external blocks",
-    # ... and the finish's remove_skipped_blocks there: the state of the last token freed
+    # ... and the finish's remove_skipped_blocks there: the state of the last token freed (since
+    # 2026-12-06 caught first at a step, where it frees the state the step reads: its corpus
+    # case, `test_mamba_finish.py`, is still caught by the finish's call alone)
     "mamba_finish_frees_last_state": r"remove_skipped:? +remove_skipped_blocks\(r\d+, \d+\) "
-                                     r"in blocks of \d+",
+                                     r"in blocks of \d+|mamba reads:? +r\d+'s step from",
+    # ... and at a step, the block the worker copies the step's state from (`align_reads.py`)
+    "mamba_align_read_state_freed": r"mamba reads:? +r\d+'s step from \d+ to \d+ tokens",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -149,7 +153,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
-         PREFIX + "mamba_align_cap_one_more": ("mamba align", 9)}
+         PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
+         # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
+         PREFIX + "mamba_align_read_state_freed": ("mamba align", 15)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
