@@ -89,27 +89,35 @@ def test_without_the_admissions_mapping_the_call_is_not_the_lock_steps(tmp_path,
 
 
 def test_without_the_finish_mappings_the_judge_fails(tmp_path, monkeypatch):
-    """The finish's `remove_skipped_blocks`, let through as no op, leaves the replay without
-    the call: the finish mutant is then seen only later, at another request's step (the
-    release is clean either way: the finish frees the rest next); and a tail held wrong is
-    judged at the `finish` (the engine's answer is read there, not asked again: it consumes
-    the tail)."""
+    """The finish's `remove_skipped_blocks` is the trace's `remove_skipped`: a manager whose
+    call alone (not a step's) frees the state of the last token is caught there; let through
+    as no op, only later, at another request's op (the finished request's tables read while
+    the connector holds its free back), and a replay would never make the call. A tail held
+    wrong is judged at the `finish` (the engine's answer is read there, not asked
+    again: it consumes the tail)."""
     from kvfuzz.fuzz.engine.guard import modelled
     from kvfuzz.fuzz.kvmanager.guard_connector import ConnectorCalls
     from kvfuzz.fuzz.kvmanager.guard_mamba_connector import MambaConnectorCalls
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import MAMBA_CONNECTOR, run_session
+
+    def finish_frees_one_more(seed):
+        return run_session(seed, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings), workload=MAMBA_CONNECTOR,
+            manager_class=_finish_counts_a_token_more())
+
+    with pytest.raises(kvfuzz.Mismatch, match=r"what +remove_skipped at op \d+"):
+        finish_frees_one_more(0)
 
     @modelled
     def remove_skipped_blocks(self, request_id, processed_computed_tokens,
                               num_prompt_tokens=None):
         return self._kvfuzz_object.remove_skipped_blocks(request_id, processed_computed_tokens,
                                                          num_prompt_tokens)
-    with pytest.raises(kvfuzz.Mismatch, match=r"what +remove_skipped at op 95 of 96"):
-        session(0, tmp_path, FINISH_MUTANT)
     with monkeypatch.context() as patched:
         patched.setattr(ConnectorCalls, "remove_skipped_blocks", remove_skipped_blocks)
-        with pytest.raises(kvfuzz.Mismatch, match=r"what +mamba states at op 93 of 94: "
-                                                  r"schedule r3"):
-            session(0, tmp_path, FINISH_MUTANT)
+        with pytest.raises(kvfuzz.Mismatch, match=r"what +mamba states at op \d+ of \d+: "
+                                                  r"schedule"):
+            finish_frees_one_more(0)
 
     def wrong_tail(self, request, perform):
         perform()
@@ -170,3 +178,20 @@ def test_partial_hits_beside_the_connector_and_a_copys_free_counted(tmp_path, mo
     with pytest.raises(kvfuzz.Mismatch, match=r"None vs success: r\d+: allocate_slots of a "
                                               r"step of 1 tokens after \d+: expected None"):
         session(3, tmp_path, workload="MAMBA_PARTIAL_CONNECTOR")
+
+
+def _finish_counts_a_token_more():
+    """vLLM's manager whose `remove_skipped_blocks` (the scheduler's call at a finish; a step's
+    goes to the coordinator) counts one token more processed: where the computed tokens end a
+    block, the state of the last token is freed."""
+    from kvfuzz.impl.upstream_env import prepare_import
+
+    with prepare_import("vllm"):
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    class FinishFreesOneMore(KVCacheManager):
+        def remove_skipped_blocks(self, request_id, processed_computed_tokens,
+                                  num_prompt_tokens=None):
+            return super().remove_skipped_blocks(request_id, processed_computed_tokens + 1,
+                                                 num_prompt_tokens)
+    return FinishFreesOneMore
