@@ -52,7 +52,7 @@ def mamba_group(workload, torch):
         return None
     from vllm.v1.kv_cache_interface import KVCacheGroupSpec, MambaSpec
 
-    more = {"num_prefill_checkpoint_blocks": 1,
+    more = {"num_prefill_checkpoint_blocks": workload.mamba_checkpoint_blocks,
             "prefill_checkpoint_alignment": workload.mamba_checkpoint} \
         if workload.mamba_checkpoint else {}
     # speculative decoding's scratch state blocks: vLLM's Mamba layers set
@@ -75,9 +75,11 @@ def mamba_settings(specs, refuse) -> dict:
     """The trace's Mamba fields of a full-attention and Mamba "align" manager (`specs`), or
     `refuse(why)` for what the trace does not model."""
     spec = specs[1]
+    # (any positive count of prefill checkpoint blocks is the trace's one: vLLM 0.33.0 reads
+    # the count only as "> 0", MambaManager.__init__ (single_type_kv_cache_manager.py:1446-1449)
+    # and the scheduler (sched/scheduler.py:445-448); only the worker's memory estimate,
+    # `MambaSpec.max_memory_usage_bytes`, counts them, and the trace's pool is given)
     checkpoints = int(getattr(spec, "num_prefill_checkpoint_blocks", 0))
-    if checkpoints > 1:
-        refuse(f"{checkpoints} prefill checkpoint blocks: the trace models one")
     # (the trace's `mamba_speculative`: the scratch blocks past the last computed state, which
     # the scheduler's draft steps fill: guard_sync_drafts.py)
     speculative = int(getattr(spec, "num_speculative_blocks", 0))

@@ -81,9 +81,12 @@ class Workload:
     drafts: bool = False
     # A Mamba group beside full attention (guard_mamba.py): `mamba` its cache mode ("align": the
     # one with prefix caching), of the full-attention group's block size; `mamba_checkpoint`
-    # > 0 gives it one prefill checkpoint block aligned to that many tokens (0: none)
+    # > 0 gives it prefill checkpoint blocks aligned to that many tokens (0: none),
+    # `mamba_checkpoint_blocks` of them (every released model sets 1; vLLM's manager and
+    # scheduler read any positive count as "has checkpoint blocks", so more run as one)
     mamba: str = ""
     mamba_checkpoint: int = 0
+    mamba_checkpoint_blocks: int = 1
     # the cache config's `prefix_match_unit` (0: unset): tokens per block hash below the block
     # size, which beside a Mamba "align" group turns vLLM's partial hits on
     hash_block_size: int = 0

@@ -231,3 +231,24 @@ def test_without_the_copies_mapping_the_retentions_free_is_refused_or_misjudged(
     with pytest.raises(kvfuzz.Mismatch, match=r"reference counts against the live tables"):
         for seed in range(PARTIAL_SEEDS):
             mamba_session(seed, None, tmp_path, workload="MAMBA_PARTIAL")
+
+
+def test_more_than_one_prefill_checkpoint_block_runs_as_the_traces_one(tmp_path):
+    """vLLM's manager and scheduler read `num_prefill_checkpoint_blocks` only as "> 0": a group
+    of 3 runs guarded clean, its session the very trace of the group of 1 (the guard refused
+    it by name before 2026-12-06)."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    def guarded(workload):
+        session = vllm_scheduler.run_session(
+            0, lambda manager, **settings: kvfuzz.guard(manager, "kvmanager", **settings,
+                                                        corpus=tmp_path), workload=workload)
+        return session.manager.kvfuzz_session
+
+    three = replace(vllm_scheduler.MAMBA_ALIGN, mamba_checkpoint_blocks=3)
+    many, one = guarded(three), guarded(vllm_scheduler.MAMBA_ALIGN)
+    assert many.divergence is None and many.header.mamba_checkpoint == 4
+    assert many.trace() == one.trace()
+    assert not list(tmp_path.glob("*.json"))
