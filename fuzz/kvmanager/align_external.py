@@ -126,6 +126,19 @@ class AlignExternal:
         request.boundary = boundary
         return (yield from self._admit_external(op, request, local, held))
 
+    def connector_lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
+        """A live scheduler's connector lookup, checked when it is made (`guard.py`, beside a
+        Mamba group: `guard_mamba_connector.py`), as `connect` checks it."""
+        request, trace = self.requests[rid], self.trace
+        expected = align_connector.expectation(
+            request.skip or not trace.caching, request.hashes(trace.hash_size),
+            len(request.tokens), trace.block_size, trace.hash_size, self.cache)
+        problems = align_connector.lookup_problems(expected, actual, None) or \
+            self._lookup_block_problems(request, actual)
+        if problems:
+            self.log.append(f"get_computed_blocks_for_connector(r{rid}) -> {short(actual, 60)}")
+        return problems
+
     def _lookup_block_problems(self, request, actual) -> list[tuple[str, str]]:
         """The connector lookup's blocks (its hit judged by `align_connector`): full
         attention's cdiv(hit, b), each whole one cached under the request's hash of it (the

@@ -31,13 +31,16 @@ HYBRID_NAME = "KvfuzzFakeHybridConnector"
 
 
 def connector_config(seed: int, sync_failures: bool = False, hybrid: bool = False,
-                     delivery: bool = False, producer: bool = False):
+                     delivery: bool = False, producer: bool = False, async_only: bool = False):
     """The engine's setting for the fake connector, its answers seeded by `seed`;
     `sync_failures`: three synchronous loads in ten fail at a block (drawn only then, so the
     other sessions stay as they were); `hybrid`: the one over several groups; `delivery`: it
     requires KV delivery (`requires_kv_delivery`: the scheduler's preemptions then drop their
     stale output); `producer`: a KV producer alone (`kv_producer`: not a consumer, so vLLM
-    does not defer block frees under overlapping batches)."""
+    does not defer block frees under overlapping batches); `async_only`: its synchronous answers
+    made plain admissions through it (no external tokens), as the "mamba connector" profile
+    makes them beside a Mamba "align" group, where vLLM 0.33.0 counts a synchronous load's
+    Mamba blocks one short (docs/upstream-vllm.md; the draws stay the same)."""
     from vllm.config import KVTransferConfig
 
     # "recompute": a failed load is loaded again or recomputed (the default, "fail", finishes
@@ -49,7 +52,8 @@ def connector_config(seed: int, sync_failures: bool = False, hybrid: bool = Fals
                             kv_load_failure_policy="recompute",
                             kv_connector_extra_config={"seed": seed,
                                                        "sync_failures": sync_failures,
-                                                       "delivery": delivery})
+                                                       "delivery": delivery,
+                                                       "async_only": async_only})
 
 
 def matched_tokens(rng: random.Random, num_tokens: int, num_computed: int,
@@ -91,6 +95,7 @@ def _build():
             self._sending: set[str] = set()       # frees held back since the last step
             self._receiving: set[str] = set()     # loads started, not reported yet
             self._sync_failures = bool(extra.get("sync_failures"))
+            self._async_only = bool(extra.get("async_only"))
             self._sync: dict[str, int] = {}       # answered "synchronous": id -> its local hit
             self._invalid: set[int] = set()       # blocks of this step's synchronous loads
                                                   # that failed
@@ -107,6 +112,11 @@ def _build():
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, load = matched_tokens(self._rng, request.num_tokens,
                                             num_computed_tokens, self._block_size)
+            # (drawn all the same: the stream stays) beside a Mamba group a one-token prompt
+            # is not loaded either: after its load it would hold its blocks with no computed
+            # token, looked up again (not modelled; the guard refuses it by name)
+            if self._async_only and (not load or request.num_tokens == 1):
+                external, load = 0, False
             self._loading.pop(request.request_id, None)
             self._sync.pop(request.request_id, None)
             if load:

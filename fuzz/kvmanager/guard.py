@@ -58,6 +58,7 @@ from kvfuzz.fuzz.kvmanager.guard_connector import CONNECTOR_ARGS, ConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_deferred import DeferredFrees
 from kvfuzz.fuzz.kvmanager.guard_header import header
 from kvfuzz.fuzz.kvmanager.guard_mamba import CopyRetentions, SameStepDeferral
+from kvfuzz.fuzz.kvmanager.guard_mamba_connector import MambaConnectorCalls
 from kvfuzz.fuzz.kvmanager.guard_steps import AllocationMapping
 from kvfuzz.fuzz.kvmanager.guard_streaming import StreamingCalls
 from kvfuzz.fuzz.kvmanager.guard_sync_drafts import SyncDraftCalls
@@ -118,7 +119,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
 
 class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDraftCalls,
                      AsyncCalls, ZeroingCalls, DeferredFrees, ConnectorCalls, SameStepDeferral,
-                     CopyRetentions, GuardedObject):
+                     CopyRetentions, MambaConnectorCalls, GuardedObject):
     """Stands for the manager: the scheduler's calls go through `kvfuzz_session` (the trace so
     far: `.trace()`, `.save(directory)`; `.divergence` once one was raised)."""
 
@@ -170,8 +171,12 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
             self._kvfuzz_driver.hits = {tracked.rid: blocks}
             # Checked now: the scheduler may allocate nothing after it. A wrong hit is the
             # lookup of a `schedule` (or `connect`) op, as a replay of the saved trace makes it.
-            problems = session.lock.lookup_problems(tracked.rid, plain)
-            if connector:
+            if connector and self._beside_mamba():  # (guard_mamba_connector.py)
+                problems = self._connector_lookup_problems(tracked.rid, blocks, hit, boundary,
+                                                           diverged[0])
+            else:
+                problems = session.lock.lookup_problems(tracked.rid, plain)
+            if connector and not self._beside_mamba():
                 problems = problems or self._diverged_problems(bool(diverged[0]))
             if problems:
                 session.report(self._lookup_op(tracked.rid, connector), problems)
@@ -219,7 +224,7 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
             method = "resume"
         else:
             op, expected, done = self._admission(tracked, request, n, given, lookup, connector)
-            method = "connect" if isinstance(op, Connect) else method
+            method = self._connect_method(op) if isinstance(op, Connect) else method
         result = self._run(op, method, lambda: manager.allocate_slots(
             *bound.args, **bound.kwargs), expected)
         if result is not None:

@@ -27,9 +27,10 @@
   left one token (a whole prompt loaded): `schedule` with `pad` (and `rows_in_flight` under
   asynchronous scheduling);
 - `finalize_partial_tail_offloads` (at a finish, for a producer) changes nothing here: it
-  finalizes Mamba "align" tails alone (the guard refuses Mamba groups);
+  finalizes Mamba "align" tails alone (beside one: `guard_mamba_connector.py`);
 - `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding
-  window skips: `remove_skipped(rid)` with a window (full attention skips nothing: no op).
+  window or a Mamba "align" group skips: `remove_skipped(rid)` with one (full attention skips
+  nothing: no op).
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
@@ -56,7 +57,6 @@ class ConnectorCalls:
 
     @modelled
     def get_computed_blocks_for_connector(self, request, max_cache_hit_length=None):
-        self._no_mamba_connector("get_computed_blocks_for_connector")  # (guard_mamba.py)
         return self._lookup("get_computed_blocks_for_connector", request,
                             max_cache_hit_length)
 
@@ -143,12 +143,13 @@ class ConnectorCalls:
         self.kvfuzz_session.step(Cut(tracked.rid, n))  # no call: nothing made
         tracked.computed = n
 
-    @modelled  # (a refusal under on_unsupported="stop" then lets the call through)
+    @modelled
     def finalize_partial_tail_offloads(self, request):
-        """Mamba "align" groups' tails alone (a KV producer's; refused beside one): nothing
-        here."""
-        self._no_mamba_connector("finalize_partial_tail_offloads")
-        return self._kvfuzz_object.finalize_partial_tail_offloads(request)
+        """Mamba "align" groups' tails alone (a KV producer's): nothing without one; beside
+        one, its answer held for the `finish` that follows (`guard_mamba_connector.py`)."""
+        perform = lambda: self._kvfuzz_object.finalize_partial_tail_offloads(  # noqa: E731
+            request)
+        return self._hold_tail(request, perform) if self._beside_mamba() else perform()
 
     @modelled
     def remove_skipped_blocks(self, request_id, processed_computed_tokens,
@@ -161,7 +162,7 @@ class ConnectorCalls:
         perform = lambda: manager.remove_skipped_blocks(  # noqa: E731
             request_id, processed_computed_tokens, num_prompt_tokens)
         tracked = self._kvfuzz_requests.get(request_id)
-        if not self.kvfuzz_session.header.window or tracked is None:
+        if not (self.kvfuzz_session.header.window or self._beside_mamba()) or tracked is None:
             return perform()  # nothing skipped, or a request the manager never saw
         processed = int(processed_computed_tokens)
         if processed != tracked.computed or \
@@ -184,7 +185,6 @@ class ConnectorCalls:
 
     def _connector_admission(self, tracked, n: int, hit: int, whole: bool, connector: dict):
         """An admission after a connector's lookup or with external tokens: `connect`."""
-        self._no_mamba_connector("an admission with external tokens")
         rid, left = tracked.rid, len(tracked.tokens) - hit
         external = int(connector["num_external_computed_tokens"])
         load = bool(connector["delay_cache_blocks"])
@@ -209,9 +209,13 @@ class ConnectorCalls:
                          f"with {left} left after its hit ({reserve} blocks reserved)")
         engine = (0 if load else n, hit, external, load, reserve, whole)
         some = () if written == EVERY_GROUP else (tuple(sorted(skipped)),)
+        plain = self._plain_beside_mamba(tracked, external, load)  # (guard_mamba_connector.py)
 
         def expected(args):
-            if tuple(args[1:7]) != engine or tuple(args[8:]) != some:
+            if plain:  # the reduced mode's plain admission: allocate_slots' arguments
+                if tuple(args[1:5]) != (n, hit, True, whole):
+                    return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
+            elif tuple(args[1:7]) != engine or tuple(args[8:]) != some:
                 return f"the lock step connects with {args}, the engine with {engine + some}"
 
         def done():

@@ -132,13 +132,6 @@ class SameStepDeferral:
                 return True
         return False
 
-    def _no_mamba_connector(self, call: str) -> None:
-        """A KV connector's call (`guard_connector.py`) beside a Mamba "align" group: refused,
-        not mapped yet (kvfuzz's own traces of it: the "mamba connector" profile)."""
-        if self.kvfuzz_session.header.mamba_mode:
-            self._refuse(f"{call} beside a Mamba \"align\" group: a KV connector with a Mamba "
-                         f"group is not guarded yet")
-
 
 class CopyRetentions:
     """Mixed into `GuardedManager` (`guard.py`): a partial hit's copy-on-write under vLLM's
@@ -163,9 +156,16 @@ class CopyRetentions:
 
     def _retention_freed(self, blocks) -> bool:
         """Whether `blocks` are the endpoints the scheduler's last take of the copies returned
-        (then forgotten here), freed without deferral."""
+        (then forgotten here), freed without deferral. The lock step's reference counts (its
+        last state read, which counted them held) lose those references too: the next op's
+        exact count reads its free blocks from them, and no state is read between (a stale
+        count expected a decode refused that the engine, with the endpoints free, made)."""
         held = vars(self).get("_kvfuzz_retained")
         if not held or len(held) != len(blocks) or any(a is not b for a, b in zip(held, blocks)):
             return False
         vars(self)["_kvfuzz_retained"] = None
+        counts = getattr(self.kvfuzz_session.lock, "ref", None)
+        for block in blocks if counts is not None else ():
+            if 0 < block.block_id < len(counts) and counts[block.block_id] > 0:
+                counts[block.block_id] -= 1
         return True

@@ -40,7 +40,7 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
     SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
     ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS, MAMBA_ALIGN,
-    MAMBA_MTP, MAMBA_PARTIAL, MAMBA_ASYNC)
+    MAMBA_MTP, MAMBA_PARTIAL, MAMBA_CONNECTOR, MAMBA_PARTIAL_CONNECTOR, MAMBA_ASYNC)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
 from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, hashing, mamba_group
@@ -117,9 +117,11 @@ def _connector(workload: Workload, seed: int) -> dict:
         from kvfuzz.fuzz.kvmanager.fake_connector import connector_config as fake_config
 
         return {"kv_transfer_config": fake_config(seed, workload.sync_load_failures,
-                                                  hybrid=bool(workload.window),
+                                                  hybrid=bool(workload.window or
+                                                              workload.mamba),
                                                   delivery=workload.kv_delivery,
-                                                  producer=workload.kv_producer)}
+                                                  producer=workload.kv_producer,
+                                                  async_only=bool(workload.mamba))}
     if workload.offload_bytes:
         from kvfuzz.fuzz.kvmanager.offload_worker import connector_config
 

@@ -187,3 +187,16 @@ MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
                          max_batched_tokens=16, hash_block_size=2)
+# MAMBA_ALIGN beside the fake connector (its hybrid class: loads done or failed whole, three in
+# ten writing some groups only), asynchronous loads only: its synchronous answers are plain
+# admissions through it (`fake_connector.connector_config(async_only=True)`), as the "mamba
+# connector" profile makes them, for vLLM 0.33.0 counts a synchronous load's Mamba blocks one
+# short (docs/upstream-vllm.md); `kv_both`, so every finish asks finalize_partial_tail_offloads
+MAMBA_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                           max_batched_tokens=16, fake_connector=True)
+# MAMBA_CONNECTOR hashed per 2 tokens (MAMBA_PARTIAL's settings): partial hits and their
+# copy-on-write beside the connector's loads (a copy's endpoints freed by the scheduler while
+# the pool is near full: guard_mamba.CopyRetentions)
+MAMBA_PARTIAL_CONNECTOR = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
+                                   max_batched_tokens=16, hash_block_size=2,
+                                   fake_connector=True)

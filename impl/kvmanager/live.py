@@ -48,6 +48,11 @@ class LiveManagerDriver(AlignStepReads, LiveCalls, ManagerReads):
         if len(self.lookups[rid]) == 3 and self.manager.kv_cache_config.has_mamba_layers:
             return self.align_connector_lookup(rid)  # (live_align.py)
         found = self.lookups.pop(rid)
+        if len(found) == 4 and self.manager.kv_cache_config.has_mamba_layers:
+            # beside a Mamba group the engine's connector lookup stands for the
+            # `get_computed_blocks` the reduced mode asks after it where nothing is loaded: the
+            # scheduler asks it only for a diverged hit (then the guard holds that answer)
+            self.lookups[rid] = found[:3]
         return found if len(found) == 4 else (*found, False)
 
     def allocate_slots(self, rid: int, new: int, hit_tokens: int, admission: bool,

@@ -16,9 +16,15 @@ step's Mamba states (`cached_blocks_this_step`) and its connector lose its hand-
   manager's `get_computed_blocks_for_connector(request)`, made here as a read (it changes
   nothing: `kv_cache_manager.py:330-378`, per-group lookups and `create_kv_cache_blocks`), the
   engine's own lookup kept for the admission's `get_computed_blocks`;
-- `finalize_tail(rid)`, asked at every finish as a KV producer's scheduler does: None ("not
-  asked"), for it consumes the tail (`finalize_partial_tail_offloads`), and a scheduler
-  without a producer never calls it (with one, the guard refuses that call: no op maps it);
+- `finalize_tail(rid)`, asked at every finish as a KV producer's scheduler does: the answer the
+  engine's own `finalize_partial_tail_offloads` got at that finish (it consumes the tail, so it
+  is made once, by the scheduler: the guard holds its answer in `tails`,
+  `guard_mamba_connector.py`), or None ("not asked") where no KV producer's scheduler asked it;
+- `take_new_block_ids()`, read around an admission with external tokens (the zeroing records
+  beside a Mamba group: `align_external.py`): the records made since the last read, left for
+  the scheduler to drain once a step (`_get_new_block_ids_to_zero`);
+- `truncate_hit(rid, tokens)`: the scheduler made its `truncate_computed_blocks` (a read)
+  itself; made again here on the engine's lookup, for the reads that follow;
 - `copies_retained()`: the endpoints of the copies queued and not yet taken, each holding a
   reference until the scheduler frees them after the step's allocations (the reduced mode's
   pool check counts them held: kvfuzz's driver frees them at every op);
@@ -53,8 +59,25 @@ class AlignStepReads:
                 for request_id, group, block, tokens in
                 self._new_entries("_pending_boundary_state_offloads", "_seen_offloads")]
 
-    def finalize_tail(self, rid: int, in_flight: int | None = None) -> None:
-        return None  # not asked of the engine's manager (above)
+    def finalize_tail(self, rid: int, in_flight: int | None = None):
+        # (`in_flight`, the lock step's under asynchronous scheduling: the scheduler's own)
+        tails = self.__dict__.setdefault("tails", {})
+        return tails.pop(rid, None)  # (above)
+
+    def take_new_block_ids(self) -> list[int]:
+        """Each group's records past those seen at the last read (a list the scheduler's drain
+        replaced is new whole: `take_new_block_ids` swaps in an empty one)."""
+        seen = self.__dict__.setdefault("_seen_records", {})
+        new = []
+        for index, manager in enumerate(self.manager.coordinator.single_type_managers):
+            current = getattr(manager, "new_block_ids", [])
+            listed, count = seen.get(index, (None, 0))
+            new += [int(block) for block in current[count if listed is current else 0:]]
+            seen[index] = (current, len(current))
+        return new
+
+    def truncate_hit(self, rid: int, tokens: int) -> None:
+        self.hits[rid] = self.manager.truncate_computed_blocks(self.hits[rid], tokens)
 
     def align_connector_lookup(self, rid: int):
         from kvfuzz.impl.kvmanager.reads import _ids

@@ -106,24 +106,6 @@ def test_a_mamba_align_mutant_raises_in_vllms_scheduler_with_a_file_that_replays
         "vllm.kvmanager", seeds=SEEDS)
 
 
-def test_asynchronous_scheduling_and_a_connector_beside_the_group_are_refused(tmp_path):
-    """Not guarded yet, each refused by name: tokens in flight beside a Mamba "align" group
-    (the reduced mode leaves them out: the trace's codec refuses the header), a KV connector's
-    lookup beside it."""
-    from dataclasses import replace
-
-    from kvfuzz.fuzz.kvmanager import vllm_scheduler
-
-    # (tokens in flight: guarded since 2026-12-06, MAMBA_ASYNC: test_mamba_async.py)
-    refused = {"fake_connector": r"get_computed_blocks_for_connector beside a Mamba \"align\" "
-                                 r"group: a KV connector with a Mamba group is not guarded yet"}
-    for setting, message in refused.items():
-        workload = replace(vllm_scheduler.MAMBA_ALIGN, **{setting: True})
-        with pytest.raises(kvfuzz.GuardUnsupported, match=message):
-            vllm_scheduler.run_session(0, lambda manager, **settings: kvfuzz.guard(
-                manager, "kvmanager", corpus=tmp_path, **settings), workload=workload)
-
-
 def test_the_corpus_holds_session_0_recorded_which_kills_the_mamba_mutants():
     """corpus/ keeps session 0 recorded (a same-step deferral absorbed, a preemption; 242 ops): what the
     scheduler records now, clean on the release, each Mamba mutant above killed by its

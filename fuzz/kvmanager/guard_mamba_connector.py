@@ -1,0 +1,68 @@
+"""The live kvmanager guard's mapping of a KV connector's calls beside a Mamba "align" group
+(mixed into `GuardedManager`, `guard.py`), under vLLM 0.33.0's synchronous scheduler
+(`vllm_workloads.MAMBA_CONNECTOR`), judged in the reduced mode (`align_external.py`):
+
+- `get_computed_blocks_for_connector(request)`: full attention's own hit, flagged
+  `hit_diverged` where the Mamba group's state lags it; checked at once as the reduced mode's
+  `connect` checks it (`align_connector.expectation`, and its blocks), not as a plain hit.
+  Where the hit diverged and the connector loads nothing the scheduler then asks
+  `get_computed_blocks` (scheduler.py:1199), checked as a plain lookup; the live driver answers
+  the reduced mode's lookups from the engine's (`impl/kvmanager/live.py`);
+- the admission after it: `connect` (`guard_connector.py`), an asynchronous load or, with no
+  external tokens, a plain admission through the connector;
+- `finalize_partial_tail_offloads(request)` at a finish (a KV producer's, `kv_both`:
+  `_connector_finished`, scheduler.py:3350-3372): it consumes the request's partial tail, so it
+  is made once, by the engine; its answer is held for the reduced mode's `finalize_tail` read
+  of the `finish` that follows (`boundary.tail_problems`: none here, as no hit ends inside a
+  block, but a wrong entry is caught);
+- `remove_skipped_blocks(request, computed - in flight)` right after it: `remove_skipped(rid)`
+  (`align_external.remove_skipped`: exactly the Mamba states below (p - 1) // b freed).
+The zeroing records (`take_new_block_ids`, turned on by Mamba layers) are the scheduler's to
+drain: the live driver reads those made since its last read (`live_align.py`), which the
+reduced mode judges after an admission with external tokens.
+"""
+
+from __future__ import annotations
+
+from kvfuzz.impl.kvmanager.reads import _ids
+
+
+class MambaConnectorCalls:
+    """Mixed into `GuardedManager` (its session, driver, records)."""
+
+    def _beside_mamba(self) -> bool:
+        return bool(self.kvfuzz_session.header.mamba_mode)
+
+    def _connector_lookup_problems(self, rid: int, blocks, hit, boundary, diverged):
+        """The engine's connector lookup against the reduced mode's expectation of it."""
+        return self.kvfuzz_session.lock.connector_lookup_problems(
+            rid, (_ids(blocks), int(hit), int(boundary), bool(diverged)))
+
+    def _hold_tail(self, request, perform):
+        """`finalize_partial_tail_offloads`, made for the engine, its answer held for the
+        `finish` op's read (a request the guard never saw: let through)."""
+        tails = perform()
+        tracked = self._kvfuzz_requests.get(request.request_id)
+        driver = self._kvfuzz_driver
+        if tracked is not None and driver is not None:
+            driver.__dict__.setdefault("tails", {})[tracked.rid] = [
+                (int(group), int(block), int(tokens)) for group, block, tokens in tails]
+        return tails
+
+    def _plain_beside_mamba(self, tracked, external: int, load: bool) -> bool:
+        """Whether a connector admission is, beside a Mamba group, the reduced mode's plain one
+        (no external tokens: `align_external.connect` makes `allocate_slots`); a one-token
+        prompt loaded whole is refused (after its load it holds its blocks with no computed
+        token and the scheduler looks it up again: not modelled, the reduced mode admits it
+        plainly)."""
+        if not self._beside_mamba():
+            return False
+        if load and len(tracked.tokens) == 1:
+            self._refuse(f"an asynchronous load of request r{tracked.rid}'s one-token prompt "
+                         f"beside a Mamba \"align\" group: not modelled (looked up again after "
+                         f"its load)")
+        return not external
+
+    def _connect_method(self, op) -> str:
+        """The lock step's driver method that makes a `connect` op's allocation."""
+        return "allocate_slots" if self._beside_mamba() and not op.external else "connect"
