@@ -73,8 +73,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
-                    AlignReads, KVManagerLockstep):
+class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks,
+                    AlignPoolChecks, AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 

@@ -159,8 +159,8 @@ def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
     caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
     partial hits on; no events, stats or EAGLE (the reduced mode's); a prefill checkpoint block
-    in 85%, multi-token prediction's speculative blocks in 70%; tokens in flight in half
-    of the rest (`mamba_async.py`)."""
+    in 85%, multi-token prediction's speculative blocks in 70%. (The profile's own traces:
+    tokens in flight in half of the rest, `build_mamba_align_profile`.)"""
     size = rng.choice((2, 4, 4, 8))
     hashed = rng.choice([d for d in (1, 2, 4) if d < size]) if rng.random() < 0.75 else size
     blocks = rng.choice((rng.randint(4, 12), rng.randint(12, 48)))
@@ -176,14 +176,17 @@ def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     # multi-token prediction in 70%: 1 or 2 draft tokens' speculative Mamba blocks (the
     # lookahead slots as drawn above)
     speculative = rng.randint(1, 2) if rng.random() < 0.7 else 0
-    # tokens in flight in half of those without speculative blocks, drawn after every other draw
-    # (the rest keep their ops): `mamba_async.py`
-    if not speculative and rng.random() < mamba_async.SHARE:
-        settings["async_scheduling"], ops = True, mamba_async.reshaped(rng, ops)
     return Trace(blocks, size, 0, max_model_len, ops, retention, **settings,
                  mamba_mode="align", hash_block_size=hashed if hashed != size else 0,
                  mamba_checkpoint=checkpoint, mamba_speculative=speculative,
                  note="profile mamba align")
+
+
+def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
+    """The "mamba align" profile's trace: `build_mamba_align`'s (whose draws the "mamba
+    connector" and "full last" profiles take as they are), with tokens in flight in half of
+    those without speculative blocks, from draws after its own (`mamba_async.py`)."""
+    return mamba_async.in_flight(rng, build_mamba_align(rng, num_ops))
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")
@@ -198,5 +201,5 @@ EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
                        max_fuzz_ops=200)
 CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,
                        max_fuzz_ops=200)
-MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align, num_ops=200,
+MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align_profile, num_ops=200,
                              max_fuzz_ops=200)

@@ -1,8 +1,9 @@
 """Asynchronous scheduling beside a Mamba "align" group (since 2026-12-06): half of the
-"mamba align" profile's traces without speculative blocks (`hybrid.build_mamba_align`; drawn
-after every other draw, so the others keep their ops byte for byte) run under vLLM's
-`AsyncScheduler`'s shapes: every allocation of a running request holds its previous one in
-flight (the trace's asynchronous mode), judged by the reduced mode's `align_async.py`. The
+"mamba align" profile's traces without speculative blocks (`hybrid.build_mamba_align_profile`;
+drawn after every other draw, so the others keep their ops byte for byte, and the "mamba
+connector" and "full last" profiles, which take `build_mamba_align`'s draws, theirs) run under
+vLLM's `AsyncScheduler`'s shapes: every allocation of a running request holds its previous one
+in flight (the trace's asynchronous mode), judged by the reduced mode's `align_async.py`. The
 ops stay the profile's, reshaped from draws of their own:
 
 - half the decodes become the slot of the token in flight first (`placeholder`), its `sample`
@@ -16,11 +17,20 @@ The trace keeps its number of ops (the reshaped list is cut there). Standard lib
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.trace import (Decode, Placeholder, Processed, Sample, Schedule,
                                                Settle)
 
 SHARE = 0.5  # of the traces without speculative blocks (draft tokens in flight: not judged)
+
+
+def in_flight(rng: random.Random, trace):
+    """`trace` (a "mamba align" one), or in `SHARE` of those without speculative blocks the same
+    under asynchronous scheduling, its ops `reshaped`."""
+    if trace.mamba_speculative or rng.random() >= SHARE:
+        return trace
+    return replace(trace, async_scheduling=True, ops=reshaped(rng, trace.ops))
 
 
 def reshaped(rng: random.Random, ops: tuple) -> tuple:

@@ -94,3 +94,44 @@ def test_freeing_on_the_computed_count_frees_what_a_step_in_flight_reads():
     outcome = target.check(hybrid.MAMBA_ALIGN.generate(0, ASYNC[0]), mutant)
     assert outcome.divergence is not None
     assert "still in flight, reads its state from block" in str(outcome.divergence)
+
+
+@_ENGINE
+def test_vllms_async_scheduler_beside_the_group_runs_guarded_the_same_and_replays(tmp_path):
+    """`MAMBA_ASYNC` (vLLM's AsyncScheduler over MAMBA_ALIGN's group): sessions 0-1 guarded clean
+    with steps in flight judged, every request finished, the same as unguarded (steps,
+    scheduled tokens, preemptions), the recording the guarded trace and replaying clean."""
+    import kvfuzz
+    from kvfuzz.fuzz.kvmanager import align_async, vllm_scheduler
+    from tests.kvmanager.test_guard import scheduler_session
+
+    flying = held = 0
+    for seed in range(2):
+        session = scheduler_session(seed, None, tmp_path, workload="MAMBA_ASYNC")
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and guarded.header.async_scheduling
+        flying += guarded.lock.events[align_async.STEP]
+        held += guarded.lock.events[align_async.READ]
+        plain = vllm_scheduler.run_session(seed, workload=vllm_scheduler.MAMBA_ASYNC)
+        assert (plain.steps, plain.scheduled_tokens, plain.preemptions) == \
+            (session.steps, session.scheduled_tokens, session.preemptions)
+        recorded = scheduler_session(seed, None, tmp_path, check=False,
+                                     workload="MAMBA_ASYNC").manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert flying > 300 and held > 2000, (flying, held)
+    assert not list(tmp_path.glob("*.json"))
+
+
+@_ENGINE
+def test_a_guarded_session_catches_a_step_in_flights_state_freed(tmp_path):
+    """vLLM's `in_flight_ignored` mutant as the manager of MAMBA_ASYNC's session 0: raised with
+    a file that replays (and replays clean on the released class)."""
+    from tests import guarding
+    from tests.kvmanager.test_guard import scheduler_session
+
+    guarding.assert_mutant_raises_in_sessions(
+        lambda seed: scheduler_session(seed, "in_flight_ignored", tmp_path,
+                                       workload="MAMBA_ASYNC"),
+        "mutant.vllm.kvmanager.in_flight_ignored", "vllm.kvmanager", seeds=1)
