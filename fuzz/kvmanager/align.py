@@ -365,7 +365,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
             self._note_copy(rid, request, True)
             if request.status == RUNNING:  # (a load reported is judged as a step above)
                 problems += self.read_step_problems(rid, request)
-                self.flight_read(rid, self.step_read)
+                self.flight_read(rid)  # (`align_async.py`)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
                 problems += self._retention_problems(rid, request)
         self.stepped = None

@@ -45,6 +45,7 @@ class AlignAsync:
         # the steps in flight at this op's allocation (rid, steps): the engine processes the
         # last one's output after the allocation, which the trace's one step in flight drops
         self.flew: tuple[int, list] | None = None
+        self.step_read = None  # the column the op's step read (`align_reads`), if it was read
 
     def align_in_flight(self, request, admission: bool) -> int:
         """The tokens in flight an allocation passes (none at an admission or when synchronous),
@@ -72,10 +73,11 @@ class AlignAsync:
         self.flight_steps.pop(rid, None)
         self.flight_kept.pop(rid, None)
 
-    def flight_read(self, rid, read: int | None) -> None:
-        """The column the step just allocated reads (`align_reads`): its block noted, judged
-        while the step flies."""
-        steps = self.flight_steps.get(rid)
+    def flight_read(self, rid) -> None:
+        """The column the step just allocated reads (`align_reads`' `step_read`): its block
+        noted, judged while the step flies."""
+        read, self.step_read = self.step_read, None
+        steps = self.flight_steps.get(rid) if self.trace.async_scheduling else None
         row = self.worker_rows.get(rid, [])
         if steps and read is not None and read < len(row):
             steps[-1][3] = row[read]
