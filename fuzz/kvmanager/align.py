@@ -39,6 +39,7 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
+- with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 which blocks are cached (Mamba's checkpoints and
@@ -258,9 +259,8 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
                                        hit=hit, in_flight=in_flight)
         if got.actual is None:
             self.count("allocate_slots refused")
-            # (a refused step has freed every state but the last: its checkpoint too; with
-            # tokens in flight only those below the processed one's, `align_async.py`)
-            if not in_flight:
+            # (a refused step has freed every state but the last: its checkpoint too)
+            if not in_flight:  # (with tokens in flight only below the processed one: `align_async`)
                 self.checkpoints.pop(rid, None)
             trace = self.trace
             wrong = needless_admission_refusal(
