@@ -176,6 +176,12 @@ MAMBA_ALIGN = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=1
 MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                      max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                      mtp_modules=1, lookahead_hashes=False, eagle_drop=False)
+# MAMBA_MTP as vLLM's MTP config has it by default but for the modules: lookahead hashes on
+# (`num_hash_lookahead_tokens` 1, one module's prefill lookahead), EAGLE's drop then cleared
+# (the scheduler passes `use_eagle` false); the reduced mode models the hashes beside the group
+MAMBA_MTP_HASHES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                            max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                            drafts=True, mtp_modules=1)
 # MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
