@@ -12,6 +12,9 @@ reads it:
 - no KV connector: vLLM keeps the legacy hashes with one (the codec refuses connector ops, and
   the mode makes no connector lookup).
 Under retention 0 the replay-boundary rule (`align_retention.judged`) is not judged with them.
+Multi-token prediction's prefill lookahead (`Trace.prefill_lookahead`, k tokens, vLLM's default
+beside them) changes nothing here: the hybrid coordinator holds k - 1 tokens back from caching
+only in groups that take EAGLE's drop (`get_num_cacheable_tokens`), which lookahead hashes clear.
 """
 
 from __future__ import annotations

@@ -182,6 +182,11 @@ MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100
 MAMBA_MTP_HASHES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                             max_batched_tokens=16, speculative="mtp", num_speculative=2,
                             drafts=True, mtp_modules=1)
+# and vLLM's default MTP config itself: 2 modules (multi-module MTP: a prefill lookahead of 2,
+# lookahead hashes of 2 tokens), EAGLE's drop cleared
+MAMBA_MTP_MODULES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                             max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                             drafts=True)
 # MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,

@@ -251,13 +251,17 @@ def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) ->
 
 def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
     """Multi-token prediction's prefill lookahead: 0 (off) or the drafter's tokens past a
-    chunk; modelled beside a window or alone, hashed per block (checked with the sizes)."""
+    chunk; modelled beside a window or alone, hashed per block (checked with the sizes), and
+    beside a Mamba group in mode "align" (no EAGLE there, so no group holds tokens back: the
+    hybrid coordinator's `get_num_cacheable_tokens` reads it for EAGLE groups only)."""
     ahead = reader.integer(data.get("prefill_lookahead", 0), "prefill_lookahead", low=0,
                            high=MAX_LOOKAHEAD)
-    reader.expect(not ahead or not (values["local_chunk"] or values["mamba_mode"] or
+    reader.expect(not ahead or not (values["local_chunk"] or
+                                    values["mamba_mode"] not in ("", "align") or
                                     values["encoder_tokens"] or values["dcp"]),
                   "prefill_lookahead",
-                  "expected 0 with a chunked-local, Mamba or cross-attention group or DCP", ahead)
+                  'expected 0 with a chunked-local, cross-attention or Mamba group in mode '
+                  '"none" or "all", or DCP', ahead)
     return ahead
 
 

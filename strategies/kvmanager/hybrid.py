@@ -185,12 +185,16 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     """The "mamba align" profile's trace: `build_mamba_align`'s (which the "full last" and
     "mamba connector" profiles draw from too, unchanged), then lookahead hashes (vLLM's default
     beside MTP's drafts: each hash unit's hash covers the 1 to 3 tokens after it) in a fifth,
-    drawn after every other draw (the other traces are as before it). (Not with a connector:
-    vLLM keeps the legacy hashes with one.)"""
+    drawn after every other draw (the other traces are as before it), and with them in half
+    MTP's prefill lookahead as vLLM's config sets it, of as many tokens (drawn last: the
+    lookahead traces are otherwise as before it). (Not with a connector: vLLM keeps the legacy
+    hashes with one.)"""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() >= 0.2:
         return trace
-    return replace(trace, hash_lookahead=rng.choice((1, 1, 2, 3)))
+    ahead = rng.choice((1, 1, 2, 3))
+    return replace(trace, hash_lookahead=ahead,
+                   prefill_lookahead=ahead if rng.random() < 0.5 else 0)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

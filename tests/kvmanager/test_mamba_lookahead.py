@@ -49,6 +49,11 @@ def test_the_codec_takes_lookahead_hashes_beside_an_align_group_without_a_connec
     with pytest.raises(FormatError, match="hash_lookahead.*connect: vLLM keeps the legacy"):
         from_json(data)
     assert from_json(data | {"hash_lookahead": 0}).hash_lookahead == 0  # (the op is valid)
+    # multi-module MTP's prefill lookahead beside it too (no EAGLE group holds tokens back)
+    assert from_json(_header(prefill_lookahead=3)).prefill_lookahead == 3
+    with pytest.raises(FormatError, match="prefill_lookahead"):
+        from_json(_header(mamba_mode="all", caching=False, hash_lookahead=0,
+                          prefill_lookahead=2))
 
 
 def test_the_checkpoint_moves_back_by_the_lookahead():
@@ -74,14 +79,18 @@ def test_a_checkpoint_keyed_a_block_below_its_column_need_not_be_offered():
 
 
 def test_the_profile_draws_lookahead_hashes_last():
-    """Its traces with them off are the layout's, and with them on the layout's but for them."""
+    """Its traces with them off are the layout's, and with them on the layout's but for them
+    (and MTP's prefill lookahead of as many tokens in half of those)."""
     layout = TraceGenerator(hybrid.MAMBA_ALIGN.name, hybrid.build_mamba_align, 200, 200)
-    drawn = 0
+    drawn, prefill = 0, 0
     for index in range(120):
         trace = hybrid.MAMBA_ALIGN.generate(0, index)
         drawn += bool(trace.hash_lookahead)
-        assert replace(trace, hash_lookahead=0) == layout.generate(0, index), index
-    assert 12 <= drawn <= 36, drawn  # a fifth
+        prefill += bool(trace.prefill_lookahead)
+        assert trace.prefill_lookahead in (0, trace.hash_lookahead), index
+        assert replace(trace, hash_lookahead=0, prefill_lookahead=0) == \
+            layout.generate(0, index), index
+    assert 12 <= drawn <= 36 and 0 < prefill < drawn, (drawn, prefill)  # a fifth, half
 
 
 def _lookahead_indices(count: int = FIRST) -> list[int]:
@@ -154,6 +163,27 @@ def test_mamba_mtp_with_vllms_default_lookahead_hashes_runs_guarded_and_replays(
     assert guarded.lock.events["synchronous step with draft tokens"] > 50
     recorded = scheduler_session(0, None, tmp_path, False,
                                  "MAMBA_MTP_HASHES").manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+
+@_vllm
+def test_vllms_default_multi_module_mtp_beside_the_group_runs_guarded_and_replays(tmp_path):
+    """MAMBA_MTP_MODULES: vLLM's default MTP config of 2 modules (prefill lookahead 2, lookahead
+    hashes of 2 tokens); session 0 guarded in the reduced mode, recorded, replayed clean."""
+    import kvfuzz
+
+    from tests.kvmanager.test_guard import scheduler_session
+
+    session = scheduler_session(0, None, tmp_path, workload="MAMBA_MTP_MODULES")
+    guarded = session.manager.kvfuzz_session
+    assert session.finished == session.requests == 10, session
+    header = guarded.header
+    assert guarded.divergence is None and (header.hash_lookahead, header.prefill_lookahead,
+                                           header.mamba_speculative) == (2, 2, 2), header
+    recorded = scheduler_session(0, None, tmp_path, False,
+                                 "MAMBA_MTP_MODULES").manager.kvfuzz_session
     assert recorded.trace() == guarded.trace()
     assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     assert not list(tmp_path.glob("*.json"))

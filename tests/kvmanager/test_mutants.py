@@ -159,7 +159,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
-         PREFIX + "mamba_align_read_state_freed": ("mamba align", 15),
+         # (index 15 until the profile's lookahead-hashes draw took it: 37 is the first without
+         # them whose first divergence is the read's)
+         PREFIX + "mamba_align_read_state_freed": ("mamba align", 37),
          # the first "mamba align" trace of seed 0 with lookahead hashes
          PREFIX + "mamba_align_checkpoint_lookahead_ignored": ("mamba align", 13)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
