@@ -31,8 +31,8 @@ the scheduler grid, the sparse window keeps its runs a block later.
 "mamba align" (`kvmanager/5[mamba align]`): full attention beside a Mamba group in mode
 "align" with prefix caching, hashed per fewer tokens than a block in most (partial hits), one
 prefill checkpoint block in 85% (`Trace.mamba_checkpoint`), speculative Mamba blocks in 70%
-(`Trace.mamba_speculative`), judged in the reduced mode
-(`fuzz/kvmanager/align.py`).
+(`Trace.mamba_speculative`), lookahead hashes in a fifth (`Trace.hash_lookahead`, with MTP's
+prefill lookahead in half of those), judged in the reduced mode (`fuzz/kvmanager/align.py`).
 
 "cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
 attention beside a cross-attention group, prefix caching off: each admission also takes the
