@@ -28,7 +28,8 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     LOOKAHEAD_HASHES, EAGLE_GROUPS, MTP, PROMPT_EMBEDS, ASYNC, ASYNC_SPEC, ASYNC_CONNECTOR,
     SPEC_CONNECTOR, STREAMING, ASYNC_STREAMING, ASYNC_V2, STRUCTURED, SPEC_STRUCTURED,
     ASYNC_STRUCTURED, ASYNC_SPEC_STRUCTURED, SPEC_DRAFTS, MTP_DRAFTS, MAMBA_ALIGN,
-    MAMBA_MTP, MAMBA_PARTIAL, MAMBA_CONNECTOR, MAMBA_PARTIAL_CONNECTOR)
+    MAMBA_MTP, MAMBA_MTP_HASHES, MAMBA_MTP_MODULES, MAMBA_PARTIAL, MAMBA_CONNECTOR,
+    MAMBA_PARTIAL_CONNECTOR)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
 from kvfuzz.fuzz.kvmanager.vllm_build import build_scheduler  # (named here too)
