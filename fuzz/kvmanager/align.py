@@ -55,7 +55,8 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
-                                   align_order, align_drafts, align_reads, align_retention)
+                                   align_order, align_drafts, align_lookahead, align_reads,
+                                   align_retention)
 from kvfuzz.fuzz.kvmanager.align_async import AlignAsync
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
@@ -87,7 +88,8 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
-                                         *align_reads.EVENTS, *align_async.EVENTS)
+                                         *align_reads.EVENTS, *align_lookahead.EVENTS,
+                                         *align_async.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -284,6 +286,9 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
         self.drafted_to.pop(rid, None)  # (a refused step leaves the table: `align_drafts.py`)
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
+        for event in align_lookahead.events(self.trace, hit, request.computed,
+                                            rid in self.checkpoints):
+            self.count(event)
         self.flights_allocated(rid, request, self.read_from[rid], in_flight,
                                self.checkpoints.get(rid))
         request.status = RUNNING
@@ -298,7 +303,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
             else 0
         index = mamba_align.checkpoint_index(self.read_from[rid], request.computed, prefill_end,
                                              trace.block_size, trace.hash_size,
-                                             trace.mamba_checkpoint)
+                                             trace.mamba_checkpoint, trace.hash_lookahead)
         if index is None:
             self.checkpoints.pop(rid, None)
         else:
@@ -308,13 +313,15 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
     def _connector_lookup(self, rid, request):
         """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
         adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
-        when its connector holds none of the tokens."""
-        if NO_CONNECTOR in self.unread or self.looked_up:
+        when its connector holds none of the tokens. None under lookahead hashing: vLLM keeps
+        the legacy hashes with a KV connector, so a scheduler with lookahead hashes has none."""
+        if NO_CONNECTOR in self.unread or self.looked_up or self.trace.hash_lookahead:
             self.looked_up = False  # (made by the connector's admission: `align_external`)
             return
         trace = self.trace
         expected = align_connector.expectation(
-            request.skip or not trace.caching, request.hashes(trace.hash_size), len(request.tokens),
+            request.skip or not trace.caching,
+            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
             trace.block_size, trace.hash_size, self.cache)
         self.count(expected[0])
         if expected[0] == align_connector.AGREED and expected[1] > 256:
@@ -358,7 +365,8 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
             self.rekeyed[rid] = rekeyed(before, self.keys, [
                 b for i, b in enumerate(self.mamba_tables.get(rid, [])) if i != checkpoint])
             if boundary.tail_keyed(request, self.mamba_tables.get(rid, []), self.keys,
-                                   self.trace.block_size, self.trace.hash_size):
+                                   self.trace.block_size, self.trace.hash_size,
+                                   self.trace.hash_lookahead):
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
@@ -378,7 +386,8 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
             self.cached_upto[rid] = max(since, request.computed - request.computed % size)
         return problems + boundary.offload_problems(
             offloads, rid, self.as_loaded(rid, request), before, self.keys, self.trace.block_size,
-            self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()))
+            self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()),
+            self.trace.hash_lookahead)
 
     def _retention_problems(self, rid, request) -> list[tuple[str, str]]:
         """Under retention 0, the state a resend resumes from cached once written

@@ -87,7 +87,8 @@ class AlignExternal:
             return
         rid, tokens, size = op.rid, request.tokens, trace.block_size
         expected = align_connector.expectation(
-            request.skip or not trace.caching, request.hashes(trace.hash_size), len(tokens),
+            request.skip or not trace.caching,
+            request.hashes(trace.hash_size, trace.hash_lookahead), len(tokens),
             size, trace.hash_size, self.cache)
         self.count(expected[0])
         got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
@@ -154,7 +155,7 @@ class AlignExternal:
                                    f"in blocks of {size}, blocks {short(actual[0])}: expected "
                                    f"{cdiv(hit, size)} of full attention's, the Mamba group's "
                                    f"nulls then its state")]
-        units = request.hashes(hashed)
+        units = request.hashes(hashed, self.trace.hash_lookahead)
         for index, block in enumerate(full[:hit // size]):
             if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
                 return [("prefix hit", f"get_computed_blocks_for_connector: full attention's "

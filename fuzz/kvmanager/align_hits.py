@@ -39,7 +39,7 @@ class AlignHitChecks:
         if hit and (not mamba[-1] or any(mamba[:-1])):
             return [("prefix hit", f"the Mamba group's blocks: expected nulls then its state "
                                    f"block, actual {short(mamba)}")]
-        units = request.hashes(hashed)
+        units = request.hashes(hashed, self.trace.hash_lookahead)
         for index, block in enumerate(full[:hit // size]):
             if (units[(index + 1) * size // hashed - 1], 0) not in self._entries(block):
                 return [("prefix hit", f"full attention's block {index}, block {block}, is not "

@@ -57,7 +57,7 @@ def step_problem(trace, request, mamba_table: list, entries) -> tuple[bool, str 
     end = replay_state_end(request.prompt, size, hashed)
     return (end > 0 and request.computed == end,
             replay_state_problem(request.prompt, request.computed, mamba_table, entries,
-                                 request.hashes(hashed), size, hashed))
+                                 request.hashes(hashed, trace.hash_lookahead), size, hashed))
 
 
 def replay_state_end(prompt: int, block_size: int, hash_size: int) -> int:

@@ -38,7 +38,7 @@ MAMBA_GROUP = 1  # the trace's id (the manager's 0 where it comes first: `align_
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,
                      hash_size: int, since: int = 0, evicted_tail=None,
-                     table=()) -> list[tuple[str, str]]:
+                     table=(), lookahead: int = 0) -> list[tuple[str, str]]:
     """What is wrong with one op's offers (`offloads`: (rid, group, block, tokens) entries, as
     the driver reads them; None: the manager has no such method) after an op that stepped
     request `rid` (`request`, the lock step's, its tokens computed after the op; None for an op
@@ -57,7 +57,7 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     entry at all and in none of the request's Mamba table `table`, is let through."""
     if offloads is None:
         return []
-    units = request.hashes(hash_size) if request is not None else []
+    units = request.hashes(hash_size, lookahead) if request is not None else []
     for entry in offloads:
         wrong = _entry_problem(entry, rid, request, units, after, hash_size)
         if wrong and _evicted_tail_copy(entry, after, block_size, evicted_tail, table):
@@ -76,7 +76,8 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
         gained = set(_entries(after, block)) - set(_entries(before, block))
         for key in gained:
             tokens = boundaries.get(key)
-            if tokens is not None and (block, tokens) not in offered:
+            if tokens is not None and (block, tokens) not in offered and \
+                    not _checkpoint_below(block, tokens, table, block_size, lookahead):
                 return [("boundary offload", f"take_boundary_state_offloads: block {block} "
                                              f"was cached this op as r{rid}'s Mamba state at "
                                              f"{tokens} tokens (a block boundary), not offered: "
@@ -84,7 +85,19 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     return []
 
 
-def tail_keyed(request, table: list[int], keys: list, block_size: int, hash_size: int) -> bool:
+def _checkpoint_below(block: int, tokens: int, table, block_size: int, lookahead: int) -> bool:
+    """Under lookahead hashing, whether `block` is no state block `cache_blocks` caches at
+    `tokens` (the request's Mamba table holds another at column tokens // b - 1): a prefill
+    checkpoint's block keyed at a block boundary a block below its own column (the checkpoint
+    moves back by the lookahead, `get_mamba_prefill_checkpoint_position`), which the release
+    keys and does not offer. (No connector runs with lookahead hashes: vLLM keeps the legacy
+    hashes with one; without lookahead such a checkpoint is the column's own boundary.)"""
+    column = tokens // block_size - 1
+    return bool(lookahead) and not (0 <= column < len(table) and table[column] == block)
+
+
+def tail_keyed(request, table: list[int], keys: list, block_size: int, hash_size: int,
+               lookahead: int = 0) -> bool:
     """Whether the step just made cached the request's partial tail: the last block of its
     Mamba table (the state it wrote) cached under its hash of exactly its computed tokens, a
     position inside a block on the hash grid (what the released `_cache_partial_tail_block`
@@ -92,7 +105,7 @@ def tail_keyed(request, table: list[int], keys: list, block_size: int, hash_size
     computed, last = request.computed, (table[-1] if table else 0)
     if not last or not computed % block_size or computed % hash_size:
         return False
-    units = request.hashes(hash_size)
+    units = request.hashes(hash_size, lookahead)  # (`lookahead`: the trace's hash_lookahead)
     return computed // hash_size <= len(units) and \
         hit_key(units, computed, hash_size) in _entries(keys, last)
 

@@ -176,13 +176,24 @@ MAMBA_ASYNC = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=1
 # MAMBA_ALIGN with multi-token prediction's 2 drafts a step under the synchronous scheduler (the
 # fake drafter, as MTP_DRAFTS): the Mamba group's 2 speculative blocks (its
 # `num_speculative_blocks`, the engine's `num_speculative_tokens`; 2 as the "mamba align"
-# profile's largest draw). The trace models neither lookahead hashes nor a prefill lookahead
-# nor EAGLE's drop beside a Mamba group (codec.py), so vLLM's config here has all three off:
-# one MTP module (prefill lookahead 1: nothing held back), lookahead hashes and the drop
-# disabled (guard_mamba.py)
+# profile's largest draw). vLLM's config here has lookahead hashes, a prefill lookahead past one
+# token and EAGLE's drop all off: one MTP module (prefill lookahead 1: nothing held back),
+# lookahead hashes and the drop disabled (guard_mamba.py); the trace models the first two
+# beside a Mamba group since 2026-12-06 (the workloads below), not EAGLE's drop (codec.py)
 MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                      max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                      mtp_modules=1, lookahead_hashes=False, eagle_drop=False)
+# MAMBA_MTP as vLLM's MTP config has it by default but for the modules: lookahead hashes on
+# (`num_hash_lookahead_tokens` 1, one module's prefill lookahead), EAGLE's drop then cleared
+# (the scheduler passes `use_eagle` false); the reduced mode models the hashes beside the group
+MAMBA_MTP_HASHES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                            max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                            drafts=True, mtp_modules=1)
+# and vLLM's default MTP config itself: 2 modules (multi-module MTP: a prefill lookahead of 2,
+# lookahead hashes of 2 tokens), EAGLE's drop cleared
+MAMBA_MTP_MODULES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                             max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                             drafts=True)
 # MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,

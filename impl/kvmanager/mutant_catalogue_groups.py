@@ -28,6 +28,14 @@ GROUPS = {
         "and query_end >= prefill_end\n", "\n",
         "under retention 0 every prefill chunk takes a checkpoint block, not only the one that "
         "ends the prefill (the others' states are never kept)")),
+    # Lookahead hashes beside the group (`Trace.hash_lookahead`): the step's checkpoint placed
+    # as if hashes looked no tokens ahead (`get_num_blocks_to_allocate` alone; the re-keying in
+    # `_cache_partial_tail_block` still reads the lookahead)
+    "mamba_align_checkpoint_lookahead_ignored": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "num_hash_lookahead_tokens=self.block_pool.num_hash_lookahead_tokens,", "",
+        "under lookahead hashing a step reserves its prefill checkpoint at the position hashes "
+        "looking no tokens ahead would give (one the request may have no hash of yet)")),
     "mamba_align_speculative_dropped": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",

@@ -43,22 +43,24 @@ from __future__ import annotations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 
-def checkpoint_position(end: int, hash_size: int) -> int:
+def checkpoint_position(end: int, hash_size: int, lookahead: int = 0) -> int:
     """Where a chunk ending at `end` tokens exports its checkpoint: the last hash boundary that
-    leaves a token to recompute (`get_mamba_prefill_checkpoint_position`, no EAGLE drop or
-    lookahead hashing; the manager's alignment is the hash block in this profile)."""
-    return max((end - 1) // hash_size * hash_size, 0)
+    leaves a token to recompute and, under lookahead hashing (`lookahead`, the pool's
+    `num_hash_lookahead_tokens`), the tokens its hash covers past it: `end - max(1, lookahead)`
+    cut to the hash grid (`get_mamba_prefill_checkpoint_position`, no EAGLE drop; the manager's
+    alignment is the hash block in this profile)."""
+    return max((end - max(1, lookahead)) // hash_size * hash_size, 0)
 
 
 def checkpoint_index(start: int, end: int, prefill_end: int, block_size: int, hash_size: int,
-                     alignment: int) -> int | None:
+                     alignment: int, lookahead: int = 0) -> int | None:
     """The table position of the checkpoint block a step computing tokens [start, end) takes, or
     None (`_needs_internal_checkpoint` with `is_mamba_prefill_checkpoint_valid`). `alignment`:
     the spec's `prefill_checkpoint_alignment` (0: no checkpoint blocks); `prefill_end`: the
     prompt's end (past its output tokens but one), or 0 where retention is not 0 (the
     coordinator then passes 0: every chunk may export one). The table's length before the step,
     cdiv(start, b), is always at most the index here, so that clause always holds."""
-    position, index = checkpoint_position(end, hash_size), cdiv(end, block_size) - 2
+    position, index = checkpoint_position(end, hash_size, lookahead), cdiv(end, block_size) - 2
     valid = (start % hash_size == 0 and index > (start - 1) // block_size
              and start + hash_size <= position and start < position < end
              and (position - start) % alignment == 0) if alignment else False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from kvfuzz.strategies.inputs import FieldReader
+from kvfuzz.strategies.kvmanager.connector_ops import OPS as CONNECTOR_OPS
 from kvfuzz.strategies.kvmanager.limits import (  # noqa: F401 (read from here too)
     MAX_BLOCK_SIZE, MAX_BLOCKS, MAX_IMAGES, MAX_KEY, MAX_LEN, MAX_LIST, MAX_LOOKAHEAD, MAX_OPS,
     MAX_PAD, TOKEN_MAX)
@@ -216,15 +217,24 @@ def _dcp(reader: FieldReader, data: dict, values: dict, window: int) -> int:
 def _hash_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
     """Lookahead hashing: 0 (off) or the tokens past a block its hash covers. vLLM's config sets
     it only with prefix caching, and the scheduler then passes `use_eagle` false; the oracle
-    models it over attention groups hashed per block (no Mamba, cross-attention or DCP)."""
+    models it over attention groups hashed per block (no cross-attention or DCP), and the
+    reduced mode beside a Mamba group in mode "align" (`fuzz/kvmanager/align.py`)."""
     ahead = reader.integer(data.get("hash_lookahead", 0), "hash_lookahead", low=0,
                            high=MAX_LOOKAHEAD)
     reader.expect(not ahead or (values["caching"] and not values["eagle"]), "hash_lookahead",
                   "expected 0 with caching off or EAGLE (the scheduler clears use_eagle when "
                   "hashes look ahead)", ahead)
-    reader.expect(not ahead or not (values["mamba_mode"] or values["encoder_tokens"] or
-                                    values["dcp"]), "hash_lookahead",
-                  "expected 0 with a Mamba or cross-attention group or DCP", ahead)
+    reader.expect(not ahead or not (values["mamba_mode"] not in ("", "align") or
+                                    values["encoder_tokens"] or values["dcp"]), "hash_lookahead",
+                  'expected 0 with a Mamba group in mode "none" or "all", a cross-attention '
+                  'group or DCP', ahead)
+    # vLLM keeps the legacy hashes with a KV connector (`num_hash_lookahead_tokens` is 0 with a
+    # `kv_transfer_config`): no connector's ops, lookup or loads under lookahead hashing
+    connector = [op.get("op") for op in data.get("ops", ()) if isinstance(op, dict) and
+                 op.get("op") in CONNECTOR_OPS]
+    reader.expect(not ahead or not connector, "hash_lookahead",
+                  f"expected 0 with a KV connector's ops ({connector[0] if connector else ''}: "
+                  f"vLLM keeps the legacy hashes with a connector)", ahead)
     return ahead
 
 
@@ -245,13 +255,17 @@ def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) ->
 
 def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
     """Multi-token prediction's prefill lookahead: 0 (off) or the drafter's tokens past a
-    chunk; modelled beside a window or alone, hashed per block (checked with the sizes)."""
+    chunk; modelled beside a window or alone, hashed per block (checked with the sizes), and
+    beside a Mamba group in mode "align" (no EAGLE there, so no group holds tokens back: the
+    hybrid coordinator's `get_num_cacheable_tokens` reads it for EAGLE groups only)."""
     ahead = reader.integer(data.get("prefill_lookahead", 0), "prefill_lookahead", low=0,
                            high=MAX_LOOKAHEAD)
-    reader.expect(not ahead or not (values["local_chunk"] or values["mamba_mode"] or
+    reader.expect(not ahead or not (values["local_chunk"] or
+                                    values["mamba_mode"] not in ("", "align") or
                                     values["encoder_tokens"] or values["dcp"]),
                   "prefill_lookahead",
-                  "expected 0 with a chunked-local, Mamba or cross-attention group or DCP", ahead)
+                  'expected 0 with a chunked-local, cross-attention or Mamba group in mode '
+                  '"none" or "all", or DCP', ahead)
     return ahead
 
 
@@ -286,7 +300,9 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     reader.expect(not values["dcp"] or block_size % values["dcp"] == 0, "dcp",
                   f"expected a divisor of block_size {block_size} (each rank's share of a "
                   f"block)", values["dcp"])
-    reader.expect(not values["hash_lookahead"] or set(sizes) == {hashed or block_size},
+    # (the reduced mode beside a Mamba "align" group hashes per hash block, lookahead or not)
+    reader.expect(not values["hash_lookahead"] or values["mamba_mode"] == "align" or
+                  set(sizes) == {hashed or block_size},
                   "hash_lookahead", f"expected 0 unless every group's blocks {sizes} are hashed "
                   f"per block (the oracle's lookahead hashing)", values["hash_lookahead"])
     scheduler = math.lcm(*sizes)

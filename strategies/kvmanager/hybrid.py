@@ -31,8 +31,8 @@ the scheduler grid, the sparse window keeps its runs a block later.
 "mamba align" (`kvmanager/5[mamba align]`): full attention beside a Mamba group in mode
 "align" with prefix caching, hashed per fewer tokens than a block in most (partial hits), one
 prefill checkpoint block in 85% (`Trace.mamba_checkpoint`), speculative Mamba blocks in 70%
-(`Trace.mamba_speculative`), judged in the reduced mode
-(`fuzz/kvmanager/align.py`).
+(`Trace.mamba_speculative`), lookahead hashes in a fifth (`Trace.hash_lookahead`, with MTP's
+prefill lookahead in half of those), judged in the reduced mode (`fuzz/kvmanager/align.py`).
 
 "cross attention" (`kvmanager/5[cross attention]`): an encoder-decoder model's decoder, full
 attention beside a cross-attention group, prefix caching off: each admission also takes the
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
 from kvfuzz.strategies.kvmanager import mamba_async
@@ -183,10 +184,20 @@ def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
 
 
 def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
-    """The "mamba align" profile's trace: `build_mamba_align`'s (whose draws the "mamba
-    connector" and "full last" profiles take as they are), with tokens in flight in half of
-    those without speculative blocks, from draws after its own (`mamba_async.py`)."""
-    return mamba_async.in_flight(rng, build_mamba_align(rng, num_ops))
+    """The "mamba align" profile's trace: `build_mamba_align`'s (which the "full last" and
+    "mamba connector" profiles draw from too, unchanged), then lookahead hashes (vLLM's default
+    beside MTP's drafts: each hash unit's hash covers the 1 to 3 tokens after it) in a fifth,
+    drawn after every other draw (the other traces are as before it), and with them in half
+    MTP's prefill lookahead as vLLM's config sets it, of as many tokens (drawn last: the
+    lookahead traces are otherwise as before it). (Not with a connector: vLLM keeps the legacy
+    hashes with one.) Then tokens in flight in half of those without speculative blocks or
+    lookahead, from draws after all these (`mamba_async.py`)."""
+    trace = build_mamba_align(rng, num_ops)
+    if rng.random() < 0.2:
+        ahead = rng.choice((1, 1, 2, 3))
+        trace = replace(trace, hash_lookahead=ahead,
+                        prefill_lookahead=ahead if rng.random() < 0.5 else 0)
+    return mamba_async.in_flight(rng, trace)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")
@@ -201,5 +212,5 @@ EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
                        max_fuzz_ops=200)
 CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,
                        max_fuzz_ops=200)
-MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align_profile, num_ops=200,
-                             max_fuzz_ops=200)
+MAMBA_ALIGN = TraceGenerator("kvmanager/5[mamba align]", build_mamba_align_profile,
+                             num_ops=200, max_fuzz_ops=200)

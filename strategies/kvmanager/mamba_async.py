@@ -1,6 +1,7 @@
 """Asynchronous scheduling beside a Mamba "align" group (since 2026-12-06): half of the
-"mamba align" profile's traces without speculative blocks (`hybrid.build_mamba_align_profile`;
-drawn after every other draw, so the others keep their ops byte for byte, and the "mamba
+"mamba align" profile's traces without speculative blocks or lookahead hashes
+(`hybrid.build_mamba_align_profile`; drawn after every other draw, so the others keep their
+ops byte for byte, and the "mamba
 connector" and "full last" profiles, which take `build_mamba_align`'s draws, theirs) run under
 vLLM's `AsyncScheduler`'s shapes: every allocation of a running request holds its previous one
 in flight (the trace's asynchronous mode), judged by the reduced mode's `align_async.py`. The
@@ -26,9 +27,11 @@ SHARE = 0.5  # of the traces without speculative blocks (draft tokens in flight:
 
 
 def in_flight(rng: random.Random, trace):
-    """`trace` (a "mamba align" one), or in `SHARE` of those without speculative blocks the same
-    under asynchronous scheduling, its ops `reshaped`."""
-    if trace.mamba_speculative or rng.random() >= SHARE:
+    """`trace` (a "mamba align" one), or in `SHARE` of those without speculative blocks or
+    lookahead hashes the same under asynchronous scheduling, its ops `reshaped` (lookahead
+    hashes come with MTP's drafts in vLLM's config; not judged in flight)."""
+    if trace.mamba_speculative or trace.hash_lookahead or trace.prefill_lookahead or \
+            rng.random() >= SHARE:
         return trace
     return replace(trace, async_scheduling=True, ops=reshaped(rng, trace.ops))
 

@@ -24,7 +24,7 @@ class _Request:
     def __init__(self, computed: int, units: list[int]):
         self.computed, self.units = computed, units
 
-    def hashes(self, hash_size: int) -> list[int]:
+    def hashes(self, hash_size: int, lookahead: int = 0) -> list[int]:
         return self.units
 
 

@@ -33,7 +33,11 @@ def test_the_field_round_trips_and_bad_values_are_one_line_errors():
     assert "hash_lookahead" not in to_json(codec.from_json(BASE | {"hash_lookahead": 0}))
     for change in ({"hash_lookahead": -1}, {"hash_lookahead": 99}, {"caching": False},
                    {"eagle": True}, {"window": 4, "hash_block_size": 1},
-                   {"mamba_mode": "align"}):
+                   {"dcp": 2},
+                   # beside a Mamba "align" group taken (test_mamba_lookahead.py), but not with
+                   # a KV connector's ops (vLLM keeps the legacy hashes with a connector)
+                   {"mamba_mode": "align", "ops": [{"op": "connect", "rid": 1, "chunk": 2,
+                                                    "external": 2}]}):
         with pytest.raises(FormatError) as error:
             codec.from_json(BASE | change)
         assert "\n" not in str(error.value) and "hash_lookahead" in str(error.value)

@@ -62,6 +62,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                         r"checkpoint block",
     "mamba_align_checkpoint_every_chunk": r"mamba states:? +r\d+'s Mamba table holds states "
                                           r"at positions",
+    # under lookahead hashes (`Trace.hash_lookahead`) its checkpoint reserved where hashes
+    # looking no tokens ahead would put it: keyed there, past the request's hashes
+    "mamba_align_checkpoint_lookahead_ignored": r"assert 0 < num_hash_blocks <= "
+                                                r"len\(request.block_hashes\)|mamba states",
     # its speculative blocks (`Trace.mamba_speculative`) counted but never allocated
     "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
                                        r"\d+ computed tokens in blocks of \d+ and \d+ "
@@ -158,10 +162,14 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
-         PREFIX + "mamba_align_read_state_freed": ("mamba align", 15),
+         # (index 15 until the profile's lookahead-hashes draw took it: 37 is the first without
+         # them whose first divergence is the read's)
+         PREFIX + "mamba_align_read_state_freed": ("mamba align", 37),
+         # the first "mamba align" trace of seed 0 with lookahead hashes
+         PREFIX + "mamba_align_checkpoint_lookahead_ignored": ("mamba align", 13),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
-         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", INDEX_TBD)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
