@@ -169,7 +169,7 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_checkpoint_lookahead_ignored": ("mamba align", 13),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
-         PREFIX + "mamba_align_tail_in_flight": ("mamba align", INDEX_TBD)}
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
