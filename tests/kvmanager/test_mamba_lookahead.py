@@ -87,6 +87,9 @@ def test_the_profile_draws_lookahead_hashes_last():
         trace = hybrid.MAMBA_ALIGN.generate(0, index)
         drawn += bool(trace.hash_lookahead)
         prefill += bool(trace.prefill_lookahead)
+        if trace.async_scheduling:  # (tokens in flight, drawn after these: test_mamba_async.py)
+            assert not trace.hash_lookahead, index
+            continue
         assert trace.prefill_lookahead in (0, trace.hash_lookahead), index
         assert replace(trace, hash_lookahead=0, prefill_lookahead=0) == \
             layout.generate(0, index), index
