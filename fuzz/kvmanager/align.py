@@ -57,7 +57,6 @@ from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, nee
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
                                    align_order, align_drafts, align_lookahead, align_reads,
                                    align_retention)
-from kvfuzz.fuzz.kvmanager.align_async import AlignAsync
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -75,8 +74,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks,
-                    AlignPoolChecks, AlignReads, KVManagerLockstep):
+class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks,
+                    AlignHitChecks, AlignPoolChecks, AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -127,8 +126,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
         self.pending_copy: set[int] = set()
         self.hit_blocks = ((), ())
         self.drafted_to: dict[int, int] = {}  # rid -> its draft step's end, rolled back since
-        self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
-        self.start_flights()  # tokens in flight (`align_async.py`)
+        self.start_worker()  # the worker's tables, steps in flight (`align_reads`, `align_async`)
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -178,9 +176,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
         if self.align and isinstance(op, Finish) and request is not None:
             table = (yield Call("", "block_ids", (op.rid,), oracle=None,
                                 compare=state_read)).actual
-            # (with tokens in flight vLLM hands nothing off: `align_async.py`)
-            keyed = op.rid in self.tails and not self.align_in_flight(request, False)
-            flying = (request.in_flight,) if self.trace.async_scheduling else ()
+            keyed, flying = self.tail_in_flight(op.rid, request)  # (`align_async.py`)
 
             def compare(expected, rejected, actual, raised):
                 if raised is not None:
@@ -289,8 +285,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
         for event in align_lookahead.events(self.trace, hit, request.computed,
                                             rid in self.checkpoints):
             self.count(event)
-        self.flights_allocated(rid, request, self.read_from[rid], in_flight,
-                               self.checkpoints.get(rid))
+        self.flights_allocated(rid, request, in_flight)  # (`align_async.py`)
         request.status = RUNNING
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted + problems
@@ -377,8 +372,7 @@ class AlignLockstep(AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks, Al
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
                 problems += self._retention_problems(rid, request)
         self.stepped = None
-        if self.trace.async_scheduling:
-            problems += self.flight_read_problems()
+        problems += self.flight_read_problems()  # (`align_async.py`)
         self.leave_worker()
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)

@@ -35,7 +35,11 @@ EVENTS = (STEP, KEPT, READ)
 
 class AlignAsync:
     """Mixed into `AlignLockstep` (its `align`, `trace`, `requests`, `mamba_rows`,
-    `worker_rows`, `flown`, `count`, `_allocate`)."""
+    `worker_rows`, `read_from`, `checkpoints`, `tails`, `flown`, `count`, `_allocate`)."""
+
+    def start_worker(self) -> None:
+        super().start_worker()  # (`align_reads`)
+        self.start_flights()
 
     def start_flights(self) -> None:
         # rid -> its steps in flight, oldest first: [start, end, checkpoint, block read]
@@ -52,12 +56,13 @@ class AlignAsync:
         as the lock step passes them (`lockstep._allocation`)."""
         return request.in_flight if self.trace.async_scheduling and not admission else 0
 
-    def flights_allocated(self, rid, request, start: int, in_flight: int,
-                          checkpoint: int | None) -> None:
-        """After a successful allocation of the step [start, request.computed): the positions
-        it keeps for the steps in flight then, and the step itself in flight."""
+    def flights_allocated(self, rid, request, in_flight: int) -> None:
+        """After a successful allocation of the step [start, request.computed) (`read_from`,
+        its checkpoint in `checkpoints`): the positions it keeps for the steps in flight then,
+        and the step itself in flight."""
         if not self.trace.async_scheduling:
             return
+        start, checkpoint = self.read_from[rid], self.checkpoints.get(rid)
         steps = self.flight_steps.get(rid, [])
         steps = steps[len(steps) - len(request.flights):] if request.flights else []
         self.flight_kept[rid] = mamba_align.flight_positions(
@@ -68,6 +73,13 @@ class AlignAsync:
         self.flown(request, request.computed - start)
         self.flight_steps[rid] = (steps + [[start, request.computed, checkpoint, None]])[
             len(steps) + 1 - len(request.flights):]
+
+    def tail_in_flight(self, rid, request) -> tuple[bool, tuple]:
+        """At a finish: whether a partial tail is expected handed off (its last step keyed one,
+        `tails`; with tokens in flight vLLM hands nothing off), and the tokens in flight the
+        driver's `finalize_tail` is given (under asynchronous scheduling only)."""
+        flying = (request.in_flight,) if self.trace.async_scheduling else ()
+        return rid in self.tails and not self.align_in_flight(request, False), flying
 
     def flights_forget(self, rid) -> None:
         self.flight_steps.pop(rid, None)
@@ -86,6 +98,8 @@ class AlignAsync:
         """After every op: each running request's steps still in flight (and those in flight at
         this op's allocation) read a block it still holds (the worker runs them later)."""
         problems, flew, self.flew = [], self.flew, None
+        if not self.trace.async_scheduling:
+            return problems
         for rid, request in self.requests.items():
             steps = self.flight_steps.get(rid, [])
             steps = steps[len(steps) - len(request.flights):] if request.flights else []
