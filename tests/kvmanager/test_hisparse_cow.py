@@ -42,14 +42,14 @@ def test_a_cow_trace_keeps_its_layout_through_the_codec():
     assert codec.from_json(to_json(trace)) == trace
 
 
-@pytest.mark.parametrize("setting", [{"hash_block_size": 0}, {"mamba_checkpoint": 1},
-                                     {"mamba_speculative": 1}, {"mamba_mode": ""}])
+@pytest.mark.parametrize("setting", [{"hash_block_size": 0}, {"mamba_speculative": 1},
+                                     {"mamba_mode": ""}])
 def test_hisparse_beside_mamba_needs_align_and_a_hash_block_below_the_block(setting):
     data = to_json(hisparse_cow.GENERATOR.generate(0, 0)) | setting
     if setting == {"mamba_mode": ""}:  # (a hash block with HiSparse's groups alone)
         match = "field .hisparse.: expected 0 with hash_block_size"
     else:
-        match = "field .(hisparse|mamba_checkpoint|mamba_speculative).: expected"
+        match = "field .(hisparse|mamba_speculative).: expected"
     with pytest.raises(FormatError, match=match):
         codec.from_json(data)
 
