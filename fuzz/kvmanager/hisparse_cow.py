@@ -204,11 +204,13 @@ class HostCopies:
 
     def mamba_table_problems(self, rid, tables, computed) -> list[tuple[str, str]]:
         """The Mamba group's table against the states its contract keeps
-        (`oracle/kvmanager/mamba_align.py`, no speculative blocks here): the state its last
-        step read (a partial hit's copy-on-write block in its place), the one it wrote and its
-        prefill checkpoint's, nulls elsewhere; cdiv(computed, b) long, its last not null."""
+        (`oracle/kvmanager/mamba_align.py`): the state its last step read (a partial hit's
+        copy-on-write block in its place), the one it wrote, its prefill checkpoint's and the
+        speculative scratch blocks past the state written, nulls elsewhere; cdiv(computed, b)
+        + speculative long, the state written not null."""
         wrong = mamba_align.table_problems(tables[MAMBA], self.read_from.get(rid, 0), computed,
-                                           self.trace.block_size, self.checkpoints.get(rid))
+                                           self.trace.block_size, self.checkpoints.get(rid),
+                                           self.trace.mamba_speculative)
         return [("mamba states", f"r{rid}'s Mamba table {short(tables[MAMBA])} {wrong}")] \
             if wrong else []
 
