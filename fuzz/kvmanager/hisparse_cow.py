@@ -26,7 +26,9 @@ connector's `build_connector_meta` and `update_connector_output`):
 Beside them, the Mamba "align" group's part of the joined reduced checks: its hit cdiv(hit, b)
 blocks, null but the last; after each success its table cdiv(computed, b) blocks, its last not
 null; the rule of which Mamba states a table keeps (`oracle/kvmanager/mamba_align.py`: the
-state its last step read and the one it wrote, nulls elsewhere); its blocks counted in the
+state its last step read, the one it wrote, a prefill checkpoint's and the speculative blocks,
+nulls elsewhere); the state each step reads as the worker sees the table (`align_reads.py`);
+its blocks counted in the
 device pool's exact reference counts (with the device groups' own copy-on-write copies taken
 and released every step, as the scheduler does); the hit's exact length over both pools'
 entries (`hit_length_problems`); the admissions' counts with the Mamba group and the private
