@@ -1,5 +1,6 @@
 """The state each step reads and writes as vLLM's worker sees the Mamba table, judged in the reduced
-Mamba "align" mode (`align.py`). A mixin of `AlignLockstep`.
+Mamba "align" mode (`align.py`) and in the HiSparse mode joined with it (`hisparse_cow.py`'s
+`mamba_step_problems`). A mixin of `AlignLockstep`.
 
 The kept-states rule (`mamba_align.table_problems`) holds the scheduler's table after a step; the
 worker reads through its own copy of the table (`mamba_align.worker_columns`: the scheduler's

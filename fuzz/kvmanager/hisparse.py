@@ -117,6 +117,7 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
         self.start_reports()
         self.start_pins()
         self.start_cow()
+        self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
         self.count_configs(trace)
         return _Unmodelled()
 
@@ -228,7 +229,7 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
                                   0 if admission else self.import_pages.get(rid, 0),
                                   self.groups)
         if self.cow and not problems:
-            problems += self.mamba_table_problems(rid, tables, request.computed)
+            problems += self.mamba_step_problems(rid, request, tables)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
             # a new request resuming a host prefix reads host-backed history: its hot region
             # comes with the admission (`HiSparseHotManager.add_local_computed_blocks`)

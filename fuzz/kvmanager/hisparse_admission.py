@@ -32,7 +32,9 @@ class Admissions:
             host = admission_fits(tokens, cap, host=True, **counts)
             if self.cow:
                 more, mamba = partial_and_mamba(tokens, size, hit, self.mamba_hit,
-                                                self.device_ref)
+                                                self.device_ref, trace.hash_size,
+                                                trace.mamba_checkpoint,
+                                                trace.mamba_speculative)
                 device, host = device + more + mamba, host + more
             return device + watermark <= self.device_free and host <= self.host_free
 
@@ -62,10 +64,13 @@ class Admissions:
         if self.cow:
             # Beside a Mamba "align" group: a hit inside a block takes a private block more in
             # each group that copies it (`_has_partial_local_hit`), and the Mamba group's step
-            # at most its new state, that copy and the hit's state adopted off the free queue
-            # (no checkpoint or speculative blocks here; a state cached in the same step, which
-            # the group refuses, is forgotten after every op: `mamba_step`)
-            device, host = device + 1 + MAMBA_STEP_MOST, host + 1
+            # at most its new state, that copy and the hit's state adopted off the free queue,
+            # a prefill checkpoint's block and the speculative blocks where the group has them
+            # (a state cached in the same step, which the group refuses, is forgotten after
+            # every op: `mamba_step`)
+            device = device + 1 + MAMBA_STEP_MOST + (self.trace.mamba_checkpoint > 0) + \
+                self.trace.mamba_speculative
+            host += 1
         if self.device_free < device or self.host_free < host:
             return []
         self.count(ROOMY_REFUSAL)
@@ -75,16 +80,21 @@ class Admissions:
                             f"and {self.host_free} host blocks free (at most {host})")]
 
 
-def partial_and_mamba(tokens, size, hit, mamba, device_ref) -> tuple[int, int]:
+def partial_and_mamba(tokens, size, hit, mamba, device_ref, hash_size: int = 0,
+                      checkpoint: int = 0, speculative: int = 0) -> tuple[int, int]:
     """Beside a Mamba "align" group ("hisparse cow"): the block more an admission whose hit
     ends inside a block counts in the source group and in the indexer each, for the private
     copy of the shared tail (`_has_partial_local_hit`); and the Mamba group's count
-    (`MambaManager.get_num_blocks_to_allocate`, align mode, no checkpoint or speculative
-    blocks, `oracle/kvmanager/align_count.mamba_count`, which the "mamba align" profile's exact
-    counts share): the blocks past the hit's, one more for the copy of a hit inside a block,
-    capped at the states it writes (its new one and that copy), plus the hit's state if it is
-    free."""
+    (`MambaManager.get_num_blocks_to_allocate`, align mode,
+    `oracle/kvmanager/align_count.mamba_count`, which the "mamba align" profile's exact counts
+    share): the blocks past the hit's and its `speculative` blocks, one more for the copy of a
+    hit inside a block, capped at the states it writes (its new one, that copy, the speculative
+    blocks (a request new to the group) and, with `checkpoint` (the alignment, 0: none), a
+    prefill checkpoint's where the chunk [hit, tokens) reaches a valid one, hashed per
+    `hash_size`), plus the hit's state if it is free. (The retention interval is None here:
+    every chunk may export a checkpoint.)"""
     step = Step(computed=0, new=tokens - hit, tokens=tokens, prompt=tokens, hit=hit,
                 mamba_hit=tuple(mamba))
-    return int(hit % size != 0), mamba_count(Engine(size, size, tokens), step, hit, tokens,
-                                             (), device_ref)
+    engine = Engine(size, hash_size or size, tokens, speculative=speculative,
+                    checkpoint=checkpoint)
+    return int(hit % size != 0), mamba_count(engine, step, hit, tokens, (), device_ref)

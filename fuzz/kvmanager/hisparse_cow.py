@@ -26,7 +26,9 @@ connector's `build_connector_meta` and `update_connector_output`):
 Beside them, the Mamba "align" group's part of the joined reduced checks: its hit cdiv(hit, b)
 blocks, null but the last; after each success its table cdiv(computed, b) blocks, its last not
 null; the rule of which Mamba states a table keeps (`oracle/kvmanager/mamba_align.py`: the
-state its last step read and the one it wrote, nulls elsewhere); its blocks counted in the
+state its last step read, the one it wrote, a prefill checkpoint's and the speculative blocks,
+nulls elsewhere); the state each step reads as the worker sees the table (`align_reads.py`);
+its blocks counted in the
 device pool's exact reference counts (with the device groups' own copy-on-write copies taken
 and released every step, as the scheduler does); the hit's exact length over both pools'
 entries (`hit_length_problems`); the admissions' counts with the Mamba group and the private
@@ -68,6 +70,11 @@ class HostCopies:
         self.host_copies: dict[int, HostCopy] = {}  # destination block -> the copy in flight
         self.copy_number = 0
         self.read_from: dict[int, int] = {}  # rid -> the computed tokens its last step read
+        # what the "align" mode's checks share (`align.py`'s names): each request's Mamba table
+        # after its last step, its last step's prefill checkpoint position; no connector loads
+        self.mamba_rows: dict[int, list] = {}
+        self.checkpoints: dict[int, int] = {}
+        self.loaded_end: dict[int, int] = {}
 
     def take_host_copies(self, rid, hit, hit_source, tables, actual):
         """After a step's command: the host copies it carries, judged against the hit (`hit`
@@ -132,10 +139,22 @@ class HostCopies:
     # -- the Mamba group's part ---------------------------------------------------------------
     def mamba_step(self) -> None:
         """What the scheduler does every step: a new step starts, the device groups'
-        copy-on-write copies are taken and their retained blocks freed."""
+        copy-on-write copies are taken and their retained blocks freed; and the worker forgets
+        the requests no longer running (`align_reads.leave_worker`)."""
         self.read("new_step_starts")
         if self.read("release_copies"):
             self.count(DEVICE_COPIES)
+        self.leave_worker()
+
+    def mamba_step_problems(self, rid, request, tables) -> list[tuple[str, str]]:
+        """After a successful step of `rid` (its computed tokens counted): the prefill
+        checkpoint block it takes, if any (`AlignLockstep._checkpoint`, the "align" mode's), the
+        states its table keeps, then the state the worker reads and writes
+        (`align_reads.read_step_problems`, the "align" mode's own check)."""
+        self.mamba_rows[rid] = list(tables[MAMBA])
+        self._checkpoint(rid, request)
+        return self.mamba_table_problems(rid, tables, request.computed) or \
+            self.read_step_problems(rid, request)
 
     def mamba_hit_problems(self, hit, blocks, request) -> list[tuple[str, str]]:
         """The Mamba group's hit: cdiv(hit, b) blocks, null but the last, which holds the state
@@ -187,11 +206,13 @@ class HostCopies:
 
     def mamba_table_problems(self, rid, tables, computed) -> list[tuple[str, str]]:
         """The Mamba group's table against the states its contract keeps
-        (`oracle/kvmanager/mamba_align.py`, no checkpoint or speculative blocks here): the
-        state its last step read (a partial hit's copy-on-write block in its place) and the
-        one it wrote, nulls elsewhere; cdiv(computed, b) long, its last not null."""
+        (`oracle/kvmanager/mamba_align.py`): the state its last step read (a partial hit's
+        copy-on-write block in its place), the one it wrote, its prefill checkpoint's and the
+        speculative scratch blocks past the state written, nulls elsewhere; cdiv(computed, b)
+        + speculative long, the state written not null."""
         wrong = mamba_align.table_problems(tables[MAMBA], self.read_from.get(rid, 0), computed,
-                                           self.trace.block_size)
+                                           self.trace.block_size, self.checkpoints.get(rid),
+                                           self.trace.mamba_speculative)
         return [("mamba states", f"r{rid}'s Mamba table {short(tables[MAMBA])} {wrong}")] \
             if wrong else []
 

@@ -170,7 +170,9 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
     settings its reduced checks leave out (`fuzz/kvmanager/hisparse.py`)."""
     host = reader.integer(data.get("hisparse", 0), "hisparse", low=0, high=MAX_BLOCKS)
     # a Mamba "align" group beside them with a hash block below the block (the "hisparse cow"
-    # profile: fine-grained hits, the host's copy-on-write), both or neither
+    # profile: fine-grained hits, the host's copy-on-write), both or neither; its prefill
+    # checkpoint block and speculative blocks too (judged as in the "align" mode; no lookahead
+    # slots: HiSparse's counts of them are not modelled)
     cow = values["mamba_mode"] == "align" and bool(values["hash_block_size"])
     others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
                                 "hash_lookahead", "eagle_groups", "prefill_lookahead", "lookahead",
@@ -178,14 +180,16 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
                                 "hash_block_size", "events", "report", "stats",
                                 "mamba_checkpoint", "mamba_speculative")
               if values.get(name, data.get(name)) and
-              not (cow and name in ("mamba_mode", "hash_block_size"))]
+              not (cow and name in ("mamba_mode", "hash_block_size", "mamba_checkpoint",
+                                   "mamba_speculative"))]
     beside = ["a sliding window"] if window else []
     beside += ["caching off"] if not values["caching"] else []
     beside += [", ".join(others)] if others else []
     reader.expect(not host or not beside, "hisparse",
                   f"expected 0 with {' and '.join(beside)} (HiSparse's groups alone, none of "
-                  f"the settings its reduced checks leave out; a Mamba \"align\" group only "
-                  f"with a hash block below the block)", host)
+                  f"the settings its reduced checks leave out; a Mamba \"align\" group, and its "
+                  f"checkpoint and speculative blocks, only with a hash block below the "
+                  f"block)", host)
     return host
 
 

@@ -97,7 +97,10 @@ def build_cow(rng: random.Random, num_ops: int, short: bool = True) -> Trace:
     block); a device pool of 24 to 64 blocks (the Mamba group's states take them too), a host
     pool of 8 to 40; the whole-request check and the watermark as the "hisparse" profile draws
     them; the worker late in half (`hisparse_lag`: at most 1 to 4 ops, 1 or 2 ranks).
-    `short`: every consumer stops short of the block its hit ends in (the profile)."""
+    `short`: every consumer stops short of the block its hit ends in (the profile), and half
+    the traces give the Mamba group a prefill checkpoint block (`Trace.mamba_checkpoint`), half
+    speculative blocks (`Trace.mamba_speculative`; no lookahead slots: the codec refuses them
+    beside HiSparse)."""
     size = rng.choice((4, 4, 8) if short else (2, 4, 4, 8))
     hashed = rng.choice([d for d in (1, 2, 4) if d < size])
     blocks = rng.randint(24, 64)
@@ -107,8 +110,14 @@ def build_cow(rng: random.Random, num_ops: int, short: bool = True) -> Trace:
     lag = (rng.randint(1, 4), rng.choice((1, 2)), rng.randrange(2**31)) \
         if rng.random() < 0.5 else ()
     ops = _ops(rng, size, hashed, blocks, num_ops, short)
+    # a Mamba prefill checkpoint block in half the profile's traces, its alignment a hash block
+    # or a token (drawn after every other draw: a trace without one is as before it)
+    checkpoint = rng.choice((hashed, 1)) if short and rng.random() < 0.5 else 0
+    # multi-token prediction's speculative Mamba blocks (1 or 2) in half, drawn after that
+    speculative = rng.randint(1, 2) if short and rng.random() < 0.5 else 0
     return Trace(blocks, size, 0, 1024, ops, None, fit, None, watermark, hisparse=host,
                  hisparse_lag=lag, mamba_mode="align", hash_block_size=hashed,
+                 mamba_checkpoint=checkpoint, mamba_speculative=speculative,
                  note="profile hisparse cow" if short else "hisparse cow, pages filled")
 
 

@@ -114,12 +114,17 @@ REACHES = {
         "write-backs reported done", "host pages published", "preempt"]
     + _CONFIGS("HiSparse host source group (reduced checks)"),
     # HiSparse's host copy-on-write beside a Mamba "align" group: partial local hits in the
-    # source group, their copies made, released late, in flight at their request's free
+    # source group, their copies made, released late, in flight at their request's free; the
+    # worker's reads of the Mamba states judged (`align_reads`), prefill checkpoint blocks
+    # taken, speculative blocks
     "hisparse cow": list(hisparse_cow.EVENTS) + [
-        "write-backs reported done", "host pages published", "preempt", "finish"]
+        "write-backs reported done", "host pages published", "preempt", "finish",
+        "Mamba align: a step's state read by the worker",
+        "Mamba align: a step's state copied to a new column", "Mamba prefill checkpoint block"]
     + _CONFIGS("HiSparse host source group (reduced checks)",
                "Mamba align mode, prefix caching on (reduced checks)",
-               "hash block below the block size"),
+               "hash block below the block size", "Mamba prefill checkpoint blocks",
+               "speculative Mamba blocks"),
     # a sliding window alone (the unitary coordinator): EAGLE's hits dropping the window's last
     # block, its sparse block mask, blocks freed as the window moves
     "lone window": ["EAGLE: a window hit drops its last block", "window frees blocks",
