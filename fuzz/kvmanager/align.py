@@ -83,6 +83,7 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
                                          "partial hit: inside a block",
                                          "boundary states offered",
                                          "partial tail handed off at finish",
+                                         "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
@@ -150,8 +151,12 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
             self.count("admission with a hit" if hit else "admission, no hit")
             if hit % self.trace.block_size:
                 self.count("partial hit: inside a block")
+            rows = self._padded(len(request.tokens) - hit, hit, op.chunk, op.pad,
+                                "beside a Mamba group")  # (`padding.py`: its rows judged)
+            held = self.rows_held(rows, op.rows_in_flight)  # (asynchronous: to its `settle`)
             return (yield from self._allocate(op.rid, request, self._chunk(
-                request, hit, min(op.chunk, len(request.tokens) - hit)), hit))
+                request, hit, min(op.chunk, len(request.tokens) - hit)) + rows, hit,
+                0 if held else rows))
         pending = len(request.tokens) - request.computed
         if pending > 0 and request.status == RUNNING:  # (not while its KV load is in flight)
             self.count("prefill chunk")
@@ -235,7 +240,7 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
             self.count(align_retention.CUT)
         return cut
 
-    def _allocate(self, rid, request, new, hit):
+    def _allocate(self, rid, request, new, hit, placeholders: int = 0):
         admission = hit is not None
         args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
                 any(r.status == RUNNING for other, r in self.requests.items() if other != rid),
@@ -281,6 +286,9 @@ class AlignLockstep(AlignDrafts, AlignExternal, AlignCountChecks, AlignHitChecks
                                             rid in self.checkpoints):
             self.count(event)
         request.status = RUNNING
+        if placeholders:  # a padded admission's rows rejected at once (`padding.py`)
+            self.drafted_to[rid] = request.computed  # its table the step's, as after drafts
+            request.computed -= placeholders
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted + problems
 
