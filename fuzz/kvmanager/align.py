@@ -84,6 +84,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                                          "partial hit: inside a block",
                                          "boundary states offered",
                                          "partial tail handed off at finish",
+                                         "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
@@ -152,8 +153,12 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             self.count("admission with a hit" if hit else "admission, no hit")
             if hit % self.trace.block_size:
                 self.count("partial hit: inside a block")
+            rows = self._padded(len(request.tokens) - hit, hit, op.chunk, op.pad,
+                                "beside a Mamba group")  # (`padding.py`: its rows judged)
+            held = self.rows_held(rows, op.rows_in_flight)  # (asynchronous: to its `settle`)
             return (yield from self._allocate(op.rid, request, self._chunk(
-                request, hit, min(op.chunk, len(request.tokens) - hit)), hit))
+                request, hit, min(op.chunk, len(request.tokens) - hit)) + rows, hit,
+                0 if held else rows))
         pending = len(request.tokens) - request.computed
         if pending > 0 and request.status == RUNNING:  # (not while its KV load is in flight)
             self.count("prefill chunk")
@@ -238,7 +243,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             self.count(align_retention.CUT)
         return cut
 
-    def _allocate(self, rid, request, new, hit):
+    def _allocate(self, rid, request, new, hit, placeholders: int = 0):
         admission = hit is not None
         in_flight = self.align_in_flight(request, admission)  # (`align_async.py`)
         args = (rid, new, hit or 0, admission, admission and self.trace.full_sequence_must_fit,
@@ -287,6 +292,9 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             self.count(event)
         self.flights_allocated(rid, request, in_flight)  # (`align_async.py`)
         request.status = RUNNING
+        if placeholders:  # a padded admission's rows rejected at once (`padding.py`)
+            self.drafted_to[rid] = request.computed  # its table the step's, as after drafts
+            request.computed -= placeholders
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted + problems
 

@@ -31,7 +31,7 @@ class AllocationMapping:
                 connector["delay_cache_blocks"]:
             return self._connector_admission(tracked, n, hit, whole, connector)
         left = len(tracked.tokens) - hit
-        pad = padding(self.kvfuzz_session.header, n, left, hit)
+        pad = padding(self.kvfuzz_session.header, n, left, hit, align=True)
         if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots admits {n} new tokens of a request with "
                          f"{left} left after its hit")

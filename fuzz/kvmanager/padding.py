@@ -17,7 +17,20 @@ Where the scheduler pads (its conditions read from the waiting loop of `Schedule
 - under asynchronous scheduling as without it (the condition does not read it): the
   admission's call is the same, only the request's state after it differs (`lock step`).
 Never the admission of an asynchronous load itself: it computes no tokens (`num_new_tokens`
-0, before the padding is looked at). Standard library only."""
+0, before the padding is looked at). Standard library only.
+
+Beside a Mamba "align" group (`need_mamba_block_aligned_split`) the padded count goes through
+`_mamba_block_aligned_split` (scheduler.py 1349-1370, 546-658), and where the split changes it
+the padding is dropped whole (`num_new_tokens = 1`, `pad_spec_decode = False`): never shortened.
+The split returns the count unchanged where the step starts at or past `prefill_end = max(
+num_prompt_tokens, num_tokens - 1)`, so a request with output tokens (a preempted one
+readmitted: MAMBA_MTP's seed 70) always keeps its padding; a prompt whose hit leaves its last
+token keeps it unless a mandatory stop falls strictly inside the rows (the next block boundary
+of a start inside a block: a partial hit; the partial tail's or a shared-prefix junction's
+stop). The guard reads which from the call's token count (`padding`: 1 + k padded, 1 not); the
+trace's `pad` is what the scheduler kept, and the reduced mode (`fuzz/kvmanager/align.py`)
+judges the padded step over its 1 + k rows (the Mamba table as the step allocated it until the
+request's next step, as after rejected drafts), the rows rolled back at once."""
 
 from __future__ import annotations
 
@@ -35,13 +48,16 @@ def placeholder_rows(trace, left: int, computed: int, chunk: int, pad: int) -> i
     return pad if computed + 1 + pad + 1 <= trace.max_model_len else 0
 
 
-def padding(header, n: int, left: int, computed: int) -> int:
+def padding(header, n: int, left: int, computed: int, align: bool = False) -> int:
     """The placeholder rows among a waiting request's `n` new tokens that the guard maps to a
     padded `schedule` or `connect`: `n - 1` where the lock step's rule pads as many; else 0
-    (the guard then refuses an `n` past `left`). Never with a Mamba group: the scheduler's
-    aligned split may drop the padding, which the guard does not read."""
+    (the guard then refuses an `n` past `left`). With `align` (a plain admission's, not a
+    connector's: the reduced mode's connects read no `pad`) beside a Mamba "align" group too:
+    the scheduler's aligned split runs after the padding and keeps all 1 + k rows or drops
+    them all (`num_new_tokens = 1`), so a call of `n > left` tokens is one it padded (above).
+    Else never with a Mamba group (not mapped: refused by name)."""
     pad = n - 1
-    if not 0 < pad <= MAX_PAD or header.mamba_mode:
+    if not 0 < pad <= MAX_PAD or header.mamba_mode not in ("", "align" if align else ""):
         return 0
     return placeholder_rows(header, left, computed, n, pad)
 

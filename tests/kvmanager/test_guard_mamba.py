@@ -236,3 +236,30 @@ def test_more_than_one_prefill_checkpoint_block_runs_as_the_traces_one(tmp_path)
     assert many.divergence is None and many.header.mamba_checkpoint == 4
     assert many.trace() == one.trace()
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_padded_admission_beside_the_group_runs_guarded_and_replays(tmp_path, monkeypatch):
+    """MAMBA_MTP's seed 70: a preempted request readmitted with one token left after its hit of
+    40, padded by the scheduler with 2 placeholder drafts (`pad_spec_decode`; the aligned split
+    keeps the rows of a request with output tokens: `padding.py`), mapped to a `schedule` with
+    `pad` and judged in the reduced mode over its 3 rows. Mapped as the token alone, the lock
+    step's allocation is not the engine's: caught."""
+    from kvfuzz.fuzz.kvmanager import guard_steps
+    from kvfuzz.strategies.kvmanager.trace import Schedule
+
+    session = mamba_session(70, None, tmp_path, workload="MAMBA_MTP")
+    guarded = session.manager.kvfuzz_session
+    assert session.finished == session.requests == 10, session
+    assert guarded.divergence is None
+    assert guarded.lock.events["admission padded beside a Mamba group"] == 2, guarded.lock.events
+    assert [op.pad for op in guarded.ops if isinstance(op, Schedule) and op.pad] == [2, 2]
+    recorded = mamba_session(70, None, tmp_path, False, "MAMBA_MTP").manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+    def token_alone(rid, n, pad=0, **more):
+        return Schedule(rid, n - pad, 0, **more)
+    monkeypatch.setattr(guard_steps, "Schedule", token_alone)
+    with pytest.raises(kvfuzz.Mismatch, match=r"allocate_slots\(r\d+, 1, hit \d+\)"):
+        mamba_session(70, None, tmp_path / "alone", workload="MAMBA_MTP")
