@@ -69,7 +69,6 @@ from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep,
                                             state_read)
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
-from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR
 from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, Reset, Sample,
                                                Schedule)
 
@@ -312,31 +311,6 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         else:
             self.checkpoints[rid] = index
             self.count("Mamba prefill checkpoint block")
-
-    def _connector_lookup(self, rid, request):
-        """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
-        adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
-        when its connector holds none of the tokens. None under lookahead hashing: vLLM keeps
-        the legacy hashes with a KV connector, so a scheduler with lookahead hashes has none."""
-        if NO_CONNECTOR in self.unread or self.looked_up or self.trace.hash_lookahead:
-            self.looked_up = False  # (made by the connector's admission: `align_external`)
-            return
-        trace = self.trace
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache)
-        self.count(expected[0])
-        if expected[0] == align_connector.AGREED and expected[1] > 256:
-            self.count(align_connector.AGREED_PAST_256)
-        yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
-                   oracle=None, compare=lambda e, r, actual, raised:
-                   align_connector.lookup_problems(expected, actual, raised))
-
-    def _entries(self, block: int) -> list:
-        """A block's cache entries (hash, group) as the last state read showed them."""
-        entries = self.keys[block] if 0 < block < self.trace.blocks else None
-        return entries if isinstance(entries, list) else [entries]
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

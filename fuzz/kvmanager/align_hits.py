@@ -4,15 +4,17 @@ block, cdiv(hit, b) blocks per group, the Mamba group's null but the last), its 
 attention's whole blocks each cached under the request's hash of that block, the Mamba state
 under its hash of the hit), and since 2026-12-05 its length: exactly what the pool held before
 the lookup gives (`oracle/kvmanager/align_hit.py`, vLLM's hybrid fixed point over the two
-groups' fine-grained lookups). A mixin of `AlignLockstep`: it reads the cache map the last
-state read kept (`AlignPoolChecks`, `self.cache`)."""
+groups' fine-grained lookups). And the lookup a scheduler with a KV connector makes first, and a
+block's cache entries. A mixin of `AlignLockstep`: it reads the cache map the last state read
+kept (`AlignPoolChecks`, `self.cache`)."""
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import crash_problems, short
+from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, short
 from kvfuzz.fuzz.kvmanager import align_connector
 from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
+from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR
 
 
 class AlignHitChecks:
@@ -83,3 +85,28 @@ class AlignHitChecks:
         if problems:
             self.log.append(f"get_computed_blocks(r{rid}) -> {short(actual, 60)}")
         return problems
+
+    def _connector_lookup(self, rid, request):
+        """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
+        adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
+        when its connector holds none of the tokens. None under lookahead hashing: vLLM keeps
+        the legacy hashes with a KV connector, so a scheduler with lookahead hashes has none."""
+        if NO_CONNECTOR in self.unread or self.looked_up or self.trace.hash_lookahead:
+            self.looked_up = False  # (made by the connector's admission: `align_external`)
+            return
+        trace = self.trace
+        expected = align_connector.expectation(
+            request.skip or not trace.caching,
+            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
+            trace.block_size, trace.hash_size, self.cache)
+        self.count(expected[0])
+        if expected[0] == align_connector.AGREED and expected[1] > 256:
+            self.count(align_connector.AGREED_PAST_256)
+        yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
+                   oracle=None, compare=lambda e, r, actual, raised:
+                   align_connector.lookup_problems(expected, actual, raised))
+
+    def _entries(self, block: int) -> list:
+        """A block's cache entries (hash, group) as the last state read showed them."""
+        entries = self.keys[block] if 0 < block < self.trace.blocks else None
+        return entries if isinstance(entries, list) else [entries]
