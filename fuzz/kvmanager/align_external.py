@@ -16,7 +16,9 @@ no new tokens, caching delayed, `reserved_blocks`, `skip_zeroing_group_ids` the 
 writes). A load reported done caches the request's blocks (`cache_blocks`), the last token of
 a prompt loaded whole computed again; a failed one (with two groups always the request's
 whole: `failed_recving`) frees it. A loaded request's next step is an admission with no lookup
-(`resume`).
+(`resume`). Under asynchronous scheduling (`vllm_workloads.MAMBA_ASYNC_CONNECTOR`) that step
+is in flight as any step (`_flying`; `align_async.py`); a load's admission and its report carry
+none (the request waits).
 
 What the worker and the scheduler rely on, checked after each admission with external tokens
 (read from the implementation; `external_problems`), and of the lookup's blocks
@@ -207,6 +209,7 @@ class AlignExternal:
             request.status = LOADING
         else:
             self._checkpoint(rid, request)
+            self._flying(rid, request)
             request.status, self.stepped = RUNNING, rid
         yield Call("", "set_computed", (rid, request.computed, request.status), oracle=None)
         return problems
@@ -310,6 +313,7 @@ class AlignExternal:
         self.loaded_end.pop(rid, None)
         self.read_from[rid], request.computed = start, start + new
         self._checkpoint(rid, request)
+        self._flying(rid, request)
         request.status, self.stepped = RUNNING, rid
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
         return counted
@@ -317,8 +321,9 @@ class AlignExternal:
     @handles(RemoveSkipped)
     def remove_skipped(self, op: RemoveSkipped):
         """The scheduler's `remove_skipped_blocks(request, computed - in flight)` before a
-        connector's `request_finished` (`_connector_finished`; none in flight here: no
-        asynchronous scheduling in this mode). `MambaManager.remove_skipped_blocks` frees the
+        connector's `request_finished` (`_connector_finished`; none in flight here: the
+        guard refuses a finish with tokens in flight, which its sessions never make as they
+        finish at `max_tokens`, and no profile makes one). `MambaManager.remove_skipped_blocks` frees the
         states before the one of its last processed token, as a step does first
         (`mamba_align.py`: every block below (p - 1) // b, null in its place): exactly those
         nulled, every other position of both tables as it was (full attention skips none); the
@@ -349,6 +354,12 @@ class AlignExternal:
             self.read_from[rid] = processed
             self.checkpoints.pop(rid, None)
         return []
+
+    def _flying(self, rid, request) -> None:
+        """A synchronous load's admission step, or a loaded request's first step: in flight
+        under asynchronous scheduling as any step (`align_async.flights_allocated`: the
+        engine's next allocation of it passes its tokens)."""
+        self.flights_allocated(rid, request, 0)
 
     def as_loaded(self, rid, request):
         """`request` as the boundary hand-offs judge it: a loaded one at its loaded end (a

@@ -211,3 +211,8 @@ MAMBA_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, bloc
 MAMBA_PARTIAL_CONNECTOR = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
                                    max_batched_tokens=16, hash_block_size=2,
                                    fake_connector=True)
+# MAMBA_CONNECTOR under vLLM's AsyncScheduler (MAMBA_ASYNC's tokens in flight beside the
+# connector's asynchronous loads: their admission and report carry none, `guard_async.py`)
+MAMBA_ASYNC_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                                 max_batched_tokens=16, fake_connector=True,
+                                 async_scheduling=True)
