@@ -3,8 +3,9 @@ own synchronous scheduler (fuzz/kvmanager/guard_mamba_connector.py,
 `vllm_workloads.MAMBA_CONNECTOR`: asynchronous loads only, done or failed whole), judged in the
 reduced mode (fuzz/kvmanager/align_external.py): sessions clean, the same as unguarded, their
 recordings the guarded trace and replaying clean; each mapping, removed, failing; the catalogue
-mutant a finish's `remove_skipped_blocks` alone shows caught with a file that replays. Skips
-without vLLM (slow tier)."""
+mutant a finish's `remove_skipped_blocks` alone shows caught with a file that replays; and the
+same connector under vLLM's AsyncScheduler (`MAMBA_ASYNC_CONNECTOR`). Skips without vLLM (slow
+tier)."""
 
 import pytest
 
@@ -195,3 +196,32 @@ def _finish_counts_a_token_more():
             return super().remove_skipped_blocks(request_id, processed_computed_tokens + 1,
                                                  num_prompt_tokens)
     return FinishFreesOneMore
+
+
+def test_the_connector_beside_a_mamba_group_under_async_scheduling(tmp_path, monkeypatch):
+    """MAMBA_ASYNC_CONNECTOR (MAMBA_CONNECTOR under vLLM's AsyncScheduler): session 0 clean,
+    the same as unguarded, recorded equal and replaying; a loaded request's first step is in
+    flight as any step (`align_external._flying`): without that the lock step's next
+    allocation of it passes no tokens in flight where the engine passes that step's."""
+    from kvfuzz.fuzz.kvmanager import align_async, align_external as ext
+    from kvfuzz.fuzz.kvmanager.vllm_scheduler import MAMBA_ASYNC_CONNECTOR, run_session
+
+    name = "MAMBA_ASYNC_CONNECTOR"
+    run = session(0, tmp_path, workload=name)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    assert guarded.header.async_scheduling and guarded.header.mamba_mode == "align"
+    for reached in (ext.LOAD, ext.DONE, ext.RESUMED, align_async.STEP, align_async.READ):
+        assert guarded.lock.events.get(reached), (reached, guarded.lock.events)
+    plain = run_session(0, None, workload=MAMBA_ASYNC_CONNECTOR)
+    assert (run.steps, run.scheduled_tokens, run.preemptions, run.loads) == \
+        (plain.steps, plain.scheduled_tokens, plain.preemptions, plain.loads)
+    recorded = session(0, tmp_path, check=False, workload=name).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert not list(tmp_path.glob("*.json"))
+
+    monkeypatch.setattr(ext.AlignExternal, "_flying", lambda self, rid, request: None)
+    with pytest.raises(kvfuzz.Mismatch, match=r"CallMismatch: the lock step allocates with "
+                                              r".*, the engine \d+ tokens, \d+ in flight"):
+        session(0, tmp_path, workload=name)
