@@ -43,8 +43,10 @@ class AlignDrafts:
             return
         if op.rejected:
             # vLLM's Mamba table stays as the draft step allocated it, its scratch blocks past
-            # the state of the step's last token, until the next step (`align_pool.py`)
-            self.drafted_to[op.rid] = end
+            # the state of the step's last token, until the next step (`align_pool.py`); under
+            # asynchronous scheduling the next step may be allocated already, its drafts rolled
+            # back at an earlier settle: the table stays that step's, the largest end since
+            self.drafted_to[op.rid] = max(end, self.drafted_to.get(op.rid, 0))
             self.count(ROLLED_BACK)
             yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
         # (under asynchronous scheduling what is processed: its tokens in flight left out, as
