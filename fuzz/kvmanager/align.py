@@ -283,7 +283,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         if admission:  # its blocks cached so far: the hit's, none past it
             self.cached_upto[rid] = hit or 0
         self.read_from[rid] = request.computed + (hit or 0)
-        self.drafted_to.pop(rid, None)  # (a refused step leaves the table: `align_drafts.py`)
+        self.drafts_allocated(rid, request.computed + (hit or 0) + new)  # (`align_drafts.py`)
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
         for event in align_lookahead.events(self.trace, hit, request.computed,

@@ -30,7 +30,8 @@ from kvfuzz.strategies.kvmanager.trace import Placeholder
 STEP = "Mamba align: a step with tokens in flight"
 KEPT = "Mamba align: a state kept for a step in flight"
 READ = "Mamba align: a step in flight's state still held"
-EVENTS = (STEP, KEPT, READ)
+DRAFTS = "Mamba align: draft tokens in flight"
+EVENTS = (STEP, KEPT, READ, DRAFTS)
 
 
 class AlignAsync:
@@ -124,13 +125,19 @@ class AlignAsync:
         if not self.align:
             return (yield from super().placeholder(op))
         request = self.requests.get(op.rid)
-        # (draft tokens in flight: not in this mode, the codec refuses them)
+        # With drafts (speculative Mamba blocks): the token, its drafts counted computed past
+        # the request's tokens until the `settle` rolls the rejected back, as `AsyncOps`; a
+        # request that sat out a step (its last token uncomputed) schedules them too
+        new = 1 + op.drafts
         if request is None or request.status != RUNNING or not self.trace.async_scheduling or \
-                op.drafts or request.computed < len(request.tokens) or \
-                request.computed + 1 >= self.trace.max_model_len:
+                request.computed < len(request.tokens) - (1 if op.drafts else 0) or \
+                request.computed + new >= self.trace.max_model_len:
             return
         self.count("placeholder slot (token in flight)")
         if request.computed % self.trace.block_size == 0:
             self.count("placeholder slot into a new block")
-        yield Call(f"allocate_slots(r{op.rid}, 1): the slot of the token in flight")
-        return (yield from self._allocate(op.rid, request, 1, None))
+        if op.drafts:
+            self.count(DRAFTS)
+        drafts = f" and {op.drafts} drafts" if op.drafts else ""
+        yield Call(f"allocate_slots(r{op.rid}, {new}): the slot of the token in flight{drafts}")
+        return (yield from self._allocate(op.rid, request, new, None))

@@ -15,7 +15,8 @@ from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.strategies.kvmanager.trace import Settle
 
 ROLLED_BACK = "Mamba align: drafts rolled back at a settle"
-EVENTS = (ROLLED_BACK,)
+SHORTER = "Mamba align: a step short of the last draft step's table"
+EVENTS = (ROLLED_BACK, SHORTER)
 
 
 class AlignDrafts:
@@ -26,6 +27,17 @@ class AlignDrafts:
         """A running request's tokens this `schedule` allocates: with drafts the synchronous
         draft step's (its last token and the drafts there is room for), else the chunk's."""
         return self.draft_step(op, request, pending) if op.drafts else min(op.chunk, pending)
+
+    def drafts_allocated(self, rid, end: int) -> None:
+        """After a successful allocation to `end` tokens: the table is that step's, but where
+        an earlier draft step (its rejected drafts rolled back) reached past `end` (under
+        asynchronous scheduling a step without drafts after one with them): vLLM's
+        `allocate_new_blocks` then allocates nothing and the table stays the draft step's.
+        (A refused step leaves the table as it was, its draft end kept.)"""
+        if self.drafted_to.get(rid, 0) <= end:
+            self.drafted_to.pop(rid, None)
+        else:
+            self.count(SHORTER)
 
     @handles(Settle)
     def settle(self, op: Settle):
@@ -43,8 +55,10 @@ class AlignDrafts:
             return
         if op.rejected:
             # vLLM's Mamba table stays as the draft step allocated it, its scratch blocks past
-            # the state of the step's last token, until the next step (`align_pool.py`)
-            self.drafted_to[op.rid] = end
+            # the state of the step's last token, until the next step (`align_pool.py`); under
+            # asynchronous scheduling the next step may be allocated already, its drafts rolled
+            # back at an earlier settle: the table stays that step's, the largest end since
+            self.drafted_to[op.rid] = max(end, self.drafted_to.get(op.rid, 0))
             self.count(ROLLED_BACK)
             yield Call("", "set_computed", (op.rid, request.computed, RUNNING), oracle=None)
         # (under asynchronous scheduling what is processed: its tokens in flight left out, as

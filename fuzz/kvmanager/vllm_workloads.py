@@ -216,3 +216,10 @@ MAMBA_PARTIAL_CONNECTOR = Workload(mamba="align", mamba_checkpoint=2, block_size
 MAMBA_ASYNC_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                                  max_batched_tokens=16, fake_connector=True,
                                  async_scheduling=True)
+# MAMBA_MTP under vLLM's AsyncScheduler: draft tokens in flight beside the group (each step's
+# `1 + 2` placeholders, the rejected rolled back at its output), judged by the reduced mode's
+# `align_async.py` and `align_drafts.py`
+MAMBA_ASYNC_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                           max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                           drafts=True, mtp_modules=1, lookahead_hashes=False, eagle_drop=False,
+                           async_scheduling=True)

@@ -97,10 +97,7 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
         data.get("mamba_speculative", 0), "mamba_speculative", low=0, high=MAX_LOOKAHEAD)
     reader.expect(not speculative or values["mamba_mode"] == "align", "mamba_speculative",
                   'expected 0 without a Mamba group in mode "align"', speculative)
-    # (draft tokens in flight beside the group: not judged, `fuzz/kvmanager/align_async.py`)
-    reader.expect(not speculative or not values["async_scheduling"], "mamba_speculative",
-                  "expected 0 with asynchronous scheduling (the reduced Mamba mode leaves "
-                  "draft tokens in flight out)", speculative)
+    # (draft tokens in flight beside the group: judged since 2026-12-06, `align_async.py`)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)
     # a pipeline's steps of a request in flight (vLLM's V2 runner: its stages, at most four)

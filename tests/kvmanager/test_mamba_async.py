@@ -12,11 +12,12 @@ from kvfuzz.oracle.kvmanager import align_count, mamba_align
 from kvfuzz.strategies.kvmanager import hybrid, mamba_async
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.codec import from_json
-from kvfuzz.strategies.kvmanager.trace import to_json
+from kvfuzz.strategies.kvmanager.trace import Placeholder, Settle, to_json
 from tests.helpers import with_engine
 
 _ENGINE = with_engine("vllm")  # (slow: it imports vLLM)
 ASYNC = (35, 38, 39)  # seed 0's first "mamba align" traces with tokens in flight
+DRAFTED = (38, 39, 70)  # and the first with draft tokens in flight (speculative Mamba blocks)
 
 
 def test_the_states_kept_for_steps_in_flight():
@@ -41,16 +42,18 @@ def test_the_count_frees_only_below_the_processed_state():
     assert align_count.freed(engine, flying, ref) == ((0, 3, 4), 0)  # the step in flight reads 3
 
 
-def test_the_codec_takes_tokens_in_flight_but_not_draft_ones_or_eagle():
+def test_the_codec_takes_tokens_and_drafts_in_flight_but_not_eagle():
     from dataclasses import replace
 
     trace = hybrid.MAMBA_ALIGN.generate(0, ASYNC[0])
     assert trace.async_scheduling and trace.mamba_mode == "align"
     assert from_json(to_json(trace)) == trace
-    for change, field in (({"mamba_speculative": 1}, "mamba_speculative"),
-                          ({"eagle": True, "async_scheduling": False}, "mamba_mode")):
-        with pytest.raises(FormatError, match=field):
-            from_json(to_json(replace(trace, **change)))
+    # speculative Mamba blocks with tokens in flight: taken since 2026-12-06 (draft tokens in
+    # flight, `align_async.placeholder`)
+    drafted = replace(trace, mamba_speculative=1)
+    assert from_json(to_json(drafted)) == drafted
+    with pytest.raises(FormatError, match="mamba_mode"):
+        from_json(to_json(replace(trace, eagle=True, async_scheduling=False)))
 
 
 def test_the_traces_without_tokens_in_flight_are_the_profiles_own(monkeypatch):
@@ -63,7 +66,29 @@ def test_the_traces_without_tokens_in_flight_are_the_profiles_own(monkeypatch):
     assert flying[:3] == list(ASYNC) and 3 <= len(flying) <= 20, flying
     assert all(made[i] == before[i] for i in range(80) if i not in flying)
     assert not any(made[i] == before[i] for i in flying)
-    assert all(not made[i].mamba_speculative for i in flying)
+    # the synchronous traces with speculative blocks stay synchronous (drafts in flight come
+    # from the draw after the asynchronous one, `test_the_drafts_in_flight_are_drawn_last`)
+    assert all(not before[i].mamba_speculative for i in flying)
+
+
+def test_the_drafts_in_flight_are_drawn_last(monkeypatch):
+    """Speculative blocks and draft tokens in flight are given to a share of the asynchronous
+    traces by the last draw: with it off every other trace is the same and those it drafted
+    are asynchronous without drafts; with it on their placeholders carry k drafts (k below the
+    block size, `mamba_async.drafted`) and their settles roll the rejected back."""
+    before = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
+    monkeypatch.setattr(mamba_async, "DRAFT_SHARE", 0.5)  # (off in the profile: its docs)
+    made = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
+    drafted = [i for i, trace in enumerate(made) if trace != before[i]]
+    assert drafted[:3] == list(DRAFTED), drafted
+    for i in drafted:
+        trace, plain = made[i], before[i]
+        assert plain.async_scheduling and not plain.mamba_speculative
+        assert trace.async_scheduling and 1 <= trace.mamba_speculative < trace.block_size
+        assert trace.lookahead == trace.mamba_speculative and len(trace.ops) == len(plain.ops)
+        drafts = [op.drafts for op in trace.ops if isinstance(op, Placeholder)]
+        assert drafts and set(drafts) == {trace.mamba_speculative}
+        assert any(isinstance(op, Settle) and op.rejected for op in trace.ops)
 
 
 @_ENGINE
@@ -136,3 +161,55 @@ def test_a_guarded_session_catches_a_step_in_flights_state_freed(tmp_path):
         lambda seed: scheduler_session(seed, "in_flight_ignored", tmp_path,
                                        workload="MAMBA_ASYNC"),
         "mutant.vllm.kvmanager.in_flight_ignored", "vllm.kvmanager", seeds=1)
+
+
+@_ENGINE
+def test_the_release_agrees_with_drafts_in_flight(monkeypatch):
+    """The first "mamba align" traces with draft tokens in flight (the draw on) agree, their
+    drafted steps judged (the counts with the drafts in flight, the kept states, the in-flight
+    reads), and a step short of the last draft step's table (index 150, which diverged while
+    the reduced mode set the table to that step's: `align_drafts.drafts_allocated`)."""
+    from kvfuzz.fuzz.kvmanager import align_async, align_drafts
+    from kvfuzz.fuzz.targets import TARGETS
+
+    monkeypatch.setattr(mamba_async, "DRAFT_SHARE", 0.5)
+
+    target = TARGETS["kvmanager"]
+    released, events = target.catalogue.resolve("vllm.kvmanager"), {}
+    for index in DRAFTED + (150,):
+        outcome = target.check(hybrid.MAMBA_ALIGN.generate(0, index), released)
+        assert outcome.divergence is None, (index, outcome.divergence)
+        for name in align_async.EVENTS + align_drafts.EVENTS:
+            events[name] = events.get(name, 0) + outcome.features[name]
+    assert events[align_async.DRAFTS] > 10 and events[align_drafts.ROLLED_BACK] > 5, events
+    assert events[align_drafts.SHORTER], events
+
+
+@_ENGINE
+def test_vllms_async_scheduler_with_drafts_beside_the_group_runs_guarded_and_replays(tmp_path):
+    """`MAMBA_ASYNC_MTP` (MAMBA_MTP under vLLM's AsyncScheduler: 2 drafts a step in flight, the
+    rejected rolled back at each output): sessions 0-1 guarded clean, the same as unguarded,
+    the recording the guarded trace and replaying clean. (Session 1 diverged while a settle
+    set the table's draft end to its own: the next step, allocated before it, is larger.)"""
+    import kvfuzz
+    from kvfuzz.fuzz.kvmanager import align_async, align_drafts, vllm_scheduler
+    from tests.kvmanager.test_guard import scheduler_session
+
+    drafts = rolled = 0
+    for seed in range(2):
+        session = scheduler_session(seed, None, tmp_path, workload="MAMBA_ASYNC_MTP")
+        guarded = session.manager.kvfuzz_session
+        assert session.finished == session.requests == 10, session
+        assert guarded.divergence is None and guarded.header.async_scheduling
+        assert guarded.header.mamba_speculative == 2
+        drafts += guarded.lock.events[align_async.DRAFTS]
+        rolled += guarded.lock.events[align_drafts.ROLLED_BACK]
+        plain = vllm_scheduler.run_session(seed, workload=vllm_scheduler.MAMBA_ASYNC_MTP)
+        assert (plain.steps, plain.scheduled_tokens, plain.preemptions) == \
+            (session.steps, session.scheduled_tokens, session.preemptions)
+        recorded = scheduler_session(seed, None, tmp_path, check=False,
+                                     workload="MAMBA_ASYNC_MTP").manager.kvfuzz_session
+        assert recorded.trace() == guarded.trace()
+        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
+    assert drafts > 50 and rolled > 30, (drafts, rolled)
+    assert not list(tmp_path.glob("*.json"))
