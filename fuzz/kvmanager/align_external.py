@@ -134,8 +134,9 @@ class AlignExternal:
         Mamba group: `guard_mamba_connector.py`), as `connect` checks it."""
         request, trace = self.requests[rid], self.trace
         expected = align_connector.expectation(
-            request.skip or not trace.caching, request.hashes(trace.hash_size),
-            len(request.tokens), trace.block_size, trace.hash_size, self.cache)
+            request.skip or not trace.caching,
+            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
+            trace.block_size, trace.hash_size, self.cache)
         problems = align_connector.lookup_problems(expected, actual, None) or \
             self._lookup_block_problems(request, actual)
         if problems:
