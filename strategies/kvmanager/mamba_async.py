@@ -29,7 +29,7 @@ SHARE = 0.5  # of the traces without speculative blocks or lookahead hashes
 # (`drafted`, drawn after every other draw: the other traces keep their ops). Off: at 0.5
 # "mamba align" index 1390 diverges (a drafted step refused by vLLM where the reduced mode's
 # exact count expects it allocated; docs/upstream-vllm.md, "Draft tokens in flight beside a
-# Mamba align group"), the first 1389 agree
+# Mamba align group"), indices 0-1389 agree
 DRAFT_SHARE = 0.0
 
 
