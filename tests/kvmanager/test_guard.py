@@ -137,6 +137,26 @@ def scheduler_session(seed: int, name: str | None, corpus_dir, check: bool = Tru
         manager_class=None if name is None else impl_of(name).load(), **more)
 
 
+
+def clean_and_replaying(seed: int, workload: str, corpus_dir):
+    """Session `seed` of the released manager under `workload` (a name in `vllm_scheduler`),
+    asserted guarded clean with every request finished, the same as the unguarded run (steps,
+    scheduled tokens, preemptions, loads), recorded equal to the guarded trace and replaying
+    clean on `vllm.kvmanager`; the guarded session's result is returned for its events."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    run = scheduler_session(seed, None, corpus_dir, workload=workload)
+    guarded = run.manager.kvfuzz_session
+    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    plain = vllm_scheduler.run_session(seed, workload=getattr(vllm_scheduler, workload))
+    assert (run.steps, run.scheduled_tokens, run.preemptions, run.loads) == \
+        (plain.steps, plain.scheduled_tokens, plain.preemptions, plain.loads)
+    recorded = scheduler_session(seed, None, corpus_dir, check=False,
+                                 workload=workload).manager.kvfuzz_session
+    assert recorded.trace() == guarded.trace()
+    assert kvfuzz.replay(recorded.save(Path(corpus_dir) / "recorded"), "vllm.kvmanager").ok
+    return run
+
 def test_vllms_scheduler_runs_its_sessions_guarded_with_no_divergence(tmp_path):
     sampled = preempted = 0
     for seed in range(5):

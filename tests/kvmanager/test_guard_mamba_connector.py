@@ -12,7 +12,7 @@ import pytest
 import kvfuzz
 from tests import guarding
 from tests.helpers import needs_engine
-from tests.kvmanager.test_guard import scheduler_session
+from tests.kvmanager.test_guard import clean_and_replaying, scheduler_session
 
 pytestmark = needs_engine("vllm")  # (the slow tier)
 # Sessions 0 and 2: loads done and failed, whole prompts loaded, loads writing some groups
@@ -32,22 +32,13 @@ def session(seed: int, tmp_path, name: str | None = None, check: bool = True,
 
 def test_the_connector_beside_a_mamba_group_runs_guarded_and_replays(tmp_path):
     from kvfuzz.fuzz.kvmanager import align_external as ext
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import MAMBA_CONNECTOR, run_session
 
     events: dict = {}
     for seed in SEEDS:
-        run = session(seed, tmp_path)
-        guarded = run.manager.kvfuzz_session
-        assert guarded.divergence is None and run.finished == run.requests == 10, run
+        guarded = clean_and_replaying(seed, WORKLOAD, tmp_path).manager.kvfuzz_session
         assert guarded.header.mamba_mode == "align"
         for name, count in guarded.lock.events.items():
             events[name] = events.get(name, 0) + count
-        plain = run_session(seed, None, workload=MAMBA_CONNECTOR)
-        assert (run.steps, run.scheduled_tokens, run.preemptions, run.loads) == \
-            (plain.steps, plain.scheduled_tokens, plain.preemptions, plain.loads)
-        recorded = session(seed, tmp_path, check=False).manager.kvfuzz_session
-        assert recorded.trace() == guarded.trace()
-        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     for reached in (ext.LOAD, ext.DONE, ext.FAILED, ext.WHOLE, ext.RESUMED, ext.LAGGING,
                     ext.SOME, ext.SKIPPED, ext.SKIPPED_FREED):
         assert events.get(reached), (reached, events)
@@ -204,21 +195,12 @@ def test_the_connector_beside_a_mamba_group_under_async_scheduling(tmp_path, mon
     flight as any step (`align_external._flying`): without that the lock step's next
     allocation of it passes no tokens in flight where the engine passes that step's."""
     from kvfuzz.fuzz.kvmanager import align_async, align_external as ext
-    from kvfuzz.fuzz.kvmanager.vllm_scheduler import MAMBA_ASYNC_CONNECTOR, run_session
 
     name = "MAMBA_ASYNC_CONNECTOR"
-    run = session(0, tmp_path, workload=name)
-    guarded = run.manager.kvfuzz_session
-    assert guarded.divergence is None and run.finished == run.requests == 10, run
+    guarded = clean_and_replaying(0, name, tmp_path).manager.kvfuzz_session
     assert guarded.header.async_scheduling and guarded.header.mamba_mode == "align"
     for reached in (ext.LOAD, ext.DONE, ext.RESUMED, align_async.STEP, align_async.READ):
         assert guarded.lock.events.get(reached), (reached, guarded.lock.events)
-    plain = run_session(0, None, workload=MAMBA_ASYNC_CONNECTOR)
-    assert (run.steps, run.scheduled_tokens, run.preemptions, run.loads) == \
-        (plain.steps, plain.scheduled_tokens, plain.preemptions, plain.loads)
-    recorded = session(0, tmp_path, check=False, workload=name).manager.kvfuzz_session
-    assert recorded.trace() == guarded.trace()
-    assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     assert not list(tmp_path.glob("*.json"))
 
     monkeypatch.setattr(ext.AlignExternal, "_flying", lambda self, rid, request: None)

@@ -127,25 +127,15 @@ def test_vllms_async_scheduler_beside_the_group_runs_guarded_the_same_and_replay
     """`MAMBA_ASYNC` (vLLM's AsyncScheduler over MAMBA_ALIGN's group): sessions 0-1 guarded clean
     with steps in flight judged, every request finished, the same as unguarded (steps,
     scheduled tokens, preemptions), the recording the guarded trace and replaying clean."""
-    import kvfuzz
-    from kvfuzz.fuzz.kvmanager import align_async, vllm_scheduler
-    from tests.kvmanager.test_guard import scheduler_session
+    from kvfuzz.fuzz.kvmanager import align_async
+    from tests.kvmanager.test_guard import clean_and_replaying
 
     flying = held = 0
     for seed in range(2):
-        session = scheduler_session(seed, None, tmp_path, workload="MAMBA_ASYNC")
-        guarded = session.manager.kvfuzz_session
-        assert session.finished == session.requests == 10, session
-        assert guarded.divergence is None and guarded.header.async_scheduling
+        guarded = clean_and_replaying(seed, "MAMBA_ASYNC", tmp_path).manager.kvfuzz_session
+        assert guarded.header.async_scheduling
         flying += guarded.lock.events[align_async.STEP]
         held += guarded.lock.events[align_async.READ]
-        plain = vllm_scheduler.run_session(seed, workload=vllm_scheduler.MAMBA_ASYNC)
-        assert (plain.steps, plain.scheduled_tokens, plain.preemptions) == \
-            (session.steps, session.scheduled_tokens, session.preemptions)
-        recorded = scheduler_session(seed, None, tmp_path, check=False,
-                                     workload="MAMBA_ASYNC").manager.kvfuzz_session
-        assert recorded.trace() == guarded.trace()
-        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     assert flying > 300 and held > 2000, (flying, held)
     assert not list(tmp_path.glob("*.json"))
 
@@ -191,25 +181,14 @@ def test_vllms_async_scheduler_with_drafts_beside_the_group_runs_guarded_and_rep
     rejected rolled back at each output): sessions 0-1 guarded clean, the same as unguarded,
     the recording the guarded trace and replaying clean. (Session 1 diverged while a settle
     set the table's draft end to its own: the next step, allocated before it, is larger.)"""
-    import kvfuzz
-    from kvfuzz.fuzz.kvmanager import align_async, align_drafts, vllm_scheduler
-    from tests.kvmanager.test_guard import scheduler_session
+    from kvfuzz.fuzz.kvmanager import align_async, align_drafts
+    from tests.kvmanager.test_guard import clean_and_replaying
 
     drafts = rolled = 0
     for seed in range(2):
-        session = scheduler_session(seed, None, tmp_path, workload="MAMBA_ASYNC_MTP")
-        guarded = session.manager.kvfuzz_session
-        assert session.finished == session.requests == 10, session
-        assert guarded.divergence is None and guarded.header.async_scheduling
-        assert guarded.header.mamba_speculative == 2
+        guarded = clean_and_replaying(seed, "MAMBA_ASYNC_MTP", tmp_path).manager.kvfuzz_session
+        assert guarded.header.async_scheduling and guarded.header.mamba_speculative == 2
         drafts += guarded.lock.events[align_async.DRAFTS]
         rolled += guarded.lock.events[align_drafts.ROLLED_BACK]
-        plain = vllm_scheduler.run_session(seed, workload=vllm_scheduler.MAMBA_ASYNC_MTP)
-        assert (plain.steps, plain.scheduled_tokens, plain.preemptions) == \
-            (session.steps, session.scheduled_tokens, session.preemptions)
-        recorded = scheduler_session(seed, None, tmp_path, check=False,
-                                     workload="MAMBA_ASYNC_MTP").manager.kvfuzz_session
-        assert recorded.trace() == guarded.trace()
-        assert kvfuzz.replay(recorded.save(tmp_path / "recorded"), "vllm.kvmanager").ok
     assert drafts > 50 and rolled > 30, (drafts, rolled)
     assert not list(tmp_path.glob("*.json"))
