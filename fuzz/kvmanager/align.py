@@ -55,8 +55,8 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
-                                   align_order, align_drafts, align_lookahead, align_reads,
-                                   align_retention)
+                                   align_order, align_drafts, align_eagle, align_lookahead,
+                                   align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -88,6 +88,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
+                                         *align_eagle.EVENTS,
                                          *align_async.EVENTS)
 
     def build_model(self, trace):
@@ -287,7 +288,8 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
         for event in align_lookahead.events(self.trace, hit, request.computed,
-                                            rid in self.checkpoints):
+                                            rid in self.checkpoints) + align_eagle.events(
+                self.trace, hit, request.computed, rid in self.checkpoints):
             self.count(event)
         self.flights_allocated(rid, request, in_flight)  # (`align_async.py`)
         request.status = RUNNING
@@ -305,7 +307,8 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             else 0
         index = mamba_align.checkpoint_index(self.read_from[rid], request.computed, prefill_end,
                                              trace.block_size, trace.hash_size,
-                                             trace.mamba_checkpoint, trace.hash_lookahead)
+                                             trace.mamba_checkpoint, trace.hash_lookahead,
+                                             trace.eagle)
         if index is None:
             self.checkpoints.pop(rid, None)
         else:
