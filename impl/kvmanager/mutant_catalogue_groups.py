@@ -36,6 +36,14 @@ GROUPS = {
         "num_hash_lookahead_tokens=self.block_pool.num_hash_lookahead_tokens,", "",
         "under lookahead hashing a step reserves its prefill checkpoint at the position hashes "
         "looking no tokens ahead would give (one the request may have no hash of yet)")),
+    # EAGLE's drop beside the group (`Trace.eagle`): the step's checkpoint reserved as if the
+    # Mamba manager's `drop_eagle_checkpoint_block` were off (`get_num_blocks_to_allocate`
+    # alone; the re-keying in `_cache_partial_tail_block` still reads it)
+    "mamba_align_checkpoint_eagle_ignored": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "                self.drop_eagle_checkpoint_block,\n", "                False,\n",
+        "with EAGLE's drop a step reserves its prefill checkpoint where it would without it "
+        "(a token below the chunk's end), not at EAGLE's replay boundary a hash block lower")),
     "mamba_align_speculative_dropped": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",
