@@ -39,7 +39,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
-- with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`.
+- with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
+  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 which blocks are cached (Mamba's checkpoints and

@@ -131,7 +131,8 @@ def _first_divergence(impl="vllm.kvmanager"):
 def test_without_the_lookahead_in_the_checkpoint_the_judge_is_wrong(monkeypatch):
     position = mamba_align.checkpoint_position
     monkeypatch.setattr(mamba_align, "checkpoint_position",
-                        lambda end, hash_size, lookahead=0: position(end, hash_size))
+                        lambda end, hash_size, lookahead=0, eagle=False:
+                        position(end, hash_size))
     found = _first_divergence()
     assert found is not None and "mamba states" in found.report(), found
 
