@@ -44,6 +44,13 @@ GROUPS = {
         "                self.drop_eagle_checkpoint_block,\n", "                False,\n",
         "with EAGLE's drop a step reserves its prefill checkpoint where it would without it "
         "(a token below the chunk's end), not at EAGLE's replay boundary a hash block lower")),
+    # ... and the Mamba group looked one drop unit past the candidate as full attention is
+    # (its finder never drops: the hit can run a unit past full attention's)
+    "mamba_align_eagle_margin_to_mamba": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "if drop_eagle_block and not isinstance(spec, MambaSpec):", "if drop_eagle_block:",
+        "with EAGLE beside a Mamba group the Mamba lookup gets the margin too, and never drops "
+        "it: a hit a hash unit past full attention's")),
     "mamba_align_speculative_dropped": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",
