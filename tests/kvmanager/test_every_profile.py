@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector, cut,
-                                  hisparse_import, hisparse_cow, hisparse_lag, streaming,
-                                  sync_draft_ops)
+from kvfuzz.fuzz.kvmanager import (align_connector, align_events, align_external, async_ops,
+                                  connector, cut, hisparse_import, hisparse_cow, hisparse_lag,
+                                  streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -66,7 +66,7 @@ REACHES = {
                     "Mamba prefill checkpoint block",
                     "sparse retention: a chunk cut at the last cacheable block",
                     "sparse retention: a replay boundary's state written",
-                    align_connector.LAGGING, align_connector.DEEPER]
+                    align_connector.LAGGING, align_connector.DEEPER, *align_events.EVENTS]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
     # full attention last: both groups of Mamba "align" (first) hitting as deep past 256 tokens

@@ -91,8 +91,9 @@ def test_the_profile_draws_lookahead_hashes_last():
             assert not trace.hash_lookahead, index
             continue
         assert trace.prefill_lookahead in (0, trace.hash_lookahead), index
-        assert replace(trace, hash_lookahead=0, prefill_lookahead=0) == \
-            layout.generate(0, index), index
+        # (KV events and stats drawn after these: test_align_events.py)
+        assert replace(trace, hash_lookahead=0, prefill_lookahead=0, events=False,
+                       stats=False) == layout.generate(0, index), index
     assert 12 <= drawn <= 36 and 0 < prefill < drawn, (drawn, prefill)  # a fifth, half
 
 
