@@ -100,7 +100,7 @@ class AlignEvents:
             if not isinstance(event, (Stored, Removed)):
                 return [("KV events", f"{at}: not a Stored, Removed or Cleared: "
                                       f"{short(event)}")]
-            group = align_order._group(ids, event.group) if ids else event.group
+            group = ids.get(event.group, event.group) if ids else event.group
             if isinstance(event, Removed):
                 self.count(REMOVED)
                 gone = [(h, group) for h in event.hashes if view[(h, group)] <= 0]

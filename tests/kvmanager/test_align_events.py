@@ -258,3 +258,19 @@ def test_the_release_agrees_observing_every_trace():
                                          outcome.divergence.report())
         reached.update(outcome.features)
     assert all(reached[name] for name in align_events.EVENTS), reached
+
+
+@with_engine("vllm")
+def test_full_attention_last_its_events_read_by_the_trace_s_group_ids(monkeypatch):
+    """"full last"'s "align" kind (the Mamba group first, `align_order.py`) with both forced on:
+    the release agrees; read by the manager's group ids, its events' kinds are wrong."""
+    from kvfuzz.strategies.kvmanager import streams
+
+    impl = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    traces = [replace(t, events=True, stats=True) for t in
+              (streams.ALONE["full last"].generate(0, i) for i in range(12))
+              if t.mamba_mode == "align"][:3]
+    assert traces and all(KVMANAGER.check(t, impl).divergence is None for t in traces)
+    monkeypatch.setattr(align_events, "align_order", SimpleNamespace(order=lambda trace: None))
+    found = KVMANAGER.check(traces[0], impl).divergence
+    assert found is not None and found.what.startswith("KV events"), found
