@@ -157,6 +157,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A request finishing with tokens in flight beside the group (asynchronous scheduling,
     # `align_async.py`): its partial tail handed off all the same
     "mamba_align_tail_in_flight": r"boundary offload:? +finalize_partial_tail_offloads\(r\d+\)",
+    # KV events beside the group (`align_events.py`): a transient checkpoint's entries dropped
+    # without a Removed, so the events' replay still holds them
+    "mamba_align_checkpoint_removed_silently": r"KV events:? +after the op's \d+ events: the "
+                                               r"KV events say hash \d+ \(group 1\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -176,7 +180,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_eagle_margin_to_mamba": ("mamba align", 0),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
-         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
+         # the first "mamba align" trace of seed 0 observing KV events with a transient
+         # checkpoint dropped (shrunk to 2 ops)
+         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 10)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
