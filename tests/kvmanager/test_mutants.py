@@ -183,7 +183,7 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
          # the first "mamba align" trace of seed 0 observing KV events with a transient
          # checkpoint dropped (shrunk to 2 ops)
-         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 10)}
+         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
