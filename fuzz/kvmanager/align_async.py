@@ -16,8 +16,9 @@ And what the worker does with it: a step in flight reads its state when the work
 after the scheduler allocated the steps after it, so the block it reads must still be the
 request's then, after every op until its output is processed (`flight_read_problems`; a
 request preempted with a step in flight drops that step's output, vLLM's stale output, so only
-running requests are judged). Not here: draft tokens in flight (the codec refuses speculative
-Mamba blocks with asynchronous scheduling) and EAGLE (refused too).
+running requests are judged). Draft tokens in flight (since 2026-12-06): a `placeholder`'s
+drafts, and a `settle` rolling them back judged only where vLLM's scheduler makes one
+(`settle_made`). Not here: EAGLE (the codec refuses it).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def drafted(rng: random.Random, trace):
     rolling the d - accepted rejected back. A `processed` output is the step in flight's
     output the same way (its samples and settle after it), nothing in flight after. A
     preemption or a finish drops the step in flight. So every `settle` follows its output's
-    samples, one a output, rejecting only the drafts of that output's step
+    samples, one an output, rejecting only the drafts of that output's step
     (`align_async.settle_made`). The trace keeps its number of ops (cut there)."""
     # k below the block size: a step of 1 + k >= block-size tokens can take a prefill checkpoint
     # past the request's tokens (in the drafts), where vLLM 0.33.0's partial-tail caching
