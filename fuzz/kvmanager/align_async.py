@@ -16,8 +16,9 @@ And what the worker does with it: a step in flight reads its state when the work
 after the scheduler allocated the steps after it, so the block it reads must still be the
 request's then, after every op until its output is processed (`flight_read_problems`; a
 request preempted with a step in flight drops that step's output, vLLM's stale output, so only
-running requests are judged). Not here: draft tokens in flight (the codec refuses speculative
-Mamba blocks with asynchronous scheduling) and EAGLE (refused too).
+running requests are judged). Draft tokens in flight (since 2026-12-06): a `placeholder`'s
+drafts, and a `settle` rolling them back judged only where vLLM's scheduler makes one
+(`settle_made`). Not here: EAGLE (the codec refuses it).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ STEP = "Mamba align: a step with tokens in flight"
 KEPT = "Mamba align: a state kept for a step in flight"
 READ = "Mamba align: a step in flight's state still held"
 DRAFTS = "Mamba align: draft tokens in flight"
-EVENTS = (STEP, KEPT, READ, DRAFTS)
+UNMADE = "Mamba align: a settle rolling back drafts vLLM never makes, resolved to nothing"
+EVENTS = (STEP, KEPT, READ, DRAFTS, UNMADE)
 
 
 class AlignAsync:
@@ -51,6 +53,8 @@ class AlignAsync:
         # last one's output after the allocation, which the trace's one step in flight drops
         self.flew: tuple[int, list] | None = None
         self.step_read = None  # the column the op's step read (`align_reads`), if it was read
+        # rid -> its tokens at its last allocation or `settle`: an output's `sample`s come after
+        self.output_from: dict[int, int] = {}
 
     def align_in_flight(self, request, admission: bool) -> int:
         """The tokens in flight an allocation passes (none at an admission or when synchronous),
@@ -63,6 +67,7 @@ class AlignAsync:
         and the step itself in flight."""
         if not self.trace.async_scheduling:
             return
+        self.output_from[rid] = len(request.tokens)
         start, checkpoint = self.read_from[rid], self.checkpoints.get(rid)
         steps = self.flight_steps.get(rid, [])
         steps = steps[len(steps) - len(request.flights):] if request.flights else []
@@ -85,6 +90,34 @@ class AlignAsync:
     def flights_forget(self, rid) -> None:
         self.flight_steps.pop(rid, None)
         self.flight_kept.pop(rid, None)
+        self.output_from.pop(rid, None)
+
+    def settle_made(self, op, request) -> bool:
+        """Under asynchronous scheduling, whether a `settle` rolling drafts back is one vLLM
+        0.33.0 makes: `update_from_output` rolls back only the drafts of the step whose output
+        it processes, an output that carries its sampled token (`scheduler.py` 2349-2364,
+        `if scheduled_spec_token_ids and generated_token_ids`), one rollback an output; and it
+        caches `num_computed_tokens - num_in_flight_tokens` (2412-2415), then the request's
+        tokens but the last sampled one (whose slot the next step holds). So: a `sample` since
+        the request's last allocation or settle, and the rollback leaving that count. Else the
+        settle resolves to nothing: the reduced mode cannot judge one, whose `cache_blocks`
+        below the processed count can key the prompt's partial tail (`MambaManager.
+        _cache_partial_tail_block`) and make the next step's copy-on-write ("mamba align" index
+        1390 while `mamba_async.drafted` made such settles). Every settle of vLLM's AsyncScheduler
+        that the guard recorded (MAMBA_ASYNC_MTP, MAMBA_ASYNC, its pipeline, its connector) is
+        one. Settles rejecting none are left as they were."""
+        if not (self.trace.async_scheduling and op.rejected):
+            return True
+        came = len(request.tokens) > self.output_from.get(op.rid, -1)
+        if came and request.computed - op.rejected - request.in_flight == len(request.tokens) - 1:
+            return True
+        self.count(UNMADE)
+        return False
+
+    def settled(self, rid, request) -> None:
+        """After a `settle` that applied: the output is done; the next one samples anew."""
+        if self.trace.async_scheduling:
+            self.output_from[rid] = len(request.tokens)
 
     def flight_read(self, rid) -> None:
         """The column the step just allocated reads (`align_reads`' `step_read`): its block

@@ -21,7 +21,7 @@ EVENTS = (ROLLED_BACK, SHORTER)
 
 class AlignDrafts:
     """Mixed into `AlignLockstep` (its `align`, `requests`, `count`, `rolled_back`,
-    `draft_step`)."""
+    `draft_step`, and `align_async`'s `settle_made`, `settled`)."""
 
     def align_chunk(self, op, request, pending: int) -> int:
         """A running request's tokens this `schedule` allocates: with drafts the synchronous
@@ -51,8 +51,9 @@ class AlignDrafts:
         # `align_async.py`)
         if request is None or request.status != RUNNING or (
                 self.trace.async_scheduling and request.computed < len(request.tokens) - 1) \
-                or not self.rolled_back(op, request):
-            return
+                or not self.settle_made(op, request) or not self.rolled_back(op, request):
+            return  # (`settle_made`: a settle vLLM's asynchronous scheduler makes, `align_async`)
+        self.settled(op.rid, request)
         if op.rejected:
             # vLLM's Mamba table stays as the draft step allocated it, its scratch blocks past
             # the state of the step's last token, until the next step (`align_pool.py`); under

@@ -26,11 +26,11 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Placeholder, Processed, S
 
 SHARE = 0.5  # of the traces without speculative blocks or lookahead hashes
 # of those made asynchronous, the share given speculative blocks and draft tokens in flight
-# (`drafted`, drawn after every other draw: the other traces keep their ops). Off: at 0.5
-# "mamba align" index 1390 diverges (a drafted step refused by vLLM where the reduced mode's
-# exact count expects it allocated; docs/upstream-vllm.md, "Draft tokens in flight beside a
-# Mamba align group"), indices 0-1389 agree
-DRAFT_SHARE = 0.0
+# (`drafted`, drawn after every other draw: the other traces keep their ops). On since
+# 2026-12-06 (index 1390's divergence settled: a settle vLLM never makes, which `drafted` no
+# longer shapes and the reduced mode resolves to nothing; docs/upstream-vllm.md, "Draft tokens
+# in flight beside a Mamba align group")
+DRAFT_SHARE = 0.5
 
 
 def in_flight(rng: random.Random, trace):
@@ -46,45 +46,67 @@ def in_flight(rng: random.Random, trace):
 
 def drafted(rng: random.Random, trace):
     """`trace` (asynchronous) with multi-token prediction's k = 1 or 2 speculative Mamba blocks
-    (below the block size) and k lookahead slots an allocation (vLLM's `num_lookahead_tokens`):
-    each slot of a token in flight (`placeholder`) carries k drafts; the output that comes after
-    the next one (the `sample` after that placeholder: the output of the step before it, as
-    vLLM's AsyncScheduler has it) appends the token and the 0 to k drafts accepted, then its
-    `settle` rolls the rejected back. A request's other ops first resolve the drafts of its
-    step in flight: a decode or a processed output rejects them all (a `settle` with k), as an
-    output that accepted none. The trace keeps its number of ops (cut there)."""
+    (below the block size) and k lookahead slots an allocation (vLLM's `num_lookahead_tokens`),
+    its requests' steps shaped as vLLM 0.33.0's AsyncScheduler makes them (what the guard
+    records of MAMBA_ASYNC_MTP): a running request's step that samples is the slot of the token
+    in flight and k drafts (`placeholder`: a decode becomes one too, as a step without drafts
+    is one the scheduler makes only at max_model_len), and right after it comes the output of
+    the step before it (the one in flight at its allocation): its sampled token and the 0 to d
+    drafts of that step it accepted (`sample`s; d = 0 after a prefill chunk), then its `settle`
+    rolling the d - accepted rejected back. A `processed` output is the step in flight's
+    output the same way (its samples and settle after it), nothing in flight after. A
+    preemption or a finish drops the step in flight. So every `settle` follows its output's
+    samples, one an output, rejecting only the drafts of that output's step
+    (`align_async.settle_made`). The trace keeps its number of ops (cut there)."""
     # k below the block size: a step of 1 + k >= block-size tokens can take a prefill checkpoint
     # past the request's tokens (in the drafts), where vLLM 0.33.0's partial-tail caching
     # asserts (`block_pool._get_partial_block_hash`; docs/upstream-vllm.md), not judged here
     k, ops, out, at = min(rng.randint(1, 2), trace.block_size - 1), trace.ops, [], 0
     if k < 1:
         return trace
-    flying: dict[int, int] = {}  # rid -> the drafts of its step in flight, not yet resolved
+    flying: dict[int, int] = {}  # rid -> the drafts of its step in flight, its output due
+    admitted: set[int] = set()  # rids scheduled since their arrival or preemption (running)
+
+    def output(rid, token):
+        """The output of `rid`'s step in flight: its token, the drafts accepted, the settle."""
+        drafts = flying.pop(rid)
+        accepted = rng.randint(0, drafts)
+        return [Sample(rid, token)] + [Sample(rid, rng.randrange(VOCAB))
+                                       for _ in range(accepted)] + \
+            [Settle(rid, rejected=drafts - accepted)]
+
     while at < len(ops):
         op = ops[at]
         at += 1
         rid = getattr(op, "rid", None)
-        if isinstance(op, Placeholder) and at < len(ops) and isinstance(ops[at], Sample) and \
-                ops[at].rid == rid:
-            out += [replace(op, drafts=k), ops[at]]
-            at += 1
-            earlier = flying.pop(rid, 0)  # (the output's step: the one before this placeholder)
-            if earlier:
-                accepted = rng.randint(0, earlier)
-                out += [Sample(rid, rng.randrange(VOCAB)) for _ in range(accepted)]
-                out.append(Settle(rid, rejected=earlier - accepted))
+        if isinstance(op, (Placeholder, Decode)):
+            token = op.token if isinstance(op, Decode) else rng.randrange(VOCAB)
+            if isinstance(op, Placeholder) and at < len(ops) and \
+                    isinstance(ops[at], Sample) and ops[at].rid == rid:
+                token = ops[at].token
+                at += 1
                 if at < len(ops) and isinstance(ops[at], Settle) and ops[at].rid == rid:
                     at += 1  # (the reshaped output's own settle: this one instead)
+            out.append(Placeholder(rid, drafts=k))
+            if rid not in admitted:
+                continue  # (a request not running yet: the placeholder resolves to nothing)
+            if rid in flying:  # (none: a request that sat out a step, its output processed)
+                out += output(rid, token)
             flying[rid] = k
-            continue
-        if rid in flying and isinstance(op, (Decode, Processed)):
-            out.append(Settle(rid, rejected=flying[rid]) if isinstance(op, Decode) else op)
-            out.append(op if isinstance(op, Decode) else Settle(rid, rejected=flying[rid]))
-            del flying[rid]
-            continue
-        if rid in flying and not isinstance(op, (Sample, Settle)):
-            del flying[rid]  # (a preemption or a finish drops the step's drafts)
-        out.append(op)
+        elif isinstance(op, Processed):
+            out.append(op)
+            if rid in flying:
+                out += output(rid, rng.randrange(VOCAB))
+        elif isinstance(op, (Sample, Settle)):
+            continue  # (only after a reshaped placeholder, taken there)
+        else:
+            if isinstance(op, Schedule):
+                flying[rid] = 0  # a prefill chunk: no drafts (its output samples if final)
+                admitted.add(rid)
+            elif rid is not None:
+                flying.pop(rid, None)  # (a preemption or a finish drops the step's output)
+                admitted.discard(rid)
+            out.append(op)
     return replace(trace, mamba_speculative=k, lookahead=k, ops=tuple(out[:len(ops)]))
 
 

@@ -75,7 +75,11 @@ class Settle:
     rejected, and the tokens a stop trimmed, rolled back from the request's computed tokens
     first (`update_from_output`: `num_computed_tokens -= num_rejected`), so that what is
     cached is what was processed. Resolves to nothing where a rollback would leave fewer
-    computed tokens than the request has but its last sampled one."""
+    computed tokens than the request has but its last sampled one; beside a Mamba "align" group
+    (the reduced mode) also where vLLM's scheduler makes no such rollback: with no `sample` of
+    its output since the request's last allocation or settle, or leaving other than its tokens
+    but the last processed (`align_async.settle_made`: vLLM rolls back only the drafts of the
+    step whose output it processes, with that output's tokens)."""
 
     rid: int
     rejected: int = field(default=0, metadata=LATER)

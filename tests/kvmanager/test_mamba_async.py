@@ -6,13 +6,15 @@ step in flight reads and what that step writes (`oracle/kvmanager/mamba_align.fl
 align" profile makes such traces in half of those without speculative blocks
 (`strategies/kvmanager/mamba_async.py`)."""
 
+from dataclasses import replace
+
 import pytest
 
 from kvfuzz.oracle.kvmanager import align_count, mamba_align
 from kvfuzz.strategies.kvmanager import hybrid, mamba_async
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager.codec import from_json
-from kvfuzz.strategies.kvmanager.trace import Placeholder, Settle, to_json
+from kvfuzz.strategies.kvmanager.trace import Decode, Placeholder, Sample, Settle, to_json
 from tests.helpers import with_engine
 
 _ENGINE = with_engine("vllm")  # (slow: it imports vLLM)
@@ -43,8 +45,6 @@ def test_the_count_frees_only_below_the_processed_state():
 
 
 def test_the_codec_takes_tokens_and_drafts_in_flight_and_eagle():
-    from dataclasses import replace
-
     trace = hybrid.MAMBA_ALIGN.generate(0, ASYNC[0])
     assert trace.async_scheduling and trace.mamba_mode == "align"
     assert from_json(to_json(trace)) == trace
@@ -75,12 +75,13 @@ def test_the_traces_without_tokens_in_flight_are_the_profiles_own(monkeypatch):
 
 def test_the_drafts_in_flight_are_drawn_last(monkeypatch):
     """Speculative blocks and draft tokens in flight are given to a share of the asynchronous
-    traces by the last draw: with it off every other trace is the same and those it drafted
-    are asynchronous without drafts; with it on their placeholders carry k drafts (k below the
-    block size, `mamba_async.drafted`) and their settles roll the rejected back."""
-    before = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
-    monkeypatch.setattr(mamba_async, "DRAFT_SHARE", 0.5)  # (off in the profile: its docs)
+    traces by the last draw (on since 2026-12-06): with it off every other trace is the same
+    and those it drafted are asynchronous without drafts; with it on their placeholders carry
+    k drafts (k below the block size, `mamba_async.drafted`) and their settles roll the
+    rejected back."""
     made = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
+    monkeypatch.setattr(mamba_async, "DRAFT_SHARE", 0.0)
+    before = [hybrid.MAMBA_ALIGN.generate(0, index) for index in range(80)]
     drafted = [i for i, trace in enumerate(made) if trace != before[i]]
     assert drafted[:3] == list(DRAFTED), drafted
     for i in drafted:
@@ -91,6 +92,81 @@ def test_the_drafts_in_flight_are_drawn_last(monkeypatch):
         drafts = [op.drafts for op in trace.ops if isinstance(op, Placeholder)]
         assert drafts and set(drafts) == {trace.mamba_speculative}
         assert any(isinstance(op, Settle) and op.rejected for op in trace.ops)
+
+
+def output_shape_problems(trace) -> list:
+    """What in a drafted trace's ops vLLM's AsyncScheduler with k drafts a step never makes
+    (the guard's MAMBA_ASYNC_MTP recordings: `P s+ X` a step, `scheduler.py` 2349-2364): a
+    step of one token without drafts (`decode`), or a `settle` that does not end an output of
+    its request: its `sample`s just before it (1 + accepted) with the rejected making the
+    drafts of one step, k (a placeholder's) or 0 (a prefill chunk's)."""
+    problems, run = [], {}  # rid -> the samples since its last other op
+    for at, op in enumerate(trace.ops):
+        rid = getattr(op, "rid", None)
+        if isinstance(op, Decode):
+            problems.append((at, "a decode beside drafts"))
+        if isinstance(op, Settle) and (not run.get(rid) or run[rid] - 1 + op.rejected not in (
+                0, trace.mamba_speculative)):
+            problems.append((at, f"a settle of {op.rejected} after {run.get(rid, 0)} samples"))
+        run[rid] = run.get(rid, 0) + 1 if isinstance(op, Sample) else 0
+    return problems
+
+
+def test_the_drafted_traces_are_shaped_as_vllms_async_scheduler_makes_them():
+    """Every settle of a drafted trace ends its output (after its samples, rejecting what that
+    output's step drafted and did not accept), and no decode: index 1390 diverged on settles
+    that rolled back drafts of a step whose output had not come (docs/upstream-vllm.md, 'Draft
+    tokens in flight beside a Mamba "align" group')."""
+    drafted = [trace for trace in map(lambda i: hybrid.MAMBA_ALIGN.generate(0, i), range(200))
+               if trace.mamba_speculative and trace.async_scheduling]
+    assert len(drafted) >= 8
+    for trace in drafted:
+        assert output_shape_problems(trace) == [], trace.note
+    # (the checker sees main's shapes before 2026-12-06: a settle with no sample, a decode)
+    assert output_shape_problems(replace(drafted[0], ops=(
+        Placeholder(1, 1), Settle(1, 1), Decode(1, 3)))) == [
+        (1, "a settle of 1 after 0 samples"), (2, "a decode beside drafts")]
+
+
+# "mamba align" index 1390 (draws on) shrunk: r6's 4-token prompt, a placeholder with a draft,
+# a settle rejecting it with no output (none of vLLM's), then a placeholder refused by vLLM:
+# that settle's `cache_blocks(r6, 3)` keyed the prompt's partial tail (`_cache_partial_tail_
+# block`) and the next step counted its copy-on-write block
+SHRUNK_1390 = {
+    "format": "kvfuzz-kvmanager-trace/1", "blocks": 30, "block_size": 2, "window": 0,
+    "max_model_len": 13, "retention": 0, "lookahead": 1, "async_scheduling": True,
+    "hash_block_size": 1, "mamba_mode": "align", "mamba_checkpoint": 1,
+    "mamba_speculative": 1, "ops": [
+        {"op": "arrive", "rid": 2, "tokens": [20]}, {"op": "schedule", "rid": 2, "chunk": 10000},
+        {"op": "decode", "rid": 2, "token": 33}, {"op": "arrive", "rid": 4, "tokens": [20]},
+        {"op": "decode", "rid": 2, "token": 6}, {"op": "arrive", "rid": 5, "tokens": [11]},
+        {"op": "schedule", "rid": 5, "chunk": 5}, {"op": "placeholder", "rid": 5, "drafts": 1},
+        {"op": "schedule", "rid": 4, "chunk": 10000},
+        {"op": "placeholder", "rid": 2, "drafts": 1},
+        {"op": "placeholder", "rid": 4, "drafts": 1},
+        {"op": "placeholder", "rid": 4, "drafts": 1},
+        {"op": "arrive", "rid": 6, "tokens": [20, 29, 6, 38]},
+        {"op": "schedule", "rid": 6, "chunk": 10000},
+        {"op": "placeholder", "rid": 5, "drafts": 1},
+        {"op": "placeholder", "rid": 6, "drafts": 1}, {"op": "settle", "rid": 6, "rejected": 1},
+        {"op": "placeholder", "rid": 6, "drafts": 1}]}
+
+
+@_ENGINE
+def test_a_settle_vllm_never_makes_resolves_to_nothing(monkeypatch):
+    """The reduced mode judges a settle rolling drafts back only as vLLM's `update_from_output`
+    makes one (`align_async.settle_made`): index 1390's shrunk case agrees with its settle
+    resolved to nothing, and diverges as it did ("None vs success") where the settle applies."""
+    from kvfuzz.fuzz.kvmanager import align_async
+    from kvfuzz.fuzz.targets import TARGETS
+
+    target = TARGETS["kvmanager"]
+    released, trace = target.catalogue.resolve("vllm.kvmanager"), from_json(SHRUNK_1390)
+    outcome = target.check(trace, released)
+    assert outcome.divergence is None and outcome.features[align_async.UNMADE] == 1
+    monkeypatch.setattr(align_async.AlignAsync, "settle_made", lambda self, op, request: True)
+    outcome = target.check(trace, released)
+    assert "None vs success" in str(outcome.divergence)
 
 
 @_ENGINE
@@ -156,15 +232,13 @@ def test_a_guarded_session_catches_a_step_in_flights_state_freed(tmp_path):
 
 
 @_ENGINE
-def test_the_release_agrees_with_drafts_in_flight(monkeypatch):
-    """The first "mamba align" traces with draft tokens in flight (the draw on) agree, their
+def test_the_release_agrees_with_drafts_in_flight():
+    """The first "mamba align" traces with draft tokens in flight agree, their
     drafted steps judged (the counts with the drafts in flight, the kept states, the in-flight
     reads), and a step short of the last draft step's table (index 150, which diverged while
     the reduced mode set the table to that step's: `align_drafts.drafts_allocated`)."""
     from kvfuzz.fuzz.kvmanager import align_async, align_drafts
     from kvfuzz.fuzz.targets import TARGETS
-
-    monkeypatch.setattr(mamba_async, "DRAFT_SHARE", 0.5)
 
     target = TARGETS["kvmanager"]
     released, events = target.catalogue.resolve("vllm.kvmanager"), {}
