@@ -55,8 +55,8 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
-                                   align_order, align_drafts, align_lookahead, align_reads,
-                                   align_retention)
+                                   align_order, align_drafts, align_lookahead, align_queue,
+                                   align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -64,6 +64,7 @@ from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
+from kvfuzz.fuzz.kvmanager.align_queue import AlignQueueChecks
 from kvfuzz.fuzz.kvmanager.align_reads import AlignReads
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
@@ -73,7 +74,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks,
+class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, AlignExternal,
+                    AlignCountChecks,
                     AlignHitChecks, AlignPoolChecks, AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
@@ -85,6 +87,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                                          "partial tail handed off at finish",
                                          "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
+                                         *align_queue.EVENTS,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
@@ -257,6 +260,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
+        self.queue_alloc = (rid, admission)  # (`align_queue.py`)
         counted = self._count_problems(rid, request, got.actual is not None, new, args[5],
                                        hit=hit, in_flight=in_flight)
         if got.actual is None:
@@ -321,6 +325,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         # taken and released
         self.read("new_step_starts")
         copies = self.read("release_copies")
+        self.queue_op, self.queue_copies = op, copies  # (`align_queue.py`)
         if copies:
             self.count("copy-on-write copies taken")
         offloads = align_order.offloads(  # drained every step, as a connector does
