@@ -40,9 +40,10 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`.
+- which blocks: the free queue after every op and each group's new blocks, predicted from the
+  queue read before it (`fuzz/kvmanager/align_queue.py`; not under an engine's scheduler).
 
-Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
-which blocks are cached (Mamba's checkpoints and
+Not compared in this mode: which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions,
 KV events and stats (the profile observes none) and the scheduler's reads. (The bounds on
 refusals that came before the exact counts still run: `align_refusal.py`.)
