@@ -1,28 +1,29 @@
 """Which blocks, in the reduced mode of a Mamba "align" group (`align.py`): after every op, the
 free queue the released pool must hold and the blocks each group's allocation took, predicted
-from the queue, reference counts and entries read after the op before
+from the queue, reference counts and entries read at the end of the op before
 (`oracle/kvmanager/align_queue.py`), with the op's pool calls in vLLM 0.33.0's order:
 
-- an allocation (`allocate_slots`, a connector's resumed step): the Mamba states
+- an allocation (`allocate_slots`, a connector's admission or resumed step): the Mamba states
   `remove_skipped_blocks` frees (read from the tables: the positions it nulled, freed last
-  first in one call; `mamba_align.table_problems` judges which), then, unless refused, an
-  admission's hit blocks touched, then each group's `get_new_blocks` in the manager's group
-  order (the copy-on-write block of a partial hit first: in the table at the hit's last
-  position for an admission, in no table for a running request, whose cache entries move to
-  it), then the scheduler's release of the copies' endpoints (source, copy, group by group,
-  one call; cached per the entries read after the op, as `cache_blocks` ran before);
-- a finish or a preemption: `free(request)`, each group in the manager's order, the table
-  without its leading nulls, last block first (`request_free`);
+  first in one call; `mamba_align.table_problems` judges which; before any refusal), then,
+  unless refused, an admission's hit blocks touched, a connector's external blocks taken
+  group by group, then each group's new blocks in the manager's group order (the copy-on-write
+  block of a partial hit first: in the table at the hit's last position for an admission, in
+  no table for a running request, whose cache entries move to it), then the scheduler's
+  release of the copies' endpoints (source, copy, group by group, one call; cached per the
+  entries read after the op, as `cache_blocks` ran before);
+- a finish, a preemption or a failed load: `free(request)`, each group in the manager's order,
+  the table without its leading nulls, last block first (`request_free`);
 - every other op of these profiles makes no pool call that moves the queue (an eviction or a
-  reset changes entries only; an output settled caches): the queue as it was.
+  reset changes entries only; an output settled or a load reported caches) but the frees of a
+  connector's `remove_skipped_blocks`: as an allocation's.
 
 What each group took is compared exactly (the blocks the op added to each table, in order,
 against the queue's head after the frees and touches before them), then the whole queue, head
-first; and a block free before the op and not taken keeps its entries (no other block evicted
-for it), but across an eviction or a reset, which the pool-wide checks judge. The numbers of
+first; and, but across an eviction or a reset (the pool-wide checks judge those), a block free
+before the op and not taken keeps its entries (no other block evicted for it). The numbers of
 blocks taken and freed are the other checks' (`align_count.py`, `align_pool.py`); only the
-order is predicted here. A connector's admission with external tokens is not predicted (its
-external blocks' pops per group before any new block's are not told apart here): counted.
+order is predicted here. Not predicted: an engine's scheduler (`queue_problems`).
 """
 
 from __future__ import annotations
