@@ -106,3 +106,21 @@ def test_skipped_frees_are_the_nulled_positions_last_first_scratch_blocks_moved_
     # states at 1 and 3 nulled; the scratch block 7 (speculative 1) relocated to the end
     assert skipped_frees([0, 2, 0, 3, 5, 7], [0, 0, 0, 0, 5, 0, 7, 8], 1) == [3, 2]
     assert skipped_frees([0, 2, 5], [0, 2, 5, 6], 0) == []
+
+
+# (profile alone, index of seed 0, double, label): a connector's admission (its external
+# blocks taken before the new ones) and a Mamba group ordered before full attention's
+OTHERS = [("mamba connector", 0, "PopsFromTail", "which blocks"),
+          ("full last", 4, "FreesFrontFirst", "free queue")]
+
+
+@with_engine("vllm")
+@pytest.mark.parametrize("profile, index, name, label", OTHERS, ids=[o[0] for o in OTHERS])
+def test_the_other_align_profiles_are_judged_too(profile, index, name, label):
+    from kvfuzz.strategies.kvmanager import streams
+
+    trace = streams.ALONE[profile].generate(0, index)
+    assert trace.mamba_mode == "align"
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    found = divergence("kvmanager", trace, _impl(name))
+    assert found is not None and found.what.startswith(label), found
