@@ -43,7 +43,8 @@ class AlignQueueChecks:
     queue_prev: list | None = None   # the free queue at the last read, head first
     queue_tables: dict = {}          # rid -> its tables at the last read (trace group order)
     queue_op = None                  # the op being judged (set by `state`)
-    queue_alloc = None               # (rid, admission) of the op's allocation, if any
+    queue_alloc = None               # the op's allocation, if any: (rid, admission: True or
+    #                                  False), or (rid, EXTERNAL, local hit, external tokens)
     queue_copies = 0                 # copy-on-write copies the op queued
 
     def _admit_external(self, op: Connect, request, local: int, external: int):
