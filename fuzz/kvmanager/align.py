@@ -39,7 +39,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
-- with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`.
+- with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
+  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`.
 - which blocks: the free queue after every op and each group's new blocks, predicted from the
   queue read before it (`fuzz/kvmanager/align_queue.py`; not under an engine's scheduler).
 
@@ -56,8 +57,8 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
-                                   align_order, align_drafts, align_lookahead, align_queue,
-                                   align_reads, align_retention)
+                                   align_order, align_drafts, align_eagle, align_lookahead,
+                                   align_queue, align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -92,6 +93,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
+                                         *align_eagle.EVENTS,
                                          *align_async.EVENTS)
 
     def build_model(self, trace):
@@ -292,7 +294,8 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
         request.computed += (hit or 0) + new
         self._checkpoint(rid, request)
         for event in align_lookahead.events(self.trace, hit, request.computed,
-                                            rid in self.checkpoints):
+                                            rid in self.checkpoints) + align_eagle.events(
+                self.trace, hit, request.computed, rid in self.checkpoints):
             self.count(event)
         self.flights_allocated(rid, request, in_flight)  # (`align_async.py`)
         request.status = RUNNING
@@ -310,7 +313,8 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
             else 0
         index = mamba_align.checkpoint_index(self.read_from[rid], request.computed, prefill_end,
                                              trace.block_size, trace.hash_size,
-                                             trace.mamba_checkpoint, trace.hash_lookahead)
+                                             trace.mamba_checkpoint, trace.hash_lookahead,
+                                             trace.eagle)
         if index is None:
             self.checkpoints.pop(rid, None)
         else:

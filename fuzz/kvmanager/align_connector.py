@@ -8,7 +8,8 @@ attention's tail was evicted or the reverse; the connector's lookup reports the 
 group's own hit as the local prefix and flags (`hit_diverged`) when that hit ran deeper than a
 lagging group, falling back to `get_computed_blocks` (flag False) only where some group hit
 deeper than full attention. In its source: each group looked up on its own
-(`find_longest_cache_hit_per_group`, each capped at `num_tokens - 1`; no EAGLE here); a Mamba
+(`find_longest_cache_hit_per_group`, each capped at `num_tokens - 1`; with EAGLE full attention's looked a unit further and
+dropped); a Mamba
 hit deeper than full attention's sends it to `get_computed_blocks` (the reconciled hit and its
 shared-prefix boundary); else full attention's hit, flagged when the Mamba group's is shorter,
 boundary 0 ("per-group lookups do not detect an uncached shared prefix"). A request that skips
@@ -49,12 +50,14 @@ def boundary(full: int, hit: int) -> int:
 
 
 def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash_size: int,
-                cached) -> tuple[str, int, int, bool]:
+                cached, eagle: bool = False) -> tuple[str, int, int, bool]:
     """(what, hit, boundary, hit_diverged) the lookup must answer, `cached` the pool's
-    (hash, group) keys before it."""
+    (hash, group) keys before it; with `eagle` full attention's own hit after EAGLE's drop
+    (`find_longest_cache_hit_per_group` gives it the margin and the drop, the Mamba group
+    neither)."""
     if skip:
         return SKIPPED, 0, 0, False
-    full, hit = align_hit.hybrid_hits(units, tokens, block_size, hash_size, cached)
+    full, hit = align_hit.hybrid_hits(units, tokens, block_size, hash_size, cached, eagle)
     mamba = align_hit.mamba_hit(units, max(tokens - 1, 0), hash_size, cached)  # its own hit
     if mamba > full:
         return DEEPER, hit, boundary(full, hit), False

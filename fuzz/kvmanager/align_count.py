@@ -31,7 +31,7 @@ class AlignCountChecks:
         trace = self.trace
         return Engine(trace.block_size, trace.hash_size, trace.max_model_len, trace.lookahead,
                       trace.mamba_speculative, trace.mamba_checkpoint, trace.retention == 0,
-                      int(trace.watermark * trace.blocks), trace.hash_lookahead)
+                      int(trace.watermark * trace.blocks), trace.hash_lookahead, trace.eagle)
 
     def _count_problems(self, rid, request, made: bool, new: int, others_running: bool, *,
                         hit: int | None = None, external: int = 0, reserved: int = 0,

@@ -62,7 +62,7 @@ class AlignHitChecks:
                                                          f"boundary {given}, expected 0")]
         size, hashed = trace.block_size, trace.hash_size
         cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
-        full, expected = align_hit.hybrid_hits(units, tokens, size, hashed, cached)
+        full, expected = align_hit.hybrid_hits(units, tokens, size, hashed, cached, trace.eagle)
         if hit == expected:
             edge = align_connector.boundary(full, hit)
             return [] if given == edge else [("prefix hit", (
@@ -98,7 +98,7 @@ class AlignHitChecks:
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache)
+            trace.block_size, trace.hash_size, self.cache, trace.eagle)
         self.count(expected[0])
         if expected[0] == align_connector.AGREED and expected[1] > 256:
             self.count(align_connector.AGREED_PAST_256)

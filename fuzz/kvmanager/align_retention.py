@@ -19,6 +19,13 @@ chunk that steps over e; vLLM's scheduler cuts chunks at those positions, kvfuzz
 not) nothing is judged, and neither is whether the state stays cached later (evictions follow
 the free queue, which the reduced mode does not model).
 
+With EAGLE (`use_eagle`, its drop on) the release keeps two replay boundaries instead,
+`replay_boundaries(P, B, use_eagle=True)`: (P - 1) // B * B - B and P // B * B - B, each at least
+0 (B the scheduler block, the block here: the resend's hit and a longer sibling's, each a block
+below where EAGLE's drop lands them), and the scheduler's last cacheable position moves with
+them (`get_mamba_prefill_checkpoint_position(num_tokens, b, drop)`: num_tokens // b * b - b);
+a step ending at either must leave that state cached (`replay_state_ends`).
+
 Caught: vLLM's line 1601 (`boundary_tokens // alignment_tokens` as `%`: the state kept is at
 another block, or none) and the catalogue's `mamba_align_replay_state_dropped`.
 """
@@ -32,9 +39,9 @@ WRITTEN = "sparse retention: a replay boundary's state written"
 
 
 def judged(trace) -> bool:
-    """Whether the rule applies: retention 0, and the replay boundary P - 1 (no EAGLE drop, no
-    lookahead hashing, which move it)."""
-    return trace.retention == 0 and not trace.eagle and not trace.hash_lookahead
+    """Whether the rule applies: retention 0, no lookahead hashing (the boundary P - 1 may have
+    no hash yet then; EAGLE's two boundaries are judged: `replay_state_ends`)."""
+    return trace.retention == 0 and not trace.hash_lookahead
 
 
 def chunk(trace, request, start: int, new: int) -> int:
@@ -44,9 +51,10 @@ def chunk(trace, request, start: int, new: int) -> int:
         return new
     prefill_end = max(request.prompt, len(request.tokens) - 1)
     checkpoint = mamba_align.checkpoint_index(start, start + new, prefill_end, trace.block_size,
-                                              trace.hash_size, trace.mamba_checkpoint)
+                                              trace.hash_size, trace.mamba_checkpoint,
+                                              eagle=trace.eagle)
     return scheduler_cut(len(request.tokens), start, new, trace.block_size,
-                         checkpoint is not None)
+                         checkpoint is not None, trace.eagle)
 
 
 def step_problem(trace, request, mamba_table: list, entries) -> tuple[bool, str | None]:
@@ -54,10 +62,11 @@ def step_problem(trace, request, mamba_table: list, entries) -> tuple[bool, str 
     if not judged(trace):
         return False, None
     size, hashed = trace.block_size, trace.hash_size
-    end = replay_state_end(request.prompt, size, hashed)
-    return (end > 0 and request.computed == end,
+    ends = replay_state_ends(request.prompt, size, hashed, trace.eagle)
+    return (request.computed in ends and request.computed > 0,
             replay_state_problem(request.prompt, request.computed, mamba_table, entries,
-                                 request.hashes(hashed, trace.hash_lookahead), size, hashed))
+                                 request.hashes(hashed, trace.hash_lookahead), size, hashed,
+                                 trace.eagle))
 
 
 def replay_state_end(prompt: int, block_size: int, hash_size: int) -> int:
@@ -67,33 +76,51 @@ def replay_state_end(prompt: int, block_size: int, hash_size: int) -> int:
     return aligned // block_size * block_size
 
 
+def replay_state_ends(prompt: int, block_size: int, hash_size: int,
+                      eagle: bool = False) -> tuple[int, ...]:
+    """The tokens whose states sparse retention keeps for a replay of a `prompt`-token prompt:
+    `replay_state_end`'s one, or with EAGLE `replay_boundaries`' two (the resend's and a longer
+    sibling's, each a scheduler block below its aligned end; already on the block grid)."""
+    if not eagle:
+        return (replay_state_end(prompt, block_size, hash_size),)
+    resend, extension = (prompt - 1) // block_size * block_size, prompt // block_size * block_size
+    return tuple(sorted({max(resend - block_size, 0), max(extension - block_size, 0)}))
+
+
 def replay_state_problem(prompt: int, computed: int, mamba_table: list, entries,
-                         hashes: list[int], block_size: int, hash_size: int) -> str | None:
+                         hashes: list[int], block_size: int, hash_size: int,
+                         eagle: bool = False) -> str | None:
     """Why the Mamba state a step just wrote breaks the rule above, or None (`computed`: the
     request's tokens after the step; `mamba_table`: its Mamba table after it, without scratch
     blocks; `entries(block)`: that block's cache entries (hash, group); `hashes`: the request's
     hash per `hash_size` tokens)."""
-    end = replay_state_end(prompt, block_size, hash_size)
-    if end <= 0 or computed != end or len(mamba_table) < end // block_size:
+    ends = replay_state_ends(prompt, block_size, hash_size, eagle)
+    end = computed
+    if end <= 0 or computed not in ends or len(mamba_table) < end // block_size:
         return None
     block = mamba_table[end // block_size - 1]
     key = (hashes[end // hash_size - 1], 1)
     if block and key in entries(block):
         return None
+    where = (f"one of EAGLE's replay boundaries {list(ends)}" if eagle else
+             f"replay boundary (tokens {prompt - 1} aligned to {hash_size}, then to blocks of "
+             f"{block_size})")
     return (f"a step to {computed} tokens of a {prompt}-token prompt wrote the state at its "
-            f"replay boundary (tokens {prompt - 1} aligned to {hash_size}, then to blocks of "
-            f"{block_size}), block {block}, and sparse retention (interval 0) did not cache it "
+            f"{where}, block {block}, and sparse retention (interval 0) did not cache it "
             f"under the request's hash of {end} tokens: a resend would not resume there")
 
 
 def scheduler_cut(num_tokens: int, start: int, new: int, block_size: int,
-                  checkpoint: bool) -> int:
+                  checkpoint: bool, eagle: bool = False) -> int:
     """A prefill chunk of `new` tokens from `start` cut where vLLM's scheduler cuts it in align
     mode (`Scheduler._mamba_block_aligned_split`: "never run past the last cacheable block
     boundary mid-chunk", (num_tokens - 1) // b * b, unless the chunk exports its state through
     a prefill checkpoint block, `checkpoint`). For a new request that boundary is the replay
     state's end above, so the state a resend resumes from is written. The scheduler's other
     cuts (block-aligned chunk ends, the partial tail's boundary, shared-prefix junctions) are
-    not modelled: the manager accepts any chunk, and no check depends on them."""
-    last = (num_tokens - 1) // block_size * block_size
+    not modelled: the manager accepts any chunk, and no check depends on them. With EAGLE
+    (`eagle`) the boundary backs off one block: max(num_tokens // b * b - b, 0), the higher of
+    its replay states (`replay_state_ends`)."""
+    last = max(num_tokens // block_size * block_size - block_size, 0) if eagle else \
+        (num_tokens - 1) // block_size * block_size
     return last - start if not checkpoint and start < last < start + new else new

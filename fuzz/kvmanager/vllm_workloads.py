@@ -179,7 +179,8 @@ MAMBA_ASYNC = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=1
 # profile's largest draw). vLLM's config here has lookahead hashes, a prefill lookahead past one
 # token and EAGLE's drop all off: one MTP module (prefill lookahead 1: nothing held back),
 # lookahead hashes and the drop disabled (guard_mamba.py); the trace models the first two
-# beside a Mamba group since 2026-12-06 (the workloads below), not EAGLE's drop (codec.py)
+# beside a Mamba group since 2026-12-06 (the workloads below), and EAGLE's drop too
+# (MAMBA_EAGLE)
 MAMBA_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                      max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                      mtp_modules=1, lookahead_hashes=False, eagle_drop=False)
@@ -194,6 +195,12 @@ MAMBA_MTP_HASHES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blo
 MAMBA_MTP_MODULES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                              max_batched_tokens=16, speculative="mtp", num_speculative=2,
                              drafts=True)
+# MAMBA_MTP with EAGLE's last-block drop on (lookahead hashes off: vLLM's
+# `disable_lookahead_block_hashes`; the scheduler then passes `use_eagle`, so every group takes
+# the drop and the Mamba group's checkpoints follow it): the reduced mode's `align_eagle.py`
+MAMBA_EAGLE = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                       max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
+                       mtp_modules=1, lookahead_hashes=False)
 # MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,

@@ -44,6 +44,21 @@ GROUPS = {
         "num_hash_lookahead_tokens=self.block_pool.num_hash_lookahead_tokens,", "",
         "under lookahead hashing a step reserves its prefill checkpoint at the position hashes "
         "looking no tokens ahead would give (one the request may have no hash of yet)")),
+    # EAGLE's drop beside the group (`Trace.eagle`): the step's checkpoint reserved as if the
+    # Mamba manager's `drop_eagle_checkpoint_block` were off (`get_num_blocks_to_allocate`
+    # alone; the re-keying in `_cache_partial_tail_block` still reads it)
+    "mamba_align_checkpoint_eagle_ignored": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "                self.drop_eagle_checkpoint_block,\n", "                False,\n",
+        "with EAGLE's drop a step reserves its prefill checkpoint where it would without it "
+        "(a token below the chunk's end), not at EAGLE's replay boundary a hash block lower")),
+    # ... and the Mamba group looked one drop unit past the candidate as full attention is
+    # (its finder never drops: the hit can run a unit past full attention's)
+    "mamba_align_eagle_margin_to_mamba": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit",
+        "if drop_eagle_block and not isinstance(spec, MambaSpec):", "if drop_eagle_block:",
+        "with EAGLE beside a Mamba group the Mamba lookup gets the margin too, and never drops "
+        "it: a hit a hash unit past full attention's")),
     "mamba_align_speculative_dropped": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",

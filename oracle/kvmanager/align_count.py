@@ -56,6 +56,7 @@ class Engine:
     retention_zero: bool = False
     watermark: int = 0
     hash_lookahead: int = 0  # the pool's lookahead hashing (moves the checkpoint back)
+    eagle: bool = False  # EAGLE's drop (moves the checkpoint to its replay boundary)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def mamba_count(engine: Engine, step: Step, start: int, main: int, table, ref) -
         count = max(count, 0) + 1
     prefill_end = max(step.prompt, step.tokens - 1) if engine.retention_zero else 0
     index = checkpoint_index(start, main, prefill_end, size, engine.hash_size,
-                             engine.checkpoint, engine.hash_lookahead)
+                             engine.checkpoint, engine.hash_lookahead, engine.eagle)
     if index is not None and not (index >= len(table) or not table[index] or (
             step.allocated and index >= len(table) - spec)):
         index = None

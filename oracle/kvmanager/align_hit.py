@@ -22,6 +22,12 @@ Facts read in the released source:
   every hash boundary; else every block boundary, which is every hash boundary then).
 
 `cached_blocks_this_step` changes what an admission counts, never the hit's length.
+
+With EAGLE (`use_eagle`, no group flagged apart: every group takes the drop) the fixed point's
+one pass looks full attention one drop unit past the cap (`eagle_proof_margin`: the hash block
+here, the block where hashed per block) and drops one (`drop_eagle_block`: min(alignment,
+block), the hash block), then asks the Mamba group with that as its cap, no margin and no drop
+("its finder never drops"): `eagle_full_hit`.
 """
 
 from __future__ import annotations
@@ -58,17 +64,30 @@ def mamba_hit(units: list[int], cap: int, hash_size: int, cached) -> int:
     return 0
 
 
+def eagle_full_hit(units: list[int], cap: int, block_size: int, hash_size: int,
+                   cached) -> int:
+    """Full attention's own hit under EAGLE's drop: looked up to one hash unit past `cap` (and
+    no further than the hashed tokens), then one hash unit dropped (the drop unit and the
+    margin are both the hash block: the hit alignment where it is below the block, the block
+    itself otherwise)."""
+    top = min(cap + hash_size, len(units) * hash_size)
+    hit = full_attention_hit(units, top, block_size, hash_size, cached)
+    return max(hit - hash_size, 0)
+
+
 def hybrid_hits(units: list[int], num_tokens: int, block_size: int, hash_size: int,
-                cached) -> tuple[int, int]:
+                cached, eagle: bool = False) -> tuple[int, int]:
     """(full attention's own hit, the hit `get_computed_blocks` returns) for a request of
     `num_tokens` tokens that reads the cache: the hit is the Mamba group's latest cached state
-    no deeper than full attention's, itself below the last token. Both are asked: the
-    shared-prefix boundary and the connector's lookup read full attention's own."""
-    full = full_attention_hit(units, max(num_tokens - 1, 0), block_size, hash_size, cached)
+    no deeper than full attention's, itself below the last token (with `eagle`, full
+    attention's after EAGLE's drop: `eagle_full_hit`). Both are asked: the shared-prefix
+    boundary and the connector's lookup read full attention's own."""
+    finder = eagle_full_hit if eagle else full_attention_hit
+    full = finder(units, max(num_tokens - 1, 0), block_size, hash_size, cached)
     return full, mamba_hit(units, full, hash_size, cached)
 
 
 def longest_hit(units: list[int], num_tokens: int, block_size: int, hash_size: int,
-                cached) -> int:
+                cached, eagle: bool = False) -> int:
     """The hit `get_computed_blocks` returns (`hybrid_hits`)."""
-    return hybrid_hits(units, num_tokens, block_size, hash_size, cached)[1]
+    return hybrid_hits(units, num_tokens, block_size, hash_size, cached, eagle)[1]

@@ -43,24 +43,31 @@ from __future__ import annotations
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 
-def checkpoint_position(end: int, hash_size: int, lookahead: int = 0) -> int:
+def checkpoint_position(end: int, hash_size: int, lookahead: int = 0, eagle: bool = False) -> int:
     """Where a chunk ending at `end` tokens exports its checkpoint: the last hash boundary that
     leaves a token to recompute and, under lookahead hashing (`lookahead`, the pool's
     `num_hash_lookahead_tokens`), the tokens its hash covers past it: `end - max(1, lookahead)`
-    cut to the hash grid (`get_mamba_prefill_checkpoint_position`, no EAGLE drop; the manager's
-    alignment is the hash block in this profile)."""
+    cut to the hash grid (`get_mamba_prefill_checkpoint_position`; the manager's alignment is
+    the hash block in this profile). With EAGLE (`eagle`: the coordinator sets the manager's
+    `drop_eagle_checkpoint_block`) the checkpoint follows EAGLE's replay boundary instead: `end`
+    cut to the grid less one hash block, no token held back (the drop leaves tokens to
+    recompute)."""
+    if eagle:
+        return max(end // hash_size * hash_size - hash_size, 0)
     return max((end - max(1, lookahead)) // hash_size * hash_size, 0)
 
 
 def checkpoint_index(start: int, end: int, prefill_end: int, block_size: int, hash_size: int,
-                     alignment: int, lookahead: int = 0) -> int | None:
+                     alignment: int, lookahead: int = 0, eagle: bool = False) -> int | None:
     """The table position of the checkpoint block a step computing tokens [start, end) takes, or
     None (`_needs_internal_checkpoint` with `is_mamba_prefill_checkpoint_valid`). `alignment`:
     the spec's `prefill_checkpoint_alignment` (0: no checkpoint blocks); `prefill_end`: the
     prompt's end (past its output tokens but one), or 0 where retention is not 0 (the
-    coordinator then passes 0: every chunk may export one). The table's length before the step,
+    coordinator then passes 0: every chunk may export one); `eagle`: EAGLE's drop
+    (`checkpoint_position`). The table's length before the step,
     cdiv(start, b), is always at most the index here, so that clause always holds."""
-    position, index = checkpoint_position(end, hash_size, lookahead), cdiv(end, block_size) - 2
+    position = checkpoint_position(end, hash_size, lookahead, eagle)
+    index = cdiv(end, block_size) - 2
     valid = (start % hash_size == 0 and index > (start - 1) // block_size
              and start + hash_size <= position and start < position < end
              and (position - start) % alignment == 0) if alignment else False

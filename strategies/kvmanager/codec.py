@@ -66,8 +66,8 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not (local and values["eagle"]), "eagle",
                   "expected false with a chunked-local group (vLLM asserts)", True)
     # A Mamba group: no other second group; in mode "none" or "all" caching off (vLLM refuses
-    # them with it on); "align" (judged in a reduced mode, fuzz/kvmanager/align.py) without
-    # EAGLE, which that mode leaves out (tokens in flight since 2026-12-06: align_async.py).
+    # them with it on); "align" (judged in a reduced mode, fuzz/kvmanager/align.py; tokens in
+    # flight since 2026-12-06: align_async.py; EAGLE since 2026-12-06: align_eagle.py).
     values["mamba_mode"] = mode = data.get("mamba_mode", "")
     reader.expect(mode in ("", "none", "all", "align"), "mamba_mode",
                   'expected "", "none", "all" or "align"', mode)
@@ -75,9 +75,14 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
                   "expected no sliding-window or chunked-local group with a Mamba group", mode)
     reader.expect(mode in ("", "align") or not values["caching"], "mamba_mode",
                   'expected caching off with Mamba mode "none" or "all"', mode)
-    reader.expect(mode != "align" or not values["eagle"],
-                  "mamba_mode", 'expected no EAGLE with Mamba mode "align" (its reduced checks '
-                  'leave it out)', mode)
+    # EAGLE's drop beside an "align" group since 2026-12-06 (`align_eagle.py`): not with a
+    # KV connector's ops (the connector lookups and loads are not modelled with the drop)
+    connector = [op.get("op") for op in data.get("ops", ()) if isinstance(op, dict) and
+                 op.get("op") in CONNECTOR_OPS]
+    reader.expect(mode != "align" or not values["eagle"] or not connector, "eagle",
+                  f'expected false with Mamba mode "align" and a KV connector\'s ops '
+                  f'({connector[0] if connector else ""}: its reduced checks leave the pair '
+                  f'out)', True)
     # Cross-attention: caching off (vLLM's cross-attention manager refuses lookups), and no
     # other second group.
     values["encoder_tokens"] = encoder = reader.integer(
@@ -267,6 +272,11 @@ def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
                   "prefill_lookahead",
                   'expected 0 with a chunked-local, cross-attention or Mamba group in mode '
                   '"none" or "all", or DCP', ahead)
+    # (beside an "align" group with EAGLE's drop, k >= 2 holds k - 1 computed tokens back from
+    # caching in both groups: not modelled, `align_eagle.py`)
+    reader.expect(ahead <= 1 or not (values["mamba_mode"] == "align" and values["eagle"]),
+                  "prefill_lookahead", 'expected at most 1 with EAGLE beside a Mamba group in '
+                  'mode "align" (the k - 1 tokens held back are not modelled there)', ahead)
     return ahead
 
 

@@ -38,8 +38,10 @@ def doubles() -> dict:
             return self.block_pool.get_usage() + 1 / 1024
 
     class MambaHitWrongState(KVCacheManager):
-        def get_computed_blocks(self, request):  # the Mamba hit's state: full attention's block
-            blocks, *rest = super().get_computed_blocks(request)
+        # the Mamba hit's state: full attention's block (the cap passed on: the connector
+        # lookup's fallback passes it)
+        def get_computed_blocks(self, request, *cap):
+            blocks, *rest = super().get_computed_blocks(request, *cap)
             full, mamba = blocks.blocks
             if mamba:
                 blocks = type(blocks)((full, mamba[:-1] + full[-1:]))

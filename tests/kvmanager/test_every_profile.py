@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import (align_connector, align_external, async_ops, connector, cut,
-                                  hisparse_import, hisparse_cow, hisparse_lag, streaming,
-                                  sync_draft_ops)
+from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_external, async_ops,
+                                  connector, cut, hisparse_import, hisparse_cow, hisparse_lag,
+                                  streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -66,9 +66,10 @@ REACHES = {
                     "Mamba prefill checkpoint block",
                     "sparse retention: a chunk cut at the last cacheable block",
                     "sparse retention: a replay boundary's state written",
-                    align_connector.LAGGING, align_connector.DEEPER]
+                    align_connector.LAGGING, align_connector.DEEPER,
+                    align_eagle.HIT, align_eagle.MOVED]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
-               "Mamba prefill checkpoint blocks", "speculative Mamba blocks"),
+               "Mamba prefill checkpoint blocks", "speculative Mamba blocks", "EAGLE"),
     # full attention last: both groups of Mamba "align" (first) hitting as deep past 256 tokens
     "full last": [align_connector.AGREED_PAST_256, "preempt"] + _CONFIGS(
         "full attention's group last", "Mamba", "cross attention",
@@ -297,10 +298,11 @@ def test_the_traces_the_check_was_wrong_on_run_to_their_last_op(profile, index):
     """Found past the indices above, with 1,500 of each profile from index 1000
     (docs/upstream-vllm.md, "Speed"): the release offered the copy of a partial tail whose
     entry `evict_blocks` had dropped. (As found: without the lookahead hashes the "mamba
-    align" profile draws after every other draw since 2026-12-06, which 2268 now carries.)"""
+    align" profile draws after every other draw since 2026-12-06, which 2268 now carries, and
+    without EAGLE's drop, drawn after those since 2026-12-06, which 2306 now carries.)"""
     release = _released()
     trace = replace(KVMANAGER.alone(profile).generator.generate(0, index), hash_lookahead=0,
-                    prefill_lookahead=0)
+                    prefill_lookahead=0, eagle=False)
     outcome = KVMANAGER.check(trace, release)
     if outcome.status != AGREE:
         fail_with(outcome.divergence)

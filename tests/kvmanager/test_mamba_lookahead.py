@@ -91,7 +91,9 @@ def test_the_profile_draws_lookahead_hashes_last():
             assert not trace.hash_lookahead, index
             continue
         assert trace.prefill_lookahead in (0, trace.hash_lookahead), index
-        assert replace(trace, hash_lookahead=0, prefill_lookahead=0) == \
+        # (EAGLE's drop, drawn after these, only where they are off: test_mamba_eagle.py)
+        assert not (trace.eagle and trace.hash_lookahead), index
+        assert replace(trace, hash_lookahead=0, prefill_lookahead=0, eagle=False) == \
             layout.generate(0, index), index
     assert 12 <= drawn <= 36 and 0 < prefill < drawn, (drawn, prefill)  # a fifth, half
 
@@ -129,7 +131,8 @@ def _first_divergence(impl="vllm.kvmanager"):
 def test_without_the_lookahead_in_the_checkpoint_the_judge_is_wrong(monkeypatch):
     position = mamba_align.checkpoint_position
     monkeypatch.setattr(mamba_align, "checkpoint_position",
-                        lambda end, hash_size, lookahead=0: position(end, hash_size))
+                        lambda end, hash_size, lookahead=0, eagle=False:
+                        position(end, hash_size))
     found = _first_divergence()
     assert found is not None and "mamba states" in found.report(), found
 

@@ -66,6 +66,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # looking no tokens ahead would put it: keyed there, past the request's hashes
     "mamba_align_checkpoint_lookahead_ignored": r"assert 0 < num_hash_blocks <= "
                                                 r"len\(request.block_hashes\)|mamba states",
+    # with EAGLE's drop (`Trace.eagle`) its checkpoint reserved where it would be without it
+    "mamba_align_checkpoint_eagle_ignored": r"mamba states:? +r\d+'s Mamba table",
+    # ... and the Mamba lookup given EAGLE's margin (never dropped): a hit past full attention's
+    "mamba_align_eagle_margin_to_mamba": r"prefix hit",
     # its speculative blocks (`Trace.mamba_speculative`) counted but never allocated
     "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
                                        r"\d+ computed tokens in blocks of \d+ and \d+ "
@@ -170,6 +174,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_read_state_freed": ("mamba align", 37),
          # the first "mamba align" trace of seed 0 with lookahead hashes
          PREFIX + "mamba_align_checkpoint_lookahead_ignored": ("mamba align", 13),
+         # the first "mamba align" trace of seed 0 with EAGLE's drop
+         PREFIX + "mamba_align_checkpoint_eagle_ignored": ("mamba align", 0),
+         PREFIX + "mamba_align_eagle_margin_to_mamba": ("mamba align", 0),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
          PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}

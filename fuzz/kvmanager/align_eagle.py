@@ -1,0 +1,45 @@
+"""EAGLE's last-block drop beside a Mamba "align" group (`Trace.eagle`, vLLM's `use_eagle`
+with lookahead hashes off: `disable_lookahead_block_hashes`), in the reduced mode (`align.py`).
+No group is flagged `is_eagle_group` in these traces, so the coordinator flags every group
+(`eagle_group_ids`), the Mamba group too, and sets the Mamba manager's
+`drop_eagle_checkpoint_block`. What the drop changes, read in vllm 0.33.0 and modelled where the
+mode reads it:
+
+- the hit (`HybridKVCacheCoordinator.find_longest_cache_hit`, one pass in this simple hybrid):
+  full attention is looked up one drop unit past the cap (`eagle_proof_margin`: the hash block,
+  or the block where hashed per block) and drops one unit; the Mamba group's finder never drops
+  and gets no margin: the latest cached state no deeper than full attention's after the drop
+  (`oracle/kvmanager/align_hit.eagle_full_hit`); the connector lookup's per-group search
+  (`find_longest_cache_hit_per_group`) likewise for full attention, its shared-prefix boundary
+  full attention's hit after the drop;
+- the Mamba checkpoint (`get_mamba_prefill_checkpoint_position` with the drop): a chunk's end
+  cut to the hash grid less one hash block, no token held back
+  (`mamba_align.checkpoint_position`), which the exact counts, the kept states and the worker's
+  writes all read;
+- under retention 0 the two replay boundaries `replay_boundaries(use_eagle=True)` gives, and the
+  scheduler's last cacheable position a block lower (`align_retention.replay_state_ends`);
+- the groups' cacheable tokens (`get_num_cacheable_tokens`): with one block size and no
+  prefill lookahead past 1 token, what the step computed, which caches the same full blocks as
+  without the drop; the Mamba group's partial tail is keyed as the step's table shows it.
+Not with a KV connector's ops (the codec refuses the pair), nor multi-module MTP's prefill
+lookahead of 2 or more (its k - 1 tokens held back: refused too; docs/upstream-vllm.md).
+"""
+
+from __future__ import annotations
+
+from kvfuzz.oracle.kvmanager import mamba_align
+
+HIT = "EAGLE's drop: a hit beside the Mamba group"
+MOVED = "EAGLE's drop: a Mamba checkpoint at its replay boundary"
+EVENTS = (HIT, MOVED)
+
+
+def events(trace, hit: int | None, computed: int, checkpoint: bool) -> tuple[str, ...]:
+    """The events of an allocation made under EAGLE's drop: a hit of `hit` tokens (None: no
+    admission), and a checkpoint taken at a step to `computed` tokens that the drop moved."""
+    if not trace.eagle:
+        return ()
+    moved = checkpoint and mamba_align.checkpoint_position(
+        computed, trace.hash_size, eagle=True) != mamba_align.checkpoint_position(
+        computed, trace.hash_size)
+    return (HIT,) * bool(hit) + (MOVED,) * moved
