@@ -45,9 +45,10 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   queue read before it (`fuzz/kvmanager/align_queue.py`; not under an engine's scheduler).
 
 Not compared in this mode: which blocks are cached (Mamba's checkpoints and
-their retention, but for the replay boundary's state above), full attention's null positions,
-KV events and stats (the profile observes none) and the scheduler's reads. (The bounds on
-refusals that came before the exact counts still run: `align_refusal.py`.)
+their retention, but for the replay boundary's state above), full attention's null positions
+and the scheduler's reads. (KV events and stats, where a trace observes them: against the
+pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
+exact counts still run: `align_refusal.py`.)
 """
 
 from __future__ import annotations
@@ -56,9 +57,9 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_external,
-                                   align_order, align_drafts, align_eagle, align_lookahead,
-                                   align_queue, align_reads, align_retention)
+from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
+                                   align_events, align_external, align_order, align_drafts,
+                                   align_lookahead, align_queue, align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -77,8 +78,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
 
 
 class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, AlignExternal,
-                    AlignCountChecks,
-                    AlignHitChecks, AlignPoolChecks, AlignReads, KVManagerLockstep):
+                    AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
+                    align_events.AlignEvents, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -94,7 +95,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
                                          *align_eagle.EVENTS,
-                                         *align_async.EVENTS)
+                                         *align_async.EVENTS, *align_events.EVENTS)
 
     def build_model(self, trace):
         self.align = trace.mamba_mode == "align"
@@ -134,6 +135,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
         self.drafted_to: dict[int, int] = {}  # rid -> its draft step's end, rolled back since
         self.start_worker()  # the worker's tables, steps in flight (`align_reads`, `align_async`)
         self.count_configs(trace)
+        self.start_events(trace)  # KV events and stats (`align_events.py`)
         return _Unmodelled()
 
     def initial_problems(self):
@@ -303,6 +305,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
             self.drafted_to[rid] = request.computed  # its table the step's, as after drafts
             request.computed -= placeholders
         yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
+        yield from self.align_record(rid, request, hit)  # an admission's stats (`align_events`)
         return counted + problems
 
     def _checkpoint(self, rid, request) -> None:
@@ -337,9 +340,10 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
             align_order.order(self.trace), self.read("boundary_offloads"))
         if offloads:
             self.count("boundary states offered")
+        observed = self.take_observed()  # KV events and stats (`align_events.py`)
         before = self.keys
-        problems = self._pool_problems()  # (reads the keys afresh)
         rid = getattr(op, "rid", None)
+        problems = self._pool_problems() + self.observed_problems(observed, rid)
         request = self.requests.get(rid)
         # the tail the request's step before cached, if this op copied it (`offload_problems`)
         evicted_tail = self.tails.get(rid) if copies else None

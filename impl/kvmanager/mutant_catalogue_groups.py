@@ -238,6 +238,15 @@ GROUPS = {
         "if num_computed_tokens != boundary_tokens:",
         "a request finishing with tokens in flight hands off its partial tail's block: the "
         "connector reads a state its step in flight may still write")),
+    # KV events beside a Mamba "align" group (`fuzz/kvmanager/align_events.py`): a transient
+    # prefill checkpoint's entries dropped without a Removed. The pool's state is the release's:
+    # only a consumer replaying the events sees the entries it still routes to.
+    "mamba_align_checkpoint_removed_silently": (SINGLE, Mutation(
+        "MambaManager._cache_partial_tail_block",
+        "self.block_pool._maybe_evict_cached_block(checkpoint_block)",
+        "self.block_pool._remove_cached_block_hashes(checkpoint_block)",
+        "in align mode a transient prefill checkpoint's cache entries are dropped with no "
+        "BlockRemoved event: a KV-event consumer still routes to them")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -47,7 +47,7 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
-from kvfuzz.strategies.kvmanager import mamba_async, mamba_eagle
+from kvfuzz.strategies.kvmanager import align_observed, mamba_async, mamba_eagle
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -160,8 +160,8 @@ def build_cross(rng: random.Random, num_ops: int) -> Trace:
 def build_mamba_align(rng: random.Random, num_ops: int) -> Trace:
     """Full attention beside a Mamba group in mode "align" of one block size (2 to 8), prefix
     caching on, hashed per block or (three quarters) per fewer tokens: what turns vLLM's
-    partial hits on; no events or stats (the reduced mode's; EAGLE drawn after: the profile's
-    own `build_mamba_align_profile`); a prefill checkpoint block
+    partial hits on; no events or stats (the reduced mode's; EAGLE, events and stats drawn
+    after: the profile's own `build_mamba_align_profile`); a prefill checkpoint block
     in 85%, multi-token prediction's speculative blocks in 70%. (The profile's own traces:
     tokens in flight in half of the rest, `build_mamba_align_profile`.)"""
     size = rng.choice((2, 4, 4, 8))
@@ -194,13 +194,15 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     lookahead traces are otherwise as before it). (Not with a connector: vLLM keeps the legacy
     hashes with one.) Then tokens in flight in half of those without speculative blocks or
     lookahead, from draws after all these (`mamba_async.py`). Then EAGLE's drop in a quarter
-    of those without lookahead hashes, drawn after every other draw (`mamba_eagle.py`)."""
+    of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share,
+    drawn last (`align_observed.py`)."""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() < 0.2:
         ahead = rng.choice((1, 1, 2, 3))
         trace = replace(trace, hash_lookahead=ahead,
                         prefill_lookahead=ahead if rng.random() < 0.5 else 0)
-    return mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
+    trace = mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
+    return align_observed.observed(rng, trace)  # (drawn last: `align_observed.py`)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

@@ -20,9 +20,9 @@ from dataclasses import replace
 import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
-from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_external, async_ops,
-                                  connector, cut, hisparse_import, hisparse_cow, hisparse_lag,
-                                  streaming, sync_draft_ops)
+from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
+                                   async_ops, connector, cut, hisparse_import, hisparse_cow,
+                                   hisparse_lag, streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -67,7 +67,7 @@ REACHES = {
                     "sparse retention: a chunk cut at the last cacheable block",
                     "sparse retention: a replay boundary's state written",
                     align_connector.LAGGING, align_connector.DEEPER,
-                    align_eagle.HIT, align_eagle.MOVED]
+                    align_eagle.HIT, align_eagle.MOVED, *align_events.EVENTS]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks", "EAGLE"),
     # full attention last: both groups of Mamba "align" (first) hitting as deep past 256 tokens

@@ -160,6 +160,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # The states a step moved past freed front first: only the free queue's order shows it
     # (`align_queue.py`)
     "mamba_align_skipped_front_first": r"free queue:? +after \w+\(r\d+\): expected",
+    # KV events beside the group (`align_events.py`): a transient checkpoint's entries dropped
+    # without a Removed, so the events' replay still holds them
+    "mamba_align_checkpoint_removed_silently": r"KV events:? +after the op's \d+ events: the "
+                                               r"KV events say hash \d+ \(group 1\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -179,7 +183,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_eagle_margin_to_mamba": ("mamba align", 0),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
-         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403)}
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
+         # the first "mamba align" trace of seed 0 observing KV events with a transient
+         # checkpoint dropped (shrunk to 2 ops)
+         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
