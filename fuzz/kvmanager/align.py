@@ -41,9 +41,10 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
   EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`.
+- which blocks: the free queue after every op and each group's new blocks, predicted from the
+  queue read before it (`fuzz/kvmanager/align_queue.py`; not under an engine's scheduler).
 
-Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
-which blocks are cached (Mamba's checkpoints and
+Not compared in this mode: which blocks are cached (Mamba's checkpoints and
 their retention, but for the replay boundary's state above), full attention's null positions
 and the scheduler's reads. (KV events and stats, where a trace observes them: against the
 pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
@@ -58,7 +59,7 @@ from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, nee
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
                                    align_events, align_external, align_order, align_drafts,
-                                   align_lookahead, align_reads, align_retention)
+                                   align_lookahead, align_queue, align_reads, align_retention)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -66,6 +67,7 @@ from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
+from kvfuzz.fuzz.kvmanager.align_queue import AlignQueueChecks
 from kvfuzz.fuzz.kvmanager.align_reads import AlignReads
 from kvfuzz.fuzz.kvmanager.lockstep import (RUNNING, WAITING, KVManagerLockstep, _Request,
                                             state_read)
@@ -75,9 +77,9 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks,
-                    AlignHitChecks, AlignPoolChecks, AlignReads, align_events.AlignEvents,
-                    KVManagerLockstep):
+class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, AlignExternal,
+                    AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
+                    align_events.AlignEvents, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 
@@ -88,6 +90,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                                          "partial tail handed off at finish",
                                          "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
+                                         *align_queue.EVENTS,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
@@ -262,6 +265,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
             return []
         got = yield Call(f"allocate_slots(r{rid}, {new}{f', hit {hit}' if admission else ''})",
                          "allocate_slots", args, oracle=None, compare=_allocation_problems)
+        self.queue_alloc = (rid, admission)  # (`align_queue.py`)
         counted = self._count_problems(rid, request, got.actual is not None, new, args[5],
                                        hit=hit, in_flight=in_flight)
         if got.actual is None:
@@ -329,6 +333,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         # taken and released
         self.read("new_step_starts")
         copies = self.read("release_copies")
+        self.queue_op, self.queue_copies = op, copies  # (`align_queue.py`)
         if copies:
             self.count("copy-on-write copies taken")
         offloads = align_order.offloads(  # drained every step, as a connector does

@@ -24,11 +24,11 @@ class AlignPoolChecks:
         # entries by the trace's group ids, full attention 0 (`align_order.py`)
         ids = align_order.order(self.trace)
         keys, cache = align_order.keys(ids, keys), align_order.cache(ids, cache)
-        held, states = [0] * size, {}
+        held, states, now = [0] * size, {}, {}
         problems = [("free queue links", links)] if links else []
         self.mamba_tables = {}
         for rid, request in self.requests.items():
-            tables = self.read("block_ids", rid)
+            tables = now[rid] = self.read("block_ids", rid)
             self.mamba_tables[rid] = self._states(tables[-1]) if tables else []
             self.mamba_rows[rid] = list(tables[-1]) if tables else []
             self.lengths[rid] = tuple(map(len, tables)) if len(tables) == 2 else None
@@ -70,6 +70,7 @@ class AlignPoolChecks:
             problems.append(("reset", f"a reset that succeeded left {len(cache)} keys cached"))
         problems += [("invariant", text) for text in state_violations(size, ref, queue, keys,
                                                                        cache)]
+        problems += self.queue_problems(queue, ref, keys, now)  # (`align_queue.py`)
         self.ref, self.keys, self.evicted, self.reset_done = list(ref), list(keys), (), False
         self.cache = cache  # what the next admission's lookup finds (`_hit_problems`)
         return problems

@@ -112,6 +112,7 @@ def guard(manager, *, check: bool = True, impl=None, corpus="corpus",
             trace.hash_size, trace.hash_lookahead)
         if session.lock is not None:  # the scheduler takes the zeroing records itself
             session.lock.zeroing_read_only = True
+            session.lock.live_session = True  # (an engine's steps span several ops)
     guarded = GuardedManager(manager, session, driver)
     vars(guarded)["_kvfuzz_infer_async"] = async_scheduling is None
     return guarded

@@ -12,6 +12,14 @@ GROUPS = {
         "MambaManager._remove_blocks_in_range",
         "self.block_pool.free_blocks(freed)", "pass",
         "in align mode the states a request moved past leave its table but are never freed")),
+    # Which blocks (`fuzz/kvmanager/align_queue.py`): the states freed in one call front
+    # first, so the oldest (not the newest) is reused first and the cached ones evicted in
+    # the other order; every count, table and reference the other reduced checks see holds.
+    "mamba_align_skipped_front_first": (SINGLE, Mutation(
+        "MambaManager._remove_blocks_in_range",
+        "self.block_pool.free_blocks(freed)", "self.block_pool.free_blocks(freed[::-1])",
+        "in align mode the states a step moved past go back to the free queue front first "
+        "(the pool reuses, and evicts, them in the other order)")),
     "mamba_align_lookahead_state": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "num_tokens = num_tokens_main_model", "num_tokens = num_tokens",

@@ -157,6 +157,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A request finishing with tokens in flight beside the group (asynchronous scheduling,
     # `align_async.py`): its partial tail handed off all the same
     "mamba_align_tail_in_flight": r"boundary offload:? +finalize_partial_tail_offloads\(r\d+\)",
+    # The states a step moved past freed front first: only the free queue's order shows it
+    # (`align_queue.py`)
+    "mamba_align_skipped_front_first": r"free queue:? +after \w+\(r\d+\): expected",
     # KV events beside the group (`align_events.py`): a transient checkpoint's entries dropped
     # without a Removed, so the events' replay still holds them
     "mamba_align_checkpoint_removed_silently": r"KV events:? +after the op's \d+ events: the "
@@ -198,6 +201,9 @@ _, test_mutant_is_caught_with_a_readable_shrunk_report = \
                  # its first divergence of seed 0: index 43, a "mamba align" trace with draft
                  # tokens (the 42 traces before it take some 4 s of CI)
                  first={PREFIX + "mamba_align_lookahead_state": 43, **CONNECTOR,
+                        # the first "mamba align" trace of seed 0's mix that catches it (the
+                        # mutant agrees on 7 and 22)
+                        PREFIX + "mamba_align_skipped_front_first": 43,
                         # the "deferred frees" profile's first trace of seed 0
                         PREFIX + "deferred_free_reversed": 20,
                         PREFIX + "deferred_free_first_group_only": 20,
