@@ -58,7 +58,8 @@ from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, nee
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
                                    align_events, align_external, align_order, align_drafts,
-                                   align_lookahead, align_reads, align_retention)
+                                   align_lookahead, align_reads, align_retention,
+                                   align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -75,8 +76,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCountChecks,
-                    AlignHitChecks, AlignPoolChecks, AlignReads, align_events.AlignEvents,
+class AlignLockstep(align_async.AlignAsync, align_shared_prefix.AlignSharedPrefix, AlignDrafts,
+                    AlignExternal, AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads, align_events.AlignEvents,
                     KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
@@ -91,7 +92,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
-                                         *align_eagle.EVENTS,
+                                         *align_eagle.EVENTS, *align_shared_prefix.EVENTS,
                                          *align_async.EVENTS, *align_events.EVENTS)
 
     def build_model(self, trace):
@@ -245,7 +246,7 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
         cut = align_retention.chunk(self.trace, request, start, new)
         if cut != new:
             self.count(align_retention.CUT)
-        return cut
+        return self.junction_cut(request, start, cut)  # (`align_shared_prefix.py`)
 
     def _allocate(self, rid, request, new, hit, placeholders: int = 0):
         admission = hit is not None
@@ -361,7 +362,8 @@ class AlignLockstep(align_async.AlignAsync, AlignDrafts, AlignExternal, AlignCou
                 problems += self.read_step_problems(rid, request)
                 self.flight_read(rid)  # (`align_async.py`)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
-                problems += self._retention_problems(rid, request)
+                problems += self._retention_problems(rid, request) + \
+                    self.junction_problems(rid, request)
         self.stepped = None
         problems += self.flight_read_problems()  # (`align_async.py`)
         self.leave_worker()
