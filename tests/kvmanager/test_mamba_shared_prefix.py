@@ -1,0 +1,169 @@
+"""Mamba's shared-prefix checkpoint beside an "align" group (`Trace.mamba_shared_prefix`, vLLM's
+`enable_mamba_shared_prefix_checkpoint`, `fuzz/kvmanager/align_shared_prefix.py`): the codec
+takes it only where vLLM's manager turns it on, the reduced mode cuts a prefill chunk at the
+junction as the scheduler does and asks the junction's state keyed after a step ending there,
+and the "mamba align" profile draws it last (its other traces as before); on the released vLLM
+the profile's traces with it run clean reaching the cut and the keyed state, and the
+catalogue's mutant is caught by that check. The vLLM parts are slow."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from kvfuzz.fuzz.kvmanager import align_shared_prefix
+from kvfuzz.strategies.inputs import FormatError
+from kvfuzz.strategies.kvmanager import hybrid, mamba_shared_prefix
+from kvfuzz.strategies.kvmanager.codec import from_json
+from kvfuzz.strategies.kvmanager.trace import to_json
+from tests.helpers import divergence, needs_engine
+
+
+def _vllm(test):
+    """The test marked as those that import vLLM are (slow; skipped without it)."""
+    for mark in needs_engine("vllm"):
+        test = mark(test)
+    return test
+
+
+def _header(**more) -> dict:
+    return {"format": "kvfuzz-kvmanager-trace/1", "blocks": 12, "block_size": 4, "window": 0,
+            "max_model_len": 64, "mamba_mode": "align", "eagle": True, "hash_block_size": 2,
+            "mamba_shared_prefix": True,
+            "ops": [{"op": "arrive", "rid": 1, "tokens": list(range(9))},
+                    {"op": "schedule", "rid": 1, "chunk": 9}]} | more
+
+
+def test_the_codec_takes_it_only_where_vllm_turns_it_on():
+    trace = from_json(_header())
+    assert trace.mamba_shared_prefix and from_json(to_json(trace)) == trace
+    assert not from_json(_header(mamba_shared_prefix=False)).mamba_shared_prefix
+    assert "mamba_shared_prefix" not in to_json(from_json(_header(mamba_shared_prefix=False)))
+    assert from_json(_header(prefill_lookahead=1)).mamba_shared_prefix
+    # vLLM's manager: EAGLE groups, partial hash hits (a hash block below the Mamba block),
+    # no MTP tokens re-prefilled; a Mamba "align" group and caching for any of it
+    for wrong in ({"eagle": False}, {"hash_block_size": 4}, {"hash_block_size": 0},
+                  {"mamba_mode": "", "hash_block_size": 0}):
+        with pytest.raises(FormatError, match="mamba_shared_prefix"):
+            from_json(_header(**wrong))
+
+
+def _request(prompt: int, boundary: int, computed: int = 0):
+    tokens = tuple(range(100, 100 + prompt))
+    return SimpleNamespace(prompt=prompt, boundary=boundary, computed=computed, tokens=tokens,
+                           hashes=lambda size, lookahead=0: [1000 + end for end in range(
+                               size, prompt + 1, size)])
+
+
+def test_a_chunk_stops_at_the_junction_within_the_prompt():
+    on = SimpleNamespace(mamba_shared_prefix=True)
+    request = _request(20, 10)
+    assert align_shared_prefix.chunk(on, request, 0, 16) == 10
+    assert align_shared_prefix.chunk(on, request, 4, 6) == 6     # ends there: as drawn
+    assert align_shared_prefix.chunk(on, request, 10, 8) == 8    # starts there
+    assert align_shared_prefix.chunk(SimpleNamespace(mamba_shared_prefix=False), request,
+                                     0, 16) == 16
+    assert align_shared_prefix.chunk(on, _request(8, 10), 0, 16) == 16  # past the prompt
+    assert align_shared_prefix.chunk(on, _request(20, 0), 0, 16) == 16  # no junction
+
+
+def test_the_junctions_state_must_be_keyed_after_a_step_to_it():
+    trace = SimpleNamespace(mamba_shared_prefix=True, block_size=4, hash_size=2,
+                            hash_lookahead=0)
+    request = _request(20, 10, computed=10)
+    table = [0, 7, 9]   # column (10 - 1) // 4 = 2: block 9
+    keyed = {9: [(1010, 1)]}
+    entries = lambda block: keyed.get(block, [])  # noqa: E731
+    assert align_shared_prefix.step_problem(trace, request, 4, False, table, entries) == \
+        (True, None)
+    written, wrong = align_shared_prefix.step_problem(trace, request, 4, False, table,
+                                                      lambda block: [(1008, 1)])
+    assert written and "junction 10" in wrong and "hash of 10 tokens" in wrong
+    # not judged: a step taking a prefill checkpoint block (the manager's checkpoint branch),
+    # one starting at the junction, one not ending there, the setting off
+    for args in ((4, True), (10, False)):
+        assert align_shared_prefix.step_problem(trace, request, *args, table,
+                                                lambda block: []) == (False, None)
+    assert align_shared_prefix.step_problem(trace, _request(20, 10, 12), 4, False, table,
+                                            lambda block: []) == (False, None)
+    assert align_shared_prefix.step_problem(replace_ns(trace, mamba_shared_prefix=False),
+                                            request, 4, False, table,
+                                            lambda block: []) == (False, None)
+
+
+def replace_ns(namespace, **more):
+    return SimpleNamespace(**(vars(namespace) | more))
+
+
+def test_the_profile_draws_it_last(monkeypatch):
+    """Its traces with the setting off are those the profile made before the draw, and with it
+    on the same but for it; only where vLLM turns it on, never with tokens in flight."""
+    before = {}
+    monkeypatch.setattr(mamba_shared_prefix, "SHARE", 0.0)
+    for index in range(100):
+        before[index] = hybrid.MAMBA_ALIGN.generate(0, index)
+    monkeypatch.undo()
+    drawn = 0
+    for index in range(100):
+        trace = hybrid.MAMBA_ALIGN.generate(0, index)
+        drawn += trace.mamba_shared_prefix
+        assert not trace.mamba_shared_prefix or mamba_shared_prefix.applies(trace), index
+        assert replace(trace, mamba_shared_prefix=False) == before[index], index
+        from_json(to_json(trace))  # (the codec takes every one)
+    assert 4 <= drawn <= 20, drawn
+
+
+@functools.cache
+def _indices(count: int) -> tuple[int, ...]:
+    """The profile's first `count` traces of seed 0 with it (its 20th is index 352)."""
+    found = [i for i in range(360) if hybrid.MAMBA_ALIGN.generate(0, i).mamba_shared_prefix]
+    return tuple(found[:count])
+
+
+FIRST = 20  # the profile's first traces of seed 0 with it the release runs here
+
+
+@_vllm
+def test_the_profiles_traces_with_it_run_clean_reaching_the_junction():
+    from collections import Counter
+
+    from kvfuzz.fuzz.engine.target import AGREE
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+    from kvfuzz.impl.kvmanager import RELEASED
+
+    release, events = KVMANAGER.catalogue.resolve(RELEASED), Counter()
+    for index in _indices(FIRST):
+        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), release)
+        assert outcome.status == AGREE, (index, outcome.divergence and
+                                         outcome.divergence.report())
+        events.update(outcome.features)
+    assert events[align_shared_prefix.CUT] and events[align_shared_prefix.KEYED], events
+
+
+@_vllm
+def test_the_setting_not_passed_is_caught(monkeypatch):
+    """A driver that drops the setting (the manager's junction branch off): the check names
+    the junction's state not keyed, on the profile's first traces with it."""
+    from kvfuzz.fuzz.kvmanager import lockstep
+
+    build = lockstep.KVManagerLockstep.build_impl
+    monkeypatch.setattr(lockstep.KVManagerLockstep, "build_impl",
+                        lambda self, trace, *args, **more: build(
+                            self, replace(trace, mamba_shared_prefix=False), *args, **more))
+    found = next((found for found in (divergence(
+        "kvmanager", hybrid.MAMBA_ALIGN.generate(0, i), "vllm.kvmanager")
+        for i in _indices(FIRST)) if found), None)
+    assert found is not None and "shared-prefix checkpoint" in found.report(), found
+
+
+@_vllm
+def test_the_catalogue_mutant_of_the_junction_is_caught():
+    mutant = "mutant.vllm.kvmanager.mamba_align_shared_prefix_junction_missed"
+    found = next((found for found in (divergence(
+        "kvmanager", hybrid.MAMBA_ALIGN.generate(0, i), mutant)
+        for i in _indices(FIRST)) if found), None)
+    assert found is not None and "shared-prefix checkpoint" in found.report() and \
+        "not cached under the request's hash" in found.report(), found
