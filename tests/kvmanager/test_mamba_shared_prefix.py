@@ -4,7 +4,8 @@ takes it only where vLLM's manager turns it on, the reduced mode cuts a prefill 
 junction as the scheduler does and asks the junction's state keyed after a step ending there,
 and the "mamba align" profile draws it last (its other traces as before); on the released vLLM
 the profile's traces with it run clean reaching the cut and the keyed state, and the
-catalogue's mutant is caught by that check. The vLLM parts are slow."""
+catalogue's mutant is caught by that check, and MAMBA_SHARED_PREFIX runs guarded. The vLLM parts
+are slow."""
 
 from __future__ import annotations
 
@@ -167,3 +168,17 @@ def test_the_catalogue_mutant_of_the_junction_is_caught():
         for i in _indices(FIRST)) if found), None)
     assert found is not None and "shared-prefix checkpoint" in found.report() and \
         "not cached under the request's hash" in found.report(), found
+
+
+@_vllm
+def test_mamba_eagle_with_the_shared_prefix_checkpoint_runs_guarded_and_replays(tmp_path):
+    """MAMBA_SHARED_PREFIX: MAMBA_EAGLE hashed per 2 tokens with the cache config's
+    `enable_mamba_shared_prefix_checkpoint`; session 0 guarded in the reduced mode, clean, the
+    same as unguarded, recorded equal and replaying, the header's setting read from the manager
+    and the junction's state judged keyed (vLLM's scheduler ends the chunk there itself)."""
+    from tests.kvmanager.test_guard import clean_and_replaying
+
+    guarded = clean_and_replaying(0, "MAMBA_SHARED_PREFIX", tmp_path).manager.kvfuzz_session
+    assert guarded.header.mamba_shared_prefix and guarded.header.eagle
+    assert guarded.header.hash_block_size == 2
+    assert guarded.lock.events[align_shared_prefix.KEYED], guarded.lock.events
