@@ -40,11 +40,12 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
-  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`.
+  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`;
+  Mamba's shared-prefix checkpoint and retention 0's junction states: `align_shared_prefix.py`.
 
 Not compared in this mode: which blocks a hit or an allocation picks (the free queue's order),
 which blocks are cached (Mamba's checkpoints and
-their retention, but for the replay boundary's state above), full attention's null positions
+their retention, but for the replay boundary's and a junction's states above), full attention's null positions
 and the scheduler's reads. (KV events and stats, where a trace observes them: against the
 pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
 exact counts still run: `align_refusal.py`.)

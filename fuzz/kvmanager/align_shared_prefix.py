@@ -16,9 +16,15 @@ groups, partial hash hits, no MTP tokens re-prefilled), which then sets the Mamb
   (it started below the junction) to exactly the junction, within the prompt, that took no
   prefill checkpoint block (the manager's checkpoint branch returns before the junction's).
 
-What retention 0 keeps of the junction (`reachable_block_mask`: the state block ending at or
-below it) does not depend on the setting and is not judged here; nor the junction past the
-prompt (the scheduler's block-floored stop). The hit a sibling takes from the junction's entry
+And, with the setting or without it, what retention 0 keeps of a junction
+(`SingleTypeKVCacheManager.cache_blocks`, lines 505-520, adds `request.shared_prefix_boundary`,
+and with the manager's `use_eagle`, which EAGLE's drop sets on every group here, the boundary a
+block lower, to the reachable boundaries; `MambaManager.reachable_block_mask` keeps the state
+block ending at each cut to the hit alignment, the hash block, then to the block): a step that
+ends exactly there (from below) must leave that state cached under the request's hash of its
+tokens in the Mamba group (`retention_problem`; under lookahead hashing not judged, as the
+replay state's rule). Not judged: the junction past the prompt (the scheduler's block-floored
+stop). The hit a sibling takes from the junction's entry
 is judged by the hit's own check (`align_hits.py`: the hybrid fixed point over the pool's
 entries), and the copy-on-write it pends by the pool's and the exact counts' checks.
 """
@@ -27,7 +33,8 @@ from __future__ import annotations
 
 CUT = "shared-prefix checkpoint: a chunk cut at the junction"
 KEYED = "shared-prefix checkpoint: the junction's state keyed"
-EVENTS = (CUT, KEYED)
+KEPT = "sparse retention: a shared-prefix junction's state kept"
+EVENTS = (CUT, KEYED, KEPT)
 
 
 def chunk(trace, request, start: int, new: int) -> int:
@@ -61,6 +68,33 @@ def step_problem(trace, request, read_from: int, checkpoint: bool, mamba_table: 
                   f"group: a sibling resuming at the junction would not find it")
 
 
+def retained_ends(trace, junction: int) -> set[int]:
+    """The tokens whose states retention 0 keeps for a shared-prefix `junction`: it and, with
+    EAGLE's drop, a block below it, each cut to the hash block, then to the block (> 0)."""
+    size, hashed = trace.block_size, trace.hash_size
+    bounds = (junction, junction - size) if trace.eagle else (junction,)
+    return {end for bound in bounds if (end := bound // hashed * hashed // size * size) > 0}
+
+
+def retention_problem(trace, request, read_from: int, mamba_table: list, entries
+                      ) -> tuple[bool, str | None]:
+    """After a step of `request` from `read_from` computed tokens under retention 0: (whether
+    it wrote a state retention keeps for its junction, what is wrong or None)."""
+    end, size, hashed = request.computed, trace.block_size, trace.hash_size
+    if trace.retention != 0 or trace.hash_lookahead or not request.boundary or \
+            read_from >= end or end not in retained_ends(trace, request.boundary):
+        return False, None
+    index = end // size - 1
+    block = mamba_table[index] if index < len(mamba_table) else 0
+    key = (request.hashes(hashed, trace.hash_lookahead)[end // hashed - 1], 1)
+    if block and key in entries(block):
+        return True, None
+    return True, (f"a step from {read_from} to {end} tokens wrote the state retention 0 keeps "
+                  f"for the shared-prefix junction {request.boundary} (block {block}, column "
+                  f"{index}), and it is not cached under the request's hash of {end} tokens "
+                  f"in the Mamba group: a sibling resuming there would not find it")
+
+
 class AlignSharedPrefix:
     """The reduced mode's part (mixed into `AlignLockstep`)."""
 
@@ -76,4 +110,9 @@ class AlignSharedPrefix:
                                       self._entries)
         if written and not wrong:
             self.count(KEYED)
-        return [("shared-prefix checkpoint", f"r{rid}: {wrong}")] if wrong else []
+        kept, lost = retention_problem(self.trace, request, self.read_from.get(rid, 0),
+                                       self.mamba_tables.get(rid, []), self._entries)
+        if kept and not lost:
+            self.count(KEPT)
+        return [("shared-prefix checkpoint", f"r{rid}: {wrong}")] * bool(wrong) + \
+            [("retention", f"r{rid}: {lost}")] * bool(lost)

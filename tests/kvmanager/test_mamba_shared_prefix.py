@@ -95,6 +95,30 @@ def test_the_junctions_state_must_be_keyed_after_a_step_to_it():
                                             lambda block: []) == (False, None)
 
 
+def test_retention_zero_keeps_a_junctions_state():
+    """`reachable_block_mask` keeps the state block ending at the junction cut to the hash
+    block, then the block, and with EAGLE's drop a block below too (setting on or off)."""
+    trace = SimpleNamespace(mamba_shared_prefix=False, block_size=4, hash_size=2,
+                            hash_lookahead=0, retention=0, eagle=True)
+    assert align_shared_prefix.retained_ends(trace, 10) == {8, 4}
+    assert align_shared_prefix.retained_ends(replace_ns(trace, eagle=False), 10) == {8}
+    assert align_shared_prefix.retained_ends(trace, 5) == {4}   # (5 - 4 = 1: nothing)
+    request = _request(20, 10, computed=8)
+    table = [0, 6]
+    keyed = lambda block: [(1008, 1)] if block == 6 else []  # noqa: E731
+    assert align_shared_prefix.retention_problem(trace, request, 4, table, keyed) == \
+        (True, None)
+    written, wrong = align_shared_prefix.retention_problem(trace, request, 4, table,
+                                                           lambda block: [])
+    assert written and "junction 10" in wrong and "hash of 8 tokens" in wrong
+    # not judged: another retention, a step from the state's end, no junction
+    for other, read_from, junction in ((replace_ns(trace, retention=None), 4, 10),
+                                       (trace, 8, 10), (trace, 4, 0)):
+        assert align_shared_prefix.retention_problem(
+            other, _request(20, junction, computed=8), read_from, table,
+            lambda block: []) == (False, None)
+
+
 def replace_ns(namespace, **more):
     return SimpleNamespace(**(vars(namespace) | more))
 
@@ -182,3 +206,29 @@ def test_mamba_eagle_with_the_shared_prefix_checkpoint_runs_guarded_and_replays(
     assert guarded.header.mamba_shared_prefix and guarded.header.eagle
     assert guarded.header.hash_block_size == 2
     assert guarded.lock.events[align_shared_prefix.KEYED], guarded.lock.events
+
+
+@_vllm
+def test_a_release_dropping_the_junction_from_retention_is_caught(monkeypatch):
+    """vLLM's `cache_blocks` blind to `request.shared_prefix_boundary` (its reachable boundaries
+    the replay ones only): under retention 0 the junction's state is dropped, which the
+    retention check names (and no other check first: on the profile's first 300 indices its
+    117 retention-0 traces, 17 caught, all by it)."""
+    import sys
+
+    from kvfuzz.impl.registry import load_attribute
+
+    load_attribute("vllm.v1.core.kv_cache_manager:KVCacheManager")  # (vLLM as kvfuzz loads it)
+    managers = sys.modules["vllm.v1.core.single_type_kv_cache_manager"]
+    cache_blocks = managers.SingleTypeKVCacheManager.cache_blocks
+
+    def blind(self, request, *args, **more):
+        boundary, request.shared_prefix_boundary = request.shared_prefix_boundary, 0
+        try:
+            return cache_blocks(self, request, *args, **more)
+        finally:
+            request.shared_prefix_boundary = boundary
+    monkeypatch.setattr(managers.SingleTypeKVCacheManager, "cache_blocks", blind)
+    found = divergence("kvmanager", hybrid.MAMBA_ALIGN.generate(0, 21), "vllm.kvmanager")
+    assert found is not None and "retention" in found.report() and \
+        "for the shared-prefix junction" in found.report(), found
