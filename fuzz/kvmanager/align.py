@@ -27,10 +27,9 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - after every step, the state it reads and writes as vLLM's worker sees the Mamba table (its
   own append-only copy): `fuzz/kvmanager/align_reads.py`;
 - a hit's Mamba state block cached under the request's hash of the hit in the Mamba group;
-- `reset_prefix_cache` succeeds exactly when no block is held, and then nothing is cached;
-  `evict_blocks` leaves none of the blocks it named cached.
-- the boundary-state hand-offs a KV connector takes (`take_boundary_state_offloads` every op,
-  `finalize_partial_tail_offloads` at a finish): `fuzz/kvmanager/boundary.py`.
+  `reset_prefix_cache` succeeds exactly when no block is held, then nothing cached;
+  `evict_blocks` leaves none of the blocks it named cached; the boundary-state hand-offs
+  (`take_boundary_state_offloads`, `finalize_partial_tail_offloads`): `boundary.py`.
 - under retention 0, the state a resend resumes from cached once a step writes it (prefill
   chunks cut there as vLLM's scheduler cuts them): `fuzz/kvmanager/align_retention.py`.
 - the lookup of a scheduler with a KV connector, asked at every admission and judged where
@@ -40,12 +39,12 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
-  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`.
-- which blocks: the free queue after every op and each group's new blocks, predicted from the
-  queue read before it (`fuzz/kvmanager/align_queue.py`; not under an engine's scheduler).
+  EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`;
+  Mamba's shared-prefix checkpoint and retention 0's junction states: `align_shared_prefix.py`.
+- which blocks: the free queue and each group's new blocks after every op (`align_queue.py`).
 
-Not compared in this mode: which blocks are cached (Mamba's checkpoints and
-their retention, but for the replay boundary's state above), full attention's null positions
+Not compared in this mode: which blocks are cached (Mamba's checkpoints and their retention,
+but for the replay boundary's and a junction's states above), full attention's null positions
 and the scheduler's reads. (KV events and stats, where a trace observes them: against the
 pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
 exact counts still run: `align_refusal.py`.)
@@ -59,7 +58,8 @@ from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, nee
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
                                    align_events, align_external, align_order, align_drafts,
-                                   align_lookahead, align_queue, align_reads, align_retention)
+                                   align_lookahead, align_queue, align_reads, align_retention,
+                                   align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -77,7 +77,8 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, AlignExternal,
+class AlignLockstep(AlignQueueChecks, align_async.AlignAsync,
+                    align_shared_prefix.AlignSharedPrefix, AlignDrafts, AlignExternal,
                     AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
                     align_events.AlignEvents, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
@@ -94,7 +95,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
-                                         *align_eagle.EVENTS,
+                                         *align_eagle.EVENTS, *align_shared_prefix.EVENTS,
                                          *align_async.EVENTS, *align_events.EVENTS)
 
     def build_model(self, trace):
@@ -248,7 +249,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
         cut = align_retention.chunk(self.trace, request, start, new)
         if cut != new:
             self.count(align_retention.CUT)
-        return cut
+        return self.junction_cut(request, start, cut)  # (`align_shared_prefix.py`)
 
     def _allocate(self, rid, request, new, hit, placeholders: int = 0):
         admission = hit is not None
@@ -366,7 +367,8 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync, AlignDrafts, Align
                 problems += self.read_step_problems(rid, request)
                 self.flight_read(rid)  # (`align_async.py`)
             if rid not in self.loaded_end:  # (a load writes no state a step to it would)
-                problems += self._retention_problems(rid, request)
+                problems += self._retention_problems(rid, request) + \
+                    self.junction_problems(rid, request)
         self.stepped = None
         problems += self.flight_read_problems()  # (`align_async.py`)
         self.leave_worker()

@@ -92,4 +92,7 @@ def speculation(manager) -> dict:
             # k = 1 (EAGLE's) holds nothing back: the trace's 0 and 1 are the same manager
             "prefill_lookahead": reprefillable + 1 if reprefillable else 0,
             "eagle_groups": tuple(index for index, group in enumerate(groups)
-                                  if getattr(group, "is_eagle_group", False))}
+                                  if getattr(group, "is_eagle_group", False)),
+            # Mamba's shared-prefix checkpoint as the manager narrowed it (0.33.0's name)
+            "mamba_shared_prefix": bool(getattr(manager, "mamba_shared_prefix_checkpoint",
+                                                False))}

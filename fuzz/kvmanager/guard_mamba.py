@@ -25,7 +25,9 @@ def cache_settings(workload) -> dict:
     """The cache config's Mamba keywords for `workload` (none without a Mamba group), and its
     `prefix_match_unit` where it hashes per fewer tokens than a block."""
     unit = {"prefix_match_unit": workload.hash_block_size} if workload.hash_block_size else {}
-    return ({"mamba_cache_mode": workload.mamba} if workload.mamba else {}) | unit
+    shared = {"enable_mamba_shared_prefix_checkpoint": True} \
+        if getattr(workload, "mamba_shared_prefix", False) else {}
+    return ({"mamba_cache_mode": workload.mamba} if workload.mamba else {}) | unit | shared
 
 
 def hashing(config, kv_config) -> dict:

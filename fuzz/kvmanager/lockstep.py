@@ -112,7 +112,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
                     trace.dcp, trace.hash_lookahead, trace.eagle_groups,
                     trace.prefill_lookahead, trace.mamba_checkpoint,
                     trace.mamba_speculative, trace.hisparse, trace.lone,
-                    trace.first_window, trace.full_last)
+                    trace.first_window, trace.full_last, trace.mamba_shared_prefix)
 
     def initial_problems(self):
         return pool_problems(self.impl, self.model.pool, "constructor", writable=False,

@@ -55,6 +55,9 @@ class Workload:
     # hashes do not look ahead (False: vLLM's experimental `disable_eagle_block_drop`)
     mtp_modules: int = 0
     eagle_drop: bool = True
+    # Mamba's shared-prefix checkpoint (`CacheConfig.enable_mamba_shared_prefix_checkpoint`,
+    # `align_shared_prefix.py`): on only with EAGLE's drop and a hash block below the block
+    mamba_shared_prefix: bool = False
     eagle_groups: tuple = ()
     embeds: float = 0.0
     # vLLM's AsyncScheduler (scheduler_config.async_scheduling): step N+1 scheduled before step
@@ -201,6 +204,13 @@ MAMBA_MTP_MODULES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, bl
 MAMBA_EAGLE = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                        max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                        mtp_modules=1, lookahead_hashes=False)
+# MAMBA_EAGLE hashed per 2 tokens (MAMBA_PARTIAL's unit and checkpoint alignment) with Mamba's
+# shared-prefix checkpoint on: the scheduler ends a chunk at a shared-prefix junction and the
+# manager keys its state there (`align_shared_prefix.py`)
+MAMBA_SHARED_PREFIX = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,
+                               max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                               drafts=True, mtp_modules=1, lookahead_hashes=False,
+                               hash_block_size=2, mamba_shared_prefix=True)
 # MAMBA_ALIGN hashed per 2 tokens (`prefix_match_unit` 2): partial hits, their copy-on-write
 # (guard_mamba.CopyRetentions); the checkpoint aligned to a hash block, as the profile has it
 MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks=100,

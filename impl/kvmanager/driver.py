@@ -30,7 +30,8 @@ class KVManagerDriver(ConnectorDriving, ManagerReads, StepReads, HiSparseDriving
                  zeroing: bool = False, dcp: int = 0, hash_lookahead: int = 0,
                  eagle_groups=(), prefill_lookahead: int = 0, mamba_checkpoint: int = 0,
                  mamba_speculative: int = 0, hisparse: int = 0, lone: bool = False,
-                 first_window: int = 0, full_last: bool = False):
+                 first_window: int = 0, full_last: bool = False,
+                 mamba_shared_prefix: bool = False):
         import math
 
         import torch
@@ -127,7 +128,10 @@ class KVManagerDriver(ConnectorDriving, ManagerReads, StepReads, HiSparseDriving
                            **(asked(cls, num_hash_lookahead_tokens=hash_lookahead)
                               if hash_lookahead else {}),
                            **(asked(cls, num_prefill_lookahead=prefill_lookahead)
-                              if prefill_lookahead else {}))
+                              if prefill_lookahead else {}),
+                           # Mamba's shared-prefix checkpoint (vLLM 0.33: only where set)
+                           **(asked(cls, enable_mamba_shared_prefix_checkpoint=True)
+                              if mamba_shared_prefix else {}))
         super().__init__(self.manager.block_pool, blocks)
         # HiSparse's coordinator, bound before the first request as the engine binds it, and
         # its host pool's reads

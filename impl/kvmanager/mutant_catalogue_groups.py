@@ -59,6 +59,14 @@ GROUPS = {
         "if drop_eagle_block and not isinstance(spec, MambaSpec):", "if drop_eagle_block:",
         "with EAGLE beside a Mamba group the Mamba lookup gets the margin too, and never drops "
         "it: a hit a hash unit past full attention's")),
+    # Mamba's shared-prefix checkpoint (`Trace.mamba_shared_prefix`): the junction's entry
+    # registered a token past the junction (a position no hash boundary is), so never
+    "mamba_align_shared_prefix_junction_missed": (SINGLE, Mutation(
+        "MambaManager._cache_partial_tail_block",
+        "and num_tokens == request.shared_prefix_boundary\n",
+        "and num_tokens == request.shared_prefix_boundary + 1\n",
+        "with the shared-prefix checkpoint on, a prefill step ending at the junction does not "
+        "key the state it wrote there: a sibling cannot resume at the junction")),
     "mamba_align_speculative_dropped": (SINGLE, Mutation(
         "MambaManager.allocate_new_blocks",
         "cdiv(num_tokens, self.block_size) + self.num_speculative_blocks",

@@ -39,6 +39,7 @@ def released_api(cls) -> dict[str, bool]:
             "zero_common_prefix": not asks_coordinator(cls.get_num_common_prefix_blocks),
             "hash_lookahead": bool(taken(cls, num_hash_lookahead_tokens=0)),
             "prefill_lookahead": bool(taken(cls, num_prefill_lookahead=0)),
+            "shared_prefix": bool(taken(cls, enable_mamba_shared_prefix_checkpoint=False)),
             "boundary": returns_boundary(cls.get_computed_blocks),
             "hit_alone": any("to adopt" in c for c in getattr(
                 getattr(cls.allocate_slots, "__code__", None), "co_consts", ())

@@ -46,6 +46,7 @@ def from_json(data: object, source: str = "trace") -> Trace:
                   "expected a number in [0, 1) (vLLM's SchedulerConfig.watermark)", watermark)
     later = _later_settings(reader, data, window)
     _sizes(reader, block_size, window, later, retention)
+    _mamba_shared_prefix(reader, block_size, later)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(read_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
     return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
@@ -305,6 +306,21 @@ def _mamba_checkpoint(reader: FieldReader, data: dict, values: dict) -> int:
     reader.expect(not alignment or values["mamba_mode"] == "align", "mamba_checkpoint",
                   'expected 0 without a Mamba group in mode "align"', alignment)
     return alignment
+
+
+def _mamba_shared_prefix(reader: FieldReader, block_size: int, values: dict) -> None:
+    """`enable_mamba_shared_prefix_checkpoint` (`fuzz/kvmanager/align_shared_prefix.py`): set
+    only where vLLM 0.33.0's manager turns it on (kv_cache_manager.py 188-193: an EAGLE group,
+    partial hash hits, no MTP tokens re-prefilled), so a trace never asks for a setting the
+    manager silently drops: a Mamba "align" group hashed per unit below its block (no DCP),
+    caching, EAGLE's drop, at most 1 prefill lookahead token."""
+    hashed = values["hash_block_size"] or block_size
+    reader.expect(not values["mamba_shared_prefix"] or (
+        values["mamba_mode"] == "align" and values["caching"] and values["eagle"] and
+        hashed < block_size and not values["dcp"] and values["prefill_lookahead"] <= 1),
+        "mamba_shared_prefix", 'expected false without a Mamba group in mode "align" hashed '
+        'below its block size, caching, EAGLE and at most 1 prefill lookahead token, or with '
+        'DCP (vLLM turns it off there)', True)
 
 
 def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,

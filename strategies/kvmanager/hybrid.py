@@ -47,7 +47,8 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
-from kvfuzz.strategies.kvmanager import align_observed, mamba_async, mamba_eagle
+from kvfuzz.strategies.kvmanager import (align_observed, mamba_async, mamba_eagle,
+                                         mamba_shared_prefix)
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -194,15 +195,17 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     lookahead traces are otherwise as before it). (Not with a connector: vLLM keeps the legacy
     hashes with one.) Then tokens in flight in half of those without speculative blocks or
     lookahead, from draws after all these (`mamba_async.py`). Then EAGLE's drop in a quarter
-    of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share,
-    drawn last (`align_observed.py`)."""
+    of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share
+    (`align_observed.py`). Then Mamba's shared-prefix checkpoint in half of the EAGLE traces
+    where vLLM turns it on, drawn last (`mamba_shared_prefix.py`)."""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() < 0.2:
         ahead = rng.choice((1, 1, 2, 3))
         trace = replace(trace, hash_lookahead=ahead,
                         prefill_lookahead=ahead if rng.random() < 0.5 else 0)
     trace = mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
-    return align_observed.observed(rng, trace)  # (drawn last: `align_observed.py`)
+    trace = align_observed.observed(rng, trace)
+    return mamba_shared_prefix.drawn(rng, trace)  # (drawn last: `mamba_shared_prefix.py`)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

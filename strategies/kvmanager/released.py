@@ -18,6 +18,8 @@ NO_CONNECTOR = ("no KV-connector calls of vLLM 0.33 (get_computed_blocks_for_con
 # groups" profiles)
 NO_HASH_LOOKAHEAD = "no num_hash_lookahead_tokens (an earlier vLLM release)"
 NO_PREFILL_LOOKAHEAD = "no num_prefill_lookahead (an earlier vLLM release)"
+NO_SHARED_PREFIX = ("no enable_mamba_shared_prefix_checkpoint (an earlier vLLM release's "
+                    "KVCacheManager)")
 NO_EAGLE_GROUPS = "no KVCacheGroupSpec.is_eagle_group (an earlier vLLM release)"
 NO_MAMBA_CHECKPOINT = ("no MambaSpec.num_prefill_checkpoint_blocks with "
                        "prefill_checkpoint_alignment (vLLM before 0.30)")
@@ -63,6 +65,7 @@ LACKS = {"retention": NO_RETENTION, "in_flight": NO_IN_FLIGHT, "watermark": NO_W
          "hit_alone": NO_HIT_ALONE, "computed_ids": NO_COMPUTED_IDS,
          "connector": NO_CONNECTOR, "hash_lookahead": NO_HASH_LOOKAHEAD,
          "prefill_lookahead": NO_PREFILL_LOOKAHEAD, "eagle_groups": NO_EAGLE_GROUPS,
+         "shared_prefix": NO_SHARED_PREFIX,
          "mamba_checkpoint": NO_MAMBA_CHECKPOINT, "mamba_speculative": NO_MAMBA_SPECULATIVE,
          "retained": NO_RETAINED, "local_chunk": NO_LOCAL_CHUNK, "mamba_mode": NO_MAMBA_MODE,
          "cross": NO_CROSS, "hisparse": NO_HISPARSE}
@@ -89,6 +92,7 @@ def broken(trace, preconditions) -> list[str]:
             NO_HASH_LOOKAHEAD: trace.hash_lookahead > 0,
             NO_PREFILL_LOOKAHEAD: trace.prefill_lookahead > 0,
             NO_EAGLE_GROUPS: bool(trace.eagle_groups),
+            NO_SHARED_PREFIX: trace.mamba_shared_prefix,
             NO_MAMBA_CHECKPOINT: trace.mamba_checkpoint > 0,
             NO_MAMBA_SPECULATIVE: trace.mamba_speculative > 0,
             NO_RETAINED: trace.retained > 0,

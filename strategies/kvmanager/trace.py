@@ -286,6 +286,7 @@ class Trace:
     first_window: int = 0
     full_last: bool = False
     steps_in_flight: int = 1
+    mamba_shared_prefix: bool = False
     origin: Origin | None = field(default=None, compare=False)
     note: str = field(default="", compare=False)
 
@@ -344,6 +345,7 @@ class Trace:
             (f"Mamba prefill checkpoints aligned to {self.mamba_checkpoint} tokens",
              self.mamba_checkpoint),
             (f"{self.mamba_speculative} speculative Mamba blocks", self.mamba_speculative),
+            ("Mamba shared-prefix checkpoint", self.mamba_shared_prefix),
             ("write-backs reported up to {} ops late by {} ranks (seed {})".format(
                 *self.hisparse_lag) if self.hisparse_lag else "", self.hisparse_lag))
             if on]
@@ -382,4 +384,5 @@ LATER_SETTINGS = {"caching": True, "events": False, "report": False, "stats": Fa
                   "hash_lookahead": 0, "eagle_groups": (), "prefill_lookahead": 0,
                   "mamba_checkpoint": 0, "mamba_speculative": 0, "hisparse": 0, "lone": False,
                   "hisparse_lag": (),
-                  "first_window": 0, "full_last": False, "steps_in_flight": 1}
+                  "first_window": 0, "full_last": False, "steps_in_flight": 1,
+                  "mamba_shared_prefix": False}

@@ -299,10 +299,11 @@ def test_the_traces_the_check_was_wrong_on_run_to_their_last_op(profile, index):
     (docs/upstream-vllm.md, "Speed"): the release offered the copy of a partial tail whose
     entry `evict_blocks` had dropped. (As found: without the lookahead hashes the "mamba
     align" profile draws after every other draw since 2026-12-06, which 2268 now carries, and
-    without EAGLE's drop, drawn after those since 2026-12-06, which 2306 now carries.)"""
+    without EAGLE's drop, drawn after those since 2026-12-06, which 2306 now carries, and
+    without the shared-prefix checkpoint drawn after it, which 2306 carries too.)"""
     release = _released()
     trace = replace(KVMANAGER.alone(profile).generator.generate(0, index), hash_lookahead=0,
-                    prefill_lookahead=0, eagle=False)
+                    prefill_lookahead=0, eagle=False, mamba_shared_prefix=False)
     outcome = KVMANAGER.check(trace, release)
     if outcome.status != AGREE:
         fail_with(outcome.divergence)

@@ -70,6 +70,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_align_checkpoint_eagle_ignored": r"mamba states:? +r\d+'s Mamba table",
     # ... and the Mamba lookup given EAGLE's margin (never dropped): a hit past full attention's
     "mamba_align_eagle_margin_to_mamba": r"prefix hit",
+    # ... and with the shared-prefix checkpoint on, the junction's state never keyed
+    "mamba_align_shared_prefix_junction_missed": r"shared-prefix checkpoint:? +r\d+: a prefill "
+                                                 r"step from \d+ to the shared-prefix junction",
     # its speculative blocks (`Trace.mamba_speculative`) counted but never allocated
     "mamba_align_speculative_dropped": r"mamba states:? +r\d+'s Mamba table \d+ blocks after "
                                        r"\d+ computed tokens in blocks of \d+ and \d+ "
@@ -181,6 +184,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba align" trace of seed 0 with EAGLE's drop
          PREFIX + "mamba_align_checkpoint_eagle_ignored": ("mamba align", 0),
          PREFIX + "mamba_align_eagle_margin_to_mamba": ("mamba align", 0),
+         # the first "mamba align" trace of seed 0 with the shared-prefix checkpoint whose
+         # step ends at a junction (12 and 26 have it on; the mutant agrees there)
+         PREFIX + "mamba_align_shared_prefix_junction_missed": ("mamba align", 34),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
          PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
