@@ -57,9 +57,8 @@ def step_problem(trace, request, read_from: int, checkpoint: bool, mamba_table: 
             read_from < junction <= request.prompt and junction % hashed == 0) or checkpoint:
         return False, None
     index = (junction - 1) // size
-    block = mamba_table[index] if index < len(mamba_table) else 0
-    key = (request.hashes(hashed, trace.hash_lookahead)[junction // hashed - 1], 1)
-    if block and key in entries(block):
+    block, keyed = _state_keyed(trace, request, junction, index, mamba_table, entries)
+    if keyed:
         return True, None
     return True, (f"a prefill step from {read_from} to the shared-prefix junction "
                   f"{junction} (of a {request.prompt}-token prompt) wrote its state to block "
@@ -80,14 +79,13 @@ def retention_problem(trace, request, read_from: int, mamba_table: list, entries
                       ) -> tuple[bool, str | None]:
     """After a step of `request` from `read_from` computed tokens under retention 0: (whether
     it wrote a state retention keeps for its junction, what is wrong or None)."""
-    end, size, hashed = request.computed, trace.block_size, trace.hash_size
+    end, size = request.computed, trace.block_size
     if trace.retention != 0 or trace.hash_lookahead or not request.boundary or \
             read_from >= end or end not in retained_ends(trace, request.boundary):
         return False, None
     index = end // size - 1
-    block = mamba_table[index] if index < len(mamba_table) else 0
-    key = (request.hashes(hashed, trace.hash_lookahead)[end // hashed - 1], 1)
-    if block and key in entries(block):
+    block, keyed = _state_keyed(trace, request, end, index, mamba_table, entries)
+    if keyed:
         return True, None
     return True, (f"a step from {read_from} to {end} tokens wrote the state retention 0 keeps "
                   f"for the shared-prefix junction {request.boundary} (block {block}, column "
@@ -116,3 +114,12 @@ class AlignSharedPrefix:
             self.count(KEPT)
         return [("shared-prefix checkpoint", f"r{rid}: {wrong}")] * bool(wrong) + \
             [("retention", f"r{rid}: {lost}")] * bool(lost)
+
+
+def _state_keyed(trace, request, end: int, index: int, mamba_table: list, entries
+                 ) -> tuple[int, bool]:
+    """The block at column `index` of the request's Mamba table, and whether it is cached
+    under the request's hash of its first `end` tokens in the Mamba group (group 1)."""
+    block = mamba_table[index] if index < len(mamba_table) else 0
+    key = (request.hashes(trace.hash_size, trace.hash_lookahead)[end // trace.hash_size - 1], 1)
+    return block, bool(block) and key in entries(block)

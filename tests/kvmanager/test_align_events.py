@@ -21,7 +21,7 @@ from kvfuzz.strategies.blockpool.events import Cleared, Removed, Stored
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import align_observed, hybrid
 from kvfuzz.strategies.kvmanager.connector_ops import OPS as CONNECTOR_OPS
-from tests.helpers import divergence, with_engine
+from tests.helpers import agreeing_features, divergence, with_engine
 
 
 def _round_trip(trace, **changes):
@@ -247,16 +247,9 @@ def test_each_check_catches_a_broken_manager_alone(broken, label):
 def test_the_release_agrees_observing_every_trace():
     """The released class on the profile's first 150 traces, each observing events and stats
     (the drawn share aside), reaching every edge class of the events."""
-    from kvfuzz.fuzz.engine.target import AGREE
-
-    reached = Counter()
-    impl = KVMANAGER.catalogue.resolve("vllm.kvmanager")
-    for index in range(150):
-        trace = replace(hybrid.MAMBA_ALIGN.generate(0, index), events=True, stats=True)
-        outcome = KVMANAGER.check(trace, impl)
-        assert outcome.status == AGREE, (index, outcome.divergence and
-                                         outcome.divergence.report())
-        reached.update(outcome.features)
+    reached = agreeing_features(
+        "kvmanager", KVMANAGER.catalogue.resolve("vllm.kvmanager"),
+        (replace(hybrid.MAMBA_ALIGN.generate(0, i), events=True, stats=True) for i in range(150)))
     assert all(reached[name] for name in align_events.EVENTS), reached
 
 

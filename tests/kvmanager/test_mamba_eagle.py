@@ -18,7 +18,7 @@ from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid, mamba_eagle
 from kvfuzz.strategies.kvmanager.codec import from_json
-from tests.helpers import divergence, needs_engine
+from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
 
 
 def _vllm(test):
@@ -137,18 +137,10 @@ def _eagle_indices(count: int = FIRST) -> list[int]:
 
 @_vllm
 def test_the_profiles_eagle_traces_run_clean_reaching_each_piece():
-    from collections import Counter
-
-    from kvfuzz.fuzz.engine.target import AGREE
-    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
     from kvfuzz.impl.kvmanager import RELEASED
 
-    release, events = KVMANAGER.catalogue.resolve(RELEASED), Counter()
-    for index in _eagle_indices():
-        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), release)
-        assert outcome.status == AGREE, (index, outcome.divergence and
-                                         outcome.divergence.report())
-        events.update(outcome.features)
+    events = agreeing_features("kvmanager", TARGETS["kvmanager"].catalogue.resolve(RELEASED),
+                               (hybrid.MAMBA_ALIGN.generate(0, i) for i in _eagle_indices()))
     assert events[align_eagle.HIT] and events[align_eagle.MOVED], events
     assert events[align_retention.WRITTEN] and events["config: EAGLE"] == FIRST, events
 

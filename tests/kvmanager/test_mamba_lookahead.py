@@ -18,7 +18,7 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.sources import TraceGenerator
-from tests.helpers import divergence, needs_engine
+from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
 
 def _vllm(test):
     """The test marked as those that import vLLM are (slow; skipped without it)."""
@@ -107,18 +107,10 @@ def _lookahead_indices(count: int = FIRST) -> list[int]:
 
 @_vllm
 def test_the_profiles_lookahead_traces_run_clean_reaching_hits_and_moved_checkpoints():
-    from collections import Counter
-
-    from kvfuzz.fuzz.engine.target import AGREE
-    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
     from kvfuzz.impl.kvmanager import RELEASED
 
-    release, events = KVMANAGER.catalogue.resolve(RELEASED), Counter()
-    for index in _lookahead_indices():
-        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), release)
-        assert outcome.status == AGREE, (index, outcome.divergence and
-                                         outcome.divergence.report())
-        events.update(outcome.features)
+    events = agreeing_features("kvmanager", TARGETS["kvmanager"].catalogue.resolve(RELEASED),
+                               (hybrid.MAMBA_ALIGN.generate(0, i) for i in _lookahead_indices()))
     assert events[align_lookahead.HIT] and events[align_lookahead.MOVED], events
     assert events["config: lookahead hashing"] == FIRST
 

@@ -20,7 +20,7 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid, mamba_shared_prefix
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.kvmanager.trace import to_json
-from tests.helpers import divergence, needs_engine
+from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
 
 
 def _vllm(test):
@@ -153,18 +153,10 @@ FIRST = 20  # the profile's first traces of seed 0 with it the release runs here
 
 @_vllm
 def test_the_profiles_traces_with_it_run_clean_reaching_the_junction():
-    from collections import Counter
-
-    from kvfuzz.fuzz.engine.target import AGREE
-    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
     from kvfuzz.impl.kvmanager import RELEASED
 
-    release, events = KVMANAGER.catalogue.resolve(RELEASED), Counter()
-    for index in _indices(FIRST):
-        outcome = KVMANAGER.check(hybrid.MAMBA_ALIGN.generate(0, index), release)
-        assert outcome.status == AGREE, (index, outcome.divergence and
-                                         outcome.divergence.report())
-        events.update(outcome.features)
+    events = agreeing_features("kvmanager", TARGETS["kvmanager"].catalogue.resolve(RELEASED),
+                               (hybrid.MAMBA_ALIGN.generate(0, i) for i in _indices(FIRST)))
     assert events[align_shared_prefix.CUT] and events[align_shared_prefix.KEYED], events
 
 
