@@ -175,6 +175,16 @@ def agreeing_features(target: str, impl, inputs) -> Counter:
     return events
 
 
+def made_and_with_draw_off(monkeypatch, module, generator, count: int) -> tuple[list, list]:
+    """Seed 0's first `count` inputs of `generator` as made, and as made with `module`'s draw
+    off (its `SHARE` 0): what a draw made after every other must leave alone."""
+    made = [generator.generate(0, index) for index in range(count)]
+    with monkeypatch.context() as patched:
+        patched.setattr(module, "SHARE", 0.0)
+        off = [generator.generate(0, index) for index in range(count)]
+    return made, off
+
+
 def dumps(item, target: str | None = None) -> str:
     """`item` as its target writes a corpus file (any target of its format: they share it)."""
     owner = TARGETS[target] if target else next(

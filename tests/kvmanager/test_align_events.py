@@ -21,7 +21,7 @@ from kvfuzz.strategies.blockpool.events import Cleared, Removed, Stored
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import align_observed, hybrid
 from kvfuzz.strategies.kvmanager.connector_ops import OPS as CONNECTOR_OPS
-from tests.helpers import agreeing_features, divergence, with_engine
+from tests.helpers import agreeing_features, divergence, made_and_with_draw_off, with_engine
 
 
 def _round_trip(trace, **changes):
@@ -52,9 +52,7 @@ def test_codec_refuses_events_beside_a_connector_in_mode_align():
 def test_the_profile_draws_events_last(monkeypatch):
     """A share observes both; with the draw off every trace is the one it was before (only
     its events and stats differ where on)."""
-    drawn = [hybrid.MAMBA_ALIGN.generate(0, i) for i in range(60)]
-    monkeypatch.setattr(align_observed, "SHARE", 0.0)
-    off = [hybrid.MAMBA_ALIGN.generate(0, i) for i in range(60)]
+    drawn, off = made_and_with_draw_off(monkeypatch, align_observed, hybrid.MAMBA_ALIGN, 60)
     on = sum(t.events for t in drawn)
     assert 10 < on < 40 and all(t.events == t.stats for t in drawn)
     assert [replace(t, events=False, stats=False) for t in drawn] == off

@@ -18,7 +18,8 @@ from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid, mamba_eagle
 from kvfuzz.strategies.kvmanager.codec import from_json
-from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
+from tests.helpers import (TARGETS, agreeing_features, divergence, made_and_with_draw_off,
+                           needs_engine)
 
 
 def _vllm(test):
@@ -114,14 +115,9 @@ def test_retention_zero_keeps_eagles_two_replay_boundaries():
 def test_the_profile_draws_eagle_last(monkeypatch):
     """Its traces with EAGLE off are those the profile made before the draw, and with it on
     the same but for it; never with lookahead hashes."""
-    before = {}
-    monkeypatch.setattr(mamba_eagle, "SHARE", 0.0)
-    for index in range(120):
-        before[index] = hybrid.MAMBA_ALIGN.generate(0, index)
-    monkeypatch.undo()
+    made, before = made_and_with_draw_off(monkeypatch, mamba_eagle, hybrid.MAMBA_ALIGN, 120)
     drawn = 0
-    for index in range(120):
-        trace = hybrid.MAMBA_ALIGN.generate(0, index)
+    for index, trace in enumerate(made):
         drawn += trace.eagle
         assert not (trace.eagle and (trace.hash_lookahead or trace.prefill_lookahead)), index
         # (the shared-prefix checkpoint, drawn after it for EAGLE traces only:

@@ -20,7 +20,8 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid, mamba_shared_prefix
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.kvmanager.trace import to_json
-from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
+from tests.helpers import (TARGETS, agreeing_features, divergence, made_and_with_draw_off,
+                           needs_engine)
 
 
 def _vllm(test):
@@ -126,14 +127,10 @@ def replace_ns(namespace, **more):
 def test_the_profile_draws_it_last(monkeypatch):
     """Its traces with the setting off are those the profile made before the draw, and with it
     on the same but for it; only where vLLM turns it on, never with tokens in flight."""
-    before = {}
-    monkeypatch.setattr(mamba_shared_prefix, "SHARE", 0.0)
-    for index in range(100):
-        before[index] = hybrid.MAMBA_ALIGN.generate(0, index)
-    monkeypatch.undo()
+    made, before = made_and_with_draw_off(monkeypatch, mamba_shared_prefix,
+                                          hybrid.MAMBA_ALIGN, 100)
     drawn = 0
-    for index in range(100):
-        trace = hybrid.MAMBA_ALIGN.generate(0, index)
+    for index, trace in enumerate(made):
         drawn += trace.mamba_shared_prefix
         assert not trace.mamba_shared_prefix or mamba_shared_prefix.applies(trace), index
         assert replace(trace, mamba_shared_prefix=False) == before[index], index
