@@ -54,6 +54,21 @@ class FreedTooOften(Exception):
     """free_blocks named a block more times than it has references: the caller's bug, refused."""
 
 
+def released(queue: list[int], ref: list[int], blocks, cached) -> list[int]:
+    """The free queue after `free_blocks(blocks)`: one reference fewer per block named (`ref`,
+    changed in place; the null block skipped); those left with none go back in one batch each
+    way, in the order given: uncached ones before the head (reused first), cached ones
+    (`cached(block)`) after the tail (evicted least recently used first)."""
+    first, last = [], []
+    for block in blocks:
+        if block == 0:
+            continue
+        ref[block] -= 1
+        if ref[block] == 0:
+            (last if cached(block) else first).append(block)
+    return first + queue + last
+
+
 class BlockPoolModel:
     """`hash_block_size`: tokens per hash unit; `events`: KV events published (until taken,
     `take_events`); `lookahead`: tokens after a block its hash covers (events carry them);
@@ -142,14 +157,8 @@ class BlockPoolModel:
             block, n = over[0]
             raise FreedTooOften(f"block {block} named {n} times with {self.ref[block]} "
                                 f"reference(s)")
-        first, last = [], []
-        for block in blocks:
-            if block == 0:
-                continue
-            self.ref[block] -= 1
-            if self.ref[block] == 0:
-                (last if self.caching and self.key[block] is not None else first).append(block)
-        self.free = first + self.free + last
+        self.free = released(self.free, self.ref, blocks,
+                             lambda block: self.caching and self.key[block] is not None)
 
     def unpin_blocks(self, blocks: list[int]) -> None:
         self._call()

@@ -14,6 +14,8 @@ from the queue, reference counts and entries read before an op. Pure: the reduce
 
 from __future__ import annotations
 
+from kvfuzz.oracle.blockpool.model import released
+
 
 class QueueModel:
     """The free queue head first, each block's references and whether it is cached."""
@@ -25,14 +27,7 @@ class QueueModel:
         self.evicted: list[int] = []  # cached blocks popped, in pop order
 
     def free(self, blocks) -> None:
-        first, last = [], []
-        for block in blocks:
-            if not block:
-                continue
-            self.ref[block] -= 1
-            if self.ref[block] == 0:
-                (last if self.cached(block) else first).append(block)
-        self.queue = first + self.queue + last
+        self.queue = released(self.queue, self.ref, blocks, self.cached)
 
     def touch(self, blocks) -> None:
         for block in blocks:
