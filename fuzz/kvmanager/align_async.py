@@ -33,7 +33,9 @@ KEPT = "Mamba align: a state kept for a step in flight"
 READ = "Mamba align: a step in flight's state still held"
 DRAFTS = "Mamba align: draft tokens in flight"
 UNMADE = "Mamba align: a settle rolling back drafts vLLM never makes, resolved to nothing"
-EVENTS = (STEP, KEPT, READ, DRAFTS, UNMADE)
+# (since 2026-12-06, later: a settle rejecting none, index 2294 of the shared-prefix draw)
+UNMADE_OUTPUT = "Mamba align: a settle with no output vLLM processes, resolved to nothing"
+EVENTS = (STEP, KEPT, READ, DRAFTS, UNMADE, UNMADE_OUTPUT)
 
 
 class AlignAsync:
@@ -93,25 +95,31 @@ class AlignAsync:
         self.output_from.pop(rid, None)
 
     def settle_made(self, op, request) -> bool:
-        """Under asynchronous scheduling, whether a `settle` rolling drafts back is one vLLM
-        0.33.0 makes: `update_from_output` rolls back only the drafts of the step whose output
-        it processes, an output that carries its sampled token (`scheduler.py` 2349-2364,
-        `if scheduled_spec_token_ids and generated_token_ids`), one rollback an output; and it
-        caches `num_computed_tokens - num_in_flight_tokens` (2412-2415), then the request's
-        tokens but the last sampled one (whose slot the next step holds). So: a `sample` since
-        the request's last allocation or settle, and the rollback leaving that count. Else the
-        settle resolves to nothing: the reduced mode cannot judge one, whose `cache_blocks`
-        below the processed count can key the prompt's partial tail (`MambaManager.
-        _cache_partial_tail_block`) and make the next step's copy-on-write ("mamba align" index
-        1390 while `mamba_async.drafted` made such settles). Every settle of vLLM's AsyncScheduler
-        that the guard recorded (MAMBA_ASYNC_MTP, MAMBA_ASYNC, its pipeline, its connector) is
-        one. Settles rejecting none are left as they were."""
-        if not (self.trace.async_scheduling and op.rejected):
+        """Under asynchronous scheduling, whether a `settle` is one vLLM 0.33.0 makes:
+        `update_from_output` caches only for the step whose output it processes, an output that
+        carries its sampled token (`scheduler.py` 2403-2415, `if new_token_ids`), after taking
+        that step's tokens out of flight (2318), so at `num_computed_tokens -
+        num_in_flight_tokens` = the request's tokens but the last sampled one (whose slot the
+        next step holds); and it rolls back only that step's drafts (2349-2364, `if
+        scheduled_spec_token_ids and generated_token_ids`), one rollback an output. So: a
+        `sample` since the request's last allocation or settle, and the count cached (after the
+        rollback) its tokens but the last. Else the settle resolves to nothing: the reduced
+        mode cannot judge one, whose `cache_blocks` below the processed count can key the
+        wrong state (`MambaManager._cache_partial_tail_block`): with drafts the prompt's
+        partial tail and the next step's copy-on-write ("mamba align" index 1390 while
+        `mamba_async.drafted` made such settles); without, a settle with the step whose output
+        it stands for still counted in flight (no output yet, or a refused allocation after
+        its `sample` keeping it) keys the block holding a later state under a shorter hash, and
+        vLLM's own next `cache_blocks` trips `cache_full_blocks`' assertion (index 2294 with the
+        shared-prefix checkpoint, and without it on the same ops). Every settle of vLLM's
+        AsyncScheduler that the guard recorded (MAMBA_ASYNC_MTP, MAMBA_ASYNC, its pipeline,
+        its connector, MAMBA_ASYNC_SHARED_PREFIX) is one."""
+        if not self.trace.async_scheduling:
             return True
         came = len(request.tokens) > self.output_from.get(op.rid, -1)
         if came and request.computed - op.rejected - request.in_flight == len(request.tokens) - 1:
             return True
-        self.count(UNMADE)
+        self.count(UNMADE if op.rejected else UNMADE_OUTPUT)
         return False
 
     def settled(self, rid, request) -> None:
