@@ -240,3 +240,10 @@ MAMBA_ASYNC_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, bloc
                            max_batched_tokens=16, speculative="mtp", num_speculative=2,
                            drafts=True, mtp_modules=1, lookahead_hashes=False, eagle_drop=False,
                            async_scheduling=True)
+# MAMBA_SHARED_PREFIX under vLLM's AsyncScheduler: the junction's chunk stop and keyed state with
+# tokens and drafts in flight (`align_shared_prefix.py` beside `align_async.py`)
+MAMBA_ASYNC_SHARED_PREFIX = Workload(mamba="align", mamba_checkpoint=2, block_size=4,
+                                     blocks=100, max_batched_tokens=16, speculative="mtp",
+                                     num_speculative=2, drafts=True, mtp_modules=1,
+                                     lookahead_hashes=False, hash_block_size=2,
+                                     mamba_shared_prefix=True, async_scheduling=True)

@@ -4,18 +4,23 @@ reduced mode judges a `settle` only as vLLM's `update_from_output` makes one
 (`align_async.settle_made`: after its output's `sample`, caching the request's tokens but the
 last), so a settle whose step is still counted in flight resolves to nothing; on the release
 index 2294's shrunk case agrees so and crashed vLLM's `cache_full_blocks` without the rule. The
-vLLM parts are slow."""
+"mamba align" profile then draws the setting in asynchronous traces too (their chunks cut at the
+junction and its state keyed with tokens in flight), and MAMBA_ASYNC_SHARED_PREFIX runs guarded
+with every settle of vLLM's AsyncScheduler made. The vLLM parts are slow."""
 
 from __future__ import annotations
 
 from collections import Counter
 from types import SimpleNamespace
 
-from kvfuzz.fuzz.kvmanager import align_async
+from kvfuzz.fuzz.kvmanager import align_async, align_shared_prefix
+from kvfuzz.strategies.kvmanager import hybrid, mamba_shared_prefix
 from kvfuzz.strategies.kvmanager.codec import from_json
-from tests.helpers import with_engine
+from tests.helpers import agreeing_features, with_engine
 
 _ENGINE = with_engine("vllm")  # (slow: it imports vLLM)
+# seed 0's first "mamba align" traces drawing the setting with tokens in flight (203 drafted)
+ASYNC_DRAWN = (203, 253, 373)
 
 # "mamba align" index 2294 as drawn before main's drafted share (2026-12-06), the shared-prefix
 # checkpoint forced on, shrunk: r13's 2-token prompt hits 1 token (EAGLE's boundary inside a
@@ -90,3 +95,37 @@ def test_index_2294s_settles_resolve_to_nothing(monkeypatch):
     outcome = target.check(trace, released)
     assert outcome.divergence is not None and "AssertionError" in outcome.divergence.report()
     assert "cache_blocks(r13, 2)" in outcome.divergence.report()
+
+
+def test_the_profile_draws_it_with_tokens_in_flight():
+    for index in ASYNC_DRAWN:
+        trace = hybrid.MAMBA_ALIGN.generate(0, index)
+        assert trace.mamba_shared_prefix and trace.async_scheduling, index
+        assert mamba_shared_prefix.applies(trace)
+    assert hybrid.MAMBA_ALIGN.generate(0, 203).mamba_speculative  # (drafts in flight too)
+
+
+@_ENGINE
+def test_the_profiles_traces_with_it_and_tokens_in_flight_run_clean():
+    from kvfuzz.fuzz.targets import TARGETS
+
+    events = agreeing_features("kvmanager", TARGETS["kvmanager"].catalogue.resolve(
+        "vllm.kvmanager"), (hybrid.MAMBA_ALIGN.generate(0, i) for i in ASYNC_DRAWN))
+    assert events[align_shared_prefix.CUT] and events[align_shared_prefix.KEYED], events
+    assert events[align_async.STEP] and events[align_async.UNMADE_OUTPUT], events
+
+
+@_ENGINE
+def test_the_shared_prefix_checkpoint_under_vllms_async_scheduler_runs_guarded(tmp_path):
+    """MAMBA_ASYNC_SHARED_PREFIX (MAMBA_SHARED_PREFIX under the AsyncScheduler): session 0
+    guarded clean, the same as unguarded, recorded equal and replaying, the junction's state
+    judged keyed with tokens in flight; and every settle vLLM's scheduler made is one the
+    reduced mode judges (none resolved to nothing: `settle_made` holds on the engine's own)."""
+    from tests.kvmanager.test_guard import clean_and_replaying
+
+    session = clean_and_replaying(0, "MAMBA_ASYNC_SHARED_PREFIX", tmp_path)
+    guarded = session.manager.kvfuzz_session
+    assert guarded.header.mamba_shared_prefix and guarded.header.async_scheduling
+    events = guarded.lock.events
+    assert events[align_shared_prefix.KEYED] and events[align_async.STEP], events
+    assert not events[align_async.UNMADE_OUTPUT] and not events[align_async.UNMADE], events
