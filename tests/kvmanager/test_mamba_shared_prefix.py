@@ -126,7 +126,8 @@ def replace_ns(namespace, **more):
 
 def test_the_profile_draws_it_last(monkeypatch):
     """Its traces with the setting off are those the profile made before the draw, and with it
-    on the same but for it; only where vLLM turns it on, never with tokens in flight."""
+    on the same but for it; only where vLLM turns it on (with tokens in flight too since
+    2026-12-06, later: `test_async_shared_prefix.py`)."""
     made, before = made_and_with_draw_off(monkeypatch, mamba_shared_prefix,
                                           hybrid.MAMBA_ALIGN, 100)
     drawn = 0
