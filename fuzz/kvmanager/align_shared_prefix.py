@@ -23,8 +23,9 @@ block lower, to the reachable boundaries; `MambaManager.reachable_block_mask` ke
 block ending at each cut to the hit alignment, the hash block, then to the block): a step that
 ends exactly there (from below) must leave that state cached under the request's hash of its
 tokens in the Mamba group (`retention_problem`; under lookahead hashing not judged, as the
-replay state's rule). Not judged: the junction past the prompt (the scheduler's block-floored
-stop). The hit a sibling takes from the junction's entry
+replay state's rule). Past the prompt (a resumed request) the scheduler stops at the block
+boundary below the junction (taken as drawn, as its other stops) and the manager keys nothing:
+nothing more to judge (docs). The hit a sibling takes from the junction's entry
 is judged by the hit's own check (`align_hits.py`: the hybrid fixed point over the pool's
 entries), and the copy-on-write it pends by the pool's and the exact counts' checks.
 """
