@@ -10,15 +10,16 @@ output is processed). A mixin of `AlignLockstep`. What vLLM 0.33.0 does differen
 - a running request whose tokens are all computed gets the slot of the token its step in
   flight samples (`placeholder`): a step of one token, judged as any step;
 - the scheduler's `cache_blocks` after an output (`settle`) caches what is processed
-  (`align_drafts.settle`).
+  (`align_drafts.settle`), judged only where vLLM's scheduler makes one (`settle_made`: after
+  its output's `sample`, at the tokens but the last; since 2026-12-06, later, "mamba align"
+  index 2294).
 
 And what the worker does with it: a step in flight reads its state when the worker runs it,
 after the scheduler allocated the steps after it, so the block it reads must still be the
 request's then, after every op until its output is processed (`flight_read_problems`; a
 request preempted with a step in flight drops that step's output, vLLM's stale output, so only
 running requests are judged). Draft tokens in flight (since 2026-12-06): a `placeholder`'s
-drafts, and a `settle` rolling them back judged only where vLLM's scheduler makes one
-(`settle_made`). Not here: EAGLE (the codec refuses it).
+drafts, and a `settle` rolling them back (`settle_made` too).
 """
 
 from __future__ import annotations
