@@ -40,5 +40,8 @@ def pytest_collection_modifyitems(config, items):
     tests out in this order, so the last ones a worker finishes are quick ones, and neither of
     CI's two workers sits idle while the other finishes a long shard or an older release's run
     (at c063c08 the durations summed to 3,389 s, 1,695 s a worker, and the run took 1,791 s;
-    its last tests were then the SGLang tree cores' shards of 30 to 45 s each)."""
+    its last tests were then the SGLang tree cores' shards of 30 to 45 s each). Under xdist's
+    default `load` this order left one worker more of the slow tier (at f3e71ec 2,470 s against
+    2,156 s), hence `--dist worksteal` in pyproject's addopts: the worker that runs out takes
+    the back half of the other's queue (2,325 s each; `tests/xdist_replay.py`)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
