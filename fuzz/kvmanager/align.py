@@ -56,10 +56,10 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
-                                   align_events, align_external, align_order, align_drafts,
-                                   align_lookahead, align_queue, align_reads, align_retention,
-                                   align_shared_prefix)
+from kvfuzz.fuzz.kvmanager import (align_async, align_caching, align_connector, align_count,
+                                   align_eagle, align_events, align_external, align_order,
+                                   align_drafts, align_lookahead, align_queue, align_reads,
+                                   align_retention, align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -77,7 +77,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignQueueChecks, align_async.AlignAsync,
+class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.AlignAsync,
                     align_shared_prefix.AlignSharedPrefix, AlignDrafts, AlignExternal,
                     AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
                     align_events.AlignEvents, KVManagerLockstep):
@@ -91,7 +91,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync,
                                          "partial tail handed off at finish",
                                          "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         *align_queue.EVENTS,
+                                         *align_queue.EVENTS, *align_caching.EVENTS,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,

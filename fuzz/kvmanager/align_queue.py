@@ -70,6 +70,7 @@ class AlignQueueChecks:
             return []
         old = self.keys
         model = QueueModel(prev, self.ref, lambda block: old[block] is not None)
+        self.queue_evicted = model.evicted  # (the cached blocks popped: `align_caching.py`)
         order = [1, 0] if self.trace.full_last else [0, 1]
         name = getattr(op, "rid", None)
         name = f"{type(op).__name__.lower()}{'' if name is None else f'(r{name})'}"

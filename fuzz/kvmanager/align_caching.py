@@ -1,0 +1,141 @@
+"""Which blocks are cached, in the reduced mode of a Mamba "align" group (`align.py`): after
+every op, the pool's cache entries (each block's) against those read after the op before, less
+the entries of the blocks the op's pops evicted (the free queue's prediction,
+`align_queue.py`), an eviction named or a reset, plus what the op's `cache_blocks` adds and
+re-keys (`oracle/kvmanager/align_caching.py`, the request's tokens, hashes and tables after the
+op, its cached counts per group tracked here as vLLM's `num_cached_block`).
+
+Judged: an allocation (`allocate_slots` of a schedule or a decode: full attention's full blocks
+and prompt tail, the Mamba group's full blocks under its retention mask, its prefill
+checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed), a free (no entry
+moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the queue check
+does not judge (an engine's live session, the first read), a KV connector's trace, HiSparse,
+asynchronous scheduling, a running request's copy-on-write of its partial tail (its entries
+move to a block in no table), and every other op that changed an entry (a settle's or a load's
+`cache_blocks`)."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.oracle.kvmanager import align_caching as rule
+from kvfuzz.oracle.kvmanager import mamba_align
+
+JUDGED = "which blocks cached: predicted after an allocation"
+SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
+EVENTS = (JUDGED, SKIPPED)
+
+
+class AlignCaching:
+    """A mixin of `AlignLockstep` ahead of `AlignQueueChecks`: it wraps `queue_problems`, which
+    `_pool_problems` calls with the state read, to know the op and the blocks its pops
+    evicted."""
+
+    caching_counts: dict = {}   # rid -> [full attention's, the Mamba group's] cached blocks
+    caching_tokens: dict = {}   # a hash unit -> the tokens it covers (every request's)
+
+    def queue_problems(self, queue, ref, keys, tables):
+        seen = (self.queue_op, self.queue_alloc, self.queue_copies)
+        if self.queue_prev is None:  # (the trace's first read: a new pool)
+            self.caching_counts, self.caching_tokens = {}, {}
+        self.queue_evicted = None
+        problems = super().queue_problems(queue, ref, keys, tables)
+        return problems + self.caching_problems(seen, keys, tables)
+
+    def caching_problems(self, seen, keys, tables) -> list[tuple[str, str]]:
+        op, alloc, copies = seen
+        name = type(op).__name__ if op is not None else None
+        rid = getattr(op, "rid", None)
+        if name in ("Finish", "Preempt") and rid is not None:
+            self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
+        before, trace = self.keys, self.trace
+        if self.queue_evicted is None or trace.hisparse or trace.async_scheduling or \
+                _connector(trace):
+            return self._caching_skipped(keys, before)
+        entries = rule.Entries(before, self._unit_tokens)
+        if name == "Reset" and self.reset_done:
+            entries = rule.Entries([None] * len(keys), self._unit_tokens)
+        elif name == "Evict":
+            for block in self.evicted:
+                entries.drop(block)
+        elif alloc is not None and self.stepped == alloc[0] and alloc[1] in (True, False):
+            if not self._allocation(entries, alloc, copies, tables):
+                self.caching_counts[alloc[0]] = None  # (unknown until it is freed)
+                return self._caching_skipped(keys, before)
+        elif alloc is not None and alloc[1] not in (True, False):
+            self.caching_counts[alloc[0]] = None  # (a connector's admission)
+            return self._caching_skipped(keys, before)
+        elif name not in ("Finish", "Preempt"):
+            return self._caching_skipped(keys, before)
+        if keys == before and not entries.changed:
+            return []
+        expected = entries.as_keys(len(keys))
+        wrong = [b for b in range(1, len(keys)) if _norm(expected[b]) != _norm(keys[b])]
+        if not wrong:
+            return []
+        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(keys[b])} "
+                         f"(before {short(before[b])})" for b in wrong[:3])
+        where = f"{name.lower()}(r{rid})" if rid is not None else str(name).lower()
+        return [("which blocks cached", f"after {where}: {what}")]
+
+    def _caching_skipped(self, keys, before) -> list:
+        if keys != before:  # (an op that changed no entry needs no judging)
+            self.count(SKIPPED)
+        return []
+
+    def _unit_tokens(self, key) -> int:
+        return self.caching_tokens.get(key[0], 0)
+
+    def _allocation(self, entries, alloc, copies, tables) -> bool:
+        """Apply an allocation's pops and `cache_blocks` to `entries`; False where it is not
+        judged (a running request's copy-on-write)."""
+        rid, admission = alloc[0], alloc[1]
+        request, trace = self.requests[rid], self.trace
+        size, hashed = trace.block_size, trace.hash_size
+        counts = self.caching_counts.get(rid, [0, 0])
+        if (copies and not admission) or (counts is None and not admission):
+            return False
+        for block in self.queue_evicted:
+            entries.drop(block)
+        units = request.hashes(hashed, trace.hash_lookahead)
+        for index, unit in enumerate(units):
+            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
+        full, mamba = tables[rid]
+        if admission:
+            hit = self.read_from[rid]
+            counts = []
+            for blocks in self.hit_blocks:
+                count = len(blocks)
+                counts.append(hit // size if count and hit % size else count)
+            computed = 0
+        else:
+            computed = self.read_from[rid]
+        tokens = min(request.computed, len(request.tokens))
+        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
+                                        size, hashed, trace.eagle)
+        checkpoint = self.checkpoints.get(rid)
+        if checkpoint is not None:
+            checkpoint = (mamba_align.checkpoint_position(
+                request.computed, hashed, trace.hash_lookahead, trace.eagle), checkpoint)
+        counts[1] = rule.mamba(
+            entries, mamba, counts[1], tokens, units, request.prompt, computed, size, hashed,
+            trace.retention, trace.eagle, checkpoint,
+            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
+                                            trace.eagle),
+            request.boundary, trace.mamba_shared_prefix)
+        self.caching_counts[rid] = counts
+        self.count(JUDGED)
+        return True
+
+
+def _connector(trace) -> bool:
+    """Whether a KV connector's ops run in the trace (its loads cache as they land)."""
+    return any(type(op).__name__ in ("Connect", "Loaded") for op in trace.ops)
+
+
+def _norm(entries):
+    """A block's entries as a comparable value: None, or (primary, the rest sorted)."""
+    if entries is None:
+        return None
+    if isinstance(entries, list):
+        return (tuple(entries[0]), tuple(sorted(tuple(e) for e in entries[1:])))
+    return (tuple(entries), ())
