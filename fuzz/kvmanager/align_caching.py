@@ -109,7 +109,8 @@ class AlignCaching:
             computed = 0
         else:
             computed = self.read_from[rid]
-        tokens = min(request.computed, len(request.tokens))
+        tokens = rule.cacheable(min(request.computed, len(request.tokens)), size, hashed,
+                                trace.eagle, max(0, trace.prefill_lookahead - 1))
         counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
                                         size, hashed, trace.eagle)
         checkpoint = self.checkpoints.get(rid)

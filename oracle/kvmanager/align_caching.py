@@ -13,6 +13,8 @@ hash unit (one per `hash_size` tokens, chained) with its group. Pure: the reduce
 - `BlockPool.cache_partial_block(block, tokens)`: the key of the unit ending at `tokens`; with
   `replace_existing_hashes` every entry of the block goes first; else where the block is not
   already keyed so and its primary covers fewer tokens, every entry goes first;
+- `HybridKVCacheCoordinator.get_num_cacheable_tokens` (`cacheable`): what each group is asked
+  to cache of the tokens `allocate_slots` passes, min(computed + new, the request's tokens);
 - `SingleTypeKVCacheManager.cache_blocks`: the full blocks from the request's cached count to
   min(tokens, hashed tokens) // block (nothing where that is not past the count), then the
   count is that; `reachable_block_mask` keeps them all but for a Mamba group under sparse
@@ -72,6 +74,21 @@ class Entries:
             if held and block < size:
                 out[block] = held[0] if len(held) == 1 else [held[0], *sorted(held[1:])]
         return out
+
+
+def cacheable(tokens: int, block_size: int, hash_size: int, eagle: bool,
+              reprefillable: int = 0) -> int:
+    """`HybridKVCacheCoordinator.get_num_cacheable_tokens`: the tokens a group caches of the
+    `tokens` an allocation passes, cut to the scheduler block (the block here) unless partial
+    hash hits are on (hashed per fewer tokens than a block); with EAGLE's drop (every group
+    here) at most one block past the finalized tokens (`reprefillable` held back, MTP's
+    prefill lookahead less one) cut so."""
+    def aligned(count: int) -> int:
+        return count if hash_size < block_size else count // block_size * block_size
+    if eagle and aligned(tokens) > 0:
+        final = max(0, tokens - reprefillable)
+        return min(final, aligned(final) + block_size)
+    return aligned(tokens)
 
 
 def cache_full_blocks(entries: Entries, table, start: int, end: int, units, block_size: int,
