@@ -51,14 +51,14 @@ class AlignCaching:
         if self.queue_evicted is None or trace.hisparse or trace.async_scheduling or \
                 _connector(trace):
             return self._caching_skipped(keys, before)
-        entries = rule.Entries(before, self._unit_tokens)
+        entries = rule.Entries(before, self._caching_unit_tokens)
         if name == "Reset" and self.reset_done:
-            entries = rule.Entries([None] * len(keys), self._unit_tokens)
+            entries = rule.Entries([None] * len(keys), self._caching_unit_tokens)
         elif name == "Evict":
             for block in self.evicted:
                 entries.drop(block)
         elif alloc is not None and self.stepped == alloc[0] and alloc[1] in (True, False):
-            if not self._allocation(entries, alloc, copies, tables):
+            if not self._caching_allocation(entries, alloc, copies, tables):
                 self.caching_counts[alloc[0]] = None  # (unknown until it is freed)
                 return self._caching_skipped(keys, before)
         elif alloc is not None and alloc[1] not in (True, False):
@@ -82,10 +82,10 @@ class AlignCaching:
             self.count(SKIPPED)
         return []
 
-    def _unit_tokens(self, key) -> int:
+    def _caching_unit_tokens(self, key) -> int:
         return self.caching_tokens.get(key[0], 0)
 
-    def _allocation(self, entries, alloc, copies, tables) -> bool:
+    def _caching_allocation(self, entries, alloc, copies, tables) -> bool:
         """Apply an allocation's pops and `cache_blocks` to `entries`; False where it is not
         judged (a running request's copy-on-write)."""
         rid, admission = alloc[0], alloc[1]
