@@ -41,13 +41,13 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
   EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`;
   Mamba's shared-prefix checkpoint and retention 0's junction states: `align_shared_prefix.py`.
-- which blocks: the free queue and each group's new blocks after every op (`align_queue.py`).
+- which blocks: the free queue and each group's new blocks after every op (`align_queue.py`);
+  the cache entries each op adds, re-keys and evicts, from those before it (`align_caching.py`).
 
-Not compared in this mode: which blocks are cached (Mamba's checkpoints and their retention,
-but for the replay boundary's and a junction's states above), full attention's null positions
-and the scheduler's reads. (KV events and stats, where a trace observes them: against the
-pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
-exact counts still run: `align_refusal.py`.)
+Not compared in this mode: which blocks are cached where `align_caching.SKIPPED` counts (live
+sessions, HiSparse, async, connectors' admissions, settles' and loads' caching, a running
+request's copy-on-write), full attention's null positions, the scheduler's reads. (KV events,
+stats: against the pool's map and hits, `align_events.py`; old refusal bounds: `align_refusal`.)
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ Judged: an allocation (`allocate_slots` of a schedule or a decode: full attentio
 and prompt tail, the Mamba group's full blocks under its retention mask, its prefill
 checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed), a free (no entry
 moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the queue check
-does not judge (an engine's live session, the first read), a KV connector's trace, HiSparse,
-asynchronous scheduling, a running request's copy-on-write of its partial tail (its entries
-move to a block in no table), and every other op that changed an entry (a settle's or a load's
-`cache_blocks`)."""
+does not judge (an engine's live session, the first read), HiSparse, asynchronous scheduling,
+a KV connector's admission with external tokens, a running request's copy-on-write of its
+partial tail (its entries move to a block in no table), and every other op that changed an
+entry (a settle's or a load's `cache_blocks`); a request with an op not judged is not judged
+again until it is freed (its cached counts unknown)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,7 @@ class AlignCaching:
         if name in ("Finish", "Preempt") and rid is not None:
             self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
         before, trace = self.keys, self.trace
-        if self.queue_evicted is None or trace.hisparse or trace.async_scheduling or \
-                _connector(trace):
+        if self.queue_evicted is None or trace.hisparse or trace.async_scheduling:
             return self._caching_skipped(keys, before)
         entries = rule.Entries(before, self._caching_unit_tokens)
         if name == "Reset" and self.reset_done:
@@ -126,11 +126,6 @@ class AlignCaching:
         self.caching_counts[rid] = counts
         self.count(JUDGED)
         return True
-
-
-def _connector(trace) -> bool:
-    """Whether a KV connector's ops run in the trace (its loads cache as they land)."""
-    return any(type(op).__name__ in ("Connect", "Loaded") for op in trace.ops)
 
 
 def _norm(entries):
