@@ -5,15 +5,15 @@ the entries of the blocks the op's pops evicted (the free queue's prediction,
 re-keys (`oracle/kvmanager/align_caching.py`, the request's tokens, hashes and tables after the
 op, its cached counts per group tracked here as vLLM's `num_cached_block`).
 
-Judged: an allocation (`allocate_slots` of a schedule or a decode: full attention's full blocks
-and prompt tail, the Mamba group's full blocks under its retention mask, its prefill
-checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed), a free (no entry
-moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the queue check
-does not judge (an engine's live session, the first read), HiSparse, asynchronous scheduling,
-a KV connector's admission with external tokens, a running request's copy-on-write of its
-partial tail (its entries move to a block in no table), and every other op that changed an
-entry (a settle's or a load's `cache_blocks`); a request with an op not judged is not judged
-again until it is freed (its cached counts unknown)."""
+Judged: an allocation (`allocate_slots` of a schedule or a decode, with tokens in flight too:
+full attention's full blocks and prompt tail, the Mamba group's full blocks under its retention
+mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed), a
+free (no entry moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
+queue check does not judge (an engine's live session, the first read), HiSparse, a KV
+connector's admission with external tokens, a running request's copy-on-write of its partial
+tail (its entries move to a block in no table), and every other op that changed an entry (a
+settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
+an op not judged is not judged again until it is freed (its cached counts unknown)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class AlignCaching:
         if name in ("Finish", "Preempt") and rid is not None:
             self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
         before, trace = self.keys, self.trace
-        if self.queue_evicted is None or trace.hisparse or trace.async_scheduling:
+        if self.queue_evicted is None or trace.hisparse:
             return self._caching_skipped(keys, before)
         entries = rule.Entries(before, self._caching_unit_tokens)
         if name == "Reset" and self.reset_done:
