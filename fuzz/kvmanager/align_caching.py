@@ -7,11 +7,12 @@ op, its cached counts per group tracked here as vLLM's `num_cached_block`).
 
 Judged: an allocation (`allocate_slots` of a schedule or a decode, with tokens in flight too:
 full attention's full blocks and prompt tail, the Mamba group's full blocks under its retention
-mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed), a
-free (no entry moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
+mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed; a
+running request's copy-on-write of the partial tail its last step keyed moves that block's
+entries to the copy, a block in no table, which the queue check predicts), a free (no entry
+moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
 queue check does not judge (an engine's live session, the first read), HiSparse, a KV
-connector's admission with external tokens, a running request's copy-on-write of its partial
-tail (its entries move to a block in no table), and every other op that changed an entry (a
+connector's admission with external tokens, and every other op that changed an entry (a
 settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
 an op not judged is not judged again until it is freed (its cached counts unknown)."""
 
@@ -33,12 +34,14 @@ class AlignCaching:
 
     caching_counts: dict = {}   # rid -> [full attention's, the Mamba group's] cached blocks
     caching_tokens: dict = {}   # a hash unit -> the tokens it covers (every request's)
+    caching_partial: dict = {}  # rid -> the Mamba partial tail its last step keyed (its index)
+    queue_copy = None           # a running request's copy-on-write copy (`align_queue.py`)
 
     def queue_problems(self, queue, ref, keys, tables):
         seen = (self.queue_op, self.queue_alloc, self.queue_copies)
         if self.queue_prev is None:  # (the trace's first read: a new pool)
-            self.caching_counts, self.caching_tokens = {}, {}
-        self.queue_evicted = None
+            self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+        self.queue_evicted = self.queue_copy = None
         problems = super().queue_problems(queue, ref, keys, tables)
         return problems + self.caching_problems(seen, keys, tables)
 
@@ -48,6 +51,7 @@ class AlignCaching:
         rid = getattr(op, "rid", None)
         if name in ("Finish", "Preempt") and rid is not None:
             self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
+            self.caching_partial.pop(rid, None)
         before, trace = self.keys, self.trace
         if self.queue_evicted is None or trace.hisparse:
             return self._caching_skipped(keys, before)
@@ -86,16 +90,23 @@ class AlignCaching:
         return self.caching_tokens.get(key[0], 0)
 
     def _caching_allocation(self, entries, alloc, copies, tables) -> bool:
-        """Apply an allocation's pops and `cache_blocks` to `entries`; False where it is not
-        judged (a running request's copy-on-write)."""
+        """Apply an allocation's pops, a running request's copy-on-write (its partial tail's
+        entries moved to the copy) and `cache_blocks` to `entries`; False where it is not
+        judged (counts unknown)."""
         rid, admission = alloc[0], alloc[1]
         request, trace = self.requests[rid], self.trace
         size, hashed = trace.block_size, trace.hash_size
         counts = self.caching_counts.get(rid, [0, 0])
-        if (copies and not admission) or (counts is None and not admission):
+        partial = self.caching_partial.pop(rid, None)  # (this step's allocation copies it)
+        if counts is None and not admission:
             return False
         for block in self.queue_evicted:
             entries.drop(block)
+        if copies and not admission:  # the copy takes the partial tail's entries
+            source = tables[rid][1][partial:partial + 1] if partial is not None else []
+            if not source or self.queue_copy is None:
+                return False
+            entries.move(source[0], self.queue_copy)  # (a running table is append-only)
         units = request.hashes(hashed, trace.hash_lookahead)
         for index, unit in enumerate(units):
             self.caching_tokens.setdefault(unit, (index + 1) * hashed)
@@ -124,6 +135,8 @@ class AlignCaching:
                                             trace.eagle),
             request.boundary, trace.mamba_shared_prefix)
         self.caching_counts[rid] = counts
+        if entries.partial_tail is not None:
+            self.caching_partial[rid] = entries.partial_tail
         self.count(JUDGED)
         return True
 

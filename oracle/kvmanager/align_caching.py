@@ -48,6 +48,7 @@ class Entries:
                     entries, list) else [tuple(entries)]
         self.tokens = tokens
         self.changed = False  # (whether anything was dropped or inserted)
+        self.partial_tail = None  # the table index of a Mamba partial tail keyed, if any
 
     def get(self, block: int) -> list:
         return self.blocks.get(block, [])
@@ -60,6 +61,15 @@ class Entries:
         held = self.blocks.setdefault(block, [])
         if key not in held:
             held.append(key)
+            self.changed = True
+
+    def move(self, source: int, target: int) -> None:
+        """`BlockPool.move_block_hashes`: the source's entries, its primary first, re-pointed
+        to the target (a running request's copy-on-write of its partial tail)."""
+        held = self.blocks.pop(source, [])
+        self.blocks.pop(target, None)
+        if held:
+            self.blocks[target] = held
             self.changed = True
 
     def primary_tokens(self, block: int) -> int | None:
@@ -223,4 +233,7 @@ def _mamba_partial(entries, table, cached, tokens, units, prompt, computed, bloc
     if entries.primary_tokens(table[index]) == tokens:
         return cached
     cache_partial_block(entries, table[index], tokens, units, hash_size, MAMBA)
-    return index if tokens % block_size else cached
+    if tokens % block_size:  # (the next allocation copies it: `_partial_hit_reqs`)
+        entries.partial_tail = index
+        return index
+    return cached

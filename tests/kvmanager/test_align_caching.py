@@ -61,6 +61,14 @@ def test_a_transient_checkpoint_is_evicted_and_a_kept_one_rekeyed():
     assert made.get(2) == [(118, 1)]
 
 
+def test_a_partial_tail_keyed_is_noted_and_its_copy_takes_its_entries():
+    made = entries()
+    cached = rule.mamba(made, [0, 2, 6], 0, 5, UNITS[:5], 6, 4, 2, 1, None, False, None, 5)
+    assert (cached, made.partial_tail, made.get(6)) == (2, 2, [(104, 1)])
+    made.move(6, 7)  # (the next step's copy-on-write)
+    assert (made.get(6), made.get(7)) == ([], [(104, 1)])
+
+
 def test_cacheable_tokens_cut_to_the_block_unless_hashed_finer():
     assert rule.cacheable(7, 4, 4, False) == 4
     assert rule.cacheable(7, 4, 2, False) == 7
