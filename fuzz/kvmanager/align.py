@@ -41,13 +41,13 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - with tokens in flight (asynchronous scheduling): `fuzz/kvmanager/align_async.py`; with
   EAGLE's last-block drop (the hit, the checkpoint, retention 0's boundaries): `align_eagle.py`;
   Mamba's shared-prefix checkpoint and retention 0's junction states: `align_shared_prefix.py`.
-- which blocks: the free queue and each group's new blocks after every op (`align_queue.py`).
+- which blocks: the free queue and each group's new blocks after every op (`align_queue.py`);
+  the cache entries each op adds, re-keys and evicts, from those before it (`align_caching.py`).
 
-Not compared in this mode: which blocks are cached (Mamba's checkpoints and their retention,
-but for the replay boundary's and a junction's states above), full attention's null positions
-and the scheduler's reads. (KV events and stats, where a trace observes them: against the
-pool's cache map and the hits, `align_events.py`. The bounds on refusals that came before the
-exact counts still run: `align_refusal.py`.)
+Not compared in this mode: which blocks are cached where `align_caching.SKIPPED` counts (live
+sessions, HiSparse, connectors' admissions, settles' and loads' caching, a request after an op
+not judged), full attention's null positions, the scheduler's reads. (KV events,
+stats: against the pool's map and hits, `align_events.py`; old refusal bounds: `align_refusal`.)
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
-from kvfuzz.fuzz.kvmanager import (align_async, align_connector, align_count, align_eagle,
-                                   align_events, align_external, align_order, align_drafts,
-                                   align_lookahead, align_queue, align_reads, align_retention,
-                                   align_shared_prefix)
+from kvfuzz.fuzz.kvmanager import (align_async, align_caching, align_connector, align_count,
+                                   align_eagle, align_events, align_external, align_order,
+                                   align_drafts, align_lookahead, align_queue, align_reads,
+                                   align_retention, align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
@@ -77,7 +77,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(AlignQueueChecks, align_async.AlignAsync,
+class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.AlignAsync,
                     align_shared_prefix.AlignSharedPrefix, AlignDrafts, AlignExternal,
                     AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
                     align_events.AlignEvents, KVManagerLockstep):
@@ -91,7 +91,7 @@ class AlignLockstep(AlignQueueChecks, align_async.AlignAsync,
                                          "partial tail handed off at finish",
                                          "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
-                                         *align_queue.EVENTS,
+                                         *align_queue.EVENTS, *align_caching.EVENTS,
                                          *align_connector.EVENTS, *align_external.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,

@@ -70,6 +70,7 @@ class AlignQueueChecks:
             return []
         old = self.keys
         model = QueueModel(prev, self.ref, lambda block: old[block] is not None)
+        self.queue_evicted = model.evicted  # (the cached blocks popped: `align_caching.py`)
         order = [1, 0] if self.trace.full_last else [0, 1]
         name = getattr(op, "rid", None)
         name = f"{type(op).__name__.lower()}{'' if name is None else f'(r{name})'}"
@@ -122,6 +123,7 @@ class AlignQueueChecks:
                     # the copy: in no table, its one reference the copy's (its source holds
                     # one more until the release, in this op: no change), released below
                     retained[1], expected = [0, expected[0]], expected[1:]
+                    self.queue_copy = retained[1][1]  # (where its entries move: `align_caching`)
                 if expected != phase[group]:
                     problems.append(("which blocks", f"{name}: group {group} took "
                                      f"{short(phase[group])}, expected {short(expected)} (the "

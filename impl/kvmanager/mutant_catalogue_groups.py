@@ -255,6 +255,16 @@ GROUPS = {
         "self.block_pool._remove_cached_block_hashes(checkpoint_block)",
         "in align mode a transient prefill checkpoint's cache entries are dropped with no "
         "BlockRemoved event: a KV-event consumer still routes to them")),
+    # Which blocks are cached beside a Mamba "align" group (`fuzz/kvmanager/align_caching.py`):
+    # full attention's prompt tail keyed at the prompt's end, as EAGLE's is, not below its last
+    # token. Every hit, count and event stays consistent with the pool's map: only a prediction
+    # of the map's entries sees it.
+    "mamba_align_prompt_tail_as_eagle": (SINGLE, Mutation(
+        "FullAttentionManager._cache_partial_tail_block",
+        "else request.num_prompt_tokens - 1", "else request.num_prompt_tokens",
+        "hashed per fewer tokens than a block, full attention keys the prompt's last partial "
+        "hash boundary at the prompt's end (EAGLE's limit) without EAGLE: a resend's hit, "
+        "capped below its last token, can never use it")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

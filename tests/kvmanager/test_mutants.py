@@ -167,6 +167,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # without a Removed, so the events' replay still holds them
     "mamba_align_checkpoint_removed_silently": r"KV events:? +after the op's \d+ events: the "
                                                r"KV events say hash \d+ \(group 1\)",
+    # Which blocks are cached beside the group (`align_caching.py`): full attention's prompt
+    # tail keyed at the prompt's end (EAGLE's limit) without EAGLE
+    "mamba_align_prompt_tail_as_eagle": r"which blocks cached:? +after schedule\(r\d+\): block "
+                                        r"\d+: expected None, actual \(\d+, 0\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -192,7 +196,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
          # the first "mamba align" trace of seed 0 observing KV events with a transient
          # checkpoint dropped (shrunk to 2 ops)
-         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26)}
+         PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26),
+         # the first "mamba align" trace of seed 0 hashed per fewer tokens than a block whose
+         # prompt's tail is keyed (shrunk to 2 ops: a 1-token prompt)
+         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (

@@ -1,0 +1,150 @@
+"""Which blocks are cached, in the reduced mode of a Mamba "align" group (`align.py`): after
+every op, the pool's cache entries (each block's) against those read after the op before, less
+the entries of the blocks the op's pops evicted (the free queue's prediction,
+`align_queue.py`), an eviction named or a reset, plus what the op's `cache_blocks` adds and
+re-keys (`oracle/kvmanager/align_caching.py`, the request's tokens, hashes and tables after the
+op, its cached counts per group tracked here as vLLM's `num_cached_block`).
+
+Judged: an allocation (`allocate_slots` of a schedule or a decode, with tokens in flight too:
+full attention's full blocks and prompt tail, the Mamba group's full blocks under its retention
+mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed; a
+running request's copy-on-write of the partial tail its last step keyed moves that block's
+entries to the copy, a block in no table, which the queue check predicts), a free (no entry
+moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
+queue check does not judge (an engine's live session, the first read), HiSparse, a KV
+connector's admission with external tokens, and every other op that changed an entry (a
+settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
+an op not judged is not judged again until it is freed (its cached counts unknown)."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.oracle.kvmanager import align_caching as rule
+from kvfuzz.oracle.kvmanager import mamba_align
+
+JUDGED = "which blocks cached: predicted after an allocation"
+SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
+EVENTS = (JUDGED, SKIPPED)
+
+
+class AlignCaching:
+    """A mixin of `AlignLockstep` ahead of `AlignQueueChecks`: it wraps `queue_problems`, which
+    `_pool_problems` calls with the state read, to know the op and the blocks its pops
+    evicted."""
+
+    caching_counts: dict = {}   # rid -> [full attention's, the Mamba group's] cached blocks
+    caching_tokens: dict = {}   # a hash unit -> the tokens it covers (every request's)
+    caching_partial: dict = {}  # rid -> the Mamba partial tail its last step keyed (its index)
+    queue_copy = None           # a running request's copy-on-write copy (`align_queue.py`)
+
+    def queue_problems(self, queue, ref, keys, tables):
+        seen = (self.queue_op, self.queue_alloc, self.queue_copies)
+        if self.queue_prev is None:  # (the trace's first read: a new pool)
+            self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+        self.queue_evicted = self.queue_copy = None
+        problems = super().queue_problems(queue, ref, keys, tables)
+        return problems + self.caching_problems(seen, keys, tables)
+
+    def caching_problems(self, seen, keys, tables) -> list[tuple[str, str]]:
+        op, alloc, copies = seen
+        name = type(op).__name__ if op is not None else None
+        rid = getattr(op, "rid", None)
+        if name in ("Finish", "Preempt") and rid is not None:
+            self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
+            self.caching_partial.pop(rid, None)
+        before, trace = self.keys, self.trace
+        if self.queue_evicted is None or trace.hisparse:
+            return self._caching_skipped(keys, before)
+        entries = rule.Entries(before, self._caching_unit_tokens)
+        if name == "Reset" and self.reset_done:
+            entries = rule.Entries([None] * len(keys), self._caching_unit_tokens)
+        elif name == "Evict":
+            for block in self.evicted:
+                entries.drop(block)
+        elif alloc is not None and self.stepped == alloc[0] and alloc[1] in (True, False):
+            if not self._caching_allocation(entries, alloc, copies, tables):
+                self.caching_counts[alloc[0]] = None  # (unknown until it is freed)
+                return self._caching_skipped(keys, before)
+        elif alloc is not None and alloc[1] not in (True, False):
+            self.caching_counts[alloc[0]] = None  # (a connector's admission)
+            return self._caching_skipped(keys, before)
+        elif name not in ("Finish", "Preempt"):
+            return self._caching_skipped(keys, before)
+        if keys == before and not entries.changed:
+            return []
+        expected = entries.as_keys(len(keys))
+        wrong = [b for b in range(1, len(keys)) if _norm(expected[b]) != _norm(keys[b])]
+        if not wrong:
+            return []
+        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(keys[b])} "
+                         f"(before {short(before[b])})" for b in wrong[:3])
+        where = f"{name.lower()}(r{rid})" if rid is not None else str(name).lower()
+        return [("which blocks cached", f"after {where}: {what}")]
+
+    def _caching_skipped(self, keys, before) -> list:
+        if keys != before:  # (an op that changed no entry needs no judging)
+            self.count(SKIPPED)
+        return []
+
+    def _caching_unit_tokens(self, key) -> int:
+        return self.caching_tokens.get(key[0], 0)
+
+    def _caching_allocation(self, entries, alloc, copies, tables) -> bool:
+        """Apply an allocation's pops, a running request's copy-on-write (its partial tail's
+        entries moved to the copy) and `cache_blocks` to `entries`; False where it is not
+        judged (counts unknown)."""
+        rid, admission = alloc[0], alloc[1]
+        request, trace = self.requests[rid], self.trace
+        size, hashed = trace.block_size, trace.hash_size
+        counts = self.caching_counts.get(rid, [0, 0])
+        partial = self.caching_partial.pop(rid, None)  # (this step's allocation copies it)
+        if counts is None and not admission:
+            return False
+        for block in self.queue_evicted:
+            entries.drop(block)
+        if copies and not admission:  # the copy takes the partial tail's entries
+            source = tables[rid][1][partial:partial + 1] if partial is not None else []
+            if not source or self.queue_copy is None:
+                return False
+            entries.move(source[0], self.queue_copy)  # (a running table is append-only)
+        units = request.hashes(hashed, trace.hash_lookahead)
+        for index, unit in enumerate(units):
+            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
+        full, mamba = tables[rid]
+        if admission:
+            hit = self.read_from[rid]
+            counts = []
+            for blocks in self.hit_blocks:
+                count = len(blocks)
+                counts.append(hit // size if count and hit % size else count)
+            computed = 0
+        else:
+            computed = self.read_from[rid]
+        tokens = rule.cacheable(min(request.computed, len(request.tokens)), size, hashed,
+                                trace.eagle, max(0, trace.prefill_lookahead - 1))
+        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
+                                        size, hashed, trace.eagle)
+        checkpoint = self.checkpoints.get(rid)
+        if checkpoint is not None:
+            checkpoint = (mamba_align.checkpoint_position(
+                request.computed, hashed, trace.hash_lookahead, trace.eagle), checkpoint)
+        counts[1] = rule.mamba(
+            entries, mamba, counts[1], tokens, units, request.prompt, computed, size, hashed,
+            trace.retention, trace.eagle, checkpoint,
+            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
+                                            trace.eagle),
+            request.boundary, trace.mamba_shared_prefix)
+        self.caching_counts[rid] = counts
+        if entries.partial_tail is not None:
+            self.caching_partial[rid] = entries.partial_tail
+        self.count(JUDGED)
+        return True
+
+
+def _norm(entries):
+    """A block's entries as a comparable value: None, or (primary, the rest sorted)."""
+    if entries is None:
+        return None
+    if isinstance(entries, list):
+        return (tuple(entries[0]), tuple(sorted(tuple(e) for e in entries[1:])))
+    return (tuple(entries), ())
