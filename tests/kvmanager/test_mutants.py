@@ -63,11 +63,14 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "mamba_align_checkpoint_every_chunk": r"mamba states:? +r\d+'s Mamba table holds states "
                                           r"at positions",
     # under lookahead hashes (`Trace.hash_lookahead`) its checkpoint reserved where hashes
-    # looking no tokens ahead would put it: keyed there, past the request's hashes
+    # looking no tokens ahead would put it: keyed there, past the request's hashes (since
+    # the caching check, often seen first as a checkpoint keyed where the release keys none)
     "mamba_align_checkpoint_lookahead_ignored": r"assert 0 < num_hash_blocks <= "
-                                                r"len\(request.block_hashes\)|mamba states",
+                                                r"len\(request.block_hashes\)|mamba states"
+                                                r"|which blocks cached",
     # with EAGLE's drop (`Trace.eagle`) its checkpoint reserved where it would be without it
-    "mamba_align_checkpoint_eagle_ignored": r"mamba states:? +r\d+'s Mamba table",
+    "mamba_align_checkpoint_eagle_ignored": r"mamba states:? +r\d+'s Mamba table"
+                                            r"|which blocks cached",
     # ... and the Mamba lookup given EAGLE's margin (never dropped): a hit past full attention's
     "mamba_align_eagle_margin_to_mamba": r"prefix hit",
     # ... and with the shared-prefix checkpoint on, the junction's state never keyed
