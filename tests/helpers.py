@@ -185,6 +185,14 @@ def made_and_with_draw_off(monkeypatch, module, generator, count: int) -> tuple[
     return made, off
 
 
+def without_align_caching_check(monkeypatch) -> None:
+    """The Mamba "align" reduced mode with its caching check (`align_caching.py`) off: it sees a
+    misplaced checkpoint's entry first, so a test of another check's catch turns it off."""
+    from kvfuzz.fuzz.kvmanager.align import AlignLockstep
+
+    monkeypatch.setattr(AlignLockstep, "caching_problems", lambda *args: [])
+
+
 def dumps(item, target: str | None = None) -> str:
     """`item` as its target writes a corpus file (any target of its format: they share it)."""
     owner = TARGETS[target] if target else next(

@@ -116,8 +116,8 @@ def cache_full_blocks(entries: Entries, table, start: int, end: int, units, bloc
 
 def cache_partial_block(entries: Entries, block: int, tokens: int, units, hash_size: int,
                         group: int, replace: bool = False) -> tuple | None:
-    if not block:
-        return None
+    if not block or not 0 < tokens // hash_size <= len(units):
+        return None  # (no unit ends there: the release asserts, so nothing is predicted keyed)
     key = (units[tokens // hash_size - 1], group)
     held = entries.get(block)
     if replace:

@@ -13,7 +13,7 @@ import pytest
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.kvmanager import hybrid
-from tests.helpers import divergence, needs_engine
+from tests.helpers import divergence, needs_engine, without_align_caching_check
 
 pytestmark = needs_engine("vllm")  # (slow: it imports vLLM)
 
@@ -84,10 +84,12 @@ def __getattr__(name):  # a double by import path: tests.kvmanager.test_align:Ev
     ("mutant.vllm.kvmanager.mamba_align_hit_short", "prefix hit"),
     ("mutant.vllm.kvmanager.mamba_align_partial_hit_ignored", "prefix hit"),
 ], ids=lambda value: value.rsplit(".", 1)[-1].rsplit(":", 1)[-1])
-def test_each_reduced_check_catches_a_broken_manager(broken, label):
+def test_each_reduced_check_catches_a_broken_manager(broken, label, monkeypatch):
     # (the traces observing no KV events or stats, as before the profile drew them: the events
     # and stats checks catch some of these first, `skip_reading_ignored` by its stats;
-    # test_align_events.py)
+    # test_align_events.py; and the caching check off, which sees a misplaced state's entry
+    # first: test_align_caching.py)
+    without_align_caching_check(monkeypatch)
     found = next(d for d in (divergence("kvmanager", replace(
         hybrid.MAMBA_ALIGN.generate(0, index), events=False, stats=False), broken)
         for index in range(40)) if d)

@@ -7,7 +7,7 @@ import pytest
 
 from kvfuzz.oracle.kvmanager import align_caching as rule
 from kvfuzz.strategies.kvmanager import hybrid
-from tests.helpers import divergence, with_engine
+from tests.helpers import divergence, with_engine, without_align_caching_check
 
 UNITS = list(range(100, 120))  # a request's hash units: unit i covers (i + 1) * hash_size tokens
 
@@ -81,13 +81,11 @@ def test_the_mutant_is_caught_only_by_this_check(monkeypatch):
     """The prompt tail keyed as EAGLE's (`mamba_align_prompt_tail_as_eagle`) is caught on its
     "mamba align" trace by this check, and with it off survives that trace: no other reduced
     check sees a wrong entry that every hit, count and event stays consistent with."""
-    from kvfuzz.fuzz.kvmanager.align import AlignLockstep
-
     name = "mutant.vllm.kvmanager.mamba_align_prompt_tail_as_eagle"
     trace = hybrid.MAMBA_ALIGN.generate(0, INDEX)
     found = divergence("kvmanager", trace, name)
     assert found is not None and found.what.startswith("which blocks cached"), found
-    monkeypatch.setattr(AlignLockstep, "caching_problems", lambda *args: [])
+    without_align_caching_check(monkeypatch)
     assert divergence("kvmanager", trace, name) is None
 
 

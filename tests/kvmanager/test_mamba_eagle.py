@@ -19,7 +19,7 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid, mamba_eagle
 from kvfuzz.strategies.kvmanager.codec import from_json
 from tests.helpers import (TARGETS, agreeing_features, divergence, made_and_with_draw_off,
-                           needs_engine)
+                           needs_engine, without_align_caching_check)
 
 
 def _vllm(test):
@@ -158,6 +158,7 @@ def test_without_the_drop_in_the_hit_the_judge_is_wrong(monkeypatch):
 
 @_vllm
 def test_without_the_drop_in_the_checkpoint_the_judge_is_wrong(monkeypatch):
+    without_align_caching_check(monkeypatch)  # (it reads the same rule: the kept states' here)
     position = mamba_align.checkpoint_position
     monkeypatch.setattr(mamba_align, "checkpoint_position",
                         lambda end, hash_size, lookahead=0, eagle=False:
@@ -185,8 +186,13 @@ def test_a_release_keeping_the_replay_boundary_without_eagle_is_caught(monkeypat
 
 
 @_vllm
-def test_the_catalogue_mutant_of_the_eagle_checkpoint_is_caught():
-    found = _first_divergence("mutant.vllm.kvmanager.mamba_align_checkpoint_eagle_ignored")
+def test_the_catalogue_mutant_of_the_eagle_checkpoint_is_caught(monkeypatch):
+    """Caught, and by the kept-state check with the caching check (which sees its misplaced
+    entry first) off."""
+    mutant = "mutant.vllm.kvmanager.mamba_align_checkpoint_eagle_ignored"
+    assert _first_divergence(mutant) is not None
+    without_align_caching_check(monkeypatch)
+    found = _first_divergence(mutant)
     assert found is not None and "mamba states" in found.report(), found
 
 

@@ -18,7 +18,8 @@ from kvfuzz.strategies.inputs import FormatError
 from kvfuzz.strategies.kvmanager import hybrid
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.sources import TraceGenerator
-from tests.helpers import TARGETS, agreeing_features, divergence, needs_engine
+from tests.helpers import (TARGETS, agreeing_features, divergence, needs_engine,
+                           without_align_caching_check)
 
 def _vllm(test):
     """The test marked as those that import vLLM are (slow; skipped without it)."""
@@ -123,6 +124,7 @@ def _first_divergence(impl="vllm.kvmanager"):
 
 @_vllm
 def test_without_the_lookahead_in_the_checkpoint_the_judge_is_wrong(monkeypatch):
+    without_align_caching_check(monkeypatch)  # (it reads the same rule: the kept states' here)
     position = mamba_align.checkpoint_position
     monkeypatch.setattr(mamba_align, "checkpoint_position",
                         lambda end, hash_size, lookahead=0, eagle=False:

@@ -21,7 +21,7 @@ from kvfuzz.strategies.kvmanager import hybrid, mamba_shared_prefix
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.kvmanager.trace import to_json
 from tests.helpers import (TARGETS, agreeing_features, divergence, made_and_with_draw_off,
-                           needs_engine)
+                           needs_engine, without_align_caching_check)
 
 
 def _vllm(test):
@@ -178,8 +178,6 @@ def test_the_setting_not_passed_is_caught(monkeypatch):
 def test_the_catalogue_mutant_of_the_junction_is_caught(monkeypatch):
     """Caught, and by this module's own check with the caching check (`align_caching.py`,
     which sees the missing entry first where it judges the op) off."""
-    from kvfuzz.fuzz.kvmanager.align import AlignLockstep
-
     mutant = "mutant.vllm.kvmanager.mamba_align_shared_prefix_junction_missed"
 
     def first_found():
@@ -188,7 +186,7 @@ def test_the_catalogue_mutant_of_the_junction_is_caught(monkeypatch):
             for i in _indices(FIRST)) if found), None)
 
     assert first_found() is not None
-    monkeypatch.setattr(AlignLockstep, "caching_problems", lambda *args: [])
+    without_align_caching_check(monkeypatch)
     found = first_found()
     assert found is not None and "shared-prefix checkpoint" in found.report() and \
         "not cached under the request's hash" in found.report(), found
