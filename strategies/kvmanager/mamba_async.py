@@ -101,7 +101,12 @@ def drafted(rng: random.Random, trace):
             continue  # (only after a reshaped placeholder, taken there)
         else:
             if isinstance(op, Schedule):
-                flying[rid] = 0  # a prefill chunk: no drafts (its output samples if final)
+                # a prefill chunk: no drafts (its output samples if final); but with a draft
+                # step in flight the request's tokens are all computed (its drafts past them):
+                # the schedule resolves to nothing and that step still flies (kept, so its
+                # output's settle rejects its drafts, as vLLM's: `align_async.settle_made`)
+                if not flying.get(rid):
+                    flying[rid] = 0
                 admitted.add(rid)
             elif rid is not None:
                 flying.pop(rid, None)  # (a preemption or a finish drops the step's output)
