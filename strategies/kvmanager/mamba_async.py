@@ -9,7 +9,7 @@ ops stay the profile's, reshaped from draws of their own:
 
 - half the decodes become the slot of the token in flight first (`placeholder`), its `sample`
   when the step's output comes, and in half of those the scheduler's `cache_blocks` after it
-  (`settle`);
+  (`settle`), but where that slot would reach `max_model_len` (no step there: the decode stays);
 - before one in eight of a running request's allocations its last output is processed
   (`processed`): nothing of it in flight then.
 
@@ -21,8 +21,8 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import VOCAB
-from kvfuzz.strategies.kvmanager.trace import (Decode, Placeholder, Processed, Sample, Schedule,
-                                               Settle)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Placeholder, Processed, Sample,
+                                               Schedule, Settle)
 
 SHARE = 0.5  # of the traces without speculative blocks or lookahead hashes
 # of those made asynchronous, the share given speculative blocks and draft tokens in flight
@@ -40,7 +40,8 @@ def in_flight(rng: random.Random, trace):
     if trace.mamba_speculative or trace.hash_lookahead or trace.prefill_lookahead or \
             rng.random() >= SHARE:
         return trace
-    trace = replace(trace, async_scheduling=True, ops=reshaped(rng, trace.ops))
+    trace = replace(trace, async_scheduling=True,
+                    ops=reshaped(rng, trace.ops, trace.max_model_len))
     return drafted(rng, trace) if rng.random() < DRAFT_SHARE else trace
 
 
@@ -57,7 +58,13 @@ def drafted(rng: random.Random, trace):
     output the same way (its samples and settle after it), nothing in flight after. A
     preemption or a finish drops the step in flight. So every `settle` follows its output's
     samples, one an output, rejecting only the drafts of that output's step
-    (`align_async.settle_made`). The trace keeps its number of ops (cut there)."""
+    (`align_async.settle_made`). A `schedule` while a draft step flies resolves to nothing
+    (the request's tokens all computed) and leaves that step in flight; a request whose next
+    step would pass `max_model_len` ends at its step in flight's output (`processed`, its
+    samples, no settle: vLLM schedules nothing after it), nothing more of it made. The settles
+    `settle_made` still resolves to nothing come mostly after a refused allocation (the pool's,
+    which the draw cannot foresee; vLLM preempts there). The trace keeps its number of ops
+    (cut there)."""
     # k below the block size: a step of 1 + k >= block-size tokens can take a prefill checkpoint
     # past the request's tokens (in the drafts), where vLLM 0.33.0's partial-tail caching
     # asserts (`block_pool._get_partial_block_hash`; docs/upstream-vllm.md), not judged here
@@ -66,14 +73,17 @@ def drafted(rng: random.Random, trace):
         return trace
     flying: dict[int, int] = {}  # rid -> the drafts of its step in flight, its output due
     admitted: set[int] = set()  # rids scheduled since their arrival or preemption (running)
+    tokens: dict[int, int] = {}  # rid -> its prompt and the tokens sampled here since
+    ended: set[int] = set()  # rids at the end of their length (below)
 
-    def output(rid, token):
+    def output(rid, token, settle=True):
         """The output of `rid`'s step in flight: its token, the drafts accepted, the settle."""
         drafts = flying.pop(rid)
         accepted = rng.randint(0, drafts)
+        tokens[rid] = tokens.get(rid, 0) + 1 + accepted
         return [Sample(rid, token)] + [Sample(rid, rng.randrange(VOCAB))
                                        for _ in range(accepted)] + \
-            [Settle(rid, rejected=drafts - accepted)]
+            [Settle(rid, rejected=drafts - accepted)][:int(settle)]
 
     while at < len(ops):
         op = ops[at]
@@ -87,6 +97,20 @@ def drafted(rng: random.Random, trace):
                 at += 1
                 if at < len(ops) and isinstance(ops[at], Settle) and ops[at].rid == rid:
                     at += 1  # (the reshaped output's own settle: this one instead)
+            if rid in ended:  # (resolving to nothing there; no output after it)
+                out.append(Placeholder(rid, drafts=k))
+                continue
+            if rid in admitted and tokens.get(rid, 0) + k + 2 >= trace.max_model_len:
+                # its next step would pass max_model_len (the scheduler schedules none: the
+                # placeholder resolves to nothing): vLLM ends the request at its step in
+                # flight's output, so that output is processed with no step after it and no
+                # settle (one with no step of its own would resolve to nothing, as vLLM makes
+                # none: `align_async.settle_made`); no output of it after (its ops kept as
+                # they resolve: the trace keeps its number of ops)
+                ended.add(rid)
+                if rid in flying:
+                    out += [Processed(rid)] + output(rid, token, settle=False)
+                continue
             out.append(Placeholder(rid, drafts=k))
             if rid not in admitted:
                 continue  # (a request not running yet: the placeholder resolves to nothing)
@@ -100,8 +124,15 @@ def drafted(rng: random.Random, trace):
         elif isinstance(op, (Sample, Settle)):
             continue  # (only after a reshaped placeholder, taken there)
         else:
+            if isinstance(op, Arrive):
+                tokens[rid], _ = len(op.tokens), ended.discard(rid)
             if isinstance(op, Schedule):
-                flying[rid] = 0  # a prefill chunk: no drafts (its output samples if final)
+                # a prefill chunk: no drafts (its output samples if final); but with a draft
+                # step in flight the request's tokens are all computed (its drafts past them):
+                # the schedule resolves to nothing and that step still flies (kept, so its
+                # output's settle rejects its drafts, as vLLM's: `align_async.settle_made`)
+                if not flying.get(rid) and rid not in ended:
+                    flying[rid] = 0
                 admitted.add(rid)
             elif rid is not None:
                 flying.pop(rid, None)  # (a preemption or a finish drops the step's output)
@@ -110,16 +141,27 @@ def drafted(rng: random.Random, trace):
     return replace(trace, mamba_speculative=k, lookahead=k, ops=tuple(out[:len(ops)]))
 
 
-def reshaped(rng: random.Random, ops: tuple) -> tuple:
-    """The profile's ops as asynchronous scheduling makes them (see the module's docstring)."""
+def reshaped(rng: random.Random, ops: tuple, max_model_len: int = 0) -> tuple:
+    """The profile's ops as asynchronous scheduling makes them (see the module's docstring). A
+    decode whose placeholder would reach `max_model_len` (the scheduler schedules no position
+    there, so a settle after its sample would be one with no step of its own, which vLLM never
+    makes: `align_async.settle_made`) stays a decode."""
     out: list = []
+    tokens: dict[int, int] = {}  # rid -> its prompt and the tokens decoded since
     for op in ops:
+        if isinstance(op, Arrive):
+            tokens[op.rid] = len(op.tokens)
         if isinstance(op, (Schedule, Decode)) and rng.random() < 0.125:
             out.append(Processed(op.rid))
         if isinstance(op, Decode) and rng.random() < 0.5:
-            out += [Placeholder(op.rid), Sample(op.rid, op.token)]
-            if rng.random() < 0.5:
-                out.append(Settle(op.rid))
+            settle = rng.random() < 0.5  # (drawn either way: the draws after stay as they were)
+            if max_model_len and tokens.get(op.rid, 0) + 2 >= max_model_len:
+                out.append(op)
+            else:
+                out += [Placeholder(op.rid), Sample(op.rid, op.token)] + \
+                    [Settle(op.rid)][:int(settle)]
         else:
             out.append(op)
+        if isinstance(op, Decode):
+            tokens[op.rid] = tokens.get(op.rid, 0) + 1
     return tuple(out[:len(ops)])
