@@ -1,7 +1,7 @@
 """The "mamba align" profile's asynchronous traces make mostly settles vLLM makes (issue 24,
 after index 2294): `align_async.settle_made` resolves a settle vLLM's `update_from_output`
 never makes to nothing (UNMADE, UNMADE_OUTPUT), so a generator that makes many of them
-exercises nothing there. Since 2026-12-06 ("asyncsettle") `mamba_async.drafted` keeps a draft
+exercises nothing there. Since 2026-12-06 `mamba_async.drafted` keeps a draft
 step in flight across a `schedule` that resolves to nothing, and neither it nor `reshaped`
 makes a step (nor so a settle) past `max_model_len`; what is left unmade comes mostly from
 refused allocations the generator cannot foresee (the pool's; vLLM preempts there) and the

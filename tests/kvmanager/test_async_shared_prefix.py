@@ -20,7 +20,7 @@ from tests.helpers import agreeing_features, with_engine
 
 _ENGINE = with_engine("vllm")  # (slow: it imports vLLM)
 # seed 0's first "mamba align" traces drawing the setting with tokens in flight (265 drafted;
-# 203 before "asyncsettle" changed the drafted draw's consumption of the trace's random stream)
+# 203 before the generator's settle shapes (2026-12-06) changed the drafted draw's consumption of the trace's random stream)
 ASYNC_DRAWN = (253, 265, 373)
 
 # "mamba align" index 2294 as drawn before main's drafted share (2026-12-06), the shared-prefix
