@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from kvfuzz.impl.triton_env import use_interpreter_without_cuda
@@ -45,3 +47,33 @@ def pytest_collection_modifyitems(config, items):
     2,156 s), hence `--dist worksteal` in pyproject's addopts: the worker that runs out takes
     the back half of the other's queue (2,325 s each; `tests/xdist_replay.py`)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# SGLang's switches that kvfuzz sets in its own process and leaves set: the SWA driver's
+# SGLANG_INVARIANT_CHECK holds for the driver's life (SGLang reads it at every check), and a
+# session run in process sets its retraction and tree-core switches. A test must not hand them
+# to a later test in the same worker, whose subprocesses inherit them: a recorded SGLang session
+# then claimed the strict checks (`swa/test_sglang_scheduler.py`'s recording, once xdist's
+# worksteal order ran it after a strict SWA trace on the same worker).
+SGLANG_SWITCHES = ("SGLANG_INVARIANT_CHECK", "SGLANG_DEBUG_MEMORY_POOL", "SGLANG_TEST_RETRACT",
+                   "SGLANG_TEST_RETRACT_INTERVAL", "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND")
+
+
+@contextlib.contextmanager
+def environ_restored(names):
+    """The environment variables `names` as they were before, on leaving (set or unset)."""
+    before = {name: os.environ.get(name) for name in names}
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def sglang_switches_restored():
+    with environ_restored(SGLANG_SWITCHES):
+        yield
