@@ -32,9 +32,10 @@ class AlignCaching:
     `_pool_problems` calls with the state read, to know the op and the blocks its pops
     evicted."""
 
-    caching_counts: dict = {}   # rid -> [full attention's, the Mamba group's] cached blocks
-    caching_tokens: dict = {}   # a hash unit -> the tokens it covers (every request's)
-    caching_partial: dict = {}  # rid -> the Mamba partial tail its last step keyed (its index)
+    # (each a dict made at the trace's first read, in `queue_problems`: none shared by lock steps)
+    caching_counts: dict | None = None  # rid -> [full attention's, the Mamba group's] cached
+    caching_tokens: dict | None = None  # a hash unit -> the tokens it covers (every request's)
+    caching_partial: dict | None = None  # rid -> the Mamba partial tail its last step keyed
     queue_copy = None           # a running request's copy-on-write copy (`align_queue.py`)
 
     def queue_problems(self, queue, ref, keys, tables):

@@ -125,7 +125,8 @@ def drafted(rng: random.Random, trace):
             continue  # (only after a reshaped placeholder, taken there)
         else:
             if isinstance(op, Arrive):
-                tokens[rid], _ = len(op.tokens), ended.discard(rid)
+                tokens[rid] = len(op.tokens)
+                ended.discard(rid)
             if isinstance(op, Schedule):
                 # a prefill chunk: no drafts (its output samples if final); but with a draft
                 # step in flight the request's tokens are all computed (its drafts past them):
