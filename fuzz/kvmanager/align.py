@@ -150,7 +150,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         request = self.requests.get(op.rid)
         if request is None:
             return
-        if request.status == WAITING and request.computed:  # loaded by a connector
+        if request.status == WAITING and (request.computed or op.rid in self.loaded_end):
             return (yield from self._resume_loaded(op.rid, request, op.chunk))
         if request.status == WAITING:
             yield from self._connector_lookup(op.rid, request)

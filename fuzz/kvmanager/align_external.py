@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.kvmanager import align_connector
+from kvfuzz.fuzz.kvmanager.align_external_single import EVENTS as SINGLE, AlignExternalSingle
 from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
@@ -73,10 +74,10 @@ RESUMED = "Mamba connector: resumed after its load"
 SKIPPED = "Mamba connector: the finish's remove_skipped_blocks"
 SKIPPED_FREED = "Mamba connector: the finish's remove_skipped_blocks freed states"
 EVENTS = (SYNC, LOAD, DROPPED, KEPT, LAGGING, RECONCILED, SOME, REFUSED, DONE, FAILED, WHOLE,
-          RESUMED, SKIPPED, SKIPPED_FREED)
+          RESUMED, SKIPPED, SKIPPED_FREED, *SINGLE)
 
 
-class AlignExternal:
+class AlignExternal(AlignExternalSingle):
     """Mixed into `AlignLockstep` (before the plain lock step, whose handlers it overrides)."""
 
     @handles(Connect)
@@ -84,9 +85,10 @@ class AlignExternal:
         if not self.align:
             return (yield from super().connect(op))
         request, trace = self.requests.get(op.rid), self.trace
-        if request is None or request.status != WAITING or request.computed or \
-                op.rid in self.loaded_end:
+        if request is None or request.status != WAITING or request.computed:
             return
+        if self.relooked(op.rid, request):  # a one-token prompt loaded whole (`..._single`)
+            return (yield from self.relooked_connect(op, request))
         rid, tokens, size = op.rid, request.tokens, trace.block_size
         expected = align_connector.expectation(
             request.skip or not trace.caching,
@@ -102,10 +104,7 @@ class AlignExternal:
         # for a load, all but the last for a synchronous one
         partial = local % size
         room = len(tokens) - (local - partial) - (0 if op.load else 1)
-        # (a one-token prompt loaded whole is not modelled: after its load it has 0 computed
-        # tokens and its blocks, and the scheduler looks it up again; admitted plainly here)
-        held = 0 if request.skip or op.load and len(tokens) == 1 else \
-            max(0, min(op.external, room))
+        held = 0 if request.skip else max(0, min(op.external, room))
         if partial and held > partial:
             self.count(DROPPED)
             local -= partial
@@ -289,7 +288,10 @@ class AlignExternal:
     def _resume_loaded(self, rid, request, chunk: int):
         """A loaded request's first step: an admission with no lookup (the scheduler's branch
         for a waiting request with computed tokens); the state it reads is the loaded one."""
+        if self.relooked(rid, request) and not self.looked_up:  # (a `schedule` of it)
+            yield from self.relookup(rid, request)
         self.count(RESUMED)
+        self.looked_up = False
         size, start = self.trace.block_size, request.computed
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         state, end = self.loaded_state.get(rid), self.loaded_end.get(rid, 0)

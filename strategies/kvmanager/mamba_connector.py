@@ -89,16 +89,18 @@ class _Loads(connector._Connected):
     drawn is a load or (half) a plain admission through the connector (external 0)."""
 
     synchronous = False
+    reconnects = True  # after a one-token prompt's whole load, the connector asked again
 
     def arrive(self) -> None:
         super().arrive()
         op = self.ops[-1]
         if not isinstance(op, Connect):
             return
-        if op.rid in self.single:  # (a one-token prompt is not loaded: `align_external.py`)
-            self.ops[-1] = replace(op, load=False, external=0, reserve=0)
-            if op.load:
-                self.loading.remove(op.rid)
+        if op.rid in self.single:
+            # a one-token prompt: a load drawn is kept (no draw: a trace with none keeps its
+            # ops), a synchronous admission plain (the connector counts all but its last token)
+            if not op.load:
+                self.ops[-1] = replace(op, external=0)
             return
         if self.synchronous or op.load:
             return
