@@ -112,10 +112,10 @@ def _build():
         def get_num_new_matched_tokens(self, request, num_computed_tokens):
             external, load = matched_tokens(self._rng, request.num_tokens,
                                             num_computed_tokens, self._block_size)
-            # (drawn all the same: the stream stays) beside a Mamba group a one-token prompt
-            # is not loaded either: after its load it would hold its blocks with no computed
-            # token, looked up again (not modelled; the guard refuses it by name)
-            if self._async_only and (not load or request.num_tokens == 1):
+            # (drawn all the same: the stream stays; a one-token prompt loaded whole, then
+            # looked up again while it holds its blocks, is modelled since 2026-12-07:
+            # `align_external_single.py`)
+            if self._async_only and not load:
                 external, load = 0, False
             self._loading.pop(request.request_id, None)
             self._sync.pop(request.request_id, None)

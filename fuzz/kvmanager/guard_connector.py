@@ -211,8 +211,13 @@ class ConnectorCalls:
         some = () if written == EVERY_GROUP else (tuple(sorted(skipped)),)
         plain = self._plain_beside_mamba(tracked, external, load)  # (guard_mamba_connector.py)
 
+        relooked = plain and self._relooked(rid)  # (a resumption: guard_mamba_connector.py)
+
         def expected(args):
-            if plain:  # the reduced mode's plain admission: allocate_slots' arguments
+            if relooked:  # `resume`'s arguments (no hit: the lookup found none)
+                if (args[1], args[3], hit) != (n, whole, 0):
+                    return f"the lock step resumes with {args}, the engine with {(n, hit, whole)}"
+            elif plain:  # the reduced mode's plain admission: allocate_slots' arguments
                 if tuple(args[1:5]) != (n, hit, True, whole):
                     return f"the lock step admits with {args}, the engine with {(n, hit, whole)}"
             elif tuple(args[1:7]) != engine or tuple(args[8:]) != some:

@@ -51,18 +51,22 @@ class MambaConnectorCalls:
 
     def _plain_beside_mamba(self, tracked, external: int, load: bool) -> bool:
         """Whether a connector admission is, beside a Mamba group, the reduced mode's plain one
-        (no external tokens: `align_external.connect` makes `allocate_slots`); a one-token
-        prompt loaded whole is refused (after its load it holds its blocks with no computed
-        token and the scheduler looks it up again: not modelled, the reduced mode admits it
-        plainly)."""
-        if not self._beside_mamba():
-            return False
-        if load and len(tracked.tokens) == 1:
-            self._refuse(f"an asynchronous load of request r{tracked.rid}'s one-token prompt "
-                         f"beside a Mamba \"align\" group: not modelled (looked up again after "
-                         f"its load)")
-        return not external
+        (no external tokens: `align_external.connect` makes `allocate_slots`, or `resume` for a
+        one-token prompt loaded whole, looked up again while it holds its blocks:
+        `align_external_single.py`, which makes a load of it again its `connect`)."""
+        return self._beside_mamba() and not external
+
+    def _relooked(self, rid: int) -> bool:
+        """A one-token prompt loaded whole, looked up again: waiting with no computed token
+        while the engine's manager holds its blocks (only then: a failed load or a preemption
+        frees them). Read before the allocation is made."""
+        groups = self._kvfuzz_object.coordinator.single_type_managers
+        return any(tracked.rid == rid and not tracked.computed and not tracked.running and
+                   any(group.req_to_blocks.get(request_id) for group in groups)
+                   for request_id, tracked in self._kvfuzz_requests.items())
 
     def _connect_method(self, op) -> str:
         """The lock step's driver method that makes a `connect` op's allocation."""
-        return "allocate_slots" if self._beside_mamba() and not op.external else "connect"
+        if not self._beside_mamba() or op.external:
+            return "connect"
+        return "resume" if self._relooked(op.rid) else "allocate_slots"
