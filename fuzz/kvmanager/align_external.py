@@ -288,10 +288,9 @@ class AlignExternal(AlignExternalSingle):
     def _resume_loaded(self, rid, request, chunk: int):
         """A loaded request's first step: an admission with no lookup (the scheduler's branch
         for a waiting request with computed tokens); the state it reads is the loaded one."""
-        if self.relooked(rid, request) and not self.looked_up:  # (a `schedule` of it)
-            yield from self.relookup(rid, request)
+        if self.relooked(rid, request) and not self.relooking:  # (`align_external_single`)
+            return (yield from self.relooked_resume(rid, request, chunk))
         self.count(RESUMED)
-        self.looked_up = False
         size, start = self.trace.block_size, request.computed
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         state, end = self.loaded_state.get(rid), self.loaded_end.get(rid, 0)

@@ -49,8 +49,32 @@ class AlignExternalSingle:
     """Mixed into `AlignExternal`: a waiting request with a load done and no computed token
     (a one-token prompt loaded whole: `loaded_end` holds it, 0 computed)."""
 
+    relooking = False  # (in `relooked_resume`: `_resume_loaded` makes the step)
+
     def relooked(self, rid: int, request) -> bool:
         return not request.computed and rid in self.loaded_end
+
+    def relooked_resume(self, rid: int, request, chunk: int):
+        """The plain step after the lookup again (a `schedule` of it makes the lookup first):
+        `_resume_loaded`'s, and the request's tables after it exactly as before (nothing
+        taken, nothing freed, nothing moved)."""
+        if not self.looked_up:
+            yield from self.relookup(rid, request)
+        self.looked_up = False
+        before = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        self.relooking = True
+        try:
+            problems = yield from self._resume_loaded(rid, request, chunk)
+        finally:
+            self.relooking = False
+        if problems or request.status != RUNNING:  # (refused: the lock step's bound judged it)
+            return problems
+        after = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        if [list(t) for t in after] != [list(t) for t in before]:
+            return [("external blocks", f"r{rid}'s one-token prompt, loaded whole, stepped while "
+                                        f"it holds {short(before)}: expected its tables as they "
+                                        f"were, actual {short(after)}")]
+        return []
 
     def relookup(self, rid: int, request):
         """The scheduler's lookup again (its answer judged as any connector lookup's: no hit),
@@ -66,7 +90,7 @@ class AlignExternalSingle:
                    (rid,), oracle=None, compare=lambda e, r, actual, raised:
                    align_connector.lookup_problems(expected, actual, raised) or
                    self._lookup_block_problems(request, actual))
-        self.looked_up = True  # (the resumption below makes no lookup of its own)
+        self.looked_up = True  # (the step after it makes no lookup of its own)
         if self.caching_counts is not None:
             self.caching_counts[rid] = None  # (not judged by `align_caching.py`: counted)
 
@@ -76,7 +100,7 @@ class AlignExternalSingle:
         rid = op.rid
         yield from self.relookup(rid, request)
         if not op.load or request.skip or not op.external:
-            return (yield from self._resume_loaded(rid, request, op.chunk))
+            return (yield from self.relooked_resume(rid, request, op.chunk))
         self.count(LOADED_AGAIN)
         self.queue_alloc = (rid, False)  # (no block taken: a running request's allocation)
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)

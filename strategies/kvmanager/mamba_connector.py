@@ -52,6 +52,7 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
     size = layout.block_size
     gen = _Loads(rng, size, layout.max_model_len)
     gen.synchronous = synchronous
+    gen.reconnects = not synchronous  # (after a one-token prompt's whole load: none in `SYNC`)
     while len(gen.ops) < num_ops:
         gen.step()
     ops = _finished(tuple(_resolved(op, rng) for op in gen.ops[:num_ops]))
@@ -89,7 +90,6 @@ class _Loads(connector._Connected):
     drawn is a load or (half) a plain admission through the connector (external 0)."""
 
     synchronous = False
-    reconnects = True  # after a one-token prompt's whole load, the connector asked again
 
     def arrive(self) -> None:
         super().arrive()
@@ -98,9 +98,12 @@ class _Loads(connector._Connected):
             return
         if op.rid in self.single:
             # a one-token prompt: a load drawn is kept (no draw: a trace with none keeps its
-            # ops), a synchronous admission plain (the connector counts all but its last token)
-            if not op.load:
-                self.ops[-1] = replace(op, external=0)
+            # ops), a synchronous admission plain (the connector counts all but its last
+            # token); `SYNC` as before, plain
+            if self.synchronous or not op.load:
+                self.ops[-1] = replace(op, load=False, external=0, reserve=0)
+                if op.load:
+                    self.loading.remove(op.rid)
             return
         if self.synchronous or op.load:
             return
@@ -108,6 +111,14 @@ class _Loads(connector._Connected):
             self.ops[-1] = replace(op, load=True)
             self.loading.append(op.rid)
         else:
+            self.ops[-1] = replace(op, external=0)
+
+    def loaded(self) -> None:
+        super().loaded()
+        op = self.ops[-1]
+        if isinstance(op, Connect) and not op.load and op.external:
+            # the connector asked again after a one-token prompt's whole load, answering no
+            # load: nothing it may load synchronously (all but the last token: none), plain
             self.ops[-1] = replace(op, external=0)
 
 
