@@ -38,6 +38,7 @@ from kvfuzz.fuzz.kvmanager import align_connector
 from kvfuzz.fuzz.kvmanager.align_result import allocation_problems
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, state_read
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP
 
 RELOOKED = "Mamba connector: a one-token prompt loaded whole, looked up again"
@@ -56,8 +57,8 @@ class AlignExternalSingle:
 
     def relooked_resume(self, rid: int, request, chunk: int):
         """The plain step after the lookup again (a `schedule` of it makes the lookup first):
-        `_resume_loaded`'s, and the request's tables after it exactly as before (nothing
-        taken, nothing freed, nothing moved)."""
+        `_resume_loaded`'s, and the request's tables after it as before (nothing freed or
+        moved; full attention's grown by the blocks of the drafts' lookahead slots alone)."""
         if not self.looked_up:
             yield from self.relookup(rid, request)
         self.looked_up = False
@@ -70,10 +71,15 @@ class AlignExternalSingle:
         if problems or request.status != RUNNING:  # (refused: the lock step's bound judged it)
             return problems
         after = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
-        if [list(t) for t in after] != [list(t) for t in before]:
+        # full attention's slots for the step's token and the drafts' lookahead, appended
+        full = max(len(before[0]), cdiv(min(request.computed + self.trace.lookahead,
+                                              self.trace.max_model_len), self.trace.block_size))
+        if len(after) != 2 or list(after[0][:len(before[0])]) != list(before[0]) or \
+                len(after[0]) != full or not all(after[0]) or list(after[1]) != list(before[1]):
             return [("external blocks", f"r{rid}'s one-token prompt, loaded whole, stepped while "
                                         f"it holds {short(before)}: expected its tables as they "
-                                        f"were, actual {short(after)}")]
+                                        f"were (full attention's {full} blocks long), actual "
+                                        f"{short(after)}")]
         return []
 
     def relookup(self, rid: int, request):

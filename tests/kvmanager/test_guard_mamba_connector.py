@@ -45,6 +45,27 @@ def test_the_connector_beside_a_mamba_group_runs_guarded_and_replays(tmp_path):
     assert not list(tmp_path.glob("*.json"))
 
 
+# Session 55: a one-token prompt loaded whole, looked up again 3 times (loaded again twice, then
+# its plain step): the only one of sessions 0-99 (docs/upstream-vllm.md)
+ONE_TOKEN = 55
+
+
+def test_a_one_token_prompt_loaded_whole_is_looked_up_again_guarded(tmp_path, monkeypatch):
+    """After its whole load the request holds its blocks with no computed token; the scheduler
+    looks it up again (`align_external_single.py`): a load again is the trace's `connect`, the
+    plain step the reduced mode's resumption (`resume`). Session 55 clean, the same as
+    unguarded, recorded equal and replaying; the step mapped as a plain admission
+    (`allocate_slots`) is not the lock step's call."""
+    from kvfuzz.fuzz.kvmanager import align_external_single as single
+    from kvfuzz.fuzz.kvmanager.guard_mamba_connector import MambaConnectorCalls
+
+    events = clean_and_replaying(ONE_TOKEN, WORKLOAD, tmp_path).manager.kvfuzz_session.lock.events
+    assert events.get(single.RELOOKED) == 3 and events.get(single.LOADED_AGAIN) == 2, events
+    monkeypatch.setattr(MambaConnectorCalls, "_relooked", lambda self, rid: False)
+    with pytest.raises(kvfuzz.Mismatch, match=r"CallMismatch: the lock step called resume"):
+        session(ONE_TOKEN, tmp_path)
+
+
 def test_without_the_connector_lookups_mapping_the_judge_fails(tmp_path, monkeypatch):
     """The engine's connector lookup is full attention's own hit, flagged where the Mamba
     state lags: judged as a plain lookup it is a wrong hit; and the live driver must answer the
