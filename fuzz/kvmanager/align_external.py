@@ -18,7 +18,7 @@ a prompt loaded whole computed again; a failed one (with two groups always the r
 whole: `failed_recving`) frees it. A loaded request's next step is an admission with no lookup
 (`resume`). Under asynchronous scheduling (`vllm_workloads.MAMBA_ASYNC_CONNECTOR`) that step
 is in flight as any step (`_flying`; `align_async.py`); a load's admission and its report carry
-none (the request waits).
+none (the request waits). A one-token prompt loaded whole: `align_external_single.py`.
 
 What the worker and the scheduler rely on, checked after each admission with external tokens
 (read from the implementation; `external_problems`), and of the lookup's blocks

@@ -16,7 +16,12 @@
   of the `finish` that follows (`boundary.tail_problems`: none here, as no hit ends inside a
   block, but a wrong entry is caught);
 - `remove_skipped_blocks(request, computed - in flight)` right after it: `remove_skipped(rid)`
-  (`align_external.remove_skipped`: exactly the Mamba states below (p - 1) // b freed).
+  (`align_external.remove_skipped`: exactly the Mamba states below (p - 1) // b freed);
+- a one-token prompt loaded whole (since 2026-12-07): after its load it holds its blocks with
+  no computed token and the scheduler looks it up again (`align_external_single.py`): the
+  lookup again as any connector lookup, a load again `connect`, the plain step after it the
+  reduced mode's resumption (`resume`, `_connect_method`; `_relooked` reads the engine's
+  manager before the call).
 The zeroing records (`take_new_block_ids`, turned on by Mamba layers) are the scheduler's to
 drain: the live driver reads those made since its last read (`live_align.py`), which the
 reduced mode judges after an admission with external tokens.

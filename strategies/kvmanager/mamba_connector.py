@@ -18,6 +18,10 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
 - no spec-decode padding (the "mamba align" profile's traces have none), no events or stats;
+- a one-token prompt's load as drawn (since 2026-12-07; no new draw), and after its whole
+  load, 0 computed tokens and its blocks held, the connector asked again
+  (`connector._Connected.reconnects`: a `connect` again, a load or plain, or the `schedule`):
+  `fuzz/kvmanager/align_external_single.py`;
 - every finish is preceded by the scheduler's `remove_skipped_blocks` of the request (with a
   connector, `_connector_finished` makes it at each finish, before `request_finished` reads
   the table): a post-pass (`_finished`) puts a `remove_skipped` before each `finish`, so the
