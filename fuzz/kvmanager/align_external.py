@@ -87,7 +87,7 @@ class AlignExternal(AlignExternalSingle):
         request, trace = self.requests.get(op.rid), self.trace
         if request is None or request.status != WAITING or request.computed:
             return
-        if self.relooked(op.rid, request):  # a one-token prompt loaded whole (`..._single`)
+        if self.single_relooked(op.rid, request):  # (a one-token prompt loaded whole)
             return (yield from self.relooked_connect(op, request))
         rid, tokens, size = op.rid, request.tokens, trace.block_size
         expected = align_connector.expectation(
@@ -288,7 +288,7 @@ class AlignExternal(AlignExternalSingle):
     def _resume_loaded(self, rid, request, chunk: int):
         """A loaded request's first step: an admission with no lookup (the scheduler's branch
         for a waiting request with computed tokens); the state it reads is the loaded one."""
-        if self.relooked(rid, request) and not self.relooking:  # (`align_external_single`)
+        if self.single_relooked(rid, request) and not self.relooking:  # (`..._single`)
             return (yield from self.relooked_resume(rid, request, chunk))
         self.count(RESUMED)
         size, start = self.trace.block_size, request.computed

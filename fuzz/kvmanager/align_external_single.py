@@ -52,7 +52,7 @@ class AlignExternalSingle:
 
     relooking = False  # (in `relooked_resume`: `_resume_loaded` makes the step)
 
-    def relooked(self, rid: int, request) -> bool:
+    def single_relooked(self, rid: int, request) -> bool:
         return not request.computed and rid in self.loaded_end
 
     def relooked_resume(self, rid: int, request, chunk: int):
@@ -92,8 +92,8 @@ class AlignExternalSingle:
             request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
             trace.block_size, trace.hash_size, self.cache)
         self.count(expected[0])
-        yield Call(f"get_computed_blocks_for_connector(r{rid}): looked up again", "connector_lookup",
-                   (rid,), oracle=None, compare=lambda e, r, actual, raised:
+        yield Call(f"get_computed_blocks_for_connector(r{rid}): looked up again",
+                   "connector_lookup", (rid,), oracle=None, compare=lambda e, r, actual, raised:
                    align_connector.lookup_problems(expected, actual, raised) or
                    self._lookup_block_problems(request, actual))
         self.looked_up = True  # (the step after it makes no lookup of its own)
