@@ -58,8 +58,7 @@ class AlignCachingExternal:
             self.caching_counts[rid] = None
             return True
         size, total = self.trace.block_size, local + external
-        hit = self.hit_blocks
-        counts = [len(hit[0]), max(len(hit[1]), (total - 1) // size)]
+        counts = rule.external_counts(tuple(map(len, self.hit_blocks)), total, size)
         self.caching_partial.pop(rid, None)
         if rid in self.loaded_end:  # an asynchronous load: caching delayed
             self.caching_counts[rid] = counts
