@@ -10,11 +10,13 @@ full attention's full blocks and prompt tail, the Mamba group's full blocks unde
 mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed; a
 running request's copy-on-write of the partial tail its last step keyed moves that block's
 entries to the copy, a block in no table, which the queue check predicts), a free (no entry
-moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
-queue check does not judge (an engine's live session, the first read), HiSparse, a KV
-connector's admission with external tokens, and every other op that changed an entry (a
-settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
-an op not judged is not judged again until it is freed (its cached counts unknown)."""
+moves), an eviction, a reset; a KV connector's ops (`align_caching_external.py`: an
+admission with external tokens, a load reported done or failed, the finish's
+`remove_skipped_blocks`; the resumed step is an allocation here). Not judged, each counted
+(`SKIPPED`): a trace the queue check does not judge (an engine's live session, the first
+read), HiSparse, and every other op that changed an entry (a settle's `cache_blocks`, an
+output's under asynchronous scheduling); a request with an op not judged is not judged again
+until it is freed (its cached counts unknown)."""
 
 from __future__ import annotations
 
