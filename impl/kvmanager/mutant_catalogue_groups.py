@@ -140,6 +140,16 @@ GROUPS = {
         "KVCacheManager.allocate_slots", "if delay_cache_blocks:",
         "if delay_cache_blocks and num_external_computed_tokens == 0:",
         "an asynchronous load's blocks are cached at admission, before the load is reported")),
+    # Beside a Mamba "align" group (the "mamba connector" profile): the load done's caching a
+    # token short. The resumed step caches what it left, so every hit, count and state stays
+    # consistent with the pool's map meanwhile: only a prediction of the map's entries after
+    # the load sees it (`align_caching_external.py`).
+    "mamba_align_load_caches_token_short": (MANAGER, Mutation(
+        "KVCacheManager.cache_blocks",
+        "self.coordinator.cache_blocks(request, num_computed_tokens)",
+        "self.coordinator.cache_blocks(request, num_computed_tokens - 1)",
+        "a load reported done caches its blocks up to its last token but one: a block-aligned "
+        "load's last block, and a prompt's last boundary state, wait for the resumed step")),
     "reserved_blocks_ignored": (MANAGER, Mutation(
         "KVCacheManager.allocate_slots",
         "self.block_pool.get_num_free_blocks() - reserved_blocks",

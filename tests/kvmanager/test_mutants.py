@@ -174,6 +174,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # tail keyed at the prompt's end (EAGLE's limit) without EAGLE
     "mamba_align_prompt_tail_as_eagle": r"which blocks cached:? +after schedule\(r\d+\): block "
                                         r"\d+: expected None, actual \(\d+, 0\)",
+    # ... with a KV connector (`align_caching_external.py`): a load done caching a token short
+    # keys the Mamba state of its last token under the hash of the token before
+    "mamba_align_load_caches_token_short": r"which blocks cached:? +after loaded\(r\d+\): "
+                                           r"block \d+: expected None, actual \(\d+, 1\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -202,7 +206,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26),
          # the first "mamba align" trace of seed 0 hashed per fewer tokens than a block whose
          # prompt's tail is keyed (shrunk to 2 ops: a 1-token prompt)
-         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2)}
+         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2),
+         # the first "mamba connector" trace of seed 0 (a 2-token prompt loaded whole; shrunk
+         # to 3 ops); with the caching check off it agrees there (caught on 4 of the first
+         # 200, late, by what the wrong key does to later counts and hand-offs)
+         PREFIX + "mamba_align_load_caches_token_short": ("mamba connector", 0)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
