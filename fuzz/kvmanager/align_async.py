@@ -125,6 +125,7 @@ class AlignAsync:
 
     def settled(self, rid, request) -> None:
         """After a `settle` that applied: the output is done; the next one samples anew."""
+        self.settle_applied = rid  # (its caching judged: `align_caching_settle.py`)
         if self.trace.async_scheduling:
             self.output_from[rid] = len(request.tokens)
 

@@ -19,15 +19,16 @@ an op not judged is not judged again until it is freed (its cached counts unknow
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.fuzz.kvmanager import align_caching_settle
 from kvfuzz.oracle.kvmanager import align_caching as rule
 from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "which blocks cached: predicted after an allocation"
 SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
-EVENTS = (JUDGED, SKIPPED)
+EVENTS = (JUDGED, SKIPPED, *align_caching_settle.EVENTS)
 
 
-class AlignCaching:
+class AlignCaching(align_caching_settle.AlignCachingSettle):
     """A mixin of `AlignLockstep` ahead of `AlignQueueChecks`: it wraps `queue_problems`, which
     `_pool_problems` calls with the state read, to know the op and the blocks its pops
     evicted."""
@@ -42,6 +43,7 @@ class AlignCaching:
         seen = (self.queue_op, self.queue_alloc, self.queue_copies)
         if self.queue_prev is None:  # (the trace's first read: a new pool)
             self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+            self.caching_checkpoints = {}  # (`align_caching_settle.py`)
         self.queue_evicted = self.queue_copy = None
         problems = super().queue_problems(queue, ref, keys, tables)
         return problems + self.caching_problems(seen, keys, tables)
@@ -50,6 +52,8 @@ class AlignCaching:
         op, alloc, copies = seen
         name = type(op).__name__ if op is not None else None
         rid = getattr(op, "rid", None)
+        settled, self.settle_applied = self.settle_applied, None
+        self.caching_noted(alloc)  # (vLLM's Mamba checkpoint, for a settle after it)
         if name in ("Finish", "Preempt") and rid is not None:
             self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
             self.caching_partial.pop(rid, None)
@@ -69,6 +73,10 @@ class AlignCaching:
         elif alloc is not None and alloc[1] not in (True, False):
             self.caching_counts[alloc[0]] = None  # (a connector's admission)
             return self._caching_skipped(keys, before)
+        elif name == "Settle" and settled == rid:  # its `cache_blocks` applied
+            if not self.caching_settle(entries, rid, tables):  # (`align_caching_settle.py`)
+                self.caching_counts[rid] = None  # (vLLM's moved: unknown until it is freed)
+                return self._caching_skipped(keys, before)
         elif name not in ("Finish", "Preempt"):
             return self._caching_skipped(keys, before)
         if keys == before and not entries.changed:
