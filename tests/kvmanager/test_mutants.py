@@ -174,6 +174,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # tail keyed at the prompt's end (EAGLE's limit) without EAGLE
     "mamba_align_prompt_tail_as_eagle": r"which blocks cached:? +after schedule\(r\d+\): block "
                                         r"\d+: expected None, actual \(\d+, 0\)",
+    # ... and a settle's (`align_caching_settle.py`): one token more than asked, cached
+    "mamba_align_settle_one_token_long": r"which blocks cached:? +after settle\(r\d+\): block "
+                                         r"\d+: expected None, actual \(\d+, [01]\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -202,7 +205,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26),
          # the first "mamba align" trace of seed 0 hashed per fewer tokens than a block whose
          # prompt's tail is keyed (shrunk to 2 ops: a 1-token prompt)
-         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2)}
+         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2),
+         # the first "mamba align" trace of seed 0 with a settle one token short of a block's
+         # end (the asynchronous traces before it catch nothing; shrunk to 10 ops)
+         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
