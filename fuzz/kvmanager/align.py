@@ -45,8 +45,8 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   the cache entries each op adds, re-keys and evicts, from those before it (`align_caching.py`).
 
 Not compared in this mode: which blocks are cached where `align_caching.SKIPPED` counts (live
-sessions, HiSparse, connectors' admissions, settles' and loads' caching, a request after an op
-not judged), full attention's null positions, the scheduler's reads. (KV events,
+sessions, HiSparse, connectors' admissions, loads' caching, a settle after a refusal, a request
+after an op not judged), full attention's null positions, the scheduler's reads. (KV events,
 stats: against the pool's map and hits, `align_events.py`; old refusal bounds: `align_refusal`.)
 """
 

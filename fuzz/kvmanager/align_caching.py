@@ -13,8 +13,9 @@ entries to the copy, a block in no table, which the queue check predicts), a fre
 moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
 queue check does not judge (an engine's live session, the first read), HiSparse, a KV
 connector's admission with external tokens, and every other op that changed an entry (a
-settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
-an op not judged is not judged again until it is freed (its cached counts unknown)."""
+load's `cache_blocks`); a request with an op not judged is not judged again until it is freed
+(its cached counts unknown). A settle's `cache_blocks` (an output's, since 2026-12-07):
+`align_caching_settle.py`."""
 
 from __future__ import annotations
 
