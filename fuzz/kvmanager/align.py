@@ -45,7 +45,7 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
   the cache entries each op adds, re-keys and evicts, from those before it (`align_caching.py`).
 
 Not compared in this mode: which blocks are cached where `align_caching.SKIPPED` counts (live
-sessions, HiSparse, connectors' admissions, settles' and loads' caching, a request after an op
+sessions, HiSparse, a settle after a refusal, a request after an op
 not judged), full attention's null positions, the scheduler's reads. (KV events,
 stats: against the pool's map and hits, `align_events.py`; old refusal bounds: `align_refusal`.)
 """
@@ -186,6 +186,8 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         """A finish asks the finished request's partial tail first, as a KV producer's scheduler
         does before the free (`boundary.tail_problems`); then the shared free."""
         request = self.requests.get(op.rid)
+        if self.align and self.refusal_unmade(op, request):  # (`align_async.py`)
+            return
         if self.align and isinstance(op, Finish) and request is not None:
             table = (yield Call("", "block_ids", (op.rid,), oracle=None,
                                 compare=state_read)).actual
@@ -204,11 +206,9 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
                        (op.rid, *flying), oracle=None, compare=compare)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
-            self.checkpoints.pop(op.rid, None)
             self.cached_upto.pop(op.rid, None)
             self.pending_copy.discard(op.rid)
-            self.drafted_to.pop(op.rid, None)
-            self.flights_forget(op.rid)
+            self.flights_forget(op.rid)  # (its checkpoint and draft end too)
         problems = yield from super().free(op)
         if self.align and isinstance(op, Finish):
             self._forget(op.rid)  # (a connector's load: `align_external`)

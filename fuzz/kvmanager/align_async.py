@@ -91,9 +91,24 @@ class AlignAsync:
         return rid in self.tails and not self.align_in_flight(request, False), flying
 
     def flights_forget(self, rid) -> None:
+        """At a preemption or a finish (`align.free`): its steps in flight, its checkpoint, its
+        draft end."""
+        self.checkpoints.pop(rid, None)
+        self.drafted_to.pop(rid, None)
         self.flight_steps.pop(rid, None)
         self.flight_kept.pop(rid, None)
         self.output_from.pop(rid, None)
+
+    def _count_problems(self, rid, request, made: bool, *args, **kwargs):
+        """(`align_count`'s, after every allocation): the request's last allocation refused,
+        or not, as the lock step's `_allocation` notes it (a `preempt` with `refused`)."""
+        request.refused = None if made else self.preemptions
+        return super()._count_problems(rid, request, made, *args, **kwargs)
+
+    def refusal_unmade(self, op, request) -> bool:
+        """Whether a `preempt` with `refused` resolves to nothing: its request's last
+        allocation was not refused (`free_ops.refusal_preempts` counts the others)."""
+        return getattr(op, "refused", False) and getattr(request, "refused", None) is None
 
     def settle_made(self, op, request) -> bool:
         """Under asynchronous scheduling, whether a `settle` is one vLLM 0.33.0 makes:
@@ -125,6 +140,7 @@ class AlignAsync:
 
     def settled(self, rid, request) -> None:
         """After a `settle` that applied: the output is done; the next one samples anew."""
+        self.settle_applied = rid  # (its caching judged: `align_caching_settle.py`)
         if self.trace.async_scheduling:
             self.output_from[rid] = len(request.tokens)
 

@@ -10,24 +10,29 @@ full attention's full blocks and prompt tail, the Mamba group's full blocks unde
 mask, its prefill checkpoint re-keyed or evicted, the prompt's checkpoint boundary keyed; a
 running request's copy-on-write of the partial tail its last step keyed moves that block's
 entries to the copy, a block in no table, which the queue check predicts), a free (no entry
-moves), an eviction, a reset. Not judged, each counted (`SKIPPED`): a trace the
-queue check does not judge (an engine's live session, the first read), HiSparse, a KV
-connector's admission with external tokens, and every other op that changed an entry (a
-settle's or a load's `cache_blocks`, an output's under asynchronous scheduling); a request with
-an op not judged is not judged again until it is freed (its cached counts unknown)."""
+moves), an eviction, a reset; a KV connector's ops (`align_caching_external.py`: an
+admission with external tokens, a load reported done or failed, the finish's
+`remove_skipped_blocks`; the resumed step is an allocation here). Not judged, each counted
+(`SKIPPED`): a trace the queue check does not judge (an engine's live session, the first
+read), HiSparse, and every other op that changed an entry; a request with an op not judged is
+not judged again until it is freed (its cached counts unknown). A settle's `cache_blocks` (an
+output's, since 2026-12-07): `align_caching_settle.py` (not after a refused allocation)."""
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.fuzz.kvmanager import align_caching_settle
+from kvfuzz.fuzz.kvmanager.align_caching_external import EVENTS as EXTERNAL_EVENTS
+from kvfuzz.fuzz.kvmanager.align_caching_external import AlignCachingExternal
 from kvfuzz.oracle.kvmanager import align_caching as rule
 from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "which blocks cached: predicted after an allocation"
 SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
-EVENTS = (JUDGED, SKIPPED)
+EVENTS = (JUDGED, SKIPPED, *EXTERNAL_EVENTS, *align_caching_settle.EVENTS)
 
 
-class AlignCaching:
+class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle):
     """A mixin of `AlignLockstep` ahead of `AlignQueueChecks`: it wraps `queue_problems`, which
     `_pool_problems` calls with the state read, to know the op and the blocks its pops
     evicted."""
@@ -42,6 +47,7 @@ class AlignCaching:
         seen = (self.queue_op, self.queue_alloc, self.queue_copies)
         if self.queue_prev is None:  # (the trace's first read: a new pool)
             self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+            self.caching_checkpoints = {}  # (`align_caching_settle.py`)
         self.queue_evicted = self.queue_copy = None
         problems = super().queue_problems(queue, ref, keys, tables)
         return problems + self.caching_problems(seen, keys, tables)
@@ -50,6 +56,8 @@ class AlignCaching:
         op, alloc, copies = seen
         name = type(op).__name__ if op is not None else None
         rid = getattr(op, "rid", None)
+        settled, self.settle_applied = self.settle_applied, None
+        self.caching_noted(alloc)  # (vLLM's Mamba checkpoint, for a settle after it)
         if name in ("Finish", "Preempt") and rid is not None:
             self.caching_counts.pop(rid, None)  # (its counts go with its blocks)
             self.caching_partial.pop(rid, None)
@@ -62,13 +70,17 @@ class AlignCaching:
         elif name == "Evict":
             for block in self.evicted:
                 entries.drop(block)
+        elif (judged := self.caching_external(name, op, alloc, entries, tables)) is not None:
+            if not judged:  # (a connector's op: `align_caching_external.py`)
+                return self._caching_skipped(keys, before)
         elif alloc is not None and self.stepped == alloc[0] and alloc[1] in (True, False):
             if not self._caching_allocation(entries, alloc, copies, tables):
                 self.caching_counts[alloc[0]] = None  # (unknown until it is freed)
                 return self._caching_skipped(keys, before)
-        elif alloc is not None and alloc[1] not in (True, False):
-            self.caching_counts[alloc[0]] = None  # (a connector's admission)
-            return self._caching_skipped(keys, before)
+        elif name == "Settle" and settled == rid:  # its `cache_blocks` applied
+            if not self.caching_settle(entries, rid, tables):  # (`align_caching_settle.py`)
+                self.caching_counts[rid] = None  # (vLLM's moved: unknown until it is freed)
+                return self._caching_skipped(keys, before)
         elif name not in ("Finish", "Preempt"):
             return self._caching_skipped(keys, before)
         if keys == before and not entries.changed:

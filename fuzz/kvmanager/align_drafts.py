@@ -5,8 +5,8 @@ drafts (`schedule` with `drafts`: `sync_draft_ops.py`), and after the step's out
 rejected drafts back before its `cache_blocks` (`settle`). What the reduced mode judges of the
 step is what it judges of any chunk (the allocation's counts with the Mamba group's
 speculative blocks, the states kept, the pool); the `settle` rolls the request's computed
-tokens back and makes the scheduler's `cache_blocks`, whose caching is not compared here (the
-mode compares no cached blocks but the replay boundary's state)."""
+tokens back and makes the scheduler's `cache_blocks`, whose caching `align_caching_settle.py`
+judges (since 2026-12-07)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,9 @@ from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING
 from kvfuzz.strategies.kvmanager.trace import (Evict, Finish, Preempt, Release, RemoveSkipped,
                                                Reset, Settle)
 
+# a `preempt` with `refused` that applied: the request's own refused allocation preempted it
+PREEMPTED_BY_REFUSAL = "preempted by its own refused allocation"
+
 
 class FreeOps:
     """Its `requests`, `model`, `trace`, `count`, `_hashes`, `_counted` and `rolled_back` are
@@ -21,7 +24,8 @@ class FreeOps:
     def free(self, op):
         request = self.requests.get(op.rid)
         finish = isinstance(op, Finish)
-        if request is None or (not finish and request.status != RUNNING):
+        if request is None or (not finish and request.status != RUNNING) or \
+                not self.refusal_preempts(op, request):
             return
         self.count("finish" if finish else "preempt")
         self.preemptions += not finish
@@ -45,6 +49,16 @@ class FreeOps:
             request.in_flight = 0  # its stale output drained before it is admitted again
             request.ghost = request.owed = 0  # (a preemption clears the output placeholders)
             yield Call("", "set_computed", (op.rid, 0, "preempted"), oracle=None)
+
+    def refusal_preempts(self, op, request) -> bool:
+        """Whether a `preempt` with `refused` applies: its request's last allocation refused
+        (vLLM's running loop preempts it then); True for every other preemption or finish."""
+        if not getattr(op, "refused", False):
+            return True
+        if request.refused is None:
+            return False
+        self.count(PREEMPTED_BY_REFUSAL)
+        return True
 
     @handles(Release)
     def release(self, op: Release):

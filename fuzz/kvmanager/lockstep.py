@@ -29,7 +29,7 @@ from kvfuzz.fuzz.kvmanager.embeds_marks import EmbedsMarks
 from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING, _Request  # noqa: F401 (read here)
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
-from kvfuzz.fuzz.kvmanager.free_ops import FreeOps
+from kvfuzz.fuzz.kvmanager.free_ops import PREEMPTED_BY_REFUSAL, FreeOps
 from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
 from kvfuzz.fuzz.kvmanager.state_reads import StateReads
@@ -68,7 +68,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
               *MARKS, *connector.EVENTS, *cut.EVENTS, *async_ops.EVENTS, *streaming.EVENTS,
               *KEY_MARKS, *LOOKAHEAD_MARKS, *sync_draft_ops.EVENTS,
               *EAGLE_APART, MTP_HELD,
-              *EMBEDS_MARKS,
+              *EMBEDS_MARKS, PREEMPTED_BY_REFUSAL,
               *(f"config: {name}" for name in CONFIGS))
 
     def build_model(self, trace):

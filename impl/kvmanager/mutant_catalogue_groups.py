@@ -140,6 +140,16 @@ GROUPS = {
         "KVCacheManager.allocate_slots", "if delay_cache_blocks:",
         "if delay_cache_blocks and num_external_computed_tokens == 0:",
         "an asynchronous load's blocks are cached at admission, before the load is reported")),
+    # Beside a Mamba "align" group (the "mamba connector" profile): the load done's caching a
+    # token short. The resumed step caches what it left, so every hit, count and state stays
+    # consistent with the pool's map meanwhile: only a prediction of the map's entries after
+    # the load sees it (`align_caching_external.py`).
+    "mamba_align_load_caches_token_short": (MANAGER, Mutation(
+        "KVCacheManager.cache_blocks",
+        "self.coordinator.cache_blocks(request, num_computed_tokens)",
+        "self.coordinator.cache_blocks(request, num_computed_tokens - 1)",
+        "a load reported done caches its blocks up to its last token but one: a block-aligned "
+        "load's last block, and a prompt's last boundary state, wait for the resumed step")),
     "reserved_blocks_ignored": (MANAGER, Mutation(
         "KVCacheManager.allocate_slots",
         "self.block_pool.get_num_free_blocks() - reserved_blocks",
@@ -265,6 +275,18 @@ GROUPS = {
         "hashed per fewer tokens than a block, full attention keys the prompt's last partial "
         "hash boundary at the prompt's end (EAGLE's limit) without EAGLE: a resend's hit, "
         "capped below its last token, can never use it")),
+    # ... and a settle's (`align_caching_settle.py`): the scheduler's `cache_blocks` after an
+    # output one token long (the public `cache_blocks` alone, which `allocate_slots` does not
+    # call), as a scheduler that left the token in flight in its count (`num_computed_tokens`
+    # where vLLM passes `num_computed_tokens - num_in_flight_tokens`): the block that token
+    # completes is cached before its KV is written. Every hit, count and event stays consistent
+    # with the pool's map.
+    "mamba_align_settle_one_token_long": (MANAGER, Mutation(
+        "KVCacheManager.cache_blocks",
+        "self.coordinator.cache_blocks(request, num_computed_tokens)",
+        "self.coordinator.cache_blocks(request, num_computed_tokens + 1)",
+        "the scheduler's cache_blocks after an output caches one token more than it was asked "
+        "(the token in flight's position, its KV not written yet)")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

@@ -86,6 +86,15 @@ class Entries:
         return out
 
 
+def external_counts(hit: tuple[int, int], computed: int, block_size: int) -> list[int]:
+    """Each group's cached count after an admission with external tokens (its local hit
+    block-aligned): `add_local_computed_blocks` sets it to the table's length then, the skipped
+    blocks' nulls and the hit blocks past them (full attention skips none: its `hit[0]` hit
+    blocks; the Mamba group skips `computed` - 1 tokens, c the local and external ones:
+    max(its `hit[1]`, (c - 1) // block)); `allocate_external_computed_blocks` leaves it."""
+    return [hit[0], max(hit[1], (computed - 1) // block_size)]
+
+
 def cacheable(tokens: int, block_size: int, hash_size: int, eagle: bool,
               reprefillable: int = 0) -> int:
     """`HybridKVCacheCoordinator.get_num_cacheable_tokens`: the tokens a group caches of the

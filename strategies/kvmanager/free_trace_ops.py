@@ -16,10 +16,16 @@ class Preempt:
     `num_computed_tokens` 0 and its tokens kept (it is admitted again through the cache).
     `defer`: the scheduler defers the free (`pop_blocks_for_free(request)`, as vLLM's does while
     a step in flight may still write the blocks): the request's tables are emptied, its blocks
-    stay held until a `release` of it returns them to the pool."""
+    stay held until a `release` of it returns them to the pool.
+
+    `refused` (since 2026-12-07): the preemption vLLM's running loop makes after the request's
+    own allocation was refused, where it is the lowest-priority running request (it preempts
+    itself; its step in flight's output then comes stale): resolves to nothing unless the
+    request's last allocation was refused (the generator cannot foresee the pool's answer)."""
 
     rid: int
     defer: bool = field(default=False, metadata=LATER)
+    refused: bool = field(default=False, metadata=LATER)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import VOCAB
-from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Placeholder, Processed, Sample,
-                                               Schedule, Settle)
+from kvfuzz.strategies.kvmanager.trace import (Arrive, Decode, Placeholder, Preempt,
+                                               Processed, Sample, Schedule, Settle)
 
 SHARE = 0.5  # of the traces without speculative blocks or lookahead hashes
 # of those made asynchronous, the share given speculative blocks and draft tokens in flight
@@ -42,7 +42,44 @@ def in_flight(rng: random.Random, trace):
         return trace
     trace = replace(trace, async_scheduling=True,
                     ops=reshaped(rng, trace.ops, trace.max_model_len))
-    return drafted(rng, trace) if rng.random() < DRAFT_SHARE else trace
+    return preempted_on_refusal(drafted(rng, trace) if rng.random() < DRAFT_SHARE else trace)
+
+
+READMITTED = 10**4  # the chunk of a request admitted again after its refusal: the whole prompt
+
+
+def preempted_on_refusal(trace):
+    """`trace` (asynchronous) with, before each output that a `placeholder` or a `processed` of
+    its request opens (its `sample`s, its `settle`), what vLLM 0.33.0's running loop makes where
+    that request's last allocation was refused (the pool's answer, which no draw here can
+    foresee; since 2026-12-07): the request preempts itself (`Scheduler.schedule`: it is the
+    lowest-priority running request) and its step in flight's output comes stale
+    (`_preempt_request`: `num_stale_output_tokens`; `update_from_output` appends its tokens
+    and caches nothing). So a `preempt` with `refused`, then the output's tokens as `sample`s
+    with `stale`: where the allocation was made, these resolve to nothing and the output's own
+    ops apply; where it was refused, those resolve to nothing (the request is waiting), and no
+    settle follows a refused allocation (`align_async.settle_made`); after a placeholder's
+    output, a `schedule` of the request: its admission again (vLLM's waiting queue holds the
+    preempted request at its head) where it was preempted, nothing where it was not (its
+    tokens all computed after that output, or its drafts past them). No draw: every other
+    draw, and every synchronous trace, stays as it was. The trace keeps its number of ops
+    (cut there)."""
+    ops, out, admit = trace.ops, [], None
+    for at, op in enumerate(ops):
+        if admit is not None and not (isinstance(op, (Sample, Settle)) and op.rid == admit):
+            out.append(Schedule(admit, READMITTED))
+            admit = None
+        if isinstance(op, Sample) and not op.stale and at and \
+                isinstance(ops[at - 1], (Placeholder, Processed)) and ops[at - 1].rid == op.rid:
+            end = at
+            while end < len(ops) and isinstance(ops[end], Sample) and ops[end].rid == op.rid:
+                end += 1
+            out += [Preempt(op.rid, refused=True)] + [replace(sample, stale=True)
+                                                      for sample in ops[at:end]]
+            if isinstance(ops[at - 1], Placeholder) and not trace.mamba_speculative:
+                admit = op.rid
+        out.append(op)
+    return replace(trace, ops=tuple(out[:len(ops)]))
 
 
 def drafted(rng: random.Random, trace):

@@ -45,8 +45,9 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
         elif f.name in ("drafts", "rejected"):  # draft tokens (a placeholder's, a synchronous
             # schedule's; at most k)
             values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_PAD)
-        elif f.name in ("rows_in_flight", "again"):  # padded rows held to the output; a
-            # refused prefill chunk made again after a preemption (asynchronous)
+        elif f.name in ("rows_in_flight", "again", "refused"):  # padded rows held to the
+            # output; a refused prefill chunk made again after a preemption (asynchronous); a
+            # preemption made by the request's own refused allocation
             values[f.name] = reader.boolean(raw.get(f.name, False), at)
         elif f.name == "defer":  # a free deferred past the pool (pop_blocks_for_free)
             values["defer"] = reader.boolean(raw.get("defer", False), at)

@@ -3,9 +3,10 @@ after index 2294): `align_async.settle_made` resolves a settle vLLM's `update_fr
 never makes to nothing (UNMADE, UNMADE_OUTPUT), so a generator that makes many of them
 exercises nothing there. Since 2026-12-06 `mamba_async.drafted` keeps a draft
 step in flight across a `schedule` that resolves to nothing, and neither it nor `reshaped`
-makes a step (nor so a settle) past `max_model_len`; what is left unmade comes mostly from
-refused allocations the generator cannot foresee (the pool's; vLLM preempts there) and the
-drift after them (docs/upstream-vllm.md, "Draft tokens in flight beside a Mamba align group").
+makes a step (nor so a settle) past `max_model_len`; since 2026-12-07 `mamba_async.
+preempted_on_refusal` places vLLM's preemption after a refused allocation (a `preempt` with
+`refused`, the output stale), so no settle follows one; what is left unmade is draft steps'
+drift (docs/upstream-vllm.md, "Draft tokens in flight beside a Mamba align group").
 Slow: vLLM."""
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from tests.helpers import with_engine
 
 _ENGINE = with_engine("vllm")
 FIRST = 300  # seed 0's first "mamba align" traces (37 asynchronous; cheap for CI)
-# the unmade share of their settles judged: 0.107 of 384 with this generator, 0.495 of 499
-# before it (0 in the guard's recordings of vLLM's AsyncScheduler, which preempts where the
-# pool refuses; the bound leaves room for the refusals, not for the generator's own shapes)
-BOUND = 0.2
+# the unmade share of their settles judged: 0.011 of 265 with this generator (0.021 of 1,704
+# on the first 2,000), 0.107 of 384 before the preemptions after a refusal (2026-12-07), 0.495
+# of 499 before `drafted`'s shapes (0 in the guard's recordings of vLLM's AsyncScheduler)
+BOUND = 0.05
 
 
 @pytest.mark.slow
@@ -46,4 +47,4 @@ def test_few_settles_resolve_to_nothing(monkeypatch):
             outcome = target.check(trace, released)
             assert outcome.status == "agree", index
     share = judged[False] / (judged[True] + judged[False])
-    assert judged[True] > 300 and share < BOUND, (judged, share)
+    assert judged[True] > 220 and share < BOUND, (judged, share)

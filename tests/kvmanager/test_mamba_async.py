@@ -99,10 +99,14 @@ def output_shape_problems(trace) -> list:
     (the guard's MAMBA_ASYNC_MTP recordings: `P s+ X` a step, `scheduler.py` 2349-2364): a
     step of one token without drafts (`decode`), or a `settle` that does not end an output of
     its request: its `sample`s just before it (1 + accepted) with the rejected making the
-    drafts of one step, k (a placeholder's) or 0 (a prefill chunk's)."""
+    drafts of one step, k (a placeholder's) or 0 (a prefill chunk's). (A `preempt` with
+    `refused` and the output's `sample`s with `stale` before it, since 2026-12-07, are the other
+    branch of the same output: where they apply, its own ops resolve to nothing.)"""
     problems, run = [], {}  # rid -> the samples since its last other op
     for at, op in enumerate(trace.ops):
         rid = getattr(op, "rid", None)
+        if getattr(op, "stale", False) or getattr(op, "refused", False):
+            continue
         if isinstance(op, Decode):
             problems.append((at, "a decode beside drafts"))
         if isinstance(op, Settle) and (not run.get(rid) or run[rid] - 1 + op.rejected not in (

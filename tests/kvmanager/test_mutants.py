@@ -174,6 +174,13 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # tail keyed at the prompt's end (EAGLE's limit) without EAGLE
     "mamba_align_prompt_tail_as_eagle": r"which blocks cached:? +after schedule\(r\d+\): block "
                                         r"\d+: expected None, actual \(\d+, 0\)",
+    # ... with a KV connector (`align_caching_external.py`): a load done caching a token short
+    # keys the Mamba state of its last token under the hash of the token before
+    "mamba_align_load_caches_token_short": r"which blocks cached:? +after loaded\(r\d+\): "
+                                           r"block \d+: expected None, actual \(\d+, 1\)",
+    # ... and a settle's (`align_caching_settle.py`): one token more than asked, cached
+    "mamba_align_settle_one_token_long": r"which blocks cached:? +after settle\(r\d+\): block "
+                                         r"\d+: expected None, actual \(\d+, [01]\)",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -196,13 +203,22 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_shared_prefix_junction_missed": ("mamba align", 34),
          # a "mamba align" trace of seed 0 finishing a request with a keyed partial
          # tail and a step in flight (shrunk to 3 ops)
-         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 403),
+         # (403 until 2026-12-07's preemptions after a refusal reshaped the asynchronous
+         # traces: 761 the first of seed 0 then, 1519 and 1642 after it)
+         PREFIX + "mamba_align_tail_in_flight": ("mamba align", 761),
          # the first "mamba align" trace of seed 0 observing KV events with a transient
          # checkpoint dropped (shrunk to 2 ops)
          PREFIX + "mamba_align_checkpoint_removed_silently": ("mamba align", 26),
          # the first "mamba align" trace of seed 0 hashed per fewer tokens than a block whose
          # prompt's tail is keyed (shrunk to 2 ops: a 1-token prompt)
-         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2)}
+         PREFIX + "mamba_align_prompt_tail_as_eagle": ("mamba align", 2),
+         # the first "mamba connector" trace of seed 0 (a 2-token prompt loaded whole; shrunk
+         # to 3 ops); with the caching check off it agrees there (caught on 4 of the first
+         # 200, late, by what the wrong key does to later counts and hand-offs)
+         PREFIX + "mamba_align_load_caches_token_short": ("mamba connector", 0),
+         # the first "mamba align" trace of seed 0 with a settle one token short of a block's
+         # end (the asynchronous traces before it catch nothing; shrunk to 10 ops)
+         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
