@@ -375,18 +375,19 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
             size = self.trace.block_size
-            self.cached_upto[rid] = max(since, request.computed - request.computed % size)
+            cached = align_eagle.cacheable(self.trace, request.computed)  # (k - 1 held back)
+            self.cached_upto[rid] = max(since, cached - cached % size)
         return problems + boundary.offload_problems(
             offloads, rid, self.as_loaded(rid, request), before, self.keys, self.trace.block_size,
             self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()),
-            self.trace.hash_lookahead)
+            self.trace.hash_lookahead, align_eagle.held_back(self.trace))
 
     def _retention_problems(self, rid, request) -> list[tuple[str, str]]:
         """Under retention 0, the state a resend resumes from cached once written
         (`align_retention.py`)."""
         written, wrong = align_retention.step_problem(self.trace, request,
                                                       self.mamba_tables.get(rid, []),
-                                                      self._entries)
+                                                      self._entries, self.cached_upto.get(rid, 0))
         if written:
             self.count(align_retention.WRITTEN)
         return [("retention", f"r{rid}: {wrong}")] if wrong else []

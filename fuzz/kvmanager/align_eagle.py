@@ -27,7 +27,7 @@ lookahead of 2 or more (its k - 1 tokens held back: refused too; docs/upstream-v
 
 from __future__ import annotations
 
-from kvfuzz.oracle.kvmanager import mamba_align
+from kvfuzz.oracle.kvmanager import align_caching, mamba_align
 
 HIT = "EAGLE's drop: a hit beside the Mamba group"
 MOVED = "EAGLE's drop: a Mamba checkpoint at its replay boundary"
@@ -43,3 +43,38 @@ def events(trace, hit: int | None, computed: int, checkpoint: bool) -> tuple[str
         computed, trace.hash_size, eagle=True) != mamba_align.checkpoint_position(
         computed, trace.hash_size)
     return (HIT,) * bool(hit) + (MOVED,) * moved
+
+
+def held_back(trace) -> int:
+    """Multi-module MTP's re-prefillable tokens (`num_reprefillable_tokens`, its prefill
+    lookahead k less one): with EAGLE's drop every group here holds them back from caching
+    (`get_num_cacheable_tokens`); without the drop none is (the released rule)."""
+    return max(0, trace.prefill_lookahead - 1) if trace.eagle else 0
+
+
+def cacheable(trace, computed: int) -> int:
+    """The tokens a step to `computed` tokens asks each group to cache (`get_num_cacheable_tokens`,
+    `oracle/kvmanager/align_caching.cacheable`): with k - 1 held back, a state written at a
+    block boundary is cached (and offered) only by a later step that finalizes it."""
+    return align_caching.cacheable(computed, trace.block_size, trace.hash_size, trace.eagle,
+                                   held_back(trace))
+
+
+def tail_cut(trace, request, start: int, new: int) -> int:
+    """A prefill chunk of `new` tokens from `start`, with k - 1 tokens held back and partial
+    hits (hashed below the block), cut at the prompt's tail boundary P // h * h - h as vLLM's
+    scheduler cuts every chunk there (`_mamba_block_aligned_split`'s `tail_boundary` stop,
+    unless the chunk exports its state through a prefill checkpoint block or the last cacheable
+    position is no lower). A chunk stepping over that boundary is a call the scheduler never
+    makes under these settings, and the release's manager breaks on it (a partial tail keyed
+    by a decode's `cache_blocks` on a block `remove_skipped_blocks` frees before its
+    copy-on-write: `req_blocks[block_idx] is source_block`; docs/upstream-vllm.md)."""
+    size, hashed = trace.block_size, trace.hash_size
+    prefill_end = max(request.prompt, len(request.tokens) - 1)
+    if not held_back(trace) or hashed >= size or start >= prefill_end or \
+            mamba_align.checkpoint_index(start, start + new, prefill_end, size, hashed,
+                                         trace.mamba_checkpoint, eagle=True) is not None:
+        return new
+    tail = mamba_align.checkpoint_position(request.prompt, hashed, eagle=True)
+    last = max(len(request.tokens) // size * size - size, 0)
+    return tail - start if last < tail < request.prompt and start < tail < start + new else new

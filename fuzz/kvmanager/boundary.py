@@ -38,7 +38,7 @@ MAMBA_GROUP = 1  # the trace's id (the manager's 0 where it comes first: `align_
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,
                      hash_size: int, since: int = 0, evicted_tail=None,
-                     table=(), lookahead: int = 0) -> list[tuple[str, str]]:
+                     table=(), lookahead: int = 0, held: int = 0) -> list[tuple[str, str]]:
     """What is wrong with one op's offers (`offloads`: (rid, group, block, tokens) entries, as
     the driver reads them; None: the manager has no such method) after an op that stepped
     request `rid` (`request`, the lock step's, its tokens computed after the op; None for an op
@@ -54,7 +54,10 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     nothing, so the copy, which holds the right state, is cached under no hash (a connector keys
     the offload by the request's hash, or drops a block with none: nothing wrong is stored;
     `mamba align` traces 2268 and 2306, docs/upstream-vllm.md). Only such a block, under no
-    entry at all and in none of the request's Mamba table `table`, is let through."""
+    entry at all and in none of the request's Mamba table `table`, is let through.
+    `held`: tokens a step holds back from caching (multi-module MTP with EAGLE's drop,
+    `align_eagle.held_back`): a boundary past the finalized tokens is not offered yet (the
+    prefill checkpoint may key it, by the partial-tail path, which offers nothing)."""
     if offloads is None:
         return []
     units = request.hashes(hash_size, lookahead) if request is not None else []
@@ -70,7 +73,7 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     offered = {(block, tokens) for _, _, block, tokens in offloads}
     boundaries = {hit_key(units, tokens, hash_size): tokens
                   for tokens in range(since - since % block_size + block_size,
-                                      request.computed + 1, block_size)
+                                      request.computed - held + 1, block_size)
                   if tokens // hash_size <= len(units)}
     for block in range(1, len(after)):
         gained = set(_entries(after, block)) - set(_entries(before, block))
