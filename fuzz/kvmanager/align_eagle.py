@@ -78,3 +78,13 @@ def tail_cut(trace, request, start: int, new: int) -> int:
     tail = mamba_align.checkpoint_position(request.prompt, hashed, eagle=True)
     last = max(len(request.tokens) // size * size - size, 0)
     return tail - start if last < tail < request.prompt and start < tail < start + new else new
+
+
+def finalized_end(trace, before: int, computed: int, ends, mamba_table: list) -> int | None:
+    """With k - 1 tokens held back, the state among `ends` (block-grid token counts) that a step
+    from `before` to `computed` tokens finalizes (the cacheable tokens pass it) while the
+    request's Mamba table still holds it (its column not null), or None: a state a retention
+    rule keeps is cached then, not by the step that wrote it."""
+    low, high, size = cacheable(trace, before), cacheable(trace, computed), trace.block_size
+    return next((end for end in sorted(ends) if low < end <= high and
+                 end // size <= len(mamba_table) and mamba_table[end // size - 1]), None)

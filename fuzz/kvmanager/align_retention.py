@@ -64,19 +64,16 @@ def step_problem(trace, request, mamba_table: list, entries,
                  since: int = 0) -> tuple[bool, str | None]:
     """After a step of `request`: (whether it wrote its replay state, what is wrong or None).
     With k - 1 tokens held back (`align_eagle.held_back`) a state is cached by the step that
-    finalizes it, where the table still holds it (`since`: what the steps before finalized)."""
+    finalizes it, where the table still holds it (`since`: the tokens before the step)."""
     if not judged(trace):
         return False, None
     size, hashed = trace.block_size, trace.hash_size
     ends = replay_state_ends(request.prompt, size, hashed, trace.eagle)
     if align_eagle.held_back(trace):
-        final = align_eagle.cacheable(trace, request.computed)
-        for end in (e for e in ends if since < e <= final and e // size <= len(mamba_table)
-                    and mamba_table[e // size - 1]):
-            return True, replay_state_problem(request.prompt, end, mamba_table, entries,
-                                              request.hashes(hashed, trace.hash_lookahead),
-                                              size, hashed, trace.eagle)
-        return False, None
+        end = align_eagle.finalized_end(trace, since, request.computed, ends, mamba_table)
+        return end is not None, end and replay_state_problem(
+            request.prompt, end, mamba_table, entries,
+            request.hashes(hashed, trace.hash_lookahead), size, hashed, trace.eagle)
     return (request.computed in ends and request.computed > 0,
             replay_state_problem(request.prompt, request.computed, mamba_table, entries,
                                  request.hashes(hashed, trace.hash_lookahead), size, hashed,

@@ -80,7 +80,7 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
         for key in gained:
             tokens = boundaries.get(key)
             if tokens is not None and (block, tokens) not in offered and \
-                    not _checkpoint_below(block, tokens, table, block_size, lookahead):
+                    not _checkpoint_below(block, tokens, table, block_size, lookahead or held):
                 return [("boundary offload", f"take_boundary_state_offloads: block {block} "
                                              f"was cached this op as r{rid}'s Mamba state at "
                                              f"{tokens} tokens (a block boundary), not offered: "
@@ -94,7 +94,9 @@ def _checkpoint_below(block: int, tokens: int, table, block_size: int, lookahead
     checkpoint's block keyed at a block boundary a block below its own column (the checkpoint
     moves back by the lookahead, `get_mamba_prefill_checkpoint_position`), which the release
     keys and does not offer. (No connector runs with lookahead hashes: vLLM keeps the legacy
-    hashes with one; without lookahead such a checkpoint is the column's own boundary.)"""
+    hashes with one; without lookahead such a checkpoint is the column's own boundary.) Likewise
+    with tokens held back (multi-module MTP with EAGLE's drop, passed as `lookahead`): the
+    checkpoint keyed where the full-block path, short of the held tokens, left its column."""
     column = tokens // block_size - 1
     return bool(lookahead) and not (0 <= column < len(table) and table[column] == block)
 
