@@ -387,7 +387,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         (`align_retention.py`)."""
         written, wrong = align_retention.step_problem(self.trace, request,
                                                       self.mamba_tables.get(rid, []),
-                                                      self._entries, self.cached_upto.get(rid, 0))
+                                                      self._entries, self.read_from.get(rid, 0))
         if written:
             self.count(align_retention.WRITTEN)
         return [("retention", f"r{rid}: {wrong}")] if wrong else []

@@ -80,11 +80,12 @@ def tail_cut(trace, request, start: int, new: int) -> int:
     return tail - start if last < tail < request.prompt and start < tail < start + new else new
 
 
-def finalized_end(trace, before: int, computed: int, ends, mamba_table: list) -> int | None:
-    """With k - 1 tokens held back, the state among `ends` (block-grid token counts) that a step
-    from `before` to `computed` tokens finalizes (the cacheable tokens pass it) while the
-    request's Mamba table still holds it (its column not null), or None: a state a retention
-    rule keeps is cached then, not by the step that wrote it."""
-    low, high, size = cacheable(trace, before), cacheable(trace, computed), trace.block_size
-    return next((end for end in sorted(ends) if low < end <= high and
-                 end // size <= len(mamba_table) and mamba_table[end // size - 1]), None)
+def finalized_end(trace, before: int, computed: int, ends) -> int | None:
+    """With k - 1 tokens held back, the state among `ends` that a step from `before` to
+    `computed` tokens finalizes, or None: the state it read (written by the step before, which
+    ended there, and still in the table), once the cacheable tokens reach it. A state a
+    retention rule keeps is cached then, not by the step that wrote it; one a step left behind
+    unfinalized has left the table by then (not judged)."""
+    if before in ends and cacheable(trace, before) < before <= cacheable(trace, computed):
+        return before
+    return None

@@ -70,7 +70,7 @@ def step_problem(trace, request, mamba_table: list, entries,
     size, hashed = trace.block_size, trace.hash_size
     ends = replay_state_ends(request.prompt, size, hashed, trace.eagle)
     if align_eagle.held_back(trace):
-        end = align_eagle.finalized_end(trace, since, request.computed, ends, mamba_table)
+        end = align_eagle.finalized_end(trace, since, request.computed, ends)
         return end is not None, end and replay_state_problem(
             request.prompt, end, mamba_table, entries,
             request.hashes(hashed, trace.hash_lookahead), size, hashed, trace.eagle)

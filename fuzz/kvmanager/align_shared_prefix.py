@@ -87,7 +87,7 @@ def retention_problem(trace, request, read_from: int, mamba_table: list, entries
         return False, None
     if align_eagle.held_back(trace):  # (cached once finalized: `align_eagle.finalized_end`)
         end = align_eagle.finalized_end(trace, read_from, end, retained_ends(
-            trace, request.boundary), mamba_table)
+            trace, request.boundary))
         if end is None:
             return False, None
     elif read_from >= end or end not in retained_ends(trace, request.boundary):
