@@ -362,7 +362,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
-            self._note_copy(rid, request, True)
+            self._note_copy(rid, request, True, before)
             if request.status == RUNNING:  # (a load reported is judged as a step above)
                 problems += self.read_step_problems(rid, request)
                 self.flight_read(rid)  # (`align_async.py`)

@@ -27,6 +27,7 @@ lookahead of 2 or more (its k - 1 tokens held back: refused too; docs/upstream-v
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager.boundary import _entries
 from kvfuzz.oracle.kvmanager import align_caching, mamba_align
 
 HIT = "EAGLE's drop: a hit beside the Mamba group"
@@ -89,3 +90,19 @@ def finalized_end(trace, before: int, computed: int, ends) -> int | None:
     if before in ends and cacheable(trace, before) < before <= cacheable(trace, computed):
         return before
     return None
+
+
+def held_tail_keyed(trace, request, table: list, before: list, after: list) -> bool:
+    """With k - 1 tokens held back, whether the step just made keyed a partial tail at its
+    cacheable tokens c (inside a block, on the hash grid: `_cache_partial_tail_block` keys the
+    prompt's tail boundary there) on the block of its Mamba table at column cdiv(c, b) - 1, new
+    in this op (a block already keyed there records no copy): the release then records it in
+    `_partial_hit_reqs`, and the next step's count holds its copy-on-write block."""
+    size, hashed, tokens = trace.block_size, trace.hash_size, cacheable(trace, request.computed)
+    if not held_back(trace) or not tokens or not tokens % size or tokens % hashed:
+        return False
+    units, column = request.hashes(hashed, trace.hash_lookahead), -(-tokens // size) - 1
+    if tokens // hashed > len(units) or column >= len(table) or not table[column]:
+        return False
+    key = mamba_align.hit_key(units, tokens, hashed)
+    return key in _entries(after, table[column]) and key not in _entries(before, table[column])
