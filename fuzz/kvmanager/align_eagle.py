@@ -18,11 +18,17 @@ mode reads it:
   writes all read;
 - under retention 0 the two replay boundaries `replay_boundaries(use_eagle=True)` gives, and the
   scheduler's last cacheable position a block lower (`align_retention.replay_state_ends`);
-- the groups' cacheable tokens (`get_num_cacheable_tokens`): with one block size and no
-  prefill lookahead past 1 token, what the step computed, which caches the same full blocks as
-  without the drop; the Mamba group's partial tail is keyed as the step's table shows it.
-Not with a KV connector's ops (the codec refuses the pair), nor multi-module MTP's prefill
-lookahead of 2 or more (its k - 1 tokens held back: refused too; docs/upstream-vllm.md).
+- the groups' cacheable tokens (`get_num_cacheable_tokens`): with one block size, what the
+  step computed less multi-module MTP's k - 1 re-prefillable tokens (`held_back`, `cacheable`;
+  none with a prefill lookahead of at most 1). With k >= 2 (since 2026-12-07) a state at a
+  block boundary is cached and offered by the step that finalizes it, while it still reads it
+  (`finalized_end`: retention's replay and junction states; the boundary offers up to the
+  finalized tokens), the partial tail a step keys sits at its cacheable tokens and pends a
+  copy-on-write (`held_tail_keyed`), and with partial hits chunks stop at the prompt's tail
+  boundary as vLLM's scheduler stops them (`tail_cut`).
+Not with a KV connector's ops (the codec refuses the pair), nor k past the hash unit (refused:
+vLLM's scheduler stalls or its manager asserts there; docs/upstream-vllm.md, "Multi-module MTP
+with EAGLE's drop beside the group").
 """
 
 from __future__ import annotations

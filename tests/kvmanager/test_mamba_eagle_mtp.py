@@ -143,3 +143,28 @@ def test_mamba_eagle_mtp_runs_guarded_and_replays(tmp_path):
 
     guarded = clean_and_replaying(0, "MAMBA_EAGLE_MTP", tmp_path).manager.kvfuzz_session
     assert guarded.header.eagle and guarded.header.prefill_lookahead == 3
+
+
+@_vllm
+def test_the_release_asserts_after_a_whole_prompt_past_its_tail_boundary(monkeypatch):
+    """A finding (vLLM 0.33.0, 2026-12-07; docs/upstream-vllm.md): with a prefill checkpoint
+    block (every released Mamba model has one; aligned to 1 token, as `MambaMixer2`'s) the
+    scheduler exports the prompt's tail state through it and schedules a 16-token prompt hashed
+    per token whole; with 3 modules (2 tokens held back) a decode's `cache_blocks` then keys
+    the tail boundary (15) on the block holding the prompt's state, which the next decode's
+    `remove_skipped_blocks` frees before its copy-on-write: `allocate_new_blocks` asserts
+    `req_blocks[block_idx] is source_block` and the engine dies. With 2 modules it finishes.
+    (The codec keeps k at most the hash unit, which never reaches it.)"""
+    import traceback
+
+    from kvfuzz.fuzz.kvmanager import vllm_workloads
+    from tests.kvmanager.test_mtp_drop_livelock import _prefill_progress
+
+    monkeypatch.setattr(vllm_workloads, "MAMBA_EAGLE",
+                        replace(vllm_workloads.MAMBA_EAGLE, mamba_checkpoint=1))
+    with pytest.raises(AssertionError) as raised:
+        _prefill_progress(False, 16, 1, 3)
+    frames = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
+    assert frames[-1] == "allocate_new_blocks" and "allocate_slots" in frames, frames
+    request, progress, _ = _prefill_progress(False, 16, 1, 2)
+    assert request.is_finished() and progress[0] == 16, progress
