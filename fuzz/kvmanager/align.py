@@ -374,9 +374,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         self.leave_worker()
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
-            size = self.trace.block_size
-            cached = align_eagle.cacheable(self.trace, request.computed)  # (k - 1 held back)
-            self.cached_upto[rid] = max(since, cached - cached % size)
+            self.cached_upto[rid] = max(since, align_eagle.cached_blocks(self.trace, request))
         return problems + boundary.offload_problems(
             offloads, rid, self.as_loaded(rid, request), before, self.keys, self.trace.block_size,
             self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()),

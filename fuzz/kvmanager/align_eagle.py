@@ -87,6 +87,13 @@ def tail_cut(trace, request, start: int, new: int) -> int:
     return tail - start if last < tail < request.prompt and start < tail < start + new else new
 
 
+def cached_blocks(trace, request) -> int:
+    """The boundary up to which a step has cached the request's full blocks: its cacheable
+    tokens (k - 1 held back) cut to the block."""
+    tokens = cacheable(trace, request.computed)
+    return tokens - tokens % trace.block_size
+
+
 def finalized_end(trace, before: int, computed: int, ends) -> int | None:
     """With k - 1 tokens held back, the state among `ends` that a step from `before` to
     `computed` tokens finalizes, or None: the state it read (written by the step before, which
