@@ -136,13 +136,34 @@ def test_the_catalogue_mutant_of_the_held_back_tokens_is_caught():
 
 @_vllm
 def test_mamba_eagle_mtp_runs_guarded_and_replays(tmp_path):
-    """MAMBA_EAGLE_MTP: MAMBA_EAGLE with 3 modules (k = 3, 2 tokens held back), hashed per
+    """MAMBA_EAGLE_MTP: MAMBA_EAGLE with 2 modules (k = 2, a token held back), hashed per
     block; session 0 guarded in the reduced mode, clean, the same as unguarded, every request
     finished, recorded equal and replaying, the header's prefill lookahead read."""
     from tests.kvmanager.test_guard import clean_and_replaying
 
     guarded = clean_and_replaying(0, "MAMBA_EAGLE_MTP", tmp_path).manager.kvfuzz_session
-    assert guarded.header.eagle and guarded.header.prefill_lookahead == 3
+    assert guarded.header.eagle and guarded.header.prefill_lookahead == 2
+
+
+@_vllm
+def test_the_release_stalls_with_three_modules_at_a_block_boundary():
+    """A finding (vLLM 0.33.0, 2026-12-07; docs/upstream-vllm.md): beside a Mamba "align" group
+    hashed per block (4 tokens) with 3 MTP modules, lookahead hashes on or off, a request
+    never ends its prefill: sessions 37 and 73 (and 5 with the drop) run their 5,000 steps with
+    9 of 10 requests finished; with 2 modules every request finishes. (Session 5's: a 9-token
+    prompt scheduled 0-4, then 4-6 (the chunk cut short), then nothing: from 6 every chunk
+    stops at the next block boundary 8 (`_mamba_block_aligned_split`), within k of the
+    prompt's end, where `_reserve_prefill_lookahead` backs it off to nothing, as read; the
+    other sessions' stuck requests not looked into.)"""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    workload = replace(vllm_scheduler.MAMBA_EAGLE_MTP, num_speculative=3)
+    for lookahead_hashes in (True, False):
+        run = vllm_scheduler.run_session(
+            37, workload=replace(workload, lookahead_hashes=lookahead_hashes))
+        assert (run.finished, run.requests, run.steps) == (9, 10, 5000), run
+    run = vllm_scheduler.run_session(37, workload=vllm_scheduler.MAMBA_EAGLE_MTP)
+    assert run.finished == run.requests == 10, run
 
 
 @_vllm
