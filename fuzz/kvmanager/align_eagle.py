@@ -56,7 +56,8 @@ def held_back(trace) -> int:
     """Multi-module MTP's re-prefillable tokens (`num_reprefillable_tokens`, its prefill
     lookahead k less one): with EAGLE's drop every group here holds them back from caching
     (`get_num_cacheable_tokens`); without the drop none is (the released rule)."""
-    return max(0, trace.prefill_lookahead - 1) if trace.eagle else 0
+    # (getattr: the rules' plain-data tests pass namespaces without the field)
+    return max(0, getattr(trace, "prefill_lookahead", 0) - 1) if trace.eagle else 0
 
 
 def cacheable(trace, computed: int) -> int:
