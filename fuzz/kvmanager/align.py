@@ -362,7 +362,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
                 self.tails[rid] = request.computed
             else:
                 self.tails.pop(rid, None)
-            self._note_copy(rid, request, True)
+            self._note_copy(rid, request, True, before)
             if request.status == RUNNING:  # (a load reported is judged as a step above)
                 problems += self.read_step_problems(rid, request)
                 self.flight_read(rid)  # (`align_async.py`)
@@ -374,19 +374,18 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         self.leave_worker()
         since = self.cached_upto.get(rid, 0)
         if request is not None:  # what this op cached, at most (a step caches its full blocks)
-            size = self.trace.block_size
-            self.cached_upto[rid] = max(since, request.computed - request.computed % size)
+            self.cached_upto[rid] = max(since, align_eagle.cached_blocks(self.trace, request))
         return problems + boundary.offload_problems(
             offloads, rid, self.as_loaded(rid, request), before, self.keys, self.trace.block_size,
             self.trace.hash_size, since, evicted_tail, self.mamba_tables.get(rid, ()),
-            self.trace.hash_lookahead)
+            self.trace.hash_lookahead, align_eagle.held_back(self.trace))
 
     def _retention_problems(self, rid, request) -> list[tuple[str, str]]:
         """Under retention 0, the state a resend resumes from cached once written
         (`align_retention.py`)."""
         written, wrong = align_retention.step_problem(self.trace, request,
                                                       self.mamba_tables.get(rid, []),
-                                                      self._entries)
+                                                      self._entries, self.read_from.get(rid, 0))
         if written:
             self.count(align_retention.WRITTEN)
         return [("retention", f"r{rid}: {wrong}")] if wrong else []

@@ -17,6 +17,7 @@ A mixin of `AlignLockstep`."""
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager import align_eagle
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.oracle.kvmanager.align_count import Engine, Step, fits
 
@@ -72,12 +73,16 @@ class AlignCountChecks:
                                     f"{'blocks' if expected else 'None'} ({why}), actual "
                                     f"{'blocks' if made else 'None'}")]
 
-    def _note_copy(self, rid, request, made: bool) -> None:
+    def _note_copy(self, rid, request, made: bool, before=None) -> None:
         """After a step of `rid`: a copy-on-write pending for its next step where this one was
-        made and keyed its own partial tail with no checkpoint (see the module's docstring)."""
+        made and keyed its own partial tail with no checkpoint (see the module's docstring;
+        with k - 1 tokens held back, at its cacheable tokens: `align_eagle.held_tail_keyed`,
+        `before`: the pool's keys before the op)."""
         if not made:
             return
-        if self.tails.get(rid) == request.computed and rid not in self.checkpoints:
+        held = before is not None and align_eagle.held_tail_keyed(
+            self.trace, request, self.mamba_tables.get(rid, []), before, self.keys)
+        if (held or self.tails.get(rid) == request.computed) and rid not in self.checkpoints:
             self.pending_copy.add(rid)
         else:
             self.pending_copy.discard(rid)

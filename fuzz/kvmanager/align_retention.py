@@ -32,6 +32,7 @@ another block, or none) and the catalogue's `mamba_align_replay_state_dropped`.
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager import align_eagle
 from kvfuzz.oracle.kvmanager import mamba_align
 
 CUT = "sparse retention: a chunk cut at the last cacheable block"
@@ -46,7 +47,9 @@ def judged(trace) -> bool:
 
 def chunk(trace, request, start: int, new: int) -> int:
     """A prefill chunk of `new` tokens from `start` as the reduced mode schedules it: cut as
-    vLLM's scheduler cuts it (`scheduler_cut`) where the rule is judged, else as drawn."""
+    vLLM's scheduler cuts it (`scheduler_cut`) where the rule is judged, else as drawn; with
+    k - 1 tokens held back, also at the prompt's tail boundary (`align_eagle.tail_cut`)."""
+    new = align_eagle.tail_cut(trace, request, start, new)
     if not judged(trace):
         return new
     prefill_end = max(request.prompt, len(request.tokens) - 1)
@@ -57,12 +60,20 @@ def chunk(trace, request, start: int, new: int) -> int:
                          checkpoint is not None, trace.eagle)
 
 
-def step_problem(trace, request, mamba_table: list, entries) -> tuple[bool, str | None]:
-    """After a step of `request`: (whether it wrote its replay state, what is wrong or None)."""
+def step_problem(trace, request, mamba_table: list, entries,
+                 since: int = 0) -> tuple[bool, str | None]:
+    """After a step of `request`: (whether it wrote its replay state, what is wrong or None).
+    With k - 1 tokens held back (`align_eagle.held_back`) a state is cached by the step that
+    finalizes it, where the table still holds it (`since`: the tokens before the step)."""
     if not judged(trace):
         return False, None
     size, hashed = trace.block_size, trace.hash_size
     ends = replay_state_ends(request.prompt, size, hashed, trace.eagle)
+    if align_eagle.held_back(trace):
+        end = align_eagle.finalized_end(trace, since, request.computed, ends)
+        return end is not None, end and replay_state_problem(
+            request.prompt, end, mamba_table, entries,
+            request.hashes(hashed, trace.hash_lookahead), size, hashed, trace.eagle)
     return (request.computed in ends and request.computed > 0,
             replay_state_problem(request.prompt, request.computed, mamba_table, entries,
                                  request.hashes(hashed, trace.hash_lookahead), size, hashed,

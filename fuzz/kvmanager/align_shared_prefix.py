@@ -32,6 +32,8 @@ entries), and the copy-on-write it pends by the pool's and the exact counts' che
 
 from __future__ import annotations
 
+from kvfuzz.fuzz.kvmanager import align_eagle
+
 CUT = "shared-prefix checkpoint: a chunk cut at the junction"
 KEYED = "shared-prefix checkpoint: the junction's state keyed"
 KEPT = "sparse retention: a shared-prefix junction's state kept"
@@ -81,8 +83,14 @@ def retention_problem(trace, request, read_from: int, mamba_table: list, entries
     """After a step of `request` from `read_from` computed tokens under retention 0: (whether
     it wrote a state retention keeps for its junction, what is wrong or None)."""
     end, size = request.computed, trace.block_size
-    if trace.retention != 0 or trace.hash_lookahead or not request.boundary or \
-            read_from >= end or end not in retained_ends(trace, request.boundary):
+    if trace.retention != 0 or trace.hash_lookahead or not request.boundary:
+        return False, None
+    if align_eagle.held_back(trace):  # (cached once finalized: `align_eagle.finalized_end`)
+        end = align_eagle.finalized_end(trace, read_from, end, retained_ends(
+            trace, request.boundary))
+        if end is None:
+            return False, None
+    elif read_from >= end or end not in retained_ends(trace, request.boundary):
         return False, None
     index = end // size - 1
     block, keyed = _state_keyed(trace, request, end, index, mamba_table, entries)

@@ -38,7 +38,7 @@ MAMBA_GROUP = 1  # the trace's id (the manager's 0 where it comes first: `align_
 
 def offload_problems(offloads, rid, request, before: list, after: list, block_size: int,
                      hash_size: int, since: int = 0, evicted_tail=None,
-                     table=(), lookahead: int = 0) -> list[tuple[str, str]]:
+                     table=(), lookahead: int = 0, held: int = 0) -> list[tuple[str, str]]:
     """What is wrong with one op's offers (`offloads`: (rid, group, block, tokens) entries, as
     the driver reads them; None: the manager has no such method) after an op that stepped
     request `rid` (`request`, the lock step's, its tokens computed after the op; None for an op
@@ -54,7 +54,10 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     nothing, so the copy, which holds the right state, is cached under no hash (a connector keys
     the offload by the request's hash, or drops a block with none: nothing wrong is stored;
     `mamba align` traces 2268 and 2306, docs/upstream-vllm.md). Only such a block, under no
-    entry at all and in none of the request's Mamba table `table`, is let through."""
+    entry at all and in none of the request's Mamba table `table`, is let through.
+    `held`: tokens a step holds back from caching (multi-module MTP with EAGLE's drop,
+    `align_eagle.held_back`): a boundary past the finalized tokens is not offered yet (the
+    prefill checkpoint may key it, by the partial-tail path, which offers nothing)."""
     if offloads is None:
         return []
     units = request.hashes(hash_size, lookahead) if request is not None else []
@@ -70,14 +73,14 @@ def offload_problems(offloads, rid, request, before: list, after: list, block_si
     offered = {(block, tokens) for _, _, block, tokens in offloads}
     boundaries = {hit_key(units, tokens, hash_size): tokens
                   for tokens in range(since - since % block_size + block_size,
-                                      request.computed + 1, block_size)
+                                      request.computed - held + 1, block_size)
                   if tokens // hash_size <= len(units)}
     for block in range(1, len(after)):
         gained = set(_entries(after, block)) - set(_entries(before, block))
         for key in gained:
             tokens = boundaries.get(key)
             if tokens is not None and (block, tokens) not in offered and \
-                    not _checkpoint_below(block, tokens, table, block_size, lookahead):
+                    not _checkpoint_below(block, tokens, table, block_size, lookahead or held):
                 return [("boundary offload", f"take_boundary_state_offloads: block {block} "
                                              f"was cached this op as r{rid}'s Mamba state at "
                                              f"{tokens} tokens (a block boundary), not offered: "
@@ -91,7 +94,9 @@ def _checkpoint_below(block: int, tokens: int, table, block_size: int, lookahead
     checkpoint's block keyed at a block boundary a block below its own column (the checkpoint
     moves back by the lookahead, `get_mamba_prefill_checkpoint_position`), which the release
     keys and does not offer. (No connector runs with lookahead hashes: vLLM keeps the legacy
-    hashes with one; without lookahead such a checkpoint is the column's own boundary.)"""
+    hashes with one; without lookahead such a checkpoint is the column's own boundary.) Likewise
+    with tokens held back (multi-module MTP with EAGLE's drop, passed as `lookahead`): the
+    checkpoint keyed where the full-block path, short of the held tokens, left its column."""
     column = tokens // block_size - 1
     return bool(lookahead) and not (0 <= column < len(table) and table[column] == block)
 

@@ -204,6 +204,13 @@ MAMBA_MTP_MODULES = Workload(mamba="align", mamba_checkpoint=4, block_size=4, bl
 MAMBA_EAGLE = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                        max_batched_tokens=16, speculative="mtp", num_speculative=2, drafts=True,
                        mtp_modules=1, lookahead_hashes=False)
+# MAMBA_EAGLE with multi-module MTP (2 modules: a prefill lookahead of 2, 1 token held back from
+# caching in both groups under the drop, `align_eagle.held_back`), hashed per block: h >= k, so
+# never the prompts vLLM's scheduler stalls on (h + P % h < k); with 3 modules the scheduler
+# stalls at a block boundary too (sessions 5, 37 and 73; docs/upstream-vllm.md)
+MAMBA_EAGLE_MTP = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                           max_batched_tokens=16, speculative="mtp", num_speculative=2,
+                           drafts=True, mtp_modules=0, lookahead_hashes=False)
 # MAMBA_EAGLE hashed per 2 tokens (MAMBA_PARTIAL's unit and checkpoint alignment) with Mamba's
 # shared-prefix checkpoint on: the scheduler ends a chunk at a shared-prefix junction and the
 # manager keys its state there (`align_shared_prefix.py`)

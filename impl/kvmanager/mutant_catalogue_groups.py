@@ -59,6 +59,15 @@ GROUPS = {
         "if drop_eagle_block and not isinstance(spec, MambaSpec):", "if drop_eagle_block:",
         "with EAGLE beside a Mamba group the Mamba lookup gets the margin too, and never drops "
         "it: a hit a hash unit past full attention's")),
+    # ... and multi-module MTP's k - 1 re-prefillable tokens (since 2026-12-07): the Mamba
+    # group caching what the step computed, as without EAGLE (full attention still holds them)
+    "mamba_align_mtp_held_ignored": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.get_num_cacheable_tokens",
+        "if manager.use_eagle and cached_num_computed_tokens > 0:",
+        "if manager.use_eagle and cached_num_computed_tokens > 0 and not isinstance(\n"
+        "                manager.kv_cache_spec, MambaSpec):",
+        "with EAGLE's drop and multi-module MTP the Mamba group caches its states up to the "
+        "step's computed tokens, not holding MTP's k - 1 re-prefillable tokens back")),
     # Mamba's shared-prefix checkpoint (`Trace.mamba_shared_prefix`): the junction's entry
     # registered a token past the junction (a position no hash boundary is), so never
     "mamba_align_shared_prefix_junction_missed": (SINGLE, Mutation(

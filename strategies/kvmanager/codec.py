@@ -281,8 +281,9 @@ def _eagle_groups(reader: FieldReader, data: dict, values: dict, window: int) ->
 def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
     """Multi-token prediction's prefill lookahead: 0 (off) or the drafter's tokens past a
     chunk; modelled beside a window or alone, hashed per block (checked with the sizes), and
-    beside a Mamba group in mode "align" (no EAGLE there, so no group holds tokens back: the
-    hybrid coordinator's `get_num_cacheable_tokens` reads it for EAGLE groups only)."""
+    beside a Mamba group in mode "align" (without EAGLE no group holds tokens back: the hybrid
+    coordinator's `get_num_cacheable_tokens` reads it for EAGLE groups only; with EAGLE's drop
+    k - 1 are, `fuzz/kvmanager/align_eagle.py`, for k up to the hash unit)."""
     ahead = reader.integer(data.get("prefill_lookahead", 0), "prefill_lookahead", low=0,
                            high=MAX_LOOKAHEAD)
     reader.expect(not ahead or not (values["local_chunk"] or
@@ -292,10 +293,16 @@ def _prefill_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
                   'expected 0 with a chunked-local, cross-attention or Mamba group in mode '
                   '"none" or "all", or DCP', ahead)
     # (beside an "align" group with EAGLE's drop, k >= 2 holds k - 1 computed tokens back from
-    # caching in both groups: not modelled, `align_eagle.py`)
-    reader.expect(ahead <= 1 or not (values["mamba_mode"] == "align" and values["eagle"]),
-                  "prefill_lookahead", 'expected at most 1 with EAGLE beside a Mamba group in '
-                  'mode "align" (the k - 1 tokens held back are not modelled there)', ahead)
+    # caching in both groups, modelled: `align_eagle.py`; with k above the hash unit, shapes
+    # where vLLM's scheduler stalls and its manager asserts on a prompt run past its tail
+    # boundary by a checkpoint chunk: refused, docs/upstream-vllm.md)
+    hashed = values["hash_block_size"] or data.get("block_size")  # (both checked later)
+    hashed = hashed if isinstance(hashed, int) else 1
+    reader.expect(ahead <= max(1, hashed) or not (values["mamba_mode"] == "align" and
+                                                 values["eagle"]),
+                  "prefill_lookahead", 'expected at most the hash unit with EAGLE beside a Mamba '
+                  'group in mode "align" (a prompt run past its tail boundary then: not '
+                  'modelled)', ahead)
     return ahead
 
 

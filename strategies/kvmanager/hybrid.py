@@ -197,7 +197,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     lookahead, from draws after all these (`mamba_async.py`). Then EAGLE's drop in a quarter
     of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share
     (`align_observed.py`). Then Mamba's shared-prefix checkpoint in half of the EAGLE traces
-    where vLLM turns it on, drawn last (`mamba_shared_prefix.py`)."""
+    where vLLM turns it on (`mamba_shared_prefix.py`). Then multi-module MTP's prefill
+    lookahead in half of the EAGLE traces without it, drawn last (`mamba_eagle.mtp`)."""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() < 0.2:
         ahead = rng.choice((1, 1, 2, 3))
@@ -205,7 +206,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
                         prefill_lookahead=ahead if rng.random() < 0.5 else 0)
     trace = mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
     trace = align_observed.observed(rng, trace)
-    return mamba_shared_prefix.drawn(rng, trace)  # (drawn last: `mamba_shared_prefix.py`)
+    trace = mamba_shared_prefix.drawn(rng, trace)  # (then MTP's k >= 2: `mamba_eagle.mtp`)
+    return mamba_eagle.mtp(rng, trace)  # (drawn last: the other traces keep their bytes)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

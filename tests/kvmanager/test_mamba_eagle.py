@@ -1,6 +1,6 @@
 """EAGLE's last-block drop beside a Mamba "align" group (`Trace.eagle` with `mamba_mode` "align",
 `fuzz/kvmanager/align_eagle.py`): the codec takes it (not with a connector's ops, nor a prefill
-lookahead of 2 or more), the hit drops a hash unit in full attention only, the checkpoint sits
+lookahead past the hash unit), the hit drops a hash unit in full attention only, the checkpoint sits
 at EAGLE's replay boundary, retention 0 keeps the two replay boundaries, and the "mamba align"
 profile draws it last (its other traces as before); on the released vLLM the profile's EAGLE
 traces run clean reaching each piece, each piece of the model is needed there (without it the
@@ -48,8 +48,9 @@ def test_the_codec_takes_eagle_beside_an_align_group_without_a_connector():
     with pytest.raises(FormatError, match="eagle.*connect"):
         from_json(data)
     assert not from_json(data | {"eagle": False}).eagle  # (the op is valid)
-    with pytest.raises(FormatError, match="prefill_lookahead.*EAGLE"):  # k - 1 held back
-        from_json(_header(prefill_lookahead=2))
+    # (k - 1 held back: modelled up to the hash unit, test_mamba_eagle_mtp.py)
+    with pytest.raises(FormatError, match="prefill_lookahead.*hash unit with EAGLE"):
+        from_json(_header(hash_block_size=1, prefill_lookahead=2))
     with pytest.raises(FormatError, match="hash_lookahead"):  # vLLM clears use_eagle then
         from_json(_header(hash_lookahead=1))
 
@@ -119,10 +120,12 @@ def test_the_profile_draws_eagle_last(monkeypatch):
     drawn = 0
     for index, trace in enumerate(made):
         drawn += trace.eagle
-        assert not (trace.eagle and (trace.hash_lookahead or trace.prefill_lookahead)), index
-        # (the shared-prefix checkpoint, drawn after it for EAGLE traces only:
-        # test_mamba_shared_prefix.py)
-        assert replace(trace, eagle=False, mamba_shared_prefix=False) == before[index], index
+        assert not (trace.eagle and trace.hash_lookahead), index
+        # (the shared-prefix checkpoint and multi-module MTP's prefill lookahead, drawn after
+        # it for EAGLE traces only: test_mamba_shared_prefix.py, test_mamba_eagle_mtp.py)
+        mtp = 0 if trace.eagle else trace.prefill_lookahead  # (none drawn with EAGLE before)
+        assert replace(trace, eagle=False, mamba_shared_prefix=False,
+                       prefill_lookahead=mtp) == before[index], index
     assert 12 <= drawn <= 40, drawn  # a quarter of those without lookahead hashes
 
 
