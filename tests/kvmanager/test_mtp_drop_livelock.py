@@ -1,5 +1,5 @@
-"""A finding on vLLM 0.33.0's scheduler (docs/upstream-vllm.md, 'EAGLE's last-block drop beside
-the group', "Multi-module MTP with the drop"): beside a Mamba "align" group hashed below its
+"""A finding on vLLM 0.33.0's scheduler (docs/upstream-vllm.md, section 'EAGLE's last-block drop
+beside the group', the first of its findings): beside a Mamba "align" group hashed below its
 block size, with multi-module MTP (a prefill lookahead of k >= 2) and EAGLE's last-block drop
 (lookahead hashes off, as `disable_lookahead_block_hashes` or any KV connector sets them), a
 prompt of P tokens whose tail boundary (P // h * h - h, `get_mamba_prefill_checkpoint_position`)
@@ -86,9 +86,10 @@ def test_the_same_request_finishes_with_lookahead_hashes_on(prompt, hashed, modu
 # one block scheduled whole, then two decodes. The first decode's `cache_blocks` keys the
 # prompt's tail boundary (7: its 9 tokens less the 2 re-prefillable ones) as a partial tail on the
 # Mamba block that `remove_skipped_blocks` frees at the second, before whose copy-on-write
-# `allocate_new_blocks` asserts that block is still in the table. vLLM's scheduler never makes
-# this admission under these settings: it stops the chunk at the tail boundary and then never
-# ends the prefill (above), so this is not a second finding.
+# `allocate_new_blocks` asserts that block is still in the table. Without a prefill checkpoint
+# block vLLM's scheduler never makes this admission (it stops the chunk at the tail boundary and
+# then never ends the prefill, above); with one it does, and the engine dies here: pinned under
+# the scheduler in `test_mamba_eagle_mtp.py`.
 MANAGER_CALLS = {
     "format": "kvfuzz-kvmanager-trace/1", "blocks": 12, "block_size": 8, "window": 0,
     "max_model_len": 58, "full_sequence_must_fit": True, "lookahead": 3, "eagle": True,
