@@ -138,7 +138,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         self.start_worker()  # the worker's tables, steps in flight (`align_reads`, `align_async`)
         self.count_configs(trace)
         self.start_events(trace)  # KV events and stats (`align_events.py`)
-        return _Unmodelled()  # (`align_deferred.py`)
+        return _Unmodelled([1, 0] if trace.full_last else [0, 1])  # (`align_deferred.py`)
 
     def initial_problems(self):
         return self._pool_problems() if self.align else super().initial_problems()

@@ -28,10 +28,12 @@ class _Anything(list):
 class Unmodelled:
     """The reduced mode's model: nothing asks it but the frees (`free_ops.py`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, order=(0, 1)) -> None:
+        self.order = order  # the trace's group ids in the manager's order (`align_queue`)
         self.read: dict[int, list] = {}  # rid -> its tables read before its finish
         # the deferred frees, oldest first: (rid, the blocks popped, held until released)
         self.deferred: list[tuple[int, list]] = []
+        self.released: list = []  # the blocks the last `release` freed
 
     def free(self, rid: int) -> None:
         self.read.pop(rid, None)
@@ -43,7 +45,8 @@ class Unmodelled:
             popped = _Anything()
         else:
             popped = []
-            for table in tables:  # group after group, each past its leading nulls
+            for table in (tables[g] for g in self.order if g < len(tables)):
+                # (group after group in the manager's order, each past its leading nulls)
                 lead = next((i for i, b in enumerate(table) if b), len(table))
                 popped += list(table[lead:])
         if tables is None or popped:  # (the scheduler keeps a non-empty list only)
@@ -54,7 +57,10 @@ class Unmodelled:
         return any(owner == rid for owner, _ in self.deferred)
 
     def release(self, rid: int) -> None:
-        self.deferred.pop(next(i for i, (owner, _) in enumerate(self.deferred) if owner == rid))
+        """The oldest deferred free of `rid` done (`released`: its blocks, for the free
+        queue's prediction, `align_queue.py`: one `free_blocks` call, last popped first)."""
+        index = next(i for i, (owner, _) in enumerate(self.deferred) if owner == rid)
+        self.released = self.deferred.pop(index)[1]
         return None
 
     def popped(self) -> list:

@@ -49,19 +49,17 @@ def processed_at_finish(lock, op, request) -> int:
     return max(0, request.computed - flying)
 
 
-def older_in_flight(tracked, processed: int, asynchronous: bool) -> tuple[int, int] | None:
-    """The guard's reading of a finish's `remove_skipped_blocks(request, processed)`: how many
-    of the trace's steps in flight (oldest first) the engine processed the output of unseen (a
-    prefill chunk's output makes no call: a `processed` each), and the tokens in flight beyond
-    the trace's `flights` (the older step's, `op.older`); None where the gap to the trace's
-    computed tokens is neither (the lock step judges that `older` against its own record)."""
-    gap = tracked.computed - processed
-    if not asynchronous:
-        return (0, 0) if gap == 0 else None
+def older_in_flight(tracked, actual: int) -> tuple[int, int] | None:
+    """The guard's reading of a finish's `remove_skipped_blocks` of a request with `actual`
+    tokens in flight (the engine request's `num_in_flight_tokens`): how many of the trace's
+    steps in flight (oldest first) the engine processed the output of unseen (a prefill chunk's
+    output makes no call: a `processed` each), and the tokens in flight beyond the trace's
+    `flights` (the older step's: `op.older`, which the lock step judges against its own record,
+    and the processed count the engine passes against its own); None where it is neither."""
     left = [sum(tracked.flights[i:]) for i in range(len(tracked.flights) + 1)]
-    if gap in left:
-        return left.index(gap), 0
-    return (0, gap - tracked.in_flight) if gap > tracked.in_flight else None
+    if actual in left:
+        return left.index(actual), 0
+    return (0, actual - tracked.in_flight) if actual > tracked.in_flight else None
 
 
 def skipped_at(lock, rid, request, processed: int) -> None:

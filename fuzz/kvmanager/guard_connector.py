@@ -167,12 +167,15 @@ class ConnectorCalls:
         if not (self.kvfuzz_session.header.window or self._beside_mamba()) or tracked is None:
             return perform()  # nothing skipped, or a request the manager never saw
         processed = int(processed_computed_tokens)
-        # (an abort's tokens in flight: the trace's steps in flight and perhaps the one before)
-        flights = older_in_flight(tracked, processed, self._asynchronous())
+        # (an abort's tokens in flight: the trace's steps in flight and perhaps the one before;
+        # the processed count the scheduler passes is the lock step's to judge)
+        actual = self._engine_in_flight(tracked.engine) if tracked.engine is not None else 0
+        flights = older_in_flight(tracked, actual)
         if flights is None or num_prompt_tokens not in (None, tracked.prompt):
             self._refuse(f"remove_skipped_blocks of request {request_id!r} at {processed} "
-                         f"tokens (prompt {num_prompt_tokens}), where the trace has "
-                         f"{tracked.computed} computed, {tracked.flights} in flight")
+                         f"tokens (prompt {num_prompt_tokens}) with {actual} in flight, where "
+                         f"the trace has {tracked.computed} computed, {tracked.flights} in "
+                         f"flight")
         self._kvfuzz_lookups.clear()
         rid, (outputs, older) = tracked.rid, flights
         for _ in range(outputs):  # (outputs that made no call: prefill chunks')
