@@ -206,6 +206,9 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
                                               self.trace.hash_size)
             yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail",
                        (op.rid, *flying), oracle=None, compare=compare)
+        if self.align and op.defer and request is not None and isinstance(op, Preempt):
+            self.model.read[op.rid] = (yield Call("", "block_ids", (op.rid,), oracle=None,
+                                                  compare=state_read)).actual  # (a preemption)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
             self.cached_upto.pop(op.rid, None)

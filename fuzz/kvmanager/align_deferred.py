@@ -10,19 +10,9 @@ between a step's scheduling and its output.
 The model answers the shared free handler (`free_ops.py`): a free with nothing (the pool's state
 after it is read and checked instead), a deferred free with the tables the lock step read just
 before the finish (`block_ids`, read for the finish's tail: `align.free`), a `release` with
-nothing (the pool checked after it). A deferral without that read (a preemption's) expects the
-blocks the engine pops, unjudged."""
+nothing (the pool checked after it). A deferred preemption's tables are read before it too."""
 
 from __future__ import annotations
-
-
-class _Anything(list):
-    """The popped blocks where no table was read before: equal to any list."""
-
-    def __eq__(self, other) -> bool:
-        return True
-
-    __hash__ = None
 
 
 class Unmodelled:
@@ -40,16 +30,12 @@ class Unmodelled:
         return None
 
     def pop_blocks_for_free(self, rid: int):
-        tables = self.read.pop(rid, None)
-        if tables is None:
-            popped = _Anything()
-        else:
-            popped = []
-            for table in (tables[g] for g in self.order if g < len(tables)):
-                # (group after group in the manager's order, each past its leading nulls)
-                lead = next((i for i, b in enumerate(table) if b), len(table))
-                popped += list(table[lead:])
-        if tables is None or popped:  # (the scheduler keeps a non-empty list only)
+        tables, popped = self.read.pop(rid, []), []
+        for table in (tables[g] for g in self.order if g < len(tables)):
+            # (group after group in the manager's order, each past its leading nulls)
+            lead = next((i for i, b in enumerate(table) if b), len(table))
+            popped += list(table[lead:])
+        if popped:  # (the scheduler keeps a non-empty list only)
             self.deferred.append((rid, popped))
         return popped
 

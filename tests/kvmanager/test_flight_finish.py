@@ -5,7 +5,8 @@ between a step's scheduling and its output, freed deferred): the scheduler's
 (fuzz/kvmanager/flight_finish.py), the deferred free beside the group (align_deferred.py).
 Session 0 clean, the same as unguarded, recorded equal and replaying; a scheduler whose finish
 does not subtract the tokens in flight caught by the new mapping alone; the lock step without
-the older step's tokens diverging. Skips without vLLM (slow tier)."""
+the older step's tokens diverging; a deferred free popping a block fewer caught. Skips
+without vLLM (slow tier)."""
 
 import pytest
 
@@ -82,3 +83,30 @@ def test_without_the_older_step_the_lock_step_diverges(tmp_path, monkeypatch):
     with pytest.raises(kvfuzz.Mismatch, match=r"CallMismatch: the lock step removes .*, the "
                                               r"engine r\d+'s at \d+"):
         _session(tmp_path)
+
+
+def _pops_one_block_fewer():
+    """vLLM's manager whose `pop_blocks_for_free` (a deferred free's) leaves the last block out:
+    it is never returned to the pool."""
+    from kvfuzz.impl.upstream_env import prepare_import
+
+    with prepare_import("vllm"):
+        from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    class PopsOneFewer(KVCacheManager):
+        def pop_blocks_for_free(self, request):
+            return super().pop_blocks_for_free(request)[:-1]
+    return PopsOneFewer
+
+
+def test_a_deferred_free_beside_the_group_is_judged(tmp_path):
+    """The reduced mode's deferred free (`align_deferred.py`): the blocks popped are the tables
+    read before the finish; a manager popping one block fewer is caught there."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler
+
+    with pytest.raises(kvfuzz.Mismatch, match=r"deferred free: pop_blocks_for_free: expected "
+                                              r"blocks"):
+        vllm_scheduler.run_session(0, lambda manager, **settings: kvfuzz.guard(
+            manager, "kvmanager", corpus=tmp_path, **settings),
+            workload=vllm_scheduler.MAMBA_ASYNC_CONNECTOR_ABORTS,
+            manager_class=_pops_one_block_fewer())
