@@ -61,6 +61,7 @@ from kvfuzz.fuzz.kvmanager import (align_async, align_caching, align_connector, 
                                    align_drafts, align_lookahead, align_queue, align_reads,
                                    align_retention, align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
+from kvfuzz.fuzz.kvmanager.align_deferred import Unmodelled as _Unmodelled
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
 from kvfuzz.fuzz.kvmanager.align_external import AlignExternal
 from kvfuzz.fuzz.kvmanager.align_result import \
@@ -137,7 +138,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         self.start_worker()  # the worker's tables, steps in flight (`align_reads`, `align_async`)
         self.count_configs(trace)
         self.start_events(trace)  # KV events and stats (`align_events.py`)
-        return _Unmodelled()
+        return _Unmodelled([1, 0] if trace.full_last else [0, 1])  # (`align_deferred.py`)
 
     def initial_problems(self):
         return self._pool_problems() if self.align else super().initial_problems()
@@ -191,6 +192,7 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         if self.align and isinstance(op, Finish) and request is not None:
             table = (yield Call("", "block_ids", (op.rid,), oracle=None,
                                 compare=state_read)).actual
+            self.model.read[op.rid] = table  # (a deferred free pops it: `align_deferred.py`)
             keyed, flying = self.tail_in_flight(op.rid, request)  # (`align_async.py`)
 
             def compare(expected, rejected, actual, raised):
@@ -204,6 +206,9 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
                                               self.trace.hash_size)
             yield Call(f"finalize_partial_tail_offloads(r{op.rid})", "finalize_tail",
                        (op.rid, *flying), oracle=None, compare=compare)
+        if self.align and op.defer and request is not None and isinstance(op, Preempt):
+            self.model.read[op.rid] = (yield Call("", "block_ids", (op.rid,), oracle=None,
+                                                  compare=state_read)).actual  # (a preemption)
         if self.align:
             self.tails.pop(op.rid, None)  # a preempted request's blocks go: no tail kept
             self.cached_upto.pop(op.rid, None)
@@ -389,11 +394,3 @@ class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.Al
         if written:
             self.count(align_retention.WRITTEN)
         return [("retention", f"r{rid}: {wrong}")] if wrong else []
-
-
-class _Unmodelled:
-    """The reduced mode's model: nothing asks it but a free (the shared `free` handler), which
-    it answers with nothing; the pool's state after it is read and checked instead."""
-
-    def free(self, rid: int) -> None:
-        return None

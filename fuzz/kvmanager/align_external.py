@@ -53,6 +53,7 @@ from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.connector import LOADING
+from kvfuzz.fuzz.kvmanager.flight_finish import processed_at_finish, skipped_at
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager import mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
@@ -323,9 +324,8 @@ class AlignExternal(AlignExternalSingle):
     @handles(RemoveSkipped)
     def remove_skipped(self, op: RemoveSkipped):
         """The scheduler's `remove_skipped_blocks(request, computed - in flight)` before a
-        connector's `request_finished` (`_connector_finished`; none in flight here: the
-        guard refuses a finish with tokens in flight, which its sessions never make as they
-        finish at `max_tokens`, and no profile makes one). `MambaManager.remove_skipped_blocks` frees the
+        connector's `request_finished` (`_connector_finished`; in flight: an abort's, up to two
+        steps, `flight_finish.py`). `MambaManager.remove_skipped_blocks` frees the
         states before the one of its last processed token, as a step does first
         (`mamba_align.py`: every block below (p - 1) // b, null in its place): exactly those
         nulled, every other position of both tables as it was (full attention skips none); the
@@ -336,7 +336,7 @@ class AlignExternal(AlignExternalSingle):
         request = self.requests.get(op.rid)
         if request is None:
             return
-        rid, processed = op.rid, request.computed
+        rid, processed = op.rid, processed_at_finish(self, op, request)  # (flight_finish.py)
         self.count(SKIPPED)
         before = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         yield Call(f"remove_skipped_blocks(r{rid}, {processed})", "remove_skipped_blocks",
@@ -353,8 +353,7 @@ class AlignExternal(AlignExternalSingle):
         if expected != [list(table) for table in before]:
             self.count(SKIPPED_FREED)
         if request.status == RUNNING and rid not in self.loaded_end:
-            self.read_from[rid] = processed
-            self.checkpoints.pop(rid, None)
+            skipped_at(self, rid, request, processed)  # (`flight_finish.py`)
         return []
 
     def _flying(self, rid, request) -> None:

@@ -77,7 +77,12 @@ class AlignQueueChecks:
         problems, taken, endpoints = [], set(), []
         rid = alloc[0] if alloc is not None else getattr(op, "rid", None)
         was, got = before.get(rid) or [[], []], tables.get(rid) or []
-        if alloc is None and any(was) and not any(got):  # a finish, preemption, failed load
+        if getattr(op, "defer", False):  # its blocks popped, held until released
+            pass  # (`align_deferred.py`)
+        elif type(op).__name__ == "Release":  # one call, last popped first
+            model.free(list(reversed(self.model.released)))
+            self.model.released = []
+        elif alloc is None and any(was) and not any(got):  # a finish, preemption, failed load
             request_free(model, was, order)
         elif len(was) == 2 and len(got) == 2:
             # (an op allocating nothing frees only what `remove_skipped_blocks` nulls)

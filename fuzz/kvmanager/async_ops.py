@@ -30,6 +30,7 @@ while the step is in flight, and the `settle` after the step's output (its accep
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles
+from kvfuzz.fuzz.kvmanager import flight_finish
 from kvfuzz.fuzz.kvmanager.streaming import DROPPED_PROCESSED
 from kvfuzz.strategies.kvmanager.trace import Placeholder, Processed
 
@@ -45,7 +46,8 @@ PIPELINE_EVENTS = ("allocation with two steps in flight", "older step processed,
 DRAFT_EVENTS = ("placeholder slots with draft tokens", "draft slots past a block's end",
                 "rejected drafts rolled back", "draft tokens after a step sat out",
                 "padded rows in flight until the output")
-EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS + (CHUNK_AGAIN,) + PIPELINE_EVENTS
+EVENTS = ONE_TOKEN_EVENTS + DRAFT_EVENTS + (CHUNK_AGAIN,) + PIPELINE_EVENTS + \
+    flight_finish.EVENTS
 
 
 def flown(flights: list, tokens: int, steps: int) -> list:
@@ -54,6 +56,14 @@ def flown(flights: list, tokens: int, steps: int) -> list:
     of `steps` (the trace's `steps_in_flight`) keeps in flight; the older ones were processed.
     With one step: the allocation's alone, as the trace's asynchronous mode always had it."""
     return [n for n in (flights + [tokens])[-steps:] if n]
+
+
+def taken_out(flights: list, tokens: int, steps: int) -> tuple[list, int]:
+    """`flown`'s steps in flight, and the tokens of those it took out of flight: their output
+    comes after the allocation in the engine (a finish before it counts them in flight:
+    `flight_finish.py`)."""
+    kept = flown(flights, tokens, steps)
+    return kept, sum(flights) + tokens - sum(kept)
 
 
 class Flights:
@@ -70,6 +80,7 @@ class Flights:
     @in_flight.setter
     def in_flight(self, tokens: int) -> None:
         self.flights = [tokens] if tokens else []
+        self.older = 0  # (`flight_finish.py`)
 
 
 class AsyncOps:
@@ -116,6 +127,7 @@ class AsyncOps:
         if request.status == "waiting":
             self.count(DROPPED_PROCESSED)
         request.flights.pop(0)  # its oldest step's output (a pipeline's: a newer one flies on)
+        request.older = 0  # (and any before it: outputs come in order; `flight_finish.py`)
         left = f"{request.in_flight} tokens" if request.flights else "no tokens"
         yield Call(f"r{op.rid}'s step output processed: {left} in flight", None,
                    oracle=None)
@@ -124,7 +136,8 @@ class AsyncOps:
         """After an allocation of `tokens` (a pipeline's second step in flight counted)."""
         if len(request.flights) > 1:
             self.count("allocation with two steps in flight")
-        request.flights = flown(request.flights, tokens, self.trace.steps_in_flight)
+        request.flights, request.older = taken_out(request.flights, tokens,
+                                                   self.trace.steps_in_flight)
 
     def made_again(self, request) -> bool:
         """Whether a `schedule` with `again` (a running request's prefill chunk made again)

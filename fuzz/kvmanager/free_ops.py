@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import connector
+from kvfuzz.fuzz.kvmanager.flight_finish import processed_at_finish
 from kvfuzz.fuzz.kvmanager.hit_compare import ignored, popped_compare
 from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING
 from kvfuzz.strategies.kvmanager.trace import (Evict, Finish, Preempt, Release, RemoveSkipped,
@@ -73,8 +74,7 @@ class FreeOps:
         request = self.requests.get(op.rid)
         if request is None:
             return
-        processed = max(0, request.computed - (request.in_flight if self.trace.async_scheduling
-                                               else 0))
+        processed = processed_at_finish(self, op, request)  # (`flight_finish.py`)
         self.count("skipped blocks removed before request_finished")
         yield Call(f"remove_skipped_blocks(r{op.rid}, {processed})", "remove_skipped_blocks",
                    (op.rid, processed),

@@ -30,7 +30,8 @@
   finalizes Mamba "align" tails alone (beside one: `guard_mamba_connector.py`);
 - `remove_skipped_blocks` (before the connector's `request_finished`) frees what a sliding
   window or a Mamba "align" group skips: `remove_skipped(rid)` with one (full attention skips
-  nothing: no op).
+  nothing: no op); under asynchronous scheduling below the tokens in flight, an abort's up to
+  the step before the trace's in flight too (`remove_skipped(rid, older)`: `flight_finish.py`).
 The connector's own calls (`get_num_new_matched_tokens`, `update_state_after_alloc`,
 `request_finished`, `build_connector_meta`) reach the manager only through these.
 
@@ -43,9 +44,10 @@ failed load's `record_blocks_for_zeroing`) in `guard_zeroing.py`.
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.guard import modelled
+from kvfuzz.fuzz.kvmanager.flight_finish import older_in_flight
 from kvfuzz.fuzz.kvmanager.padding import padding
 from kvfuzz.strategies.kvmanager.connector_ops import EVERY_GROUP, Connect, Cut, Loaded
-from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Schedule
+from kvfuzz.strategies.kvmanager.trace import Finish, Processed, RemoveSkipped, Schedule
 
 # allocate_slots' connector arguments and their values without a connector admission.
 CONNECTOR_ARGS = {"num_external_computed_tokens": 0, "delay_cache_blocks": False,
@@ -165,14 +167,21 @@ class ConnectorCalls:
         if not (self.kvfuzz_session.header.window or self._beside_mamba()) or tracked is None:
             return perform()  # nothing skipped, or a request the manager never saw
         processed = int(processed_computed_tokens)
-        if processed != tracked.computed or \
-                num_prompt_tokens not in (None, tracked.prompt):
+        # (an abort's tokens in flight: the trace's steps in flight and perhaps the one before;
+        # the processed count the scheduler passes is the lock step's to judge)
+        actual = self._engine_in_flight(tracked.engine) if tracked.engine is not None else 0
+        flights = older_in_flight(tracked, actual)
+        if flights is None or num_prompt_tokens not in (None, tracked.prompt):
             self._refuse(f"remove_skipped_blocks of request {request_id!r} at {processed} "
-                         f"tokens (prompt {num_prompt_tokens}), where the trace has "
-                         f"{tracked.computed} computed")
+                         f"tokens (prompt {num_prompt_tokens}) with {actual} in flight, where "
+                         f"the trace has {tracked.computed} computed, {tracked.flights} in "
+                         f"flight")
         self._kvfuzz_lookups.clear()
-        rid = tracked.rid
-        return self._run(RemoveSkipped(rid), "remove_skipped_blocks", perform,
+        rid, (outputs, older) = tracked.rid, flights
+        for _ in range(outputs):  # (outputs that made no call: prefill chunks')
+            self.kvfuzz_session.step(Processed(rid))
+            tracked.flights.pop(0)
+        return self._run(RemoveSkipped(rid, older), "remove_skipped_blocks", perform,
                          lambda args: None if tuple(args) == (rid, processed) else
                          f"the lock step removes {args}, the engine r{rid}'s at {processed}")
 

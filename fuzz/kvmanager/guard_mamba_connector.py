@@ -16,7 +16,9 @@
   of the `finish` that follows (`boundary.tail_problems`: none here, as no hit ends inside a
   block, but a wrong entry is caught);
 - `remove_skipped_blocks(request, computed - in flight)` right after it: `remove_skipped(rid)`
-  (`align_external.remove_skipped`: exactly the Mamba states below (p - 1) // b freed);
+  (`align_external.remove_skipped`: exactly the Mamba states below (p - 1) // b freed); under
+  asynchronous scheduling an abort's with up to two steps in flight, `remove_skipped(rid,
+  older)`, and its deferred free (`flight_finish.py`, `align_deferred.py`);
 - a one-token prompt loaded whole (since 2026-12-07): after its load it holds its blocks with
   no computed token and the scheduler looks it up again (`align_external_single.py`): the
   lookup again as any connector lookup, a load again `connect`, the plain step after it the

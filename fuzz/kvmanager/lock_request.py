@@ -20,6 +20,9 @@ class _Request(Flights):
         self.preempted = False  # preempted before (its admissions count as such in the stats)
         # its last allocation's tokens, in flight at the next (async); a pipeline's last few
         self.flights: list[int] = []
+        # the tokens of the steps its last allocation took out of `flights`, whose output the
+        # engine processes after it: 0 once an output is `processed` (`flight_finish.py`)
+        self.older = 0
         # a connector admission's local hit, and each group's first block past it
         self.hit, self.held = 0, []
         # a synchronous load's (local hit, end, computed tokens after its admission), until the

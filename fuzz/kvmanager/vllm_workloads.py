@@ -3,7 +3,7 @@ named workloads the tests and corpus/ run (`vllm_scheduler.run_session` runs the
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,11 @@ MAMBA_PARTIAL_CONNECTOR = Workload(mamba="align", mamba_checkpoint=2, block_size
 MAMBA_ASYNC_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                                  max_batched_tokens=16, fake_connector=True,
                                  async_scheduling=True)
+# MAMBA_ASYNC_CONNECTOR with deferred aborts (`defer_block_free` on): a request aborted between
+# schedule() and its step's output finishes with tokens in flight, up to two steps' (the one
+# whose output is next and the one scheduled after it), its `remove_skipped_blocks` at its
+# computed tokens less those (`guard_flight_finish.py`, `align_flight_finish.py`)
+MAMBA_ASYNC_CONNECTOR_ABORTS = replace(MAMBA_ASYNC_CONNECTOR, deferred_aborts=0.05)
 # MAMBA_MTP under vLLM's AsyncScheduler: draft tokens in flight beside the group (each step's
 # `1 + 2` placeholders, the rejected rolled back at its output), judged by the reduced mode's
 # `align_async.py` and `align_drafts.py`

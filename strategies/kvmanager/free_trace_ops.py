@@ -52,6 +52,12 @@ class RemoveSkipped:
     the blocks its second group's window (or chunk) skips freed now, as the scheduler does
     before a KV connector's `request_finished` reads the block table (`_connector_finished`,
     at every finish with a connector). The computed tokens are the request's, less those in
-    flight. Resolves to nothing for a request that is not live."""
+    flight. Resolves to nothing for a request that is not live.
+    `older`: under asynchronous scheduling, the tokens of the step(s) before those the request
+    holds in flight whose output the engine had not processed either at the finish (an abort
+    between the scheduling of the request's last step and the output of the one before:
+    vLLM's `num_in_flight_tokens` counts both); subtracted too, and only where they are the
+    tokens of the steps the request's last allocation took out of flight (else none)."""
 
     rid: int
+    older: int = field(default=0, metadata=LATER)

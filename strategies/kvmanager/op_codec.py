@@ -63,6 +63,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
             values["valid"] = reader.integer(raw.get("valid", -1), at, low=-1, high=MAX_LEN)
         elif f.name == "inside_hit":  # a failed load's block inside its local hit
             values["inside_hit"] = reader.boolean(raw.get("inside_hit", False), at)
+        elif f.name == "older":  # a finish's older step's tokens in flight (`remove_skipped`)
+            values["older"] = reader.integer(raw.get("older", 0), at, low=0, high=MAX_LEN)
         elif f.name == "to":  # a running request's computed tokens cut (`cut`)
             values["to"] = reader.integer(raw.get("to"), at, low=0, high=MAX_LEN)
         elif f.name == "token":
