@@ -25,7 +25,6 @@ from kvfuzz.fuzz.kvmanager import align_caching_settle
 from kvfuzz.fuzz.kvmanager.align_caching_external import EVENTS as EXTERNAL_EVENTS
 from kvfuzz.fuzz.kvmanager.align_caching_external import AlignCachingExternal
 from kvfuzz.oracle.kvmanager import align_caching as rule
-from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "which blocks cached: predicted after an allocation"
 SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
@@ -107,8 +106,7 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
         entries moved to the copy) and `cache_blocks` to `entries`; False where it is not
         judged (counts unknown)."""
         rid, admission = alloc[0], alloc[1]
-        request, trace = self.requests[rid], self.trace
-        size, hashed = trace.block_size, trace.hash_size
+        request, size = self.requests[rid], self.trace.block_size
         counts = self.caching_counts.get(rid, [0, 0])
         partial = self.caching_partial.pop(rid, None)  # (this step's allocation copies it)
         if counts is None and not admission:
@@ -120,10 +118,6 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
             if not source or self.queue_copy is None:
                 return False
             entries.move(source[0], self.queue_copy)  # (a running table is append-only)
-        units = request.hashes(hashed, trace.hash_lookahead)
-        for index, unit in enumerate(units):
-            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
-        full, mamba = tables[rid]
         if admission:
             hit = self.read_from[rid]
             counts = []
@@ -133,23 +127,11 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
             computed = 0
         else:
             computed = self.read_from[rid]
-        tokens = rule.cacheable(min(request.computed, len(request.tokens)), size, hashed,
-                                trace.eagle, max(0, trace.prefill_lookahead - 1))
-        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
-                                        size, hashed, trace.eagle)
-        checkpoint = self.checkpoints.get(rid)
-        if checkpoint is not None:
-            checkpoint = (mamba_align.checkpoint_position(
-                request.computed, hashed, trace.hash_lookahead, trace.eagle), checkpoint)
-        counts[1] = rule.mamba(
-            entries, mamba, counts[1], tokens, units, request.prompt, computed, size, hashed,
-            trace.retention, trace.eagle, checkpoint,
-            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
-                                            trace.eagle),
-            request.boundary, trace.mamba_shared_prefix)
-        self.caching_counts[rid] = counts
-        if entries.partial_tail is not None:
-            self.caching_partial[rid] = entries.partial_tail
+        # (`cache_blocks` at the step's tokens: the rule shared with a load's, in
+        # `align_caching_external.py`)
+        self.caching_counts[rid] = self._caching_cache_blocks(
+            entries, rid, counts, min(request.computed, len(request.tokens)), computed,
+            self.checkpoints.get(rid), tables)
         self.count(JUDGED)
         return True
 
