@@ -25,6 +25,7 @@ from kvfuzz.fuzz.kvmanager import align_caching_settle
 from kvfuzz.fuzz.kvmanager.align_caching_external import EVENTS as EXTERNAL_EVENTS
 from kvfuzz.fuzz.kvmanager.align_caching_external import AlignCachingExternal
 from kvfuzz.oracle.kvmanager import align_caching as rule
+from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "which blocks cached: predicted after an allocation"
 SKIPPED = "which blocks cached: not judged (an op or configuration out of reach)"
@@ -127,13 +128,39 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
             computed = 0
         else:
             computed = self.read_from[rid]
-        # (`cache_blocks` at the step's tokens: the rule shared with a load's, in
-        # `align_caching_external.py`)
+        # (`cache_blocks` at the step's tokens, as a load's and a settle's: below)
         self.caching_counts[rid] = self._caching_cache_blocks(
             entries, rid, counts, min(request.computed, len(request.tokens)), computed,
-            self.checkpoints.get(rid), tables)
+            self.caching_checkpoint(rid, request), tables)
         self.count(JUDGED)
         return True
+
+    def _caching_cache_blocks(self, entries, rid, counts, tokens, computed, checkpoint,
+                              tables) -> list:
+        """`cache_blocks(request, tokens)` from `counts` (each group's cached count), the
+        request's computed tokens `computed` while it runs and `checkpoint` vLLM's Mamba
+        checkpoint (position, table index) or None; the counts after it. Shared by an
+        allocation, a connector's admission and load (`align_caching_external.py`) and a
+        settle (`align_caching_settle.py`)."""
+        request, trace = self.requests[rid], self.trace
+        size, hashed = trace.block_size, trace.hash_size
+        units = request.hashes(hashed, trace.hash_lookahead)
+        for index, unit in enumerate(units):
+            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
+        full, mamba = tables[rid]
+        tokens = rule.cacheable(tokens, size, hashed, trace.eagle,
+                                max(0, trace.prefill_lookahead - 1))
+        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
+                                        size, hashed, trace.eagle)
+        counts[1] = rule.mamba(
+            entries, mamba, counts[1], tokens, units, request.prompt, computed, size, hashed,
+            trace.retention, trace.eagle, checkpoint,
+            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
+                                            trace.eagle),
+            request.boundary, trace.mamba_shared_prefix)
+        if entries.partial_tail is not None:
+            self.caching_partial[rid] = entries.partial_tail
+        return counts
 
 
 def _norm(entries):

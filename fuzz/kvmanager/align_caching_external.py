@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.kvmanager.align_queue import EXTERNAL
 from kvfuzz.oracle.kvmanager import align_caching as rule
-from kvfuzz.oracle.kvmanager import mamba_align
 
 ADMITTED = "which blocks cached: predicted after a connector's admission"
 LOADED = "which blocks cached: predicted after a load reported"
@@ -38,7 +37,7 @@ EVENTS = (ADMITTED, LOADED, UNCHANGED)
 
 class AlignCachingExternal:
     """The connector's ops of the cache-map check (`align_caching.AlignCaching` calls
-    `caching_external` first)."""
+    `caching_external` first; its `_caching_cache_blocks` is the shared rule)."""
 
     def caching_external(self, name, op, alloc, entries, tables) -> bool | None:
         if alloc is not None and alloc[1] == EXTERNAL:
@@ -66,7 +65,7 @@ class AlignCachingExternal:
             request = self.requests[rid]
             self.caching_counts[rid] = self._caching_cache_blocks(
                 entries, rid, counts, min(request.computed, len(request.tokens)), 0,
-                self.checkpoints.get(rid), tables)
+                self.caching_checkpoint(rid, request), tables)
         self.count(ADMITTED)
         return True
 
@@ -89,30 +88,3 @@ class AlignCachingExternal:
             tables)
         self.count(LOADED)
         return True
-
-    def _caching_cache_blocks(self, entries, rid, counts, tokens, computed, checkpoint,
-                              tables) -> list:
-        """`cache_blocks(request, tokens)` from `counts` (each group's cached count), the
-        request's computed tokens `computed` while it runs; the counts after it."""
-        request, trace = self.requests[rid], self.trace
-        size, hashed = trace.block_size, trace.hash_size
-        units = request.hashes(hashed, trace.hash_lookahead)
-        for index, unit in enumerate(units):
-            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
-        full, mamba = tables[rid]
-        tokens = rule.cacheable(tokens, size, hashed, trace.eagle,
-                                max(0, trace.prefill_lookahead - 1))
-        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
-                                        size, hashed, trace.eagle)
-        if checkpoint is not None:
-            checkpoint = (mamba_align.checkpoint_position(
-                request.computed, hashed, trace.hash_lookahead, trace.eagle), checkpoint)
-        counts[1] = rule.mamba(
-            entries, mamba, counts[1], tokens, units, request.prompt, computed, size, hashed,
-            trace.retention, trace.eagle, checkpoint,
-            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
-                                            trace.eagle),
-            request.boundary, trace.mamba_shared_prefix)
-        if entries.partial_tail is not None:
-            self.caching_partial[rid] = entries.partial_tail
-        return counts

@@ -21,7 +21,6 @@ allocation is not judged either: before 2026-12-07 it was, from counts a settle 
 
 from __future__ import annotations
 
-from kvfuzz.oracle.kvmanager import align_caching as rule
 from kvfuzz.oracle.kvmanager import mamba_align
 
 JUDGED = "which blocks cached: predicted after a settle"
@@ -65,7 +64,7 @@ class AlignCachingSettle:
         """Apply the settle's `cache_blocks` to `entries` (the request's counts moved); False
         where it is not judged (its counts then unknown)."""
         self.settle_applied = None
-        request, trace = self.requests.get(rid), self.trace
+        request = self.requests.get(rid)
         counts = self.caching_counts.get(rid)
         checkpoint = self.caching_checkpoints.get(rid, _REFUSED)
         if request is None or rid not in tables or counts is None:
@@ -74,25 +73,8 @@ class AlignCachingSettle:
         if checkpoint == _REFUSED:
             self.count(AFTER_REFUSAL)
             return False
-        size, hashed = trace.block_size, trace.hash_size
-        units = request.hashes(hashed, trace.hash_lookahead)
-        for index, unit in enumerate(units):
-            self.caching_tokens.setdefault(unit, (index + 1) * hashed)
-        processed = request.computed - request.in_flight
-        tokens = rule.cacheable(processed, size, hashed, trace.eagle,
-                                max(0, trace.prefill_lookahead - 1))
-        full, mamba = tables[rid]
-        counts = list(counts)
-        counts[0] = rule.full_attention(entries, full, counts[0], tokens, units, request.prompt,
-                                        size, hashed, trace.eagle)
-        counts[1] = rule.mamba(
-            entries, mamba, counts[1], tokens, units, request.prompt, request.computed, size,
-            hashed, trace.retention, trace.eagle, checkpoint,
-            mamba_align.checkpoint_position(request.prompt, hashed, trace.hash_lookahead,
-                                            trace.eagle),
-            request.boundary, trace.mamba_shared_prefix)
-        self.caching_counts[rid] = counts
-        if entries.partial_tail is not None:  # (the next allocation copies it)
-            self.caching_partial[rid] = entries.partial_tail
+        self.caching_counts[rid] = self._caching_cache_blocks(
+            entries, rid, list(counts), request.computed - request.in_flight, request.computed,
+            checkpoint, tables)
         self.count(JUDGED)
         return True
