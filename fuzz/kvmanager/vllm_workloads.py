@@ -237,6 +237,9 @@ MAMBA_MTP_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, 
                                max_batched_tokens=16, fake_connector=True, speculative="mtp",
                                num_speculative=2, drafts=True, mtp_modules=1,
                                lookahead_hashes=False, eagle_drop=False)
+# MAMBA_MTP_CONNECTOR under vLLM's AsyncScheduler: the padded rows counted computed and in
+# flight until the step's output (`rows_in_flight`), rolled back at its `settle`
+MAMBA_ASYNC_MTP_CONNECTOR = replace(MAMBA_MTP_CONNECTOR, async_scheduling=True)
 # MAMBA_CONNECTOR hashed per 2 tokens (MAMBA_PARTIAL's settings): partial hits and their
 # copy-on-write beside the connector's loads (a copy's endpoints freed by the scheduler while
 # the pool is near full: guard_mamba.CopyRetentions)

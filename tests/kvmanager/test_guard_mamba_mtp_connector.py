@@ -5,7 +5,9 @@ loaded) mapped to a `schedule` with `pad` and judged in the reduced mode over it
 (`fuzz/kvmanager/align_external_pad.py`); sessions clean, the same as unguarded, recorded
 equal and replaying; and of a plain admission through the connector (a preempted request
 readmitted) to a `connect` with `pad`; each padded call mapped as the token alone caught, and
-the reduced mode reading no `pad` (as before) caught. Skips without vLLM (slow tier)."""
+the reduced mode reading no `pad` (as before) caught; under vLLM's AsyncScheduler
+(`MAMBA_ASYNC_MTP_CONNECTOR`) the rows held in flight to the output, a reduced mode rolling
+them back at once caught. Skips without vLLM (slow tier)."""
 
 import pytest
 
@@ -75,3 +77,31 @@ def test_a_padded_readmission_through_the_connector_runs_guarded_and_replays(tmp
     monkeypatch.setattr(guard_connector, "Connect", token_alone)
     with pytest.raises(kvfuzz.Mismatch, match=r"admits with \(6, 1,.*engine with \(3,"):
         scheduler_session(READMITTED, None, tmp_path / "alone", workload=WORKLOAD)
+
+
+# Session 5 under vLLM's AsyncScheduler: r7's padded step after its load, r8's padded admission
+# through the connector twice (the pool refused the first)
+ASYNC = 5
+
+
+def test_the_padded_rows_held_in_flight_under_async_scheduling(tmp_path, monkeypatch):
+    """MAMBA_ASYNC_MTP_CONNECTOR: vLLM counts the padded rows computed and in flight until the
+    step's output, whose `settle` rolls them back; guarded, both padded calls carry
+    `rows_in_flight`. A reduced mode rolling them back at once is caught at the request's next
+    step (its Mamba table judged a block short)."""
+    from kvfuzz.fuzz.kvmanager import align_external_pad as pad
+    from kvfuzz.strategies.kvmanager.connector_ops import Connect
+    from kvfuzz.strategies.kvmanager.trace import Schedule
+
+    workload = "MAMBA_ASYNC_MTP_CONNECTOR"
+    guarded = clean_and_replaying(ASYNC, workload, tmp_path).manager.kvfuzz_session
+    padded = [(type(op).__name__, op.rid, op.pad, op.rows_in_flight) for op in guarded.ops
+              if isinstance(op, (Connect, Schedule)) and op.pad]
+    assert padded == [("Schedule", 7, 2, True), ("Connect", 8, 2, True),
+                      ("Connect", 8, 2, True)], padded
+    assert not list(tmp_path.glob("*.json"))
+
+    monkeypatch.setattr(pad.AlignResumeLoaded, "rows_held", lambda self, rows, asked: False,
+                        raising=False)
+    with pytest.raises(kvfuzz.Mismatch, match=r"mamba states: r7's Mamba table"):
+        scheduler_session(ASYNC, None, tmp_path / "at_once", workload=workload)
