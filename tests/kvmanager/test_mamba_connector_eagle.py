@@ -3,10 +3,10 @@
 drop in a share of its traces after every other draw (the others as before it; never in `SYNC`)
 and the codec reads them back; on the released vLLM its first EAGLE traces run clean, loading,
 reporting and resuming under the drop with lookups the drop moved; a judge blind to the drop on
-the connector's lookup is wrong there (the release "diverges" from it), and the two mutants of
-the connector's per-group lookup (`test_mutants.py`'s ALONE) are caught. The vLLM parts are
-slow. And vLLM's scheduler with the fake connector and the drop (`MAMBA_EAGLE_CONNECTOR`) runs
-guarded, or is refused by name."""
+the connector's lookup, or on a load's caching, is wrong there (the release "diverges" from
+it), and the two mutants of the connector's per-group lookup (`test_mutants.py`'s ALONE) are
+caught; vLLM's scheduler with the fake connector and the drop (`MAMBA_EAGLE_CONNECTOR`) runs
+guarded, or is refused by name. The vLLM parts are slow."""
 
 from __future__ import annotations
 
@@ -77,6 +77,36 @@ def test_a_judge_blind_to_the_drop_on_the_connector_lookup_is_wrong(monkeypatch)
     assert found is not None and found.what.startswith("prefix hit"), found and found.report()
     assert "get_computed_blocks_for_connector" in found.report()
 
+
+LOADED = 35  # r2, a 29-token prompt hashed per token loaded whole: op 8, its load done
+
+
+@_vllm
+def test_a_judge_caching_a_load_done_as_without_the_drop_is_wrong(monkeypatch):
+    """A load reported done caches with the drop's rules (`cache_blocks`: the cacheable tokens
+    and full attention's prompt tail keyed at the prompt's end, EAGLE's limit, not below its
+    last token): a judge predicting the connector's caching without `eagle` is wrong on the
+    release at the load's report."""
+    from kvfuzz.fuzz.kvmanager.align_caching_external import AlignCachingExternal
+
+    trace = mamba_connector.GENERATOR.generate(0, LOADED)
+    assert trace.eagle and divergence("kvmanager", trace, "vllm.kvmanager") is None
+    for name in ("_caching_admitted", "_caching_loaded"):
+        monkeypatch.setattr(AlignCachingExternal, name, _blind(getattr(AlignCachingExternal,
+                                                                       name)))
+    found = divergence("kvmanager", trace, "vllm.kvmanager")
+    assert found is not None and found.what == \
+        "which blocks cached at op 8 of 216: r2's load done", found and found.report()
+
+
+def _blind(method):
+    def blind(self, *args):
+        trace, self.trace = self.trace, replace(self.trace, eagle=False)
+        try:
+            return method(self, *args)
+        finally:
+            self.trace = trace
+    return blind
 
 # MAMBA_EAGLE_CONNECTOR sessions 0-99 (2026-12-07): 75 clean, 25 refused by name: a padded
 # spec-decode admission or resumption under the connector (the guard's refusal beside the
