@@ -184,6 +184,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # ... and a settle's (`align_caching_settle.py`): one token more than asked, cached
     "mamba_align_settle_one_token_long": r"which blocks cached:? +after settle\(r\d+\): block "
                                          r"\d+: expected None, actual \(\d+, [01]\)",
+    # EAGLE's drop with a KV connector (`align_external_eagle.py`): the connector's per-group
+    # lookup giving full attention the margin but not the drop, or the Mamba group the margin
+    "mamba_connector_eagle_drop_skipped": r"prefix hit:? +get_computed_blocks_for_connector: "
+                                          r"expected hit \d+",
+    "mamba_connector_eagle_margin_to_mamba": r"prefix hit:? +get_computed_blocks_for_connector: "
+                                             r"expected hit \d+",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -225,7 +231,13 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_load_caches_token_short": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with a settle one token short of a block's
          # end (the asynchronous traces before it catch nothing; shrunk to 10 ops)
-         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35)}
+         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35),
+         # the first "mamba connector" trace of seed 0 with EAGLE's drop (since 2026-12-07;
+         # shrunk to 4 ops, kvmanager-1e408bd2ab9d116a.json), and the first whose Mamba state
+         # at a prompt's last token the margin reaches (5 has EAGLE too and agrees; shrunk to
+         # 4 ops, kvmanager-42ecdfd70c2bea60.json)
+         PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
+         PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
