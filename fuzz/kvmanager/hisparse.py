@@ -41,8 +41,9 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   leaves none of the device blocks it named cached.
 
 Which blocks each allocation takes and where each op's frees go, on both pools:
-`hisparse_queue.py` (since 2026-12-07). Not compared in this mode: which blocks a hit picks, the
-cache maps entry by entry, the hit's length against
+`hisparse_queue.py` (since 2026-12-07); beside a Mamba group the device pool's cache map after
+every op: `hisparse_caching.py`. Not compared in this mode: which blocks a hit picks, the host
+pool's entries op by op, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
 resident pages follow the coordinator's residency, not modelled), residency updates, row
 mirrors and host copies (the worker's views).
@@ -53,8 +54,9 @@ from __future__ import annotations
 import functools
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cow, hisparse_import,
-                                   hisparse_lag, hisparse_pins, hisparse_queue)
+from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_caching, hisparse_cow,
+                                   hisparse_import, hisparse_lag, hisparse_pins,
+                                   hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -72,7 +74,8 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
 
 
-class HiSparseLockstep(hisparse_queue.PoolQueues, hisparse_admission.Admissions,
+class HiSparseLockstep(hisparse_queue.PoolQueues, hisparse_caching.DeviceCaching,
+                       hisparse_admission.Admissions,
                        hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
                        hisparse_lag.LaggedReports,
                        hisparse_import.HiSparseImports, AlignLockstep):
@@ -85,7 +88,7 @@ class HiSparseLockstep(hisparse_queue.PoolQueues, hisparse_admission.Admissions,
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
-        hisparse_cow.EVENTS + hisparse_queue.EVENTS
+        hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -120,6 +123,7 @@ class HiSparseLockstep(hisparse_queue.PoolQueues, hisparse_admission.Admissions,
         self.start_pins()
         self.start_cow()
         self.start_queues()  # the two pools' free queues (`hisparse_queue.py`)
+        self.start_device_caching()  # the device pool's cache map (`hisparse_caching.py`)
         self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
         self.count_configs(trace)
         return _Unmodelled()

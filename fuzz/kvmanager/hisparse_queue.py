@@ -65,7 +65,9 @@ class PoolQueues:
         if self.hs:
             count = cdiv(hit, self.trace.block_size)
             mamba = [b for b in self.mamba_hit if b] if self.cow else []
-            self.queue_hits[rid] = (list(source[:count]), list(indexer[:count]) + mamba)
+            self.queue_hits[rid] = (list(source[:count]), list(indexer[:count]) + mamba,
+                                    list(indexer[:count]), list(self.mamba_hit) if self.cow
+                                    else [])
         return super()._admission_problems(rid, request, new, hit, source, indexer,
                                            others_running, made)
 
@@ -105,7 +107,7 @@ class PoolQueues:
         pinned = {b for rid, t in live.items() if len(t) > RESIDENT
                   for b in set(t[RESIDENT]) & set(self.rows.get(rid, ())) if b} - others
         groups = {"host": [SOURCE], "device": list(range(INDEXER, self.groups))}
-        problems = []
+        problems, copy = [], None
         for name, pool in (("host", host), ("device", device)):
             prev_queue, prev_ref, prev_keys = seen[name]
             model = QueueModel(prev_queue, prev_ref, lambda block: prev_keys[block] is not None)
@@ -123,6 +125,7 @@ class PoolQueues:
                         and took_copies and rid not in hits
                     expected = model.pop(len(new[group]) + hidden)
                     taken.update(expected)
+                    copy = expected[0] if hidden and expected else copy
                     if expected[hidden:] != new[group]:
                         problems.append(("which blocks", (
                             f"r{rid}: group {group} took {short(new[group])}, expected "
@@ -138,6 +141,12 @@ class PoolQueues:
                     problems.append(("which blocks", f"{name} pool: free blocks {lost} not "
                                      f"taken changed entries: {[prev_keys[b] for b in lost]} "
                                      f"-> {[pool['keys'][b] for b in lost]}"))
+        if self.cow and not problems:  # the device pool's cache map (`hisparse_caching.py`)
+            freed = [rid for rid, tables in before.items() if any(tables) and
+                     not any(live.get(rid) or ())]
+            problems = self.device_caching_problems(seen["device"][2], device["keys"],
+                                                    model.evicted, steps, hits, copy, live,
+                                                    freed)
         return problems[:2]
 
     def _queue_after(self, name, model, pool, prev_keys, resident, pinned

@@ -84,11 +84,31 @@ def doubles() -> dict:
             queue = coordinator.gpu_pool.free_block_queue
             queue.prepend_n = queue.append_n
 
-    return {cls.__name__: cls for cls in (HostPopsReversed, UncachedFreesAppended)}
+    class IndexerCachesOneShort(Broken):  # the indexer's batch of full blocks cached but its last
+        @staticmethod
+        def break_(coordinator):
+            pool = coordinator.gpu_pool
+            cache = pool.cache_full_blocks
+
+            def short(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs):
+                group = kwargs.get("kv_cache_group_id", args[1] if len(args) > 1 else None)
+                if group == 1 and num_full_blocks - num_cached_blocks >= 2:
+                    num_full_blocks -= 1
+                cache(request, blocks, num_cached_blocks, num_full_blocks, *args, **kwargs)
+            pool.cache_full_blocks = short
+
+    class CopyKeepsNoEntries(Broken):  # a Mamba copy-on-write's entries left on its source
+        @staticmethod
+        def break_(coordinator):
+            coordinator.gpu_pool.move_block_hashes = lambda source, copy: None
+
+    return {cls.__name__: cls for cls in (HostPopsReversed, UncachedFreesAppended,
+                                          IndexerCachesOneShort, CopyKeepsNoEntries)}
 
 
 def __getattr__(name):  # a double by import path: tests.kvmanager.test_hisparse_queue:...
-    if name in ("HostPopsReversed", "UncachedFreesAppended"):
+    if name in ("HostPopsReversed", "UncachedFreesAppended", "IndexerCachesOneShort",
+                "CopyKeepsNoEntries"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -98,7 +118,9 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
 # (double, the first index of the "hisparse cow" stream (seed 0) that kills it, the check,
 # words of its message)
 KILLS = [("HostPopsReversed", 0, "which blocks", "the host pool's free queue's head"),
-         ("UncachedFreesAppended", 0, "free queue", "device pool after the op")]
+         ("UncachedFreesAppended", 0, "free queue", "device pool after the op"),
+         ("IndexerCachesOneShort", 0, "which blocks cached", "device pool: block"),
+         ("CopyKeepsNoEntries", 0, "which blocks cached", "device pool: block")]
 
 
 @_ENGINE[0]
