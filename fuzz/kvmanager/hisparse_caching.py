@@ -44,8 +44,8 @@ class DeviceCaching:
                                 freed) -> list[tuple[str, str]]:
         """`before`, `after`: the device keys read after the op before and this one;
         `evicted`: the cached blocks its pops took; `steps`: (rid, new blocks) of its
-        allocations; `hits`: the admissions' rids; `copy`: a running request's Mamba copy, or
-        None; `freed`: the requests the op freed."""
+        allocations; `hits`: rid -> its admission's hit blocks (host, device, indexer, Mamba);
+        `copy`: a running request's Mamba copy, or None; `freed`: the requests the op freed."""
         for rid in freed:
             self.caching_counts.pop(rid, None)
             self.caching_partial.pop(rid, None)

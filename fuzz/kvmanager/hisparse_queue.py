@@ -49,7 +49,9 @@ EVENTS = (JUDGED, UNJUDGED, REQUEUED, UNORDERED)
 class PoolQueues:
     """Mixed into `HiSparseLockstep` before `hisparse_pins.ResidentPins` and
     `hisparse_admission.Admissions`: it learns an admission's hit and each step's new blocks
-    from those, and `_pools` calls `queue_pool_problems` with what it read."""
+    from those, and `_pools` calls `queue_pool_problems` with what it read (which, beside a
+    Mamba group, goes on to `hisparse_caching.DeviceCaching`'s cache map once both queues
+    agree)."""
 
     def start_queues(self) -> None:
         self.queue_seen: dict | None = None  # pool name -> (queue, ref, keys) at the last read
