@@ -14,7 +14,8 @@ moves), an eviction, a reset; a KV connector's ops (`align_caching_external.py`:
 admission with external tokens, a load reported done or failed, the finish's
 `remove_skipped_blocks`; the resumed step is an allocation here). Not judged, each counted
 (`SKIPPED`): a trace the queue check does not judge (an engine's live session, the first
-read), HiSparse, and every other op that changed an entry; a request with an op not judged is
+read), HiSparse (its own mode's: `hisparse_caching.py`, since 2026-12-07), and every other op
+that changed an entry; a request with an op not judged is
 not judged again until it is freed (its cached counts unknown). A settle's `cache_blocks` (an
 output's, since 2026-12-07): `align_caching_settle.py` (not after a refused allocation)."""
 

@@ -40,7 +40,10 @@ decides, from what its scheduler relies on (each property with a mutant it catch
 - `reset_prefix_cache` that succeeds leaves nothing cached in either pool; `evict_blocks`
   leaves none of the device blocks it named cached.
 
-Not compared in this mode: which blocks a hit or an allocation picks, the hit's length against
+Which blocks each allocation takes and where each op's frees go, on both pools:
+`hisparse_queue.py` (since 2026-12-07); beside a Mamba group the device pool's cache map after
+every op: `hisparse_caching.py`. Not compared in this mode: which blocks a hit picks, the host
+pool's entries op by op, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
 resident pages follow the coordinator's residency, not modelled), residency updates, row
 mirrors and host copies (the worker's views).
@@ -51,8 +54,9 @@ from __future__ import annotations
 import functools
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cow, hisparse_import,
-                                   hisparse_lag, hisparse_pins)
+from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_caching, hisparse_cow,
+                                   hisparse_import, hisparse_lag, hisparse_pins,
+                                   hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -70,8 +74,9 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
 
 
-class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
-                       hisparse_pins.ResidentPins,
+class HiSparseLockstep(hisparse_queue.PoolQueues, hisparse_caching.DeviceCaching,
+                       hisparse_admission.Admissions,
+                       hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
                        hisparse_lag.LaggedReports,
                        hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
@@ -83,7 +88,7 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
-        hisparse_cow.EVENTS
+        hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -117,6 +122,8 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
         self.start_reports()
         self.start_pins()
         self.start_cow()
+        self.start_queues()  # the two pools' free queues (`hisparse_queue.py`)
+        self.start_device_caching()  # the device pool's cache map (`hisparse_caching.py`)
         self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
         self.count_configs(trace)
         return _Unmodelled()
@@ -343,6 +350,7 @@ class HiSparseLockstep(hisparse_admission.Admissions, hisparse_cow.HostCopies,
             problems.append(("published early", f"host blocks {early[:6]} are cached with no "
                                                 f"write-back done since they were handed out"))
         problems += reset_evict_problems(host, device, self.reset_done, self.evicted)
+        problems += self.queue_pool_problems(host, device, live)
         published = sum(key is not None for key in host["keys"])
         if published > self.published:
             self.count(PUBLISHED)

@@ -133,6 +133,14 @@ GROUPS = {
         "request_id, num_local_computed_tokens\n        )",
         "the coordinator is told an import fills the local hit only: the imported pages never "
         "become ready, and the request publishes nothing past its hit")),
+    # HiSparse's unpinned resident pages (the "hisparse cow" profile; caught by the free queue's
+    # order only, `fuzz/kvmanager/hisparse_queue.py`).
+    "hisparse_unpinned_reused_first": (POOL, Mutation(
+        "BlockPool.unpin_blocks", "self.free_block_queue.append_n(released)",
+        "self.free_block_queue.prepend_n(released)",
+        "a clean resident page the coordinator unpins joins the head of the free queue, not "
+        "its tail: reused first, where it should be the last resort, so a host hit finds "
+        "fewer GPU copies to adopt")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

@@ -102,6 +102,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A second connector's import into the host pool (the "hisparse import" profile): the
     # coordinator told it fills the local hit only, so its pages never publish.
     "hisparse_import_covers_hit_only": r"published late:? +r\d+: source blocks",
+    # HiSparse's unpinned resident pages prepended (the "hisparse cow" profile): the free
+    # queue's order only (`fuzz/kvmanager/hisparse_queue.py`)
+    "hisparse_unpinned_reused_first": r"free queue:? +device pool after the op",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -237,7 +240,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # at a prompt's last token the margin reaches (5 has EAGLE too and agrees; shrunk to
          # 4 ops, kvmanager-42ecdfd70c2bea60.json)
          PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
-         PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28)}
+         PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28),
+         # the first "hisparse cow" trace of seed 0 with an unpinned page's block handed out
+         # (with the queue check off, the first 100 catch it once, at 88, by an adoption;
+         # shrunk to 12 ops: corpus case kvmanager-e9c9c342aba5715f.json)
+         PREFIX + "hisparse_unpinned_reused_first": ("hisparse cow", 1)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (

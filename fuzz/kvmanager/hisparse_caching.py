@@ -1,0 +1,118 @@
+"""Which blocks are cached on HiSparse's device pool beside a Mamba "align" group ("hisparse cow",
+`hisparse.py`): after every op, the device pool's cache entries (the indexer's, full attention
+in vLLM 0.33.0's `FullAttentionManager`, and the Mamba group's; the resident pages and the hot
+region cache nothing) against those read after the op before, with the "align" mode's rule
+(`oracle/kvmanager/align_caching.py`, through `AlignCaching._caching_cache_blocks`, the indexer
+taking full attention's part): less the entries of the cached blocks the op's pops evicted (the
+free queue's prediction, `hisparse_queue.py`), an eviction's or a reset's, with a running
+request's Mamba copy-on-write moving its partial tail's entries to the copy, plus what each
+allocation's `cache_blocks` adds and re-keys (each request's cached counts per group tracked
+as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside a
+block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise (an
+import's), and a request's steps after one such (its counts unknown until it is freed).
+The host pool's entries (publication once written back) stay the "published early" and
+"published late" checks'."""
+
+from __future__ import annotations
+
+from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
+from kvfuzz.oracle.kvmanager import align_caching as rule
+
+JUDGED = "device cache map predicted (hisparse cow)"
+SKIPPED = "device cache map not judged (an op out of reach)"
+EVENTS = (JUDGED, SKIPPED)
+
+
+class DeviceCaching:
+    """Mixed into `HiSparseLockstep` (its `AlignLockstep` part lends `_caching_cache_blocks`);
+    `PoolQueues.queue_pool_problems` calls `device_caching_problems` once the queues agree."""
+
+    def start_device_caching(self) -> None:
+        self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+
+    def _to_rule(self, entry) -> tuple:
+        """A device entry (hash, the trace's group) as the rule names groups."""
+        group = {INDEXER: rule.FULL, self.groups - 1: rule.MAMBA}.get(entry[1], 10 + entry[1])
+        return (entry[0], group)
+
+    def _from_rule(self, entry) -> tuple:
+        back = {rule.FULL: INDEXER, rule.MAMBA: self.groups - 1}
+        return (entry[0], back.get(entry[1], entry[1] - 10))
+
+    def device_caching_problems(self, before, after, evicted, steps, hits, copy, live,
+                                freed) -> list[tuple[str, str]]:
+        """`before`, `after`: the device keys read after the op before and this one;
+        `evicted`: the cached blocks its pops took; `steps`: (rid, new blocks) of its
+        allocations; `hits`: rid -> its admission's hit blocks (host, device, indexer, Mamba);
+        `copy`: a running request's Mamba copy, or None; `freed`: the requests the op freed."""
+        for rid in freed:
+            self.caching_counts.pop(rid, None)
+            self.caching_partial.pop(rid, None)
+        entries = rule.Entries([_mapped(k, self._to_rule) for k in before],
+                               lambda key: self.caching_tokens.get(key[0], 0))
+        if self.reset_done:
+            entries = rule.Entries([None] * len(after), entries.tokens)
+        for block in tuple(self.evicted) + tuple(evicted):
+            entries.drop(block)
+        for rid, _ in steps:
+            if not self._caching_step(entries, rid, hits, copy, live):
+                self.caching_counts[rid] = None
+                return self._device_skipped(before, after)
+        if not steps and not freed and not self.evicted and not self.reset_done:
+            return self._device_skipped(before, after)
+        self.count(JUDGED)
+        expected = [_mapped(k, self._from_rule) for k in entries.as_keys(len(after))]
+        wrong = [b for b in range(1, len(after)) if _norm(expected[b]) != _norm(after[b])]
+        if not wrong:
+            return []
+        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(after[b])} "
+                         f"(before {short(before[b])})" for b in wrong[:3])
+        return [("which blocks cached", f"device pool: {what}")]
+
+    def _device_skipped(self, before, after) -> list:
+        if before != after:
+            self.count(SKIPPED)
+        return []
+
+    def _caching_step(self, entries, rid, hits, copy, live) -> bool:
+        request, size, admission = self.requests[rid], self.trace.block_size, rid in hits
+        counts = self.caching_counts.get(rid, [0, 0])
+        partial = self.caching_partial.pop(rid, None)
+        if counts is None and not admission or rid not in live:
+            return False
+        tables = {rid: (live[rid][INDEXER], live[rid][self.groups - 1])}
+        if copy is not None and not admission:  # the copy takes the partial tail's entries
+            source = tables[rid][1][partial:partial + 1] if partial is not None else []
+            if not source:
+                return False
+            entries.move(source[0], copy)
+        if admission:
+            hit = self.read_from[rid]
+            hit_blocks = hits[rid][2:]
+            counts = [hit // size if len(blocks) and hit % size else len(blocks)
+                      for blocks in hit_blocks]
+            computed = 0
+        else:
+            computed = self.read_from[rid]
+        self.caching_counts[rid] = self._caching_cache_blocks(
+            entries, rid, counts, min(request.computed, len(request.tokens)), computed,
+            self.caching_checkpoint(rid, request), tables)
+        return True
+
+
+def _mapped(entries, convert):
+    """A block's entries (None, one entry or a list of them) with each entry converted."""
+    if entries is None:
+        return None
+    if isinstance(entries, list):
+        return [convert(tuple(e)) for e in entries]
+    return convert(tuple(entries))
+
+
+def _norm(entries):
+    if entries is None:
+        return None
+    if isinstance(entries, list):
+        return (tuple(entries[0]), tuple(sorted(tuple(e) for e in entries[1:])))
+    return (tuple(entries), ())
