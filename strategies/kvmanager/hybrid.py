@@ -207,7 +207,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     trace = mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
     trace = align_observed.observed(rng, trace)
     trace = mamba_shared_prefix.drawn(rng, trace)  # (then MTP's k >= 2: `mamba_eagle.mtp`)
-    return mamba_eagle.mtp(rng, trace)  # (drawn last: the other traces keep their bytes)
+    trace = mamba_eagle.mtp(rng, trace)  # (then hits reported: `align_observed.reported`)
+    return align_observed.reported(rng, trace)  # (drawn last: the other traces keep theirs)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

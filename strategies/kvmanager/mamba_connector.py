@@ -17,7 +17,8 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
 - Mamba layers turn `needs_kv_cache_zeroing` on (`KVCacheConfig.needs_kv_cache_zeroing`),
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
-- no spec-decode padding (the "mamba align" profile's traces have none), no events or stats;
+- no spec-decode padding (the "mamba align" profile's traces have none); KV events and stats
+  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw);
 - a one-token prompt's load as drawn (since 2026-12-07; no new draw), and after its whole
   load, 0 computed tokens and its blocks held, the connector asked again
   (`connector._Connected.reconnects`: a `connect` again, a load or plain, or the `schedule`):
@@ -42,7 +43,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import connector, hybrid
+from kvfuzz.strategies.kvmanager import align_observed, connector, hybrid
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Trace
 from kvfuzz.strategies.sources import TraceGenerator
@@ -61,7 +62,8 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
         gen.step()
     ops = _finished(tuple(_resolved(op, rng) for op in gen.ops[:num_ops]))
     note = f"profile {PROFILE}" + (", synchronous loads" if synchronous else "")
-    return replace(layout, ops=ops, note=note)
+    # KV events and stats in a share (since 2026-12-07), drawn last: the others keep their bytes
+    return align_observed.connector_observed(rng, replace(layout, ops=ops, note=note))
 
 
 def build_sync(rng: random.Random, num_ops: int) -> Trace:

@@ -184,6 +184,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # ... and a settle's (`align_caching_settle.py`): one token more than asked, cached
     "mamba_align_settle_one_token_long": r"which blocks cached:? +after settle\(r\d+\): block "
                                          r"\d+: expected None, actual \(\d+, [01]\)",
+    # Hits reported beside the group (`align_reported.py`): a hit inside the prompt's last
+    # block reported one block short, where the release raises
+    "mamba_align_report_clamped": r"KV events:? +a hit reported inside the prompt's last "
+                                  r"block",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -225,7 +229,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_align_load_caches_token_short": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with a settle one token short of a block's
          # end (the asynchronous traces before it catch nothing; shrunk to 10 ops)
-         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35)}
+         PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35),
+         # the first "mamba align" trace of seed 0 whose hit reported lies inside the prompt's
+         # last block (a preempted 11-token prompt admitted again; shrunk to 4 ops:
+         # corpus/kvmanager-838255ee58de4bf0.json)
+         PREFIX + "mamba_align_report_clamped": ("mamba align", 89)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
