@@ -198,7 +198,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share
     (`align_observed.py`). Then Mamba's shared-prefix checkpoint in half of the EAGLE traces
     where vLLM turns it on (`mamba_shared_prefix.py`). Then multi-module MTP's prefill
-    lookahead in half of the EAGLE traces without it, drawn last (`mamba_eagle.mtp`)."""
+    lookahead in half of the EAGLE traces without it (`mamba_eagle.mtp`). Then hits reported
+    in half of the traces observing events, drawn last (`align_observed.reported`)."""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() < 0.2:
         ahead = rng.choice((1, 1, 2, 3))
