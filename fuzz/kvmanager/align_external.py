@@ -94,7 +94,7 @@ class AlignExternal(AlignExternalSingle):
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(tokens),
-            size, trace.hash_size, self.cache)
+            size, trace.hash_size, self.cache, trace.eagle)
         self.count(expected[0])
         got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
                          (rid,), oracle=None, compare=lambda e, r, actual, raised:
@@ -136,7 +136,7 @@ class AlignExternal(AlignExternalSingle):
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache)
+            trace.block_size, trace.hash_size, self.cache, trace.eagle)
         problems = align_connector.lookup_problems(expected, actual, None) or \
             self._lookup_block_problems(request, actual)
         if problems:

@@ -259,3 +259,8 @@ MAMBA_ASYNC_SHARED_PREFIX = Workload(mamba="align", mamba_checkpoint=2, block_si
                                      num_speculative=2, drafts=True, mtp_modules=1,
                                      lookahead_hashes=False, hash_block_size=2,
                                      mamba_shared_prefix=True, async_scheduling=True)
+# MAMBA_CONNECTOR with MAMBA_EAGLE's drafter (one MTP module, 2 drafts a step, lookahead hashes
+# off, which a connector turns off anyway: `num_hash_lookahead_tokens` 0): EAGLE's drop beside
+# the group and the fake connector's loads (`align_external_eagle.py`, since 2026-12-07)
+MAMBA_EAGLE_CONNECTOR = replace(MAMBA_CONNECTOR, speculative="mtp", num_speculative=2,
+                                drafts=True, mtp_modules=1, lookahead_hashes=False)

@@ -296,6 +296,20 @@ GROUPS = {
         "self.coordinator.cache_blocks(request, num_computed_tokens + 1)",
         "the scheduler's cache_blocks after an output caches one token more than it was asked "
         "(the token in flight's position, its KV not written yet)")),
+    # EAGLE's drop beside the group with a KV connector (`align_external_eagle.py`, since
+    # 2026-12-07): the connector's per-group lookup (`find_longest_cache_hit_per_group`) with
+    # full attention looked a unit past the cap but never dropping, or the Mamba group given
+    # the margin too (its finder never drops: its own hit can reach the prompt's last token)
+    "mamba_connector_eagle_drop_skipped": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit_per_group",
+        "drop_eagle_block=use_eagle,", "drop_eagle_block=False,",
+        "with EAGLE and a KV connector the connector's lookup gives full attention the margin "
+        "but not the drop: a local hit a hash unit deeper than the admission's")),
+    "mamba_connector_eagle_margin_to_mamba": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit_per_group",
+        "if use_eagle and not isinstance(spec, MambaSpec):", "if use_eagle:",
+        "with EAGLE and a KV connector the connector's lookup looks the Mamba group a unit past "
+        "the cap, which it never drops: a state at the prompt's last token taken as deeper")),
     # Hits reported beside the group (`fuzz/kvmanager/align_reported.py`): a hit inside the
     # prompt's last block, which the request has no whole hash of, reported without that block
     # (the release reads past the request's hashes there and raises: the reduced mode holds it

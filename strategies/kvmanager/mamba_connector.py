@@ -18,7 +18,10 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
 - no spec-decode padding (the "mamba align" profile's traces have none); KV events and stats
-  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw);
+  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw, after EAGLE's);
+- EAGLE's last-block drop (`use_eagle`: vLLM's legacy hashes with a connector, its drop on)
+  in a quarter of the traces (`mamba_eagle.drawn`, drawn after every other draw, since
+  2026-12-07; no multi-module MTP with it): `fuzz/kvmanager/align_external_eagle.py`;
 - a one-token prompt's load as drawn (since 2026-12-07; no new draw), and after its whole
   load, 0 computed tokens and its blocks held, the connector asked again
   (`connector._Connected.reconnects`: a `connect` again, a load or plain, or the `schedule`):
@@ -43,7 +46,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import align_observed, connector, hybrid
+from kvfuzz.strategies.kvmanager import align_observed, connector, hybrid, mamba_eagle
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Trace
 from kvfuzz.strategies.sources import TraceGenerator
@@ -62,8 +65,11 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
         gen.step()
     ops = _finished(tuple(_resolved(op, rng) for op in gen.ops[:num_ops]))
     note = f"profile {PROFILE}" + (", synchronous loads" if synchronous else "")
-    # KV events and stats in a share (since 2026-12-07), drawn last: the others keep their bytes
-    return align_observed.connector_observed(rng, replace(layout, ops=ops, note=note))
+    trace = replace(layout, ops=ops, note=note)
+    # EAGLE's drop in a share (since 2026-12-07), drawn after every other draw: the other
+    # traces keep their bytes; then KV events and stats in a share (since 2026-12-07), drawn last
+    trace = trace if synchronous else mamba_eagle.drawn(rng, trace)
+    return align_observed.connector_observed(rng, trace)
 
 
 def build_sync(rng: random.Random, num_ops: int) -> Trace:

@@ -3,10 +3,11 @@
 run with `use_eagle`, every group taking the drop (none flagged apart), judged by the reduced
 mode (`fuzz/kvmanager/align_eagle.py`). Drawn after every other draw of the profile
 (`hybrid.build_mamba_align_profile`), so its other traces keep their bytes, and the "full last"
-and "mamba connector" profiles, which draw from `build_mamba_align`, theirs. No multi-module
-MTP's prefill lookahead with it from that draw; multi-module MTP's (k >= 2, its k - 1 tokens
-held back from caching) in a share of the EAGLE traces after every other draw (`mtp`, since
-2026-12-07). Standard library only."""
+and "mamba connector" profiles, which draw from `build_mamba_align`, theirs; "mamba connector"
+draws it after its own draws since 2026-12-07 (`mamba_connector.build`, the same `drawn`). No
+multi-module MTP's prefill lookahead with it from that draw; multi-module MTP's (k >= 2, its
+k - 1 tokens held back from caching) in a share of the EAGLE traces after every other draw
+(`mtp`, since 2026-12-07). Standard library only."""
 
 from __future__ import annotations
 

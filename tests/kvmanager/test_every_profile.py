@@ -21,9 +21,9 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
-                                   align_recorded, align_reported, async_ops, connector, cut,
-                                   hisparse_import, hisparse_cow, hisparse_lag, streaming,
-                                   sync_draft_ops)
+                                   align_external_eagle, align_recorded, align_reported,
+                                   async_ops, connector, cut, hisparse_import, hisparse_cow,
+                                   hisparse_lag, streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -93,11 +93,12 @@ REACHES = {
     + _CONFIGS("KV connector", "groups of different block sizes",
                "blocks zeroed (mixed precision)", "hash block below the block size"),
     # a connector's loads beside a Mamba "align" group: every outcome, partial local hits
-    # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here)
+    # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here);
+    # with EAGLE's drop (since 2026-12-07) lookups it moved, loads, reports and resumptions
     "mamba connector": [event for event in align_external.EVENTS if event != align_external.SYNC]
-    + [align_connector.LAGGING, "boundary states offered", *align_events.OWN,
-       align_recorded.EXTERNAL_RECORDED]
-    + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)",
+    + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN,
+       *align_events.OWN, align_recorded.EXTERNAL_RECORDED]
+    + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE",
                "KV events", "stats"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
                        "reset refused", "free deferred during its KV load",

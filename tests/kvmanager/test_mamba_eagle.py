@@ -1,6 +1,6 @@
 """EAGLE's last-block drop beside a Mamba "align" group (`Trace.eagle` with `mamba_mode` "align",
-`fuzz/kvmanager/align_eagle.py`): the codec takes it (not with a connector's ops, nor a prefill
-lookahead past the hash unit), the hit drops a hash unit in full attention only, the checkpoint sits
+`fuzz/kvmanager/align_eagle.py`): the codec takes it (with a connector's ops since 2026-12-07, not
+with multi-module MTP there; not a prefill lookahead past the hash unit), the hit drops a hash unit in full attention only, the checkpoint sits
 at EAGLE's replay boundary, retention 0 keeps the two replay boundaries, and the "mamba align"
 profile draws it last (its other traces as before); on the released vLLM the profile's EAGLE
 traces run clean reaching each piece, each piece of the model is needed there (without it the
@@ -39,15 +39,18 @@ def _header(**more) -> dict:
                     {"op": "schedule", "rid": 1, "chunk": 9}]} | more
 
 
-def test_the_codec_takes_eagle_beside_an_align_group_without_a_connector():
+def test_the_codec_takes_eagle_beside_an_align_group():
     assert from_json(_header()).eagle
     assert from_json(_header(hash_block_size=2, prefill_lookahead=1)).eagle
+    # with a connector's ops since 2026-12-07 (`align_external_eagle.py`), but not with
+    # multi-module MTP's held-back tokens there
     connect = {"op": "connect", "rid": 1, "chunk": 9, "external": 4}
     data = _header()
     data["ops"] = data["ops"][:1] + [connect] + data["ops"][1:]
-    with pytest.raises(FormatError, match="eagle.*connect"):
-        from_json(data)
-    assert not from_json(data | {"eagle": False}).eagle  # (the op is valid)
+    assert from_json(data).eagle and from_json(data | {"prefill_lookahead": 1}).eagle
+    with pytest.raises(FormatError, match="eagle.*connect.*prefill lookahead of 2"):
+        from_json(data | {"hash_block_size": 2, "prefill_lookahead": 2})
+    assert from_json(_header(hash_block_size=2, prefill_lookahead=2)).eagle  # (no connector)
     # (k - 1 held back: modelled up to the hash unit, test_mamba_eagle_mtp.py)
     with pytest.raises(FormatError, match="prefill_lookahead.*hash unit with EAGLE"):
         from_json(_header(hash_block_size=1, prefill_lookahead=2))

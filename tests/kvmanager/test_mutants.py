@@ -184,6 +184,12 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # ... and a settle's (`align_caching_settle.py`): one token more than asked, cached
     "mamba_align_settle_one_token_long": r"which blocks cached:? +after settle\(r\d+\): block "
                                          r"\d+: expected None, actual \(\d+, [01]\)",
+    # EAGLE's drop with a KV connector (`align_external_eagle.py`): the connector's per-group
+    # lookup giving full attention the margin but not the drop, or the Mamba group the margin
+    "mamba_connector_eagle_drop_skipped": r"prefix hit:? +get_computed_blocks_for_connector: "
+                                          r"expected hit \d+",
+    "mamba_connector_eagle_margin_to_mamba": r"prefix hit:? +get_computed_blocks_for_connector: "
+                                             r"expected hit \d+",
     # Hits reported beside the group (`align_reported.py`): a hit inside the prompt's last
     # block reported one block short, where the release raises
     "mamba_align_report_clamped": r"KV events:? +a hit reported inside the prompt's last "
@@ -230,6 +236,12 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba align" trace of seed 0 with a settle one token short of a block's
          # end (the asynchronous traces before it catch nothing; shrunk to 10 ops)
          PREFIX + "mamba_align_settle_one_token_long": ("mamba align", 35),
+         # the first "mamba connector" trace of seed 0 with EAGLE's drop (since 2026-12-07;
+         # shrunk to 4 ops, kvmanager-1e408bd2ab9d116a.json), and the first whose Mamba state
+         # at a prompt's last token the margin reaches (5 has EAGLE too and agrees; shrunk to
+         # 4 ops, kvmanager-42ecdfd70c2bea60.json)
+         PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
+         PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28),
          # the first "mamba align" trace of seed 0 whose hit reported lies inside the prompt's
          # last block (a preempted 11-token prompt admitted again; shrunk to 4 ops:
          # corpus/kvmanager-838255ee58de4bf0.json)
