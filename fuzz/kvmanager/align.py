@@ -153,7 +153,8 @@ class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQ
         if request is None:
             return
         if request.status == WAITING and (request.computed or op.rid in self.loaded_end):
-            return (yield from self._resume_loaded(op.rid, request, op.chunk))
+            return (yield from self._resume_loaded(op.rid, request, op.chunk, op.pad,
+                                                   op.rows_in_flight))
         if request.status == WAITING:
             yield from self._connector_lookup(op.rid, request)
             got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),

@@ -48,7 +48,9 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.kvmanager import align_connector
-from kvfuzz.fuzz.kvmanager.align_external_single import EVENTS as SINGLE, AlignExternalSingle
+from kvfuzz.fuzz.kvmanager.align_external_pad import (EVENTS as PADDED, PADDED_ADMISSION,
+                                                      RESUMED, AlignResumeLoaded)
+from kvfuzz.fuzz.kvmanager.align_external_single import EVENTS as SINGLE
 from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
@@ -71,14 +73,13 @@ REFUSED = "Mamba connector: admission with external tokens refused"
 DONE = "Mamba connector: load done"
 FAILED = "Mamba connector: load failed (freed)"
 WHOLE = "Mamba connector: a whole prompt loaded, its last token recomputed"
-RESUMED = "Mamba connector: resumed after its load"
 SKIPPED = "Mamba connector: the finish's remove_skipped_blocks"
 SKIPPED_FREED = "Mamba connector: the finish's remove_skipped_blocks freed states"
 EVENTS = (SYNC, LOAD, DROPPED, KEPT, LAGGING, RECONCILED, SOME, REFUSED, DONE, FAILED, WHOLE,
-          RESUMED, SKIPPED, SKIPPED_FREED, *SINGLE)
+          RESUMED, SKIPPED, SKIPPED_FREED, *SINGLE, *PADDED)
 
 
-class AlignExternal(AlignExternalSingle):
+class AlignExternal(AlignResumeLoaded):
     """Mixed into `AlignLockstep` (before the plain lock step, whose handlers it overrides)."""
 
     @handles(Connect)
@@ -123,7 +124,10 @@ class AlignExternal(AlignExternalSingle):
             if diverged:
                 self.count(RECONCILED)
             self.looked_up = True
-            return (yield from self.schedule(Schedule(rid, op.chunk)))
+            if op.pad:  # (the padding of a readmission or a prompt met again: `..._pad.py`)
+                self.count(PADDED_ADMISSION)
+            return (yield from self.schedule(Schedule(rid, op.chunk, op.pad,
+                                                      rows_in_flight=op.rows_in_flight)))
         if diverged:
             self.count(LAGGING)
         request.boundary = boundary
@@ -285,41 +289,6 @@ class AlignExternal(AlignExternalSingle):
             request.computed -= 1
         request.status, self.stepped = WAITING, rid  # (its partial tail judged as a step's)
         yield Call("", "set_computed", (rid, request.computed, WAITING), oracle=None)
-
-    def _resume_loaded(self, rid, request, chunk: int):
-        """A loaded request's first step: an admission with no lookup (the scheduler's branch
-        for a waiting request with computed tokens); the state it reads is the loaded one."""
-        if self.single_relooked(rid, request) and not self.relooking:  # (`..._single`)
-            return (yield from self.relooked_resume(rid, request, chunk))
-        self.count(RESUMED)
-        size, start = self.trace.block_size, request.computed
-        tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
-        state, end = self.loaded_state.get(rid), self.loaded_end.get(rid, 0)
-        if start == end and (len(tables) != 2 or len(tables[1]) <= (start - 1) // size or
-                             tables[1][(start - 1) // size] != state):
-            return [("mamba states", f"r{rid} resumes from {start} loaded tokens: the state its "
-                                     f"step reads (position {(start - 1) // size}) expected the "
-                                     f"loaded block {state}, its Mamba table "
-                                     f"{short(tables[-1] if tables else tables)}")]
-        new = self._chunk(request, start, min(chunk, len(request.tokens) - start))
-        if new <= 0:  # (the scheduler schedules no step of nothing)
-            return []
-        others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)
-        got = yield Call(f"allocate_slots(r{rid}, {new}): resumed after its load", "resume",
-                         (rid, new, others, self.trace.full_sequence_must_fit),
-                         oracle=None, compare=_allocation_problems)
-        counted = self._count_problems(rid, request, got.actual is not None, new, others,
-                                       waiting=True)
-        if got.actual is None:
-            self.count("allocate_slots refused")
-            return counted
-        self.loaded_end.pop(rid, None)
-        self.read_from[rid], request.computed = start, start + new
-        self._checkpoint(rid, request)
-        self._flying(rid, request)
-        request.status, self.stepped = RUNNING, rid
-        yield Call("", "set_computed", (rid, request.computed, RUNNING), oracle=None)
-        return counted
 
     @handles(RemoveSkipped)
     def remove_skipped(self, op: RemoveSkipped):

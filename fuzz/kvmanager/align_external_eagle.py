@@ -71,8 +71,8 @@ class AlignExternalEagle(AlignExternal):
             self.count(DONE)
         return problems
 
-    def _resume_loaded(self, rid, request, chunk: int):
-        problems = yield from super()._resume_loaded(rid, request, chunk)
+    def _resume_loaded(self, rid, request, chunk: int, *padding):
+        problems = yield from super()._resume_loaded(rid, request, chunk, *padding)
         if self._eagle(request) and request.status == RUNNING:
             self.count(RESUMED)
         return problems

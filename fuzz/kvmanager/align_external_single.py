@@ -55,7 +55,7 @@ class AlignExternalSingle:
     def single_relooked(self, rid: int, request) -> bool:
         return not request.computed and rid in self.loaded_end
 
-    def relooked_resume(self, rid: int, request, chunk: int):
+    def relooked_resume(self, rid: int, request, chunk: int, *padding):
         """The plain step after the lookup again (a `schedule` of it makes the lookup first):
         `_resume_loaded`'s, and the request's tables after it as before (nothing freed or
         moved; full attention's grown by the blocks of the drafts' lookahead slots alone)."""
@@ -65,7 +65,7 @@ class AlignExternalSingle:
         before = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
         self.relooking = True
         try:
-            problems = yield from self._resume_loaded(rid, request, chunk)
+            problems = yield from self._resume_loaded(rid, request, chunk, *padding)
         finally:
             self.relooking = False
         if problems or request.status != RUNNING:  # (refused: the lock step's bound judged it)
@@ -106,7 +106,8 @@ class AlignExternalSingle:
         rid = op.rid
         yield from self.relookup(rid, request)
         if not op.load or request.skip or not op.external:
-            return (yield from self.relooked_resume(rid, request, op.chunk))
+            return (yield from self.relooked_resume(rid, request, op.chunk, op.pad,
+                                                    op.rows_in_flight))
         self.count(LOADED_AGAIN)
         self.queue_alloc = (rid, False)  # (no block taken: a running request's allocation)
         others = any(r.status == RUNNING for other, r in self.requests.items() if other != rid)

@@ -52,9 +52,9 @@ class AlignQueueChecks:
         self.queue_alloc = (op.rid, EXTERNAL, local, external)
         return (yield from super()._admit_external(op, request, local, external))
 
-    def _resume_loaded(self, rid, request, chunk: int):
+    def _resume_loaded(self, rid, request, chunk: int, *padding):
         self.queue_alloc = (rid, False)  # (no lookup: a running request's allocation)
-        return (yield from super()._resume_loaded(rid, request, chunk))
+        return (yield from super()._resume_loaded(rid, request, chunk, *padding))
 
     def queue_problems(self, queue: list, ref: list, keys: list, tables: dict
                        ) -> list[tuple[str, str]]:

@@ -37,8 +37,8 @@ class AlignRecorded:
                                       not op.external)
         return problems
 
-    def relooked_resume(self, rid, request, chunk: int):
-        problems = yield from super().relooked_resume(rid, request, chunk)
+    def relooked_resume(self, rid, request, chunk: int, *padding):
+        problems = yield from super().relooked_resume(rid, request, chunk, *padding)
         if request.status != WAITING:
             yield from self._recorded(rid, request, 0)
         return problems

@@ -208,11 +208,18 @@ class ConnectorCalls:
                              f"loads take no new tokens and name groups the manager has)")
             if skipped != set(range(groups)):  # a load of some groups only
                 written = sum(1 << group for group in skipped)
-        # a synchronous load that leaves one token, padded with placeholder drafts
+        # a synchronous load that leaves one token, padded with placeholder drafts; beside a
+        # Mamba "align" group a plain admission through the connector (no external tokens:
+        # the reduced mode's plain one, whose rows the aligned split kept or dropped whole)
+        beside = self._beside_mamba()
         pad = 0 if load else padding(self.kvfuzz_session.header, n, left - external,
-                                     hit + external)
+                                     hit + external, align=beside and not external)
         # under asynchronous scheduling the rows stay computed and in flight until the output
         held = self._rows_in_flight(pad)
+        if beside and external and not load and n > left - external:
+            self._refuse(f"a synchronous load of {external} external tokens padded to {n} new "
+                         f"beside a Mamba group (the reduced mode's admission with external "
+                         f"tokens reads no `pad`)")
         if not load and (reserve or not 1 <= n - pad <= left - external):
             self._refuse(f"a connector admission of {n} new tokens and {external} external "
                          f"with {left} left after its hit ({reserve} blocks reserved)")
@@ -255,7 +262,7 @@ class ConnectorCalls:
         whole = self._waiting_allocation(tracked, given)
         left = len(tracked.tokens) - tracked.computed
         # the load left one token (a whole prompt loaded: its last): padded with placeholders
-        pad = padding(self.kvfuzz_session.header, n, left, tracked.computed)
+        pad = padding(self.kvfuzz_session.header, n, left, tracked.computed, align=True)
         if not 1 <= n - pad <= left:
             self._refuse(f"allocate_slots of {n} tokens resumes request "
                          f"{request.request_id!r} with {left} left")

@@ -51,8 +51,9 @@ def placeholder_rows(trace, left: int, computed: int, chunk: int, pad: int) -> i
 def padding(header, n: int, left: int, computed: int, align: bool = False) -> int:
     """The placeholder rows among a waiting request's `n` new tokens that the guard maps to a
     padded `schedule` or `connect`: `n - 1` where the lock step's rule pads as many; else 0
-    (the guard then refuses an `n` past `left`). With `align` (a plain admission's, not a
-    connector's: the reduced mode's connects read no `pad`) beside a Mamba "align" group too:
+    (the guard then refuses an `n` past `left`). With `align` (a plain admission's, through a
+    KV connector too, or the first step after a load: not an admission with external tokens,
+    whose reduced mode reads no `pad`) beside a Mamba "align" group too:
     the scheduler's aligned split runs after the padding and keeps all 1 + k rows or drops
     them all (`num_new_tokens = 1`), so a call of `n > left` tokens is one it padded (above).
     Else never with a Mamba group (not mapped: refused by name)."""

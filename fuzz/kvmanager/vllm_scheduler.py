@@ -31,7 +31,8 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     MAMBA_MTP, MAMBA_MTP_HASHES, MAMBA_MTP_MODULES, MAMBA_PARTIAL, MAMBA_CONNECTOR,
     MAMBA_PARTIAL_CONNECTOR, MAMBA_ASYNC, MAMBA_ASYNC_CONNECTOR, MAMBA_ASYNC_MTP, MAMBA_EAGLE,
     MAMBA_SHARED_PREFIX, MAMBA_ASYNC_SHARED_PREFIX, MAMBA_EAGLE_MTP,
-    MAMBA_ASYNC_CONNECTOR_ABORTS, MAMBA_EAGLE_CONNECTOR)
+    MAMBA_ASYNC_CONNECTOR_ABORTS, MAMBA_EAGLE_CONNECTOR, MAMBA_MTP_CONNECTOR,
+    MAMBA_ASYNC_MTP_CONNECTOR)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
 from kvfuzz.fuzz.kvmanager.vllm_build import build_scheduler  # (named here too)

@@ -229,6 +229,17 @@ MAMBA_PARTIAL = Workload(mamba="align", mamba_checkpoint=2, block_size=4, blocks
 # short (docs/upstream-vllm.md); `kv_both`, so every finish asks finalize_partial_tail_offloads
 MAMBA_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
                            max_batched_tokens=16, fake_connector=True)
+# MAMBA_CONNECTOR with MAMBA_MTP's drafts (2 a step, one module, lookahead hashes and EAGLE's
+# drop off): the scheduler's spec-decode padding beside the group through the connector, its
+# plain admissions (a preempted request readmitted, a prompt met again) and the first step
+# after a load that left one token (`align_external_pad.py`)
+MAMBA_MTP_CONNECTOR = Workload(mamba="align", mamba_checkpoint=4, block_size=4, blocks=100,
+                               max_batched_tokens=16, fake_connector=True, speculative="mtp",
+                               num_speculative=2, drafts=True, mtp_modules=1,
+                               lookahead_hashes=False, eagle_drop=False)
+# MAMBA_MTP_CONNECTOR under vLLM's AsyncScheduler: the padded rows counted computed and in
+# flight until the step's output (`rows_in_flight`), rolled back at its `settle`
+MAMBA_ASYNC_MTP_CONNECTOR = replace(MAMBA_MTP_CONNECTOR, async_scheduling=True)
 # MAMBA_CONNECTOR hashed per 2 tokens (MAMBA_PARTIAL's settings): partial hits and their
 # copy-on-write beside the connector's loads (a copy's endpoints freed by the scheduler while
 # the pool is near full: guard_mamba.CopyRetentions)

@@ -6,13 +6,14 @@ reporting and resuming under the drop with lookups the drop moved; a judge blind
 the connector's lookup, or on a load's caching, is wrong there (the release "diverges" from
 it), and the two mutants of the connector's per-group lookup (`test_mutants.py`'s ALONE) are
 caught; vLLM's scheduler with the fake connector and the drop (`MAMBA_EAGLE_CONNECTOR`) runs
-guarded, or is refused by name. The vLLM parts are slow."""
+guarded (its padded calls mapped since 2026-12-07, refused by name before). The vLLM parts
+are slow."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from kvfuzz.fuzz.kvmanager import align_connector, align_external_eagle
+from kvfuzz.fuzz.kvmanager import align_connector, align_external_eagle, align_external_pad
 from kvfuzz.strategies.kvmanager import mamba_connector, mamba_eagle
 from kvfuzz.strategies.kvmanager.codec import from_json
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
@@ -110,16 +111,13 @@ def _blind(method):
 
 # MAMBA_EAGLE_CONNECTOR sessions 0-99 (2026-12-07): 75 clean, 25 refused by name: a padded
 # spec-decode admission or resumption under the connector (the guard's refusal beside the
-# group, not EAGLE's); session 5 the first refused
-CLEAN_SESSIONS, REFUSED_SESSION = (0, 2), 5
+# group, not EAGLE's); mapped since (`align_external_pad.py`): session 5, the first refused,
+# clean with its padded step after a load
+CLEAN_SESSIONS, PADDED_SESSION = (0, 2), 5
 
 
 @_vllm
 def test_the_fake_connector_with_eagles_drop_runs_guarded_and_replays(tmp_path):
-    import pytest
-
-    import kvfuzz
-    from kvfuzz.fuzz.kvmanager import vllm_scheduler
     from tests.kvmanager.test_guard import clean_and_replaying
 
     events: dict = {}
@@ -131,8 +129,6 @@ def test_the_fake_connector_with_eagles_drop_runs_guarded_and_replays(tmp_path):
             events[name] = events.get(name, 0) + count
     for event in align_external_eagle.OWN:
         assert events.get(event), (event, events)
-    with pytest.raises(kvfuzz.GuardUnsupported, match=r"allocate_slots of 3 tokens resumes"):
-        vllm_scheduler.run_session(REFUSED_SESSION, lambda manager, **settings: kvfuzz.guard(
-            manager, "kvmanager", corpus=tmp_path, **settings),
-            workload=vllm_scheduler.MAMBA_EAGLE_CONNECTOR)
+    padded = clean_and_replaying(PADDED_SESSION, "MAMBA_EAGLE_CONNECTOR", tmp_path)
+    assert padded.manager.kvfuzz_session.lock.events[align_external_pad.PADDED_RESUMPTION]
     assert not list(tmp_path.glob("*.json"))

@@ -155,8 +155,10 @@ def test_the_release_stalls_with_three_modules_at_a_block_boundary():
     9 of 10 requests finished; with 2 modules every request finishes. (Session 5's: a 9-token
     prompt scheduled 0-4, then 4-6 (the chunk cut short), then nothing: from 6 every chunk
     stops at the next block boundary 8 (`_mamba_block_aligned_split`), within k of the
-    prompt's end, where `_reserve_prefill_lookahead` backs it off to nothing, as read; the
-    other sessions' stuck requests not looked into.)"""
+    prompt's end, where `_reserve_prefill_lookahead` backs it off to nothing, as read. Traced
+    2026-12-07, the other two are the same: session 37's r2, a 13-token prompt admitted after
+    a hit of 8 with 8-12 cut to 8-10, then stuck at 10 before 12; session 73's r6, a 9-token
+    prompt 0-4, 4-6, stuck at 6, as session 5's.)"""
     from kvfuzz.fuzz.kvmanager import vllm_scheduler
 
     workload = replace(vllm_scheduler.MAMBA_EAGLE_MTP, num_speculative=3)

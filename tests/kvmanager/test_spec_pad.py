@@ -53,8 +53,10 @@ def test_the_scheduler_pads_only_where_one_token_is_left_and_the_rows_fit():
     assert padding(trace, n=3, left=1, computed=8) == 2
     assert padding(trace, n=3, left=1, computed=17) == 0  # no padding there: a refusal
     assert padding(replace(trace, mamba_mode="align"), n=3, left=1, computed=8) == 0
-    # a plain admission's beside a Mamba "align" group: the aligned split keeps all the rows
-    # or none (`padding.py`); a connector's stays refused there, and mode "none" or "all"
+    # a plain admission's beside a Mamba "align" group (through a connector too, or the first
+    # step after a load, since 2026-12-07): the aligned split keeps all the rows or none
+    # (`padding.py`); an admission with external tokens stays refused there (the guard asks
+    # without `align`), and mode "none" or "all"
     assert padding(replace(trace, mamba_mode="align"), 3, 1, 8, align=True) == 2
     assert padding(replace(trace, mamba_mode="none"), 3, 1, 8, align=True) == 0
 
