@@ -95,7 +95,9 @@ REACHES = {
     # a connector's loads beside a Mamba "align" group: every outcome, partial local hits
     # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here);
     # with EAGLE's drop (since 2026-12-07) lookups it moved, loads, reports and resumptions
-    "mamba connector": [event for event in align_external.EVENTS if event != align_external.SYNC]
+    # (no spec-decode padding in the profile: its padded calls are the guard's, MAMBA_MTP_CONNECTOR)
+    "mamba connector": [event for event in align_external.EVENTS
+                        if event != align_external.SYNC and event not in align_external.PADDED]
     + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN,
        *align_events.OWN, align_recorded.EXTERNAL_RECORDED]
     + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE",
