@@ -21,8 +21,9 @@ whole-block hash of (a hit of 10 tokens of an 11-token prompt in blocks of 4 has
 makes `emit_cached_block_events` read past the request's hashes (`BlockHashListWithBlockSize`:
 IndexError) before it appends anything: `get_computed_blocks` raises, and the scheduler with
 it. The reduced mode holds the release to that (`RAISED`: the lookup raises there and nowhere
-else; the trace goes on, the request still waiting); a fix diverges there. A mixin of `AlignLockstep` (before the lock step's
-`_run`, which it extends)."""
+else; the trace goes on, the request still waiting); a fix diverges there.
+
+A mixin of `AlignLockstep` (before the lock step's `_run`, which it extends)."""
 
 from __future__ import annotations
 
