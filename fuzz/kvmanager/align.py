@@ -79,10 +79,10 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
                                                Schedule)
 
 
-class AlignLockstep(align_caching.AlignCaching, AlignQueueChecks, align_async.AlignAsync,
-                    align_shared_prefix.AlignSharedPrefix, AlignDrafts, AlignExternalEagle,
-                    AlignCountChecks, AlignHitChecks, AlignPoolChecks, AlignReads,
-                    align_events.AlignEvents, KVManagerLockstep):
+class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQueueChecks,
+                    align_async.AlignAsync, align_shared_prefix.AlignSharedPrefix, AlignDrafts,
+                    AlignExternalEagle, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
+                    AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
 

@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections import Counter
 
 from kvfuzz.fuzz.engine.lockstep import Call, short
-from kvfuzz.fuzz.kvmanager import align_order
+from kvfuzz.fuzz.kvmanager import align_order, align_reported
+from kvfuzz.fuzz.kvmanager.align_recorded import EXTERNAL_RECORDED, AlignRecorded
+from kvfuzz.fuzz.kvmanager.align_reported import AlignReported
 from kvfuzz.oracle.blockpool.events import event_violations
 from kvfuzz.oracle.kvmanager.stats import PrefixStats
 from kvfuzz.strategies.blockpool.events import Cleared, Removed, Stored
@@ -37,12 +39,17 @@ MAMBA_STORED = "align: Mamba state stored"
 REMOVED = "align: entry removed"
 CLEARED = "align: all blocks cleared"
 RECORDED = "align: stats recorded"
-EVENTS = (PUBLISHED, PARTIAL, MAMBA_STORED, REMOVED, CLEARED, RECORDED)
+OWN = (PUBLISHED, PARTIAL, MAMBA_STORED, REMOVED, CLEARED, RECORDED)  # (any observing trace)
+EVENTS = (*OWN, EXTERNAL_RECORDED, *align_reported.EVENTS)
 KINDS = ("full_attention", "mamba")  # a Stored's group kind, by the trace's group id
 
 
-class AlignEvents:
+class AlignEvents(AlignReported, AlignRecorded):
+    """(First of `AlignLockstep`'s bases: its mixins wrap the lock step's `_run` and the
+    connector's admissions.)"""
+
     def start_events(self, trace) -> None:
+        self.reported_due = []  # hits reported, their events due (`align_reported.py`)
         self.event_view: Counter = Counter()  # what a consumer of the events believes cached
         self.align_stats = PrefixStats() if trace.stats else None
 
@@ -85,10 +92,15 @@ class AlignEvents:
 
     def _events_problems(self, events, reset: bool, request) -> list[tuple[str, str]]:
         if not isinstance(events, list):
+            self.reported_due = []
             return [("KV events", f"take_events answered {short(events)}, not a list")]
         if events:
             self.count(PUBLISHED)
         ids, view = align_order.order(self.trace), self.event_view
+        # a hit reported: its events first, re-announcements left out of the replay
+        events, wrong = self.peel_reported(events, ids)
+        if wrong:
+            return wrong
         cleared = 0
         for index, event in enumerate(events):
             at = f"event {index} of {len(events)}"

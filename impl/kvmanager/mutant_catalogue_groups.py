@@ -318,6 +318,17 @@ GROUPS = {
         "if use_eagle and not isinstance(spec, MambaSpec):", "if use_eagle:",
         "with EAGLE and a KV connector the connector's lookup looks the Mamba group a unit past "
         "the cap, which it never drops: a state at the prompt's last token taken as deeper")),
+    # Hits reported beside the group (`fuzz/kvmanager/align_reported.py`): a hit inside the
+    # prompt's last block, which the request has no whole hash of, reported without that block
+    # (the release reads past the request's hashes there and raises: the reduced mode holds it
+    # to that). Only a Mamba "align" group's partial hits reach it.
+    "mamba_align_report_clamped": (POOL, Mutation(
+        "BlockPool.emit_cached_block_events",
+        "for i in range(num_cached_blocks):",
+        "for i in range(min(num_cached_blocks, len(block_hashes))):",
+        "a hit reported announces only the blocks the request has whole hashes of: a hit "
+        "inside the prompt's last block is reported one block short, where the release "
+        "raises")),
     "pool_reuse_keeps_hash": (POOL, Mutation(
         "BlockPool.get_new_blocks", "self._maybe_evict_cached_block(block)\n", "pass\n",
         "the manager's pool hands out a cached block and keeps its cache entry")),

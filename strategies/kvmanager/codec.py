@@ -123,28 +123,13 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     _lone(reader, data, values, window)
     values["first_window"] = _first_window(reader, data, values, window)
     _full_last(reader, data, values, window)
-    _align_observed(reader, data, values)
+    # (KV events and stats beside a Mamba "align" group, hits reported and a KV connector's
+    # ops included: judged since 2026-12-07, `fuzz/kvmanager/align_events.py`,
+    # `align_reported.py`)
     reader.expect(values["caching"] or not (values["report"] or values["eagle"]), "caching",
                   "expected true with reported hits or EAGLE (they are about prefix hits)",
                   False)
     return values
-
-
-def _align_observed(reader: FieldReader, data: dict, values: dict) -> None:
-    """KV events and stats beside a Mamba "align" group (judged since 2026-12-06:
-    `fuzz/kvmanager/align_events.py`): no hits reported (the events of a hit are not judged in
-    that mode) and, observing either, no KV connector's ops (a load's admission not recorded)."""
-    if values["mamba_mode"] != "align":
-        return
-    reader.expect(not values["report"], "report",
-                  'expected false with Mamba mode "align" (its reduced checks leave the events '
-                  'of a hit reported out)', values["report"])
-    connector = [op.get("op") for op in data.get("ops", ()) if isinstance(op, dict) and
-                 op.get("op") in CONNECTOR_OPS]
-    reader.expect(not (values["events"] or values["stats"]) or not connector, "events",
-                  f'expected no KV events or stats with Mamba mode "align" and a KV '
-                  f'connector\'s ops ({connector[0] if connector else ""}: not judged there)',
-                  values["events"] or values["stats"])
 
 
 def _lone(reader: FieldReader, data: dict, values: dict, window: int) -> None:

@@ -198,7 +198,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     of those without lookahead hashes (`mamba_eagle.py`). Then KV events and stats in a share
     (`align_observed.py`). Then Mamba's shared-prefix checkpoint in half of the EAGLE traces
     where vLLM turns it on (`mamba_shared_prefix.py`). Then multi-module MTP's prefill
-    lookahead in half of the EAGLE traces without it, drawn last (`mamba_eagle.mtp`)."""
+    lookahead in half of the EAGLE traces without it (`mamba_eagle.mtp`). Then hits reported
+    in half of the traces observing events, drawn last (`align_observed.reported`)."""
     trace = build_mamba_align(rng, num_ops)
     if rng.random() < 0.2:
         ahead = rng.choice((1, 1, 2, 3))
@@ -207,7 +208,8 @@ def build_mamba_align_profile(rng: random.Random, num_ops: int) -> Trace:
     trace = mamba_eagle.drawn(rng, mamba_async.in_flight(rng, trace))
     trace = align_observed.observed(rng, trace)
     trace = mamba_shared_prefix.drawn(rng, trace)  # (then MTP's k >= 2: `mamba_eagle.mtp`)
-    return mamba_eagle.mtp(rng, trace)  # (drawn last: the other traces keep their bytes)
+    trace = mamba_eagle.mtp(rng, trace)  # (then hits reported: `align_observed.reported`)
+    return align_observed.reported(rng, trace)  # (drawn last: the other traces keep theirs)
 
 
 # The profiles these streams make (a trace's `note` is "profile NAME")

@@ -17,7 +17,8 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
 - Mamba layers turn `needs_kv_cache_zeroing` on (`KVCacheConfig.needs_kv_cache_zeroing`),
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
-- no spec-decode padding (the "mamba align" profile's traces have none), no events or stats;
+- no spec-decode padding (the "mamba align" profile's traces have none); KV events and stats
+  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw, after EAGLE's);
 - EAGLE's last-block drop (`use_eagle`: vLLM's legacy hashes with a connector, its drop on)
   in a quarter of the traces (`mamba_eagle.drawn`, drawn after every other draw, since
   2026-12-07; no multi-module MTP with it): `fuzz/kvmanager/align_external_eagle.py`;
@@ -45,7 +46,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import connector, hybrid, mamba_eagle
+from kvfuzz.strategies.kvmanager import align_observed, connector, hybrid, mamba_eagle
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 from kvfuzz.strategies.kvmanager.trace import Finish, RemoveSkipped, Trace
 from kvfuzz.strategies.sources import TraceGenerator
@@ -65,8 +66,10 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
     ops = _finished(tuple(_resolved(op, rng) for op in gen.ops[:num_ops]))
     note = f"profile {PROFILE}" + (", synchronous loads" if synchronous else "")
     trace = replace(layout, ops=ops, note=note)
-    # EAGLE's drop in a share (since 2026-12-07), drawn last: the other traces keep their bytes
-    return trace if synchronous else mamba_eagle.drawn(rng, trace)
+    # EAGLE's drop in a share (since 2026-12-07), drawn after every other draw: the other
+    # traces keep their bytes; then KV events and stats in a share (since 2026-12-07), drawn last
+    trace = trace if synchronous else mamba_eagle.drawn(rng, trace)
+    return align_observed.connector_observed(rng, trace)
 
 
 def build_sync(rng: random.Random, num_ops: int) -> Trace:

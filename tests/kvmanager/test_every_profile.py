@@ -21,9 +21,9 @@ import pytest
 
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
-                                   align_external_eagle, async_ops, connector, cut,
-                                   hisparse_import, hisparse_cow, hisparse_lag, streaming,
-                                   sync_draft_ops)
+                                   align_external_eagle, align_recorded, align_reported,
+                                   async_ops, connector, cut, hisparse_import, hisparse_cow,
+                                   hisparse_lag, streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -68,7 +68,8 @@ REACHES = {
                     "sparse retention: a chunk cut at the last cacheable block",
                     "sparse retention: a replay boundary's state written",
                     align_connector.LAGGING, align_connector.DEEPER,
-                    align_eagle.HIT, align_eagle.MOVED, *align_events.EVENTS]
+                    align_eagle.HIT, align_eagle.MOVED, *align_events.OWN,
+                    *align_reported.EVENTS]
     + _CONFIGS("Mamba align mode, prefix caching on (reduced checks)",
                "Mamba prefill checkpoint blocks", "speculative Mamba blocks", "EAGLE"),
     # full attention last: both groups of Mamba "align" (first) hitting as deep past 256 tokens
@@ -94,9 +95,13 @@ REACHES = {
     # a connector's loads beside a Mamba "align" group: every outcome, partial local hits
     # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here);
     # with EAGLE's drop (since 2026-12-07) lookups it moved, loads, reports and resumptions
-    "mamba connector": [event for event in align_external.EVENTS if event != align_external.SYNC]
-    + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN]
-    + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE"),
+    # (no spec-decode padding in the profile: its padded calls are the guard's, MAMBA_MTP_CONNECTOR)
+    "mamba connector": [event for event in align_external.EVENTS
+                        if event != align_external.SYNC and event not in align_external.PADDED]
+    + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN,
+       *align_events.OWN, align_recorded.EXTERNAL_RECORDED]
+    + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE",
+               "KV events", "stats"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]

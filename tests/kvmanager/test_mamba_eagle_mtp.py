@@ -96,7 +96,8 @@ def test_the_profile_draws_mtp_last(monkeypatch):
             assert 2 <= trace.prefill_lookahead <= min(4, trace.hash_size), index
             assert not trace.mamba_shared_prefix, index
             trace = replace(trace, prefill_lookahead=0)
-        assert trace == before[index], index
+        # (hits reported, drawn after it: test_align_reported.py)
+        assert replace(trace, report=False) == replace(before[index], report=False), index
     assert 4 <= drawn <= 20, drawn
 
 

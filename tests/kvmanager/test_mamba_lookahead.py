@@ -97,9 +97,10 @@ def test_the_profile_draws_lookahead_hashes_last():
         # (EAGLE's drop, then KV events and stats, then the shared-prefix checkpoint, drawn
         # after these: test_mamba_eagle.py, test_align_events.py, test_mamba_shared_prefix.py)
         assert not (trace.eagle and trace.hash_lookahead), index
+        # (and hits reported, drawn last: test_align_reported.py)
         assert replace(trace, hash_lookahead=0, prefill_lookahead=0, eagle=False, events=False,
-                       stats=False, mamba_shared_prefix=False) == layout.generate(0, index), \
-            index
+                       stats=False, mamba_shared_prefix=False, report=False) == \
+            layout.generate(0, index), index
     assert 12 <= drawn <= 36 and 0 < prefill < drawn, (drawn, prefill)  # a fifth, half
 
 

@@ -193,6 +193,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                           r"expected hit \d+",
     "mamba_connector_eagle_margin_to_mamba": r"prefix hit:? +get_computed_blocks_for_connector: "
                                              r"expected hit \d+",
+    # Hits reported beside the group (`align_reported.py`): a hit inside the prompt's last
+    # block reported one block short, where the release raises
+    "mamba_align_report_clamped": r"KV events:? +a hit reported inside the prompt's last "
+                                  r"block",
 }.items()}
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
@@ -244,7 +248,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "hisparse cow" trace of seed 0 with an unpinned page's block handed out
          # (with the queue check off, the first 100 catch it once, at 88, by an adoption;
          # shrunk to 12 ops: corpus case kvmanager-e9c9c342aba5715f.json)
-         PREFIX + "hisparse_unpinned_reused_first": ("hisparse cow", 1)}
+         PREFIX + "hisparse_unpinned_reused_first": ("hisparse cow", 1),
+         # the first "mamba align" trace of seed 0 whose hit reported lies inside the prompt's
+         # last block (a preempted 11-token prompt admitted again; shrunk to 4 ops:
+         # corpus/kvmanager-838255ee58de4bf0.json)
+         PREFIX + "mamba_align_report_clamped": ("mamba align", 89)}
 # The connector profile's first traces of seed 0 (`kvmanager/5[connector]`, index 15 on; the
 # traces before them never call its paths)
 CONNECTOR = {PREFIX + name: 15 for name in (
