@@ -87,7 +87,7 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
         if keys == before and not entries.changed:
             return []
         expected = entries.as_keys(len(keys))
-        wrong = [b for b in range(1, len(keys)) if _norm(expected[b]) != _norm(keys[b])]
+        wrong = [b for b in range(1, len(keys)) if comparable(expected[b]) != comparable(keys[b])]
         if not wrong:
             return []
         what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(keys[b])} "
@@ -108,7 +108,6 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
         entries moved to the copy) and `cache_blocks` to `entries`; False where it is not
         judged (counts unknown)."""
         rid, admission = alloc[0], alloc[1]
-        request, size = self.requests[rid], self.trace.block_size
         counts = self.caching_counts.get(rid, [0, 0])
         partial = self.caching_partial.pop(rid, None)  # (this step's allocation copies it)
         if counts is None and not admission:
@@ -120,21 +119,25 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
             if not source or self.queue_copy is None:
                 return False
             entries.move(source[0], self.queue_copy)  # (a running table is append-only)
-        if admission:
-            hit = self.read_from[rid]
-            counts = []
-            for blocks in self.hit_blocks:
-                count = len(blocks)
-                counts.append(hit // size if count and hit % size else count)
+        hit_blocks = self.hit_blocks if admission else None
+        self._caching_step_blocks(entries, rid, hit_blocks, counts, tables)
+        self.count(JUDGED)
+        return True
+
+    def _caching_step_blocks(self, entries, rid, hit_blocks, counts, tables) -> None:
+        """A step's `cache_blocks` at its tokens (as a load's and a settle's: below): an
+        admission's (`hit_blocks`, each group's hit, not None) counts from its hit, the cdiv
+        or the floor of a hit inside a block; a running request's its `counts`. Shared with
+        HiSparse's device pool (`hisparse_caching.py`)."""
+        request, size = self.requests[rid], self.trace.block_size
+        computed = self.read_from[rid]
+        if hit_blocks is not None:
+            counts = [computed // size if len(blocks) and computed % size else len(blocks)
+                      for blocks in hit_blocks]
             computed = 0
-        else:
-            computed = self.read_from[rid]
-        # (`cache_blocks` at the step's tokens, as a load's and a settle's: below)
         self.caching_counts[rid] = self._caching_cache_blocks(
             entries, rid, counts, min(request.computed, len(request.tokens)), computed,
             self.caching_checkpoint(rid, request), tables)
-        self.count(JUDGED)
-        return True
 
     def _caching_cache_blocks(self, entries, rid, counts, tokens, computed, checkpoint,
                               tables) -> list:
@@ -164,7 +167,7 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
         return counts
 
 
-def _norm(entries):
+def comparable(entries):
     """A block's entries as a comparable value: None, or (primary, the rest sorted)."""
     if entries is None:
         return None

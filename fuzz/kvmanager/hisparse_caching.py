@@ -16,6 +16,7 @@ The host pool's entries (publication once written back) stay the "published earl
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import short
+from kvfuzz.fuzz.kvmanager.align_caching import comparable
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 from kvfuzz.oracle.kvmanager import align_caching as rule
 
@@ -25,7 +26,7 @@ EVENTS = (JUDGED, SKIPPED)
 
 
 class DeviceCaching:
-    """Mixed into `HiSparseLockstep` (its `AlignLockstep` part lends `_caching_cache_blocks`);
+    """Mixed into `HiSparseLockstep` (its `AlignLockstep` part lends `_caching_step_blocks`);
     `PoolQueues.queue_pool_problems` calls `device_caching_problems` once the queues agree."""
 
     def start_device_caching(self) -> None:
@@ -56,14 +57,14 @@ class DeviceCaching:
         for block in tuple(self.evicted) + tuple(evicted):
             entries.drop(block)
         for rid, _ in steps:
-            if not self._caching_step(entries, rid, hits, copy, live):
+            if not self._device_step(entries, rid, hits, copy, live):
                 self.caching_counts[rid] = None
                 return self._device_skipped(before, after)
         if not steps and not freed and not self.evicted and not self.reset_done:
             return self._device_skipped(before, after)
         self.count(JUDGED)
         expected = [_mapped(k, self._from_rule) for k in entries.as_keys(len(after))]
-        wrong = [b for b in range(1, len(after)) if _norm(expected[b]) != _norm(after[b])]
+        wrong = [b for b in range(1, len(after)) if comparable(expected[b]) != comparable(after[b])]
         if not wrong:
             return []
         what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(after[b])} "
@@ -75,8 +76,8 @@ class DeviceCaching:
             self.count(SKIPPED)
         return []
 
-    def _caching_step(self, entries, rid, hits, copy, live) -> bool:
-        request, size, admission = self.requests[rid], self.trace.block_size, rid in hits
+    def _device_step(self, entries, rid, hits, copy, live) -> bool:
+        admission = rid in hits
         counts = self.caching_counts.get(rid, [0, 0])
         partial = self.caching_partial.pop(rid, None)
         if counts is None and not admission or rid not in live:
@@ -87,17 +88,8 @@ class DeviceCaching:
             if not source:
                 return False
             entries.move(source[0], copy)
-        if admission:
-            hit = self.read_from[rid]
-            hit_blocks = hits[rid][2:]
-            counts = [hit // size if len(blocks) and hit % size else len(blocks)
-                      for blocks in hit_blocks]
-            computed = 0
-        else:
-            computed = self.read_from[rid]
-        self.caching_counts[rid] = self._caching_cache_blocks(
-            entries, rid, counts, min(request.computed, len(request.tokens)), computed,
-            self.caching_checkpoint(rid, request), tables)
+        hit_blocks = hits[rid][2:] if admission else None
+        self._caching_step_blocks(entries, rid, hit_blocks, counts, tables)
         return True
 
 
@@ -109,10 +101,3 @@ def _mapped(entries, convert):
         return [convert(tuple(e)) for e in entries]
     return convert(tuple(entries))
 
-
-def _norm(entries):
-    if entries is None:
-        return None
-    if isinstance(entries, list):
-        return (tuple(entries[0]), tuple(sorted(tuple(e) for e in entries[1:])))
-    return (tuple(entries), ())
