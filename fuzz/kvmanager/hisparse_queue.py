@@ -136,6 +136,8 @@ class PoolQueues:
             if problems:
                 return problems[:2]
             problems += self._queue_after(name, model, pool, prev_keys, resident, pinned)
+            if name == "host" and not problems:  # (`hisparse_hostcache.py`'s evictions)
+                self.host_evicted = list(model.evicted)
             if not problems and not (self.evicted or self.reset_done):
                 lost = [b for b in prev_queue if b not in taken and
                         pool["keys"][b] != prev_keys[b]][:4]
