@@ -141,6 +141,13 @@ GROUPS = {
         "a clean resident page the coordinator unpins joins the head of the free queue, not "
         "its tail: reused first, where it should be the last resort, so a host hit finds "
         "fewer GPU copies to adopt")),
+    # HiSparse's host cache map (the "hisparse cow" profile; caught by the host pool's entries
+    # predicted op by op only, `fuzz/kvmanager/hisparse_hostcache.py`).
+    "hisparse_host_tail_not_published": (SINGLE, Mutation(
+        "HiSparseSourceManager.publish_blocks", "super().cache_blocks(",
+        "SingleTypeKVCacheManager.cache_blocks(self, ",
+        "the host publishes a request's full pages but never its prompt's partial tail (hashed "
+        "per fewer tokens than a block), so no later request finds a partial hit on the host")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",
