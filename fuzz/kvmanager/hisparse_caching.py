@@ -10,8 +10,7 @@ allocation's `cache_blocks` adds and re-keys (each request's cached counts per g
 as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside a
 block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise (an
 import's), and a request's steps after one such (its counts unknown until it is freed).
-The host pool's entries (publication once written back) stay the "published early" and
-"published late" checks'."""
+The host pool's entries (publication once written back): `hisparse_hostcache.py`."""
 
 from __future__ import annotations
 

@@ -105,6 +105,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # HiSparse's unpinned resident pages prepended (the "hisparse cow" profile): the free
     # queue's order only (`fuzz/kvmanager/hisparse_queue.py`)
     "hisparse_unpinned_reused_first": r"free queue:? +device pool after the op",
+    # the host's prompt partial tail never published (the "hisparse cow" profile): the host
+    # pool's entries predicted op by op only (`fuzz/kvmanager/hisparse_hostcache.py`)
+    "hisparse_host_tail_not_published": r"host cache map:? +host pool: block \d+: expected",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -249,6 +252,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # (with the queue check off, the first 100 catch it once, at 88, by an adoption;
          # shrunk to 12 ops: corpus case kvmanager-e9c9c342aba5715f.json)
          PREFIX + "hisparse_unpinned_reused_first": ("hisparse cow", 1),
+         # the first "hisparse cow" trace of seed 0 (a producer's prompt tail published on
+         # the host; with the host cache map's check off, none of the first 100 catch it;
+         # shrunk to 10 ops: corpus case kvmanager-b669c6ac4e5a496d.json)
+         PREFIX + "hisparse_host_tail_not_published": ("hisparse cow", 0),
          # the first "mamba align" trace of seed 0 whose hit reported lies inside the prompt's
          # last block (a preempted 11-token prompt admitted again; shrunk to 4 ops:
          # corpus/kvmanager-838255ee58de4bf0.json)
