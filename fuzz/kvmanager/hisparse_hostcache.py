@@ -21,9 +21,13 @@ publications, read in vLLM 0.33.0 (`HiSparseCoordinator`, `HiSparseSourceManager
   to min(ready, pages) are keyed (`_publish_detached_blocks`, no partial tail); a preemption's
   state goes with its publication (its write-backs publish nothing).
 
-Not judged (counted, `SKIPPED`): an op whose queues are not judged (an import's, the first
-read) and one where a request touched by an import publishes or completes a write-back (its
-valid pages from the load's report, not modelled here; "hisparse import")."""
+A second connector's import ("hisparse import"): its admission keeps the retained hit blocks
+it adopts as the cached count and delays `cache_blocks`; a load reported done makes the first
+floor((h + e) / b) pages valid and ready (`complete_host_import`), a failed one none past the
+hit, then the scheduler's `cache_blocks` at the valid tokens publishes; a restore's completion
+makes no page valid but publishes again. Not judged (counted, `SKIPPED`): an op whose queues
+are not judged (an import's own ops, the first read), and one where a publication's request is
+unknown (none on the runs here)."""
 
 from __future__ import annotations
 
@@ -31,13 +35,14 @@ from dataclasses import dataclass, field
 
 from kvfuzz.fuzz.engine.lockstep import handles, short
 from kvfuzz.fuzz.kvmanager.align_caching import comparable
+from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.oracle.kvmanager import align_caching as rule
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
 
 JUDGED = "host cache map predicted (HiSparse)"
-SKIPPED = "host cache map not judged (an import's op or request)"
+SKIPPED = "host cache map not judged (an import's op)"
 EVENTS = (JUDGED, SKIPPED)
 
 
@@ -51,7 +56,6 @@ class Publication:
     ready: int
     tokens: int | None = None
     pending: set = field(default_factory=set)
-    known: bool = True
     held: tuple | None = None
 
 
@@ -89,14 +93,38 @@ class HostCaching:
         pub = self.pubs.get(rid)
         for tid, _ in pairs:
             page = self.transfers[tid].page
-            if pub is None or restore:
-                self.host_unsure = True
-                if pub is not None:
-                    pub.known = False
+            self.host_unsure |= pub is None
             self.pub_transfers[tid] = (page, pub, restore)
             if pub is not None:
                 pub.pending.add(page)
         return pairs
+
+    def import_done(self, rid: int, end: int) -> None:
+        """`complete_host_import`: the first floor(end / b) pages valid and ready, only those
+        (nothing pending to publish yet: the admission delayed its `cache_blocks`)."""
+        super().import_done(rid, end)
+        pub = self.pubs.get(rid)
+        if pub is not None:
+            pages = end // self.trace.block_size
+            pub.valid, pub.ready = set(range(pages)), pages
+
+    def published_by(self, rid: int, pages: int, row=None) -> None:
+        """A load's report's `cache_blocks` (the scheduler's `_update_waiting_for_remote_kv`)
+        at the valid tokens: the first the import's request makes, from the source group's
+        cached count at its admission (its retained hit blocks kept, `request.held`)."""
+        super().published_by(rid, pages, row)
+        request, pub = self.requests.get(rid), self.pubs.get(rid)
+        if row is not None or request is None or pub is None or request.status != LOADING:
+            return
+        pub.cached = request.held[0]
+        pub.tokens = rule.cacheable(request.computed, self.trace.block_size, self.unit, False)
+        self._publish(rid, pub, self.read("block_ids", rid)[0])
+
+    def freed(self, rid: int) -> None:
+        super().freed(rid)
+        pub = self.pubs.pop(rid, None)  # (a failed load with nothing valid: freed, unfinished)
+        if pub is not None:
+            pub.tokens = None
 
     def _finished(self, done):
         """The report's completions (`_complete_host_writes`): a live state's pages valid, its
@@ -109,7 +137,6 @@ class HostCaching:
             if pub is None:
                 continue
             pub.pending.discard(page)
-            self.host_unsure |= not pub.known
             live = next((rid for rid, p in self.pubs.items() if p is pub), None)
             if live is None and pub.tokens is None:
                 continue  # (a preempted request's state: nothing published)
@@ -150,7 +177,6 @@ class HostCaching:
         """`_publish_host_blocks_if_ready`: `publish_blocks(min(tokens, ready * b))`."""
         if pub.tokens is None:
             return
-        self.host_unsure |= not pub.known
         size, request = self.trace.block_size, self.requests[rid]
         tokens = min(pub.tokens, pub.ready * size)
         units = self._units(request)
@@ -182,9 +208,6 @@ class HostCaching:
     # -- after the op ------------------------------------------------------------------------
     def queue_pool_problems(self, host, device, live):
         self.host_evicted = None
-        for rid in (*self.import_pages, *self.unready, *self.rewrite):
-            if rid in self.pubs:  # (an import's valid pages: not modelled)
-                self.pubs[rid].known = False
         problems = super().queue_pool_problems(host, device, live)
         mine = self.host_caching_problems(host["keys"])
         return problems or mine
