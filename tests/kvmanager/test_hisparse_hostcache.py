@@ -1,17 +1,57 @@
 """HiSparse's host cache map predicted entry by entry (`fuzz/kvmanager/hisparse_hostcache.py`):
 doubles of the released coordinator whose host pool keys its pages otherwise, each with keys
 the bounded checks ("published early", "published late") take as published and caught by the
-new check ("host cache map") at the stream's index pinned here, where the release agrees.
-Skips without vLLM."""
+new check ("host cache map") at the stream's index pinned here, where the release agrees
+(skipped without vLLM); and the check on plain data, each broken map caught (no vLLM)."""
 
 import functools
+from types import SimpleNamespace
 
 import pytest
 
-from kvfuzz.fuzz.kvmanager.hisparse_hostcache import JUDGED
+from kvfuzz.fuzz.kvmanager.hisparse_hostcache import JUDGED, HostCaching
 from kvfuzz.strategies.kvmanager import hisparse, hisparse_cow, hisparse_lag
 from tests.helpers import divergence, needs_engine
 from tests.kvmanager.hisparse_doubles import broken_manager
+
+
+class _Judge(HostCaching):
+    """The check alone on plain data: blocks of 2 tokens hashed per 2, a host pool of 6."""
+
+    def __init__(self, before):
+        self.trace = SimpleNamespace(block_size=2)
+        self.unit, self.reset_done, self.counted = 2, False, []
+        self.start_host_caching()
+        self.host_keys = before
+
+    def count(self, name, times=1):
+        self.counted.append(name)
+
+
+def _problems(after, evicted=(), reset=False):
+    """Block 1 cached before (key 10); the op evicts `evicted` and publishes a request's first
+    two pages (keys 11 and 12) on blocks 3 and 4."""
+    judge = _Judge([None, (10, 0), None, None, None, None])
+    judge.reset_done, judge.host_evicted = reset, list(evicted)
+    judge.host_inserts = [([3, 4], 0, 4, [11, 12], 5)]
+    return judge.host_caching_problems(after), judge.counted
+
+
+def test_the_host_map_is_the_map_before_less_evictions_plus_publications():
+    assert _problems([None, (10, 0), None, (11, 0), (12, 0), None]) == ([], [JUDGED])
+    assert _problems([None, None, None, (11, 0), (12, 0), None], evicted=[1])[0] == []
+    assert _problems([None, None, None, (11, 0), (12, 0), None], reset=True)[0] == []
+
+
+@pytest.mark.parametrize("after", [
+    [None, (10, 0), None, (11, 0), None, None],  # a page not published
+    [None, (10, 0), None, (11, 0), (12, 1), None],  # published under another group
+    [None, None, None, (11, 0), (12, 0), None],  # an entry lost with no eviction
+    [None, (10, 0), (12, 0), (11, 0), (12, 0), None],  # a page keyed twice
+])
+def test_each_broken_host_map_is_caught(after):
+    problems, _ = _problems(after)
+    assert problems and problems[0][0] == "host cache map", problems
 
 
 @functools.cache
