@@ -64,12 +64,10 @@ class AlignExternalMtp(AlignExternalEagle):
         held = self._mtp(request) and request.status == LOADING and op.valid < 0
         end = request.computed if held else 0
         problems = yield from super().loaded(op)
-        if held and request.status == WAITING:
-            size = self.trace.block_size
-            if align_eagle.cacheable(self.trace, end) // size < end // size:
-                self.count(HELD)
-            if op.rid in self.held_tails:
-                self.count(TAIL)
+        size = self.trace.block_size
+        if held and request.status == WAITING and \
+                align_eagle.cacheable(self.trace, end) // size < end // size:
+            self.count(HELD)
         return problems
 
     def _resume_loaded(self, rid, request, chunk: int, *padding):
@@ -85,6 +83,8 @@ class AlignExternalMtp(AlignExternalEagle):
         if made and before is not None and align_eagle.held_tail_keyed(
                 self.trace, request, self.mamba_tables.get(rid, []), before, self.keys):
             self.held_tails[rid] = align_eagle.cacheable(self.trace, request.computed)
+            if request.status == WAITING and rid in self.loaded_end:  # (a load done)
+                self.count(TAIL)
         else:
             self.held_tails.pop(rid, None)
 
