@@ -249,8 +249,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
          PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28),
          # the first "mamba connector" trace of seed 0 with multi-module MTP (k = 2): r15's
-         # load done at op 165 caches a block the release holds back (shrunk to N ops:
-         # corpus/kvmanager-XXXX.json)
+         # load done at op 165 caches a block the release holds back (shrunk to 3 ops, a
+         # 6-token prompt loaded whole: corpus/kvmanager-2d1c15d4d3a28cb9.json); "mamba
+         # align" reaches it by a settle (its index 182 first)
          PREFIX + "mamba_connector_mtp_load_finalized": ("mamba connector", 28),
          # the first "hisparse cow" trace of seed 0 with an unpinned page's block handed out
          # (with the queue check off, the first 100 catch it once, at 88, by an adoption;
