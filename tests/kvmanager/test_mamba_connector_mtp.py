@@ -105,3 +105,57 @@ def test_a_judge_blind_to_a_held_back_tails_evicted_copy_is_wrong(monkeypatch):
     found = divergence("kvmanager", trace, "vllm.kvmanager")
     assert found is not None and found.what.startswith("boundary offload at op 159"), \
         found and found.report()
+
+
+PROMPT = [11, 25, 22, 31, 9, 32, 2, 17]  # 8 tokens in blocks of 4, hashed per 2: tail at 6
+
+
+def _loaded_then_replayed(k: int) -> dict:
+    """vLLM's manager beside a Mamba "align" group (blocks of 4, hashed per 2, EAGLE's drop,
+    prefill lookahead k): r1's 8-token prompt loaded asynchronously to 7 tokens (a P/D
+    decoder's load of all but its last token), reported done, resumed a token and decoded a
+    token; then r2 with the same prompt looked up. What the release does at each call."""
+    from kvfuzz.impl.kvmanager.driver import KVManagerDriver
+    from tests.kvmanager.test_guard import VLLM
+
+    driver = KVManagerDriver(VLLM.load(), 16, 4, 0, 64, mamba_mode="align", hash_block_size=2,
+                             eagle=True, prefill_lookahead=k)
+    manager = driver.manager
+    mamba = manager.coordinator.single_type_managers[1]
+    driver.arrive(1, PROMPT)
+    driver.connector_lookup(1)
+    driver.connect(1, 0, 0, 7, True, 0, False, False)
+    driver.set_computed(1, 7, "waiting")
+    driver.cache_blocks(1, 7)  # the load reported done: `_update_waiting_for_remote_kv`
+    loaded = mamba.req_to_blocks["1"][(7 - 1) // 4]  # the block of the 7 tokens' state
+    seen = {"keyed": loaded.block_hash_num_tokens, "loaded": loaded.block_id}
+    driver.resume(1, 1, False)
+    driver.set_computed(1, 8, "running")
+    seen["copies"] = [(c.src_block_id, c.dst_block_id)
+                      for c in manager.take_kv_cache_block_copies()[0]]
+    seen["offers"] = manager.take_boundary_state_offloads().get("1", [])
+    driver.append_token(1, 5)
+    driver.allocate_slots(1, 1, 0, False)
+    driver.set_computed(1, 9, "running")
+    driver.arrive(2, PROMPT)
+    _, seen["hit"], _ = driver.get_computed_blocks(2)
+    seen["mamba_hit"] = [b.block_id for b in driver.hits[2].blocks[1]]
+    return seen
+
+
+@_vllm
+def test_the_release_keys_a_loaded_state_under_a_shorter_prefix():
+    """A finding (vLLM 0.33.0, 2026-12-07; docs/upstream-vllm.md, "Multi-module MTP's
+    held-back tokens with a KV connector"): with k = 2 a load of 7 tokens reported done caches
+    k - 1 = 1 token short, 6, the prompt's tail boundary, and `_cache_partial_tail_block` keys
+    it on the block holding the loaded state, the state of 7 tokens; the resumed step copies
+    that block and offers the copy to the connector as the state of 6 tokens, and a replay of
+    the same prompt hits 6 on the copy: its step from token 6 starts from a state that has
+    folded token 6 in already. With k = 1 nothing is keyed and the replay hits nothing."""
+    seen = _loaded_then_replayed(2)
+    assert seen["keyed"] == 6, seen
+    (source, copy), = seen["copies"]
+    assert source == seen["loaded"] and seen["offers"] == [(1, copy, 6)], seen
+    assert seen["hit"] == 6 and seen["mamba_hit"][-1] == copy, seen
+    plain = _loaded_then_replayed(1)
+    assert plain["keyed"] is None and plain["copies"] == [] and plain["hit"] == 0, plain
