@@ -159,3 +159,21 @@ def test_the_release_keys_a_loaded_state_under_a_shorter_prefix():
     assert seen["hit"] == 6 and seen["mamba_hit"][-1] == copy, seen
     plain = _loaded_then_replayed(1)
     assert plain["keyed"] is None and plain["copies"] == [] and plain["hit"] == 0, plain
+
+
+@_vllm
+def test_the_release_stalls_after_a_load_with_two_modules():
+    """The stall finding of 2026-12-07 (docs/upstream-vllm.md, "Multi-module MTP with EAGLE's
+    drop beside the group": `_reserve_prefill_lookahead` cutting a chunk short of the prompt's
+    last block boundary, then `_mamba_block_aligned_split`'s mid-block stop always within k of
+    the end), reached with 2 modules under the fake KV connector: `MAMBA_EAGLE_CONNECTOR` made
+    multi-module (k = 2, hashed per block) runs session 0's 5,000 steps with 9 of 10 requests
+    finished (req-1, a 157-token prompt with 150 tokens from the connector: 150-152, 152-156 cut
+    to 152-155, then
+    nothing), where without the connector 2 modules never stall (`MAMBA_EAGLE_MTP`, 100
+    sessions). Sessions 1 to 9 run guarded clean and replaying (2026-12-07)."""
+    from kvfuzz.fuzz.kvmanager import vllm_scheduler, vllm_workloads
+
+    workload = replace(vllm_workloads.MAMBA_EAGLE_CONNECTOR, mtp_modules=0)
+    run = vllm_scheduler.run_session(0, workload=workload)
+    assert (run.finished, run.requests, run.steps) == (9, 10, 5000), run
