@@ -169,9 +169,9 @@ def test_the_release_stalls_after_a_load_with_two_modules():
     the end), reached with 2 modules under the fake KV connector: `MAMBA_EAGLE_CONNECTOR` made
     multi-module (k = 2, hashed per block) runs session 0's 5,000 steps with 9 of 10 requests
     finished (req-1, a 157-token prompt with 150 tokens from the connector: 150-152, 152-156 cut
-    to 152-155, then
-    nothing), where without the connector 2 modules never stall (`MAMBA_EAGLE_MTP`, 100
-    sessions). Sessions 1 to 9 run guarded clean and replaying (2026-12-07)."""
+    to 152-155, then nothing), where without the connector 2 modules never stall
+    (`MAMBA_EAGLE_MTP`, 100 sessions). Sessions 1 to 9 run guarded clean and replaying
+    (2026-12-07)."""
     from kvfuzz.fuzz.kvmanager import vllm_scheduler, vllm_workloads
 
     workload = replace(vllm_workloads.MAMBA_EAGLE_CONNECTOR, mtp_modules=0)
