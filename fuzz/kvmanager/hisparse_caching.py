@@ -13,9 +13,10 @@ allocation's `cache_blocks` adds and re-keys (each request's cached counts per g
 as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside a
 block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise, and a
 request's steps after one such (its counts unknown until it is freed). A second connector's
-import ("hisparse import"): its ops are not judged (`hisparse_queue.py`), and its load's report
-sets the request's cached count as the scheduler's `cache_blocks` after it does (`imported`),
-so the steps after it are.
+import ("hisparse import"): its ops and the resumption after it are not judged
+(`hisparse_queue.py`), but its load's report sets the request's cached count as the
+scheduler's `cache_blocks` after it does (`imported`) and the resumption's step moves it
+(`device_counts_only`), so the steps after them are judged.
 The host pool's entries (publication once written back) stay the "published early" and
 "published late" checks'."""
 
@@ -84,6 +85,16 @@ class DeviceCaching:
         what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(after[b])} "
                          f"(before {short(before[b])})" for b in wrong[:3])
         return [("which blocks cached", f"device pool: {what}")]
+
+    def device_counts_only(self, steps, hits, live) -> None:
+        """An op whose device pool is not judged (an import's, a resumption after one:
+        `hisparse_queue.py`): its steps' cached counts still move as vLLM's `num_cached_block`
+        does (on entries thrown away), so the request's later steps are judged: one whose
+        entries an eviction dropped in between is not cached again."""
+        scratch = rule.Entries([], lambda key: 0)
+        for rid, _ in steps:
+            if not self._device_step(scratch, rid, hits, None, live):
+                self.caching_counts[rid] = None
 
     def _device_skipped(self, before, after) -> list:
         if before != after:

@@ -97,6 +97,7 @@ class PoolQueues:
             return []
         if imports:
             self.count(UNJUDGED)
+            self.device_counts_only(steps, hits, live)  # (its later steps judged)
             return []
         self.count(JUDGED)
         # a resident page's block: in a resident table, or in a row the worker reads (an
