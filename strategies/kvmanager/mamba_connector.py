@@ -18,7 +18,8 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
 - no spec-decode padding (the "mamba align" profile's traces have none); KV events and stats
-  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw, after EAGLE's);
+  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw, after EAGLE's),
+  and in half of those hits reported (`report`, drawn after it, since later that day);
 - EAGLE's last-block drop (`use_eagle`: vLLM's legacy hashes with a connector, its drop on)
   in a quarter of the traces (`mamba_eagle.drawn`, drawn after every other draw, since
   2026-12-07; no multi-module MTP with it): `fuzz/kvmanager/align_external_eagle.py`;
