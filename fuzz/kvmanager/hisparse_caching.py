@@ -6,16 +6,15 @@ before, with the "align" mode's rule (`oracle/kvmanager/align_caching.py`, throu
 `AlignCaching._caching_cache_blocks`, the indexer taking full attention's part; on the plain
 profiles, since 2026-12-07, its `full_attention` alone, hashed per block: the full blocks from
 the request's cached count, nothing partial): less the entries of the cached blocks the op's
-pops evicted (the
-free queue's prediction, `hisparse_queue.py`), an eviction's or a reset's, with a running
-request's Mamba copy-on-write moving its partial tail's entries to the copy, plus what each
-allocation's `cache_blocks` adds and re-keys (each request's cached counts per group tracked
-as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside a
-block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise, and a
+pops evicted (the free queue's prediction, `hisparse_queue.py`), an eviction's or a reset's,
+with a running request's Mamba copy-on-write moving its partial tail's entries to the copy, plus
+what each allocation's `cache_blocks` adds and re-keys (each request's cached counts per group
+tracked as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside
+a block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise, and a
 request's steps after one such (its counts unknown until it is freed). A second connector's
 import ("hisparse import"): its ops and the resumption after it are not judged
-(`hisparse_queue.py`), but its load's report sets the request's cached count as the
-scheduler's `cache_blocks` after it does (`imported`) and the resumption's step moves it
+(`hisparse_queue.py`), but its load's report sets the request's cached count as the scheduler's
+`cache_blocks` after it does (`imported`) and the resumption's step moves it
 (`device_counts_only`), so the steps after them are judged.
 The host pool's entries (publication once written back) stay the "published early" and
 "published late" checks'."""
@@ -120,7 +119,6 @@ class DeviceCaching:
         hit_blocks = hits[rid][2:] if admission else None
         self._caching_step_blocks(entries, rid, hit_blocks, counts, tables)
         return True
-
 
     def _indexer_step(self, entries, rid, hit_blocks, counts, table) -> None:
         """A step's `cache_blocks` of the indexer alone (the plain profiles: no Mamba group,
