@@ -35,7 +35,7 @@ with a mutant it catches, `tests/kvmanager/test_align.py`):
 - the lookup of a scheduler with a KV connector, asked at every admission and judged where
   full attention's lag over every Mamba state is certain: `fuzz/kvmanager/align_connector.py`;
   a connector's loads and the finish's `remove_skipped_blocks`: `align_external.py` (with
-  EAGLE's drop: `align_external_eagle.py`).
+  EAGLE's drop: `align_external_eagle.py`; and multi-module MTP: `align_external_mtp.py`).
 - every `allocate_slots` made exactly when vLLM 0.33.0's counts say it fits, refused when not
   (both groups' counts, the states freed before them, the watermark, the whole sequence,
   reserved blocks): `fuzz/kvmanager/align_count.py`, `oracle/kvmanager/align_count.py`.
@@ -58,13 +58,13 @@ from kvfuzz.fuzz.kvmanager import boundary
 from kvfuzz.fuzz.kvmanager.align_refusal import (needless_admission_refusal, needless_refusal,
                                                  rekeyed)
 from kvfuzz.fuzz.kvmanager import (align_async, align_caching, align_connector, align_count,
-                                   align_eagle, align_events, align_external_eagle, align_order,
+                                   align_eagle, align_events, align_external_mtp, align_order,
                                    align_drafts, align_lookahead, align_queue, align_reads,
                                    align_retention, align_shared_prefix)
 from kvfuzz.fuzz.kvmanager.align_count import AlignCountChecks
 from kvfuzz.fuzz.kvmanager.align_deferred import Unmodelled as _Unmodelled
 from kvfuzz.fuzz.kvmanager.align_drafts import AlignDrafts
-from kvfuzz.fuzz.kvmanager.align_external_eagle import AlignExternalEagle
+from kvfuzz.fuzz.kvmanager.align_external_mtp import AlignExternalMtp
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
@@ -81,7 +81,7 @@ from kvfuzz.strategies.kvmanager.trace import (Decode, Evict, Finish, Preempt, R
 
 class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQueueChecks,
                     align_async.AlignAsync, align_shared_prefix.AlignSharedPrefix, AlignDrafts,
-                    AlignExternalEagle, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
+                    AlignExternalMtp, AlignCountChecks, AlignHitChecks, AlignPoolChecks,
                     AlignReads, KVManagerLockstep):
     """The target's lock step: `KVManagerLockstep` itself for every trace but a Mamba "align"
     one, which the methods below judge in the reduced mode (each delegates otherwise)."""
@@ -94,7 +94,7 @@ class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQ
                                          "admission padded beside a Mamba group",
                                          align_retention.CUT, align_retention.WRITTEN,
                                          *align_queue.EVENTS, *align_caching.EVENTS,
-                                         *align_connector.EVENTS, *align_external_eagle.EVENTS,
+                                         *align_connector.EVENTS, *align_external_mtp.EVENTS,
                                          *align_count.EVENTS, *align_drafts.EVENTS,
                                          *align_reads.EVENTS, *align_lookahead.EVENTS,
                                          *align_eagle.EVENTS, *align_shared_prefix.EVENTS,
@@ -353,8 +353,8 @@ class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQ
         rid = getattr(op, "rid", None)
         problems = self._pool_problems() + self.observed_problems(observed, rid)
         request = self.requests.get(rid)
-        # the tail the request's step before cached, if this op copied it (`offload_problems`)
-        evicted_tail = self.tails.get(rid) if copies else None
+        # the tail the request's step before keyed, if this op copied it (`copied_tail`)
+        evicted_tail = self.copied_tail(rid) if copies else None
         if request is not None and self.stepped == rid:
             # whether this step cached its partial tail (a finish then hands it off; an op
             # that allocated nothing changes nothing, even if an eviction dropped the entry)

@@ -26,8 +26,8 @@ mode reads it:
   finalized tokens), the partial tail a step keys sits at its cacheable tokens and pends a
   copy-on-write (`held_tail_keyed`), and with partial hits chunks stop at the prompt's tail
   boundary as vLLM's scheduler stops them (`tail_cut`).
-With a KV connector's ops since 2026-12-07 (`align_external_eagle.py`; not with k >= 2 there:
-the codec refuses it), not k past the hash unit (refused:
+With a KV connector's ops since 2026-12-07 (`align_external_eagle.py`; with k >= 2 there too:
+`align_external_mtp.py`), not k past the hash unit (refused:
 vLLM's scheduler stalls or its manager asserts there; docs/upstream-vllm.md, "Multi-module MTP
 with EAGLE's drop beside the group").
 """

@@ -40,7 +40,7 @@ REMOVED = "align: entry removed"
 CLEARED = "align: all blocks cleared"
 RECORDED = "align: stats recorded"
 OWN = (PUBLISHED, PARTIAL, MAMBA_STORED, REMOVED, CLEARED, RECORDED)  # (any observing trace)
-EVENTS = (*OWN, EXTERNAL_RECORDED, *align_reported.EVENTS)
+EVENTS = (*OWN, EXTERNAL_RECORDED, *align_reported.EVENTS, *align_reported.CONNECTOR_EVENTS)
 KINDS = ("full_attention", "mamba")  # a Stored's group kind, by the trace's group id
 
 

@@ -24,10 +24,11 @@ reading `Trace.eagle`. What vLLM 0.33.0 does, read in its source:
   (`get_mamba_prefill_checkpoint_position` with `drop_eagle_checkpoint_block`);
 - a load reported done: `cache_blocks(request, c)`, whose cacheable tokens
   (`get_num_cacheable_tokens`) with the drop are c itself, not c cut to the scheduler block
-  (no multi-module MTP here: `align_caching.cacheable`); a failed one frees the request whole.
+  (k - 1 less with multi-module MTP: `align_external_mtp.py`); a failed one frees the request
+  whole.
 
-Multi-module MTP's held-back tokens (k >= 2) with a connector's ops are refused by the codec
-(not modelled with loads).
+Multi-module MTP's held-back tokens (k >= 2, up to the hash unit) with a connector's ops: since
+2026-12-07, `align_external_mtp.py` (its mixin, ahead of this one).
 """
 
 from __future__ import annotations

@@ -37,6 +37,11 @@ REPORTED = "align: hit reported"
 REPORTED_PARTIAL = "align: hit inside a block reported"
 RAISED = "align: hit reported past the prompt's whole blocks (vLLM 0.33.0 raises)"
 EVENTS = (REPORTED, REPORTED_PARTIAL, RAISED)
+# the same at a KV connector's lookup where it falls back to `get_computed_blocks` (the "mamba
+# connector" profile's reports, drawn since 2026-12-07)
+CONNECTOR_REPORTED = "align: hit reported by a connector's lookup (its fallback)"
+CONNECTOR_RAISED = "align: a connector's lookup raising there (vLLM 0.33.0)"
+CONNECTOR_EVENTS = (CONNECTOR_REPORTED, CONNECTOR_RAISED)
 LOOKUPS = ("get_computed_blocks", "connector_lookup")
 KINDS = ("full_attention", "mamba")  # by the trace's group id (`align_events.KINDS`)
 
@@ -57,12 +62,15 @@ class AlignReported:
         if raises:
             crashed = result is None and any("IndexError" in line for _, line in problems)
             self.count(RAISED)
+            if call.method == "connector_lookup":
+                self.count(CONNECTOR_RAISED)
             return result, [] if crashed else problems + [("KV events", (
                 f"a hit reported inside the prompt's last block, which the request has no "
                 f"whole hash of: expected vLLM 0.33.0's IndexError "
                 f"(`emit_cached_block_events`)"))], text
-        if emits and result is not None:
-            self._due(rid, result.actual)
+        if emits and result is not None and self._due(rid, result.actual) and \
+                call.method == "connector_lookup":
+            self.count(CONNECTOR_REPORTED)
         return result, problems, text
 
     def _past_whole_blocks(self, request) -> bool:
@@ -90,14 +98,15 @@ class AlignReported:
             trace.block_size, trace.hash_size, self.cache, trace.eagle)
         return expected[0] == align_connector.DEEPER
 
-    def _due(self, rid, actual) -> None:
+    def _due(self, rid, actual) -> bool:
+        """Whether the lookup reported its hit; its events due, if so."""
         request = self.requests.get(rid)
         try:
             blocks, hit = actual[0], actual[1]
         except (TypeError, IndexError):
-            return  # (the lookup's own check reports the answer's shape)
+            return False  # (the lookup's own check reports the answer's shape)
         if request is None or not hit or request.skip:
-            return
+            return False
         self.count(REPORTED)
         if hit % self.trace.block_size:
             self.count(REPORTED_PARTIAL)
@@ -106,6 +115,7 @@ class AlignReported:
             group = ids.get(manager, manager) if ids else manager
             if 0 <= group < len(blocks) and blocks[group]:
                 self.reported_due = [*self.reported_due, (request, group, len(blocks[group]))]
+        return True
 
     def peel_reported(self, events: list, ids) -> tuple[list, list[tuple[str, str]]]:
         """The op's events less the reported ones at their head, each checked; the problems."""

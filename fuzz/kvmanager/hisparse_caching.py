@@ -1,15 +1,21 @@
-"""Which blocks are cached on HiSparse's device pool beside a Mamba "align" group ("hisparse cow",
-`hisparse.py`): after every op, the device pool's cache entries (the indexer's, full attention
-in vLLM 0.33.0's `FullAttentionManager`, and the Mamba group's; the resident pages and the hot
-region cache nothing) against those read after the op before, with the "align" mode's rule
-(`oracle/kvmanager/align_caching.py`, through `AlignCaching._caching_cache_blocks`, the indexer
-taking full attention's part): less the entries of the cached blocks the op's pops evicted (the
-free queue's prediction, `hisparse_queue.py`), an eviction's or a reset's, with a running
-request's Mamba copy-on-write moving its partial tail's entries to the copy, plus what each
-allocation's `cache_blocks` adds and re-keys (each request's cached counts per group tracked
-as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside a
-block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise (an
-import's), and a request's steps after one such (its counts unknown until it is freed).
+"""Which blocks are cached on HiSparse's device pool (`hisparse.py`): after every op, the device
+pool's cache entries (the indexer's, full attention in vLLM 0.33.0's `FullAttentionManager`, and
+beside a Mamba "align" group, "hisparse cow", the Mamba group's; the resident pages and the hot
+region cache nothing: `_HiSparseAuxiliaryManager.cache_blocks`) against those read after the op
+before, with the "align" mode's rule (`oracle/kvmanager/align_caching.py`, through
+`AlignCaching._caching_cache_blocks`, the indexer taking full attention's part; on the plain
+profiles, since 2026-12-07, its `full_attention` alone, hashed per block: the full blocks from
+the request's cached count, nothing partial): less the entries of the cached blocks the op's
+pops evicted (the free queue's prediction, `hisparse_queue.py`), an eviction's or a reset's,
+with a running request's Mamba copy-on-write moving its partial tail's entries to the copy, plus
+what each allocation's `cache_blocks` adds and re-keys (each request's cached counts per group
+tracked as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside
+a block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise, and a
+request's steps after one such (its counts unknown until it is freed). A second connector's
+import ("hisparse import"): its ops and the resumption after it are not judged
+(`hisparse_queue.py`), but its load's report sets the request's cached count as the scheduler's
+`cache_blocks` after it does (`imported`) and the resumption's step moves it
+(`device_counts_only`), so the steps after them are judged.
 The host pool's entries (publication once written back): `hisparse_hostcache.py`."""
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from kvfuzz.fuzz.kvmanager.align_caching import comparable
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 from kvfuzz.oracle.kvmanager import align_caching as rule
 
-JUDGED = "device cache map predicted (hisparse cow)"
+JUDGED = "device cache map predicted (HiSparse's device pool)"
 SKIPPED = "device cache map not judged (an op out of reach)"
 EVENTS = (JUDGED, SKIPPED)
 
@@ -32,13 +38,21 @@ class DeviceCaching:
         self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
 
     def _to_rule(self, entry) -> tuple:
-        """A device entry (hash, the trace's group) as the rule names groups."""
-        group = {INDEXER: rule.FULL, self.groups - 1: rule.MAMBA}.get(entry[1], 10 + entry[1])
+        """A device entry (hash, the trace's group) as the rule names groups (the Mamba group
+        only beside one: "hisparse cow")."""
+        mamba = {self.groups - 1: rule.MAMBA} if self.cow else {}
+        group = ({INDEXER: rule.FULL} | mamba).get(entry[1], 10 + entry[1])
         return (entry[0], group)
 
     def _from_rule(self, entry) -> tuple:
-        back = {rule.FULL: INDEXER, rule.MAMBA: self.groups - 1}
+        back = {rule.FULL: INDEXER} | ({rule.MAMBA: self.groups - 1} if self.cow else {})
         return (entry[0], back.get(entry[1], entry[1] - 10))
+
+    def imported(self, rid: int, tokens: int) -> None:
+        """A second connector's import reported with `tokens` valid: the scheduler's
+        `cache_blocks(request, tokens)` after it leaves the indexer's cached count at
+        tokens // b (its hit's, delayed caching, at most that), the steps after it judged."""
+        self.caching_counts[rid] = [tokens // self.trace.block_size, 0]
 
     def device_caching_problems(self, before, after, evicted, steps, hits, copy, live,
                                 freed) -> list[tuple[str, str]]:
@@ -70,6 +84,16 @@ class DeviceCaching:
                          f"(before {short(before[b])})" for b in wrong[:3])
         return [("which blocks cached", f"device pool: {what}")]
 
+    def device_counts_only(self, steps, hits, live) -> None:
+        """An op whose device pool is not judged (an import's, a resumption after one:
+        `hisparse_queue.py`): its steps' cached counts still move as vLLM's `num_cached_block`
+        does (on entries thrown away), so the request's later steps are judged: one whose
+        entries an eviction dropped in between is not cached again."""
+        scratch = rule.Entries([], lambda key: 0)
+        for rid, _ in steps:
+            if not self._device_step(scratch, rid, hits, None, live):
+                self.caching_counts[rid] = None
+
     def _device_skipped(self, before, after) -> list:
         if before != after:
             self.count(SKIPPED)
@@ -81,6 +105,10 @@ class DeviceCaching:
         partial = self.caching_partial.pop(rid, None)
         if counts is None and not admission or rid not in live:
             return False
+        if not self.cow:
+            self._indexer_step(entries, rid, hits[rid][2] if admission else None, counts,
+                               live[rid][INDEXER])
+            return True
         tables = {rid: (live[rid][INDEXER], live[rid][self.groups - 1])}
         if copy is not None and not admission:  # the copy takes the partial tail's entries
             source = tables[rid][1][partial:partial + 1] if partial is not None else []
@@ -90,6 +118,18 @@ class DeviceCaching:
         hit_blocks = hits[rid][2:] if admission else None
         self._caching_step_blocks(entries, rid, hit_blocks, counts, tables)
         return True
+
+    def _indexer_step(self, entries, rid, hit_blocks, counts, table) -> None:
+        """A step's `cache_blocks` of the indexer alone (the plain profiles: no Mamba group,
+        hashed per block): vLLM 0.33.0's `FullAttentionManager.cache_blocks(request,
+        min(computed, tokens))`, from an admission's hit blocks (`num_cached_block` set to
+        their count) or the request's cached count."""
+        request, size = self.requests[rid], self.trace.block_size
+        cached = len(hit_blocks) if hit_blocks is not None else counts[0]
+        tokens = min(request.computed, len(request.tokens))
+        cached = rule.full_attention(entries, table, cached, tokens, request.hashes(size),
+                                     request.prompt, size, size, False)
+        self.caching_counts[rid] = [cached, 0]
 
 
 def _mapped(entries, convert):

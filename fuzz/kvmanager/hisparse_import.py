@@ -220,6 +220,7 @@ class HiSparseImports:
         request.computed = valid
         yield Call("", "set_computed", (rid, valid, LOADING), oracle=None)
         yield Call(f"cache_blocks(r{rid}, {valid})", "cache_blocks", (rid, valid), oracle=None)
+        self.imported(rid, valid)  # its cached count (`hisparse_caching.py`)
         restores = yield Call("", "hisparse_planned", (), oracle=None, compare=state_read)
         pairs = self.received(rid, restores.actual, restore=True)
         self.planned += pairs

@@ -49,9 +49,9 @@ EVENTS = (JUDGED, UNJUDGED, REQUEUED, UNORDERED)
 class PoolQueues:
     """Mixed into `HiSparseLockstep` before `hisparse_pins.ResidentPins` and
     `hisparse_admission.Admissions`: it learns an admission's hit and each step's new blocks
-    from those, and `_pools` calls `queue_pool_problems` with what it read (which, beside a
-    Mamba group, goes on to `hisparse_caching.DeviceCaching`'s cache map once both queues
-    agree)."""
+    from those, and `_pools` calls `queue_pool_problems` with what it read (which goes on to
+    `hisparse_caching.DeviceCaching`'s cache map once both queues agree: beside a Mamba group
+    since 2026-12-07, on every HiSparse profile since later that day)."""
 
     def start_queues(self) -> None:
         self.queue_seen: dict | None = None  # pool name -> (queue, ref, keys) at the last read
@@ -97,6 +97,7 @@ class PoolQueues:
             return []
         if imports:
             self.count(UNJUDGED)
+            self.device_counts_only(steps, hits, live)  # (its later steps judged)
             return []
         self.count(JUDGED)
         # a resident page's block: in a resident table, or in a row the worker reads (an
@@ -145,7 +146,7 @@ class PoolQueues:
                     problems.append(("which blocks", f"{name} pool: free blocks {lost} not "
                                      f"taken changed entries: {[prev_keys[b] for b in lost]} "
                                      f"-> {[pool['keys'][b] for b in lost]}"))
-        if self.cow and not problems:  # the device pool's cache map (`hisparse_caching.py`)
+        if not problems:  # the device pool's cache map (`hisparse_caching.py`)
             freed = [rid for rid, tables in before.items() if any(tables) and
                      not any(live.get(rid) or ())]
             problems = self.device_caching_problems(seen["device"][2], device["keys"],

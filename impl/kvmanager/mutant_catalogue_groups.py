@@ -325,6 +325,17 @@ GROUPS = {
         "if use_eagle and not isinstance(spec, MambaSpec):", "if use_eagle:",
         "with EAGLE and a KV connector the connector's lookup looks the Mamba group a unit past "
         "the cap, which it never drops: a state at the prompt's last token taken as deeper")),
+    # ... and multi-module MTP's held-back tokens with the connector (`align_external_mtp.py`,
+    # since 2026-12-07): a load reported done caching its loaded tokens as finalized (the
+    # prefiller's KV), k - 1 past what a step's caching takes (the manager's `cache_blocks`,
+    # so a settle after an output too: "mamba align" reaches it there, index 182 first)
+    "mamba_connector_mtp_load_finalized": (MANAGER, Mutation(
+        "KVCacheManager.cache_blocks",
+        "self.coordinator.cache_blocks(request, num_computed_tokens)",
+        "self.coordinator.cache_blocks(\n"
+        "                request, num_computed_tokens + self.coordinator.num_reprefillable_tokens)",
+        "with multi-module MTP the manager's cache_blocks (a load reported done, a settle) "
+        "caches MTP's k - 1 re-prefillable tokens too, where a step holds them back")),
     # Hits reported beside the group (`fuzz/kvmanager/align_reported.py`): a hit inside the
     # prompt's last block, which the request has no whole hash of, reported without that block
     # (the release reads past the request's hashes there and raises: the reduced mode holds it

@@ -6,7 +6,9 @@ bytes, and the "mamba connector" and "full last" profiles, which take `build_mam
 draws, theirs. Since 2026-12-07: hits reported (`report`, the events of
 `emit_cached_block_events`: `fuzz/kvmanager/align_reported.py`) in half of the observing
 traces (`reported`, the profile's last draw), and the "mamba connector" profile's traces
-observing both in a share (`connector_observed`, its last draw). Standard library only."""
+observing both in a share (`connector_observed`), and since the same day, later, half of those
+reporting their hits beside the connector's ops (`connector_reported`: a draw only for the
+observing ones, the profile's last). Standard library only."""
 
 from __future__ import annotations
 
@@ -32,7 +34,19 @@ def reported(rng: random.Random, trace):
     return replace(trace, report=True) if rng.random() < REPORTED_SHARE else trace
 
 
+CONNECTOR_REPORTED_SHARE = 0.5  # of the "mamba connector" traces that observe their events
+
+
 def connector_observed(rng: random.Random, trace):
     """A "mamba connector" trace, or in `SHARE` of them the same observing its KV events and
-    stats (the profile's last draw)."""
+    stats."""
     return observed(rng, trace)
+
+
+def connector_reported(rng: random.Random, trace):
+    """Of the "mamba connector" traces observing their events, in `CONNECTOR_REPORTED_SHARE`
+    the same with its hits reported (a draw for those only, the profile's last: after
+    multi-module MTP's, so every other trace keeps its bytes)."""
+    if not trace.events:
+        return trace
+    return replace(trace, report=True) if rng.random() < CONNECTOR_REPORTED_SHARE else trace

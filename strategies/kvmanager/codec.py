@@ -77,16 +77,9 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(mode in ("", "align") or not values["caching"], "mamba_mode",
                   'expected caching off with Mamba mode "none" or "all"', mode)
     # EAGLE's drop beside an "align" group since 2026-12-06 (`align_eagle.py`), with a KV
-    # connector's ops since 2026-12-07 (`align_external_eagle.py`): not with multi-module
-    # MTP's held-back tokens there (k >= 2: the pair's loads not modelled with them)
-    connector = [op.get("op") for op in data.get("ops", ()) if isinstance(op, dict) and
-                 op.get("op") in CONNECTOR_OPS]
-    ahead = data.get("prefill_lookahead", 0)  # (checked in `_prefill_lookahead`)
-    reader.expect(mode != "align" or not values["eagle"] or not connector or
-                  not isinstance(ahead, int) or ahead < 2, "eagle",
-                  f'expected false with Mamba mode "align", a KV connector\'s ops '
-                  f'({connector[0] if connector else ""}) and a prefill lookahead of {ahead} '
-                  f'(multi-module MTP\'s held-back tokens: not modelled with loads)', True)
+    # connector's ops since 2026-12-07 (`align_external_eagle.py`), with multi-module MTP's
+    # held-back tokens there too since 2026-12-07 (`align_external_mtp.py`; k up to the hash
+    # unit, as without a connector: `_prefill_lookahead`)
     # Cross-attention: caching off (vLLM's cross-attention manager refuses lookups), and no
     # other second group.
     values["encoder_tokens"] = encoder = reader.integer(

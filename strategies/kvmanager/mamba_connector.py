@@ -18,10 +18,15 @@ asynchronously, some with blocks reserved). What vLLM 0.33.0 allows there:
   so an asynchronous load names the groups it writes (`Connect.written`: every group, full
   attention's, the Mamba group's or none, a quarter of the loads not every group's);
 - no spec-decode padding (the "mamba align" profile's traces have none); KV events and stats
-  in 40% since 2026-12-07 (`align_observed.connector_observed`, the last draw, after EAGLE's);
+  in 40% since 2026-12-07 (`align_observed.connector_observed`, after EAGLE's), and in half
+  of those hits reported (`report`, `align_observed.connector_reported`, the last draw, since
+  later that day);
 - EAGLE's last-block drop (`use_eagle`: vLLM's legacy hashes with a connector, its drop on)
   in a quarter of the traces (`mamba_eagle.drawn`, drawn after every other draw, since
-  2026-12-07; no multi-module MTP with it): `fuzz/kvmanager/align_external_eagle.py`;
+  2026-12-07): `fuzz/kvmanager/align_external_eagle.py`; multi-module MTP's prefill
+  lookahead k of 2 to min(4, hash unit) in half of those hashed per 2 tokens or more without the
+  shared-prefix checkpoint (`mamba_eagle.mtp`, after the above, since 2026-12-07):
+  `fuzz/kvmanager/align_external_mtp.py`;
 - a one-token prompt's load as drawn (since 2026-12-07; no new draw), and after its whole
   load, 0 computed tokens and its blocks held, the connector asked again
   (`connector._Connected.reconnects`: a `connect` again, a load or plain, or the `schedule`):
@@ -69,7 +74,12 @@ def build(rng: random.Random, num_ops: int, synchronous: bool = False) -> Trace:
     # EAGLE's drop in a share (since 2026-12-07), drawn after every other draw: the other
     # traces keep their bytes; then KV events and stats in a share (since 2026-12-07), drawn last
     trace = trace if synchronous else mamba_eagle.drawn(rng, trace)
-    return align_observed.connector_observed(rng, trace)
+    trace = align_observed.connector_observed(rng, trace)
+    # multi-module MTP's held-back tokens in a share of the EAGLE traces (since 2026-12-07),
+    # drawn after all the above, only for those: every other trace keeps its bytes; then hits
+    # reported in a share of the observing traces, drawn last, only for those
+    trace = mamba_eagle.mtp(rng, trace)
+    return align_observed.connector_reported(rng, trace)
 
 
 def build_sync(rng: random.Random, num_ops: int) -> Trace:

@@ -7,7 +7,8 @@ and "mamba connector" profiles, which draw from `build_mamba_align`, theirs; "ma
 draws it after its own draws since 2026-12-07 (`mamba_connector.build`, the same `drawn`). No
 multi-module MTP's prefill lookahead with it from that draw; multi-module MTP's (k >= 2, its
 k - 1 tokens held back from caching) in a share of the EAGLE traces after every other draw
-(`mtp`, since 2026-12-07). Standard library only."""
+(`mtp`, since 2026-12-07; "mamba connector" too, its last draw, later that day). Standard
+library only."""
 
 from __future__ import annotations
 

@@ -3,7 +3,9 @@ connector's admissions recorded in its stats (`align_recorded.py`), since 2026-1
 profiles draw them last (other traces unchanged), a reported hit's events are checked field by
 field on hand-made events (no vLLM), and (`slow`, vLLM) the release agrees while doubles of
 each new check, the catalogue's `mamba_align_report_clamped` and the release's IndexError
-(a finding, pinned) are caught."""
+(a finding, pinned) are caught. Since 2026-12-07 (later) "mamba connector" reports hits too
+(drawn last): a double caught there, the release reporting at a connector's lookup and raising
+beside its ops."""
 
 from __future__ import annotations
 
@@ -45,8 +47,22 @@ def test_the_connector_profile_draws_events_and_stats_last(monkeypatch):
     drawn, off = made_and_with_draw_off(monkeypatch, align_observed,
                                         mamba_connector.GENERATOR, 60)
     on = sum(t.events for t in drawn)
-    assert 10 < on < 40 and all(t.events == t.stats and not t.report for t in drawn)
-    assert [replace(t, events=False, stats=False) for t in drawn] == off
+    assert 10 < on < 40 and all(t.events == t.stats for t in drawn)
+    assert all(t.events for t in drawn if t.report)
+    assert [replace(t, events=False, stats=False, report=False) for t in drawn] == off
+
+
+def test_the_connector_profile_draws_hits_reported_last(monkeypatch):
+    """Since 2026-12-07 half of the "mamba connector" traces observing their events report
+    their hits (drawn after every other draw, for those only); with the draw off every trace
+    is the one it was before."""
+    drawn = [mamba_connector.GENERATOR.generate(0, index) for index in range(80)]
+    with monkeypatch.context() as patched:
+        patched.setattr(align_observed, "CONNECTOR_REPORTED_SHARE", 0.0)
+        off = [mamba_connector.GENERATOR.generate(0, index) for index in range(80)]
+    reported = sum(t.report for t in drawn)
+    assert 5 < reported < sum(t.events for t in drawn) and not any(t.report for t in off)
+    assert [replace(t, report=False) for t in drawn] == off
 
 
 # -- a reported hit's events on hand-made events (no vLLM) ------------------------------------
@@ -175,12 +191,14 @@ def _first_caught(generator, broken, field, count: int = 60):
     (hybrid.MAMBA_ALIGN, "ReportedTokensShort", "report", "KV events", dict(report=False)),
     (hybrid.MAMBA_ALIGN, "mutant.vllm.kvmanager.mamba_align_report_clamped", "report",
      "KV events", dict(report=False)),
+    (mamba_connector.GENERATOR, "ReportedTokensShort", "report", "KV events",
+     dict(report=False)),
     (mamba_connector.GENERATOR, "LoadCachedSilently", "events", "KV events",
      dict(events=False)),
     (mamba_connector.GENERATOR, "ExternalCountedAsHits", "stats", "prefix cache stats",
      dict(stats=False)),
-], ids=["reported_tokens_short", "report_clamped", "load_cached_silently",
-        "external_counted_as_hits"])
+], ids=["reported_tokens_short", "report_clamped", "reported_tokens_short_connector",
+        "load_cached_silently", "external_counted_as_hits"])
 def test_each_new_check_catches_a_broken_manager_alone(generator, broken, field, label, off):
     """Caught on the profile's first traces with the shape, by the check named; the same trace
     without it agrees (no other reduced check sees it)."""
@@ -219,3 +237,30 @@ def test_the_release_raises_on_a_hit_reported_inside_the_prompt_s_last_block(mon
     found = divergence("kvmanager", trace, "vllm.kvmanager")
     assert found is not None and "IndexError" in found.report(), found
     assert "get_computed_blocks(r9)" in found.report()
+
+
+# "mamba connector" traces with events, stats and reports forced on (seed 0): index 12, where a
+# plain admission's `get_computed_blocks(r15)` raises (the finding) beside the connector's ops
+# (loads before it, the connector's lookup of r15 first), and index 19, where a connector's
+# lookup falls back to `get_computed_blocks` and reports
+RAISES_BESIDE_CONNECTOR, FALLBACK_REPORTS = 12, 19
+
+
+@with_engine("vllm")
+def test_the_release_reports_and_raises_beside_a_connector_s_ops(monkeypatch):
+    """The reported hits beside a KV connector's ops (drawn since 2026-12-07): the release
+    agrees on both traces, reaching a report by the connector's lookup and the IndexError;
+    without the expectation the lookup after the connector's crashes there."""
+    impl = KVMANAGER.catalogue.resolve("vllm.kvmanager")
+    raising, falling_back = (replace(mamba_connector.GENERATOR.generate(0, index), events=True,
+                                     stats=True, report=True)
+                             for index in (RAISES_BESIDE_CONNECTOR, FALLBACK_REPORTS))
+    raised, reported = (KVMANAGER.check(trace, impl) for trace in (raising, falling_back))
+    assert raised.status == reported.status == "agree"
+    assert raised.features[align_reported.RAISED]
+    assert reported.features[align_reported.CONNECTOR_REPORTED]
+    monkeypatch.setattr(align_reported.AlignReported, "_past_whole_blocks",
+                        lambda self, request: False)
+    found = divergence("kvmanager", raising, impl)
+    assert found is not None and "IndexError" in found.report(), found
+    assert "get_computed_blocks_for_connector(r15); get_computed_blocks(r15)" in found.report()

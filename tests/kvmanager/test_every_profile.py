@@ -96,10 +96,12 @@ REACHES = {
     # dropped for the load, loads past a lagging Mamba state (synchronous loads: not here);
     # with EAGLE's drop (since 2026-12-07) lookups it moved, loads, reports and resumptions
     # (no spec-decode padding in the profile: its padded calls are the guard's, MAMBA_MTP_CONNECTOR)
+    # hits reported beside its ops since 2026-12-07 (its first 100: the whole hits only, index 3;
+    # inside a block, a connector's lookup reporting and the IndexError further on)
     "mamba connector": [event for event in align_external.EVENTS
                         if event != align_external.SYNC and event not in align_external.PADDED]
     + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN,
-       *align_events.OWN, align_recorded.EXTERNAL_RECORDED]
+       *align_events.OWN, align_recorded.EXTERNAL_RECORDED, align_reported.REPORTED]
     + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE",
                "KV events", "stats"),
     "deferred frees": ["free deferred (pop_blocks_for_free)", "deferred free released",

@@ -3,8 +3,9 @@ group's allocation takes from the head, and the queue after the op's unordered f
 ones at the head, the queue before them in its order, cached or unpinned ones at the tail).
 The rule on plain data, each broken queue caught; doubles of the released pools break one side
 each, caught at the "hisparse cow" stream's index pinned here (the release agrees there); the
-catalogue mutant `hisparse_unpinned_reused_first` is `test_mutants.py`'s (ALONE). Skips the
-doubles without vLLM."""
+catalogue mutant `hisparse_unpinned_reused_first` is `test_mutants.py`'s (ALONE). The device
+cache map on the plain HiSparse profiles too (since 2026-12-07): a double caught there, an
+import's cached count. Skips the doubles without vLLM."""
 
 import functools
 
@@ -148,3 +149,57 @@ def test_the_release_runs_a_cow_trace_with_both_queues_judged():
     assert outcome.features["free queues predicted (HiSparse's two pools)"] > 100
     assert outcome.features[REQUEUED] or outcome.features[
         "an op's frees at one end of a queue, their order not predicted"]
+
+
+# -- the device cache map on the plain profiles (since 2026-12-07) ----------------------------
+
+# (profile, the first index of its stream (seed 0) where `IndexerCachesOneShort` is caught)
+PLAIN = [("hisparse", 1), ("hisparse lag", 0), ("hisparse import", 1)]
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+@pytest.mark.parametrize("profile, index", PLAIN, ids=[p for p, _ in PLAIN])
+def test_the_indexer_caching_short_is_caught_on_the_plain_profiles(profile, index,
+                                                                     monkeypatch):
+    """The device cache map judged on the profiles with no Mamba group (the indexer's
+    `FullAttentionManager.cache_blocks`, hashed per block): the double caching the indexer's
+    batch of full blocks but its last is caught by it at the index pinned, the release clean
+    there; with the check off the same trace agrees (no other reduced check sees it: a hit a
+    block shorter is still a hit here; none of each profile's first 100 diverges so, measured
+    2026-12-07)."""
+    from kvfuzz.fuzz.kvmanager.hisparse_caching import DeviceCaching
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+
+    broken, stream = f"{__name__}:IndexerCachesOneShort", KVMANAGER.alone(profile).generator
+    assert all(divergence("kvmanager", stream.generate(0, i), broken) is None
+               for i in range(index))
+    trace = stream.generate(0, index)
+    found = divergence("kvmanager", trace, broken)
+    assert found is not None and found.what.startswith("which blocks cached"), found
+    assert "device pool: block" in found.report()
+    outcome = KVMANAGER.check(trace, KVMANAGER.catalogue.resolve("vllm.kvmanager"))
+    assert outcome.status == "agree", outcome.divergence and outcome.divergence.report()
+    assert outcome.features["device cache map predicted (HiSparse's device pool)"] > 10
+    assert not outcome.features["device cache map not judged (an op out of reach)"]
+    monkeypatch.setattr(DeviceCaching, "device_caching_problems", lambda self, *args: [])
+    assert divergence("kvmanager", trace, broken) is None
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+def test_a_resumption_after_an_import_moves_the_indexer_s_cached_count(monkeypatch):
+    """The ops of a second connector's import and the resumption after it are not judged
+    (`hisparse_queue.py`), but their cached counts move as vLLM's `num_cached_block` does
+    (`DeviceCaching.imported`, `device_counts_only`): the release is clean on "hisparse import"
+    index 29, where a judge that does not move them on the resumption (its count left at the
+    import's, 4 blocks: the blocks past it expected cached again at a later step, where an
+    eviction had dropped one the release does not cache twice) is wrong."""
+    from kvfuzz.fuzz.kvmanager.hisparse_caching import DeviceCaching
+    from kvfuzz.fuzz.kvmanager.target import KVMANAGER
+
+    trace = KVMANAGER.alone("hisparse import").generator.generate(0, 29)
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    monkeypatch.setattr(DeviceCaching, "device_counts_only", lambda self, *args: None)
+    found = divergence("kvmanager", trace, "vllm.kvmanager")
+    assert found is not None and found.what.startswith("which blocks cached"), found

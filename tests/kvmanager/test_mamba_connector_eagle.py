@@ -42,11 +42,13 @@ def test_the_profile_draws_the_drop_last_in_a_share(monkeypatch):
                                        COUNT)
     eagle = [index for index, trace in enumerate(made) if trace.eagle]
     assert 8 <= len(eagle) <= 25, eagle
-    assert [replace(trace, eagle=False) for trace in made] == off  # nothing else moved
+    # nothing else moved (multi-module MTP's k, drawn in a share of them after it since
+    # 2026-12-07: `test_mamba_connector_mtp.py`)
+    assert [replace(trace, eagle=False, prefill_lookahead=0) for trace in made] == off
     assert not any(trace.eagle for trace in off)
     for index in eagle:
         trace = made[index]
-        assert not trace.hash_lookahead and not trace.prefill_lookahead
+        assert not trace.hash_lookahead
         assert any(isinstance(op, Connect) for op in trace.ops)
         assert from_json(to_json(trace)) == trace  # (the codec takes the pair)
     assert not any(mamba_connector.SYNC.generate(0, index).eagle for index in range(COUNT))

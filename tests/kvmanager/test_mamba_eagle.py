@@ -42,14 +42,15 @@ def _header(**more) -> dict:
 def test_the_codec_takes_eagle_beside_an_align_group():
     assert from_json(_header()).eagle
     assert from_json(_header(hash_block_size=2, prefill_lookahead=1)).eagle
-    # with a connector's ops since 2026-12-07 (`align_external_eagle.py`), but not with
-    # multi-module MTP's held-back tokens there
+    # with a connector's ops since 2026-12-07 (`align_external_eagle.py`), and multi-module
+    # MTP's held-back tokens there up to the hash unit (later that day: align_external_mtp.py)
     connect = {"op": "connect", "rid": 1, "chunk": 9, "external": 4}
     data = _header()
     data["ops"] = data["ops"][:1] + [connect] + data["ops"][1:]
     assert from_json(data).eagle and from_json(data | {"prefill_lookahead": 1}).eagle
-    with pytest.raises(FormatError, match="eagle.*connect.*prefill lookahead of 2"):
-        from_json(data | {"hash_block_size": 2, "prefill_lookahead": 2})
+    assert from_json(data | {"hash_block_size": 2, "prefill_lookahead": 2}).prefill_lookahead == 2
+    with pytest.raises(FormatError, match="prefill_lookahead.*hash unit with EAGLE"):
+        from_json(data | {"hash_block_size": 2, "prefill_lookahead": 3})
     assert from_json(_header(hash_block_size=2, prefill_lookahead=2)).eagle  # (no connector)
     # (k - 1 held back: modelled up to the hash unit, test_mamba_eagle_mtp.py)
     with pytest.raises(FormatError, match="prefill_lookahead.*hash unit with EAGLE"):

@@ -196,6 +196,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                           r"expected hit \d+",
     "mamba_connector_eagle_margin_to_mamba": r"prefix hit:? +get_computed_blocks_for_connector: "
                                              r"expected hit \d+",
+    # Multi-module MTP's held-back tokens with a connector (`align_external_mtp.py`): a load
+    # done caching its k - 1 last loaded tokens
+    "mamba_connector_mtp_load_finalized": r"which blocks cached:? +after loaded",
     # Hits reported beside the group (`align_reported.py`): a hit inside the prompt's last
     # block reported one block short, where the release raises
     "mamba_align_report_clamped": r"KV events:? +a hit reported inside the prompt's last "
@@ -248,6 +251,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # 4 ops, kvmanager-42ecdfd70c2bea60.json)
          PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
          PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28),
+         # the first "mamba connector" trace of seed 0 with multi-module MTP (k = 2): r15's
+         # load done at op 165 caches a block the release holds back (shrunk to 3 ops, a
+         # 6-token prompt loaded whole: corpus/kvmanager-2d1c15d4d3a28cb9.json); "mamba
+         # align" reaches it by a settle (its index 182 first)
+         PREFIX + "mamba_connector_mtp_load_finalized": ("mamba connector", 28),
          # the first "hisparse cow" trace of seed 0 with an unpinned page's block handed out
          # (with the queue check off, the first 100 catch it once, at 88, by an adoption;
          # shrunk to 12 ops: corpus case kvmanager-e9c9c342aba5715f.json)
