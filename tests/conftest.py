@@ -14,6 +14,11 @@ from kvfuzz.impl.triton_env import use_interpreter_without_cuda
 # Before any test module imports triton (sglang's allocator does, at collection): without CUDA,
 # TRITON_INTERPRET=1 then holds for every Triton kernel, whichever file loads it first.
 use_interpreter_without_cuda()
+# One hash seed for every test worker (xdist starts them after this, with this environment):
+# the released classes' choices may follow a set of strings' order (vLLM's HiSparse coordinator:
+# docs/upstream-vllm.md, "The hash seed"), which would move a seeded trace's counts from run to
+# run. A run without workers keeps the seed its process started with.
+os.environ.setdefault("PYTHONHASHSEED", "0")
 # Upstream SGLang and vLLM are imported only through kvfuzz's loader (which prepares torchvision
 # on a CPU torch, `kvfuzz.impl.upstream_env`) and only when a test runs: at collection, their
 # imports cost every pytest worker 20 to 30 s (`tests.helpers.needs_engine`).
