@@ -86,12 +86,9 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
             return self._caching_skipped(keys, before)
         if keys == before and not entries.changed:
             return []
-        expected = entries.as_keys(len(keys))
-        wrong = [b for b in range(1, len(keys)) if comparable(expected[b]) != comparable(keys[b])]
-        if not wrong:
+        what = map_difference(entries.as_keys(len(keys)), keys, before)
+        if what is None:
             return []
-        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(keys[b])} "
-                         f"(before {short(before[b])})" for b in wrong[:3])
         where = f"{name.lower()}(r{rid})" if rid is not None else str(name).lower()
         return [("which blocks cached", f"after {where}: {what}")]
 
@@ -165,6 +162,16 @@ class AlignCaching(AlignCachingExternal, align_caching_settle.AlignCachingSettle
         if entries.partial_tail is not None:
             self.caching_partial[rid] = entries.partial_tail
         return counts
+
+
+def map_difference(expected: list, actual: list, before: list) -> str | None:
+    """The blocks (past the null block) whose entries differ from the prediction, the first
+    three with what they held before the op; None where every block agrees."""
+    wrong = [b for b in range(1, len(actual)) if comparable(expected[b]) != comparable(actual[b])]
+    if not wrong:
+        return None
+    return "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(actual[b])} "
+                     f"(before {short(before[b])})" for b in wrong[:3])
 
 
 def comparable(entries):

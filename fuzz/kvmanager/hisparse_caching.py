@@ -20,8 +20,7 @@ The host pool's entries (publication once written back): `hisparse_hostcache.py`
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import short
-from kvfuzz.fuzz.kvmanager.align_caching import comparable
+from kvfuzz.fuzz.kvmanager.align_caching import map_difference
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 from kvfuzz.oracle.kvmanager import align_caching as rule
 
@@ -77,11 +76,9 @@ class DeviceCaching:
             return self._device_skipped(before, after)
         self.count(JUDGED)
         expected = [_mapped(k, self._from_rule) for k in entries.as_keys(len(after))]
-        wrong = [b for b in range(1, len(after)) if comparable(expected[b]) != comparable(after[b])]
-        if not wrong:
+        what = map_difference(expected, after, before)
+        if what is None:
             return []
-        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(after[b])} "
-                         f"(before {short(before[b])})" for b in wrong[:3])
         return [("which blocks cached", f"device pool: {what}")]
 
     def device_counts_only(self, steps, hits, live) -> None:

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvfuzz.fuzz.engine.lockstep import handles, short
-from kvfuzz.fuzz.kvmanager.align_caching import comparable
+from kvfuzz.fuzz.engine.lockstep import handles
+from kvfuzz.fuzz.kvmanager.align_caching import map_difference
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING
 from kvfuzz.oracle.kvmanager import align_caching as rule
@@ -228,10 +228,7 @@ class HostCaching:
         for insert in inserts:
             self._apply(entries, insert)
         self.count(JUDGED)
-        expected = entries.as_keys(len(after))
-        wrong = [b for b in range(1, len(after)) if comparable(expected[b]) != comparable(after[b])]
-        if not wrong:
+        what = map_difference(entries.as_keys(len(after)), after, before)
+        if what is None:
             return []
-        what = "; ".join(f"block {b}: expected {short(expected[b])}, actual {short(after[b])} "
-                         f"(before {short(before[b])})" for b in wrong[:3])
         return [("host cache map", f"host pool: {what}")]
