@@ -65,7 +65,7 @@ class HostCaching:
 
     def start_host_caching(self) -> None:
         self.pubs: dict[int, Publication] = {}  # rid -> its live state's publication
-        self.pub_transfers: dict = {}  # transfer id -> (page, Publication, restore)
+        self.pub_transfers: dict = {}  # transfer id -> (rid, page, Publication, restore)
         self.host_inserts: list = []  # this op's publications, in order
         self.host_unsure = False  # this op touched a publication not modelled
         self.host_tokens: dict = {}  # a hash unit -> the tokens it covers
@@ -94,7 +94,7 @@ class HostCaching:
         for tid, _ in pairs:
             page = self.transfers[tid].page
             self.host_unsure |= pub is None
-            self.pub_transfers[tid] = (page, pub, restore)
+            self.pub_transfers[tid] = (rid, page, pub, restore)
             if pub is not None:
                 pub.pending.add(page)
         return pairs
@@ -133,11 +133,11 @@ class HostCaching:
         written = super()._finished(done)
         completed = {}
         for tid, _ in done:
-            page, pub, restore = self.pub_transfers.pop(tid, (None, None, False))
+            owner, page, pub, restore = self.pub_transfers.pop(tid, (None, None, None, False))
             if pub is None:
                 continue
             pub.pending.discard(page)
-            live = next((rid for rid, p in self.pubs.items() if p is pub), None)
+            live = owner if self.pubs.get(owner) is pub else None  # (still its live state)
             if live is None and pub.tokens is None:
                 continue  # (a preempted request's state: nothing published)
             if not restore:
