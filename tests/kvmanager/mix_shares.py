@@ -10,9 +10,10 @@ but `test_every_profile.py` (each profile's own stream), tests/engine, tests/fuz
 tests/bench/test_detection.py, run with every mix index they generate logged: seed 0's first 120
 judged, guarded and searched for mutants, the mutants' pinned indices 126 to 423, seed 3's first
 12, seed 7's first 20; `test_profiles.py`'s seeded run, seed 0's first 340, only needs every
-profile among them), from `.ci/run` (`--start 500 --cases 10`) and from `kvfuzz mutate`'s
-default cases (seed 0's first 200, whose verdicts the docs count); the corpus's origins in the
-mix are read from corpus/ each run. A test that pins a mix index past these adds it here.
+profile among them), from `.ci/run` (`--start 500 --cases 10`; 3 since 2026-12-07, 500 to 509
+kept) and from `kvfuzz mutate`'s default cases (seed 0's first 200, whose verdicts the docs
+count); the corpus's origins in the mix are read from corpus/ each run. A test that pins a mix
+index past these adds it here.
 Standard library and kvfuzz only; no vllm needed.
 """
 
