@@ -82,3 +82,14 @@ def environ_restored(names):
 def sglang_switches_restored():
     with environ_restored(SGLANG_SWITCHES):
         yield
+
+
+@pytest.fixture(scope="session")
+def sglang_server():
+    """SGLang's scheduler imported once in a pytest worker's life, each session a process
+    forked from it (`fuzz/allocator/sglang_zygote.py`): a fresh session spent some 9 of its
+    12 CPU s importing torch and SGLang (2026-12-07)."""
+    from kvfuzz.fuzz.allocator.sglang_zygote import SessionServer
+
+    with SessionServer() as server:
+        yield server

@@ -50,13 +50,19 @@ class CallCounter:
         setattr(self._allocator, name, value)
 
 
-def session_in_subprocess(seed: int, extra_args=(), timeout: float = 600) -> dict:
+def session_in_subprocess(seed: int, extra_args=(), timeout: float = 600,
+                          server=None) -> dict:
     """Session `seed` run by this module's command in a process of its own (what SGLang's
     scheduler leaves behind ends with it): the command's JSON line. `extra_args`: the
-    command's options (`--page-size 1`, `--retract`, `--guard`, ...)."""
+    command's options (`--page-size 1`, `--retract`, `--guard`, ...). With `server` (a
+    `sglang_zygote.SessionServer`) the process is forked from one that imported SGLang
+    already, instead of a fresh interpreter."""
     command = [sys.executable, "-m", "kvfuzz.fuzz.allocator.sglang_scheduler",
                "--seed", str(seed), *extra_args]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    if server is not None:
+        done = server.run(command[3:], timeout=timeout)
+    else:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{' '.join(command[1:])} exited {done.returncode}: "
@@ -116,6 +122,12 @@ def main(argv=None) -> None:
         from kvfuzz.fuzz.targets import TARGETS
 
         allocator_class = TARGETS[_target(args)].catalogue.resolve(args.impl).load()
+    # The model is tiny (hidden size 64, a few layers): torch's intra-op threads only spin
+    # around its matmuls. One thread halved a session's CPU (measured 2026-12-07: 22.3 s to
+    # 12.4 s user+sys, seed 2 --swa --retract --guard); what the allocator is asked is the same.
+    import torch
+
+    torch.set_num_threads(1)
     line = {}
     try:
         session = run_session(args.seed, _wrap(args), workload, allocator_class)

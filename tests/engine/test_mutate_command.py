@@ -114,17 +114,18 @@ def test_a_set_up_done_before_the_fork_is_rerun_fresh_and_killed(fixture_run):
 
 
 @pytest.mark.parametrize("check, killed", [
-    ("assert Slots.twice(3) == 6", 4),  # every edit of `value * 2` changes twice(3)
-    ("assert Slots.twice(0) == 0", 3),  # only those that change twice(0): removal, |, ^
-    ("pass", 0),                        # a command that never calls it kills nothing
+    ("assert twice(3) == 6", 4),  # every edit of `value * 2` changes twice(3)
+    ("assert twice(0) == 0", 3),  # only those that change twice(0): removal, |, ^
+    ("pass", 0),                  # a command that never calls it kills nothing
 ])
 def test_also_run_puts_the_mutant_in_the_test_command(tmp_path, check, killed):
     # Four of the 14 mutants of `value * 2` (removal, |, &, ^): the command runs once per
-    # mutant and once unmutated, each a Python that imports torch, so every mutant costs seconds;
-    # these four still split twice(0) into killed (removal, |, ^) and survived (&).
-    command = f"{sys.executable} -c 'from tests.engine.mutate_fixture import Slots; {check}'"
+    # mutant and once unmutated; these four still split twice(0) into killed (removal, |, ^)
+    # and survived (&). `twice` lives in a module that imports nothing (`mutate_twice`): the
+    # command's Python starts bare, not with torch (some 2 CPU s a run, 10 a test).
+    command = f"{sys.executable} -c 'from tests.engine.mutate_twice import twice; {check}'"
     ran = kvfuzz("mamba", "--impl", "tests.engine.mutate_fixture:Slots", "--scope",
-                 "tests.engine.mutate_fixture:Slots.twice", "--operator", "RemoveStatement",
+                 "tests.engine.mutate_twice:twice", "--operator", "RemoveStatement",
                  "--operator", "ReplaceBinaryOperator_Mul_Bit*", "--cases", "5", "--jobs", "2",
                  "--also-run", command, "--json", "r.json", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
