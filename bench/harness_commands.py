@@ -26,9 +26,10 @@ ROWS = (("extend", "torch.vectorized", 20000, 2000), ("extend", "sglang.naive", 
         ("blockpool", "vllm.blockpool", 1000, 100), ("kvmanager", "vllm.kvmanager", 500, 50))
 
 # --quick (CI's smoke run): the command path whole on one row of kvfuzz's and one of an
-# engine's (vLLM's, the slower start-up); the floor table's quick rows run SGLang's too. Each
-# row is four runs of its command, one engine import each: CI's minutes are counted.
-QUICK_ROWS = {("extend", "torch.vectorized"), ("blockpool", "vllm.blockpool")}
+# engine's; the floor table's quick rows run vLLM's and SGLang's in process. Each row is four
+# runs of its command, one engine import each: CI's minutes are counted, so the engine's row is
+# SGLang's allocator (some 5 CPU s an import here), not vLLM's block pool (some 10; 2026-12-07).
+QUICK_ROWS = {("extend", "torch.vectorized"), ("allocator", "sglang.paged")}
 
 
 def timed_diff(target: str, impl: str, cases: int, jobs: int) -> tuple[float, float, int]:
