@@ -78,7 +78,7 @@ def light_problems(model, light: dict, expected: list[NodeView],
     a light read: the walk and the unlocked slots alone do not show a lock count that changed on
     a node that stays locked, nor where nodes split. `shown`: `exposed(expected, ...)` at the
     light read's resolution where the caller has it already (the judge's `as_read`)."""
-    problems = counter_problems(model, light)
+    problems = counter_problems(model, light, expected)
     want = expected_walk(expected)
     unlocked = [s for node in expected if not node.lock for s in node.value]
     if shown is None:
