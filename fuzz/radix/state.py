@@ -211,7 +211,7 @@ def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[s
     """An op between two whole reads: the size counters and the live rows against the model's
     (`counter_problems`), and the digest of every node against the model's nodes'
     (`view_digest`)."""
-    problems = counter_problems(model, light)
+    problems = counter_problems(model, light, expected)
     if light["num_nodes"] != len(expected) or \
             light["digest"] != view_digest(expected, model.page_size):
         problems.append(("tree", f"the tree's digest differs from the model's "
@@ -219,12 +219,24 @@ def light_problems(model, light: dict, expected: list[NodeView]) -> list[tuple[s
     return problems
 
 
-def counter_problems(model, light: dict) -> list[tuple[str, str]]:
-    """The size counters and the live rows of a light read against the model's."""
+def counter_problems(model, light: dict, expected: list[NodeView] | None = None
+                     ) -> list[tuple[str, str]]:
+    """The size counters and the live rows of a light read against the model's. `expected`:
+    the model's views as they are now (`model.views()`), where the caller has them: the tree's
+    evictable and protected sizes summed over them in one pass, as the tree sums its nodes
+    (`RadixTree.evictable_size`, `protected_size`: a walk of the tree each, after every op)."""
     problems = []
-    tree = model.tree
-    for name, total in (("evictable_size", tree.evictable_size()),
-                        ("protected_size", tree.protected_size()),
+    if expected is None:
+        evictable, protected = model.tree.evictable_size(), model.tree.protected_size()
+    else:
+        evictable = protected = 0
+        for node in expected:
+            if node.lock > 0:
+                protected += len(node.key)
+            elif node.lock == 0:
+                evictable += len(node.key)
+    for name, total in (("evictable_size", evictable),
+                        ("protected_size", protected),
                         ("available_size", model.available_size())):
         if light[name.split("_")[0]] != total:
             problems.append((name, f"expected {total}, actual {light[name.split('_')[0]]}"))

@@ -25,11 +25,18 @@ def int_list(result):
 
 
 def row_lists(table, wanted: dict) -> dict:
-    """{key: table[row, :length] as ints} for `wanted` {key: (row, length)}: one read of the rows
-    up to the longest length (the driver's own int32 table, never the implementation's object),
-    instead of a tensor and a read per row."""
+    """{key: table[row, :length] as ints} for `wanted` {key: (row, length)} (the driver's own
+    int32 table, never the implementation's object): on the CPU through numpy's view of it,
+    elsewhere one read of the rows up to the longest length, instead of a tensor and a read per
+    row."""
     if not wanted:
         return {}
+    if table.device.type == "cpu":
+        # numpy's view of the same memory (no copy), each wanted row read alone: torch's
+        # slice and `tolist()` of the whole table cost twice as much for the few live rows
+        # of a trace, after every op
+        rows = table.numpy()
+        return {key: rows[row, :length].tolist() for key, (row, length) in wanted.items()}
     longest = max(length for _, length in wanted.values())
     whole = table[:, :longest].tolist()
     return {key: whole[row][:length] for key, (row, length) in wanted.items()}

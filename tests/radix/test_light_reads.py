@@ -85,8 +85,15 @@ def doubles() -> dict:
             node = next(n for n in self.root_node.children.values() if list(n.key) == [7, 8])
             self.token_to_kv_pool_allocator.free(node.value[:1].clone())
 
+    class SizeCount(Hostile):
+        """Counts one token more evictable than its unlocked nodes hold: the light read's
+        evictable size, which the judge sums over the model's views (`counter_problems`)."""
+
+        def write(self):
+            self.evictable_size_ += 1
+
     return {"OffPath": OffPath, "OtherRow": OtherRow, "PoolSwap": PoolSwap,
-            "PoolCount": PoolCount}
+            "PoolCount": PoolCount, "SizeCount": SizeCount}
 
 
 def double(attr: str) -> Implementation:
@@ -103,6 +110,7 @@ def test_the_write_falls_between_two_whole_reads():
     ("OffPath", "tree", "node [7 8]: value expected [5, 6], actual [6, 5]"),
     ("OtherRow", "row", "r1's row: expected [1, 2, 3, 4], actual [2, 2, 3, 4]"),
     ("PoolCount", "allocator", "1 pages both in the tree and on the free list"),
+    ("SizeCount", "evictable_size", "expected 2, actual 3"),
 ])
 def test_a_write_the_light_read_shows_is_caught_at_its_op(attr, label, shows):
     found = divergence("radix", TRACE, double(attr))

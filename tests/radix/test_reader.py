@@ -32,6 +32,10 @@ def test_rows_read_at_once_are_each_rows_own():
     assert row_lists(table, wanted) == {rid: table[row, :n].tolist()
                                         for rid, (row, n) in wanted.items()}
     assert row_lists(table, {}) == {}
+    found = row_lists(table, wanted)  # (numpy's view on the CPU: still Python ints)
+    assert all(type(n) is int for row in found.values() for n in row)
+    table[1, 0] = -7  # the memory read, not a copy taken once
+    assert row_lists(table, wanted)[7] == [-7, 11, 12]
 
 
 def test_a_span_is_its_elements_bytes_contiguous_or_not():
