@@ -156,11 +156,13 @@ def main(argv=None) -> None:
     print(json.dumps(line))
 
 
-if __name__ == "__main__":
-    # The scheduler's threads would keep the process alive past the session: it ends here.
+def main_then_exit(argv=None) -> None:
+    """`main`, then the process ends (status 1 after a raise, its traceback printed): the
+    scheduler's threads would keep it alive past the session. The command's entry, and each
+    session a test's server forks (`sglang_zygote.py`)."""
     code = 0
     try:
-        main()
+        main(argv)
     except BaseException:  # noqa: BLE001 - reported, then the process ends regardless
         import traceback
 
@@ -170,3 +172,7 @@ if __name__ == "__main__":
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+if __name__ == "__main__":
+    main_then_exit()

@@ -122,18 +122,7 @@ def _session(request: dict) -> None:
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     sys.argv = [sglang_scheduler.__file__, *request["argv"]]  # read into a recording's note
-    code = 0
-    try:
-        sglang_scheduler.main(request["argv"])
-    except BaseException:  # noqa: BLE001 - reported, then the process ends regardless
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    sglang_scheduler.main_then_exit(request["argv"])
 
 
 def serve() -> None:

@@ -30,9 +30,9 @@ WRITE_AT = 6
 
 
 def __getattr__(name):  # by import path: tests.radix.test_light_reads:OffPath, ...
-    # by name, never `doubles()` first: pytest's collection probes a module's attributes
-    # (`pytest_plugins`, ...), and building the doubles imports SGLang (seconds a worker)
-    if name in ("OffPath", "OtherRow", "PoolSwap", "PoolCount"):
+    # a class's name only (a double's): pytest's collection probes a module's attributes
+    # (`pytest_plugins`, `setUpModule`, ...), and building the doubles imports SGLang
+    if name[:1].isupper() and name in doubles():
         return doubles()[name]
     raise AttributeError(name)
 

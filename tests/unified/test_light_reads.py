@@ -39,9 +39,9 @@ CI_TRACE = Path(__file__).parents[2] / "corpus" / "unified-0921415beb6ed09a.json
 
 
 def __getattr__(name):  # by import path: tests.unified.test_light_reads:OtherRow, ...
-    # by name, never `doubles()` first: pytest's collection probes a module's attributes
-    # (`pytest_plugins`, ...), and building the doubles imports SGLang (seconds a worker)
-    if name in ("OtherRow", "PoolCount", "PoolSwap", "LockTwice", "SplitOffPath"):
+    # a class's name only (a double's): pytest's collection probes a module's attributes
+    # (`pytest_plugins`, `setUpModule`, ...), and building the doubles imports SGLang
+    if name[:1].isupper() and name in doubles():
         return doubles()[name]
     raise AttributeError(name)
 
