@@ -12,6 +12,7 @@ from collections import Counter
 from kvfuzz.impl.poison import POISON
 from kvfuzz.oracle.radix.invariants import (NodeView, eviction_violations, node_name,
                                             pair_violations, pool_violations, size_problems)
+from kvfuzz.oracle.radix.tree import sizes
 from kvfuzz.strategies.radix.trace import Pin, Reset
 from kvfuzz.oracle.counts import same_counts
 
@@ -223,18 +224,10 @@ def counter_problems(model, light: dict, expected: list[NodeView] | None = None
                      ) -> list[tuple[str, str]]:
     """The size counters and the live rows of a light read against the model's. `expected`:
     the model's views as they are now (`model.views()`), where the caller has them: the tree's
-    evictable and protected sizes summed over them in one pass, as the tree sums its nodes
-    (`RadixTree.evictable_size`, `protected_size`: a walk of the tree each, after every op)."""
+    evictable and protected sizes summed over them by the tree's own rule (`sizes`), not by two
+    more walks of the tree after every op."""
     problems = []
-    if expected is None:
-        evictable, protected = model.tree.evictable_size(), model.tree.protected_size()
-    else:
-        evictable = protected = 0
-        for node in expected:
-            if node.lock > 0:
-                protected += len(node.key)
-            elif node.lock == 0:
-                evictable += len(node.key)
+    evictable, protected = sizes(model.tree.nodes() if expected is None else expected)
     for name, total in (("evictable_size", evictable),
                         ("protected_size", protected),
                         ("available_size", model.available_size())):

@@ -214,10 +214,10 @@ class RadixTree:
         return [n for n in self.nodes() if n.lock == 0 and not n.children]
 
     def evictable_size(self) -> int:
-        return sum(len(n.key) for n in self.nodes() if n.lock == 0)
+        return sizes(self.nodes())[0]
 
     def protected_size(self) -> int:
-        return sum(len(n.key) for n in self.nodes() if n.lock > 0)
+        return sizes(self.nodes())[1]
 
     def path_value(self, node: Node) -> list[int]:
         parts = []
@@ -225,3 +225,16 @@ class RadixTree:
             parts.append(node.value)
             node = node.parent
         return [slot for part in reversed(parts) for slot in part]
+
+
+def sizes(nodes) -> tuple[int, int]:
+    """(evictable, protected): the tokens of the nodes with no lock and of those locked, over
+    anything with a `key` and a `lock` (a node, or a judge's view of one): the one counting rule
+    for the tree and for a judge that already holds the views."""
+    evictable = protected = 0
+    for node in nodes:
+        if node.lock > 0:
+            protected += len(node.key)
+        elif node.lock == 0:
+            evictable += len(node.key)
+    return evictable, protected

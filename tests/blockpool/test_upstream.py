@@ -14,6 +14,7 @@ from kvfuzz.impl.blockpool import RELEASED
 from kvfuzz.impl.registry import ImplementationError, load_attribute
 from kvfuzz.strategies.blockpool.trace import (Alloc, Cache, CachePartial, DoubleFree, Free,
                                                Lookup, Move, Pin, Reset, Share, Trace, Unpin)
+from tests.bars import bar
 from tests.helpers import (assert_corpus_replays_clean, assert_refused_in_one_line,
                            assert_seeded_traces_agree, divergence, needs_engine, undeclared)
 
@@ -48,7 +49,7 @@ for _name in ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "ge
 
 
 @pytest.mark.slow  # 2,000 seeded traces (issue 24), in shards that pytest -n spreads
-@pytest.mark.parametrize("shard", range(8))
+@pytest.mark.parametrize("shard", range(bar(8)))  # CI: the first half (`tests/bars.py`)
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
     assert BLOCKPOOL.catalogue.resolve(RELEASED) is VLLM
     assert_seeded_traces_agree("blockpool", VLLM, range(shard * 250, (shard + 1) * 250))

@@ -1,7 +1,8 @@
 """Every `kvmanager` generator profile on its own seeded stream (`KVMANAGER.alone`, what
 `kvfuzz diff kvmanager --profile NAME` runs) through the released vLLM 0.33.0 `KVCacheManager`,
 each trace to its last op: indices 0 to BASE - 1 of each, then the top-ups that bring every
-configuration issue 24 names to 2,000 CI traces (`ci_configs.py`: a profile is a mix of
+configuration issue 24 names to 1,000 traces in CI and 2,000 in a nightly run (`tests/bars.py`;
+`ci_configs.py`: a profile is a mix of
 configurations; each top-up runs the indices carrying the configurations it is for, in shards
 that pytest -n spreads; a worker imports vLLM once, whatever the shards). Each shard's count of
 traces per configuration is pinned and asserted here, and their sums in `test_ci_configs.py`.
@@ -35,7 +36,7 @@ pytestmark = needs_engine("vllm")  # and the slow tier
 # (boundary.py's `evicted_tail`): (profile, index)
 SETTLED = (("mamba align", 2268), ("mamba align", 2306))
 # (profile, first index, stop, configurations a trace must carry to run: () for all)
-SHARDS = ci_configs.base_shards(KVMANAGER.profiles()) + ci_configs.top_up_shards()
+SHARDS = ci_configs.shards(KVMANAGER.profiles())
 PINNED = ci_configs.load_pinned()
 
 _LOCAL = "chunked-local hit: blocks before the chunk null"

@@ -15,6 +15,7 @@ from kvfuzz.impl.offload import RELEASED
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.offload.trace import (CompleteLoad, CompleteStore, Events, Finish, Load,
                                              New, Reset, Store, Touch, Trace)
+from tests.bars import bar
 from tests.helpers import (assert_corpus_replays_clean, assert_wrong_shape_is_one_line,
                            divergence, fail_with, needs_engine, undeclared)
 
@@ -22,7 +23,9 @@ pytestmark = needs_engine("vllm")
 LRU, ARC = (OFFLOAD.catalogue.resolve(f"vllm.offload.{p}") for p in ("lru", "arc"))
 
 
-SHARDS, SHARD = 4, 500  # 2,000 seeded traces of each policy (issue 24), spread by pytest -n
+# 2,000 seeded traces of each policy (issue 24), spread by pytest -n; CI runs the first half
+# (`tests/bars.py`), a nightly run all of it
+SHARDS, SHARD = bar(4), 500
 
 
 @pytest.mark.parametrize("impl, shard", [(impl, shard) for impl in (LRU, ARC)

@@ -17,6 +17,7 @@ from kvfuzz.impl.unified import DECLARES, MAMBA_DECLARES, RELEASED, SWA_DECLARES
 from kvfuzz.strategies.radix.trace import Evict, Insert, Match
 from kvfuzz.strategies.unified.profile import CORES
 from kvfuzz.strategies.unified.trace import Trace
+from tests.bars import bar
 from tests.helpers import (assert_refused_in_one_line, assert_seeded_traces_agree, divergence,
                            needs_engine, undeclared)
 
@@ -49,6 +50,7 @@ HOST_EVENTS = (LOADED, RECLAIMED, DROPPED, DEMOTED, PREFETCHED)
 # aliases (no value sharing memory with a node, row or caller tensor). Those run on
 # PYTHON_SHARDS x 500 traces of their own (indices after the Rust core's), no longer 2,000: the
 # other 1,500 cost some 100 s of CI's CPU for checks the twin makes on 2,000.
+# CI runs the first half of the Rust core's shards (`tests/bars.py`), a nightly run all four.
 SHARDS, SHARD, PYTHON_SHARDS = 4, 500, 1
 # The first traces of each core's first shard reach every edge class its judge counts.
 REACH = 40
@@ -57,10 +59,10 @@ REACH = 40
 @pytest.mark.parametrize("entry, indices, ran, other", [
     (entry, range(start, start + SHARD), ran, other)
     for entry, first, shards, ran, other in (
-        (RUST_ENTRY, 0, SHARDS, RUST, PYTHON),
+        (RUST_ENTRY, 0, bar(SHARDS), RUST, PYTHON),
         (PYTHON_ENTRY, SHARDS * SHARD, PYTHON_SHARDS, PYTHON, RUST))
     for start in range(first, first + shards * SHARD, SHARD)],
-    ids=[f"{core}-{shard}" for core, shards in (("rust", SHARDS), ("python", PYTHON_SHARDS))
+    ids=[f"{core}-{shard}" for core, shards in (("rust", bar(SHARDS)), ("python", PYTHON_SHARDS))
          for shard in range(shards)])
 def test_every_seeded_trace_runs_to_its_last_op_on_each_core_and_says_its_core(
         entry, indices, ran, other):
