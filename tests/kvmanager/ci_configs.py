@@ -202,6 +202,10 @@ def fit(carried: dict[str, list], base: Counter, wanted: int) -> dict[str, dict[
 
 
 def main(arguments: list[str]) -> None:
+    if arguments not in ([], ["--fit"]):
+        print("usage: python -m tests.kvmanager.ci_configs [--fit]: rewrites ci_configs.json "
+              "(--fit: prints CI's stops for CI_TOP_UPS instead)", file=sys.stderr)
+        sys.exit(2)
     from kvfuzz.fuzz.kvmanager.configs import CONFIGS
     from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 
