@@ -317,7 +317,7 @@ def _undeclared(path: str, base: type) -> type:
 def seeded_tests(target: str, impl_name: str, reach: int):
     """The two seeded tests of a trace target's own implementation, each trace judged once: the
     first `reach` traces agree and reach every event its judge counts (the edge classes), and the
-    rest of 2,000 agree (`slow`, in 4 shards of 500; CI runs the first two: `tests/bars.py`)."""
+    rest of 2,000 agree (`slow`, in 4 shards of 500; CI runs the first: `tests/bars.py`)."""
     def judged(indices) -> Counter:
         impl = TARGETS[target].catalogue.resolve(impl_name)
         return sum(map(Counter, assert_seeded_traces_agree(target, impl, indices)), Counter())

@@ -1,5 +1,5 @@
 """2,000 seeded allocator traces of 200 ops each against the bundled `PagedAllocator`, sharded so
-`pytest -n auto` spreads them (xdist splits by test, never inside one); CI runs the first half
+`pytest -n auto` spreads them (xdist splits by test, never inside one); CI runs the first quarter
 (`tests/bars.py`), a nightly run all of them."""
 
 import pytest

@@ -49,7 +49,7 @@ for _name in ("get_new_blocks", "touch", "free_blocks", "cache_full_blocks", "ge
 
 
 @pytest.mark.slow  # 2,000 seeded traces (issue 24), in shards that pytest -n spreads
-@pytest.mark.parametrize("shard", range(bar(8)))  # CI: the first half (`tests/bars.py`)
+@pytest.mark.parametrize("shard", range(bar(8)))  # CI: the first quarter (`tests/bars.py`)
 def test_every_seeded_trace_runs_to_its_last_op_on_vllm(shard):
     assert BLOCKPOOL.catalogue.resolve(RELEASED) is VLLM
     assert_seeded_traces_agree("blockpool", VLLM, range(shard * 250, (shard + 1) * 250))

@@ -108,3 +108,17 @@ def test_minimize_tolerates_files_that_vanish_while_it_runs(tmp_path, monkeypatc
     out = io.StringIO()
     assert minimize(tmp_path, ["torch.vectorized"], dry_run=False, out=out) == 0
     assert "of 11 file(s)" in out.getvalue()
+
+
+def test_a_short_runs_count_is_written_at_each_power_of_two(tmp_path, monkeypatch):
+    """libFuzzer ends a worker with C's exit (no Python runs after it), so the count on disk is
+    the last one written: within 2 s, and for a run shorter than that within half."""
+    from kvfuzz.fuzz.campaign.harness import Harness
+
+    monkeypatch.setenv("KVFUZZ_STATS", str(tmp_path))
+    harness = Harness("extend")
+    written = []
+    for _ in range(9):
+        harness.done_one()
+        written.append(json.loads(harness.stats_path.read_text())["execs"])
+    assert written == [1, 2, 2, 4, 4, 4, 4, 8, 8]

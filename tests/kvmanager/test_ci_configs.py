@@ -1,6 +1,6 @@
 """CI's seeded `kvmanager` traces per configuration (`ci_configs.py`, issue 24): the pinned
 counts of `test_every_profile.py`'s shards reach, in each mode, its traces for every
-configuration the lock step names but the exempt ones (1,000 in CI, 2,000 nightly), and the
+configuration the lock step names but the exempt ones (500 in CI, 2,000 nightly), and the
 table pins exactly the shards that run in either mode. No vLLM needed: the counts are read from
 ci_configs.json, which each shard checks against its run."""
 

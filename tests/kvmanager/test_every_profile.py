@@ -1,7 +1,7 @@
 """Every `kvmanager` generator profile on its own seeded stream (`KVMANAGER.alone`, what
 `kvfuzz diff kvmanager --profile NAME` runs) through the released vLLM 0.33.0 `KVCacheManager`,
 each trace to its last op: indices 0 to BASE - 1 of each, then the top-ups that bring every
-configuration issue 24 names to 1,000 traces in CI and 2,000 in a nightly run (`tests/bars.py`;
+configuration issue 24 names to 500 traces in CI and 2,000 in a nightly run (`tests/bars.py`;
 `ci_configs.py`: a profile is a mix of
 configurations; each top-up runs the indices carrying the configurations it is for, in shards
 that pytest -n spreads; a worker imports vLLM once, whatever the shards). Each shard's count of

@@ -1,7 +1,7 @@
 """The bundled Mamba slot allocator agrees with the oracle on 2,000 seeded traces, and the first
 40 reach every edge class the lock step counts, the group-protocol misuse included. Each trace is
 judged once: the first 40 (the quick tier's test) with their edge classes counted, the other
-1,960 (`slow`) in 4 shards (`tests.helpers.seeded_tests`), of which CI runs the first two
+1,960 (`slow`) in 4 shards (`tests.helpers.seeded_tests`), of which CI runs the first
 (`tests/bars.py`)."""
 
 from tests.helpers import seeded_tests

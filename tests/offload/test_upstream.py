@@ -23,7 +23,7 @@ pytestmark = needs_engine("vllm")
 LRU, ARC = (OFFLOAD.catalogue.resolve(f"vllm.offload.{p}") for p in ("lru", "arc"))
 
 
-# 2,000 seeded traces of each policy (issue 24), spread by pytest -n; CI runs the first half
+# 2,000 seeded traces of each policy (issue 24), spread by pytest -n; CI runs the first quarter
 # (`tests/bars.py`), a nightly run all of it
 SHARDS, SHARD = bar(4), 500
 

@@ -27,7 +27,7 @@ PURE_SWA = RADIX.catalogue.resolve("sglang.radix.pure_swa")
 
 
 # 2,000 seeded traces of each released class (issue 21), in shards of 500 that xdist spreads
-# over CI's two workers (some 13 s of CPU a shard here); CI runs the first half of each
+# over CI's two workers (some 13 s of CPU a shard here); CI runs the first quarter of each
 # (`tests/bars.py`), a nightly run all of it.
 SHARDS, SHARD = 4, 500
 

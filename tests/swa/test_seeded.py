@@ -2,7 +2,7 @@
 reach every edge class the lock step counts: allocations short on one pool only, window
 evictions and releases inside free groups, the group protocol misused. Each trace is judged once:
 the first 60 (the quick tier's test) with their edge classes counted, the other 1,940 (`slow`) in
-4 shards (`tests.helpers.seeded_tests`), of which CI runs the first two (`tests/bars.py`)."""
+4 shards (`tests.helpers.seeded_tests`), of which CI runs the first (`tests/bars.py`)."""
 
 from tests.helpers import seeded_tests
 

@@ -50,7 +50,7 @@ HOST_EVENTS = (LOADED, RECLAIMED, DROPPED, DEMOTED, PREFETCHED)
 # aliases (no value sharing memory with a node, row or caller tensor). Those run on
 # PYTHON_SHARDS x 500 traces of their own (indices after the Rust core's), no longer 2,000: the
 # other 1,500 cost some 100 s of CI's CPU for checks the twin makes on 2,000.
-# CI runs the first half of the Rust core's shards (`tests/bars.py`), a nightly run all four.
+# CI runs the first of the Rust core's shards (a quarter: `tests/bars.py`), a nightly run all four.
 SHARDS, SHARD, PYTHON_SHARDS = 4, 500, 1
 # The first traces of each core's first shard reach every edge class its judge counts.
 REACH = 40
