@@ -20,15 +20,16 @@ from kvfuzz.bench.harness_floor import needs
 # (target, implementation, inputs for a rate run, --quick's); the upstream class where there is
 # one, as users and CI run them.
 ROWS = (("extend", "torch.vectorized", 20000, 2000), ("extend", "sglang.naive", 20000, 2000),
-        ("decode", "sglang.naive", 20000, 2000), ("allocator", "sglang.paged", 1000, 100),
+        ("decode", "sglang.naive", 20000, 2000), ("allocator", "sglang.paged", 1000, 30),
         ("swa", "sglang.swa", 1000, 100), ("mamba", "sglang.mamba", 1000, 100),
         ("compaction", "sglang.compaction.lazy", 300, 30),
         ("blockpool", "vllm.blockpool", 1000, 100), ("kvmanager", "vllm.kvmanager", 500, 50))
 
 # --quick (CI's smoke run): the command path whole on one row of kvfuzz's and one of an
-# engine's; the floor table's quick rows run vLLM's and SGLang's in process. Each row is four
+# engine's; the floor table's quick row runs SGLang's in process. Each row is four
 # runs of its command, one engine import each: CI's minutes are counted, so the engine's row is
-# SGLang's allocator (some 5 CPU s an import here), not vLLM's block pool (some 10; 2026-12-07).
+# SGLang's allocator (some 5 CPU s an import here), not vLLM's block pool (some 10; 2026-12-07),
+# at 30 inputs (100 until CI took 1,839 s, 2026-12-07: a smoke's rates, not a measurement's).
 QUICK_ROWS = {("extend", "torch.vectorized"), ("allocator", "sglang.paged")}
 
 

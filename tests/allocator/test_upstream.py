@@ -21,8 +21,9 @@ from tests.helpers import divergence, fail_with, needs_engine
 pytestmark = needs_engine("sglang")
 
 PAGED, TOKEN = (ALLOCATOR.catalogue.resolve(name) for name in ("sglang.paged", "sglang.token"))
-# 500 seeded traces of each class's own generator, in shards (`-n auto`); CI runs the next
-# 1,000 of each with `kvfuzz diff allocator --impl sglang.paged --impl sglang.token`.
+# 500 seeded traces of each class's own generator, in shards (`-n auto`); CI's README command 1
+# step runs input 500 of each after them (`kvfuzz diff --upstream --start 500 --cases 1`; 1,000
+# each until 2026-12-03, when CI's 30 minutes no longer fitted them).
 SHARDS = [(PAGED, shard, 125) for shard in range(4)] + [(TOKEN, shard, 250) for shard in range(2)]
 
 
