@@ -48,4 +48,5 @@ MARKS = ("hit cut to the scheduler block size",
          "chunked-local hit: blocks before the chunk null",
          "EAGLE: a window hit drops its last block",
          "EAGLE: a block past the scheduler grid cached",
-         "two windows: the hit search takes another pass")
+         "two windows: the hit search takes another pass",
+         "hit cut by the caller's cap")

@@ -64,7 +64,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
               "free deferred during its KV load", "deferred free released",
               "skipped blocks removed before request_finished",
               "admission padded with placeholder drafts", "admission padded after a hit",
-              "placeholder drafts past a block's end", *PADDED,
+              "placeholder drafts past a block's end", "lookup capped by the caller", *PADDED,
               *MARKS, *connector.EVENTS, *cut.EVENTS, *async_ops.EVENTS, *streaming.EVENTS,
               *KEY_MARKS, *LOOKAHEAD_MARKS, *sync_draft_ops.EVENTS,
               *EAGLE_APART, MTP_HELD,
@@ -159,7 +159,8 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
             return (yield from self._allocation(op.rid, request, new, 0, None, resumed=True,
                                                 placeholders=0 if held else rows))
         if request.status == WAITING:
-            yield from self._admit(op.rid, request, op.chunk, op.pad, op.rows_in_flight)
+            yield from self._admit(op.rid, request, op.chunk, op.pad, op.rows_in_flight,
+                                   op.max_hit)
             return
         pending = len(request.tokens) - request.computed
         if op.again and not (pending > 0 and self.made_again(request)):
@@ -229,17 +230,23 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
         return request.hashes(self.trace.hash_size, self.trace.hash_lookahead)
 
     def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,
-               rows_in_flight: bool = False):
+               rows_in_flight: bool = False, max_hit: int = -1):
         report = self.trace.report
+        # the caller's cap (`Schedule.max_hit`), at most num_tokens - 1 as the auxiliary-output
+        # connector gives it; -1: none passed
+        cap = min(max_hit, len(request.tokens) - 1) if max_hit >= 0 else -1
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report,
-                                                  request.keys)
+                                                  request.keys, cap)
+        if cap >= 0:
+            self.count("lookup capped by the caller")
         self.key_marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
         for marks in (self.lookahead_marks, self.embeds_marks):
             if marks:
                 marks.admitted(request, self._hashes(request), expected[1], self.model.pool)
-        yield Call(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}",
-                   "get_computed_blocks", (rid,), oracle=lambda: expected,
+        yield Call(f"get_computed_blocks(r{rid}{f', max {cap}' if cap >= 0 else ''}) -> "
+                   f"{short(expected, 60)}", "get_computed_blocks",
+                   (rid,) if cap < 0 else (rid, cap), oracle=lambda: expected,
                    compare=self._hit_compare)
         hit_blocks, hit, request.boundary = expected
         self._count_marks()

@@ -199,9 +199,12 @@ class KVManagerDriver(ConnectorDriving, ManagerReads, StepReads, HiSparseDriving
             request.block_hashes.clear()
             request.update_block_hashes()
 
-    def get_computed_blocks(self, rid: int):
+    def get_computed_blocks(self, rid: int, cap: int | None = None):
+        """The lookup; `cap`: the scheduler's `max_cache_hit_length` (an auxiliary-output
+        connector's), passed only where given."""
         self._rehash(rid)
-        blocks, hit, *boundary = self.manager.get_computed_blocks(self.requests[rid])
+        blocks, hit, *boundary = self.manager.get_computed_blocks(
+            self.requests[rid], *(() if cap is None else (cap,)))
         boundary = boundary[0] if boundary else 0  # before vLLM 0.26: no boundary
         self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)  # as the scheduler does

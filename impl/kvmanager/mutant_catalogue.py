@@ -23,6 +23,11 @@ CORE = {
         "KVCacheManager.get_computed_blocks", "max_cache_hit_length = request.num_tokens - 1",
         "max_cache_hit_length = request.num_tokens",
         "a prompt whose every block is cached hits its last token too (nothing left to compute)")),
+    # the caller's cap (the scheduler's, with auxiliary outputs on: the "capped hits" profile)
+    "caller_cap_ignored": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks", "if max_cache_hit_length is None:",
+        "if True:",
+        "a lookup ignores the caller's max_cache_hit_length and hits up to num_tokens - 1")),
     "exact_fit_refused": (MANAGER, Mutation(
         "KVCacheManager.allocate_slots", "if required_blocks > available_blocks:",
         "if required_blocks >= available_blocks:",

@@ -183,10 +183,17 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
     # get_computed_blocks
 
     def get_computed_blocks(self, hashes: list[int], num_tokens: int, tokens=(),
-                            skip: bool = False, report: bool = False, keys=None):
+                            skip: bool = False, report: bool = False, keys=None, cap: int = -1):
         """The hit; `skip`: the request skips reading the cache; `report`: it asks its hit
-        reported (KV events of the hit blocks of each group, with the request's extra `keys`)."""
-        found = self._hit(hashes, num_tokens, skip)
+        reported (KV events of the hit blocks of each group, with the request's extra `keys`);
+        `cap`: the caller's `max_cache_hit_length` (at most num_tokens - 1; -1: none, the
+        manager's num_tokens - 1), the hit searched up to it as up to num_tokens - 1."""
+        found = self._hit(hashes, num_tokens, skip, cap)
+        if 0 <= cap < num_tokens - 1:  # (the search only reads: its marks put back)
+            marks = list(self.marks)
+            if self._hit(hashes, num_tokens, skip)[1] > found[1]:
+                marks.append("hit cut by the caller's cap")
+            self.marks[:] = marks
         blocks, hit, _ = found
         if report and hit:
             for group, group_blocks in enumerate(blocks):
@@ -201,8 +208,8 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
         scale = self.sizes[group] // self.h
         return hashes[scale - 1::scale]
 
-    def _hit(self, hashes: list[int], num_tokens: int, skip: bool):
-        bs, longest = self.bs, num_tokens - 1
+    def _hit(self, hashes: list[int], num_tokens: int, skip: bool, cap: int = -1):
+        bs, longest = self.bs, num_tokens - 1 if cap < 0 else min(cap, num_tokens - 1)
         if not self.caching or skip:
             return [[] for _ in self.groups], 0, 0
         if self.lone:  # the window's rule alone, looking no further than the cap (unitary)

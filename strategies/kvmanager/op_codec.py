@@ -59,6 +59,8 @@ def read_op(reader: FieldReader, raw: object, where: str) -> Op:
             values[f.name] = reader.integer(raw.get(f.name, 0), at, low=0, high=MAX_LEN)
         elif f.name == "written":  # the groups a load writes, a bit each (-1: every group)
             values["written"] = reader.integer(raw.get("written", -1), at, low=-1, high=255)
+        elif f.name == "max_hit":  # an admission's max_cache_hit_length (-1: none passed)
+            values["max_hit"] = reader.integer(raw.get("max_hit", -1), at, low=-1, high=MAX_LEN)
         elif f.name == "valid":  # -1: the load was done; else its valid tokens
             values["valid"] = reader.integer(raw.get("valid", -1), at, low=-1, high=MAX_LEN)
         elif f.name == "inside_hit":  # a failed load's block inside its local hit

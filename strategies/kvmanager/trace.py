@@ -96,7 +96,14 @@ class Schedule:
     under asynchronous scheduling (whose drafts are `placeholder`'s) and where more than the
     last token is uncomputed (a prefill chunk). vLLM also drops the drafts of a request whose
     last step was a non-final chunk (`update_draft_token_ids`), which the trace does not tell
-    from one that sampled its last token: kvfuzz's generator and guard write none there."""
+    from one that sampled its last token: kvfuzz's generator and guard write none there.
+
+    `max_hit` (an admission's): the `max_cache_hit_length` the scheduler passes to
+    `get_computed_blocks` (vLLM 0.33.0, `Scheduler.schedule` 1117-1127), the auxiliary-output
+    connector's `max_cache_hit`: its blocks cached there and on the GPU times the block size,
+    at most `num_tokens - 1` (`aux_output_connector/connector.py` 138-146). The lock step passes
+    `min(max_hit, num_tokens - 1)`; -1: none passed (the manager's own `num_tokens - 1`, every
+    engine without auxiliary outputs). Ignored where the schedule is no admission."""
 
     rid: int
     chunk: int
@@ -104,6 +111,7 @@ class Schedule:
     rows_in_flight: bool = field(default=False, metadata=LATER)
     again: bool = field(default=False, metadata=LATER)
     drafts: int = field(default=0, metadata=LATER)
+    max_hit: int = field(default=-1, metadata=LATER)
 
 
 @dataclass(frozen=True)

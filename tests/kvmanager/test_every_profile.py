@@ -41,7 +41,8 @@ PINNED = ci_configs.load_pinned()
 
 _LOCAL = "chunked-local hit: blocks before the chunk null"
 _PASSES = "two windows: the hit search takes another pass"  # no full-attention group's
-_WINDOW = [mark for mark in MARKS if mark not in (_LOCAL, _PASSES)]  # a window's beside full
+_CAPPED = "hit cut by the caller's cap"  # the "capped hits" profile's alone
+_WINDOW = [mark for mark in MARKS if mark not in (_LOCAL, _PASSES, _CAPPED)]  # beside full
 _HYBRID = [mark for mark in _WINDOW if not mark.startswith("EAGLE")]
 _CONFIGS = lambda *names: [f"config: {name}" for name in names]  # noqa: E731
 # What a profile's first BASE traces reach, each at least once: the hybrid coordinator's hits
@@ -252,6 +253,11 @@ REACHES = {
         "MTP: a block held back from caching, its tokens re-prefillable"]
     + _CONFIGS("lookahead tokens", "lookahead hashing", "EAGLE",
                "multi-token prediction (prefill lookahead)", "sliding window"),
+    # the caller's cap on lookups, one that cuts a hit, beside a window, groups of different
+    # block sizes and EAGLE's margin
+    "capped hits": ["lookup capped by the caller", _CAPPED, "admission with a hit",
+                    "hit cut to the scheduler block size"]
+    + _CONFIGS("sliding window", "groups of different block sizes", "EAGLE"),
 }
 
 

@@ -10,6 +10,8 @@ from tests.helpers import (TARGETS, assert_caught_with_a_shrunk_report, divergen
 PREFIX = "mutant.vllm.kvmanager."
 EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "last_token_hit": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
+    # the caller's cap ignored: a hit past it
+    "caller_cap_ignored": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
     "exact_fit_refused": r"None vs success:? +expected \[",
     # Caching one block more than the table holds: a hash on a block not yet written, or
     # (under sparse retention) vLLM's own mask-length assertion.
@@ -207,6 +209,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 # Mutants only one profile reaches whose share of the mix lies past the indices the search
 # below reads (its first index 337): each caught on that profile's own trace `index` of seed 0
 ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
+         # the caller's cap on a lookup ignored: the "capped hits" profile alone caps
+         PREFIX + "caller_cap_ignored": ("capped hits", 0),
          PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
