@@ -176,12 +176,16 @@ def _max_hits(reader: FieldReader, raw_ops: list, ops: tuple, values: dict) -> N
     capped = [i for i, op in enumerate(ops) if getattr(op, "max_hit", -1) >= 0]
     apart = [name for name, on in (('a Mamba "align" group', values["mamba_mode"] == "align"),
                                    ("HiSparse's groups", values["hisparse"]),
-                                   ("a KV connector's ops", any(
-                                       isinstance(op, dict) and op.get("op") in CONNECTOR_OPS
-                                       for op in raw_ops))) if on]
+                                   ("a KV connector's ops", _connector_ops(raw_ops))) if on]
     reader.expect(not capped or not apart, f"ops[{capped[0] if capped else 0}].max_hit",
                   f"expected -1 (none) with {' and '.join(apart)} (kvfuzz judges the caller's "
                   f"cap by its full oracle only)", ops[capped[0]].max_hit if capped else -1)
+
+
+def _connector_ops(raw_ops) -> list[str]:
+    """The names of the KV connector's ops among a file's ops (as written, before decoding)."""
+    return [op.get("op") for op in raw_ops if isinstance(op, dict)
+            and op.get("op") in CONNECTOR_OPS]
 
 
 def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int:
@@ -253,8 +257,7 @@ def _hash_lookahead(reader: FieldReader, data: dict, values: dict) -> int:
                   'group or DCP', ahead)
     # vLLM keeps the legacy hashes with a KV connector (`num_hash_lookahead_tokens` is 0 with a
     # `kv_transfer_config`): no connector's ops, lookup or loads under lookahead hashing
-    connector = [op.get("op") for op in data.get("ops", ()) if isinstance(op, dict) and
-                 op.get("op") in CONNECTOR_OPS]
+    connector = _connector_ops(data.get("ops", ()))
     reader.expect(not ahead or not connector, "hash_lookahead",
                   f"expected 0 with a KV connector's ops ({connector[0] if connector else ''}: "
                   f"vLLM keeps the legacy hashes with a connector)", ahead)
