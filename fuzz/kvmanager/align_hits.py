@@ -75,12 +75,12 @@ class AlignHitChecks:
                                f"of {size}, hashed per {hashed}, the last token never a hit), "
                                f"{state}")]
 
-    def lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
+    def lookup_problems(self, rid: int, actual, max_hit: int = -1) -> list[tuple[str, str]]:
         """A live scheduler's lookup, checked when it is made (`fuzz/kvmanager/guard.py`: it
         may allocate nothing after it), as an admission's hit is: a Mamba "align" manager
         under vLLM's own scheduler (`guard_mamba.py`)."""
         if not self.align:
-            return super().lookup_problems(rid, actual)
+            return super().lookup_problems(rid, actual, max_hit)
         problems = self._hit_problems(self.requests[rid], actual, None)
         if problems:
             self.log.append(f"get_computed_blocks(r{rid}) -> {short(actual, 60)}")

@@ -5,7 +5,9 @@ the oracle (`fuzz/engine/guard.py`).
 
 The scheduler's calls map onto the trace's ops as the trace's own docs describe them:
 - `get_computed_blocks(request)` of a request not seen before: `arrive` (its prompt), then the
-  lookup itself, a read, done at once and kept for the allocation that follows it;
+  lookup itself, a read, done at once and kept for the allocation that follows it; its
+  `max_cache_hit_length` (vLLM's scheduler passes one with auxiliary outputs on) is the
+  admission's `max_hit` (`guard_steps.py`);
 - `allocate_slots(request, n, hit, hit blocks, ...)` of a waiting request: `schedule(rid, n)`
   (its lookup and the admission); of a running one whose tokens are all computed and which has
   one token more than the guard last saw: `decode(rid, token)`; of a running one with tokens
@@ -130,7 +132,8 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
         super().__init__(manager, session, driver)
         state = vars(self)
         state["_kvfuzz_requests"]: dict = {}   # request_id -> _Tracked, while the request lives
-        state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens)
+        state["_kvfuzz_lookups"]: dict = {}    # rid -> (the lookup's blocks object, hit tokens,
+                                               # whether the connector's, the caller's cap)
         state["_kvfuzz_next_rid"] = 0
         state["_kvfuzz_deferred"]: list = []   # (rid, blocks popped), until the pool frees them
                                                # (guard_deferred.py)
@@ -153,17 +156,16 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
         if tracked.running or tracked.loading or request.num_computed_tokens != 0:
             self._refuse(f"{method} of request {request.request_id!r}, which the trace has "
                          f"running (or with computed tokens)")
-        if max_cache_hit_length not in (None, len(tracked.tokens) - 1):
-            self._refuse(f"{method} with max_cache_hit_length {max_cache_hit_length}")
         self._stale(tracked, request)  # asynchronous scheduling's stale output
         tracked.hashes = None  # (made again before the lookup under lookahead hashing)
         self._same_tokens(request, tracked)
+        connector = method != "get_computed_blocks"  # (the cap: once its tokens are known)
+        cap = self._caller_cap(method, tracked, max_cache_hit_length, connector)
         vars(self)["_kvfuzz_made"] = True
         result = getattr(manager, method)(request, max_cache_hit_length)
         blocks, hit, boundary, *diverged = result
-        connector = method != "get_computed_blocks"
         self._kvfuzz_lookups.clear()
-        self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit), connector)
+        self._kvfuzz_lookups[tracked.rid] = (blocks, int(hit), connector, cap)
         if self._kvfuzz_driver is not None:
             from kvfuzz.impl.kvmanager.reads import _ids
 
@@ -176,11 +178,11 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
                 problems = self._connector_lookup_problems(tracked.rid, blocks, hit, boundary,
                                                            diverged[0])
             else:
-                problems = session.lock.lookup_problems(tracked.rid, plain)
+                problems = session.lock.lookup_problems(tracked.rid, plain, cap)
             if connector and not self._beside_mamba():
                 problems = problems or self._diverged_problems(bool(diverged[0]))
             if problems:
-                session.report(self._lookup_op(tracked.rid, connector), problems)
+                session.report(self._lookup_op(tracked.rid, connector, cap), problems)
         return result
 
     @modelled

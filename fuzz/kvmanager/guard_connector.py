@@ -287,7 +287,9 @@ class ConnectorCalls:
                            "actual True")]
 
     @staticmethod
-    def _lookup_op(rid: int, connector: bool):
+    def _lookup_op(rid: int, connector: bool, cap: int = -1):
         """The op whose replay makes the lookup that was checked: a `connect` (its lookup is
-        the connector's) of one token and no external ones, or a `schedule`."""
-        return Connect(rid, 1, 0) if connector else Schedule(rid, 1)
+        the connector's) of one token and no external ones, or a `schedule` (with the caller's
+        `cap`)."""
+        return Connect(rid, 1, 0) if connector else \
+            Schedule(rid, 1, **({"max_hit": cap} if cap >= 0 else {}))

@@ -30,6 +30,7 @@ from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING, _Request  # noqa: F401 (read here)
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.kvmanager.free_ops import PREEMPTED_BY_REFUSAL, FreeOps
+from kvfuzz.fuzz.kvmanager.live_lookups import LiveLookups
 from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
 from kvfuzz.fuzz.kvmanager.state_reads import StateReads
@@ -46,7 +47,7 @@ from kvfuzz.strategies.kvmanager.trace import Arrive, Decode, Sample, Schedule
 
 
 class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOps, ConnectorOps,
-                        CutOps, Lockstep):
+                        CutOps, LiveLookups, Lockstep):
     KINDS = kvmanager.KINDS
     REJECTIONS = (NothingToAllocate,)  # allocate_slots of nothing: the manager raises too
     unread: frozenset = frozenset()  # the reads the class does not have (`build_impl`)
@@ -232,9 +233,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
     def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,
                rows_in_flight: bool = False, max_hit: int = -1):
         report = self.trace.report
-        # the caller's cap (`Schedule.max_hit`), at most num_tokens - 1 as the auxiliary-output
-        # connector gives it; -1: none passed
-        cap = min(max_hit, len(request.tokens) - 1) if max_hit >= 0 else -1
+        cap = self.caller_cap(request, max_hit)  # (`Schedule.max_hit`: live_lookups.py)
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report,
                                                   request.keys, cap)
@@ -386,13 +385,3 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
         if NO_BOUNDARY in self.unread and raised is None:
             expected = (*expected[:2], boundary_of(actual, expected[2]))
         return hit_compare(expected, rejected, actual, raised)
-
-    def lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
-        """A live scheduler's lookup, checked when it is made (it may allocate nothing after
-        it: `fuzz/kvmanager/guard.py`); a problem is logged as a schedule's lookup would be."""
-        request = self.requests[rid]
-        expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens))
-        problems = self._hit_compare(expected, None, actual, None)
-        if problems:
-            self.log.append(f"get_computed_blocks(r{rid}) -> {short(expected, 60)}")
-        return problems

@@ -101,6 +101,7 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
     from vllm.v1.outputs import ModelRunnerOutput
 
     from kvfuzz.fuzz.kvmanager.fake_grammar import admit
+    from kvfuzz.fuzz.kvmanager.vllm_aux import worker_output
 
     grammars = result.grammars  # the fake grammar backend (fake_grammar.py), if any
     if workload.deferred_aborts:
@@ -146,7 +147,8 @@ def run_pipelined(scheduler, arrivals, requests, result, rng, workload, seed: in
         scheduler.update_from_output(output, ModelRunnerOutput(
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled,
-            kv_connector_output=worker.output(output) if worker else None))
+            kv_connector_output=worker.output(output) if worker else None,
+            aux_output_connector_output=worker_output(scheduler, output, ids, sampled)))
         if worker:
             worker.after(scheduler, requests)
         if grammars and queue:  # the deferred step's drafts filtered, then its bitmask

@@ -20,6 +20,7 @@ import os
 import tempfile
 
 from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, hashing, mamba_group
+from kvfuzz.fuzz.kvmanager.vllm_aux import aux_output_config
 from kvfuzz.fuzz.kvmanager.vllm_workloads import Workload
 
 
@@ -65,12 +66,16 @@ def _cpu_platform() -> None:
         platforms._current_platform = None
 
 
-def _model_folder() -> str:
+def _model_folder(experts: bool = False) -> str:
     folder = tempfile.mkdtemp(prefix="kvfuzz-vllm-model-")
     config = dict(architectures=["OPTForCausalLM"], model_type="opt", hidden_size=64,
                   ffn_dim=128, word_embed_proj_dim=64, num_hidden_layers=2,
                   num_attention_heads=4, vocab_size=1000, max_position_embeddings=2048,
                   torch_dtype="float16", bos_token_id=2, eos_token_id=2, pad_token_id=1)
+    if experts:  # (auxiliary outputs ask for a mixture of experts: vllm_aux.py)
+        from kvfuzz.fuzz.kvmanager.vllm_aux import experts as mixture
+
+        config = mixture(config)
     with open(os.path.join(folder, "config.json"), "w") as handle:
         json.dump(config, handle)
     return folder
@@ -131,7 +136,8 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
 
         _cpu_platform()
         with _inspection_answered():
-            model = ModelConfig(model=_model_folder(), dtype="float16", seed=0,
+            model = ModelConfig(model=_model_folder(workload.aux_outputs), dtype="float16",
+                                seed=0,
                                 skip_tokenizer_init=True, max_model_len=workload.max_model_len)
             # (the draft's model class is inspected too)
             speculative = speculative_config(workload, model)
@@ -144,7 +150,7 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
                 is_encoder_decoder=False),
             cache_config=CacheConfig(block_size=workload.block_size,
                                      enable_prefix_caching=True, **cache_settings(workload)),
-            **_connector(workload, seed), **speculative)
+            **_connector(workload, seed), **speculative, **aux_output_config(workload))
         config.cache_config.num_gpu_blocks = workload.blocks
         if workload.async_scheduling:  # (turned off by the CPU platform: vllm_async.py)
             from kvfuzz.fuzz.kvmanager.vllm_async import asynchronous

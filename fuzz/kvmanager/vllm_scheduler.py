@@ -13,7 +13,8 @@ adds vLLM's CPU offloading connector, its worker side answered by `offload_worke
 its engine steps it (`vllm_async.py`), with the fake connector too;
 `Workload(streaming=share)` makes that share of the requests resumable, fed seeded streaming
 updates (`vllm_streaming.py`; the synchronous scheduler only); `Workload(structured=share)` gives
-that share a grammar of a seeded fake backend (`fake_grammar.py`).
+that share a grammar of a seeded fake backend (`fake_grammar.py`); `Workload(aux_outputs=True)`
+turns vLLM's auxiliary outputs on (`vllm_aux.py`: every admission's lookup capped).
 
 The scheduler is built by `vllm_build.build_scheduler` (re-exported here).
 """
@@ -32,7 +33,7 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     MAMBA_PARTIAL_CONNECTOR, MAMBA_ASYNC, MAMBA_ASYNC_CONNECTOR, MAMBA_ASYNC_MTP, MAMBA_EAGLE,
     MAMBA_SHARED_PREFIX, MAMBA_ASYNC_SHARED_PREFIX, MAMBA_EAGLE_MTP,
     MAMBA_ASYNC_CONNECTOR_ABORTS, MAMBA_EAGLE_CONNECTOR, MAMBA_MTP_CONNECTOR,
-    MAMBA_ASYNC_MTP_CONNECTOR)
+    MAMBA_ASYNC_MTP_CONNECTOR, AUX_OUTPUTS)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
 from kvfuzz.fuzz.kvmanager.vllm_build import build_scheduler  # (named here too)

@@ -93,6 +93,10 @@ class Workload:
     # the cache config's `prefix_match_unit` (0: unset): tokens per block hash below the block
     # size, which beside a Mamba "align" group turns vLLM's partial hits on
     hash_block_size: int = 0
+    # Auxiliary outputs (vLLM's routed experts, `aux_output_config.enable_return_routed_experts`,
+    # vllm_aux.py): the scheduler then caps each admission's lookup
+    # (`AuxOutputSchedulerConnector.max_cache_hit`); the model a mixture of experts, as vLLM asks
+    aux_outputs: bool = False
 
 
 @dataclass
@@ -275,3 +279,7 @@ MAMBA_ASYNC_SHARED_PREFIX = Workload(mamba="align", mamba_checkpoint=2, block_si
 # the group and the fake connector's loads (`align_external_eagle.py`, since 2026-12-07)
 MAMBA_EAGLE_CONNECTOR = replace(MAMBA_CONNECTOR, speculative="mtp", num_speculative=2,
                                 drafts=True, mtp_modules=1, lookahead_hashes=False)
+# Auxiliary outputs (vllm_aux.py): ASYNC_V2's scheduler and groups with vLLM's routed experts
+# on, so that each admission's lookup is capped by the auxiliary-output connector
+# (`max_cache_hit_length`, the trace's `Schedule.max_hit`)
+AUX_OUTPUTS = replace(ASYNC_V2, aux_outputs=True)

@@ -34,9 +34,10 @@ class LiveManagerDriver(AlignStepReads, LiveCalls, ManagerReads):
                report: bool = False, *extra_keys) -> None:
         pass  # the engine's Request (its extra keys with it) is registered by the guard first
 
-    def get_computed_blocks(self, rid: int):
+    def get_computed_blocks(self, rid: int, cap: int | None = None):
         # (its hashes paired again from its first: a resumable request's may have been made
-        # again before its lookup, under lookahead hashing: scheduler.py 1111)
+        # again before its lookup, under lookahead hashing: scheduler.py 1111; `cap`: the
+        # engine's own, which the guard wrote into the op, the lookup made with it)
         self._learned.pop(rid, None)
         return self.lookups.pop(rid)[:3]  # the engine looked up before allocating
 
