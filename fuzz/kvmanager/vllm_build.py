@@ -4,7 +4,8 @@ workload's KV-cache groups and pool (`build_scheduler`; `vllm_scheduler.py` runs
 What building it on a CPU-only machine takes (each for a reason of this machine, not of the
 manager): `VLLM_TARGET_DEVICE=cpu` (else no platform is found and the device config fails);
 the model "checkpoint" is a `config.json` written to a temporary folder (a two-layer OPT), with
-the tokenizer skipped; and the model registry's inspection of the model class is answered for
+the tokenizer skipped (a two-layer Mixtral where auxiliary outputs ask for experts:
+`vllm_aux.py`); and the model registry's inspection of the model class is answered for
 the duration of the config's construction with the facts of a plain text decoder (vLLM
 inspects in a subprocess that cannot import the fetched engine, and the model module needs
 packages the allocators do not). The scheduler itself, its manager and its pool are vLLM's,
@@ -20,7 +21,7 @@ import os
 import tempfile
 
 from kvfuzz.fuzz.kvmanager.guard_mamba import cache_settings, hashing, mamba_group
-from kvfuzz.fuzz.kvmanager.vllm_aux import aux_output_config
+from kvfuzz.fuzz.kvmanager.vllm_aux import aux_output_config, experts as mixture
 from kvfuzz.fuzz.kvmanager.vllm_workloads import Workload
 
 
@@ -73,8 +74,6 @@ def _model_folder(experts: bool = False) -> str:
                   num_attention_heads=4, vocab_size=1000, max_position_embeddings=2048,
                   torch_dtype="float16", bos_token_id=2, eos_token_id=2, pad_token_id=1)
     if experts:  # (auxiliary outputs ask for a mixture of experts: vllm_aux.py)
-        from kvfuzz.fuzz.kvmanager.vllm_aux import experts as mixture
-
         config = mixture(config)
     with open(os.path.join(folder, "config.json"), "w") as handle:
         json.dump(config, handle)
@@ -137,8 +136,8 @@ def build_scheduler(workload: Workload = Workload(), manager_class=None, pool_cl
         _cpu_platform()
         with _inspection_answered():
             model = ModelConfig(model=_model_folder(workload.aux_outputs), dtype="float16",
-                                seed=0,
-                                skip_tokenizer_init=True, max_model_len=workload.max_model_len)
+                                seed=0, skip_tokenizer_init=True,
+                                max_model_len=workload.max_model_len)
             # (the draft's model class is inspected too)
             speculative = speculative_config(workload, model)
         config = VllmConfig(
