@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 import kvfuzz
+from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.registry import load_attribute
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
@@ -117,6 +118,33 @@ def test_a_manager_taking_the_cap_as_exclusive_is_caught_with_a_file_that_replay
     saved = raised.value.divergence.saved_path
     assert not kvfuzz.replay(saved, impl=double).ok
     assert kvfuzz.replay(saved, impl="vllm.kvmanager").ok
+
+
+@with_engine("vllm")
+def test_on_capped_hits_traces_the_guards_verdict_is_the_batch_judges(tmp_path):
+    """kvfuzz's own driver makes the "capped hits" profile's calls through the guard (the traces
+    it models: one block size, no EAGLE; 4 of the first 12, 2026-12-07): the release runs
+    clean with its caps written back, and the guard catches the mutant where the batch judge
+    does, with a file that fails the same way."""
+    from kvfuzz.strategies.kvmanager import capped_hits
+    from tests import guarding
+    from tests.kvmanager.test_guard import VLLM, guard_models, impl_of, settings
+
+    traces = [guard_models(capped_hits.GENERATOR.generate(0, index)) for index in range(12)]
+    modelled = [trace for trace in traces if trace is not None]
+    assert len(modelled) >= 3
+    capped = 0
+    for trace in modelled:
+        session = guarding.guarded_run(KVMANAGER, trace, VLLM, tmp_path, settings=settings)
+        assert session.divergence is None
+        capped += sum(op.max_hit >= 0 for op in session.ops if isinstance(op, Schedule))
+        assert KVMANAGER.check(session.trace(), VLLM).status == AGREE  # (its recording)
+    assert capped
+    caught = guarding.assert_guard_verdicts_are_the_batch_judges(
+        KVMANAGER, VLLM, [impl_of("caller_cap_ignored")], tmp_path, traces=12,
+        settings=settings, modelled=guard_models,
+        generate=lambda index, impl: capped_hits.GENERATOR.generate(0, index))
+    assert caught == {MUTANT}
 
 
 @with_engine("vllm")
