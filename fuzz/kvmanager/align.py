@@ -68,6 +68,7 @@ from kvfuzz.fuzz.kvmanager.align_external_mtp import AlignExternalMtp
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.align_hits import AlignHitChecks
+from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args
 from kvfuzz.fuzz.kvmanager.align_pool import AlignPoolChecks
 from kvfuzz.fuzz.kvmanager.align_queue import AlignQueueChecks
 from kvfuzz.fuzz.kvmanager.align_reads import AlignReads
@@ -156,8 +157,9 @@ class AlignLockstep(align_events.AlignEvents, align_caching.AlignCaching, AlignQ
             return (yield from self._resume_loaded(op.rid, request, op.chunk, op.pad,
                                                    op.rows_in_flight))
         if request.status == WAITING:
-            yield from self._connector_lookup(op.rid, request)
-            got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
+            yield from self._connector_lookup(op.rid, request, op.max_hit)  # (sets its cap)
+            got = yield Call(f"get_computed_blocks(r{op.rid}{cap_text(request.cap)})",
+                             "get_computed_blocks", capped_args(op.rid, request.cap),
                              oracle=None, compare=lambda e, r, actual, raised:
                              self._hit_problems(request, actual, raised))
             self.hit_blocks, hit, request.boundary = got.actual

@@ -50,15 +50,17 @@ def boundary(full: int, hit: int) -> int:
 
 
 def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash_size: int,
-                cached, eagle: bool = False) -> tuple[str, int, int, bool]:
+                cached, eagle: bool = False, cap: int = -1) -> tuple[str, int, int, bool]:
     """(what, hit, boundary, hit_diverged) the lookup must answer, `cached` the pool's
     (hash, group) keys before it; with `eagle` full attention's own hit after EAGLE's drop
     (`find_longest_cache_hit_per_group` gives it the margin and the drop, the Mamba group
-    neither)."""
+    neither); `cap`: the caller's (-1: none), each group's lookup capped there (since
+    2026-12-07: with EAGLE full attention's looked a drop unit past it)."""
     if skip:
         return SKIPPED, 0, 0, False
-    full, hit = align_hit.hybrid_hits(units, tokens, block_size, hash_size, cached, eagle)
-    mamba = align_hit.mamba_hit(units, max(tokens - 1, 0), hash_size, cached)  # its own hit
+    full, hit = align_hit.hybrid_hits(units, tokens, block_size, hash_size, cached, eagle, cap)
+    mamba = align_hit.mamba_hit(units, align_hit.lookup_cap(tokens, cap), hash_size,
+                                cached)  # its own hit
     if mamba > full:
         return DEEPER, hit, boundary(full, hit), False
     return (LAGGING if mamba < full else AGREED), full, 0, mamba < full

@@ -55,6 +55,7 @@ from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
 from kvfuzz.fuzz.kvmanager.connector import LOADING
+from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args, lookup_cap
 from kvfuzz.fuzz.kvmanager.flight_finish import processed_at_finish, skipped_at
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING, state_read
 from kvfuzz.oracle.kvmanager import mamba_align
@@ -92,13 +93,16 @@ class AlignExternal(AlignResumeLoaded):
         if self.single_relooked(op.rid, request):  # (a one-token prompt loaded whole)
             return (yield from self.relooked_connect(op, request))
         rid, tokens, size = op.rid, request.tokens, trace.block_size
+        request.cap = cap = lookup_cap(op.max_hit, len(tokens))  # the caller's (-1: none)
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(tokens),
-            size, trace.hash_size, self.cache, trace.eagle)
+            size, trace.hash_size, self.cache, trace.eagle, cap)
         self.count(expected[0])
-        got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
-                         (rid,), oracle=None, compare=lambda e, r, actual, raised:
+        self.count_capped(request, expected)  # (`align_hits.py`)
+        got = yield Call(f"get_computed_blocks_for_connector(r{rid}{cap_text(cap)})",
+                         "connector_lookup", capped_args(rid, cap), oracle=None,
+                         compare=lambda e, r, actual, raised:
                          align_connector.lookup_problems(expected, actual, raised) or
                          self._lookup_block_problems(request, actual))
         self.hit_blocks, local, boundary, diverged = got.actual  # (`align_count.py`)
@@ -107,6 +111,7 @@ class AlignExternal(AlignResumeLoaded):
         partial = local % size
         room = len(tokens) - (local - partial) - (0 if op.load else 1)
         held = 0 if request.skip else max(0, min(op.external, room))
+        held = self.capped_at_partial(cap, local, partial, held, size)  # (`connector_cap.py`)
         if partial and held > partial:
             self.count(DROPPED)
             local -= partial
@@ -127,7 +132,8 @@ class AlignExternal(AlignResumeLoaded):
             if op.pad:  # (the padding of a readmission or a prompt met again: `..._pad.py`)
                 self.count(PADDED_ADMISSION)
             return (yield from self.schedule(Schedule(rid, op.chunk, op.pad,
-                                                      rows_in_flight=op.rows_in_flight)))
+                                                      rows_in_flight=op.rows_in_flight,
+                                                      max_hit=op.max_hit)))
         if diverged:
             self.count(LAGGING)
         request.boundary = boundary

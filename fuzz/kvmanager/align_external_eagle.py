@@ -37,6 +37,7 @@ from kvfuzz.fuzz.engine.lockstep import handles
 from kvfuzz.fuzz.kvmanager import align_connector
 from kvfuzz.fuzz.kvmanager.align_external import EVENTS as EXTERNAL, AlignExternal
 from kvfuzz.fuzz.kvmanager.connector import LOADING
+from kvfuzz.fuzz.kvmanager.connector_cap import lookup_cap
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING
 from kvfuzz.strategies.kvmanager.connector_ops import Connect, Loaded
 
@@ -56,7 +57,7 @@ class AlignExternalEagle(AlignExternal):
     def connect(self, op: Connect):
         request = self.requests.get(op.rid)
         eagle = self._eagle(request) and request.status == WAITING and not request.computed
-        if eagle and self.moved_by_drop(request):
+        if eagle and self.moved_by_drop(request, lookup_cap(op.max_hit, len(request.tokens))):
             self.count(CUT)
         problems = yield from super().connect(op)
         if eagle and request.status == LOADING:
@@ -81,11 +82,12 @@ class AlignExternalEagle(AlignExternal):
     def _eagle(self, request) -> bool:
         return self.align and self.trace.eagle and request is not None
 
-    def moved_by_drop(self, request) -> bool:
-        """Whether the connector's lookup answers otherwise than it would without the drop
-        (the pool's cache map before it)."""
+    def moved_by_drop(self, request, cap: int = -1) -> bool:
+        """Whether the connector's lookup (capped at `cap`, -1: none) answers otherwise than it
+        would without the drop (the pool's cache map before it)."""
         trace = self.trace
         args = (request.skip or not trace.caching,
                 request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
                 trace.block_size, trace.hash_size, self.cache)
-        return align_connector.expectation(*args, True) != align_connector.expectation(*args)
+        return align_connector.expectation(*args, True, cap) != \
+            align_connector.expectation(*args, False, cap)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, short
 from kvfuzz.fuzz.kvmanager import align_connector
+from kvfuzz.fuzz.kvmanager.connector_cap import (ALIGN_CAPPED, ALIGN_CUT, cap_text, capped_args,
+                                                 lookup_cap)
 from kvfuzz.oracle.kvmanager import align_hit, mamba_align
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.released import NO_CONNECTOR
@@ -50,19 +52,26 @@ class AlignHitChecks:
             return [("prefix hit", f"the Mamba group's block {mamba[-1]} is not cached under "
                                    f"the request's hash of its first {hit} tokens (the state "
                                    f"a hit resumes from)")]
-        return self._hit_length_problems(units, tokens, hit, given, request.skip)
+        return self._hit_length_problems(units, tokens, hit, given, request.skip, request.cap)
 
-    def _hit_length_problems(self, units, tokens: int, hit: int, given: int, skip: bool):
+    def _hit_length_problems(self, units, tokens: int, hit: int, given: int, skip: bool,
+                             cap: int = -1):
         """The hit's length against what the pool held before the lookup
         (`oracle/kvmanager/align_hit.py`: full attention's hit, then the Mamba group's latest
-        cached state no deeper)."""
+        cached state no deeper), under the caller's `cap` (-1: none)."""
         trace = self.trace
         if skip:  # no lookup: a hit was refused above
             return [] if given == 0 else [("prefix hit", f"a request that skips the cache: "
                                                          f"boundary {given}, expected 0")]
         size, hashed = trace.block_size, trace.hash_size
         cached = self.cache if trace.caching else {}  # caching off: no lookup, nothing found
-        full, expected = align_hit.hybrid_hits(units, tokens, size, hashed, cached, trace.eagle)
+        full, expected = align_hit.hybrid_hits(units, tokens, size, hashed, cached, trace.eagle,
+                                               cap)
+        if cap >= 0:
+            self.count(ALIGN_CAPPED)
+            if (full, expected) != align_hit.hybrid_hits(units, tokens, size, hashed, cached,
+                                                         trace.eagle):
+                self.count(ALIGN_CUT)
         if hit == expected:
             edge = align_connector.boundary(full, hit)
             return [] if given == edge else [("prefix hit", (
@@ -86,11 +95,13 @@ class AlignHitChecks:
             self.log.append(f"get_computed_blocks(r{rid}) -> {short(actual, 60)}")
         return problems
 
-    def _connector_lookup(self, rid, request):
+    def _connector_lookup(self, rid, request, max_hit: int = -1):
         """The lookup a scheduler with a KV connector makes first (`align_connector.py`); it
         adopts nothing: the admission takes `get_computed_blocks`' hit, as that scheduler does
         when its connector holds none of the tokens. None under lookahead hashing: vLLM keeps
-        the legacy hashes with a KV connector, so a scheduler with lookahead hashes has none."""
+        the legacy hashes with a KV connector, so a scheduler with lookahead hashes has none.
+        `max_hit`: the admission's cap (`Schedule.max_hit`), both lookups taking it."""
+        request.cap = lookup_cap(max_hit, len(request.tokens))
         if NO_CONNECTOR in self.unread or self.looked_up or self.trace.hash_lookahead:
             self.looked_up = False  # (made by the connector's admission: `align_external`)
             return
@@ -98,13 +109,27 @@ class AlignHitChecks:
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle)
+            trace.block_size, trace.hash_size, self.cache, trace.eagle, request.cap)
         self.count(expected[0])
+        self.count_capped(request, expected)
         if expected[0] == align_connector.AGREED and expected[1] > 256:
             self.count(align_connector.AGREED_PAST_256)
-        yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup", (rid,),
-                   oracle=None, compare=lambda e, r, actual, raised:
+        yield Call(f"get_computed_blocks_for_connector(r{rid}{cap_text(request.cap)})",
+                   "connector_lookup", capped_args(rid, request.cap), oracle=None,
+                   compare=lambda e, r, actual, raised:
                    align_connector.lookup_problems(expected, actual, raised))
+
+    def count_capped(self, request, expected) -> None:
+        """A connector lookup's edge classes of the caller's cap: capped, its answer changed."""
+        if request.cap < 0:
+            return
+        self.count(ALIGN_CAPPED)
+        trace = self.trace
+        if expected[1:] != align_connector.expectation(  # (the answer, not the path to it)
+                request.skip or not trace.caching,
+                request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
+                trace.block_size, trace.hash_size, self.cache, trace.eagle)[1:]:
+            self.count(ALIGN_CUT)
 
     def _entries(self, block: int) -> list:
         """A block's cache entries (hash, group) as the last state read showed them."""

@@ -83,7 +83,7 @@ class AlignReported:
             return False
         units = request.hashes(trace.hash_size, trace.hash_lookahead)
         _, hit = align_hit.hybrid_hits(units, len(request.tokens), trace.block_size,
-                                       trace.hash_size, self.cache, trace.eagle)
+                                       trace.hash_size, self.cache, trace.eagle, request.cap)
         return cdiv(hit, trace.block_size) * (trace.block_size // trace.hash_size) > len(units)
 
     def _falls_back(self, rid) -> bool:
@@ -95,7 +95,7 @@ class AlignReported:
         expected = align_connector.expectation(
             request.skip or not trace.caching,
             request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle)
+            trace.block_size, trace.hash_size, self.cache, trace.eagle, request.cap)
         return expected[0] == align_connector.DEEPER
 
     def _due(self, rid, actual) -> bool:

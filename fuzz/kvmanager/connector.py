@@ -18,6 +18,8 @@ connector's properties, judged from the implementation's own answers after every
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager.connector_cap import EVENTS as CAP, ConnectorCap
+from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args, lookup_cap
 from kvfuzz.fuzz.kvmanager.cut import skip_output
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.oracle.kvmanager.model import NothingToAllocate
@@ -57,10 +59,10 @@ SYNC_FAILED = "synchronous load failed at a block: its request cut"
 INSIDE_HIT = "load failed at a block inside its local hit"
 # and under the V2 runner's pipeline one beneath both steps after the admission (2026-12-06)
 SYNC_CUT_TWO_IN_FLIGHT = "synchronous load failed beneath two steps in flight"
-EVENTS += (SYNC_FAILED, INSIDE_HIT, SYNC_CUT_TWO_IN_FLIGHT)
+EVENTS += (SYNC_FAILED, INSIDE_HIT, SYNC_CUT_TWO_IN_FLIGHT, *CAP)  # (CAP: the caller's cap)
 
 
-class ConnectorOps:
+class ConnectorOps(ConnectorCap):
     """Mixed into `KVManagerLockstep`."""
 
     # Under the guard the engine's scheduler takes the zeroing records itself
@@ -83,19 +85,22 @@ class ConnectorOps:
             return
         rid, tokens = op.rid, request.tokens
         kept = self.relooked(request, rid)
+        cap = lookup_cap(op.max_hit, len(tokens))  # (the caller's: `connector_cap.py`)
         expected = model.get_computed_blocks(self._hashes(request), len(tokens), tokens,
-                                             request.skip, trace.report)
+                                             request.skip, trace.report, cap=cap)
         # Without a Mamba group the connector's lookup is `get_computed_blocks`'s, its hit
         # never diverging.
-        yield Call(f"get_computed_blocks_for_connector(r{rid}) -> {short(expected, 60)}",
-                   "connector_lookup", (rid,), oracle=lambda: (*expected, False),
+        yield Call(f"get_computed_blocks_for_connector(r{rid}{cap_text(cap)}) -> "
+                   f"{short(expected, 60)}", "connector_lookup", capped_args(rid, cap),
+                   oracle=lambda: (*expected, False),
                    compare=self._lookup_compare)
         hit_blocks, hit, request.boundary = expected
         self._count_marks()
         # the connector holds tokens past the hit: all the request's for a load, all but the
         # last for a synchronous one (the scheduler computes at least one token)
         room = len(tokens) - hit - (0 if op.load else 1)
-        external = 0 if request.skip else max(0, min(op.external, room))
+        external = self.capped_external(cap, hit, 0 if request.skip else
+                                        max(0, min(op.external, room)), model.sizes[0])
         load = op.load and external > 0
         new = 0 if load else min(op.chunk, len(tokens) - hit - external)
         # a synchronous load's last token padded with placeholder drafts (an asynchronous

@@ -17,6 +17,7 @@ class _Request(Flights):
         self.keys = keys  # its extra hash keys (LoRA, cache salt, images)
         self.prompt, self.skip = len(self.tokens), skip  # skip: it never reads the cache
         self.boundary = 0  # the shared-prefix boundary of its last lookup (the scheduler keeps it)
+        self.cap = -1  # the caller's cap on its admission's lookups (-1: none; `connector_cap`)
         self.preempted = False  # preempted before (its admissions count as such in the stats)
         # its last allocation's tokens, in flight at the next (async); a pipeline's last few
         self.flights: list[int] = []

@@ -13,12 +13,14 @@ from kvfuzz.impl.kvmanager.released_api import asked
 class ConnectorDriving:
     """Mixed into `KVManagerDriver` (its manager, requests, hits, lookahead and `_rehash`)."""
 
-    def connector_lookup(self, rid: int):
+    def connector_lookup(self, rid: int, cap: int | None = None):
         """`get_computed_blocks_for_connector`: the lookup of a scheduler with a KV connector,
-        (blocks per group, hit, boundary, whether the hit ran past a lagging group)."""
+        (blocks per group, hit, boundary, whether the hit ran past a lagging group); `cap`:
+        the scheduler's `max_cache_hit_length` (an auxiliary-output connector's), passed only
+        where given."""
         self._rehash(rid)
         blocks, hit, boundary, diverged = self.manager.get_computed_blocks_for_connector(
-            self.requests[rid])
+            self.requests[rid], *(() if cap is None else (cap,)))
         self.hits[rid] = blocks
         self.requests[rid].shared_prefix_boundary = int(boundary)
         return _in_trace_order(self, _ids(blocks)), int(hit), int(boundary), bool(diverged)

@@ -28,6 +28,13 @@ CORE = {
         "KVCacheManager.get_computed_blocks", "if max_cache_hit_length is None:",
         "if True:",
         "a lookup ignores the caller's max_cache_hit_length and hits up to num_tokens - 1")),
+    # the same at a KV connector's lookup without a Mamba group ("capped connector")
+    "connector_cap_ignored": (MANAGER, Mutation(
+        "KVCacheManager.get_computed_blocks_for_connector",
+        "return *self.get_computed_blocks(request, max_cache_hit_length), False\n\n        if",
+        "return *self.get_computed_blocks(request), False\n\n        if",
+        "a connector's lookup drops the caller's max_cache_hit_length and hits up to "
+        "num_tokens - 1")),
     "exact_fit_refused": (MANAGER, Mutation(
         "KVCacheManager.allocate_slots", "if required_blocks > available_blocks:",
         "if required_blocks >= available_blocks:",

@@ -325,6 +325,14 @@ GROUPS = {
         "if use_eagle and not isinstance(spec, MambaSpec):", "if use_eagle:",
         "with EAGLE and a KV connector the connector's lookup looks the Mamba group a unit past "
         "the cap, which it never drops: a state at the prompt's last token taken as deeper")),
+    # ... and the margin's top under the caller's cap (the "capped mamba" profile, since
+    # 2026-12-07; `kvfuzz mutate`'s survivor of line 969, `+` as `<<`): `min(cap + margin,
+    # hashed tokens)` reads the sum only where a cap below the hashed tokens passes it
+    "mamba_connector_eagle_margin_shifted": (COORDINATOR, Mutation(
+        "HybridKVCacheCoordinator.find_longest_cache_hit_per_group",
+        "max_cache_hit_length + eagle_margin,", "max_cache_hit_length << eagle_margin,",
+        "with EAGLE, a KV connector and the caller's cap the connector's lookup looks full "
+        "attention cap << margin tokens deep: its hit past the cap, flagged diverged")),
     # ... and multi-module MTP's held-back tokens with the connector (`align_external_mtp.py`,
     # since 2026-12-07): a load reported done caching its loaded tokens as finalized (the
     # prefiller's KV), k - 1 past what a step's caching takes (the manager's `cache_blocks`,

@@ -76,15 +76,22 @@ def eagle_full_hit(units: list[int], cap: int, block_size: int, hash_size: int,
 
 
 def hybrid_hits(units: list[int], num_tokens: int, block_size: int, hash_size: int,
-                cached, eagle: bool = False) -> tuple[int, int]:
+                cached, eagle: bool = False, cap: int = -1) -> tuple[int, int]:
     """(full attention's own hit, the hit `get_computed_blocks` returns) for a request of
     `num_tokens` tokens that reads the cache: the hit is the Mamba group's latest cached state
     no deeper than full attention's, itself below the last token (with `eagle`, full
     attention's after EAGLE's drop: `eagle_full_hit`). Both are asked: the shared-prefix
-    boundary and the connector's lookup read full attention's own."""
+    boundary and the connector's lookup read full attention's own. `cap`: the caller's
+    `max_cache_hit_length` (-1: none, the manager's `num_tokens - 1`), taken where that is."""
     finder = eagle_full_hit if eagle else full_attention_hit
-    full = finder(units, max(num_tokens - 1, 0), block_size, hash_size, cached)
+    full = finder(units, lookup_cap(num_tokens, cap), block_size, hash_size, cached)
     return full, mamba_hit(units, full, hash_size, cached)
+
+
+def lookup_cap(num_tokens: int, cap: int = -1) -> int:
+    """What the lookup is capped at: the caller's cap, at most `num_tokens - 1` (-1: that)."""
+    top = max(num_tokens - 1, 0)
+    return top if cap < 0 else min(cap, top)
 
 
 def longest_hit(units: list[int], num_tokens: int, block_size: int, hash_size: int,

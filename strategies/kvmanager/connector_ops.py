@@ -35,7 +35,11 @@ class Connect:
     token, it is admitted with `1 + pad` new tokens, `pad` placeholder draft rows past the
     request's tokens (an asynchronous load's admission is never padded; 0, a file without it,
     none); `rows_in_flight` (asynchronous scheduling, `Schedule.rows_in_flight`): those rows
-    counted computed and in flight until the step's output rolls them back."""
+    counted computed and in flight until the step's output rolls them back. `max_hit` (since
+    2026-12-07; -1, a file without it, none): the caller's cap on the connector's lookup, as
+    `Schedule.max_hit` (the auxiliary-output connector's `max_cache_hit`, passed by vLLM
+    0.33.0's scheduler to `get_computed_blocks_for_connector`), which also drops the external
+    tokens unless the hit and they end on a block at most there (`cap_external_hit`)."""
 
     rid: int
     chunk: int
@@ -45,6 +49,7 @@ class Connect:
     written: int = field(default=EVERY_GROUP, metadata={"later": True})
     pad: int = field(default=0, metadata={"later": True})
     rows_in_flight: bool = field(default=False, metadata={"later": True})
+    max_hit: int = field(default=-1, metadata={"later": True})
 
 
 @dataclass(frozen=True)

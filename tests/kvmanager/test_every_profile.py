@@ -23,8 +23,8 @@ import pytest
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
                                    align_external_eagle, align_recorded, align_reported,
-                                   async_ops, connector, cut, hisparse_import, hisparse_cow,
-                                   hisparse_lag, streaming, sync_draft_ops)
+                                   async_ops, connector, connector_cap, cut, hisparse_import,
+                                   hisparse_cow, hisparse_lag, streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -258,6 +258,17 @@ REACHES = {
     "capped hits": ["lookup capped by the caller", _CAPPED, "admission with a hit",
                     "hit cut to the scheduler block size"]
     + _CONFIGS("sliding window", "groups of different block sizes", "EAGLE"),
+    # the same at a KV connector's lookup, its external tokens kept or dropped by the cap
+    # (`connector_cap.py`), over groups of different block sizes and asynchronous scheduling
+    "capped connector": [connector_cap.CAPPED, connector_cap.DROPPED, connector_cap.KEPT, _CAPPED,
+                         "connector admission with a hit",
+                         "connector admission, asynchronous load", "load done"]
+    + _CONFIGS("KV connector", "groups of different block sizes", "asynchronous scheduling"),
+    # the same beside a Mamba "align" group: both lookups capped, answers the cap changed, a
+    # connector's external tokens dropped by it
+    "capped mamba": [connector_cap.ALIGN_CAPPED, connector_cap.ALIGN_CUT, connector_cap.CAPPED,
+                     connector_cap.DROPPED, align_external.LOAD]
+    + _CONFIGS("KV connector", "EAGLE", "Mamba align mode, prefix caching on (reduced checks)"),
 }
 
 

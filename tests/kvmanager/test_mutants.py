@@ -12,6 +12,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "last_token_hit": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
     # the caller's cap ignored: a hit past it
     "caller_cap_ignored": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
+    # and at a KV connector's lookup (the "capped connector" profile)
+    "connector_cap_ignored": r"prefix hit:? +expected \d+ tokens",
     "exact_fit_refused": r"None vs success:? +expected \[",
     # Caching one block more than the table holds: a hash on a block not yet written, or
     # (under sparse retention) vLLM's own mask-length assertion.
@@ -198,6 +200,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
                                           r"expected hit \d+",
     "mamba_connector_eagle_margin_to_mamba": r"prefix hit:? +get_computed_blocks_for_connector: "
                                              r"expected hit \d+",
+    # the margin's top as cap << margin: only under the caller's cap ("capped mamba")
+    "mamba_connector_eagle_margin_shifted": r"prefix hit:? +get_computed_blocks_for_connector: "
+                                            r"expected hit \d+",
     # Multi-module MTP's held-back tokens with a connector (`align_external_mtp.py`): a load
     # done caching its k - 1 last loaded tokens
     "mamba_connector_mtp_load_finalized": r"which blocks cached:? +after loaded",
@@ -211,6 +216,10 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
 ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the caller's cap on a lookup ignored: the "capped hits" profile alone caps
          PREFIX + "caller_cap_ignored": ("capped hits", 0),
+         # and at a KV connector's lookup: "capped connector" alone caps it (shrunk to 4 ops,
+         # corpus/kvmanager-4827086012ddd7c4.json: a 5-token prompt's lookup capped at 0 hits
+         # 4 tokens on the mutant)
+         PREFIX + "connector_cap_ignored": ("capped connector", 0),
          PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
@@ -255,6 +264,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # 4 ops, kvmanager-42ecdfd70c2bea60.json)
          PREFIX + "mamba_connector_eagle_drop_skipped": ("mamba connector", 4),
          PREFIX + "mamba_connector_eagle_margin_to_mamba": ("mamba connector", 28),
+         # the survivor of line 969 (`+` as `<<`), told apart by the caller's cap beside the
+         # group: the first "capped mamba" trace of seed 0 (shrunk to 7 ops, corpus/kvmanager-
+         # 7c845f12cd00e5c2.json: a 20-token prompt's connector lookup capped at 16, hit 18
+         # flagged where the release falls back to the reconciled hit, 0 and boundary 14)
+         PREFIX + "mamba_connector_eagle_margin_shifted": ("capped mamba", 0),
          # the first "mamba connector" trace of seed 0 with multi-module MTP (k = 2): r15's
          # load done at op 165 caches a block the release holds back (shrunk to 3 ops, a
          # 6-token prompt loaded whole: corpus/kvmanager-2d1c15d4d3a28cb9.json); "mamba
