@@ -63,8 +63,10 @@ class ConnectorCap:
         inside a block: the external tokens the scheduler keeps, `held` those the connector
         holds past the block-aligned hit. The release drops a partial tail for more external
         tokens first, then `cap_external_hit` may drop those: the hit is then the aligned one
-        with nothing loaded. Not modelled: the judge keeps the whole local hit there, as for a
-        connector holding none (counted, `TAIL_DROPPED`), a sequence the scheduler makes too."""
+        with nothing loaded (a diverged one reconciled by `get_computed_blocks`, as the judge
+        does). Not modelled where it did not diverge: the judge keeps the whole local hit, as
+        for a connector holding none (counted, `TAIL_DROPPED`), a sequence the scheduler makes
+        too."""
         if partial and held > partial:
             kept = self.capped_external(cap, local - partial, held, size)
             if not kept:

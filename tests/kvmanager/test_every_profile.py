@@ -82,7 +82,7 @@ REACHES = {
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
                   and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS +
                   (connector.SYNC_FAILED, connector.INSIDE_HIT,
-                   connector.SYNC_CUT_TWO_IN_FLIGHT)]
+                   connector.SYNC_CUT_TWO_IN_FLIGHT) + connector_cap.EVENTS]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
     # a connector over groups of different block sizes: external tokens ending inside the
