@@ -57,7 +57,7 @@ import functools
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
 from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_caching, hisparse_cow,
                                    hisparse_hostcache, hisparse_import, hisparse_lag,
-                                   hisparse_pins, hisparse_queue)
+                                   hisparse_order, hisparse_pins, hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -75,7 +75,8 @@ PUBLISHED = "host pages published"
 ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
 
 
-class HiSparseLockstep(hisparse_hostcache.HostCaching, hisparse_queue.PoolQueues,
+class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
+                       hisparse_queue.PoolQueues,
                        hisparse_caching.DeviceCaching,
                        hisparse_admission.Admissions,
                        hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
@@ -91,7 +92,7 @@ class HiSparseLockstep(hisparse_hostcache.HostCaching, hisparse_queue.PoolQueues
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
-        hisparse_hostcache.EVENTS
+        hisparse_hostcache.EVENTS + hisparse_order.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -126,6 +127,7 @@ class HiSparseLockstep(hisparse_hostcache.HostCaching, hisparse_queue.PoolQueues
         self.start_pins()
         self.start_cow()
         self.start_queues()  # the two pools' free queues (`hisparse_queue.py`)
+        self.start_order()  # the order of an op's frees at their ends (`hisparse_order.py`)
         self.start_device_caching()  # the device pool's cache map (`hisparse_caching.py`)
         self.start_host_caching()  # the host pool's (`hisparse_hostcache.py`)
         self.start_worker()  # the worker's copies of the Mamba tables (`align_reads.py`)
