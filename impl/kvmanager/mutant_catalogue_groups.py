@@ -3,7 +3,8 @@ source group, cross attention, KV connectors and their zeroing, deferred frees."
 
 from __future__ import annotations
 
-from kvfuzz.impl.kvmanager.mutant_catalogue import COORDINATOR, MANAGER, POOL, SINGLE
+from kvfuzz.impl.kvmanager.mutant_catalogue import (COORDINATOR, HISPARSE, MANAGER, POOL,
+                                                    SINGLE)
 from kvfuzz.impl.source_mutation import Mutation
 
 GROUPS = {
@@ -141,6 +142,14 @@ GROUPS = {
         "a clean resident page the coordinator unpins joins the head of the free queue, not "
         "its tail: reused first, where it should be the last resort, so a host hit finds "
         "fewer GPU copies to adopt")),
+    # HiSparse's unpins at a request's free (the "hisparse cow" profile; caught by the order of
+    # an op's frees at the free queue's tail only, `fuzz/kvmanager/hisparse_order.py`).
+    "hisparse_free_unpins_head_first": (HISPARSE, Mutation(
+        "HiSparseCoordinator.free", "for page_idx in reversed(range(len(blocks))):",
+        "for page_idx in range(len(blocks)):",
+        "a freed request's clean pages are unpinned first page first, not tail first: its "
+        "prefix's first pages join the free queue's tail before its last ones and are reused "
+        "first")),
     # HiSparse's host cache map (the "hisparse cow" profile; caught by the host pool's entries
     # predicted op by op only, `fuzz/kvmanager/hisparse_hostcache.py`).
     "hisparse_host_tail_not_published": (SINGLE, Mutation(

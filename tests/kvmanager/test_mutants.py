@@ -112,6 +112,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # the host's prompt partial tail never published (the "hisparse cow" profile): the host
     # pool's entries predicted op by op only (`fuzz/kvmanager/hisparse_hostcache.py`)
     "hisparse_host_tail_not_published": r"host cache map:? +host pool: block \d+: expected",
+    # a freed request's clean pages unpinned head first (the "hisparse cow" profile): the order
+    # of one op's frees at the device queue's tail only (`fuzz/kvmanager/hisparse_order.py`)
+    "hisparse_free_unpins_head_first": r"free queue:? +device pool after the op: \[",
     # Cross-attention (the "cross attention" profile): its group sized by the wrong tokens.
     "cross_sized_by_decoder": r"result:? +allocate_slots|consumed|None vs|crash",
     # KV connectors (the "connector" profile): external tokens on the null block; an
@@ -282,6 +285,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the host; with the host cache map's check off, none of the first 100 catch it;
          # shrunk to 10 ops: corpus case kvmanager-b669c6ac4e5a496d.json)
          PREFIX + "hisparse_host_tail_not_published": ("hisparse cow", 0),
+         # the first "hisparse cow" trace of seed 0 (a finish unpinning several clean pages;
+         # with the order check off, none of the first 100 catch it; shrunk to 41 ops:
+         # corpus case kvmanager-609392d6f77cf752.json)
+         PREFIX + "hisparse_free_unpins_head_first": ("hisparse cow", 0),
          # the first "mamba align" trace of seed 0 whose hit reported lies inside the prompt's
          # last block (a preempted 11-token prompt admitted again; shrunk to 4 ops:
          # corpus/kvmanager-838255ee58de4bf0.json)
