@@ -24,10 +24,13 @@ of an op, read in the release:
   pages freed last first once its last write-back is in (`_publish_detached_blocks`), and its
   host block (`_complete_host_writes`).
 
-An op with a call not listed (the Mamba group's own copy-on-write copies released,
-`_free_cow_retained_blocks`: their retained blocks come in the order of a pending list the
-judge does not read) or a block at an end no listed call could have put there is counted,
-not judged (`UNORDERED`).
+- at the step's end, before the report, the Mamba group's own copy-on-write copies released
+  ("hisparse cow": `_free_cow_retained_blocks`, each copy's source and copy; the copy is the
+  table's, so only a source may go back: the block a running request's Mamba table held
+  where it holds another after the op, or an admission's Mamba hit block).
+
+An op with a block at an end that no listed call could have put there is counted, not judged
+(`UNORDERED`).
 """
 
 from __future__ import annotations
@@ -72,9 +75,12 @@ class FreeOrder:
     def start_order(self) -> None:
         self.order_calls: dict = {"host": [], "device": []}
         self.order_copies = 0  # the device copies counted at the last read
+        self.order_stepped: list = []  # the requests this op allocated for
+        self.order_mark = 0  # the device calls before the step's end (`_free_cow_retained`)
 
     def stepped(self, rid, tables, actual, pages):
         problems = super().stepped(rid, tables, actual, pages)
+        self.order_stepped.append(rid)
         row = self.rows.get(rid, [])
         self.order_calls["device"].append((list(reversed([b for b in row if b])), UNPIN))
         return problems
@@ -106,6 +112,7 @@ class FreeOrder:
     def _reports(self):
         copies = dict(getattr(self, "host_copies", {}))
         at = len(self.order_calls["host"])
+        self.order_mark = len(self.order_calls["device"])  # (after `mamba_step`'s release)
         written = super()._reports()
         run = sorted(d for d in copies if d not in self.host_copies) if self.cow else []
         if run:  # (before the transfers' calls, which `_finished` recorded)
@@ -137,10 +144,10 @@ class FreeOrder:
         if len(head) + len(tail) < 2:
             return []
         several = len(head) > 1 or len(tail) > 1
-        copies = self.events.get(DEVICE_COPIES, 0)
-        freed = set(head) | set(tail)
-        expected = None if name == "device" and copies > self.order_copies else \
-            expected_frees(self.order_calls[name], freed, lambda b: keys[b] is not None)
+        freed, calls = set(head) | set(tail), list(self.order_calls[name])
+        if name == "device" and self.events.get(DEVICE_COPIES, 0) > self.order_copies:
+            calls.insert(self.order_mark, (self.order_sources, FREE))
+        expected = expected_frees(calls, freed, lambda b: keys[b] is not None)
         if expected is None:
             if several:
                 self.count(UNORDERED)
@@ -158,6 +165,19 @@ class FreeOrder:
         return []
 
     def queue_pool_problems(self, host, device, live) -> list[tuple[str, str]]:
+        # The device groups' copy-on-write copies released at the step's end
+        # (`_free_cow_retained_blocks`: each copy's source and copy, the managers in order; the
+        # copy is the table's, so only a source may go back): an admission's hit blocks (the
+        # indexer's, then the Mamba group's) its tables no longer hold (a partial hit's copied
+        # block), or a block a running request's Mamba table held where it holds another.
+        self.order_sources = []
+        for rid in self.order_stepped if self.cow else ():
+            was, now = self.queue_tables.get(rid) or [], live.get(rid) or []
+            held = {b for table in now for b in table}
+            hit = self.queue_hits.get(rid, ((), ()))[1]
+            pairs = zip(was[-1], now[-1]) if len(was) == len(now) == self.groups else ()
+            self.order_sources += [b for b in hit if b and b not in held] + \
+                [a for a, b in pairs if a and b and a != b]
         try:
             return super().queue_pool_problems(host, device, live)
         finally:  # (the op's calls are spent, judged or not)
@@ -165,4 +185,5 @@ class FreeOrder:
 
     def order_read(self) -> None:
         self.order_calls = {"host": [], "device": []}
+        self.order_stepped, self.order_mark = [], 0
         self.order_copies = self.events.get(DEVICE_COPIES, 0)
