@@ -22,8 +22,9 @@ op before, with vLLM 0.33.0's `BlockPool` rules (`oracle/kvmanager/align_queue.p
   (a resident page: unpinned to the tail or freed to the head; a device block whose entries
   the op changed) may be on either. A free block the calls touched and freed again within
   the op may move from the middle to the tail ("re-queued"); one that left the queue must be
-  held after the op (adopted, pinned). The order within the freed blocks at either end is not
-  predicted (`UNORDERED`).
+  held after the op (adopted, pinned). The order within the freed blocks at either end:
+  `hisparse_order.py` (since 2026-12-07), from the op's calls where they name every block
+  there; else not predicted (`UNORDERED`).
 
 Not judged (counted, `UNJUDGED`): an op that imports (`hisparse_import.py`, a second
 connector's host pages), and the first read of a trace. A block free before the op and not
