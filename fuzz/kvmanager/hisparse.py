@@ -41,8 +41,9 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   leaves none of the device blocks it named cached.
 
 Which blocks each allocation takes and where each op's frees go, on both pools:
-`hisparse_queue.py` (since 2026-12-07); the device pool's cache map after every op (beside a
-Mamba group since 2026-12-07, on every HiSparse profile since later that day):
+`hisparse_queue.py` (since 2026-12-07; their order: `hisparse_order.py`); the device pool's
+cache map after every op (beside a Mamba group since 2026-12-07, on every HiSparse profile
+since later that day):
 `hisparse_caching.py`; the host pool's, always: `hisparse_hostcache.py`. Not compared in this
 mode: which blocks a hit picks, the hit's length against
 the longest possible, a running request's refusals short of that room (its hot region and
