@@ -36,7 +36,7 @@ def test_a_block_no_call_names_is_not_judged():
 
 class _Judge(FreeOrder):
     def __init__(self, calls):
-        self.counted, self.events, self.order_copies = [], {}, 0
+        self.counted, self.events, self.order_copies, self.order_unsure = [], {}, 0, False
         self.order_calls = {"host": calls, "device": []}
 
     def count(self, name, times=1):
