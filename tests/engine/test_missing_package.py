@@ -50,6 +50,9 @@ def test_bundled_leaves_out_what_is_not_installed(without_vllm):
                for name in TARGETS if name not in VLLM_ONLY)
 
 
+# slow: a diff of every target starts their workers, whose fork servers import SGLang for the
+# prefix caches (20 s of the quick tier's wall and some 30 CPU s in its grandchildren, 2026-12-07)
+@pytest.mark.slow
 def test_diff_of_every_target_says_blockpool_is_not_run_and_passes(without_vllm, tmp_path):
     status, _, err = run("diff", "--cases", "2", "--corpus", str(tmp_path))
     assert status == 0, err
