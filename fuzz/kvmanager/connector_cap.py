@@ -9,6 +9,8 @@ auxiliary-output connector's `max_cache_hit` at a connector admission (`Schedule
 - the external tokens are dropped (`AuxOutputSchedulerConnector.cap_external_hit`: 0) unless
   the local hit and they end on a block of the connector's group (full attention's, group 0
   here) at most at the cap, and an asynchronous load without them is none (`load_kv_async &=`).
+  (vLLM reads `full_attention_group_id`'s block size, else group 0's: the model's group 0 is
+  full attention in any order, `full_last` too, and the first window where there is none.)
 """
 
 from __future__ import annotations
