@@ -49,6 +49,17 @@ def boundary(full: int, hit: int) -> int:
     return full if full > hit else 0
 
 
+def request_expectation(trace, cache, request, eagle: bool | None = None,
+                        cap: int = -1) -> tuple[str, int, int, bool]:
+    """`expectation` for a request of `trace` over the pool's keys `cache`: its hashes as the
+    trace hashes them, caching off or the request skipping the cache as no lookup; `eagle`:
+    the trace's unless given."""
+    return expectation(request.skip or not trace.caching,
+                       request.hashes(trace.hash_size, trace.hash_lookahead),
+                       len(request.tokens), trace.block_size, trace.hash_size, cache,
+                       trace.eagle if eagle is None else eagle, cap)
+
+
 def expectation(skip: bool, units: list[int], tokens: int, block_size: int, hash_size: int,
                 cached, eagle: bool = False, cap: int = -1) -> tuple[str, int, int, bool]:
     """(what, hit, boundary, hit_diverged) the lookup must answer, `cached` the pool's

@@ -94,10 +94,7 @@ class AlignExternal(AlignResumeLoaded):
             return (yield from self.relooked_connect(op, request))
         rid, tokens, size = op.rid, request.tokens, trace.block_size
         request.cap = cap = lookup_cap(op.max_hit, len(tokens))  # the caller's (-1: none)
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(tokens),
-            size, trace.hash_size, self.cache, trace.eagle, cap)
+        expected = align_connector.request_expectation(trace, self.cache, request, cap=cap)
         self.count(expected[0])
         self.count_capped(request, expected)  # (`align_hits.py`)
         got = yield Call(f"get_computed_blocks_for_connector(r{rid}{cap_text(cap)})",
@@ -143,10 +140,7 @@ class AlignExternal(AlignResumeLoaded):
         """A live scheduler's connector lookup, checked when it is made (`guard.py`, beside a
         Mamba group: `guard_mamba_connector.py`), as `connect` checks it."""
         request, trace = self.requests[rid], self.trace
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle)
+        expected = align_connector.request_expectation(trace, self.cache, request)
         problems = align_connector.lookup_problems(expected, actual, None) or \
             self._lookup_block_problems(request, actual)
         if problems:

@@ -85,9 +85,7 @@ class AlignExternalEagle(AlignExternal):
     def moved_by_drop(self, request, cap: int = -1) -> bool:
         """Whether the connector's lookup (capped at `cap`, -1: none) answers otherwise than it
         would without the drop (the pool's cache map before it)."""
-        trace = self.trace
-        args = (request.skip or not trace.caching,
-                request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-                trace.block_size, trace.hash_size, self.cache)
-        return align_connector.expectation(*args, True, cap) != \
-            align_connector.expectation(*args, False, cap)
+        def answer(eagle: bool):
+            return align_connector.request_expectation(self.trace, self.cache, request, eagle,
+                                                       cap)
+        return answer(True) != answer(False)

@@ -87,10 +87,7 @@ class AlignExternalSingle:
         before the connector's second answer."""
         self.count(RELOOKED)
         trace = self.trace
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle)
+        expected = align_connector.request_expectation(trace, self.cache, request)
         self.count(expected[0])
         yield Call(f"get_computed_blocks_for_connector(r{rid}): looked up again",
                    "connector_lookup", (rid,), oracle=None, compare=lambda e, r, actual, raised:

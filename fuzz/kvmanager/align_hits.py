@@ -106,10 +106,8 @@ class AlignHitChecks:
             self.looked_up = False  # (made by the connector's admission: `align_external`)
             return
         trace = self.trace
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle, request.cap)
+        expected = align_connector.request_expectation(trace, self.cache, request,
+                                                       cap=request.cap)
         self.count(expected[0])
         self.count_capped(request, expected)
         if expected[0] == align_connector.AGREED and expected[1] > 256:
@@ -125,10 +123,8 @@ class AlignHitChecks:
             return
         self.count(ALIGN_CAPPED)
         trace = self.trace
-        if expected[1:] != align_connector.expectation(  # (the answer, not the path to it)
-                request.skip or not trace.caching,
-                request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-                trace.block_size, trace.hash_size, self.cache, trace.eagle)[1:]:
+        # (the answer, not the path to it)
+        if expected[1:] != align_connector.request_expectation(trace, self.cache, request)[1:]:
             self.count(ALIGN_CUT)
 
     def _entries(self, block: int) -> list:

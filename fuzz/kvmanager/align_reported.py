@@ -92,10 +92,8 @@ class AlignReported:
         request, trace = self.requests.get(rid), self.trace
         if request is None:
             return False
-        expected = align_connector.expectation(
-            request.skip or not trace.caching,
-            request.hashes(trace.hash_size, trace.hash_lookahead), len(request.tokens),
-            trace.block_size, trace.hash_size, self.cache, trace.eagle, request.cap)
+        expected = align_connector.request_expectation(trace, self.cache, request,
+                                                       cap=request.cap)
         return expected[0] == align_connector.DEEPER
 
     def _due(self, rid, actual) -> bool:

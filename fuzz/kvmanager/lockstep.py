@@ -30,6 +30,7 @@ from kvfuzz.fuzz.kvmanager.lookahead_marks import MARKS as LOOKAHEAD_MARKS
 from kvfuzz.fuzz.kvmanager.lock_request import RUNNING, WAITING, _Request  # noqa: F401 (read here)
 from kvfuzz.fuzz.kvmanager.lookahead_marks import LookaheadMarks
 from kvfuzz.fuzz.kvmanager.free_ops import PREEMPTED_BY_REFUSAL, FreeOps
+from kvfuzz.fuzz.kvmanager.connector_cap import lookup_cap
 from kvfuzz.fuzz.kvmanager.live_lookups import LiveLookups
 from kvfuzz.fuzz.kvmanager.hit_compare import boundary_of, hit_compare
 from kvfuzz.fuzz.kvmanager.padding import PADDED, placeholder_rows
@@ -233,7 +234,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
     def _admit(self, rid: int, request: _Request, chunk: int, pad: int = 0,
                rows_in_flight: bool = False, max_hit: int = -1):
         report = self.trace.report
-        cap = self.caller_cap(request, max_hit)  # (`Schedule.max_hit`: live_lookups.py)
+        cap = lookup_cap(max_hit, len(request.tokens))  # (`Schedule.max_hit`: connector_cap.py)
         expected = self.model.get_computed_blocks(self._hashes(request), len(request.tokens),
                                                   request.tokens, request.skip, report,
                                                   request.keys, cap)
