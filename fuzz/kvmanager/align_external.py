@@ -8,7 +8,8 @@ branch; `_update_waiting_for_remote_kv`): the connector's lookup
 (`get_computed_blocks_for_connector`, judged exactly: `align_connector.py`); the local hit
 presented to the connector aligned down to the block (`block_aligned_local`), the connector's
 tokens counted from there; where the hit ends inside a block and the connector holds more than
-that partial tail, the tail dropped (`truncate_computed_blocks`) and the load taken, else the
+that partial tail, the tail dropped (`truncate_computed_blocks`) and the load taken (where the
+caller's cap then drops it, the cut hit admitted: `align_tail_drop.py`), else the
 tail kept and nothing loaded; a diverged hit (full attention deeper than the Mamba group's
 state) with no external tokens reconciled by `get_computed_blocks` (the plain admission,
 `align.py`); then `allocate_slots` with `num_external_computed_tokens` (an asynchronous load:
