@@ -46,6 +46,8 @@ class AlignReads:
         """After a step of `rid` (its Mamba table read into `mamba_rows`): the worker's copy
         updated, the step's reads and writes judged."""
         rows, states = self.worker_rows, self.worker_state
+        stateless = rid in self.stateless  # (its first step only: the mark goes here)
+        self.stateless.discard(rid)
         # a loaded request's first step from one token short of its load: a whole prompt's
         whole = rid not in self.loaded_end and \
             self.ends_before.get(rid) == self.read_from.get(rid, 0) + 1
@@ -65,8 +67,7 @@ class AlignReads:
             self.count(READ)
             if read != written:
                 self.count(COPIED)
-        if rid in self.stateless and read is not None:  # (the finding: held to it)
-            self.stateless.discard(rid)
+        if stateless and read is not None:  # (the finding: held to it)
             self.count(STATELESS)
             if read < len(row) and row[read]:
                 return [("mamba reads", f"r{rid}'s step from {self.read_from.get(rid, 0)} "
