@@ -176,7 +176,7 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
             # lookup of a `schedule` (or `connect`) op, as a replay of the saved trace makes it.
             if connector and self._beside_mamba():  # (guard_mamba_connector.py)
                 problems = self._connector_lookup_problems(tracked.rid, blocks, hit, boundary,
-                                                           diverged[0])
+                                                           diverged[0], cap)
             else:
                 problems = session.lock.lookup_problems(tracked.rid, plain, cap)
             if connector and not self._beside_mamba():
