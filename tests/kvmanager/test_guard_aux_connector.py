@@ -21,6 +21,7 @@ from tests.kvmanager.test_guard_aux import keeps_two_blocks
 pytestmark = needs_engine("vllm")  # (the slow tier)
 
 CONNECTOR_CAP = "mutant.vllm.kvmanager.connector_cap_ignored"
+CALLER_CAP = "mutant.vllm.kvmanager.caller_cap_ignored"
 MARGIN = "mutant.vllm.kvmanager.mamba_connector_eagle_margin_shifted"
 
 
@@ -36,6 +37,15 @@ def session(seed: int, workload: str, tmp_path, impl: str | None = None, check: 
     return vllm_scheduler.run_session(
         seed, lambda manager, **settings: wrap(manager, "kvmanager", **settings, **options),
         manager_class=cls, workload=getattr(vllm_workloads, workload)).manager.kvfuzz_session
+
+
+def keeping_two_blocks(monkeypatch) -> None:
+    """`test_guard_aux.keeps_two_blocks`, vLLM's import prepared first (as building a
+    scheduler prepares it: a test run alone imports nothing before)."""
+    from kvfuzz.fuzz.kvmanager.vllm_build import build_scheduler
+
+    build_scheduler()
+    keeps_two_blocks(monkeypatch)
 
 
 def capped(guarded, kind) -> int:
@@ -70,7 +80,7 @@ def test_a_connectors_capped_lookups_are_connects_guarded_clean_and_replaying(tm
 def test_the_connector_cap_mutant_is_equivalent_under_vllms_store_and_caught_under_less(
         tmp_path, monkeypatch):
     assert session(0, "AUX_CONNECTOR", tmp_path, CONNECTOR_CAP).divergence is None
-    keeps_two_blocks(monkeypatch)
+    keeping_two_blocks(monkeypatch)
     released = session(0, "AUX_CONNECTOR", tmp_path)
     assert released.divergence is None
     assert released.lock.events["hit cut by the caller's cap"] > 0
@@ -83,29 +93,29 @@ def test_a_guard_dropping_the_cap_calls_the_release_wrong_where_the_cap_cuts(
     at its first cut lookup, beside the connector and beside the group alike."""
     from kvfuzz.fuzz.kvmanager.guard_steps import AllocationMapping
 
-    keeps_two_blocks(monkeypatch)
+    keeping_two_blocks(monkeypatch)
     monkeypatch.setattr(AllocationMapping, "_caller_cap", lambda *args: -1)
     for workload in ("AUX_CONNECTOR", "AUX_MAMBA"):
         with pytest.raises(kvfuzz.Mismatch, match="prefix hit"):
             session(0, workload, tmp_path / workload)
 
 
-def test_capped_lookups_beside_a_mamba_group_guarded_clean_and_replaying(
-        tmp_path, monkeypatch):
+def test_capped_lookups_beside_a_mamba_group_guarded_clean(tmp_path, monkeypatch):
+    """(Their recordings replaying: sessions 0-99 by hand, docs/upstream-vllm.md; kept out of
+    CI's time.)"""
     plain = session(0, "AUX_MAMBA_CONNECTOR", tmp_path)
     assert plain.divergence is None and capped(plain, Connect) and capped(plain, Schedule)
     assert plain.lock.events[ALIGN_CUT] == 0  # (vLLM's own store: no hit cut)
-    assert_recorded_and_replaying(plain, 0, "AUX_MAMBA_CONNECTOR", tmp_path)
-    keeps_two_blocks(monkeypatch)
-    for workload in ("AUX_MAMBA", "AUX_MAMBA_CONNECTOR"):
-        guarded = session(0, workload, tmp_path)
-        assert guarded.divergence is None and guarded.lock.events[ALIGN_CUT] > 0
-        assert_recorded_and_replaying(guarded, 0, workload, tmp_path)
+    keeping_two_blocks(monkeypatch)  # (the cap then cuts hits)
+    guarded = session(0, "AUX_MAMBA_CONNECTOR", tmp_path)
+    assert guarded.divergence is None and guarded.lock.events[ALIGN_CUT] > 0
+    # the plain lookup's cap dropped (`caller_cap_ignored`) beside the group: caught there,
+    # its file clean on the release (a lookup the cap cut, judged)
+    assert_caught(0, "AUX_MAMBA", CALLER_CAP, tmp_path)
 
 
 def test_the_eagle_margin_mutant_is_equivalent_under_vllms_store_and_caught_under_less(
         tmp_path, monkeypatch):
     assert session(0, "AUX_MAMBA_EAGLE_CONNECTOR", tmp_path, MARGIN).divergence is None
-    keeps_two_blocks(monkeypatch)
-    assert session(0, "AUX_MAMBA_EAGLE_CONNECTOR", tmp_path).divergence is None
-    assert_caught(0, "AUX_MAMBA_EAGLE_CONNECTOR", MARGIN, tmp_path)
+    keeping_two_blocks(monkeypatch)
+    assert_caught(0, "AUX_MAMBA_EAGLE_CONNECTOR", MARGIN, tmp_path)  # (clean on the release)
