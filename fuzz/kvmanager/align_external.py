@@ -8,7 +8,8 @@ branch; `_update_waiting_for_remote_kv`): the connector's lookup
 (`get_computed_blocks_for_connector`, judged exactly: `align_connector.py`); the local hit
 presented to the connector aligned down to the block (`block_aligned_local`), the connector's
 tokens counted from there; where the hit ends inside a block and the connector holds more than
-that partial tail, the tail dropped (`truncate_computed_blocks`) and the load taken, else the
+that partial tail, the tail dropped (`truncate_computed_blocks`) and the load taken (where the
+caller's cap then drops it, the cut hit admitted: `align_tail_drop.py`), else the
 tail kept and nothing loaded; a diverged hit (full attention deeper than the Mamba group's
 state) with no external tokens reconciled by `get_computed_blocks` (the plain admission,
 `align.py`); then `allocate_slots` with `num_external_computed_tokens` (an asynchronous load:
@@ -54,6 +55,7 @@ from kvfuzz.fuzz.kvmanager.align_external_single import EVENTS as SINGLE
 from kvfuzz.fuzz.kvmanager.align_refusal import needless_admission_refusal
 from kvfuzz.fuzz.kvmanager.align_result import \
     allocation_problems as _allocation_problems
+from kvfuzz.fuzz.kvmanager.align_tail_drop import EVENTS as TAIL_DROP, AlignTailDrop
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args, lookup_cap
 from kvfuzz.fuzz.kvmanager.flight_finish import processed_at_finish, skipped_at
@@ -77,10 +79,10 @@ WHOLE = "Mamba connector: a whole prompt loaded, its last token recomputed"
 SKIPPED = "Mamba connector: the finish's remove_skipped_blocks"
 SKIPPED_FREED = "Mamba connector: the finish's remove_skipped_blocks freed states"
 EVENTS = (SYNC, LOAD, DROPPED, KEPT, LAGGING, RECONCILED, SOME, REFUSED, DONE, FAILED, WHOLE,
-          RESUMED, SKIPPED, SKIPPED_FREED, *SINGLE, *PADDED)
+          RESUMED, SKIPPED, SKIPPED_FREED, *SINGLE, *PADDED, *TAIL_DROP)
 
 
-class AlignExternal(AlignResumeLoaded):
+class AlignExternal(AlignTailDrop, AlignResumeLoaded):
     """Mixed into `AlignLockstep` (before the plain lock step, whose handlers it overrides)."""
 
     @handles(Connect)
@@ -108,8 +110,9 @@ class AlignExternal(AlignResumeLoaded):
         partial = local % size
         room = len(tokens) - (local - partial) - (0 if op.load else 1)
         held = 0 if request.skip else max(0, min(op.external, room))
+        dropped = partial and held > partial  # the scheduler's test, before the cap
         held = self.capped_at_partial(cap, local, partial, held, size)  # (`connector_cap.py`)
-        if partial and held > partial:
+        if dropped:
             self.count(DROPPED)
             local -= partial
             self.hit_blocks = tuple(blocks[:local // size] for blocks in self.hit_blocks)
@@ -125,6 +128,8 @@ class AlignExternal(AlignResumeLoaded):
         if not held:
             if diverged:
                 self.count(RECONCILED)
+            elif dropped:  # the truncated hit kept, the cap's drop after it (`align_tail_drop`)
+                return (yield from self.truncated_admission(op, request, local, boundary))
             self.looked_up = True
             if op.pad:  # (the padding of a readmission or a prompt met again: `..._pad.py`)
                 self.count(PADDED_ADMISSION)

@@ -18,14 +18,11 @@ from __future__ import annotations
 CAPPED = "connector lookup capped by the caller"
 DROPPED = "external tokens dropped by the caller's cap"
 KEPT = "external tokens kept under the caller's cap"
-# beside a Mamba "align" group: a partial tail the release drops for external tokens the cap
-# then drops too (`capped_at_partial`)
-TAIL_DROPPED = "Mamba connector: a partial tail's external tokens dropped by the caller's cap"
 # beside a Mamba "align" group (`align_hits.py`, `align_external.py`): a capped lookup, and one
 # whose answer the cap changed (the judge's expectation again without it)
 ALIGN_CAPPED = "Mamba align: a lookup capped by the caller"
 ALIGN_CUT = "Mamba align: a lookup's answer changed by the caller's cap"
-EVENTS = (CAPPED, DROPPED, KEPT, TAIL_DROPPED, ALIGN_CAPPED, ALIGN_CUT)
+EVENTS = (CAPPED, DROPPED, KEPT, ALIGN_CAPPED, ALIGN_CUT)
 
 
 def lookup_cap(max_hit: int, num_tokens: int) -> int:
@@ -64,17 +61,13 @@ class ConnectorCap:
         """Beside a Mamba "align" group (`align_external.py`), where the local hit may end
         inside a block: the external tokens the scheduler keeps, `held` those the connector
         holds past the block-aligned hit. The release drops a partial tail for more external
-        tokens first, then `cap_external_hit` may drop those: the hit is then the aligned one
-        with nothing loaded (a diverged one reconciled by `get_computed_blocks`, as the judge
-        does). Not modelled where it did not diverge: the judge keeps the whole local hit, as
-        for a connector holding none (counted, `TAIL_DROPPED`), a sequence the scheduler makes
-        too."""
+        tokens first, then `cap_external_hit` sees the block-aligned hit and may drop those
+        too: the truncated hit is then admitted with nothing loaded (`align_tail_drop.py`), a
+        diverged one reconciled by `get_computed_blocks` (the plain admission). A tail kept
+        (the connector holding no more than it) loads nothing: the cap's count alone."""
         if partial and held > partial:
-            kept = self.capped_external(cap, local - partial, held, size)
-            if not kept:
-                self.count(TAIL_DROPPED)
-            return kept
-        if partial:  # the tail kept, nothing loaded (`connect`): the cap's count alone
+            return self.capped_external(cap, local - partial, held, size)
+        if partial:
             self.capped_external(cap, local, 0, size)
             return held
         return self.capped_external(cap, local, held, size)

@@ -217,6 +217,17 @@ GROUPS = {
         "num_blocks = len(group_blocks)",
         "a Mamba group's local hit cut to the block keeps its partial state: where the load "
         "ends in that block, its last state lands in the hit's cached block")),
+    # ... and the Mamba group's view rotated by one (its length kept): a load never reads the
+    # view's Mamba blocks (all skipped below its last token), so only the block-aligned hit
+    # admitted with nothing loaded, after the caller's cap dropped the external tokens
+    # ("capped mamba", `align_tail_drop.py`), adopts them: the partial state at the aligned end
+    "mamba_truncate_shifts_partial_state": (MANAGER, Mutation(
+        "KVCacheManager.truncate_computed_blocks",
+        "num_blocks = min(num_blocks, len(group_blocks))",
+        "num_blocks = min(num_blocks, len(group_blocks))\n"
+        "                group_blocks = group_blocks[1:] + group_blocks[:1]",
+        "a Mamba group's local hit cut to the block moves its partial state into the cut "
+        "view's last block: a hit admitted there adopts a state of tokens past it")),
     "zeroing_skips_first_block": (MANAGER, Mutation(
         "KVCacheManager.record_blocks_for_zeroing",
         "start_idx = start_token // mgr.block_size",

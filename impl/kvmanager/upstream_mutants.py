@@ -89,6 +89,14 @@ def _defines(part, method: str, owner) -> bool:
 @functools.cache
 def _mutant_class(name: str):
     module_name, mutation = MUTATIONS[name] if name in MUTATIONS else ALONE_MUTATIONS[name]
+    return mutant_manager(name, module_name, mutation)
+
+
+def mutant_manager(name: str, module_name: str, mutation: Mutation):
+    """The released `KVCacheManager` with `mutation` made to `module_name` (one of the modules
+    above), as a catalogue entry's is: public so that a test can build an edit of its own (one
+    it holds equivalent, say) exactly as the catalogue builds its mutants. Not cached: a
+    catalogue entry's class is, by `_mutant_class`."""
     if module_name == UTILS:
         return _hasher_mutant(name, mutation)
     class_name, method = mutation.scope.split(".")

@@ -80,9 +80,10 @@ def test_the_scheduler_keeps_external_tokens_only_to_a_block_at_most_at_the_cap(
     assert lock.counted.count(connector_cap.KEPT) == 2
     assert connector_cap.lookup_cap(20, 14) == 13 and connector_cap.lookup_cap(-1, 14) == -1
     # beside a Mamba group a hit of 6 (blocks of 4): its tail of 2 dropped for 6 external
-    # tokens (4 + 6 = 10: no block end, dropped by the cap), or kept for 1 (nothing loaded)
+    # tokens (4 + 6 = 10: no block end, dropped by the cap: the hit of 4 is admitted with
+    # nothing loaded, `align_tail_drop.py`), or kept for 1 (nothing loaded)
     assert lock.capped_at_partial(12, 6, 2, 6, 4) == 0
-    assert lock.counted[-1] == connector_cap.TAIL_DROPPED
+    assert lock.counted[-1] == connector_cap.DROPPED
     assert lock.capped_at_partial(12, 6, 2, 8, 4) == 8  # 4 + 8 = 12: kept
     assert lock.capped_at_partial(12, 6, 2, 1, 4) == 1
     assert lock.capped_at_partial(-1, 6, 2, 6, 4) == 6  # no cap: all of them

@@ -23,8 +23,9 @@ import pytest
 from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
                                    align_external_eagle, align_recorded, align_reported,
-                                   async_ops, connector, connector_cap, cut, hisparse_import,
-                                   hisparse_cow, hisparse_lag, streaming, sync_draft_ops)
+                                   align_tail_drop, async_ops, connector, connector_cap, cut,
+                                   hisparse_import, hisparse_cow, hisparse_lag, streaming,
+                                   sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -265,9 +266,10 @@ REACHES = {
                          "connector admission, asynchronous load", "load done"]
     + _CONFIGS("KV connector", "groups of different block sizes", "asynchronous scheduling"),
     # the same beside a Mamba "align" group: both lookups capped, answers the cap changed, a
-    # connector's external tokens dropped by it
+    # connector's external tokens dropped by it (after a partial tail dropped for them: the
+    # block-aligned hit admitted, `align_tail_drop.py`; index 65 first)
     "capped mamba": [connector_cap.ALIGN_CAPPED, connector_cap.ALIGN_CUT, connector_cap.CAPPED,
-                     connector_cap.DROPPED, align_external.LOAD]
+                     connector_cap.DROPPED, align_external.LOAD, align_tail_drop.TRUNCATED]
     + _CONFIGS("KV connector", "EAGLE", "Mamba align mode, prefix caching on (reduced checks)"),
 }
 

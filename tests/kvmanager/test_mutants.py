@@ -169,6 +169,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # A KV connector beside a Mamba "align" group (the "mamba connector" profile): a Mamba
     # hit cut to the block for a longer load keeps its partial state, cached, as the load's.
     "mamba_truncate_keeps_partial_state": r"cached before the load|external blocks",
+    # ... and its partial state moved into the cut view's last block, adopted only by a hit
+    # admitted block-aligned with nothing loaded (the caller's cap dropped the load)
+    "mamba_truncate_shifts_partial_state": r"which blocks|free queue|mamba reads",
     # ... and the finish's remove_skipped_blocks there: the state of the last token freed (since
     # 2026-12-06 caught first at a step, where it frees the state the step reads: its corpus
     # case, `test_mamba_finish.py`, is still caught by the finish's call alone)
@@ -224,6 +227,10 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # 4 tokens on the mutant)
          PREFIX + "connector_cap_ignored": ("capped connector", 0),
          PREFIX + "mamba_truncate_keeps_partial_state": ("mamba connector", 14),
+         # the first "capped mamba" trace of seed 0 whose partial tail is dropped for a load
+         # the cap then drops, its block-aligned hit admitted (before 2026-12-07 the judge
+         # admitted the whole local hit there, and no trace of 2,000 caught it)
+         PREFIX + "mamba_truncate_shifts_partial_state": ("capped mamba", 149),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
