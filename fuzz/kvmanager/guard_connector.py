@@ -302,4 +302,4 @@ class ConnectorCalls:
         """The op whose replay makes the lookup that was checked: a `connect` (its lookup is
         the connector's) of one token and no external ones, or a `schedule`, each with the
         caller's `cap`."""
-        return (Connect(rid, 1, 0, max_hit=cap) if connector else Schedule(rid, 1, max_hit=cap))
+        return Connect(rid, 1, 0, max_hit=cap) if connector else Schedule(rid, 1, max_hit=cap)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.kvmanager.guard_tracked import MAX_TOKEN
 from kvfuzz.fuzz.kvmanager.padding import padding
-from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import Decode, Placeholder, Sample, Schedule
 
 
@@ -49,7 +48,7 @@ class AllocationMapping:
         return Schedule(tracked.rid, n, pad, rows_in_flight=held, **capped), expected, \
             self._runs(tracked, hit + n - (0 if held else pad))
 
-    def _caller_cap(self, method: str, tracked, max_hit, connector: bool) -> int:
+    def _caller_cap(self, method: str, tracked, max_hit) -> int:
         """A lookup's `max_cache_hit_length` (vLLM's scheduler passes one with auxiliary
         outputs on: `vllm_aux.py`) as the trace's `max_hit` (the admission's `Schedule` or,
         after a connector's lookup, `Connect`), -1 where none was passed. Refused past
