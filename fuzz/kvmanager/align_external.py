@@ -141,15 +141,20 @@ class AlignExternal(AlignTailDrop, AlignResumeLoaded):
         request.boundary = boundary
         return (yield from self._admit_external(op, request, local, held))
 
-    def connector_lookup_problems(self, rid: int, actual) -> list[tuple[str, str]]:
+    def connector_lookup_problems(self, rid: int, actual,
+                                  max_hit: int = -1) -> list[tuple[str, str]]:
         """A live scheduler's connector lookup, checked when it is made (`guard.py`, beside a
-        Mamba group: `guard_mamba_connector.py`), as `connect` checks it."""
+        Mamba group: `guard_mamba_connector.py`), as `connect` checks it, under the caller's
+        `max_hit` (-1: none)."""
         request, trace = self.requests[rid], self.trace
-        expected = align_connector.request_expectation(trace, self.cache, request)
+        request.cap = lookup_cap(max_hit, len(request.tokens))
+        expected = align_connector.request_expectation(trace, self.cache, request,
+                                                       cap=request.cap)
         problems = align_connector.lookup_problems(expected, actual, None) or \
             self._lookup_block_problems(request, actual)
         if problems:
-            self.log.append(f"get_computed_blocks_for_connector(r{rid}) -> {short(actual, 60)}")
+            self.log.append(f"get_computed_blocks_for_connector(r{rid}{cap_text(request.cap)})"
+                            f" -> {short(actual, 60)}")
         return problems
 
     def _lookup_block_problems(self, request, actual) -> list[tuple[str, str]]:

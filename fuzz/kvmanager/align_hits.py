@@ -90,9 +90,12 @@ class AlignHitChecks:
         under vLLM's own scheduler (`guard_mamba.py`)."""
         if not self.align:
             return super().lookup_problems(rid, actual, max_hit)
-        problems = self._hit_problems(self.requests[rid], actual, None)
+        request = self.requests[rid]
+        request.cap = lookup_cap(max_hit, len(request.tokens))  # (the engine's, -1: none)
+        problems = self._hit_problems(request, actual, None)
         if problems:
-            self.log.append(f"get_computed_blocks(r{rid}) -> {short(actual, 60)}")
+            self.log.append(f"get_computed_blocks(r{rid}{cap_text(request.cap)}) -> "
+                            f"{short(actual, 60)}")
         return problems
 
     def _connector_lookup(self, rid, request, max_hit: int = -1):

@@ -159,8 +159,8 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
         self._stale(tracked, request)  # asynchronous scheduling's stale output
         tracked.hashes = None  # (made again before the lookup under lookahead hashing)
         self._same_tokens(request, tracked)
-        connector = method != "get_computed_blocks"  # (the cap: once its tokens are known)
-        cap = self._caller_cap(method, tracked, max_cache_hit_length, connector)
+        connector = method != "get_computed_blocks"
+        cap = self._caller_cap(method, tracked, max_cache_hit_length)  # (its tokens known)
         vars(self)["_kvfuzz_made"] = True
         result = getattr(manager, method)(request, max_cache_hit_length)
         blocks, hit, boundary, *diverged = result
@@ -176,7 +176,7 @@ class GuardedManager(RequestTracking, AllocationMapping, StreamingCalls, SyncDra
             # lookup of a `schedule` (or `connect`) op, as a replay of the saved trace makes it.
             if connector and self._beside_mamba():  # (guard_mamba_connector.py)
                 problems = self._connector_lookup_problems(tracked.rid, blocks, hit, boundary,
-                                                           diverged[0])
+                                                           diverged[0], cap)
             else:
                 problems = session.lock.lookup_problems(tracked.rid, plain, cap)
             if connector and not self._beside_mamba():

@@ -5,7 +5,10 @@
 
 - `get_computed_blocks_for_connector(request)`: the lookup of a connector that can complete
   divergent hybrid hits; checked at once like `get_computed_blocks`, its `hit_diverged` too
-  (False without a Mamba group), a problem reported as a `connect` op's lookup;
+  (False without a Mamba group), a problem reported as a `connect` op's lookup; its
+  `max_cache_hit_length` (auxiliary outputs on, `vllm_aux.py`) the `connect`'s `max_hit`
+  (since 2026-12-07), the admission's external tokens those vLLM's `cap_external_hit` left
+  (others, past the cap or off a block, refused by name);
 - the admission's `allocate_slots` after a connector's lookup, or with external tokens
   (`num_external_computed_tokens`, from the connector's `get_num_new_matched_tokens`), or
   delaying its caching (an asynchronous load, with its `reserved_blocks`): `connect(rid,
@@ -192,12 +195,20 @@ class ConnectorCalls:
                 self._refuse(f"allocate_slots with {name}={value!r} outside a connector's "
                              f"admission")
 
-    def _connector_admission(self, tracked, n: int, hit: int, whole: bool, connector: dict):
-        """An admission after a connector's lookup or with external tokens: `connect`."""
+    def _connector_admission(self, tracked, n: int, hit: int, whole: bool, connector: dict,
+                             cap: int = -1):
+        """An admission after a connector's lookup or with external tokens: `connect`, with
+        the caller's `cap` on its lookup (-1: none)."""
         rid, left = tracked.rid, len(tracked.tokens) - hit
         external = int(connector["num_external_computed_tokens"])
         load = bool(connector["delay_cache_blocks"])
         reserve = int(connector["reserved_blocks"] or 0)
+        size = self.kvfuzz_session.header.block_size
+        if cap >= 0 and external and ((hit + external) % size or hit + external > cap):
+            # (vLLM's `cap_external_hit` drops them: the trace's `connect` would too)
+            self._refuse(f"a connector admission of r{rid} with {external} external tokens past "
+                         f"its hit of {hit}, beyond the caller's cap of {cap} or off a block "
+                         f"of {size}")
         written, skipped = EVERY_GROUP, set()
         if load:
             groups = len(self._kvfuzz_object.kv_cache_config.kv_cache_groups)
@@ -252,8 +263,8 @@ class ConnectorCalls:
                 tracked.async_sync_end = (hit, hit + external, tracked.computed,
                                           pad if held else 0) \
                     if external and self._asynchronous() else None
-        return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held), \
-            expected, done
+        return Connect(rid, 0 if load else n, external, load, reserve, written, pad, held,
+                       cap), expected, done
 
     def _resumption(self, tracked, request, n: int, given):
         """The first allocation after a KV load: waiting, with computed tokens, no lookup."""
@@ -289,7 +300,6 @@ class ConnectorCalls:
     @staticmethod
     def _lookup_op(rid: int, connector: bool, cap: int = -1):
         """The op whose replay makes the lookup that was checked: a `connect` (its lookup is
-        the connector's) of one token and no external ones, or a `schedule` (with the caller's
-        `cap`)."""
-        return Connect(rid, 1, 0) if connector else \
-            Schedule(rid, 1, **({"max_hit": cap} if cap >= 0 else {}))
+        the connector's) of one token and no external ones, or a `schedule`, each with the
+        caller's `cap`."""
+        return Connect(rid, 1, 0, max_hit=cap) if connector else Schedule(rid, 1, max_hit=cap)

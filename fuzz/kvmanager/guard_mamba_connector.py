@@ -6,7 +6,9 @@
   `hit_diverged` where the Mamba group's state lags it; checked at once as the reduced mode's
   `connect` checks it (`align_connector.expectation`, and its blocks), not as a plain hit.
   Where the hit diverged and the connector loads nothing the scheduler then asks
-  `get_computed_blocks` (scheduler.py:1199), checked as a plain lookup; the live driver answers
+  `get_computed_blocks` (scheduler.py:1199), checked as a plain lookup; both take the caller's
+  cap where auxiliary outputs pass one (since 2026-12-07, `AUX_MAMBA_CONNECTOR`: the reduced
+  mode's capped expectations, `align_connector`, `align_hit`); the live driver answers
   the reduced mode's lookups from the engine's (`impl/kvmanager/live.py`);
 - the admission after it: `connect` (`guard_connector.py`), an asynchronous load or, with no
   external tokens, a plain admission through the connector;
@@ -40,10 +42,12 @@ class MambaConnectorCalls:
     def _beside_mamba(self) -> bool:
         return bool(self.kvfuzz_session.header.mamba_mode)
 
-    def _connector_lookup_problems(self, rid: int, blocks, hit, boundary, diverged):
-        """The engine's connector lookup against the reduced mode's expectation of it."""
+    def _connector_lookup_problems(self, rid: int, blocks, hit, boundary, diverged,
+                                   cap: int = -1):
+        """The engine's connector lookup against the reduced mode's expectation of it, under
+        the caller's `cap` (-1: none)."""
         return self.kvfuzz_session.lock.connector_lookup_problems(
-            rid, (_ids(blocks), int(hit), int(boundary), bool(diverged)))
+            rid, (_ids(blocks), int(hit), int(boundary), bool(diverged)), cap)
 
     def _hold_tail(self, request, perform):
         """`finalize_partial_tail_offloads`, made for the engine, its answer held for the

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.kvmanager.guard_tracked import MAX_TOKEN
 from kvfuzz.fuzz.kvmanager.padding import padding
-from kvfuzz.strategies.kvmanager.connector_ops import Connect
 from kvfuzz.strategies.kvmanager.trace import Decode, Placeholder, Sample, Schedule
 
 
@@ -30,10 +29,8 @@ class AllocationMapping:
         whole = self._waiting_allocation(tracked, given)
         if via_connector or connector["num_external_computed_tokens"] or \
                 connector["delay_cache_blocks"]:
-            if cap >= 0:  # (`connect` has no cap: the codec refuses one beside its ops)
-                self._refuse(f"a KV connector's admission of request {request.request_id!r} "
-                             f"after a lookup capped at {cap} (max_cache_hit_length)")
-            return self._connector_admission(tracked, n, hit, whole, connector)
+            # (the engine's external tokens are what `cap_external_hit` left under the cap)
+            return self._connector_admission(tracked, n, hit, whole, connector, cap)
         left = len(tracked.tokens) - hit
         pad = padding(self.kvfuzz_session.header, n, left, hit, align=True)
         if not 1 <= n - pad <= left:
@@ -51,25 +48,16 @@ class AllocationMapping:
         return Schedule(tracked.rid, n, pad, rows_in_flight=held, **capped), expected, \
             self._runs(tracked, hit + n - (0 if held else pad))
 
-    def _caller_cap(self, method: str, tracked, max_hit, connector: bool) -> int:
+    def _caller_cap(self, method: str, tracked, max_hit) -> int:
         """A lookup's `max_cache_hit_length` (vLLM's scheduler passes one with auxiliary
-        outputs on: `vllm_aux.py`) as the trace's `Schedule.max_hit`, -1 where none was passed.
-        Refused past `num_tokens - 1` (the lock step caps it there, the manager would not) and
-        beside a KV connector's lookup or ops or a Mamba "align" group, whose lookups kvfuzz
-        judges by rules of their own that take `num_tokens - 1` (the codec refuses such a
-        trace): there `num_tokens - 1` itself is no cap, as before 2026-12-07."""
+        outputs on: `vllm_aux.py`) as the trace's `max_hit` (the admission's `Schedule` or,
+        after a connector's lookup, `Connect`), -1 where none was passed. Refused past
+        `num_tokens - 1` (the lock step caps it there, the manager would not). Beside a KV
+        connector's lookup and a Mamba "align" group since 2026-12-07 (the lock step's
+        `connector_cap.py`, the reduced mode's capped lookups: `align_hits.py`)."""
         if max_hit is None:
             return -1
         last = len(tracked.tokens) - 1
-        session = self.kvfuzz_session
-        beside = "a KV connector's lookup" if connector else \
-            'a Mamba "align" group' if session.header.mamba_mode else \
-            "a KV connector's ops" if any(isinstance(op, Connect) for op in session.ops) else None
-        if beside and max_hit == last:
-            return -1
-        if beside:
-            self._refuse(f"{method} with max_cache_hit_length {max_hit} beside {beside} "
-                         f"(kvfuzz judges the caller's cap by its full oracle only)")
         if not 0 <= int(max_hit) <= last:
             self._refuse(f"{method} with max_cache_hit_length {max_hit}: outside 0..{last} "
                          f"(the request's num_tokens - 1)")

@@ -33,7 +33,8 @@ from kvfuzz.fuzz.kvmanager.vllm_workloads import (  # noqa: F401 (named here too
     MAMBA_PARTIAL_CONNECTOR, MAMBA_ASYNC, MAMBA_ASYNC_CONNECTOR, MAMBA_ASYNC_MTP, MAMBA_EAGLE,
     MAMBA_SHARED_PREFIX, MAMBA_ASYNC_SHARED_PREFIX, MAMBA_EAGLE_MTP,
     MAMBA_ASYNC_CONNECTOR_ABORTS, MAMBA_EAGLE_CONNECTOR, MAMBA_MTP_CONNECTOR,
-    MAMBA_ASYNC_MTP_CONNECTOR, AUX_OUTPUTS)
+    MAMBA_ASYNC_MTP_CONNECTOR, AUX_OUTPUTS, AUX_CONNECTOR, AUX_MAMBA, AUX_MAMBA_CONNECTOR,
+    AUX_MAMBA_EAGLE_CONNECTOR)
 from kvfuzz.fuzz.kvmanager.fake_grammar import (admit, plain_drafter, session_grammars,
                                                 structured_params)
 from kvfuzz.fuzz.kvmanager.vllm_build import build_scheduler  # (named here too)

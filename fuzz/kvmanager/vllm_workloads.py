@@ -283,3 +283,14 @@ MAMBA_EAGLE_CONNECTOR = replace(MAMBA_CONNECTOR, speculative="mtp", num_speculat
 # on, so that each admission's lookup is capped by the auxiliary-output connector
 # (`max_cache_hit_length`, the trace's `Schedule.max_hit`)
 AUX_OUTPUTS = replace(ASYNC_V2, aux_outputs=True)
+# The caller's cap beside a KV connector and a Mamba "align" group (since 2026-12-07, later),
+# under the V2 runner auxiliary outputs ask for: AUX_OUTPUTS' auxiliary-output connector beside
+# ASYNC_CONNECTOR's fake KV connector (each connector lookup capped, `Connect.max_hit`; the
+# external tokens those `cap_external_hit` left), beside MAMBA_ASYNC's group (the reduced
+# mode's capped lookups), and beside both, with and without MAMBA_EAGLE_CONNECTOR's drafter
+# (EAGLE's margin past the cap)
+AUX_CONNECTOR = replace(ASYNC_CONNECTOR, v2_runner=True, aux_outputs=True)
+AUX_MAMBA = replace(MAMBA_ASYNC, v2_runner=True, aux_outputs=True)
+AUX_MAMBA_CONNECTOR = replace(MAMBA_ASYNC_CONNECTOR, v2_runner=True, aux_outputs=True)
+AUX_MAMBA_EAGLE_CONNECTOR = replace(MAMBA_EAGLE_CONNECTOR, async_scheduling=True,
+                                    v2_runner=True, aux_outputs=True)

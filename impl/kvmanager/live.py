@@ -41,13 +41,14 @@ class LiveManagerDriver(AlignStepReads, LiveCalls, ManagerReads):
         self._learned.pop(rid, None)
         return self.lookups.pop(rid)[:3]  # the engine looked up before allocating
 
-    def connector_lookup(self, rid: int):
+    def connector_lookup(self, rid: int, cap: int | None = None):
         """The engine's lookup for a connector: `get_computed_blocks_for_connector`'s four
         answers, or `get_computed_blocks`' three and a hit that never diverged (a connector
-        that does not take divergent hybrid hits: the same lookup without a Mamba group)."""
+        that does not take divergent hybrid hits: the same lookup without a Mamba group);
+        `cap`: the engine's `max_cache_hit_length`, as `get_computed_blocks`'."""
         self._learned.pop(rid, None)  # (as get_computed_blocks')
         if len(self.lookups[rid]) == 3 and self.manager.kv_cache_config.has_mamba_layers:
-            return self.align_connector_lookup(rid)  # (live_align.py)
+            return self.align_connector_lookup(rid, cap)  # (live_align.py)
         found = self.lookups.pop(rid)
         if len(found) == 4 and self.manager.kv_cache_config.has_mamba_layers:
             # beside a Mamba group the engine's connector lookup stands for the

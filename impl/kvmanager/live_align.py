@@ -79,11 +79,11 @@ class AlignStepReads:
     def truncate_hit(self, rid: int, tokens: int) -> None:
         self.hits[rid] = self.manager.truncate_computed_blocks(self.hits[rid], tokens)
 
-    def align_connector_lookup(self, rid: int):
+    def align_connector_lookup(self, rid: int, cap: int | None = None):
         from kvfuzz.impl.kvmanager.reads import _ids
 
         blocks, hit, boundary, diverged = self.manager.get_computed_blocks_for_connector(
-            self.requests[rid])
+            self.requests[rid], cap)
         return _ids(blocks), int(hit), int(boundary), bool(diverged)
 
     def _new_entries(self, queue: str, seen_name: str) -> list:

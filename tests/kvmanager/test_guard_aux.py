@@ -156,28 +156,30 @@ def test_a_capped_lookup_is_the_admissions_max_hit_and_what_cannot_be_capped_is_
     guarded = kvfuzz.guard(driver.manager, "kvmanager", corpus=tmp_path)
     driver.arrive(1, list(range(9)))
     request = driver.requests[1]
-    free = driver.manager.block_pool.get_num_free_blocks()
     with pytest.raises(kvfuzz.GuardUnsupported, match=r"max_cache_hit_length 9: outside 0\.\.8"):
         guarded.get_computed_blocks(request, 9)
-    with pytest.raises(kvfuzz.GuardUnsupported, match="max_cache_hit_length 4 beside a KV "
-                                                      "connector's lookup"):
-        guarded.get_computed_blocks_for_connector(request, 4)
-    blocks, hit, _ = guarded.get_computed_blocks(request, 4)
-    # (a `connect` has no cap: the codec refuses one beside a connector's ops)
-    with pytest.raises(kvfuzz.GuardUnsupported, match="KV connector's admission of request "
-                                                      "'1' after a lookup capped at 4"):
-        guarded.allocate_slots(request, 5, hit, blocks, num_external_computed_tokens=4)
-    assert driver.manager.block_pool.get_num_free_blocks() == free
     blocks, hit, _ = guarded.get_computed_blocks(request, 4)
     guarded.allocate_slots(request, 9, hit, blocks)
     session = guarded.kvfuzz_session
     assert session.ops[-1] == Schedule(0, 9, max_hit=4) and session.divergence is None
-    # a cap once the trace has a connector's ops: the codec would refuse the file
-    session.ops.append(Connect(0, 1, 0))
+    # (since 2026-12-07, later) a connector's capped lookup and its admission: `connect` with
+    # the cap; external tokens that vLLM's `cap_external_hit` drops are refused by name
     driver.arrive(2, list(range(9)))
-    with pytest.raises(kvfuzz.GuardUnsupported, match="max_cache_hit_length 4 beside a KV "
-                                                      "connector's ops"):
-        guarded.get_computed_blocks(driver.requests[2], 4)
+    second = driver.requests[2]
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(second, 4)
+    assert hit == 4  # (8 cached: the cap cut it)
+    free = driver.manager.block_pool.get_num_free_blocks()
+    with pytest.raises(kvfuzz.GuardUnsupported, match="4 external tokens past its hit of 4, "
+                                                      "beyond the caller's cap of 4"):
+        guarded.allocate_slots(second, 1, hit, blocks, num_external_computed_tokens=4)
+    assert driver.manager.block_pool.get_num_free_blocks() == free  # never made
+    blocks, hit, _, _ = guarded.get_computed_blocks_for_connector(second, 4)
+    guarded.allocate_slots(second, 5, hit, blocks)
+    assert session.ops[-1] == Connect(1, 5, 0, max_hit=4) and session.divergence is None
+    # a cap once the trace has a connector's ops: the full oracle's (the codec takes it)
+    driver.arrive(3, list(range(9)))
+    blocks, hit, _ = guarded.get_computed_blocks(driver.requests[3], 8)
+    assert hit == 8 and session.divergence is None
 
 
 def test_auxiliary_outputs_need_the_v2_runner_under_the_asynchronous_scheduler():

@@ -75,14 +75,14 @@ def test_without_the_connector_lookups_mapping_the_judge_fails(tmp_path, monkeyp
 
     with monkeypatch.context() as patched:
         patched.setattr(MambaConnectorCalls, "_connector_lookup_problems",
-                        lambda self, rid, blocks, hit, boundary, diverged:
+                        lambda self, rid, blocks, hit, boundary, diverged, cap=-1:
                         self.kvfuzz_session.lock.lookup_problems(rid, (
                             __import__("kvfuzz.impl.kvmanager.reads", fromlist=["_ids"])
                             ._ids(blocks), int(hit), int(boundary))))
         with pytest.raises(kvfuzz.Mismatch, match=r"prefix hit"):
             session(0, tmp_path)
 
-    def popped(self, rid):  # the lookup given back once, as without a Mamba group
+    def popped(self, rid, cap=None):  # the lookup given back once, as without a Mamba group
         found = self.lookups.pop(rid)
         return found if len(found) == 4 else (*found, False)
     monkeypatch.setattr(LiveManagerDriver, "connector_lookup", popped)
