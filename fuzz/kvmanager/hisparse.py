@@ -56,11 +56,12 @@ from __future__ import annotations
 import functools
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_caching, hisparse_cow,
-                                   hisparse_hostcache, hisparse_import, hisparse_lag,
-                                   hisparse_order, hisparse_pins, hisparse_queue)
+from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cap, hisparse_caching,
+                                   hisparse_cow, hisparse_hostcache, hisparse_import,
+                                   hisparse_lag, hisparse_order, hisparse_pins, hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
+from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
                                                    allocation_problems, listed,
                                                    pool_problems, reset_evict_problems,
@@ -81,7 +82,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                        hisparse_caching.DeviceCaching,
                        hisparse_admission.Admissions,
                        hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
-                       hisparse_lag.LaggedReports,
+                       hisparse_lag.LaggedReports, hisparse_cap.HiSparseCap,
                        hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
@@ -93,7 +94,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
-        hisparse_hostcache.EVENTS + hisparse_order.EVENTS
+        hisparse_hostcache.EVENTS + hisparse_order.EVENTS + hisparse_cap.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -149,8 +150,10 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
         if request.status == WAITING and request.computed:  # its import reported: no lookup
             return (yield from self._resume(op.rid, request, op.chunk))
         if request.status == WAITING:
-            got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
-                             oracle=None, compare=lambda e, r, actual, raised:
+            cap = self.hisparse_cap(request, op.max_hit)  # (the caller's: `hisparse_cap.py`)
+            got = yield Call(f"get_computed_blocks(r{op.rid}{cap_text(cap)})",
+                             "get_computed_blocks", capped_args(op.rid, cap), oracle=None,
+                             compare=lambda e, r, actual, raised:
                              self._hisparse_hit_problems(request, actual, raised))
             blocks, hit, _ = got.actual
             self.count("admission with a hit" if hit else "admission, no hit")
@@ -307,7 +310,8 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                         (units[(index + 1) * per - 1], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
-        return self.hit_length_problems(request, hit) if self.cow else []
+        return self.cap_problems(request, hit, source) or \
+            (self.hit_length_problems(request, hit) if self.cow else [])
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:
