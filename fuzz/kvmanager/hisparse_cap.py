@@ -62,10 +62,9 @@ class HiSparseCap:
             return []
         top = cdiv(cap - cap % self.unit, size)  # (the source's blocks the cap's units reach)
         if hit > cap or len(source) > top:
-            return [("prefix hit", f"the caller's cap {cap} (blocks of {size}, hashed per "
-                                   f"{self.unit}): expected a hit of at most {cap} tokens and "
-                                   f"at most {top} source blocks, actual hit {hit}, source "
-                                   f"{short(source)}")]
+            return [("prefix hit", f"expected {cap} tokens at most (the caller's cap; blocks "
+                                   f"of {size}, hashed per {self.unit}) and at most {top} "
+                                   f"source blocks, actual hit {hit}, source {short(source)}")]
         if self.reach(request) > cap:  # (the pools held more than the cap lets it take)
             self.count(CUT)
         return []
