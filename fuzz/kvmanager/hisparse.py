@@ -61,7 +61,6 @@ from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cap, hisparse_ca
                                    hisparse_lag, hisparse_order, hisparse_pins, hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
-from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
                                                    allocation_problems, listed,
                                                    pool_problems, reset_evict_problems,
@@ -150,11 +149,9 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
         if request.status == WAITING and request.computed:  # its import reported: no lookup
             return (yield from self._resume(op.rid, request, op.chunk))
         if request.status == WAITING:
-            cap = self.hisparse_cap(request, op.max_hit)  # (the caller's: `hisparse_cap.py`)
-            got = yield Call(f"get_computed_blocks(r{op.rid}{cap_text(cap)})",
-                             "get_computed_blocks", capped_args(op.rid, cap), oracle=None,
-                             compare=lambda e, r, actual, raised:
-                             self._hisparse_hit_problems(request, actual, raised))
+            got = yield self.capped_lookup(  # (the caller's cap: `hisparse_cap.py`)
+                "get_computed_blocks", op.rid, request, op.max_hit, lambda e, r, actual, raised:
+                self._hisparse_hit_problems(request, actual, raised))
             blocks, hit, _ = got.actual
             self.count("admission with a hit" if hit else "admission, no hit")
             if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):

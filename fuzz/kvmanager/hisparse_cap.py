@@ -29,8 +29,8 @@ source and the indexer).
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.engine.lockstep import short
-from kvfuzz.fuzz.kvmanager.connector_cap import lookup_cap
+from kvfuzz.fuzz.engine.lockstep import Call, short
+from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args, lookup_cap
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER, SOURCE
 from kvfuzz.fuzz.kvmanager.hisparse_cow import entries_of
 from kvfuzz.oracle.kvmanager import align_hit
@@ -51,6 +51,14 @@ class HiSparseCap:
         if request.cap >= 0:
             self.count(CAPPED)
         return request.cap
+
+    def capped_lookup(self, method: str, rid: int, request, max_hit: int, compare) -> Call:
+        """An admission's lookup (`method`: the driver's `get_computed_blocks` or
+        `connector_lookup`), the cap passed only where the caller gives one."""
+        cap = self.hisparse_cap(request, max_hit)
+        name = "get_computed_blocks_for_connector" if method == "connector_lookup" else method
+        return Call(f"{name}(r{rid}{cap_text(cap)})", method, capped_args(rid, cap),
+                    oracle=None, compare=compare)
 
     def lookup_limit(self, request) -> int:
         """What the lookup may hit at most: the cap, else `num_tokens - 1`."""

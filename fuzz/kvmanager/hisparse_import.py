@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, handles, short
 from kvfuzz.fuzz.kvmanager.connector import LOADING, state_read
-from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, RESIDENT, SOURCE,
                                                    allocation_problems, import_counts)
 from kvfuzz.fuzz.kvmanager.lockstep import RUNNING, WAITING
@@ -75,11 +74,10 @@ class HiSparseImports:
         rid, size = op.rid, self.trace.block_size
         self.unready.pop(rid, None)
         self.rewrite.pop(rid, None)
-        cap = self.hisparse_cap(request, op.max_hit)  # (the caller's: `hisparse_cap.py`)
-        got = yield Call(f"get_computed_blocks_for_connector(r{rid}{cap_text(cap)})",
-                         "connector_lookup", capped_args(rid, cap), oracle=None,
-                         compare=lambda e, r, actual, raised:
-                         self._hisparse_hit_problems(request, _head(actual), raised))
+        got = yield self.capped_lookup(  # (the caller's cap: `hisparse_cap.py`)
+            "connector_lookup", rid, request, op.max_hit, lambda e, r, actual, raised:
+            self._hisparse_hit_problems(request, _head(actual), raised))
+        cap = request.cap
         blocks, hit = got.actual[0], got.actual[1]
         external = 0 if request.skip else max(0, min(op.external, len(request.tokens) - hit))
         if op.load:  # an asynchronous load without the tokens the cap drops is none
