@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvfuzz.fuzz.kvmanager import connector_cap, hisparse_cap
+from kvfuzz.fuzz.kvmanager import hisparse_cap
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.strategies.kvmanager import capped_hisparse, codec, streams
 from kvfuzz.strategies.kvmanager.connector_ops import Connect
@@ -117,10 +117,5 @@ def test_a_judge_blind_to_the_cap_beside_a_mamba_group_reports_the_release(monke
     assert found is not None and "prefix hit" in found.report(), found and found.report()
 
 
-@with_vllm
-def test_the_released_manager_runs_the_profiles_traces_clean():
-    vllm = KVMANAGER.catalogue.resolve("vllm.kvmanager")
-    events = agreeing_features("kvmanager", vllm, (capped_hisparse.GENERATOR.generate(0, index)
-                                                   for index in range(8)))
-    assert events[hisparse_cap.CAPPED] and events[hisparse_cap.CUT]
-    assert events[connector_cap.DROPPED]
+# (the profile's first 100 traces run clean on the release, its classes reached: CI's shard in
+# `test_every_profile.py`)
