@@ -56,9 +56,9 @@ from __future__ import annotations
 import functools
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
-from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_caching, hisparse_cow,
-                                   hisparse_hostcache, hisparse_import, hisparse_lag,
-                                   hisparse_order, hisparse_pins, hisparse_queue)
+from kvfuzz.fuzz.kvmanager import (hisparse_admission, hisparse_cap, hisparse_caching,
+                                   hisparse_cow, hisparse_hostcache, hisparse_import,
+                                   hisparse_lag, hisparse_order, hisparse_pins, hisparse_queue)
 from kvfuzz.fuzz.kvmanager.align import AlignLockstep, _Unmodelled
 from kvfuzz.fuzz.kvmanager.connector import LOADING
 from kvfuzz.fuzz.kvmanager.hisparse_checks import (HOT, HOT_BLOCKS, INDEXER, SOURCE,
@@ -81,7 +81,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                        hisparse_caching.DeviceCaching,
                        hisparse_admission.Admissions,
                        hisparse_cow.HostCopies, hisparse_pins.ResidentPins,
-                       hisparse_lag.LaggedReports,
+                       hisparse_lag.LaggedReports, hisparse_cap.HiSparseCap,
                        hisparse_import.HiSparseImports, AlignLockstep):
     """`AlignLockstep` (and so `KVManagerLockstep`) for every trace but a HiSparse one, which
     the methods below judge in the reduced mode (each delegates otherwise); a second
@@ -93,7 +93,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
-        hisparse_hostcache.EVENTS + hisparse_order.EVENTS
+        hisparse_hostcache.EVENTS + hisparse_order.EVENTS + hisparse_cap.EVENTS
 
     def build_model(self, trace):
         self.hs = trace.hisparse > 0
@@ -149,9 +149,9 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
         if request.status == WAITING and request.computed:  # its import reported: no lookup
             return (yield from self._resume(op.rid, request, op.chunk))
         if request.status == WAITING:
-            got = yield Call(f"get_computed_blocks(r{op.rid})", "get_computed_blocks", (op.rid,),
-                             oracle=None, compare=lambda e, r, actual, raised:
-                             self._hisparse_hit_problems(request, actual, raised))
+            got = yield self.capped_lookup(  # (the caller's cap: `hisparse_cap.py`)
+                "get_computed_blocks", op.rid, request, op.max_hit, lambda e, r, actual, raised:
+                self._hisparse_hit_problems(request, actual, raised))
             blocks, hit, _ = got.actual
             self.count("admission with a hit" if hit else "admission, no hit")
             if len(blocks[SOURCE]) > cdiv(hit, self.trace.block_size):
@@ -307,7 +307,8 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                         (units[(index + 1) * per - 1], group) not in listed(entries):
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
-        return self.hit_length_problems(request, hit) if self.cow else []
+        return self.cap_problems(request, hit, source) or \
+            (self.hit_length_problems(request, hit) if self.cow else [])
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

@@ -180,15 +180,17 @@ class HostCopies:
         attention: looked up once, then trimmed; fine-grained, a partial entry inside the next
         block extends the run) and the Mamba group's latest cached state no deeper
         (`oracle/kvmanager/align_hit.py`'s lookups, each group's entries named as its own);
-        at most `num_tokens - 1`, nothing for a request that skips the cache."""
+        at most `num_tokens - 1` or the caller's cap (`hisparse_cap.py`), nothing for a
+        request that skips the cache."""
         if request.skip:  # (a hit was refused by the shape check)
             return []
         size, hashed, tokens = self.trace.block_size, self.trace.hash_size, len(request.tokens)
         units = request.hashes(hashed)
-        source = _entries_of(self.host_keys, SOURCE)
-        indexer = _entries_of(self.device_keys, INDEXER)
-        mamba = {(h, align_hit.MAMBA) for h, _ in _entries_of(self.device_keys, MAMBA)}
-        host = align_hit.full_attention_hit(units, max(tokens - 1, 0), size, hashed, source)
+        source = entries_of(self.host_keys, SOURCE)
+        indexer = entries_of(self.device_keys, INDEXER)
+        mamba = {(h, align_hit.MAMBA) for h, _ in entries_of(self.device_keys, MAMBA)}
+        host = align_hit.full_attention_hit(units, self.lookup_limit(request), size, hashed,
+                                            source)
         device = align_hit.full_attention_hit(units, host, size, hashed, indexer)
         expected = align_hit.mamba_hit(units, device, hashed, mamba)
         if hit == expected:
@@ -217,7 +219,7 @@ class HostCopies:
             if wrong else []
 
 
-def _entries_of(keys: list, group: int) -> set:
+def entries_of(keys: list, group: int) -> set:
     """The (hash, full attention's id in `align_hit`) keys a pool's blocks are cached under in
     `group` (a block's entries: one key or a list of them)."""
     return {(entry[0], align_hit.FULL) for block in keys if block is not None

@@ -74,11 +74,14 @@ class HiSparseImports:
         rid, size = op.rid, self.trace.block_size
         self.unready.pop(rid, None)
         self.rewrite.pop(rid, None)
-        got = yield Call(f"get_computed_blocks_for_connector(r{rid})", "connector_lookup",
-                         (rid,), oracle=None, compare=lambda e, r, actual, raised:
-                         self._hisparse_hit_problems(request, _head(actual), raised))
+        got = yield self.capped_lookup(  # (the caller's cap: `hisparse_cap.py`)
+            "connector_lookup", rid, request, op.max_hit, lambda e, r, actual, raised:
+            self._hisparse_hit_problems(request, _head(actual), raised))
+        cap = request.cap
         blocks, hit = got.actual[0], got.actual[1]
         external = 0 if request.skip else max(0, min(op.external, len(request.tokens) - hit))
+        if op.load:  # an asynchronous load without the tokens the cap drops is none
+            external = self.capped_external(cap, hit, external, size)
         if not (op.load and external) or len(request.tokens) == 1:
             # no import: a plain admission (see the docstring)
             self.count("admission with a hit" if hit else "admission, no hit")

@@ -49,7 +49,6 @@ def from_json(data: object, source: str = "trace") -> Trace:
     _mamba_shared_prefix(reader, block_size, later)
     ops = reader.ops(data.get("ops"), MAX_OPS)
     decoded = tuple(read_op(reader, raw, f"ops[{i}]") for i, raw in enumerate(ops))
-    _max_hits(reader, decoded, later)
     return Trace(blocks, block_size, window, max_model_len, decoded, retention, fit, in_flight,
                  float(watermark), **later, origin=reader.origin(data.get("origin")),
                  note=reader.note(data.get("note")))
@@ -166,18 +165,6 @@ def _full_last(reader: FieldReader, data: dict, values: dict, window: int) -> No
     reader.expect(not values["full_last"] or (second and not window and not others),
                   "full_last", f"expected false without a Mamba or cross-attention group or "
                   f"with {', '.join(others) or 'a sliding window'}", values["full_last"])
-
-
-def _max_hits(reader: FieldReader, ops: tuple, values: dict) -> None:
-    """An admission's `max_hit` (the caller's `max_cache_hit_length`, a `schedule`'s or, since
-    2026-12-07, a KV connector's `connect`'s, beside a Mamba "align" group too) only where the
-    judge takes it: not beside HiSparse's groups (their lookups are judged by rules of their
-    own, which take the manager's `num_tokens - 1`)."""
-    capped = [i for i, op in enumerate(ops) if getattr(op, "max_hit", -1) >= 0]
-    reader.expect(not capped or not values["hisparse"],
-                  f"ops[{capped[0] if capped else 0}].max_hit", "expected -1 (none) with "
-                  "HiSparse's groups (kvfuzz does not judge the caller's cap there)",
-                  ops[capped[0]].max_hit if capped else -1)
 
 
 def _connector_ops(raw_ops) -> list[str]:

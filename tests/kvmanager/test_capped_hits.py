@@ -39,10 +39,9 @@ def test_the_field_round_trips_and_bad_values_are_one_line_errors():
     assert any(getattr(op, "max_hit", -1) >= 0 for op in trace.ops)
     assert codec.from_json(met_again(8)).ops[-1].max_hit == 8
     assert "max_hit" not in to_json(codec.from_json(met_again(-1)))["ops"][-1]
-    bad = [(met_again(-2), "ops[4].max_hit"),
-           (met_again(8) | {"hisparse": 4}, "HiSparse")]
-    # (beside a KV connector's ops and a Mamba "align" group since 2026-12-07:
-    # `test_capped_connector.py`, `test_capped_mamba.py`)
+    bad = [(met_again(-2), "ops[4].max_hit")]
+    # (beside a KV connector's ops, a Mamba "align" group and HiSparse's groups since
+    # 2026-12-07: `test_capped_connector.py`, `test_capped_mamba.py`, `test_capped_hisparse.py`)
     assert codec.from_json(BASE | {"ops": met_again(8)["ops"] + [
         {"op": "connect", "rid": 2, "external": 0, "chunk": 1}]}).ops[4].max_hit == 8
     for data, shows in bad:

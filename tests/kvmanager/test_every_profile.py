@@ -24,8 +24,8 @@ from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
                                    align_external_eagle, align_recorded, align_reported,
                                    align_tail_drop, async_ops, connector, connector_cap, cut,
-                                   hisparse_import, hisparse_cow, hisparse_lag, streaming,
-                                   sync_draft_ops)
+                                   hisparse_cap, hisparse_import, hisparse_cow, hisparse_lag,
+                                   streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -271,6 +271,13 @@ REACHES = {
     "capped mamba": [connector_cap.ALIGN_CAPPED, connector_cap.ALIGN_CUT, connector_cap.CAPPED,
                      connector_cap.DROPPED, align_external.LOAD, align_tail_drop.TRUNCATED]
     + _CONFIGS("KV connector", "EAGLE", "Mamba align mode, prefix caching on (reduced checks)"),
+    # the same beside HiSparse's groups: lookups capped and hits cut (the source's retained
+    # host hit within the cap), an import's external tokens kept or dropped by it
+    "capped hisparse": list(hisparse_cap.EVENTS) + [
+        connector_cap.DROPPED, connector_cap.KEPT, "admission with a hit",
+        "host hit longer than the device groups' (retained)", "host import admitted"]
+    + _CONFIGS("HiSparse host source group (reduced checks)", "KV connector",
+               "Mamba align mode, prefix caching on (reduced checks)"),
 }
 
 
