@@ -27,7 +27,11 @@ of an op, read in the release:
 - at the step's end, before the report, the Mamba group's own copy-on-write copies released
   ("hisparse cow": `_free_cow_retained_blocks`, each copy's source and copy; the copy is the
   table's, so only a source may go back: the block a running request's Mamba table held
-  where it holds another after the op, or an admission's Mamba hit block).
+  where it holds another after the op, or an admission's Mamba hit block); and a running
+  request's partial tail's copy (`allocate_new_blocks` with the request's blocks allocated:
+  the table keeps the source, `move_block_hashes` keys the copy, whose one reference is the
+  retention, so it goes back cached: the extra block `hisparse_queue.py` pops, `queue_copy`),
+  after the sources (the Mamba group's pair, the last manager's).
 
 An op with a block at an end that no listed call could have put there, or on the host a
 finished request's held pages whose hold is not certain (an import's, `hisparse_lag.py`) and
@@ -151,7 +155,10 @@ class FreeOrder:
         several = len(head) > 1 or len(tail) > 1
         freed, calls = set(head) | set(tail), list(self.order_calls[name])
         if name == "device" and self.events.get(DEVICE_COPIES, 0) > self.order_copies:
-            calls.insert(self.order_mark, (self.order_sources, FREE))
+            # (a running request's partial tail: its pair (source, copy) is the Mamba group's,
+            # the last manager's; the source stays in its table, the copy goes back)
+            copy = [self.queue_copy] if self.queue_copy else []
+            calls.insert(self.order_mark, (self.order_sources + copy, FREE))
         expected = None if name == "host" and self.order_unsure else \
             expected_frees(calls, freed, lambda b: keys[b] is not None)
         if expected is None:
@@ -179,7 +186,7 @@ class FreeOrder:
         self.order_sources = []
         for rid in self.order_stepped if self.cow else ():
             was, now = self.queue_tables.get(rid) or [], live.get(rid) or []
-            held = {b for table in now for b in table}
+            held = self.device_held(now)
             hit = self.queue_hits.get(rid, ((), ()))[1]
             pairs = zip(was[-1], now[-1]) if len(was) == len(now) == self.groups else ()
             self.order_sources += [b for b in hit if b and b not in held] + \
@@ -188,6 +195,13 @@ class FreeOrder:
             return super().queue_pool_problems(host, device, live)
         finally:  # (the op's calls are spent, judged or not)
             self.order_read()
+
+    @staticmethod
+    def device_held(tables) -> set:
+        """The device blocks a request's tables hold: its groups but the source group, whose
+        ids are the host pool's (taken as device blocks, an admission's released hit block
+        whose id its host table also held was named by no call, until 2026-12-07)."""
+        return {b for table in tables[SOURCE + 1:] for b in table}
 
     def order_read(self) -> None:
         self.order_calls = {"host": [], "device": []}

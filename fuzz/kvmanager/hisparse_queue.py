@@ -62,6 +62,7 @@ class PoolQueues:
         self.queue_import_events = 0  # the import events counted at the last read
         self.queue_copies = 0  # the device copies counted at the last read
         self.queue_rows: set = set()  # the blocks of the resident rows at the last read
+        self.queue_copy = None  # the op's hidden copy (a running request's partial tail)
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
                             made) -> list:
@@ -137,6 +138,7 @@ class PoolQueues:
                             f"head after the op's touches and the groups before it)")))
             if problems:
                 return problems[:2]
+            self.queue_copy = copy  # (`hisparse_order.py`: its release frees it)
             problems += self._queue_after(name, model, pool, prev_keys, resident, pinned)
             if name == "host" and not problems:  # (`hisparse_hostcache.py`'s evictions)
                 self.host_evicted = list(model.evicted)

@@ -1,9 +1,13 @@
 """The order among one op's frees at either end of HiSparse's free queues
 (`fuzz/kvmanager/hisparse_order.py`), on plain data: each block where the last call that dropped
 a reference put it, later batches first at the head, earlier first at the tail; a broken order
-caught; a block no call names left unjudged; (`slow`) an import's uncertain hold left
-unjudged on the trace that found it. The catalogue mutant only this check catches,
-`hisparse_free_unpins_head_first`, is `test_mutants.py`'s (ALONE). No vllm needed."""
+caught; a block no call names left unjudged; a running request's partial tail's copy placed.
+`slow`: an import's uncertain hold left unjudged on the trace that found it; the double
+releasing the device copies reversed caught where the host ids were taken for device blocks.
+The catalogue mutant only this check catches, `hisparse_free_unpins_head_first`, is
+`test_mutants.py`'s (ALONE). No vllm needed but for the `slow` ones."""
+
+import functools
 
 import pytest
 
@@ -11,6 +15,7 @@ from kvfuzz.fuzz.kvmanager.hisparse_order import (FREE, ORDERED, UNPIN, FreeOrde
                                                   expected_frees)
 from kvfuzz.fuzz.kvmanager.hisparse_queue import UNORDERED
 from tests.helpers import divergence, needs_engine
+from tests.kvmanager.hisparse_doubles import broken_manager
 
 CACHED = {1, 3}
 
@@ -80,6 +85,23 @@ def test_an_op_with_a_free_no_call_names_counts_as_unordered():
     assert _judged([9, 5, 8], [9, 5], [], [([9], FREE)]) == ([], [UNORDERED])
 
 
+
+def test_a_running_requests_partial_tail_copy_goes_back_with_the_release():
+    # (shaped after "hisparse cow" index 93, op 96: the step's unpins, the release at the
+    # step's end, a report's frees; the copy 32 is in no table, `hisparse_queue.py`'s extra
+    # pop: without it the op was "order not predicted" before 2026-12-07)
+    judge = _Judge([])
+    judge.order_calls["device"] = [([21, 12, 11], UNPIN), ([11], FREE), ([11], UNPIN)]
+    judge.events = {"device copy-on-write copies taken": 1}
+    judge.order_mark, judge.order_sources, judge.queue_copy = 1, [], 32
+    keys = [("h", b) for b in range(40)]
+    assert judge.free_order_problems("device", [7, 32, 11], [], [32, 11], keys) == []
+    assert judge.free_order_problems("device", [7, 11, 32], [], [11, 32], keys)
+    judge.queue_copy = None
+    assert judge.free_order_problems("device", [7, 32, 11], [], [32, 11], keys) == []
+    assert judge.counted == [ORDERED, ORDERED, UNORDERED]  # (the broken one judged too)
+
+
 _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
 
 
@@ -94,3 +116,54 @@ def test_an_imports_uncertain_hold_ending_leaves_the_host_order_unjudged():
 
     trace = streams.ALONE["hisparse import"].generate(0, 262)
     assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+def test_an_admissions_released_hit_block_named_by_its_host_id_is_ordered(monkeypatch):
+    """On "hisparse cow" index 4, op 42 (r3's admission, a partial hit), the release frees the
+    indexer's hit block 9 and the Mamba group's 13 at the step's end (`_free_cow_retained_blocks`
+    in manager order), both to the tail; r3's host table holds host block 13, which the judge
+    took for the device block until 2026-12-07 (`FreeOrder.device_held`), so no call named 13
+    and the op was "order not predicted". The double releasing the copies reversed is caught
+    there now; the old rule let the trace cut after that op agree."""
+    from dataclasses import replace
+
+    from kvfuzz.strategies.kvmanager import hisparse_cow
+
+    broken = f"{__name__}:CowReleaseReversed"
+    trace = hisparse_cow.GENERATOR.generate(0, 4)
+    cut = replace(trace, ops=trace.ops[:43])
+    assert divergence("kvmanager", cut, "vllm.kvmanager") is None
+    found = divergence("kvmanager", cut, broken)
+    assert found is not None and found.what.startswith("free queue at op 42 "), found
+    assert "13 at position 32 where 9 was due" in found.report(), found.report()
+    monkeypatch.setattr(FreeOrder, "device_held",
+                        staticmethod(lambda tables: {b for table in tables for b in table}))
+    assert divergence("kvmanager", cut, broken) is None
+
+
+@functools.cache
+def doubles() -> dict:
+    """A subclass of the released class that releases the device copy-on-write copies' blocks
+    in the reverse order (`_free_cow_retained_blocks` given `take_kv_cache_block_copies`'s
+    list reversed). Built on first use."""
+    Broken = broken_manager()
+
+    class CowReleaseReversed(Broken):
+        @staticmethod
+        def break_(coordinator):
+            pass
+
+        def take_kv_cache_block_copies(self):
+            copies, retained = super().take_kv_cache_block_copies()
+            return copies, retained[::-1]
+
+    return {"CowReleaseReversed": CowReleaseReversed}
+
+
+def __getattr__(name):  # a double by import path: tests.kvmanager.test_hisparse_order:...
+    if name == "CowReleaseReversed":
+        return doubles()[name]
+    raise AttributeError(name)
