@@ -101,8 +101,10 @@ REACHES = {
     # (no spec-decode padding in the profile: its padded calls are the guard's, MAMBA_MTP_CONNECTOR)
     # hits reported beside its ops since 2026-12-07 (its first 100: the whole hits only, index 3;
     # inside a block, a connector's lookup reporting and the IndexError further on)
+    # (the cap's truncated admission: "capped mamba"'s, `align_tail_drop.py`)
     "mamba connector": [event for event in align_external.EVENTS
-                        if event != align_external.SYNC and event not in align_external.PADDED]
+                        if event != align_external.SYNC and event not in align_external.PADDED
+                        and event not in align_tail_drop.EVENTS]
     + [align_connector.LAGGING, "boundary states offered", *align_external_eagle.OWN,
        *align_events.OWN, align_recorded.EXTERNAL_RECORDED, align_reported.REPORTED]
     + _CONFIGS("KV connector", "Mamba align mode, prefix caching on (reduced checks)", "EAGLE",
