@@ -110,18 +110,15 @@ class AlignExternal(AlignTailDrop, AlignResumeLoaded):
         partial = local % size
         room = len(tokens) - (local - partial) - (0 if op.load else 1)
         held = 0 if request.skip else max(0, min(op.external, room))
-        dropped = partial and held > partial  # the scheduler's test, before the cap
-        held = self.capped_at_partial(cap, local, partial, held, size)  # (`connector_cap.py`)
+        dropped, held = self.capped_at_partial(cap, local, partial, held, size)
         if dropped:
             self.count(DROPPED)
             local -= partial
             self.hit_blocks = tuple(blocks[:local // size] for blocks in self.hit_blocks)
             yield Call(f"truncate_computed_blocks(r{rid}'s hit, {local})", "truncate_hit",
                        (rid, local), oracle=None, compare=state_read)
-        elif partial:
-            held = 0
-            if op.external:
-                self.count(KEPT)
+        elif partial and op.external:  # (the tail kept, nothing loaded)
+            self.count(KEPT)
         # Nothing loaded: a plain admission, whose `get_computed_blocks` reconciles a diverged
         # hit (the scheduler calls it then only; elsewhere its answer is the lookup's: both
         # groups as deep, or the lookup's own fallback to it)

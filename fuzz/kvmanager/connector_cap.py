@@ -57,17 +57,15 @@ class ConnectorCap:
         return kept
 
     def capped_at_partial(self, cap: int, local: int, partial: int, held: int,
-                          size: int) -> int:
+                          size: int) -> tuple[bool, int]:
         """Beside a Mamba "align" group (`align_external.py`), where the local hit may end
-        inside a block: the external tokens the scheduler keeps, `held` those the connector
-        holds past the block-aligned hit. The release drops a partial tail for more external
-        tokens first, then `cap_external_hit` sees the block-aligned hit and may drop those
-        too: the truncated hit is then admitted with nothing loaded (`align_tail_drop.py`), a
+        inside a block (`partial` tokens past the block), `held` the tokens the connector
+        holds past the block-aligned hit: (whether the scheduler drops the partial tail, the
+        external tokens it keeps). The release drops the tail for more external tokens than
+        it first, then `cap_external_hit` sees the block-aligned hit and may drop those too:
+        the truncated hit is then admitted with nothing loaded (`align_tail_drop.py`), a
         diverged one reconciled by `get_computed_blocks` (the plain admission). A tail kept
         (the connector holding no more than it) loads nothing: the cap's count alone."""
         if partial and held > partial:
-            return self.capped_external(cap, local - partial, held, size)
-        if partial:
-            self.capped_external(cap, local, 0, size)
-            return held
-        return self.capped_external(cap, local, held, size)
+            return True, self.capped_external(cap, local - partial, held, size)
+        return False, self.capped_external(cap, local, 0 if partial else held, size)

@@ -82,11 +82,12 @@ def test_the_scheduler_keeps_external_tokens_only_to_a_block_at_most_at_the_cap(
     # beside a Mamba group a hit of 6 (blocks of 4): its tail of 2 dropped for 6 external
     # tokens (4 + 6 = 10: no block end, dropped by the cap: the hit of 4 is admitted with
     # nothing loaded, `align_tail_drop.py`), or kept for 1 (nothing loaded)
-    assert lock.capped_at_partial(12, 6, 2, 6, 4) == 0
+    assert lock.capped_at_partial(12, 6, 2, 6, 4) == (True, 0)
     assert lock.counted[-1] == connector_cap.DROPPED
-    assert lock.capped_at_partial(12, 6, 2, 8, 4) == 8  # 4 + 8 = 12: kept
-    assert lock.capped_at_partial(12, 6, 2, 1, 4) == 1
-    assert lock.capped_at_partial(-1, 6, 2, 6, 4) == 6  # no cap: all of them
+    assert lock.capped_at_partial(12, 6, 2, 8, 4) == (True, 8)  # 4 + 8 = 12: kept
+    assert lock.capped_at_partial(12, 6, 2, 1, 4) == (False, 0)  # the tail kept, none loaded
+    assert lock.capped_at_partial(-1, 6, 2, 6, 4) == (True, 6)  # no cap: all of them
+    assert lock.capped_at_partial(12, 8, 0, 4, 4) == (False, 4)  # no tail: 8 + 4 = 12
 
 
 @with_vllm
