@@ -8,6 +8,8 @@ connector's properties, judged from the implementation's own answers after every
   bring; and as many as the oracle's rule names in the group's own block size
   (`external_cover`: cdiv(hit + external, size), exactly for a load, at least with a step's
   slots), so a group of other-sized blocks neither stops short nor runs past them;
+- beside a Mamba group in mode "none" or "all" (caching off), its table null below the last
+  computed token's state, that state's block the request's own (`mamba_plain.py`);
 - nothing is cached before the load is reported: while a request's asynchronous load is in
   flight, none of those blocks carries a hash in the pool;
 - what is recorded for zeroing is what the contract names (`take_new_block_ids` against the
@@ -18,6 +20,7 @@ connector's properties, judged from the implementation's own answers after every
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import Call, crash_problems, handles, short
+from kvfuzz.fuzz.kvmanager import mamba_plain
 from kvfuzz.fuzz.kvmanager.connector_cap import EVENTS as CAP, ConnectorCap
 from kvfuzz.fuzz.kvmanager.connector_cap import cap_text, capped_args, lookup_cap
 from kvfuzz.fuzz.kvmanager.cut import skip_output
@@ -60,6 +63,8 @@ INSIDE_HIT = "load failed at a block inside its local hit"
 # and under the V2 runner's pipeline one beneath both steps after the admission (2026-12-06)
 SYNC_CUT_TWO_IN_FLIGHT = "synchronous load failed beneath two steps in flight"
 EVENTS += (SYNC_FAILED, INSIDE_HIT, SYNC_CUT_TWO_IN_FLIGHT, *CAP)  # (CAP: the caller's cap)
+# beside a Mamba group in mode "none" or "all" (the "mamba plain connector" profile alone)
+EVENTS += mamba_plain.EVENTS
 
 
 class ConnectorOps(ConnectorCap):
@@ -74,14 +79,17 @@ class ConnectorOps(ConnectorCap):
     @handles(Connect)
     def connect(self, op: Connect):
         request, trace, model = self.requests.get(op.rid), self.trace, self.model
-        # A fresh admission only. Mamba groups are not modelled with a connector (their
-        # external blocks, hit divergence and boundary states need the full "align" oracle).
-        # Cross attention is not constructible with one: vLLM 0.33.0's scheduler asserts it
+        # A fresh admission only. A Mamba "align" group's connector ops are judged in its
+        # reduced mode (`align_external.py`): the full "align" oracle is not modelled. Beside a
+        # Mamba group in mode "none" or "all" (caching off: no hit, no divergence, no boundary
+        # state) they are judged here since 2026-12-08: the group's table after c computed
+        # tokens is (c - 1) // b nulls and the last state's block (`skipped_tokens`). Cross
+        # attention is not constructible with one: vLLM 0.33.0's scheduler asserts it
         # away (`Scheduler.__init__`, sched/scheduler.py line 176: "Encoder-decoder models are
         # not currently supported with KV connectors"), and `CrossAttentionManager.
         # allocate_external_computed_blocks` returns at once.
         if request is None or request.status != "waiting" or request.computed or \
-                trace.mamba_mode or trace.encoder_tokens:
+                trace.mamba_mode == "align" or trace.encoder_tokens:
             return
         rid, tokens = op.rid, request.tokens
         kept = self.relooked(request, rid)
@@ -134,6 +142,9 @@ class ConnectorOps(ConnectorCap):
         tables = self.read("block_ids", rid)
         problems = self._own_blocks(rid, request.held, hit + external, tables) or \
             self._covered(rid, tables, hit + external, external, load)
+        if external and mamba_plain.plain_mamba(trace):
+            problems = problems or mamba_plain.admitted(self.count, trace, rid, tables,
+                                                        hit + external, load)
         if load:
             request.status, request.in_flight = LOADING, 0
             yield Call("", "set_computed", (rid, request.computed, LOADING), oracle=None)

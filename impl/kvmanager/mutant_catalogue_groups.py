@@ -282,6 +282,17 @@ GROUPS = {
         "beside a Mamba align group remove_skipped_blocks frees the state of the last "
         "processed token where it ends a block: a finishing request's connector reads a "
         "freed block")),
+    # A KV connector beside a Mamba group in mode "none" or "all" (caching off: the "mamba
+    # plain connector" profile): the admission's count takes the states its skipped tokens
+    # leave null from the local hit alone, so an external load's (c - 1) // b nulls count as
+    # new blocks. Without a connector the local hit is the whole computed prefix (0 with
+    # caching off), so only external tokens tell the two apart.
+    "mamba_plain_external_states_counted": (SINGLE, Mutation(
+        "MambaManager.get_num_blocks_to_allocate",
+        "new_computed_blocks,\n                total_computed_tokens,\n",
+        "new_computed_blocks,\n                num_local_computed_tokens,\n",
+        "beside a Mamba group in mode none or all an admission with external tokens counts "
+        "the states it leaves null as blocks to allocate: refused where its blocks fit")),
     # The state a step reads (`fuzz/kvmanager/align_reads.py`): the block allocated two steps
     # ago freed one step early, where the last step read and wrote one column (a partial hit's
     # copy-on-write block): the scheduler nulls the column the worker's next step copies from.

@@ -17,7 +17,7 @@
 - `reserved_blocks`: the allocation needs that many free blocks beyond its count.
 - Zeroing (where `KVCacheConfig.needs_kv_cache_zeroing`: mixed precision, Mamba): every block
   an attention group takes (new slots, and external tokens' blocks unless the caller names the
-  group as written by its load) is recorded, in order, per group; `record_blocks_for_zeroing`
+  group as written by its load; a Mamba group's never, `zeroed`) is recorded, in order, per group; `record_blocks_for_zeroing`
   records a request's blocks from a token on again (null blocks too); `take_new_block_ids`
   hands the records over, group by group, and clears them.
 """
@@ -57,14 +57,20 @@ class ConnectorRules:
         return cdiv(total, self.sizes[group]) if kept > 0 else None
 
     def record_for_zeroing(self, group: int, blocks: list[int]) -> None:
-        if self.zeroing:
+        if self.zeroing and self.zeroed(group):
             self.to_zero[group] += blocks
+
+    def zeroed(self, group: int) -> bool:
+        """Whether `group`'s new blocks are recorded: an attention group's alone (the single-type
+        manager's `_record_new_block_ids` asks for an `AttentionSpec`), so never a Mamba
+        group's, whose layers turn zeroing on all the same (`needs_kv_cache_zeroing`)."""
+        return not (self.mamba and group == self.second)
 
     def record_blocks_for_zeroing(self, rid: int, start: int) -> None:
         """The request's blocks from token `start` on (block-aligned), recorded again."""
         if not self.zeroing:
             return
-        for group in self.groups:
+        for group in filter(self.zeroed, self.groups):
             self.to_zero[group] += self.tables[group].get(rid, [])[start // self.sizes[group]:]
 
     def new_block_ids(self) -> list[int]:

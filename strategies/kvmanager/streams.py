@@ -28,6 +28,7 @@ from kvfuzz.strategies.kvmanager import async_streaming, connector_sizes
 from kvfuzz.strategies.kvmanager import hisparse_cow, mamba_connector, streaming_drafts
 from kvfuzz.strategies.kvmanager import async_streaming_drafts, capped_hits, sync_drafts
 from kvfuzz.strategies.kvmanager import capped_connector, capped_hisparse, capped_mamba
+from kvfuzz.strategies.kvmanager import mamba_plain
 from kvfuzz.strategies.sources import BytesRandom, TraceGenerator, seeded_random
 
 MIX = "kvmanager/mix"
@@ -208,11 +209,13 @@ ALONE = {**generator.ALONE, "hybrid sizes": hybrid.GENERATOR, "chunked local": h
 # mix's draws kept, until it gets a share by `STREAMS`'s rule: "capped hits" (2026-12-07, the
 # caller's max_cache_hit_length), "capped connector" and "capped mamba" (2026-12-07, the same at
 # a KV connector's lookup, and beside a Mamba "align" group), "capped hisparse" (2026-12-07,
-# beside HiSparse's groups)
+# beside HiSparse's groups), "mamba plain connector" (2026-12-08, a KV connector beside a Mamba
+# group in mode "none" or "all")
 ALONE_ONLY: dict[str, TraceGenerator] = {"capped hits": capped_hits.GENERATOR,
                                          "capped connector": capped_connector.GENERATOR,
                                          "capped mamba": capped_mamba.GENERATOR,
-                                         "capped hisparse": capped_hisparse.GENERATOR}
+                                         "capped hisparse": capped_hisparse.GENERATOR,
+                                         "mamba plain connector": mamba_plain.GENERATOR}
 ALONE.update({"async connector": async_connector.GENERATOR,
               "async drafts": async_drafts.GENERATOR, "full last": full_last.GENERATOR,
               "streaming": streaming_input.GENERATOR,

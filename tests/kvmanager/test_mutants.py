@@ -177,6 +177,9 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     # case, `test_mamba_finish.py`, is still caught by the finish's call alone)
     "mamba_finish_frees_last_state": r"remove_skipped:? +remove_skipped_blocks\(r\d+, \d+\) "
                                      r"in blocks of \d+|mamba reads:? +r\d+'s step from",
+    # A KV connector beside a Mamba group in mode "none" or "all" (the "mamba plain
+    # connector" profile): an admission with external tokens counts their null states
+    "mamba_plain_external_states_counted": r"None vs success:? +expected \[",
     # ... and at a step, the block the worker copies the step's state from (`align_reads.py`)
     "mamba_align_read_state_freed": r"mamba reads:? +r\d+'s step from \d+ to \d+ tokens",
     # A request finishing with tokens in flight beside the group (asynchronous scheduling,
