@@ -30,7 +30,9 @@ CONFIGS = {"sliding window": lambda t: bool(t.window),
                lambda t: t.mamba_mode == "align",
            "cross attention": lambda t: t.encoder_tokens > 0,
            "KV connector": lambda t: any(isinstance(o, kvmanager.Connect) for o in t.ops),
-           "blocks zeroed (mixed precision)": lambda t: t.zeroing,
+           # (beside a Mamba group the records are compared with one precision: its layers
+           # turn zeroing on, not mixed precision; "mamba plain connector")
+           "blocks zeroed (mixed precision)": lambda t: t.zeroing and not t.mamba_mode,
            "decode context parallel": lambda t: t.dcp > 1,
            "lookahead hashing": lambda t: t.hash_lookahead > 0,
            "EAGLE groups flagged apart": lambda t: t.eagle and 0 < len(t.eagle_groups) <

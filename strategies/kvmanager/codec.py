@@ -87,9 +87,12 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     reader.expect(not encoder or not (window or local or mode or values["caching"]),
                   "encoder_tokens", "expected 0 with another second group or with caching on "
                   "(vLLM's cross-attention manager does not support caching)", encoder)
-    # Zeroing: the second attention group in another precision than full attention's.
-    reader.expect(not values["zeroing"] or window or local, "zeroing",
-                  "expected false without a sliding-window or chunked-local group", True)
+    # Zeroing: the second attention group in another precision than full attention's; or,
+    # since 2026-12-08, a Mamba group in mode "none" or "all" (its layers turn zeroing on:
+    # full attention's records compared, the "mamba plain connector" profile)
+    reader.expect(not values["zeroing"] or window or local or mode in ("none", "all"),
+                  "zeroing", 'expected false without a sliding-window, chunked-local or Mamba '
+                  '("none" or "all") group', True)
     values["dcp"] = _dcp(reader, data, values, window)
     values["hash_lookahead"] = _hash_lookahead(reader, data, values)
     values["eagle_groups"] = _eagle_groups(reader, data, values, window)

@@ -204,7 +204,9 @@ class Trace:
     `zeroing` gives the second group (a sliding window or chunked-local one) another precision
     than full attention's, which makes vLLM record every new attention block for zeroing
     (`KVCacheConfig.needs_kv_cache_zeroing`, mixed precision), read back every op
-    (`take_new_block_ids`).
+    (`take_new_block_ids`). Beside a Mamba group vLLM records them whatever the precision (its
+    layers turn zeroing on; the Mamba group's own blocks are never recorded): there `zeroing`
+    asks only that the records be read back and compared ("mamba plain connector").
 
     Decode context parallelism (`kvmanager/5[dcp]`, `strategies/kvmanager/dcp.py`): `dcp` > 1
     shards each block's KV over that many ranks: the one full-attention group's spec has blocks
@@ -345,7 +347,8 @@ class Trace:
             ("asynchronous scheduling", self.async_scheduling),
             (f"{self.steps_in_flight} steps in flight", self.steps_in_flight > 1),
             (f"{self.retained} extra retained tokens", self.retained),
-            ("blocks zeroed (mixed precision)", self.zeroing),
+            ("blocks zeroed (mixed precision)", self.zeroing and not self.mamba_mode),
+            ("blocks zeroed (Mamba layers)", self.zeroing and self.mamba_mode),
             (f"decode context parallel over {self.dcp} ranks", self.dcp),
             (f"hashes cover {self.hash_lookahead} lookahead tokens", self.hash_lookahead),
             (f"EAGLE groups flagged: {list(self.eagle_groups)}", self.eagle_groups),

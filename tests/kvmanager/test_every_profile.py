@@ -25,7 +25,7 @@ from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, a
                                    align_external_eagle, align_recorded, align_reported,
                                    align_tail_drop, async_ops, connector, connector_cap, cut,
                                    hisparse_cap, hisparse_import, hisparse_cow, hisparse_lag,
-                                   streaming, sync_draft_ops)
+                                   mamba_plain, streaming, sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -83,7 +83,8 @@ REACHES = {
     "connector": [event for event in connector.EVENTS if event != "connector admission refused"
                   and event not in connector.ASYNC_EVENTS + connector.SIZES_EVENTS +
                   (connector.SYNC_FAILED, connector.INSIDE_HIT,
-                   connector.SYNC_CUT_TWO_IN_FLIGHT) + connector_cap.EVENTS]
+                   connector.SYNC_CUT_TWO_IN_FLIGHT) + connector_cap.EVENTS +
+                  mamba_plain.EVENTS]
     + _CONFIGS("KV connector", "blocks zeroed (mixed precision)", "sliding window",
                "chunked local attention"),
     # a connector over groups of different block sizes: external tokens ending inside the
@@ -280,6 +281,16 @@ REACHES = {
         "host hit longer than the device groups' (retained)", "host import admitted"]
     + _CONFIGS("HiSparse host source group (reduced checks)", "KV connector",
                "Mamba align mode, prefix caching on (reduced checks)"),
+    # a connector beside a Mamba group in mode "none" or "all" (caching off): loads and
+    # loads with the step, the states below the last one null, the last inside a block, loads
+    # done and failed whole, resumed, some groups written, the finish's remove_skipped_blocks
+    "mamba plain connector": list(mamba_plain.EVENTS) + [
+        "load done", "load failed, nothing valid (freed)", "resumed after its load",
+        "a whole prompt loaded: its last token recomputed", "load of some groups only",
+        "one-token prompt loaded whole, looked up again", "connector admission refused",
+        "load refused with blocks reserved", "zeroing records compared",
+        "skipped blocks removed before request_finished", "window frees blocks"]
+    + _CONFIGS("KV connector", "Mamba", "caching off"),
 }
 
 

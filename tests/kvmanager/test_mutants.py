@@ -235,6 +235,9 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # admitted the whole local hit there, and no trace of 2,000 caught it)
          PREFIX + "mamba_truncate_shifts_partial_state": ("capped mamba", 149),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
+         # the first "mamba plain connector" trace of seed 0 (a KV connector beside a Mamba
+         # group in mode "none" or "all", alone only since 2026-12-08)
+         PREFIX + "mamba_plain_external_states_counted": ("mamba plain connector", 0),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
