@@ -17,9 +17,9 @@
 - `reserved_blocks`: the allocation needs that many free blocks beyond its count.
 - Zeroing (where `KVCacheConfig.needs_kv_cache_zeroing`: mixed precision, Mamba): every block
   an attention group takes (new slots, and external tokens' blocks unless the caller names the
-  group as written by its load; a Mamba group's never, `zeroed`) is recorded, in order, per group; `record_blocks_for_zeroing`
-  records a request's blocks from a token on again (null blocks too); `take_new_block_ids`
-  hands the records over, group by group, and clears them.
+  group as written by its load; a Mamba group's never, `zeroed`) is recorded, in order, per
+  group; `record_blocks_for_zeroing` records a request's blocks from a token on again (null
+  blocks too); `take_new_block_ids` hands the records over, group by group, and clears them.
 """
 
 from __future__ import annotations
