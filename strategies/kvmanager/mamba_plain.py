@@ -27,22 +27,29 @@ failed, a one-token prompt loaded whole and looked up again). What vLLM 0.33.0 d
 - every finish is preceded by the scheduler's `remove_skipped_blocks` of the request
   (`_connector_finished`, before `request_finished` reads the table:
   `mamba_connector._finished`);
-- no speculative Mamba blocks, no spec-decode padding, no asynchronous scheduling (the "mamba"
-  profile's oracle models none of them beside the group).
+- in three traces in ten vLLM's asynchronous scheduler (`_build_async`: the "async connector"
+  profile's steps, its aborts deferred past a step in flight);
+- no speculative Mamba blocks (the codec refuses them outside "align"), no spec-decode padding
+  nor draft slots (a Mamba model's drafts come with speculative Mamba blocks).
 """
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import connector, mamba_connector
+from kvfuzz.strategies.kvmanager import async_connector, connector, mamba_connector
+from kvfuzz.strategies.kvmanager.connector_ops import Loaded
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
 PROFILE = "mamba plain connector"
+ASYNC_SHARE = 0.3  # traces under vLLM's asynchronous scheduler (`_build_async`)
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
+    if rng.random() < ASYNC_SHARE:
+        return _build_async(rng, num_ops)
     size = rng.choice((1, 2, 4, 4, 8))
     blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))
@@ -61,6 +68,41 @@ def build(rng: random.Random, num_ops: int) -> Trace:
                  watermark=0.0 if rng.random() < 0.8 else rng.choice((0.1, 0.2)),
                  events=observed, stats=observed, caching=False, mamba_mode=mode,
                  zeroing=True, note=f"profile {PROFILE}")
+
+
+def _build_async(rng: random.Random, num_ops: int) -> Trace:
+    """Under vLLM's asynchronous scheduler: the "async connector" profile's steps
+    (`async_connector._AsyncConnected`: output placeholders, processed outputs, loads reported
+    while other steps are in flight, aborts deferred past a step in flight and released, a
+    `remove_skipped` before each finish) beside the Mamba group, no synchronous load failing at
+    a block (two groups: vLLM raises) and every failed load whole."""
+    size = rng.choice((1, 2, 4, 4, 8))
+    blocks = rng.choice((rng.randint(6, 16), rng.randint(16, 40)))
+    max_model_len = rng.choice((1024, 1024, rng.randint(4, 12) * size + rng.randint(0, 3)))
+    fit = rng.random() < 0.5
+    budget = max(2, rng.choice((1, 2, 4, 8)) * size)
+    in_flight = 2 * budget if rng.random() < 0.7 else \
+        rng.choice((None, rng.randint(1, 4 * size)))
+    watermark = 0.0 if rng.random() < 0.8 else rng.choice((0.01, 0.1, 0.2))
+    observed = rng.random() < 0.3
+    # (the shaper's block estimate takes the Mamba group as a window of one token: about a
+    # block beside full attention's)
+    shaper = _AsyncMamba(rng, size, 1, blocks, budget, max_model_len,
+                         settles=rng.random() < 0.8, zeroing=True)
+    shaper.chunk_retries = True
+    for _ in range(20 * num_ops):  # steps make ops, but a stalled pool would not end
+        if len(shaper.ops) >= num_ops or not shaper.step():
+            break
+    ops = tuple(replace(op, valid=0) if isinstance(op, Loaded) and op.valid > 0 else op
+                for op in shaper.ops[:num_ops])
+    return Trace(blocks, size, 0, max_model_len, ops, None, fit, in_flight, watermark,
+                 async_scheduling=True, zeroing=True, events=observed, stats=observed,
+                 caching=False, mamba_mode=rng.choice(("none", "all")),
+                 note=f"profile {PROFILE}")
+
+
+class _AsyncMamba(async_connector._AsyncConnected):
+    failing_share = 0.0  # no synchronous load fails at a block beside two groups
 
 
 PROFILES = (PROFILE,)

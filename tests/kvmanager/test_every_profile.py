@@ -283,14 +283,19 @@ REACHES = {
                "Mamba align mode, prefix caching on (reduced checks)"),
     # a connector beside a Mamba group in mode "none" or "all" (caching off): loads and
     # loads with the step, the states below the last one null, the last inside a block, loads
-    # done and failed whole, resumed, some groups written, the finish's remove_skipped_blocks
+    # done and failed whole, resumed, some groups written, the finish's remove_skipped_blocks;
+    # under the asynchronous scheduler loads reported beside steps in flight, frees deferred
     "mamba plain connector": list(mamba_plain.EVENTS) + [
         "load done", "load failed, nothing valid (freed)", "resumed after its load",
         "a whole prompt loaded: its last token recomputed", "load of some groups only",
         "one-token prompt loaded whole, looked up again", "connector admission refused",
         "load refused with blocks reserved", "zeroing records compared",
-        "skipped blocks removed before request_finished", "window frees blocks"]
-    + _CONFIGS("KV connector", "Mamba", "caching off"),
+        "skipped blocks removed before request_finished", "window frees blocks",
+        # (under the asynchronous scheduler, three traces in ten)
+        "load reported with other requests' steps in flight",
+        "synchronous load, its step in flight", "free deferred (pop_blocks_for_free)",
+        "deferred free released", "window frees blocks with tokens in flight"]
+    + _CONFIGS("KV connector", "Mamba", "caching off", "asynchronous scheduling"),
 }
 
 

@@ -23,8 +23,9 @@ def test_the_profiles_traces_are_a_connector_beside_a_plain_mamba_group():
         trace = mamba_plain.GENERATOR.generate(0, index)
         assert trace.note == "profile mamba plain connector"
         assert trace.mamba_mode in ("none", "all") and not trace.caching and trace.zeroing
-        assert not (trace.window or trace.lookahead or trace.async_scheduling)
+        assert not (trace.window or trace.lookahead or trace.mamba_speculative)
         made[trace.mamba_mode] += 1
+        made["asynchronous scheduling"] += trace.async_scheduling
         for before, op in zip((None, *trace.ops), trace.ops):
             if isinstance(op, Connect):
                 made["asynchronous load" if op.load else "synchronous load"] += 1
@@ -34,9 +35,11 @@ def test_the_profiles_traces_are_a_connector_beside_a_plain_mamba_group():
                 assert op.valid in (-1, 0), (index, op)
                 made["load done" if op.valid < 0 else "load failed"] += 1
             elif isinstance(op, Finish):  # the scheduler's remove_skipped_blocks first
-                assert before == RemoveSkipped(op.rid), (index, before, op)
+                assert isinstance(before, RemoveSkipped) and before.rid == op.rid, \
+                    (index, before, op)
     assert all(made[kind] for kind in ("none", "all", "asynchronous load", "synchronous load",
-                                       "some groups", "load done", "load failed")), made
+                                       "some groups", "load done", "load failed",
+                                       "asynchronous scheduling")), made
 
 
 def test_it_is_made_alone_only():
