@@ -24,6 +24,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.kvmanager.align_caching import map_difference
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 from kvfuzz.oracle.kvmanager import align_caching as rule
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 JUDGED = "device cache map predicted (HiSparse's device pool)"
 SKIPPED = "device cache map not judged (an op out of reach)"
@@ -63,7 +64,7 @@ class DeviceCaching:
         count at the admission (its hit's blocks, `add_local_computed_blocks`; delayed
         caching) to tokens // b, and leaves the count there."""
         size = self.trace.block_size
-        self.caching_imports.append((rid, (-(-self.requests[rid].hit // size), tokens)))
+        self.caching_imports.append((rid, (cdiv(self.requests[rid].hit, size), tokens)))
         self.caching_counts[rid] = [tokens // size, 0]
 
     def device_caching_problems(self, before, after, evicted, steps, hits, copy, live,
