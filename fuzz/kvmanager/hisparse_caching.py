@@ -12,10 +12,11 @@ what each allocation's `cache_blocks` adds and re-keys (each request's cached co
 tracked as vLLM's `num_cached_block`: an admission's from its hit, cdiv or floor at a hit inside
 a block). Not judged (counted, `SKIPPED`): an op that changed device entries otherwise, and a
 request's steps after one such (its counts unknown until it is freed). A second connector's
-import ("hisparse import"): its ops and the resumption after it are not judged
-(`hisparse_queue.py`), but its load's report sets the request's cached count as the scheduler's
-`cache_blocks` after it does (`imported`) and the resumption's step moves it
-(`device_counts_only`), so the steps after them are judged.
+import ("hisparse import"), judged since 2026-12-08: its admission caches nothing
+(`delay_cache_blocks`: only its pops' evictions), its load's report caches the indexer's full
+blocks from its hit's count to the valid tokens (the scheduler's `cache_blocks` in
+`_update_waiting_for_remote_kv`) and leaves the count there (`imported`), the resumption is a
+step as any.
 The host pool's entries (publication once written back): `hisparse_hostcache.py`."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 from kvfuzz.fuzz.kvmanager.align_caching import map_difference
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER
 from kvfuzz.oracle.kvmanager import align_caching as rule
+from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 JUDGED = "device cache map predicted (HiSparse's device pool)"
 SKIPPED = "device cache map not judged (an op out of reach)"
@@ -35,6 +37,9 @@ class DeviceCaching:
 
     def start_device_caching(self) -> None:
         self.caching_counts, self.caching_tokens, self.caching_partial = {}, {}, {}
+        # this op's import admissions (rid, None) and load reports (rid, (cached, tokens)):
+        # `hisparse_import.py`
+        self.caching_imports: list = []
 
     def _to_rule(self, entry) -> tuple:
         """A device entry (hash, the trace's group) as the rule names groups (the Mamba group
@@ -47,11 +52,20 @@ class DeviceCaching:
         back = {rule.FULL: INDEXER} | ({rule.MAMBA: self.groups - 1} if self.cow else {})
         return (entry[0], back.get(entry[1], entry[1] - 10))
 
+    def import_allocated(self, rid, host_hit, host_new, device_hit, device_new) -> None:
+        """An import's admission: nothing cached (`delay_cache_blocks`); its pops' evictions
+        judged."""
+        self.caching_imports.append((rid, None))
+        super().import_allocated(rid, host_hit, host_new, device_hit, device_new)
+
     def imported(self, rid: int, tokens: int) -> None:
         """A second connector's import reported with `tokens` valid: the scheduler's
-        `cache_blocks(request, tokens)` after it leaves the indexer's cached count at
-        tokens // b (its hit's, delayed caching, at most that), the steps after it judged."""
-        self.caching_counts[rid] = [tokens // self.trace.block_size, 0]
+        `cache_blocks(request, tokens)` after it caches the indexer's full blocks from its
+        count at the admission (its hit's blocks, `add_local_computed_blocks`; delayed
+        caching) to tokens // b, and leaves the count there."""
+        size = self.trace.block_size
+        self.caching_imports.append((rid, (cdiv(self.requests[rid].hit, size), tokens)))
+        self.caching_counts[rid] = [tokens // size, 0]
 
     def device_caching_problems(self, before, after, evicted, steps, hits, copy, live,
                                 freed) -> list[tuple[str, str]]:
@@ -68,11 +82,18 @@ class DeviceCaching:
             entries = rule.Entries([None] * len(after), entries.tokens)
         for block in tuple(self.evicted) + tuple(evicted):
             entries.drop(block)
+        imports, self.caching_imports = self.caching_imports, []
+        for rid, report in imports:  # (an op imports, or steps: never both)
+            if report is not None and rid in live:
+                request, size = self.requests[rid], self.trace.block_size
+                rule.full_attention(entries, live[rid][INDEXER], report[0], report[1],
+                                    request.hashes(size), request.prompt, size, size, False)
         for rid, _ in steps:
             if not self._device_step(entries, rid, hits, copy, live):
                 self.caching_counts[rid] = None
                 return self._device_skipped(before, after)
-        if not steps and not freed and not self.evicted and not self.reset_done:
+        if not steps and not freed and not imports and not self.evicted and \
+                not self.reset_done:
             return self._device_skipped(before, after)
         self.count(JUDGED)
         expected = [_mapped(k, self._from_rule) for k in entries.as_keys(len(after))]
@@ -80,16 +101,6 @@ class DeviceCaching:
         if what is None:
             return []
         return [("which blocks cached", f"device pool: {what}")]
-
-    def device_counts_only(self, steps, hits, live) -> None:
-        """An op whose device pool is not judged (an import's, a resumption after one:
-        `hisparse_queue.py`): its steps' cached counts still move as vLLM's `num_cached_block`
-        does (on entries thrown away), so the request's later steps are judged: one whose
-        entries an eviction dropped in between is not cached again."""
-        scratch = rule.Entries([], lambda key: 0)
-        for rid, _ in steps:
-            if not self._device_step(scratch, rid, hits, None, live):
-                self.caching_counts[rid] = None
 
     def _device_skipped(self, before, after) -> list:
         if before != after:

@@ -25,9 +25,10 @@ A second connector's import ("hisparse import"): its admission keeps the retaine
 it adopts as the cached count and delays `cache_blocks`; a load reported done makes the first
 floor((h + e) / b) pages valid and ready (`complete_host_import`), a failed one none past the
 hit, then the scheduler's `cache_blocks` at the valid tokens publishes; a restore's completion
-makes no page valid but publishes again. Not judged (counted, `SKIPPED`): an op whose queues
-are not judged (an import's own ops, the first read), and one where a publication's request is
-unknown (none on the runs here)."""
+makes no page valid but publishes again (its admission's pops and a failed load's free judged
+with the queues since 2026-12-08). Not judged (counted, `SKIPPED`): an op whose queues are not
+judged (the first read, or one the queue check found wrong), and one where a publication's
+request is unknown (none on the runs here)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ from kvfuzz.oracle.kvmanager.hybrid import cdiv
 from kvfuzz.strategies.kvmanager.trace import Finish, Preempt
 
 JUDGED = "host cache map predicted (HiSparse)"
-SKIPPED = "host cache map not judged (an import's op)"
+SKIPPED = "host cache map not judged (a publication not modelled)"
 EVENTS = (JUDGED, SKIPPED)
 
 
@@ -164,6 +165,8 @@ class HostCaching:
                             self.requests[op.rid])
             elif pub is not None:
                 pub.tokens = None
+            if pub is not None and isinstance(op, Finish):  # (the worker's side: its hold)
+                self.finish_holds[op.rid] = pub.held[0] if pub.held is not None else None
         return (yield from super().free(op))
 
     # -- the model ---------------------------------------------------------------------------

@@ -122,12 +122,27 @@ class HiSparseImports:
                               if b not in hit_blocks]])
         kept = min(len(blocks[SOURCE]), cdiv(end, size))
         own = list(tables[SOURCE][kept:]) if not problems else []
+        if not problems:  # (the free queues' pops: `hisparse_queue.py`)
+            self.import_allocated(rid, list(blocks[SOURCE][:kept]), own, list(blocks[INDEXER]),
+                                  [tables[INDEXER][len(blocks[INDEXER]):],
+                                   [tables[RESIDENT][-1]], list(tables[HOT])])
         self.durable -= set(own)  # handed out afresh: nothing written there yet
         request.computed, request.status, request.in_flight = end, LOADING, 0
         request.hit, request.held = hit, [kept]
         self.import_pages[rid] = cdiv(end, size)
         yield Call("", "set_computed", (rid, end, LOADING), oracle=None)
         return problems
+
+    def import_allocated(self, rid, host_hit, host_new, device_hit, device_new) -> None:
+        """An import's admission took these blocks (`allocate_new_computed_blocks`: each
+        group's hit touched, then the external pages' new blocks, the groups in order; then
+        `allocate_new_blocks`' hot region): `host_hit`, `device_hit` touched, `host_new` the
+        source group's, `device_new` the indexer's, the resident group's last page, the hot
+        region's. For the pools' queues (`hisparse_queue.py`)."""
+
+    def import_freeing(self, rid) -> None:
+        """A failed import with nothing valid is about to be freed (`free`): for the order
+        of its frees (`hisparse_order.py`)."""
 
     def _import_table_problems(self, rid, tables, hit, end, hit_source) -> list:
         """The tables an import's admission leaves (see the module's docstring)."""
@@ -214,6 +229,7 @@ class HiSparseImports:
             self.unready[rid] = request.hit // size
         if valid == 0:
             self.count(IMPORT_FREED)
+            self.import_freeing(rid)
             yield Call(f"free(r{rid}): its import failed", "free", (rid, False), oracle=None)
             self.freed(rid)
             request.computed, request.status = 0, WAITING

@@ -12,9 +12,14 @@ in flight has its pages held (`free` touches its first `publication.num_pages` h
 until the last of them completes, when the durable prefix of those pages is published and the
 hold freed (`_publish_detached_blocks`). So after every op a host block's reference count is
 exactly the live source tables that hold it, plus the write-backs in flight to it, plus the
-finished requests holding it (`expected_refs`; where the hold is not certain, a request with
-only an import's restore in flight, within that one), and the pages of a finished request are
-published when its last write-back completes (`detached_problems`)."""
+finished requests holding it (`expected_refs`), and the pages of a finished request are
+published when its last write-back completes (`detached_problems`). Whether a finish holds:
+`HiSparseCoordinator.free` holds the publication's first `num_pages` host blocks when the
+request has a publication pending (its pages not all ready) and pages in flight, which the
+host publication model decides (`hisparse_hostcache.py`, `finish_holds`, since 2026-12-08:
+before it an import's request, with a restore in flight, a failed load's pages never ready
+or a kept hit block to rewrite, was held "not certain", its count within a span and its
+publication and frees not judged)."""
 
 from __future__ import annotations
 
@@ -66,6 +71,10 @@ class LaggedReports:
         self.detached: dict[int, Detached] = {}
         self.last_source: dict[int, list[int]] = {}  # rid -> its source table at the last read
         self.cache_pages: dict[int, int] = {}  # rid -> pages its last allocation cached
+        # rid -> the host blocks its finish holds, or None where it holds none, as the
+        # coordinator's publication decides (`hisparse_hostcache.py`, before the free); a
+        # finish missing here is judged by the older rule (`free`)
+        self.finish_holds: dict[int, tuple | None] = {}
 
     def _reports(self) -> set[tuple[int, int]]:
         """The worker's report after this op; the write-backs it completed, (owner, block)."""
@@ -128,13 +137,23 @@ class LaggedReports:
             if isinstance(op, Preempt):  # its state goes: its write-backs publish nothing
                 if self.requests[op.rid].status == RUNNING:  # (else no free: the op is skipped)
                     self.orphans |= mine
-            elif mine:
+            elif mine and op.rid in self.finish_holds:
+                # `HiSparseCoordinator.free` holds the publication's pages exactly when the
+                # request has one pending (its pages not all ready) and pages in flight: an
+                # import's restore, a failed import's unready pages and a kept hit block's
+                # rewrite decide the former, which the publication model follows
+                blocks = self.finish_holds.pop(op.rid)
+                if blocks is not None:
+                    self.detached[op.rid] = Detached(blocks, len(blocks), mine, True)
+                    self.count(DETACHED)
+            elif mine:  # (the publication not modelled: the rule before it, bounded)
                 pages = self.cache_pages.get(op.rid, 0)
                 blocks = tuple(self.last_source.get(op.rid, [])[:pages])
                 sure = not (mine & self.restores) and op.rid not in self.unready and \
                     op.rid not in self.rewrite
                 self.detached[op.rid] = Detached(blocks, pages, mine, sure)
                 self.count(DETACHED)
+        self.finish_holds.pop(op.rid, None)
         return (yield from super().free(op))
 
     # -- after the op -------------------------------------------------------------------------
@@ -177,6 +196,10 @@ class LaggedReports:
                 continue
             lead = next((i for i, b in enumerate(entry.blocks) if b not in durable),
                         len(entry.blocks))
+            # (as a live request's, `hisparse.py`: a failed import's pages past its hit never
+            # become ready, nor a kept hit block's page until it is written back again; the
+            # exact entries: `hisparse_hostcache.py`)
+            lead = min(lead, self.unready.get(rid, lead), self.rewrite.get(rid, (lead,))[0])
             unpublished = [i for i in range(lead) if not 0 < entry.blocks[i] < len(keys) or
                            keys[entry.blocks[i]] is None]
             if unpublished:

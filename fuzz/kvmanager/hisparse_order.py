@@ -34,8 +34,11 @@ of an op, read in the release:
   after the sources (the Mamba group's pair, the last manager's).
 
 An op with a block at an end that no listed call could have put there, or on the host a
-finished request's held pages whose hold is not certain (an import's, `hisparse_lag.py`) and
-whose last write-back completed, is counted, not judged (`UNORDERED`).
+finished request's held pages whose hold is not certain (`hisparse_lag.py`: only where the
+publication is not modelled, none on the runs here; an import's hold is decided since
+2026-12-08) and whose last write-back completed, is counted, not judged (`UNORDERED`).
+A failed import with nothing valid freed by the scheduler: a finish's calls
+(`import_freeing`).
 """
 
 from __future__ import annotations
@@ -97,6 +100,12 @@ class FreeOrder:
         if request is not None and (isinstance(op, Finish) or request.status == RUNNING):
             self._freeing(op.rid)
         return (yield from super().free(op))
+
+    def import_freeing(self, rid: int) -> None:
+        """A failed import with nothing valid, freed by the scheduler (`hisparse_import.py`):
+        the same calls as a finish's (its publication none, nothing in flight)."""
+        self._freeing(rid)
+        super().import_freeing(rid)
 
     def _freeing(self, rid: int) -> None:
         """`KVCacheManager.free`'s calls: the coordinator's clean pages unpinned (and the

@@ -26,25 +26,29 @@ op before, with vLLM 0.33.0's `BlockPool` rules (`oracle/kvmanager/align_queue.p
   `hisparse_order.py` (since 2026-12-07), from the op's calls where they name every block
   there; else not predicted (`UNORDERED`).
 
-Not judged (counted, `UNJUDGED`): an op that imports (`hisparse_import.py`, a second
-connector's host pages), and the first read of a trace. A block free before the op and not
+A second connector's import (`hisparse_import.py`, since 2026-12-08): its admission's pops
+as `allocate_slots` makes them for it (`allocate_new_computed_blocks`: every group's hit
+touched, the source group's retained hit cut to the import's pages, then each group's
+external blocks in order, the source's on the host, the indexer's and the resident group's
+last page on the device; then `allocate_new_blocks`' hot region), compared as an
+allocation's; its load's report (a restore pins blocks its tables hold: no queue moves; a
+failed load with nothing valid frees the request as a finish does) and the resumption (a
+step) as any op. Not judged: the first read of a trace. A block free before the op and not
 taken keeps its entries (no other block evicted for it) but across an eviction or a reset.
 """
 
 from __future__ import annotations
 
 from kvfuzz.fuzz.engine.lockstep import short
-from kvfuzz.fuzz.kvmanager import hisparse_import
 from kvfuzz.fuzz.kvmanager.hisparse_checks import INDEXER, RESIDENT, SOURCE
 from kvfuzz.oracle.kvmanager.align_queue import QueueModel, skipped_frees
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 JUDGED = "free queues predicted (HiSparse's two pools)"
-UNJUDGED = "free queues not judged (an import's op)"
 REQUEUED = "free block touched and re-queued within one op"
 UNORDERED = "an op's frees at one end of a queue, their order not predicted"
 HEAD, TAIL, EITHER = "head", "tail", "either"
-EVENTS = (JUDGED, UNJUDGED, REQUEUED, UNORDERED)
+EVENTS = (JUDGED, REQUEUED, UNORDERED)
 
 
 class PoolQueues:
@@ -59,10 +63,12 @@ class PoolQueues:
         self.queue_tables: dict = {}  # rid -> its tables at the last read
         self.queue_steps: list = []  # (rid, new blocks per group) of this op's allocations
         self.queue_hits: dict = {}  # rid -> (host, device) hit blocks its admission touches
-        self.queue_import_events = 0  # the import events counted at the last read
         self.queue_copies = 0  # the device copies counted at the last read
         self.queue_rows: set = set()  # the blocks of the resident rows at the last read
         self.queue_copy = None  # the op's hidden copy (a running request's partial tail)
+        # (rid, {pool name: (hit blocks touched, new blocks per group)}) of this op's import
+        # admissions (`hisparse_import.py`)
+        self.queue_imports: list = []
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
                             made) -> list:
@@ -74,6 +80,11 @@ class PoolQueues:
                                     else [])
         return super()._admission_problems(rid, request, new, hit, source, indexer,
                                            others_running, made)
+
+    def import_allocated(self, rid, host_hit, host_new, device_hit, device_new) -> None:
+        self.queue_imports.append((rid, {"host": (host_hit, [host_new]),
+                                         "device": (device_hit, device_new)}))
+        super().import_allocated(rid, host_hit, host_new, device_hit, device_new)
 
     def stepped(self, rid, tables, actual, pages):
         # (the Mamba group's answer holds nulls for the states it skips)
@@ -91,15 +102,10 @@ class PoolQueues:
                            for name, pool in (("host", host), ("device", device))}
         self.queue_tables = {rid: [list(t) for t in tables] for rid, tables in live.items()}
         self.queue_steps, self.queue_hits = [], {}
+        admitted, self.queue_imports = self.queue_imports, []
         rows = {b for row in self.rows.values() for b in row if b}
         self.queue_rows, last_rows = rows, self.queue_rows
-        imported = sum(self.events.get(name, 0) for name in hisparse_import.EVENTS)
-        imports, self.queue_import_events = imported > self.queue_import_events, imported
         if seen is None:
-            return []
-        if imports:
-            self.count(UNJUDGED)
-            self.device_counts_only(steps, hits, live)  # (its later steps judged)
             return []
         self.count(JUDGED)
         # a resident page's block: in a resident table, or in a row the worker reads (an
@@ -117,6 +123,17 @@ class PoolQueues:
             prev_queue, prev_ref, prev_keys = seen[name]
             model = QueueModel(prev_queue, prev_ref, lambda block: prev_keys[block] is not None)
             taken = set()
+            for rid, pools in admitted:  # an import's admission: its hit, then its new blocks
+                touched, news = pools[name]
+                model.touch(list(touched))
+                for group, got in zip(groups[name], news):
+                    expected = model.pop(len(got))
+                    taken.update(expected)
+                    if expected != list(got):
+                        problems.append(("which blocks", (
+                            f"r{rid}'s import: group {group} took {short(got)}, expected "
+                            f"{short(expected)} (the {name} pool's free queue's head after "
+                            f"its hit's touches and the groups before it)")))
             for rid, new in steps:
                 if name == "device" and self.cow:  # the Mamba states it skips: freed first
                     was, got = before.get(rid), live.get(rid)

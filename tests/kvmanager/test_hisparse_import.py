@@ -10,6 +10,7 @@ import pytest
 
 from kvfuzz.strategies.kvmanager import hisparse_import
 from tests.helpers import divergence, needs_engine
+from tests.kvmanager.hisparse_doubles import broken_manager
 
 
 def _source(manager):
@@ -71,13 +72,45 @@ def doubles() -> dict:
                     (total_computed_tokens > num_local_computed_tokens)
             resident.get_num_blocks_to_allocate = one_more
 
+    class HeldPagesFreedForward(broken_manager()):  # a finished request's held pages freed
+        @staticmethod  # first page first once its last write-back completes (vLLM's
+        def break_(coordinator):  # `_publish_detached_blocks` passes them `reversed`)
+            pool, publish = coordinator.host_manager.block_pool, coordinator._publish_detached_blocks
+            free, releasing = pool.free_blocks, []
+
+            def forward(blocks):
+                free(list(blocks)[::-1] if releasing else blocks)
+
+            def held_release(state):
+                releasing.append(state)
+                try:
+                    publish(state)
+                finally:
+                    releasing.pop()
+            pool.free_blocks = forward
+            coordinator._publish_detached_blocks = held_release
+
+    class ImportBlocksReversed(KVCacheManager):  # the source group's blocks for an import's
+        def __init__(self, *args, **kwargs):  # external pages taken from the host queue's
+            super().__init__(*args, **kwargs)  # head and placed in its table last first
+            source = _source(self)
+            allocate = source.allocate_external_computed_blocks
+
+            def reversed_pages(request_id, *args, **kwargs):
+                blocks = source.req_to_blocks[request_id]
+                held = len(blocks)
+                allocate(request_id, *args, **kwargs)
+                blocks[held:] = blocks[held:][::-1]
+            source.allocate_external_computed_blocks = reversed_pages
+
     return {cls.__name__: cls for cls in (FailedImportCompleted, ImportPinsKept,
-                                          EveryImportedPageResident, ImportCountsOneMore)}
+                                          EveryImportedPageResident, ImportCountsOneMore,
+                                          HeldPagesFreedForward, ImportBlocksReversed)}
 
 
 def __getattr__(name):  # a double by import path
     if name in ("FailedImportCompleted", "ImportPinsKept", "EveryImportedPageResident",
-                "ImportCountsOneMore"):
+                "ImportCountsOneMore", "HeldPagesFreedForward", "ImportBlocksReversed"):
         return doubles()[name]
     raise AttributeError(name)
 
@@ -88,14 +121,19 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
 @_ENGINE[0]
 @_ENGINE[1]
 @pytest.mark.parametrize("broken, label, index", [
-    # (a failed import taken as done: its pages clean, so the finish unpins them to the tail
-    # where the release frees them to the head; since 2026-12-07 the order of the finish's
-    # frees, `hisparse_order.py`, catches that at index 0, op 45, which without that check
-    # agrees: a later trace's page published early was the first catch)
-    (f"{__name__}:FailedImportCompleted", "free queue", 0),
+    # (a failed import taken as done: its pages ready, so its load's report publishes them;
+    # since 2026-12-08 the host cache map on the import's ops catches that at index 0, op 35;
+    # from 2026-12-07 the order of the finish's frees, `hisparse_order.py`, caught it at op
+    # 45 (its pages clean, so the finish unpins them to the tail where the release frees them
+    # to the head); before, a later trace's page published early was the first catch)
+    (f"{__name__}:FailedImportCompleted", "host cache map", 0),
     (f"{__name__}:ImportPinsKept", "host pool", 0),
     (f"{__name__}:EveryImportedPageResident", "import table", 0),
     (f"{__name__}:ImportCountsOneMore", "None vs success", 0),
+    # (the import's host blocks taken from the queue's head, placed last first: judged since
+    # 2026-12-08, the admission's pops, `hisparse_queue.py`; at index 1, op 172, which the
+    # judge before it let agree to the trace's end: its tables' blocks are distinct and free)
+    (f"{__name__}:ImportBlocksReversed", "which blocks", 1),
     ("mutant.vllm.kvmanager.hisparse_import_covers_hit_only", "published late", 0),
     ("mutant.vllm.kvmanager.external_on_null_block", "import table", 0),
     ("mutant.vllm.kvmanager.delayed_load_cached", "cached before the load", 0),

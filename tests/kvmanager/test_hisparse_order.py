@@ -2,8 +2,9 @@
 (`fuzz/kvmanager/hisparse_order.py`), on plain data: each block where the last call that dropped
 a reference put it, later batches first at the head, earlier first at the tail; a broken order
 caught; a block no call names left unjudged; a running request's partial tail's copy placed.
-`slow`: an import's uncertain hold left unjudged on the trace that found it; the double
-releasing the device copies reversed caught where the host ids were taken for device blocks.
+`slow`: an import's hold, decided, and its frees judged on the trace that found it uncertain;
+the double releasing the device copies reversed caught where the host ids were taken for
+device blocks.
 The catalogue mutant only this check catches, `hisparse_free_unpins_head_first`, is
 `test_mutants.py`'s (ALONE). No vllm needed but for the `slow` ones."""
 
@@ -107,16 +108,37 @@ _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
 
 @_ENGINE[0]
 @_ENGINE[1]
-def test_an_imports_uncertain_hold_ending_leaves_the_host_order_unjudged():
-    """On "hisparse import" index 262, r2's failed import's hold (not certain) ends in the report
-    after its finish; the release frees its pages at the publication, which the judge cannot
-    tell from a free at the finish. Judged as if the hold were gone, it read "free queue"
-    (host pool, op 8 of the 9 the trace shrank to)."""
+def test_an_imports_hold_is_decided_and_its_frees_ordered(monkeypatch):
+    """On "hisparse import" index 262, r2's failed import (its pages past the hit never ready,
+    so its publication pending) is finished with a write-back in flight: the release holds its
+    pages and frees them, reversed, once the write-back completes, in the report after op 153.
+    Until 2026-12-08 that hold was "not certain" and the op's host order not judged (a false
+    "free queue" there before the exemption); the publication model now decides it
+    (`finish_holds`), so the double freeing the held pages first page first is caught at op
+    153, where the old rule (no decision: `finish_holds` never filled) let the trace cut after
+    that op agree."""
+    from dataclasses import replace
+
+    from kvfuzz.fuzz.kvmanager import hisparse_lag
     from kvfuzz.strategies.kvmanager import streams
 
     trace = streams.ALONE["hisparse import"].generate(0, 262)
+    cut = replace(trace, ops=trace.ops[:154])
+    broken = "tests.kvmanager.test_hisparse_import:HeldPagesFreedForward"
     assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    found = divergence("kvmanager", cut, broken)
+    assert found is not None and found.what.startswith("free queue at op 153 "), found
 
+    class Undecided(dict):
+        def __setitem__(self, rid, blocks):
+            pass
+    start = hisparse_lag.LaggedReports.start_reports
+
+    def old_rule(self):
+        start(self)
+        self.finish_holds = Undecided()
+    monkeypatch.setattr(hisparse_lag.LaggedReports, "start_reports", old_rule)
+    assert divergence("kvmanager", cut, broken) is None
 
 
 @_ENGINE[0]

@@ -188,18 +188,33 @@ def test_the_indexer_caching_short_is_caught_on_the_plain_profiles(profile, inde
 
 @_ENGINE[0]
 @_ENGINE[1]
-def test_a_resumption_after_an_import_moves_the_indexer_s_cached_count(monkeypatch):
-    """The ops of a second connector's import and the resumption after it are not judged
-    (`hisparse_queue.py`), but their cached counts move as vLLM's `num_cached_block` does
-    (`DeviceCaching.imported`, `device_counts_only`): the release is clean on "hisparse import"
-    index 29, where a judge that does not move them on the resumption (its count left at the
-    import's, 4 blocks: the blocks past it expected cached again at a later step, where an
-    eviction had dropped one the release does not cache twice) is wrong."""
+def test_an_imports_report_caches_the_indexer_and_moves_its_count(monkeypatch):
+    """A second connector's import's ops are judged since 2026-12-08 (`hisparse_queue.py`):
+    its load's report caches the indexer's full blocks from its hit's count to the valid
+    tokens and leaves the count there (`DeviceCaching.imported`; the scheduler's
+    `cache_blocks` in `_update_waiting_for_remote_kv`). The release is clean on "hisparse
+    import" indices 0 and 29; a judge that caches nothing at the report is wrong at index 0, op
+    35 (r5's failed load: the release caches its indexer block 1 there), and one that leaves
+    the count at the hit's is wrong at index 29
+    (the blocks past it expected cached again at a later step, where an eviction had dropped
+    one the release does not cache twice: found 2026-12-07 on the resumption's count)."""
     from kvfuzz.fuzz.kvmanager.hisparse_caching import DeviceCaching
     from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 
-    trace = KVMANAGER.alone("hisparse import").generator.generate(0, 29)
-    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
-    monkeypatch.setattr(DeviceCaching, "device_counts_only", lambda self, *args: None)
-    found = divergence("kvmanager", trace, "vllm.kvmanager")
+    traces = [KVMANAGER.alone("hisparse import").generator.generate(0, i) for i in (0, 29)]
+    assert [divergence("kvmanager", t, "vllm.kvmanager") for t in traces] == [None, None]
+    imported = DeviceCaching.imported
+
+    def caches_nothing(self, rid, tokens):
+        imported(self, rid, tokens)
+        self.caching_imports[-1] = (rid, (0, 0))
+    monkeypatch.setattr(DeviceCaching, "imported", caches_nothing)
+    found = divergence("kvmanager", traces[0], "vllm.kvmanager")
+    assert found is not None and found.what.startswith("which blocks cached at op 35 "), found
+
+    def count_left(self, rid, tokens):
+        imported(self, rid, tokens)
+        self.caching_counts.pop(rid, None)
+    monkeypatch.setattr(DeviceCaching, "imported", count_left)
+    found = divergence("kvmanager", traces[1], "vllm.kvmanager")
     assert found is not None and found.what.startswith("which blocks cached"), found
