@@ -53,6 +53,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "partial_tail_past_prompt": r"block hash|hash map|KV events",
     "local_chunk_freed_early": r"consumed|block table|free queue|num free|result|None vs",
     "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
+    # ... with speculative blocks (the "mamba" profile's MTP share): one taken short
+    "mamba_speculative_one_short": r"result:? +allocate_slots|block table|consumed|num free",
     # EAGLE beside a window (the "eagle window" profile): every hit a block short.
     "eagle_margin_dropped": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
     # Mamba "align" (the "mamba align" profile, the rule of which states a request's table
@@ -238,6 +240,11 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # the first "mamba plain connector" trace of seed 0 (a KV connector beside a Mamba
          # group in mode "none" or "all", alone only since 2026-12-08)
          PREFIX + "mamba_plain_external_states_counted": ("mamba plain connector", 0),
+         # the first "mamba" trace of seed 0 with speculative Mamba blocks in mode "none" or
+         # "all" (the profile's MTP share since 2026-12-08; shrunk to 2 ops,
+         # corpus/kvmanager-0259d22976a4efbf.json: a 1-token prompt's admission, 3 draft
+         # tokens, the mutant takes 4 Mamba blocks where the release takes 5)
+         PREFIX + "mamba_speculative_one_short": ("mamba", 5),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
