@@ -298,8 +298,11 @@ REACHES = {
         # (under the asynchronous scheduler, three traces in ten)
         "load reported with other requests' steps in flight",
         "synchronous load, its step in flight", "free deferred (pop_blocks_for_free)",
-        "deferred free released", "window frees blocks with tokens in flight"]
-    + _CONFIGS("KV connector", "Mamba", "caching off", "asynchronous scheduling"),
+        "deferred free released", "window frees blocks with tokens in flight",
+        # (multi-token prediction's share since 2026-12-08)
+        MAMBA_SPECULATIVE[0], "admission padded under a connector"]
+    + _CONFIGS("KV connector", "Mamba", "caching off", "asynchronous scheduling",
+               "speculative Mamba blocks"),
 }
 
 
