@@ -331,9 +331,13 @@ class ConnectorOps(ConnectorCap):
         """Each group's table (read from the implementation) holds the blocks the oracle's
         rule names for the external tokens, in the group's own block size: exactly so after
         an asynchronous load's admission (no slots past them), at least so after a
-        synchronous one (its step's slots follow)."""
+        synchronous one (its step's slots follow). A Mamba group in mode "none" or "all" holds
+        its speculative blocks past them too (the release adds them to every allocation, an
+        asynchronous load's of no new tokens included: `MambaManager.allocate_new_blocks`)."""
         for group, table in enumerate(tables):
             want = self.model.external_cover(group, computed, external)
+            if want is not None and group == self.model.second:
+                want += self.model.speculative
             if want is not None and (len(table) < want or load and len(table) != want):
                 return [("external blocks", f"r{rid} group {group}: {len(table)} blocks of "
                                             f"{self.model.sizes[group]} tokens after "

@@ -39,8 +39,8 @@ from kvfuzz.fuzz.kvmanager.streaming import StreamingOps
 from kvfuzz.fuzz.kvmanager import sync_draft_ops
 from kvfuzz.fuzz.kvmanager.sync_draft_ops import SyncDraftOps
 from kvfuzz.fuzz.engine.remote import make
-from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MTP_HELD, KVManagerModel,
-                                           NothingToAllocate)
+from kvfuzz.oracle.kvmanager.model import (EAGLE_APART, MAMBA_SPECULATIVE, MTP_HELD,
+                                           KVManagerModel, NothingToAllocate)
 from kvfuzz.strategies.kvmanager import trace as kvmanager
 from kvfuzz.strategies.kvmanager.released import (NO_BOUNDARY, NO_HIT_ALONE, NO_RECORD,
                                                   NO_TRUNCATE)
@@ -69,7 +69,7 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
               "placeholder drafts past a block's end", "lookup capped by the caller", *PADDED,
               *MARKS, *connector.EVENTS, *cut.EVENTS, *async_ops.EVENTS, *streaming.EVENTS,
               *KEY_MARKS, *LOOKAHEAD_MARKS, *sync_draft_ops.EVENTS,
-              *EAGLE_APART, MTP_HELD,
+              *EAGLE_APART, MTP_HELD, *MAMBA_SPECULATIVE,
               *EMBEDS_MARKS, PREEMPTED_BY_REFUSAL,
               *(f"config: {name}" for name in CONFIGS))
 
@@ -91,7 +91,8 @@ class KVManagerLockstep(FreeOps, StateReads, StreamingOps, AsyncOps, SyncDraftOp
                                trace.hash_block_size, trace.local_chunk, trace.mamba_mode,
                                trace.encoder_tokens, trace.zeroing, trace.hash_lookahead,
                                trace.eagle_groups, trace.prefill_lookahead, trace.lone,
-                               trace.first_window, trace.full_last)
+                               trace.first_window, trace.full_last,
+                               mamba_speculative=trace.mamba_speculative)
         model.adopts_hit_alone = NO_HIT_ALONE not in self.unread
         return model
 

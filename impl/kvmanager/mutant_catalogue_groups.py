@@ -83,6 +83,15 @@ GROUPS = {
         "cdiv(num_tokens, self.block_size)",
         "in align mode a step allocates no speculative blocks (multi-token prediction's draft "
         "states), though it counted them")),
+    # A Mamba group in mode "none" or "all" with speculative blocks (the "mamba" profile's MTP
+    # share, `strategies/kvmanager/mamba_speculative.py`): a step takes one speculative block
+    # fewer than its count said (none with one draft token); the full oracle's rule.
+    "mamba_speculative_one_short": (SINGLE, Mutation(
+        "MambaManager.allocate_new_blocks",
+        "num_tokens += self.block_size * self.num_speculative_blocks",
+        "num_tokens += self.block_size * (self.num_speculative_blocks - 1)",
+        'outside mode "align" a step takes one speculative Mamba block fewer than its count '
+        "said (none with one draft token)")),
     # Mamba "align"'s count (`oracle/kvmanager/align_count.py`): its cap a block high, so an
     # admission that fits with a block to spare is refused; nothing else changes.
     "mamba_align_cap_one_more": (SINGLE, Mutation(

@@ -34,6 +34,12 @@ that block: `hybrid.py`); lookahead (draft) tokens get slots on every allocation
 only the tokens a request has are cached; the sliding window keeps `retained` tokens more
 behind it (extra_retained_tokens: fewer skipped, a larger admission cap); with asynchronous
 scheduling the window moves on the tokens processed, the computed ones less those in flight.
+A Mamba group in mode "none" or "all" with speculative blocks (`MambaSpec.num_speculative_blocks`,
+multi-token prediction's scratch states) counts and takes, on every allocation and in the
+whole-request check, `block_size * num_speculative_blocks` tokens more than the others (past the
+draft slots and past `max_model_len`: `MambaManager.get_num_blocks_to_allocate` and
+`allocate_new_blocks`, single_type_kv_cache_manager.py 1713-1730 and 1800-1808); they are
+freed like its other blocks, as skipped once the computed tokens pass them.
 `allocate_slots` of no new tokens adopts a hit alone (refused before vLLM 0.30:
 `adopts_hit_alone`); with no hit either it is a caller's bug,
 refused (`NothingToAllocate`, vLLM's ValueError) before anything changes. KV events: the
@@ -63,6 +69,10 @@ MTP_HELD = "MTP: a block held back from caching, its tokens re-prefillable"
 EAGLE_APART = ("EAGLE flagged apart: a hit, full attention drops, the window does not",
                "EAGLE flagged apart: a hit, the window drops, full attention does not",
                "EAGLE flagged apart: no peek block cached for the unflagged group")
+# Edge classes of a Mamba group ("none" or "all") with speculative blocks: an allocation refused
+# that would fit without them, and one whose Mamba blocks reach past max_model_len's.
+MAMBA_SPECULATIVE = ("speculative Mamba blocks: a refusal they decide",
+                     "speculative Mamba blocks: past max_model_len")
 
 
 class NothingToAllocate(Exception):
@@ -82,7 +92,7 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
                  local_chunk: int = 0, mamba_mode: str = "", encoder_tokens: int = 0,
                  zeroing: bool = False, hash_lookahead: int = 0, eagle_groups=(),
                  prefill_lookahead: int = 0, lone: bool = False, first_window: int = 0,
-                 full_last: bool = False):
+                 full_last: bool = False, mamba_speculative: int = 0):
         # Group 1: a sliding window of `window` tokens, or chunked-local attention in chunks of
         # `local_chunk` tokens, or none. `lone`: the window is group 0, the only one (the unitary
         # coordinator over a model whose every layer is sliding window); `second` names the
@@ -102,6 +112,9 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
         if first_window:
             self.windows[0] = first_window
         self.local, self.mamba = local_chunk, bool(mamba_mode)
+        # A Mamba group's speculative blocks, counted here outside mode "align" only (that
+        # mode is judged in the reduced checks: `fuzz/kvmanager/align.py`)
+        self.speculative = mamba_speculative if mamba_mode in ("none", "all") else 0
         # Cross-attention (caching off): each admission's encoder tokens, a static allocation
         self.encoder = encoder_tokens
         # Each group's block size; hashes per `h` tokens; hits and caching aligned to the
@@ -253,6 +266,8 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
         an admission alone (the scheduler's `num_encoder_tokens`), else `need`."""
         if group and self.encoder:
             return self.encoder if admission else 0
+        if group == self.second and self.speculative:  # (a Mamba group: its scratch states)
+            return need + self.sizes[group] * self.speculative
         return need
 
     def blocks_to_allocate(self, rid: int, need: int, hit: list[list[int]],
@@ -310,12 +325,18 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
                                                      computed, capped=True, admission=True)
             if self.predicted + headroom > self.pool.num_free():
                 self.refused_whole = True
+                self._mark_speculative_refusal(rid, min(num_tokens, self.max_len), hits,
+                                               computed, headroom, 0, True, True)
                 return None
         self.freed_by_window = self._free_out_of_window(rid, max(0, total - in_flight))
         self.predicted = self.blocks_to_allocate(rid, need, hits, computed,
                                                  admission=hit is not None)
         if self.predicted + headroom > self.pool.num_free() - reserve:
+            self._mark_speculative_refusal(rid, need, hits, computed, headroom, reserve, False,
+                                           hit is not None)
             return None
+        if self.speculative and total + new + lookahead >= self.max_len:
+            self.marks.append(MAMBA_SPECULATIVE[1])
         if hit is not None and not self.running(rid):
             for group in self.order:
                 skipped = self.skipped_tokens(group, computed) // self.sizes[group]
@@ -338,6 +359,22 @@ class KVManagerModel(FreesAndReads, ConnectorRules, HybridRules):
             self.cache_blocks(rid, hashes, min(total + new, num_tokens), tokens, prompt_tokens,
                               shared_boundary)
         return fresh
+
+    def _mark_speculative_refusal(self, rid: int, need: int, hits, computed: int,
+                                  headroom: int, reserve: int, capped: bool,
+                                  admission: bool) -> None:
+        """Marks a refusal that the Mamba group's speculative blocks decide: the same count
+        without them fits (only reads: the count touches nothing)."""
+        if not self.speculative:
+            return
+        speculative, self.speculative = self.speculative, 0
+        try:
+            without = self.blocks_to_allocate(rid, need, hits, computed, capped=capped,
+                                              admission=admission)
+        finally:
+            self.speculative = speculative
+        if without + headroom <= self.pool.num_free() - reserve:
+            self.marks.append(MAMBA_SPECULATIVE[0])
 
     def cache_blocks(self, rid: int, hashes: list[int], written: int, tokens=(),
                      prompt_tokens: int = 0, shared_boundary: int = 0) -> None:

@@ -100,8 +100,10 @@ def _later_settings(reader: FieldReader, data: dict, window: int) -> dict:
     values["mamba_checkpoint"] = _mamba_checkpoint(reader, data, values)
     values["mamba_speculative"] = speculative = reader.integer(
         data.get("mamba_speculative", 0), "mamba_speculative", low=0, high=MAX_LOOKAHEAD)
-    reader.expect(not speculative or values["mamba_mode"] == "align", "mamba_speculative",
-                  'expected 0 without a Mamba group in mode "align"', speculative)
+    # (in mode "none" or "all" counted by the full oracle since 2026-12-08: its scratch blocks
+    # on every allocation, `oracle/kvmanager/model.py`)
+    reader.expect(not speculative or values["mamba_mode"], "mamba_speculative",
+                  "expected 0 without a Mamba group", speculative)
     # (draft tokens in flight beside the group: judged since 2026-12-06, `align_async.py`)
     values["lookahead"] = reader.integer(data.get("lookahead", 0), "lookahead", low=0,
                                          high=MAX_LOOKAHEAD)

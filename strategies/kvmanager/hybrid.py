@@ -21,7 +21,8 @@ of blocks at most.
 
 "mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
 prefix caching off: a request keeps the state of its last computed token alone, older ones
-freed as it moves on.
+freed as it moves on. In 35% multi-token prediction's draft tokens (`mamba_speculative.py`):
+speculative Mamba blocks, as many lookahead slots, spec-decode padding in half of those.
 
 "eagle window" (`kvmanager/5[eagle window]`): EAGLE (`use_eagle`) beside a sliding window, of
 one block size or of two as in "hybrid sizes": the hybrid coordinator looks each group one of
@@ -48,7 +49,7 @@ from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
 from kvfuzz.strategies.kvmanager import (align_observed, mamba_async, mamba_eagle,
-                                         mamba_shared_prefix)
+                                         mamba_shared_prefix, mamba_speculative)
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
 
@@ -128,6 +129,13 @@ def build_mamba(rng: random.Random, num_ops: int) -> Trace:
     return Trace(blocks, size, 0, max_model_len, _ops(rng, size, max_model_len, num_ops),
                  None, **_engine(rng, size), caching=False,
                  mamba_mode=rng.choice(("none", "all")), note="profile mamba")
+
+
+def build_mamba_profile(rng: random.Random, num_ops: int) -> Trace:
+    """The "mamba" profile's trace: `build_mamba`'s (which the "full last" profile draws from
+    too, unchanged), then multi-token prediction's speculative Mamba blocks, lookahead slots
+    and padding in a share, drawn last (`mamba_speculative.py`: the other traces keep theirs)."""
+    return mamba_speculative.drawn(rng, build_mamba(rng, num_ops))
 
 
 def build_eagle(rng: random.Random, num_ops: int) -> Trace:
@@ -219,7 +227,7 @@ NAME = "kvmanager/5[hybrid sizes]"  # a stream of its own beside kvmanager/5
 GENERATOR = TraceGenerator(NAME, build, num_ops=200, max_fuzz_ops=200)
 LOCAL = TraceGenerator("kvmanager/5[chunked local]", build_local, num_ops=200,
                        max_fuzz_ops=200)
-MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba, num_ops=200, max_fuzz_ops=200)
+MAMBA = TraceGenerator("kvmanager/5[mamba]", build_mamba_profile, num_ops=200, max_fuzz_ops=200)
 EAGLE = TraceGenerator("kvmanager/5[eagle window]", build_eagle, num_ops=200,
                        max_fuzz_ops=200)
 CROSS = TraceGenerator("kvmanager/5[cross attention]", build_cross, num_ops=200,

@@ -29,8 +29,10 @@ failed, a one-token prompt loaded whole and looked up again). What vLLM 0.33.0 d
   `mamba_connector._finished`);
 - in three traces in ten vLLM's asynchronous scheduler (`_build_async`: the "async connector"
   profile's steps, its aborts deferred past a step in flight);
-- no speculative Mamba blocks (the codec refuses them outside "align"), no spec-decode padding
-  nor draft slots (a Mamba model's drafts come with speculative Mamba blocks).
+- since 2026-12-08, multi-token prediction in 35%, drawn last (`mamba_speculative.py`, as
+  the "mamba" profile has it): k speculative Mamba blocks, k draft slots, in half of those
+  every schedule and connector admission padded with k placeholder drafts; the Mamba group's
+  table after an asynchronous load then holds its k speculative blocks past the last state's.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from kvfuzz.strategies.kvmanager import async_connector, connector, mamba_connector
+from kvfuzz.strategies.kvmanager import (async_connector, connector, mamba_connector,
+                                         mamba_speculative)
 from kvfuzz.strategies.kvmanager.connector_ops import Loaded
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
@@ -48,8 +51,13 @@ ASYNC_SHARE = 0.3  # traces under vLLM's asynchronous scheduler (`_build_async`)
 
 
 def build(rng: random.Random, num_ops: int) -> Trace:
-    if rng.random() < ASYNC_SHARE:
-        return _build_async(rng, num_ops)
+    """The profile's trace, then multi-token prediction in a share, drawn last (the other
+    traces keep their bytes: `mamba_speculative.py`)."""
+    trace = _build_async(rng, num_ops) if rng.random() < ASYNC_SHARE else _build(rng, num_ops)
+    return mamba_speculative.drawn(rng, trace)
+
+
+def _build(rng: random.Random, num_ops: int) -> Trace:
     size = rng.choice((1, 2, 4, 4, 8))
     blocks = rng.choice((rng.randint(3, 12), rng.randint(12, 40)))
     max_model_len = rng.choice((1024, 1024, rng.randint(2, 12) * size + rng.randint(0, 3)))

@@ -192,7 +192,9 @@ class Trace:
     tokens): a chunk that reaches past a valid checkpoint holds its state in one more block.
     `mamba_speculative` > 0 is that group's `num_speculative_blocks` (multi-token prediction's
     draft tokens; the profile passes as many lookahead slots): its table holds that many scratch
-    blocks past the state of the last computed token.
+    blocks past the state of the last computed token. In mode "none" or "all" (the "mamba"
+    profile's MTP share, since 2026-12-08) the group counts and takes `block_size *
+    mamba_speculative` tokens more than the others on every allocation, past the draft slots.
 
     Cross-attention (`kvmanager/5[cross attention]`): `encoder_tokens` > 0 makes the second group
     a `CrossAttentionSpec` (an encoder-decoder model's, Whisper's), with prefix caching off

@@ -29,6 +29,7 @@ from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, a
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
+from kvfuzz.oracle.kvmanager.model import MAMBA_SPECULATIVE
 from tests.helpers import fail_with, needs_engine
 from tests.kvmanager import ci_configs
 
@@ -58,7 +59,10 @@ REACHES = {
     "hybrid sizes": _HYBRID + ["window frees blocks"] + _CONFIGS(
         "groups of different block sizes", "hash block below the block size"),
     "chunked local": [_LOCAL, "window frees blocks"] + _CONFIGS("chunked local attention"),
-    "mamba": ["window frees blocks"] + _CONFIGS("Mamba"),
+    # (and multi-token prediction's share since 2026-12-08: speculative Mamba blocks deciding a
+    # refusal, and reaching past max_model_len's)
+    "mamba": ["window frees blocks", *MAMBA_SPECULATIVE, "admission padded with placeholder "
+              "drafts"] + _CONFIGS("Mamba", "speculative Mamba blocks", "lookahead tokens"),
     "eagle window": _WINDOW + ["window frees blocks"] + _CONFIGS(
         "EAGLE", "sliding window", "groups of different block sizes",
         "hash block below the block size", "sparse retention"),
@@ -294,8 +298,11 @@ REACHES = {
         # (under the asynchronous scheduler, three traces in ten)
         "load reported with other requests' steps in flight",
         "synchronous load, its step in flight", "free deferred (pop_blocks_for_free)",
-        "deferred free released", "window frees blocks with tokens in flight"]
-    + _CONFIGS("KV connector", "Mamba", "caching off", "asynchronous scheduling"),
+        "deferred free released", "window frees blocks with tokens in flight",
+        # (multi-token prediction's share since 2026-12-08)
+        MAMBA_SPECULATIVE[0], "admission padded under a connector"]
+    + _CONFIGS("KV connector", "Mamba", "caching off", "asynchronous scheduling",
+               "speculative Mamba blocks"),
 }
 
 

@@ -95,7 +95,10 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                "mamba_align_hit_short", "mamba_align_partial_hit_ignored",
                # a connector over groups of different block sizes: the corner traces have one
                # size and no connector ("connector sizes": test_mutants.py's ALONE)
-               "external_to_scheduler_block")
+               "external_to_scheduler_block",
+               # speculative blocks of a Mamba group in mode "none" or "all": the corner
+               # traces have no Mamba group (the "mamba" profile's: test_mutants.py's ALONE)
+               "mamba_speculative_one_short")
 
 
 def corner_trace(index: int, impl):

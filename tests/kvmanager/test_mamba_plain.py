@@ -23,8 +23,10 @@ def test_the_profiles_traces_are_a_connector_beside_a_plain_mamba_group():
         trace = mamba_plain.GENERATOR.generate(0, index)
         assert trace.note == "profile mamba plain connector"
         assert trace.mamba_mode in ("none", "all") and not trace.caching and trace.zeroing
-        assert not (trace.window or trace.lookahead or trace.mamba_speculative)
+        # (multi-token prediction's share since 2026-12-08: k speculative blocks, k slots)
+        assert not trace.window and trace.lookahead == trace.mamba_speculative <= 3
         made[trace.mamba_mode] += 1
+        made["speculative Mamba blocks"] += bool(trace.mamba_speculative)
         made["asynchronous scheduling"] += trace.async_scheduling
         for before, op in zip((None, *trace.ops), trace.ops):
             if isinstance(op, Connect):
@@ -39,7 +41,8 @@ def test_the_profiles_traces_are_a_connector_beside_a_plain_mamba_group():
                     (index, before, op)
     assert all(made[kind] for kind in ("none", "all", "asynchronous load", "synchronous load",
                                        "some groups", "load done", "load failed",
-                                       "asynchronous scheduling")), made
+                                       "asynchronous scheduling",
+                                       "speculative Mamba blocks")), made
 
 
 def test_it_is_made_alone_only():

@@ -53,6 +53,8 @@ EXPECTED = {PREFIX + name: pattern for name, pattern in {
     "partial_tail_past_prompt": r"block hash|hash map|KV events",
     "local_chunk_freed_early": r"consumed|block table|free queue|num free|result|None vs",
     "mamba_state_freed": r"consumed|block table|free queue|num free|result|None vs",
+    # ... with speculative blocks (the "mamba" profile's MTP share): one taken short
+    "mamba_speculative_one_short": r"result:? +allocate_slots|block table|consumed|num free",
     # EAGLE beside a window (the "eagle window" profile): every hit a block short.
     "eagle_margin_dropped": r"prefix hit:? +expected \d+ tokens|shared prefix boundary",
     # Mamba "align" (the "mamba align" profile, the rule of which states a request's table
@@ -235,9 +237,16 @@ ALONE = {PREFIX + "external_to_scheduler_block": ("connector sizes", 0),
          # admitted the whole local hit there, and no trace of 2,000 caught it)
          PREFIX + "mamba_truncate_shifts_partial_state": ("capped mamba", 149),
          PREFIX + "mamba_finish_frees_last_state": ("mamba connector", 0),
-         # the first "mamba plain connector" trace of seed 0 (a KV connector beside a Mamba
-         # group in mode "none" or "all", alone only since 2026-12-08)
-         PREFIX + "mamba_plain_external_states_counted": ("mamba plain connector", 0),
+         # the first "mamba plain connector" trace of seed 0 that catches it (a KV connector
+         # beside a Mamba group in mode "none" or "all", alone only since 2026-12-08; index 0
+         # caught it until the profile's MTP share, 2026-12-08, drew it: with 2 draft tokens
+         # its refusal at the watermark is gone)
+         PREFIX + "mamba_plain_external_states_counted": ("mamba plain connector", 1),
+         # the first "mamba" trace of seed 0 with speculative Mamba blocks in mode "none" or
+         # "all" (the profile's MTP share since 2026-12-08; shrunk to 2 ops,
+         # corpus/kvmanager-0259d22976a4efbf.json: a 1-token prompt's admission, 3 draft
+         # tokens, the mutant takes 4 Mamba blocks where the release takes 5)
+         PREFIX + "mamba_speculative_one_short": ("mamba", 5),
          # the first "mamba align" trace of seed 0 with an exact fit at the Mamba cap
          PREFIX + "mamba_align_cap_one_more": ("mamba align", 9),
          # the first "mamba align" trace of seed 0 with a partial hit's step read one step on
@@ -384,12 +393,17 @@ def test_every_mutant_has_an_expectation():
     assert sorted(EXPECTED) == sorted(m.name for m in mutants("kvmanager"))
 
 
-# Mutants ALONE pins that a later alone-only profile reaches too, each caught on that
+# Mutants ALONE pins that a later (or alone-only) profile reaches too, each caught on that
 # profile's trace `index` of seed 0 as well: the caller's cap dropped at HiSparse's lookups
 # (2026-12-07, the "capped hisparse" profile; both shrink to the same 4 ops, corpus/kvmanager-
 # ed5aa7cef18784a3.json: a 5-token prompt's connector lookup capped at 0 hits 4 on either)
 ALONE_ALSO = [(PREFIX + "caller_cap_ignored", "capped hisparse", 0),
-              (PREFIX + "connector_cap_ignored", "capped hisparse", 0)]
+              (PREFIX + "connector_cap_ignored", "capped hisparse", 0),
+              # the speculative Mamba block taken short under a connector (2026-12-08, the
+              # "mamba plain connector" profile's MTP share; shrunk to 2 ops: a 6-token
+              # prompt's synchronous load of 5 tokens, 2 draft tokens, the Mamba group's table
+              # [0, 0, b, s, s] where the release's is [0, 0, b, s, s, s])
+              (PREFIX + "mamba_speculative_one_short", "mamba plain connector", 0)]
 
 
 @pytest.mark.slow
