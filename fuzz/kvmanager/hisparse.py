@@ -74,6 +74,7 @@ RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
 PUBLISHED = "host pages published"
 ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
+LOOKAHEAD_BLOCKS = hisparse_admission.LOOKAHEAD_BLOCKS
 
 
 class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
@@ -91,6 +92,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
     (the "hisparse cow" profile): `hisparse_cow.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
+        hisparse_admission.LOOKAHEAD_EVENTS + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
         hisparse_hostcache.EVENTS + hisparse_order.EVENTS + hisparse_cap.EVENTS
@@ -239,9 +241,12 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        covered = self.slots(request.computed)  # (with its lookahead slots)
+        if cdiv(covered, size) > cdiv(request.computed, size):
+            self.count(LOOKAHEAD_BLOCKS)
         problems = table_problems(rid, tables, request.computed, size,
                                   0 if admission else self.import_pages.get(rid, 0),
-                                  self.groups)
+                                  self.groups, covered)
         if self.cow and not problems:
             problems += self.mamba_step_problems(rid, request, tables)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:

@@ -179,17 +179,23 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
     host = reader.integer(data.get("hisparse", 0), "hisparse", low=0, high=MAX_BLOCKS)
     # a Mamba "align" group beside them with a hash block below the block (the "hisparse cow"
     # profile: fine-grained hits, the host's copy-on-write), both or neither; its prefill
-    # checkpoint block and speculative blocks too (judged as in the "align" mode; no lookahead
-    # slots: HiSparse's counts of them are not modelled)
+    # checkpoint block and speculative blocks too (judged as in the "align" mode)
     cow = values["mamba_mode"] == "align" and bool(values["hash_block_size"])
-    others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
-                                "hash_lookahead", "eagle_groups", "prefill_lookahead", "lookahead",
-                                "eagle", "async_scheduling", "retained", "window_block_size",
-                                "hash_block_size", "events", "report", "stats",
-                                "mamba_checkpoint", "mamba_speculative")
-              if values.get(name, data.get(name)) and
-              not (cow and name in ("mamba_mode", "hash_block_size", "mamba_checkpoint",
-                                   "mamba_speculative"))]
+    # lookahead slots (speculative decoding's draft tokens, since 2026-12-08: each attention
+    # group's table cdiv(slots, b) long, `hisparse_checks.table_problems`), but not beside a
+    # second connector's imports (the scheduler's slots for a load are not modelled there)
+    raw_ops = data.get("ops") if isinstance(data.get("ops"), list) else []
+    loads = ["lookahead with a connector's ops"] \
+        if values["lookahead"] and _connector_ops(raw_ops) else []
+    others = loads + [
+        name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
+                          "hash_lookahead", "eagle_groups", "prefill_lookahead", "eagle",
+                          "async_scheduling", "retained", "window_block_size",
+                          "hash_block_size", "events", "report", "stats", "mamba_checkpoint",
+                          "mamba_speculative")
+        if values.get(name, data.get(name)) and
+        not (cow and name in ("mamba_mode", "hash_block_size", "mamba_checkpoint",
+                              "mamba_speculative"))]
     beside = ["a sliding window"] if window else []
     beside += ["caching off"] if not values["caching"] else []
     beside += [", ".join(others)] if others else []
