@@ -92,7 +92,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
     (the "hisparse cow" profile): `hisparse_cow.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
-        hisparse_admission.LOOKAHEAD_EVENTS + \
+        hisparse_admission.LOOKAHEAD_EVENTS + (hisparse_cow.EAGLE_DROP,) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
         hisparse_hostcache.EVENTS + hisparse_order.EVENTS + hisparse_cap.EVENTS
@@ -313,7 +313,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
         return self.cap_problems(request, hit, source) or \
-            (self.hit_length_problems(request, hit) if self.cow else [])
+            (self.hit_length_problems(request, hit) if self.cow or self.trace.eagle else [])
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

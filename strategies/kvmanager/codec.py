@@ -182,14 +182,18 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
     # checkpoint block and speculative blocks too (judged as in the "align" mode)
     cow = values["mamba_mode"] == "align" and bool(values["hash_block_size"])
     # lookahead slots (speculative decoding's draft tokens, since 2026-12-08: each attention
-    # group's table cdiv(slots, b) long, `hisparse_checks.table_problems`), but not beside a
-    # second connector's imports (the scheduler's slots for a load are not modelled there)
+    # group's table cdiv(slots, b) long, `hisparse_checks.table_problems`) and EAGLE's drop
+    # (`use_eagle`, every group flagged: the hit's exact length with it,
+    # `HostCopies.hit_length_problems`), but neither beside a second connector's ops (the
+    # slots of a load and the connector's lookup are not modelled there) and EAGLE not beside
+    # the Mamba group (its checkpoint and hit under the drop are not modelled here)
     raw_ops = data.get("ops") if isinstance(data.get("ops"), list) else []
-    loads = ["lookahead with a connector's ops"] \
-        if values["lookahead"] and _connector_ops(raw_ops) else []
+    loads = [f"{name} with a connector's ops" for name in ("lookahead", "eagle")
+             if values[name] and _connector_ops(raw_ops)]
+    loads += ["eagle beside the Mamba group"] if values["eagle"] and cow else []
     others = loads + [
         name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
-                          "hash_lookahead", "eagle_groups", "prefill_lookahead", "eagle",
+                          "hash_lookahead", "eagle_groups", "prefill_lookahead",
                           "async_scheduling", "retained", "window_block_size",
                           "hash_block_size", "events", "report", "stats", "mamba_checkpoint",
                           "mamba_speculative")

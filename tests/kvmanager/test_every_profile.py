@@ -113,11 +113,13 @@ REACHES = {
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]
     + _CONFIGS("sliding window", "chunked local attention"),
-    # HiSparse: host hits the device groups lost, write-backs done and pages published after
+    # HiSparse: host hits the device groups lost, write-backs done and pages published after;
+    # speculative decoding's lookahead slots and EAGLE's drop (since 2026-12-08)
     "hisparse": ["admission with a hit", "host hit longer than the device groups' (retained)",
                  "write-backs reported done", "host pages published", "preempt", "evict",
-                 "reset", "reset refused", "allocate_slots refused", "clean resident page unpinned"]
-    + _CONFIGS("HiSparse host source group (reduced checks)"),
+                 "reset", "reset refused", "allocate_slots refused", "clean resident page unpinned",
+                 *hisparse_admission.LOOKAHEAD_EVENTS, hisparse_cow.EAGLE_DROP]
+    + _CONFIGS("HiSparse host source group (reduced checks)", "lookahead tokens", "EAGLE"),
     # HiSparse beside a second connector that imports external tokens into the host pool: every
     # import outcome, a resumption after one, and the write-backs and publications after them
     "hisparse import": list(hisparse_import.EVENTS) + [

@@ -1,13 +1,17 @@
-"""Speculative decoding's lookahead slots beside HiSparse's groups (`Trace.lookahead` with
-`Trace.hisparse`, since 2026-12-08): the scheduler asks `num_lookahead_tokens` more slots at every
-allocation, and vLLM 0.33.0 gives them a block in each attention group alike (the source group's
-on the host, the indexer's and the resident pages' on the device; none in the hot region or a
-Mamba "align" group). The judge's tables, admission counts and refusal bound take them
-(`hisparse_checks.slots`); the codec takes them but beside a second connector's ops. The "hisparse
-cow" profile draws them (as many as its speculative blocks) in half its traces with speculative
-blocks, last. Each part is shown needed on the release, and the resident pages' slots by a
-catalogue mutant, equivalent without lookahead. Skips without vLLM but the codec's, the plain
-data's and the generator's tests."""
+"""Speculative decoding beside HiSparse's groups (since 2026-12-08). Lookahead slots
+(`Trace.lookahead`): the scheduler asks `num_lookahead_tokens` more slots at every allocation, and
+vLLM 0.33.0 gives them a block in each attention group alike (the source group's on the host, the
+indexer's and the resident pages' on the device; none in the hot region or a Mamba "align" group).
+The judge's tables, admission counts and refusal bound take them (`hisparse_checks.slots`). EAGLE's
+drop (`Trace.eagle`, the four groups alone): the source and indexer groups each look one block past
+their cap and drop one, and the hit's exact length is judged with it
+(`HostCopies.hit_length_problems`). The codec takes both but beside a second connector's ops, and
+EAGLE not beside the Mamba group. "hisparse cow" draws lookahead slots (as many as its
+speculative blocks) in half its traces with speculative blocks; "hisparse" lookahead slots in a
+quarter, EAGLE in half of those; each last. Each part is shown needed on the release, the
+resident pages' slots by a catalogue mutant (equivalent without lookahead), EAGLE's margin by the
+catalogue's `eagle_margin_dropped`. Skips without vLLM but the codec's, the plain data's and the
+generator's tests."""
 
 import pytest
 
@@ -24,6 +28,7 @@ PLAIN = 1  # index 1: no lookahead (the mutant below is equivalent there)
 DECIDED = 55  # index 55: an admission refused for its lookahead slots alone (op 88)
 ROOMY = 184  # index 184: a refusal with room for the step but not its lookahead slots
 MUTANT = "mutant.vllm.kvmanager.hisparse_resident_lookahead_unbacked"
+EAGLE = 1  # "hisparse" index 1: EAGLE and lookahead slots; a hit the drop shortens at op 83
 
 
 def test_lookahead_beside_hisparse_goes_through_the_codec_but_beside_a_connectors_ops():
@@ -37,6 +42,20 @@ def test_lookahead_beside_hisparse_goes_through_the_codec_but_beside_a_connector
     with pytest.raises(FormatError, match="field .hisparse.: expected 0 with lookahead with a "
                                           "connector's ops"):
         codec.from_json(to_json(imports) | {"lookahead": 1})
+
+
+def test_eagle_beside_hisparse_goes_through_the_codec_but_beside_mamba_or_a_connector():
+    eagle = hisparse.GENERATOR.generate(0, EAGLE)
+    assert eagle.eagle and eagle.lookahead
+    assert codec.from_json(to_json(eagle)) == eagle
+    cow = to_json(hisparse_cow.GENERATOR.generate(0, AHEAD)) | {"eagle": True}
+    with pytest.raises(FormatError, match="field .hisparse.: expected 0 with eagle beside the "
+                                          "Mamba group"):
+        codec.from_json(cow)
+    imports = next(t for t in (hisparse_import.GENERATOR.generate(0, i) for i in range(20))
+                   if any(op.get("op") == "connect" for op in to_json(t)["ops"]))
+    with pytest.raises(FormatError, match="expected 0 with eagle with a connector's ops"):
+        codec.from_json(to_json(imports) | {"eagle": True})
 
 
 def test_the_tables_cover_the_lookahead_slots_cut_at_the_model_length():
@@ -61,6 +80,23 @@ def test_the_profile_draws_lookahead_slots_last_and_only_there():
     # ("capped hisparse" builds on it and draws after it: no lookahead, its traces unchanged)
     assert not any(capped_hisparse.GENERATOR.generate(0, i).lookahead for i in range(40))
     # (the draw comes last: test_hisparse_cow_mamba's test of the last draws)
+
+
+def test_the_hisparse_profile_draws_speculative_decoding_last():
+    """A quarter of "hisparse" traces with lookahead slots (1 to 3), EAGLE in half of those;
+    each trace is, but for those fields, the trace before the draw (`build_hisparse`, which
+    "hisparse lag", "hisparse import" and "capped hisparse" build on unchanged)."""
+    from dataclasses import replace
+
+    from kvfuzz.strategies.sources import seeded_random
+
+    traces = [hisparse.GENERATOR.generate(0, i) for i in range(200)]
+    assert 30 < sum(bool(t.lookahead) for t in traces) < 70
+    assert 10 < sum(t.eagle for t in traces) < 40
+    assert all(t.lookahead in (1, 2, 3) for t in traces if t.lookahead or t.eagle)
+    for index, trace in enumerate(traces[:60]):
+        before = hisparse.build_hisparse(seeded_random("kvmanager/5[hisparse]", 0, index), 200)
+        assert replace(trace, lookahead=0, eagle=False) == before
 
 
 _ENGINE = needs_engine("vllm")  # (slow: it imports vLLM)
@@ -113,3 +149,26 @@ def test_the_counts_need_the_lookahead_slots(monkeypatch, index, method, label):
     monkeypatch.setattr(hisparse_admission.Admissions, method, without)
     found = divergence("kvmanager", trace, "vllm.kvmanager")
     assert found is not None and found.what.startswith(label), found
+
+
+@_ENGINE[0]
+@_ENGINE[1]
+@pytest.mark.parametrize("broken", ["judge", "eagle_margin_dropped"])
+def test_the_hit_needs_eagles_drop_and_its_margin(monkeypatch, broken):
+    """The release is clean on "hisparse" index 1 (EAGLE, lookahead slots); a judge leaving
+    EAGLE's drop out expects a hit a block longer than the release's (op 83), and the
+    catalogue's `eagle_margin_dropped` (the lookup not looked a block past its cap before the
+    drop) gives one a block shorter there. Without the hit's exact length the mutant survives
+    the first 100 traces, all with EAGLE."""
+    from kvfuzz.oracle.kvmanager import align_hit
+
+    trace = hisparse.GENERATOR.generate(0, EAGLE)
+    assert divergence("kvmanager", trace, "vllm.kvmanager") is None
+    impl = "vllm.kvmanager"
+    if broken == "judge":
+        monkeypatch.setattr(align_hit, "eagle_full_hit", align_hit.full_attention_hit)
+    else:
+        impl = f"mutant.vllm.kvmanager.{broken}"
+    found = divergence("kvmanager", trace, impl)
+    assert found is not None and found.what.startswith("prefix hit") and found.step == 83, found
+    assert "after EAGLE's drop" in found.lines[-1][1], found.report()
