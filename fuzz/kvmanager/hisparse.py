@@ -14,14 +14,19 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   `allocate_slots` returned, none of the retained hit past what the request adopts (vLLM's
   `allocate_slots` trims it; a cached block kept there would be written by the recompute);
 - `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
-  null; after a success the source and indexer tables cdiv(computed, b) blocks each, and after
+  null; after a success the source, indexer and resident tables cdiv(slots, b) blocks each
+  (slots: the computed tokens and speculative decoding's lookahead slots, `Trace.lookahead`,
+  cut at the model's length; since 2026-12-08, `hisparse_checks.slots`), and after
   an admission with a hit the hot region (a new request resuming a host prefix reads
   host-backed history); an admission made exactly when the released counts say it fits
   (`admission_fits`: each group's new blocks and its adopted hit blocks that are free, the
-  resident pages past the hit's host pages, the hot region, the watermark; the whole request
-  first where the scheduler asks it); a running request's step never None with room for the
-  most a step can need (per device group a block a slot, the hot region; on the host a block
-  a slot);
+  resident pages past the hit's host pages, the hot region, the watermark; the step's slots
+  with its lookahead, the whole request first, without, where the scheduler asks it); a running
+  request's step never None with room for the most a step can need (per device group a block
+  a slot, the hot region; on the host a block a slot; lookahead slots included);
+- with EAGLE's drop (`Trace.eagle`, the four groups alone), the hit's exact length from the
+  pools' entries (`hisparse_cow.HostCopies.hit_length_problems`: the source group looked up a
+  block past its cap on the host and dropping one, then the indexer so within it);
 - after every op, the worker's report of the write-backs the connector planned
   (`update_spills`: one op later, or late, out of order and in parts with
   `Trace.hisparse_lag`, `hisparse_lag.py`), then: both pools' invariants
