@@ -188,10 +188,10 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
     # slots of a load and the connector's lookup are not modelled there) and EAGLE not beside
     # the Mamba group (its checkpoint and hit under the drop are not modelled here)
     raw_ops = data.get("ops") if isinstance(data.get("ops"), list) else []
-    loads = [f"{name} with a connector's ops" for name in ("lookahead", "eagle")
-             if values[name] and _connector_ops(raw_ops)]
-    loads += ["eagle beside the Mamba group"] if values["eagle"] and cow else []
-    others = loads + [
+    speculative = [f"{name} with a connector's ops" for name in ("lookahead", "eagle")
+                   if values[name] and _connector_ops(raw_ops)]
+    speculative += ["eagle beside the Mamba group"] if values["eagle"] and cow else []
+    others = speculative + [
         name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
                           "hash_lookahead", "eagle_groups", "prefill_lookahead",
                           "async_scheduling", "retained", "window_block_size",

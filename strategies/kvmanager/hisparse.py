@@ -42,7 +42,7 @@ def build_speculative(rng: random.Random, num_ops: int) -> Trace:
     trace before the draw), speculative decoding in a quarter: the scheduler's lookahead slots
     for 1 to 3 draft tokens (`Trace.lookahead`), with EAGLE's drop in half of those
     (`Trace.eagle`: vLLM sets `use_eagle` for EAGLE and MTP drafters; every group takes the
-    drop, none flagged apart). DeepSeek V3.2, HiSparse's model, is served with MTP."""
+    drop, none flagged apart): HiSparse's model is served with MTP (issue 24)."""
     trace = build_hisparse(rng, num_ops)
     if rng.random() >= 0.25:
         return trace
