@@ -14,14 +14,19 @@ decides, from what its scheduler relies on (each property with a mutant it catch
   `allocate_slots` returned, none of the retained hit past what the request adopts (vLLM's
   `allocate_slots` trims it; a cached block kept there would be written by the recompute);
 - `allocate_slots`: None, or new blocks per group, the source's and indexer's distinct and not
-  null; after a success the source and indexer tables cdiv(computed, b) blocks each, and after
+  null; after a success the source, indexer and resident tables cdiv(slots, b) blocks each
+  (slots: the computed tokens and speculative decoding's lookahead slots, `Trace.lookahead`,
+  cut at the model's length; since 2026-12-08, `hisparse_checks.slots`), and after
   an admission with a hit the hot region (a new request resuming a host prefix reads
   host-backed history); an admission made exactly when the released counts say it fits
   (`admission_fits`: each group's new blocks and its adopted hit blocks that are free, the
-  resident pages past the hit's host pages, the hot region, the watermark; the whole request
-  first where the scheduler asks it); a running request's step never None with room for the
-  most a step can need (per device group a block a slot, the hot region; on the host a block
-  a slot);
+  resident pages past the hit's host pages, the hot region, the watermark; the step's slots
+  with its lookahead, the whole request first, without, where the scheduler asks it); a running
+  request's step never None with room for the most a step can need (per device group a block
+  a slot, the hot region; on the host a block a slot; lookahead slots included);
+- with EAGLE's drop (`Trace.eagle`, the four groups alone), the hit's exact length from the
+  pools' entries (`hisparse_cow.HostCopies.hit_length_problems`: the source group looked up a
+  block past its cap on the host and dropping one, then the indexer so within it);
 - after every op, the worker's report of the write-backs the connector planned
   (`update_spills`: one op later, or late, out of order and in parts with
   `Trace.hisparse_lag`, `hisparse_lag.py`), then: both pools' invariants
@@ -74,6 +79,7 @@ RETAINED = "host hit longer than the device groups' (retained)"
 WRITTEN = "write-backs reported done"
 PUBLISHED = "host pages published"
 ROOMY_REFUSAL = hisparse_admission.ROOMY_REFUSAL
+LOOKAHEAD_BLOCKS = hisparse_admission.LOOKAHEAD_BLOCKS
 
 
 class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
@@ -91,6 +97,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
     (the "hisparse cow" profile): `hisparse_cow.py`."""
 
     EVENTS = AlignLockstep.EVENTS + (RETAINED, WRITTEN, PUBLISHED, ROOMY_REFUSAL) + \
+        hisparse_admission.LOOKAHEAD_EVENTS + (hisparse_cow.EAGLE_DROP,) + \
         hisparse_import.EVENTS + hisparse_lag.EVENTS + hisparse_pins.PIN_EVENTS + \
         hisparse_cow.EVENTS + hisparse_queue.EVENTS + hisparse_caching.EVENTS + \
         hisparse_hostcache.EVENTS + hisparse_order.EVENTS + hisparse_cap.EVENTS
@@ -239,9 +246,12 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
         request.computed += (hit or 0) + new
         request.status = RUNNING
         tables = (yield Call("", "block_ids", (rid,), oracle=None, compare=state_read)).actual
+        covered = self.slots(request.computed)  # (with its lookahead slots)
+        if cdiv(covered, size) > cdiv(request.computed, size):
+            self.count(LOOKAHEAD_BLOCKS)
         problems = table_problems(rid, tables, request.computed, size,
                                   0 if admission else self.import_pages.get(rid, 0),
-                                  self.groups)
+                                  self.groups, covered)
         if self.cow and not problems:
             problems += self.mamba_step_problems(rid, request, tables)
         if admission and hit and not problems and len(tables[HOT]) != HOT_BLOCKS:
@@ -308,7 +318,7 @@ class HiSparseLockstep(hisparse_order.FreeOrder, hisparse_hostcache.HostCaching,
                     return [("prefix hit", f"group {group}'s hit block {index}, block {block}, "
                                            f"is not cached under the request's hash of it")]
         return self.cap_problems(request, hit, source) or \
-            (self.hit_length_problems(request, hit) if self.cow else [])
+            (self.hit_length_problems(request, hit) if self.cow or self.trace.eagle else [])
 
     # -- after the op -------------------------------------------------------------------------
     def state(self, op) -> list[tuple[str, str]]:

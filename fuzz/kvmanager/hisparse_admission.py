@@ -5,16 +5,25 @@ Mamba group's count and the private copies of a hit inside a block counted too."
 
 from __future__ import annotations
 
-from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits
+from kvfuzz.fuzz.kvmanager.hisparse_checks import HOT_BLOCKS, admission_fits, slots
 from kvfuzz.oracle.kvmanager.align_count import Engine, Step, mamba_count
 from kvfuzz.oracle.kvmanager.hybrid import cdiv
 
 ROOMY_REFUSAL = "refusal judged: room for the most a step can need"
+# speculative decoding's lookahead slots beside HiSparse (`Trace.lookahead`, since 2026-12-08)
+LOOKAHEAD_BLOCKS = "HiSparse: a step's tables hold blocks for its lookahead slots only"
+LOOKAHEAD_DECIDED = "HiSparse: an admission decided by its lookahead slots"
+LOOKAHEAD_EVENTS = (LOOKAHEAD_BLOCKS, LOOKAHEAD_DECIDED)
 MAMBA_STEP_MOST = 3  # a Mamba "align" step's blocks at most (`_refusal_problems`)
 
 
 class Admissions:
     """The admission and refusal checks of `HiSparseLockstep` (a mixin)."""
+
+    def slots(self, computed: int) -> int:
+        """The token slots a step that leaves `computed` tokens asks (`hisparse_checks.slots`:
+        with the trace's lookahead slots, cut at the model's length)."""
+        return slots(computed, self.trace.lookahead, self.trace.max_model_len)
 
     def _admission_problems(self, rid, request, new, hit, source, indexer, others_running,
                             made) -> list:
@@ -27,20 +36,28 @@ class Admissions:
         counts = dict(size=size, hit=hit, source=source, indexer=indexer,
                       host_ref=self.host_ref, device_ref=self.device_ref)
 
-        def fit(tokens, cap) -> bool:
+        def fit(tokens, cap, main) -> bool:
+            # (`tokens`: the slots the attention groups count, `main`: the tokens the Mamba
+            # group counts; they differ by the lookahead slots, which take no Mamba block)
             device = admission_fits(tokens, cap, **counts)
             host = admission_fits(tokens, cap, host=True, **counts)
             if self.cow:
-                more, mamba = partial_and_mamba(tokens, size, hit, self.mamba_hit,
+                more, mamba = partial_and_mamba(main, size, hit, self.mamba_hit,
                                                 self.device_ref, trace.hash_size,
                                                 trace.mamba_checkpoint,
                                                 trace.mamba_speculative)
                 device, host = device + more + mamba, host + more
             return device + watermark <= self.device_free and host <= self.host_free
 
-        fits = fit(min(hit + new, trace.max_model_len), None)
+        # the step with its lookahead slots; the whole request without them (`allocate_slots`
+        # counts `full_num_tokens`, the request's tokens, for `full_sequence_must_fit`)
+        main = min(hit + new, trace.max_model_len)
+        fits = fit(self.slots(main), None, main)
+        if self.slots(main) > main and fits != fit(main, None, main):
+            self.count(LOOKAHEAD_DECIDED)  # (refused for its draft tokens' slots alone)
         if trace.full_sequence_must_fit:
-            fits = fits and fit(min(len(request.tokens), trace.max_model_len), cap)
+            whole = min(len(request.tokens), trace.max_model_len)
+            fits = fits and fit(whole, cap, whole)
         if fits == made:
             return []
         return [("None vs success", f"r{rid}: an admission of {new} tokens after a hit of {hit}: "
@@ -50,11 +67,12 @@ class Admissions:
 
     def _refusal_problems(self, rid, request, new, hit, others_running) -> list:
         """A refusal with room for the most a step can need: per device group at most a block
-        for every token slot (the indexer's, the resident pages'), the hot region, the
-        watermark at an admission while others run; on the host a block a slot. (A refusal
-        short of that is not judged: HiSparse's admission counts are not modelled.)"""
+        for every token slot, its lookahead slots too (the indexer's, the resident pages'),
+        the hot region, the watermark at an admission while others run; on the host a block a
+        slot. (A refusal short of that is not judged: HiSparse's admission counts are not
+        modelled.)"""
         size, admission = self.trace.block_size, hit is not None
-        slots = (hit or 0) + new if admission else request.computed + new
+        slots = self.slots((hit or 0) + new if admission else request.computed + new)
         if admission and self.trace.full_sequence_must_fit:
             slots = max(slots, len(request.tokens))
         watermark = int(self.trace.watermark * self.trace.blocks) \

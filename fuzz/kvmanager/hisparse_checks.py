@@ -64,14 +64,33 @@ def pool_problems(name: str, pool: dict, size: int) -> list[tuple[str, str]]:
         size, pool["ref"], pool["queue"], pool["keys"], pool["cache"])]
 
 
-def table_problems(rid, tables, computed, size, pages=0, groups=4) -> list[tuple[str, str]]:
-    """After a success the source and indexer tables hold cdiv(computed, b) blocks each (or
-    `pages`, an import's, where that is more: a failed import's blocks stay)."""
-    expected = max(cdiv(computed, size), pages)
-    if len(tables) != groups or any(len(tables[g]) != expected for g in (SOURCE, INDEXER)):
-        return [("block table", f"r{rid}: {computed} tokens computed in blocks of {size}: "
-                                f"expected {expected} source and indexer blocks, actual "
-                                f"{short(tables)}")]
+def slots(computed: int, lookahead: int, max_model_len: int) -> int:
+    """The token slots a request's tables cover after a step that leaves it `computed` tokens:
+    `allocate_slots`' `num_tokens_need_slot`, its tokens and the draft tokens' lookahead slots
+    cut at the model's length (never below its tokens: those it holds already). The slots only
+    grow while it runs (the lookahead is the engine's, the same at every step), so the last
+    step's are the table's."""
+    return max(computed, min(computed + lookahead, max_model_len))
+
+
+def table_problems(rid, tables, computed, size, pages=0, groups=4,
+                   covered=None) -> list[tuple[str, str]]:
+    """After a success the source, indexer and resident tables hold cdiv(covered, b) blocks
+    each, the slots of its `computed` tokens and its lookahead (`slots`; `covered` None: no
+    lookahead), or `pages`, an import's, where that is more: a failed import's blocks stay.
+    The lookahead slots take a block in each of the three alike (the released
+    `allocate_new_blocks` of the source group, on the host, and of the indexer and the
+    resident pages, on the device: the draft tokens' KV is written through the resident row,
+    so a page missing there sends it to the null block); the resident table counts a hit's
+    host pages as nulls (`add_local_computed_blocks`)."""
+    covered = computed if covered is None else covered
+    expected = max(cdiv(covered, size), pages)
+    if len(tables) != groups or \
+            any(len(tables[g]) != expected for g in (SOURCE, INDEXER, RESIDENT)):
+        ahead = f" and {covered - computed} lookahead slots" if covered != computed else ""
+        return [("block table", f"r{rid}: {computed} tokens computed{ahead} in blocks of "
+                                f"{size}: expected {expected} source, indexer and resident "
+                                f"blocks, actual {short(tables)}")]
     return []
 
 

@@ -53,6 +53,8 @@ COPY_FREED = "host copy in flight at its request's free"
 PARTIAL_HIT = "partial hit inside a source block"
 DEVICE_COPIES = "device copy-on-write copies taken"
 EVENTS = (COPY_MADE, COPY_LATE, COPY_FREED, PARTIAL_HIT, DEVICE_COPIES)
+# (the four groups alone with EAGLE, "hisparse": not one of this profile's events)
+EAGLE_DROP = "HiSparse: a hit shortened by EAGLE's drop"
 
 
 @dataclass
@@ -188,18 +190,33 @@ class HostCopies:
         units = request.hashes(hashed)
         source = entries_of(self.host_keys, SOURCE)
         indexer = entries_of(self.device_keys, INDEXER)
-        mamba = {(h, align_hit.MAMBA) for h, _ in entries_of(self.device_keys, MAMBA)}
-        host = align_hit.full_attention_hit(units, self.lookup_limit(request), size, hashed,
-                                            source)
-        device = align_hit.full_attention_hit(units, host, size, hashed, indexer)
-        expected = align_hit.mamba_hit(units, device, hashed, mamba)
+        # with EAGLE's drop (`use_eagle`, no group flagged apart: every group takes it; the
+        # four groups alone, "hisparse"), each full-attention group is looked up one drop unit
+        # past its cap and drops one (`align_hit.eagle_full_hit`): the source first, the
+        # indexer within the source's hit, one pass (two attention groups, full attention
+        # first: `is_simple_hybrid`)
+        finder = align_hit.eagle_full_hit if self.trace.eagle else align_hit.full_attention_hit
+        host = finder(units, self.lookup_limit(request), size, hashed, source)
+        device = finder(units, host, size, hashed, indexer)
+        if self.trace.eagle:  # (counted where the drop changes the hit)
+            plain = align_hit.full_attention_hit(units, self.lookup_limit(request), size,
+                                                 hashed, source)
+            if align_hit.full_attention_hit(units, plain, size, hashed, indexer) != device:
+                self.count(EAGLE_DROP)
+        if not self.cow:
+            expected = device
+        else:
+            mamba = {(h, align_hit.MAMBA) for h, _ in entries_of(self.device_keys, MAMBA)}
+            expected = align_hit.mamba_hit(units, device, hashed, mamba)
         if hit == expected:
             return []
+        drop = " after EAGLE's drop" if self.trace.eagle else ""
+        mamba = f", the latest Mamba state cached at most that deep is at {expected}" \
+            if self.cow else ""
         return [("prefix hit", f"expected {expected} tokens, actual {hit}: the source group's "
-                               f"host entries cover {host} of the request's {tokens} tokens, "
-                               f"the indexer's {device} of those (blocks of {size}, hashed per "
-                               f"{hashed}, the last token never a hit), the latest Mamba state "
-                               f"cached at most that deep is at {expected}")]
+                               f"host entries cover {host}{drop} of the request's {tokens} "
+                               f"tokens, the indexer's {device} of those (blocks of {size}, "
+                               f"hashed per {hashed}, the last token never a hit){mamba}")]
 
     def mamba_stepped(self, rid: int, computed: int) -> None:
         """Before a step's tokens are counted: the state it reads is that of its `computed`-th

@@ -166,6 +166,18 @@ GROUPS = {
         "SingleTypeKVCacheManager.cache_blocks(self, ",
         "the host publishes a request's full pages but never its prompt's partial tail (hashed "
         "per fewer tokens than a block), so no later request finds a partial hit on the host")),
+    # HiSparse's resident pages under speculative decoding (the "hisparse cow" profile's traces
+    # with lookahead slots; equivalent without them: caught by the resident table's length,
+    # `hisparse_checks.table_problems`, since 2026-12-08).
+    "hisparse_resident_lookahead_unbacked": (SINGLE, Mutation(
+        "HiSparseResidentManager.allocate_new_blocks",
+        "del num_tokens_main_model\n        req_blocks = self.req_to_blocks[request_id]\n"
+        "        num_new_blocks = cdiv(num_tokens, self.block_size)",
+        "req_blocks = self.req_to_blocks[request_id]\n"
+        "        num_new_blocks = cdiv(num_tokens_main_model, self.block_size)",
+        "the resident pages get no blocks for the draft tokens' lookahead slots (the source "
+        "and indexer groups do, and the count asks for them): the draft tokens' KV, written "
+        "through the resident row, lands in the null block")),
     # Cross-attention (an encoder-decoder model's, caching off: the "cross attention" profile).
     "cross_sized_by_decoder": (COORDINATOR, Mutation(
         "KVCacheCoordinator.allocate_new_blocks",

@@ -33,7 +33,7 @@ def build(rng: random.Random, num_ops: int) -> Trace:
     draw = rng.random()
     base = build_import(rng, num_ops) if draw < 0.4 else \
         build_hisparse(rng, num_ops) if draw < 0.6 else \
-        build_lag(rng, num_ops) if draw < 0.8 else build_cow(rng, num_ops)
+        build_lag(rng, num_ops) if draw < 0.8 else build_cow(rng, num_ops, ahead=False)
     return replace(base, ops=capped(rng, base.ops, base.block_size), note=f"profile {PROFILE}")
 
 

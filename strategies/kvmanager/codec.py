@@ -184,17 +184,27 @@ def _hisparse(reader: FieldReader, data: dict, values: dict, window: int) -> int
     host = reader.integer(data.get("hisparse", 0), "hisparse", low=0, high=MAX_BLOCKS)
     # a Mamba "align" group beside them with a hash block below the block (the "hisparse cow"
     # profile: fine-grained hits, the host's copy-on-write), both or neither; its prefill
-    # checkpoint block and speculative blocks too (judged as in the "align" mode; no lookahead
-    # slots: HiSparse's counts of them are not modelled)
+    # checkpoint block and speculative blocks too (judged as in the "align" mode)
     cow = values["mamba_mode"] == "align" and bool(values["hash_block_size"])
-    others = [name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
-                                "hash_lookahead", "eagle_groups", "prefill_lookahead", "lookahead",
-                                "eagle", "async_scheduling", "retained", "window_block_size",
-                                "hash_block_size", "events", "report", "stats",
-                                "mamba_checkpoint", "mamba_speculative")
-              if values.get(name, data.get(name)) and
-              not (cow and name in ("mamba_mode", "hash_block_size", "mamba_checkpoint",
-                                   "mamba_speculative"))]
+    # lookahead slots (speculative decoding's draft tokens, since 2026-12-08: each attention
+    # group's table cdiv(slots, b) long, `hisparse_checks.table_problems`) and EAGLE's drop
+    # (`use_eagle`, every group flagged: the hit's exact length with it,
+    # `HostCopies.hit_length_problems`), but neither beside a second connector's ops (the
+    # slots of a load and the connector's lookup are not modelled there) and EAGLE not beside
+    # the Mamba group (its checkpoint and hit under the drop are not modelled here)
+    raw_ops = data.get("ops") if isinstance(data.get("ops"), list) else []
+    speculative = [f"{name} with a connector's ops" for name in ("lookahead", "eagle")
+                   if values[name] and _connector_ops(raw_ops)]
+    speculative += ["eagle beside the Mamba group"] if values["eagle"] and cow else []
+    others = speculative + [
+        name for name in ("local_chunk", "mamba_mode", "encoder_tokens", "zeroing", "dcp",
+                          "hash_lookahead", "eagle_groups", "prefill_lookahead",
+                          "async_scheduling", "retained", "window_block_size",
+                          "hash_block_size", "events", "report", "stats", "mamba_checkpoint",
+                          "mamba_speculative")
+        if values.get(name, data.get(name)) and
+        not (cow and name in ("mamba_mode", "hash_block_size", "mamba_checkpoint",
+                              "mamba_speculative"))]
     beside = ["a sliding window"] if window else []
     beside += ["caching off"] if not values["caching"] else []
     beside += [", ".join(others)] if others else []

@@ -11,6 +11,7 @@ evictions are common. Standard library only."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager import hybrid
 from kvfuzz.strategies.kvmanager.trace import Trace
@@ -35,6 +36,19 @@ def build_hisparse(rng: random.Random, num_ops: int) -> Trace:
                  hisparse=host, note="profile hisparse")
 
 
+def build_speculative(rng: random.Random, num_ops: int) -> Trace:
+    """The profile's trace (`build_hisparse`, which "hisparse lag", "hisparse import" and
+    "capped hisparse" build on and draw after), then, drawn last (a trace without it is the
+    trace before the draw), speculative decoding in a quarter: the scheduler's lookahead slots
+    for 1 to 3 draft tokens (`Trace.lookahead`), with EAGLE's drop in half of those
+    (`Trace.eagle`: vLLM sets `use_eagle` for EAGLE and MTP drafters; every group takes the
+    drop, none flagged apart): HiSparse's model is served with MTP (issue 24)."""
+    trace = build_hisparse(rng, num_ops)
+    if rng.random() >= 0.25:
+        return trace
+    return replace(trace, lookahead=rng.randint(1, 3), eagle=rng.random() < 0.5)
+
+
 PROFILES = ("hisparse",)
-GENERATOR = TraceGenerator("kvmanager/5[hisparse]", build_hisparse, num_ops=200,
+GENERATOR = TraceGenerator("kvmanager/5[hisparse]", build_speculative, num_ops=200,
                            max_fuzz_ops=200)

@@ -92,15 +92,19 @@ def _ops(rng: random.Random, size: int, hashed: int, blocks: int, num_ops: int,
     return tuple(ops[:num_ops])
 
 
-def build_cow(rng: random.Random, num_ops: int, short: bool = True) -> Trace:
+def build_cow(rng: random.Random, num_ops: int, short: bool = True,
+              ahead: bool = True) -> Trace:
     """Blocks of 4 or 8 (2 too where not `short`) hashed per 1, 2 or 4 tokens (fewer than a
     block); a device pool of 24 to 64 blocks (the Mamba group's states take them too), a host
     pool of 8 to 40; the whole-request check and the watermark as the "hisparse" profile draws
     them; the worker late in half (`hisparse_lag`: at most 1 to 4 ops, 1 or 2 ranks).
     `short`: every consumer stops short of the block its hit ends in (the profile), and half
     the traces give the Mamba group a prefill checkpoint block (`Trace.mamba_checkpoint`), half
-    speculative blocks (`Trace.mamba_speculative`; no lookahead slots: the codec refuses them
-    beside HiSparse)."""
+    speculative blocks (`Trace.mamba_speculative`), and half of those the draft tokens'
+    lookahead slots as many (`Trace.lookahead`: speculative decoding's k draft tokens give
+    the Mamba group k speculative blocks and every allocation k lookahead slots, the
+    scheduler's `num_lookahead_tokens`). `ahead` False: no lookahead draw (the "capped
+    hisparse" profile draws after this: its traces stay as they were)."""
     size = rng.choice((4, 4, 8) if short else (2, 4, 4, 8))
     hashed = rng.choice([d for d in (1, 2, 4) if d < size])
     blocks = rng.randint(24, 64)
@@ -115,7 +119,10 @@ def build_cow(rng: random.Random, num_ops: int, short: bool = True) -> Trace:
     checkpoint = rng.choice((hashed, 1)) if short and rng.random() < 0.5 else 0
     # multi-token prediction's speculative Mamba blocks (1 or 2) in half, drawn after that
     speculative = rng.randint(1, 2) if short and rng.random() < 0.5 else 0
+    # and in half of those the draft tokens' lookahead slots (drawn last, as above)
+    lookahead = speculative if ahead and speculative and rng.random() < 0.5 else 0
     return Trace(blocks, size, 0, 1024, ops, None, fit, None, watermark, hisparse=host,
+                 lookahead=lookahead,
                  hisparse_lag=lag, mamba_mode="align", hash_block_size=hashed,
                  mamba_checkpoint=checkpoint, mamba_speculative=speculative,
                  note="profile hisparse cow" if short else "hisparse cow, pages filled")

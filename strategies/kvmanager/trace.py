@@ -241,7 +241,9 @@ class Trace:
     (`fuzz/kvmanager/hisparse.py`), the write-backs completed by the judge as HiSparse's
     worker reports them. `hisparse_lag` (`kvmanager/5[hisparse lag]`,
     `strategies/kvmanager/hisparse_lag.py`), (most ops late, ranks, seed) or empty: the worker's
-    reports come late, out of order and in parts, drawn per transfer from the seed.
+    reports come late, out of order and in parts, drawn per transfer from the seed. Beside
+    HiSparse's groups `lookahead` (the draft tokens' slots, in every attention group) and, the
+    four groups alone, `eagle` are modelled since 2026-12-08.
 
     A lone sliding window (`kvmanager/5[lone window]`): `lone` drops the full-attention group,
     the sliding window of `window` tokens in blocks of `block_size` is the model's one group

@@ -24,8 +24,9 @@ from kvfuzz.fuzz.engine.target import AGREE
 from kvfuzz.fuzz.kvmanager import (align_connector, align_eagle, align_events, align_external,
                                    align_external_eagle, align_recorded, align_reported,
                                    align_tail_drop, async_ops, connector, connector_cap, cut,
-                                   hisparse_cap, hisparse_import, hisparse_cow, hisparse_lag,
-                                   mamba_plain, streaming, sync_draft_ops)
+                                   hisparse_admission, hisparse_cap, hisparse_import,
+                                   hisparse_cow, hisparse_lag, mamba_plain, streaming,
+                                   sync_draft_ops)
 from kvfuzz.fuzz.kvmanager.configs import MARKS
 from kvfuzz.fuzz.kvmanager.target import KVMANAGER
 from kvfuzz.impl.kvmanager import RELEASED
@@ -118,11 +119,13 @@ REACHES = {
                        "reset refused", "free deferred during its KV load",
                        "skipped blocks removed before request_finished"]
     + _CONFIGS("sliding window", "chunked local attention"),
-    # HiSparse: host hits the device groups lost, write-backs done and pages published after
+    # HiSparse: host hits the device groups lost, write-backs done and pages published after;
+    # speculative decoding's lookahead slots and EAGLE's drop (since 2026-12-08)
     "hisparse": ["admission with a hit", "host hit longer than the device groups' (retained)",
                  "write-backs reported done", "host pages published", "preempt", "evict",
-                 "reset", "reset refused", "allocate_slots refused", "clean resident page unpinned"]
-    + _CONFIGS("HiSparse host source group (reduced checks)"),
+                 "reset", "reset refused", "allocate_slots refused", "clean resident page unpinned",
+                 *hisparse_admission.LOOKAHEAD_EVENTS, hisparse_cow.EAGLE_DROP]
+    + _CONFIGS("HiSparse host source group (reduced checks)", "lookahead tokens", "EAGLE"),
     # HiSparse beside a second connector that imports external tokens into the host pool: every
     # import outcome, a resumption after one, and the write-backs and publications after them
     "hisparse import": list(hisparse_import.EVENTS) + [
@@ -136,15 +139,16 @@ REACHES = {
     # HiSparse's host copy-on-write beside a Mamba "align" group: partial local hits in the
     # source group, their copies made, released late, in flight at their request's free; the
     # worker's reads of the Mamba states judged (`align_reads`), prefill checkpoint blocks
-    # taken, speculative blocks
+    # taken, speculative blocks; lookahead slots' blocks, and an admission they decide
     "hisparse cow": list(hisparse_cow.EVENTS) + [
         "write-backs reported done", "host pages published", "preempt", "finish",
         "Mamba align: a step's state read by the worker",
-        "Mamba align: a step's state copied to a new column", "Mamba prefill checkpoint block"]
+        "Mamba align: a step's state copied to a new column", "Mamba prefill checkpoint block",
+        *hisparse_admission.LOOKAHEAD_EVENTS]
     + _CONFIGS("HiSparse host source group (reduced checks)",
                "Mamba align mode, prefix caching on (reduced checks)",
                "hash block below the block size", "Mamba prefill checkpoint blocks",
-               "speculative Mamba blocks"),
+               "speculative Mamba blocks", "lookahead tokens"),
     # a sliding window alone (the unitary coordinator): EAGLE's hits dropping the window's last
     # block, its sparse block mask, blocks freed as the window moves
     "lone window": ["EAGLE: a window hit drops its last block", "window frees blocks",

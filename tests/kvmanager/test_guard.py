@@ -88,7 +88,7 @@ NOT_GUARDED = ("lookahead_not_allocated", "in_flight_ignored", "skip_reading_ign
                # HiSparse's groups: the guard refuses them (its own traces: test_hisparse.py)
                "hisparse_retained_hit_kept", "hisparse_published_before_durable",
                "hisparse_unpinned_reused_first", "hisparse_host_tail_not_published",
-               "hisparse_free_unpins_head_first",
+               "hisparse_free_unpins_head_first", "hisparse_resident_lookahead_unbacked",
                # the hybrid coordinator's hit search: the corner traces have one group (Mamba
                # "align" under vLLM's scheduler: test_guard_mamba.py; kvfuzz's own traces:
                # test_align.py, test_mutants.py)

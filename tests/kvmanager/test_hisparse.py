@@ -109,7 +109,7 @@ def test_each_reduced_check_catches_a_broken_manager(broken, label):
     assert found.what.startswith(label), found.report()
 
 
-@pytest.mark.parametrize("setting", [{"window": 4}, {"caching": False}, {"lookahead": 1},
+@pytest.mark.parametrize("setting", [{"window": 4}, {"caching": False}, {"stats": True},
                                      {"events": True}])
 def test_hisparse_with_another_groups_setting_is_refused_in_one_line(setting):
     data = to_json(hisparse.GENERATOR.generate(0, 0)) | setting

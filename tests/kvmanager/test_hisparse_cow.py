@@ -120,7 +120,8 @@ class _Refusals(Admissions):
     def __init__(self, device_free: int, host_free: int):
         self.cow, self.device_free, self.host_free = True, device_free, host_free
         self.trace = SimpleNamespace(block_size=4, full_sequence_must_fit=False, watermark=0.0,
-                                     blocks=64, mamba_checkpoint=0, mamba_speculative=0)
+                                     blocks=64, mamba_checkpoint=0, mamba_speculative=0,
+                                     lookahead=0, max_model_len=1024)
         self.counted = []
 
     def count(self, event):

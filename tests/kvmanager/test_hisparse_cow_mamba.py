@@ -2,12 +2,12 @@
 mode's own checks (`fuzz/kvmanager/hisparse_cow.py`): the state the worker reads at each step
 (`align_reads.py`), the prefill checkpoint block (`Trace.mamba_checkpoint`) and speculative blocks
 (`Trace.mamba_speculative`), each in half the profile's traces, drawn after every other draw. The
-codec takes both beside HiSparse (lookahead slots still refused); an admission's Mamba count holds
-their blocks (no vLLM); on the released class's traces the read check catches a state freed under
-the worker's read earlier than the kept-states rule, a chunk that takes no checkpoint block and a
-step that allocates no speculative blocks are caught, and the admission count without either is
-wrong where the release is clean. Skips without vLLM but the codec's and the count's own
-tests."""
+codec takes both beside HiSparse (lookahead slots too since 2026-12-08: test_hisparse_lookahead.py);
+an admission's Mamba count holds their blocks (no vLLM); on the released class's traces the read
+check catches a state freed under the worker's read earlier than the kept-states rule, a chunk
+that takes no checkpoint block and a step that allocates no speculative blocks are caught, and the
+admission count without either is wrong where the release is clean. Skips without vLLM but the
+codec's and the count's own tests."""
 
 import dataclasses
 import random
@@ -34,7 +34,9 @@ def test_the_cow_layout_takes_checkpoint_and_speculative_blocks_through_the_code
     assert 10 < sum(bool(t.mamba_checkpoint) for t in traces) < 30  # half each, drawn
     assert 10 < sum(bool(t.mamba_speculative) for t in traces) < 30
     assert all(t.mamba_checkpoint in (t.hash_block_size, 1) for t in on)
-    assert all(t.mamba_speculative in (0, 1, 2) and not t.lookahead for t in traces)
+    assert all(t.mamba_speculative in (0, 1, 2) for t in traces)
+    # (lookahead slots as many in half of those: test_hisparse_lookahead.py)
+    assert all(t.lookahead in (0, t.mamba_speculative) for t in traces)
     for trace in on[:5]:
         assert codec.from_json(to_json(trace)) == trace
     filled = hisparse_cow.FILLED.generate(0, 0)  # (not drawn there)
@@ -44,23 +46,23 @@ def test_the_cow_layout_takes_checkpoint_and_speculative_blocks_through_the_code
     with pytest.raises(FormatError, match="field .hisparse.: expected 0 with .*mamba_checkpoint"
                                           ", mamba_speculative"):
         codec.from_json(data)
-    # lookahead slots beside HiSparse: refused (HiSparse's counts of them are not modelled)
-    with pytest.raises(FormatError, match="field .hisparse.: expected 0 with lookahead"):
-        codec.from_json(to_json(on[0]) | {"lookahead": 1})
 
 
 def test_a_trace_drawn_without_a_checkpoint_is_the_trace_before_the_draw():
     """The shares' draws come after every other (the checkpoint's, then the speculative
-    blocks'): a trace with either is, but for those fields, the trace its seed gives with those
-    last two draws answered "no"."""
+    blocks', then, with speculative blocks, the lookahead slots'): a trace with either is, but
+    for those fields, the trace its seed gives with those last draws answered "no"."""
     on = 0
     for seed in range(30):
         counting = _Counting(seed)
         drawn = hisparse_cow.build_cow(counting, 200)
+        last = 3 if drawn.mamba_speculative else 2  # (no lookahead draw without them)
         plain = hisparse_cow.build_cow(
-            _Counting(seed, off_at={counting.calls - 1, counting.calls}), 200)
+            _Counting(seed, off_at=set(range(counting.calls - last + 1, counting.calls + 1))),
+            200)
         assert not plain.mamba_checkpoint and not plain.mamba_speculative
-        assert plain == dataclasses.replace(drawn, mamba_checkpoint=0, mamba_speculative=0)
+        assert plain == dataclasses.replace(drawn, mamba_checkpoint=0, mamba_speculative=0,
+                                            lookahead=0)
         on += bool(drawn.mamba_checkpoint or drawn.mamba_speculative)
     assert on > 10
 
