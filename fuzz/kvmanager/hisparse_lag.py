@@ -153,7 +153,8 @@ class LaggedReports:
                     op.rid not in self.rewrite
                 self.detached[op.rid] = Detached(blocks, pages, mine, sure)
                 self.count(DETACHED)
-        self.finish_holds.pop(op.rid, None)
+            # (a preemption's, or a finish holding nothing in flight: its decision unused)
+            self.finish_holds.pop(op.rid, None)
         return (yield from super().free(op))
 
     # -- after the op -------------------------------------------------------------------------
