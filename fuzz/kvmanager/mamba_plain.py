@@ -33,7 +33,7 @@ def admitted(count, trace, rid: int, tables, computed: int, load: bool) -> list:
     counted computed: the edge classes counted, and the Mamba group's table (group 1) null
     below the last computed token's state block, (computed - 1) // b, and a real block
     there."""
-    size = trace.block_size
+    size = trace.sizes[1]  # (the Mamba group's own block size, 2026-12-08)
     last = (computed - 1) // size
     count(LOAD if load else SYNC)
     if last:

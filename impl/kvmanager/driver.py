@@ -65,7 +65,9 @@ class KVManagerDriver(ConnectorDriving, ManagerReads, StepReads, HiSparseDriving
             more = {"num_prefill_checkpoint_blocks": 1,
                     "prefill_checkpoint_alignment": mamba_checkpoint} if mamba_checkpoint else {}
             more |= {"num_speculative_blocks": mamba_speculative} if mamba_speculative else {}
-            specs.append(MambaSpec(block_size=block_size, shapes=((4,),),
+            # (its own block size where given: with caching off vLLM's config makes it the
+            # model's length, `MambaModelConfig.verify_and_update_config`)
+            specs.append(MambaSpec(block_size=window_block_size or block_size, shapes=((4,),),
                                    dtypes=(torch.float16,), mamba_cache_mode=mamba_mode,
                                    **more))
         if encoder_tokens:

@@ -337,11 +337,18 @@ def _sizes(reader: FieldReader, block_size: int, window: int, values: dict,
     group, only hashes of its block size; the hybrid one, every group's block size a multiple
     of the hash block size, and a positive retention a multiple of the scheduler block size,
     the least common multiple of the groups')."""
+    # (a Mamba group's block may be as long as the model: `window_block_size` below)
+    plain_mamba = values["mamba_mode"] in ("none", "all")
     for name in ("window_block_size", "hash_block_size"):
-        values[name] = reader.integer(values.get(name, 0), name, low=0, high=MAX_BLOCK_SIZE)
+        high = MAX_LEN if plain_mamba and name == "window_block_size" else MAX_BLOCK_SIZE
+        values[name] = reader.integer(values.get(name, 0), name, low=0, high=high)
     swa, hashed = values["window_block_size"], values["hash_block_size"]
-    reader.expect(window or not swa, "window_block_size",
-                  "expected 0 without a sliding window", swa)
+    # (the second group's block size: a sliding window's, or since 2026-12-08 a Mamba group's
+    # in mode "none" or "all", whose block vLLM's config makes the model's length with caching
+    # off: `MambaModelConfig.verify_and_update_config`)
+    reader.expect(window or values["mamba_mode"] in ("none", "all") or not swa,
+                  "window_block_size", 'expected 0 without a sliding window or a Mamba group '
+                  'in mode "none" or "all"', swa)
     sizes = (block_size, swa or block_size) if (window or values["local_chunk"] or
                                                 values["mamba_mode"] or values["encoder_tokens"]
                                                 ) and not values["lone"] else (block_size,)

@@ -22,7 +22,9 @@ of blocks at most.
 "mamba" (`kvmanager/5[mamba]`): full attention beside a Mamba group in mode "none" or "all",
 prefix caching off: a request keeps the state of its last computed token alone, older ones
 freed as it moves on. In 35% multi-token prediction's draft tokens (`mamba_speculative.py`):
-speculative Mamba blocks, as many lookahead slots, spec-decode padding in half of those.
+speculative Mamba blocks, as many lookahead slots, spec-decode padding in half of those. In a
+third (drawn after), the Mamba group's block the model's length, as vLLM's config makes it with
+caching off (`mamba_block.py`, since 2026-12-08).
 
 "eagle window" (`kvmanager/5[eagle window]`): EAGLE (`use_eagle`) beside a sliding window, of
 one block size or of two as in "hybrid sizes": the hybrid coordinator looks each group one of
@@ -48,7 +50,7 @@ import random
 from dataclasses import replace
 
 from kvfuzz.strategies.kvmanager.generator import _Generator
-from kvfuzz.strategies.kvmanager import (align_observed, mamba_async, mamba_eagle,
+from kvfuzz.strategies.kvmanager import (align_observed, mamba_async, mamba_block, mamba_eagle,
                                          mamba_shared_prefix, mamba_speculative)
 from kvfuzz.strategies.kvmanager.trace import Trace
 from kvfuzz.strategies.sources import TraceGenerator
@@ -134,8 +136,10 @@ def build_mamba(rng: random.Random, num_ops: int) -> Trace:
 def build_mamba_profile(rng: random.Random, num_ops: int) -> Trace:
     """The "mamba" profile's trace: `build_mamba`'s (which the "full last" profile draws from
     too, unchanged), then multi-token prediction's speculative Mamba blocks, lookahead slots
-    and padding in a share, drawn last (`mamba_speculative.py`: the other traces keep theirs)."""
-    return mamba_speculative.drawn(rng, build_mamba(rng, num_ops))
+    and padding in a share (`mamba_speculative.py`), then the Mamba group's block the model's
+    length in another (`mamba_block.py`, since 2026-12-08), each drawn after all before it:
+    the other traces keep theirs."""
+    return mamba_block.drawn(rng, mamba_speculative.drawn(rng, build_mamba(rng, num_ops)))
 
 
 def build_eagle(rng: random.Random, num_ops: int) -> Trace:

@@ -173,7 +173,9 @@ class Trace:
 
     Groups of different block sizes (`kvmanager/hybrid/1`): `window_block_size`, the
     sliding-window group's block size where it differs from `block_size` (the full-attention
-    group's; 0: the same), and `hash_block_size`, the tokens per block hash where they are fewer
+    group's; 0: the same), or since 2026-12-08 a Mamba group's in mode "none" or "all" (vLLM's
+    config makes it the model's length with caching off: `strategies/kvmanager/mamba_block.py`;
+    up to `MAX_LEN` there), and `hash_block_size`, the tokens per block hash where they are fewer
     than every group's block size (0: `block_size`). The manager then schedules in blocks of
     `scheduler_block_size` (the least common multiple of the groups' block sizes): hits are
     aligned to it, and so is what a step caches.

@@ -84,6 +84,8 @@ def test_the_profiles_share_leaves_its_other_traces_as_they_were():
     share = padded = 0
     for index in range(100):
         old, new = before.generate(0, index), hybrid.MAMBA.generate(0, index)
+        # (the Mamba group's own block size is drawn after this share: `test_mamba_block.py`)
+        new = replace(new, window_block_size=0)
         if not new.mamba_speculative:
             assert new == old, index
             continue
